@@ -1,0 +1,94 @@
+# Makefile: builds dplhost (C host + embedded LuaJIT), runs the demo, the tests
+# and the benchmarks. `make SAN=1` builds with ASan+UBSan; NO_CUDA=1 / NO_MPI=1
+# switch the optional parts off.
+
+CC      ?= gcc
+PREFIX  ?= /usr/local
+VERSION := 0.1.0
+
+ifeq ($(SAN),1)
+VARIANT := san
+OPT     := -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined
+else
+VARIANT := rel
+OPT     := -O2 -g
+endif
+
+BUILD   := build/$(VARIANT)
+LUAJIT_CFLAGS := $(shell pkg-config --cflags luajit 2>/dev/null || echo -I/usr/include/luajit-2.1)
+LUAJIT_LIBDIR := $(shell pkg-config --variable=libdir luajit 2>/dev/null)
+LUAJIT_A      := $(wildcard $(LUAJIT_LIBDIR)/libluajit-5.1.a)
+ifneq ($(LUAJIT_A),)
+LUAJIT_LIBS   := $(LUAJIT_A)
+LUAJIT_KIND   := static
+else
+LUAJIT_LIBS   := $(shell pkg-config --libs luajit 2>/dev/null || echo -lluajit-5.1)
+LUAJIT_KIND   := shared
+endif
+
+CFLAGS  := -std=c11 $(OPT) -Wall -Wextra -pthread -Iinclude -Isrc/host \
+           $(LUAJIT_CFLAGS) -DDPL_VERSION_STRING='"$(VERSION)"' $(EXTRA_CFLAGS)
+LDFLAGS := $(OPT) -rdynamic -pthread $(EXTRA_LDFLAGS)
+LDLIBS  := $(LUAJIT_LIBS) -ldl -lm
+
+SRCS := $(wildcard src/host/*.c) $(wildcard src/device/*.c)
+OBJS := $(patsubst src/%.c,$(BUILD)/%.o,$(SRCS)) $(BUILD)/dpl_header_text.o
+
+# optional parts: detected, reported, never required
+HAVE_NVCC := $(if $(NO_CUDA),,$(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null))
+HAVE_MPI  := $(if $(NO_MPI),,$(shell command -v mpicc 2>/dev/null))
+
+.PHONY: all deps demo test bench install clean report FORCE
+all: dplhost report
+
+report:
+	@echo "dplhost $(VERSION) [$(VARIANT)] build:"
+	@echo "  ✓ LuaJIT ($(LUAJIT_KIND))"
+	@if [ -n "$(HAVE_MPI)" ]; then echo "  ✓ Open MPI found ($(HAVE_MPI)); the mpi backend arrives with the collectives work"; \
+	 else echo "  ✗ Open MPI $(if $(NO_MPI),(NO_MPI=1),(mpicc not found))"; fi
+	@if [ -n "$(HAVE_NVCC)" ]; then echo "  ✓ CUDA toolkit found ($(HAVE_NVCC)); the CUDA plugin arrives with the GPU work"; \
+	 else echo "  ✗ CUDA $(if $(NO_CUDA),(NO_CUDA=1),(nvcc not found))"; fi
+
+dplhost: $(BUILD)/dplhost FORCE
+	@cmp -s $< $@ || cp $< $@
+
+$(BUILD)/dplhost: $(OBJS)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+$(BUILD)/%.o: src/%.c include/dpl.h src/host/dpl_internal.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c -o $@ $<
+
+# include/dpl.h, minus preprocessor lines, as a C string for ffi.cdef
+$(BUILD)/dpl_header_text.c: include/dpl.h
+	@mkdir -p $(dir $@)
+	awk 'BEGIN { print "const char dpl_header_text[] =" } /^[ \t]*#/ { next } \
+	  { gsub(/\\/, "\\\\"); gsub(/"/, "\\\""); print "  \"" $$0 "\\n\"" } END { print ";" }' $< > $@
+
+$(BUILD)/dpl_header_text.o: $(BUILD)/dpl_header_text.c
+	$(CC) $(CFLAGS) -c -o $@ $<
+
+deps:
+	@bash scripts/install-deps.sh
+
+demo: deps
+	@$(MAKE) --no-print-directory all
+	./dplhost examples/demo.lua
+
+test: deps
+	@$(MAKE) --no-print-directory all
+	@bash scripts/run-tests.sh
+
+bench:
+	@bash scripts/install-deps.sh --bench
+	@$(MAKE) --no-print-directory all
+	@bash bench/run.sh
+
+install: all
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/dplhost/lua $(DESTDIR)$(PREFIX)/include
+	install -m 755 dplhost $(DESTDIR)$(PREFIX)/bin/dplhost
+	cp -R lua/dpl $(DESTDIR)$(PREFIX)/share/dplhost/lua/
+	install -m 644 include/dpl.h $(DESTDIR)$(PREFIX)/include/dpl.h
+
+clean:
+	rm -rf build dplhost

@@ -1,0 +1,47 @@
+-- dpl.errors: error classes shared by every dpl module. An error is a table
+-- whose tostring reads "ClassName: message"; classes form a hierarchy checked
+-- with errors.is(e, Class). Raise with Class:raise(msg, level) or error(Class(msg)).
+local M = {}
+
+local Base = {}
+Base.__index = Base
+Base.__name = 'DplError'
+Base.__tostring = function(e) return e.__name .. ': ' .. tostring(e.message) end
+
+local function new_class(name, parent)
+  parent = parent or Base
+  local cls = setmetatable({}, { __index = parent, __call = function(c, msg)
+    return setmetatable({ message = msg }, c)
+  end })
+  cls.__index = cls
+  cls.__name = name
+  cls.__tostring = Base.__tostring
+  cls.super = parent
+  return cls
+end
+setmetatable(Base, { __call = function(c, msg) return setmetatable({ message = msg }, c) end })
+
+function Base:raise(msg, level)
+  error(self(msg), (level or 1) + 1)
+end
+
+M.DplError = Base
+M.new_class = new_class
+
+--- True when e is an instance of cls or of a subclass.
+function M.is(e, cls)
+  if type(e) ~= 'table' then return false end
+  local mt = getmetatable(e)
+  while mt do
+    if mt == cls then return true end
+    mt = mt.super
+  end
+  return false
+end
+
+M.MisconfigurationException = new_class('MisconfigurationException')
+M.NotImplementedError = new_class('NotImplementedError')
+M.ValueError = new_class('ValueError')
+M.TypeError = new_class('TypeError')
+
+return M

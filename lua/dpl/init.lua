@@ -1,0 +1,40 @@
+-- dpl: the dplhost Lua library. `local dpl = require 'dpl'`.
+-- Loads the C API (the embedded include/dpl.h) and loads submodules on first use
+-- (dpl.devices, dpl.nn, ...), so `require 'dpl'` stays cheap.
+local capi = require 'dpl.capi'
+
+local dpl = {
+  version = capi.version,
+  C = capi.C,
+  check = capi.check,
+}
+
+local lazy = {
+  capi = 'dpl.capi',
+  errors = 'dpl.errors',
+  repl = 'dpl.repl',
+  pretty = 'dpl.pretty',
+}
+
+setmetatable(dpl, {
+  __index = function(t, k)
+    local mod = lazy[k]
+    if mod then
+      local v = require(mod)
+      rawset(t, k, v)
+      return v
+    end
+    return nil
+  end,
+})
+
+--- Registers fn to run when the host exits: normal end, os.exit, an uncaught
+--- error, or SIGINT/SIGTERM. Cleanups run last-registered first, once.
+function dpl.atexit(fn)
+  if type(fn) ~= 'function' then
+    error(('dpl.atexit: expected a function, got %s'):format(type(fn)), 2)
+  end
+  require('dpl.host').atexit(fn)
+end
+
+return dpl

@@ -1,0 +1,117 @@
+-- dpl.repl: the interactive loop behind `dplhost` (and `dplhost -i`), in the
+-- spirit of Torch7's `th`: line editing and history (libedit, through dpl.host),
+-- multi-line input, `=expr` and bare expressions print their values, `_` holds
+-- the last result, errors print a traceback and the loop goes on, Ctrl-C
+-- interrupts a running chunk, Ctrl-D (end of input) leaves.
+local host = require 'dpl.host'
+local pretty = require 'dpl.pretty'
+
+local M = {}
+
+local unpack = unpack or table.unpack
+
+local function history_path()
+  local p = os.getenv('DPL_HISTORY')
+  if p then return p ~= '' and p or nil end
+  local home = os.getenv('HOME')
+  return home and (home .. '/.dplhost_history') or nil
+end
+
+local function incomplete(msg)
+  return type(msg) == 'string' and msg:sub(-7) == "'<eof>'"
+end
+
+--- Compiles the text of one REPL entry. Returns fn, or nil and 'incomplete',
+--- or nil and the syntax error message.
+function M.compile(src)
+  local body = src
+  if body:sub(1, 1) == '=' then body = 'return ' .. body:sub(2) end
+  local fn = loadstring('return ' .. body, '=stdin')
+  if fn then return fn end
+  local err
+  fn, err = loadstring(body, '=stdin')
+  if fn then return fn end
+  if incomplete(err) then return nil, 'incomplete' end
+  return nil, err
+end
+
+local function handler(e)
+  if e == 'interrupted' or e == 'interrupted (SIGTERM)' then return e end
+  local msg = e
+  if type(e) ~= 'string' then
+    local ok, s = pcall(tostring, e)
+    msg = ok and s or ('(error object is a ' .. type(e) .. ' value)')
+  end
+  local tb = debug.traceback(msg, 2)
+  -- keep the frames of the user's chunk, drop the REPL's own
+  local lines = {}
+  for l in tb:gmatch('[^\n]+') do
+    if l:find('dpl/repl.lua', 1, true) or l:find("in function 'xpcall'", 1, true) then break end
+    if not (l:find('^%s*%[builtin#') or l:find("^%s*%[C%]: in function 'error'")) then
+      lines[#lines + 1] = l
+    end
+  end
+  if #lines == 2 then lines[2] = nil end -- "stack traceback:" with no frame under it
+  return table.concat(lines, '\n')
+end
+
+local function pack(...) return { n = select('#', ...), ... } end
+
+--- Runs one compiled entry, printing results or the error; returns true on success.
+function M.execute(fn, out)
+  out = out or io.stdout
+  local r = pack(xpcall(fn, handler))
+  if not r[1] then
+    host.clear_interrupt()
+    out:write(tostring(r[2]), '\n')
+    return false
+  end
+  if r.n > 1 then
+    local parts = {}
+    for i = 2, r.n do parts[#parts + 1] = pretty.format(r[i]) end
+    out:write(table.concat(parts, '\t'), '\n')
+    rawset(_G, '_', r[2])
+  end
+  return true
+end
+
+function M.run()
+  local tty = host.isatty(0)
+  local path = tty and history_path()
+  if tty then
+    io.stdout:write(('dplhost %s  |  LuaJIT  |  Ctrl-D exits, =expr prints, _ is the last result\n')
+      :format(host.version))
+    if path and host.line_editing() then host.read_history(path) end
+  end
+  local buffer
+  host.set_interactive(true)
+  while true do
+    local line, interrupted = host.readline(tty and (buffer and '>> ' or 'dpl> ') or '')
+    if interrupted then
+      io.stdout:write('^C\n')
+      buffer = nil
+    elseif line == nil then
+      if tty then io.stdout:write('\n') end
+      break
+    else
+      local src = buffer and (buffer .. '\n' .. line) or line
+      if src:match('^%s*$') then
+        buffer = nil
+      else
+        local fn, err = M.compile(src)
+        if err == 'incomplete' then
+          buffer = src
+        else
+          buffer = nil
+          if tty then host.add_history(src) end
+          if fn then M.execute(fn) else io.stdout:write(err, '\n') end
+          io.stdout:flush()
+        end
+      end
+    end
+  end
+  host.set_interactive(false)
+  if path and host.line_editing() then host.write_history(path) end
+end
+
+return M

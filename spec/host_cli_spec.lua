@@ -1,0 +1,178 @@
+-- host_cli_spec.lua: the dplhost command line, run as a subprocess: scripts and
+-- their arguments, -e/-l/-/-i, --version/--help/--devices, exit codes, and one
+-- clear line for each kind of bad input.
+local h = require 'spec.support.helpers'
+
+describe('dplhost command line', function()
+  it('runs a script with arg set as luajit sets it', function()
+    local s = h.write_file(h.tmpname('.lua'),
+      "print(arg[0], arg[1], arg[2], arg[-1] ~= nil, select('#', ...), ...)")
+    local out, err, rc = h.dplhost(h.q(s) .. ' a "b c"')
+    assert.are.equal(0, rc, err)
+    assert.are.equal(s .. '\ta\tb c\ttrue\t2\ta\tb c\n', out)
+    os.remove(s)
+  end)
+
+  it('runs -e chunks and -l libraries in order', function()
+    local out, err, rc = h.dplhost([[-e 'x = 40' -e 'print(x + 2)']])
+    assert.are.equal(0, rc, err)
+    assert.are.equal('42\n', out)
+    out, err, rc = h.dplhost([[-l dpl -e 'print(type(dpl), dpl.version)']])
+    assert.are.equal(0, rc, err)
+    assert.matches('^table\t%d+%.%d+%.%d+\n$', out)
+  end)
+
+  it('runs a script from stdin with -', function()
+    local out, err, rc = h.dplhost('- x y', { stdin = 'print(arg[0], ...)' })
+    assert.are.equal(0, rc, err)
+    assert.are.equal('-\tx\ty\n', out)
+  end)
+
+  it('runs stdin when it is not a terminal and no script is given', function()
+    local out, _, rc = h.dplhost('', { stdin = 'print(6 * 7)' })
+    assert.are.equal(0, rc)
+    assert.are.equal('42\n', out)
+  end)
+
+  it('enters the REPL after the script with -i', function()
+    local s = h.write_file(h.tmpname('.lua'), 'answer = 41')
+    local out, err, rc = h.dplhost('-i ' .. h.q(s), { stdin = 'answer + 1\n' })
+    assert.are.equal(0, rc, err)
+    assert.are.equal('42\n', out)
+    os.remove(s)
+  end)
+
+  it('prints its version and help', function()
+    local out, _, rc = h.dplhost('--version')
+    assert.are.equal(0, rc)
+    assert.matches('^dplhost %d+%.%d+%.%d+', out)
+    out, _, rc = h.dplhost('--help')
+    assert.are.equal(0, rc)
+    for _, word in ipairs({ '-e chunk', '-l name', '-i', '--devices', '--busted', '--nproc',
+                            'DPL_PATH', 'DPL_VIRTUAL_GPUS', 'CUDA_VISIBLE_DEVICES' }) do
+      assert.truthy(out:find(word, 1, true), 'help lacks ' .. word)
+    end
+  end)
+
+  it('lists devices: the CPU with its cores, and CUDA or why there is none', function()
+    local out, _, rc = h.sh('DPL_VIRTUAL_GPUS= ' .. h.q(h.bin) .. ' --devices')
+    assert.are.equal(0, rc)
+    assert.matches('\ncpu%s+.-%d+ cores\n', out)
+    assert.truthy(out:match('\ncuda:0 ') or out:match('\ncuda%s+no '), out)
+  end)
+
+  it('lists simulated GPUs, marked as such, with busy ones', function()
+    local out, _, rc = h.sh('DPL_VIRTUAL_GPUS=4 DPL_VIRTUAL_GPUS_BUSY=1,3 ' .. h.q(h.bin) .. ' --devices')
+    assert.are.equal(0, rc)
+    for i = 0, 3 do assert.matches('\ncuda:' .. i .. ' .-simulated', out) end
+    assert.matches('\ncuda:1 .-simulated, busy', out)
+    assert.matches('\ncuda:2 .-simulated\n', out)
+  end)
+
+  it('rejects a bad DPL_VIRTUAL_GPUS with a clear line', function()
+    local _, err, rc = h.sh('DPL_VIRTUAL_GPUS=abc ' .. h.q(h.bin) .. ' --devices')
+    assert.are.equal(1, rc)
+    assert.matches("DPL_VIRTUAL_GPUS must be an integer .-got 'abc'", err)
+  end)
+end)
+
+describe('dplhost exit codes', function()
+  it('exits 0 after a script that ends normally', function()
+    local _, _, rc = h.dplhost([[-e 'local x = 1']])
+    assert.are.equal(0, rc)
+  end)
+
+  it('exits with the code given to os.exit', function()
+    local _, _, rc = h.dplhost([[-e 'os.exit(7)']])
+    assert.are.equal(7, rc)
+    _, _, rc = h.dplhost([[-e 'os.exit(false)']])
+    assert.are.equal(1, rc)
+  end)
+
+  it('prints "dplhost: <message>" and a traceback for an uncaught error, exit 1', function()
+    local _, err, rc = h.dplhost([[-e 'local function f() error("boom") end f()']])
+    assert.are.equal(1, rc)
+    assert.matches('^dplhost: %(command line%):1: boom\nstack traceback:\n', err)
+    assert.matches("in function 'f'", err)
+  end)
+
+  it('prints error objects through their __tostring', function()
+    local _, err, rc = h.dplhost(
+      [[-e 'error(setmetatable({}, {__tostring = function() return "ValueError: bad" end}))']])
+    assert.are.equal(1, rc)
+    assert.matches('^dplhost: ValueError: bad\n', err)
+  end)
+
+  it('runs atexit cleanups on normal exit, on os.exit and after an error, once, newest first', function()
+    local reg = [[local dpl = require "dpl"; dpl.atexit(function() print("first") end); ]] ..
+                [[dpl.atexit(function() print("second") end); ]]
+    local out, _, rc = h.dplhost("-e " .. h.q(reg))
+    assert.are.equal(0, rc)
+    assert.are.equal('second\nfirst\n', out)
+    out, _, rc = h.dplhost("-e " .. h.q(reg .. 'os.exit(4)'))
+    assert.are.equal(4, rc)
+    assert.are.equal('second\nfirst\n', out)
+    out, _, rc = h.dplhost("-e " .. h.q(reg .. 'error("x")'))
+    assert.are.equal(1, rc)
+    assert.are.equal('second\nfirst\n', out)
+  end)
+
+  it('rejects a non-function given to atexit', function()
+    local _, err, rc = h.dplhost([[-e 'require("dpl").atexit(42)']])
+    assert.are.equal(1, rc)
+    assert.matches('dpl.atexit: expected a function, got number', err)
+  end)
+end)
+
+describe('dplhost bad input', function()
+  local function one_line(err)
+    local first = err:match('^[^\n]*')
+    return first
+  end
+
+  it('names a missing script', function()
+    local _, err, rc = h.dplhost('/nonexistent/train.lua')
+    assert.are.equal(1, rc)
+    assert.are.equal('dplhost: cannot open /nonexistent/train.lua: No such file or directory',
+      one_line(err))
+  end)
+
+  it('names an unreadable script', function()
+    local dir = h.tmpname('.d')
+    os.execute('mkdir -p ' .. h.q(dir))
+    local _, err, rc = h.dplhost(h.q(dir))
+    assert.are.equal(1, rc)
+    assert.matches('^dplhost: .*' .. dir:gsub('%p', '%%%0'), err)
+    os.execute('rm -rf ' .. h.q(dir))
+  end)
+
+  it('reports a syntax error with file and line', function()
+    local s = h.write_file(h.tmpname('.lua'), 'local x = 1\nx = = 2\n')
+    local _, err, rc = h.dplhost(h.q(s))
+    assert.are.equal(1, rc)
+    assert.matches(":2: unexpected symbol near '='", err)
+    assert.matches('^dplhost: ', err)
+    os.remove(s)
+  end)
+
+  it('rejects an unknown option', function()
+    local _, err, rc = h.dplhost('--frobnicate')
+    assert.are.equal(2, rc)
+    assert.are.equal("dplhost: unknown option '--frobnicate'", one_line(err))
+  end)
+
+  it('rejects an option missing its argument', function()
+    local _, err, rc = h.dplhost('-e')
+    assert.are.equal(2, rc)
+    assert.are.equal("dplhost: option '-e' needs an argument", one_line(err))
+  end)
+
+  it('rejects --nproc abc', function()
+    local _, err, rc = h.dplhost('--nproc abc x.lua')
+    assert.are.equal(2, rc)
+    assert.are.equal("dplhost: --nproc expects a positive integer (1..4096), got 'abc'", one_line(err))
+    _, err, rc = h.dplhost('--nproc=0 x.lua')
+    assert.are.equal(2, rc)
+    assert.matches("got '0'", err)
+  end)
+end)

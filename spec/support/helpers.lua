@@ -1,0 +1,71 @@
+-- helpers.lua: what the specs share: where the binary and the repository are,
+-- running a command as a subprocess (stdout, stderr, exit code), temp files.
+local M = {}
+
+M.root = os.getenv('DPL_ROOT') or os.getenv('PWD')
+M.bin = os.getenv('DPL_BIN') or (M.root .. '/dplhost')
+
+local function read_all(path)
+  local f = io.open(path, 'rb')
+  if not f then return '' end
+  local s = f:read('*a')
+  f:close()
+  return s
+end
+M.read_all = read_all
+
+function M.write_file(path, text)
+  local f = assert(io.open(path, 'wb'))
+  f:write(text)
+  f:close()
+  return path
+end
+
+--- Single-quotes s for sh.
+function M.q(s)
+  return "'" .. tostring(s):gsub("'", "'\\''") .. "'"
+end
+
+local counter = 0
+function M.tmpname(suffix)
+  counter = counter + 1
+  local dir = os.getenv('DPL_TEST_TMP') or '/tmp'
+  return ('%s/dpl-spec-%d-%d%s'):format(dir, M.pid(), counter, suffix or '')
+end
+
+local pid
+function M.pid()
+  if not pid then
+    local f = io.open('/proc/self/stat')
+    pid = f and tonumber(f:read('*l'):match('^(%d+)')) or math.random(1e6)
+    if f then f:close() end
+  end
+  return pid
+end
+
+--- Runs a shell command line; returns stdout, stderr, exit status.
+--- opts.stdin: text fed to its standard input; opts.timeout: seconds (default 60).
+function M.sh(cmdline, opts)
+  opts = opts or {}
+  local out, err, rcf = M.tmpname('.out'), M.tmpname('.err'), M.tmpname('.rc')
+  local input = '/dev/null'
+  if opts.stdin then input = M.write_file(M.tmpname('.in'), opts.stdin) end
+  local full = ('timeout -k 5 %d sh -c %s <%s >%s 2>%s; echo $? >%s'):format(
+    opts.timeout or 60, M.q(cmdline), input, out, err, rcf)
+  os.execute(full)
+  local o, e, rc = read_all(out), read_all(err), tonumber(read_all(rcf))
+  os.remove(out); os.remove(err); os.remove(rcf)
+  if opts.stdin then os.remove(input) end
+  return o, e, rc
+end
+
+--- Runs dplhost with the given argument string.
+function M.dplhost(args, opts)
+  return M.sh(M.q(M.bin) .. ' ' .. (args or ''), opts)
+end
+
+function M.has_command(name)
+  return os.execute('command -v ' .. name .. ' >/dev/null 2>&1') == 0
+end
+
+return M

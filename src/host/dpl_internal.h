@@ -1,0 +1,27 @@
+/* dpl_internal.h: declarations shared between the host's C files, not part of
+ * the Lua-visible API in include/dpl.h. */
+#ifndef DPL_INTERNAL_H
+#define DPL_INTERNAL_H
+#include "dpl.h"
+
+#ifndef DPL_VERSION_STRING
+#define DPL_VERSION_STRING "0.1.0"
+#endif
+
+/* printf-style error setter; returns status so callers can `return dpl_errorf(...)`. */
+int dpl_errorf(int status, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Embedded text of include/dpl.h without preprocessor lines (generated at build time). */
+extern const char dpl_header_text[];
+
+struct lua_State;
+/* Registers the preloaded `dpl.host` module (atexit, readline, header text…). */
+void dpl_host_open(struct lua_State *L);
+/* Signal handling around running Lua code. */
+void dpl_signals_install(struct lua_State *L);
+void dpl_signals_clear(void);
+/* Runs the functions registered with dpl.host.atexit (last registered first). */
+void dpl_host_run_atexit(struct lua_State *L);
+/* Prints the device table of `dplhost --devices`. */
+int dpl_print_devices(void);
+#endif

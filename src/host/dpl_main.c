@@ -1,0 +1,311 @@
+/* dpl_main.c: the dplhost command line. Parses options the way `luajit` does
+ * (-e, -l, -i, -, --), adds the host's own (--help, --version, --devices,
+ * --busted, --nproc), sets up the Lua state (library paths relative to the
+ * binary, the preloaded dpl.host module, signal handling) and runs the script,
+ * the REPL or the test runner. Exit status: 0, the script's os.exit code, 1 on
+ * an uncaught error, 2 on bad usage, 128+N after signal N. */
+#define _GNU_SOURCE
+#include "dpl.h"
+#include "dpl_internal.h"
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <lua.h>
+#include <lauxlib.h>
+#include <lualib.h>
+#include <luajit.h>
+
+static const char usage_text[] =
+  "usage: dplhost [options] [script [args...]]\n"
+  "Runs a LuaJIT script with the dplhost runtime; with no script, starts the REPL\n"
+  "(or runs stdin when it is not a terminal).\n"
+  "\n"
+  "Options:\n"
+  "  -e chunk        Execute string 'chunk'.\n"
+  "  -l name         Require library 'name' into the global 'name'.\n"
+  "  -i              Enter the REPL after running 'script' or the -e chunks.\n"
+  "  -v, --version   Show version information.\n"
+  "  -h, --help      Show this help.\n"
+  "  --devices       List the devices found (CPU, CUDA GPUs or why none, simulated GPUs).\n"
+  "  --busted [...]  Run the busted test runner inside the host (busted's own options follow).\n"
+  "  --nproc N       Launch N ranks of the script (multi-process launcher).\n"
+  "  --              Stop handling options.\n"
+  "  -               Execute stdin and stop handling options.\n"
+  "\n"
+  "Environment:\n"
+  "  DPL_PATH               Directories (':'-separated) holding the dpl Lua library; default:\n"
+  "                         <bindir>/lua, then <bindir>/../share/dplhost/lua.\n"
+  "  DPL_HISTORY            REPL history file (default ~/.dplhost_history; empty: none).\n"
+  "  DPL_VIRTUAL_GPUS       Simulate N GPUs cuda:0..N-1 backed by host memory.\n"
+  "  DPL_VIRTUAL_GPUS_BUSY  Comma-separated simulated GPU ids whose allocations fail (busy).\n"
+  "  CUDA_VISIBLE_DEVICES   Which real GPUs are visible, and their order.\n"
+  "  LUA_PATH, LUA_CPATH    Extra Lua module paths (';;' expands to the default).\n";
+
+static lua_State *globalL;
+
+/* Message handler: traceback for runtime errors; nil (busted's quiet exit) passes. */
+static int traceback_handler(lua_State *L)
+{
+  if (lua_isnoneornil(L, 1)) return 1;
+  const char *msg = lua_tostring(L, 1);
+  if (!msg) {
+    if (luaL_callmeta(L, 1, "__tostring") && lua_isstring(L, -1)) msg = lua_tostring(L, -1);
+    else msg = lua_pushfstring(L, "(error object is a %s value)", luaL_typename(L, 1));
+  }
+  luaL_traceback(L, L, msg, 1);
+  return 1;
+}
+
+/* Reports a failed load or call: "dplhost: <message>" on stderr. */
+static int report(lua_State *L, int status)
+{
+  if (status != 0) {
+    if (!lua_isnil(L, -1)) {
+      const char *msg = lua_tostring(L, -1);
+      if (!msg) msg = "(error object is not a string)";
+      fprintf(stderr, "dplhost: %s\n", msg);
+      fflush(stderr);
+    }
+    lua_pop(L, 1);
+  }
+  return status;
+}
+
+static int docall(lua_State *L, int narg, int nres)
+{
+  int base = lua_gettop(L) - narg;
+  lua_pushcfunction(L, traceback_handler);
+  lua_insert(L, base);
+  dpl_signals_install(L);
+  int status = lua_pcall(L, narg, nres, base);
+  lua_remove(L, base);
+  return status;
+}
+
+static int dochunk(lua_State *L, int status)
+{
+  if (status == 0) status = docall(L, 0, 0);
+  return report(L, status);
+}
+
+static int dostring(lua_State *L, const char *s, const char *name)
+{
+  return dochunk(L, luaL_loadbuffer(L, s, strlen(s), name));
+}
+
+static int dolibrary(lua_State *L, const char *name)
+{
+  lua_getglobal(L, "require");
+  lua_pushstring(L, name);
+  int status = docall(L, 1, 1);
+  if (status == 0) lua_setglobal(L, name);
+  return report(L, status);
+}
+
+/* Loads a file (NULL: stdin) with a clear message when it cannot be read. */
+static int loadfile(lua_State *L, const char *fname)
+{
+  if (fname) {
+    FILE *f = fopen(fname, "r");
+    if (!f) {
+      lua_pushfstring(L, "cannot open %s: %s", fname, strerror(errno));
+      return LUA_ERRFILE;
+    }
+    fclose(f);
+  }
+  return luaL_loadfile(L, fname);
+}
+
+static int doscript(lua_State *L, char **argv, int script_idx)
+{
+  const char *fname = argv[script_idx];
+  if (strcmp(fname, "-") == 0 && strcmp(argv[script_idx - 1], "--") != 0) fname = NULL;
+  int status = loadfile(L, fname);
+  if (status == 0) {
+    int narg = 0;
+    lua_getglobal(L, "arg");
+    if (lua_istable(L, -1)) {
+      for (int i = 1;; i++) {
+        lua_rawgeti(L, -1, i);
+        if (lua_isnil(L, -1)) { lua_pop(L, 1); break; }
+        lua_insert(L, -2);
+        narg++;
+      }
+    }
+    lua_pop(L, 1);
+    /* the chunk sits below its arguments */
+    status = docall(L, narg, 0);
+  }
+  return report(L, status);
+}
+
+static int dorepl(lua_State *L)
+{
+  lua_getglobal(L, "require");
+  lua_pushstring(L, "dpl.repl");
+  int status = docall(L, 1, 1);
+  if (status == 0) {
+    lua_getfield(L, -1, "run");
+    lua_remove(L, -2);
+    status = docall(L, 0, 0);
+  }
+  return report(L, status);
+}
+
+static int file_exists(const char *path)
+{
+  return access(path, R_OK) == 0;
+}
+
+/* Prepends the dpl library directory to package.path: DPL_PATH, else the
+ * build tree (<bindir>/lua), else an installed tree (<bindir>/../share/dplhost/lua). */
+static void set_paths(lua_State *L)
+{
+  char exe[PATH_MAX], probe[PATH_MAX + 64], dirs[4 * PATH_MAX];
+  dirs[0] = 0;
+  const char *env = getenv("DPL_PATH");
+  if (env && *env) {
+    snprintf(dirs, sizeof dirs, "%s", env);
+  } else {
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n > 0) {
+      exe[n] = 0;
+      char *slash = strrchr(exe, '/');
+      if (slash) *slash = 0;
+      snprintf(probe, sizeof probe, "%s/lua/dpl/init.lua", exe);
+      if (file_exists(probe)) snprintf(dirs, sizeof dirs, "%s/lua", exe);
+      else snprintf(dirs, sizeof dirs, "%s/../share/dplhost/lua", exe);
+    }
+  }
+  if (!dirs[0]) return;
+  lua_getglobal(L, "package");
+  int n = 0;
+  char *save = NULL;
+  for (char *d = strtok_r(dirs, ":", &save); d; d = strtok_r(NULL, ":", &save)) {
+    lua_pushfstring(L, "%s/?.lua;%s/?/init.lua;", d, d);
+    n++;
+  }
+  lua_getfield(L, -1 - n, "path");
+  lua_concat(L, n + 1);
+  lua_setfield(L, -2, "path");
+  lua_pop(L, 1);
+}
+
+static void create_arg_table(lua_State *L, char **argv, int argc, int argf)
+{
+  lua_createtable(L, argc - argf, argf);
+  for (int i = 0; i < argc; i++) {
+    lua_pushstring(L, argv[i]);
+    lua_rawseti(L, -2, i - argf);
+  }
+  lua_setglobal(L, "arg");
+}
+
+static int usage_error(const char *fmt, const char *what)
+{
+  fprintf(stderr, "dplhost: ");
+  fprintf(stderr, fmt, what);
+  fprintf(stderr, "\n(try 'dplhost --help')\n");
+  return 2;
+}
+
+static int check_nproc(const char *v)
+{
+  char *end = NULL;
+  errno = 0;
+  long n = v ? strtol(v, &end, 10) : 0;
+  if (!v || !*v || *end || errno || n < 1 || n > 4096)
+    return usage_error("--nproc expects a positive integer (1..4096), got '%s'", v ? v : "");
+  fprintf(stderr, "dplhost: --nproc: the multi-process launcher is not implemented yet\n");
+  return 2;
+}
+
+int main(int argc, char **argv)
+{
+  int script = 0, interactive = 0, has_e = 0, busted = 0;
+  /* First pass: validate options; the actions run in order once the state exists. */
+  int i;
+  for (i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    if (a[0] != '-') { script = i; break; }
+    if (strcmp(a, "-") == 0) { script = i; break; }
+    if (strcmp(a, "--") == 0) { if (i + 1 < argc) script = i + 1; break; }
+    if (strcmp(a, "-e") == 0 || strcmp(a, "-l") == 0) {
+      if (i + 1 >= argc) return usage_error("option '%s' needs an argument", a);
+      if (a[1] == 'e') has_e = 1;
+      i++;
+    } else if (strncmp(a, "-e", 2) == 0 || strncmp(a, "-l", 2) == 0) {
+      if (a[1] == 'e') has_e = 1;
+    } else if (strcmp(a, "-i") == 0) {
+      interactive = 1;
+    } else if (strcmp(a, "-v") == 0 || strcmp(a, "--version") == 0) {
+      printf("dplhost %s (%s, %s)\n", dpl_version(), LUAJIT_VERSION, "GC64 LuaJIT embedded");
+      return 0;
+    } else if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+      fputs(usage_text, stdout);
+      return 0;
+    } else if (strcmp(a, "--devices") == 0) {
+      return dpl_print_devices();
+    } else if (strcmp(a, "--busted") == 0) {
+      busted = i;
+      break;
+    } else if (strcmp(a, "--nproc") == 0) {
+      return check_nproc(i + 1 < argc ? argv[i + 1] : NULL);
+    } else if (strncmp(a, "--nproc=", 8) == 0) {
+      return check_nproc(a + 8);
+    } else {
+      return usage_error("unknown option '%s'", a);
+    }
+  }
+
+  lua_State *L = luaL_newstate();
+  if (!L) { fprintf(stderr, "dplhost: cannot create the Lua state (out of memory)\n"); return 1; }
+  globalL = L;
+  luaL_openlibs(L);
+  set_paths(L);
+  dpl_host_open(L);
+
+  int status = 0;
+  if (busted) {
+    lua_createtable(L, argc - busted, 1);
+    lua_pushstring(L, "busted");
+    lua_rawseti(L, -2, 0);
+    for (int k = busted + 1; k < argc; k++) {
+      lua_pushstring(L, argv[k]);
+      lua_rawseti(L, -2, k - busted);
+    }
+    lua_setglobal(L, "arg");
+    status = dostring(L, "require('busted.runner')({ standalone = false })", "=busted");
+    goto done;
+  }
+
+  create_arg_table(L, argv, argc, script ? script : argc - 1);
+  /* Second pass: run -e and -l in the order given. */
+  for (i = 1; i < argc && (!script || i < script) && status == 0; i++) {
+    const char *a = argv[i];
+    if (strcmp(a, "--") == 0) break;
+    if (a[0] == '-' && (a[1] == 'e' || a[1] == 'l')) {
+      const char *v = a[2] ? a + 2 : argv[++i];
+      status = a[1] == 'e' ? dostring(L, v, "=(command line)") : dolibrary(L, v);
+    }
+  }
+  if (status == 0) {
+    if (script) status = doscript(L, argv, script);
+    else if (!has_e && !interactive) {
+      if (isatty(STDIN_FILENO)) status = dorepl(L);
+      else status = dochunk(L, loadfile(L, NULL));
+    }
+  }
+  if (status == 0 && interactive) status = dorepl(L);
+
+done:;
+  int sig = dpl_signal_received();
+  dpl_host_run_atexit(L);
+  fflush(stdout);
+  lua_close(L);
+  if (sig) return sig;
+  return status == 0 ? 0 : 1;
+}
