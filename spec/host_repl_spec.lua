@@ -1,0 +1,148 @@
+-- host_repl_spec.lua: the REPL, driven through a real pseudo-terminal (tmux):
+-- values print, `=expr`, `_`, multi-line input, errors keep the loop going,
+-- Ctrl-C interrupts a running chunk and clears a half-typed line, Ctrl-D
+-- exits, history persists. Also the pretty printer and the compile step alone.
+local h = require 'spec.support.helpers'
+local repl = require 'dpl.repl'
+local pretty = require 'dpl.pretty'
+
+local function sleep(s) require('dpl.capi').C.dpl_sleep(s) end
+
+local Term = {}
+Term.__index = Term
+
+local function tmux(self, args)
+  local out, err, rc = h.sh('tmux -L ' .. self.sock .. ' ' .. args)
+  return out, err, rc
+end
+
+function Term.start(cmd)
+  local self = setmetatable({ sock = 'dplspec' .. h.pid() .. math.random(1e6) }, Term)
+  local _, err, rc = tmux(self, 'new-session -d -s t -x 150 -y 50 ' .. h.q(cmd .. '; echo "[exit $?]"; sleep 60'))
+  assert(rc == 0, 'tmux failed: ' .. err)
+  return self
+end
+
+function Term:type(text) tmux(self, 'send-keys -t t -l ' .. h.q(text)) end
+function Term:key(k) tmux(self, 'send-keys -t t ' .. k) end
+function Term:line(text) self:type(text); self:key('Enter') end
+function Term:screen() return (tmux(self, 'capture-pane -p -J -t t -S -200')) end
+function Term:wait_for(pattern, timeout)
+  local deadline = os.time() + (timeout or 10)
+  repeat
+    local s = self:screen()
+    if s:find(pattern) then return s end
+    sleep(0.05)
+  until os.time() > deadline
+  error('timed out waiting for ' .. pattern .. '; screen:\n' .. self:screen(), 2)
+end
+function Term:close() tmux(self, 'kill-server') end
+
+describe('the REPL on a terminal #repl', function()
+  local hist, term
+  before_each(function()
+    hist = h.tmpname('.hist')
+    term = Term.start('DPL_HISTORY=' .. h.q(hist) .. ' ' .. h.q(h.bin))
+    term:wait_for('dpl> ')
+  end)
+  after_each(function()
+    term:close()
+    os.remove(hist)
+  end)
+
+  it('prints values, pretty tables, _ and multi-line results', function()
+    term:line('1 + 1')
+    term:wait_for('\n2\n')
+    term:line('={a = 1, b = {2, 3}}')
+    term:wait_for('b = {\n%s+2,\n%s+3,')
+    term:line('_.a * 10')
+    term:wait_for('\n10\n')
+    term:line('for i = 1, 2 do')
+    term:wait_for('>> ')
+    term:line('print("line", i)')
+    term:line('end')
+    term:wait_for('line%s+1\nline%s+2\n')
+  end)
+
+  it('prints an error with its traceback and keeps going', function()
+    term:line('local function f() error("oops") end f()')
+    term:wait_for('stdin:1: oops\nstack traceback:\n')
+    term:line('x = = 1')
+    term:wait_for("unexpected symbol near '='")
+    term:line('print("still " .. "here")')
+    term:wait_for('\nstill here\n')
+  end)
+
+  it('interrupts a running chunk with Ctrl-C and keeps the variables', function()
+    term:line('n = 0 while true do n = n + 1 collectgarbage("count") end')
+    sleep(0.5)
+    term:key('C-c')
+    term:wait_for('%^Cinterrupted\n')
+    term:line('print("alive", n > 0)')
+    term:wait_for('alive%s+true')
+  end)
+
+  it('clears a half-typed line with Ctrl-C at the prompt', function()
+    term:type('this is not lua')
+    term:key('C-c')
+    term:wait_for('%^C')
+    term:line('3 * 3')
+    term:wait_for('\n9\n')
+  end)
+
+  it('exits with Ctrl-D and keeps the history for the next session', function()
+    term:line('hist_marker = 123')
+    term:key('C-d')
+    term:wait_for('%[exit 0%]')
+    term:close()
+    assert.truthy(h.read_all(hist):find('hist_marker', 1, true), 'history file lacks the entry')
+    term = Term.start('DPL_HISTORY=' .. h.q(hist) .. ' ' .. h.q(h.bin))
+    term:wait_for('dpl> ')
+    term:key('Up')
+    term:wait_for('dpl> hist_marker = 123')
+  end)
+end)
+
+describe('the REPL without a terminal', function()
+  it('reads lines from stdin with -i and prints values without prompts', function()
+    local out, err, rc = h.dplhost('-i', { stdin = '=1+2\nerror("bad")\nprint("next")\n"s"\n' })
+    assert.are.equal(0, rc, err)
+    assert.matches('^3\nbad\nnext\n"s"\n$', out)
+  end)
+end)
+
+describe('repl.compile', function()
+  it('compiles expressions, =expr, statements; reports incomplete and bad input', function()
+    assert.are.equal(5, repl.compile('2 + 3')())
+    assert.are.equal(7, repl.compile('=3 + 4')())
+    assert.is_function(repl.compile('local x = 1'))
+    local fn, err = repl.compile('for i = 1, 2 do')
+    assert.is_nil(fn)
+    assert.are.equal('incomplete', err)
+    fn, err = repl.compile('x = = 1')
+    assert.is_nil(fn)
+    assert.matches("unexpected symbol near '='", err)
+  end)
+end)
+
+describe('dpl.pretty', function()
+  it('formats scalars, nested tables sorted, cycles and long tables', function()
+    assert.are.equal('42', pretty.format(42))
+    assert.are.equal('0.5', pretty.format(0.5))
+    assert.are.equal('"a\\"b"', pretty.format('a"b'))
+    assert.are.equal('{}', pretty.format({}))
+    assert.are.equal('{\n  1,\n  2,\n  ["a b"] = "c",\n  x = true,\n}',
+      pretty.format({ 1, 2, x = true, ['a b'] = 'c' }))
+    local t = { name = 'loop' }
+    t.self = t
+    assert.matches('self = <cycle: table: ', pretty.format(t))
+    local big = {}
+    for i = 1, 300 do big[i] = i end
+    assert.matches('%.%.%. %(300 entries in all%)', pretty.format(big))
+  end)
+
+  it('uses __tostring where a value has one', function()
+    local v = setmetatable({}, { __tostring = function() return 'tensor([1, 2])' end })
+    assert.are.equal('{\n  v = tensor([1, 2]),\n}', pretty.format({ v = v }))
+  end)
+end)
