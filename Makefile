@@ -26,7 +26,7 @@ LUAJIT_LIBS   := $(shell pkg-config --libs luajit 2>/dev/null || echo -lluajit-5
 LUAJIT_KIND   := shared
 endif
 
-CFLAGS  := -std=c11 $(OPT) -Wall -Wextra -pthread -Iinclude -Isrc/host \
+CFLAGS  := -std=c11 $(OPT) -MMD -MP -Wall -Wextra -pthread -Iinclude -Isrc/host \
            $(LUAJIT_CFLAGS) -DDPL_VERSION_STRING='"$(VERSION)"' $(EXTRA_CFLAGS)
 LDFLAGS := $(OPT) -rdynamic -pthread $(EXTRA_LDFLAGS)
 LDLIBS  := $(LUAJIT_LIBS) -ldl -lm
@@ -68,6 +68,8 @@ $(BUILD)/dpl_header_text.c: include/dpl.h
 
 $(BUILD)/dpl_header_text.o: $(BUILD)/dpl_header_text.c
 	$(CC) $(CFLAGS) -c -o $@ $<
+
+-include $(OBJS:.o=.d)
 
 deps:
 	@bash scripts/install-deps.sh

@@ -14,6 +14,7 @@ local lazy = {
   errors = 'dpl.errors',
   repl = 'dpl.repl',
   pretty = 'dpl.pretty',
+  log = 'dpl.log',
 }
 
 setmetatable(dpl, {

@@ -7,6 +7,7 @@
 #define _GNU_SOURCE
 #include "dpl.h"
 #include "dpl_internal.h"
+#include "dpl_launch.h"
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
@@ -31,7 +32,13 @@ static const char usage_text[] =
   "  -h, --help      Show this help.\n"
   "  --devices       List the devices found (CPU, CUDA GPUs or why none, simulated GPUs).\n"
   "  --busted [...]  Run the busted test runner inside the host (busted's own options follow).\n"
-  "  --nproc N       Launch N ranks of the script (multi-process launcher).\n"
+  "  --nproc N       Launch N ranks of the script on this node; each gets RANK, LOCAL_RANK,\n"
+  "                  WORLD_SIZE, LOCAL_WORLD_SIZE, NODE_RANK, MASTER_ADDR, MASTER_PORT,\n"
+  "                  DPL_JOB_ID; output lines are prefixed '[rank k]'; the first failing rank\n"
+  "                  stops the others and sets the exit status.\n"
+  "  --nnodes M      Nodes in the job (default 1); with --node-rank R (0-based).\n"
+  "  --master-addr A, --master-port P   Rendezvous address (default 127.0.0.1, a free port).\n"
+  "  --log-all-ranks INFO output from every rank, not only rank 0.\n"
   "  --              Stop handling options.\n"
   "  -               Execute stdin and stop handling options.\n"
   "\n"
@@ -42,7 +49,8 @@ static const char usage_text[] =
   "  DPL_VIRTUAL_GPUS       Simulate N GPUs cuda:0..N-1 backed by host memory.\n"
   "  DPL_VIRTUAL_GPUS_BUSY  Comma-separated simulated GPU ids whose allocations fail (busy).\n"
   "  CUDA_VISIBLE_DEVICES   Which real GPUs are visible, and their order.\n"
-  "  LUA_PATH, LUA_CPATH    Extra Lua module paths (';;' expands to the default).\n";
+  "  LUA_PATH, LUA_CPATH    Extra Lua module paths (';;' expands to the default).\n"
+  "  DPL_LINE_BUFFERED      Line-buffer stdout (the launcher sets it for its ranks).\n";
 
 static lua_State *globalL;
 
@@ -212,24 +220,65 @@ static int usage_error(const char *fmt, const char *what)
   return 2;
 }
 
-static int check_nproc(const char *v)
+/* Parses an integer option value in [lo, hi]; -1 (after a message) when bad. */
+static int int_option(const char *name, const char *v, long lo, long hi)
 {
   char *end = NULL;
   errno = 0;
   long n = v ? strtol(v, &end, 10) : 0;
-  if (!v || !*v || *end || errno || n < 1 || n > 4096)
-    return usage_error("--nproc expects a positive integer (1..4096), got '%s'", v ? v : "");
-  fprintf(stderr, "dplhost: --nproc: the multi-process launcher is not implemented yet\n");
-  return 2;
+  if (!v || !*v || *end || errno || n < lo || n > hi) {
+    fprintf(stderr, "dplhost: %s expects an integer from %ld to %ld, got '%s'\n(try 'dplhost --help')\n",
+            name, lo, hi, v ? v : "");
+    return -1;
+  }
+  return (int)n;
+}
+
+/* Launcher options: "--name value" or "--name=value". Returns 1 when a[i] is one
+ * (i advanced past its value), 0 when not, -1 on a bad value. */
+static int launcher_option(int argc, char **argv, int *i, dpl_launch_opts *o)
+{
+  static const char *names[] = {"--nproc", "--nnodes", "--node-rank", "--master-addr", "--master-port"};
+  const char *a = argv[*i];
+  if (strcmp(a, "--log-all-ranks") == 0) { o->log_all_ranks = 1; return 1; }
+  for (int k = 0; k < 5; k++) {
+    size_t len = strlen(names[k]);
+    const char *v;
+    if (strcmp(a, names[k]) == 0) {
+      v = *i + 1 < argc ? argv[++*i] : NULL;
+    } else if (strncmp(a, names[k], len) == 0 && a[len] == '=') {
+      v = a + len + 1;
+    } else {
+      continue;
+    }
+    switch (k) {
+    case 0: o->nproc = int_option(names[k], v, 1, 4096); return o->nproc < 0 ? -1 : 1;
+    case 1: o->nnodes = int_option(names[k], v, 1, 100000); return o->nnodes < 0 ? -1 : 1;
+    case 2: o->node_rank = int_option(names[k], v, 0, 99999); return o->node_rank < 0 ? -1 : 1;
+    case 3:
+      if (!v || !*v) {
+        fprintf(stderr, "dplhost: --master-addr expects a host name or address\n");
+        return -1;
+      }
+      o->master_addr = v;
+      return 1;
+    default: o->master_port = int_option(names[k], v, 1, 65535); return o->master_port < 0 ? -1 : 1;
+    }
+  }
+  return 0;
 }
 
 int main(int argc, char **argv)
 {
-  int script = 0, interactive = 0, has_e = 0, busted = 0;
+  int script = 0, interactive = 0, has_e = 0, busted = 0, launcher_args = 0;
+  dpl_launch_opts lo = {0, 1, 0, NULL, 0, 0, 5.0};
   /* First pass: validate options; the actions run in order once the state exists. */
   int i;
   for (i = 1; i < argc; i++) {
     const char *a = argv[i];
+    int lr = launcher_option(argc, argv, &i, &lo);
+    if (lr < 0) return 2;
+    if (lr > 0) { launcher_args = 1; continue; }
     if (a[0] != '-') { script = i; break; }
     if (strcmp(a, "-") == 0) { script = i; break; }
     if (strcmp(a, "--") == 0) { if (i + 1 < argc) script = i + 1; break; }
@@ -252,14 +301,34 @@ int main(int argc, char **argv)
     } else if (strcmp(a, "--busted") == 0) {
       busted = i;
       break;
-    } else if (strcmp(a, "--nproc") == 0) {
-      return check_nproc(i + 1 < argc ? argv[i + 1] : NULL);
-    } else if (strncmp(a, "--nproc=", 8) == 0) {
-      return check_nproc(a + 8);
     } else {
       return usage_error("unknown option '%s'", a);
     }
   }
+
+  if (launcher_args) {
+    if (lo.nproc < 1) return usage_error("%s", "--nnodes/--node-rank/--master-* need --nproc N");
+    if (!script) return usage_error("%s", "--nproc needs a script to run");
+    if (lo.node_rank >= lo.nnodes)
+      return usage_error("%s", "--node-rank must be below --nnodes (node ranks are 0-based)");
+    /* each rank runs: argv[0], the non-launcher options, the script and its args */
+    char **cargv = calloc((size_t)argc + 1, sizeof *cargv);
+    if (!cargv) { fprintf(stderr, "dplhost: out of memory\n"); return 1; }
+    int k = 0;
+    cargv[k++] = argv[0];
+    for (int j = 1; j < script; j++) {
+      dpl_launch_opts scratch = lo;
+      int jj = j;
+      if (launcher_option(argc, argv, &jj, &scratch) > 0) { j = jj; continue; }
+      cargv[k++] = argv[j];
+    }
+    for (int j = script; j < argc; j++) cargv[k++] = argv[j];
+    cargv[k] = NULL;
+    int rc = dpl_launch(&lo, cargv);
+    free(cargv);
+    return rc;
+  }
+  if (getenv("DPL_LINE_BUFFERED")) setvbuf(stdout, NULL, _IOLBF, 0);
 
   lua_State *L = luaL_newstate();
   if (!L) { fprintf(stderr, "dplhost: cannot create the Lua state (out of memory)\n"); return 1; }

@@ -1,0 +1,191 @@
+-- host_launch_spec.lua: `dplhost --nproc N script`: the rank environment, output
+-- prefixed per rank, INFO from rank 0 only, the first failing rank (exit code,
+-- error, signal) stopping the others and being reported, the launcher's death
+-- taking its ranks along, and clear errors for bad launcher options.
+local h = require 'spec.support.helpers'
+
+local function script(body)
+  return h.write_file(h.tmpname('.lua'), body)
+end
+
+local function alive(pid)
+  return os.execute('kill -0 ' .. pid .. ' 2>/dev/null') == 0
+end
+
+describe('the launcher', function()
+  it('starts N ranks with the rank environment and prefixes their output', function()
+    local s = script([[
+      local keys = {'RANK', 'LOCAL_RANK', 'WORLD_SIZE', 'LOCAL_WORLD_SIZE', 'NODE_RANK',
+                    'MASTER_ADDR', 'MASTER_PORT', 'DPL_JOB_ID'}
+      local vals = {}
+      for i, k in ipairs(keys) do vals[i] = k .. '=' .. tostring(os.getenv(k)) end
+      print(table.concat(vals, ' '), 'args=' .. table.concat({...}, ','))
+      io.stderr:write('to stderr\n')
+    ]])
+    local out, err, rc = h.dplhost('--nproc 3 ' .. h.q(s) .. ' a b')
+    os.remove(s)
+    assert.are.equal(0, rc, err)
+    local port, job
+    for r = 0, 2 do
+      local line = out:match('%[rank ' .. r .. '%] ([^\n]*)')
+      assert.truthy(line, out)
+      assert.matches(('RANK=%d LOCAL_RANK=%d WORLD_SIZE=3 LOCAL_WORLD_SIZE=3 NODE_RANK=0 MASTER_ADDR=127.0.0.1 '):format(r, r), line)
+      assert.matches('args=a,b$', line)
+      local p, j = line:match('MASTER_PORT=(%d+) DPL_JOB_ID=([%w_%-]+)')
+      assert.truthy(p and j, line)
+      port, job = port or p, job or j
+      assert.are.equal(port, p)
+      assert.are.equal(job, j)
+      assert.matches('%[rank ' .. r .. '%] to stderr\n', err)
+    end
+  end)
+
+  it('gives two jobs different ports and job ids', function()
+    local s = script('print(os.getenv("MASTER_PORT") .. "/" .. os.getenv("DPL_JOB_ID"))')
+    local a = h.dplhost('--nproc 1 ' .. h.q(s))
+    local b = h.dplhost('--nproc 1 ' .. h.q(s))
+    os.remove(s)
+    assert.are_not.equal(a, b)
+  end)
+
+  it('numbers ranks across nodes', function()
+    local s = script('print(os.getenv("RANK"), os.getenv("LOCAL_RANK"), os.getenv("WORLD_SIZE"), os.getenv("NODE_RANK"), os.getenv("MASTER_ADDR"), os.getenv("MASTER_PORT"))')
+    local out, err, rc = h.dplhost('--nproc 2 --nnodes 3 --node-rank 2 --master-addr 10.1.2.3 --master-port 29999 ' .. h.q(s))
+    os.remove(s)
+    assert.are.equal(0, rc, err)
+    assert.matches('%[rank 4%] 4\t0\t6\t2\t10.1.2.3\t29999\n', out)
+    assert.matches('%[rank 5%] 5\t1\t6\t2\t10.1.2.3\t29999\n', out)
+  end)
+
+  it('passes host options such as -e on to every rank', function()
+    local s = script('print(x)')
+    local out, err, rc = h.dplhost('--nproc 2 -e "x = 5" ' .. h.q(s))
+    os.remove(s)
+    assert.are.equal(0, rc, err)
+    assert.matches('%[rank 0%] 5\n', out)
+    assert.matches('%[rank 1%] 5\n', out)
+  end)
+
+  it('prints INFO from rank 0 only unless asked', function()
+    local s = script('require("dpl.log").info("hello from %s", os.getenv("RANK"))')
+    local out, err, rc = h.dplhost('--nproc 2 ' .. h.q(s))
+    assert.are.equal(0, rc, err)
+    assert.matches('%[rank 0%] INFO: hello from 0', out)
+    assert.falsy(out:find('[rank 1]', 1, true))
+    out, err, rc = h.dplhost('--nproc 2 --log-all-ranks ' .. h.q(s))
+    os.remove(s)
+    assert.are.equal(0, rc, err)
+    assert.matches('%[rank 1%] INFO: hello from 1', out)
+  end)
+
+  local function failing_job(failure)
+    local pids = h.tmpname('.pids')
+    local s = script(([[
+      local f = io.open(%q, 'a') f:write(io.open('/proc/self/stat'):read('*l'):match('^%%d+'), '\n') f:close()
+      if os.getenv('RANK') == '1' then
+        require('dpl').C.dpl_sleep(0.3)
+        io.stderr:write('rank 1 is about to fail\n')
+        %s
+      end
+      while true do collectgarbage('count') end
+    ]]):format(pids, failure))
+    local t0 = require('dpl').C.dpl_clock()
+    local out, err, rc = h.dplhost('--nproc 3 ' .. h.q(s), { timeout = 40 })
+    local took = require('dpl').C.dpl_clock() - t0
+    local left = {}
+    for pid in h.read_all(pids):gmatch('%d+') do
+      if alive(pid) then left[#left + 1] = pid end
+    end
+    os.remove(s); os.remove(pids)
+    return out, err, rc, took, left
+  end
+
+  it('stops every rank when one exits non-zero, and reports it', function()
+    local _, err, rc, took, left = failing_job('os.exit(3)')
+    assert.are.equal(3, rc, err)
+    assert.matches('dplhost: rank 1 %(pid %d+%) failed with exit code 3; stopped the other ranks', err)
+    assert.matches("last lines of rank 1's stderr:\n  | rank 1 is about to fail", err)
+    assert.is_true(took < 10, 'took ' .. took)
+    assert.are.same({}, left)
+  end)
+
+  it('reports a rank that raised, with its error', function()
+    local _, err, rc, _, left = failing_job('error("rank one broke")')
+    assert.are.equal(1, rc)
+    assert.matches('rank 1 %(pid %d+%) failed with exit code 1', err)
+    assert.matches('  | dplhost: .*rank one broke', err)
+    assert.are.same({}, left)
+  end)
+
+  it('reports a rank killed by a signal', function()
+    local _, err, rc, took, left = failing_job('os.execute("kill -9 " .. io.open("/proc/self/stat"):read("*l"):match("^%d+"))')
+    assert.are.equal(137, rc, err)
+    assert.matches('rank 1 %(pid %d+%) failed with signal 9 %(SIGKILL%)', err)
+    assert.is_true(took < 10, 'took ' .. took)
+    assert.are.same({}, left)
+  end)
+
+  it('takes its ranks along when the launcher is killed', function()
+    local pids = h.tmpname('.pids')
+    local s = script(([[
+      local f = io.open(%q, 'a') f:write(io.open('/proc/self/stat'):read('*l'):match('^%%d+'), '\n') f:close()
+      while true do collectgarbage('count') end
+    ]]):format(pids))
+    h.sh(([[%s --nproc 2 %s & lp=$!
+      i=0; while [ "$(wc -l < %s 2>/dev/null || echo 0)" -lt 2 ] && [ $i -lt 100 ]; do sleep 0.05; i=$((i+1)); done
+      kill -9 $lp; sleep 1]]):format(h.q(h.bin), h.q(s), h.q(pids)))
+    local ids = {}
+    for pid in h.read_all(pids):gmatch('%d+') do ids[#ids + 1] = pid end
+    assert.are.equal(2, #ids)
+    local deadline = require('dpl').C.dpl_clock() + 8
+    local left
+    repeat
+      left = {}
+      for _, pid in ipairs(ids) do if alive(pid) then left[#left + 1] = pid end end
+      if #left > 0 then require('dpl').C.dpl_sleep(0.1) end
+    until #left == 0 or require('dpl').C.dpl_clock() > deadline
+    os.remove(s); os.remove(pids)
+    assert.are.same({}, left)
+  end)
+
+  it('forwards SIGTERM to its ranks, which run their cleanups', function()
+    local marks = h.tmpname('.marks')
+    local s = script(([[
+      require('dpl').atexit(function() local f = io.open(%q, 'a') f:write('clean ', os.getenv('RANK'), '\n') f:close() end)
+      print('ready') io.stdout:flush()
+      while true do collectgarbage('count') end
+    ]]):format(marks))
+    local out, err = h.sh(([[%s --nproc 2 %s > %s.out 2>&1 & lp=$!
+      i=0; while [ "$(grep -c ready %s.out 2>/dev/null)" != 2 ] && [ $i -lt 100 ]; do sleep 0.05; i=$((i+1)); done
+      kill -TERM $lp; wait $lp; echo "rc=$?"]]):format(h.q(h.bin), h.q(s), h.q(marks), h.q(marks)))
+    local m = h.read_all(marks)
+    os.remove(s); os.remove(marks); os.remove(marks .. '.out')
+    assert.matches('rc=143', out, err)
+    assert.matches('clean 0', m)
+    assert.matches('clean 1', m)
+  end)
+end)
+
+describe('launcher bad input', function()
+  it('names the bad value', function()
+    local _, err, rc = h.dplhost('--nproc abc x.lua')
+    assert.are.equal(2, rc)
+    assert.matches("^dplhost: %-%-nproc expects an integer from 1 to 4096, got 'abc'", err)
+    _, err, rc = h.dplhost('--nproc 2 --master-port 70000 x.lua')
+    assert.are.equal(2, rc)
+    assert.matches("%-%-master%-port expects an integer from 1 to 65535, got '70000'", err)
+    _, err, rc = h.dplhost('--nproc 2')
+    assert.are.equal(2, rc)
+    assert.matches('%-%-nproc needs a script to run', err)
+    _, err, rc = h.dplhost('--nproc 2 --nnodes 2 --node-rank 2 x.lua')
+    assert.are.equal(2, rc)
+    assert.matches('%-%-node%-rank must be below %-%-nnodes', err)
+  end)
+
+  it('reports a missing script once per rank and fails', function()
+    local _, err, rc = h.dplhost('--nproc 2 /nonexistent.lua')
+    assert.are.equal(1, rc)
+    assert.matches('cannot open /nonexistent.lua', err)
+    assert.matches('dplhost: rank %d %(pid %d+%) failed with exit code 1', err)
+  end)
+end)

@@ -1,0 +1,315 @@
+/* dpl_launch.c: the multi-process launcher behind `dplhost --nproc N script`.
+ * Starts N copies of the host (this same binary) with the torchrun-style rank
+ * variables set, prefixes every output line with its rank, supervises them:
+ * the first rank that fails (exit code or signal) stops the others (SIGTERM,
+ * then SIGKILL after a grace period), is reported with the tail of its stderr,
+ * and its status becomes the launcher's. Children die with the launcher
+ * (PR_SET_PDEATHSIG, SIGTERM) and the launcher forwards SIGINT/SIGTERM to them. */
+#define _GNU_SOURCE
+#include "dpl.h"
+#include "dpl_internal.h"
+#include "dpl_launch.h"
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define TAIL_LINES 12
+#define LINE_MAX_BYTES 4096
+
+typedef struct {
+  char buf[LINE_MAX_BYTES];
+  size_t len;
+  int fd;            /* read end of the pipe, -1 when closed */
+  FILE *out;         /* where its lines go */
+} stream_t;
+
+typedef struct {
+  pid_t pid;
+  int rank;          /* global rank */
+  int running;
+  int status;        /* waitpid status */
+  stream_t s[2];     /* stdout, stderr */
+  char tail[TAIL_LINES][256];
+  int tail_next, tail_count;
+} child_t;
+
+static volatile sig_atomic_t launcher_signal;
+
+static void on_launcher_signal(int sig)
+{
+  if (launcher_signal) _exit(128 + sig); /* a second signal: leave now (children get PDEATHSIG) */
+  launcher_signal = sig;
+}
+
+static double now_s(void)
+{
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int free_port(void)
+{
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return 29500;
+  struct sockaddr_in a;
+  memset(&a, 0, sizeof a);
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  int port = 29500;
+  if (bind(fd, (struct sockaddr *)&a, sizeof a) == 0 && getsockname(fd, (struct sockaddr *)&a, &len) == 0)
+    port = ntohs(a.sin_port);
+  close(fd);
+  return port;
+}
+
+static void emit_line(child_t *c, int which, const char *line, size_t n)
+{
+  stream_t *s = &c->s[which];
+  fprintf(s->out, "[rank %d] %.*s\n", c->rank, (int)n, line);
+  fflush(s->out);
+  if (which == 1) {
+    snprintf(c->tail[c->tail_next], sizeof c->tail[0], "%.*s", (int)n, line);
+    c->tail_next = (c->tail_next + 1) % TAIL_LINES;
+    if (c->tail_count < TAIL_LINES) c->tail_count++;
+  }
+}
+
+/* Reads what is available; emits complete lines (and the rest at EOF). */
+static void drain(child_t *c, int which)
+{
+  stream_t *s = &c->s[which];
+  if (s->fd < 0) return;
+  ssize_t r = read(s->fd, s->buf + s->len, sizeof s->buf - s->len);
+  if (r < 0 && (errno == EINTR || errno == EAGAIN)) return;
+  if (r <= 0) {
+    if (s->len) emit_line(c, which, s->buf, s->len);
+    s->len = 0;
+    close(s->fd);
+    s->fd = -1;
+    return;
+  }
+  s->len += (size_t)r;
+  size_t start = 0;
+  for (size_t i = 0; i < s->len; i++) {
+    if (s->buf[i] == '\n') {
+      emit_line(c, which, s->buf + start, i - start);
+      start = i + 1;
+    }
+  }
+  if (start == 0 && s->len == sizeof s->buf) { /* a very long line: emit it in pieces */
+    emit_line(c, which, s->buf, s->len);
+    s->len = 0;
+    return;
+  }
+  memmove(s->buf, s->buf + start, s->len - start);
+  s->len -= start;
+}
+
+static void describe_status(int status, char *buf, size_t n)
+{
+  if (WIFEXITED(status)) snprintf(buf, n, "exit code %d", WEXITSTATUS(status));
+  else if (WIFSIGNALED(status))
+    snprintf(buf, n, "signal %d (SIG%s)", WTERMSIG(status), sigabbrev_np(WTERMSIG(status)) ?
+             sigabbrev_np(WTERMSIG(status)) : "?");
+  else snprintf(buf, n, "status %d", status);
+}
+
+static int status_code(int status)
+{
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  return 1;
+}
+
+static void setenv_int(const char *k, long v)
+{
+  char b[32];
+  snprintf(b, sizeof b, "%ld", v);
+  setenv(k, b, 1);
+}
+
+static void signal_all(child_t *cs, int n, int sig)
+{
+  for (int i = 0; i < n; i++)
+    if (cs[i].running) kill(cs[i].pid, sig);
+}
+
+int dpl_launch(const dpl_launch_opts *o, char **child_argv)
+{
+  int n = o->nproc;
+  child_t *cs = calloc((size_t)n, sizeof *cs);
+  if (!cs) { fprintf(stderr, "dplhost: out of memory\n"); return 1; }
+
+  char job[96], addr[256];
+  snprintf(addr, sizeof addr, "%s", o->master_addr ? o->master_addr : "127.0.0.1");
+  int port = o->master_port > 0 ? o->master_port : (o->nnodes > 1 ? 29500 : free_port());
+  if (o->nnodes > 1) {
+    /* every node must derive the same id: from the rendezvous address */
+    char clean[64];
+    size_t k = 0;
+    for (const char *p = addr; *p && k < sizeof clean - 1; p++)
+      clean[k++] = (char)((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ? *p : '_');
+    clean[k] = 0;
+    snprintf(job, sizeof job, "m%s_%d", clean, port);
+  } else {
+    unsigned r = (unsigned)(now_s() * 1e6) ^ (unsigned)getpid() * 2654435761u;
+    snprintf(job, sizeof job, "p%d_%08x", (int)getpid(), r);
+  }
+  int world = n * o->nnodes;
+
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_launcher_signal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, NULL);
+  sigaction(SIGTERM, &sa, NULL);
+  signal(SIGPIPE, SIG_IGN);
+  pid_t launcher = getpid();
+
+  for (int i = 0; i < n; i++) {
+    child_t *c = &cs[i];
+    c->rank = o->node_rank * n + i;
+    int p_out[2], p_err[2];
+    if (pipe(p_out) != 0 || pipe(p_err) != 0) {
+      fprintf(stderr, "dplhost: --nproc: cannot create pipes: %s\n", strerror(errno));
+      signal_all(cs, i, SIGKILL);
+      free(cs);
+      return 1;
+    }
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid < 0) {
+      fprintf(stderr, "dplhost: --nproc: cannot start rank %d: %s\n", c->rank, strerror(errno));
+      signal_all(cs, i, SIGKILL);
+      free(cs);
+      return 1;
+    }
+    if (pid == 0) {
+      prctl(PR_SET_PDEATHSIG, SIGTERM); /* cleanups run; the host exits within its grace */
+      if (getppid() != launcher) _exit(1);
+      setpgid(0, 0); /* a terminal Ctrl-C reaches the launcher, which forwards it once */
+      signal(SIGINT, SIG_DFL);
+      signal(SIGTERM, SIG_DFL);
+      signal(SIGPIPE, SIG_DFL);
+      int devnull = open("/dev/null", O_RDONLY);
+      if (devnull >= 0) { dup2(devnull, 0); close(devnull); }
+      dup2(p_out[1], 1);
+      dup2(p_err[1], 2);
+      close(p_out[0]); close(p_out[1]); close(p_err[0]); close(p_err[1]);
+      for (int j = 0; j < i; j++) { /* the earlier ranks' pipes */
+        if (cs[j].s[0].fd >= 0) close(cs[j].s[0].fd);
+        if (cs[j].s[1].fd >= 0) close(cs[j].s[1].fd);
+      }
+      setenv_int("RANK", c->rank);
+      setenv_int("LOCAL_RANK", i);
+      setenv_int("WORLD_SIZE", world);
+      setenv_int("LOCAL_WORLD_SIZE", n);
+      setenv_int("NODE_RANK", o->node_rank);
+      setenv_int("GROUP_RANK", o->node_rank);
+      setenv("MASTER_ADDR", addr, 1);
+      setenv_int("MASTER_PORT", port);
+      setenv("DPL_JOB_ID", job, 1);
+      setenv("DPL_LINE_BUFFERED", "1", 1);
+      if (o->log_all_ranks) setenv("DPL_LOG_ALL_RANKS", "1", 1);
+      execv("/proc/self/exe", child_argv);
+      fprintf(stderr, "dplhost: cannot exec the host for rank %d: %s\n", c->rank, strerror(errno));
+      _exit(127);
+    }
+    c->pid = pid;
+    c->running = 1;
+    close(p_out[1]);
+    close(p_err[1]);
+    c->s[0].fd = p_out[0]; c->s[0].out = stdout;
+    c->s[1].fd = p_err[0]; c->s[1].out = stderr;
+  }
+
+  int first_failed = -1, first_status = 0, alive = n, forwarded = 0;
+  double kill_at = 0;
+  double drain_until = 0;
+  struct pollfd *pfd = calloc((size_t)(2 * n), sizeof *pfd);
+  if (!pfd) { fprintf(stderr, "dplhost: out of memory\n"); signal_all(cs, n, SIGKILL); free(cs); return 1; }
+  for (;;) {
+    /* reap */
+    int st;
+    pid_t p;
+    while ((p = waitpid(-1, &st, WNOHANG)) > 0) {
+      for (int i = 0; i < n; i++) {
+        if (cs[i].pid != p || !cs[i].running) continue;
+        cs[i].running = 0;
+        cs[i].status = st;
+        alive--;
+        int failed = !(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+        if (failed && first_failed < 0 && !launcher_signal) {
+          first_failed = i;
+          first_status = st;
+          signal_all(cs, n, SIGTERM);
+          kill_at = now_s() + o->grace_s;
+        }
+      }
+    }
+    if (launcher_signal && !forwarded) {
+      signal_all(cs, n, launcher_signal);
+      forwarded = 1;
+      kill_at = now_s() + o->grace_s;
+    }
+    if (kill_at > 0 && now_s() > kill_at) {
+      signal_all(cs, n, SIGKILL);
+      kill_at = 0;
+    }
+    /* forward output */
+    int np = 0;
+    for (int i = 0; i < n; i++)
+      for (int w = 0; w < 2; w++)
+        if (cs[i].s[w].fd >= 0) { pfd[np].fd = cs[i].s[w].fd; pfd[np].events = POLLIN; np++; }
+    if (alive == 0) {
+      /* a grandchild may hold a pipe open: drain for a moment, not forever */
+      if (drain_until == 0) drain_until = now_s() + 1.0;
+      if (np == 0 || now_s() > drain_until) break;
+    }
+    int r = poll(pfd, (nfds_t)np, np ? 100 : 20);
+    if (r > 0) {
+      for (int k = 0; k < np; k++) {
+        if (!(pfd[k].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+        for (int i = 0; i < n; i++)
+          for (int w = 0; w < 2; w++)
+            if (cs[i].s[w].fd == pfd[k].fd) drain(&cs[i], w);
+      }
+    }
+  }
+  free(pfd);
+
+  int rc = 0;
+  if (first_failed >= 0) {
+    child_t *c = &cs[first_failed];
+    char why[96];
+    describe_status(first_status, why, sizeof why);
+    fprintf(stderr, "dplhost: rank %d (pid %d) failed with %s; stopped the other ranks\n",
+            c->rank, (int)c->pid, why);
+    if (c->tail_count) {
+      fprintf(stderr, "dplhost: last lines of rank %d's stderr:\n", c->rank);
+      for (int k = 0; k < c->tail_count; k++) {
+        int idx = (c->tail_next - c->tail_count + k + TAIL_LINES) % TAIL_LINES;
+        fprintf(stderr, "  | %s\n", c->tail[idx]);
+      }
+    }
+    rc = status_code(first_status);
+    if (rc == 0) rc = 1;
+  } else if (launcher_signal) {
+    rc = 128 + launcher_signal;
+  }
+  free(cs);
+  return rc;
+}

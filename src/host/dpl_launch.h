@@ -1,0 +1,18 @@
+/* dpl_launch.h: options of the multi-process launcher (dpl_launch.c). */
+#ifndef DPL_LAUNCH_H
+#define DPL_LAUNCH_H
+
+typedef struct dpl_launch_opts {
+  int nproc;               /* ranks on this node */
+  int nnodes;              /* nodes in the job */
+  int node_rank;           /* this node, 0-based */
+  const char *master_addr; /* rendezvous host (default 127.0.0.1) */
+  int master_port;         /* 0: a free port (one node) or 29500 (several) */
+  int log_all_ranks;       /* INFO output from every rank, not only rank 0 */
+  double grace_s;          /* SIGTERM -> SIGKILL delay when stopping ranks */
+} dpl_launch_opts;
+
+/* Runs the job; child_argv is the host command line each rank executes
+ * (argv[0], host options, script, args; NULL-terminated). Returns the exit status. */
+int dpl_launch(const dpl_launch_opts *o, char **child_argv);
+#endif
