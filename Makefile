@@ -29,9 +29,9 @@ endif
 CFLAGS  := -std=c11 $(OPT) -MMD -MP -Wall -Wextra -pthread -Iinclude -Isrc/host \
            $(LUAJIT_CFLAGS) -DDPL_VERSION_STRING='"$(VERSION)"' $(EXTRA_CFLAGS)
 LDFLAGS := $(OPT) -rdynamic -pthread $(EXTRA_LDFLAGS)
-LDLIBS  := $(LUAJIT_LIBS) -ldl -lm
+LDLIBS  := $(LUAJIT_LIBS) -lz -ldl -lm
 
-SRCS := $(wildcard src/host/*.c) $(wildcard src/device/*.c)
+SRCS := $(wildcard src/host/*.c) $(wildcard src/device/*.c) $(wildcard src/data/*.c)
 OBJS := $(patsubst src/%.c,$(BUILD)/%.o,$(SRCS)) $(BUILD)/dpl_header_text.o
 
 # optional parts: detected, reported, never required

@@ -38,6 +38,32 @@ double dpl_clock(void);
 /* Sleeps; returns DPL_EINTR when a SIGINT/SIGTERM arrived meanwhile. */
 int dpl_sleep(double seconds);
 
+/* ---- data files (src/data/) ---- */
+/* IDX element type codes (the third magic byte). */
+typedef enum dpl_idx_type {
+  DPL_IDX_U8 = 8,
+  DPL_IDX_I8 = 9,
+  DPL_IDX_I16 = 11,
+  DPL_IDX_I32 = 12,
+  DPL_IDX_F32 = 13,
+  DPL_IDX_F64 = 14
+} dpl_idx_type;
+
+typedef struct dpl_idx_header {
+  int32_t type_code;   /* dpl_idx_type */
+  int32_t ndim;        /* 1..4 */
+  int32_t elem_size;   /* bytes per element */
+  int32_t _pad;
+  int64_t dims[4];
+  int64_t count;       /* elements */
+} dpl_idx_header;
+
+/* Reads and validates the header of an IDX file (plain or .gz). */
+int dpl_idx_read_header(const char *path, dpl_idx_header *out);
+/* Reads the whole file into dst (dst_bytes must equal count * elem_size), in
+ * host byte order; fails on a truncated file or trailing bytes. */
+int dpl_idx_read(const char *path, dpl_idx_header *out, void *dst, int64_t dst_bytes);
+
 /* ---- devices (src/device/) ---- */
 typedef enum dpl_device_type {
   DPL_DEVICE_CPU = 0,

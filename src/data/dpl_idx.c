@@ -1,0 +1,124 @@
+/* dpl_idx.c: the IDX file format (MNIST, Fashion-MNIST), plain or gzip-compressed:
+ * header parsing and validation (magic, element type, dims), and reading the
+ * payload into a caller's buffer in host byte order. A truncated file, a wrong
+ * magic or trailing bytes are errors naming the file and what was expected. */
+#define _POSIX_C_SOURCE 200809L
+#include "dpl.h"
+#include "../host/dpl_internal.h"
+#include <errno.h>
+#include <stdint.h>
+#include <string.h>
+#include <zlib.h>
+
+static int elem_size(int32_t code)
+{
+  switch (code) {
+  case DPL_IDX_U8: case DPL_IDX_I8: return 1;
+  case DPL_IDX_I16: return 2;
+  case DPL_IDX_I32: case DPL_IDX_F32: return 4;
+  case DPL_IDX_F64: return 8;
+  default: return 0;
+  }
+}
+
+static int read_exact(gzFile f, void *dst, size_t n, size_t *got)
+{
+  size_t done = 0;
+  unsigned char *p = dst;
+  while (done < n) {
+    size_t chunk = n - done > (1u << 30) ? (1u << 30) : n - done;
+    int r = gzread(f, p + done, (unsigned)chunk);
+    if (r <= 0) break;
+    done += (size_t)r;
+  }
+  *got = done;
+  return done == n;
+}
+
+static int open_idx(const char *path, gzFile *out)
+{
+  if (!path) return dpl_errorf(DPL_EINVAL, "dpl_idx: path is NULL");
+  gzFile f = gzopen(path, "rb");
+  if (!f) return dpl_errorf(DPL_EIO, "cannot open IDX file %s: %s", path, strerror(errno ? errno : ENOENT));
+  gzbuffer(f, 1 << 17);
+  *out = f;
+  return DPL_OK;
+}
+
+static int parse_header(gzFile f, const char *path, dpl_idx_header *h)
+{
+  unsigned char m[4];
+  size_t got;
+  memset(h, 0, sizeof *h);
+  if (!read_exact(f, m, 4, &got))
+    return dpl_errorf(DPL_EIO, "IDX file %s is truncated: %zu of the 4 magic bytes", path, got);
+  if (m[0] != 0 || m[1] != 0 || !elem_size(m[2]) || m[3] < 1 || m[3] > 4)
+    return dpl_errorf(DPL_EINVAL, "%s is not an IDX file: magic %02x %02x %02x %02x, expected 00 00 "
+                      "<type 08/09/0b/0c/0d/0e> <1-4 dims>", path, m[0], m[1], m[2], m[3]);
+  h->type_code = m[2];
+  h->ndim = m[3];
+  int64_t count = 1;
+  for (int i = 0; i < h->ndim; i++) {
+    unsigned char d[4];
+    if (!read_exact(f, d, 4, &got))
+      return dpl_errorf(DPL_EIO, "IDX file %s is truncated in its header (dimension %d of %d)", path, i + 1,
+                        (int)h->ndim);
+    h->dims[i] = ((int64_t)d[0] << 24) | ((int64_t)d[1] << 16) | ((int64_t)d[2] << 8) | d[3];
+    if (h->dims[i] == 0 || count > INT64_MAX / 16 / h->dims[i])
+      return dpl_errorf(DPL_EINVAL, "IDX file %s has a bad size %lld in dimension %d", path,
+                        (long long)h->dims[i], i + 1);
+    count *= h->dims[i];
+  }
+  h->count = count;
+  h->elem_size = elem_size(h->type_code);
+  return DPL_OK;
+}
+
+int dpl_idx_read_header(const char *path, dpl_idx_header *out)
+{
+  if (!out) return dpl_errorf(DPL_EINVAL, "dpl_idx_read_header: out is NULL");
+  gzFile f;
+  int st = open_idx(path, &f);
+  if (st) return st;
+  st = parse_header(f, path, out);
+  gzclose(f);
+  return st;
+}
+
+int dpl_idx_read(const char *path, dpl_idx_header *out, void *dst, int64_t dst_bytes)
+{
+  if (!out || !dst) return dpl_errorf(DPL_EINVAL, "dpl_idx_read: out and dst must not be NULL");
+  gzFile f;
+  int st = open_idx(path, &f);
+  if (st) return st;
+  st = parse_header(f, path, out);
+  if (st) { gzclose(f); return st; }
+  int64_t need = out->count * out->elem_size;
+  if (dst_bytes != need) {
+    gzclose(f);
+    return dpl_errorf(DPL_EINVAL, "dpl_idx_read: %s holds %lld bytes of data, the buffer has %lld", path,
+                      (long long)need, (long long)dst_bytes);
+  }
+  size_t got;
+  if (!read_exact(f, dst, (size_t)need, &got)) {
+    gzclose(f);
+    return dpl_errorf(DPL_EIO, "IDX file %s is truncated: expected %lld bytes of data, got %zu", path,
+                      (long long)need, got);
+  }
+  unsigned char extra;
+  int more = gzread(f, &extra, 1);
+  gzclose(f);
+  if (more > 0)
+    return dpl_errorf(DPL_EINVAL, "IDX file %s has trailing bytes after its %lld elements", path,
+                      (long long)out->count);
+  /* big-endian payload to host order */
+  int es = out->elem_size;
+  if (es > 1) {
+    unsigned char *p = dst;
+    for (int64_t i = 0; i < out->count; i++, p += es)
+      for (int a = 0, b = es - 1; a < b; a++, b--) {
+        unsigned char t = p[a]; p[a] = p[b]; p[b] = t;
+      }
+  }
+  return DPL_OK;
+}
