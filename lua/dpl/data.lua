@@ -1,0 +1,292 @@
+-- dpl.data: datasets, samplers and the DataLoader. Positions are 1-based (a
+-- dataset of n items is indexed 1..n); ranks and epochs are 0-based. Batches of
+-- tensors are assembled in C (index_select on the dataset's tensors, or stack
+-- of the items), never as Lua tables of numbers.
+local ffi = require 'ffi'
+local class = require 'dpl.class'
+local errors = require 'dpl.errors'
+
+local M = {}
+
+local function misconf(fmt, ...)
+  errors.MisconfigurationException:raise(fmt:format(...), 3)
+end
+
+local function check_int(name, v, lo)
+  if type(v) ~= 'number' or v ~= math.floor(v) or v < lo then
+    misconf('%s must be an integer >= %d, got %s', name, lo, tostring(v))
+  end
+end
+
+-- ------------------------------------------------------------------ random permutations
+-- splitmix64: a tiny counter-based generator, so a (seed, epoch) pair always gives the
+-- same order, independent of any global random state.
+local U64 = ffi.typeof('uint64_t')
+local function splitmix(state)
+  local z = state + 0x9E3779B97F4A7C15ULL
+  local x = z
+  x = bit.bxor(x, bit.rshift(x, 30)) * 0xBF58476D1CE4E5B9ULL
+  x = bit.bxor(x, bit.rshift(x, 27)) * 0x94D049BB133111EBULL
+  x = bit.bxor(x, bit.rshift(x, 31))
+  return z, x
+end
+
+--- A random permutation of 1..n from seed (Fisher-Yates).
+function M.randperm(n, seed)
+  local p = {}
+  for i = 1, n do p[i] = i end
+  local state = U64(seed or 0)
+  for i = n, 2, -1 do
+    local r
+    state, r = splitmix(state)
+    local j = tonumber(r % U64(i)) + 1
+    p[i], p[j] = p[j], p[i]
+  end
+  return p
+end
+
+-- ------------------------------------------------------------------ datasets
+--- Base class: subclasses define `__len(self)` and `get(self, i)` (i is 1-based);
+--- `get_batch(self, indices)` is an optional fast path returning a whole batch.
+M.Dataset = class.Object:extend('Dataset')
+
+function M.Dataset:__len()
+  error(('%s must define __len'):format(self.__name), 2)
+end
+
+function M.Dataset:get(i)
+  error(('%s must define get(i)'):format(self.__name), 2)
+end
+
+--- Number of items of a dataset (calls its __len; Lua 5.1 tables ignore #'s __len).
+function M.len(ds)
+  local f = type(ds) == 'table' and ds.__len
+  if type(f) ~= 'function' then
+    misconf('a dataset must have a __len method, got %s', type(ds))
+  end
+  local n = f(ds)
+  check_int('len(dataset)', n, 0)
+  return n
+end
+
+--- TensorDataset(t1, t2, ...): item i is {t1[i], t2[i], ...}; all share their first dim.
+M.TensorDataset = M.Dataset:extend('TensorDataset')
+
+function M.TensorDataset:__init(...)
+  local ts = { ... }
+  if #ts == 0 then misconf('TensorDataset needs at least one tensor') end
+  local n = ts[1]:size(1)
+  for k, t in ipairs(ts) do
+    if t:dim() == 0 or t:size(1) ~= n then
+      misconf('TensorDataset: tensor %d has size %s in dim 1, tensor 1 has %d', k,
+        t:dim() == 0 and 'none (0-d)' or tostring(t:size(1)), n)
+    end
+  end
+  self.tensors, self.n = ts, n
+end
+
+function M.TensorDataset:__len() return self.n end
+
+function M.TensorDataset:get(i)
+  local item = {}
+  for k, t in ipairs(self.tensors) do item[k] = t[i] end
+  return item
+end
+
+function M.TensorDataset:get_batch(indices)
+  local dpl = require 'dpl'
+  local idx = dpl.tensor(indices, { dtype = 'int64' })
+  local out = {}
+  for k, t in ipairs(self.tensors) do out[k] = t:index_select(1, idx) end
+  return out
+end
+
+-- ------------------------------------------------------------------ samplers
+--- A sampler yields dataset positions; `sampler:indices()` returns them for this epoch.
+M.Sampler = class.Object:extend('Sampler')
+function M.Sampler:set_epoch(epoch) self.epoch = epoch end
+function M.Sampler:__len() return #self:indices() end
+
+M.SequentialSampler = M.Sampler:extend('SequentialSampler')
+function M.SequentialSampler:__init(n)
+  check_int('SequentialSampler size', n, 0)
+  self.n = n
+end
+function M.SequentialSampler:__len() return self.n end
+function M.SequentialSampler:indices()
+  local p = {}
+  for i = 1, self.n do p[i] = i end
+  return p
+end
+
+M.RandomSampler = M.Sampler:extend('RandomSampler')
+function M.RandomSampler:__init(n, opts)
+  check_int('RandomSampler size', n, 0)
+  opts = opts or {}
+  self.n, self.seed, self.epoch, self.draws = n, opts.seed or os.time(), 0, 0
+end
+function M.RandomSampler:__len() return self.n end
+function M.RandomSampler:indices()
+  -- a new order on every pass, reproducible from (seed, epoch or pass number)
+  self.draws = self.draws + 1
+  return M.randperm(self.n, self.seed * 1000003 + (self.epoch_set and self.epoch or self.draws))
+end
+function M.RandomSampler:set_epoch(epoch) self.epoch, self.epoch_set = epoch, true end
+
+--- DistributedSampler{dataset=|size=, num_replicas=, rank=, shuffle=true, seed=0, drop_last=false}:
+--- PyTorch's rules: each rank gets ceil(n / replicas) positions (padding by repeating the
+--- first ones), or floor with drop_last; with shuffle the order depends on seed + epoch.
+M.DistributedSampler = M.Sampler:extend('DistributedSampler')
+function M.DistributedSampler:__init(opts)
+  if type(opts) ~= 'table' then misconf('DistributedSampler expects an options table') end
+  local n = opts.size or (opts.dataset and M.len(opts.dataset))
+  if not n then misconf('DistributedSampler needs dataset= or size=') end
+  local dist_ok, dist = pcall(require, 'dpl.dist')
+  local initialized = dist_ok and dist.is_initialized and dist.is_initialized()
+  local replicas = opts.num_replicas or (initialized and dist.get_world_size()) or 1
+  local rank = opts.rank or (initialized and dist.get_rank()) or 0
+  check_int('num_replicas', replicas, 1)
+  check_int('rank', rank, 0)
+  if rank >= replicas then
+    misconf('Invalid rank %d, rank should be in the interval [0, %d]', rank, replicas - 1)
+  end
+  self.n, self.num_replicas, self.rank = n, replicas, rank
+  self.shuffle = opts.shuffle ~= false
+  self.seed = opts.seed or 0
+  self.drop_last = opts.drop_last and true or false
+  self.epoch = 0
+  if self.drop_last and n % replicas ~= 0 then
+    self.num_samples = math.ceil((n - replicas) / replicas)
+  else
+    self.num_samples = math.ceil(n / replicas)
+  end
+  self.total_size = self.num_samples * replicas
+end
+function M.DistributedSampler:__len() return self.num_samples end
+function M.DistributedSampler:indices()
+  local all
+  if self.shuffle then all = M.randperm(self.n, self.seed + self.epoch)
+  else
+    all = {}
+    for i = 1, self.n do all[i] = i end
+  end
+  if not self.drop_last then
+    local k, n = 1, #all
+    while #all < self.total_size do
+      if n == 0 then break end
+      all[#all + 1] = all[k]
+      k = k % n + 1
+    end
+  end
+  local mine = {}
+  for i = self.rank + 1, self.total_size, self.num_replicas do mine[#mine + 1] = all[i] end
+  return mine
+end
+
+-- ------------------------------------------------------------------ collation
+require 'dpl.capi' -- the dpl_tensor type
+local function is_tensor(v)
+  return type(v) == 'cdata' and ffi.istype('dpl_tensor *', v)
+end
+M.is_tensor = is_tensor
+
+--- Default collation: a list of items -> one batch. Tensors are stacked on a new
+--- first dim, numbers become a tensor (int64 when all integers, else float64),
+--- tables are collated key by key, strings and other values are listed.
+function M.default_collate(items)
+  local first = items[1]
+  if is_tensor(first) then
+    return require('dpl').stack(items, 1)
+  elseif type(first) == 'number' then
+    local integral = true
+    for i = 1, #items do
+      if items[i] ~= math.floor(items[i]) then integral = false break end
+    end
+    return require('dpl').tensor(items, { dtype = integral and 'int64' or 'float64' })
+  elseif type(first) == 'table' and getmetatable(first) == nil then
+    local out = {}
+    for k in pairs(first) do
+      local col = {}
+      for i = 1, #items do
+        local v = items[i][k]
+        if v == nil then misconf('default_collate: item %d has no key %s, item 1 has', i, tostring(k)) end
+        col[i] = v
+      end
+      out[k] = M.default_collate(col)
+    end
+    return out
+  end
+  return items
+end
+
+-- ------------------------------------------------------------------ DataLoader
+local Loader = {}
+Loader.__index = Loader
+
+--- DataLoader(dataset, {batch_size=1, shuffle=false, drop_last=false, sampler=, collate_fn=, seed=}).
+--- Iterate with `for batch in loader:iter() do ... end`; `#loader` is the number of batches.
+function M.DataLoader(ds, opts)
+  opts = opts or {}
+  if type(opts) ~= 'table' then misconf('DataLoader options must be a table, got %s', type(opts)) end
+  local n = M.len(ds)
+  local bs = opts.batch_size or 1
+  check_int('batch_size', bs, 1)
+  if opts.sampler and opts.shuffle then
+    misconf('sampler option is mutually exclusive with shuffle')
+  end
+  if opts.collate_fn ~= nil and type(opts.collate_fn) ~= 'function' then
+    misconf('collate_fn must be a function, got %s', type(opts.collate_fn))
+  end
+  local sampler = opts.sampler or (opts.shuffle and M.RandomSampler(n, { seed = opts.seed }))
+    or M.SequentialSampler(n)
+  local impl = setmetatable({
+    dataset = ds, batch_size = bs, drop_last = opts.drop_last and true or false,
+    sampler = sampler, collate_fn = opts.collate_fn,
+  }, Loader)
+  -- a userdata proxy, so that #loader works (Lua 5.1 ignores __len on tables)
+  local proxy = newproxy(true)
+  local mt = getmetatable(proxy)
+  mt.__index = impl
+  mt.__newindex = impl
+  mt.__len = function() return impl:num_batches() end
+  mt.__tostring = function()
+    return ('DataLoader(%d batches of %d)'):format(impl:num_batches(), bs)
+  end
+  return proxy
+end
+
+function Loader:num_batches()
+  local n = M.len(self.sampler)
+  if self.drop_last then return math.floor(n / self.batch_size) end
+  return math.ceil(n / self.batch_size)
+end
+
+function Loader:set_epoch(epoch)
+  if self.sampler.set_epoch then self.sampler:set_epoch(epoch) end
+end
+
+function Loader:batch(indices)
+  local ds = self.dataset
+  if not self.collate_fn and ds.get_batch then return ds:get_batch(indices) end
+  local items = {}
+  for k = 1, #indices do items[k] = ds:get(indices[k]) end
+  return (self.collate_fn or M.default_collate)(items)
+end
+
+--- Iterator over the batches of one pass (one epoch).
+function Loader:iter()
+  local order = self.sampler:indices()
+  local bs, total = self.batch_size, #order
+  local stop = self.drop_last and (total - total % bs) or total
+  local pos = 1
+  return function()
+    if pos > stop then return nil end
+    local last = math.min(pos + bs - 1, stop)
+    local idx = {}
+    for k = pos, last do idx[#idx + 1] = order[k] end
+    pos = last + 1
+    return self:batch(idx)
+  end
+end
+
+return M

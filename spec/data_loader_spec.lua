@@ -1,0 +1,161 @@
+-- data_loader_spec.lua: samplers (sequential, random, distributed with PyTorch's
+-- padding/drop_last rules), the DataLoader's batching, #loader, epochs, custom
+-- collation, and bad options. Tensor batches are covered with the tensor specs.
+local data = require 'dpl.data'
+local class = require 'dpl.class'
+local errors = require 'dpl.errors'
+
+local Squares = data.Dataset:extend('Squares')
+function Squares:__init(n) self.n = n end
+function Squares:__len() return self.n end
+function Squares:get(i) return { i, i * i } end
+
+local function collect(loader)
+  local out = {}
+  for b in loader:iter() do out[#out + 1] = b end
+  return out
+end
+
+local function list_collate(items) return items end
+
+describe('dpl.class', function()
+  it('builds classes with __init, super, inheritance and instance checks', function()
+    local A = class.Object:extend('A')
+    function A:__init(x) self.x = x end
+    function A:twice() return 2 * self.x end
+    A.__tostring = function(a) return 'A(' .. a.x .. ')' end
+    local B = A:extend('B')
+    function B:__init(x, y) B.super.__init(self, x) self.y = y end
+    local b = B(3, 4)
+    assert.are.equal(6, b:twice())
+    assert.are.equal(4, b.y)
+    assert.are.equal('A(3)', tostring(b))
+    assert.is_true(class.is_instance(b, A))
+    assert.is_false(class.is_instance(A(1), B))
+    assert.are.equal(A, B.super)
+  end)
+end)
+
+describe('samplers', function()
+  it('SequentialSampler yields 1..n', function()
+    assert.are.same({ 1, 2, 3 }, data.SequentialSampler(3):indices())
+    assert.are.same({}, data.SequentialSampler(0):indices())
+  end)
+
+  it('randperm is a reproducible permutation', function()
+    local p = data.randperm(100, 7)
+    local seen = {}
+    for _, v in ipairs(p) do seen[v] = true end
+    for i = 1, 100 do assert.is_true(seen[i]) end
+    assert.are.same(p, data.randperm(100, 7))
+    assert.are_not.same(p, data.randperm(100, 8))
+  end)
+
+  it('RandomSampler gives a new order per epoch, the same for the same epoch', function()
+    local s = data.RandomSampler(50, { seed = 3 })
+    s:set_epoch(0)
+    local e0 = s:indices()
+    assert.are.same(e0, s:indices())
+    s:set_epoch(1)
+    assert.are_not.same(e0, s:indices())
+  end)
+
+  it('DistributedSampler: each sample once per epoch across ranks when n divides', function()
+    for _, shuffle in ipairs({ true, false }) do
+      local seen = {}
+      for rank = 0, 3 do
+        local s = data.DistributedSampler{ size = 20, num_replicas = 4, rank = rank, shuffle = shuffle, seed = 5 }
+        assert.are.equal(5, #s:indices())
+        for _, i in ipairs(s:indices()) do
+          assert.is_nil(seen[i])
+          seen[i] = true
+        end
+      end
+      for i = 1, 20 do assert.is_true(seen[i]) end
+    end
+  end)
+
+  it('DistributedSampler pads by repeating the first positions, or drops with drop_last', function()
+    local r = {}
+    for rank = 0, 2 do
+      r[rank] = data.DistributedSampler{ size = 7, num_replicas = 3, rank = rank, shuffle = false }:indices()
+    end
+    -- PyTorch: indices 0..6 + padding [0, 1] -> rank k takes k::3 (here 1-based)
+    assert.are.same({ 1, 4, 7 }, r[0])
+    assert.are.same({ 2, 5, 1 }, r[1])
+    assert.are.same({ 3, 6, 2 }, r[2])
+    local d = data.DistributedSampler{ size = 7, num_replicas = 3, rank = 1, shuffle = false, drop_last = true }
+    assert.are.same({ 2, 5 }, d:indices())
+    assert.are.equal(2, data.len(d))
+  end)
+
+  it('DistributedSampler reshuffles with set_epoch and agrees across ranks', function()
+    local a0 = data.DistributedSampler{ size = 10, num_replicas = 2, rank = 0, seed = 1 }
+    local a1 = data.DistributedSampler{ size = 10, num_replicas = 2, rank = 1, seed = 1 }
+    local first = a0:indices()
+    a0:set_epoch(1)
+    a1:set_epoch(1)
+    assert.are_not.same(first, a0:indices())
+    local all = {}
+    for _, i in ipairs(a0:indices()) do all[i] = true end
+    for _, i in ipairs(a1:indices()) do
+      assert.is_nil(all[i])
+      all[i] = true
+    end
+  end)
+
+  it('DistributedSampler rejects a bad rank', function()
+    assert.has_error(function() data.DistributedSampler{ size = 4, num_replicas = 2, rank = 2 } end,
+      errors.MisconfigurationException('Invalid rank 2, rank should be in the interval [0, 1]'))
+  end)
+end)
+
+describe('DataLoader', function()
+  it('batches in order, #loader counts batches, last batch partial', function()
+    local loader = data.DataLoader(Squares(7), { batch_size = 3, collate_fn = list_collate })
+    assert.are.equal(3, #loader)
+    local bs = collect(loader)
+    assert.are.equal(3, #bs)
+    assert.are.same({ { 1, 1 }, { 2, 4 }, { 3, 9 } }, bs[1])
+    assert.are.same({ { 7, 49 } }, bs[3])
+  end)
+
+  it('drops the last partial batch with drop_last', function()
+    local loader = data.DataLoader(Squares(7), { batch_size = 3, drop_last = true, collate_fn = list_collate })
+    assert.are.equal(2, #loader)
+    assert.are.equal(2, #collect(loader))
+  end)
+
+  it('shuffles reproducibly with a seed and covers every item', function()
+    local function order(seed)
+      local l = data.DataLoader(Squares(10), { batch_size = 4, shuffle = true, seed = seed, collate_fn = list_collate })
+      l:set_epoch(0)
+      local o = {}
+      for b in l:iter() do for _, it in ipairs(b) do o[#o + 1] = it[1] end end
+      return o
+    end
+    local a = order(11)
+    assert.are.same(a, order(11))
+    table.sort(a)
+    assert.are.same({ 1, 2, 3, 4, 5, 6, 7, 8, 9, 10 }, a)
+  end)
+
+  it('uses a given sampler', function()
+    local s = data.DistributedSampler{ size = 6, num_replicas = 2, rank = 1, shuffle = false }
+    local l = data.DataLoader(Squares(6), { batch_size = 2, sampler = s, collate_fn = list_collate })
+    assert.are.equal(2, #l)
+    local got = {}
+    for b in l:iter() do for _, it in ipairs(b) do got[#got + 1] = it[1] end end
+    assert.are.same({ 2, 4, 6 }, got)
+  end)
+
+  it('rejects bad options with MisconfigurationException', function()
+    assert.has_error(function() data.DataLoader(Squares(3), { batch_size = 0 }) end,
+      errors.MisconfigurationException('batch_size must be an integer >= 1, got 0'))
+    assert.has_error(function()
+      data.DataLoader(Squares(3), { sampler = data.SequentialSampler(3), shuffle = true })
+    end, errors.MisconfigurationException('sampler option is mutually exclusive with shuffle'))
+    assert.has_error(function() data.DataLoader({}, {}) end)
+    assert.has_error(function() data.DataLoader(Squares(3), { collate_fn = 5 }) end)
+  end)
+end)
