@@ -87,5 +87,12 @@ int dpl_device_count(int32_t type, int32_t *out_count);
 int dpl_device_get_info(int32_t type, int32_t index, dpl_device_info *out);
 /* Why no real GPU is usable ("" when one is), e.g. "no CUDA driver (libcuda.so.1 not found)". */
 const char *dpl_cuda_unavailable_reason(void);
+/* Checks that a small allocation on the device succeeds, as Lightning's
+ * pick_single_gpu does with torch.ones(1).to(device), then frees it.
+ * DPL_OK: usable. DPL_EDEVICE: refused for good (a busy exclusive-mode GPU;
+ * DPL_VIRTUAL_GPUS_BUSY for simulated ones) or no such device. DPL_ENOMEM: a
+ * transient failure worth retrying. DPL_ENOTIMPL: a real GPU while the CUDA
+ * plugin is not loaded (no CUDA context is ever created by this probe then). */
+int dpl_device_probe_alloc(int32_t type, int32_t index);
 
 #endif

@@ -43,5 +43,8 @@ M.MisconfigurationException = new_class('MisconfigurationException')
 M.NotImplementedError = new_class('NotImplementedError')
 M.ValueError = new_class('ValueError')
 M.TypeError = new_class('TypeError')
+-- Python's RuntimeError: a failure at run time that is not the caller's
+-- configuration mistake (e.g. "No GPUs available." from pick_single_gpu).
+M.RuntimeError = new_class('RuntimeError')
 
 return M

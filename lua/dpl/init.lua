@@ -15,6 +15,7 @@ local lazy = {
   repl = 'dpl.repl',
   pretty = 'dpl.pretty',
   log = 'dpl.log',
+  devices = 'dpl.devices',
 }
 
 setmetatable(dpl, {
@@ -28,6 +29,14 @@ setmetatable(dpl, {
     return nil
   end,
 })
+
+--- dpl.device("cpu"), dpl.device("cuda:1"), dpl.device("cuda", 1): see dpl.devices.
+function dpl.device(...) return require('dpl.devices').device(...) end
+
+--- Moves a batch (tensors, modules, nested tables) to a device: see dpl.devices.
+function dpl.move_data_to_device(batch, device)
+  return require('dpl.devices').move_data_to_device(batch, device)
+end
 
 --- Registers fn to run when the host exits: normal end, os.exit, an uncaught
 --- error, or SIGINT/SIGTERM. Cleanups run last-registered first, once.

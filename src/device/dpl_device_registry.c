@@ -249,7 +249,7 @@ int dpl_print_devices(void)
   printf("%-8s %-44.44s %-10s %d cores\n", "cpu", cpu_info.name, mem, (int)cpu_info.cores);
   for (int i = 0; i < n; i++) {
     const dpl_device_info *d = &gpu_info[i];
-    char dev[16], notes[64];
+    char dev[24], notes[64];
     snprintf(dev, sizeof dev, "cuda:%d", i);
     fmt_bytes(mem, sizeof mem, d->total_memory);
     if (d->simulated) snprintf(notes, sizeof notes, "simulated%s", d->busy ? ", busy" : "");

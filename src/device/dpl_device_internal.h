@@ -1,0 +1,18 @@
+/* dpl_device_internal.h: the device layer's hooks for C code inside dplhost
+ * (the CUDA plugin, the tensor storage), not part of the Lua-visible API. */
+#ifndef DPL_DEVICE_INTERNAL_H
+#define DPL_DEVICE_INTERNAL_H
+#include "dpl.h"
+
+/* Tries a small allocation of `bytes` on the real CUDA device `index` (0-based,
+ * after CUDA_VISIBLE_DEVICES) and frees it. Returns DPL_OK, DPL_EDEVICE for a
+ * busy/exclusive/prohibited GPU (a lasting refusal: pick_single_gpu skips it),
+ * DPL_ENOMEM for a transient out-of-memory (retried with backoff), with a
+ * message set by dpl_errorf. */
+typedef int (*dpl_cuda_probe_alloc_fn)(int32_t index, uint64_t bytes);
+
+/* The CUDA plugin registers its probe when it loads; NULL unregisters. Until
+ * then dpl_device_probe_alloc answers DPL_ENOTIMPL for real GPUs. */
+void dpl_device_set_cuda_probe_alloc(dpl_cuda_probe_alloc_fn fn);
+
+#endif
