@@ -31,7 +31,7 @@ CFLAGS  := -std=c11 $(OPT) -MMD -MP -Wall -Wextra -pthread -Iinclude -Isrc/host 
 LDFLAGS := $(OPT) -rdynamic -pthread $(EXTRA_LDFLAGS)
 LDLIBS  := $(LUAJIT_LIBS) -lz -ldl -lm
 
-SRCS := $(wildcard src/host/*.c) $(wildcard src/device/*.c) $(wildcard src/data/*.c)
+SRCS := $(wildcard src/host/*.c) $(wildcard src/device/*.c) $(wildcard src/comm/*.c) $(wildcard src/tensor/*.c) $(wildcard src/data/*.c)
 OBJS := $(patsubst src/%.c,$(BUILD)/%.o,$(SRCS)) $(BUILD)/dpl_header_text.o
 
 # optional parts: detected, reported, never required
@@ -59,6 +59,12 @@ $(BUILD)/dplhost: $(OBJS)
 $(BUILD)/%.o: src/%.c include/dpl.h src/host/dpl_internal.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c -o $@ $<
+
+# tensor kernels: -O3 for the vectorizer, no errno from libm so sqrt & co vectorize
+TENSOR_CFLAGS := $(if $(filter san,$(VARIANT)),,-O3) -fno-math-errno
+$(BUILD)/tensor/%.o: src/tensor/%.c include/dpl.h src/host/dpl_internal.h src/tensor/dpl_tensor_internal.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(TENSOR_CFLAGS) -c -o $@ $<
 
 # include/dpl.h, minus preprocessor lines, as a C string for ffi.cdef
 $(BUILD)/dpl_header_text.c: include/dpl.h

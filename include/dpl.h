@@ -38,6 +38,19 @@ double dpl_clock(void);
 /* Sleeps; returns DPL_EINTR when a SIGINT/SIGTERM arrived meanwhile. */
 int dpl_sleep(double seconds);
 
+/* ---- processes (src/host/dpl_proc.c): what dist.spawn needs ---- */
+/* fork(); in the child *pid_out is 0 and the child gets SIGTERM when the parent dies. */
+int dpl_proc_fork(int32_t *pid_out);
+/* Waits up to timeout_s (< 0: forever) for pid (-1: any child) to end. On success
+ * *pid_out is the child and *code_out its exit code, or -N when signal N killed it;
+ * DPL_ETIMEOUT when none ended in time; DPL_EINTR on SIGINT/SIGTERM. */
+int dpl_proc_wait(int32_t pid, double timeout_s, int32_t *pid_out, int32_t *code_out);
+int dpl_proc_kill(int32_t pid, int32_t sig);
+/* Flushes stdio and ends the process at once (no atexit cleanups). */
+void dpl_proc_exit(int32_t code);
+int32_t dpl_proc_getpid(void);
+int dpl_proc_setenv(const char *name, const char *value);
+
 /* ---- data files (src/data/) ---- */
 /* IDX element type codes (the third magic byte). */
 typedef enum dpl_idx_type {
@@ -94,5 +107,330 @@ const char *dpl_cuda_unavailable_reason(void);
  * transient failure worth retrying. DPL_ENOTIMPL: a real GPU while the CUDA
  * plugin is not loaded (no CUDA context is ever created by this probe then). */
 int dpl_device_probe_alloc(int32_t type, int32_t index);
+
+/* ---- tensors (src/tensor/) ----
+ * A dpl_tensor is a view (dtype, shape, strides in elements, offset) on a
+ * reference-counted, 64-byte-aligned storage tagged with a device. Every function
+ * that returns a tensor returns a new handle the caller owns and releases with
+ * dpl_tensor_release (Lua: ffi.gc); views share the storage. Dims and indices
+ * are 0-based here; the Lua layer converts from its 1-based positions. */
+typedef enum dpl_dtype {
+  DPL_FLOAT32 = 0,
+  DPL_FLOAT64 = 1,
+  DPL_FLOAT16 = 2,
+  DPL_BFLOAT16 = 3,
+  DPL_INT32 = 4,
+  DPL_INT64 = 5,
+  DPL_UINT8 = 6,
+  DPL_BOOL = 7
+} dpl_dtype;
+
+enum { DPL_MAX_DIMS = 8, DPL_NUM_DTYPES = 8 };
+
+typedef struct dpl_storage dpl_storage;
+
+/* Read-only metadata, visible to Lua for fast shape access (the layout is
+ * checked against the compiler by dpl_tensor_layout). Never write to it. */
+typedef struct dpl_tensor {
+  int32_t _dtype;        /* dpl_dtype */
+  int32_t _ndim;         /* 0..DPL_MAX_DIMS */
+  int32_t _devtype;      /* dpl_device_type */
+  int32_t _devindex;
+  int64_t _numel;
+  int64_t _offset;       /* first element, in elements from the storage start */
+  int64_t _shape[8];
+  int64_t _stride[8];    /* in elements */
+  void *_data;           /* address of the first element (host memory) */
+  dpl_storage *_storage;
+  uint32_t _flags;       /* bit 0: contiguous */
+  uint32_t _reserved;
+} dpl_tensor;
+
+typedef struct dpl_mem_stats_t {
+  int64_t current_bytes;   /* bytes held by live storages on the device */
+  int64_t peak_bytes;
+  int64_t total_bytes;     /* bytes allocated since start */
+  int64_t live_storages;
+  int64_t allocations;
+} dpl_mem_stats_t;
+
+/* Byte counters of one device (type, index). */
+int dpl_mem_stats(int32_t devtype, int32_t devindex, dpl_mem_stats_t *out);
+/* Bytes held by live storages on all devices together (cheap, for GC polling). */
+int64_t dpl_mem_current_total(void);
+/* Large freed blocks are kept for reuse (up to 1 GiB): their bytes, and a way to
+ * return them to the system. */
+int64_t dpl_mem_cached(void);
+int64_t dpl_mem_empty_cache(void);
+/* 1 when more than the threshold (default 128 MiB) was allocated since dpl_gc_done:
+ * Lua then runs its GC, which cannot see tensor memory. */
+int32_t dpl_gc_wanted(void);
+void dpl_gc_done(void);
+void dpl_set_gc_threshold(int64_t bytes);
+/* sizeof(dpl_tensor) when what = -1, else offsetof of field number `what` in declaration order. */
+int64_t dpl_tensor_layout(int32_t what);
+int64_t dpl_dtype_size(int32_t dtype);
+const char *dpl_dtype_name(int32_t dtype);
+
+/* Creation and lifetime. */
+int dpl_tensor_empty(int32_t dtype, int32_t ndim, const int64_t *shape, int32_t devtype,
+                     int32_t devindex, dpl_tensor **out);
+void dpl_tensor_release(dpl_tensor *t);
+/* Drops t's storage reference now and leaves an empty, "freed" handle behind
+ * (still to be released); idempotent. Lua's t:free(). */
+int dpl_tensor_free_data(dpl_tensor *t);
+int64_t dpl_storage_refcount(const dpl_tensor *t);
+int64_t dpl_storage_nbytes(const dpl_tensor *t);
+
+/* Views (share storage; every one returns a new handle). */
+int dpl_tensor_alias(const dpl_tensor *t, dpl_tensor **out);
+int dpl_tensor_view(const dpl_tensor *t, int32_t ndim, const int64_t *shape, dpl_tensor **out);
+/* view when the strides allow it, else a contiguous copy. One -1 entry is inferred (also in view). */
+int dpl_tensor_reshape(const dpl_tensor *t, int32_t ndim, const int64_t *shape, dpl_tensor **out);
+int dpl_tensor_as_strided(const dpl_tensor *t, int32_t ndim, const int64_t *shape,
+                          const int64_t *stride, int64_t offset, dpl_tensor **out);
+int dpl_tensor_transpose(const dpl_tensor *t, int32_t d0, int32_t d1, dpl_tensor **out);
+int dpl_tensor_permute(const dpl_tensor *t, int32_t ndim, const int32_t *dims, dpl_tensor **out);
+int dpl_tensor_narrow(const dpl_tensor *t, int32_t dim, int64_t start, int64_t length, dpl_tensor **out);
+int dpl_tensor_select(const dpl_tensor *t, int32_t dim, int64_t index, dpl_tensor **out);
+int dpl_tensor_expand(const dpl_tensor *t, int32_t ndim, const int64_t *shape, dpl_tensor **out);
+/* dim = -1: every size-1 dim. */
+int dpl_tensor_squeeze(const dpl_tensor *t, int32_t dim, dpl_tensor **out);
+int dpl_tensor_unsqueeze(const dpl_tensor *t, int32_t dim, dpl_tensor **out);
+/* A contiguous tensor: a new handle on the same storage when t already is one. */
+int dpl_tensor_contiguous(const dpl_tensor *t, dpl_tensor **out);
+
+/* Copies and fills. copy_ broadcasts src into dst, converts dtypes, may cross devices. */
+int dpl_tensor_copy_(dpl_tensor *dst, const dpl_tensor *src);
+int dpl_tensor_to(const dpl_tensor *t, int32_t dtype, int32_t devtype, int32_t devindex, dpl_tensor **out);
+int dpl_tensor_fill_(dpl_tensor *t, double value);
+int dpl_tensor_fill_i64_(dpl_tensor *t, int64_t value);
+/* Element at a 0-based linear position of the (logical, row-major) tensor, as double / int64. */
+int dpl_tensor_get(const dpl_tensor *t, int64_t pos, double *out);
+int dpl_tensor_get_i64(const dpl_tensor *t, int64_t pos, int64_t *out);
+/* Writes n doubles into a contiguous t (converting) / reads all of t into a double buffer. */
+int dpl_tensor_set_from_f64(dpl_tensor *t, const double *values, int64_t n);
+int dpl_tensor_read_f64(const dpl_tensor *t, double *values, int64_t n);
+int dpl_tensor_arange(double start, double step, int64_t n, int32_t dtype, int32_t devtype,
+                      int32_t devindex, dpl_tensor **out);
+int dpl_tensor_linspace(double start, double end, int64_t n, int32_t dtype, int32_t devtype,
+                        int32_t devindex, dpl_tensor **out);
+int dpl_tensor_eye(int64_t n, int64_t m, int32_t dtype, int32_t devtype, int32_t devindex, dpl_tensor **out);
+
+/* Random numbers: a counter-based generator (Philox 4x32-10). Each call draws
+ * numel values at the generator's offset and advances it, so results depend on
+ * the seed and the call sequence only, never on the thread count. */
+void dpl_manual_seed(uint64_t seed);
+void dpl_rng_get_state(uint64_t *seed, uint64_t *offset);
+void dpl_rng_set_state(uint64_t seed, uint64_t offset);
+int dpl_tensor_uniform_(dpl_tensor *t, double lo, double hi);
+int dpl_tensor_normal_(dpl_tensor *t, double mean, double std);
+/* integers uniform in [lo, hi) */
+int dpl_tensor_randint_(dpl_tensor *t, int64_t lo, int64_t hi);
+int dpl_tensor_bernoulli_(dpl_tensor *t, double p);
+
+/* Elementwise. Binary ops broadcast; results follow PyTorch's type promotion. */
+typedef enum dpl_binop {
+  DPL_OP_ADD = 0, DPL_OP_SUB = 1, DPL_OP_MUL = 2, DPL_OP_DIV = 3, DPL_OP_POW = 4,
+  DPL_OP_MAXIMUM = 5, DPL_OP_MINIMUM = 6, DPL_OP_REMAINDER = 7, DPL_OP_ATAN2 = 8,
+  DPL_OP_EQ = 16, DPL_OP_NE = 17, DPL_OP_LT = 18, DPL_OP_LE = 19, DPL_OP_GT = 20, DPL_OP_GE = 21,
+  DPL_OP_LOGICAL_AND = 24, DPL_OP_LOGICAL_OR = 25, DPL_OP_LOGICAL_XOR = 26
+} dpl_binop;
+typedef enum dpl_unop {
+  DPL_OP_NEG = 0, DPL_OP_ABS = 1, DPL_OP_EXP = 2, DPL_OP_LOG = 3, DPL_OP_SQRT = 4, DPL_OP_RSQRT = 5,
+  DPL_OP_TANH = 6, DPL_OP_SIGMOID = 7, DPL_OP_RELU = 8, DPL_OP_GELU = 9, DPL_OP_SIN = 10,
+  DPL_OP_COS = 11, DPL_OP_FLOOR = 12, DPL_OP_CEIL = 13, DPL_OP_ROUND = 14, DPL_OP_SIGN = 15,
+  DPL_OP_RECIPROCAL = 16, DPL_OP_SQUARE = 17, DPL_OP_LOG1P = 18, DPL_OP_EXPM1 = 19,
+  DPL_OP_LOGICAL_NOT = 20, DPL_OP_SILU = 21, DPL_OP_ERF = 22, DPL_OP_TRUNC = 23,
+  DPL_OP_LOG2 = 24, DPL_OP_ISNAN = 25
+} dpl_unop;
+int dpl_binary(int32_t op, const dpl_tensor *a, const dpl_tensor *b, dpl_tensor **out);
+/* a = a op b (b broadcast to a's shape; the result must fit a's dtype). */
+int dpl_binary_(int32_t op, dpl_tensor *a, const dpl_tensor *b);
+/* a op s, or s op a when reverse is 1. An integral s counts as an integer scalar. */
+int dpl_binary_scalar(int32_t op, const dpl_tensor *a, double s, int32_t reverse, dpl_tensor **out);
+int dpl_binary_scalar_(int32_t op, dpl_tensor *a, double s);
+/* a += alpha * b (b broadcast), the optimizers' axpy. */
+int dpl_axpy_(dpl_tensor *a, double alpha, const dpl_tensor *b);
+int dpl_unary(int32_t op, const dpl_tensor *a, dpl_tensor **out);
+int dpl_unary_(int32_t op, dpl_tensor *a);
+/* Gradient of an activation: grad * f'(x); for TANH and SIGMOID y is f(x), for RELU, GELU, SILU x is used. */
+int dpl_activation_backward(int32_t op, const dpl_tensor *grad, const dpl_tensor *x,
+                            const dpl_tensor *y, dpl_tensor **out);
+/* has_lo / has_hi select which bound applies. out == NULL: in place on a. */
+int dpl_clamp(const dpl_tensor *a, double lo, double hi, int32_t has_lo, int32_t has_hi, dpl_tensor **out);
+int dpl_clamp_(dpl_tensor *a, double lo, double hi, int32_t has_lo, int32_t has_hi);
+int dpl_where(const dpl_tensor *cond, const dpl_tensor *a, const dpl_tensor *b, dpl_tensor **out);
+int dpl_masked_fill_(dpl_tensor *a, const dpl_tensor *mask, double value);
+
+/* Reductions over one dim (0-based) or all dims (dim = -1). param: VAR/STD
+ * correction (1 = unbiased), NORM p. Indices (ARGMAX, dpl_reduce_index) are 0-based int64. */
+typedef enum dpl_redop {
+  DPL_RED_SUM = 0, DPL_RED_MEAN = 1, DPL_RED_PROD = 2, DPL_RED_MAX = 3, DPL_RED_MIN = 4,
+  DPL_RED_ARGMAX = 5, DPL_RED_ARGMIN = 6, DPL_RED_VAR = 7, DPL_RED_STD = 8,
+  DPL_RED_LOGSUMEXP = 9, DPL_RED_NORM = 10, DPL_RED_ANY = 11, DPL_RED_ALL = 12
+} dpl_redop;
+int dpl_reduce(int32_t op, const dpl_tensor *a, int32_t dim, int32_t keepdim, double param, dpl_tensor **out);
+/* MAX or MIN over dim: values and their 0-based int64 indices. */
+int dpl_reduce_index(int32_t op, const dpl_tensor *a, int32_t dim, int32_t keepdim,
+                     dpl_tensor **values, dpl_tensor **indices);
+
+/* Softmax family over dim. log = 1: log_softmax. Backward takes the forward's output. */
+int dpl_softmax(const dpl_tensor *a, int32_t dim, int32_t log, dpl_tensor **out);
+int dpl_softmax_backward(const dpl_tensor *grad, const dpl_tensor *output, int32_t dim, int32_t log,
+                         dpl_tensor **out);
+
+/* Losses. reduction: 0 none, 1 mean, 2 sum. Targets are int64 class ids, 0-based;
+ * entries equal to ignore_index are skipped. grad_out: the loss's gradient (0-d for
+ * mean/sum, the per-sample shape for none). */
+int dpl_cross_entropy(const dpl_tensor *logits, const dpl_tensor *target, int32_t reduction,
+                      int64_t ignore_index, dpl_tensor **out);
+int dpl_cross_entropy_backward(const dpl_tensor *grad_out, const dpl_tensor *logits,
+                               const dpl_tensor *target, int32_t reduction, int64_t ignore_index,
+                               dpl_tensor **grad_logits);
+int dpl_nll_loss(const dpl_tensor *logp, const dpl_tensor *target, int32_t reduction,
+                 int64_t ignore_index, dpl_tensor **out);
+int dpl_nll_loss_backward(const dpl_tensor *grad_out, const dpl_tensor *logp, const dpl_tensor *target,
+                          int32_t reduction, int64_t ignore_index, dpl_tensor **grad_logp);
+int dpl_mse_loss(const dpl_tensor *a, const dpl_tensor *b, int32_t reduction, dpl_tensor **out);
+/* gradient with respect to a (the one for b is its negation) */
+int dpl_mse_loss_backward(const dpl_tensor *grad_out, const dpl_tensor *a, const dpl_tensor *b,
+                          int32_t reduction, dpl_tensor **grad_a);
+
+/* Linear algebra through OpenBLAS (loaded on first use). matmul follows
+ * torch.matmul (1-D operands, broadcast batch dims); transposed operands are
+ * handed to BLAS as such, without a copy. */
+int dpl_matmul(const dpl_tensor *a, const dpl_tensor *b, dpl_tensor **out);
+int dpl_mm(const dpl_tensor *a, const dpl_tensor *b, dpl_tensor **out);
+int dpl_bmm(const dpl_tensor *a, const dpl_tensor *b, dpl_tensor **out);
+/* beta * c + alpha * (a @ b); c broadcasts to the result. */
+int dpl_addmm(const dpl_tensor *c, const dpl_tensor *a, const dpl_tensor *b, double beta, double alpha,
+              dpl_tensor **out);
+/* OpenBLAS name and core ("OpenBLAS 0.3.21 ... Haswell"), loading it if needed. */
+const char *dpl_blas_info(void);
+/* Threads used by kernels and OpenBLAS (DPL_NUM_THREADS, else OMP_NUM_THREADS, else cores). */
+int dpl_set_num_threads(int32_t n);
+int32_t dpl_get_num_threads(void);
+
+/* Indexing. idx tensors are int64 (or int32), 0-based. */
+int dpl_index_select(const dpl_tensor *a, int32_t dim, const dpl_tensor *idx, dpl_tensor **out);
+/* a[..., idx[i], ...] += src[..., i, ...] along dim */
+int dpl_index_add_(dpl_tensor *a, int32_t dim, const dpl_tensor *idx, const dpl_tensor *src);
+int dpl_gather(const dpl_tensor *a, int32_t dim, const dpl_tensor *idx, dpl_tensor **out);
+int dpl_scatter_add_(dpl_tensor *a, int32_t dim, const dpl_tensor *idx, const dpl_tensor *src);
+int dpl_cat(int32_t n, dpl_tensor *const *tensors, int32_t dim, dpl_tensor **out);
+int dpl_stack(int32_t n, dpl_tensor *const *tensors, int32_t dim, dpl_tensor **out);
+/* weight [V, D] gathered by idx of any shape: idx.shape + [D]. */
+int dpl_embedding(const dpl_tensor *weight, const dpl_tensor *idx, dpl_tensor **out);
+/* gradient of embedding: [num_weights, D] zeros scatter-added with grad rows. */
+int dpl_embedding_backward(const dpl_tensor *grad, const dpl_tensor *idx, int64_t num_weights,
+                           dpl_tensor **out);
+int dpl_masked_select(const dpl_tensor *a, const dpl_tensor *mask, dpl_tensor **out);
+/* 0-based int64 coordinates [nnz, ndim] of the non-zero elements. */
+int dpl_nonzero(const dpl_tensor *a, dpl_tensor **out);
+
+/* Convolution and pooling, NCHW. params: stride h, w, padding h, w, dilation h, w. */
+int dpl_conv2d(const dpl_tensor *x, const dpl_tensor *w, const dpl_tensor *bias, const int32_t *params,
+               int32_t groups, dpl_tensor **out);
+/* Any of the out-pointers may be NULL to skip that gradient. */
+int dpl_conv2d_backward(const dpl_tensor *grad_out, const dpl_tensor *x, const dpl_tensor *w,
+                        const int32_t *params, int32_t groups, dpl_tensor **grad_x,
+                        dpl_tensor **grad_w, dpl_tensor **grad_bias);
+/* params: kernel h, w, stride h, w, padding h, w. indices: 0-based positions in each H*W plane. */
+int dpl_max_pool2d(const dpl_tensor *x, const int32_t *params, dpl_tensor **out, dpl_tensor **indices);
+int dpl_max_pool2d_backward(const dpl_tensor *grad_out, const dpl_tensor *x, const dpl_tensor *indices,
+                            dpl_tensor **grad_x);
+int dpl_avg_pool2d(const dpl_tensor *x, const int32_t *params, int32_t count_include_pad, dpl_tensor **out);
+int dpl_avg_pool2d_backward(const dpl_tensor *grad_out, const dpl_tensor *x, const int32_t *params,
+                            int32_t count_include_pad, dpl_tensor **grad_x);
+
+/* safetensors files: read through mmap (tensors share the mapping), written
+ * atomically (temp file, fsync, rename). */
+typedef struct dpl_st_file dpl_st_file;
+int dpl_st_open(const char *path, dpl_st_file **out);
+void dpl_st_close(dpl_st_file *f);
+int32_t dpl_st_count(const dpl_st_file *f);
+const char *dpl_st_name(const dpl_st_file *f, int32_t i);
+int dpl_st_get(const dpl_st_file *f, int32_t i, dpl_tensor **out);
+int32_t dpl_st_metadata_count(const dpl_st_file *f);
+const char *dpl_st_metadata_key(const dpl_st_file *f, int32_t i);
+const char *dpl_st_metadata_value(const dpl_st_file *f, int32_t i);
+int dpl_st_write(const char *path, int32_t n, const char *const *names, dpl_tensor *const *tensors,
+                 int32_t nmeta, const char *const *keys, const char *const *values);
+
+/* ---- collectives (src/comm/) ----
+ * A dpl_comm is one process group. Backends: SHM (processes on one host, one
+ * shared-memory segment per group) and MPI (Open MPI's libmpi, loaded with
+ * dlopen on first use). Buffers are raw host memory: count elements of a
+ * dpl_dtype. Ranks are 0-based group ranks. Every call is collective: all ranks
+ * of the group make the same calls in the same order; a mismatch (kind, dtype,
+ * count, op, root, sequence number) fails on every rank with DPL_ECOMM. Waits
+ * end with DPL_ETIMEOUT after the group's timeout, DPL_ECOMM when a peer died,
+ * left or failed, DPL_EINTR on SIGINT/SIGTERM. After a failure the group is
+ * unusable and every call repeats the first error. */
+typedef struct dpl_comm dpl_comm;
+typedef enum dpl_comm_backend { DPL_COMM_SHM = 0, DPL_COMM_MPI = 1 } dpl_comm_backend;
+typedef enum dpl_comm_op {
+  DPL_COMM_SUM = 0, DPL_COMM_AVG = 1, DPL_COMM_MAX = 2, DPL_COMM_MIN = 3, DPL_COMM_PROD = 4
+} dpl_comm_op;
+
+/* job: [A-Za-z0-9_-]+ naming the segment (/dev/shm/dpl-<job>-g0); rank in
+ * [0, world_size). timeout_s <= 0: DPL_COMM_TIMEOUT, else 1800 s. */
+int dpl_comm_init_shm(const char *job, int32_t rank, int32_t world_size, double timeout_s, dpl_comm **out);
+/* MPI_COMM_WORLD of libmpi (MPI_Init_thread on first use). */
+int dpl_comm_init_mpi(double timeout_s, dpl_comm **out);
+/* "" when libmpi can be loaded, else why not (loads it on first call). */
+const char *dpl_comm_mpi_unavailable_reason(void);
+/* 1 when this process initialised MPI and has not finalized it (MPI lives until exit,
+ * also after destroy_process_group): such a process must not fork. Never loads libmpi. */
+int32_t dpl_comm_mpi_initialized(void);
+/* Subgroup of the ranks listed (parent ranks, increasing, no repeats). Every rank of
+ * the parent calls it with the same list; *out is NULL on ranks not in the list. */
+int dpl_comm_new_group(dpl_comm *parent, int32_t n, const int32_t *ranks, dpl_comm **out);
+/* Leaves the group and frees the handle (not collective; peers still waiting on
+ * this rank get DPL_ECOMM). NULL is ignored. */
+void dpl_comm_destroy(dpl_comm *c);
+/* Marks the group failed with reason: every rank's current and next call fails. */
+int dpl_comm_abort(dpl_comm *c, const char *reason);
+int32_t dpl_comm_rank(const dpl_comm *c);
+int32_t dpl_comm_size(const dpl_comm *c);
+int32_t dpl_comm_backend_of(const dpl_comm *c);
+/* Collectives issued so far on this group. */
+int64_t dpl_comm_seq(const dpl_comm *c);
+int dpl_comm_set_timeout(dpl_comm *c, double seconds);
+/* on = 1: an extra round compares every collective's descriptor before data moves (DPL_COMM_CHECK). */
+int dpl_comm_set_check(dpl_comm *c, int32_t on);
+
+int dpl_comm_barrier(dpl_comm *c);
+/* In place; AVG needs a floating dtype; BOOL: SUM/MAX = or, PROD/MIN = and. */
+int dpl_comm_all_reduce(dpl_comm *c, void *buf, int64_t count, int32_t dtype, int32_t op);
+/* In place on root; other ranks' buffers are left as they were. */
+int dpl_comm_reduce(dpl_comm *c, void *buf, int64_t count, int32_t dtype, int32_t op, int32_t root);
+int dpl_comm_broadcast(dpl_comm *c, void *buf, int64_t count, int32_t dtype, int32_t root);
+/* recv holds size*count elements, rank k's block at k*count. */
+int dpl_comm_all_gather(dpl_comm *c, const void *send, void *recv, int64_t count, int32_t dtype);
+/* recv (size*count elements) is used on root only (may be NULL elsewhere). */
+int dpl_comm_gather(dpl_comm *c, const void *send, void *recv, int64_t count, int32_t dtype, int32_t root);
+/* send (size*count elements) is read on root only; every rank receives count elements. */
+int dpl_comm_scatter(dpl_comm *c, const void *send, void *recv, int64_t count, int32_t dtype, int32_t root);
+/* send holds size*count elements; rank k receives block k reduced over ranks. */
+int dpl_comm_reduce_scatter(dpl_comm *c, const void *send, void *recv, int64_t count, int32_t dtype, int32_t op);
+/* Rendezvous store (torch's TCPStore): rank 0 hosts it (is_server = 1; port 0 picks
+ * a free port, see dpl_store_port), every rank connects (host NULL: 127.0.0.1).
+ * get waits until the key exists (timeout_s <= 0: the store's timeout); the value
+ * stays valid until the next call on this handle. add keeps a decimal counter. */
+typedef struct dpl_store dpl_store;
+int dpl_store_create(const char *host, int32_t port, int32_t is_server, double timeout_s, dpl_store **out);
+int32_t dpl_store_port(const dpl_store *s);
+void dpl_store_destroy(dpl_store *s);
+int dpl_store_set(dpl_store *s, const char *key, const void *val, int64_t len);
+int dpl_store_get(dpl_store *s, const char *key, double timeout_s, const uint8_t **val, int64_t *len);
+int dpl_store_add(dpl_store *s, const char *key, int64_t delta, int64_t *out);
+int dpl_store_delete(dpl_store *s, const char *key, int32_t *existed);
+/* For launchers, after every rank of a job exited: removes the job's shm segment
+ * names left in /dev/shm (only possible when a rank died during the rendezvous). */
+int dpl_comm_shm_cleanup(const char *job, int32_t *removed);
+/* Local helper: dst = dst op src elementwise (AVG acts as SUM), same rules as the collectives. */
+int dpl_comm_reduce_local(void *dst, const void *src, int64_t count, int32_t dtype, int32_t op);
 
 #endif

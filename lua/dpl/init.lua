@@ -10,12 +10,18 @@ local dpl = {
 }
 
 local lazy = {
+  tensor = 'dpl.tensor', -- callable: dpl.tensor(data, opts)
+  safetensors = 'dpl.safetensors',
   capi = 'dpl.capi',
   errors = 'dpl.errors',
   repl = 'dpl.repl',
   pretty = 'dpl.pretty',
   log = 'dpl.log',
   devices = 'dpl.devices',
+  Trainer = 'dpl.trainer', LightningModule = 'dpl.lightning', callbacks = 'dpl.callbacks',
+  loggers = 'dpl.loggers', strategies = 'dpl.strategies',
+  dist = 'dpl.dist',
+  autograd = 'dpl.autograd', nn = 'dpl.nn', optim = 'dpl.optim', datasets = 'dpl.datasets', data = 'dpl.data',
 }
 
 setmetatable(dpl, {
@@ -24,6 +30,12 @@ setmetatable(dpl, {
     if mod then
       local v = require(mod)
       rawset(t, k, v)
+      return v
+    end
+    -- tensor constructors and functions (dpl.zeros, dpl.float32, dpl.cat, ...)
+    if type(k) == 'string' then
+      local v = require('dpl.tensor')[k]
+      if v ~= nil then rawset(t, k, v) end
       return v
     end
     return nil

@@ -113,6 +113,14 @@ void dpl_host_run_atexit(lua_State *L)
   lua_pop(L, 1);
 }
 
+/* Drops every registered cleanup (a forked worker must not run its parent's). */
+static int host_clear_atexit(lua_State *L)
+{
+  lua_newtable(L);
+  lua_setfield(L, LUA_REGISTRYINDEX, atexit_key);
+  return 0;
+}
+
 /* os.exit replacement: runs the atexit cleanups, then the original os.exit. */
 static int host_os_exit(lua_State *L)
 {
@@ -234,6 +242,7 @@ static int host_open_module(lua_State *L)
 {
   static const luaL_Reg fns[] = {
     {"atexit", host_atexit},
+    {"clear_atexit", host_clear_atexit},
     {"clear_interrupt", host_clear_interrupt},
     {"set_interactive", host_set_interactive},
     {"readline", host_readline},

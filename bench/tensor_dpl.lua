@@ -1,0 +1,52 @@
+-- tensor_dpl.lua: dplhost's side of bench/tensor.sh. Prints "name value" lines
+-- (µs per op, GFLOP/s) for sgemm, elementwise ops on 1M floats and the per-op
+-- overhead on 4x4 tensors. Threads: DPL_NUM_THREADS (the script sets it).
+local dpl = require 'dpl'
+local clock = dpl.C.dpl_clock
+
+local function median(t) table.sort(t) return t[math.ceil(#t / 2)] end
+local function time_us(f, n, reps)
+  -- warm up past a few GC cycles: steady state, as in a training loop
+  local t0 = clock()
+  repeat f() until clock() - t0 > 0.05
+  local r = {}
+  for k = 1, reps or 5 do
+    local t0 = clock()
+    for i = 1, n do f() end
+    r[k] = (clock() - t0) / n * 1e6
+  end
+  return median(r)
+end
+
+print('blas ' .. dpl.blas_info():gsub(' ', '_'))
+print('threads ' .. dpl.get_num_threads())
+
+for _, s in ipairs({ { 1024, 1024, 1024 }, { 64, 784, 256 }, { 64, 256, 128 }, { 64, 128, 10 }, { 784, 64, 256 } }) do
+  local m, k, n = s[1], s[2], s[3]
+  local a, b = dpl.rand(m, k), dpl.rand(k, n)
+  if m == 784 then a = dpl.rand(k, m):t() end -- the MLP's weight gradient: x^T @ grad, a transposed operand
+  local reps = math.max(3, math.floor(2e8 / (2 * m * n * k)))
+  a:matmul(b)
+  local us = time_us(function() return a:matmul(b) end, reps)
+  print(('sgemm_%dx%dx%d_us %.3f'):format(m, k, n, us))
+  print(('sgemm_%dx%dx%d_gflops %.2f'):format(m, k, n, 2 * m * n * k / us / 1e3))
+end
+
+local x, y = dpl.rand(1000000), dpl.rand(1000000)
+print(('add_1M_us %.2f'):format(time_us(function() return x + y end, 200)))
+print(('mul_1M_us %.2f'):format(time_us(function() return x * y end, 200)))
+print(('relu_1M_us %.2f'):format(time_us(function() return x:relu() end, 200)))
+print(('add_inplace_1M_us %.2f'):format(time_us(function() return x:add_(y) end, 200)))
+
+local a, b = dpl.ones(4, 4), dpl.ones(4, 4)
+print(('add_4x4_us %.4f'):format(time_us(function() return a + b end, 1000000)))
+local l = dpl.randn(64, 10)
+local w = dpl.randn(10, 10)
+print(('matmul_64x10_us %.4f'):format(time_us(function() return l:matmul(w) end, 200000)))
+
+-- the CNN's second convolution (batch 64) and its pooling
+local cx, cw, cb = dpl.randn(64, 32, 14, 14), dpl.randn(64, 32, 3, 3), dpl.randn(64)
+local gy = dpl.randn(64, 64, 14, 14)
+print(('conv2d_fwd_us %.1f'):format(time_us(function() return dpl.conv2d(cx, cw, cb, { padding = 1 }) end, 5, 3)))
+print(('conv2d_bwd_us %.1f'):format(time_us(function() return dpl.conv2d_backward(gy, cx, cw, { padding = 1 }) end, 3, 3)))
+print(('max_pool2d_us %.1f'):format(time_us(function() return dpl.max_pool2d(gy, 2) end, 20, 3)))

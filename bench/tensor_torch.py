@@ -1,0 +1,44 @@
+"""tensor_torch.py: PyTorch's side of bench/tensor.sh (Debian's python3-torch,
+run with /usr/bin/python3). Same shapes and output format as tensor_dpl.lua."""
+import os, time, torch
+torch.set_num_threads(int(os.environ.get('DPL_NUM_THREADS', '1')))
+
+def time_us(f, n, reps=5):
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < 0.05:
+        f()
+    r = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        for _ in range(n):
+            f()
+        r.append((time.perf_counter() - t0) / n * 1e6)
+    r.sort()
+    return r[(len(r) - 1) // 2]
+
+print('threads', torch.get_num_threads())
+for m, k, n in [(1024, 1024, 1024), (64, 784, 256), (64, 256, 128), (64, 128, 10), (784, 64, 256)]:
+    a, b = torch.rand(m, k), torch.rand(k, n)
+    if m == 784:
+        a = torch.rand(k, m).t()
+    reps = max(3, int(2e8 / (2 * m * n * k)))
+    a.matmul(b)
+    us = time_us(lambda: a.matmul(b), reps)
+    print('sgemm_%dx%dx%d_us %.3f' % (m, k, n, us))
+    print('sgemm_%dx%dx%d_gflops %.2f' % (m, k, n, 2 * m * n * k / us / 1e3))
+x, y = torch.rand(1000000), torch.rand(1000000)
+print('add_1M_us %.2f' % time_us(lambda: x + y, 200))
+print('mul_1M_us %.2f' % time_us(lambda: x * y, 200))
+print('relu_1M_us %.2f' % time_us(lambda: torch.relu(x), 200))
+print('add_inplace_1M_us %.2f' % time_us(lambda: x.add_(y), 200))
+a, b = torch.ones(4, 4), torch.ones(4, 4)
+print('add_4x4_us %.4f' % time_us(lambda: a + b, 200000))
+l, w = torch.randn(64, 10), torch.randn(10, 10)
+print('matmul_64x10_us %.4f' % time_us(lambda: l.matmul(w), 100000))
+import torch.nn.functional as F
+cx, cw, cb = torch.randn(64, 32, 14, 14, requires_grad=True), torch.randn(64, 32, 3, 3, requires_grad=True), torch.randn(64, requires_grad=True)
+gy = torch.randn(64, 64, 14, 14)
+with torch.no_grad():
+    print('conv2d_fwd_us %.1f' % time_us(lambda: F.conv2d(cx, cw, cb, padding=1), 5, 3))
+print('conv2d_bwd_us %.1f' % time_us(lambda: torch.autograd.grad(F.conv2d(cx, cw, cb, padding=1), (cx, cw, cb), gy), 3, 3))
+print('max_pool2d_us %.1f' % time_us(lambda: F.max_pool2d(gy, 2), 20, 3))

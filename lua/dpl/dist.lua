@@ -1,0 +1,731 @@
+-- dpl.dist: process groups and collectives (torch.distributed's API, 0-based
+-- ranks). Backends: 'shm' (processes on one host, shared memory; the default)
+-- and 'mpi' (Open MPI, loaded on demand; the default under mpirun). Data:
+-- contiguous dpl tensors (their _data/_numel/_dtype), or raw ffi buffers with an
+-- explicit {count=, dtype=}. Lua objects travel with string.buffer. Failures
+-- raise DistError (a RuntimeError); bad arguments raise ValueError/TypeError;
+-- configuration mistakes MisconfigurationException. See docs/distributed.md.
+local ffi = require 'ffi'
+local sbuf = require 'string.buffer'
+local capi = require 'dpl.capi'
+local errors = require 'dpl.errors'
+local C = capi.C
+
+local M = {}
+
+local DistError = errors.new_class('DistError', errors.RuntimeError)
+M.DistError = DistError
+
+local status_names = capi.status_names
+
+-- Raises DistError (or ValueError for EINVAL) with the C side's message.
+local function check(st, level)
+  if st == 0 then return end
+  local msg = ffi.string(C.dpl_last_error())
+  local cls = st == -1 and errors.ValueError or DistError
+  local e = cls(msg)
+  e.status = status_names[st] or st
+  error(e, (level or 1) + 1)
+end
+
+local function verr(msg, level) error(errors.ValueError(msg), (level or 1) + 1) end
+local function terr(msg, level) error(errors.TypeError(msg), (level or 1) + 1) end
+local function cfgerr(msg, level) error(errors.MisconfigurationException(msg), (level or 1) + 1) end
+
+---------------------------------------------------------------- dtypes, ops
+
+local dtype_ids = {
+  float32 = 0, float = 0, float64 = 1, double = 1, float16 = 2, half = 2, bfloat16 = 3,
+  int32 = 4, int = 4, int64 = 5, long = 5, uint8 = 6, bool = 7,
+}
+local dtype_names = { [0] = 'float32', 'float64', 'float16', 'bfloat16', 'int32', 'int64', 'uint8', 'bool' }
+local dtype_sizes = { [0] = 4, 8, 2, 2, 4, 8, 1, 1 }
+
+local function dtype_id(d, level)
+  if type(d) == 'number' and dtype_names[d] then return d end
+  if type(d) == 'string' and dtype_ids[d] then return dtype_ids[d] end
+  if type(d) == 'table' and d.name and dtype_ids[d.name] then return dtype_ids[d.name] end
+  if type(d) == 'table' and type(d.id) == 'number' and dtype_names[d.id] then return d.id end
+  verr(('dist: unknown dtype %s (float32, float64, float16, bfloat16, int32, int64, uint8, bool)'):format(tostring(d)), (level or 1) + 1)
+end
+
+local ops = { sum = 0, mean = 1, avg = 1, max = 2, min = 3, prod = 4, product = 4 }
+M.ReduceOp = { SUM = 'sum', AVG = 'avg', MEAN = 'mean', MAX = 'max', MIN = 'min', PRODUCT = 'prod', PROD = 'prod' }
+
+local function op_id(op, level)
+  if op == nil then return 0 end
+  local id = type(op) == 'string' and ops[op:lower()] or nil
+  if not id then
+    verr(("dist: unknown reduce op '%s' (sum, mean/avg, max, min, prod)"):format(tostring(op)), (level or 1) + 1)
+  end
+  return id
+end
+
+---------------------------------------------------------------- buffers
+
+local tensor_ptr_t = ffi.typeof('dpl_tensor *')
+local tensor_t = ffi.typeof('dpl_tensor')
+
+-- The dpl_tensor cdata behind t (a tensor handle or an object carrying one), or nil.
+local function tensor_of(t)
+  if type(t) == 'cdata' then
+    if ffi.istype(tensor_ptr_t, t) or ffi.istype(tensor_t, t) then return t end
+    return nil
+  end
+  if type(t) == 'table' then
+    for _, k in ipairs({ '_t', '_handle', 'handle', '_c' }) do
+      local v = rawget(t, k)
+      if type(v) == 'cdata' and (ffi.istype(tensor_ptr_t, v) or ffi.istype(tensor_t, v)) then return v end
+    end
+  end
+  return nil
+end
+M._tensor_of = tensor_of
+
+local function device_ok(tt, level)
+  if tt._devtype ~= 0 then
+    local info = ffi.new('dpl_device_info')
+    if C.dpl_device_get_info(tt._devtype, tt._devindex, info) ~= 0 or info.simulated == 0 then
+      verr(('dist: tensor on cuda:%d: the shm and mpi backends take host tensors (move it with :to("cpu"))')
+        :format(tt._devindex), (level or 1) + 1)
+    end
+  end
+end
+
+-- Returns pointer, count, dtype id for a tensor or a raw buffer with opts.
+local function buffer_of(x, opts, what, level)
+  level = (level or 1) + 1
+  local tt = tensor_of(x)
+  if tt then
+    if bit.band(tt._flags, 1) == 0 then
+      verr(('dist: %s needs a contiguous tensor (call :contiguous() first)'):format(what), level)
+    end
+    device_ok(tt, level)
+    if opts and opts.count and opts.count ~= tonumber(tt._numel) then
+      verr(('dist: %s: count=%d but the tensor has %d elements'):format(what, opts.count, tonumber(tt._numel)), level)
+    end
+    return tt._data, tonumber(tt._numel), tt._dtype, tt
+  end
+  if type(x) == 'cdata' then
+    if not opts or opts.count == nil or opts.dtype == nil then
+      terr(('dist: %s: a raw buffer needs {count=, dtype=} (got %s without them)'):format(what, tostring(ffi.typeof(x))), level)
+    end
+    local n = opts.count
+    if type(n) ~= 'number' or n < 0 or n % 1 ~= 0 then
+      verr(('dist: %s: count must be a non-negative integer, got %s'):format(what, tostring(n)), level)
+    end
+    local d = dtype_id(opts.dtype, level)
+    local sz = ffi.sizeof(x)
+    if sz and sz < n * dtype_sizes[d] then
+      verr(('dist: %s: buffer of %d bytes is smaller than count=%d %s (%d bytes)'):format(
+        what, sz, n, dtype_names[d], n * dtype_sizes[d]), level)
+    end
+    return ffi.cast('void *', x), n, d, nil
+  end
+  terr(('dist: %s expects a tensor or an ffi buffer, got %s'):format(what, type(x)), level)
+end
+
+-- A new tensor shaped like tt (CPU), owned by Lua: through dpl.tensor when it is
+-- there (its wrapper keeps the GC accounting), else a plain ffi.gc handle.
+local tensor_mod
+local function new_tensor_like(tt)
+  local out = ffi.new('dpl_tensor *[1]')
+  check(C.dpl_tensor_empty(tt._dtype, tt._ndim, tt._shape, tt._devtype, tt._devindex, out), 3)
+  if tensor_mod == nil then
+    local ok, m = pcall(require, 'dpl.tensor')
+    tensor_mod = ok and type(m) == 'table' and m._wrap and m or false
+  end
+  if tensor_mod then return tensor_mod._wrap(out) end
+  return ffi.gc(out[0], C.dpl_tensor_release)
+end
+
+---------------------------------------------------------------- state
+
+local world         -- the default group
+local groups = {}   -- every live group, world first
+local job_for_shm   -- segment name part
+
+local Group = {}
+Group.__index = Group
+Group.__name = 'ProcessGroup'
+function Group:__tostring()
+  if not self.member then return 'ProcessGroup(non-member)' end
+  return ('ProcessGroup(%s, rank %d of %d)'):format(self.backend, self.rank, self.size)
+end
+M.ProcessGroup = Group
+
+local function env(name)
+  local v = os.getenv(name)
+  if v == nil or v == '' then return nil end
+  return v
+end
+
+local function envnum(...)
+  for _, n in ipairs({ ... }) do
+    local v = env(n)
+    if v then
+      local x = tonumber(v)
+      if x then return x, n end
+    end
+  end
+  return nil
+end
+
+local function sanitize(s)
+  s = s:gsub('[^%w_-]', '_')
+  if #s > 100 then
+    local h = 5381
+    for i = 1, #s do h = (h * 33 + s:byte(i)) % 4294967296 end
+    s = s:sub(1, 80) .. ('_%08x'):format(h)
+  end
+  return s
+end
+
+local function uid()
+  local f = io.open('/proc/self/status')
+  if not f then return '0' end
+  local s = f:read('*a')
+  f:close()
+  return s:match('Uid:%s*(%d+)') or '0'
+end
+
+-- Name of the job for shm segments: unique per job, shared by its ranks.
+local function job_id()
+  local j = env('DPL_JOB_ID')
+  if j then return sanitize(j) end
+  local addr, port = env('MASTER_ADDR'), env('MASTER_PORT')
+  if port then return sanitize(('m%s_%s_u%s'):format(addr or 'localhost', port, uid())) end
+  local ns = env('PMIX_NAMESPACE') or env('OMPI_MCA_ess_base_jobid')
+  if ns then return sanitize(('ompi_%s_u%s'):format(ns, uid())) end
+  local sj = env('SLURM_JOB_ID')
+  if sj then return sanitize(('slurm_%s_%s_u%s'):format(sj, env('SLURM_STEP_ID') or '0', uid())) end
+  return nil
+end
+
+local function default_backend()
+  local b = env('DPL_DIST_BACKEND')
+  if b then return b end
+  if env('OMPI_COMM_WORLD_SIZE') and not env('RANK') then return 'mpi' end
+  return 'shm'
+end
+
+local function destroy_group(g)
+  if g.comm ~= nil then
+    local c = g.comm
+    g.comm = nil
+    C.dpl_comm_destroy(c)
+  end
+  for i = #groups, 1, -1 do
+    if groups[i] == g then table.remove(groups, i) end
+  end
+end
+
+local atexit_registered = false
+local function cleanup_all()
+  for i = #groups, 1, -1 do destroy_group(groups[i]) end
+  world = nil
+end
+
+local function get_group(group, level)
+  if group == nil then
+    if not world then
+      error(DistError('dist: the default process group is not initialised (call dist.init_process_group first)'), (level or 1) + 1)
+    end
+    return world
+  end
+  if getmetatable(group) ~= Group then terr('dist: group must be a ProcessGroup from new_group', (level or 1) + 1) end
+  if not group.member then
+    verr(('dist: rank %d is not a member of this group (ranks %s)'):format(world and world.rank or -1,
+      table.concat(group.ranks, ',')), (level or 1) + 1)
+  end
+  if group.comm == nil then error(DistError('dist: this process group was destroyed'), (level or 1) + 1) end
+  return group
+end
+
+-- Global rank -> rank in group g.
+local function group_rank(g, r, what, level)
+  if type(r) ~= 'number' or r % 1 ~= 0 then
+    verr(('dist: %s must be an integer rank, got %s'):format(what, tostring(r)), (level or 1) + 1)
+  end
+  if g == world then
+    if r < 0 or r >= g.size then
+      verr(('dist: %s=%d is not a rank of the group (0..%d; ranks are 0-based)'):format(what, r, g.size - 1), (level or 1) + 1)
+    end
+    return r
+  end
+  for i, gr in ipairs(g.ranks) do if gr == r then return i - 1 end end
+  verr(('dist: %s=%d is not in the group (global ranks %s)'):format(what, r, table.concat(g.ranks, ',')), (level or 1) + 1)
+end
+
+---------------------------------------------------------------- init
+
+function M.is_available() return true end
+function M.is_initialized() return world ~= nil end
+
+--- Backends this process can use: shm always, mpi when libmpi loads.
+function M.is_mpi_available()
+  return ffi.string(C.dpl_comm_mpi_unavailable_reason()) == ''
+end
+
+--- True when this process initialised MPI (it stays initialised until exit, also after
+--- destroy_process_group): such a process must not fork.
+function M.mpi_initialized() return C.dpl_comm_mpi_initialized() ~= 0 end
+
+function M.init_process_group(opts)
+  opts = opts or {}
+  if type(opts) == 'string' then opts = { backend = opts } end
+  if type(opts) ~= 'table' then terr('dist.init_process_group expects an options table', 2) end
+  if world then error(DistError('dist: init_process_group was already called in this process (destroy_process_group first)'), 2) end
+  local backend = opts.backend or default_backend()
+  if backend ~= 'shm' and backend ~= 'mpi' then
+    if backend == 'nccl' or backend == 'gloo' then
+      cfgerr(("init_process_group: backend='%s' is not available in this build (use 'shm' or 'mpi')"):format(backend), 2)
+    end
+    cfgerr(("init_process_group: unknown backend='%s' (shm, mpi)"):format(tostring(backend)), 2)
+  end
+  local timeout = opts.timeout
+  if timeout ~= nil and (type(timeout) ~= 'number' or timeout <= 0) then
+    cfgerr(('init_process_group: timeout must be a number of seconds > 0, got %s'):format(tostring(timeout)), 2)
+  end
+  local out = ffi.new('dpl_comm *[1]')
+  local g = setmetatable({ backend = backend, member = true }, Group)
+  if backend == 'mpi' then
+    local why = ffi.string(C.dpl_comm_mpi_unavailable_reason())
+    if why ~= '' then error(DistError("dist: backend 'mpi' unavailable: " .. why), 2) end
+    check(C.dpl_comm_init_mpi(timeout or 0, out), 2)
+    g.comm = out[0]
+    g.rank, g.size = C.dpl_comm_rank(g.comm), C.dpl_comm_size(g.comm)
+    if (opts.rank and opts.rank ~= g.rank) or (opts.world_size and opts.world_size ~= g.size) then
+      local r, s = g.rank, g.size
+      C.dpl_comm_destroy(g.comm)
+      cfgerr(('init_process_group: rank=%s world_size=%s disagree with MPI (rank %d of %d)'):format(
+        tostring(opts.rank), tostring(opts.world_size), r, s), 2)
+    end
+  else
+    local size, size_src = opts.world_size, 'world_size'
+    if size == nil then size, size_src = envnum('WORLD_SIZE', 'OMPI_COMM_WORLD_SIZE', 'PMI_SIZE', 'SLURM_NTASKS') end
+    local rank, rank_src = opts.rank, 'rank'
+    if rank == nil then rank, rank_src = envnum('RANK', 'OMPI_COMM_WORLD_RANK', 'PMI_RANK', 'SLURM_PROCID') end
+    size = size or 1
+    rank = rank or 0
+    if type(size) ~= 'number' or size < 1 or size % 1 ~= 0 then
+      cfgerr(('init_process_group: world_size must be an integer >= 1, got %s (from %s)'):format(tostring(size), size_src), 2)
+    end
+    if type(rank) ~= 'number' or rank < 0 or rank >= size or rank % 1 ~= 0 then
+      cfgerr(('init_process_group: rank must be in [0, %d) (ranks are 0-based), got %s (from %s)'):format(
+        size, tostring(rank), rank_src or 'default'), 2)
+    end
+    local job = opts.job_id and sanitize(tostring(opts.job_id)) or job_id()
+    if size > 1 and not job then
+      cfgerr('init_process_group: the shm backend needs a job id shared by the ranks: set DPL_JOB_ID '
+        .. '(dplhost --nproc does), or MASTER_ADDR/MASTER_PORT', 2)
+    end
+    job_for_shm = job or 'single'
+    check(C.dpl_comm_init_shm(job_for_shm, rank, size, timeout or 0, out), 2)
+    g.comm = out[0]
+    g.rank, g.size = rank, size
+  end
+  g.ranks = {}
+  for i = 0, g.size - 1 do g.ranks[#g.ranks + 1] = i end
+  world = g
+  groups[#groups + 1] = g
+  if not atexit_registered then
+    atexit_registered = true
+    require('dpl').atexit(cleanup_all)
+  end
+  return g
+end
+
+function M.destroy_process_group(group)
+  if group == nil then
+    cleanup_all()
+    return
+  end
+  if getmetatable(group) ~= Group then terr('dist: destroy_process_group expects a ProcessGroup', 2) end
+  if group == world then cleanup_all() else destroy_group(group) end
+end
+
+function M.get_rank(group)
+  if group == nil and not world then return -1 end
+  if group ~= nil and getmetatable(group) == Group and not group.member then return -1 end
+  return get_group(group, 2).rank
+end
+
+function M.get_world_size(group)
+  if group == nil and not world then return -1 end
+  if group ~= nil and getmetatable(group) == Group and not group.member then return -1 end
+  return get_group(group, 2).size
+end
+
+function M.get_backend(group) return get_group(group, 2).backend end
+
+--- Like torch.distributed.new_group: every rank of the world calls it with the same list.
+function M.new_group(ranks, opts)
+  local w = get_group(nil, 2)
+  opts = opts or {}
+  local list = {}
+  if ranks == nil then
+    for i = 0, w.size - 1 do list[#list + 1] = i end
+  else
+    if type(ranks) ~= 'table' then terr('dist.new_group: ranks must be a list of 0-based ranks', 2) end
+    for _, r in ipairs(ranks) do list[#list + 1] = r end
+    table.sort(list)
+  end
+  if #list == 0 then verr('dist.new_group: empty ranks list', 2) end
+  local arr = ffi.new('int32_t[?]', #list)
+  for i, r in ipairs(list) do
+    if type(r) ~= 'number' or r % 1 ~= 0 or r < 0 or r >= w.size then
+      verr(('dist.new_group: rank %s is not in [0, %d)'):format(tostring(r), w.size), 2)
+    end
+    if i > 1 and list[i - 1] == r then verr(('dist.new_group: rank %d listed twice'):format(r), 2) end
+    arr[i - 1] = r
+  end
+  local out = ffi.new('dpl_comm *[1]')
+  check(C.dpl_comm_new_group(w.comm, #list, arr, out), 2)
+  local g = setmetatable({ backend = w.backend, ranks = list, member = out[0] ~= nil }, Group)
+  if g.member then
+    g.comm = out[0]
+    g.rank, g.size = C.dpl_comm_rank(g.comm), C.dpl_comm_size(g.comm)
+    if opts.timeout then check(C.dpl_comm_set_timeout(g.comm, opts.timeout), 2) end
+    groups[#groups + 1] = g
+  else
+    g.size = #list
+  end
+  return g
+end
+
+---------------------------------------------------------------- collectives
+
+-- Options table is the last argument when it is a plain table with known keys.
+local function split_opts(o)
+  if type(o) == 'table' and getmetatable(o) == nil and not tensor_of(o) then return o end
+  if getmetatable(o) == Group then return { group = o } end
+  return nil
+end
+
+function M.barrier(group)
+  local o = split_opts(group)
+  local g
+  if o then g = get_group(o.group, 2) else g = get_group(group, 2) end
+  check(C.dpl_comm_barrier(g.comm), 2)
+end
+
+--- all_reduce(t, op='sum', opts): in place on every rank.
+function M.all_reduce(t, op, opts)
+  if type(op) == 'table' then opts, op = op, nil end
+  opts = split_opts(opts) or {}
+  local g = get_group(opts.group, 2)
+  local p, n, d = buffer_of(t, opts, 'all_reduce', 2)
+  check(C.dpl_comm_all_reduce(g.comm, p, n, d, op_id(op or opts.op, 2)), 2)
+  return t
+end
+
+--- reduce(t, dst, op='sum', opts): the result lands in t on rank dst (global rank).
+function M.reduce(t, dst, op, opts)
+  if type(op) == 'table' then opts, op = op, nil end
+  opts = split_opts(opts) or {}
+  local g = get_group(opts.group, 2)
+  local p, n, d = buffer_of(t, opts, 'reduce', 2)
+  check(C.dpl_comm_reduce(g.comm, p, n, d, op_id(op or opts.op, 2), group_rank(g, dst or 0, 'dst', 2)), 2)
+  return t
+end
+
+--- broadcast(t, src, opts): t takes rank src's values on every rank.
+function M.broadcast(t, src, opts)
+  opts = split_opts(opts) or {}
+  local g = get_group(opts.group, 2)
+  local p, n, d = buffer_of(t, opts, 'broadcast', 2)
+  check(C.dpl_comm_broadcast(g.comm, p, n, d, group_rank(g, src or 0, 'src', 2)), 2)
+  return t
+end
+
+local function copy_blocks_out(list, tmp, n, d, what)
+  local es = dtype_sizes[d]
+  for i, x in ipairs(list) do
+    local p, m, xd = buffer_of(x, { count = n, dtype = d }, what, 3)
+    if m ~= n or xd ~= d then
+      verr(('dist: %s: output %d is %s x %d, expected %s x %d'):format(what, i, dtype_names[xd], m, dtype_names[d], n), 3)
+    end
+    ffi.copy(p, ffi.cast('uint8_t *', tmp) + (i - 1) * n * es, n * es)
+  end
+end
+
+-- all_gather(t) -> list of new tensors; all_gather(list, t) fills list;
+-- all_gather(recv, send, {count=, dtype=}) with raw buffers (recv: size*count).
+function M.all_gather(a, b, opts)
+  if opts == nil and split_opts(b) then opts, b = b, nil end
+  opts = split_opts(opts) or {}
+  local g = get_group(opts.group, 2)
+  if b == nil then
+    local p, n, d, tt = buffer_of(a, opts, 'all_gather', 2)
+    if not tt then terr('dist: all_gather(t) needs a tensor; with raw buffers call all_gather(recv, send, {count=, dtype=})', 2) end
+    local es = dtype_sizes[d]
+    local tmp = ffi.new('uint8_t[?]', math.max(1, n * es * g.size))
+    check(C.dpl_comm_all_gather(g.comm, p, tmp, n, d), 2)
+    local out = {}
+    for i = 1, g.size do
+      local o = new_tensor_like(tt)
+      ffi.copy(tensor_of(o)._data, tmp + (i - 1) * n * es, n * es)
+      out[i] = o
+    end
+    return out
+  end
+  local p, n, d = buffer_of(b, opts, 'all_gather', 2)
+  local es = dtype_sizes[d]
+  if type(a) == 'table' and not tensor_of(a) then
+    if #a ~= g.size then verr(('dist: all_gather: the output list has %d entries, the group %d ranks'):format(#a, g.size), 2) end
+    local tmp = ffi.new('uint8_t[?]', math.max(1, n * es * g.size))
+    check(C.dpl_comm_all_gather(g.comm, p, tmp, n, d), 2)
+    copy_blocks_out(a, tmp, n, d, 'all_gather')
+    return a
+  end
+  local rp = buffer_of(a, { count = n * g.size, dtype = d }, 'all_gather', 2)
+  check(C.dpl_comm_all_gather(g.comm, p, rp, n, d), 2)
+  return a
+end
+
+-- gather(t, gather_list, dst, opts): torch's order; gather_list on dst only
+-- (nil there: a list of new tensors is returned). Raw: gather(send, recv, dst, {count=, dtype=}).
+function M.gather(t, list, dst, opts)
+  opts = split_opts(opts) or {}
+  local g = get_group(opts.group, 2)
+  local root = group_rank(g, dst or 0, 'dst', 2)
+  local p, n, d, tt = buffer_of(t, opts, 'gather', 2)
+  local es = dtype_sizes[d]
+  local me = g.rank == root
+  if me and list ~= nil and type(list) == 'cdata' then
+    local rp = buffer_of(list, { count = n * g.size, dtype = d }, 'gather', 2)
+    check(C.dpl_comm_gather(g.comm, p, rp, n, d, root), 2)
+    return list
+  end
+  local tmp = me and ffi.new('uint8_t[?]', math.max(1, n * es * g.size)) or nil
+  check(C.dpl_comm_gather(g.comm, p, tmp, n, d, root), 2)
+  if not me then return nil end
+  if list == nil then
+    if not tt then terr('dist: gather with a raw buffer needs a recv buffer on dst', 2) end
+    list = {}
+    for i = 1, g.size do list[i] = new_tensor_like(tt) end
+  elseif #list ~= g.size then
+    verr(('dist: gather: gather_list has %d entries, the group %d ranks'):format(#list, g.size), 2)
+  end
+  copy_blocks_out(list, tmp, n, d, 'gather')
+  return list
+end
+
+-- scatter(t, scatter_list, src, opts): t receives scatter_list[rank+1] of rank src.
+-- Raw: scatter(recv, send, src, {count=, dtype=}) with send of size*count on src.
+function M.scatter(t, list, src, opts)
+  opts = split_opts(opts) or {}
+  local g = get_group(opts.group, 2)
+  local root = group_rank(g, src or 0, 'src', 2)
+  local p, n, d = buffer_of(t, opts, 'scatter', 2)
+  local es = dtype_sizes[d]
+  local sp = nil
+  if g.rank == root then
+    if type(list) == 'cdata' and not tensor_of(list) then
+      sp = buffer_of(list, { count = n * g.size, dtype = d }, 'scatter', 2)
+    else
+      if type(list) ~= 'table' or #list ~= g.size then
+        verr(('dist: scatter: rank %d (src) needs a scatter_list of %d entries'):format(g.rank, g.size), 2)
+      end
+      sp = ffi.new('uint8_t[?]', math.max(1, n * es * g.size))
+      for i, x in ipairs(list) do
+        local xp, m, xd = buffer_of(x, { count = n, dtype = d }, 'scatter', 2)
+        if m ~= n or xd ~= d then
+          verr(('dist: scatter: scatter_list[%d] is %s x %d, expected %s x %d'):format(i, dtype_names[xd], m, dtype_names[d], n), 2)
+        end
+        ffi.copy(sp + (i - 1) * n * es, xp, n * es)
+      end
+    end
+  end
+  check(C.dpl_comm_scatter(g.comm, sp, p, n, d, root), 2)
+  return t
+end
+
+-- reduce_scatter(output, input_list, op, opts): output = op over ranks of input_list[rank+1].
+-- Raw: reduce_scatter(recv, send, op, {count=, dtype=}) with send of size*count.
+function M.reduce_scatter(out, inputs, op, opts)
+  if type(op) == 'table' then opts, op = op, nil end
+  opts = split_opts(opts) or {}
+  local g = get_group(opts.group, 2)
+  local p, n, d = buffer_of(out, opts, 'reduce_scatter', 2)
+  local es = dtype_sizes[d]
+  local sp
+  if type(inputs) == 'table' and not tensor_of(inputs) then
+    if #inputs ~= g.size then
+      verr(('dist: reduce_scatter: input_list has %d entries, the group %d ranks'):format(#inputs, g.size), 2)
+    end
+    sp = ffi.new('uint8_t[?]', math.max(1, n * es * g.size))
+    for i, x in ipairs(inputs) do
+      local xp, m, xd = buffer_of(x, { count = n, dtype = d }, 'reduce_scatter', 2)
+      if m ~= n or xd ~= d then
+        verr(('dist: reduce_scatter: input_list[%d] is %s x %d, expected %s x %d'):format(i, dtype_names[xd], m, dtype_names[d], n), 2)
+      end
+      ffi.copy(sp + (i - 1) * n * es, xp, n * es)
+    end
+  else
+    sp = buffer_of(inputs, { count = n * g.size, dtype = d }, 'reduce_scatter', 2)
+  end
+  check(C.dpl_comm_reduce_scatter(g.comm, sp, p, n, d, op_id(op or opts.op, 2)), 2)
+  return out
+end
+
+---------------------------------------------------------------- objects
+
+local function encode(obj)
+  local ok, s = pcall(sbuf.encode, obj)
+  if ok then return s end
+  return nil, tostring(s)
+end
+
+local function decode(s, from)
+  local ok, v = pcall(sbuf.decode, s)
+  if not ok then error(DistError(('dist: cannot decode the object from rank %d: %s'):format(from, tostring(v))), 3) end
+  return v
+end
+
+--- broadcast_object(obj, src, opts) -> rank src's object on every rank.
+function M.broadcast_object(obj, src, opts)
+  opts = split_opts(opts) or {}
+  local g = get_group(opts.group, 2)
+  local root = group_rank(g, src or 0, 'src', 2)
+  local len = ffi.new('int64_t[1]')
+  local s, why
+  if g.rank == root then
+    s, why = encode(obj)
+    len[0] = s and #s or -1
+  end
+  check(C.dpl_comm_broadcast(g.comm, len, 1, 5, root), 2)
+  local n = tonumber(len[0])
+  if n < 0 then
+    error(DistError(('dist: broadcast_object: rank %d (src) could not encode its object%s'):format(
+      src or 0, why and (': ' .. why) or '')), 2)
+  end
+  local buf = ffi.new('uint8_t[?]', math.max(1, n))
+  if g.rank == root then ffi.copy(buf, s, n) end
+  check(C.dpl_comm_broadcast(g.comm, buf, n, 6, root), 2)
+  if g.rank == root then return obj end
+  return decode(ffi.string(buf, n), src or 0)
+end
+
+local function gather_objects(obj, g, root, what)
+  local s, why = encode(obj)
+  local lens = ffi.new('int64_t[?]', g.size)
+  local mine = ffi.new('int64_t[1]', s and #s or -1)
+  -- every rank learns every length: the padded size, and who could not encode
+  check(C.dpl_comm_all_gather(g.comm, mine, lens, 1, 5), 3)
+  local recv = not root or g.rank == root
+  local maxlen, bad = 0, {}
+  for i = 0, g.size - 1 do
+    local l = tonumber(lens[i])
+    if l < 0 then bad[#bad + 1] = tostring(g.ranks[i + 1]) elseif l > maxlen then maxlen = l end
+  end
+  if #bad > 0 then
+    error(DistError(('dist: %s: rank%s %s could not encode the object%s'):format(what,
+      #bad == 1 and '' or 's', table.concat(bad, ','), why and (': ' .. why) or '')), 3)
+  end
+  local send = ffi.new('uint8_t[?]', math.max(1, maxlen))
+  ffi.copy(send, s, #s)
+  local all = recv and ffi.new('uint8_t[?]', math.max(1, maxlen * g.size)) or nil
+  if root then check(C.dpl_comm_gather(g.comm, send, all, maxlen, 6, root), 3)
+  else check(C.dpl_comm_all_gather(g.comm, send, all, maxlen, 6), 3) end
+  if not recv then return nil end
+  local out = {}
+  for i = 0, g.size - 1 do
+    out[i + 1] = decode(ffi.string(all + i * maxlen, tonumber(lens[i])), g.ranks[i + 1])
+  end
+  return out
+end
+
+--- all_gather_object(obj, opts) -> list (1-based) of every rank's object, rank order.
+function M.all_gather_object(obj, opts)
+  opts = split_opts(opts) or {}
+  return gather_objects(obj, get_group(opts.group, 2), nil, 'all_gather_object')
+end
+
+--- gather_object(obj, dst, opts) -> the list on dst, nil elsewhere.
+function M.gather_object(obj, dst, opts)
+  opts = split_opts(opts) or {}
+  local g = get_group(opts.group, 2)
+  return gather_objects(obj, g, group_rank(g, dst or 0, 'dst', 2), 'gather_object')
+end
+
+---------------------------------------------------------------- store
+
+local Store = {}
+Store.__index = Store
+Store.__name = 'TCPStore'
+M.TCPStore = setmetatable({}, { __call = function(_, opts) return M.store(opts) end })
+
+--- dist.TCPStore{host=, port=, is_master=, timeout=}: the rendezvous key-value store
+--- (rank 0 hosts it). Defaults: MASTER_ADDR (else 127.0.0.1), MASTER_PORT, is_master
+--- on rank 0, the comm timeout. port=0 with is_master picks a free port (store:port()).
+function M.store(opts)
+  opts = opts or {}
+  local host = opts.host or env('MASTER_ADDR') or '127.0.0.1'
+  local port = opts.port or tonumber(env('MASTER_PORT') or '')
+  local is_master = opts.is_master
+  if is_master == nil then is_master = (envnum('RANK', 'OMPI_COMM_WORLD_RANK', 'SLURM_PROCID') or 0) == 0 end
+  if port == nil then cfgerr('TCPStore: needs port= or MASTER_PORT', 2) end
+  if opts.timeout ~= nil and (type(opts.timeout) ~= 'number' or opts.timeout <= 0) then
+    cfgerr(('TCPStore: timeout must be a number of seconds > 0, got %s'):format(tostring(opts.timeout)), 2)
+  end
+  local out = ffi.new('dpl_store *[1]')
+  check(C.dpl_store_create(host, port, is_master and 1 or 0, opts.timeout or 0, out), 2)
+  return setmetatable({ h = ffi.gc(out[0], C.dpl_store_destroy) }, Store)
+end
+
+local function live(self)
+  if self.h == nil then error(DistError('dist: the store was closed'), 3) end
+  return self.h
+end
+
+function Store:set(key, value)
+  value = tostring(value)
+  check(C.dpl_store_set(live(self), tostring(key), value, #value), 2)
+end
+
+--- Waits (up to timeout seconds, default the store's) until key exists; returns its value.
+function Store:get(key, timeout)
+  local v, n = ffi.new('const uint8_t *[1]'), ffi.new('int64_t[1]')
+  check(C.dpl_store_get(live(self), tostring(key), timeout or 0, v, n), 2)
+  return ffi.string(v[0], n[0])
+end
+
+--- Adds delta (default 1) to the integer under key (0 when absent); returns the new value.
+function Store:add(key, delta)
+  local n = ffi.new('int64_t[1]')
+  check(C.dpl_store_add(live(self), tostring(key), delta or 1, n), 2)
+  return tonumber(n[0])
+end
+
+--- Waits until every key in the list exists.
+function Store:wait(keys, timeout)
+  for _, k in ipairs(type(keys) == 'table' and keys or { keys }) do self:get(k, timeout) end
+end
+
+function Store:delete_key(key)
+  local e = ffi.new('int32_t[1]')
+  check(C.dpl_store_delete(live(self), tostring(key), e), 2)
+  return e[0] ~= 0
+end
+
+function Store:port() return C.dpl_store_port(live(self)) end
+
+function Store:close()
+  if self.h ~= nil then
+    local h = self.h
+    self.h = nil
+    C.dpl_store_destroy(ffi.gc(h, nil))
+  end
+end
+
+-- dist.spawn lives in dpl.spawn (forks workers, each with its group); reachable here
+setmetatable(M, { __index = function(_, k)
+  if k == 'spawn' then return require('dpl.spawn').spawn end
+end })
+
+--- The C handle of a group (for benchmarks and other C code).
+function M._comm(group) return get_group(group, 2).comm end
+
+return M

@@ -1,0 +1,263 @@
+-- dpl.lightning: the LightningModule (dpl.LightningModule). A model class with
+-- Lightning 1.9's hooks (no-op defaults the Trainer calls in Lightning's order),
+-- self:log / self:log_dict, save_hyperparameters, optimizers(), manual
+-- optimisation. Returns the class: `local M = dpl.LightningModule:extend()`.
+local class = require 'dpl.class'
+local errors = require 'dpl.errors'
+
+-- The one line that decides the base class. The lead rebases this on
+-- dpl.nn.Module when it lands (train/eval/zero_grad/state_dict then come from it).
+local Base = class.Object
+
+local Misconfiguration = errors.MisconfigurationException
+
+local LightningModule = Base:extend('LightningModule')
+
+function LightningModule:__init(...)
+  Base.__init(self, ...)
+  if self.training == nil then self.training = true end
+  self.automatic_optimization = true
+  self.hparams = {}
+  self.trainer = nil
+  self.device = nil          -- set by the strategy (model_to_device)
+  self.global_rank = 0
+  self.local_rank = 0
+  self.current_epoch = 0
+  self.global_step = 0
+  self._current_fx_name = nil
+end
+
+-- `model(...)` is `model:forward(...)`, as in PyTorch.
+LightningModule.__call = function(self, ...) return self:forward(...) end
+LightningModule.__tostring = function(self) return (getmetatable(self).__name or 'LightningModule') .. '()' end
+
+function LightningModule:forward()
+  errors.NotImplementedError:raise(('%s:forward is not implemented'):format(
+    getmetatable(self).__name or 'LightningModule'), 2)
+end
+
+-- nn.Module basics, only while the base class does not provide them.
+if not Base.train then
+  function LightningModule:train(mode)
+    self.training = mode ~= false
+    return self
+  end
+end
+if not Base.eval then
+  function LightningModule:eval() return self:train(false) end
+end
+if not Base.zero_grad then
+  function LightningModule:zero_grad() end
+end
+
+---------------------------------------------------------------- hooks
+-- Every hook Lightning 1.9 calls; the defaults do what Lightning's do.
+local noop_hooks = {
+  'prepare_data', 'setup', 'teardown', 'configure_sharded_model',
+  'on_fit_start', 'on_fit_end',
+  'on_train_start', 'on_train_end', 'on_train_epoch_start', 'on_train_epoch_end',
+  'on_train_batch_start', 'on_train_batch_end',
+  'on_validation_start', 'on_validation_end', 'on_validation_epoch_start', 'on_validation_epoch_end',
+  'on_validation_batch_start', 'on_validation_batch_end',
+  'on_test_start', 'on_test_end', 'on_test_epoch_start', 'on_test_epoch_end',
+  'on_test_batch_start', 'on_test_batch_end',
+  'on_predict_start', 'on_predict_end', 'on_predict_epoch_start', 'on_predict_epoch_end',
+  'on_predict_batch_start', 'on_predict_batch_end',
+  'on_before_backward', 'on_after_backward', 'on_before_optimizer_step', 'on_before_zero_grad',
+  'on_save_checkpoint', 'on_load_checkpoint',
+  'training_epoch_end', 'validation_epoch_end', 'test_epoch_end',
+  'toggle_optimizer', 'untoggle_optimizer',
+}
+for _, name in ipairs(noop_hooks) do
+  LightningModule[name] = function() end
+end
+
+--- The hooks a LightningModule can define, in a stable order (used by tests and docs).
+LightningModule._hook_names = noop_hooks
+
+function LightningModule:configure_callbacks() return {} end
+
+--- With Trainer{track_grad_norm = p}: logs the gradient norms (on step and epoch).
+function LightningModule:log_grad_norm(grad_norm_dict)
+  self:log_dict(grad_norm_dict, { on_step = true, on_epoch = true, prog_bar = false, logger = true })
+end
+
+function LightningModule:configure_optimizers()
+  Misconfiguration:raise('No `configure_optimizers()` method defined. Lightning `Trainer` expects as minimum a'
+    .. ' `training_step()`, `train_dataloader()` and `configure_optimizers()` to be defined.', 2)
+end
+
+function LightningModule:training_step()
+  Misconfiguration:raise('No `training_step()` method defined. Lightning `Trainer` expects as minimum a'
+    .. ' `training_step()`, `train_dataloader()` and `configure_optimizers()` to be defined.', 2)
+end
+function LightningModule:validation_step() end
+function LightningModule:test_step() end
+--- Default predict_step: forward on the batch, as in Lightning.
+function LightningModule:predict_step(batch) return self:forward(batch) end
+
+function LightningModule:training_step_end(out) return out end
+function LightningModule:validation_step_end(out) return out end
+function LightningModule:test_step_end(out) return out end
+
+function LightningModule:train_dataloader()
+  Misconfiguration:raise('`train_dataloader` must be implemented to be used with the Lightning Trainer', 2)
+end
+function LightningModule:val_dataloader() end
+function LightningModule:test_dataloader() end
+function LightningModule:predict_dataloader() end
+
+-- evaluation mode switches: the defaults put the trainer's model in eval/train mode
+function LightningModule:on_validation_model_eval() self.trainer.model:eval() end
+function LightningModule:on_validation_model_train() self.trainer.model:train() end
+function LightningModule:on_test_model_eval() self.trainer.model:eval() end
+function LightningModule:on_test_model_train() self.trainer.model:train() end
+function LightningModule:on_predict_model_eval() self.trainer.model:eval() end
+
+-- batch transfer
+function LightningModule:on_before_batch_transfer(batch) return batch end
+function LightningModule:on_after_batch_transfer(batch) return batch end
+local no_gpus -- true when this process sees no GPU: every tensor is on the CPU
+function LightningModule:transfer_batch_to_device(batch, device)
+  if no_gpus == nil then no_gpus = #require('dpl.devices').get_all_available_gpus() == 0 end
+  -- nothing can be elsewhere than the CPU: the batch is already there (no copy)
+  if no_gpus and device ~= nil and device.type == 'cpu' then return batch end
+  return require('dpl.devices').move_data_to_device(batch, device)
+end
+
+-- optimisation
+function LightningModule:backward(loss)
+  if self._fused_backward then return self._fused_backward(loss) end
+  loss:backward()
+end
+
+function LightningModule:optimizer_zero_grad(epoch, batch_idx, optimizer)
+  optimizer:zero_grad()
+end
+
+function LightningModule:optimizer_step(epoch, batch_idx, optimizer, optimizer_idx, optimizer_closure)
+  optimizer:step(optimizer_closure)
+end
+
+function LightningModule:lr_scheduler_step(scheduler, optimizer_idx, metric)
+  if metric == nil then scheduler:step() else scheduler:step(metric) end
+end
+
+function LightningModule:configure_gradient_clipping(optimizer, optimizer_idx, gradient_clip_val,
+                                                     gradient_clip_algorithm)
+  self:clip_gradients(optimizer, gradient_clip_val, gradient_clip_algorithm)
+end
+
+function LightningModule:clip_gradients(optimizer, gradient_clip_val, gradient_clip_algorithm)
+  local trainer = self.trainer
+  if trainer then
+    local tv, ta = trainer.gradient_clip_val, trainer.gradient_clip_algorithm
+    if gradient_clip_val == nil then gradient_clip_val = tv
+    elseif tv ~= nil and tv > 0 and tv ~= gradient_clip_val then
+      Misconfiguration:raise(('You have set `Trainer(gradient_clip_val=%s)` and have passed'
+        .. ' `clip_gradients(gradient_clip_val=%s)`. Please use only one of them.'):format(tv, gradient_clip_val), 2)
+    end
+    if gradient_clip_algorithm == nil then gradient_clip_algorithm = ta
+    elseif ta ~= nil and ta ~= gradient_clip_algorithm and trainer._clip_algorithm_given then
+      Misconfiguration:raise(('You have set `Trainer(gradient_clip_algorithm=%q)` and have passed'
+        .. ' `clip_gradients(gradient_clip_algorithm=%q)` Please use only one of them.'):format(ta, gradient_clip_algorithm), 2)
+    end
+  end
+  if gradient_clip_val == nil or gradient_clip_val <= 0 then return end
+  require('dpl.trainer.optimizers').clip_gradients(optimizer, gradient_clip_val, gradient_clip_algorithm or 'norm')
+end
+
+--- self:manual_backward(loss): backward with the hooks, in manual optimisation.
+function LightningModule:manual_backward(loss, ...)
+  local trainer = self.trainer
+  if not trainer then return loss:backward() end
+  if self.automatic_optimization then
+    Misconfiguration:raise('`manual_backward` is only available in manual optimisation'
+      .. ' (set `self.automatic_optimization = false`)', 2)
+  end
+  trainer.strategy:pre_backward(loss)
+  trainer:_backward(loss, nil, nil, ...)
+end
+
+--- The optimizers (wrapped as LightningOptimizer): one, or a list when several.
+function LightningModule:optimizers(use_pl_optimizer)
+  local trainer = self.trainer
+  if not trainer then return nil end
+  local list = use_pl_optimizer == false and trainer.optimizers or trainer.strategy._lightning_optimizers
+  if list == nil or #list == 0 then return nil end
+  if #list == 1 then return list[1] end
+  return list
+end
+
+--- The lr schedulers: one, a list, or nil.
+function LightningModule:lr_schedulers()
+  local trainer = self.trainer
+  if not trainer or not trainer.lr_scheduler_configs or #trainer.lr_scheduler_configs == 0 then return nil end
+  local cfgs = trainer.lr_scheduler_configs
+  if #cfgs == 1 then return cfgs[1].scheduler end
+  local out = {}
+  for i = 1, #cfgs do out[i] = cfgs[i].scheduler end
+  return out
+end
+
+--- Stores hyper-parameters (a table) as self.hparams; logged and checkpointed.
+function LightningModule:save_hyperparameters(tbl, opts)
+  if tbl == nil then return end
+  if type(tbl) ~= 'table' then
+    Misconfiguration:raise(('save_hyperparameters expects a table of hyper-parameters, got %s'):format(type(tbl)), 2)
+  end
+  local ignore = {}
+  if opts and opts.ignore then
+    for _, k in ipairs(type(opts.ignore) == 'table' and opts.ignore or { opts.ignore }) do ignore[k] = true end
+  end
+  local hp = {}
+  for k, v in pairs(tbl) do
+    if not ignore[k] then hp[k] = v end
+  end
+  self.hparams = hp
+  self._hparams_initial = hp
+  self._hparams_name = 'kwargs'
+end
+
+--- self:print(...): prints on global rank 0 only.
+function LightningModule:print(...)
+  if (self.trainer and self.trainer.global_rank or 0) == 0 then print(...) end
+end
+
+---------------------------------------------------------------- logging
+
+local log_defaults = { prog_bar = false, logger = true, reduce_fx = 'mean', sync_dist = false,
+  add_dataloader_idx = true, rank_zero_only = false }
+
+--- self:log(name, value, {on_step=, on_epoch=, prog_bar=false, logger=true,
+--- reduce_fx='mean', sync_dist=false, batch_size=, add_dataloader_idx=true}).
+function LightningModule:log(name, value, opts)
+  local trainer = self.trainer
+  if trainer == nil then
+    -- Lightning warns once and does nothing when no trainer is attached
+    if not self._warned_no_trainer then
+      self._warned_no_trainer = true
+      require('dpl.log').warn('You are trying to `self:log()` but the `self.trainer` reference is not'
+        .. ' registered on the model yet. This is most likely because the model hasn\'t been passed'
+        .. ' to the `Trainer`')
+    end
+    return
+  end
+  if type(name) ~= 'string' then
+    Misconfiguration:raise(('self:log: the name must be a string, got %s'):format(type(name)), 2)
+  end
+  trainer._results_connector:log(self._current_fx_name, name, value, opts or log_defaults)
+end
+
+--- self:log_dict({name = value, ...}, opts): self:log for each entry (same options).
+function LightningModule:log_dict(dict, opts)
+  if type(dict) ~= 'table' then
+    Misconfiguration:raise(('self:log_dict expects a table, got %s'):format(type(dict)), 2)
+  end
+  local keys = {}
+  for k in pairs(dict) do keys[#keys + 1] = k end
+  table.sort(keys, function(a, b) return tostring(a) < tostring(b) end)
+  for i = 1, #keys do self:log(keys[i], dict[keys[i]], opts) end
+end
+
+return LightningModule

@@ -1,0 +1,212 @@
+-- dpl.loggers.base: the Logger base class and what loggers share: Lightning's
+-- directory layout (<save_dir>/<name>/version_N, N the next free integer,
+-- decided on first use), hparams.yaml (PyYAML's block style, sorted keys),
+-- number formatting. Loggers write on global rank 0 only (the Trainer calls
+-- them there).
+local class = require 'dpl.class'
+local errors = require 'dpl.errors'
+
+local M = {}
+
+local Logger = class.Object:extend('Logger')
+M.Logger = Logger
+
+local function sh_quote(s) return "'" .. tostring(s):gsub("'", "'\\''") .. "'" end
+M.sh_quote = sh_quote
+
+-- file-system calls through libc (no shell per call): Linux/glibc layout of dirent
+local ffi = require 'ffi'
+local have_fs = pcall(ffi.cdef, [[
+typedef struct dpl_DIR_ dpl_DIR_;
+struct dpl_dirent_ { uint64_t d_ino; int64_t d_off; unsigned short d_reclen; unsigned char d_type; char d_name[256]; };
+dpl_DIR_ *opendir(const char *name);
+struct dpl_dirent_ *readdir(dpl_DIR_ *dirp);
+int closedir(dpl_DIR_ *dirp);
+int mkdir(const char *pathname, unsigned int mode);
+]]) and ffi.os == 'Linux' and ffi.arch == 'x64'
+
+local made = {}
+--- mkdir -p (once per directory per process).
+function M.mkdir_p(dir)
+  if made[dir] then return end
+  if have_fs then
+    local path = ''
+    for part in dir:gmatch('[^/]+') do
+      path = path .. ((path == '' and dir:sub(1, 1) ~= '/') and '' or '/') .. part
+      ffi.C.mkdir(path, 493) -- 0755; EEXIST is fine
+    end
+  else
+    os.execute('mkdir -p ' .. sh_quote(dir))
+  end
+  made[dir] = true
+end
+
+--- Names in a directory ({} when it does not exist), without . and ..
+function M.listdir(dir)
+  local out = {}
+  if have_fs then
+    local d = ffi.C.opendir(dir)
+    if d == nil then return out end
+    while true do
+      local e = ffi.C.readdir(d)
+      if e == nil then break end
+      local name = ffi.string(e.d_name)
+      if name ~= '.' and name ~= '..' then out[#out + 1] = name end
+    end
+    ffi.C.closedir(d)
+    table.sort(out)
+    return out
+  end
+  local p = io.popen('ls -1A ' .. sh_quote(dir) .. ' 2>/dev/null')
+  if not p then return out end
+  for line in p:lines() do out[#out + 1] = line end
+  p:close()
+  return out
+end
+
+--- The next version number under root: 1 + the largest version_<digits>, else 0.
+function M.next_version(root)
+  local best = -1
+  for _, name in ipairs(M.listdir(root)) do
+    local n = name:match('^version_(%d+)$')
+    if n and tonumber(n) > best then best = tonumber(n) end
+  end
+  return best + 1
+end
+
+--- A number as Python's str() would print it (shortest round trip).
+function M.num(v)
+  if type(v) ~= 'number' then return tostring(v) end
+  if v ~= v then return 'nan' end
+  if v == math.huge then return 'inf' end
+  if v == -math.huge then return '-inf' end
+  if v == math.floor(v) and math.abs(v) < 1e16 then return ('%d'):format(v) end
+  for p = 1, 17 do
+    local s = ('%.' .. p .. 'g'):format(v)
+    if tonumber(s) == v then return s end
+  end
+  return ('%.17g'):format(v)
+end
+
+local function yaml_scalar(v)
+  local tv = type(v)
+  if v == nil then return 'null' end
+  if tv == 'boolean' then return v and 'true' or 'false' end
+  if tv == 'number' then
+    if v == math.floor(v) and math.abs(v) < 1e16 then return ('%d'):format(v) end
+    local s = M.num(v)
+    if not s:find('[%.eEn]') then s = s .. '.0' end
+    if s:find('e') and not s:find('%.') then s = s:gsub('e', '.0e') end
+    return s
+  end
+  local s = tostring(v)
+  if s == '' or s:match('^[%s]') or s:match('[%s]$') or s:match('^[%-%?:,%[%]{}#&*!|>\'"%%@`]')
+     or s:find(': ') or s:find(' #') or tonumber(s) or s == 'true' or s == 'false' or s == 'null'
+     or s:find('\n') then
+    return "'" .. s:gsub("'", "''") .. "'"
+  end
+  return s
+end
+
+local function is_seq(t)
+  local n = 0
+  for k in pairs(t) do
+    if type(k) ~= 'number' then return false end
+    n = n + 1
+  end
+  return n == #t
+end
+
+local function yaml_dump(v, indent, out)
+  if type(v) ~= 'table' then out[#out + 1] = yaml_scalar(v) .. '\n' return end
+  local pad = string.rep(' ', indent)
+  if next(v) == nil then out[#out + 1] = '{}\n' return end
+  if is_seq(v) then
+    for _, x in ipairs(v) do
+      if type(x) == 'table' and next(x) ~= nil then
+        out[#out + 1] = pad .. '-\n'
+        yaml_dump(x, indent + 2, out)
+      else
+        out[#out + 1] = pad .. '- ' .. (type(x) == 'table' and '{}' or yaml_scalar(x)) .. '\n'
+      end
+    end
+    return
+  end
+  local keys = {}
+  for k, x in pairs(v) do
+    local tx = type(x)
+    if tx == 'number' or tx == 'string' or tx == 'boolean' or tx == 'table' then keys[#keys + 1] = k end
+  end
+  table.sort(keys, function(a, b) return tostring(a) < tostring(b) end)
+  for _, k in ipairs(keys) do
+    local x = v[k]
+    if type(x) == 'table' and next(x) ~= nil then
+      out[#out + 1] = pad .. yaml_scalar(tostring(k)) .. ':\n'
+      yaml_dump(x, is_seq(x) and indent or indent + 2, out)
+    else
+      out[#out + 1] = pad .. yaml_scalar(tostring(k)) .. ': ' .. (type(x) == 'table' and '{}' or yaml_scalar(x)) .. '\n'
+    end
+  end
+end
+
+--- PyYAML-like block YAML of a table (sorted keys; functions and cdata dropped).
+function M.yaml(v)
+  local out = {}
+  yaml_dump(v, 0, out)
+  return table.concat(out)
+end
+
+function M.write_file(path, text)
+  local f = io.open(path, 'wb')
+  if not f then errors.RuntimeError:raise('cannot write ' .. path, 2) end
+  f:write(text)
+  f:close()
+end
+
+---------------------------------------------------------------- Logger base
+
+--- Logger{save_dir=, name="lightning_logs", version=nil (next free), prefix=""}
+function Logger:__init(o)
+  o = o or {}
+  if o.save_dir == nil or type(o.save_dir) ~= 'string' then
+    errors.MisconfigurationException:raise(('%s needs save_dir (a directory path)'):format(getmetatable(self).__name), 3)
+  end
+  self.save_dir = o.save_dir
+  self._name = o.name == nil and 'lightning_logs' or o.name
+  self._version = o.version
+  self.prefix = o.prefix or ''
+  self.hparams = {}
+end
+
+function Logger:name() return self._name end
+
+--- The version: an integer (version_N) or a string; decided on first use.
+function Logger:version()
+  if self._version == nil then
+    self._version = M.next_version(self:root_dir())
+  end
+  return self._version
+end
+
+function Logger:root_dir()
+  if self._name == nil or self._name == '' then return self.save_dir end
+  return self.save_dir .. '/' .. self._name
+end
+
+function Logger:log_dir()
+  local v = self:version()
+  if type(v) == 'number' then v = 'version_' .. v end
+  return self:root_dir() .. '/' .. v
+end
+
+function Logger:log_hyperparams(params)
+  for k, v in pairs(params or {}) do self.hparams[k] = v end
+  M.mkdir_p(self:log_dir())
+  M.write_file(self:log_dir() .. '/hparams.yaml', M.yaml(self.hparams))
+end
+
+function Logger:log_metrics() end
+function Logger:save() end
+function Logger:finalize() self:save() end
+
+return M

@@ -1,0 +1,73 @@
+-- dpl.loggers.csv: CSVLogger with Lightning's layout:
+-- <save_dir>/<name>/version_N/metrics.csv (header: the sorted union of every
+-- key logged so far, `step` included; one row per log_metrics call; the file
+-- is rewritten when new keys appear) and hparams.yaml.
+local B = require 'dpl.loggers.base'
+
+local CSVLogger = B.Logger:extend('CSVLogger')
+
+--- CSVLogger{save_dir=, name="lightning_logs", version=, prefix="", flush_logs_every_n_steps=100}
+function CSVLogger:__init(o)
+  if type(o) == 'string' then o = { save_dir = o } end
+  B.Logger.__init(self, o)
+  self.rows = {}       -- pending rows
+  self.keys = {}       -- sorted header keys
+  self.keyset = {}
+  self.written = 0     -- rows on disk
+  self.all_rows = {}   -- every row (for rewrites)
+end
+
+function CSVLogger:metrics_file_path() return self:log_dir() .. '/metrics.csv' end
+
+function CSVLogger:log_metrics(metrics, step)
+  local row = {}
+  for k, v in pairs(metrics) do
+    local key = self.prefix ~= '' and (self.prefix .. '-' .. k) or k
+    row[key] = v
+  end
+  row.step = step
+  self.rows[#self.rows + 1] = row
+end
+
+local function cell(v)
+  if v == nil then return '' end
+  local s = type(v) == 'number' and B.num(v) or tostring(v)
+  if s:find('[,"\n]') then s = '"' .. s:gsub('"', '""') .. '"' end
+  return s
+end
+
+local function line(keys, row)
+  local parts = {}
+  for i, k in ipairs(keys) do parts[i] = cell(row[k]) end
+  return table.concat(parts, ',') .. '\n'
+end
+
+--- Writes the pending rows (rewriting the file when the header grew).
+function CSVLogger:save()
+  if #self.rows == 0 then return end
+  local new = false
+  for _, row in ipairs(self.rows) do
+    for k in pairs(row) do
+      if not self.keyset[k] then self.keyset[k] = true; self.keys[#self.keys + 1] = k; new = true end
+    end
+  end
+  table.sort(self.keys)
+  B.mkdir_p(self:log_dir())
+  local path = self:metrics_file_path()
+  for _, row in ipairs(self.rows) do self.all_rows[#self.all_rows + 1] = row end
+  if new or self.written == 0 then
+    local out = { table.concat(self.keys, ',') .. '\n' }
+    for _, row in ipairs(self.all_rows) do out[#out + 1] = line(self.keys, row) end
+    B.write_file(path, table.concat(out))
+  else
+    local f = assert(io.open(path, 'ab'))
+    for _, row in ipairs(self.rows) do f:write(line(self.keys, row)) end
+    f:close()
+  end
+  self.written = #self.all_rows
+  self.rows = {}
+end
+
+function CSVLogger:finalize() self:save() end
+
+return CSVLogger

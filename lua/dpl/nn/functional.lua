@@ -1,0 +1,276 @@
+-- dpl.nn.functional: stateless layer functions (PyTorch's torch.nn.functional).
+-- Class labels are 1-based. Everything here is differentiable through dpl.autograd.
+local T = require 'dpl.tensor'
+local autograd = require 'dpl.autograd'
+
+local fmt = string.format
+local is_tensor = T.is_tensor
+
+local F = {}
+
+local function check_tensor(x, fn, what)
+  if not is_tensor(x) then error(fmt('%s: %s must be a tensor, got %s', fn, what or 'input', type(x)), 3) end
+end
+
+local function shape_str(t) return '[' .. table.concat(t:size(), ', ') .. ']' end
+F._shape_str = shape_str
+
+local function reduce(loss, reduction, fn)
+  reduction = reduction or 'mean'
+  if reduction == 'mean' then return loss:mean()
+  elseif reduction == 'sum' then return loss:sum()
+  elseif reduction == 'none' then return loss end
+  error(fmt("%s: reduction must be 'none', 'mean' or 'sum', got '%s'", fn, tostring(reduction)), 3)
+end
+
+---------------------------------------------------------------- activations
+function F.relu(x) check_tensor(x, 'relu') return x:relu() end
+--- gelu(x [, {approximate='none'|'tanh'}])
+function F.gelu(x, opts)
+  check_tensor(x, 'gelu')
+  if opts and opts.approximate == 'tanh' then
+    local c = math.sqrt(2 / math.pi)
+    return x * 0.5 * ((x + x * x * x * 0.044715) * c):tanh():add(1)
+  end
+  return x:gelu()
+end
+function F.tanh(x) return x:tanh() end
+function F.sigmoid(x) return x:sigmoid() end
+function F.silu(x) return x:silu() end
+function F.leaky_relu(x, slope)
+  slope = slope or 0.01
+  return x:relu() - (-x):relu() * slope
+end
+function F.softmax(x, dim) check_tensor(x, 'softmax') return x:softmax(dim or -1) end
+function F.log_softmax(x, dim) check_tensor(x, 'log_softmax') return x:log_softmax(dim or -1) end
+
+---------------------------------------------------------------- linear, conv, pooling
+--- linear(x [..., in], weight [out, in], bias [out] or nil)
+function F.linear(x, w, b)
+  check_tensor(x, 'linear')
+  local inf = w:size(2)
+  if x:dim() == 0 or x:size(-1) ~= inf then
+    error(fmt('linear: input has shape %s, expected the last dim to be %d (weight %s)', shape_str(x), inf,
+      shape_str(w)), 2)
+  end
+  return autograd.linear(x, w, b)
+end
+
+--- conv2d(x [N, C, H, W], weight [O, C/groups, kh, kw], bias, {stride=, padding=, dilation=, groups=})
+function F.conv2d(x, w, b, opts)
+  check_tensor(x, 'conv2d')
+  return T.conv2d(x, w, b, opts)
+end
+
+--- max_pool2d(x, kernel_size, {stride=kernel_size, padding=0}) -> values (indices: return_indices=true)
+function F.max_pool2d(x, k, opts)
+  check_tensor(x, 'max_pool2d')
+  local v, i = T.max_pool2d(x, k, opts)
+  if opts and opts.return_indices then return v, i end
+  return v
+end
+function F.avg_pool2d(x, k, opts)
+  check_tensor(x, 'avg_pool2d')
+  return T.avg_pool2d(x, k, opts)
+end
+
+function F.flatten(x, s, e) return x:flatten(s or 2, e or -1) end
+
+---------------------------------------------------------------- dropout, normalisation
+--- dropout(x, p=0.5, training=true): zeroes elements with probability p, scales by 1/(1-p).
+function F.dropout(x, p, training)
+  p = p or 0.5
+  if type(p) ~= 'number' or p < 0 or p > 1 then
+    error(fmt('dropout: probability has to be between 0 and 1, but got %s', tostring(p)), 2)
+  end
+  if training == false or p == 0 then return x end
+  if p == 1 then return x * 0 end
+  local mask = autograd.no_grad(function()
+    return T.empty_like(x):bernoulli_(1 - p):div_(1 - p)
+  end)
+  return x * mask
+end
+
+--- layer_norm(x, normalized_shape, weight, bias, eps=1e-5)
+function F.layer_norm(x, shape, w, b, eps)
+  eps = eps or 1e-5
+  if type(shape) == 'number' then shape = { shape } end
+  local k = #shape
+  local nd = x:dim()
+  for i = 1, k do
+    if x:size(nd - k + i) ~= shape[i] then
+      error(fmt('layer_norm: input has shape %s, expected the last dims to be [%s]', shape_str(x),
+        table.concat(shape, ', ')), 2)
+    end
+  end
+  local s = {}
+  for i = 1, nd - k do s[i] = x:size(i) end
+  s[#s + 1] = -1
+  local flat = x:reshape(s)
+  local mu = flat:mean(-1, true)
+  local xc = flat - mu
+  local var = (xc * xc):mean(-1, true)
+  local y = (xc * (var + eps):rsqrt()):reshape(x:size())
+  if w then y = y * w end
+  if b then y = y + b end
+  return y
+end
+
+--- batch_norm(x, running_mean, running_var, weight, bias, training, momentum=0.1, eps=1e-5)
+--- x is [N, C] or [N, C, ...]; statistics are per channel (dim 2).
+function F.batch_norm(x, rm, rv, w, b, training, momentum, eps)
+  momentum, eps = momentum or 0.1, eps or 1e-5
+  local nd = x:dim()
+  local C = x:size(2)
+  local shape = { 1, C }
+  for _ = 3, nd do shape[#shape + 1] = 1 end
+  local mean, var
+  if training or not rm then
+    -- [C, rest] view: move channels first
+    local xt = x:transpose(1, 2):reshape(C, -1)
+    mean = xt:mean(2)
+    local xc = xt - mean:view(C, 1)
+    var = (xc * xc):mean(2)
+    if training and rm then
+      local n = xt:size(2)
+      autograd.no_grad(function()
+        rm:mul_(1 - momentum):add_(mean:detach() * momentum)
+        rv:mul_(1 - momentum):add_(var:detach() * (momentum * n / math.max(n - 1, 1)))
+      end)
+    end
+  else
+    mean, var = rm, rv
+  end
+  local y = (x - mean:view(shape)) * (var:view(shape) + eps):rsqrt()
+  if w then y = y * w:view(shape) end
+  if b then y = y + b:view(shape) end
+  return y
+end
+
+function F.embedding(idx, weight)
+  return T.embedding(weight, idx)
+end
+
+---------------------------------------------------------------- losses
+local function class_count_check(input, target, fn)
+  check_tensor(input, fn)
+  check_tensor(target, fn, 'target')
+  if input:dim() ~= 2 and input:dim() ~= 1 then
+    error(fmt('%s: expected input of shape [N, C] (or [C]), got %s', fn, shape_str(input)), 3)
+  end
+end
+
+--- cross_entropy(logits [N, C], target [N] (1-based classes) or class probabilities [N, C],
+--- {reduction='mean', label_smoothing=0, ignore_index=})
+function F.cross_entropy(input, target, opts)
+  class_count_check(input, target, 'cross_entropy')
+  opts = opts or {}
+  local eps = opts.label_smoothing or 0
+  if input:dim() == 1 then
+    input = input:unsqueeze(1)
+    target = target:dim() == 0 and target:view(1) or target:unsqueeze(1)
+  end
+  if target:is_floating_point() then
+    -- class probabilities
+    local C = input:size(2)
+    local p = eps > 0 and target * (1 - eps) + eps / C or target
+    return reduce(-(input:log_softmax(2) * p):sum(2), opts.reduction, 'cross_entropy')
+  end
+  if eps == 0 then
+    return T.cross_entropy(input, target, { reduction = opts.reduction, ignore_index = opts.ignore_index })
+  end
+  local C = input:size(2)
+  local nll = T.cross_entropy(input, target, { reduction = 'none', ignore_index = opts.ignore_index })
+  local smooth = -input:log_softmax(2):mean(2) -- mean over classes of -log p
+  local loss = nll * (1 - eps) + smooth * eps
+  local red = opts.reduction or 'mean'
+  if opts.ignore_index then
+    local keep = target:ne(opts.ignore_index):to(input.dtype)
+    loss = loss * keep
+    if red == 'mean' then return loss:sum() / keep:sum():clamp(1) end
+  end
+  return reduce(loss, red, 'cross_entropy')
+end
+
+--- nll_loss(log_probs [N, C], target [N] (1-based), {reduction=, ignore_index=})
+function F.nll_loss(input, target, opts)
+  class_count_check(input, target, 'nll_loss')
+  return T.nll_loss(input, target, opts)
+end
+
+local function same_shape_check(a, b, fn)
+  check_tensor(a, fn)
+  check_tensor(b, fn, 'target')
+  if table.concat(a:size(), 'x') ~= table.concat(b:size(), 'x') then
+    error(fmt('%s: input shape %s and target shape %s differ', fn, shape_str(a), shape_str(b)), 3)
+  end
+end
+
+function F.mse_loss(a, b, opts)
+  same_shape_check(a, b, 'mse_loss')
+  return T.mse_loss(a, b, opts)
+end
+
+function F.l1_loss(a, b, opts)
+  same_shape_check(a, b, 'l1_loss')
+  return reduce((a - b):abs(), opts and opts.reduction, 'l1_loss')
+end
+
+function F.smooth_l1_loss(a, b, opts)
+  same_shape_check(a, b, 'smooth_l1_loss')
+  local beta = opts and opts.beta or 1
+  local d = (a - b):abs()
+  local quad = d:clamp(nil, beta)
+  local loss = quad * quad * (0.5 / beta) + (d - quad)
+  return reduce(loss, opts and opts.reduction, 'smooth_l1_loss')
+end
+
+--- binary_cross_entropy(probabilities, target, {reduction=, weight=}); log clamped at -100 as PyTorch.
+function F.binary_cross_entropy(p, y, opts)
+  same_shape_check(p, y, 'binary_cross_entropy')
+  local lp = p:log():clamp(-100)
+  local l1p = (1 - p):log():clamp(-100)
+  local loss = -(y * lp + (1 - y) * l1p)
+  if opts and opts.weight then loss = loss * opts.weight end
+  return reduce(loss, opts and opts.reduction, 'binary_cross_entropy')
+end
+
+--- binary_cross_entropy_with_logits(logits, target, {reduction=, weight=, pos_weight=})
+function F.binary_cross_entropy_with_logits(x, y, opts)
+  same_shape_check(x, y, 'binary_cross_entropy_with_logits')
+  opts = opts or {}
+  -- log(1 + exp(-|x|)) + max(-x, 0), the stable form of -log(sigmoid(x))
+  local log_sig_neg = (-x:abs()):exp():log1p() + (-x):relu()  -- -log sigmoid(x)
+  local loss
+  if opts.pos_weight then
+    local lw = (opts.pos_weight - 1) * y + 1
+    loss = (1 - y) * x + lw * log_sig_neg
+  else
+    loss = (1 - y) * x + log_sig_neg
+  end
+  if opts.weight then loss = loss * opts.weight end
+  return reduce(loss, opts.reduction, 'binary_cross_entropy_with_logits')
+end
+
+--- one_hot(labels (1-based int), num_classes) -> int64 [..., num_classes]
+function F.one_hot(labels, num_classes)
+  check_tensor(labels, 'one_hot', 'labels')
+  if labels:is_floating_point() then error('one_hot: expected integer labels (1-based)', 2) end
+  if num_classes == nil or num_classes < 0 then num_classes = labels:numel() > 0 and labels:max():item() or 0 end
+  if labels:numel() > 0 then
+    local mn, mx = labels:min():item(), labels:max():item()
+    if mn < 1 or mx > num_classes then
+      error(fmt('one_hot: label %d is out of range: expected a class index in 1..%d', mn < 1 and mn or mx,
+        num_classes), 2)
+    end
+  end
+  local sz = labels:size()
+  local out_sz = {}
+  for i = 1, #sz do out_sz[i] = sz[i] end
+  out_sz[#out_sz + 1] = num_classes
+  local out = T.zeros(out_sz, { dtype = 'int64' })
+  local nd = #sz + 1
+  return out:scatter_add_(nd, labels:unsqueeze(nd), T.ones_like(labels:unsqueeze(nd)))
+end
+
+return F

@@ -1,0 +1,377 @@
+-- dpl.nn: modules (layers, containers), nn.functional, nn.init, nn.utils.
+-- Layers initialise their parameters as PyTorch does.
+local T = require 'dpl.tensor'
+local autograd = require 'dpl.autograd'
+local Module = require 'dpl.nn.module'
+local F = require 'dpl.nn.functional'
+local init = require 'dpl.nn.init_fns'
+
+local fmt = string.format
+local is_tensor = T.is_tensor
+local shape_str = F._shape_str
+
+local nn = {
+  Module = Module,
+  Parameter = Module.Parameter,
+  functional = F,
+  init = init,
+  utils = require 'dpl.nn.utils',
+}
+
+local function check_int(layer, name, v, lo)
+  if type(v) ~= 'number' or v ~= math.floor(v) or v < (lo or 1) then
+    error(fmt('%s: %s must be an integer >= %d, got %s', layer, name, lo or 1, tostring(v)), 4)
+  end
+end
+
+local function opts_dtype(opts) return { dtype = opts and opts.dtype or 'float32', device = opts and opts.device } end
+
+local function check_input(self, x, want_dims, msg)
+  if not is_tensor(x) then
+    error(fmt('%s: expected a tensor as input, got %s', self:_label(), type(x)), 3)
+  end
+  if want_dims and not want_dims[x:dim()] then
+    error(fmt('%s: input has shape %s, %s', self:_label(), shape_str(x), msg), 3)
+  end
+end
+
+---------------------------------------------------------------- Linear
+nn.Linear = Module:extend('Linear')
+--- Linear(in_features, out_features [, {bias=true, dtype=, device=}])
+function nn.Linear:__init(inf, outf, opts)
+  Module.__init(self)
+  check_int('Linear', 'in_features', inf, 0)
+  check_int('Linear', 'out_features', outf, 0)
+  self.in_features, self.out_features = inf, outf
+  local o = opts_dtype(opts)
+  self.weight = nn.Parameter(T.empty(outf, inf, o))
+  if not (opts and opts.bias == false) then self.bias = nn.Parameter(T.empty(outf, o)) end
+  self:reset_parameters()
+end
+function nn.Linear:reset_parameters()
+  init.kaiming_uniform_(self.weight, math.sqrt(5))
+  if self.bias then
+    local bound = self.in_features > 0 and 1 / math.sqrt(self.in_features) or 0
+    init.uniform_(self.bias, -bound, bound)
+  end
+end
+function nn.Linear:forward(x)
+  if not is_tensor(x) or x:dim() == 0 or x:size(-1) ~= self.in_features then
+    check_input(self, x)
+    error(fmt('%s(in_features=%d, out_features=%d): input has shape %s, expected the last dim to be %d',
+      self:_label(), self.in_features, self.out_features, shape_str(x), self.in_features), 2)
+  end
+  return autograd.linear(x, self.weight, self.bias)
+end
+function nn.Linear:extra_repr()
+  return fmt('in_features=%d, out_features=%d, bias=%s', self.in_features, self.out_features, tostring(self.bias ~= nil))
+end
+
+---------------------------------------------------------------- Conv2d
+local function pair(v) if type(v) == 'table' then return v[1], v[2] end return v, v end
+
+nn.Conv2d = Module:extend('Conv2d')
+--- Conv2d(in_channels, out_channels, kernel_size [, {stride=1, padding=0, dilation=1, groups=1, bias=true}])
+function nn.Conv2d:__init(cin, cout, k, opts)
+  Module.__init(self)
+  opts = opts or {}
+  check_int('Conv2d', 'in_channels', cin)
+  check_int('Conv2d', 'out_channels', cout)
+  local groups = opts.groups or 1
+  if cin % groups ~= 0 or cout % groups ~= 0 then
+    error(fmt('Conv2d: in_channels (%d) and out_channels (%d) must be divisible by groups (%d)', cin, cout, groups), 2)
+  end
+  local kh, kw = pair(k)
+  self.in_channels, self.out_channels, self.kernel_size = cin, cout, { kh, kw }
+  self.stride, self.padding, self.dilation, self.groups = opts.stride or 1, opts.padding or 0, opts.dilation or 1, groups
+  local o = opts_dtype(opts)
+  self.weight = nn.Parameter(T.empty(cout, cin / groups, kh, kw, o))
+  if opts.bias ~= false then self.bias = nn.Parameter(T.empty(cout, o)) end
+  self:reset_parameters()
+end
+function nn.Conv2d:reset_parameters()
+  init.kaiming_uniform_(self.weight, math.sqrt(5))
+  if self.bias then
+    local fan_in = self.in_channels / self.groups * self.kernel_size[1] * self.kernel_size[2]
+    local bound = 1 / math.sqrt(fan_in)
+    init.uniform_(self.bias, -bound, bound)
+  end
+end
+function nn.Conv2d:forward(x)
+  if not is_tensor(x) or (x:dim() ~= 4 and x:dim() ~= 3) or x:size(-3) ~= self.in_channels then
+    check_input(self, x)
+    error(fmt('%s(%d, %d, kernel_size=%dx%d): input has shape %s, expected [N, %d, H, W]', self:_label(),
+      self.in_channels, self.out_channels, self.kernel_size[1], self.kernel_size[2], shape_str(x),
+      self.in_channels), 2)
+  end
+  local unb = x:dim() == 3
+  if unb then x = x:unsqueeze(1) end
+  local y = T.conv2d(x, self.weight, self.bias,
+    { stride = self.stride, padding = self.padding, dilation = self.dilation, groups = self.groups })
+  if unb then y = y:squeeze(1) end
+  return y
+end
+function nn.Conv2d:extra_repr()
+  local s = fmt('%d, %d, kernel_size=(%d, %d)', self.in_channels, self.out_channels, self.kernel_size[1],
+    self.kernel_size[2])
+  local function p(v) if type(v) == 'table' then return fmt('(%d, %d)', v[1], v[2]) end return fmt('(%d, %d)', v, v) end
+  if self.stride ~= 1 then s = s .. ', stride=' .. p(self.stride) end
+  if self.padding ~= 0 then s = s .. ', padding=' .. p(self.padding) end
+  if self.dilation ~= 1 then s = s .. ', dilation=' .. p(self.dilation) end
+  if self.groups ~= 1 then s = s .. ', groups=' .. self.groups end
+  if not self.bias then s = s .. ', bias=false' end
+  return s
+end
+
+---------------------------------------------------------------- pooling
+local function pool_class(name, fn)
+  local cls = Module:extend(name)
+  function cls:__init(k, opts)
+    Module.__init(self)
+    opts = opts or {}
+    self.kernel_size, self.stride, self.padding = k, opts.stride or k, opts.padding or 0
+    self.count_include_pad = opts.count_include_pad
+  end
+  function cls:forward(x)
+    if not is_tensor(x) or (x:dim() ~= 4 and x:dim() ~= 3) then
+      check_input(self, x)
+      error(fmt('%s: input has shape %s, expected [N, C, H, W]', self:_label(), shape_str(x)), 2)
+    end
+    local unb = x:dim() == 3
+    if unb then x = x:unsqueeze(1) end
+    local y = (fn(x, self.kernel_size, { stride = self.stride, padding = self.padding,
+      count_include_pad = self.count_include_pad }))
+    if unb then y = y:squeeze(1) end
+    return y
+  end
+  function cls:extra_repr()
+    local function s(v) if type(v) == 'table' then return fmt('(%d, %d)', v[1], v[2]) end return tostring(v) end
+    return fmt('kernel_size=%s, stride=%s, padding=%s', s(self.kernel_size), s(self.stride), s(self.padding))
+  end
+  return cls
+end
+nn.MaxPool2d = pool_class('MaxPool2d', function(x, k, o) return (T.max_pool2d(x, k, o)) end)
+nn.AvgPool2d = pool_class('AvgPool2d', T.avg_pool2d)
+
+---------------------------------------------------------------- simple layers
+local function simple(name, f, repr)
+  local cls = Module:extend(name)
+  cls.forward = function(self, x) return f(x) end
+  if repr then cls.extra_repr = repr end
+  return cls
+end
+nn.ReLU = simple('ReLU', function(x) return x:relu() end)
+nn.Tanh = simple('Tanh', function(x) return x:tanh() end)
+nn.Sigmoid = simple('Sigmoid', function(x) return x:sigmoid() end)
+nn.SiLU = simple('SiLU', function(x) return x:silu() end)
+nn.Identity = Module:extend('Identity')
+function nn.Identity:forward(x) return x end
+
+nn.GELU = Module:extend('GELU')
+function nn.GELU:__init(opts)
+  Module.__init(self)
+  self.approximate = opts and opts.approximate or 'none'
+end
+function nn.GELU:forward(x) return F.gelu(x, { approximate = self.approximate }) end
+function nn.GELU:extra_repr() return self.approximate ~= 'none' and ("approximate='" .. self.approximate .. "'") or '' end
+
+nn.Softmax = Module:extend('Softmax')
+function nn.Softmax:__init(dim) Module.__init(self) self.dim = dim or -1 end
+function nn.Softmax:forward(x) return x:softmax(self.dim) end
+nn.LogSoftmax = Module:extend('LogSoftmax')
+function nn.LogSoftmax:__init(dim) Module.__init(self) self.dim = dim or -1 end
+function nn.LogSoftmax:forward(x) return x:log_softmax(self.dim) end
+
+nn.Flatten = Module:extend('Flatten')
+--- Flatten(start_dim=2, end_dim=-1): dim 1 is the batch.
+function nn.Flatten:__init(s, e) Module.__init(self) self.start_dim, self.end_dim = s or 2, e or -1 end
+function nn.Flatten:forward(x) return x:flatten(self.start_dim, self.end_dim) end
+function nn.Flatten:extra_repr() return fmt('start_dim=%d, end_dim=%d', self.start_dim, self.end_dim) end
+
+nn.Dropout = Module:extend('Dropout')
+function nn.Dropout:__init(p)
+  Module.__init(self)
+  p = p or 0.5
+  if type(p) ~= 'number' or p < 0 or p > 1 then
+    error(fmt('Dropout: probability has to be between 0 and 1, but got %s', tostring(p)), 2)
+  end
+  self.p = p
+end
+function nn.Dropout:forward(x) return F.dropout(x, self.p, self.training) end
+function nn.Dropout:extra_repr() return fmt('p=%g', self.p) end
+
+---------------------------------------------------------------- normalisation
+local function batchnorm(name, dims)
+  local cls = Module:extend(name)
+  --- (num_features [, {eps=1e-5, momentum=0.1, affine=true, track_running_stats=true}])
+  function cls:__init(C, opts)
+    Module.__init(self)
+    opts = opts or {}
+    check_int(name, 'num_features', C)
+    self.num_features, self.eps, self.momentum = C, opts.eps or 1e-5, opts.momentum or 0.1
+    self.affine = opts.affine ~= false
+    self.track_running_stats = opts.track_running_stats ~= false
+    local o = opts_dtype(opts)
+    if self.affine then
+      self.weight = nn.Parameter(T.ones(C, o))
+      self.bias = nn.Parameter(T.zeros(C, o))
+    end
+    if self.track_running_stats then
+      self:register_buffer('running_mean', T.zeros(C, o))
+      self:register_buffer('running_var', T.ones(C, o))
+      self:register_buffer('num_batches_tracked', T.zeros({}, { dtype = 'int64' }))
+    end
+  end
+  function cls:forward(x)
+    if not is_tensor(x) or not dims[x:dim()] or x:size(2) ~= self.num_features then
+      check_input(self, x)
+      error(fmt('%s(%d): input has shape %s, expected %s with %d channels in dim 2', self:_label(),
+        self.num_features, shape_str(x), dims.what, self.num_features), 2)
+    end
+    local use_batch = self.training or not self.track_running_stats
+    if self.training and self.track_running_stats then
+      autograd.no_grad(function() self.num_batches_tracked:add_(1) end)
+    end
+    return F.batch_norm(x, self.running_mean, self.running_var, self.weight, self.bias, use_batch,
+      self.momentum, self.eps)
+  end
+  function cls:extra_repr()
+    return fmt('%d, eps=%g, momentum=%g, affine=%s, track_running_stats=%s', self.num_features, self.eps,
+      self.momentum, tostring(self.affine), tostring(self.track_running_stats))
+  end
+  return cls
+end
+nn.BatchNorm1d = batchnorm('BatchNorm1d', { [2] = true, [3] = true, what = '[N, C] or [N, C, L]' })
+nn.BatchNorm2d = batchnorm('BatchNorm2d', { [4] = true, what = '[N, C, H, W]' })
+
+nn.LayerNorm = Module:extend('LayerNorm')
+--- LayerNorm(normalized_shape [, {eps=1e-5, elementwise_affine=true}])
+function nn.LayerNorm:__init(shape, opts)
+  Module.__init(self)
+  opts = opts or {}
+  if type(shape) == 'number' then shape = { shape } end
+  self.normalized_shape, self.eps = shape, opts.eps or 1e-5
+  self.elementwise_affine = opts.elementwise_affine ~= false
+  if self.elementwise_affine then
+    local o = opts_dtype(opts)
+    self.weight = nn.Parameter(T.ones(shape, o))
+    self.bias = nn.Parameter(T.zeros(shape, o))
+  end
+end
+function nn.LayerNorm:forward(x)
+  check_input(self, x)
+  local ok, y = pcall(F.layer_norm, x, self.normalized_shape, self.weight, self.bias, self.eps)
+  if not ok then error(self:_label() .. ': ' .. tostring(y):gsub('^[^\n:]*:%d+: ', ''), 2) end
+  return y
+end
+function nn.LayerNorm:extra_repr()
+  return fmt('[%s], eps=%g, elementwise_affine=%s', table.concat(self.normalized_shape, ', '), self.eps,
+    tostring(self.elementwise_affine))
+end
+
+nn.Embedding = Module:extend('Embedding')
+--- Embedding(num_embeddings, embedding_dim [, {padding_idx=}]) with 1-based ids; weight ~ N(0, 1).
+function nn.Embedding:__init(V, D, opts)
+  Module.__init(self)
+  check_int('Embedding', 'num_embeddings', V)
+  check_int('Embedding', 'embedding_dim', D)
+  self.num_embeddings, self.embedding_dim = V, D
+  self.padding_idx = opts and opts.padding_idx
+  self.weight = nn.Parameter(T.empty(V, D, opts_dtype(opts)))
+  self:reset_parameters()
+end
+function nn.Embedding:reset_parameters()
+  init.normal_(self.weight)
+  if self.padding_idx then
+    autograd.no_grad(function() self.weight:select(1, self.padding_idx):zero_() end)
+  end
+end
+function nn.Embedding:forward(idx)
+  if not is_tensor(idx) or idx:is_floating_point() then
+    error(fmt('%s: expected an integer tensor of ids (1-based), got %s', self:_label(),
+      is_tensor(idx) and idx.dtype or type(idx)), 2)
+  end
+  return T.embedding(self.weight, idx)
+end
+function nn.Embedding:extra_repr() return fmt('%d, %d', self.num_embeddings, self.embedding_dim) end
+
+---------------------------------------------------------------- containers
+nn.Sequential = Module:extend('Sequential')
+--- Sequential(m1, m2, ...): children named 1, 2, ...
+function nn.Sequential:__init(...)
+  Module.__init(self)
+  local mods = { ... }
+  if #mods == 1 and type(mods[1]) == 'table' and not Module.is_module(mods[1]) then mods = mods[1] end
+  for i, m in ipairs(mods) do
+    if not Module.is_module(m) then error(fmt('Sequential: argument %d is not a Module (%s)', i, type(m)), 2) end
+    self:add_module(i, m)
+  end
+  rawset(self, '_n', #mods)
+end
+function nn.Sequential:forward(x)
+  for i = 1, rawget(self, '_n') do x = self[i](x) end
+  return x
+end
+function nn.Sequential:append(m)
+  local n = rawget(self, '_n') + 1
+  self:add_module(n, m)
+  rawset(self, '_n', n)
+  return self
+end
+function nn.Sequential:__len() return rawget(self, '_n') end
+function nn.Sequential:len() return rawget(self, '_n') end
+
+nn.ModuleList = Module:extend('ModuleList')
+function nn.ModuleList:__init(list)
+  Module.__init(self)
+  rawset(self, '_n', 0)
+  for _, m in ipairs(list or {}) do self:append(m) end
+end
+function nn.ModuleList:append(m)
+  if not Module.is_module(m) then error(fmt('ModuleList: append expects a Module, got %s', type(m)), 2) end
+  local n = rawget(self, '_n') + 1
+  self:add_module(n, m)
+  rawset(self, '_n', n)
+  return self
+end
+function nn.ModuleList:len() return rawget(self, '_n') end
+--- for i, m in list:ipairs() do ... end
+function nn.ModuleList:ipairs()
+  local i, n = 0, rawget(self, '_n')
+  return function()
+    i = i + 1
+    if i <= n then return i, self[i] end
+  end
+end
+nn.Sequential.ipairs = nn.ModuleList.ipairs
+
+nn.ModuleDict = Module:extend('ModuleDict')
+function nn.ModuleDict:__init(dict)
+  Module.__init(self)
+  local keys = {}
+  for k in pairs(dict or {}) do keys[#keys + 1] = k end
+  table.sort(keys, function(a, b) return tostring(a) < tostring(b) end)
+  for _, k in ipairs(keys) do self:add_module(k, dict[k]) end
+end
+function nn.ModuleDict:keys()
+  local r = {}
+  for k in self:named_children() do r[#r + 1] = k end
+  return r
+end
+function nn.ModuleDict:items() return self:named_children() end
+
+---------------------------------------------------------------- loss modules
+local function loss_class(name, fn)
+  local cls = Module:extend(name)
+  function cls:__init(opts) Module.__init(self) self.opts = opts or {} end
+  function cls:forward(a, b) return fn(a, b, self.opts) end
+  return cls
+end
+nn.CrossEntropyLoss = loss_class('CrossEntropyLoss', F.cross_entropy)
+nn.NLLLoss = loss_class('NLLLoss', F.nll_loss)
+nn.MSELoss = loss_class('MSELoss', F.mse_loss)
+nn.L1Loss = loss_class('L1Loss', F.l1_loss)
+nn.BCELoss = loss_class('BCELoss', F.binary_cross_entropy)
+nn.BCEWithLogitsLoss = loss_class('BCEWithLogitsLoss', F.binary_cross_entropy_with_logits)
+
+return nn

@@ -1,0 +1,366 @@
+-- dpl.nn.Module: the base class of layers and models.
+--
+-- Parameters and submodules are registered by assignment: `self.weight = nn.Parameter(t)`
+-- (any tensor that requires grad) or `self.fc = nn.Linear(4, 2)`. Registration keeps
+-- the assignment order; the value is read back from the field each time, so
+-- re-assigning a registered field replaces it. Buffers (running statistics) are
+-- registered with `self:register_buffer(name, t)` and go into the state dict.
+local class = require 'dpl.class'
+local T = require 'dpl.tensor'
+local autograd = require 'dpl.autograd'
+
+local fmt = string.format
+local is_tensor = T.is_tensor
+local rawget, rawset, type, ipairs = rawget, rawset, type, ipairs
+
+local Module = class.Object:extend('Module')
+
+local function is_module(v) return type(v) == 'table' and rawget(v, '_is_module') == true end
+Module.is_module = is_module
+
+function Module:__init()
+  rawset(self, '_is_module', true)
+  rawset(self, '_param_names', rawget(self, '_param_names') or {})
+  rawset(self, '_module_names', rawget(self, '_module_names') or {})
+  rawset(self, '_buffer_names', rawget(self, '_buffer_names') or {})
+  rawset(self, 'training', true)
+end
+
+local function add_name(self, list, k)
+  local l = rawget(self, list)
+  if not l then l = {}; rawset(self, list, l) end
+  for i = 1, #l do if l[i] == k then return end end
+  l[#l + 1] = k
+end
+
+function Module:__newindex(k, v)
+  if is_tensor(v) and v.requires_grad then
+    add_name(self, '_param_names', k)
+  elseif is_module(v) then
+    add_name(self, '_module_names', k)
+    if rawget(v, '_name') == nil then rawset(v, '_name', tostring(k)) end
+  end
+  rawset(self, k, v)
+end
+
+function Module:__call(...) return self:forward(...) end
+
+function Module:forward()
+  error(fmt('%s: forward is not implemented', self.__name), 2)
+end
+
+--- nn.Parameter(t): t as a leaf that requires grad (a float tensor).
+local function Parameter(t, requires_grad)
+  if not is_tensor(t) then error(fmt('Parameter: expected a tensor, got %s', type(t)), 2) end
+  if not t.is_leaf then t = t:detach() end
+  t.requires_grad = requires_grad ~= false
+  return t
+end
+Module.Parameter = Parameter
+
+--- Registers a tensor that is state but not a parameter (saved in the state dict).
+function Module:register_buffer(name, t)
+  if t ~= nil and not is_tensor(t) then error(fmt('register_buffer: %s must be a tensor or nil', name), 2) end
+  add_name(self, '_buffer_names', name)
+  rawset(self, name, t)
+end
+
+--- Registers a parameter under a name computed at run time.
+function Module:register_parameter(name, t)
+  if t ~= nil then t = Parameter(t) end
+  add_name(self, '_param_names', name)
+  rawset(self, name, t)
+end
+
+--- Registers a submodule under a name computed at run time (nil allowed).
+function Module:add_module(name, m)
+  if m ~= nil and not is_module(m) then error(fmt('add_module: %s is not a Module', tostring(name)), 2) end
+  add_name(self, '_module_names', name)
+  if m and rawget(m, '_name') == nil then rawset(m, '_name', tostring(name)) end
+  rawset(self, name, m)
+end
+
+local function names(self, list)
+  return rawget(self, list) or {}
+end
+
+---------------------------------------------------------------- traversal
+--- Iterator over (name, child) of the direct submodules.
+function Module:named_children()
+  local l, i = names(self, '_module_names'), 0
+  return function()
+    while true do
+      i = i + 1
+      local k = l[i]
+      if k == nil then return nil end
+      local m = rawget(self, k)
+      if is_module(m) then return k, m end
+    end
+  end
+end
+--- List of the direct submodules.
+function Module:children()
+  local r = {}
+  for _, m in self:named_children() do r[#r + 1] = m end
+  return r
+end
+
+local function collect_modules(self, prefix, out, seen)
+  if seen[self] then return end
+  seen[self] = true
+  out[#out + 1] = { prefix, self }
+  for k, m in self:named_children() do
+    collect_modules(m, prefix == '' and tostring(k) or (prefix .. '.' .. tostring(k)), out, seen)
+  end
+end
+--- Iterator over (name, module) of self and all descendants ('' for self).
+function Module:named_modules()
+  local out = {}
+  collect_modules(self, '', out, {})
+  local i = 0
+  return function()
+    i = i + 1
+    local e = out[i]
+    if e then return e[1], e[2] end
+  end
+end
+function Module:modules()
+  local r = {}
+  for _, m in self:named_modules() do r[#r + 1] = m end
+  return r
+end
+
+local function named_tensors(self, list, recurse)
+  local out, seen = {}, {}
+  local mods = {}
+  if recurse == false then mods[1] = { '', self } else
+    for name, m in self:named_modules() do mods[#mods + 1] = { name, m } end
+  end
+  for _, e in ipairs(mods) do
+    local prefix, m = e[1], e[2]
+    for _, k in ipairs(names(m, list)) do
+      local t = rawget(m, k)
+      if is_tensor(t) and not seen[t] then
+        seen[t] = true
+        out[#out + 1] = { prefix == '' and tostring(k) or (prefix .. '.' .. tostring(k)), t }
+      end
+    end
+  end
+  return out
+end
+local function iter(list)
+  local i = 0
+  return function()
+    i = i + 1
+    local e = list[i]
+    if e then return e[1], e[2] end
+  end
+end
+
+--- Iterator over (qualified name, parameter), e.g. ('fc1.weight', t).
+function Module:named_parameters(recurse) return iter(named_tensors(self, '_param_names', recurse)) end
+--- List of the parameters (each once), in registration order.
+function Module:parameters(recurse)
+  local r = {}
+  for _, e in ipairs(named_tensors(self, '_param_names', recurse)) do r[#r + 1] = e[2] end
+  return r
+end
+function Module:named_buffers(recurse) return iter(named_tensors(self, '_buffer_names', recurse)) end
+function Module:buffers(recurse)
+  local r = {}
+  for _, e in ipairs(named_tensors(self, '_buffer_names', recurse)) do r[#r + 1] = e[2] end
+  return r
+end
+
+--- Number of parameter elements (trainable only with only_trainable).
+function Module:num_parameters(only_trainable)
+  local n = 0
+  for _, p in ipairs(self:parameters()) do
+    if not only_trainable or p.requires_grad then n = n + p:numel() end
+  end
+  return n
+end
+
+---------------------------------------------------------------- modes, grads
+function Module:train(mode)
+  if mode == nil then mode = true end
+  for _, m in ipairs(self:modules()) do rawset(m, 'training', mode and true or false) end
+  return self
+end
+function Module:eval() return self:train(false) end
+
+--- Clears the gradients: set to nil (default), or zeroed with {set_to_none=false}.
+function Module:zero_grad(opts)
+  local to_none = not (opts and opts.set_to_none == false)
+  if type(opts) == 'boolean' then to_none = opts end
+  for _, p in ipairs(self:parameters()) do
+    if to_none then p.grad = nil
+    elseif p.grad then p.grad:zero_() end
+  end
+end
+
+--- Sets requires_grad on every parameter (freezing with false).
+function Module:requires_grad_(v)
+  if v == nil then v = true end
+  for _, p in ipairs(self:parameters()) do p.requires_grad = v end
+  return self
+end
+
+--- Applies fn to every module (children first), like torch's Module.apply.
+function Module:apply(fn)
+  for _, m in ipairs(self:children()) do m:apply(fn) end
+  fn(self)
+  return self
+end
+
+---------------------------------------------------------------- devices, dtypes
+-- replaces each parameter/buffer by f(t) (a new leaf when it changed)
+local function map_tensors(self, f)
+  for _, m in ipairs(self:modules()) do
+    for _, k in ipairs(names(m, '_param_names')) do
+      local p = rawget(m, k)
+      if is_tensor(p) then
+        local q = f(p)
+        if q ~= p then
+          q = autograd.no_grad(function() return q:detach() end)
+          q.requires_grad = p.requires_grad
+          if p.grad then q.grad = f(p.grad) end
+          rawset(m, k, q)
+        end
+      end
+    end
+    for _, k in ipairs(names(m, '_buffer_names')) do
+      local b = rawget(m, k)
+      if is_tensor(b) then rawset(m, k, f(b)) end
+    end
+  end
+  return self
+end
+
+--- module:to(device | dtype | {device=, dtype=}): moves/casts parameters and buffers
+--- (dtype casts apply to floating point tensors only). Returns self. Create the
+--- optimizer after moving the model: moved parameters are new tensors.
+function Module:to(a, b)
+  return map_tensors(self, function(t)
+    local r = t
+    for _, x in ipairs({ a, b }) do
+      if x ~= nil then
+        local is_dtype = type(x) == 'string' and T.dtype_ids[x] ~= nil
+        if is_dtype or (type(x) == 'table' and x.dtype and not x.device) then
+          if t:is_floating_point() then r = r:to(x) end
+        elseif type(x) == 'table' and x.dtype and x.device then
+          r = r:to({ device = x.device })
+          if t:is_floating_point() then r = r:to(x.dtype) end
+        else
+          r = r:to(x)
+        end
+      end
+    end
+    return r
+  end)
+end
+function Module:float() return self:to('float32') end
+function Module:double() return self:to('float64') end
+function Module:half() return self:to('float16') end
+function Module:cpu() return self:to('cpu') end
+function Module:cuda(k) return self:to('cuda:' .. (k or 0)) end
+
+---------------------------------------------------------------- state dicts
+--- A table 'qualified.name' -> tensor (parameters and buffers, detached, sharing storage).
+function Module:state_dict()
+  local sd = {}
+  for _, e in ipairs(named_tensors(self, '_param_names')) do sd[e[1]] = e[2]:detach() end
+  for _, e in ipairs(named_tensors(self, '_buffer_names')) do sd[e[1]] = e[2]:detach() end
+  return sd
+end
+
+--- Names of the state dict entries, in order.
+function Module:state_dict_keys()
+  local r = {}
+  for _, e in ipairs(named_tensors(self, '_param_names')) do r[#r + 1] = e[1] end
+  for _, e in ipairs(named_tensors(self, '_buffer_names')) do r[#r + 1] = e[1] end
+  return r
+end
+
+local function shape_str(t) return '[' .. table.concat(t:size(), ', ') .. ']' end
+
+--- Copies a state dict into the parameters and buffers. {strict=true} (default) raises an
+--- error listing the missing keys, the unexpected keys and the shape mismatches; with
+--- strict=false, missing/unexpected keys are returned ({missing_keys=, unexpected_keys=}).
+--- Shape mismatches are an error in both modes.
+function Module:load_state_dict(sd, opts)
+  if type(sd) ~= 'table' then error(fmt('load_state_dict: expected a table, got %s', type(sd)), 2) end
+  local strict = not (opts and opts.strict == false)
+  local targets = {}
+  local order = {}
+  for _, list in ipairs({ '_param_names', '_buffer_names' }) do
+    for _, e in ipairs(named_tensors(self, list)) do targets[e[1]] = e[2]; order[#order + 1] = e[1] end
+  end
+  local missing, unexpected, mismatch = {}, {}, {}
+  for _, k in ipairs(order) do
+    local v = sd[k]
+    if v == nil then missing[#missing + 1] = k
+    elseif not is_tensor(v) then mismatch[#mismatch + 1] = fmt('%s: expected a tensor, got %s', k, type(v))
+    elseif table.concat(v:size(), 'x') ~= table.concat(targets[k]:size(), 'x') then
+      mismatch[#mismatch + 1] = fmt('%s: checkpoint shape %s, model shape %s', k, shape_str(v), shape_str(targets[k]))
+    end
+  end
+  local ukeys = {}
+  for k in pairs(sd) do if targets[k] == nil then ukeys[#ukeys + 1] = tostring(k) end end
+  table.sort(ukeys)
+  for _, k in ipairs(ukeys) do unexpected[#unexpected + 1] = k end
+  if #mismatch > 0 or (strict and (#missing > 0 or #unexpected > 0)) then
+    local parts = { fmt('Error(s) in loading state_dict for %s:', self.__name) }
+    if strict and #missing > 0 then parts[#parts + 1] = '  Missing key(s): ' .. table.concat(missing, ', ') end
+    if strict and #unexpected > 0 then parts[#parts + 1] = '  Unexpected key(s): ' .. table.concat(unexpected, ', ') end
+    if #mismatch > 0 then parts[#parts + 1] = '  Size mismatch: ' .. table.concat(mismatch, '; ') end
+    error(table.concat(parts, '\n'), 2)
+  end
+  autograd.no_grad(function()
+    for _, k in ipairs(order) do
+      local v = sd[k]
+      if v ~= nil then targets[k]:copy_(v) end
+    end
+  end)
+  return { missing_keys = missing, unexpected_keys = unexpected }
+end
+
+---------------------------------------------------------------- printing
+--- One line describing the layer's settings (subclasses override).
+function Module:extra_repr() return '' end
+
+local function count_str(n)
+  local s = tostring(n)
+  local r = s:reverse():gsub('(%d%d%d)', '%1,'):reverse()
+  return (r:gsub('^,', ''))
+end
+Module._count_str = count_str
+
+local function repr(m, indent)
+  local kids = {}
+  for k, c in m:named_children() do kids[#kids + 1] = { k, c } end
+  local head = m.__name .. '(' .. m:extra_repr()
+  local own = 0
+  for _, p in ipairs(m:parameters(false)) do own = own + p:numel() end
+  if #kids == 0 then
+    local s = head .. ')'
+    if own > 0 then s = s .. '  -- ' .. count_str(own) .. ' params' end
+    return s
+  end
+  local lines = { head }
+  for _, e in ipairs(kids) do
+    lines[#lines + 1] = indent .. '  (' .. tostring(e[1]) .. '): ' .. repr(e[2], indent .. '  ')
+  end
+  lines[#lines + 1] = indent .. ')  -- ' .. count_str(m:num_parameters()) .. ' params'
+  return table.concat(lines, '\n')
+end
+function Module:__tostring() return repr(self, '') end
+
+-- the layer's name in error messages: "Linear 'fc1'" or "Linear"
+function Module:_label()
+  local n = rawget(self, '_name')
+  if n then return fmt("%s '%s'", self.__name, n) end
+  return self.__name
+end
+
+return Module

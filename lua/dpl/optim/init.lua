@@ -1,0 +1,311 @@
+-- dpl.optim: optimizers with PyTorch's update formulas, param groups and state dicts.
+--   optim.SGD(params, {lr=, momentum=0, dampening=0, nesterov=false, weight_decay=0, maximize=false})
+--   optim.Adam(params, {lr=1e-3, betas={0.9, 0.999}, eps=1e-8, weight_decay=0, amsgrad=false})
+--   optim.AdamW(params, {... weight_decay=1e-2})
+--   optim.RMSprop(params, {lr=1e-2, alpha=0.99, eps=1e-8, weight_decay=0, momentum=0, centered=false})
+-- params: a list of tensors, a module (its parameters()), or a list of groups
+-- {{params={...}, lr=...}, ...}. Steps run without recording gradients.
+local class = require 'dpl.class'
+local T = require 'dpl.tensor'
+local autograd = require 'dpl.autograd'
+local errors = require 'dpl.errors'
+
+local fmt = string.format
+local is_tensor = T.is_tensor
+
+local optim = {}
+
+local Optimizer = class.Object:extend('Optimizer')
+optim.Optimizer = Optimizer
+
+local function misconf(msg, ...) errors.MisconfigurationException:raise(fmt(msg, ...), 4) end
+
+local function copy_table(t)
+  local r = {}
+  for k, v in pairs(t) do r[k] = type(v) == 'table' and copy_table(v) or v end
+  return r
+end
+
+--- Optimizer.__init(self, params, defaults): defaults fill the options missing in each group.
+function Optimizer:__init(params, defaults)
+  if type(params) == 'table' and type(params.parameters) == 'function' then params = params:parameters() end
+  if is_tensor(params) then params = { params } end
+  if type(params) ~= 'table' or #params == 0 then
+    misconf('%s: params must be a non-empty list of tensors or of param groups, got %s', self.__name,
+      type(params) == 'table' and 'an empty list' or type(params))
+  end
+  self.defaults = defaults
+  self.param_groups = {}
+  self.state = setmetatable({}, { __mode = 'k' }) -- param -> state table
+  if is_tensor(params[1]) then
+    self:add_param_group({ params = params })
+  else
+    for _, g in ipairs(params) do self:add_param_group(g) end
+  end
+end
+
+function Optimizer:add_param_group(g)
+  if type(g) ~= 'table' or type(g.params) ~= 'table' then misconf('%s: a param group needs params = {...}', self.__name) end
+  local group = {}
+  for k, v in pairs(g) do group[k] = v end
+  local ps = {}
+  for i, p in ipairs(is_tensor(g.params) and { g.params } or g.params) do
+    if not is_tensor(p) then misconf('%s: param %d of a group is not a tensor (%s)', self.__name, i, type(p)) end
+    if not p.is_leaf then misconf("%s: can't optimize a non-leaf tensor (param %d)", self.__name, i) end
+    for _, other in ipairs(self.param_groups) do
+      for _, q in ipairs(other.params) do
+        if q == p then misconf('%s: some parameters appear in more than one parameter group', self.__name) end
+      end
+    end
+    ps[i] = p
+  end
+  group.params = ps
+  for k, v in pairs(self.defaults) do
+    if group[k] == nil then group[k] = type(v) == 'table' and copy_table(v) or v end
+  end
+  if type(group.lr) ~= 'number' or group.lr < 0 then
+    misconf('%s: lr must be a non-negative number, got %s', self.__name, tostring(group.lr))
+  end
+  self.param_groups[#self.param_groups + 1] = group
+end
+
+--- zero_grad({set_to_none=true}): clears the gradients of every parameter.
+function Optimizer:zero_grad(opts)
+  local to_none = not (opts and opts.set_to_none == false)
+  for _, g in ipairs(self.param_groups) do
+    for _, p in ipairs(g.params) do
+      if to_none then p.grad = nil
+      elseif p.grad then p.grad = T.zeros_like(p.grad) end
+    end
+  end
+end
+
+--- step([closure]): one update; closure (re-evaluating the loss) is called first with grad on.
+function Optimizer:step(closure)
+  local loss
+  if closure then loss = autograd.enable_grad(closure) end
+  local prev = autograd.set_grad_enabled(false)
+  local ok, err = pcall(self._update, self)
+  autograd.set_grad_enabled(prev)
+  if not ok then error(err, 2) end
+  return loss
+end
+
+function Optimizer:_update()
+  for _, g in ipairs(self.param_groups) do
+    for _, p in ipairs(g.params) do
+      local grad = p.grad
+      if grad then
+        local st = self.state[p]
+        if not st then st = {}; self.state[p] = st end
+        self:update_param(p, grad, g, st)
+      end
+    end
+  end
+end
+
+--- {state = {[i] = {...}}, param_groups = {{lr=, ..., params = {i...}}}}: i numbers the
+--- parameters across groups in order (1-based). Tensors in state are clones.
+function Optimizer:state_dict()
+  local groups, state = {}, {}
+  local i = 0
+  for _, g in ipairs(self.param_groups) do
+    local pg = {}
+    for k, v in pairs(g) do if k ~= 'params' then pg[k] = type(v) == 'table' and copy_table(v) or v end end
+    pg.params = {}
+    for _, p in ipairs(g.params) do
+      i = i + 1
+      pg.params[#pg.params + 1] = i
+      local st = self.state[p]
+      if st then
+        local s = {}
+        for k, v in pairs(st) do s[k] = is_tensor(v) and v:clone() or v end
+        state[i] = s
+      end
+    end
+    groups[#groups + 1] = pg
+  end
+  return { state = state, param_groups = groups }
+end
+
+function Optimizer:load_state_dict(sd)
+  if type(sd) ~= 'table' or type(sd.param_groups) ~= 'table' then
+    error('load_state_dict: expected {state=, param_groups=}', 2)
+  end
+  if #sd.param_groups ~= #self.param_groups then
+    error(fmt('load_state_dict: the state dict has %d param groups, the optimizer %d', #sd.param_groups,
+      #self.param_groups), 2)
+  end
+  local i = 0
+  for gi, g in ipairs(self.param_groups) do
+    local sg = sd.param_groups[gi]
+    if #sg.params ~= #g.params then
+      error(fmt('load_state_dict: param group %d has %d params in the state dict, %d in the optimizer', gi,
+        #sg.params, #g.params), 2)
+    end
+    for k, v in pairs(sg) do if k ~= 'params' then g[k] = type(v) == 'table' and copy_table(v) or v end end
+    for j, p in ipairs(g.params) do
+      i = i + 1
+      local s = sd.state and sd.state[sg.params[j]]
+      if s then
+        local st = {}
+        for k, v in pairs(s) do st[k] = is_tensor(v) and v:clone():to(p.dtype) or v end
+        self.state[p] = st
+      else
+        self.state[p] = nil
+      end
+    end
+  end
+end
+
+function Optimizer:__tostring()
+  local lines = { self.__name .. ' (' }
+  for i, g in ipairs(self.param_groups) do
+    local keys = {}
+    for k in pairs(g) do if k ~= 'params' then keys[#keys + 1] = k end end
+    table.sort(keys)
+    lines[#lines + 1] = fmt('Parameter Group %d (%d tensors)', i, #g.params)
+    for _, k in ipairs(keys) do
+      local v = g[k]
+      if type(v) == 'table' then v = '{' .. table.concat(v, ', ') .. '}' end
+      lines[#lines + 1] = fmt('    %s: %s', k, tostring(v))
+    end
+  end
+  lines[#lines + 1] = ')'
+  return table.concat(lines, '\n')
+end
+
+local function check_range(name, opt, v, lo, hi)
+  if type(v) ~= 'number' or v < lo or (hi and v >= hi) then
+    misconf('%s: invalid %s value: %s', name, opt, tostring(v))
+  end
+end
+
+---------------------------------------------------------------- SGD
+optim.SGD = Optimizer:extend('SGD')
+function optim.SGD:__init(params, opts)
+  opts = opts or {}
+  if opts.lr == nil then misconf('SGD: lr is required') end
+  local d = { lr = opts.lr, momentum = opts.momentum or 0, dampening = opts.dampening or 0,
+    weight_decay = opts.weight_decay or 0, nesterov = opts.nesterov or false, maximize = opts.maximize or false }
+  check_range('SGD', 'momentum', d.momentum, 0)
+  check_range('SGD', 'weight_decay', d.weight_decay, 0)
+  if d.nesterov and (d.momentum <= 0 or d.dampening ~= 0) then
+    misconf('SGD: nesterov momentum requires a momentum and zero dampening')
+  end
+  Optimizer.__init(self, params, d)
+end
+function optim.SGD:update_param(p, g, o, st)
+  if o.maximize then g = -g end
+  if o.weight_decay ~= 0 then g = g:add(p, o.weight_decay) end
+  local m = o.momentum
+  if m ~= 0 then
+    local buf = st.momentum_buffer
+    if not buf then
+      buf = g:clone()
+      st.momentum_buffer = buf
+    else
+      buf:mul_(m):add_(g, 1 - o.dampening)
+    end
+    if o.nesterov then g = g:add(buf, m) else g = buf end
+  end
+  p:add_(g, -o.lr)
+end
+
+---------------------------------------------------------------- Adam, AdamW
+local function adam_init(self, name, params, opts, wd_default, decoupled)
+  opts = opts or {}
+  local d = { lr = opts.lr or 1e-3, betas = opts.betas or { 0.9, 0.999 }, eps = opts.eps or 1e-8,
+    weight_decay = opts.weight_decay or wd_default, amsgrad = opts.amsgrad or false, maximize = opts.maximize or false }
+  check_range(name, 'lr', d.lr, 0)
+  check_range(name, 'eps', d.eps, 0)
+  check_range(name, 'beta parameter at index 1', d.betas[1], 0, 1)
+  check_range(name, 'beta parameter at index 2', d.betas[2], 0, 1)
+  check_range(name, 'weight_decay', d.weight_decay, 0)
+  self.decoupled = decoupled
+  Optimizer.__init(self, params, d)
+end
+local function adam_update(self, p, g, o, st)
+  if o.maximize then g = -g end
+  local b1, b2 = o.betas[1], o.betas[2]
+  if not st.step then
+    st.step = 0
+    st.exp_avg = T.zeros_like(p)
+    st.exp_avg_sq = T.zeros_like(p)
+    if o.amsgrad then st.max_exp_avg_sq = T.zeros_like(p) end
+  end
+  st.step = st.step + 1
+  local t = st.step
+  if o.weight_decay ~= 0 then
+    if self.decoupled then p:mul_(1 - o.lr * o.weight_decay)
+    else g = g:add(p, o.weight_decay) end
+  end
+  local m, v = st.exp_avg, st.exp_avg_sq
+  m:mul_(b1):add_(g, 1 - b1)
+  v:mul_(b2):add_(g * g, 1 - b2)
+  local bc1 = 1 - b1 ^ t
+  local bc2 = 1 - b2 ^ t
+  local vv = v
+  if o.amsgrad then
+    st.max_exp_avg_sq = st.max_exp_avg_sq:maximum(v)
+    vv = st.max_exp_avg_sq
+  end
+  local denom = vv:sqrt():div_(math.sqrt(bc2)):add_(o.eps)
+  p:add_(m / denom, -o.lr / bc1)
+end
+optim.Adam = Optimizer:extend('Adam')
+function optim.Adam:__init(params, opts) adam_init(self, 'Adam', params, opts, 0, false) end
+optim.Adam.update_param = adam_update
+optim.AdamW = Optimizer:extend('AdamW')
+function optim.AdamW:__init(params, opts) adam_init(self, 'AdamW', params, opts, 1e-2, true) end
+optim.AdamW.update_param = adam_update
+
+---------------------------------------------------------------- RMSprop
+optim.RMSprop = Optimizer:extend('RMSprop')
+function optim.RMSprop:__init(params, opts)
+  opts = opts or {}
+  local d = { lr = opts.lr or 1e-2, alpha = opts.alpha or 0.99, eps = opts.eps or 1e-8,
+    weight_decay = opts.weight_decay or 0, momentum = opts.momentum or 0, centered = opts.centered or false,
+    maximize = opts.maximize or false }
+  check_range('RMSprop', 'lr', d.lr, 0)
+  check_range('RMSprop', 'alpha', d.alpha, 0)
+  check_range('RMSprop', 'momentum', d.momentum, 0)
+  Optimizer.__init(self, params, d)
+end
+function optim.RMSprop:update_param(p, g, o, st)
+  if o.maximize then g = -g end
+  if not st.step then
+    st.step = 0
+    st.square_avg = T.zeros_like(p)
+    if o.momentum > 0 then st.momentum_buffer = T.zeros_like(p) end
+    if o.centered then st.grad_avg = T.zeros_like(p) end
+  end
+  st.step = st.step + 1
+  if o.weight_decay ~= 0 then g = g:add(p, o.weight_decay) end
+  local a = o.alpha
+  st.square_avg:mul_(a):add_(g * g, 1 - a)
+  local avg
+  if o.centered then
+    st.grad_avg:mul_(a):add_(g, 1 - a)
+    avg = (st.square_avg - st.grad_avg * st.grad_avg):sqrt():add_(o.eps)
+  else
+    avg = st.square_avg:sqrt():add_(o.eps)
+  end
+  if o.momentum > 0 then
+    st.momentum_buffer:mul_(o.momentum):add_(g / avg)
+    p:add_(st.momentum_buffer, -o.lr)
+  else
+    p:add_(g / avg, -o.lr)
+  end
+end
+
+---------------------------------------------------------------- schedulers
+setmetatable(optim, { __index = function(t, k)
+  if k == 'lr_scheduler' then
+    local m = require 'dpl.optim.lr_scheduler'
+    rawset(t, k, m)
+    return m
+  end
+end })
+
+return optim

@@ -1,0 +1,178 @@
+-- dpl.spawn: dist.spawn(fn, nprocs, opts), what the ddp_spawn strategy uses.
+-- Forks nprocs workers from the running script (the Lua state cannot be
+-- pickled, so workers inherit it), gives each its rank and an initialised
+-- process group, calls fn(rank, ...) in each, and returns rank 0's return
+-- value (anything string.buffer encodes) to the parent. When a worker fails,
+-- the others are stopped and the parent raises an error naming the worker's
+-- rank with its message and traceback. Refuses to fork after MPI (or, later,
+-- CUDA) was initialised in the parent.
+local ffi = require 'ffi'
+local buffer = require 'string.buffer'
+local capi = require 'dpl.capi'
+local errors = require 'dpl.errors'
+local C = capi.C
+
+local M = {}
+
+M.ProcessRaisedException = errors.new_class('ProcessRaisedException')
+M.ProcessExitedException = errors.new_class('ProcessExitedException')
+
+--- Checks run before forking; each returns nil or a reason not to fork.
+--- (The CUDA plugin adds its own when it loads.)
+M.fork_guards = {
+  function()
+    local dist = package.loaded['dpl.dist']
+    if dist and dist.is_initialized() and dist.get_backend() == 'mpi' then
+      return 'MPI is initialised in this process (forking an MPI process corrupts it); ' ..
+        "use dplhost --nproc N or mpirun with strategy 'ddp' instead of spawning"
+    end
+  end,
+}
+
+local SIGTERM, SIGKILL = 15, 9
+
+local function signal_name(n)
+  local names = { [1] = 'SIGHUP', [2] = 'SIGINT', [6] = 'SIGABRT', [9] = 'SIGKILL', [11] = 'SIGSEGV', [15] = 'SIGTERM' }
+  return names[n] or ('signal ' .. n)
+end
+
+local function write_atomic(path, s)
+  local tmp = path .. '.tmp'
+  local f = io.open(tmp, 'wb')
+  if not f then return false end
+  f:write(s)
+  f:close()
+  return os.rename(tmp, path)
+end
+
+local function read_file(path)
+  local f = io.open(path, 'rb')
+  if not f then return nil end
+  local s = f:read('*a')
+  f:close()
+  return s
+end
+
+local function traceback(e)
+  local msg = e
+  if type(e) ~= 'string' then
+    local ok, s = pcall(tostring, e)
+    msg = ok and s or ('(error object is a ' .. type(e) .. ' value)')
+  end
+  local tb = debug.traceback(msg, 2)
+  -- the worker's own frames; spawn's machinery below xpcall is noise
+  return (tb:gsub("\n%s*%[C%]: in function 'xpcall'.*$", ''))
+end
+
+-- The worker side: never returns.
+local function run_worker(rank, nprocs, job, dir, opts, fn, args)
+  local host = require 'dpl.host'
+  host.clear_atexit() -- the parent's cleanups are the parent's
+  for k, v in pairs({ RANK = rank, LOCAL_RANK = rank, WORLD_SIZE = nprocs, LOCAL_WORLD_SIZE = nprocs,
+                      NODE_RANK = 0, DPL_JOB_ID = job }) do
+    C.dpl_proc_setenv(k, tostring(v))
+  end
+  local dist = require 'dpl.dist'
+  local ok, res = xpcall(function()
+    if dist.is_initialized() then dist.destroy_process_group() end -- the parent's group is not ours
+    dist.init_process_group{ backend = opts.backend or 'shm', rank = rank, world_size = nprocs,
+                             timeout = opts.timeout, job_id = job }
+    return fn(rank, unpack(args, 1, args.n))
+  end, traceback)
+  local code = 0
+  if ok then
+    if rank == 0 then
+      local enc_ok, enc = pcall(buffer.encode, { value = res })
+      if enc_ok then
+        write_atomic(dir .. '/result', enc)
+      else
+        write_atomic(dir .. '/error.' .. rank, 'rank 0 returned a value that cannot be sent back: ' .. tostring(enc))
+        code = 1
+      end
+    end
+  else
+    write_atomic(dir .. '/error.' .. rank, tostring(res))
+    code = 1
+  end
+  pcall(function() if dist.is_initialized() then dist.destroy_process_group() end end)
+  C.dpl_proc_exit(code)
+end
+
+--- dist.spawn(fn, nprocs, {join=true, args={...}, backend='shm', timeout=, grace=5}):
+--- runs fn(rank, ...args) in nprocs forked workers; returns rank 0's return value.
+function M.spawn(fn, nprocs, opts)
+  if type(fn) ~= 'function' then error(errors.TypeError('dist.spawn: fn must be a function, got ' .. type(fn)), 2) end
+  if type(nprocs) ~= 'number' or nprocs < 1 or nprocs % 1 ~= 0 then
+    error(errors.ValueError('dist.spawn: nprocs must be an integer >= 1, got ' .. tostring(nprocs)), 2)
+  end
+  opts = opts or {}
+  if type(opts) ~= 'table' then error(errors.TypeError('dist.spawn: opts must be a table'), 2) end
+  if opts.join == false then
+    error(errors.NotImplementedError('dist.spawn: join=false is not implemented (the parent always joins)'), 2)
+  end
+  for _, guard in ipairs(M.fork_guards) do
+    local why = guard()
+    if why then
+      error(errors.RuntimeError('dist.spawn: refusing to fork: ' .. why), 2)
+    end
+  end
+  local args = opts.args or {}
+  args.n = args.n or #args
+  local pid0 = C.dpl_proc_getpid()
+  local job = ('s%d_%x'):format(pid0, math.floor(C.dpl_clock() * 1e6) % 0x7fffffff)
+  local dir = (os.getenv('TMPDIR') or '/tmp') .. '/dpl-spawn-' .. job
+  if os.execute('mkdir -m 700 -p ' .. dir) ~= 0 then error('dist.spawn: cannot create ' .. dir, 2) end
+
+  local pids, rank_of = {}, {}
+  local out = ffi.new('int32_t[1]')
+  for rank = 0, nprocs - 1 do
+    capi.check(C.dpl_proc_fork(out), 2)
+    if out[0] == 0 then run_worker(rank, nprocs, job, dir, opts, fn, args) end
+    pids[rank] = out[0]
+    rank_of[out[0]] = rank
+  end
+
+  local pid_out, code_out = ffi.new('int32_t[1]'), ffi.new('int32_t[1]')
+  local alive, failed, failed_code, interrupted = nprocs, nil, nil, false
+  local kill_at
+  while alive > 0 do
+    local st = C.dpl_proc_wait(-1, 0.1, pid_out, code_out)
+    if st == 0 then
+      local rank = rank_of[pid_out[0]]
+      if rank then
+        alive = alive - 1
+        pids[rank] = nil
+        if code_out[0] ~= 0 and not failed then
+          failed, failed_code = rank, code_out[0]
+          for _, p in pairs(pids) do C.dpl_proc_kill(p, SIGTERM) end
+          kill_at = C.dpl_clock() + (opts.grace or 5)
+        end
+      end
+    elseif st == C.DPL_EINTR and not interrupted then
+      interrupted = true
+      for _, p in pairs(pids) do C.dpl_proc_kill(p, SIGTERM) end
+      kill_at = C.dpl_clock() + (opts.grace or 5)
+    end
+    if kill_at and C.dpl_clock() > kill_at then
+      for _, p in pairs(pids) do C.dpl_proc_kill(p, SIGKILL) end
+      kill_at = nil
+    end
+  end
+
+  local result_s = read_file(dir .. '/result')
+  local err_s = failed and read_file(dir .. '/error.' .. failed)
+  os.execute('rm -rf ' .. dir)
+  if interrupted then error('interrupted', 0) end
+  if failed then
+    if err_s then
+      error(M.ProcessRaisedException(('dist.spawn: rank %d of %d raised: %s'):format(failed, nprocs, err_s)), 2)
+    end
+    local how = failed_code < 0 and ('was killed by ' .. signal_name(-failed_code))
+      or ('exited with code ' .. failed_code)
+    error(M.ProcessExitedException(('dist.spawn: rank %d of %d %s'):format(failed, nprocs, how)), 2)
+  end
+  if not result_s then return nil end
+  return buffer.decode(result_s).value
+end
+
+return M

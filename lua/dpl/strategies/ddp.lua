@@ -1,0 +1,158 @@
+-- dpl.strategies.ddp: one process per device. 'ddp': the processes are started
+-- outside (dplhost --nproc N, mpirun, srun: torchrun-like RANK/WORLD_SIZE/
+-- LOCAL_RANK, Open MPI's or SLURM's variables); each joins the process group
+-- (dpl.dist, shm or mpi), parameters are broadcast from rank 0, gradients are
+-- averaged (all-reduce) before each optimizer step (not on accumulation-only
+-- batches, as DDP's no_sync), and a DistributedSampler is inserted.
+-- 'ddp_spawn' forks workers from the running script (dpl.strategies.spawn);
+-- 'ddp_fork' and 'ddp_notebook' are its aliases.
+local errors = require 'dpl.errors'
+local S = require 'dpl.strategies.strategy'
+
+local M = {}
+
+local function env_int(...)
+  for i = 1, select('#', ...) do
+    local v = tonumber(os.getenv((select(i, ...))) or '')
+    if v then return v end
+  end
+  return nil
+end
+
+-- the ranks given by whoever started the processes (nil when nobody did)
+local function external_ranks()
+  local rank = env_int('RANK', 'OMPI_COMM_WORLD_RANK', 'PMI_RANK', 'SLURM_PROCID')
+  local size = env_int('WORLD_SIZE', 'OMPI_COMM_WORLD_SIZE', 'PMI_SIZE', 'SLURM_NTASKS')
+  if rank == nil or size == nil then return nil end
+  return rank, size, env_int('LOCAL_RANK', 'OMPI_COMM_WORLD_LOCAL_RANK', 'MPI_LOCALRANKID', 'SLURM_LOCALID') or 0,
+    env_int('LOCAL_WORLD_SIZE', 'OMPI_COMM_WORLD_LOCAL_SIZE', 'MPI_LOCALNRANKS', 'SLURM_NTASKS_PER_NODE')
+end
+M._external_ranks = external_ranks
+
+local DDPStrategy = S.ParallelStrategy:extend('DDPStrategy')
+DDPStrategy.strategy_name = 'ddp'
+M.DDPStrategy = DDPStrategy
+
+function DDPStrategy:__init(opts)
+  S.ParallelStrategy.__init(self, opts)
+  self.local_rank = env_int('LOCAL_RANK', 'OMPI_COMM_WORLD_LOCAL_RANK', 'SLURM_LOCALID') or 0
+  self.node_rank = env_int('NODE_RANK', 'GROUP_RANK', 'SLURM_NODEID') or 0
+  self._ddp_kwargs = opts.kwargs or {}
+  self:set_world_ranks()
+end
+
+--- Ranks from the launcher's environment when there is one (torchrun-like),
+--- else Lightning's node_rank * num_processes + local_rank.
+function DDPStrategy:set_world_ranks()
+  local rank, size, lrank = external_ranks()
+  if rank ~= nil then
+    self.global_rank, self.world_size, self.local_rank = rank, size, lrank
+    self.is_global_zero = rank == 0
+  else
+    S.ParallelStrategy.set_world_ranks(self)
+  end
+  if self.parallel_devices then
+    local dev = self.parallel_devices[self.local_rank + 1]
+    -- one device per process: a launcher with more local ranks than devices reuses them (CPU)
+    self.root_device = dev or self.parallel_devices[1]
+  end
+end
+
+function DDPStrategy:distributed_sampler_kwargs()
+  return { num_replicas = self.world_size, rank = self.global_rank }
+end
+
+--- Joins the process group (once per process).
+function DDPStrategy:setup_environment()
+  if self.world_size <= 1 then return end
+  local dist = require 'dpl.dist'
+  if dist.is_initialized() then return end
+  if external_ranks() == nil then
+    errors.MisconfigurationException:raise(("strategy='%s' with %d processes: start them with"
+      .. " `dplhost --nproc %d script.lua` (or mpirun / srun); this process has no RANK/WORLD_SIZE")
+      :format(self.strategy_name, self.world_size, self.world_size), 0)
+  end
+  dist.init_process_group{ rank = self.global_rank, world_size = self.world_size }
+  if self.global_rank == 0 then
+    require('dpl.log').info('Initializing distributed: GLOBAL_RANK: 0, MEMBER: 1/%d; backend=%s. All distributed'
+      .. ' processes registered. Starting with %d processes', self.world_size, dist.get_backend(), self.world_size)
+  end
+end
+
+local function parameters(model)
+  if type(model.parameters) ~= 'function' then return {} end
+  return model:parameters() or {}
+end
+
+local function tensor_of(x)
+  -- a dpl tensor, or a parameter object holding one in .data
+  local dist = require 'dpl.dist'
+  if dist._tensor_of(x) then return x end
+  if type(x) == 'table' and x.data ~= nil and dist._tensor_of(x.data) then return x.data end
+  return nil
+end
+
+function DDPStrategy:setup(trainer)
+  self:model_to_device()
+  if trainer.state.fn == 'fit' then
+    -- every rank starts from rank 0's parameters (DDP's constructor)
+    if self.world_size > 1 then
+      local dist = require 'dpl.dist'
+      for _, p in ipairs(parameters(self.lightning_module)) do
+        local t = tensor_of(p)
+        if t then dist.broadcast(t, 0) end
+      end
+    end
+    self:setup_optimizers(trainer)
+  end
+end
+
+--- Averages the gradients over the ranks (one all-reduce per parameter).
+function DDPStrategy:_sync_gradients(model)
+  if self.world_size <= 1 then return end
+  local dist = require 'dpl.dist'
+  for _, p in ipairs(parameters(model)) do
+    local g = p.grad
+    if g ~= nil and dist._tensor_of(g) then dist.all_reduce(g, 'mean') end
+  end
+end
+
+function DDPStrategy:optimizer_step(optimizer, opt_idx, closure, model)
+  local result = closure()
+  self:_sync_gradients(model)
+  model.trainer:_after_closure(optimizer, opt_idx)
+  if model.automatic_optimization and result == nil then return end
+  return optimizer:step()
+end
+
+local DDPSpawnStrategy = DDPStrategy:extend('DDPSpawnStrategy')
+DDPSpawnStrategy.strategy_name = 'ddp_spawn'
+M.DDPSpawnStrategy = DDPSpawnStrategy
+
+function DDPSpawnStrategy:__init(opts)
+  DDPStrategy.__init(self, opts)
+  self.start_method = opts.start_method or 'fork'
+end
+
+-- in the parent, before the workers exist: local rank 0 of num_processes
+function DDPSpawnStrategy:set_world_ranks()
+  self.local_rank = 0
+  S.ParallelStrategy.set_world_ranks(self)
+  self.root_device = self.parallel_devices and self.parallel_devices[self.local_rank + 1] or self.root_device
+end
+
+--- The launcher that forks the workers (nil with one process).
+function DDPSpawnStrategy:launcher_for()
+  if self.num_processes * self.num_nodes <= 1 or self._in_worker then return nil end
+  return require 'dpl.strategies.spawn'
+end
+
+--- In a worker: this process's index (its local and global rank).
+function DDPSpawnStrategy:_set_process_index(i)
+  self._in_worker = true
+  self.local_rank = i
+  S.ParallelStrategy.set_world_ranks(self)
+  self.root_device = self.parallel_devices and self.parallel_devices[i + 1] or self.root_device
+end
+
+return M

@@ -1,0 +1,77 @@
+-- dpl.strategies.ddp2: DP inside a node (over the node's GPUs: scatter, replicas,
+-- gather, as dp) and DDP across nodes: one process per node, local_rank =
+-- global_rank = node_rank, world_size = num_nodes; gradients are averaged across
+-- the nodes' processes before each optimizer step, the sampler shards by node.
+-- The node index comes from NODE_RANK/GROUP_RANK/SLURM_NODEID, else from RANK
+-- when the launcher started one process per node (WORLD_SIZE == num_nodes).
+local S = require 'dpl.strategies.strategy'
+local DP = require 'dpl.strategies.dp'
+local DDP = require('dpl.strategies.ddp').DDPStrategy
+
+local DDP2Strategy = DP:extend('DDP2Strategy')
+DDP2Strategy.strategy_name = 'ddp2'
+
+local function env_int(...)
+  for i = 1, select('#', ...) do
+    local v = tonumber(os.getenv((select(i, ...))) or '')
+    if v then return v end
+  end
+  return nil
+end
+
+function DDP2Strategy:__init(opts)
+  S.ParallelStrategy.__init(self, opts)
+  self:set_world_ranks()
+end
+
+function DDP2Strategy:set_world_ranks()
+  local node = env_int('NODE_RANK', 'GROUP_RANK', 'SLURM_NODEID')
+  local ws = env_int('WORLD_SIZE', 'OMPI_COMM_WORLD_SIZE', 'SLURM_NTASKS')
+  if (node == nil or node == 0) and ws == self.num_nodes then
+    node = env_int('RANK', 'OMPI_COMM_WORLD_RANK', 'SLURM_PROCID') or node
+  end
+  self.node_rank = node or 0
+  self.local_rank = self.node_rank
+  self.global_rank = self.node_rank
+  self.world_size = self.num_nodes
+  self.is_global_zero = self.global_rank == 0
+end
+
+function DDP2Strategy:distributed_sampler_kwargs()
+  return { num_replicas = self.num_nodes, rank = self.global_rank }
+end
+
+function DDP2Strategy:setup_environment()
+  if self.world_size <= 1 then return end
+  local dist = require 'dpl.dist'
+  if dist.is_initialized() then return end
+  dist.init_process_group{ rank = self.global_rank, world_size = self.world_size }
+end
+
+-- collectives across the nodes' processes (dp's are identities)
+DDP2Strategy.barrier = S.ParallelStrategy.barrier
+DDP2Strategy.broadcast = S.ParallelStrategy.broadcast
+DDP2Strategy.reduce_boolean_decision = S.ParallelStrategy.reduce_boolean_decision
+DDP2Strategy.all_gather = S.ParallelStrategy.all_gather
+
+--- As in Lightning's DDP2: the reduction is only across the node's devices (dp's
+--- mean); gradients are what is averaged across the nodes.
+DDP2Strategy.reduce = DP.reduce
+
+function DDP2Strategy:setup(trainer)
+  self:model_to_device()
+  if trainer.state.fn == 'fit' then
+    if self.world_size > 1 then
+      local dist = require 'dpl.dist'
+      for _, p in ipairs(type(self.lightning_module.parameters) == 'function' and self.lightning_module:parameters() or {}) do
+        if dist._tensor_of(p) then dist.broadcast(p, 0) end
+      end
+    end
+    self:setup_optimizers(trainer)
+  end
+end
+
+DDP2Strategy._sync_gradients = DDP._sync_gradients
+DDP2Strategy.optimizer_step = DDP.optimizer_step
+
+return DDP2Strategy

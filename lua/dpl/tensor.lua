@@ -1,0 +1,1258 @@
+-- dpl.tensor: the Lua tensor type. An ffi.metatype over the C handle
+-- (struct dpl_tensor): one C allocation per tensor plus an ffi.gc finalizer,
+-- an idempotent t:free(), constructors, PyTorch-named methods and operators.
+-- Positions are 1-based (dims, indices, class labels); C is 0-based and this
+-- module converts. Dtypes are strings ("float32", ...) or dpl.float32, ...
+local ffi = require 'ffi'
+local capi = require 'dpl.capi'
+local C = capi.C
+
+local errors = require 'dpl.errors'
+
+local type, tonumber, tostring, select = type, tonumber, tostring, select
+local floor, huge = math.floor, math.huge
+local fmt = string.format
+
+-- Errors are objects whose tostring reads "ClassName: message" (DESIGN.md):
+-- a bad argument caught here is a ValueError, a failure reported by C (shape,
+-- dtype, device, index, memory) a RuntimeError, as PyTorch raises them.
+local lua_error = error
+local ValueError, RuntimeError = errors.ValueError, errors.RuntimeError
+local status_class = { [-4] = errors.NotImplementedError }
+local function error(msg)
+  if type(msg) == 'string' then msg = ValueError(msg) end
+  lua_error(msg, 0)
+end
+
+local M = {}
+local methods = {}
+M.methods = methods
+M.Tensor = methods
+
+local tensor_ct = ffi.typeof('dpl_tensor')
+local out1 = ffi.new('dpl_tensor*[1]')
+local out2 = ffi.new('dpl_tensor*[1]')
+local shp = ffi.new('int64_t[8]')
+local shp2 = ffi.new('int64_t[8]')
+local dims32 = ffi.new('int32_t[8]')
+local release = C.dpl_tensor_release
+local ENOMEM = -2
+
+---------------------------------------------------------------- dtypes
+local dtype_ids = {
+  float32 = 0, float64 = 1, float16 = 2, bfloat16 = 3, int32 = 4, int64 = 5, uint8 = 6, bool = 7,
+  float = 0, double = 1, half = 2, int = 4, long = 5, byte = 6,
+}
+local dtype_names = { [0] = 'float32', 'float64', 'float16', 'bfloat16', 'int32', 'int64', 'uint8', 'bool' }
+M.dtype_names = dtype_names
+M.dtype_ids = dtype_ids
+for name, id in pairs(dtype_ids) do
+  if dtype_names[id] == name then M[name] = name end
+end
+M.float, M.double, M.half, M.long, M.int, M.byte = 'float32', 'float64', 'float16', 'int64', 'int32', 'uint8'
+
+local function fail(level, st)
+  lua_error((status_class[st] or RuntimeError)(ffi.string(C.dpl_last_error())), 0)
+end
+M._fail = fail
+
+local function dtype_id(d, what)
+  if d == nil then return 0 end
+  local id = dtype_ids[d]
+  if id then return id end
+  if type(d) == 'number' and dtype_names[d] then return d end
+  error(fmt("%s: unknown dtype %s (expected one of float32, float64, float16, bfloat16, int32, int64, uint8, bool)",
+    what or 'dtype', type(d) == 'string' and ("'" .. d .. "'") or tostring(d)), 3)
+end
+M.dtype_id = dtype_id
+
+---------------------------------------------------------------- devices
+local function devices()
+  return require 'dpl.devices' -- not cached: specs may reload it
+end
+
+-- a device object (from dpl.device): its C type id and index
+local function device_fields(d)
+  if type(d) ~= 'table' then return nil end
+  local ok, tid, idx = pcall(function() return d.type_id, d.index end)
+  if ok and type(tid) == 'number' and type(idx) == 'number' then return tid, idx end
+  return nil
+end
+
+-- returns devtype, devindex
+local function parse_device(d, what)
+  if d == nil or d == 'cpu' then return 0, 0 end
+  local td = type(d)
+  if td == 'string' then
+    if d == 'cuda' then return 1, 0 end
+    local k = d:match('^cuda:(%d+)$')
+    if k then return 1, tonumber(k) end
+    if d == 'cpu:0' then return 0, 0 end
+  elseif td == 'table' and device_fields(d) then
+    return device_fields(d)
+  elseif td == 'number' and d >= 0 and d == floor(d) then
+    return 1, d
+  end
+  error(fmt("%s: invalid device %s (expected 'cpu', 'cuda', 'cuda:<k>' or a dpl.device)", what or 'device',
+    td == 'string' and ("'" .. d .. "'") or tostring(d)), 3)
+end
+M.parse_device = parse_device
+
+local function is_device_spec(d)
+  local td = type(d)
+  if td == 'string' then return d == 'cpu' or d == 'cuda' or d:match('^cuda:%d+$') ~= nil or d == 'cpu:0' end
+  return td == 'table' and device_fields(d) ~= nil
+end
+
+---------------------------------------------------------------- handles
+local function is_tensor(x)
+  return type(x) == 'cdata' and ffi.istype(tensor_ct, x)
+end
+M.is_tensor = is_tensor
+
+local gc_wanted, gc_done = C.dpl_gc_wanted, C.dpl_gc_done
+-- LuaJIT's GC cannot see tensor bytes: C counts them and asks for a collection
+-- Tensor bytes allocated between two such collections: at least gc_bytes (reusing
+-- freed blocks soon keeps them in cache), and more when the Lua heap is big (a
+-- collection costs in proportion to it).
+M.gc_bytes = tonumber(os.getenv('DPL_GC_BYTES') or '') or 8 * 1024 * 1024
+C.dpl_set_gc_threshold(M.gc_bytes)
+local function collect()
+  collectgarbage()
+  gc_done()
+  local heap = collectgarbage('count') * 1024
+  C.dpl_set_gc_threshold(math.max(M.gc_bytes, 32 * heap))
+end
+M.collect = collect
+
+-- out[0] -> a garbage-collected handle (a reference to the struct, so t[i] reaches __index)
+local function wrap(p)
+  local r = ffi.gc(p[0][0], release)
+  if gc_wanted() ~= 0 then collect() end
+  return r
+end
+M._wrap = wrap
+
+local function new_empty(shape_n, dt, devt, devi)
+  local st = C.dpl_tensor_empty(dt, shape_n, shp, devt, devi, out1)
+  if st ~= 0 then
+    if st == ENOMEM then
+      collectgarbage()
+      st = C.dpl_tensor_empty(dt, shape_n, shp, devt, devi, out1)
+    end
+    if st ~= 0 then fail(3) end
+  end
+  return wrap(out1)
+end
+
+-- calls C fn(args..., out1) with one GC-and-retry on ENOMEM; returns the new handle
+local function call1(fn, ...)
+  local st = fn(...)
+  if st ~= 0 then
+    if st == ENOMEM then
+      collectgarbage()
+      st = fn(...)
+    end
+    if st ~= 0 then fail(3) end
+  end
+  return wrap(out1)
+end
+
+local function check(st)
+  if st ~= 0 then fail(3) end
+end
+
+---------------------------------------------------------------- memory pressure
+M.gc_soft_limit = tonumber(os.getenv('DPL_GC_SOFT_LIMIT') or '') or 512 * 1024 * 1024
+local last_gc_bytes = 0
+
+--- Runs a full GC when C-side tensor bytes grew by more than gc_soft_limit since
+--- the last collection (LuaJIT's GC cannot see them). Call at safe points (the
+--- Trainer does between steps). Returns true when it collected.
+function M.maybe_collect()
+  local now = tonumber(C.dpl_mem_current_total())
+  if now - last_gc_bytes > M.gc_soft_limit then
+    collectgarbage()
+    last_gc_bytes = tonumber(C.dpl_mem_current_total())
+    return true
+  end
+  if now < last_gc_bytes then last_gc_bytes = now end
+  return false
+end
+
+local stats = ffi.new('dpl_mem_stats_t')
+--- Byte counters of a device: {current_bytes, peak_bytes, total_bytes, live_storages, allocations}.
+function M.memory_stats(device)
+  local dt, di = parse_device(device or 'cpu', 'memory_stats')
+  check(C.dpl_mem_stats(dt, di, stats))
+  return {
+    current_bytes = tonumber(stats.current_bytes), peak_bytes = tonumber(stats.peak_bytes),
+    total_bytes = tonumber(stats.total_bytes), live_storages = tonumber(stats.live_storages),
+    allocations = tonumber(stats.allocations),
+  }
+end
+function M.memory_allocated(device) return M.memory_stats(device).current_bytes end
+--- Bytes of freed large blocks kept for reuse; empty_cache() returns them to the system.
+function M.memory_cached() return tonumber(C.dpl_mem_cached()) end
+function M.empty_cache() return tonumber(C.dpl_mem_empty_cache()) end
+--- Tensor bytes allocated between two GC runs triggered by C-side pressure.
+function M.set_gc_threshold(bytes) M.gc_bytes = bytes C.dpl_set_gc_threshold(bytes) end
+
+---------------------------------------------------------------- argument helpers
+local function ndim(t) return t._ndim end
+
+-- 1-based (or negative) Lua dim -> 0-based C dim
+local function cdim(t, d, name, extra)
+  local n = t._ndim + (extra or 0)
+  if type(d) ~= 'number' or d ~= floor(d) then
+    error(fmt('%s: dim must be an integer, got %s', name, tostring(d)), 3)
+  end
+  local r = d < 0 and n + d or d - 1
+  if r < 0 or r >= n then
+    if n == 0 then error(fmt('%s: dim %d out of range: the tensor has no dims (0-d)', name, d), 3) end
+    error(fmt('%s: dim %d out of range (expected 1..%d or -%d..-1 for a %d-d tensor)', name, d, n, n, t._ndim), 3)
+  end
+  return r
+end
+M._cdim = cdim
+
+local function is_opts(x)
+  return type(x) == 'table' and rawget(x, 1) == nil and next(x) ~= nil
+end
+
+-- (sizes...) or ({sizes}) [, opts] -> n (filled into buf), opts
+local function parse_sizes(name, buf, ...)
+  local n = select('#', ...)
+  while n > 0 and (select(n, ...)) == nil do n = n - 1 end -- wrappers may pass trailing nils
+  local opts
+  local last = n > 0 and (select(n, ...)) or nil
+  -- options: a table of named fields last, or an empty table after the sizes (zeros({2}, {}))
+  if (n > 0 and is_opts(last)) or (n > 1 and type(last) == 'table' and next(last) == nil) then
+    opts = last
+    n = n - 1
+  end
+  local first = ...
+  local list
+  if n == 1 and type(first) == 'table' then list = first; n = #first
+  elseif n == 1 and is_tensor(first) == false and type(first) == 'nil' then n = 0 end
+  if n > 8 then error(fmt('%s: at most 8 dims, got %d sizes', name, n), 3) end
+  for i = 1, n do
+    local v
+    if list then v = list[i] else v = (select(i, ...)) end
+    if type(v) ~= 'number' or v ~= floor(v) then
+      error(fmt('%s: sizes must be integers, got %s at position %d', name, tostring(v), i), 3)
+    end
+    buf[i - 1] = v
+  end
+  return n, opts
+end
+M._parse_sizes = parse_sizes
+
+local function opts_dtype_device(opts, name, default_dt)
+  local dt = default_dt or 0
+  local devt, devi = 0, 0
+  if opts then
+    if opts.dtype ~= nil then dt = dtype_id(opts.dtype, name) end
+    if opts.device ~= nil then devt, devi = parse_device(opts.device, name) end
+  end
+  return dt, devt, devi
+end
+
+---------------------------------------------------------------- constructors
+function M.empty(...)
+  local n, opts = parse_sizes('empty', shp, ...)
+  local dt, devt, devi = opts_dtype_device(opts, 'empty')
+  return new_empty(n, dt, devt, devi)
+end
+
+function M.zeros(...)
+  local n, opts = parse_sizes('zeros', shp, ...)
+  local dt, devt, devi = opts_dtype_device(opts, 'zeros')
+  local t = new_empty(n, dt, devt, devi)
+  ffi.fill(t._data, tonumber(t._numel) * tonumber(C.dpl_dtype_size(dt)))
+  return t
+end
+
+function M.ones(...)
+  local n, opts = parse_sizes('ones', shp, ...)
+  local dt, devt, devi = opts_dtype_device(opts, 'ones')
+  local t = new_empty(n, dt, devt, devi)
+  check(C.dpl_tensor_fill_(t, 1))
+  return t
+end
+
+--- full(size, value [, opts]) with size a table (or a number for 1-d).
+function M.full(size, value, opts)
+  if type(size) == 'number' then size = { size } end
+  if type(size) ~= 'table' then error('full: expected a size table as the first argument', 2) end
+  if type(value) ~= 'number' and type(value) ~= 'boolean' then
+    error(fmt('full: expected a number as fill value, got %s', type(value)), 2)
+  end
+  local n = parse_sizes('full', shp, size)
+  local def = type(value) == 'boolean' and 7 or (value == floor(value) and 5 or 0)
+  local dt, devt, devi = opts_dtype_device(opts, 'full', def)
+  local t = new_empty(n, dt, devt, devi)
+  if type(value) == 'boolean' then value = value and 1 or 0 end
+  check(C.dpl_tensor_fill_(t, value))
+  return t
+end
+
+function M.arange(a, b, c, opts)
+  if is_opts(b) then opts, b = b, nil elseif is_opts(c) then opts, c = c, nil end
+  local start, stop, step
+  if b == nil then start, stop, step = 0, a, 1 else start, stop, step = a, b, c or 1 end
+  for _, v in ipairs({ start, stop, step }) do
+    if type(v) ~= 'number' or v ~= v then error('arange: start, end and step must be numbers', 2) end
+  end
+  if step == 0 then error('arange: step must be nonzero', 2) end
+  if (step > 0 and stop < start) or (step < 0 and stop > start) then
+    error(fmt('arange: upper bound and step sign are inconsistent (start=%g, end=%g, step=%g)', start, stop, step), 2)
+  end
+  local n = math.ceil((stop - start) / step)
+  if n < 0 then n = 0 end
+  local allint = start == floor(start) and stop == floor(stop) and step == floor(step)
+  local dt, devt, devi = opts_dtype_device(opts, 'arange', allint and 5 or 0)
+  return call1(C.dpl_tensor_arange, start, step, n, dt, devt, devi, out1)
+end
+
+function M.linspace(start, stop, steps, opts)
+  if type(start) ~= 'number' or type(stop) ~= 'number' or type(steps) ~= 'number' then
+    error('linspace: expected (start, end, steps)', 2)
+  end
+  local dt, devt, devi = opts_dtype_device(opts, 'linspace')
+  return call1(C.dpl_tensor_linspace, start, stop, steps, dt, devt, devi, out1)
+end
+
+function M.eye(n, m, opts)
+  if is_opts(m) then opts, m = m, nil end
+  m = m or n
+  if type(n) ~= 'number' or type(m) ~= 'number' then error('eye: expected (n [, m])', 2) end
+  local dt, devt, devi = opts_dtype_device(opts, 'eye')
+  return call1(C.dpl_tensor_eye, n, m, dt, devt, devi, out1)
+end
+
+-- nested Lua table -> shape, flat values, kind ('int', 'float', 'bool')
+local function scan_nested(data)
+  local shape = {}
+  local x = data
+  while type(x) == 'table' do
+    shape[#shape + 1] = #x
+    if #shape > 8 then error('tensor: at most 8 dims', 4) end
+    x = x[1]
+  end
+  local flat, n = {}, 0
+  local kind = 'int'
+  local function walk(v, d)
+    if d > #shape then
+      local tv = type(v)
+      if tv == 'number' then
+        if kind ~= 'float' and (v ~= floor(v) or v ~= v or v == huge or v == -huge) then kind = 'float' end
+        if kind == 'bool' then error('tensor: mixed booleans and numbers', 5) end
+      elseif tv == 'boolean' then
+        if n > 0 and kind ~= 'bool' then error('tensor: mixed booleans and numbers', 5) end
+        kind = 'bool'
+        v = v and 1 or 0
+      elseif is_tensor(v) and v._ndim == 0 then
+        v = v:item()
+        if type(v) == 'boolean' then v = v and 1 or 0 end
+        if v ~= floor(v) then kind = 'float' end
+      else
+        error(fmt('tensor: expected numbers or booleans, got %s', tv), 5)
+      end
+      n = n + 1
+      flat[n] = v
+      return
+    end
+    if type(v) ~= 'table' or #v ~= shape[d] then
+      error(fmt('tensor: ragged nested table: expected a list of %d at depth %d, got %s', shape[d], d,
+        type(v) == 'table' and ('a list of ' .. #v) or type(v)), 5)
+    end
+    for i = 1, shape[d] do walk(v[i], d + 1) end
+  end
+  walk(data, 1)
+  return shape, flat, n, kind
+end
+
+--- dpl.tensor(data [, {dtype=, device=}]): data is a number, a boolean, a nested
+--- table of them, or a tensor (copied).
+function M.tensor(data, opts)
+  if is_tensor(data) then
+    local dt = opts and opts.dtype and dtype_id(opts.dtype, 'tensor') or data._dtype
+    local devt, devi = data._devtype, data._devindex
+    if opts and opts.device then devt, devi = parse_device(opts.device, 'tensor') end
+    return call1(C.dpl_tensor_to, data, dt, devt, devi, out1)
+  end
+  local td = type(data)
+  local shape, flat, n, kind
+  if td == 'number' or td == 'boolean' then
+    shape, flat, n = {}, { td == 'boolean' and (data and 1 or 0) or data }, 1
+    kind = td == 'boolean' and 'bool' or (data == floor(data) and 'int' or 'float')
+  elseif td == 'table' then
+    shape, flat, n, kind = scan_nested(data)
+  else
+    error(fmt('tensor: expected a number, a boolean, a nested table or a tensor, got %s', td), 2)
+  end
+  local def = kind == 'bool' and 7 or (kind == 'int' and n > 0) and 5 or 0 -- {} is float32, as in PyTorch
+  local dt, devt, devi = opts_dtype_device(opts, 'tensor', def)
+  for i = 1, #shape do shp[i - 1] = shape[i] end
+  local t = new_empty(#shape, dt, devt, devi)
+  if n > 0 then
+    local buf = ffi.new('double[?]', n)
+    for i = 1, n do buf[i - 1] = flat[i] end
+    check(C.dpl_tensor_set_from_f64(t, buf, n))
+  end
+  return t
+end
+M.as_tensor = M.tensor
+
+local function like_opts(t, opts)
+  local dt = opts and opts.dtype and dtype_id(opts.dtype, 'like') or t._dtype
+  local devt, devi = t._devtype, t._devindex
+  if opts and opts.device then devt, devi = parse_device(opts.device, 'like') end
+  for i = 0, t._ndim - 1 do shp[i] = t._shape[i] end
+  return t._ndim, dt, devt, devi
+end
+
+function M.empty_like(t, opts) local n, dt, a, b = like_opts(t, opts) return new_empty(n, dt, a, b) end
+function M.zeros_like(t, opts)
+  local r = M.empty_like(t, opts)
+  ffi.fill(r._data, tonumber(r._numel) * tonumber(C.dpl_dtype_size(r._dtype)))
+  return r
+end
+function M.ones_like(t, opts) local r = M.empty_like(t, opts) check(C.dpl_tensor_fill_(r, 1)) return r end
+function M.full_like(t, v, opts) local r = M.empty_like(t, opts) check(C.dpl_tensor_fill_(r, v)) return r end
+function M.rand_like(t, opts) local r = M.empty_like(t, opts) check(C.dpl_tensor_uniform_(r, 0, 1)) return r end
+function M.randn_like(t, opts) local r = M.empty_like(t, opts) check(C.dpl_tensor_normal_(r, 0, 1)) return r end
+
+function M.rand(...)
+  local n, opts = parse_sizes('rand', shp, ...)
+  local dt, devt, devi = opts_dtype_device(opts, 'rand')
+  local t = new_empty(n, dt, devt, devi)
+  check(C.dpl_tensor_uniform_(t, 0, 1))
+  return t
+end
+
+function M.randn(...)
+  local n, opts = parse_sizes('randn', shp, ...)
+  local dt, devt, devi = opts_dtype_device(opts, 'randn')
+  local t = new_empty(n, dt, devt, devi)
+  check(C.dpl_tensor_normal_(t, 0, 1))
+  return t
+end
+
+--- randint(high, size [, opts]) or randint(low, high, size [, opts]): integers in [low, high).
+function M.randint(a, b, c, opts)
+  local low, high, size
+  if type(b) == 'table' and not is_opts(b) then low, high, size, opts = 0, a, b, c
+  else low, high, size = a, b, c end
+  if type(low) ~= 'number' or type(high) ~= 'number' or type(size) ~= 'table' then
+    error('randint: expected (high, size) or (low, high, size) with size a table', 2)
+  end
+  local n = parse_sizes('randint', shp, size)
+  local dt, devt, devi = opts_dtype_device(opts, 'randint', 5)
+  local t = new_empty(n, dt, devt, devi)
+  check(C.dpl_tensor_randint_(t, low, high))
+  return t
+end
+
+function M.manual_seed(s)
+  if type(s) ~= 'number' or s ~= floor(s) or s < 0 then
+    error(fmt('manual_seed: expected a non-negative integer, got %s', tostring(s)), 2)
+  end
+  C.dpl_manual_seed(s)
+end
+local rngbuf = ffi.new('uint64_t[2]')
+function M.get_rng_state()
+  C.dpl_rng_get_state(rngbuf, rngbuf + 1)
+  return { seed = rngbuf[0], offset = rngbuf[1] }
+end
+function M.set_rng_state(s) C.dpl_rng_set_state(s.seed, s.offset) end
+
+function M.set_num_threads(n) check(C.dpl_set_num_threads(n)) end
+function M.get_num_threads() return C.dpl_get_num_threads() end
+function M.blas_info() return ffi.string(C.dpl_blas_info()) end
+
+---------------------------------------------------------------- metadata
+local props = {}
+
+function methods.dim(t) return t._ndim end
+methods.ndimension = methods.dim
+function methods.numel(t) return tonumber(t._numel) end
+methods.nelement = methods.numel
+
+--- t:size() -> {n1, n2, ...}; t:size(d) -> size of dim d (1-based, negative from the end).
+function methods.size(t, d)
+  if d then return tonumber(t._shape[cdim(t, d, 'size')]) end
+  local r = {}
+  for i = 1, t._ndim do r[i] = tonumber(t._shape[i - 1]) end
+  return r
+end
+function methods.stride(t, d)
+  if d then return tonumber(t._stride[cdim(t, d, 'stride')]) end
+  local r = {}
+  for i = 1, t._ndim do r[i] = tonumber(t._stride[i - 1]) end
+  return r
+end
+function methods.storage_offset(t) return tonumber(t._offset) end
+function methods.is_contiguous(t) return t._numel == 0 or bit.band(t._flags, 1) ~= 0 end
+function methods.is_floating_point(t) return t._dtype <= 3 end
+function methods.element_size(t) return tonumber(C.dpl_dtype_size(t._dtype)) end
+function methods.data_ptr(t) return t._data end
+function methods.is_freed(t) return t._storage == nil end
+--- True when both tensors view the same storage.
+function methods.is_set_to(t, o) return t._storage == o._storage end
+methods.shares_storage = methods.is_set_to
+
+props.shape = methods.size
+props.dtype = function(t) return dtype_names[t._dtype] end
+props.ndim = function(t) return t._ndim end
+props.is_cuda = function(t) return t._devtype == 1 end
+props.device = function(t)
+  if t._devtype == 0 then return devices().device('cpu') end
+  return devices().device('cuda', t._devindex)
+end
+props.T = function(t) return t:t() end
+function methods.type(t, dt)
+  if dt == nil then return dtype_names[t._dtype] end
+  return t:to(dt)
+end
+function methods.get_device(t) return t._devtype == 0 and -1 or t._devindex end
+
+---------------------------------------------------------------- lifetime, copies
+--- Releases the storage now (views keep theirs); t becomes a "freed" tensor.
+function methods.free(t)
+  C.dpl_tensor_free_data(t)
+end
+
+function methods.clone(t)
+  return call1(C.dpl_tensor_to, t, t._dtype, t._devtype, t._devindex, out1)
+end
+
+function methods.copy_(t, src)
+  if type(src) == 'number' then check(C.dpl_tensor_fill_(t, src)) return t end
+  check(C.dpl_tensor_copy_(t, src))
+  return t
+end
+
+function methods.fill_(t, v)
+  if type(v) == 'boolean' then v = v and 1 or 0 end
+  if is_tensor(v) then v = v:item() if type(v) == 'boolean' then v = v and 1 or 0 end end
+  if type(v) ~= 'number' then error(fmt('fill_: expected a number, got %s', type(v)), 2) end
+  if t._dtype == 5 and v == floor(v) and (v > 2^53 or v < -2^53) then check(C.dpl_tensor_fill_i64_(t, v))
+  else check(C.dpl_tensor_fill_(t, v)) end
+  return t
+end
+function methods.zero_(t) return methods.fill_(t, 0) end
+
+--- t:to(device_or_dtype [, dtype_or_device]): a converted copy, or t itself when nothing changes.
+function methods.to(t, a, b)
+  local dt, devt, devi = t._dtype, t._devtype, t._devindex
+  for _, x in ipairs({ a, b }) do
+    if x ~= nil then
+      if is_opts(x) then
+        if x.dtype then dt = dtype_id(x.dtype, 'to') end
+        if x.device then devt, devi = parse_device(x.device, 'to') end
+      elseif is_device_spec(x) then devt, devi = parse_device(x, 'to')
+      elseif is_tensor(x) then dt, devt, devi = x._dtype, x._devtype, x._devindex
+      else dt = dtype_id(x, 'to') end
+    end
+  end
+  if dt == t._dtype and devt == t._devtype and devi == t._devindex then return t end
+  return call1(C.dpl_tensor_to, t, dt, devt, devi, out1)
+end
+function methods.float(t) return t:to('float32') end
+function methods.double(t) return t:to('float64') end
+function methods.half(t) return t:to('float16') end
+function methods.bfloat16(t) return t:to('bfloat16') end
+function methods.int(t) return t:to('int32') end
+function methods.long(t) return t:to('int64') end
+function methods.byte(t) return t:to('uint8') end
+methods.uint8 = methods.byte
+function methods.bool(t) return t:to('bool') end
+function methods.cpu(t) return t:to('cpu') end
+function methods.cuda(t, k) return t:to('cuda:' .. (k or 0)) end
+
+local getbuf = ffi.new('double[1]')
+local geti = ffi.new('int64_t[1]')
+function methods.item(t)
+  if t._numel ~= 1 then
+    error(fmt('item: only a tensor with one element can be converted to a number, this one has %d', tonumber(t._numel)), 2)
+  end
+  local dt = t._dtype
+  if dt == 5 then check(C.dpl_tensor_get_i64(t, 0, geti)) return tonumber(geti[0]) end
+  check(C.dpl_tensor_get(t, 0, getbuf))
+  if dt == 7 then return getbuf[0] ~= 0 end
+  return getbuf[0]
+end
+
+--- Nested Lua tables of the values (numbers; booleans for bool tensors); a number for 0-d.
+function methods.totable(t)
+  local n = tonumber(t._numel)
+  local buf = ffi.new('double[?]', n > 0 and n or 1)
+  check(C.dpl_tensor_read_f64(t, buf, n))
+  local isbool = t._dtype == 7
+  local nd = t._ndim
+  if nd == 0 then
+    if isbool then return buf[0] ~= 0 end
+    return buf[0]
+  end
+  local shape = methods.size(t)
+  local pos = 0
+  local function build(d)
+    local r = {}
+    if d == nd then
+      for i = 1, shape[d] do
+        local v = buf[pos]
+        if isbool then v = v ~= 0 end
+        r[i] = v
+        pos = pos + 1
+      end
+    else
+      for i = 1, shape[d] do r[i] = build(d + 1) end
+    end
+    return r
+  end
+  return build(1)
+end
+methods.tolist = methods.totable
+
+---------------------------------------------------------------- views
+local function shape_args(t, name, ...)
+  local first = ...
+  if is_tensor(first) then return parse_sizes(name, shp, methods.size(first)) end
+  return parse_sizes(name, shp, ...)
+end
+
+function methods.view(t, ...)
+  local n = shape_args(t, 'view', ...)
+  return call1(C.dpl_tensor_view, t, n, shp, out1)
+end
+function methods.view_as(t, o) return methods.view(t, methods.size(o)) end
+function methods.reshape(t, ...)
+  local n = shape_args(t, 'reshape', ...)
+  return call1(C.dpl_tensor_reshape, t, n, shp, out1)
+end
+function methods.reshape_as(t, o) return methods.reshape(t, methods.size(o)) end
+function methods.flatten(t, s, e)
+  local n = t._ndim
+  if n == 0 then return methods.reshape(t, 1) end
+  s = s and cdim(t, s, 'flatten') or 0
+  e = e and cdim(t, e, 'flatten') or n - 1
+  if s > e then error('flatten: start dim must not come after end dim', 2) end
+  local sizes = {}
+  for i = 0, s - 1 do sizes[#sizes + 1] = tonumber(t._shape[i]) end
+  local p = 1
+  for i = s, e do p = p * tonumber(t._shape[i]) end
+  sizes[#sizes + 1] = p
+  for i = e + 1, n - 1 do sizes[#sizes + 1] = tonumber(t._shape[i]) end
+  return methods.reshape(t, sizes)
+end
+function methods.transpose(t, d0, d1)
+  return call1(C.dpl_tensor_transpose, t, cdim(t, d0, 'transpose'), cdim(t, d1, 'transpose'), out1)
+end
+function methods.t(t)
+  if t._ndim > 2 then error(fmt('t: expects a tensor with <= 2 dims, got %d (use transpose)', t._ndim), 2) end
+  if t._ndim < 2 then return call1(C.dpl_tensor_alias, t, out1) end
+  return call1(C.dpl_tensor_transpose, t, 0, 1, out1)
+end
+function methods.permute(t, ...)
+  local list = ...
+  if type(list) ~= 'table' then list = { ... } end
+  if #list ~= t._ndim then
+    error(fmt('permute: expected %d dims for a %d-d tensor, got %d', t._ndim, t._ndim, #list), 2)
+  end
+  for i = 1, #list do dims32[i - 1] = cdim(t, list[i], 'permute') end
+  return call1(C.dpl_tensor_permute, t, #list, dims32, out1)
+end
+--- narrow(dim, start, length) with start 1-based.
+function methods.narrow(t, d, start, len)
+  local cd = cdim(t, d, 'narrow')
+  local size = tonumber(t._shape[cd])
+  if type(start) ~= 'number' or type(len) ~= 'number' then error('narrow: expected (dim, start, length)', 2) end
+  local s0 = start < 0 and size + start or start - 1
+  if s0 < 0 or len < 0 or s0 + len > size then
+    error(fmt('narrow: start %d, length %d out of range for dim %d of size %d (start is 1-based)', start, len, d, size), 2)
+  end
+  return call1(C.dpl_tensor_narrow, t, cd, s0, len, out1)
+end
+--- select(dim, index) with index 1-based (negative from the end); drops the dim.
+function methods.select(t, d, i)
+  local cd = cdim(t, d, 'select')
+  local size = tonumber(t._shape[cd])
+  if type(i) ~= 'number' or i ~= floor(i) then error(fmt('select: index must be an integer, got %s', tostring(i)), 2) end
+  local i0 = i < 0 and size + i or i - 1
+  if i0 < 0 or i0 >= size then
+    error(fmt('select: index %d out of range for dim %d of size %d (expected 1..%d or -%d..-1)', i, d, size, size, size), 2)
+  end
+  return call1(C.dpl_tensor_select, t, cd, i0, out1)
+end
+function methods.expand(t, ...)
+  local n = shape_args(t, 'expand', ...)
+  return call1(C.dpl_tensor_expand, t, n, shp, out1)
+end
+function methods.expand_as(t, o) return methods.expand(t, methods.size(o)) end
+function methods.squeeze(t, d)
+  return call1(C.dpl_tensor_squeeze, t, d and cdim(t, d, 'squeeze') or -1, out1)
+end
+function methods.unsqueeze(t, d)
+  return call1(C.dpl_tensor_unsqueeze, t, cdim(t, d, 'unsqueeze', 1), out1)
+end
+function methods.contiguous(t)
+  if t._numel == 0 or bit.band(t._flags, 1) ~= 0 then return t end
+  return call1(C.dpl_tensor_contiguous, t, out1)
+end
+function methods.as_strided(t, size, stride, offset)
+  local n = parse_sizes('as_strided', shp, size)
+  local m = parse_sizes('as_strided', shp2, stride)
+  if n ~= m then error('as_strided: size and stride must have the same length', 2) end
+  return call1(C.dpl_tensor_as_strided, t, n, shp, shp2, offset or tonumber(t._offset), out1)
+end
+
+---------------------------------------------------------------- elementwise
+local OP = {
+  add = 0, sub = 1, mul = 2, div = 3, pow = 4, maximum = 5, minimum = 6, remainder = 7, atan2 = 8,
+  eq = 16, ne = 17, lt = 18, le = 19, gt = 20, ge = 21, logical_and = 24, logical_or = 25, logical_xor = 26,
+}
+M.binary_ops = OP
+local UOP = {
+  neg = 0, abs = 1, exp = 2, log = 3, sqrt = 4, rsqrt = 5, tanh = 6, sigmoid = 7, relu = 8, gelu = 9,
+  sin = 10, cos = 11, floor = 12, ceil = 13, round = 14, sign = 15, reciprocal = 16, square = 17,
+  log1p = 18, expm1 = 19, logical_not = 20, silu = 21, erf = 22, trunc = 23, log2 = 24, isnan = 25,
+}
+M.unary_ops = UOP
+
+local binary, binary_scalar, binary_, binary_scalar_ = C.dpl_binary, C.dpl_binary_scalar, C.dpl_binary_, C.dpl_binary_scalar_
+
+local function gc_wrap1()
+  local r = ffi.gc(out1[0][0], release)
+  if gc_wanted() ~= 0 then collect() end
+  return r
+end
+
+local function binop(op, a, b)
+  local st
+  if type(b) == 'number' then
+    if type(a) == 'number' then error('binary op: at least one operand must be a tensor', 3) end
+    st = binary_scalar(op, a, b, 0, out1)
+  elseif type(a) == 'number' then
+    st = binary_scalar(op, b, a, 1, out1)
+  else
+    if type(b) == 'boolean' then b = M.tensor(b) elseif type(a) == 'boolean' then a = M.tensor(a) end
+    st = binary(op, a, b, out1)
+  end
+  if st ~= 0 then
+    if st == ENOMEM then collectgarbage() return binop(op, a, b) end
+    fail(3)
+  end
+  return gc_wrap1()
+end
+M._binop = binop
+
+local function binop_(op, a, b)
+  local st
+  if type(b) == 'number' then st = binary_scalar_(op, a, b)
+  else
+    if type(b) == 'boolean' then b = M.tensor(b) end
+    st = binary_(op, a, b)
+  end
+  if st ~= 0 then fail(3) end
+  return a
+end
+
+for name, op in pairs(OP) do
+  methods[name] = function(a, b) return binop(op, a, b) end
+  methods[name .. '_'] = function(a, b) return binop_(op, a, b) end
+  M[name] = methods[name]
+end
+
+--- t:add(other [, alpha]) = t + alpha * other (as torch.add).
+function methods.add(a, b, alpha)
+  if alpha == nil or alpha == 1 then return binop(0, a, b) end
+  if type(b) == 'number' then return binop(0, a, b * alpha) end
+  local r = methods.clone(binop(0, a, 0 * b))
+  check(C.dpl_axpy_(r, alpha, b))
+  return r
+end
+function methods.add_(a, b, alpha)
+  if alpha == nil or alpha == 1 or type(b) == 'number' then return binop_(0, a, type(b) == 'number' and b * (alpha or 1) or b) end
+  check(C.dpl_axpy_(a, alpha, b))
+  return a
+end
+function methods.sub(a, b, alpha)
+  if alpha == nil or alpha == 1 then return binop(1, a, b) end
+  return methods.add(a, b, -alpha)
+end
+function methods.sub_(a, b, alpha)
+  if alpha == nil or alpha == 1 then return binop_(1, a, b) end
+  return methods.add_(a, b, -alpha)
+end
+M.add, M.sub = methods.add, methods.sub
+methods.mod = methods.remainder
+methods.fmod = methods.remainder
+methods.max_elementwise = methods.maximum
+
+local unary, unary_ = C.dpl_unary, C.dpl_unary_
+for name, op in pairs(UOP) do
+  methods[name] = function(t)
+    local st = unary(op, t, out1)
+    if st ~= 0 then fail(2) end
+    return gc_wrap1()
+  end
+  methods[name .. '_'] = function(t)
+    if unary_(op, t) ~= 0 then fail(2) end
+    return t
+  end
+  M[name] = methods[name]
+end
+methods.negative = methods.neg
+methods.isnan = methods.isnan
+
+--- Gradient of an activation (op 'relu', 'gelu', 'silu' use the input; 'tanh', 'sigmoid' the output).
+function M.activation_backward(op, grad, saved)
+  local id = UOP[op]
+  if not id then error(fmt("activation_backward: unknown op '%s'", tostring(op)), 2) end
+  return call1(C.dpl_activation_backward, id, grad, saved, saved, out1)
+end
+
+function methods.clamp(t, lo, hi)
+  if is_opts(lo) then lo, hi = lo.min, lo.max end
+  return call1(C.dpl_clamp, t, lo or 0, hi or 0, lo and 1 or 0, hi and 1 or 0, out1)
+end
+function methods.clamp_(t, lo, hi)
+  check(C.dpl_clamp_(t, lo or 0, hi or 0, lo and 1 or 0, hi and 1 or 0))
+  return t
+end
+function methods.clamp_min(t, lo) return methods.clamp(t, lo, nil) end
+function methods.clamp_max(t, hi) return methods.clamp(t, nil, hi) end
+methods.clip = methods.clamp
+M.clamp = methods.clamp
+
+local function as_tensor_like(x, like)
+  if is_tensor(x) then return x end
+  if type(x) == 'boolean' then x = x and 1 or 0 end
+  local dt = like and like._dtype or 0
+  if like == nil and type(x) == 'number' and x == floor(x) then dt = 5 end
+  return M.tensor(x, { dtype = dt, device = like and like.device or nil })
+end
+
+--- dpl.where(cond, a, b): a where cond is true, else b (numbers allowed for a or b).
+function M.where(cond, a, b)
+  if not is_tensor(cond) then error('where: condition must be a tensor', 2) end
+  local ta = is_tensor(a) and a or nil
+  local tb = is_tensor(b) and b or nil
+  a = as_tensor_like(a, tb or (type(a) == 'number' and a ~= floor(a) and nil) or nil)
+  b = as_tensor_like(b, ta or nil)
+  return call1(C.dpl_where, cond, a, b, out1)
+end
+function methods.where(t, cond, other) return M.where(cond, t, other) end
+
+function methods.masked_fill_(t, mask, v)
+  if type(v) == 'boolean' then v = v and 1 or 0 end
+  if is_tensor(v) then v = v:item() end
+  check(C.dpl_masked_fill_(t, mask, v))
+  return t
+end
+function methods.masked_fill(t, mask, v) return methods.masked_fill_(methods.clone(t), mask, v) end
+function methods.masked_select(t, mask) return call1(C.dpl_masked_select, t, mask, out1) end
+
+---------------------------------------------------------------- reductions
+local RED = { sum = 0, mean = 1, prod = 2, max = 3, min = 4, argmax = 5, argmin = 6, var = 7, std = 8,
+  logsumexp = 9, norm = 10, any = 11, all = 12 }
+
+local function reduce(name, t, d, keepdim, param)
+  local cd = -1
+  if d ~= nil then cd = cdim(t, d, name) end
+  local st = C.dpl_reduce(RED[name], t, cd, keepdim and 1 or 0, param or 0, out1)
+  if st ~= 0 then fail(3) end
+  return gc_wrap1()
+end
+
+function methods.sum(t, d, keepdim) return reduce('sum', t, d, keepdim) end
+function methods.mean(t, d, keepdim) return reduce('mean', t, d, keepdim) end
+function methods.prod(t, d, keepdim) return reduce('prod', t, d, keepdim) end
+function methods.logsumexp(t, d, keepdim) return reduce('logsumexp', t, d, keepdim) end
+function methods.any(t, d, keepdim) return reduce('any', t, d, keepdim) end
+function methods.all(t, d, keepdim) return reduce('all', t, d, keepdim) end
+--- var(dim, unbiased=true, keepdim=false), like torch.var.
+function methods.var(t, d, unbiased, keepdim)
+  if type(d) == 'boolean' then d, unbiased = nil, d end
+  return reduce('var', t, d, keepdim, unbiased == false and 0 or 1)
+end
+function methods.std(t, d, unbiased, keepdim)
+  if type(d) == 'boolean' then d, unbiased = nil, d end
+  return reduce('std', t, d, keepdim, unbiased == false and 0 or 1)
+end
+--- norm(p=2, dim, keepdim); p may be math.huge ('inf').
+function methods.norm(t, p, d, keepdim)
+  if p == nil or p == 'fro' then p = 2 elseif p == 'inf' then p = huge end
+  return reduce('norm', t, d, keepdim, p)
+end
+
+local function minmax(name, t, d, keepdim)
+  if d == nil then return reduce(name, t, nil, false) end
+  if is_tensor(d) then return binop(name == 'max' and OP.maximum or OP.minimum, t, d) end
+  local st = C.dpl_reduce_index(RED[name], t, cdim(t, d, name), keepdim and 1 or 0, out1, out2)
+  if st ~= 0 then fail(3) end
+  local v = ffi.gc(out1[0][0], release)
+  local i = ffi.gc(out2[0][0], release)
+  binary_scalar_(0, i, 1) -- 1-based indices
+  return v, i
+end
+--- t:max() -> 0-d tensor; t:max(dim [, keepdim]) -> values, indices (1-based); t:max(other) -> maximum.
+function methods.max(t, d, keepdim) return minmax('max', t, d, keepdim) end
+function methods.min(t, d, keepdim) return minmax('min', t, d, keepdim) end
+--- argmax over dim, or over the flattened tensor; 1-based int64.
+function methods.argmax(t, d, keepdim)
+  local r = reduce('argmax', t, d, keepdim)
+  binary_scalar_(0, r, 1)
+  return r
+end
+function methods.argmin(t, d, keepdim)
+  local r = reduce('argmin', t, d, keepdim)
+  binary_scalar_(0, r, 1)
+  return r
+end
+
+---------------------------------------------------------------- softmax, losses
+function methods.softmax(t, d)
+  return call1(C.dpl_softmax, t, cdim(t, d or -1, 'softmax'), 0, out1)
+end
+function methods.log_softmax(t, d)
+  return call1(C.dpl_softmax, t, cdim(t, d or -1, 'log_softmax'), 1, out1)
+end
+function M.softmax_backward(grad, output, d, log)
+  return call1(C.dpl_softmax_backward, grad, output, cdim(output, d or -1, 'softmax_backward'), log and 1 or 0, out1)
+end
+
+local reductions = { none = 0, mean = 1, sum = 2 }
+local function reduction_id(r, name)
+  local id = reductions[r or 'mean']
+  if not id then error(fmt("%s: reduction must be 'none', 'mean' or 'sum', got '%s'", name, tostring(r)), 3) end
+  return id
+end
+M.reduction_id = reduction_id
+
+-- Lua's 1-based class labels -> a 0-based int64 tensor for C
+local function zero_based(target, name)
+  if not is_tensor(target) then error(fmt('%s: target must be a tensor of class indices', name), 3) end
+  if target._dtype <= 3 or target._dtype == 7 then
+    error(fmt('%s: expected integer class indices (1-based) as target, got %s', name, dtype_names[target._dtype]), 3)
+  end
+  return binop(1, target, 1)
+end
+M._zero_based = zero_based
+
+local function fix_msg(level)
+  -- C speaks 0-based; say it in Lua's terms
+  local msg = ffi.string(C.dpl_last_error())
+  msg = msg:gsub('target (%-?%d+) of sample (%d+) is out of range: expected a class index in %[0, (%d+)%) %(0%-based%)',
+    function(v, s, c) return fmt('target %d of sample %d is out of range: expected a class index in 1..%d', v + 1, s + 1, c) end)
+  msg = msg:gsub('index (%-?%d+) is out of range for dim (%d+) of size (%d+) %(expected 0%.%.(%-?%d+), 0%-based%)',
+    function(v, d, n) return fmt('index %d is out of range for dim %d of size %s (expected 1..%s)', v + 1, d + 1, n, n) end)
+  lua_error(RuntimeError(msg), 0)
+end
+
+--- cross_entropy(logits [N, C], target [N] with classes 1..C, {reduction=, ignore_index=}).
+function M.cross_entropy(logits, target, opts)
+  local red = reduction_id(opts and opts.reduction, 'cross_entropy')
+  local ign = opts and opts.ignore_index and opts.ignore_index - 1 or -101
+  local t0 = zero_based(target, 'cross_entropy')
+  if C.dpl_cross_entropy(logits, t0, red, ign, out1) ~= 0 then fix_msg(2) end
+  return ffi.gc(out1[0][0], release)
+end
+function M.cross_entropy_backward(grad_out, logits, target, opts)
+  local red = reduction_id(opts and opts.reduction, 'cross_entropy_backward')
+  local ign = opts and opts.ignore_index and opts.ignore_index - 1 or -101
+  local t0 = zero_based(target, 'cross_entropy_backward')
+  if C.dpl_cross_entropy_backward(grad_out, logits, t0, red, ign, out1) ~= 0 then fix_msg(2) end
+  return ffi.gc(out1[0][0], release)
+end
+function M.nll_loss(logp, target, opts)
+  local red = reduction_id(opts and opts.reduction, 'nll_loss')
+  local ign = opts and opts.ignore_index and opts.ignore_index - 1 or -101
+  if C.dpl_nll_loss(logp, zero_based(target, 'nll_loss'), red, ign, out1) ~= 0 then fix_msg(2) end
+  return ffi.gc(out1[0][0], release)
+end
+function M.nll_loss_backward(grad_out, logp, target, opts)
+  local red = reduction_id(opts and opts.reduction, 'nll_loss_backward')
+  local ign = opts and opts.ignore_index and opts.ignore_index - 1 or -101
+  if C.dpl_nll_loss_backward(grad_out, logp, zero_based(target, 'nll_loss_backward'), red, ign, out1) ~= 0 then fix_msg(2) end
+  return ffi.gc(out1[0][0], release)
+end
+function M.mse_loss(a, b, opts)
+  return call1(C.dpl_mse_loss, a, b, reduction_id(opts and opts.reduction, 'mse_loss'), out1)
+end
+function M.mse_loss_backward(grad_out, a, b, opts)
+  return call1(C.dpl_mse_loss_backward, grad_out, a, b, reduction_id(opts and opts.reduction, 'mse_loss_backward'), out1)
+end
+
+---------------------------------------------------------------- linear algebra
+function methods.matmul(a, b) return call1(C.dpl_matmul, a, b, out1) end
+function methods.mm(a, b) return call1(C.dpl_mm, a, b, out1) end
+function methods.bmm(a, b) return call1(C.dpl_bmm, a, b, out1) end
+function methods.dot(a, b)
+  if a._ndim ~= 1 or b._ndim ~= 1 then error('dot: expected two 1-d tensors', 2) end
+  return call1(C.dpl_matmul, a, b, out1)
+end
+--- dpl.addmm(c, a, b [, {beta=, alpha=}]) = beta * c + alpha * (a @ b).
+function M.addmm(c, a, b, opts)
+  local beta = opts and opts.beta or 1
+  local alpha = opts and opts.alpha or 1
+  return call1(C.dpl_addmm, c, a, b, beta, alpha, out1)
+end
+function methods.addmm(c, a, b, opts) return M.addmm(c, a, b, opts) end
+M.matmul, M.mm, M.bmm = methods.matmul, methods.mm, methods.bmm
+
+---------------------------------------------------------------- indexing
+local function index0(idx, name, len)
+  if type(idx) == 'table' then idx = M.tensor(idx, { dtype = 'int64' }) end
+  if type(idx) == 'number' then idx = M.tensor({ idx }, { dtype = 'int64' }) end
+  if not is_tensor(idx) then error(fmt('%s: index must be a tensor or a table of integers', name), 3) end
+  if idx._dtype <= 3 or idx._dtype == 7 then
+    error(fmt('%s: expected an integer index tensor (1-based), got %s', name, dtype_names[idx._dtype]), 3)
+  end
+  if len and idx._numel > 0 then
+    -- negative indices count from the end
+    local mn = reduce('min', idx, nil, false):item()
+    if mn < 0 then
+      local neg = binop(OP.lt, idx, 0)
+      return M.where(neg, binop(OP.add, idx, len), binop(OP.sub, idx, 1))
+    end
+  end
+  return binop(OP.sub, idx, 1)
+end
+M._index0 = index0
+
+--- index_select(dim, index) with 1-based indices (a tensor or a table).
+function methods.index_select(t, d, idx)
+  local cd = cdim(t, d, 'index_select')
+  local i0 = index0(idx, 'index_select', tonumber(t._shape[cd]))
+  if C.dpl_index_select(t, cd, i0, out1) ~= 0 then fix_msg(2) end
+  return ffi.gc(out1[0][0], release)
+end
+function methods.index_add_(t, d, idx, src)
+  local cd = cdim(t, d, 'index_add_')
+  if C.dpl_index_add_(t, cd, index0(idx, 'index_add_', tonumber(t._shape[cd])), src) ~= 0 then fix_msg(2) end
+  return t
+end
+function methods.gather(t, d, idx)
+  local cd = cdim(t, d, 'gather')
+  if C.dpl_gather(t, cd, index0(idx, 'gather'), out1) ~= 0 then fix_msg(2) end
+  return ffi.gc(out1[0][0], release)
+end
+function methods.scatter_add_(t, d, idx, src)
+  local cd = cdim(t, d, 'scatter_add_')
+  if C.dpl_scatter_add_(t, cd, index0(idx, 'scatter_add_'), src) ~= 0 then fix_msg(2) end
+  return t
+end
+function methods.scatter_add(t, d, idx, src) return methods.scatter_add_(methods.clone(t), d, idx, src) end
+--- Coordinates (1-based) of the non-zero elements, [nnz, ndim] int64.
+function methods.nonzero(t)
+  local r = call1(C.dpl_nonzero, t, out1)
+  binary_scalar_(0, r, 1)
+  return r
+end
+
+local function tensor_list(list, name)
+  if type(list) ~= 'table' or #list == 0 then error(fmt('%s: expected a non-empty list of tensors', name), 3) end
+  local arr = ffi.new('dpl_tensor*[?]', #list)
+  for i = 1, #list do
+    if not is_tensor(list[i]) then error(fmt('%s: element %d is not a tensor (%s)', name, i, type(list[i])), 3) end
+    arr[i - 1] = list[i]
+  end
+  return arr, #list
+end
+
+--- dpl.cat({t1, t2, ...}, dim=1)
+function M.cat(list, d)
+  local arr, n = tensor_list(list, 'cat')
+  local cd = cdim(list[1], d or 1, 'cat')
+  local r = call1(C.dpl_cat, n, arr, cd, out1)
+  return r
+end
+M.concat = M.cat
+--- dpl.stack({t1, t2, ...}, dim=1): a new dim.
+function M.stack(list, d)
+  local arr, n = tensor_list(list, 'stack')
+  local cd = cdim(list[1], d or 1, 'stack', 1)
+  return call1(C.dpl_stack, n, arr, cd, out1)
+end
+
+--- embedding(weight [V, D], idx with 1-based ids)
+function M.embedding(weight, idx)
+  if C.dpl_embedding(weight, index0(idx, 'embedding'), out1) ~= 0 then fix_msg(2) end
+  return ffi.gc(out1[0][0], release)
+end
+function M.embedding_backward(grad, idx, num_weights)
+  if C.dpl_embedding_backward(grad, index0(idx, 'embedding_backward'), num_weights, out1) ~= 0 then fix_msg(2) end
+  return ffi.gc(out1[0][0], release)
+end
+
+---------------------------------------------------------------- convolution, pooling
+local params6 = ffi.new('int32_t[6]')
+local out3 = ffi.new('dpl_tensor*[1]')
+local function pair(v, name, what, default)
+  if v == nil then v = default end
+  if type(v) == 'number' then return v, v end
+  if type(v) == 'table' and #v == 2 and type(v[1]) == 'number' and type(v[2]) == 'number' then return v[1], v[2] end
+  error(fmt('%s: %s must be a number or a pair {h, w}, got %s', name, what, tostring(v)), 4)
+end
+
+local function conv_params(opts, name)
+  opts = opts or {}
+  params6[0], params6[1] = pair(opts.stride, name, 'stride', 1)
+  params6[2], params6[3] = pair(opts.padding, name, 'padding', 0)
+  params6[4], params6[5] = pair(opts.dilation, name, 'dilation', 1)
+  return opts.groups or 1
+end
+
+--- conv2d(x [N, C, H, W], weight [O, C/groups, kh, kw], bias or nil, {stride=, padding=, dilation=, groups=})
+function M.conv2d(x, w, b, opts)
+  local groups = conv_params(opts, 'conv2d')
+  return call1(C.dpl_conv2d, x, w, b, params6, groups, out1)
+end
+--- Gradients of conv2d: grad_x, grad_w, grad_b (needs: {x=, w=, b=} booleans, all by default).
+function M.conv2d_backward(grad_out, x, w, opts, needs)
+  local groups = conv_params(opts, 'conv2d_backward')
+  needs = needs or { x = true, w = true, b = true }
+  local st = C.dpl_conv2d_backward(grad_out, x, w, params6, groups, needs.x and out1 or nil, needs.w and out2 or nil,
+    needs.b and out3 or nil)
+  if st ~= 0 then fail(2) end
+  local gx = needs.x and ffi.gc(out1[0][0], release) or nil
+  local gw = needs.w and ffi.gc(out2[0][0], release) or nil
+  local gb = needs.b and ffi.gc(out3[0][0], release) or nil
+  return gx, gw, gb
+end
+
+local function pool_params(kernel, opts, name)
+  opts = opts or {}
+  params6[0], params6[1] = pair(kernel, name, 'kernel_size')
+  params6[2], params6[3] = pair(opts.stride, name, 'stride', kernel)
+  params6[4], params6[5] = pair(opts.padding, name, 'padding', 0)
+end
+
+--- max_pool2d(x, kernel_size, {stride=kernel_size, padding=0}) -> values, indices (0-based plane positions, for backward)
+function M.max_pool2d(x, kernel, opts)
+  pool_params(kernel, opts, 'max_pool2d')
+  if C.dpl_max_pool2d(x, params6, out1, out2) ~= 0 then fail(2) end
+  return ffi.gc(out1[0][0], release), ffi.gc(out2[0][0], release)
+end
+function M.max_pool2d_backward(grad_out, x, indices)
+  return call1(C.dpl_max_pool2d_backward, grad_out, x, indices, out1)
+end
+--- avg_pool2d(x, kernel_size, {stride=kernel_size, padding=0, count_include_pad=true})
+function M.avg_pool2d(x, kernel, opts)
+  pool_params(kernel, opts, 'avg_pool2d')
+  local cip = not (opts and opts.count_include_pad == false)
+  return call1(C.dpl_avg_pool2d, x, params6, cip and 1 or 0, out1)
+end
+function M.avg_pool2d_backward(grad_out, x, kernel, opts)
+  pool_params(kernel, opts, 'avg_pool2d_backward')
+  local cip = not (opts and opts.count_include_pad == false)
+  return call1(C.dpl_avg_pool2d_backward, grad_out, x, params6, cip and 1 or 0, out1)
+end
+
+---------------------------------------------------------------- random fills
+function methods.uniform_(t, a, b) check(C.dpl_tensor_uniform_(t, a or 0, b or 1)) return t end
+function methods.normal_(t, m, s) check(C.dpl_tensor_normal_(t, m or 0, s or 1)) return t end
+function methods.random_(t, a, b)
+  if b == nil then a, b = 0, a end
+  check(C.dpl_tensor_randint_(t, a, b))
+  return t
+end
+function methods.bernoulli_(t, p) check(C.dpl_tensor_bernoulli_(t, p or 0.5)) return t end
+
+---------------------------------------------------------------- metatable
+local printer
+local function tostring_tensor(t)
+  printer = printer or require 'dpl.tensor_print'
+  return printer.tostring(t)
+end
+methods.tostring = tostring_tensor
+
+local function get_item(t, k)
+  if t._ndim == 0 then error('index: a 0-d tensor cannot be indexed (use :item())', 3) end
+  local size = tonumber(t._shape[0])
+  local i0 = k < 0 and size + k or k - 1
+  if k ~= floor(k) or i0 < 0 or i0 >= size then
+    error(fmt('index %s is out of range for dim 1 of size %d (expected 1..%d or -%d..-1)', tostring(k), size, size, size), 3)
+  end
+  return call1(C.dpl_tensor_select, t, 0, i0, out1)
+end
+
+M.get_item = get_item -- t[i]; dpl.autograd wraps it
+local setters = {} -- k -> function(t, v) for `t.k = v` (dpl.autograd adds requires_grad, grad)
+M.setters = setters
+M.props = props
+
+-- A ctype's metatable is set once per process, but this module may be loaded
+-- again (a test runner resetting package.loaded): the metatable dispatches
+-- through a state table kept in the registry, which each load points at its own
+-- methods.
+local registry = debug.getregistry()
+local S = registry['dpl.tensor.state']
+local first_load = S == nil
+if first_load then
+  S = {}
+  registry['dpl.tensor.state'] = S
+end
+S.methods, S.props, S.setters, S.M, S.tostring = methods, props, setters, M, tostring_tensor
+
+local mt = registry['dpl.tensor.mt'] or {
+  __index = function(t, k)
+    local m = S.methods[k]
+    if m ~= nil then return m end
+    local p = S.props[k]
+    if p ~= nil then return p(t) end
+    if type(k) == 'number' then return S.M.get_item(t, k) end
+    return nil
+  end,
+  __newindex = function(t, k, v)
+    if type(k) == 'number' then
+      local s = S.M.get_item(t, k)
+      if S.M.is_tensor(v) then S.methods.copy_(s, v) else S.methods.fill_(s, v) end
+      return
+    end
+    local set = S.setters[k] -- settable properties (autograd: requires_grad, grad)
+    if set ~= nil then return set(t, v) end
+    S.M._raise(fmt("tensor: cannot set field '%s'", tostring(k)))
+  end,
+  __tostring = function(t) return S.tostring(t) end,
+  __len = function(t)
+    if t._ndim == 0 then S.M._raise('len() of a 0-d tensor') end
+    return tonumber(t._shape[0])
+  end,
+  -- operators dispatch through methods, so that dpl.autograd can wrap them
+  __add = function(a, b) return S.methods.add(a, b) end,
+  __sub = function(a, b) return S.methods.sub(a, b) end,
+  __mul = function(a, b) return S.methods.mul(a, b) end,
+  __div = function(a, b) return S.methods.div(a, b) end,
+  __pow = function(a, b) return S.methods.pow(a, b) end,
+  __mod = function(a, b) return S.methods.remainder(a, b) end,
+  __unm = function(a) return S.methods.neg(a) end,
+}
+M._raise = error
+M.metatable = mt
+if first_load then
+  registry['dpl.tensor.mt'] = mt
+  ffi.metatype(tensor_ct, mt)
+end
+
+-- the layout Lua reads must be the one C compiled
+do
+  local fields = { '_dtype', '_ndim', '_devtype', '_devindex', '_numel', '_offset', '_shape', '_stride', '_data',
+    '_storage', '_flags', '_reserved' }
+  assert(tonumber(C.dpl_tensor_layout(-1)) == ffi.sizeof(tensor_ct), 'dpl.tensor: struct dpl_tensor size mismatch')
+  for i, f in ipairs(fields) do
+    assert(tonumber(C.dpl_tensor_layout(i - 1)) == ffi.offsetof(tensor_ct, f), 'dpl.tensor: layout mismatch at ' .. f)
+  end
+end
+
+-- dpl.tensor(data, opts) calls the constructor; dpl.tensor.zeros etc. are the module's functions
+setmetatable(M, { __call = function(_, ...) return M.tensor(...) end })
+
+-- autograd wraps the differentiable methods above (requires_grad, backward, ...)
+package.loaded['dpl.tensor'] = M
+require 'dpl.autograd'
+
+return M

@@ -1,0 +1,150 @@
+-- dpl.tensor_print: tostring for tensors, PyTorch-style values followed by the
+-- dtype, the shape and the device; big tensors are summarized (first and last
+-- three entries of each dim around '...').
+local ffi = require 'ffi'
+local C = require('dpl.capi').C
+
+local M = {}
+
+local floor, abs, max, huge = math.floor, math.abs, math.max, math.huge
+local concat = table.concat
+local fmt = string.format
+
+M.threshold = 1000 -- more elements than this: summarize
+M.edgeitems = 3
+
+local valbuf = ffi.new('double[1]')
+local ivalbuf = ffi.new('int64_t[1]')
+
+local function get(t, pos, isint)
+  if isint then
+    C.dpl_tensor_get_i64(t, pos, ivalbuf)
+    return tonumber(ivalbuf[0])
+  end
+  C.dpl_tensor_get(t, pos, valbuf)
+  return valbuf[0]
+end
+
+-- index lists per dim (nil entry = the '...' marker)
+local function dim_indices(n, summarize)
+  local e = M.edgeitems
+  local r = {}
+  if summarize and n > 2 * e then
+    for i = 0, e - 1 do r[#r + 1] = i end
+    r[#r + 1] = false
+    for i = n - e, n - 1 do r[#r + 1] = i end
+  else
+    for i = 0, n - 1 do r[#r + 1] = i end
+  end
+  return r
+end
+
+local function number_formatter(vals, kind)
+  if kind == 'bool' then
+    return function(v) return v ~= 0 and 'true' or 'false' end, 5
+  end
+  if kind == 'int' then
+    local w = 1
+    for i = 1, #vals do w = max(w, #fmt('%d', vals[i])) end
+    return function(v) return fmt('%' .. w .. 'd', v) end, w
+  end
+  local all_int, maxa, mina = true, 0, huge
+  local finite = 0
+  for i = 1, #vals do
+    local v = vals[i]
+    if v == v and v ~= huge and v ~= -huge then
+      finite = finite + 1
+      if v ~= floor(v) then all_int = false end
+      local a = abs(v)
+      if a > maxa then maxa = a end
+      if a ~= 0 and a < mina then mina = a end
+    end
+  end
+  local f
+  if finite == 0 then
+    f = function(v) return tostring(v) end
+  elseif all_int and maxa < 1e8 then
+    f = function(v)
+      if v ~= v then return 'nan' elseif v == huge then return 'inf' elseif v == -huge then return '-inf' end
+      return fmt('%.0f.', v)
+    end
+  elseif maxa >= 1e8 or (mina < 1e-4 and mina ~= huge) or maxa / (mina == huge and 1 or mina) > 1e3 and maxa >= 1e4 then
+    f = function(v)
+      if v ~= v then return 'nan' elseif v == huge then return 'inf' elseif v == -huge then return '-inf' end
+      return fmt('%.4e', v)
+    end
+  else
+    f = function(v)
+      if v ~= v then return 'nan' elseif v == huge then return 'inf' elseif v == -huge then return '-inf' end
+      return fmt('%.4f', v)
+    end
+  end
+  local w = 1
+  for i = 1, #vals do w = max(w, #f(vals[i])) end
+  return function(v)
+    local s = f(v)
+    return (' '):rep(w - #s) .. s
+  end, w
+end
+
+--- The body "[[1., 2.], [3., 4.]]" as PyTorch lays it out, with `indent` spaces
+--- before continuation lines.
+function M.body(t, indent)
+  local nd = t._ndim
+  local numel = tonumber(t._numel)
+  local dt = t._dtype
+  local kind = (dt == 7) and 'bool' or (dt >= 4) and 'int' or 'float'
+  local isint = kind ~= 'float'
+  if nd == 0 then
+    local v = get(t, 0, isint)
+    local f = number_formatter({ v }, kind)
+    return (f(v):gsub('^%s+', ''))
+  end
+  if numel == 0 then return '[]' end
+  local summarize = numel > M.threshold
+  local shape, strides = {}, {}
+  for i = 1, nd do shape[i] = tonumber(t._shape[i - 1]) end
+  local s = 1
+  for i = nd, 1, -1 do strides[i] = s; s = s * shape[i] end
+  local idx = {}
+  for i = 1, nd do idx[i] = dim_indices(shape[i], summarize) end
+  -- collect the shown values first (for a common width)
+  local vals = {}
+  local function collect(d, base)
+    for _, i in ipairs(idx[d]) do
+      if i then
+        local pos = base + i * strides[d]
+        if d == nd then vals[#vals + 1] = get(t, pos, isint) else collect(d + 1, pos) end
+      end
+    end
+  end
+  collect(1, 0)
+  local f = number_formatter(vals, kind)
+  local function render(d, base, ind)
+    local parts = {}
+    for _, i in ipairs(idx[d]) do
+      if not i then
+        parts[#parts + 1] = '...'
+      elseif d == nd then
+        parts[#parts + 1] = f(get(t, base + i * strides[d], isint))
+      else
+        parts[#parts + 1] = render(d + 1, base + i * strides[d], ind .. ' ')
+      end
+    end
+    if d == nd then return '[' .. concat(parts, ', ') .. ']' end
+    local sep = ',' .. ('\n'):rep(nd - d) .. ind .. ' '
+    return '[' .. concat(parts, sep) .. ']'
+  end
+  return render(1, 0, (' '):rep(indent))
+end
+
+function M.tostring(t)
+  if t._storage == nil then return 'tensor(<freed>)' end
+  local shape = {}
+  for i = 1, t._ndim do shape[i] = tostring(tonumber(t._shape[i - 1])) end
+  local dev = t._devtype == 0 and 'cpu' or ('cuda:' .. t._devindex)
+  local dtype = ffi.string(C.dpl_dtype_name(t._dtype))
+  return fmt('tensor(%s, dtype=%s, shape=[%s], device=%s)', M.body(t, 7), dtype, concat(shape, ', '), dev)
+end
+
+return M

@@ -1,0 +1,400 @@
+-- dpl.trainer.fit_loop: sanity check, epochs, batches, automatic and manual
+-- optimisation, accumulation, lr schedulers, in-epoch validation, stopping
+-- (Lightning 1.9's FitLoop / TrainingEpochLoop / OptimizerLoop, hook order of
+-- lightning-hooks.md §2). The per-batch path makes no closures: the closure of
+-- automatic optimisation is built once per fit and reads the batch from `st`.
+local errors = require 'dpl.errors'
+local log = require 'dpl.log'
+local loops = require 'dpl.trainer.loops'
+
+local Misconfiguration = errors.MisconfigurationException
+local M = {}
+local signal_received, on_signal
+
+local huge, floor, max = math.huge, math.floor, math.max
+
+local function misconf(fmt, ...)
+  error(Misconfiguration(select('#', ...) > 0 and fmt:format(...) or fmt), 0)
+end
+
+local function accumulation_for(t, epoch)
+  local a = t._accumulate
+  if type(a) == 'number' then return a end
+  local best, k = -1, 1
+  for e, v in pairs(a) do
+    if e <= epoch and e > best then best, k = e, v end
+  end
+  return k
+end
+
+-- training_step output -> loss (nil: skip), checked as Lightning does
+local function extract_loss(out)
+  if out == nil then return nil end
+  local to = type(out)
+  if to == 'cdata' then return out end
+  if to == 'table' then
+    local mt = getmetatable(out)
+    if mt ~= nil and type(out.backward) == 'function' then return out end
+    do
+      local loss = out.loss
+      if loss == nil then
+        misconf("In automatic_optimization, when `training_step` returns a dict, the 'loss' key needs to be present")
+      end
+      return loss
+    end
+  end
+  misconf('In automatic optimization, `training_step` must return a Tensor, a dict, or nil (where the step will be skipped). Got %s', to)
+end
+
+-- the state of the batch being processed, read by the closures
+local function new_state(t)
+  local st = { t = t, batch = nil, batch_idx = 0, opt = nil, opt_idx = 0, n_opts = 1, out = nil,
+    accumulate = 1 }
+  -- one closure per fit: training_step, zero_grad (window start), backward
+  st.closure = function()
+    local tr = st.t
+    local strategy = tr.strategy
+    local out
+    if st.n_opts > 1 then out = tr:_call_strategy_step('training_step', st.batch, st.batch_idx, st.opt_idx)
+    else out = tr:_call_strategy_step('training_step', st.batch, st.batch_idx) end
+    strategy:post_training_step()
+    out = tr:_call_module_hook('training_step_end', out)
+    out = strategy:training_step_end(out)
+    local loss = extract_loss(out)
+    if loss ~= nil and type(out) ~= 'table' then out = { loss = loss } end
+    st.out = out
+    if loss == nil then return nil end
+    if st.batch_idx % st.accumulate == 0 and not strategy.handles_gradient_accumulation then
+      local opt = st.opt
+      tr:_call_callback_hooks('on_before_zero_grad', opt)
+      tr:_call_module_hook('on_before_zero_grad', opt)
+      tr:_call_module_hook('optimizer_zero_grad', tr.current_epoch, st.batch_idx, opt, st.opt_idx)
+    end
+    if st.accumulate > 1 then loss = loss / st.accumulate end
+    tr:_backward(loss, st.opt, st.opt_idx)
+    return loss
+  end
+  return st
+end
+
+--- The lr schedulers of an interval ("step"/"epoch"), plateau ones or not.
+local function update_lr_schedulers(t, interval, plateau, stepped)
+  local cfgs = t.lr_scheduler_configs
+  if cfgs == nil or #cfgs == 0 then return end
+  local model = t.lightning_module
+  if not model.automatic_optimization then return end
+  for i = 1, #cfgs do
+    local cfg = cfgs[i]
+    if cfg.interval == interval and (cfg.reduce_on_plateau == true) == plateau
+       and (stepped == nil or stepped[cfg.opt_idx or 0]) then
+      local counter = interval == 'step' and (t._cur_batch_idx + 1) or (t.current_epoch + 1)
+      if counter % cfg.frequency == 0 then
+        local metric
+        if cfg.reduce_on_plateau then
+          metric = t.callback_metrics[cfg.monitor]
+          if metric == nil then
+            if cfg.strict then
+              local avail = {}
+              for k in pairs(t.callback_metrics) do avail[#avail + 1] = k end
+              table.sort(avail)
+              misconf('ReduceLROnPlateau conditioned on metric %s which is not available. Available metrics are: %s.'
+                .. ' Condition can be set using `monitor` key in lr scheduler dict', cfg.monitor, table.concat(avail, ', '))
+            end
+            goto continue
+          end
+        end
+        t:_call_module_hook('lr_scheduler_step', cfg.scheduler, cfg.opt_idx or 0, metric)
+      end
+    end
+    ::continue::
+  end
+end
+M.update_lr_schedulers = update_lr_schedulers
+
+local function can_stop_early(t)
+  local met_epochs = t.current_epoch >= (t.min_epochs or 0)
+  local met_steps = t.min_steps == nil or t.global_step >= t.min_steps
+  return met_epochs and met_steps
+end
+
+local function fit_done(t)
+  if t.max_steps ~= -1 and t.global_step >= t.max_steps then
+    log.info('`Trainer.fit` stopped: `max_steps=%d` reached.', t.max_steps)
+    return true
+  end
+  if t.max_epochs ~= -1 and t.current_epoch >= t.max_epochs then
+    log.info('`Trainer.fit` stopped: `max_epochs=%d` reached.', t.max_epochs)
+    return true
+  end
+  if t.should_stop then
+    if can_stop_early(t) then return true end
+    log.info('Trainer was signaled to stop but the required `min_epochs=%s` or `min_steps=%s` has not been met. Training will continue...',
+             tostring(t.min_epochs), tostring(t.min_steps))
+    t.should_stop = false
+  end
+  return false
+end
+
+-- validation after batch b of the epoch? (1.9 _should_check_val_fx)
+local function should_check_val(t, batch_idx, is_last)
+  if not t._enable_validation then return false end
+  local every = t.check_val_every_n_epoch
+  if every ~= nil and (t.current_epoch + 1) % every ~= 0 then return false end
+  local vcb = t.val_check_batch
+  if vcb == huge then return is_last end
+  if t.should_stop then return true end
+  local cur = every == nil and t._total_batch_idx or batch_idx
+  return (cur + 1) % vcb == 0
+end
+
+local function run_validation_in_fit(t)
+  local rc = t._results_connector
+  loops.run_evaluation(t, 'val', false)
+  rc:set_stage('train')
+end
+
+---------------------------------------------------------------- signals
+
+local C = require('dpl.capi').C
+local reduce_numbers = require('dpl.trainer.results').reduce_numbers
+local SignalReceived = errors.new_class('SignalReceived', errors.RuntimeError)
+M.SignalReceived = SignalReceived
+
+-- the host's flag (dpl_signal_received: 128 + signal number, 0 when none);
+-- replaceable for tests: fit_loop._signal_source = function() ... end
+M._signal_source = function() return C.dpl_signal_received() end
+signal_received = function() return M._signal_source() end
+
+-- every rank: a checkpoint written by rank 0 (hpc_ckpt_<n>.ckpt in
+-- default_root_dir, as Lightning's SLURM connector), then an error (exit non-zero)
+on_signal = function(t, status)
+  local dir = t.default_root_dir
+  local n = 0
+  for _, name in ipairs(require('dpl.loggers.base').listdir(dir)) do
+    local k = tonumber(name:match('^hpc_ckpt_(%d+)%.ckpt$') or '')
+    if k and k > n then n = k end
+  end
+  n = t.strategy:broadcast(n)
+  local path = ('%s/hpc_ckpt_%d.ckpt'):format(dir, n + 1)
+  t:save_checkpoint(path)
+  local sig = status - 128
+  error(SignalReceived(('received signal %d (%s) on a rank: every rank stopped after global_step %d; checkpoint saved to %s')
+    :format(sig, sig == 15 and 'SIGTERM' or sig == 2 and 'SIGINT' or 'signal', t.global_step, path)), 0)
+end
+
+---------------------------------------------------------------- epoch
+
+local function run_train_epoch(t, st, loader, nbatches)
+  local model = t.lightning_module
+  local rc = t._results_connector
+  local automatic = model.automatic_optimization
+  local lopts = t.strategy._lightning_optimizers
+  local opts = t.optimizers
+  local n_opts = #opts
+  local handles_acc = t.strategy.handles_gradient_accumulation
+  local keep_outputs = t:_is_overridden('training_epoch_end')
+  local outputs = keep_outputs and {} or nil
+  local log_every = t.log_every_n_steps
+  local stepped = {}
+  st.n_opts = n_opts
+  st.accumulate = t.accumulate_grad_batches
+
+  local it = loader:iter()
+  local start = t.fit_loop.batch_idx
+  for _ = 1, start do -- resumed mid-epoch: the batches already trained on
+    if it() == nil then break end
+  end
+  local i = start
+  while i < nbatches do
+    local batch = it()
+    if batch == nil then break end
+    local is_last = i + 1 == nbatches
+    t._cur_batch_idx = i
+    rc:on_batch_start(batch, 0)
+    batch = loops.transfer(t, batch, 0)
+    t:_call_callback_hooks('on_train_batch_start', batch, i)
+    local r = t:_call_module_hook('on_train_batch_start', batch, i)
+    if r == -1 then
+      t.fit_loop.batch_idx = i + 1
+      break
+    end
+    local accumulating = (i + 1) % st.accumulate ~= 0 and not (is_last and not handles_acc)
+    st.batch, st.batch_idx, st.out = batch, i, nil
+    local any_step = false
+    if automatic then
+      for o = 1, n_opts do
+        local opt_idx = o - 1
+        st.opt, st.opt_idx = opts[o], opt_idx
+        if n_opts > 1 then t:_call_module_hook('toggle_optimizer', opts[o], opt_idx) end
+        if accumulating and not handles_acc then
+          st.closure()
+        else
+          t:_call_module_hook('optimizer_step', t.current_epoch, i, lopts[o], opt_idx, st.closure, false, false)
+          t.global_step = t.global_step + 1
+          model.global_step = t.global_step
+          stepped[opt_idx] = true
+          any_step = true
+        end
+        if n_opts > 1 then t:_call_module_hook('untoggle_optimizer', opt_idx) end
+      end
+    else
+      local gs = t.global_step
+      local out = t:_call_strategy_step('training_step', batch, i)
+      t.strategy:post_training_step()
+      out = t:_call_module_hook('training_step_end', out)
+      st.out = t.strategy:training_step_end(out)
+      any_step = t.global_step > gs
+    end
+    local out = st.out
+    if any_step then
+      update_lr_schedulers(t, 'step', false, stepped)
+      if is_last then update_lr_schedulers(t, 'epoch', false, stepped) end
+    end
+    -- this step's values are in callback_metrics for the batch-end hooks (Lightning's
+    -- callback_metrics is live: ModelCheckpoint(every_n_train_steps, monitor=) reads it)
+    rc:release(rc:collect_step(true))
+    t:_call_callback_hooks('on_train_batch_end', out, batch, i)
+    t:_call_module_hook('on_train_batch_end', out, batch, i)
+    -- logging (values logged in on_train_batch_end included)
+    local logd = rc:collect_step(true)
+    if logd then
+      if not (accumulating and automatic)
+         and ((t.fit_loop.batches_that_stepped + 1) % log_every == 0 or t.should_stop) then
+        rc:log_metrics(logd, t.fit_loop.batches_that_stepped)
+      end
+      rc:release(logd)
+    end
+    if keep_outputs and out ~= nil then outputs[#outputs + 1] = out end
+    t.fit_loop.batch_idx = i + 1
+    if any_step then for k in pairs(stepped) do stepped[k] = nil end end
+    -- on_advance_end: validation, plateau schedulers, counters
+    if should_check_val(t, i, is_last) then run_validation_in_fit(t) end
+    if any_step then update_lr_schedulers(t, 'step', true, nil) end
+    if not accumulating then t.fit_loop.batches_that_stepped = t.fit_loop.batches_that_stepped + 1 end
+    t._total_batch_idx = t._total_batch_idx + 1
+    i = i + 1
+    -- SIGTERM/SIGINT (also on another rank): every rank stops after this same batch
+    local sig = signal_received()
+    if t.world_size > 1 then sig = reduce_numbers(sig, nil, 'max') end
+    if sig ~= 0 then on_signal(t, sig) end
+    if t.max_steps ~= -1 and t.global_step >= t.max_steps then break end
+    if t.should_stop and can_stop_early(t) then break end
+  end
+  return outputs
+end
+
+---------------------------------------------------------------- fit
+
+function M.run_train(t)
+  local rc = t._results_connector
+  local model = t.lightning_module
+  local strategy = t.strategy
+  strategy:barrier('setup_training')
+  t._val_loaders = nil
+  t._enable_validation = loops.enable_validation(t)
+  t._total_batch_idx = t._total_batch_idx or 0
+
+  -- sanity check
+  if t._enable_validation and t.num_sanity_val_steps > 0 and not t.fit_loop.restarting then
+    t.sanity_checking = true
+    rc:reset_metrics()
+    t:_call_callback_hooks('on_sanity_check_start')
+    loops.run_evaluation(t, 'val', true)
+    t:_call_callback_hooks('on_sanity_check_end')
+    rc:reset_metrics()
+    rc:reset_collection('val')
+    t.sanity_checking = false
+  end
+
+  t.model:train()
+  loops.set_grad_enabled(true)
+  local loaders, counts = loops.load_loaders(t, 'train')
+  if #loaders == 0 then
+    t.num_training_batches = 0
+    return
+  end
+  if #loaders ~= 1 then
+    misconf('fit expects one training DataLoader, got %d', #loaders)
+  end
+  local loader, nbatches = loaders[1], counts[1]
+  t.train_dataloader = loader
+  t.num_training_batches = nbatches
+  -- val_check_batch
+  local vc = t._args._val_check
+  if vc.kind == 'count' then
+    if t.check_val_every_n_epoch ~= nil and nbatches ~= huge and vc.value > nbatches then
+      errors.ValueError:raise(('`val_check_interval` (%d) must be less than or equal to the number of the training batches (%d). If you want to disable validation set `limit_val_batches` to 0.0 instead. If you want to validate based on the total training batches, set `check_val_every_n_epoch=nil`.')
+        :format(vc.value, nbatches), 0)
+    end
+    t.val_check_batch = vc.value
+  elseif nbatches == huge then
+    t.val_check_batch = huge
+  else
+    t.val_check_batch = max(1, floor(nbatches * vc.value))
+  end
+  if t._enable_validation and t._val_loaders == nil then
+    local every = t.check_val_every_n_epoch
+    if every == nil or (t.current_epoch + 1) % every == 0 then
+      t._val_loaders, t._val_counts = loops.load_loaders(t, 'val')
+      t.num_val_batches = t._val_counts
+    end
+  end
+  if t.fit_loop.batch_idx > 0 and t.fit_loop.batch_idx >= nbatches then
+    t.current_epoch, t.fit_loop.batch_idx = t.current_epoch + 1, 0
+  end
+  if nbatches == 0 then
+    log.info('`Trainer.fit` stopped: No training batches.')
+    return
+  end
+  if t._warn_max_epochs then
+    log.warn('`max_epochs` was not set. Setting it to 1000 epochs. To train without an epoch limit, set `max_epochs=-1`.')
+  end
+
+  t.training = true
+  t:_call_callback_hooks('on_train_start')
+  t:_call_module_hook('on_train_start')
+  local st = new_state(t)
+  local reload_every, last_reload = t.reload_dataloaders_every_n_epochs, t.current_epoch
+  while not fit_done(t) do
+    local epoch = t.current_epoch
+    model.current_epoch = epoch
+    if reload_every > 0 and epoch - last_reload >= reload_every then
+      -- Lightning's reload_dataloaders_every_n_epochs: the hooks are called again
+      loaders, counts = loops.load_loaders(t, 'train')
+      loader, nbatches = loaders[1], counts[1]
+      t.train_dataloader, t.num_training_batches = loader, nbatches
+      t._val_loaders = nil
+      last_reload = epoch
+    end
+    local ok, se = pcall(function() return loader.set_epoch end)
+    if ok and type(se) == 'function' then se(loader, epoch) end
+    t.accumulate_grad_batches = accumulation_for(t, epoch)
+    rc:set_stage('train')
+    rc:on_epoch_start()
+    t:_call_callback_hooks('on_train_epoch_start')
+    t:_call_module_hook('on_train_epoch_start')
+    local outputs = run_train_epoch(t, st, loader, nbatches)
+    t.fit_loop.epoch_done = t.fit_loop.batch_idx >= nbatches
+    -- the epoch aggregates are visible in callback_metrics from here on (Lightning's
+    -- epoch_end_reached: ModelCheckpoint/EarlyStopping read them in on_train_epoch_end)
+    rc:collect_epoch()
+    if outputs and #outputs > 0 then
+      local r = t:_call_module_hook('training_epoch_end', outputs)
+      if r ~= nil then misconf('`training_epoch_end` expects a return of nil.') end
+    end
+    t:_call_callback_hooks('on_train_epoch_end')
+    t:_call_module_hook('on_train_epoch_end')
+    local logd = rc:collect_epoch()
+    rc:log_metrics(logd, max(0, t.fit_loop.batches_that_stepped - 1))
+    update_lr_schedulers(t, 'epoch', true, nil)
+    t.current_epoch = epoch + 1
+    model.current_epoch = t.current_epoch
+    t.fit_loop.batch_idx = 0
+    t.fit_loop.epoch_done = false
+  end
+  t:_call_callback_hooks('on_train_end')
+  t:_call_module_hook('on_train_end')
+  t.training = false
+end
+
+return M

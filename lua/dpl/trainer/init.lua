@@ -1,0 +1,543 @@
+-- dpl.trainer: the Trainer (dpl.Trainer{...}). Arguments as Lightning 1.9's,
+-- strategy selection as its accelerator connector, the seed's fields, and
+-- fit / validate / test / predict with Lightning's hook order (the loops are in
+-- dpl.trainer.loops, logging in dpl.trainer.results, checkpoints in
+-- dpl.trainer.checkpoint). Returns the Trainer class.
+local class = require 'dpl.class'
+local errors = require 'dpl.errors'
+local log = require 'dpl.log'
+local args_mod = require 'dpl.trainer.args'
+local connector = require 'dpl.trainer.connector'
+local Results = require 'dpl.trainer.results'
+
+local Misconfiguration = errors.MisconfigurationException
+local LightningModule -- loaded on first use
+
+local Trainer = class.Object:extend('Trainer')
+
+local function misconf(fmt, ...)
+  error(Misconfiguration(select('#', ...) > 0 and fmt:format(...) or fmt), 0)
+end
+
+local function cwd()
+  return os.getenv('PWD') or '.'
+end
+
+function Trainer:__init(user_args)
+  local a = args_mod.validate(user_args)
+  self._args = a
+  -- the arguments, readable under Lightning's names
+  for _, k in ipairs(args_mod.order) do self[k] = a[k] end
+  self.max_epochs, self.min_epochs, self.max_steps, self.min_steps = a.max_epochs, a.min_epochs, a.max_steps, a.min_steps
+  self.num_sanity_val_steps = a.num_sanity_val_steps
+  self.accumulate_grad_batches = type(a._accumulate) == 'number' and a._accumulate or 1
+  self._accumulate = a._accumulate
+  self.gradient_clip_algorithm = a.gradient_clip_algorithm
+  self._clip_algorithm_given = a._clip_algorithm_given
+  self.fast_dev_run = a._fast_dev_run > 0 and a._fast_dev_run or false
+  self.check_val_every_n_epoch = a.check_val_every_n_epoch
+  self.default_root_dir = a.default_root_dir or cwd()
+  self.use_distributed_sampler = a.use_distributed_sampler
+  if a.fast_dev_run ~= false and a._fast_dev_run > 0 then
+    log.info('Running in `fast_dev_run` mode: will run the requested loop using %d batch(es). Logging and checkpointing is suppressed.',
+             a._fast_dev_run)
+  end
+  if a._max_epochs_defaulted and user_args and user_args.max_epochs == nil then
+    self._warn_max_epochs = true
+  end
+  if a.deterministic == true or a.deterministic == 'warn' then
+    self.deterministic = a.deterministic
+  end
+
+  -- accelerator, devices, strategy
+  local sel = connector.select(a)
+  self.strategy = sel.strategy
+  self.accelerator = sel.accelerator
+  self.precision = sel.precision
+  self.strategy.precision = sel.precision
+  self.use_amp = sel.precision == 16 or sel.precision == 'bf16'
+  self.amp_level = a.amp_level
+  self.amp_backend = a.amp_backend
+  self.num_devices = sel.num_devices
+  self.device_ids = {}
+  for i, d in ipairs(sel.parallel_devices) do self.device_ids[i] = d.index end
+  self.num_nodes = a.num_nodes
+
+  -- the seed's fields
+  local name = self.strategy.strategy_name
+  self.data_parallel_device_ids = sel.gpu_ids
+  self.root_gpu = sel.gpu_ids and require('dpl.devices').determine_root_gpu_device(sel.gpu_ids) or nil
+  if name == 'horovod' and sel.gpu_ids then self.root_gpu = self.strategy.root_device.index end
+  self.on_gpu = sel.gpu_ids ~= nil
+  self.num_gpus = sel.gpu_ids and #sel.gpu_ids or 0
+  self.use_dp = name == 'dp'
+  self.use_ddp = name == 'ddp' or name:match('^ddp_spawn') ~= nil or name:match('^ddp_fork') ~= nil
+    or name:match('^ddp_notebook') ~= nil or name:match('^ddp_find') ~= nil
+  self.use_ddp2 = name == 'ddp2'
+  self.use_horovod = name == 'horovod'
+  self.single_gpu = self.num_gpus == 1 and not self.use_ddp2 and not self.use_horovod
+  self.use_tpu = false
+  self.tpu_cores, self.tpu_id, self.tpu_local_core_rank, self.tpu_global_core_rank = nil, nil, nil, nil
+  self.num_processes = name == 'single_device' and 1 or (self.strategy.num_processes or 1)
+  self.distributed_backend = name
+  self.global_rank = self.strategy.global_rank
+  self.local_rank = self.strategy.local_rank
+  self.node_rank = self.strategy.node_rank
+  self.world_size = self.strategy.world_size
+  self.is_global_zero = self.global_rank == 0
+  self.root_device = self.strategy.root_device
+
+  -- state
+  self.state = { fn = nil, stage = nil, status = 'initializing' }
+  self.training, self.validating, self.testing, self.predicting, self.sanity_checking = false, false, false, false, false
+  self.should_stop = false
+  self.current_epoch, self.global_step = 0, 0
+  self.fit_loop = { batches_that_stepped = 0, batch_idx = 0, epoch_done = false, restarting = false }
+  self.callback_metrics, self.logged_metrics, self.progress_bar_metrics = {}, {}, {}
+  self._results_connector = Results.new(self)
+  self.optimizers, self.lr_scheduler_configs = {}, {}
+  self.lightning_module, self.model = nil, nil
+  self.num_training_batches, self.num_val_batches, self.num_test_batches, self.num_predict_batches = 0, {}, {}, {}
+  self.num_sanity_val_batches = {}
+
+  self:_setup_loggers(a.logger)
+  self:_setup_callbacks(a.callbacks or {})
+  self.state.status = 'initialized'
+end
+
+---------------------------------------------------------------- loggers / callbacks
+
+function Trainer:_setup_loggers(lg)
+  local L = require 'dpl.loggers'
+  local list
+  if lg == true then
+    list = { L.default_logger(self.default_root_dir) }
+  elseif lg == false or lg == nil then
+    list = {}
+  elseif L.is_logger(lg) then
+    list = { lg }
+  elseif type(lg) == 'table' then
+    list = {}
+    for i, x in ipairs(lg) do
+      if not L.is_logger(x) then misconf('logger[%d] is not a logger (got %s)', i, tostring(x)) end
+      list[i] = x
+    end
+  else
+    misconf('`logger` must be true, false, a logger or a list of loggers, got %s', tostring(lg))
+  end
+  if self._args._fast_dev_run > 0 then list = {} end -- Lightning's DummyLogger
+  self.loggers = list
+  self.logger = list[1]
+end
+
+function Trainer:_setup_callbacks(user)
+  local C = require 'dpl.callbacks'
+  local list = {}
+  local has_ckpt, has_pbar, has_summary, has_timer = false, false, false, false
+  for _, cb in ipairs(user) do
+    list[#list + 1] = cb
+    if class.is_instance(cb, C.ModelCheckpoint) then has_ckpt = true end
+    if class.is_instance(cb, C.ProgressBar) then has_pbar = true end
+    if class.is_instance(cb, C.ModelSummary) then has_summary = true end
+    if class.is_instance(cb, C.Timer) then has_timer = true end
+  end
+  local a = self._args
+  if has_ckpt and not a.enable_checkpointing then
+    misconf('Trainer was configured with `enable_checkpointing=false` but found `ModelCheckpoint` in callbacks list.')
+  end
+  if has_pbar and not a.enable_progress_bar then
+    misconf('Trainer was configured with `enable_progress_bar=false` but found `ProgressBar` in callbacks list.')
+  end
+  if a.enable_model_summary and not has_summary then list[#list + 1] = C.ModelSummary() end
+  if a.enable_progress_bar and not has_pbar then list[#list + 1] = C.ProgressBar() end
+  if a.max_time and not has_timer then list[#list + 1] = C.Timer{ duration = a.max_time } end
+  if a.enable_checkpointing and not has_ckpt then list[#list + 1] = C.ModelCheckpoint() end
+  self.callbacks = self:_reorder_callbacks(list)
+  self:_refresh_callback_refs()
+end
+
+-- checkpoint callbacks run last (Lightning's _reorder_callbacks)
+function Trainer:_reorder_callbacks(list)
+  local C = require 'dpl.callbacks'
+  local head, tail = {}, {}
+  for _, cb in ipairs(list) do
+    if class.is_instance(cb, C.ModelCheckpoint) then tail[#tail + 1] = cb else head[#head + 1] = cb end
+  end
+  for _, cb in ipairs(tail) do head[#head + 1] = cb end
+  return head
+end
+
+function Trainer:_refresh_callback_refs()
+  local C = require 'dpl.callbacks'
+  self.checkpoint_callbacks, self.early_stopping_callbacks = {}, {}
+  self.progress_bar_callback = nil
+  for _, cb in ipairs(self.callbacks) do
+    if class.is_instance(cb, C.ModelCheckpoint) then self.checkpoint_callbacks[#self.checkpoint_callbacks + 1] = cb end
+    if class.is_instance(cb, C.EarlyStopping) then self.early_stopping_callbacks[#self.early_stopping_callbacks + 1] = cb end
+    if class.is_instance(cb, C.ProgressBar) and self.progress_bar_callback == nil then self.progress_bar_callback = cb end
+  end
+  self.checkpoint_callback = self.checkpoint_callbacks[1]
+  self.early_stopping_callback = self.early_stopping_callbacks[1]
+  self._cb_hooks = {}
+end
+
+-- model:configure_callbacks(): those replace user callbacks of the same type
+function Trainer:_attach_model_callbacks()
+  local extra = self:_call_module_hook('configure_callbacks')
+  if extra == nil then return end
+  local C = require 'dpl.callbacks'
+  if C.is_callback(extra) then extra = { extra } end
+  if #extra == 0 then return end
+  local types = {}
+  for _, cb in ipairs(extra) do types[getmetatable(cb)] = true end
+  local kept = {}
+  for _, cb in ipairs(self.callbacks) do
+    if not types[getmetatable(cb)] then kept[#kept + 1] = cb end
+  end
+  for _, cb in ipairs(extra) do kept[#kept + 1] = cb end
+  self.callbacks = self:_reorder_callbacks(kept)
+  self:_refresh_callback_refs()
+end
+
+---------------------------------------------------------------- hook calls
+
+local Callback -- base class, for "does this callback define the hook"
+
+--- The callbacks that define hook `name`, in order (cached per run).
+function Trainer:_callbacks_for(name)
+  local list = self._cb_hooks[name]
+  if list then return list end
+  Callback = Callback or require 'dpl.callbacks.callback'
+  list = {}
+  local base = Callback[name]
+  for _, cb in ipairs(self.callbacks) do
+    local f = cb[name]
+    if f ~= nil and f ~= base then list[#list + 1] = cb end
+  end
+  self._cb_hooks[name] = list
+  return list
+end
+
+function Trainer:_call_callback_hooks(name, ...)
+  local list = self._cb_hooks[name] or self:_callbacks_for(name)
+  local n = #list
+  if n == 0 then return end
+  local model = self.lightning_module
+  local prev = model._current_fx_name
+  model._current_fx_name = name
+  for i = 1, n do
+    local cb = list[i]
+    cb[name](cb, self, model, ...)
+  end
+  model._current_fx_name = prev
+end
+
+function Trainer:_call_module_hook(name, ...)
+  local model = self.lightning_module
+  local prev = model._current_fx_name
+  model._current_fx_name = name
+  local r = model[name](model, ...)
+  model._current_fx_name = prev
+  return r
+end
+
+--- Step dispatch through the strategy (strategy:training_step(...) etc.).
+function Trainer:_call_strategy_step(name, ...)
+  local model = self.lightning_module
+  local prev = model._current_fx_name
+  model._current_fx_name = name
+  local strategy = self.strategy
+  local r = strategy[name](strategy, ...)
+  model._current_fx_name = prev
+  return r
+end
+
+--- True when the model's class (or the model) redefines a LightningModule hook.
+function Trainer:_is_overridden(name, model)
+  LightningModule = LightningModule or require 'dpl.lightning'
+  model = model or self.lightning_module
+  local f = model[name]
+  return f ~= nil and f ~= LightningModule[name]
+end
+
+-- backward with its hooks (automatic: called by the closure; manual: manual_backward)
+function Trainer:_backward(loss, optimizer, opt_idx, ...)
+  self:_call_callback_hooks('on_before_backward', loss)
+  self:_call_module_hook('on_before_backward', loss)
+  self:_call_module_hook('backward', loss, optimizer, opt_idx, ...)
+  self.strategy:post_backward(loss)
+  self:_call_callback_hooks('on_after_backward')
+  self:_call_module_hook('on_after_backward')
+end
+
+-- (name, parameter) pairs of a module: its named_parameters, else those of the
+-- nn.Modules it holds (a LightningModule that is not an nn.Module yet)
+local function named_parameters(model)
+  local out = {}
+  if type(model.named_parameters) == 'function' then
+    for name, p in model:named_parameters() do out[#out + 1] = { name, p } end
+    return out
+  end
+  local keys = {}
+  for k, v in pairs(model) do
+    if type(v) == 'table' and rawget(v, '_is_module') == true then keys[#keys + 1] = k end
+  end
+  table.sort(keys, function(a, b) return tostring(a) < tostring(b) end)
+  for _, k in ipairs(keys) do
+    for name, p in model[k]:named_parameters() do out[#out + 1] = { tostring(k) .. '.' .. name, p } end
+  end
+  return out
+end
+Trainer._named_parameters = named_parameters
+
+--- Lightning's grad_norm: {"grad_<p>_norm/<name>" = norm, "grad_<p>_norm_total" = norm of norms}.
+function Trainer:_grad_norm(norm_type)
+  local out, norms = {}, {}
+  local p = norm_type == 'inf' and math.huge or tonumber(norm_type)
+  local label = norm_type == 'inf' and 'inf' or (p == math.floor(p) and ('%d'):format(p) or tostring(p))
+  for _, e in ipairs(named_parameters(self.lightning_module)) do
+    local g = e[2].grad
+    if g ~= nil then
+      local n = g:norm(p):item()
+      out[('grad_%s_norm/%s'):format(label, e[1])] = n
+      norms[#norms + 1] = n
+    end
+  end
+  if #norms > 0 then
+    local total = 0
+    if p == math.huge then for _, n in ipairs(norms) do if n > total then total = n end end
+    else
+      for _, n in ipairs(norms) do total = total + n ^ p end
+      total = total ^ (1 / p)
+    end
+    out[('grad_%s_norm_total'):format(label)] = total
+  end
+  return out
+end
+
+-- after the closure, before optimizer:step(): hooks, grad norms, then clipping
+function Trainer:_after_closure(optimizer, opt_idx)
+  self:_call_callback_hooks('on_before_optimizer_step', optimizer, opt_idx)
+  self:_call_module_hook('on_before_optimizer_step', optimizer, opt_idx)
+  local tgn = self.track_grad_norm
+  if tgn ~= nil and tgn ~= -1 then
+    local norms = self:_grad_norm(tgn)
+    if next(norms) ~= nil then self:_call_module_hook('log_grad_norm', norms) end
+  end
+  if self.lightning_module.automatic_optimization then
+    self:_call_module_hook('configure_gradient_clipping', optimizer, opt_idx, self.gradient_clip_val,
+                           self.gradient_clip_algorithm)
+  end
+end
+
+-- manual optimisation counts each optimizer step (automatic: the loop counts)
+function Trainer:_on_optimizer_stepped()
+  if not self.lightning_module.automatic_optimization then
+    self.global_step = self.global_step + 1
+    self.lightning_module.global_step = self.global_step
+  end
+end
+
+---------------------------------------------------------------- entry points
+
+local function check_model(model, fn)
+  LightningModule = LightningModule or require 'dpl.lightning'
+  if not class.is_instance(model, LightningModule) then
+    misconf('`Trainer.%s()` requires a `LightningModule`, got: %s', fn, tostring(model))
+  end
+end
+
+local function opts_of(x)
+  if type(x) == 'string' then return { ckpt_path = x } end
+  return x or {}
+end
+
+--- trainer:fit(model, train_dataloaders, val_dataloaders, {ckpt_path=})
+function Trainer:fit(model, train_dataloaders, val_dataloaders, opts)
+  check_model(model, 'fit')
+  opts = opts_of(opts)
+  self.state.fn, self.state.stage = 'fit', 'train'
+  self.training = true
+  self._loaders = { train = train_dataloaders, val = val_dataloaders }
+  return self:_run(model, opts.ckpt_path)
+end
+
+--- trainer:validate(model, dataloaders, {ckpt_path=, verbose=true}) -> {metrics per dataloader}
+function Trainer:validate(model, dataloaders, opts)
+  return self:_run_eval_entry('validate', 'val', model, dataloaders, opts)
+end
+
+--- trainer:test(model, dataloaders, {ckpt_path=, verbose=true}) -> {metrics per dataloader}
+function Trainer:test(model, dataloaders, opts)
+  return self:_run_eval_entry('test', 'test', model, dataloaders, opts)
+end
+
+--- trainer:predict(model, dataloaders, {ckpt_path=}) -> predictions (a list per dataloader when several)
+function Trainer:predict(model, dataloaders, opts)
+  opts = opts_of(opts)
+  model = self:_model_or_attached(model, 'predict')
+  self.state.fn, self.state.stage = 'predict', 'predict'
+  self.predicting = true
+  self._loaders = { predict = dataloaders }
+  return self:_run(model, self:_resolve_ckpt(opts.ckpt_path, 'predict'))
+end
+
+function Trainer:_run_eval_entry(fn, stage, model, dataloaders, opts)
+  opts = opts_of(opts)
+  if model == nil and opts.ckpt_path == nil and self.checkpoint_callback
+     and (self.checkpoint_callback.best_model_path or '') ~= '' then
+    log.info('`trainer.%s(ckpt_path=nil)` was called without a model. The best model of the previous `fit` call will be used: %s',
+             fn, self.checkpoint_callback.best_model_path)
+    opts.ckpt_path = 'best'
+  end
+  model = self:_model_or_attached(model, fn)
+  self.state.fn, self.state.stage = fn, stage == 'val' and 'validate' or 'test'
+  if stage == 'val' then self.validating = true else self.testing = true end
+  self._loaders = { [stage] = dataloaders }
+  self._verbose = opts.verbose ~= false
+  return self:_run(model, self:_resolve_ckpt(opts.ckpt_path, fn))
+end
+
+function Trainer:_model_or_attached(model, fn)
+  if model == nil then
+    if self.lightning_module == nil then
+      misconf('`model` must be provided to `trainer.%s()` when it\'s not attached to the trainer from a previous run', fn)
+    end
+    return self.lightning_module
+  end
+  check_model(model, fn)
+  return model
+end
+
+function Trainer:_resolve_ckpt(path, fn)
+  if path == 'best' or path == 'last' then
+    local cb = self.checkpoint_callback
+    if not cb then
+      misconf('`.%s(ckpt_path="%s")` is set but `ModelCheckpoint` is not configured.', fn, path)
+    end
+    local p = path == 'best' and cb.best_model_path or cb.last_model_path
+    if p == nil or p == '' then
+      misconf('`.%s(ckpt_path="%s")` is set but `ModelCheckpoint` has not saved a %s checkpoint yet.', fn, path, path)
+    end
+    return p
+  end
+  return path
+end
+
+function Trainer:_run(model, ckpt_path)
+  local loops = require 'dpl.trainer.loops'
+  self.state.status = 'running'
+  self.should_stop = false
+  local launcher = self.strategy:launcher_for()
+  local grad_mode = loops.set_grad_enabled(true)
+  if grad_mode ~= nil then loops.set_grad_enabled(grad_mode) end
+  local ok, res
+  if launcher then
+    -- the workers run everything; the parent gets rank 0's results back
+    self.lightning_module = model
+    ok, res = pcall(launcher.launch, self.strategy, self, loops.run, model, ckpt_path)
+  else
+    ok, res = xpcall(loops.run, function(e)
+      if type(e) == 'string' then return debug.traceback(e, 2) end
+      return e
+    end, self, model, ckpt_path)
+  end
+  self.training, self.validating, self.testing, self.predicting, self.sanity_checking = false, false, false, false, false
+  if grad_mode ~= nil then loops.set_grad_enabled(grad_mode) end -- also after an error mid-evaluation
+  if not ok then
+    self.state.status = 'interrupted'
+    if self.lightning_module then
+      pcall(self._call_callback_hooks, self, 'on_exception', res)
+    end
+    pcall(function() self.strategy:teardown() end)
+    for _, lg in ipairs(self.loggers) do pcall(lg.finalize, lg, 'failed') end
+    error(res, 0)
+  end
+  self.state.status = 'finished'
+  return res
+end
+
+-- the strategy's ranks as the trainer's fields (after a spawn launcher set them)
+function Trainer:_refresh_ranks()
+  local s = self.strategy
+  self.global_rank, self.local_rank, self.node_rank, self.world_size = s.global_rank, s.local_rank, s.node_rank, s.world_size
+  self.is_global_zero = self.global_rank == 0
+  self.root_device = s.root_device
+end
+
+---------------------------------------------------------------- checkpoints
+
+--- The checkpoint as a table (Lightning's keys); see dpl.trainer.checkpoint.
+function Trainer:_dump_checkpoint(weights_only)
+  return require('dpl.trainer.checkpoint').dump(self, weights_only)
+end
+
+--- Saves a checkpoint (rank 0 writes; every rank must call it).
+function Trainer:save_checkpoint(path, weights_only)
+  if self.lightning_module == nil then
+    misconf('Saving a checkpoint is only possible if a model is attached to the Trainer. Did you call `Trainer.save_checkpoint()` before calling `Trainer.{fit,validate,test,predict}`?')
+  end
+  local ckpt = self:_dump_checkpoint(weights_only)
+  if self.is_global_zero then require('dpl.trainer.checkpoint').save(ckpt, path) end
+  self.strategy:barrier('Trainer.save_checkpoint')
+end
+
+---------------------------------------------------------------- properties
+
+--- The directory of the first logger's version (or default_root_dir).
+function Trainer:log_dir()
+  local lg = self.logger
+  if lg and lg.log_dir then return lg:log_dir() end
+  return self.default_root_dir
+end
+
+--- The seed's batch transfer: to cuda:<gpu_id> (nil: the root GPU), through the
+--- attached model's on_before_batch_transfer / transfer_batch_to_device /
+--- on_after_batch_transfer hooks when there is one.
+function Trainer:transfer_batch_to_gpu(batch, gpu_id)
+  local D = require 'dpl.devices'
+  if gpu_id == nil then
+    gpu_id = self.root_gpu
+    if gpu_id == nil then
+      misconf('transfer_batch_to_gpu: no GPU id given and this trainer has no root GPU (gpus=%s)', tostring(self.gpus))
+    end
+  end
+  local device = D.device('cuda', gpu_id)
+  local model = self.lightning_module
+  if model == nil then return D.move_data_to_device(batch, device) end
+  batch = self:_call_module_hook('on_before_batch_transfer', batch, 0)
+  batch = self:_call_module_hook('transfer_batch_to_device', batch, device, 0)
+  return self:_call_module_hook('on_after_batch_transfer', batch, 0)
+end
+
+--- No TPU backend: always a MisconfigurationException.
+function Trainer:transfer_batch_to_tpu()
+  misconf('Requested to transfer batch to TPU but no TPU is available')
+end
+
+function Trainer:print(...)
+  if self.is_global_zero then print(...) end
+end
+
+--- Trainer.from_argv(arg, defaults): a Trainer from the command line
+--- (`--max_epochs 3 --gpus 0,1 ...`); returns the trainer and the other words.
+function Trainer.from_argv(argv, defaults)
+  if argv ~= nil and type(argv) ~= 'table' then
+    misconf('Trainer.from_argv expects the script\'s `arg` table, got %s', type(argv))
+  end
+  local parsed, rest = args_mod.parse_argv(argv or {})
+  local all = {}
+  for k, v in pairs(defaults or {}) do all[k] = v end
+  for k, v in pairs(parsed) do all[k] = v end
+  return Trainer(all), rest
+end
+
+--- The Trainer arguments parsed from the command line, without building one.
+Trainer.parse_argv = args_mod.parse_argv
+
+Trainer.__tostring = function(self)
+  return ('Trainer(strategy=%s, accelerator=%s, devices=%d)'):format(self.strategy.strategy_name, self.accelerator,
+                                                                    self.num_devices)
+end
+
+return Trainer

@@ -1,0 +1,460 @@
+-- dpl.trainer.loops: the run (setup, hooks, teardown) and the fit / evaluation /
+-- predict loops, in Lightning 1.9's order (reference: lightning-hooks.md §2-§5,
+-- §9). The step path allocates no closures and formats no strings: one closure
+-- per optimizer is made per fit, and the batch state lives in a table.
+local errors = require 'dpl.errors'
+local log = require 'dpl.log'
+
+local Misconfiguration = errors.MisconfigurationException
+local M = {}
+
+local huge, floor, min = math.huge, math.floor, math.min
+
+local function misconf(fmt, ...)
+  error(Misconfiguration(select('#', ...) > 0 and fmt:format(...) or fmt), 0)
+end
+
+---------------------------------------------------------------- dataloaders
+
+local function is_loader(x)
+  local tx = type(x)
+  if tx == 'userdata' then return true end
+  if tx == 'table' and getmetatable(x) ~= nil then return true end
+  if tx == 'table' and type(rawget(x, 'iter')) == 'function' then return true end
+  return false
+end
+
+--- nil, one loader or a list of loaders -> a list
+local function as_loader_list(x)
+  if x == nil then return {} end
+  if is_loader(x) then return { x } end
+  if type(x) == 'table' then
+    for i, l in ipairs(x) do
+      if not is_loader(l) then misconf('dataloaders[%d] is not a DataLoader (got %s)', i, tostring(l)) end
+    end
+    return x
+  end
+  misconf('expected a DataLoader or a list of DataLoaders, got %s', type(x))
+end
+M.as_loader_list = as_loader_list
+
+--- Number of batches of a loader, or nil when unknown.
+local function loader_len(l)
+  local ok, f = pcall(function() return l.num_batches end)
+  if ok and type(f) == 'function' then return f(l) end
+  if type(l) == 'userdata' then
+    local ok2, n = pcall(function() return #l end)
+    if ok2 and type(n) == 'number' then return n end
+  end
+  if type(l) == 'table' then
+    local mt = getmetatable(l)
+    if mt and mt.__len then return mt.__len(l) end
+  end
+  return nil
+end
+M.loader_len = loader_len
+
+local limit_names = { train = 'train', val = 'val', test = 'test', predict = 'predict' }
+
+--- Applies limit_<stage>_batches to a loader's length (Lightning's rules).
+local function limited(trainer, stage, n)
+  local lim = trainer._args._limits[stage]
+  if lim.kind == 'all' then return n or huge end
+  if lim.kind == 'count' then return n and min(n, lim.value) or lim.value end
+  if n == nil then
+    misconf('When using an iterable dataset without a length for `limit_%s_batches`, `Trainer(limit_%s_batches)` must be `1.0` or an int.',
+            stage, stage)
+  end
+  local k = floor(n * lim.value)
+  if k == 0 and lim.value > 0 and n > 0 then
+    misconf('You requested to check %s of the `%s_dataloader` but %s * %d < 1. Please increase the `limit_%s_batches` argument. Try at least `limit_%s_batches=%s`',
+            lim.value, limit_names[stage], lim.value, n, stage, stage, 1 / n)
+  end
+  return k
+end
+
+local hook_of = { train = 'train_dataloader', val = 'val_dataloader', test = 'test_dataloader', predict = 'predict_dataloader' }
+
+--- The loaders of a stage: given to fit/validate/..., else the model's hook.
+function M.load_loaders(t, stage)
+  local given = t._loaders[stage]
+  local list
+  local lim = t._args._limits[stage]
+  if lim.kind ~= 'all' and lim.value == 0 then
+    return {}, {}
+  elseif given ~= nil then
+    list = as_loader_list(given)
+  elseif stage == 'train' or t:_is_overridden(hook_of[stage]) then
+    list = as_loader_list(t:_call_module_hook(hook_of[stage]))
+  else
+    list = {}
+  end
+  local sampler = t.use_distributed_sampler and t.world_size > 1
+  if stage == 'train' and t._args._overfit then
+    for i = 1, #list do
+      local s = list[i].sampler
+      if s and (s.__name == 'RandomSampler' or (s.shuffle == true and s.num_replicas == nil)) then
+        log.warn('You requested to overfit but enabled training dataloader shuffling. We are turning off the training dataloader shuffling for you.')
+        list[i].sampler = require('dpl.data').SequentialSampler(require('dpl.data').len(s))
+      end
+    end
+  end
+  for i = 1, #list do
+    list[i] = t.strategy:process_dataloader(list[i])
+    if sampler then
+      local l = list[i]
+      local s = l.sampler
+      if s and s.num_replicas == nil then
+        -- Lightning replaces the sampler with a DistributedSampler (shuffle as the loader's)
+        local data = require 'dpl.data'
+        local kw = t.strategy:distributed_sampler_kwargs()
+        l.sampler = data.DistributedSampler{ dataset = l.dataset, num_replicas = kw.num_replicas, rank = kw.rank,
+          shuffle = s.__name == 'RandomSampler' or getmetatable(s) == data.RandomSampler }
+      end
+    end
+  end
+  local counts = {}
+  for i = 1, #list do counts[i] = limited(t, stage, loader_len(list[i])) end
+  return list, counts
+end
+
+---------------------------------------------------------------- batch transfer
+
+-- precision 64: floating tensors of a batch as float64 (new tables, input untouched)
+local function to_double(b, depth)
+  local T = package.loaded['dpl.tensor']
+  if T and T.is_tensor(b) then
+    if b:is_floating_point() and b.dtype ~= 'float64' then return b:to('float64') end
+    return b
+  end
+  if type(b) == 'table' and getmetatable(b) == nil and (depth or 0) < 16 then
+    local out = {}
+    for k, v in pairs(b) do out[k] = to_double(v, (depth or 0) + 1) end
+    return out
+  end
+  return b
+end
+M._to_double = to_double
+
+local function transfer(t, batch, dl_idx)
+  batch = t:_call_module_hook('on_before_batch_transfer', batch, dl_idx)
+  batch = t:_call_module_hook('transfer_batch_to_device', batch, t.strategy.root_device, dl_idx)
+  batch = t:_call_module_hook('on_after_batch_transfer', batch, dl_idx)
+  if t.precision == 64 then batch = to_double(batch) end
+  return batch
+end
+M.transfer = transfer
+
+---------------------------------------------------------------- gradient mode
+
+local autograd_mod
+--- Turns gradient recording on/off (dpl.autograd); returns the previous mode
+--- (nil when autograd is not there).
+function M.set_grad_enabled(on)
+  if autograd_mod == nil then
+    local ok, ag = pcall(require, 'dpl.autograd')
+    autograd_mod = ok and type(ag) == 'table' and ag.set_grad_enabled and ag or false
+  end
+  if not autograd_mod then return nil end
+  local prev = autograd_mod.is_grad_enabled()
+  autograd_mod.set_grad_enabled(on)
+  return prev
+end
+
+---------------------------------------------------------------- the run
+
+function M.run(t, model, ckpt_path)
+  local strategy = t.strategy
+  local fn = t.state.fn
+  local rc = t._results_connector
+  t.lightning_module = model
+  model.trainer = t
+  model.global_rank, model.local_rank = t.global_rank, t.local_rank
+  strategy:connect(model)
+  t.model = strategy.model
+  t._cb_hooks = {}
+
+  t:_attach_model_callbacks()
+  if t.local_rank == 0 then t:_call_module_hook('prepare_data') end
+  rc:reset_metrics()
+  strategy:setup_environment()
+  -- setup hooks
+  local stage = fn
+  strategy:barrier('pre_setup')
+  t:_call_callback_hooks('setup', stage)
+  t:_call_module_hook('setup', stage)
+  strategy:barrier('post_setup')
+
+  local ckpt
+  if ckpt_path ~= nil then
+    ckpt = require('dpl.trainer.checkpoint').load(ckpt_path)
+    require('dpl.trainer.checkpoint').restore_modules_and_callbacks(t, ckpt)
+  end
+  t:_call_module_hook('configure_sharded_model')
+  strategy:setup(t)
+  t.model = strategy.model
+  t.optimizers = strategy.optimizers
+  t.lr_scheduler_configs = strategy.lr_scheduler_configs
+
+  if fn == 'fit' then
+    t:_call_callback_hooks('on_fit_start')
+    t:_call_module_hook('on_fit_start')
+  end
+  -- hyper-parameters to the loggers
+  if t.is_global_zero and fn == 'fit' then
+    for _, lg in ipairs(t.loggers) do lg:log_hyperparams(model.hparams or {}) end
+  end
+  if ckpt and fn == 'fit' then require('dpl.trainer.checkpoint').restore_training_state(t, ckpt) end
+
+  local result
+  if fn == 'fit' then
+    M.run_train(t)
+  elseif fn == 'validate' then
+    result = M.run_evaluation_entry(t, 'val')
+  elseif fn == 'test' then
+    result = M.run_evaluation_entry(t, 'test')
+  else
+    result = M.run_predict(t)
+  end
+
+  strategy:teardown()
+  if fn == 'fit' then
+    t:_call_callback_hooks('on_fit_end')
+    t:_call_module_hook('on_fit_end')
+  end
+  t:_call_callback_hooks('teardown', stage)
+  t:_call_module_hook('teardown', stage)
+  model._current_fx_name = nil
+  for _, lg in ipairs(t.loggers) do
+    if t.is_global_zero then lg:finalize('success') end
+  end
+  return result
+end
+
+---------------------------------------------------------------- evaluation
+
+local nouns = { val = 'validation', test = 'test' }
+local eval_hooks = {}
+for stage, noun in pairs(nouns) do
+  eval_hooks[stage] = {
+    model_eval = 'on_' .. noun .. '_model_eval', model_train = 'on_' .. noun .. '_model_train',
+    start = 'on_' .. noun .. '_start', epoch_start = 'on_' .. noun .. '_epoch_start',
+    batch_start = 'on_' .. noun .. '_batch_start', step = noun .. '_step', step_end = noun .. '_step_end',
+    batch_end = 'on_' .. noun .. '_batch_end', epoch_end_model = noun .. '_epoch_end',
+    epoch_end = 'on_' .. noun .. '_epoch_end', ['end'] = 'on_' .. noun .. '_end',
+  }
+end
+
+--- Whether validation is enabled: a val loader source, validation_step, limit > 0.
+function M.enable_validation(t)
+  local lim = t._args._limits.val
+  if lim.kind ~= 'all' and lim.value == 0 then return false end
+  if not t:_is_overridden('validation_step') then return false end
+  return t._loaders.val ~= nil or t:_is_overridden('val_dataloader') or t._val_loaders ~= nil
+end
+
+--- One evaluation run (validation in fit or alone, sanity check, test).
+--- Returns the epoch metrics per dataloader, or nil when there were no batches.
+function M.run_evaluation(t, stage, sanity)
+  local H = eval_hooks[stage]
+  local rc = t._results_connector
+  local loaders, counts
+  if stage == 'val' then
+    if t._val_loaders == nil then
+      t._val_loaders, t._val_counts = M.load_loaders(t, 'val')
+      t.num_val_batches = t._val_counts
+    end
+    loaders, counts = t._val_loaders, t._val_counts
+  else
+    loaders, counts = M.load_loaders(t, 'test')
+    t.num_test_batches = counts
+  end
+  local maxes, total = {}, 0
+  for i = 1, #loaders do
+    local c = counts[i]
+    if sanity then c = min(c, t.num_sanity_val_steps) end
+    maxes[i] = c
+    total = total + c
+  end
+  if sanity then t.num_sanity_val_batches = maxes end
+  if total == 0 then return nil end
+
+  local prev_stage = rc.current
+  local was_training = t.training
+  t.training = false
+  if stage == 'val' then t.validating = true else t.testing = true end
+  rc:set_stage(stage)
+  rc:reset_collection(stage)
+  rc.num_dataloaders = #loaders
+  local model = t.lightning_module
+  local strategy = t.strategy
+  local ndl = #loaders
+
+  local grad_prev = M.set_grad_enabled(false) -- evaluation records no gradients (torch.no_grad)
+  t:_call_module_hook(H.model_eval)
+  model:zero_grad()
+  t:_call_callback_hooks(H.start)
+  t:_call_module_hook(H.start)
+  t:_call_callback_hooks(H.epoch_start)
+  t:_call_module_hook(H.epoch_start)
+
+  local keep = t:_is_overridden(H.epoch_end_model)
+  local outputs = {}
+  local counter_name = '_eval_steps_' .. stage
+  t[counter_name] = t[counter_name] or 0
+  for d = 1, ndl do
+    local dl_idx = d - 1
+    local outs = {}
+    local it = loaders[d]:iter()
+    local i = 0
+    while i < maxes[d] do
+      local batch = it()
+      if batch == nil then break end
+      rc:on_batch_start(batch, dl_idx)
+      batch = transfer(t, batch, dl_idx)
+      t:_call_callback_hooks(H.batch_start, batch, i, dl_idx)
+      t:_call_module_hook(H.batch_start, batch, i, dl_idx)
+      local out
+      if ndl > 1 then out = t:_call_strategy_step(H.step, batch, i, dl_idx)
+      else out = t:_call_strategy_step(H.step, batch, i) end
+      out = t:_call_module_hook(H.step_end, out)
+      out = strategy[H.step_end](strategy, out)
+      t:_call_callback_hooks(H.batch_end, out, batch, i, dl_idx)
+      t:_call_module_hook(H.batch_end, out, batch, i, dl_idx)
+      local logd = rc:collect_step(false)
+      if logd then
+        if not sanity then
+          t[counter_name] = t[counter_name] + 1
+          rc:log_metrics(logd, t[counter_name] - 1)
+        end
+        rc:release(logd)
+      end
+      if keep and out ~= nil then outs[#outs + 1] = out end
+      i = i + 1
+    end
+    outputs[d] = outs
+  end
+  rc:collect_epoch() -- epoch aggregates visible to the epoch-end hooks
+  if keep then
+    t:_call_module_hook(H.epoch_end_model, ndl == 1 and outputs[1] or outputs)
+  end
+  t:_call_callback_hooks(H.epoch_end)
+  t:_call_module_hook(H.epoch_end)
+  local logd = rc:collect_epoch()
+  if not sanity then
+    rc:log_metrics(logd)
+    t._val_ran = t._val_ran or stage == 'val'
+  end
+  t:_call_callback_hooks(H['end'])
+  t:_call_module_hook(H['end'])
+  t:_call_module_hook(H.model_train)
+  if grad_prev ~= nil then M.set_grad_enabled(grad_prev) end
+
+  -- results per dataloader
+  local results = {}
+  for d = 1, ndl do results[d] = {} end
+  for k, v in pairs(logd) do
+    local idx = k:match('/dataloader_idx_(%d+)$')
+    if idx then results[tonumber(idx) + 1][k] = v
+    else for d = 1, ndl do results[d][k] = v end end
+  end
+  if stage == 'val' then t.validating = false else t.testing = false end
+  t.training = was_training
+  rc.current = prev_stage
+  rc.num_dataloaders = 1
+  return results
+end
+
+--- validate / test entry: the evaluation, the results table printed (rank 0).
+function M.run_evaluation_entry(t, stage)
+  local rc = t._results_connector
+  t._val_loaders = nil
+  local results = M.run_evaluation(t, stage, false)
+  rc:set_stage(nil)
+  if results == nil then return {} end
+  if t._verbose and t.is_global_zero then M.print_results(stage, results) end
+  return results
+end
+
+function M.print_results(stage, results)
+  local title = (stage == 'val' and 'Validate' or 'Test') .. ' metric'
+  local keys = {}
+  for d = 1, #results do for k in pairs(results[d]) do keys[k] = true end end
+  local names = {}
+  for k in pairs(keys) do names[#names + 1] = k end
+  if #names == 0 then return end
+  table.sort(names)
+  local w = #title
+  for _, k in ipairs(names) do if #k > w then w = #k end end
+  local line = string.rep('-', w + 4 + 22 * #results)
+  local head = ('%-' .. (w + 4) .. 's'):format(title)
+  for d = 1, #results do head = head .. ('%-22s'):format('DataLoader ' .. (d - 1)) end
+  local out = { line, head, line }
+  for _, k in ipairs(names) do
+    local row = ('%-' .. (w + 4) .. 's'):format(k)
+    for d = 1, #results do
+      local v = results[d][k]
+      row = row .. ('%-22s'):format(v == nil and '' or ('%.10g'):format(v))
+    end
+    out[#out + 1] = row
+  end
+  out[#out + 1] = line
+  io.stdout:write(table.concat(out, '\n'), '\n')
+  io.stdout:flush()
+end
+
+---------------------------------------------------------------- predict
+
+function M.run_predict(t)
+  local loaders, counts = M.load_loaders(t, 'predict')
+  t.num_predict_batches = counts
+  local total = 0
+  for i = 1, #counts do total = total + counts[i] end
+  if total == 0 then return nil end
+  local rc = t._results_connector
+  rc:set_stage(nil)
+  local ndl = #loaders
+  local grad_prev = M.set_grad_enabled(false)
+  t:_call_module_hook('on_predict_model_eval')
+  t.lightning_module:zero_grad()
+  t:_call_callback_hooks('on_predict_start')
+  t:_call_module_hook('on_predict_start')
+  t:_call_callback_hooks('on_predict_epoch_start')
+  t:_call_module_hook('on_predict_epoch_start')
+  local results = {}
+  for d = 1, ndl do
+    local dl_idx = d - 1
+    local preds = {}
+    local it = loaders[d]:iter()
+    local i = 0
+    while i < counts[d] do
+      local batch = it()
+      if batch == nil then break end
+      batch = transfer(t, batch, dl_idx)
+      t:_call_callback_hooks('on_predict_batch_start', batch, i, dl_idx)
+      t:_call_module_hook('on_predict_batch_start', batch, i, dl_idx)
+      local out
+      if ndl > 1 then out = t:_call_strategy_step('predict_step', batch, i, dl_idx)
+      else out = t:_call_strategy_step('predict_step', batch, i) end
+      t:_call_callback_hooks('on_predict_batch_end', out, batch, i, dl_idx)
+      t:_call_module_hook('on_predict_batch_end', out, batch, i, dl_idx)
+      preds[#preds + 1] = out
+      i = i + 1
+    end
+    results[d] = preds
+  end
+  t:_call_callback_hooks('on_predict_epoch_end', results)
+  t:_call_module_hook('on_predict_epoch_end', results)
+  t:_call_callback_hooks('on_predict_end')
+  t:_call_module_hook('on_predict_end')
+  if grad_prev ~= nil then M.set_grad_enabled(grad_prev) end
+  if ndl == 1 then return results[1] end
+  return results
+end
+
+---------------------------------------------------------------- fit
+
+--- The fit loop lives in dpl.trainer.fit_loop.
+function M.run_train(t) return require('dpl.trainer.fit_loop').run_train(t) end
+
+return M

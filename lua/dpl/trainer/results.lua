@@ -1,0 +1,319 @@
+-- dpl.trainer.results: self:log's storage and where logged values go (Lightning
+-- 1.9's ResultCollection + LoggerConnector): per-hook defaults and allowed
+-- on_step/on_epoch, forked names (x_step / x_epoch), epoch aggregation (mean
+-- weighted by batch size, sum, min, max), trainer.callback_metrics /
+-- logged_metrics / progress_bar_metrics, and the loggers (every
+-- log_every_n_steps, at epoch ends, at evaluation ends).
+local errors = require 'dpl.errors'
+
+local Misconfiguration = errors.MisconfigurationException
+local M = {}
+M.__index = M
+
+local function misconf(fmt, ...)
+  error(Misconfiguration(select('#', ...) > 0 and fmt:format(...) or fmt), 0)
+end
+
+-- hook -> {default on_step, default on_epoch, allowed on_step (nil: both), allowed on_epoch}
+local STEP = { true, false }
+local EVAL = { false, true }
+local EPOCH = { false, true, false, true } -- on_step only false, on_epoch only true
+local FX = {}
+for _, h in ipairs({ 'training_step', 'training_step_end', 'on_train_batch_start', 'on_train_batch_end',
+  'on_before_backward', 'backward', 'on_after_backward', 'on_before_optimizer_step', 'optimizer_step',
+  'configure_gradient_clipping', 'clip_gradients', 'on_before_zero_grad', 'optimizer_zero_grad',
+  'manual_backward', 'log_grad_norm' }) do FX[h] = STEP end
+for _, h in ipairs({ 'validation_step', 'test_step', 'validation_step_end', 'test_step_end',
+  'on_validation_batch_start', 'on_validation_batch_end', 'on_test_batch_start', 'on_test_batch_end' }) do FX[h] = EVAL end
+for _, h in ipairs({ 'on_train_start', 'on_train_epoch_start', 'on_train_epoch_end', 'on_validation_start',
+  'on_validation_epoch_start', 'on_validation_epoch_end', 'on_test_start', 'on_test_epoch_start',
+  'on_test_epoch_end', 'training_epoch_end', 'validation_epoch_end', 'test_epoch_end' }) do FX[h] = EPOCH end
+M.FX = FX
+
+local reducers = { mean = 'mean', avg = 'mean', sum = 'sum', max = 'max', min = 'min' }
+reducers[math.max] = 'max'
+reducers[math.min] = 'min'
+
+local function to_number(v)
+  local tv = type(v)
+  if tv == 'number' then return v end
+  if tv == 'boolean' then return v and 1 or 0 end
+  if (tv == 'cdata' or tv == 'table' or tv == 'userdata') then
+    local ok, item = pcall(function() return v.item end)
+    if ok and type(item) == 'function' then return item(v) end
+  end
+  return nil
+end
+M.to_number = to_number
+
+--- The batch size of a batch: dim 0 of the first tensor found, else 1.
+local function batch_size_of(b, depth)
+  depth = depth or 0
+  if depth > 8 then return nil end
+  local tb = type(b)
+  if tb == 'cdata' or (tb == 'table' and getmetatable(b) and type(b.size) == 'function') then
+    local ok, n = pcall(function() return b:size(1) end)
+    if ok and type(n) == 'number' then return n end
+    local ok2, sh = pcall(function() return b.shape end)
+    if ok2 and type(sh) == 'table' and type(sh[1]) == 'number' then return sh[1] end
+    return nil
+  end
+  if tb == 'table' then
+    for _, v in ipairs(b) do
+      local n = batch_size_of(v, depth + 1)
+      if n then return n end
+    end
+    for k, v in pairs(b) do
+      if type(k) ~= 'number' then
+        local n = batch_size_of(v, depth + 1)
+        if n then return n end
+      end
+    end
+  end
+  return nil
+end
+M.batch_size_of = batch_size_of
+
+local ffi = require 'ffi'
+local nbuf = ffi.new('double[2]')
+
+--- Reduces Lua numbers over the process group (sum/mean/max/min); numbers
+--- stay as they are without one. n: 1 or 2 values.
+local function reduce_numbers(a, b, op)
+  local ok, dist = pcall(require, 'dpl.dist')
+  if not (ok and dist.is_initialized()) then return a, b end
+  nbuf[0], nbuf[1] = a, b or 0
+  dist.all_reduce(nbuf, op == 'mean' and 'mean' or op, { count = b and 2 or 1, dtype = 'float64' })
+  return nbuf[0], b and nbuf[1] or nil
+end
+M.reduce_numbers = reduce_numbers
+
+function M.new(trainer)
+  return setmetatable({
+    trainer = trainer,
+    collections = { train = { list = {}, map = {} }, val = { list = {}, map = {} },
+      test = { list = {}, map = {} } },
+    current = nil, stamp = 0, batch = nil, batch_size = nil, dataloader_idx = 0, num_dataloaders = 1,
+    scratch_log = {}, scratch_pbar = {},
+  }, M)
+end
+
+--- Selects the collection self:log writes to: 'train', 'val', 'test' or nil.
+function M:set_stage(stage) self.current = stage and self.collections[stage] or nil end
+
+function M:reset_collection(stage)
+  local c = self.collections[stage]
+  c.list, c.map = {}, {}
+end
+
+--- Clears the trainer's metric dicts (run start, around sanity checking).
+function M:reset_metrics()
+  local t = self.trainer
+  t.callback_metrics, t.logged_metrics, t.progress_bar_metrics = {}, {}, {}
+end
+
+--- The per-batch context: call before the batch's hooks.
+function M:on_batch_start(batch, dataloader_idx)
+  self.stamp = self.stamp + 1
+  self.batch = batch
+  self.batch_size = nil
+  self.dataloader_idx = dataloader_idx or 0
+end
+
+--- Starts a new epoch of the current collection: epoch aggregates restart.
+function M:on_epoch_start()
+  local c = self.current
+  if not c then return end
+  for i = 1, #c.list do
+    local e = c.list[i]
+    e.sum, e.weight, e.agg, e.has_epoch = 0, 0, nil, false
+  end
+end
+
+function M:log(fx, name, value, opts)
+  local c = self.current
+  if fx == nil then
+    misconf('You are trying to `self:log()` but it is not managed by the `Trainer` control flow (%s)', name)
+  end
+  local rule = FX[fx]
+  if rule == nil then
+    if fx:match('^on_predict') or fx == 'predict_step' or fx:match('dataloader$') or fx == 'setup'
+       or fx == 'teardown' or fx:match('^configure_') or fx == 'prepare_data' or fx:match('checkpoint$')
+       or fx:match('^on_.*_model_') or fx:match('batch_transfer$') or fx == 'transfer_batch_to_device'
+       or fx == 'on_fit_start' or fx == 'on_fit_end' or fx:match('^on_sanity_check')
+       or fx == 'on_train_end' or fx == 'on_validation_end' or fx == 'on_test_end'
+       or fx == 'lr_scheduler_step' or fx == 'on_exception' then
+      misconf("You can't `self:log()` inside `%s`.", fx)
+    end
+    misconf('Logging inside `%s` is not implemented.', fx)
+  end
+  if c == nil then
+    misconf('You are trying to `self:log()` but it is not managed by the `Trainer` control flow (%s in %s)', name, fx)
+  end
+  if name:find('/dataloader_idx_', 1, true) then
+    misconf('You called `self:log` with the key `%s` but it should not contain information about `dataloader_idx`', name)
+  end
+  local on_step, on_epoch = opts.on_step, opts.on_epoch
+  if on_step == nil then on_step = rule[1] end
+  if on_epoch == nil then on_epoch = rule[2] end
+  if rule[3] ~= nil and on_step ~= rule[3] then
+    misconf("You can't `self:log(on_step=%s)` inside `%s`, must be one of (%s,)", tostring(on_step), fx, tostring(rule[3]))
+  end
+  if rule[4] ~= nil and on_epoch ~= rule[4] then
+    misconf("You can't `self:log(on_epoch=%s)` inside `%s`, must be one of (%s,)", tostring(on_epoch), fx, tostring(rule[4]))
+  end
+  if not on_step and not on_epoch then
+    misconf('`self:log(%s, on_step=false, on_epoch=false)` is not useful.', name)
+  end
+  local rfx = opts.reduce_fx
+  local reduce = rfx == nil and 'mean' or reducers[type(rfx) == 'string' and rfx:lower() or rfx]
+  if reduce == nil then
+    misconf('Only `self:log(..., reduce_fx={min,max,mean,sum})` are supported. Found %s', tostring(rfx))
+  end
+  local v = to_number(value)
+  if v == nil then
+    if type(value) == 'table' then
+      misconf('self:log(%s): the value must be a number or a tensor; a table of values goes to self:log_dict (nested tables are not supported)', name)
+    end
+    misconf('self:log(%s): the value must be a number or a tensor, got %s', name, type(value))
+  end
+  local prog_bar = opts.prog_bar == true
+  local logger = opts.logger ~= false
+  local sync = opts.sync_dist == true and opts.rank_zero_only ~= true
+  local dl = self.num_dataloaders > 1 and opts.add_dataloader_idx ~= false and self.dataloader_idx or nil
+  -- entries by fx, then name (then dataloader): no key strings built per call
+  local byfx = c.map[fx]
+  if byfx == nil then byfx = {}; c.map[fx] = byfx end
+  local e = byfx[name]
+  if dl and e then
+    e = e.per_dl and e.per_dl[dl]
+  end
+  if e == nil then
+    local suffix = dl and ('/dataloader_idx_' .. dl) or ''
+    local forked = on_step and on_epoch
+    e = { fx = fx, name = name .. suffix, on_step = on_step, on_epoch = on_epoch, prog_bar = prog_bar,
+      logger = logger, reduce = reduce, sync = sync,
+      n_step = forked and (name .. '_step' .. suffix) or (name .. suffix),
+      n_epoch = forked and (name .. '_epoch' .. suffix) or (name .. suffix),
+      forked = forked, value = 0, stamp = -1, sum = 0, weight = 0, agg = nil, has_epoch = false }
+    if dl then
+      local first = byfx[name]
+      if first == nil then first = { per_dl = {} }; byfx[name] = first end
+      first.per_dl = first.per_dl or {}
+      first.per_dl[dl] = e
+    else
+      byfx[name] = e
+    end
+    c.list[#c.list + 1] = e
+  elseif e.on_step ~= on_step or e.on_epoch ~= on_epoch or e.prog_bar ~= prog_bar or e.logger ~= logger
+         or e.reduce ~= reduce or e.sync ~= sync then
+    misconf('You called `self:log(%s, ...)` twice in `%s` with different arguments. This is not allowed', name, fx)
+  end
+  if sync and self.trainer.world_size > 1 then
+    if type(value) == 'number' then v = reduce_numbers(v, nil, reduce)
+    else v = to_number(self.trainer.strategy:reduce(value, opts.sync_dist_group, reduce)) or v end
+  end
+  e.value = v
+  e.stamp = self.stamp
+  if on_epoch then
+    e.has_epoch = true
+    if reduce == 'mean' then
+      local bs = opts.batch_size
+      if bs == nil then
+        bs = self.batch_size
+        if bs == nil then
+          bs = batch_size_of(self.batch) or 1
+          self.batch_size = bs
+        end
+      end
+      e.sum = e.sum + v * bs
+      e.weight = e.weight + bs
+    elseif reduce == 'sum' then e.sum = e.sum + v
+    elseif reduce == 'max' then if e.agg == nil or v > e.agg then e.agg = v end
+    else if e.agg == nil or v < e.agg then e.agg = v end end
+  end
+end
+
+local function epoch_value(e, sync)
+  if e.reduce == 'mean' then
+    local sum, w = e.sum, e.weight
+    if sync then sum, w = reduce_numbers(sum, w, 'sum') end
+    return w > 0 and sum / w or 0
+  end
+  if sync then
+    local v = e.reduce == 'sum' and e.sum or e.agg
+    return (reduce_numbers(v or 0, nil, e.reduce))
+  end
+  if e.reduce == 'sum' then return e.sum end
+  return e.agg
+end
+
+--- Step-level metrics of this batch into the trainer's dicts; returns the
+--- loggers' dict (nil when empty). training: callback_metrics get them too.
+function M:collect_step(training)
+  local c, t = self.current, self.trainer
+  if not c then return nil end
+  local list, stamp = c.list, self.stamp
+  local logd
+  local cbm, pbm = t.callback_metrics, t.progress_bar_metrics
+  for i = 1, #list do
+    local e = list[i]
+    if e.on_step and e.stamp == stamp then
+      local v = e.value
+      if e.logger then
+        logd = logd or self.scratch_log
+        logd[e.n_step] = v
+      end
+      if e.prog_bar then pbm[e.n_step] = v end
+      if training then
+        cbm[e.n_step] = v
+        cbm[e.name] = v
+      end
+    end
+  end
+  return logd
+end
+
+--- Epoch-level metrics of the current collection into the trainer's dicts;
+--- returns the loggers' dict (possibly empty).
+function M:collect_epoch()
+  local c, t = self.current, self.trainer
+  local logd = {}
+  if not c then return logd end
+  local cbm, pbm = t.callback_metrics, t.progress_bar_metrics
+  for i = 1, #c.list do
+    local e = c.list[i]
+    if e.on_epoch and e.has_epoch then
+      local v = epoch_value(e, e.sync and t.world_size > 1)
+      if e.logger then logd[e.n_epoch] = v end
+      if e.prog_bar then pbm[e.n_epoch] = v end
+      cbm[e.n_epoch] = v
+      cbm[e.name] = v
+    end
+  end
+  return logd
+end
+
+--- Sends metrics to the loggers (rank 0), adding `epoch`; step defaults to the
+--- number of optimizer-stepped batches. Updates trainer.logged_metrics.
+function M:log_metrics(metrics, step)
+  local t = self.trainer
+  if metrics == nil or next(metrics) == nil then return end
+  local out = {}
+  for k, v in pairs(metrics) do out[k] = v; t.logged_metrics[k] = v end
+  if out.epoch == nil then out.epoch = t.current_epoch end
+  if step == nil then step = t.fit_loop.batches_that_stepped end
+  if not t.is_global_zero then return end
+  local loggers = t.loggers
+  for i = 1, #loggers do
+    loggers[i]:log_metrics(out, step)
+    loggers[i]:save()
+  end
+end
+
+--- Clears a dict returned by collect_step (it is reused).
+function M:release(d)
+  if d then for k in pairs(d) do d[k] = nil end end
+end
+
+return M

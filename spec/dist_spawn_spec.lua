@@ -1,0 +1,112 @@
+-- dist_spawn_spec.lua: dist.spawn forks workers with ranks and a process group,
+-- returns rank 0's value, and turns a worker's failure (error, exit code,
+-- signal) into an error in the parent naming the rank, after stopping the
+-- others; nothing is left behind; it refuses to fork after MPI is initialised.
+local h = require 'spec.support.helpers'
+
+local function run(body, opts)
+  local s = h.write_file(h.tmpname('.lua'), "local spawn = require('dpl.spawn')\nlocal dist = require('dpl.dist')\n" .. body)
+  local out, err, rc = h.dplhost(h.q(s), opts)
+  os.remove(s)
+  return out, err, rc
+end
+
+describe('dist.spawn', function()
+  it('runs fn(rank, ...) in N workers with a process group and returns rank 0 value', function()
+    local out, err, rc = run([[
+      local ffi = require 'ffi'
+      local r = spawn.spawn(function(rank, tag)
+        local buf = ffi.new('double[2]', rank, 1)
+        dist.all_reduce(buf, 'sum', { count = 2, dtype = 'float64' })
+        return { rank = rank, tag = tag, sum = buf[0], n = buf[1], ws = dist.get_world_size(),
+                 env = os.getenv('RANK') .. '/' .. os.getenv('WORLD_SIZE'), nested = { list = { 1, 2, 3 } } }
+      end, 3, { args = { 'hello' } })
+      print(r.rank, r.tag, r.sum, r.n, r.ws, r.env, #r.nested.list)
+      print('parent still has no group:', dist.is_initialized())
+    ]])
+    assert.are.equal(0, rc, err)
+    assert.matches('^0\thello\t3\t3\t3\t0/3\t3\nparent still has no group:\tfalse\n$', out)
+  end)
+
+  it('raises in the parent with the failing rank, its message and traceback, and stops the others', function()
+    local out, err, rc = run([[
+      local t0 = require('dpl').C.dpl_clock()
+      local ok, e = pcall(spawn.spawn, function(rank)
+        if rank == 1 then
+          local function deep() error('worker one broke') end
+          deep()
+        end
+        require('dpl').C.dpl_sleep(20)
+      end, 3)
+      print(ok, tostring(e))
+      print('took<5', require('dpl').C.dpl_clock() - t0 < 5)
+    ]], { timeout = 40 })
+    assert.are.equal(0, rc, err)
+    assert.matches('^false\tProcessRaisedException: dist.spawn: rank 1 of 3 raised: .-worker one broke\nstack traceback:', out)
+    assert.matches("in function 'deep'", out)
+    assert.falsy(out:find('spawn.lua', 1, true), 'traceback shows spawn internals')
+    assert.matches('took<5\ttrue', out)
+  end)
+
+  it('reports a worker that exits with a code or is killed by a signal', function()
+    local out, err, rc = run([[
+      local ok, e = pcall(spawn.spawn, function(rank) if rank == 1 then os.exit(4) end end, 2)
+      print(tostring(e))
+      ok, e = pcall(spawn.spawn, function(rank)
+        if rank == 0 then require('dpl').C.dpl_proc_kill(require('dpl').C.dpl_proc_getpid(), 9) end
+      end, 2)
+      print(tostring(e))
+    ]])
+    assert.are.equal(0, rc, err)
+    assert.matches('ProcessExitedException: dist.spawn: rank 1 of 2 exited with code 4\n', out)
+    assert.matches('ProcessExitedException: dist.spawn: rank 0 of 2 was killed by SIGKILL\n', out)
+  end)
+
+  it('leaves no worker, shared-memory segment or temp dir behind', function()
+    local out, err, rc = run([[
+      local pids = {}
+      local ok = pcall(spawn.spawn, function(rank)
+        local ffi = require 'ffi'
+        local b = ffi.new('float[1]', 1)
+        dist.all_reduce(b, 'sum', { count = 1, dtype = 'float32' })
+        if rank == 2 then error('late failure') end
+        dist.barrier()
+      end, 3)
+      print(ok, os.getenv('DPL_JOB_ID'))
+    ]], { timeout = 60 })
+    assert.are.equal(0, rc, err)
+    assert.matches('^false', out)
+    local shm = h.sh('ls /dev/shm')
+    assert.falsy(shm:find('s%d+_%x+'), 'leftover segment: ' .. shm)
+    local tmp = h.sh('ls -d /tmp/dpl-spawn-* 2>/dev/null')
+    assert.are.equal('', tmp)
+  end)
+
+  it('checks its arguments', function()
+    local out, err, rc = run([[
+      for _, args in ipairs({ { 5, 2 }, { function() end, 0 }, { function() end, 1.5 } }) do
+        local ok, e = pcall(spawn.spawn, args[1], args[2])
+        print(tostring(e))
+      end
+      local ok, e = pcall(spawn.spawn, function() end, 2, { join = false })
+      print(tostring(e))
+    ]])
+    assert.are.equal(0, rc, err)
+    assert.matches('TypeError: dist.spawn: fn must be a function, got number\n', out)
+    assert.matches('ValueError: dist.spawn: nprocs must be an integer >= 1, got 0\n', out)
+    assert.matches('ValueError: dist.spawn: nprocs must be an integer >= 1, got 1.5\n', out)
+    assert.matches('NotImplementedError: dist.spawn: join=false is not implemented', out)
+  end)
+
+  it('refuses to fork once MPI is initialised', function()
+    local out, err, rc = run([[
+      if not dist.is_mpi_available() then print('no mpi') return end
+      dist.init_process_group{ backend = 'mpi' }
+      local ok, e = pcall(spawn.spawn, function() end, 2)
+      print(tostring(e))
+      dist.destroy_process_group()
+    ]], { timeout = 60 })
+    assert.are.equal(0, rc, err)
+    assert.matches('RuntimeError: dist.spawn: refusing to fork: MPI is initialised', out)
+  end)
+end)

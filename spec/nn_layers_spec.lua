@@ -1,0 +1,157 @@
+-- nn_layers_spec.lua: nn.functional losses and layers against PyTorch's numbers
+-- (spec/fixtures/nn_ref.lua from gen_nn_ref.py), PyTorch's initialisation, layer
+-- shapes, dropout, and a short training run on synthetic data.
+local dpl = require 'dpl'
+local nn = dpl.nn
+local F = nn.functional
+local ref = dofile((os.getenv('DPL_ROOT') or '.') .. '/spec/fixtures/nn_ref.lua')
+
+local function d(t) return dpl.tensor(t, { dtype = 'float64' }):requires_grad_() end
+local function flat(v, out)
+  out = out or {}
+  if type(v) == 'table' then for _, x in ipairs(v) do flat(x, out) end else out[#out + 1] = v end
+  return out
+end
+local function near(expected, got, what)
+  if type(got) == 'cdata' then got = got:totable() end
+  local e, g = flat(expected), flat(got)
+  assert.are.equal(#e, #g, what .. ': element count')
+  for i = 1, #e do
+    if math.abs(e[i] - g[i]) > 1e-7 * (1 + math.abs(e[i])) then
+      error(('%s: element %d: expected %.10g, got %.10g'):format(what, i, e[i], g[i]), 2)
+    end
+  end
+end
+
+local function check(name, fn, ...)
+  local inputs = { ... }
+  local out = fn(unpack(inputs))
+  if out:dim() > 0 then out:backward(dpl.ones_like(out)) else out:backward() end
+  near(ref[name].out, out, name .. ' output')
+  for i, x in ipairs(inputs) do near(ref[name].grads[i], x.grad, name .. ' grad ' .. i) end
+end
+
+local y = dpl.tensor(ref.Y, { dtype = 'int64' })
+local T = dpl.tensor(ref.T, { dtype = 'float64' })
+
+describe('nn.functional matches PyTorch (values and gradients)', function()
+  it('cross_entropy: reductions, label_smoothing, ignore_index', function()
+    check('cross_entropy', function(x) return F.cross_entropy(x, y) end, d(ref.X))
+    check('cross_entropy_sum', function(x) return F.cross_entropy(x, y, { reduction = 'sum' }) end, d(ref.X))
+    check('cross_entropy_none', function(x) return F.cross_entropy(x, y, { reduction = 'none' }) end, d(ref.X))
+    check('cross_entropy_smooth', function(x) return F.cross_entropy(x, y, { label_smoothing = 0.1 }) end, d(ref.X))
+    check('cross_entropy_ignore', function(x) return F.cross_entropy(x, y, { ignore_index = 1 }) end, d(ref.X))
+    check('cross_entropy_ignore_smooth', function(x)
+      return F.cross_entropy(x, y, { ignore_index = 1, label_smoothing = 0.2 })
+    end, d(ref.X))
+  end)
+  it('nll_loss, mse_loss, l1_loss', function()
+    check('nll_loss', function(x) return F.nll_loss(F.log_softmax(x, 2), y) end, d(ref.X))
+    check('mse_loss', F.mse_loss, d(ref.X), d(ref.P))
+    check('l1_loss', F.l1_loss, d(ref.X), d(ref.P))
+  end)
+  it('binary_cross_entropy(_with_logits)', function()
+    check('bce', function(p) return F.binary_cross_entropy(p, T) end, d(ref.P))
+    check('bce_logits', function(x) return F.binary_cross_entropy_with_logits(x, T) end, d(ref.X))
+    check('bce_logits_pos', function(x)
+      return F.binary_cross_entropy_with_logits(x, T, { pos_weight = dpl.tensor({ 1, 2, 0.5, 3 }, { dtype = 'float64' }) })
+    end, d(ref.X))
+  end)
+  it('gelu (exact and tanh), softmax, layer_norm', function()
+    check('gelu', F.gelu, d(ref.X))
+    check('gelu_tanh', function(x) return F.gelu(x, { approximate = 'tanh' }) end, d(ref.X))
+    check('softmax', function(x) return F.softmax(x, 2) * dpl.arange(4):double() end, d(ref.X))
+    check('layer_norm', function(x, w, b) return F.layer_norm(x, { 4 }, w, b) end, d(ref.X), d({ 1, 0.5, 2, -1 }),
+      d({ 0.1, 0.2, 0.3, 0.4 }))
+  end)
+  it('BatchNorm1d: train (batch statistics, running stats) and eval', function()
+    local bn = nn.BatchNorm1d(4):double()
+    dpl.no_grad(function()
+      bn.weight:copy_(dpl.tensor({ 1, 0.5, 2, -1 }, { dtype = 'float64' }))
+      bn.bias:copy_(dpl.tensor({ 0.1, 0.2, 0.3, 0.4 }, { dtype = 'float64' }))
+    end)
+    check('batch_norm_train', function(x) return bn(x) * dpl.arange(12):double():view(3, 4) end, d(ref.X))
+    near(ref.batch_norm_running.mean, bn.running_mean, 'running_mean')
+    near(ref.batch_norm_running.var, bn.running_var, 'running_var')
+    assert.are.equal(1, bn.num_batches_tracked:item())
+    bn:eval()
+    check('batch_norm_eval', function(x) return bn(x) end, d(ref.X))
+  end)
+  it('a label out of range names the label and the class count', function()
+    local ok, e = pcall(F.cross_entropy, dpl.randn(2, 10), dpl.tensor({ 3, 11 }))
+    assert.is_false(ok)
+    assert.truthy(tostring(e):find('target 11 of sample 2 is out of range: expected a class index in 1..10'))
+    ok, e = pcall(F.one_hot, dpl.tensor({ 1, 5 }), 4)
+    assert.truthy(tostring(e):find('label 5 is out of range: expected a class index in 1..4'))
+  end)
+  it('one_hot, dropout', function()
+    assert.are.same({ { 0, 1, 0 }, { 0, 0, 1 } }, F.one_hot(dpl.tensor({ 2, 3 }), 3):totable())
+    local x = dpl.ones(1000)
+    assert.are.equal(x, F.dropout(x, 0.5, false))
+    local y = F.dropout(x, 0.5)
+    local kept = y:gt(0):sum():item()
+    assert.is_true(kept > 400 and kept < 600)
+    assert.is_true(math.abs(y:max():item() - 2) < 1e-6)
+    local drop = nn.Dropout(0.3)
+    drop:eval()
+    assert.are.equal(x, drop(x))
+  end)
+end)
+
+describe('nn layers', function()
+  it('Linear and Conv2d initialise as PyTorch (kaiming-uniform bounds)', function()
+    dpl.manual_seed(0)
+    local l = nn.Linear(400, 50)
+    local b = 1 / math.sqrt(400)
+    assert.is_true(l.weight:abs():max():item() <= b + 1e-7)
+    assert.is_true(l.weight:abs():max():item() > 0.9 * b)
+    assert.is_true(l.bias:abs():max():item() <= b + 1e-7)
+    local c = nn.Conv2d(16, 32, 5)
+    local cb = 1 / math.sqrt(16 * 25)
+    assert.is_true(c.weight:abs():max():item() <= cb + 1e-7)
+    assert.is_true(c.weight:abs():max():item() > 0.9 * cb)
+    assert.is_true(math.abs(c.weight:std():item() - cb / math.sqrt(3)) < 0.01)
+  end)
+  it('produce the shapes of PyTorch', function()
+    local x = dpl.randn(2, 3, 8, 8)
+    assert.are.same({ 2, 4, 8, 8 }, nn.Conv2d(3, 4, 3, { padding = 1 })(x):size())
+    assert.are.same({ 2, 4, 3, 3 }, nn.Conv2d(3, 4, { 3, 3 }, { stride = 2 })(x):size())
+    assert.are.same({ 2, 3, 4, 4 }, nn.MaxPool2d(2)(x):size())
+    assert.are.same({ 2, 3, 7, 7 }, nn.AvgPool2d(2, { stride = 1 })(x):size())
+    assert.are.same({ 2, 192 }, nn.Flatten()(x):size())
+    assert.are.same({ 2, 3, 8, 8 }, nn.BatchNorm2d(3)(x):size())
+    assert.are.same({ 2, 3, 8, 8 }, nn.LayerNorm({ 8, 8 })(x):size())
+    assert.are.same({ 2, 5, 6 }, nn.Embedding(10, 6)(dpl.randint(1, 11, { 2, 5 })):size())
+    for _, cls in ipairs({ nn.ReLU, nn.GELU, nn.Tanh, nn.Sigmoid, nn.Identity }) do
+      assert.are.same({ 2, 3, 8, 8 }, cls()(x):size())
+    end
+  end)
+  it('Embedding gets gradients at the used rows; padding_idx row starts at zero', function()
+    local e = nn.Embedding(5, 2, { padding_idx = 1 })
+    assert.are.same({ 0, 0 }, e.weight[1]:totable())
+    e(dpl.tensor({ 2, 2, 4 })):sum():backward()
+    assert.are.same({ { 0, 0 }, { 2, 2 }, { 0, 0 }, { 1, 1 }, { 0, 0 } }, e.weight.grad:totable())
+  end)
+  it('a small MLP learns separable synthetic data', function()
+    dpl.manual_seed(1)
+    local ds = dpl.datasets.SyntheticClassification { n = 512, features = 8, classes = 4, seed = 2 }
+    local model = nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Linear(32, 4))
+    local opt = dpl.optim.SGD(model:parameters(), { lr = 0.1, momentum = 0.9 })
+    local loader = dpl.data.DataLoader(ds, { batch_size = 32, shuffle = true, seed = 1 })
+    local first, last
+    for epoch = 1, 5 do
+      for batch in loader:iter() do
+        local loss = F.cross_entropy(model(batch[1]), batch[2])
+        opt:zero_grad()
+        loss:backward()
+        opt:step()
+        first = first or loss:item()
+        last = loss:item()
+      end
+    end
+    assert.is_true(last < first / 4, ('loss %.3f -> %.3f'):format(first, last))
+    model:eval()
+    local acc = dpl.no_grad(function() return model(ds.x):argmax(2):eq(ds.y):double():mean():item() end)
+    assert.is_true(acc > 0.9, 'accuracy ' .. acc)
+  end)
+end)

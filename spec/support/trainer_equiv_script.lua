@@ -1,0 +1,45 @@
+-- trainer_equiv_script.lua: DDP equivalence with real tensors (nn.Linear, SGD with
+-- momentum, cross-entropy). arg[1] = "single" (one process, batch 2b) or "ddp" (under
+-- dplhost --nproc 2, batch b per rank; the DistributedSampler interleaves the items, so
+-- each step sees the same 2b items); arg[2] = b, arg[3] = steps. Prints the weights.
+local dpl = require 'dpl'
+local nn, F = dpl.nn, dpl.nn.functional
+local mode, b, k = arg[1], tonumber(arg[2]), tonumber(arg[3])
+
+local M = dpl.LightningModule:extend('Equiv')
+function M:__init()
+  dpl.LightningModule.__init(self)
+  dpl.manual_seed(0)
+  self.net = nn.Linear(4, 3)
+end
+function M:parameters() return self.net:parameters() end
+function M:state_dict() return self.net:state_dict() end
+function M:load_state_dict(s) return self.net:load_state_dict(s) end
+function M:forward(x) return self.net(x) end
+function M:training_step(batch) return F.cross_entropy(self(batch[1]), batch[2]) end
+function M:configure_optimizers()
+  -- horovod multiplies lr by the world size: start from lr / size to compare
+  local lr = mode == 'horovod' and 0.1 / self.trainer.world_size or 0.1
+  return dpl.optim.SGD(self:parameters(), { lr = lr, momentum = 0.9 })
+end
+
+dpl.manual_seed(1)
+local x = dpl.randn({ 64, 4 })
+local y = dpl.randint(1, 4, { 64 })
+local ds = dpl.data.TensorDataset(x, y)
+-- one process with the whole batch: single and dp (dp scatters it over 2 simulated GPUs)
+-- ddp2 (2 processes as 2 nodes, each DP over 2 simulated GPUs): 2b per process
+local loader = dpl.data.DataLoader(ds, { batch_size = (mode == 'single' or mode == 'dp' or mode == 'ddp2') and 2 * b or b })
+local t = dpl.Trainer{ strategy = mode ~= 'single' and mode or nil, max_steps = k, enable_progress_bar = false,
+  enable_model_summary = false, logger = false, enable_checkpointing = false,
+  accelerator = mode == 'ddp_spawn' and 'cpu' or (mode == 'dp' or mode == 'ddp2') and 'gpu' or nil,
+  devices = (mode == 'ddp_spawn' or mode == 'dp' or mode == 'ddp2') and 2 or nil,
+  num_nodes = mode == 'ddp2' and 2 or nil }
+local m = M()
+t:fit(m, loader)
+local parts = {}
+for _, p in ipairs(m:parameters()) do
+  for _, v in ipairs(p:view(-1):tolist()) do parts[#parts + 1] = ('%.7g'):format(v) end
+end
+if t.is_global_zero then print('weights ' .. table.concat(parts, ' ')) end
+print(('rank %d steps %d'):format(t.global_rank, t.global_step))

@@ -1,0 +1,21 @@
+-- trainer_signal_script.lua: the host's signal flag, simulated (the host
+-- itself interrupts the running chunk today; see docs/trainer.md): rank
+-- `arg[1]` "receives" SIGTERM during batch 2. Run alone or under --nproc 2.
+local dpl = require 'dpl'
+local th = require 'spec.support.trainer_helpers'
+local fl = require 'dpl.trainer.fit_loop'
+local who, dir = tonumber(arg[1]), arg[2]
+local rank = tonumber(os.getenv('RANK') or '0')
+local flag = 0
+fl._signal_source = function() return flag end
+local Model = dpl.LightningModule:extend('Sig')
+function Model:training_step(batch, i)
+  if i == 2 and rank == who then flag = 128 + 15 end
+  return th.loss(1)
+end
+function Model:configure_optimizers() return th.Optimizer() end
+local t = dpl.Trainer{ strategy = os.getenv('WORLD_SIZE') and 'ddp' or nil, max_epochs = 1, enable_progress_bar = false,
+  enable_model_summary = false, logger = false, default_root_dir = dir }
+local ok, e = pcall(t.fit, t, Model(), th.loader(20))
+print(('rank %d ok=%s step=%d err=%s'):format(rank, tostring(ok), t.global_step, (tostring(e):gsub(dir:gsub('%p', '%%%0'), 'DIR'))))
+os.exit(ok and 0 or 3)

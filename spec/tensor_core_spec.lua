@@ -1,0 +1,296 @@
+-- tensor_core_spec.lua: the tensor type itself: constructors, dtypes and
+-- conversions, metadata, views sharing storage, copies, printing, lifetimes and
+-- byte counters, simulated-GPU placement, and the error messages of bad input.
+local dpl = require 'dpl'
+local T = require 'dpl.tensor'
+
+local function close(a, b, tol)
+  tol = tol or 1e-6
+  if type(a) == 'table' then
+    assert.are.equal(#b, #a)
+    for i = 1, #a do close(a[i], b[i], tol) end
+    return
+  end
+  assert(math.abs(a - b) <= tol * (1 + math.abs(b)), ('expected %s, got %s'):format(tostring(b), tostring(a)))
+end
+
+local function err_of(f, ...)
+  local ok, e = pcall(f, ...)
+  assert.is_false(ok, 'expected an error')
+  return tostring(e)
+end
+
+describe('tensor constructors', function()
+  it('builds from nested tables, inferring int64, float32 and bool', function()
+    local a = dpl.tensor({ { 1, 2, 3 }, { 4, 5, 6 } })
+    assert.are.same({ 2, 3 }, a:size())
+    assert.are.same({ 2, 3 }, a.shape)
+    assert.are.equal('int64', a.dtype)
+    assert.are.same({ { 1, 2, 3 }, { 4, 5, 6 } }, a:totable())
+    assert.are.equal('float32', dpl.tensor({ 1.5, 2 }).dtype)
+    assert.are.equal('bool', dpl.tensor({ true, false }).dtype)
+    assert.are.equal('float32', dpl.tensor({}).dtype)
+    assert.are.same({ 0 }, dpl.tensor({}).shape)
+    assert.are.same({ true, false }, dpl.tensor({ true, false }):totable())
+    local s = dpl.tensor(3.5)
+    assert.are.equal(0, s:dim())
+    assert.are.equal(3.5, s:item())
+    assert.are.equal(1, s:numel())
+  end)
+
+  it('takes dtype and device options', function()
+    local a = dpl.tensor({ 1, 2 }, { dtype = 'float64' })
+    assert.are.equal('float64', a.dtype)
+    assert.are.equal(dpl.float64, a.dtype)
+    assert.are.equal('cpu', tostring(a.device))
+    assert.are.equal('int32', dpl.zeros(2, { dtype = dpl.int32 }).dtype)
+  end)
+
+  it('makes zeros, ones, full, empty, eye, arange, linspace and *_like', function()
+    assert.are.same({ { 0, 0 }, { 0, 0 } }, dpl.zeros(2, 2):totable())
+    assert.are.same({ 1, 1, 1 }, dpl.ones({ 3 }):totable())
+    assert.are.same({ { 7, 7 } }, dpl.full({ 1, 2 }, 7):totable())
+    assert.are.same({ 2, 5 }, dpl.empty(2, 5):size())
+    assert.are.same({ 5 }, dpl.zeros({ 5 }, {}).shape)
+    assert.are.same({}, dpl.zeros({}).shape)
+    assert.are.same({ { 1, 0, 0 }, { 0, 1, 0 } }, dpl.eye(2, 3):totable())
+    assert.are.same({ 0, 1, 2, 3 }, dpl.arange(4):totable())
+    assert.are.equal('int64', dpl.arange(4).dtype)
+    assert.are.same({ 2, 4, 6 }, dpl.arange(2, 8, 2):totable())
+    close(dpl.arange(0, 1, 0.25):totable(), { 0, 0.25, 0.5, 0.75 })
+    assert.are.equal('float32', dpl.arange(0, 1, 0.25).dtype)
+    close(dpl.linspace(0, 1, 5):totable(), { 0, 0.25, 0.5, 0.75, 1 })
+    local x = dpl.ones(2, 3, { dtype = 'float64' })
+    assert.are.same({ 2, 3 }, dpl.zeros_like(x).shape)
+    assert.are.equal('float64', dpl.ones_like(x).dtype)
+    assert.are.same({ { 5, 5, 5 }, { 5, 5, 5 } }, dpl.full_like(x, 5):totable())
+  end)
+
+  it('draws reproducible random numbers from a seed, whatever the thread count', function()
+    dpl.manual_seed(42)
+    local a = dpl.randn(1000)
+    local u = dpl.rand(100000)
+    dpl.set_num_threads(1)
+    dpl.manual_seed(42)
+    local b = dpl.randn(1000)
+    local v = dpl.rand(100000)
+    dpl.set_num_threads(2)
+    assert.are.same(a:totable(), b:totable())
+    assert.is_true((u:eq(v)):all():item())
+    local m, s = a:mean():item(), a:std():item()
+    assert.is_true(math.abs(m) < 0.1 and math.abs(s - 1) < 0.1, ('mean %g std %g'):format(m, s))
+    assert.is_true(u:min():item() >= 0 and u:max():item() < 1)
+    local r = dpl.randint(3, 7, { 1000 })
+    assert.are.equal('int64', r.dtype)
+    assert.are.equal(3, r:min():item())
+    assert.are.equal(6, r:max():item())
+    local mask = dpl.empty(10000):bernoulli_(0.25)
+    assert.is_true(math.abs(mask:mean():item() - 0.25) < 0.03)
+  end)
+
+  it('gives the same bits whatever the thread count', function()
+    local x = dpl.randn(300, 1000)
+    local function run()
+      return { x:sum():item(), x:sum(1):sum():item(), x:softmax(2)[7][9]:item(), (x * 2 + 1):relu():mean():item(),
+        x:std():item() } -- (OpenBLAS itself may round differently with another thread count)
+    end
+    dpl.set_num_threads(1)
+    local one = run()
+    dpl.set_num_threads(2)
+    local two = run()
+    assert.are.same(one, two)
+    assert.are.equal(2, dpl.get_num_threads())
+    assert.matches('RuntimeError: set_num_threads: expected 1..256 threads, got 0', tostring(select(2, pcall(dpl.set_num_threads, 0))))
+  end)
+
+  it('converts between all dtypes', function()
+    local x = dpl.tensor({ -2.5, 0, 1.25, 300 })
+    assert.are.same({ -2, 0, 1, 300 }, x:long():totable())
+    assert.are.same({ -2, 0, 1, 300 }, x:int():totable())
+    assert.are.same({ true, false, true, true }, x:bool():totable())
+    close(x:half():float():totable(), { -2.5, 0, 1.25, 300 })
+    close(x:bfloat16():float():totable(), { -2.5, 0, 1.25, 300 })
+    close(x:double():totable(), { -2.5, 0, 1.25, 300 })
+    assert.are.same({ 254, 0, 1, 44 }, x:long():byte():totable()) -- wraps like a C cast
+    assert.are.equal(x, x:to('float32'))                             -- no change: the same tensor
+    assert.are.equal('float64', x:to(dpl.float64).dtype)
+    assert.are.equal('float16', x:type('float16').dtype)
+    close(dpl.tensor({ 1e-3, 65504, 1 / 3 }):half():double():totable(), { 1e-3, 65504, 1 / 3 }, 1e-3)
+  end)
+end)
+
+describe('tensor views', function()
+  it('share storage: writes through a view show in the base', function()
+    local a = dpl.zeros(3, 4)
+    local row = a[2]
+    row:fill_(1)
+    assert.are.same({ 0, 0, 0, 0 }, a[1]:totable())
+    assert.are.same({ 1, 1, 1, 1 }, a[2]:totable())
+    assert.is_true(a:is_set_to(row))
+    local col = a:select(2, 3)
+    col:fill_(5)
+    assert.are.same({ 5, 5, 5 }, a:select(2, -2):totable())
+    a[3] = 9
+    assert.are.same({ 9, 9, 9, 9 }, a[3]:totable())
+    a:narrow(1, 1, 1):copy_(dpl.tensor({ 1, 2, 3, 4 }))
+    assert.are.same({ 1, 2, 3, 4 }, a[1]:totable())
+    assert.are.equal(2, a[1][2]:item())
+  end)
+
+  it('views, reshapes, transposes, permutes, expands, squeezes', function()
+    local a = dpl.arange(6)
+    local v = a:view(2, 3)
+    assert.are.same({ { 0, 1, 2 }, { 3, 4, 5 } }, v:totable())
+    assert.are.same({ 3, 2 }, a:view(-1, 2).shape)
+    local t = v:t()
+    assert.are.same({ { 0, 3 }, { 1, 4 }, { 2, 5 } }, t:totable())
+    assert.is_false(t:is_contiguous())
+    assert.is_true(t:contiguous():is_contiguous())
+    assert.is_true(v:is_set_to(t))
+    assert.are.same({ 0, 3, 1, 4, 2, 5 }, t:reshape(6):totable())
+    assert.is_false(t:reshape(6):is_set_to(t)) -- reshape copied
+    assert.is_true(v:reshape(3, 2):is_set_to(v))
+    local p = dpl.zeros(2, 3, 4):permute(3, 1, 2)
+    assert.are.same({ 4, 2, 3 }, p.shape)
+    assert.are.same({ 1, 12, 4 }, p:stride())
+    local e = dpl.tensor({ { 1 }, { 2 } }):expand(2, 3)
+    assert.are.same({ { 1, 1, 1 }, { 2, 2, 2 } }, e:totable())
+    assert.are.same({ 1, 0 }, e:stride())
+    assert.are.same({ 2 }, dpl.zeros(1, 2, 1):squeeze().shape)
+    assert.are.same({ 2, 1 }, dpl.zeros(1, 2, 1):squeeze(1).shape)
+    assert.are.same({ 2, 1, 3 }, dpl.zeros(2, 3):unsqueeze(2).shape)
+    assert.are.same({ 2, 3, 1 }, dpl.zeros(2, 3):unsqueeze(-1).shape)
+    assert.are.same({ 2, 12 }, dpl.zeros(2, 3, 4):flatten(2).shape)
+    assert.are.same({ 1, 2 }, dpl.arange(5):narrow(1, 2, 2):totable())
+    assert.are.equal(1, dpl.arange(5):narrow(1, 2, 2):storage_offset())
+  end)
+
+  it('refuses a view that the strides cannot express, naming reshape', function()
+    local t = dpl.zeros(2, 3):t()
+    local e = err_of(function() return t:view(6) end)
+    assert.matches('view: cannot view a non%-contiguous tensor of shape %[3, 2%] as %[6%]', e)
+    assert.matches('reshape', e)
+  end)
+
+  it('clones and copies across dtypes with broadcasting', function()
+    local a = dpl.tensor({ 1, 2, 3 }, { dtype = 'float32' })
+    local c = a:clone()
+    c:fill_(0)
+    assert.are.same({ 1, 2, 3 }, a:totable())
+    local d = dpl.zeros(2, 3, { dtype = 'float64' })
+    d:copy_(dpl.tensor({ 1, 2, 3 }))
+    assert.are.same({ { 1, 2, 3 }, { 1, 2, 3 } }, d:totable())
+    assert.matches('copy_: source of shape %[2%] cannot be broadcast to destination shape %[2, 3%]',
+      err_of(function() d:copy_(dpl.zeros(2)) end))
+  end)
+end)
+
+describe('tensor printing', function()
+  it('prints values, dtype, shape and device', function()
+    local s = tostring(dpl.tensor({ { 1, 2 }, { 3, 4 } }, { dtype = 'float32' }))
+    assert.are.equal('tensor([[1., 2.],\n        [3., 4.]], dtype=float32, shape=[2, 2], device=cpu)', s)
+    assert.are.equal('tensor([1, 2, 3], dtype=int64, shape=[3], device=cpu)', tostring(dpl.tensor({ 1, 2, 3 })))
+    assert.are.equal('tensor(0.5000, dtype=float32, shape=[], device=cpu)', tostring(dpl.tensor(0.5)))
+    assert.matches('true', tostring(dpl.tensor({ true })))
+  end)
+
+  it('summarizes big tensors', function()
+    local s = tostring(dpl.arange(100000))
+    assert.matches('%[    0,     1,     2, ..., 99997, 99998, 99999%]', s)
+    assert.is_true(#tostring(dpl.zeros(100, 100, 100)) < 2000)
+  end)
+end)
+
+describe('tensor lifetimes', function()
+  it('returns every byte after collectgarbage()', function()
+    collectgarbage(); collectgarbage()
+    local before = dpl.memory_stats('cpu').current_bytes
+    do
+      local a = dpl.randn(100, 100)
+      local b = a:t():contiguous() + 1
+      local v = a[3]
+      local c = dpl.cat({ a, b }, 1):sum(2)
+      assert.is_true(dpl.memory_stats('cpu').current_bytes > before)
+      a, b, v, c = nil, nil, nil, nil
+    end
+    collectgarbage(); collectgarbage()
+    local after = dpl.memory_stats('cpu').current_bytes
+    assert(after <= before, ('%d bytes leaked'):format(after - before)) -- older garbage may go too
+  end)
+
+  it('frees explicitly, idempotently; views keep the storage alive', function()
+    local a = dpl.zeros(1000)
+    local v = a:narrow(1, 1, 10)
+    v:fill_(3)
+    assert.are.equal(30, v:sum():item())
+    local m0 = dpl.memory_allocated()
+    a:free()
+    a:free()
+    assert.is_true(a:is_freed())
+    assert.are.equal('tensor(<freed>)', tostring(a))
+    assert.are.equal(m0, dpl.memory_allocated()) -- still held by the view
+    v:free()
+    assert.are.equal(m0 - 4000, dpl.memory_allocated()) -- released now, no GC needed
+    assert.matches('was freed', err_of(function() return a + 1 end))
+  end)
+
+  it('counts peak and totals', function()
+    local s = dpl.memory_stats()
+    for _, k in ipairs({ 'current_bytes', 'peak_bytes', 'total_bytes', 'live_storages', 'allocations' }) do
+      assert.is_number(s[k])
+    end
+    assert.is_true(s.peak_bytes >= s.current_bytes)
+  end)
+end)
+
+describe('tensor errors', function()
+  it('names the op, what it expected and what it got, as error objects', function()
+    local e = select(2, pcall(function() return dpl.zeros(2, 3) + dpl.zeros(4) end))
+    assert.are.equal('RuntimeError: add: shapes [2, 3] and [4] cannot be broadcast (dim 1: 3 vs 4)', tostring(e))
+    e = select(2, pcall(function() return dpl.zeros(2):sum(2) end))
+    assert.matches('^ValueError: sum: dim 2 out of range', tostring(e))
+    assert.matches('add: shapes %[2, 3%] and %[4%] cannot be broadcast', err_of(function() return dpl.zeros(2, 3) + dpl.zeros(4) end))
+    assert.matches('size: dim 3 out of range %(expected 1..2 or %-2..%-1 for a 2%-d tensor%)',
+      err_of(function() return dpl.zeros(2, 3):size(3) end))
+    assert.matches("unknown dtype 'float33'", err_of(function() return dpl.zeros(2, { dtype = 'float33' }) end))
+    assert.matches('select: index 4 out of range for dim 1 of size 3', err_of(function() return dpl.zeros(3):select(1, 4) end))
+    assert.matches('index 0 is out of range for dim 1 of size 3 %(expected 1..3', err_of(function() return dpl.zeros(3)[0] end))
+    assert.matches('view: shape %[4%] is invalid for a tensor of 6 elements', err_of(function() return dpl.zeros(6):view(4) end))
+    assert.matches('expand: cannot expand shape %[2%] to %[3%]', err_of(function() return dpl.zeros(2):expand(3) end))
+    assert.matches('tensor: ragged nested table', err_of(function() return dpl.tensor({ { 1, 2 }, { 3 } }) end))
+    assert.matches('item: only a tensor with one element', err_of(function() return dpl.zeros(2):item() end))
+    assert.matches('add_: the result type float32 cannot be stored in place in a int64 tensor',
+      err_of(function() return dpl.zeros(2, { dtype = 'int64' }):add_(dpl.ones(2)) end))
+    assert.matches('matmul: inner dims do not match', err_of(function() return dpl.zeros(2, 3):matmul(dpl.zeros(2, 3)) end))
+    assert.matches('matmul: expected both operands of the same dtype, got float32 and float64',
+      err_of(function() return dpl.zeros(2, 2):matmul(dpl.zeros(2, 2, { dtype = 'float64' })) end))
+    assert.matches('sizes must be non%-negative', err_of(function() return dpl.zeros(2, -1) end))
+  end)
+end)
+
+describe('tensors on simulated GPUs', function()
+  local h = require 'spec.support.helpers'
+  it('allocates on cuda:k, refuses busy ones, and names both devices in mixed ops', function()
+    local script = h.write_file(h.tmpname('.lua'), [[
+      local dpl = require 'dpl'
+      local a = dpl.ones(2, 2, { device = 'cuda:1' })
+      print(tostring(a.device), (a + 1):sum():item(), (a + 1).device)
+      local b = a:to('cpu')
+      collectgarbage()
+      print(tostring(b.device), b:sum():item(), dpl.memory_stats('cuda:1').current_bytes)
+      print(select(2, pcall(function() return a + b end)))
+      print(select(2, pcall(function() return dpl.zeros(2, { device = 'cuda:2' }) end)))
+      print(select(2, pcall(function() return dpl.zeros(2, { device = 'cuda:7' }) end)))
+    ]])
+    local out, err, rc = h.sh('DPL_VIRTUAL_GPUS=4 DPL_VIRTUAL_GPUS_BUSY=2 ' .. h.q(h.bin) .. ' ' .. h.q(script))
+    assert.are.equal(0, rc, err)
+    local lines = {}
+    for l in out:gmatch('[^\n]+') do lines[#lines + 1] = l end
+    assert.are.equal('cuda:1\t8\tcuda:1', lines[1])
+    assert.are.equal('cpu\t4\t16', lines[2])
+    assert.matches('add: expected all tensors on the same device, got cuda:1 and cpu', lines[3])
+    assert.matches('cuda:2 is busy', lines[4])
+    assert.matches('cuda:7: only 4 CUDA devices', lines[5])
+    os.remove(script)
+  end)
+end)

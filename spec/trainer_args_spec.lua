@@ -1,0 +1,189 @@
+-- Trainer arguments, seed fields, from_argv and strategy selection
+-- (lightning-strategies.md §f), including simulated GPUs in subprocesses.
+local dpl = require 'dpl'
+local h = require 'spec.support.helpers'
+
+local function err_of(f, ...)
+  local ok, e = pcall(f, ...)
+  assert.is_false(ok)
+  return tostring(e)
+end
+
+local base = { enable_progress_bar = false, enable_model_summary = false, logger = false, enable_checkpointing = false }
+local function T(o)
+  local a = {}
+  for k, v in pairs(base) do a[k] = v end
+  for k, v in pairs(o or {}) do a[k] = v end
+  return dpl.Trainer(a)
+end
+
+describe('Trainer arguments', function()
+  it('has Lightning defaults and the seed fields', function()
+    local t = T()
+    assert.equal('single_device', t.strategy.strategy_name)
+    assert.equal('cpu', tostring(t.strategy.root_device))
+    assert.equal(1000, t.max_epochs)
+    assert.equal(-1, t.max_steps)
+    assert.equal(2, t.num_sanity_val_steps)
+    assert.equal(50, t.log_every_n_steps)
+    assert.equal(1, t.accumulate_grad_batches)
+    assert.equal(32, t.precision)
+    assert.is_false(t.use_amp)
+    assert.equal(0, t.global_rank)
+    assert.is_nil(t.root_gpu)
+    assert.is_nil(t.data_parallel_device_ids)
+    assert.is_false(t.on_gpu)
+    assert.is_false(t.single_gpu)
+    assert.is_false(t.use_dp); assert.is_false(t.use_ddp); assert.is_false(t.use_ddp2)
+    assert.is_false(t.use_horovod); assert.is_false(t.use_tpu)
+    assert.is_nil(t.tpu_id)
+    assert.equal(0, t.num_gpus)
+    assert.is_false(t.testing)
+    assert.is_nil(t.logger)
+    assert.is_nil(t.progress_bar_callback)
+  end)
+
+  it('rejects unknown arguments, naming them', function()
+    local e = err_of(dpl.Trainer, { max_epoch = 3, gpu = 1 })
+    assert.matches('^MisconfigurationException: Trainer got unknown arguments: gpu, max_epoch', e)
+  end)
+
+  it('rejects bad and contradictory values', function()
+    assert.matches('max_epochs', err_of(T, { max_epochs = 'x' }))
+    assert.matches('min_epochs=5 and max_epochs=3', err_of(T, { min_epochs = 5, max_epochs = 3 }))
+    assert.matches('invalid value 1.5 for limit_train_batches', err_of(T, { limit_train_batches = 1.5 }))
+    assert.matches('fast_dev_run=%-1', err_of(T, { fast_dev_run = -1 }))
+    assert.matches('accumulate_grad_batches` should be an int or a dict', err_of(T, { accumulate_grad_batches = 'x' }))
+    assert.matches('gradient_clip_algorithm` \'foo\' is invalid', err_of(T, { gradient_clip_algorithm = 'foo' }))
+    assert.matches('Precision 8 is invalid', err_of(T, { precision = 8 }))
+    assert.matches('enable_checkpointing=false', err_of(dpl.Trainer, { enable_checkpointing = false,
+      callbacks = { dpl.callbacks.ModelCheckpoint() } }))
+    assert.matches("distributed_backend is an alias", err_of(T, { strategy = 'ddp', distributed_backend = 'dp' }))
+    assert.matches("ddp_cpu", err_of(T, { strategy = 'ddp_cpu' }))
+    assert.matches('invalid strategy name', err_of(T, { strategy = 'nope' }))
+    assert.matches('invalid accelerator name', err_of(T, { accelerator = 'abc' }))
+    assert.matches('devices=0', err_of(T, { devices = 0 }))
+    assert.matches('No TPU devices were found', err_of(T, { tpu_cores = 8 }))
+    assert.matches('tpu_cores can only be 1, 8', err_of(T, { tpu_cores = 2 }))
+    assert.matches('No TPU devices were found', err_of(T, { strategy = 'tpu_spawn' }))
+  end)
+
+  it('limits: an integer is batches, a fraction is a share', function()
+    local args = require 'dpl.trainer.args'
+    assert.same({ kind = 'count', value = 1 }, args.parse_limit('x', 1))
+    assert.same({ kind = 'all', value = 1 }, args.parse_limit('x', '1.0'))
+    assert.same({ kind = 'fraction', value = 0.25 }, args.parse_limit('x', 0.25))
+    assert.same({ kind = 'count', value = 2 }, args.parse_limit('x', '2.0'))
+  end)
+
+  it('fast_dev_run sets limits, steps and epochs', function()
+    local t = T({ fast_dev_run = true })
+    assert.equal(1, t.max_steps)
+    assert.equal(1, t.max_epochs)
+    assert.equal(0, t.num_sanity_val_steps)
+    assert.same({ kind = 'count', value = 1 }, t._args._limits.val)
+  end)
+
+  it('selects CPU strategies like the connector', function()
+    assert.equal('ddp_spawn', T({ accelerator = 'cpu', devices = 2 }).strategy.strategy_name)
+    assert.equal('ddp_spawn', T({ num_processes = 3 }).strategy.strategy_name)
+    assert.equal('ddp', T({ num_nodes = 2 }).strategy.strategy_name)
+    assert.equal('ddp', T({ strategy = 'DDP' }).strategy.strategy_name)
+    local t = T({ strategy = 'ddp', accelerator = 'cpu', devices = 2, num_nodes = 2 })
+    assert.equal(4, t.strategy.world_size)
+    assert.is_true(t.use_ddp)
+    assert.equal('ddp', T({ strategy = 'dp' }).strategy.strategy_name) -- dp on CPU -> ddp
+    assert.equal(32, T({ precision = '32-true' }).precision)
+    assert.equal('bf16', T({ precision = 16 }).precision) -- 16 on CPU -> bf16
+    assert.is_true(T({ precision = 'bf16-mixed' }).use_amp)
+  end)
+
+  it('from_argv: --gpus 3 is a number, --gpus 0,1 a string; the rest is returned', function()
+    local Trainer = dpl.Trainer
+    local p, rest = Trainer.parse_argv({ '--gpus', '3', '--max_epochs=4', '--foo', 'bar', '--limit-val-batches', '0.5',
+      '--fast_dev_run', '--enable_progress_bar', 'false' })
+    assert.same({ gpus = 3, max_epochs = 4, limit_val_batches = '0.5', fast_dev_run = true, enable_progress_bar = false }, p)
+    assert.same({ '--foo', 'bar' }, rest)
+    assert.same({ gpus = '0,1' }, (Trainer.parse_argv({ '--gpus', '0,1' })))
+    assert.same({ gpus = '3,' }, (Trainer.parse_argv({ '--gpus', '3,' })))
+    local t = Trainer.from_argv({ '--max_epochs', '2', '--accelerator', 'cpu', '--devices', '2' }, base)
+    assert.equal(2, t.max_epochs)
+    assert.equal('ddp_spawn', t.strategy.strategy_name)
+  end)
+end)
+
+describe('Trainer strategy selection with simulated GPUs', function()
+  -- each case: Trainer arguments (Lua source) -> the fields printed by the script
+  local script = [[
+local dpl = require 'dpl'
+local ok, t = pcall(dpl.Trainer, %s)
+if not ok then print('err ' .. tostring(t)) return end
+local ids = t.data_parallel_device_ids
+print(('ok %%s root=%%s ids=%%s gpus=%%d on_gpu=%%s single=%%s dp=%%s ddp=%%s ddp2=%%s hvd=%%s world=%%d dev=%%s'):format(
+  t.strategy.strategy_name, tostring(t.root_gpu), ids and table.concat(ids, ',') or 'nil', t.num_gpus,
+  tostring(t.on_gpu), tostring(t.single_gpu), tostring(t.use_dp), tostring(t.use_ddp), tostring(t.use_ddp2),
+  tostring(t.use_horovod), t.world_size, tostring(t.strategy.root_device)))
+]]
+  local function run(ngpus, args, env)
+    local path = h.write_file(h.tmpname('.lua'), script:format(
+      '{enable_progress_bar=false, enable_model_summary=false, logger=false, enable_checkpointing=false, ' .. args .. '}'))
+    local out, err = h.sh(('%s DPL_VIRTUAL_GPUS=%d CUDA_VISIBLE_DEVICES= %s %s'):format(env or '', ngpus, h.q(h.bin), h.q(path)))
+    os.remove(path)
+    local last = out:match('([^\n]+)\n?$') or ''
+    return last .. (out == '' and err or '')
+  end
+
+  it('gpus / devices / strategy combinations', function()
+    assert.matches('^ok single_device root=0 ids=0 gpus=1 on_gpu=true single=true .* dev=cuda:0', run(2, 'gpus=1'))
+    assert.matches('^ok single_device root=1 ids=1 .* dev=cuda:1', run(2, "gpus='1'"))
+    assert.matches('^ok ddp_spawn root=0 ids=0,1 gpus=2 .* ddp=true .* world=2', run(2, 'gpus=2'))
+    assert.matches('^ok dp root=0 ids=0,1 gpus=2 on_gpu=true single=false dp=true', run(2, "gpus=2, strategy='dp'"))
+    assert.matches('^ok dp root=1 ids=1 gpus=1 on_gpu=true single=true dp=true', run(2, "gpus={1}, distributed_backend='dp'"))
+    assert.matches('^ok ddp2 .* ddp2=true', run(2, "gpus=2, strategy='ddp2'"))
+    assert.matches('^ok ddp_spawn root=0 ids=0,1,2', run(3, "accelerator='gpu', devices=-1"))
+    assert.matches('^ok single_device .* dev=cuda:0', run(1, "accelerator='auto'"))
+    assert.matches('^ok ddp root=0 ids=0,1 .* world=4', run(2, "gpus=2, num_nodes=2"))
+    assert.matches('^ok ddp ', run(2, 'gpus=2', 'LOCAL_RANK=0'))
+    assert.matches('^ok single_device .*dev=cpu', run(2, "accelerator='cpu', gpus=1"))
+  end)
+
+  it('raises clear errors for invalid mixes', function()
+    assert.matches('^err MisconfigurationException: .*CUDAAccelerator` can not run', run(0, 'gpus=1'))
+    assert.matches('^err MisconfigurationException: You requested GPUs: {3}', run(2, "gpus='3'"))
+    assert.matches('^err MisconfigurationException: DataParallel does not support num_nodes > 1',
+                   run(2, "gpus=2, strategy='dp', num_nodes=2"))
+    assert.matches('^err MisconfigurationException: Horovod does not support setting num_nodes',
+                   run(2, "gpus=2, strategy='horovod'"))
+    assert.matches('^err MisconfigurationException: strategy="ddp2" .* needs GPUs', run(0, "strategy='ddp2'"))
+    assert.matches('^ok horovod', run(0, '', 'OMPI_COMM_WORLD_RANK=0 OMPI_COMM_WORLD_SIZE=1'))
+  end)
+
+  it('auto_select_gpus picks free GPUs', function()
+    assert.matches('^ok ddp_spawn root=1 ids=1,3', run(4, 'gpus=2, auto_select_gpus=true', 'DPL_VIRTUAL_GPUS_BUSY=0,2'))
+  end)
+end)
+
+describe('Trainer batch transfer (seed)', function()
+  it('transfer_batch_to_gpu through the model hooks; transfer_batch_to_tpu raises', function()
+    local script = h.write_file(h.tmpname('.lua'), [[
+local dpl = require 'dpl'
+local t = dpl.Trainer{ gpus = '1', logger = false, enable_checkpointing = false, enable_progress_bar = false }
+local Obj = {}
+Obj.__index = Obj
+function Obj:to(d) return setmetatable({ dev = tostring(d) }, Obj) end
+local b = t:transfer_batch_to_gpu({ x = setmetatable({}, Obj) })
+local b0 = t:transfer_batch_to_gpu({ x = setmetatable({}, Obj) }, 0)
+local M = dpl.LightningModule:extend('M')
+local seen = {}
+function M:on_before_batch_transfer(batch, i) seen[#seen + 1] = 'before'; return batch end
+function M:on_after_batch_transfer(batch, i) seen[#seen + 1] = 'after'; return batch end
+t.lightning_module = M()
+local b2 = t:transfer_batch_to_gpu({ x = setmetatable({}, Obj) })
+local ok, e = pcall(t.transfer_batch_to_tpu, t, {})
+print(b.x.dev, b0.x.dev, b2.x.dev, table.concat(seen, ','), tostring(e))
+]])
+    local out = h.sh(('DPL_VIRTUAL_GPUS=2 CUDA_VISIBLE_DEVICES= %s %s'):format(h.q(h.bin), h.q(script)))
+    os.remove(script)
+    assert.equal('cuda:1\tcuda:0\tcuda:1\tbefore,after\tMisconfigurationException: Requested to transfer batch to TPU but no TPU is available\n', out)
+  end)
+end)

@@ -1,0 +1,291 @@
+-- ModelCheckpoint, EarlyStopping, ProgressBar, Timer, LearningRateMonitor,
+-- ModelSummary, custom callbacks and the checkpoint file itself.
+local dpl = require 'dpl'
+local h = require 'spec.support.helpers'
+local th = require 'spec.support.trainer_helpers'
+
+local ModelCheckpoint = dpl.callbacks.ModelCheckpoint
+
+local function ls(dir)
+  local p = io.popen('ls -1 ' .. h.q(dir) .. ' 2>/dev/null')
+  local out = {}
+  for l in p:lines() do out[#out + 1] = l end
+  p:close()
+  table.sort(out)
+  return out
+end
+
+-- a model whose validation logs a scripted val_loss per epoch
+local function scripted(values)
+  return th.recording_model({}, {
+    validation_step = function(self, batch, i)
+      self:log('val_loss', values[self.current_epoch + 1] or 0)
+      return { x = 1 }
+    end })
+end
+
+local function T(o)
+  local a = { enable_progress_bar = false, enable_model_summary = false, logger = false, limit_train_batches = 2,
+    limit_val_batches = 1, num_sanity_val_steps = 0 }
+  for k, v in pairs(o) do a[k] = v end
+  return dpl.Trainer(a)
+end
+
+describe('ModelCheckpoint', function()
+  it('formats filename templates as Lightning does', function()
+    local f = ModelCheckpoint._format_checkpoint_name
+    assert.equal('epoch=3-step=2', f('{epoch}-{step}', { epoch = 3, step = 2 }))
+    assert.equal('epoch=005', f('{epoch:03d}', { epoch = 5 }))
+    assert.equal('val_loss=0.12', f('{val_loss:.2f}', { val_loss = 0.1234 }))
+    assert.equal('missing=0', f('{missing:d}', {}))
+    assert.equal('x=0.5', f('{x}', { x = 0.5 }))
+    assert.equal('val/acc=0.9', f('{val/acc}', { ['val/acc'] = 0.9 }))
+    assert.equal('3-0.50', f('{epoch}-{val_loss:.2f}', { epoch = 3, val_loss = 0.5 }, nil, false))
+    assert.equal('pre-epoch=1', f('{epoch}', { epoch = 1 }, 'pre'))
+  end)
+
+  it('validates its arguments', function()
+    assert.has_error(function() ModelCheckpoint{ mode = 'avg' } end)
+    local ok, e = pcall(ModelCheckpoint, { save_top_k = 3 })
+    assert.is_false(ok)
+    assert.matches('No quantity for top_k to track', tostring(e))
+    ok, e = pcall(ModelCheckpoint, { every_n_epochs = 2, every_n_train_steps = 3 })
+    assert.matches('mutually exclusive', tostring(e))
+    assert.equal("ModelCheckpoint{'monitor': 'val_loss', 'mode': 'min', 'every_n_train_steps': 0, 'every_n_epochs': 1, 'train_time_interval': None}",
+                 ModelCheckpoint{ monitor = 'val_loss' }:state_key())
+  end)
+
+  it('keeps the top k by the monitored metric, and last.ckpt', function()
+    local dir = th.tmpdir()
+    local cb = ModelCheckpoint{ dirpath = dir, monitor = 'val_loss', save_top_k = 2, save_last = true,
+      filename = '{epoch}-{val_loss:.1f}' }
+    local t = T({ max_epochs = 4, callbacks = { cb } })
+    t:fit(scripted({ 0.5, 0.3, 0.4, 0.6 })())
+    assert.same({ 'epoch=1-val_loss=0.3.ckpt', 'epoch=2-val_loss=0.4.ckpt', 'last.ckpt' }, ls(dir))
+    assert.equal(dir .. '/epoch=1-val_loss=0.3.ckpt', cb.best_model_path)
+    assert.equal(0.3, cb.best_model_score)
+    assert.equal(dir .. '/epoch=2-val_loss=0.4.ckpt', cb.kth_best_model_path)
+    assert.equal(dir .. '/last.ckpt', cb.last_model_path)
+    -- test with ckpt_path = "best" loads that file
+    local m = scripted({})()
+    local res = t:test(m, nil, { ckpt_path = 'best', verbose = false })
+    assert.same('table', type(res))
+  end)
+
+  it('without monitor keeps the latest; every_n_train_steps; versions', function()
+    local dir = th.tmpdir()
+    local t = T({ max_epochs = 2, callbacks = { ModelCheckpoint{ dirpath = dir } } })
+    t:fit(scripted({})())
+    assert.same({ 'epoch=1-step=4.ckpt' }, ls(dir))
+    local dir2 = th.tmpdir()
+    -- no monitor: the previous best file is overwritten in place (Lightning's del_filepath rule)
+    T({ max_epochs = 2, callbacks = { ModelCheckpoint{ dirpath = dir2, every_n_train_steps = 1, save_top_k = -1,
+      filename = 'same' } } }):fit(scripted({})())
+    assert.same({ 'same.ckpt' }, ls(dir2))
+    local dir3 = th.tmpdir()
+    T({ max_epochs = 3, callbacks = { ModelCheckpoint{ dirpath = dir3, monitor = 'val_loss', save_top_k = -1,
+      filename = 'same' } } }):fit(scripted({ 1, 1, 1 })())
+    assert.same({ 'same-v1.ckpt', 'same-v2.ckpt', 'same.ckpt' }, ls(dir3))
+    local dir4 = th.tmpdir()
+    T({ max_epochs = 1, limit_train_batches = 4, callbacks = { ModelCheckpoint{ dirpath = dir4, every_n_train_steps = 2,
+      save_top_k = -1 } } }):fit(scripted({})())
+    assert.same({ 'epoch=0-step=2.ckpt', 'epoch=0-step=4.ckpt' }, ls(dir4))
+  end)
+
+  it('raises when the monitored key was never logged after validation ran', function()
+    local t = T({ max_epochs = 1, callbacks = { ModelCheckpoint{ dirpath = th.tmpdir(), monitor = 'nope' } } })
+    local ok, e = pcall(t.fit, t, scripted({ 1 })())
+    assert.is_false(ok)
+    assert.matches("could not find the monitored key in the returned metrics: %[.*'val_loss'.*%]. HINT", tostring(e))
+  end)
+
+  it('writes a safetensors file with Lightning\'s keys in the metadata', function()
+    local dir = th.tmpdir()
+    local t = T({ max_epochs = 1, callbacks = { ModelCheckpoint{ dirpath = dir } } })
+    local m = scripted({ 1 })()
+    m:save_hyperparameters({ lr = 0.5 })
+    t:fit(m)
+    local path = dir .. '/epoch=0-step=2.ckpt'
+    local ck = require('dpl.trainer.checkpoint').load(path)
+    assert.equal(0, ck.epoch)
+    assert.equal(2, ck.global_step)
+    assert.equal(1, ck.state_dict.w)
+    assert.same({ lr = 0.5 }, ck.hyper_parameters)
+    assert.equal('kwargs', ck.hparams_name)
+    assert.same({ steps = 2, lr = 0.05 }, ck.optimizer_states[1]) -- the StepLR stand-in halved it at the epoch end
+    assert.equal(1, ck.lr_schedulers[1].count)
+    assert.truthy(ck.loops.fit_loop)
+    assert.truthy(ck.callbacks["ModelCheckpoint{'monitor': None, 'mode': 'min', 'every_n_train_steps': 0, 'every_n_epochs': 1, 'train_time_interval': None}"])
+    -- an independent reader (Python's json/struct) accepts the layout
+    local out, _, rc = h.sh('python3 -c ' .. h.q([[
+import json, struct, sys
+b = open(sys.argv[1], 'rb').read()
+n = struct.unpack('<Q', b[:8])[0]
+hd = json.loads(b[8:8 + n])
+assert n % 8 == 0
+end = 0
+for k, v in hd.items():
+    if k == '__metadata__': continue
+    s, e = v['data_offsets']; end = max(end, e)
+    assert v['dtype'] == 'F64'
+assert 8 + n + end == len(b)
+print(sorted(k for k in hd if k != '__metadata__'), json.loads(hd['__metadata__']['dplhost.checkpoint'])['global_step'])
+]]) .. ' ' .. h.q(path))
+    if rc == 0 then
+      assert.matches("%['state_dict.w'%] 2", out)
+    end
+  end)
+end)
+
+describe('EarlyStopping', function()
+  it('stops after patience checks without improvement', function()
+    local es = dpl.callbacks.EarlyStopping{ monitor = 'val_loss', patience = 2 }
+    local t = T({ max_epochs = 10, callbacks = { es }, enable_checkpointing = false })
+    t:fit(scripted({ 1, 0.5, 0.6, 0.5, 0.4 })())
+    assert.equal(4, t.current_epoch) -- epochs 0..3 ran; no improvement in epochs 2 and 3
+    assert.equal(3, es.stopped_epoch)
+    assert.equal(0.5, es.best_score)
+  end)
+
+  it('min_delta: a change of exactly min_delta is not an improvement; strict raises', function()
+    local es = dpl.callbacks.EarlyStopping{ monitor = 'val_loss', patience = 1, min_delta = 0.5, mode = 'max' }
+    local t = T({ max_epochs = 10, callbacks = { es }, enable_checkpointing = false })
+    t:fit(scripted({ 1, 1.5, 3 })())
+    assert.equal(2, t.current_epoch)
+    local t2 = T({ max_epochs = 2, callbacks = { dpl.callbacks.EarlyStopping{ monitor = 'acc' } }, enable_checkpointing = false })
+    local ok, e = pcall(t2.fit, t2, scripted({ 1 })())
+    assert.is_false(ok)
+    assert.matches('Early stopping conditioned on metric `acc` which is not available. Pass in or modify your `EarlyStopping` callback to use any of the following: `val_loss`', tostring(e))
+  end)
+end)
+
+describe('ProgressBar, Timer, LearningRateMonitor, ModelSummary, custom callbacks', function()
+  local function sink()
+    local s = { parts = {} }
+    function s:write(...) for _, x in ipairs({ ... }) do self.parts[#self.parts + 1] = x end end
+    function s:flush() end
+    function s:text() return table.concat(self.parts) end
+    return s
+  end
+
+  it('not a terminal: plain lines, one per epoch (and per interval), no \\r, rank 0', function()
+    local out = sink()
+    local pb = dpl.callbacks.ProgressBar{ stream = out, tty = false, interval = 30 }
+    local t = dpl.Trainer{ max_epochs = 3, limit_train_batches = 4, limit_val_batches = 0, callbacks = { pb },
+      enable_model_summary = false, logger = false, enable_checkpointing = false }
+    t:fit(th.recording_model({})())
+    local text = out:text()
+    assert.is_nil(text:find('\r', 1, true))
+    local lines = {}
+    for l in text:gmatch('[^\n]+') do lines[#lines + 1] = l end
+    assert.equal(3, #lines)
+    assert.matches('^Epoch 0: 4/4 batches %(100%%%), [%d.]+ it/s', lines[1])
+    assert.matches('^Epoch 2: 4/4', lines[3])
+    local out2 = sink()
+    local pb2 = dpl.callbacks.ProgressBar{ stream = out2, tty = false, interval = 0 }
+    dpl.Trainer{ max_epochs = 1, limit_train_batches = 3, limit_val_batches = 0, callbacks = { pb2 },
+      enable_model_summary = false, logger = false, enable_checkpointing = false }:fit(th.recording_model({})())
+    local n = select(2, out2:text():gsub('\n', ''))
+    assert.equal(4, n) -- interval 0: a line per batch, plus the epoch line
+  end)
+
+  it('on a terminal: \\r-refreshed bar with metrics', function()
+    local out = sink()
+    local pb = dpl.callbacks.ProgressBar{ stream = out, tty = true }
+    local Model = th.recording_model({}, { training_step = function(self, b) self:log('l', 0.25, { prog_bar = true }); return th.loss(1) end })
+    dpl.Trainer{ max_epochs = 1, limit_train_batches = 2, limit_val_batches = 0, callbacks = { pb },
+      enable_model_summary = false, logger = false, enable_checkpointing = false }:fit(Model())
+    local text = out:text()
+    assert.truthy(text:find('\r', 1, true))
+    assert.matches('Epoch 0: 100%%|#+| 2/2 %[.*it/s, l=0.25%]', text)
+    assert.equal(pb, dpl.Trainer{ callbacks = { pb }, logger = false }.progress_bar_callback)
+  end)
+
+  it('Timer stops fitting after its duration', function()
+    local timer = dpl.callbacks.Timer{ duration = 1e-9 }
+    local t = T({ max_epochs = 5, callbacks = { timer }, enable_checkpointing = false, limit_val_batches = 0 })
+    t:fit(th.recording_model({})())
+    assert.equal(1, t.global_step)
+    assert.truthy(timer:time_elapsed('train') > 0)
+    assert.has_error(function() dpl.callbacks.Timer{ interval = 'hour' } end)
+  end)
+
+  it('LearningRateMonitor logs lr-<Optimizer> to the loggers', function()
+    local dir = th.tmpdir()
+    local t = T({ max_epochs = 2, log_every_n_steps = 1, enable_checkpointing = false, limit_val_batches = 0,
+      callbacks = { dpl.callbacks.LearningRateMonitor{ logging_interval = 'epoch' } }, logger = dpl.loggers.CSVLogger(dir) })
+    t:fit(th.recording_model({})())
+    local csv = h.read_all(dir .. '/lightning_logs/version_0/metrics.csv')
+    assert.matches('lr%-SGD', csv)
+    assert.matches('0.05', csv) -- halved by the StepLR stand-in after epoch 0
+    local t2 = T({ max_epochs = 1, callbacks = { dpl.callbacks.LearningRateMonitor() } })
+    local ok, e = pcall(t2.fit, t2, th.recording_model({})())
+    assert.is_false(ok)
+    assert.matches('no logger', tostring(e))
+  end)
+
+  it('ModelSummary prints totals; custom callbacks by Callback:extend()', function()
+    local out = sink()
+    local Model = th.recording_model({}, { parameters = function() return { 1, 2, 3 } end })
+    local seen = {}
+    local MyCb = dpl.callbacks.Callback:extend('MyCb')
+    function MyCb:on_train_epoch_end(trainer, module) seen[#seen + 1] = trainer.current_epoch end
+    T({ max_epochs = 2, enable_model_summary = true, callbacks = { dpl.callbacks.ModelSummary{ stream = out }, MyCb() },
+      enable_checkpointing = false }):fit(Model())
+    assert.matches('3     Total params', out:text())
+    assert.same({ 0, 1 }, seen)
+  end)
+end)
+
+describe('checkpoints holding tensors', function()
+  it('go through dpl.safetensors and come back as tensors', function()
+    local ok, T = pcall(require, 'dpl.tensor')
+    if not ok or type(T) ~= 'table' or not pcall(require, 'dpl.safetensors') then
+      pending('dpl.tensor / dpl.safetensors not available')
+      return
+    end
+    local ck = require 'dpl.trainer.checkpoint'
+    local path = th.tmpdir() .. '/t.ckpt'
+    local w = dpl.tensor({ { 1.5, 2 }, { 3, 4 } }, { dtype = 'float32' })
+    ck.save({ epoch = 1, state_dict = { weight = w, b = 2 }, hyper_parameters = { lr = 0.1 } }, path)
+    local r = ck.load(path)
+    assert.equal(1, r.epoch)
+    assert.equal(2, r.state_dict.b)
+    assert.equal(0.1, r.hyper_parameters.lr)
+    assert.truthy(T.is_tensor(r.state_dict.weight))
+    assert.equal(4, r.state_dict.weight[2][2]:item())
+  end)
+end)
+
+describe('epoch-level metrics at train epoch end', function()
+  it('ModelCheckpoint and EarlyStopping see x_epoch in on_train_epoch_end', function()
+    local dir = th.tmpdir()
+    local vals = { 3, 2, 2.5, 2.6, 2.7, 2.8 }
+    local Model = th.recording_model({}, { training_step = function(self, batch)
+      self:log('tl', vals[self.current_epoch + 1], { on_step = true, on_epoch = true })
+      return th.loss(1)
+    end })
+    local cb = ModelCheckpoint{ dirpath = dir, monitor = 'tl_epoch', filename = '{epoch}' }
+    local es = dpl.callbacks.EarlyStopping{ monitor = 'tl_epoch', patience = 2 }
+    local t = T({ max_epochs = 6, limit_val_batches = 0, callbacks = { cb, es } })
+    t:fit(Model())
+    assert.equal(dir .. '/epoch=1.ckpt', cb.best_model_path)
+    assert.equal(2, cb.best_model_score)
+    assert.equal(4, t.current_epoch) -- no improvement in epochs 2 and 3
+  end)
+end)
+
+describe('step-level metrics at train batch end', function()
+  it('ModelCheckpoint(every_n_train_steps, monitor=) sees the step value just logged', function()
+    local dir = th.tmpdir()
+    local vals = { 5, 1, 3, 4 }
+    local Model = th.recording_model({}, { training_step = function(self, batch, i)
+      self:log('l', vals[i + 1])
+      return th.loss(1)
+    end })
+    local cb = ModelCheckpoint{ dirpath = dir, monitor = 'l', every_n_train_steps = 1, filename = '{step}-{l:.0f}' }
+    T({ max_epochs = 1, limit_train_batches = 4, limit_val_batches = 0, callbacks = { cb } }):fit(Model())
+    assert.equal(dir .. '/step=2-l=1.ckpt', cb.best_model_path)
+    assert.same({ 'step=2-l=1.ckpt' }, ls(dir))
+  end)
+end)

@@ -1,0 +1,104 @@
+-- strategy='ddp' under `dplhost --nproc 2` (shm): parameters broadcast from
+-- rank 0, gradients averaged before each optimizer step, DistributedSampler
+-- inserted, sync_dist logging, rank-0-only files, and an early stop decided on
+-- one rank stopping both.
+local h = require 'spec.support.helpers'
+local th = require 'spec.support.trainer_helpers'
+
+local function run(mode)
+  local dir = th.tmpdir()
+  local out, err, rc = h.dplhost('--nproc 2 spec/support/trainer_ddp_script.lua ' .. mode .. ' ' .. h.q(dir),
+                                 { timeout = 60 })
+  local lines = {}
+  for r, l in out:gmatch('%[rank (%d)%] (rank %d[^\n]*)') do lines[tonumber(r)] = l end
+  return lines, dir, out .. err, rc
+end
+
+describe('Trainer with strategy="ddp" under dplhost --nproc 2', function()
+  it('averages gradients, shards the data, syncs logged values', function()
+    local lines, dir, all, rc = run('fit')
+    assert.equal(0, rc, all)
+    -- grad on rank r is (r + 1) * item; the mean over ranks of items (1,2), (3,4), (5,6)
+    assert.equal('rank 0 world=2 p=5 grads=2.5,5.5,8.5 items=1,3,5 train_v=0.5 val_loss=2 epochs=1', lines[0])
+    assert.equal('rank 1 world=2 p=5 grads=2.5,5.5,8.5 items=2,4,6 train_v=0.5 val_loss=2 epochs=1', lines[1])
+    -- one logger directory, written by rank 0
+    local p = io.popen('ls ' .. h.q(dir .. '/lightning_logs'))
+    local v = p:read('*a'); p:close()
+    assert.equal('version_0\n', v)
+    assert.truthy(h.read_all(dir .. '/lightning_logs/version_0/metrics.csv'):match('train_v'))
+  end)
+
+  it('an EarlyStopping decision on one rank stops every rank at the same epoch', function()
+    local lines, dir, all, rc = run('stop')
+    assert.equal(0, rc, all)
+    assert.matches('epochs=2$', lines[0])
+    assert.matches('epochs=2$', lines[1])
+  end)
+end)
+
+describe('Trainer with strategy="ddp_spawn" (forked workers)', function()
+  local function spawn(mode, how)
+    local dir = th.tmpdir()
+    local out, err, rc = h.dplhost('spec/support/trainer_spawn_script.lua ' .. mode .. ' ' .. h.q(dir) .. ' ' .. (how or ''),
+                                   { timeout = 60 })
+    return out, err, rc
+  end
+
+  it('brings rank 0 weights, state, metrics and best checkpoint path back to the parent', function()
+    local out, err, rc = spawn('fit')
+    assert.equal(0, rc, err)
+    -- rank 0 trained on items 1, 3, 5; w metric: mean over ranks of (9, 12)
+    assert.matches('parent w=9 step=3 epoch=1 w_metric=10.5 best=version_0/checkpoints/epoch=0%-step=3.ckpt', out)
+    -- validate also runs in workers: rank 0 sees items 1, 3 (mean 2)
+    assert.matches('validate val=2\n', out)
+  end)
+
+  it('a failing worker stops the others; the parent raises naming the rank and the error', function()
+    local out, err, rc = spawn('fail')
+    assert.equal(0, rc, err)
+    assert.matches('error ProcessRaisedException: [%w_.]+: rank 1 of 2 [^\n]*boom on rank 1', out)
+  end)
+
+  it('the same through the launcher\'s own libc fork (no host process primitives)', function()
+    local out, err, rc = spawn('fit', 'libc')
+    assert.equal(0, rc, err)
+    assert.matches('parent w=9 step=3 epoch=1 w_metric=10.5 best=version_0/checkpoints/epoch=0%-step=3.ckpt', out)
+    out, err, rc = spawn('fail', 'libc')
+    assert.equal(0, rc, err)
+    assert.matches('error ProcessRaisedException: [%w_.]+: rank 1 of 2 [^\n]*boom on rank 1', out)
+  end)
+end)
+
+describe('Trainer under mpirun -np 2 (horovod, chosen automatically)', function()
+  it('broadcasts parameters, scales lr by the world size, averages gradients, shards the data', function()
+    if not h.has_command('mpirun') then
+      pending('mpirun is not installed')
+      return
+    end
+    local out, err, rc = h.sh(('ASAN_OPTIONS=detect_leaks=0 mpirun --allow-run-as-root --oversubscribe -np 2 %s %s'):format(
+      h.q(h.bin), 'spec/support/trainer_hvd_script.lua'), { timeout = 60 })
+    assert.equal(0, rc, err)
+    assert.matches('hvd rank 0/2 strategy=horovod p=3 lr=0.2 grads=2.5,5.5 items=1,3', out)
+    assert.matches('hvd rank 1/2 strategy=horovod p=3 lr=0.2 grads=2.5,5.5 items=2,4', out)
+  end)
+end)
+
+describe('signals during fit', function()
+  it('alone: stop after the batch, hpc checkpoint by rank 0, an error (exit non-zero)', function()
+    local dir = th.tmpdir()
+    local out, err, rc = h.dplhost('spec/support/trainer_signal_script.lua 0 ' .. h.q(dir), { timeout = 60 })
+    assert.equal(3, rc, err)
+    assert.matches('rank 0 ok=false step=3 err=SignalReceived: received signal 15 %(SIGTERM%) on a rank: every rank stopped after global_step 3; checkpoint saved to DIR/hpc_ckpt_1.ckpt', out)
+    local ck = require('dpl.trainer.checkpoint').load(dir .. '/hpc_ckpt_1.ckpt')
+    assert.equal(3, ck.global_step)
+  end)
+
+  it('on one rank of two: both ranks stop at the same step', function()
+    local dir = th.tmpdir()
+    local out, err, rc = h.dplhost('--nproc 2 spec/support/trainer_signal_script.lua 1 ' .. h.q(dir), { timeout = 60 })
+    assert.is_not.equal(0, rc)
+    assert.matches('%[rank 0%] rank 0 ok=false step=3 ', out)
+    assert.matches('%[rank 1%] rank 1 ok=false step=3 ', out)
+    assert.equal(h.read_all(dir .. '/hpc_ckpt_1.ckpt') ~= '', true)
+  end)
+end)

@@ -1,0 +1,87 @@
+-- DDP equivalence with real tensors: 2 ranks with batch b each give the same
+-- weights after k steps as 1 rank with batch 2b (float32 tolerance), for ddp
+-- (dplhost --nproc 2), ddp_spawn (forked workers), horovod (mpirun -np 2), dp (2
+-- simulated GPUs, batch 2b) and ddp2 (2 processes x 2 simulated GPUs vs batch 4b).
+local h = require 'spec.support.helpers'
+
+local function weights(out)
+  local line = out:match('weights ([^\n]+)')
+  assert.truthy(line, out)
+  local w = {}
+  for v in line:gmatch('%S+') do w[#w + 1] = tonumber(v) end
+  return w
+end
+
+local function close(a, b)
+  assert.equal(#a, #b)
+  for i = 1, #a do
+    assert.is_true(math.abs(a[i] - b[i]) <= 1e-5 * math.max(1, math.abs(a[i])), ('weight %d: %s vs %s'):format(i, a[i], b[i]))
+  end
+end
+
+describe('DDP equivalence (real tensors)', function()
+  local have = pcall(function() local dpl = require 'dpl'; return dpl.nn.Linear and dpl.optim.SGD end)
+  local script = 'spec/support/trainer_equiv_script.lua'
+  local single
+  local function get_single()
+    if not single then
+      local out, err, rc = h.dplhost(script .. ' single 4 5', { timeout = 60 })
+      assert.equal(0, rc, err)
+      single = weights(out)
+    end
+    return single
+  end
+
+  it('ddp under dplhost --nproc 2', function()
+    if not have then pending('dpl.nn / dpl.optim not available') return end
+    local out, err, rc = h.dplhost('--nproc 2 ' .. script .. ' ddp 4 5', { timeout = 60 })
+    assert.equal(0, rc, err)
+    close(get_single(), weights(out))
+  end)
+
+  it('ddp_spawn with 2 forked workers', function()
+    if not have then pending('dpl.nn / dpl.optim not available') return end
+    local out, err, rc = h.dplhost(script .. ' ddp_spawn 4 5', { timeout = 60 })
+    assert.equal(0, rc, err)
+    close(get_single(), weights(out))
+  end)
+
+  it('dp over 2 simulated GPUs (one process, batch 2b scattered)', function()
+    if not have then pending('dpl.nn / dpl.optim not available') return end
+    local out, err, rc = h.sh(('DPL_VIRTUAL_GPUS=2 CUDA_VISIBLE_DEVICES= %s %s dp 4 5'):format(h.q(h.bin), script), { timeout = 60 })
+    assert.equal(0, rc, err)
+    close(get_single(), weights(out))
+  end)
+
+  it('ddp2: 2 processes as 2 nodes, each dp over 2 simulated GPUs', function()
+    if not have then pending('dpl.nn / dpl.optim not available') return end
+    local out, err, rc = h.sh(('DPL_VIRTUAL_GPUS=2 CUDA_VISIBLE_DEVICES= %s --nproc 2 %s ddp2 4 5'):format(h.q(h.bin), script),
+      { timeout = 60 })
+    assert.equal(0, rc, err)
+    local ref_out, ref_err, ref_rc = h.dplhost(script .. ' single 8 5', { timeout = 60 })
+    assert.equal(0, ref_rc, ref_err)
+    close(weights(ref_out), weights(out))
+  end)
+
+  it('horovod under mpirun -np 2', function()
+    if not have then pending('dpl.nn / dpl.optim not available') return end
+    if not h.has_command('mpirun') then pending('mpirun is not installed') return end
+    local out, err, rc = h.sh(('ASAN_OPTIONS=detect_leaks=0 mpirun --allow-run-as-root --oversubscribe -np 2 %s %s horovod 4 5')
+      :format(h.q(h.bin), script), { timeout = 60 })
+    assert.equal(0, rc, err)
+    close(get_single(), weights(out))
+  end)
+end)
+
+describe('resume (real tensors)', function()
+  it('1 epoch + resume for 1 epoch gives the same weights as 2 epochs straight, bitwise', function()
+    local ok = pcall(function() local dpl = require 'dpl'; return dpl.nn.Linear and dpl.optim.SGD end)
+    if not ok then pending('dpl.nn / dpl.optim not available') return end
+    local th = require 'spec.support.trainer_helpers'
+    local out, err, rc = h.dplhost('spec/support/trainer_resume_script.lua ' .. h.q(th.tmpdir()), { timeout = 60 })
+    assert.equal(0, rc, err)
+    local a, b = out:match('straight ([^\n]+)'), out:match('resumed  ([^\n]+)')
+    assert.truthy(a, out)
+    assert.equal(a, b)
+  end)
+end)

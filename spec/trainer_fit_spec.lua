@@ -1,0 +1,234 @@
+-- The fit loop's flags: accumulation, val_check_interval, check_val_every_n_epoch,
+-- max_steps, min_epochs + should_stop, manual optimisation, lr scheduler
+-- intervals, configure_optimizers forms, and resume == straight training.
+local dpl = require 'dpl'
+local th = require 'spec.support.trainer_helpers'
+local data = require 'dpl.data'
+
+local quiet = { enable_progress_bar = false, enable_model_summary = false, logger = false, enable_checkpointing = false }
+local function T(o)
+  local a = {}
+  for k, v in pairs(quiet) do a[k] = v end
+  for k, v in pairs(o or {}) do a[k] = v end
+  return dpl.Trainer(a)
+end
+
+-- counts of hook calls by name
+local function counting_model(counts, overrides)
+  local calls = {}
+  local Model = th.recording_model(calls, overrides)
+  return Model, function()
+    local c = {}
+    for _, s in ipairs(calls) do
+      local n = s:match('^([%w_%.]+)%(')
+      c[n] = (c[n] or 0) + 1
+    end
+    return c, calls
+  end
+end
+
+describe('fit loop', function()
+  it('accumulate_grad_batches: zero_grad at window start, step every k and at the epoch end', function()
+    local Model, get = counting_model()
+    local t = T({ max_epochs = 1, limit_train_batches = 5, limit_val_batches = 0, accumulate_grad_batches = 2 })
+    local m = Model()
+    t:fit(m)
+    local c, calls = get()
+    assert.equal(5, c.training_step)
+    assert.equal(3, c.optimizer_zero_grad) -- batches 0, 2, 4
+    assert.equal(3, c.optimizer_step)       -- after 1, 3 and the last (4)
+    assert.equal(3, t.global_step)
+    assert.equal(3, t.fit_loop.batches_that_stepped)
+    local steps = {}
+    for _, s in ipairs(calls) do
+      local i = s:match('^optimizer_step%(0, (%d+),')
+      if i then steps[#steps + 1] = tonumber(i) end
+    end
+    assert.same({ 1, 3, 4 }, steps)
+  end)
+
+  it('the loss given to backward is divided by accumulate_grad_batches', function()
+    local seen = {}
+    local Model = th.recording_model({}, { on_before_backward = function(_, loss) seen[#seen + 1] = loss.value end,
+      training_step = function(_, batch) return { loss = th.loss(batch[1]) } end })
+    T({ max_epochs = 1, limit_train_batches = 2, limit_val_batches = 0, accumulate_grad_batches = 2 }):fit(Model())
+    assert.same({ 0.5, 1 }, seen)
+  end)
+
+  it('val_check_interval as a fraction and as a number of batches', function()
+    local function vals(o)
+      local Model, get = counting_model()
+      local a = { max_epochs = 1, limit_train_batches = 10, limit_val_batches = 1, num_sanity_val_steps = 0 }
+      for k, v in pairs(o) do a[k] = v end
+      T(a):fit(Model())
+      return get().validation_step or 0
+    end
+    assert.equal(3, vals({ val_check_interval = 0.3 })) -- after batches 3, 6, 9; not 10
+    assert.equal(2, vals({ val_check_interval = 5 }))
+    assert.equal(1, vals({}))
+    assert.equal(0, vals({ max_epochs = 1, check_val_every_n_epoch = 2 }))
+    assert.equal(5, vals({ max_epochs = 2, val_check_interval = 4, check_val_every_n_epoch = false }))
+    local ok, e = pcall(vals, { val_check_interval = 11 })
+    assert.is_false(ok)
+    assert.matches('must be less than or equal to the number of the training batches %(10%)', tostring(e))
+  end)
+
+  it('sanity check runs min(num_sanity_val_steps, batches) and its metrics do not leak', function()
+    local Model, get = counting_model(nil, { validation_step = function(self, b, i) self:log('v', 1) return { x = 1 } end })
+    local t = T({ max_epochs = 1, limit_train_batches = 0, limit_val_batches = 5, num_sanity_val_steps = 3 })
+    t:fit(Model())
+    assert.equal(3, get().validation_step)
+    assert.is_nil(t.callback_metrics.v)
+  end)
+
+  it('limit fractions and errors', function()
+    local Model, get = counting_model()
+    T({ max_epochs = 1, limit_train_batches = 0.25, limit_val_batches = 0.5, num_sanity_val_steps = 0 }):fit(Model())
+    local c = get()
+    assert.equal(16, c.training_step)
+    assert.equal(32, c.validation_step)
+    local ok, e = pcall(function() T({ max_epochs = 1, limit_train_batches = 0.001 }):fit(Model()) end)
+    assert.is_false(ok)
+    assert.matches('You requested to check 0.001 of the `train_dataloader` but 0.001 %* 64 < 1', tostring(e))
+  end)
+
+  it('max_steps stops mid-epoch; min_epochs holds should_stop', function()
+    local Model = th.recording_model({})
+    local t = T({ max_steps = 3, limit_val_batches = 0 })
+    t:fit(Model())
+    assert.equal(3, t.global_step)
+    assert.equal(1, t.current_epoch) -- the truncated epoch counts as completed (1.9)
+    local Stopper = th.recording_model({}, { on_train_epoch_end = function(self) self.trainer.should_stop = true end })
+    local t2 = T({ max_epochs = 10, min_epochs = 3, limit_train_batches = 2, limit_val_batches = 0 })
+    t2:fit(Stopper())
+    assert.equal(3, t2.current_epoch)
+  end)
+
+  it('manual optimisation: the loop does not step; manual_backward runs the hooks', function()
+    local calls = {}
+    local Model = th.recording_model(calls, {
+      training_step = function(self, batch)
+        local opt = self:optimizers()
+        opt:zero_grad()
+        local loss = th.loss(batch[1])
+        self:manual_backward(loss)
+        opt:step()
+        return { loss = loss }
+      end })
+    local M2 = Model:extend('Manual')
+    function M2:__init() Model.__init(self); self.automatic_optimization = false end
+    local t = T({ max_epochs = 1, limit_train_batches = 3, limit_val_batches = 0 })
+    local m = M2()
+    t:fit(m)
+    assert.equal(3, t.global_step)
+    local names = {}
+    for _, s in ipairs(calls) do names[s:match('^([%w_]+)')] = true end
+    assert.is_nil(names.optimizer_step)
+    assert.is_nil(names.optimizer_zero_grad)
+    assert.truthy(names.manual_backward)
+    assert.truthy(names.on_before_optimizer_step)
+    assert.equal(3, t.optimizers[1].steps)
+  end)
+
+  it('configure_optimizers forms and scheduler intervals', function()
+    local O = require 'dpl.trainer.optimizers'
+    local a, b = th.Optimizer(), th.Optimizer()
+    local s = th.Scheduler(a)
+    local opts, sch = O.parse(a)
+    assert.same({ a }, opts); assert.same({}, sch)
+    opts = O.parse({ a, b }); assert.same({ a, b }, opts)
+    opts, sch = O.parse({ { a }, { s } })
+    assert.same({ a }, opts); assert.equal(s, sch[1].scheduler); assert.equal('epoch', sch[1].interval)
+    opts, sch = O.parse({ optimizer = a, lr_scheduler = { scheduler = s, interval = 'step', frequency = 2 } })
+    assert.equal('step', sch[1].interval); assert.equal(2, sch[1].frequency)
+    local ok, e = pcall(O.parse, { optimizer = a, lr_scheduler = { scheduler = s, interval = 'batch' } })
+    assert.is_false(ok); assert.matches('"interval" key in lr scheduler dict must be "step" or "epoch"', tostring(e))
+    ok, e = pcall(O.parse, { optimizer = a, lr_scheduler = { interval = 'step' } })
+    assert.is_false(ok); assert.matches('must have the key "scheduler"', tostring(e))
+    ok, e = pcall(O.parse, 42)
+    assert.is_false(ok); assert.matches('Unknown configuration for model optimizers', tostring(e))
+    -- step interval in a fit: stepped every 2 batches
+    local n = 0
+    local Model = th.recording_model({}, {
+      configure_optimizers = function() local o = th.Optimizer(); return { optimizer = o, lr_scheduler = { scheduler = th.Scheduler(o), interval = 'step', frequency = 2 } } end,
+      lr_scheduler_step = function() n = n + 1 end })
+    T({ max_epochs = 1, limit_train_batches = 5, limit_val_batches = 0 }):fit(Model())
+    assert.equal(2, n)
+  end)
+
+  it('two optimizers: training_step gets optimizer_idx, global_step counts both', function()
+    local seen = {}
+    local Model = th.recording_model({}, {
+      configure_optimizers = function() return { th.Optimizer(), th.Optimizer() } end,
+      training_step = function(_, batch, i, opt_idx) seen[#seen + 1] = opt_idx; return th.loss(1) end })
+    local t = T({ max_epochs = 1, limit_train_batches = 2, limit_val_batches = 0 })
+    t:fit(Model())
+    assert.same({ 0, 1, 0, 1 }, seen)
+    assert.equal(4, t.global_step)
+  end)
+
+  it('fit(ckpt_path) after 1 epoch gives the same weights as 2 epochs straight', function()
+    -- a one-weight model: loss (w - x)^2 / 2 over shuffled data, plain SGD
+    local Param = {}
+    local Model = dpl.LightningModule:extend('Scalar')
+    function Model:__init() dpl.LightningModule.__init(self); self.w, self.g = 0.25, 0 end
+    function Model:training_step(batch)
+      local m, x = self, batch[1]
+      return setmetatable({ value = (m.w - x) ^ 2 / 2, backward = function() m.g = m.g + (m.w - x) end }, Param)
+    end
+    function Model:configure_optimizers()
+      local m = self
+      local Opt = th.Optimizer:extend('PlainSGD')
+      function Opt:step() m.w = m.w - 0.01 * m.g; self.steps = self.steps + 1 end
+      function Opt:zero_grad() m.g = 0 end
+      return Opt(0.01)
+    end
+    function Model:state_dict() return { w = self.w } end
+    function Model:load_state_dict(s) self.w = s.w end
+    local function loader()
+      return data.DataLoader(th.loader(7).dataset, { batch_size = 1, shuffle = true, seed = 3,
+        collate_fn = function(items) return items end })
+    end
+    local dir = th.tmpdir()
+    local straight = Model()
+    T({ max_epochs = 2, deterministic = true }):fit(straight, loader())
+    local first = Model()
+    local t1 = T({ max_epochs = 1, enable_checkpointing = true, default_root_dir = dir })
+    t1:fit(first, loader())
+    local ck = t1.checkpoint_callback.best_model_path
+    assert.truthy(ck:match('/checkpoints/epoch=0%-step=7%.ckpt$'))
+    local resumed = Model()
+    local t2 = T({ max_epochs = 2 })
+    t2:fit(resumed, loader(), nil, { ckpt_path = ck })
+    assert.equal(straight.w, resumed.w) -- bitwise
+    assert.equal(14, t2.global_step)
+    assert.equal(2, t2.current_epoch)
+  end)
+end)
+
+describe('reload_dataloaders_every_n_epochs', function()
+  it('calls the dataloader hooks again every n epochs', function()
+    local calls = {}
+    local Model = th.recording_model(calls)
+    T({ max_epochs = 4, limit_train_batches = 1, limit_val_batches = 1, num_sanity_val_steps = 0,
+      reload_dataloaders_every_n_epochs = 2 }):fit(Model())
+    local n, v = 0, 0
+    for _, c in ipairs(calls) do
+      if c == 'train_dataloader()' then n = n + 1 end
+      if c == 'val_dataloader()' then v = v + 1 end
+    end
+    assert.equal(2, n) -- epochs 0 and 2
+    assert.equal(2, v)
+  end)
+end)
+
+describe('overfit_batches', function()
+  it('limits train and val to the first n batches and turns shuffling off', function()
+    local seen = {}
+    local Model = th.recording_model({}, { training_step = function(_, batch) seen[#seen + 1] = batch[1]; return th.loss(1) end })
+    local l = data.DataLoader(th.loader(20).dataset, { batch_size = 1, shuffle = true, seed = 1,
+      collate_fn = function(items) return items end })
+    T({ max_epochs = 2, overfit_batches = 3, num_sanity_val_steps = 0 }):fit(Model(), l)
+    assert.same({ 1, 2, 3, 1, 2, 3 }, seen)
+  end)
+end)

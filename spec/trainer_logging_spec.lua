@@ -1,0 +1,194 @@
+-- self:log (defaults per hook, forked names, aggregation, errors), the metric
+-- dicts, CSVLogger's and TensorBoardLogger's files (TensorBoard's event files
+-- checked by a decoder written here and, when importable, by Python's tensorboard).
+local dpl = require 'dpl'
+local h = require 'spec.support.helpers'
+local th = require 'spec.support.trainer_helpers'
+
+local function fit_logging(dir, loggers, extra)
+  local Model = dpl.LightningModule:extend('LogModel')
+  function Model:training_step(batch, i)
+    self:log('train_loss', i + 0.5, { prog_bar = true })
+    self:log('both', i, { on_step = true, on_epoch = true })
+    self:log('total', 1, { on_step = false, on_epoch = true, reduce_fx = 'sum' })
+    return th.loss(1)
+  end
+  function Model:validation_step(batch, i) self:log('val_loss', 10 - i) end
+  function Model:configure_optimizers() return th.Optimizer(0.1) end
+  for k, v in pairs(extra or {}) do Model[k] = v end
+  local t = dpl.Trainer{ max_epochs = 2, log_every_n_steps = 2, enable_progress_bar = false, enable_model_summary = false,
+    default_root_dir = dir, logger = loggers, enable_checkpointing = false }
+  local m = Model()
+  m:save_hyperparameters({ lr = 0.1, hidden = 64, name = 'mlp' })
+  t:fit(m, th.loader(5), th.loader(3))
+  return t, m
+end
+
+-- an independent reader of TFRecord/Event files (bitwise CRC32C, hand protobuf)
+local function crc32c(s)
+  local c = 0xFFFFFFFF
+  for i = 1, #s do
+    c = bit.bxor(c, s:byte(i))
+    for _ = 1, 8 do
+      local lsb = bit.band(c, 1)
+      c = bit.rshift(c, 1)
+      if lsb ~= 0 then c = bit.bxor(c, 0x82F63B78) end
+    end
+  end
+  c = bit.bxor(c, 0xFFFFFFFF)
+  if c < 0 then c = c + 2^32 end
+  return c
+end
+local function masked(s)
+  local c = crc32c(s)
+  local rot = (math.floor(c / 2^15) + (c * 2^17) % 2^32) % 2^32
+  return (rot + 0xA282EAD8) % 2^32
+end
+local function u(s, i, n)
+  local v = 0
+  for k = n - 1, 0, -1 do v = v * 256 + s:byte(i + k) end
+  return v
+end
+local function varint(s, i)
+  local v, mul = 0, 1
+  while true do
+    local b = s:byte(i); i = i + 1
+    v = v + (b % 128) * mul
+    if b < 128 then return v, i end
+    mul = mul * 128
+  end
+end
+local ffi = require 'ffi'
+local function parse_fields(s)
+  local out, i = {}, 1
+  while i <= #s do
+    local key; key, i = varint(s, i)
+    local f, w = math.floor(key / 8), key % 8
+    local v
+    if w == 0 then v, i = varint(s, i)
+    elseif w == 1 then local b = ffi.new('double[1]'); ffi.copy(b, s:sub(i, i + 7), 8); v = b[0]; i = i + 8
+    elseif w == 5 then local b = ffi.new('float[1]'); ffi.copy(b, s:sub(i, i + 3), 4); v = b[0]; i = i + 4
+    elseif w == 2 then local n; n, i = varint(s, i); v = s:sub(i, i + n - 1); i = i + n
+    else error('wire type ' .. w) end
+    out[#out + 1] = { f, v }
+  end
+  return out
+end
+local function read_events(path)
+  local s = h.read_all(path)
+  local i, events = 1, {}
+  while i <= #s do
+    local len = u(s, i, 8)
+    assert.equal(masked(s:sub(i, i + 7)), u(s, i + 8, 4))
+    local d = s:sub(i + 12, i + 11 + len)
+    assert.equal(masked(d), u(s, i + 12 + len, 4))
+    i = i + 16 + len
+    local ev = { step = 0, scalars = {} }
+    for _, fv in ipairs(parse_fields(d)) do
+      if fv[1] == 1 then ev.wall_time = fv[2]
+      elseif fv[1] == 2 then ev.step = fv[2]
+      elseif fv[1] == 3 then ev.file_version = fv[2]
+      elseif fv[1] == 5 then
+        for _, val in ipairs(parse_fields(fv[2])) do
+          local tag, sv
+          for _, x in ipairs(parse_fields(val[2])) do
+            if x[1] == 1 then tag = x[2] elseif x[1] == 2 then sv = x[2] end
+          end
+          ev.scalars[tag] = sv
+        end
+      end
+    end
+    events[#events + 1] = ev
+  end
+  return events
+end
+
+describe('self:log', function()
+  it('fills callback/logged/progress-bar metrics with forked names', function()
+    local t = fit_logging(th.tmpdir(), false)
+    assert.equal(4.5, t.callback_metrics.train_loss)
+    assert.equal(4, t.callback_metrics.both_step)
+    assert.equal(2, t.callback_metrics.both_epoch) -- mean of 0..4
+    assert.equal(2, t.callback_metrics.both)
+    assert.equal(5, t.callback_metrics.total)
+    assert.equal(9, t.callback_metrics.val_loss)
+    assert.equal(4.5, t.progress_bar_metrics.train_loss)
+    assert.is_nil(t.progress_bar_metrics.val_loss)
+    assert.equal(9, t.logged_metrics.val_loss)
+  end)
+
+  it('checks hooks and arguments as Lightning does', function()
+    local function try(fx_body, hook)
+      local Model = dpl.LightningModule:extend('Bad')
+      function Model:training_step() return th.loss(1) end
+      function Model:configure_optimizers() return th.Optimizer() end
+      Model[hook or 'training_step'] = function(self, ...)
+        fx_body(self)
+        if hook == nil then return th.loss(1) end
+      end
+      local t = dpl.Trainer{ max_epochs = 1, enable_progress_bar = false, enable_model_summary = false, logger = false,
+        enable_checkpointing = false }
+      local ok, e = pcall(t.fit, t, Model(), th.loader(2))
+      assert.is_false(ok)
+      return tostring(e)
+    end
+    assert.matches('is not useful', try(function(s) s:log('a', 1, { on_step = false, on_epoch = false }) end))
+    assert.matches('reduce_fx', try(function(s) s:log('a', 1, { reduce_fx = 'median' }) end))
+    assert.matches("You can't `self:log%(%)` inside `on_fit_start`", try(function(s) s:log('a', 1) end, 'on_fit_start'))
+    assert.matches("on_step=true%)` inside `on_train_epoch_end`", try(function(s) s:log('a', 1, { on_step = true }) end, 'on_train_epoch_end'))
+    assert.matches('twice in `training_step` with different arguments', try(function(s)
+      s:log('a', 1); s:log('a', 1, { prog_bar = true }) end))
+    assert.matches('must be a number or a tensor', try(function(s) s:log('a', 'x') end))
+    assert.matches('^MisconfigurationException', try(function(s) s:log('a', {}) end))
+  end)
+end)
+
+describe('loggers', function()
+  it('CSVLogger: lightning_logs/version_N/metrics.csv and hparams.yaml', function()
+    local dir = th.tmpdir()
+    fit_logging(dir, dpl.loggers.CSVLogger(dir))
+    local csv = h.read_all(dir .. '/lightning_logs/version_0/metrics.csv')
+    local lines = {}
+    for l in csv:gmatch('[^\n]+') do lines[#lines + 1] = l end
+    assert.equal('both_epoch,both_step,epoch,step,total,train_loss,val_loss', lines[1])
+    assert.equal(',1,0,1,,1.5,', lines[2])
+    assert.equal(',,0,4,,,9', lines[4])
+    assert.equal('2,,0,4,5,,', lines[5])
+    assert.equal('hidden: 64\nlr: 0.1\nname: mlp\n', h.read_all(dir .. '/lightning_logs/version_0/hparams.yaml'))
+    -- a second logger in the same place takes the next version
+    local lg = dpl.loggers.CSVLogger(dir)
+    assert.equal(1, lg:version())
+  end)
+
+  it('TensorBoardLogger: event files with valid framing and scalars', function()
+    local dir = th.tmpdir()
+    fit_logging(dir, dpl.loggers.TensorBoardLogger{ save_dir = dir })
+    local vdir = dir .. '/lightning_logs/version_0'
+    local p = io.popen('ls ' .. h.q(vdir))
+    local files = p:read('*a'); p:close()
+    local name = files:match('(events%.out%.tfevents%.%d+%.[^\n]+)')
+    assert.truthy(name)
+    local events = read_events(vdir .. '/' .. name)
+    assert.equal('brain.Event:2', events[1].file_version)
+    assert.equal(1, events[2].step)
+    assert.equal(1.5, events[2].scalars.train_loss)
+    local found
+    for _, ev in ipairs(events) do if ev.scalars.val_loss and not found then found = ev end end
+    assert.equal(9, found.scalars.val_loss)
+    assert.equal(4, found.step)
+    -- Python's tensorboard reads them too, when it is installed
+    local out, _, rc = h.sh('python3 -c "import tensorboard" 2>/dev/null && python3 -c "'
+      .. 'from tensorboard.backend.event_processing.event_accumulator import EventAccumulator as E;'
+      .. 'e=E(\'' .. vdir .. '\');e.Reload();print(sorted(e.Tags()[\'scalars\']));'
+      .. 'print([(x.step,x.value) for x in e.Scalars(\'val_loss\')])"')
+    if rc == 0 and out ~= '' then
+      assert.matches("%['both_epoch', 'both_step', 'epoch', 'total', 'train_loss', 'val_loss'%]", out)
+      assert.matches('%[%(4, 9%.0%), %(9, 9%.0%)%]', out)
+    end
+  end)
+
+  it('the CRC32C matches the published check value', function()
+    assert.equal(0xE3069283, require('dpl.loggers.tensorboard').crc32c('123456789'))
+    assert.equal(0xE3069283, crc32c('123456789'))
+  end)
+end)

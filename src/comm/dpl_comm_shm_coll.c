@@ -1,0 +1,297 @@
+/* dpl_comm_shm_coll.c: the shm backend's collective algorithms. Data moves in
+ * chunks through two sets of per-rank slots (double buffering: a rank fills
+ * chunk k+1 while the others still read chunk k). Every call's first phase
+ * publishes its descriptor and ends with a wait for all ranks, after which each
+ * rank compares everyone's descriptor: a mismatched call fails on every rank
+ * before any data is used, and every copy is bounded by the slot size, so
+ * mismatched sizes can never write outside a buffer.
+ *
+ * all_reduce (large): each rank copies the parts of the chunk the others own
+ * into its slot; rank r reduces part r (its own data read in place, the
+ * others' from their slots, in rank order) into its slot; then every rank
+ * copies all reduced parts out. Small buffers: everyone copies its whole
+ * buffer in and reduces all slots itself (one synchronisation). */
+#define _GNU_SOURCE
+#include "dpl_comm_shm.h"
+#include <string.h>
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
+
+enum { SMALL_BYTES = 16 * 1024 };
+/* Results of calls at least this large go to the user's buffer with
+ * non-temporal stores: it is larger than the caches anyway, and streaming
+ * stores skip reading each destination line before writing it. */
+#define NT_BYTES (8u << 20)
+
+static void copy_nt(void *dst, const void *src, size_t n)
+{
+#ifdef __SSE2__
+  uint8_t *d = dst;
+  const uint8_t *s = src;
+  size_t head = (16 - ((uintptr_t)d & 15)) & 15;
+  if (n < 256 || head > n) { memcpy(d, s, n); return; }
+  memcpy(d, s, head);
+  d += head; s += head; n -= head;
+  size_t i = 0;
+  for (; i + 64 <= n; i += 64) {
+    __m128i a = _mm_loadu_si128((const __m128i *)(s + i)), b = _mm_loadu_si128((const __m128i *)(s + i + 16));
+    __m128i c = _mm_loadu_si128((const __m128i *)(s + i + 32)), e = _mm_loadu_si128((const __m128i *)(s + i + 48));
+    _mm_stream_si128((__m128i *)(d + i), a);
+    _mm_stream_si128((__m128i *)(d + i + 16), b);
+    _mm_stream_si128((__m128i *)(d + i + 32), c);
+    _mm_stream_si128((__m128i *)(d + i + 48), e);
+  }
+  _mm_sfence();
+  memcpy(d + i, s + i, n - i);
+#else
+  memcpy(dst, src, n);
+#endif
+}
+
+static inline void copy(void *dst, const void *src, size_t n)
+{
+  if (n && dst != src) memmove(dst, src, n);
+}
+
+/* First phase of every call: publish d, signal, wait for all, compare. */
+static int first_sync(dpl_comm *c, const dpl_coll_desc *d)
+{
+  shm_put_desc(c, d);
+  shm_signal(c);
+  int st = shm_wait_all(c, SHM(c)->my_step);
+  if (st) return st;
+  return shm_verify_descs(c, d);
+}
+
+static int sbarrier(dpl_comm *c, const dpl_coll_desc *d)
+{
+  if (c->size == 1) return DPL_OK;
+  shm_start(c, d);
+  return first_sync(c, d);
+}
+
+/* all_reduce (root < 0) or reduce to root. */
+static int sreduce_any(dpl_comm *c, const dpl_coll_desc *d, void *buf, int root)
+{
+  int P = c->size, me = c->rank, st;
+  if (P == 1) return DPL_OK;
+  shm_impl *s = SHM(c);
+  shm_start(c, d);
+  int64_t es = dpl_comm_dtype_size(d->dtype), n = d->count;
+  uint8_t *ub = buf;
+  int out = root < 0 || root == me;
+  const void *srcs[P];
+  if (n * es <= SMALL_BYTES && (uint64_t)(n * es) <= s->slot_bytes) {
+    int b;
+    if ((st = shm_begin_chunk(c, &b))) return st;
+    copy(shm_slot(s, b, me, P), ub, (size_t)(n * es));
+    if ((st = first_sync(c, d))) return st;
+    if (out) {
+      for (int k = 0; k < P; k++) srcs[k] = shm_slot(s, b, k, P);
+      dpl_comm_reduce_n(ub, srcs, P, n, d->dtype, d->op, P);
+    }
+    shm_end_chunk(c, b);
+    return DPL_OK;
+  }
+  int64_t chunk = (int64_t)s->slot_bytes / es, align = 64 / es > 0 ? 64 / es : 1;
+  int nt = (uint64_t)(n * es) >= NT_BYTES;
+  int64_t off = 0;
+  int first = 1;
+  do {
+    int64_t L = n - off < chunk ? n - off : chunk;
+    int64_t part = (L + P - 1) / P;
+    part = (part + align - 1) / align * align;
+    int b;
+    if ((st = shm_begin_chunk(c, &b))) return st;
+    uint8_t *mine = shm_slot(s, b, me, P);
+    for (int j = 0; j < P; j++) {
+      if (j == me) continue;
+      int64_t lo = j * part, hi = lo + part < L ? lo + part : L;
+      if (lo < hi) copy(mine + lo * es, ub + (off + lo) * es, (size_t)((hi - lo) * es));
+    }
+    if (first) { if ((st = first_sync(c, d))) return st; }
+    else {
+      shm_signal(c);
+      if ((st = shm_wait_all(c, s->my_step))) return st;
+    }
+    int64_t lo = me * part, hi = lo + part < L ? lo + part : L;
+    if (lo < hi) {
+      for (int k = 0; k < P; k++) srcs[k] = k == me ? (const void *)(ub + (off + lo) * es) : shm_slot(s, b, k, P) + lo * es;
+      dpl_comm_reduce_n(mine + lo * es, srcs, P, hi - lo, d->dtype, d->op, P);
+    }
+    shm_signal(c);
+    if (out) {
+      if ((st = shm_wait_all(c, s->my_step))) return st;
+      for (int j = 0; j < P; j++) {
+        int64_t l2 = j * part, h2 = l2 + part < L ? l2 + part : L;
+        if (l2 >= h2) continue;
+        if (nt) copy_nt(ub + (off + l2) * es, shm_slot(s, b, j, P) + l2 * es, (size_t)((h2 - l2) * es));
+        else copy(ub + (off + l2) * es, shm_slot(s, b, j, P) + l2 * es, (size_t)((h2 - l2) * es));
+      }
+    }
+    shm_end_chunk(c, b);
+    off += L;
+    first = 0;
+  } while (off < n);
+  return DPL_OK;
+}
+
+static int sall_reduce(dpl_comm *c, const dpl_coll_desc *d, void *buf) { return sreduce_any(c, d, buf, -1); }
+static int sreduce(dpl_comm *c, const dpl_coll_desc *d, void *buf) { return sreduce_any(c, d, buf, d->root); }
+
+static int sbroadcast(dpl_comm *c, const dpl_coll_desc *d, void *buf)
+{
+  int P = c->size, me = c->rank, root = d->root, st;
+  if (P == 1) return DPL_OK;
+  shm_impl *s = SHM(c);
+  shm_start(c, d);
+  int64_t bytes = d->count * dpl_comm_dtype_size(d->dtype), off = 0, chunk = (int64_t)s->slot_bytes;
+  uint8_t *ub = buf;
+  int first = 1;
+  do {
+    int64_t L = bytes - off < chunk ? bytes - off : chunk;
+    int b;
+    if ((st = shm_begin_chunk(c, &b))) return st;
+    uint8_t *sl = shm_slot(s, b, root, P);
+    if (me == root) copy(sl, ub + off, (size_t)L);
+    if (first) { if ((st = first_sync(c, d))) return st; }
+    else {
+      shm_signal(c);
+      if (me != root && (st = shm_wait_rank(c, root, s->my_step))) return st;
+    }
+    if (me != root) copy(ub + off, sl, (size_t)L);
+    shm_end_chunk(c, b);
+    off += L;
+    first = 0;
+  } while (off < bytes);
+  return DPL_OK;
+}
+
+/* all_gather (root < 0) or gather to root. */
+static int sgather_any(dpl_comm *c, const dpl_coll_desc *d, const void *send, void *recv, int root)
+{
+  int P = c->size, me = c->rank, st;
+  int64_t es = dpl_comm_dtype_size(d->dtype), n = d->count;
+  int out = root < 0 || root == me;
+  if (P == 1) { if (out) copy(recv, send, (size_t)(n * es)); return DPL_OK; }
+  shm_impl *s = SHM(c);
+  shm_start(c, d);
+  const uint8_t *sb = send;
+  uint8_t *rb = recv;
+  int64_t chunk = (int64_t)s->slot_bytes / es, off = 0;
+  int first = 1;
+  /* the own block may overlap send (in-place gathers): copy it last */
+  do {
+    int64_t L = n - off < chunk ? n - off : chunk;
+    int b;
+    if ((st = shm_begin_chunk(c, &b))) return st;
+    copy(shm_slot(s, b, me, P), sb + off * es, (size_t)(L * es));
+    if (first) { if ((st = first_sync(c, d))) return st; }
+    else {
+      shm_signal(c);
+      if (out && (st = shm_wait_all(c, s->my_step))) return st;
+    }
+    if (out)
+      for (int j = 0; j < P; j++)
+        copy(rb + (j * n + off) * es, shm_slot(s, b, j, P), (size_t)(L * es));
+    shm_end_chunk(c, b);
+    off += L;
+    first = 0;
+  } while (off < n);
+  return DPL_OK;
+}
+
+static int sall_gather(dpl_comm *c, const dpl_coll_desc *d, const void *send, void *recv)
+{
+  return sgather_any(c, d, send, recv, -1);
+}
+static int sgather(dpl_comm *c, const dpl_coll_desc *d, const void *send, void *recv)
+{
+  return sgather_any(c, d, send, recv, d->root);
+}
+
+static int sscatter(dpl_comm *c, const dpl_coll_desc *d, const void *send, void *recv)
+{
+  int P = c->size, me = c->rank, root = d->root, st;
+  int64_t es = dpl_comm_dtype_size(d->dtype), n = d->count;
+  const uint8_t *sb = send;
+  uint8_t *rb = recv;
+  if (P == 1) { copy(recv, send, (size_t)(n * es)); return DPL_OK; }
+  shm_impl *s = SHM(c);
+  shm_start(c, d);
+  int64_t chunk = (int64_t)s->slot_bytes / es, off = 0;
+  int first = 1;
+  do {
+    int64_t L = n - off < chunk ? n - off : chunk;
+    int b;
+    if ((st = shm_begin_chunk(c, &b))) return st;
+    if (me == root)
+      for (int j = 0; j < P; j++)
+        if (j != me) copy(shm_slot(s, b, j, P), sb + (j * n + off) * es, (size_t)(L * es));
+    if (first) { if ((st = first_sync(c, d))) return st; }
+    else {
+      shm_signal(c);
+      if (me != root && (st = shm_wait_rank(c, root, s->my_step))) return st;
+    }
+    if (me != root) copy(rb + off * es, shm_slot(s, b, me, P), (size_t)(L * es));
+    else copy(rb + off * es, sb + (me * n + off) * es, (size_t)(L * es));
+    shm_end_chunk(c, b);
+    off += L;
+    first = 0;
+  } while (off < n);
+  return DPL_OK;
+}
+
+static int sreduce_scatter(dpl_comm *c, const dpl_coll_desc *d, const void *send, void *recv)
+{
+  int P = c->size, me = c->rank, st;
+  int64_t es = dpl_comm_dtype_size(d->dtype), n = d->count;
+  const uint8_t *sb = send;
+  uint8_t *rb = recv;
+  if (P == 1) {
+    const void *srcs[1] = { send };
+    return dpl_comm_reduce_n(recv, srcs, 1, n, d->dtype, d->op, 1);
+  }
+  shm_impl *s = SHM(c);
+  shm_start(c, d);
+  int64_t chunk = (int64_t)s->slot_bytes / (es * P), off = 0;
+  if (chunk < 1) chunk = 1;
+  const void *srcs[P];
+  int first = 1;
+  do {
+    int64_t L = n - off < chunk ? n - off : chunk;
+    int b;
+    if ((st = shm_begin_chunk(c, &b))) return st;
+    uint8_t *mine = shm_slot(s, b, me, P);
+    for (int j = 0; j < P; j++)
+      if (j != me) copy(mine + j * chunk * es, sb + (j * n + off) * es, (size_t)(L * es));
+    if (first) { if ((st = first_sync(c, d))) return st; }
+    else {
+      shm_signal(c);
+      if ((st = shm_wait_all(c, s->my_step))) return st;
+    }
+    for (int k = 0; k < P; k++)
+      srcs[k] = k == me ? (const void *)(sb + (me * n + off) * es) : shm_slot(s, b, k, P) + me * chunk * es;
+    dpl_comm_reduce_n(rb + off * es, srcs, P, L, d->dtype, d->op, P);
+    shm_end_chunk(c, b);
+    off += L;
+    first = 0;
+  } while (off < n);
+  return DPL_OK;
+}
+
+const dpl_comm_ops dpl_shm_ops = {
+  .barrier = sbarrier,
+  .all_reduce = sall_reduce,
+  .reduce = sreduce,
+  .broadcast = sbroadcast,
+  .all_gather = sall_gather,
+  .gather = sgather,
+  .scatter = sscatter,
+  .reduce_scatter = sreduce_scatter,
+  .check = dpl_shm_check,
+  .new_group = dpl_shm_new_group,
+  .abort = dpl_shm_abort,
+  .destroy = dpl_shm_destroy,
+};

@@ -1,0 +1,74 @@
+/* dpl_proc.c: process primitives for Lua (dist.spawn): fork with the child tied
+ * to its parent's life, waiting with a timeout, signals, a quick exit that skips
+ * the atexit cleanups (a forked worker must not run its parent's), setenv. */
+#define _GNU_SOURCE
+#include "dpl.h"
+#include "dpl_internal.h"
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+int dpl_proc_fork(int32_t *pid_out)
+{
+  if (!pid_out) return dpl_errorf(DPL_EINVAL, "dpl_proc_fork: pid_out is NULL");
+  pid_t parent = getpid();
+  fflush(NULL);
+  pid_t pid = fork();
+  if (pid < 0) return dpl_errorf(DPL_EIO, "fork failed: %s", strerror(errno));
+  if (pid == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (getppid() != parent) _exit(1); /* the parent is already gone */
+  }
+  *pid_out = (int32_t)pid;
+  return DPL_OK;
+}
+
+int dpl_proc_wait(int32_t pid, double timeout_s, int32_t *pid_out, int32_t *code_out)
+{
+  if (!pid_out || !code_out) return dpl_errorf(DPL_EINVAL, "dpl_proc_wait: NULL out-pointer");
+  double deadline = timeout_s < 0 ? -1 : dpl_clock() + timeout_s;
+  for (;;) {
+    int st = 0;
+    pid_t r = waitpid((pid_t)pid, &st, WNOHANG);
+    if (r > 0) {
+      *pid_out = (int32_t)r;
+      *code_out = WIFEXITED(st) ? WEXITSTATUS(st) : WIFSIGNALED(st) ? -WTERMSIG(st) : -1;
+      return DPL_OK;
+    }
+    if (r < 0 && errno != EINTR) return dpl_errorf(DPL_EINVAL, "waitpid(%d): %s", (int)pid, strerror(errno));
+    if (dpl_signal_received()) return dpl_errorf(DPL_EINTR, "interrupted while waiting for child processes");
+    if (deadline >= 0 && dpl_clock() >= deadline) return DPL_ETIMEOUT;
+    struct timespec ts = {0, 2000000}; /* 2 ms */
+    nanosleep(&ts, NULL);
+  }
+}
+
+int dpl_proc_kill(int32_t pid, int32_t sig)
+{
+  if (pid <= 0) return dpl_errorf(DPL_EINVAL, "dpl_proc_kill: bad pid %d", (int)pid);
+  if (kill((pid_t)pid, sig) != 0 && errno != ESRCH)
+    return dpl_errorf(DPL_EIO, "kill(%d, %d): %s", (int)pid, (int)sig, strerror(errno));
+  return DPL_OK;
+}
+
+void dpl_proc_exit(int32_t code)
+{
+  fflush(NULL);
+  _exit(code);
+}
+
+int32_t dpl_proc_getpid(void) { return (int32_t)getpid(); }
+
+int dpl_proc_setenv(const char *name, const char *value)
+{
+  if (!name || !*name || strchr(name, '=')) return dpl_errorf(DPL_EINVAL, "setenv: bad variable name");
+  int r = value ? setenv(name, value, 1) : unsetenv(name);
+  if (r != 0) return dpl_errorf(DPL_EIO, "setenv(%s): %s", name, strerror(errno));
+  return DPL_OK;
+}

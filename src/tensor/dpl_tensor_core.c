@@ -1,0 +1,747 @@
+/* dpl_tensor_core.c: storages and tensor handles: 64-byte-aligned, refcounted
+ * storage with per-device byte counters (dpl_mem_stats), device checks for
+ * simulated GPUs, tensor creation and release (one allocation for a fresh
+ * tensor: handle, storage header and data in one block), and every view op
+ * (view/reshape, as_strided, transpose, permute, narrow, select, expand,
+ * squeeze/unsqueeze, contiguous), plus shape/broadcast/type-promotion helpers. */
+#define _GNU_SOURCE
+#include "dpl_tensor_internal.h"
+#include <stdio.h>
+#include <stdlib.h>
+#include <malloc.h>
+#include <pthread.h>
+#include <sys/mman.h>
+
+#define MAX_DEV 64
+typedef struct devcount {
+  _Atomic int64_t current, peak, total, allocs, frees; /* live storages = allocs - frees */
+} devcount;
+static devcount cpu_count;
+static devcount cuda_count[MAX_DEV];
+static _Atomic int64_t since_gc;
+static _Atomic int64_t gc_threshold = INT64_C(8) << 20;
+
+int32_t dpl_gc_wanted(void) { return atomic_load(&since_gc) > atomic_load(&gc_threshold); }
+void dpl_gc_done(void) { atomic_store(&since_gc, 0); }
+void dpl_set_gc_threshold(int64_t bytes) { atomic_store(&gc_threshold, bytes > 0 ? bytes : INT64_MAX); }
+
+/* ---- a cache of large freed blocks: reusing them saves the page faults of fresh
+ * memory (tensors are freed in bursts, when Lua's GC runs their finalizers) ---- */
+#define CACHE_MIN ((size_t)256 * 1024)
+typedef struct cblock { struct cblock *next; size_t cap; } cblock;
+static pthread_mutex_t cache_mu = PTHREAD_MUTEX_INITIALIZER;
+static cblock *cache_head;
+static size_t cache_bytes;
+static size_t cache_limit = (size_t)1 << 30;
+
+/* glibc returns the top of its heap to the system as soon as 128 KiB are free there,
+ * and serves blocks over 128 KiB with fresh mmaps: with tensors freed in bursts (Lua's
+ * GC), every cycle would then page-fault its memory in again. Keep it instead. */
+static pthread_once_t malloc_once = PTHREAD_ONCE_INIT;
+static void tune_malloc(void)
+{
+#ifdef __GLIBC__
+  if (!getenv("MALLOC_TRIM_THRESHOLD_")) mallopt(M_TRIM_THRESHOLD, 256 << 20);
+  if (!getenv("MALLOC_MMAP_THRESHOLD_")) mallopt(M_MMAP_THRESHOLD, 32 << 20);
+#endif
+}
+
+static void *block_alloc(size_t want, size_t *cap)
+{
+  pthread_once(&malloc_once, tune_malloc);
+  *cap = want;
+  if (want < CACHE_MIN) return malloc(want);
+  pthread_mutex_lock(&cache_mu);
+  for (cblock **p = &cache_head; *p; p = &(*p)->next) {
+    cblock *b = *p;
+    if (b->cap >= want && b->cap - want <= want / 4) {
+      *p = b->next;
+      cache_bytes -= b->cap;
+      pthread_mutex_unlock(&cache_mu);
+      *cap = b->cap;
+      return b;
+    }
+  }
+  pthread_mutex_unlock(&cache_mu);
+  void *m = malloc(want);
+  if (!m) { /* memory is tight: give the cache back and try again */
+    dpl_mem_empty_cache();
+    m = malloc(want);
+  }
+  return m;
+}
+
+static void block_free(void *m, size_t cap)
+{
+  if (cap < CACHE_MIN) { free(m); return; }
+  pthread_mutex_lock(&cache_mu);
+  if (cache_bytes + cap <= cache_limit) {
+    cblock *b = m;
+    b->cap = cap;
+    b->next = cache_head;
+    cache_head = b;
+    cache_bytes += cap;
+    m = NULL;
+  }
+  pthread_mutex_unlock(&cache_mu);
+  free(m);
+}
+
+int64_t dpl_mem_empty_cache(void)
+{
+  pthread_mutex_lock(&cache_mu);
+  cblock *b = cache_head;
+  int64_t n = (int64_t)cache_bytes;
+  cache_head = NULL;
+  cache_bytes = 0;
+  pthread_mutex_unlock(&cache_mu);
+  while (b) { cblock *next = b->next; free(b); b = next; }
+  return n;
+}
+
+int64_t dpl_mem_cached(void)
+{
+  pthread_mutex_lock(&cache_mu);
+  int64_t n = (int64_t)cache_bytes;
+  pthread_mutex_unlock(&cache_mu);
+  return n;
+}
+
+static devcount *counter_for(int32_t devtype, int32_t devindex)
+{
+  if (devtype == DPL_DEVICE_CPU) return &cpu_count;
+  if (devtype == DPL_DEVICE_CUDA && devindex >= 0 && devindex < MAX_DEV) return &cuda_count[devindex];
+  return NULL;
+}
+
+static void count_alloc(int32_t devtype, int32_t devindex, int64_t nbytes)
+{
+  devcount *c = counter_for(devtype, devindex);
+  if (!c) return;
+  int64_t now = atomic_fetch_add(&c->current, nbytes) + nbytes;
+  int64_t peak = atomic_load(&c->peak);
+  while (now > peak && !atomic_compare_exchange_weak(&c->peak, &peak, now)) {}
+  atomic_fetch_add_explicit(&c->total, nbytes, memory_order_relaxed);
+  atomic_fetch_add_explicit(&c->allocs, 1, memory_order_relaxed);
+  atomic_fetch_add_explicit(&since_gc, nbytes, memory_order_relaxed);
+}
+
+static void count_free(int32_t devtype, int32_t devindex, int64_t nbytes)
+{
+  devcount *c = counter_for(devtype, devindex);
+  if (!c) return;
+  atomic_fetch_sub_explicit(&c->current, nbytes, memory_order_relaxed);
+  atomic_fetch_add_explicit(&c->frees, 1, memory_order_relaxed);
+}
+
+int dpl_mem_stats(int32_t devtype, int32_t devindex, dpl_mem_stats_t *out)
+{
+  if (!out) return dpl_errorf(DPL_EINVAL, "dpl_mem_stats: out is NULL");
+  devcount *c = counter_for(devtype, devindex);
+  if (!c) return dpl_errorf(DPL_EINVAL, "dpl_mem_stats: no device type %d index %d", (int)devtype, (int)devindex);
+  out->current_bytes = atomic_load(&c->current);
+  out->peak_bytes = atomic_load(&c->peak);
+  out->total_bytes = atomic_load(&c->total);
+  out->live_storages = atomic_load(&c->allocs) - atomic_load(&c->frees);
+  out->allocations = atomic_load(&c->allocs);
+  return DPL_OK;
+}
+
+int64_t dpl_mem_current_total(void)
+{
+  int64_t n = atomic_load(&cpu_count.current);
+  for (int i = 0; i < MAX_DEV; i++) n += atomic_load(&cuda_count[i].current);
+  return n;
+}
+
+int64_t dpl_tensor_layout(int32_t what)
+{
+  static const int64_t off[] = {
+    offsetof(dpl_tensor, _dtype), offsetof(dpl_tensor, _ndim), offsetof(dpl_tensor, _devtype),
+    offsetof(dpl_tensor, _devindex), offsetof(dpl_tensor, _numel), offsetof(dpl_tensor, _offset),
+    offsetof(dpl_tensor, _shape), offsetof(dpl_tensor, _stride), offsetof(dpl_tensor, _data),
+    offsetof(dpl_tensor, _storage), offsetof(dpl_tensor, _flags), offsetof(dpl_tensor, _reserved)};
+  if (what == -1) return (int64_t)sizeof(dpl_tensor);
+  if (what < 0 || what >= (int32_t)(sizeof off / sizeof off[0])) return -1;
+  return off[what];
+}
+
+int64_t dpl_dtype_size(int32_t dtype) { return dpl_elsize(dtype); }
+
+const char *dpl_dtype_name(int32_t dtype)
+{
+  static const char *names[] = {"float32", "float64", "float16", "bfloat16", "int32", "int64", "uint8", "bool"};
+  return dpl_dtype_valid(dtype) ? names[dtype] : "invalid";
+}
+
+const char *dpl_device_str(int32_t devtype, int32_t devindex, char *buf, size_t n)
+{
+  if (devtype == DPL_DEVICE_CPU) snprintf(buf, n, "cpu");
+  else if (devtype == DPL_DEVICE_CUDA) snprintf(buf, n, "cuda:%d", (int)devindex);
+  else snprintf(buf, n, "device(type=%d, index=%d)", (int)devtype, (int)devindex);
+  return buf;
+}
+
+const char *dpl_shape_str(int32_t ndim, const int64_t *shape, char *buf, size_t n)
+{
+  size_t used = 0;
+  used += (size_t)snprintf(buf, n, "[");
+  for (int i = 0; i < ndim && used < n; i++)
+    used += (size_t)snprintf(buf + used, n - used, "%s%lld", i ? ", " : "", (long long)shape[i]);
+  if (used < n) snprintf(buf + used, n - used, "]");
+  return buf;
+}
+
+int64_t dpl_shape_numel(int32_t ndim, const int64_t *shape)
+{
+  int64_t n = 1;
+  for (int i = 0; i < ndim; i++) n *= shape[i];
+  return n;
+}
+
+int32_t dpl_promote(int32_t a, int32_t b)
+{
+  if (a == b) return a;
+  static const int rank[8] = {6, 7, 5, 5, 3, 4, 2, 1}; /* f32 f64 f16 bf16 i32 i64 u8 bool */
+  if ((a == DPL_FLOAT16 && b == DPL_BFLOAT16) || (a == DPL_BFLOAT16 && b == DPL_FLOAT16)) return DPL_FLOAT32;
+  return rank[a] >= rank[b] ? a : b;
+}
+
+/* ---- device validation for allocation ---- */
+static int check_device(const char *op, int32_t devtype, int32_t devindex)
+{
+  if (devtype == DPL_DEVICE_CPU) {
+    if (devindex != 0) return dpl_errorf(DPL_EDEVICE, "%s: cpu has one device (index 0), got cpu:%d", op, (int)devindex);
+    return DPL_OK;
+  }
+  if (devtype != DPL_DEVICE_CUDA)
+    return dpl_errorf(DPL_EINVAL, "%s: unknown device type %d (expected 0 = cpu or 1 = cuda)", op, (int)devtype);
+  dpl_device_info info;
+  char saved[256];
+  snprintf(saved, sizeof saved, "%s", dpl_last_error());
+  int st = dpl_device_get_info(DPL_DEVICE_CUDA, devindex, &info);
+  if (st != DPL_OK) {
+    char why[512];
+    snprintf(why, sizeof why, "%s", dpl_last_error());
+    if (st == DPL_EDEVICE) {
+      int32_t n = 0;
+      dpl_device_count(DPL_DEVICE_CUDA, &n);
+      if (n == 0)
+        return dpl_errorf(DPL_EDEVICE, "%s: cannot allocate on cuda:%d: no CUDA device (%s)", op, (int)devindex,
+                          dpl_cuda_unavailable_reason());
+      return dpl_errorf(DPL_EDEVICE, "%s: cannot allocate on cuda:%d: only %d CUDA device%s (cuda:0..cuda:%d)", op,
+                        (int)devindex, (int)n, n == 1 ? "" : "s", (int)n - 1);
+    }
+    return dpl_errorf(st, "%s: %s", op, why);
+  }
+  (void)saved;
+  if (!info.simulated)
+    return dpl_errorf(DPL_ENOTIMPL, "%s: cuda:%d is a real GPU; CUDA tensors need the CUDA plugin, not built yet", op,
+                      (int)devindex);
+  if (info.busy)
+    return dpl_errorf(DPL_EDEVICE,
+                      "%s: cuda:%d is busy or unavailable (simulated GPU marked busy by DPL_VIRTUAL_GPUS_BUSY); "
+                      "allocation refused",
+                      op, (int)devindex);
+  return DPL_OK;
+}
+
+/* ---- storage ---- */
+static void storage_release(dpl_storage *s)
+{
+  if (!s) return;
+  if (atomic_fetch_sub(&s->refcount, 1) != 1) return;
+  count_free(s->devtype, s->devindex, s->nbytes);
+  if (s->kind == DPL_STORAGE_MMAP) {
+    munmap(s->block, s->map_len);
+    free(s);
+  } else if (s->kind == DPL_STORAGE_MALLOC) {
+    free(s->block);
+    free(s);
+  } else {
+    block_free(s->block, s->map_len); /* the header and the data */
+  }
+}
+
+#define HDR_S ((sizeof(dpl_storage) + 63) & ~(size_t)63)
+
+static void set_contig_strides(dpl_tensor *t)
+{
+  int64_t st = 1;
+  for (int i = t->_ndim - 1; i >= 0; i--) {
+    t->_stride[i] = st;
+    st *= t->_shape[i];
+  }
+}
+
+void dpl_update_contig(dpl_tensor *t)
+{
+  int64_t st = 1;
+  int c = 1;
+  for (int i = t->_ndim - 1; i >= 0; i--) {
+    if (t->_shape[i] != 1 && t->_stride[i] != st) { c = 0; break; }
+    st *= t->_shape[i];
+  }
+  if (t->_numel == 0) c = 1;
+  t->_flags = c ? (t->_flags | DPL_CONTIG) : (t->_flags & ~DPL_CONTIG);
+}
+
+int dpl_new_on(const char *op, int32_t dtype, int32_t ndim, const int64_t *shape, int32_t devtype, int32_t devindex,
+               dpl_tensor **out)
+{
+  if (!out) return dpl_errorf(DPL_EINVAL, "%s: out is NULL", op);
+  *out = NULL;
+  if (!dpl_dtype_valid(dtype)) return dpl_errorf(DPL_EINVAL, "%s: unknown dtype id %d (expected 0..7)", op, (int)dtype);
+  if (ndim < 0 || ndim > DPL_MAX_DIMS)
+    return dpl_errorf(DPL_EINVAL, "%s: expected 0..%d dims, got %d", op, DPL_MAX_DIMS, (int)ndim);
+  if (ndim > 0 && !shape) return dpl_errorf(DPL_EINVAL, "%s: shape is NULL", op);
+  int64_t numel = 1;
+  for (int i = 0; i < ndim; i++) {
+    if (shape[i] < 0) {
+      char b[160];
+      return dpl_errorf(DPL_EINVAL, "%s: sizes must be non-negative, got %s", op, dpl_shape_str(ndim, shape, b, sizeof b));
+    }
+    if (__builtin_mul_overflow(numel, shape[i], &numel) || numel > (INT64_C(1) << 50)) {
+      char b[160];
+      return dpl_errorf(DPL_ENOMEM, "%s: shape %s is too large", op, dpl_shape_str(ndim, shape, b, sizeof b));
+    }
+  }
+  if (devtype != DPL_DEVICE_CPU || devindex != 0) DPL_TRY(check_device(op, devtype, devindex));
+  int64_t nbytes = numel * dpl_elsize(dtype);
+  /* two small allocations that glibc serves from its per-thread cache: the handle,
+   * and the storage header with the data 64-byte aligned after it */
+  size_t total = HDR_S + 64 + (size_t)nbytes;
+  dpl_tensor *t = malloc(sizeof *t);
+  size_t cap = 0;
+  void *block = block_alloc(total, &cap);
+  if (!t || !block) {
+    free(t);
+    if (block) block_free(block, cap);
+    char b[160];
+    return dpl_errorf(DPL_ENOMEM, "%s: out of memory allocating %lld bytes for a %s %s tensor", op,
+                      (long long)nbytes, dpl_dtype_name(dtype), dpl_shape_str(ndim, shape, b, sizeof b));
+  }
+  dpl_storage *s = (dpl_storage *)block;
+  memset(t, 0, sizeof *t);
+  atomic_init(&s->refcount, 1);
+  s->data = (char *)(((uintptr_t)block + HDR_S + 63) & ~(uintptr_t)63);
+  s->nbytes = nbytes;
+  s->devtype = devtype;
+  s->devindex = devindex;
+  s->kind = DPL_STORAGE_BLOCK;
+  s->block = block;
+  s->map_len = cap;
+  t->_dtype = dtype;
+  t->_ndim = ndim;
+  t->_devtype = devtype;
+  t->_devindex = devindex;
+  t->_numel = numel;
+  t->_offset = 0;
+  for (int i = 0; i < ndim; i++) t->_shape[i] = shape[i];
+  set_contig_strides(t);
+  t->_data = s->data;
+  t->_storage = s;
+  t->_flags = DPL_CONTIG;
+  count_alloc(devtype, devindex, nbytes);
+  *out = t;
+  return DPL_OK;
+}
+
+int dpl_new(const char *op, int32_t dtype, int32_t ndim, const int64_t *shape, const dpl_tensor *like, dpl_tensor **out)
+{
+  if (!like) return dpl_new_on(op, dtype, ndim, shape, DPL_DEVICE_CPU, 0, out);
+  return dpl_new_on(op, dtype, ndim, shape, like->_devtype, like->_devindex, out);
+}
+
+int dpl_tensor_empty(int32_t dtype, int32_t ndim, const int64_t *shape, int32_t devtype, int32_t devindex,
+                     dpl_tensor **out)
+{
+  return dpl_new_on("empty", dtype, ndim, shape, devtype, devindex, out);
+}
+
+/* A storage over memory that must be munmap'ed (safetensors) or freed. */
+int dpl_storage_wrap(void *data, int64_t nbytes, int kind, void *block, size_t map_len, dpl_storage **out)
+{
+  dpl_storage *s = malloc(sizeof *s);
+  if (!s) return dpl_errorf(DPL_ENOMEM, "storage: out of memory");
+  atomic_init(&s->refcount, 1);
+  s->data = data;
+  s->nbytes = nbytes;
+  s->devtype = DPL_DEVICE_CPU;
+  s->devindex = 0;
+  s->kind = kind;
+  s->block = block;
+  s->map_len = map_len;
+  count_alloc(DPL_DEVICE_CPU, 0, nbytes);
+  *out = s;
+  return DPL_OK;
+}
+void dpl_storage_retain(dpl_storage *s) { atomic_fetch_add(&s->refcount, 1); }
+void dpl_storage_drop(dpl_storage *s) { storage_release(s); }
+
+void dpl_tensor_release(dpl_tensor *t)
+{
+  if (!t) return;
+  storage_release(t->_storage);
+  free(t);
+}
+
+int dpl_tensor_free_data(dpl_tensor *t)
+{
+  if (!t) return DPL_OK;
+  storage_release(t->_storage);
+  memset(t, 0, sizeof *t); /* a freed handle: every op on it fails with a clear message */
+  return DPL_OK;
+}
+
+int64_t dpl_storage_refcount(const dpl_tensor *t) { return t && t->_storage ? atomic_load(&t->_storage->refcount) : 0; }
+int64_t dpl_storage_nbytes(const dpl_tensor *t) { return t && t->_storage ? t->_storage->nbytes : 0; }
+
+int dpl_check_tensor(const char *op, const char *name, const dpl_tensor *t)
+{
+  if (!t) return dpl_errorf(DPL_EINVAL, "%s: %s is NULL (expected a tensor)", op, name);
+  if (!t->_storage) return dpl_errorf(DPL_EINVAL, "%s: %s was freed with :free()", op, name);
+  if (!dpl_dtype_valid(t->_dtype) || t->_ndim < 0 || t->_ndim > DPL_MAX_DIMS)
+    return dpl_errorf(DPL_EINVAL, "%s: %s is not a valid tensor", op, name);
+  return DPL_OK;
+}
+
+int dpl_check_same_device(const char *op, const dpl_tensor *a, const dpl_tensor *b)
+{
+  if (a->_devtype == b->_devtype && a->_devindex == b->_devindex) return DPL_OK;
+  char da[32], db[32];
+  return dpl_errorf(DPL_EDEVICE, "%s: expected all tensors on the same device, got %s and %s", op,
+                    dpl_device_str(a->_devtype, a->_devindex, da, sizeof da),
+                    dpl_device_str(b->_devtype, b->_devindex, db, sizeof db));
+}
+
+/* ---- views ---- */
+int dpl_make_view(const dpl_tensor *t, int32_t ndim, const int64_t *shape, const int64_t *stride, int64_t offset,
+                  dpl_tensor **out)
+{
+  dpl_tensor *v = malloc(sizeof *v);
+  if (!v) return dpl_errorf(DPL_ENOMEM, "view: out of memory");
+  memset(v, 0, sizeof *v);
+  v->_dtype = t->_dtype;
+  v->_ndim = ndim;
+  v->_devtype = t->_devtype;
+  v->_devindex = t->_devindex;
+  v->_numel = dpl_shape_numel(ndim, shape);
+  v->_offset = offset;
+  for (int i = 0; i < ndim; i++) { v->_shape[i] = shape[i]; v->_stride[i] = stride[i]; }
+  v->_storage = t->_storage;
+  v->_data = t->_storage->data + offset * dpl_elsize(t->_dtype);
+  v->_flags = 0;
+  dpl_update_contig(v);
+  atomic_fetch_add(&t->_storage->refcount, 1);
+  *out = v;
+  return DPL_OK;
+}
+
+#define CHECK_OUT(op) do { if (!out) return dpl_errorf(DPL_EINVAL, "%s: out is NULL", op); *out = NULL; } while (0)
+
+int dpl_tensor_alias(const dpl_tensor *t, dpl_tensor **out)
+{
+  CHECK_OUT("alias");
+  DPL_TRY(dpl_check_tensor("alias", "tensor", t));
+  return dpl_make_view(t, t->_ndim, t->_shape, t->_stride, t->_offset, out);
+}
+
+static int check_dim(const char *op, const dpl_tensor *t, int32_t dim, int extra)
+{
+  int n = t->_ndim + extra;
+  if (dim < 0 || dim >= n) {
+    if (n == 0) return dpl_errorf(DPL_EINVAL, "%s: dim %d out of range: the tensor has no dims (0-d)", op, (int)dim);
+    return dpl_errorf(DPL_EINVAL, "%s: dim %d out of range (expected 0..%d for a %d-d tensor)", op, (int)dim, n - 1,
+                      (int)t->_ndim);
+  }
+  return DPL_OK;
+}
+
+/* infers one -1 entry; checks the element count */
+static int infer_shape(const char *op, const dpl_tensor *t, int32_t ndim, const int64_t *shape, int64_t *res)
+{
+  if (ndim < 0 || ndim > DPL_MAX_DIMS)
+    return dpl_errorf(DPL_EINVAL, "%s: expected 0..%d dims, got %d", op, DPL_MAX_DIMS, (int)ndim);
+  if (ndim > 0 && !shape) return dpl_errorf(DPL_EINVAL, "%s: shape is NULL", op);
+  int infer = -1;
+  int64_t known = 1;
+  char b1[160], b2[160];
+  for (int i = 0; i < ndim; i++) {
+    res[i] = shape[i];
+    if (shape[i] == -1) {
+      if (infer >= 0) return dpl_errorf(DPL_EINVAL, "%s: only one size can be -1, got %s", op, dpl_shape_str(ndim, shape, b1, sizeof b1));
+      infer = i;
+    } else if (shape[i] < 0) {
+      return dpl_errorf(DPL_EINVAL, "%s: invalid size %lld in %s", op, (long long)shape[i], dpl_shape_str(ndim, shape, b1, sizeof b1));
+    } else {
+      known *= shape[i];
+    }
+  }
+  if (infer >= 0) {
+    if (known == 0 || t->_numel % known != 0)
+      return dpl_errorf(DPL_EINVAL, "%s: shape %s is invalid for a tensor of %lld elements (shape %s)", op,
+                        dpl_shape_str(ndim, shape, b1, sizeof b1), (long long)t->_numel,
+                        dpl_shape_str(t->_ndim, t->_shape, b2, sizeof b2));
+    res[infer] = t->_numel / known;
+    known *= res[infer];
+  }
+  if (known != t->_numel)
+    return dpl_errorf(DPL_EINVAL, "%s: shape %s is invalid for a tensor of %lld elements (shape %s)", op,
+                      dpl_shape_str(ndim, shape, b1, sizeof b1), (long long)t->_numel,
+                      dpl_shape_str(t->_ndim, t->_shape, b2, sizeof b2));
+  return DPL_OK;
+}
+
+/* Strides for viewing t as newshape without copying (PyTorch's computeStride); 0 when impossible. */
+static int view_strides(const dpl_tensor *t, int32_t nd, const int64_t *ns, int64_t *nst)
+{
+  if (t->_numel == 0 || dpl_is_contig(t)) {
+    int64_t st = 1;
+    for (int i = nd - 1; i >= 0; i--) { nst[i] = st; st *= ns[i] ? ns[i] : 1; }
+    return 1;
+  }
+  int view_d = nd - 1;
+  int64_t base = t->_stride[t->_ndim - 1];
+  int64_t tensor_numel = 1, view_numel = 1;
+  for (int td = t->_ndim - 1; td >= 0; td--) {
+    tensor_numel *= t->_shape[td];
+    if (td == 0 || (t->_shape[td - 1] != 1 && t->_stride[td - 1] != tensor_numel * base)) {
+      while (view_d >= 0 && (view_numel < tensor_numel || ns[view_d] == 1)) {
+        nst[view_d] = view_numel * base;
+        view_numel *= ns[view_d];
+        view_d--;
+      }
+      if (view_numel != tensor_numel) return 0;
+      if (td > 0) { base = t->_stride[td - 1]; tensor_numel = 1; view_numel = 1; }
+    }
+  }
+  return view_d == -1;
+}
+
+int dpl_tensor_view(const dpl_tensor *t, int32_t ndim, const int64_t *shape, dpl_tensor **out)
+{
+  CHECK_OUT("view");
+  DPL_TRY(dpl_check_tensor("view", "tensor", t));
+  int64_t ns[DPL_MAX_DIMS], nst[DPL_MAX_DIMS];
+  DPL_TRY(infer_shape("view", t, ndim, shape, ns));
+  if (!view_strides(t, ndim, ns, nst)) {
+    char b1[160], b2[160];
+    return dpl_errorf(DPL_EINVAL,
+                      "view: cannot view a non-contiguous tensor of shape %s as %s; use reshape (copies) or "
+                      "contiguous() first",
+                      dpl_shape_str(t->_ndim, t->_shape, b1, sizeof b1), dpl_shape_str(ndim, ns, b2, sizeof b2));
+  }
+  return dpl_make_view(t, ndim, ns, nst, t->_offset, out);
+}
+
+int dpl_tensor_reshape(const dpl_tensor *t, int32_t ndim, const int64_t *shape, dpl_tensor **out)
+{
+  CHECK_OUT("reshape");
+  DPL_TRY(dpl_check_tensor("reshape", "tensor", t));
+  int64_t ns[DPL_MAX_DIMS], nst[DPL_MAX_DIMS];
+  DPL_TRY(infer_shape("reshape", t, ndim, shape, ns));
+  if (view_strides(t, ndim, ns, nst)) return dpl_make_view(t, ndim, ns, nst, t->_offset, out);
+  dpl_tensor *c;
+  DPL_TRY(dpl_contig_as("reshape", t, t->_dtype, &c));
+  int64_t st = 1;
+  for (int i = ndim - 1; i >= 0; i--) { nst[i] = st; st *= ns[i]; }
+  int r = dpl_make_view(c, ndim, ns, nst, c->_offset, out);
+  dpl_tensor_release(c);
+  return r;
+}
+
+int dpl_tensor_as_strided(const dpl_tensor *t, int32_t ndim, const int64_t *shape, const int64_t *stride, int64_t offset,
+                          dpl_tensor **out)
+{
+  CHECK_OUT("as_strided");
+  DPL_TRY(dpl_check_tensor("as_strided", "tensor", t));
+  if (ndim < 0 || ndim > DPL_MAX_DIMS)
+    return dpl_errorf(DPL_EINVAL, "as_strided: expected 0..%d dims, got %d", DPL_MAX_DIMS, (int)ndim);
+  if (ndim > 0 && (!shape || !stride)) return dpl_errorf(DPL_EINVAL, "as_strided: shape or stride is NULL");
+  if (offset < 0) return dpl_errorf(DPL_EINVAL, "as_strided: offset must be >= 0, got %lld", (long long)offset);
+  int64_t lo = offset, hi = offset, numel = 1;
+  for (int i = 0; i < ndim; i++) {
+    if (shape[i] < 0 || stride[i] < 0)
+      return dpl_errorf(DPL_EINVAL, "as_strided: sizes and strides must be >= 0, got size %lld stride %lld at dim %d",
+                        (long long)shape[i], (long long)stride[i], i);
+    numel *= shape[i];
+    if (shape[i] > 0) hi += (shape[i] - 1) * stride[i];
+  }
+  int64_t cap = t->_storage->nbytes / dpl_elsize(t->_dtype);
+  if (numel > 0 && (hi >= cap || lo > hi))
+    return dpl_errorf(DPL_EINVAL, "as_strided: the view reaches element %lld but the storage holds %lld elements",
+                      (long long)hi, (long long)cap);
+  return dpl_make_view(t, ndim, shape, stride, offset, out);
+}
+
+int dpl_tensor_transpose(const dpl_tensor *t, int32_t d0, int32_t d1, dpl_tensor **out)
+{
+  CHECK_OUT("transpose");
+  DPL_TRY(dpl_check_tensor("transpose", "tensor", t));
+  DPL_TRY(check_dim("transpose", t, d0, 0));
+  DPL_TRY(check_dim("transpose", t, d1, 0));
+  int64_t sh[DPL_MAX_DIMS], st[DPL_MAX_DIMS];
+  memcpy(sh, t->_shape, sizeof sh);
+  memcpy(st, t->_stride, sizeof st);
+  sh[d0] = t->_shape[d1]; sh[d1] = t->_shape[d0];
+  st[d0] = t->_stride[d1]; st[d1] = t->_stride[d0];
+  return dpl_make_view(t, t->_ndim, sh, st, t->_offset, out);
+}
+
+int dpl_tensor_permute(const dpl_tensor *t, int32_t ndim, const int32_t *dims, dpl_tensor **out)
+{
+  CHECK_OUT("permute");
+  DPL_TRY(dpl_check_tensor("permute", "tensor", t));
+  if (ndim != t->_ndim)
+    return dpl_errorf(DPL_EINVAL, "permute: expected %d dims for a %d-d tensor, got %d", (int)t->_ndim, (int)t->_ndim, (int)ndim);
+  if (ndim > 0 && !dims) return dpl_errorf(DPL_EINVAL, "permute: dims is NULL");
+  int seen[DPL_MAX_DIMS] = {0};
+  int64_t sh[DPL_MAX_DIMS], st[DPL_MAX_DIMS];
+  for (int i = 0; i < ndim; i++) {
+    DPL_TRY(check_dim("permute", t, dims[i], 0));
+    if (seen[dims[i]]++) return dpl_errorf(DPL_EINVAL, "permute: dim %d appears twice", (int)dims[i]);
+    sh[i] = t->_shape[dims[i]];
+    st[i] = t->_stride[dims[i]];
+  }
+  return dpl_make_view(t, ndim, sh, st, t->_offset, out);
+}
+
+int dpl_tensor_narrow(const dpl_tensor *t, int32_t dim, int64_t start, int64_t length, dpl_tensor **out)
+{
+  CHECK_OUT("narrow");
+  DPL_TRY(dpl_check_tensor("narrow", "tensor", t));
+  DPL_TRY(check_dim("narrow", t, dim, 0));
+  int64_t size = t->_shape[dim];
+  if (start < 0 || length < 0 || start > size || length > size - start)
+    return dpl_errorf(DPL_EINVAL, "narrow: start %lld, length %lld out of range for dim %d of size %lld", (long long)start,
+                      (long long)length, (int)dim, (long long)size);
+  int64_t sh[DPL_MAX_DIMS];
+  memcpy(sh, t->_shape, sizeof sh);
+  sh[dim] = length;
+  return dpl_make_view(t, t->_ndim, sh, t->_stride, t->_offset + (length ? start * t->_stride[dim] : 0), out);
+}
+
+int dpl_tensor_select(const dpl_tensor *t, int32_t dim, int64_t index, dpl_tensor **out)
+{
+  CHECK_OUT("select");
+  DPL_TRY(dpl_check_tensor("select", "tensor", t));
+  DPL_TRY(check_dim("select", t, dim, 0));
+  int64_t size = t->_shape[dim];
+  if (index < 0 || index >= size)
+    return dpl_errorf(DPL_EINVAL, "select: index %lld out of range for dim %d of size %lld (expected 0..%lld)",
+                      (long long)index, (int)dim, (long long)size, (long long)size - 1);
+  int64_t sh[DPL_MAX_DIMS], st[DPL_MAX_DIMS];
+  int k = 0;
+  for (int i = 0; i < t->_ndim; i++)
+    if (i != dim) { sh[k] = t->_shape[i]; st[k] = t->_stride[i]; k++; }
+  return dpl_make_view(t, t->_ndim - 1, sh, st, t->_offset + index * t->_stride[dim], out);
+}
+
+int dpl_tensor_expand(const dpl_tensor *t, int32_t ndim, const int64_t *shape, dpl_tensor **out)
+{
+  CHECK_OUT("expand");
+  DPL_TRY(dpl_check_tensor("expand", "tensor", t));
+  if (ndim < t->_ndim || ndim > DPL_MAX_DIMS)
+    return dpl_errorf(DPL_EINVAL, "expand: expected %d..%d sizes for a %d-d tensor, got %d", (int)t->_ndim, DPL_MAX_DIMS,
+                      (int)t->_ndim, (int)ndim);
+  if (ndim > 0 && !shape) return dpl_errorf(DPL_EINVAL, "expand: shape is NULL");
+  int64_t sh[DPL_MAX_DIMS], st[DPL_MAX_DIMS];
+  int lead = ndim - t->_ndim;
+  for (int i = 0; i < ndim; i++) {
+    int j = i - lead;
+    int64_t want = shape[i];
+    if (j < 0) {
+      if (want < 0) return dpl_errorf(DPL_EINVAL, "expand: -1 is not allowed for a new leading dim (dim %d)", i);
+      sh[i] = want; st[i] = 0;
+    } else {
+      int64_t have = t->_shape[j];
+      if (want == -1) want = have;
+      if (want == have) { sh[i] = have; st[i] = t->_stride[j]; }
+      else if (have == 1 && want >= 0) { sh[i] = want; st[i] = 0; }
+      else {
+        char b1[160], b2[160];
+        return dpl_errorf(DPL_EINVAL, "expand: cannot expand shape %s to %s (dim %d: size %lld is not 1)",
+                          dpl_shape_str(t->_ndim, t->_shape, b1, sizeof b1), dpl_shape_str(ndim, shape, b2, sizeof b2),
+                          i, (long long)have);
+      }
+    }
+  }
+  return dpl_make_view(t, ndim, sh, st, t->_offset, out);
+}
+
+int dpl_tensor_squeeze(const dpl_tensor *t, int32_t dim, dpl_tensor **out)
+{
+  CHECK_OUT("squeeze");
+  DPL_TRY(dpl_check_tensor("squeeze", "tensor", t));
+  if (dim != -1) DPL_TRY(check_dim("squeeze", t, dim, 0));
+  int64_t sh[DPL_MAX_DIMS], st[DPL_MAX_DIMS];
+  int k = 0;
+  for (int i = 0; i < t->_ndim; i++) {
+    int drop = t->_shape[i] == 1 && (dim == -1 || dim == i);
+    if (!drop) { sh[k] = t->_shape[i]; st[k] = t->_stride[i]; k++; }
+  }
+  return dpl_make_view(t, k, sh, st, t->_offset, out);
+}
+
+int dpl_tensor_unsqueeze(const dpl_tensor *t, int32_t dim, dpl_tensor **out)
+{
+  CHECK_OUT("unsqueeze");
+  DPL_TRY(dpl_check_tensor("unsqueeze", "tensor", t));
+  if (t->_ndim >= DPL_MAX_DIMS)
+    return dpl_errorf(DPL_EINVAL, "unsqueeze: a tensor has at most %d dims", DPL_MAX_DIMS);
+  DPL_TRY(check_dim("unsqueeze", t, dim, 1));
+  int64_t sh[DPL_MAX_DIMS], st[DPL_MAX_DIMS];
+  int k = 0;
+  for (int i = 0; i <= t->_ndim; i++) {
+    if (i == dim) {
+      sh[k] = 1;
+      st[k] = i < t->_ndim ? t->_shape[i] * t->_stride[i] : 1;
+      k++;
+    }
+    if (i < t->_ndim) { sh[k] = t->_shape[i]; st[k] = t->_stride[i]; k++; }
+  }
+  return dpl_make_view(t, k, sh, st, t->_offset, out);
+}
+
+int dpl_tensor_contiguous(const dpl_tensor *t, dpl_tensor **out)
+{
+  CHECK_OUT("contiguous");
+  DPL_TRY(dpl_check_tensor("contiguous", "tensor", t));
+  return dpl_contig_as("contiguous", t, t->_dtype, out);
+}
+
+/* ---- broadcasting ---- */
+int dpl_broadcast_shapes(const char *op, int32_t na, const int64_t *sa, int32_t nb, const int64_t *sb, int32_t *nout,
+                         int64_t *out)
+{
+  int n = na > nb ? na : nb;
+  for (int i = 0; i < n; i++) {
+    int ia = na - n + i, ib = nb - n + i;
+    int64_t x = ia >= 0 ? sa[ia] : 1, y = ib >= 0 ? sb[ib] : 1;
+    if (x == y || y == 1) out[i] = x;
+    else if (x == 1) out[i] = y;
+    else {
+      char b1[160], b2[160];
+      return dpl_errorf(DPL_EINVAL, "%s: shapes %s and %s cannot be broadcast (dim %d: %lld vs %lld)", op,
+                        dpl_shape_str(na, sa, b1, sizeof b1), dpl_shape_str(nb, sb, b2, sizeof b2), i, (long long)x,
+                        (long long)y);
+    }
+  }
+  *nout = n;
+  return DPL_OK;
+}
+
+int dpl_broadcast_strides(const dpl_tensor *t, int32_t ndim, const int64_t *shape, int64_t *stride)
+{
+  if (t->_ndim > ndim) return -1;
+  int lead = ndim - t->_ndim;
+  for (int i = 0; i < ndim; i++) {
+    int j = i - lead;
+    if (j < 0) stride[i] = 0;
+    else if (t->_shape[j] == shape[i]) stride[i] = t->_shape[j] == 1 ? 0 : t->_stride[j];
+    else if (t->_shape[j] == 1) stride[i] = 0;
+    else return -1;
+  }
+  return 0;
+}

@@ -1,0 +1,827 @@
+/* dpl_tensor_elementwise.c: elementwise kernels: binary arithmetic and
+ * comparisons with broadcasting and PyTorch type promotion (tensor-tensor and
+ * tensor-scalar, out-of-place and in-place), unary math, activation
+ * gradients, axpy, clamp, where and masked_fill. Kernels exist for the compute
+ * dtypes float32, float64, int32, int64 and uint8; float16/bfloat16 compute in
+ * float32 and bool in uint8, through converted temporaries. */
+#include "dpl_tensor_internal.h"
+#include <stdio.h>
+#include <stdlib.h>
+
+#define GRAIN 32768
+
+static const char *binop_name(int op)
+{
+  switch (op) {
+  case DPL_OP_ADD: return "add"; case DPL_OP_SUB: return "sub"; case DPL_OP_MUL: return "mul";
+  case DPL_OP_DIV: return "div"; case DPL_OP_POW: return "pow"; case DPL_OP_MAXIMUM: return "maximum";
+  case DPL_OP_MINIMUM: return "minimum"; case DPL_OP_REMAINDER: return "remainder"; case DPL_OP_ATAN2: return "atan2";
+  case DPL_OP_EQ: return "eq"; case DPL_OP_NE: return "ne"; case DPL_OP_LT: return "lt"; case DPL_OP_LE: return "le";
+  case DPL_OP_GT: return "gt"; case DPL_OP_GE: return "ge"; case DPL_OP_LOGICAL_AND: return "logical_and";
+  case DPL_OP_LOGICAL_OR: return "logical_or"; case DPL_OP_LOGICAL_XOR: return "logical_xor";
+  default: return NULL;
+  }
+}
+static int is_cmp(int op) { return op >= DPL_OP_EQ && op <= DPL_OP_LOGICAL_XOR; }
+static int needs_float(int op) { return op == DPL_OP_DIV || op == DPL_OP_ATAN2; }
+
+static int32_t kernel_dtype(int32_t d)
+{
+  if (d == DPL_FLOAT16 || d == DPL_BFLOAT16) return DPL_FLOAT32;
+  if (d == DPL_BOOL) return DPL_UINT8;
+  return d;
+}
+
+/* ---- binary loops ---- */
+#define BIN_LOOP(OT, T, EXPR)                                                                    \
+  do {                                                                                           \
+    if (st[0] == sizeof(OT) && st[1] == sizeof(T) && st[2] == sizeof(T)) {                       \
+      OT *o = (OT *)p[0]; const T *A = (const T *)p[1], *B = (const T *)p[2];                    \
+      for (int64_t i = 0; i < n; i++) { T x = A[i], y = B[i]; o[i] = (OT)(EXPR); }               \
+    } else if (st[0] == sizeof(OT) && st[1] == sizeof(T) && st[2] == 0) {                        \
+      OT *o = (OT *)p[0]; const T *A = (const T *)p[1]; const T y = *(const T *)p[2];            \
+      for (int64_t i = 0; i < n; i++) { T x = A[i]; o[i] = (OT)(EXPR); }                         \
+    } else if (st[0] == sizeof(OT) && st[1] == 0 && st[2] == sizeof(T)) {                        \
+      OT *o = (OT *)p[0]; const T x = *(const T *)p[1]; const T *B = (const T *)p[2];            \
+      for (int64_t i = 0; i < n; i++) { T y = B[i]; o[i] = (OT)(EXPR); }                         \
+    } else {                                                                                     \
+      for (int64_t i = 0; i < n; i++) {                                                          \
+        T x = *(const T *)(p[1] + i * st[1]), y = *(const T *)(p[2] + i * st[2]);                \
+        *(OT *)(p[0] + i * st[0]) = (OT)(EXPR);                                                  \
+      }                                                                                          \
+    }                                                                                            \
+  } while (0)
+
+static inline double py_fmod(double x, double y)
+{
+  double r = fmod(x, y);
+  if (r != 0 && ((r < 0) != (y < 0))) r += y;
+  return r;
+}
+static inline int64_t py_imod(int64_t x, int64_t y)
+{
+  if (y == 0 || y == -1) return 0;
+  int64_t r = x % y;
+  if (r != 0 && ((r < 0) != (y < 0))) r += y;
+  return r;
+}
+static inline int64_t ipow(int64_t b, int64_t e)
+{
+  if (e < 0) return b == 1 ? 1 : b == -1 ? ((e & 1) ? -1 : 1) : 0;
+  uint64_t r = 1, x = (uint64_t)b;
+  while (e) { if (e & 1) r *= x; x *= x; e >>= 1; }
+  return (int64_t)r;
+}
+
+#define FLOAT_BINARY(NAME, T, POWF, FMODF, ATAN2F)                                        \
+  static void NAME(char **p, const int64_t *st, int64_t n, void *ctx)                      \
+  {                                                                                        \
+    switch (*(int *)ctx) {                                                                 \
+    case DPL_OP_ADD: BIN_LOOP(T, T, x + y); break;                                         \
+    case DPL_OP_SUB: BIN_LOOP(T, T, x - y); break;                                         \
+    case DPL_OP_MUL: BIN_LOOP(T, T, x * y); break;                                         \
+    case DPL_OP_DIV: BIN_LOOP(T, T, x / y); break;                                         \
+    case DPL_OP_POW: BIN_LOOP(T, T, POWF(x, y)); break;                                    \
+    case DPL_OP_MAXIMUM: BIN_LOOP(T, T, (x != x || x > y) ? x : y); break;                 \
+    case DPL_OP_MINIMUM: BIN_LOOP(T, T, (x != x || x < y) ? x : y); break;                 \
+    case DPL_OP_REMAINDER: BIN_LOOP(T, T, (T)py_fmod(x, y)); break;                        \
+    case DPL_OP_ATAN2: BIN_LOOP(T, T, ATAN2F(x, y)); break;                                \
+    case DPL_OP_EQ: BIN_LOOP(uint8_t, T, x == y); break;                                   \
+    case DPL_OP_NE: BIN_LOOP(uint8_t, T, x != y); break;                                   \
+    case DPL_OP_LT: BIN_LOOP(uint8_t, T, x < y); break;                                    \
+    case DPL_OP_LE: BIN_LOOP(uint8_t, T, x <= y); break;                                   \
+    case DPL_OP_GT: BIN_LOOP(uint8_t, T, x > y); break;                                    \
+    case DPL_OP_GE: BIN_LOOP(uint8_t, T, x >= y); break;                                   \
+    case DPL_OP_LOGICAL_AND: BIN_LOOP(uint8_t, T, (x != 0) && (y != 0)); break;            \
+    case DPL_OP_LOGICAL_OR: BIN_LOOP(uint8_t, T, (x != 0) || (y != 0)); break;             \
+    case DPL_OP_LOGICAL_XOR: BIN_LOOP(uint8_t, T, (x != 0) != (y != 0)); break;            \
+    }                                                                                      \
+    (void)FMODF;                                                                           \
+  }
+FLOAT_BINARY(bin_f32_plain, float, powf, fmodf, atan2f)
+
+/* Big contiguous float32 results: streaming (non-temporal) stores skip the
+ * read-for-ownership of output lines that are not in cache anyway. */
+#define STREAM_MIN (256 * 1024) /* elements */
+#if defined(__SSE2__)
+#include <immintrin.h>
+#define STREAM_LOOP(VEXPR, SEXPR)                                                          \
+  do {                                                                                     \
+    int64_t i = 0;                                                                         \
+    while (i < n && ((uintptr_t)(o + i) & 15)) { float x = A[i], y = B[i]; o[i] = (SEXPR); i++; } \
+    for (; i + 4 <= n; i += 4) {                                                           \
+      __m128 x = _mm_loadu_ps(A + i), y = _mm_loadu_ps(B + i);                             \
+      _mm_stream_ps(o + i, (VEXPR));                                                       \
+    }                                                                                      \
+    for (; i < n; i++) { float x = A[i], y = B[i]; o[i] = (SEXPR); }                       \
+    _mm_sfence();                                                                          \
+  } while (0)
+static int stream_f32(int op, char **p, int64_t n)
+{
+  float *o = (float *)p[0];
+  const float *A = (const float *)p[1], *B = (const float *)p[2];
+  if ((const void *)o == (const void *)A || (const void *)o == (const void *)B) return 0; /* in place: lines are cached */
+  switch (op) {
+  case DPL_OP_ADD: STREAM_LOOP(_mm_add_ps(x, y), x + y); return 1;
+  case DPL_OP_SUB: STREAM_LOOP(_mm_sub_ps(x, y), x - y); return 1;
+  case DPL_OP_MUL: STREAM_LOOP(_mm_mul_ps(x, y), x * y); return 1;
+  case DPL_OP_DIV: STREAM_LOOP(_mm_div_ps(x, y), x / y); return 1;
+  default: return 0;
+  }
+}
+#else
+static int stream_f32(int op, char **p, int64_t n) { (void)op; (void)p; (void)n; return 0; }
+#endif
+
+static void bin_f32(char **p, const int64_t *st, int64_t n, void *ctx)
+{
+  if (n >= STREAM_MIN && st[0] == 4 && st[1] == 4 && st[2] == 4 && stream_f32(*(int *)ctx, p, n)) return;
+  bin_f32_plain(p, st, n, ctx);
+}
+FLOAT_BINARY(bin_f64, double, pow, fmod, atan2)
+
+/* integer arithmetic wraps (through unsigned) instead of overflowing */
+#define INT_BINARY(NAME, T, U)                                                            \
+  static void NAME(char **p, const int64_t *st, int64_t n, void *ctx)                      \
+  {                                                                                        \
+    switch (*(int *)ctx) {                                                                 \
+    case DPL_OP_ADD: BIN_LOOP(T, T, (T)((U)x + (U)y)); break;                              \
+    case DPL_OP_SUB: BIN_LOOP(T, T, (T)((U)x - (U)y)); break;                              \
+    case DPL_OP_MUL: BIN_LOOP(T, T, (T)((U)x * (U)y)); break;                              \
+    case DPL_OP_POW: BIN_LOOP(T, T, (T)ipow(x, y)); break;                                 \
+    case DPL_OP_MAXIMUM: BIN_LOOP(T, T, x > y ? x : y); break;                             \
+    case DPL_OP_MINIMUM: BIN_LOOP(T, T, x < y ? x : y); break;                             \
+    case DPL_OP_REMAINDER: BIN_LOOP(T, T, (T)py_imod(x, y)); break;                        \
+    case DPL_OP_EQ: BIN_LOOP(uint8_t, T, x == y); break;                                   \
+    case DPL_OP_NE: BIN_LOOP(uint8_t, T, x != y); break;                                   \
+    case DPL_OP_LT: BIN_LOOP(uint8_t, T, x < y); break;                                    \
+    case DPL_OP_LE: BIN_LOOP(uint8_t, T, x <= y); break;                                   \
+    case DPL_OP_GT: BIN_LOOP(uint8_t, T, x > y); break;                                    \
+    case DPL_OP_GE: BIN_LOOP(uint8_t, T, x >= y); break;                                   \
+    case DPL_OP_LOGICAL_AND: BIN_LOOP(uint8_t, T, (x != 0) && (y != 0)); break;            \
+    case DPL_OP_LOGICAL_OR: BIN_LOOP(uint8_t, T, (x != 0) || (y != 0)); break;             \
+    case DPL_OP_LOGICAL_XOR: BIN_LOOP(uint8_t, T, (x != 0) != (y != 0)); break;            \
+    }                                                                                      \
+  }
+INT_BINARY(bin_i32, int32_t, uint32_t)
+INT_BINARY(bin_i64, int64_t, uint64_t)
+INT_BINARY(bin_u8, uint8_t, uint32_t)
+
+static dpl_loop_fn bin_loop_for(int32_t kd)
+{
+  switch (kd) {
+  case DPL_FLOAT32: return bin_f32;
+  case DPL_FLOAT64: return bin_f64;
+  case DPL_INT32: return bin_i32;
+  case DPL_INT64: return bin_i64;
+  default: return bin_u8;
+  }
+}
+
+/* a dtype for a Lua number: integral values count as integers (PyTorch's wrapped numbers) */
+static int32_t scalar_dtype(int32_t tensor_dt, double s)
+{
+  int integral = s == floor(s) && fabs(s) < 9.2e18;
+  if (dpl_is_float(tensor_dt)) return tensor_dt;
+  if (!integral) return DPL_FLOAT32;
+  return tensor_dt == DPL_BOOL ? DPL_INT64 : tensor_dt;
+}
+
+/* a 0-d stand-in for a scalar, stored in dtype dt */
+typedef struct scalar_t {
+  dpl_tensor t;
+  union { double d; float f; int64_t i; int32_t i32; uint8_t u8; uint16_t h; } v;
+} scalar_t;
+static void make_scalar(scalar_t *s, int32_t dt, double v, const dpl_tensor *like)
+{
+  memset(s, 0, sizeof *s);
+  s->t._devtype = like->_devtype;
+  s->t._devindex = like->_devindex;
+  s->t._dtype = dt;
+  s->t._ndim = 0;
+  s->t._numel = 1;
+  s->t._data = &s->v;
+  s->t._flags = DPL_CONTIG;
+  s->t._storage = (dpl_storage *)&s->v; /* never dereferenced: passes dpl_check_tensor */
+  dpl_store_f64(&s->v, dt, v);
+}
+
+static int temp_convert(const char *op, const dpl_tensor *t, int32_t kd, dpl_tensor **tmp, const dpl_tensor **use)
+{
+  *tmp = NULL;
+  *use = t;
+  if (t->_dtype == kd) return DPL_OK;
+  DPL_TRY(dpl_contig_as(op, t, kd, tmp));
+  *use = *tmp;
+  return DPL_OK;
+}
+
+static int can_cast(int32_t from, int32_t to)
+{
+  if (dpl_is_float(from) && !dpl_is_float(to)) return 0;
+  if (to == DPL_BOOL && from != DPL_BOOL) return 0;
+  return 1;
+}
+
+static int binary_core(const char *name, int op, const dpl_tensor *a, const dpl_tensor *b, int32_t bdt_for_promo,
+                       dpl_tensor *dst, dpl_tensor **out)
+{
+  int32_t pd = dpl_promote(a->_dtype, bdt_for_promo);
+  int32_t rd = is_cmp(op) ? DPL_BOOL : (needs_float(op) && !dpl_is_float(pd)) ? DPL_FLOAT32 : pd;
+  int32_t kd = kernel_dtype((needs_float(op) && !dpl_is_float(pd)) ? DPL_FLOAT32 : pd);
+  if (!is_cmp(op) && (op == DPL_OP_SUB) && pd == DPL_BOOL)
+    return dpl_errorf(DPL_EINVAL, "%s: subtracting bool tensors is not supported; use logical_xor or convert first", name);
+  int64_t shape[DPL_MAX_DIMS];
+  int32_t nd;
+  DPL_TRY(dpl_broadcast_shapes(name, a->_ndim, a->_shape, b->_ndim, b->_shape, &nd, shape));
+  if (dst) {
+    int same = nd == dst->_ndim;
+    for (int i = 0; same && i < nd; i++) same = shape[i] == dst->_shape[i];
+    if (!same) {
+      char b1[160], b2[160];
+      return dpl_errorf(DPL_EINVAL, "%s_: the result shape %s does not match the in-place tensor's shape %s", name,
+                        dpl_shape_str(nd, shape, b1, sizeof b1), dpl_shape_str(dst->_ndim, dst->_shape, b2, sizeof b2));
+    }
+    if (!can_cast(rd, dst->_dtype))
+      return dpl_errorf(DPL_EINVAL, "%s_: the result type %s cannot be stored in place in a %s tensor", name,
+                        dpl_dtype_name(rd), dpl_dtype_name(dst->_dtype));
+  }
+  dpl_tensor *ta = NULL, *tb = NULL, *res = NULL, *tmp = NULL;
+  const dpl_tensor *ua, *ub;
+  int st = temp_convert(name, a, kd, &ta, &ua);
+  if (st == DPL_OK) st = temp_convert(name, b, kd, &tb, &ub);
+  int32_t od = is_cmp(op) ? DPL_BOOL : kd; /* what the kernel writes */
+  dpl_tensor *target = NULL;
+  if (st == DPL_OK) {
+    if (dst) {
+      if (dst->_dtype == od) target = dst;
+      else st = dpl_new(name, od, nd, shape, a, &tmp), target = tmp;
+    } else {
+      st = dpl_new(name, rd, nd, shape, a, &res);
+      if (st == DPL_OK) {
+        if (rd == od) target = res;
+        else st = dpl_new(name, od, nd, shape, a, &tmp), target = tmp;
+      }
+    }
+  }
+  if (st == DPL_OK && target->_numel <= GRAIN && dpl_is_contig(target) && dpl_is_contig(ua) && dpl_is_contig(ub) &&
+      ua->_numel == target->_numel && ub->_numel == target->_numel) {
+    /* small, same shape, contiguous: one run, no iterator */
+    char *ptrs[3] = {target->_data, ua->_data, ub->_data};
+    int64_t sts[3] = {dpl_elsize(target->_dtype), dpl_elsize(kd), dpl_elsize(kd)};
+    int opv = op;
+    bin_loop_for(kd)(ptrs, sts, target->_numel, &opv);
+    if (tmp) dpl_copy_raw(dst ? dst : res, tmp);
+  } else if (st == DPL_OK) {
+    dpl_tensor *ops[3] = {target, (dpl_tensor *)ua, (dpl_tensor *)ub};
+    dpl_iter it;
+    dpl_iter_init(&it, 3, ops, nd, shape);
+    int opv = op;
+    dpl_iter_run(&it, bin_loop_for(kd), &opv, GRAIN);
+    if (tmp) dpl_copy_raw(dst ? dst : res, tmp);
+  }
+  dpl_tensor_release(ta);
+  dpl_tensor_release(tb);
+  dpl_tensor_release(tmp);
+  if (st != DPL_OK) { dpl_tensor_release(res); return st; }
+  if (out) *out = res;
+  return DPL_OK;
+}
+
+static int check_binop(int32_t op, const char **name)
+{
+  *name = binop_name(op);
+  if (!*name) return dpl_errorf(DPL_EINVAL, "binary: unknown op id %d", (int)op);
+  return DPL_OK;
+}
+
+int dpl_binary(int32_t op, const dpl_tensor *a, const dpl_tensor *b, dpl_tensor **out)
+{
+  const char *name;
+  if (!out) return dpl_errorf(DPL_EINVAL, "binary: out is NULL");
+  *out = NULL;
+  DPL_TRY(check_binop(op, &name));
+  DPL_TRY(dpl_check_tensor(name, "self", a));
+  DPL_TRY(dpl_check_tensor(name, "other", b));
+  DPL_TRY(dpl_check_same_device(name, a, b));
+  int32_t bd = b->_dtype;
+  /* a 0-d operand does not promote within the same kind (PyTorch's rule for dimensionless tensors) */
+  if (b->_ndim == 0 && a->_ndim > 0 && dpl_is_float(a->_dtype) == dpl_is_float(b->_dtype)) bd = a->_dtype;
+  int32_t ad = a->_dtype;
+  if (a->_ndim == 0 && b->_ndim > 0 && dpl_is_float(a->_dtype) == dpl_is_float(b->_dtype)) {
+    ad = b->_dtype;
+    if (ad != a->_dtype) { /* promote through b's dtype: swap roles for the promotion only */
+      dpl_tensor *ca = NULL;
+      DPL_TRY(dpl_contig_as(name, a, ad, &ca));
+      int st = binary_core(name, op, ca, b, b->_dtype, NULL, out);
+      dpl_tensor_release(ca);
+      return st;
+    }
+  }
+  return binary_core(name, op, a, b, bd, NULL, out);
+}
+
+int dpl_binary_(int32_t op, dpl_tensor *a, const dpl_tensor *b)
+{
+  const char *name;
+  DPL_TRY(check_binop(op, &name));
+  DPL_TRY(dpl_check_tensor(name, "self", a));
+  DPL_TRY(dpl_check_tensor(name, "other", b));
+  DPL_TRY(dpl_check_same_device(name, a, b));
+  int32_t bd = b->_dtype;
+  if (b->_ndim == 0 && dpl_is_float(a->_dtype) == dpl_is_float(b->_dtype)) bd = a->_dtype;
+  return binary_core(name, op, a, b, bd, a, NULL);
+}
+
+int dpl_binary_scalar(int32_t op, const dpl_tensor *a, double s, int32_t reverse, dpl_tensor **out)
+{
+  const char *name;
+  if (!out) return dpl_errorf(DPL_EINVAL, "binary: out is NULL");
+  *out = NULL;
+  DPL_TRY(check_binop(op, &name));
+  DPL_TRY(dpl_check_tensor(name, "self", a));
+  int32_t sd = scalar_dtype(a->_dtype, s);
+  int32_t pd = dpl_promote(a->_dtype, sd);
+  int32_t kd = kernel_dtype((needs_float(op) && !dpl_is_float(pd)) ? DPL_FLOAT32 : pd);
+  scalar_t sc;
+  make_scalar(&sc, kd, s, a);
+  if (reverse) {
+    /* s op a: same promotion, operands swapped */
+    dpl_tensor *ca = NULL;
+    const dpl_tensor *ua;
+    DPL_TRY(temp_convert(name, a, kd, &ca, &ua));
+    int st = binary_core(name, op, &sc.t, ua, kd, NULL, out);
+    dpl_tensor_release(ca);
+    if (st == DPL_OK && (*out)->_dtype != (is_cmp(op) ? DPL_BOOL : (needs_float(op) && !dpl_is_float(pd)) ? DPL_FLOAT32 : pd)) {
+      /* the kernel dtype differs from the result dtype (f16/bf16/bool): convert back */
+      dpl_tensor *r = NULL;
+      int32_t want = is_cmp(op) ? DPL_BOOL : (needs_float(op) && !dpl_is_float(pd)) ? DPL_FLOAT32 : pd;
+      st = dpl_contig_as(name, *out, want, &r);
+      dpl_tensor_release(*out);
+      *out = r;
+    }
+    return st;
+  }
+  return binary_core(name, op, a, &sc.t, pd, NULL, out);
+}
+
+int dpl_binary_scalar_(int32_t op, dpl_tensor *a, double s)
+{
+  const char *name;
+  DPL_TRY(check_binop(op, &name));
+  DPL_TRY(dpl_check_tensor(name, "self", a));
+  int32_t sd = scalar_dtype(a->_dtype, s);
+  int32_t pd = dpl_promote(a->_dtype, sd);
+  int32_t kd = kernel_dtype((needs_float(op) && !dpl_is_float(pd)) ? DPL_FLOAT32 : pd);
+  scalar_t sc;
+  make_scalar(&sc, kd, s, a);
+  return binary_core(name, op, a, &sc.t, pd, a, NULL);
+}
+
+/* ---- axpy ---- */
+typedef struct axpy_ctx { double alpha; } axpy_ctx;
+static void axpy_f32(char **p, const int64_t *st, int64_t n, void *vctx)
+{
+  float al = (float)((axpy_ctx *)vctx)->alpha;
+  if (st[0] == 4 && st[1] == 4) {
+    float *a = (float *)p[0]; const float *b = (const float *)p[1];
+    for (int64_t i = 0; i < n; i++) a[i] += al * b[i];
+  } else {
+    for (int64_t i = 0; i < n; i++) *(float *)(p[0] + i * st[0]) += al * *(const float *)(p[1] + i * st[1]);
+  }
+}
+static void axpy_f64(char **p, const int64_t *st, int64_t n, void *vctx)
+{
+  double al = ((axpy_ctx *)vctx)->alpha;
+  for (int64_t i = 0; i < n; i++) *(double *)(p[0] + i * st[0]) += al * *(const double *)(p[1] + i * st[1]);
+}
+
+int dpl_axpy_(dpl_tensor *a, double alpha, const dpl_tensor *b)
+{
+  DPL_TRY(dpl_check_tensor("add_", "self", a));
+  DPL_TRY(dpl_check_tensor("add_", "other", b));
+  DPL_TRY(dpl_check_same_device("add_", a, b));
+  int64_t st[DPL_MAX_DIMS];
+  if (dpl_broadcast_strides(b, a->_ndim, a->_shape, st) != 0) {
+    char b1[160], b2[160];
+    return dpl_errorf(DPL_EINVAL, "add_: other of shape %s cannot be broadcast to the in-place shape %s",
+                      dpl_shape_str(b->_ndim, b->_shape, b1, sizeof b1), dpl_shape_str(a->_ndim, a->_shape, b2, sizeof b2));
+  }
+  if ((a->_dtype == DPL_FLOAT32 || a->_dtype == DPL_FLOAT64) && b->_dtype == a->_dtype) {
+    dpl_tensor *ops[2] = {a, (dpl_tensor *)b};
+    dpl_iter it;
+    dpl_iter_init(&it, 2, ops, a->_ndim, a->_shape);
+    axpy_ctx c = {alpha};
+    dpl_iter_run(&it, a->_dtype == DPL_FLOAT32 ? axpy_f32 : axpy_f64, &c, GRAIN);
+    return DPL_OK;
+  }
+  dpl_tensor *t = NULL;
+  DPL_TRY(dpl_binary_scalar(DPL_OP_MUL, b, alpha, 0, &t));
+  int r = dpl_binary_(DPL_OP_ADD, a, t);
+  dpl_tensor_release(t);
+  return r;
+}
+
+/* ---- unary ---- */
+static const char *unop_name(int op)
+{
+  static const char *names[] = {"neg", "abs", "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "relu", "gelu",
+                                "sin", "cos", "floor", "ceil", "round", "sign", "reciprocal", "square", "log1p",
+                                "expm1", "logical_not", "silu", "erf", "trunc", "log2", "isnan"};
+  return op >= 0 && op < (int)(sizeof names / sizeof names[0]) ? names[op] : NULL;
+}
+static int un_float_only(int op)
+{
+  switch (op) {
+  case DPL_OP_EXP: case DPL_OP_LOG: case DPL_OP_SQRT: case DPL_OP_RSQRT: case DPL_OP_TANH: case DPL_OP_SIGMOID:
+  case DPL_OP_GELU: case DPL_OP_SIN: case DPL_OP_COS: case DPL_OP_RECIPROCAL: case DPL_OP_LOG1P: case DPL_OP_EXPM1:
+  case DPL_OP_SILU: case DPL_OP_ERF: case DPL_OP_LOG2: return 1;
+  default: return 0;
+  }
+}
+static int un_bool_out(int op) { return op == DPL_OP_LOGICAL_NOT || op == DPL_OP_ISNAN; }
+
+#define UN_LOOP(OT, T, EXPR)                                                               \
+  do {                                                                                     \
+    if (st[0] == sizeof(OT) && st[1] == sizeof(T)) {                                       \
+      OT *o = (OT *)p[0]; const T *A = (const T *)p[1];                                    \
+      for (int64_t i = 0; i < n; i++) { T x = A[i]; o[i] = (OT)(EXPR); }                   \
+    } else {                                                                               \
+      for (int64_t i = 0; i < n; i++) {                                                    \
+        T x = *(const T *)(p[1] + i * st[1]); *(OT *)(p[0] + i * st[0]) = (OT)(EXPR);      \
+      }                                                                                    \
+    }                                                                                      \
+  } while (0)
+
+#define FLOAT_UNARY(NAME, T, S)                                                                     \
+  static void NAME(char **p, const int64_t *st, int64_t n, void *ctx)                               \
+  {                                                                                                 \
+    switch (*(int *)ctx) {                                                                          \
+    case DPL_OP_NEG: UN_LOOP(T, T, -x); break;                                                      \
+    case DPL_OP_ABS: UN_LOOP(T, T, fabs##S(x)); break;                                              \
+    case DPL_OP_EXP: UN_LOOP(T, T, exp##S(x)); break;                                               \
+    case DPL_OP_LOG: UN_LOOP(T, T, log##S(x)); break;                                               \
+    case DPL_OP_SQRT: UN_LOOP(T, T, sqrt##S(x)); break;                                             \
+    case DPL_OP_RSQRT: UN_LOOP(T, T, (T)1 / sqrt##S(x)); break;                                     \
+    case DPL_OP_TANH: UN_LOOP(T, T, tanh##S(x)); break;                                             \
+    case DPL_OP_SIGMOID: UN_LOOP(T, T, (T)1 / ((T)1 + exp##S(-x))); break;                          \
+    case DPL_OP_RELU: UN_LOOP(T, T, x < 0 ? (T)0 : x); break;                                       \
+    case DPL_OP_GELU: UN_LOOP(T, T, (T)0.5 * x * ((T)1 + erf##S(x * (T)0.70710678118654752440))); break; \
+    case DPL_OP_SIN: UN_LOOP(T, T, sin##S(x)); break;                                               \
+    case DPL_OP_COS: UN_LOOP(T, T, cos##S(x)); break;                                               \
+    case DPL_OP_FLOOR: UN_LOOP(T, T, floor##S(x)); break;                                           \
+    case DPL_OP_CEIL: UN_LOOP(T, T, ceil##S(x)); break;                                             \
+    case DPL_OP_ROUND: UN_LOOP(T, T, nearbyint##S(x)); break;                                       \
+    case DPL_OP_TRUNC: UN_LOOP(T, T, trunc##S(x)); break;                                           \
+    case DPL_OP_SIGN: UN_LOOP(T, T, x > 0 ? (T)1 : x < 0 ? (T)-1 : x); break;                       \
+    case DPL_OP_RECIPROCAL: UN_LOOP(T, T, (T)1 / x); break;                                         \
+    case DPL_OP_SQUARE: UN_LOOP(T, T, x * x); break;                                                \
+    case DPL_OP_LOG1P: UN_LOOP(T, T, log1p##S(x)); break;                                           \
+    case DPL_OP_EXPM1: UN_LOOP(T, T, expm1##S(x)); break;                                           \
+    case DPL_OP_SILU: UN_LOOP(T, T, x / ((T)1 + exp##S(-x))); break;                                \
+    case DPL_OP_ERF: UN_LOOP(T, T, erf##S(x)); break;                                               \
+    case DPL_OP_LOG2: UN_LOOP(T, T, log2##S(x)); break;                                             \
+    case DPL_OP_LOGICAL_NOT: UN_LOOP(uint8_t, T, x == 0); break;                                    \
+    case DPL_OP_ISNAN: UN_LOOP(uint8_t, T, x != x); break;                                          \
+    }                                                                                               \
+  }
+FLOAT_UNARY(un_f32_plain, float, f)
+
+static void un_f32(char **p, const int64_t *st, int64_t n, void *ctx)
+{
+#if defined(__SSE2__)
+  if (n >= STREAM_MIN && st[0] == 4 && st[1] == 4 && p[0] != p[1] && *(int *)ctx == DPL_OP_RELU) {
+    float *o = (float *)p[0];
+    const float *A = (const float *)p[1];
+    int64_t i = 0;
+    const __m128 zero = _mm_setzero_ps();
+    while (i < n && ((uintptr_t)(o + i) & 15)) { float x = A[i]; o[i] = x < 0 ? 0.0f : x; i++; }
+    for (; i + 4 <= n; i += 4) {
+      __m128 x = _mm_loadu_ps(A + i);
+      _mm_stream_ps(o + i, _mm_andnot_ps(_mm_cmplt_ps(x, zero), x)); /* NaN stays NaN */
+    }
+    for (; i < n; i++) { float x = A[i]; o[i] = x < 0 ? 0.0f : x; }
+    _mm_sfence();
+    return;
+  }
+  if (st[0] == 4 && st[1] == 4 && *(int *)ctx == DPL_OP_RELU) { /* in place or small: cached stores */
+    float *o = (float *)p[0];
+    const float *A = (const float *)p[1];
+    const __m128 zero = _mm_setzero_ps();
+    int64_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+      __m128 x = _mm_loadu_ps(A + i);
+      _mm_storeu_ps(o + i, _mm_andnot_ps(_mm_cmplt_ps(x, zero), x));
+    }
+    for (; i < n; i++) { float x = A[i]; o[i] = x < 0 ? 0.0f : x; }
+    return;
+  }
+#endif
+  un_f32_plain(p, st, n, ctx);
+}
+FLOAT_UNARY(un_f64, double, )
+
+static inline int isneg(int64_t x) { return x < 0; }
+#define INT_UNARY(NAME, T, U)                                                                       \
+  static void NAME(char **p, const int64_t *st, int64_t n, void *ctx)                               \
+  {                                                                                                 \
+    switch (*(int *)ctx) {                                                                          \
+    case DPL_OP_NEG: UN_LOOP(T, T, (T)(0 - (U)x)); break;                                           \
+    case DPL_OP_ABS: UN_LOOP(T, T, isneg((int64_t)x) ? (T)(0 - (U)x) : x); break;                    \
+    case DPL_OP_RELU: UN_LOOP(T, T, x > 0 ? x : 0); break;                                          \
+    case DPL_OP_SIGN: UN_LOOP(T, T, x > 0 ? 1 : isneg((int64_t)x) ? -1 : 0); break;                  \
+    case DPL_OP_SQUARE: UN_LOOP(T, T, (T)((U)x * (U)x)); break;                                     \
+    case DPL_OP_FLOOR: case DPL_OP_CEIL: case DPL_OP_ROUND: case DPL_OP_TRUNC: UN_LOOP(T, T, x); break; \
+    case DPL_OP_LOGICAL_NOT: UN_LOOP(uint8_t, T, x == 0); break;                                    \
+    case DPL_OP_ISNAN: UN_LOOP(uint8_t, T, 0 * x); break;                                           \
+    }                                                                                               \
+  }
+INT_UNARY(un_i32, int32_t, uint32_t)
+INT_UNARY(un_i64, int64_t, uint64_t)
+INT_UNARY(un_u8, uint8_t, uint32_t)
+
+static dpl_loop_fn un_loop_for(int32_t kd)
+{
+  switch (kd) {
+  case DPL_FLOAT32: return un_f32;
+  case DPL_FLOAT64: return un_f64;
+  case DPL_INT32: return un_i32;
+  case DPL_INT64: return un_i64;
+  default: return un_u8;
+  }
+}
+
+static int unary_core(int32_t op, const dpl_tensor *a, dpl_tensor *dst, dpl_tensor **out)
+{
+  const char *name = unop_name(op);
+  if (!name) return dpl_errorf(DPL_EINVAL, "unary: unknown op id %d", (int)op);
+  DPL_TRY(dpl_check_tensor(name, "self", a));
+  int32_t rd = un_bool_out(op) ? DPL_BOOL : (un_float_only(op) && !dpl_is_float(a->_dtype)) ? DPL_FLOAT32 : a->_dtype;
+  int32_t kd = kernel_dtype(un_float_only(op) && !dpl_is_float(a->_dtype) ? DPL_FLOAT32 : a->_dtype);
+  if (op == DPL_OP_NEG && a->_dtype == DPL_BOOL)
+    return dpl_errorf(DPL_EINVAL, "neg: negating a bool tensor is not supported; use logical_not");
+  if (dst && !can_cast(rd, dst->_dtype))
+    return dpl_errorf(DPL_EINVAL, "%s_: the result type %s cannot be stored in place in a %s tensor", name,
+                      dpl_dtype_name(rd), dpl_dtype_name(dst->_dtype));
+  int32_t od = un_bool_out(op) ? DPL_BOOL : kd;
+  dpl_tensor *ta = NULL, *res = NULL, *tmp = NULL, *target = NULL;
+  const dpl_tensor *ua;
+  int st = temp_convert(name, a, kd, &ta, &ua);
+  if (st == DPL_OK) {
+    if (dst) {
+      if (dst->_dtype == od) target = dst;
+      else st = dpl_new(name, od, a->_ndim, a->_shape, a, &tmp), target = tmp;
+    } else {
+      st = dpl_new(name, rd, a->_ndim, a->_shape, a, &res);
+      if (st == DPL_OK) {
+        if (rd == od) target = res;
+        else st = dpl_new(name, od, a->_ndim, a->_shape, a, &tmp), target = tmp;
+      }
+    }
+  }
+  if (st == DPL_OK) {
+    dpl_tensor *ops[2] = {target, (dpl_tensor *)ua};
+    dpl_iter it;
+    dpl_iter_init(&it, 2, ops, a->_ndim, a->_shape);
+    int opv = op;
+    dpl_iter_run(&it, un_loop_for(kd), &opv, GRAIN / 4);
+    if (tmp) dpl_copy_raw(dst ? dst : res, tmp);
+  }
+  dpl_tensor_release(ta);
+  dpl_tensor_release(tmp);
+  if (st != DPL_OK) { dpl_tensor_release(res); return st; }
+  if (out) *out = res;
+  return DPL_OK;
+}
+
+int dpl_unary(int32_t op, const dpl_tensor *a, dpl_tensor **out)
+{
+  if (!out) return dpl_errorf(DPL_EINVAL, "unary: out is NULL");
+  *out = NULL;
+  return unary_core(op, a, NULL, out);
+}
+
+int dpl_unary_(int32_t op, dpl_tensor *a) { return unary_core(op, a, a, NULL); }
+
+/* ---- activation gradients ---- */
+#define ACT_BWD(NAME, T, S)                                                                           \
+  static void NAME(char **p, const int64_t *st, int64_t n, void *ctx)                                 \
+  {                                                                                                   \
+    int op = *(int *)ctx;                                                                             \
+    for (int64_t i = 0; i < n; i++) {                                                                 \
+      T g = *(const T *)(p[1] + i * st[1]), x = *(const T *)(p[2] + i * st[2]), r;                     \
+      switch (op) {                                                                                   \
+      case DPL_OP_RELU: r = x > 0 ? g : 0; break;                                                     \
+      case DPL_OP_TANH: r = g * ((T)1 - x * x); break;                                                \
+      case DPL_OP_SIGMOID: r = g * x * ((T)1 - x); break;                                             \
+      case DPL_OP_GELU: {                                                                             \
+        T cdf = (T)0.5 * ((T)1 + erf##S(x * (T)0.70710678118654752440));                              \
+        T pdf = exp##S((T)-0.5 * x * x) * (T)0.39894228040143267794;                                  \
+        r = g * (cdf + x * pdf); break;                                                               \
+      }                                                                                               \
+      default: { T s = (T)1 / ((T)1 + exp##S(-x)); r = g * s * ((T)1 + x * ((T)1 - s)); break; }    \
+      }                                                                                               \
+      *(T *)(p[0] + i * st[0]) = r;                                                                   \
+    }                                                                                                 \
+  }
+ACT_BWD(act_f32, float, f)
+ACT_BWD(act_f64, double, )
+
+int dpl_activation_backward(int32_t op, const dpl_tensor *grad, const dpl_tensor *x, const dpl_tensor *y,
+                            dpl_tensor **out)
+{
+  const char *name = "activation_backward";
+  if (!out) return dpl_errorf(DPL_EINVAL, "%s: out is NULL", name);
+  *out = NULL;
+  if (op != DPL_OP_RELU && op != DPL_OP_TANH && op != DPL_OP_SIGMOID && op != DPL_OP_GELU && op != DPL_OP_SILU)
+    return dpl_errorf(DPL_EINVAL, "%s: op %d has no gradient kernel (expected relu, tanh, sigmoid, gelu, silu)", name, (int)op);
+  const dpl_tensor *in = (op == DPL_OP_TANH || op == DPL_OP_SIGMOID) ? y : x;
+  DPL_TRY(dpl_check_tensor(name, "grad", grad));
+  DPL_TRY(dpl_check_tensor(name, (op == DPL_OP_TANH || op == DPL_OP_SIGMOID) ? "output" : "input", in));
+  DPL_TRY(dpl_check_same_device(name, grad, in));
+  int same = grad->_ndim == in->_ndim;
+  for (int i = 0; same && i < grad->_ndim; i++) same = grad->_shape[i] == in->_shape[i];
+  if (!same) {
+    char b1[160], b2[160];
+    return dpl_errorf(DPL_EINVAL, "%s: grad shape %s does not match the saved tensor's shape %s", name,
+                      dpl_shape_str(grad->_ndim, grad->_shape, b1, sizeof b1), dpl_shape_str(in->_ndim, in->_shape, b2, sizeof b2));
+  }
+  int32_t rd = dpl_promote(grad->_dtype, in->_dtype);
+  if (!dpl_is_float(rd)) rd = DPL_FLOAT32;
+  int32_t kd = rd == DPL_FLOAT64 ? DPL_FLOAT64 : DPL_FLOAT32;
+  dpl_tensor *tg = NULL, *tx = NULL, *res = NULL;
+  const dpl_tensor *ug, *ux;
+  int st = temp_convert(name, grad, kd, &tg, &ug);
+  if (st == DPL_OK) st = temp_convert(name, in, kd, &tx, &ux);
+  if (st == DPL_OK) st = dpl_new(name, kd, grad->_ndim, grad->_shape, grad, &res);
+  if (st == DPL_OK) {
+    dpl_tensor *ops[3] = {res, (dpl_tensor *)ug, (dpl_tensor *)ux};
+    dpl_iter it;
+    dpl_iter_init(&it, 3, ops, grad->_ndim, grad->_shape);
+    int opv = op;
+    dpl_iter_run(&it, kd == DPL_FLOAT32 ? act_f32 : act_f64, &opv, GRAIN / 4);
+    if (rd != kd) {
+      dpl_tensor *r2 = NULL;
+      st = dpl_contig_as(name, res, rd, &r2);
+      dpl_tensor_release(res);
+      res = r2;
+    }
+  }
+  dpl_tensor_release(tg);
+  dpl_tensor_release(tx);
+  if (st != DPL_OK) { dpl_tensor_release(res); return st; }
+  *out = res;
+  return DPL_OK;
+}
+
+/* ---- clamp ---- */
+typedef struct clamp_ctx { double lo, hi; int has_lo, has_hi; } clamp_ctx;
+#define CLAMP_FN(NAME, T)                                                                  \
+  static void NAME(char **p, const int64_t *st, int64_t n, void *vctx)                     \
+  {                                                                                        \
+    clamp_ctx *c = vctx;                                                                   \
+    T lo = (T)c->lo, hi = (T)c->hi;                                                        \
+    for (int64_t i = 0; i < n; i++) {                                                      \
+      T x = *(const T *)(p[1] + i * st[1]);                                                \
+      if (c->has_lo && x < lo) x = lo;                                                     \
+      if (c->has_hi && x > hi) x = hi;                                                     \
+      *(T *)(p[0] + i * st[0]) = x;                                                        \
+    }                                                                                      \
+  }
+CLAMP_FN(clamp_f32, float)
+CLAMP_FN(clamp_f64, double)
+CLAMP_FN(clamp_i64, int64_t)
+
+static int clamp_core(const dpl_tensor *a, double lo, double hi, int32_t has_lo, int32_t has_hi, dpl_tensor *dst,
+                      dpl_tensor **out)
+{
+  const char *name = dst ? "clamp_" : "clamp";
+  DPL_TRY(dpl_check_tensor(name, "self", a));
+  if (!has_lo && !has_hi) return dpl_errorf(DPL_EINVAL, "%s: at least one of min and max must be given", name);
+  if (a->_dtype == DPL_BOOL) return dpl_errorf(DPL_EINVAL, "%s: not supported for bool tensors", name);
+  int32_t kd = a->_dtype == DPL_FLOAT64 ? DPL_FLOAT64 : dpl_is_float(a->_dtype) ? DPL_FLOAT32 : DPL_INT64;
+  if (kd == DPL_INT64) {
+    lo = has_lo ? ceil(lo) : 0;
+    hi = has_hi ? floor(hi) : 0;
+    if (lo < -9.2e18) lo = -9.2e18;
+    if (hi > 9.2e18) hi = 9.2e18;
+    if (hi < -9.2e18) hi = -9.2e18;
+    if (lo > 9.2e18) lo = 9.2e18;
+  }
+  dpl_tensor *ta = NULL, *tmp = NULL, *res = NULL;
+  const dpl_tensor *ua;
+  int st = temp_convert(name, a, kd, &ta, &ua);
+  dpl_tensor *target = NULL;
+  if (st == DPL_OK) {
+    if (dst && dst->_dtype == kd) target = dst;
+    else if (!dst && a->_dtype == kd) { st = dpl_new(name, kd, a->_ndim, a->_shape, a, &res); target = res; }
+    else { st = dpl_new(name, kd, a->_ndim, a->_shape, a, &tmp); target = tmp; }
+  }
+  if (st == DPL_OK) {
+    dpl_tensor *ops[2] = {target, (dpl_tensor *)ua};
+    dpl_iter it;
+    dpl_iter_init(&it, 2, ops, a->_ndim, a->_shape);
+    clamp_ctx c = {lo, hi, has_lo, has_hi};
+    dpl_iter_run(&it, kd == DPL_FLOAT32 ? clamp_f32 : kd == DPL_FLOAT64 ? clamp_f64 : clamp_i64, &c, GRAIN);
+    if (tmp) {
+      if (dst) dpl_copy_raw(dst, tmp);
+      else st = dpl_contig_as(name, tmp, a->_dtype, &res);
+    }
+  }
+  dpl_tensor_release(ta);
+  dpl_tensor_release(tmp);
+  if (st != DPL_OK) { dpl_tensor_release(res); return st; }
+  if (out) *out = res;
+  return DPL_OK;
+}
+
+int dpl_clamp(const dpl_tensor *a, double lo, double hi, int32_t has_lo, int32_t has_hi, dpl_tensor **out)
+{
+  if (!out) return dpl_errorf(DPL_EINVAL, "clamp: out is NULL");
+  *out = NULL;
+  return clamp_core(a, lo, hi, has_lo, has_hi, NULL, out);
+}
+
+int dpl_clamp_(dpl_tensor *a, double lo, double hi, int32_t has_lo, int32_t has_hi)
+{
+  return clamp_core(a, lo, hi, has_lo, has_hi, a, NULL);
+}
+
+/* ---- where / masked_fill ---- */
+static void where_loop(char **p, const int64_t *st, int64_t n, void *ctx)
+{
+  int64_t es = *(int64_t *)ctx;
+  for (int64_t i = 0; i < n; i++) {
+    const char *src = *(const uint8_t *)(p[1] + i * st[1]) ? p[2] + i * st[2] : p[3] + i * st[3];
+    memcpy(p[0] + i * st[0], src, (size_t)es);
+  }
+}
+
+int dpl_where(const dpl_tensor *cond, const dpl_tensor *a, const dpl_tensor *b, dpl_tensor **out)
+{
+  const char *name = "where";
+  if (!out) return dpl_errorf(DPL_EINVAL, "where: out is NULL");
+  *out = NULL;
+  DPL_TRY(dpl_check_tensor(name, "condition", cond));
+  DPL_TRY(dpl_check_tensor(name, "self", a));
+  DPL_TRY(dpl_check_tensor(name, "other", b));
+  DPL_TRY(dpl_check_same_device(name, cond, a));
+  DPL_TRY(dpl_check_same_device(name, a, b));
+  int64_t s1[DPL_MAX_DIMS], shape[DPL_MAX_DIMS];
+  int32_t n1, nd;
+  DPL_TRY(dpl_broadcast_shapes(name, a->_ndim, a->_shape, b->_ndim, b->_shape, &n1, s1));
+  DPL_TRY(dpl_broadcast_shapes(name, cond->_ndim, cond->_shape, n1, s1, &nd, shape));
+  int32_t rd = dpl_promote(a->_dtype, b->_dtype);
+  dpl_tensor *tc = NULL, *ta = NULL, *tb = NULL, *res = NULL;
+  const dpl_tensor *uc = cond, *ua, *ub;
+  int st = DPL_OK;
+  if (cond->_dtype != DPL_BOOL && cond->_dtype != DPL_UINT8) st = temp_convert(name, cond, DPL_BOOL, &tc, &uc);
+  if (st == DPL_OK) st = temp_convert(name, a, rd, &ta, &ua);
+  if (st == DPL_OK) st = temp_convert(name, b, rd, &tb, &ub);
+  if (st == DPL_OK) st = dpl_new(name, rd, nd, shape, a, &res);
+  if (st == DPL_OK) {
+    dpl_tensor *ops[4] = {res, (dpl_tensor *)uc, (dpl_tensor *)ua, (dpl_tensor *)ub};
+    dpl_iter it;
+    dpl_iter_init(&it, 4, ops, nd, shape);
+    int64_t es = dpl_elsize(rd);
+    dpl_iter_run(&it, where_loop, &es, GRAIN);
+  }
+  dpl_tensor_release(tc);
+  dpl_tensor_release(ta);
+  dpl_tensor_release(tb);
+  if (st != DPL_OK) { dpl_tensor_release(res); return st; }
+  *out = res;
+  return DPL_OK;
+}
+
+typedef struct mf_ctx { char v[8]; int64_t es; } mf_ctx;
+static void masked_fill_loop(char **p, const int64_t *st, int64_t n, void *vctx)
+{
+  mf_ctx *c = vctx;
+  for (int64_t i = 0; i < n; i++)
+    if (*(const uint8_t *)(p[1] + i * st[1])) memcpy(p[0] + i * st[0], c->v, (size_t)c->es);
+}
+
+int dpl_masked_fill_(dpl_tensor *a, const dpl_tensor *mask, double value)
+{
+  const char *name = "masked_fill_";
+  DPL_TRY(dpl_check_tensor(name, "self", a));
+  DPL_TRY(dpl_check_tensor(name, "mask", mask));
+  DPL_TRY(dpl_check_same_device(name, a, mask));
+  if (mask->_dtype != DPL_BOOL && mask->_dtype != DPL_UINT8)
+    return dpl_errorf(DPL_EINVAL, "%s: expected a bool mask, got %s", name, dpl_dtype_name(mask->_dtype));
+  int64_t st[DPL_MAX_DIMS];
+  if (dpl_broadcast_strides(mask, a->_ndim, a->_shape, st) != 0) {
+    char b1[160], b2[160];
+    return dpl_errorf(DPL_EINVAL, "%s: mask of shape %s cannot be broadcast to shape %s", name,
+                      dpl_shape_str(mask->_ndim, mask->_shape, b1, sizeof b1), dpl_shape_str(a->_ndim, a->_shape, b2, sizeof b2));
+  }
+  mf_ctx c;
+  c.es = dpl_elsize(a->_dtype);
+  dpl_store_f64(c.v, a->_dtype, value);
+  dpl_tensor *ops[2] = {a, (dpl_tensor *)mask};
+  dpl_iter it;
+  dpl_iter_init(&it, 2, ops, a->_ndim, a->_shape);
+  dpl_iter_run(&it, masked_fill_loop, &c, GRAIN);
+  return DPL_OK;
+}

@@ -1,0 +1,435 @@
+/* dpl_tensor_index.c: indexing kernels: index_select, index_add_, gather,
+ * scatter_add_, cat, stack, embedding and its gradient, masked_select and
+ * nonzero. Index tensors are integers, 0-based, range-checked before any
+ * write (a bad index is an error naming the op, the value and the bound). */
+#include "dpl_tensor_internal.h"
+#include <stdio.h>
+#include <stdlib.h>
+
+static int index_tensor(const char *name, const char *what, const dpl_tensor *idx, dpl_tensor **out)
+{
+  DPL_TRY(dpl_check_tensor(name, what, idx));
+  if (dpl_is_float(idx->_dtype) || idx->_dtype == DPL_BOOL)
+    return dpl_errorf(DPL_EINVAL, "%s: expected an integer %s tensor (int64 or int32), got %s", name, what,
+                      dpl_dtype_name(idx->_dtype));
+  return dpl_contig_as(name, idx, DPL_INT64, out);
+}
+
+static int check_range(const char *name, const int64_t *ix, int64_t n, int64_t bound, int32_t dim)
+{
+  for (int64_t i = 0; i < n; i++)
+    if (ix[i] < 0 || ix[i] >= bound)
+      return dpl_errorf(DPL_EINVAL, "%s: index %lld is out of range for dim %d of size %lld (expected 0..%lld, 0-based)",
+                        name, (long long)ix[i], (int)dim, (long long)bound, (long long)bound - 1);
+  return DPL_OK;
+}
+
+static int check_dim(const char *name, const dpl_tensor *t, int32_t dim)
+{
+  if (dim < 0 || dim >= t->_ndim)
+    return dpl_errorf(DPL_EINVAL, "%s: dim %d out of range (expected 0..%d for a %d-d tensor)", name, (int)dim,
+                      (int)t->_ndim - 1, (int)t->_ndim);
+  return DPL_OK;
+}
+
+static void split3(const dpl_tensor *t, int32_t dim, int64_t *outer, int64_t *D, int64_t *inner)
+{
+  *outer = 1;
+  *inner = 1;
+  for (int i = 0; i < dim; i++) *outer *= t->_shape[i];
+  for (int i = dim + 1; i < t->_ndim; i++) *inner *= t->_shape[i];
+  *D = t->_shape[dim];
+}
+
+int dpl_index_select(const dpl_tensor *a, int32_t dim, const dpl_tensor *idx, dpl_tensor **out)
+{
+  const char *name = "index_select";
+  if (!out) return dpl_errorf(DPL_EINVAL, "%s: out is NULL", name);
+  *out = NULL;
+  DPL_TRY(dpl_check_tensor(name, "self", a));
+  DPL_TRY(dpl_check_same_device(name, a, idx ? idx : a));
+  DPL_TRY(check_dim(name, a, dim));
+  if (idx && idx->_ndim > 1)
+    return dpl_errorf(DPL_EINVAL, "%s: expected a 0-d or 1-d index, got %d dims", name, idx ? (int)idx->_ndim : 0);
+  dpl_tensor *ix = NULL, *ca = NULL, *res = NULL;
+  DPL_TRY(index_tensor(name, "index", idx, &ix));
+  int64_t n = ix->_numel;
+  int st = check_range(name, ix->_data, n, a->_shape[dim], dim);
+  if (st == DPL_OK) st = dpl_contig_as(name, a, a->_dtype, &ca);
+  if (st == DPL_OK) {
+    int64_t shape[DPL_MAX_DIMS];
+    memcpy(shape, a->_shape, sizeof shape);
+    shape[dim] = n;
+    st = dpl_new(name, a->_dtype, a->_ndim, shape, a, &res);
+  }
+  if (st == DPL_OK) {
+    int64_t outer, D, inner, es = dpl_elsize(a->_dtype);
+    split3(a, dim, &outer, &D, &inner);
+    const int64_t *ip = ix->_data;
+    size_t row = (size_t)(inner * es);
+    for (int64_t o = 0; o < outer; o++)
+      for (int64_t j = 0; j < n; j++)
+        memcpy((char *)res->_data + (o * n + j) * (int64_t)row, (const char *)ca->_data + (o * D + ip[j]) * (int64_t)row, row);
+  }
+  dpl_tensor_release(ix);
+  dpl_tensor_release(ca);
+  if (st != DPL_OK) { dpl_tensor_release(res); return st; }
+  *out = res;
+  return DPL_OK;
+}
+
+/* dst[k] += src[k] for n elements of dtype dt */
+static void add_into(int32_t dt, char *dst, const char *src, int64_t n)
+{
+  switch (dt) {
+  case DPL_FLOAT32: { float *d = (float *)dst; const float *s = (const float *)src; for (int64_t k = 0; k < n; k++) d[k] += s[k]; break; }
+  case DPL_FLOAT64: { double *d = (double *)dst; const double *s = (const double *)src; for (int64_t k = 0; k < n; k++) d[k] += s[k]; break; }
+  case DPL_INT64: { uint64_t *d = (uint64_t *)dst; const uint64_t *s = (const uint64_t *)src; for (int64_t k = 0; k < n; k++) d[k] += s[k]; break; }
+  default: {
+    int64_t es = dpl_elsize(dt);
+    for (int64_t k = 0; k < n; k++) {
+      if (dpl_is_int(dt)) dpl_store_i64(dst + k * es, dt, dpl_load_i64(dst + k * es, dt) + dpl_load_i64(src + k * es, dt));
+      else dpl_store_f64(dst + k * es, dt, dpl_load_f64(dst + k * es, dt) + dpl_load_f64(src + k * es, dt));
+    }
+  }
+  }
+}
+
+/* runs body on a contiguous stand-in for a, copying back when a is not contiguous */
+static int with_contig(const char *name, dpl_tensor *a, dpl_tensor **work)
+{
+  if (dpl_is_contig(a)) { *work = a; return DPL_OK; }
+  return dpl_contig_as(name, a, a->_dtype, work);
+}
+static void end_contig(dpl_tensor *a, dpl_tensor *work)
+{
+  if (work != a) { dpl_copy_raw(a, work); dpl_tensor_release(work); }
+}
+
+int dpl_index_add_(dpl_tensor *a, int32_t dim, const dpl_tensor *idx, const dpl_tensor *src)
+{
+  const char *name = "index_add_";
+  DPL_TRY(dpl_check_tensor(name, "self", a));
+  DPL_TRY(dpl_check_tensor(name, "source", src));
+  DPL_TRY(dpl_check_same_device(name, a, src));
+  DPL_TRY(check_dim(name, a, dim));
+  if (idx && idx->_ndim > 1) return dpl_errorf(DPL_EINVAL, "%s: expected a 1-d index, got %d dims", name, (int)idx->_ndim);
+  dpl_tensor *ix = NULL, *cs = NULL, *work = NULL;
+  DPL_TRY(index_tensor(name, "index", idx, &ix));
+  int64_t n = ix->_numel;
+  int ok = src->_ndim == a->_ndim;
+  for (int i = 0; ok && i < a->_ndim; i++) ok = src->_shape[i] == (i == dim ? n : a->_shape[i]);
+  int st = DPL_OK;
+  if (!ok) {
+    char b1[160], b2[160];
+    st = dpl_errorf(DPL_EINVAL, "%s: source shape %s does not match self %s with dim %d of size %lld (the index length)",
+                    name, dpl_shape_str(src->_ndim, src->_shape, b1, sizeof b1),
+                    dpl_shape_str(a->_ndim, a->_shape, b2, sizeof b2), (int)dim, (long long)n);
+  }
+  if (st == DPL_OK) st = check_range(name, ix->_data, n, a->_shape[dim], dim);
+  if (st == DPL_OK) st = dpl_contig_as(name, src, a->_dtype, &cs);
+  if (st == DPL_OK) st = with_contig(name, a, &work);
+  if (st == DPL_OK) {
+    int64_t outer, D, inner, es = dpl_elsize(a->_dtype);
+    split3(a, dim, &outer, &D, &inner);
+    const int64_t *ip = ix->_data;
+    for (int64_t o = 0; o < outer; o++)
+      for (int64_t j = 0; j < n; j++)
+        add_into(a->_dtype, (char *)work->_data + (o * D + ip[j]) * inner * es,
+                 (const char *)cs->_data + (o * n + j) * inner * es, inner);
+    end_contig(a, work);
+  }
+  dpl_tensor_release(ix);
+  dpl_tensor_release(cs);
+  return st;
+}
+
+/* shared by gather and scatter_add: idx and (for scatter) src walk the same positions */
+static int gather_checks(const char *name, const dpl_tensor *a, int32_t dim, const dpl_tensor *idx, const dpl_tensor *src)
+{
+  DPL_TRY(dpl_check_tensor(name, "self", a));
+  DPL_TRY(dpl_check_tensor(name, "index", idx));
+  DPL_TRY(dpl_check_same_device(name, a, idx));
+  DPL_TRY(check_dim(name, a, dim));
+  char b1[160], b2[160];
+  if (idx->_ndim != a->_ndim)
+    return dpl_errorf(DPL_EINVAL, "%s: index must have as many dims as self (%d), got %d", name, (int)a->_ndim, (int)idx->_ndim);
+  for (int i = 0; i < a->_ndim; i++)
+    if (i != dim && idx->_shape[i] > a->_shape[i])
+      return dpl_errorf(DPL_EINVAL, "%s: index shape %s is larger than self %s at dim %d", name,
+                        dpl_shape_str(idx->_ndim, idx->_shape, b1, sizeof b1), dpl_shape_str(a->_ndim, a->_shape, b2, sizeof b2), i);
+  if (src) {
+    DPL_TRY(dpl_check_same_device(name, a, src));
+    if (src->_ndim != idx->_ndim)
+      return dpl_errorf(DPL_EINVAL, "%s: src must have as many dims as index (%d), got %d", name, (int)idx->_ndim, (int)src->_ndim);
+    for (int i = 0; i < idx->_ndim; i++)
+      if (idx->_shape[i] > src->_shape[i])
+        return dpl_errorf(DPL_EINVAL, "%s: index shape %s is larger than src %s at dim %d", name,
+                          dpl_shape_str(idx->_ndim, idx->_shape, b1, sizeof b1), dpl_shape_str(src->_ndim, src->_shape, b2, sizeof b2), i);
+  }
+  return DPL_OK;
+}
+
+static int gather_scatter(const char *name, int scatter, dpl_tensor *a, int32_t dim, const dpl_tensor *idx,
+                          const dpl_tensor *src, dpl_tensor **out)
+{
+  DPL_TRY(gather_checks(name, a, dim, idx, src));
+  dpl_tensor *ix = NULL, *cs = NULL, *res = NULL;
+  DPL_TRY(index_tensor(name, "index", idx, &ix));
+  int st = check_range(name, ix->_data, ix->_numel, a->_shape[dim], dim);
+  if (st == DPL_OK && scatter) st = dpl_contig_as(name, src, a->_dtype, &cs); /* contiguous: walk with idx's positions */
+  if (st == DPL_OK && !scatter) st = dpl_new(name, a->_dtype, idx->_ndim, idx->_shape, a, &res);
+  if (st == DPL_OK) {
+    int nd = a->_ndim;
+    int64_t es = dpl_elsize(a->_dtype);
+    int64_t pos[DPL_MAX_DIMS] = {0};
+    const int64_t *ip = ix->_data;
+    for (int64_t k = 0; k < ix->_numel; k++) {
+      int64_t off = 0, soff = 0;
+      for (int d = 0; d < nd; d++) {
+        off += (d == dim ? ip[k] : pos[d]) * a->_stride[d];
+        if (scatter) soff += pos[d] * cs->_stride[d];
+      }
+      char *pa = (char *)a->_data + off * es;
+      if (scatter) add_into(a->_dtype, pa, (const char *)cs->_data + soff * es, 1);
+      else memcpy((char *)res->_data + k * es, pa, (size_t)es);
+      for (int d = nd - 1; d >= 0; d--) { if (++pos[d] < idx->_shape[d]) break; pos[d] = 0; }
+    }
+  }
+  dpl_tensor_release(ix);
+  dpl_tensor_release(cs);
+  if (st != DPL_OK) { dpl_tensor_release(res); return st; }
+  if (out) *out = res;
+  return DPL_OK;
+}
+
+int dpl_gather(const dpl_tensor *a, int32_t dim, const dpl_tensor *idx, dpl_tensor **out)
+{
+  if (!out) return dpl_errorf(DPL_EINVAL, "gather: out is NULL");
+  *out = NULL;
+  return gather_scatter("gather", 0, (dpl_tensor *)a, dim, idx, NULL, out);
+}
+
+int dpl_scatter_add_(dpl_tensor *a, int32_t dim, const dpl_tensor *idx, const dpl_tensor *src)
+{
+  if (!src) return dpl_errorf(DPL_EINVAL, "scatter_add_: src is NULL (expected a tensor)");
+  return gather_scatter("scatter_add_", 1, a, dim, idx, src, NULL);
+}
+
+int dpl_cat(int32_t n, dpl_tensor *const *ts, int32_t dim, dpl_tensor **out)
+{
+  const char *name = "cat";
+  if (!out) return dpl_errorf(DPL_EINVAL, "%s: out is NULL", name);
+  *out = NULL;
+  if (n < 1 || !ts) return dpl_errorf(DPL_EINVAL, "%s: expected a non-empty list of tensors, got %d", name, (int)n);
+  for (int i = 0; i < n; i++) {
+    char what[32];
+    snprintf(what, sizeof what, "tensor %d", i);
+    DPL_TRY(dpl_check_tensor(name, what, ts[i]));
+    DPL_TRY(dpl_check_same_device(name, ts[0], ts[i]));
+  }
+  const dpl_tensor *f = ts[0];
+  if (f->_ndim == 0) return dpl_errorf(DPL_EINVAL, "%s: zero-dimensional tensors cannot be concatenated", name);
+  DPL_TRY(check_dim(name, f, dim));
+  int32_t rd = f->_dtype;
+  int64_t total = 0;
+  for (int i = 0; i < n; i++) {
+    const dpl_tensor *t = ts[i];
+    char b1[160], b2[160];
+    if (t->_ndim != f->_ndim)
+      return dpl_errorf(DPL_EINVAL, "%s: tensor %d has %d dims, tensor 0 has %d", name, i, (int)t->_ndim, (int)f->_ndim);
+    for (int d = 0; d < f->_ndim; d++)
+      if (d != dim && t->_shape[d] != f->_shape[d])
+        return dpl_errorf(DPL_EINVAL, "%s: sizes must match except in dim %d: tensor 0 is %s, tensor %d is %s", name,
+                          (int)dim, dpl_shape_str(f->_ndim, f->_shape, b1, sizeof b1), i,
+                          dpl_shape_str(t->_ndim, t->_shape, b2, sizeof b2));
+    total += t->_shape[dim];
+    rd = dpl_promote(rd, t->_dtype);
+  }
+  int64_t shape[DPL_MAX_DIMS];
+  memcpy(shape, f->_shape, sizeof shape);
+  shape[dim] = total;
+  dpl_tensor *res = NULL;
+  DPL_TRY(dpl_new(name, rd, f->_ndim, shape, f, &res));
+  int64_t at = 0;
+  for (int i = 0; i < n; i++) {
+    int64_t sh[DPL_MAX_DIMS];
+    memcpy(sh, shape, sizeof sh);
+    sh[dim] = ts[i]->_shape[dim];
+    if (sh[dim] == 0) continue;
+    dpl_tensor *v = NULL;
+    int st = dpl_make_view(res, res->_ndim, sh, res->_stride, at * res->_stride[dim], &v);
+    if (st != DPL_OK) { dpl_tensor_release(res); return st; }
+    dpl_copy_raw(v, ts[i]);
+    dpl_tensor_release(v);
+    at += sh[dim];
+  }
+  *out = res;
+  return DPL_OK;
+}
+
+int dpl_stack(int32_t n, dpl_tensor *const *ts, int32_t dim, dpl_tensor **out)
+{
+  const char *name = "stack";
+  if (!out) return dpl_errorf(DPL_EINVAL, "%s: out is NULL", name);
+  *out = NULL;
+  if (n < 1 || !ts) return dpl_errorf(DPL_EINVAL, "%s: expected a non-empty list of tensors, got %d", name, (int)n);
+  if (n > 1000000) return dpl_errorf(DPL_EINVAL, "%s: too many tensors (%d)", name, (int)n);
+  for (int i = 0; i < n; i++) {
+    char what[32];
+    snprintf(what, sizeof what, "tensor %d", i);
+    DPL_TRY(dpl_check_tensor(name, what, ts[i]));
+    int same = ts[i]->_ndim == ts[0]->_ndim;
+    for (int d = 0; same && d < ts[0]->_ndim; d++) same = ts[i]->_shape[d] == ts[0]->_shape[d];
+    if (!same) {
+      char b1[160], b2[160];
+      return dpl_errorf(DPL_EINVAL, "%s: expected tensors of equal shape, tensor 0 is %s, tensor %d is %s", name,
+                        dpl_shape_str(ts[0]->_ndim, ts[0]->_shape, b1, sizeof b1), i,
+                        dpl_shape_str(ts[i]->_ndim, ts[i]->_shape, b2, sizeof b2));
+    }
+  }
+  if (dim < 0 || dim > ts[0]->_ndim)
+    return dpl_errorf(DPL_EINVAL, "%s: dim %d out of range (expected 0..%d)", name, (int)dim, (int)ts[0]->_ndim);
+  if (ts[0]->_ndim >= DPL_MAX_DIMS) return dpl_errorf(DPL_EINVAL, "%s: the result would have more than %d dims", name, DPL_MAX_DIMS);
+  dpl_tensor **us = calloc((size_t)n, sizeof *us);
+  if (!us) return dpl_errorf(DPL_ENOMEM, "%s: out of memory", name);
+  int st = DPL_OK;
+  for (int i = 0; i < n && st == DPL_OK; i++) st = dpl_tensor_unsqueeze(ts[i], dim, &us[i]);
+  if (st == DPL_OK) st = dpl_cat(n, us, dim, out);
+  for (int i = 0; i < n; i++) dpl_tensor_release(us[i]);
+  free(us);
+  return st;
+}
+
+int dpl_embedding(const dpl_tensor *weight, const dpl_tensor *idx, dpl_tensor **out)
+{
+  const char *name = "embedding";
+  if (!out) return dpl_errorf(DPL_EINVAL, "%s: out is NULL", name);
+  *out = NULL;
+  DPL_TRY(dpl_check_tensor(name, "weight", weight));
+  DPL_TRY(dpl_check_tensor(name, "input", idx));
+  DPL_TRY(dpl_check_same_device(name, weight, idx));
+  if (weight->_ndim != 2) return dpl_errorf(DPL_EINVAL, "%s: expected a 2-d weight [num, dim], got %d dims", name, (int)weight->_ndim);
+  if (idx->_ndim >= DPL_MAX_DIMS) return dpl_errorf(DPL_EINVAL, "%s: input has too many dims", name);
+  dpl_tensor *ix = NULL, *cw = NULL, *res = NULL;
+  DPL_TRY(index_tensor(name, "input", idx, &ix));
+  int st = check_range(name, ix->_data, ix->_numel, weight->_shape[0], 0);
+  if (st == DPL_OK) st = dpl_contig_as(name, weight, weight->_dtype, &cw);
+  if (st == DPL_OK) {
+    int64_t shape[DPL_MAX_DIMS];
+    memcpy(shape, idx->_shape, sizeof(int64_t) * (size_t)idx->_ndim);
+    shape[idx->_ndim] = weight->_shape[1];
+    st = dpl_new(name, weight->_dtype, idx->_ndim + 1, shape, weight, &res);
+  }
+  if (st == DPL_OK) {
+    size_t row = (size_t)(weight->_shape[1] * dpl_elsize(weight->_dtype));
+    const int64_t *ip = ix->_data;
+    for (int64_t i = 0; i < ix->_numel; i++)
+      memcpy((char *)res->_data + i * (int64_t)row, (const char *)cw->_data + ip[i] * (int64_t)row, row);
+  }
+  dpl_tensor_release(ix);
+  dpl_tensor_release(cw);
+  if (st != DPL_OK) { dpl_tensor_release(res); return st; }
+  *out = res;
+  return DPL_OK;
+}
+
+int dpl_embedding_backward(const dpl_tensor *grad, const dpl_tensor *idx, int64_t num_weights, dpl_tensor **out)
+{
+  const char *name = "embedding_backward";
+  if (!out) return dpl_errorf(DPL_EINVAL, "%s: out is NULL", name);
+  *out = NULL;
+  DPL_TRY(dpl_check_tensor(name, "grad", grad));
+  DPL_TRY(dpl_check_tensor(name, "input", idx));
+  DPL_TRY(dpl_check_same_device(name, grad, idx));
+  if (num_weights < 0) return dpl_errorf(DPL_EINVAL, "%s: num_weights must be >= 0, got %lld", name, (long long)num_weights);
+  if (grad->_ndim != idx->_ndim + 1 || grad->_numel != idx->_numel * (grad->_ndim ? grad->_shape[grad->_ndim - 1] : 1)) {
+    char b1[160], b2[160];
+    return dpl_errorf(DPL_EINVAL, "%s: grad shape %s does not match input shape %s plus the embedding dim", name,
+                      dpl_shape_str(grad->_ndim, grad->_shape, b1, sizeof b1), dpl_shape_str(idx->_ndim, idx->_shape, b2, sizeof b2));
+  }
+  int64_t D = grad->_shape[grad->_ndim - 1];
+  dpl_tensor *ix = NULL, *cg = NULL, *res = NULL;
+  DPL_TRY(index_tensor(name, "input", idx, &ix));
+  int st = check_range(name, ix->_data, ix->_numel, num_weights, 0);
+  if (st == DPL_OK) st = dpl_contig_as(name, grad, grad->_dtype, &cg);
+  int64_t shape[2] = {num_weights, D};
+  if (st == DPL_OK) st = dpl_new(name, grad->_dtype, 2, shape, grad, &res);
+  if (st == DPL_OK) {
+    int64_t es = dpl_elsize(grad->_dtype);
+    memset(res->_data, 0, (size_t)(res->_numel * es));
+    const int64_t *ip = ix->_data;
+    for (int64_t i = 0; i < ix->_numel; i++)
+      add_into(grad->_dtype, (char *)res->_data + ip[i] * D * es, (const char *)cg->_data + i * D * es, D);
+  }
+  dpl_tensor_release(ix);
+  dpl_tensor_release(cg);
+  if (st != DPL_OK) { dpl_tensor_release(res); return st; }
+  *out = res;
+  return DPL_OK;
+}
+
+int dpl_masked_select(const dpl_tensor *a, const dpl_tensor *mask, dpl_tensor **out)
+{
+  const char *name = "masked_select";
+  if (!out) return dpl_errorf(DPL_EINVAL, "%s: out is NULL", name);
+  *out = NULL;
+  DPL_TRY(dpl_check_tensor(name, "self", a));
+  DPL_TRY(dpl_check_tensor(name, "mask", mask));
+  DPL_TRY(dpl_check_same_device(name, a, mask));
+  if (mask->_dtype != DPL_BOOL && mask->_dtype != DPL_UINT8)
+    return dpl_errorf(DPL_EINVAL, "%s: expected a bool mask, got %s", name, dpl_dtype_name(mask->_dtype));
+  int64_t shape[DPL_MAX_DIMS];
+  int32_t nd;
+  DPL_TRY(dpl_broadcast_shapes(name, a->_ndim, a->_shape, mask->_ndim, mask->_shape, &nd, shape));
+  dpl_tensor *ea = NULL, *em = NULL, *ca = NULL, *cm = NULL, *res = NULL;
+  int st = dpl_tensor_expand(a, nd, shape, &ea);
+  if (st == DPL_OK) st = dpl_tensor_expand(mask, nd, shape, &em);
+  if (st == DPL_OK) st = dpl_contig_as(name, ea, a->_dtype, &ca);
+  if (st == DPL_OK) st = dpl_contig_as(name, em, DPL_UINT8, &cm);
+  if (st == DPL_OK) {
+    const uint8_t *m = cm->_data;
+    int64_t cnt = 0;
+    for (int64_t i = 0; i < cm->_numel; i++) cnt += m[i] != 0;
+    st = dpl_new(name, a->_dtype, 1, &cnt, a, &res);
+    if (st == DPL_OK) {
+      int64_t es = dpl_elsize(a->_dtype), k = 0;
+      for (int64_t i = 0; i < cm->_numel; i++)
+        if (m[i]) memcpy((char *)res->_data + (k++) * es, (const char *)ca->_data + i * es, (size_t)es);
+    }
+  }
+  dpl_tensor_release(ea);
+  dpl_tensor_release(em);
+  dpl_tensor_release(ca);
+  dpl_tensor_release(cm);
+  if (st != DPL_OK) { dpl_tensor_release(res); return st; }
+  *out = res;
+  return DPL_OK;
+}
+
+int dpl_nonzero(const dpl_tensor *a, dpl_tensor **out)
+{
+  const char *name = "nonzero";
+  if (!out) return dpl_errorf(DPL_EINVAL, "%s: out is NULL", name);
+  *out = NULL;
+  DPL_TRY(dpl_check_tensor(name, "self", a));
+  dpl_tensor *ca = NULL, *res = NULL;
+  DPL_TRY(dpl_contig_as(name, a, DPL_FLOAT64, &ca));
+  const double *v = ca->_data;
+  int64_t cnt = 0;
+  for (int64_t i = 0; i < ca->_numel; i++) cnt += v[i] != 0;
+  int64_t shape[2] = {cnt, a->_ndim};
+  int st = dpl_new(name, DPL_INT64, 2, shape, a, &res);
+  if (st == DPL_OK) {
+    int64_t *o = res->_data, k = 0;
+    int64_t pos[DPL_MAX_DIMS] = {0};
+    for (int64_t i = 0; i < ca->_numel; i++) {
+      if (v[i] != 0) { for (int d = 0; d < a->_ndim; d++) o[k * a->_ndim + d] = pos[d]; k++; }
+      for (int d = a->_ndim - 1; d >= 0; d--) { if (++pos[d] < a->_shape[d]) break; pos[d] = 0; }
+    }
+  }
+  dpl_tensor_release(ca);
+  if (st != DPL_OK) { dpl_tensor_release(res); return st; }
+  *out = res;
+  return DPL_OK;
+}

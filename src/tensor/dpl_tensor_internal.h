@@ -1,0 +1,215 @@
+/* dpl_tensor_internal.h: what the tensor files share and Lua never sees: the
+ * storage struct, dtype helpers (sizes, half/bfloat16 conversion, load/store as
+ * double), shape and broadcasting helpers, the strided N-ary element iterator,
+ * the thread pool entry point, and the OpenBLAS function table. */
+#ifndef DPL_TENSOR_INTERNAL_H
+#define DPL_TENSOR_INTERNAL_H
+#include "dpl.h"
+#include "../host/dpl_internal.h"
+#include <math.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#define DPL_CONTIG 1u
+
+enum { DPL_STORAGE_BLOCK = 0, DPL_STORAGE_MALLOC = 1, DPL_STORAGE_MMAP = 2 };
+
+struct dpl_storage {
+  _Atomic int64_t refcount;
+  char *data;
+  int64_t nbytes;
+  int32_t devtype, devindex;
+  int32_t kind;
+  void *block;       /* what to free (block/malloc) or munmap (mmap) */
+  size_t map_len;
+};
+
+/* ---- dtypes ---- */
+static inline int64_t dpl_elsize(int32_t dt)
+{
+  static const int8_t sz[8] = {4, 8, 2, 2, 4, 8, 1, 1};
+  return (dt >= 0 && dt < 8) ? sz[dt] : 0;
+}
+static inline int dpl_dtype_valid(int32_t dt) { return dt >= 0 && dt < DPL_NUM_DTYPES; }
+static inline int dpl_is_float(int32_t dt) { return dt <= DPL_BFLOAT16; }
+static inline int dpl_is_int(int32_t dt) { return dt >= DPL_INT32; }
+
+static inline float dpl_h2f(uint16_t h)
+{
+  uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ffu, f;
+  if (exp == 0) {
+    if (man == 0) f = sign;
+    else { /* subnormal */
+      int e = -1;
+      do { man <<= 1; e++; } while (!(man & 0x400u));
+      f = sign | ((uint32_t)(127 - 15 - e) << 23) | ((man & 0x3ffu) << 13);
+    }
+  } else if (exp == 31) f = sign | 0x7f800000u | (man << 13);
+  else f = sign | ((exp + 112) << 23) | (man << 13);
+  float r; memcpy(&r, &f, 4); return r;
+}
+static inline uint16_t dpl_f2h(float x)
+{
+  uint32_t f; memcpy(&f, &x, 4);
+  uint32_t sign = (f >> 16) & 0x8000u;
+  int32_t exp = (int32_t)((f >> 23) & 0xff);
+  uint32_t man = f & 0x7fffffu;
+  if (exp == 255) return (uint16_t)(sign | 0x7c00u | (man ? 0x200u : 0));
+  int32_t e = exp - 127 + 15;
+  if (e >= 31) return (uint16_t)(sign | 0x7c00u);
+  if (e <= 0) {
+    if (e < -10) return (uint16_t)sign;
+    man |= 0x800000u;
+    uint32_t shift = (uint32_t)(14 - e);
+    uint32_t half = man >> shift, rem = man & ((1u << shift) - 1), mid = 1u << (shift - 1);
+    if (rem > mid || (rem == mid && (half & 1))) half++;
+    return (uint16_t)(sign | half);
+  }
+  uint32_t h = sign | ((uint32_t)e << 10) | (man >> 13);
+  uint32_t rem = man & 0x1fffu;
+  if (rem > 0x1000u || (rem == 0x1000u && (h & 1))) h++;
+  return (uint16_t)h;
+}
+static inline float dpl_bf2f(uint16_t b) { uint32_t f = (uint32_t)b << 16; float r; memcpy(&r, &f, 4); return r; }
+static inline uint16_t dpl_f2bf(float x)
+{
+  uint32_t f; memcpy(&f, &x, 4);
+  if ((f & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((f >> 16) | 0x40u);
+  f += 0x7fffu + ((f >> 16) & 1);
+  return (uint16_t)(f >> 16);
+}
+/* double -> integer without undefined behaviour (NaN -> 0, saturating) */
+static inline int64_t dpl_d2i64(double v)
+{
+  if (!(v == v)) return 0;
+  if (v >= 9223372036854775807.0) return INT64_MAX;
+  if (v <= -9223372036854775808.0) return INT64_MIN;
+  return (int64_t)v;
+}
+static inline int32_t dpl_d2i32(double v)
+{
+  if (!(v == v)) return 0;
+  if (v >= 2147483647.0) return INT32_MAX;
+  if (v <= -2147483648.0) return INT32_MIN;
+  return (int32_t)v;
+}
+static inline uint8_t dpl_d2u8(double v)
+{
+  if (!(v == v)) return 0;
+  int64_t i = dpl_d2i64(v);
+  return (uint8_t)(i & 0xff); /* wraps like a C cast of the integer */
+}
+static inline double dpl_load_f64(const void *p, int32_t dt)
+{
+  switch (dt) {
+  case DPL_FLOAT32: return *(const float *)p;
+  case DPL_FLOAT64: return *(const double *)p;
+  case DPL_FLOAT16: return dpl_h2f(*(const uint16_t *)p);
+  case DPL_BFLOAT16: return dpl_bf2f(*(const uint16_t *)p);
+  case DPL_INT32: return *(const int32_t *)p;
+  case DPL_INT64: return (double)*(const int64_t *)p;
+  case DPL_UINT8: return *(const uint8_t *)p;
+  default: return *(const uint8_t *)p ? 1.0 : 0.0;
+  }
+}
+static inline int64_t dpl_load_i64(const void *p, int32_t dt)
+{
+  switch (dt) {
+  case DPL_INT32: return *(const int32_t *)p;
+  case DPL_INT64: return *(const int64_t *)p;
+  case DPL_UINT8: return *(const uint8_t *)p;
+  case DPL_BOOL: return *(const uint8_t *)p ? 1 : 0;
+  default: return dpl_d2i64(dpl_load_f64(p, dt));
+  }
+}
+static inline void dpl_store_f64(void *p, int32_t dt, double v)
+{
+  switch (dt) {
+  case DPL_FLOAT32: *(float *)p = (float)v; break;
+  case DPL_FLOAT64: *(double *)p = v; break;
+  case DPL_FLOAT16: *(uint16_t *)p = dpl_f2h((float)v); break;
+  case DPL_BFLOAT16: *(uint16_t *)p = dpl_f2bf((float)v); break;
+  case DPL_INT32: *(int32_t *)p = dpl_d2i32(v); break;
+  case DPL_INT64: *(int64_t *)p = dpl_d2i64(v); break;
+  case DPL_UINT8: *(uint8_t *)p = dpl_d2u8(v); break;
+  default: *(uint8_t *)p = v != 0; break;
+  }
+}
+static inline void dpl_store_i64(void *p, int32_t dt, int64_t v)
+{
+  switch (dt) {
+  case DPL_INT32: *(int32_t *)p = (int32_t)v; break;
+  case DPL_INT64: *(int64_t *)p = v; break;
+  case DPL_UINT8: *(uint8_t *)p = (uint8_t)v; break;
+  case DPL_BOOL: *(uint8_t *)p = v != 0; break;
+  default: dpl_store_f64(p, dt, (double)v); break;
+  }
+}
+
+/* PyTorch's promotion lattice: bool < uint8 < int32 < int64 < f16/bf16 < f32 < f64. */
+int32_t dpl_promote(int32_t a, int32_t b);
+
+/* ---- tensors ---- */
+/* New contiguous tensor on the device of `like` (or CPU when like is NULL). */
+int dpl_new(const char *op, int32_t dtype, int32_t ndim, const int64_t *shape, const dpl_tensor *like,
+            dpl_tensor **out);
+int dpl_new_on(const char *op, int32_t dtype, int32_t ndim, const int64_t *shape, int32_t devtype,
+               int32_t devindex, dpl_tensor **out);
+/* A view handle with the given geometry on t's storage (no checks). */
+int dpl_make_view(const dpl_tensor *t, int32_t ndim, const int64_t *shape, const int64_t *stride,
+                  int64_t offset, dpl_tensor **out);
+void dpl_update_contig(dpl_tensor *t);
+static inline int dpl_is_contig(const dpl_tensor *t) { return (t->_flags & DPL_CONTIG) != 0; }
+/* Contiguous copy in dtype (a new handle on t when t already is contiguous in that dtype). */
+int dpl_contig_as(const char *op, const dpl_tensor *t, int32_t dtype, dpl_tensor **out);
+/* copy with broadcasting and conversion, no checks */
+void dpl_copy_raw(dpl_tensor *dst, const dpl_tensor *src);
+int dpl_check_tensor(const char *op, const char *name, const dpl_tensor *t);
+int dpl_check_same_device(const char *op, const dpl_tensor *a, const dpl_tensor *b);
+/* "cpu" or "cuda:k" into buf */
+const char *dpl_device_str(int32_t devtype, int32_t devindex, char *buf, size_t n);
+/* "[2, 3]" into buf */
+const char *dpl_shape_str(int32_t ndim, const int64_t *shape, char *buf, size_t n);
+/* Broadcast two shapes; returns DPL_EINVAL with a message on mismatch. */
+int dpl_broadcast_shapes(const char *op, int32_t na, const int64_t *sa, int32_t nb, const int64_t *sb,
+                         int32_t *nout, int64_t *out);
+/* strides of t broadcast to shape (ndim >= t's), 0 where broadcast; -1 when impossible */
+int dpl_broadcast_strides(const dpl_tensor *t, int32_t ndim, const int64_t *shape, int64_t *stride);
+int64_t dpl_shape_numel(int32_t ndim, const int64_t *shape);
+
+/* ---- element iterator ----
+ * Up to 4 operands over one common shape, strides in bytes (0 = broadcast).
+ * run() coalesces dims and calls fn on 1-D runs, split across threads when large. */
+#define DPL_ITER_MAX 4
+typedef void (*dpl_loop_fn)(char **ptr, const int64_t *stride, int64_t n, void *ctx);
+typedef struct dpl_iter {
+  int nargs, ndim;
+  int64_t shape[DPL_MAX_DIMS];
+  int64_t stride[DPL_ITER_MAX][DPL_MAX_DIMS];
+  char *base[DPL_ITER_MAX];
+  int64_t numel;
+} dpl_iter;
+/* ops[i] is viewed at shape (ndim, shape) with broadcasting; the caller checked shapes. */
+void dpl_iter_init(dpl_iter *it, int nargs, dpl_tensor *const *ops, int32_t ndim, const int64_t *shape);
+void dpl_iter_run(dpl_iter *it, dpl_loop_fn fn, void *ctx, int64_t grain);
+
+/* ---- threads ---- */
+typedef void (*dpl_range_fn)(int64_t lo, int64_t hi, void *ctx);
+/* Calls fn on disjoint ranges covering [0, n), in parallel when n >= 2*grain. */
+void dpl_parallel_for(int64_t n, int64_t grain, dpl_range_fn fn, void *ctx);
+int dpl_threads(void);
+
+/* ---- BLAS (dlopen'ed OpenBLAS, with a plain C fallback) ---- */
+/* C = alpha * op(A) @ op(B) + beta * C, row-major, like cblas_{s,d}gemm. */
+void dpl_gemm(int32_t dtype, int transa, int transb, int64_t m, int64_t n, int64_t k, double alpha,
+              const void *a, int64_t lda, const void *b, int64_t ldb, double beta, void *c, int64_t ldc);
+void dpl_blas_set_threads(int n);
+
+/* ---- random ---- */
+/* Reserves n counters of the global generator; returns the key and first counter. */
+void dpl_rng_reserve(uint64_t n, uint64_t *key, uint64_t *start);
+
+#define DPL_TRY(x) do { int st_ = (x); if (st_ != DPL_OK) return st_; } while (0)
+#endif

@@ -1,0 +1,172 @@
+/* dpl_tensor_random.c: the seeded counter-based generator (Philox 4x32-10).
+ * Element i of a draw uses counter (offset + i) under the key (seed), so a
+ * result depends on the seed and the sequence of draws only: never on the
+ * number of threads that fill it. uniform_, normal_, randint_, bernoulli_. */
+#include "dpl_tensor_internal.h"
+#include <pthread.h>
+#include <stdio.h>
+
+#define DEFAULT_SEED UINT64_C(67280421310721)
+
+static pthread_mutex_t rng_mu = PTHREAD_MUTEX_INITIALIZER;
+static uint64_t rng_seed = DEFAULT_SEED;
+static uint64_t rng_offset;
+
+void dpl_manual_seed(uint64_t seed)
+{
+  pthread_mutex_lock(&rng_mu);
+  rng_seed = seed;
+  rng_offset = 0;
+  pthread_mutex_unlock(&rng_mu);
+}
+
+void dpl_rng_get_state(uint64_t *seed, uint64_t *offset)
+{
+  pthread_mutex_lock(&rng_mu);
+  if (seed) *seed = rng_seed;
+  if (offset) *offset = rng_offset;
+  pthread_mutex_unlock(&rng_mu);
+}
+
+void dpl_rng_set_state(uint64_t seed, uint64_t offset)
+{
+  pthread_mutex_lock(&rng_mu);
+  rng_seed = seed;
+  rng_offset = offset;
+  pthread_mutex_unlock(&rng_mu);
+}
+
+void dpl_rng_reserve(uint64_t n, uint64_t *key, uint64_t *start)
+{
+  pthread_mutex_lock(&rng_mu);
+  *key = rng_seed;
+  *start = rng_offset;
+  rng_offset += n;
+  pthread_mutex_unlock(&rng_mu);
+}
+
+static inline void philox(uint64_t key, uint64_t ctr, uint32_t out[4])
+{
+  uint32_t c0 = (uint32_t)ctr, c1 = (uint32_t)(ctr >> 32), c2 = 0, c3 = 0;
+  uint32_t k0 = (uint32_t)key, k1 = (uint32_t)(key >> 32);
+  for (int r = 0; r < 10; r++) {
+    uint64_t p0 = (uint64_t)0xD2511F53u * c0, p1 = (uint64_t)0xCD9E8D57u * c2;
+    uint32_t hi0 = (uint32_t)(p0 >> 32), lo0 = (uint32_t)p0, hi1 = (uint32_t)(p1 >> 32), lo1 = (uint32_t)p1;
+    c0 = hi1 ^ c1 ^ k0;
+    c1 = lo1;
+    c2 = hi0 ^ c3 ^ k1;
+    c3 = lo0;
+    k0 += 0x9E3779B9u;
+    k1 += 0xBB67AE85u;
+  }
+  out[0] = c0; out[1] = c1; out[2] = c2; out[3] = c3;
+}
+
+enum { R_UNIFORM, R_NORMAL, R_RANDINT, R_BERNOULLI };
+typedef struct rjob {
+  int kind;
+  int32_t dt;
+  char *data;
+  uint64_t key, start;
+  double a, b;
+  int64_t ia, range;
+} rjob;
+
+static void rng_range(int64_t lo, int64_t hi, void *vj)
+{
+  rjob *j = vj;
+  int64_t es = dpl_elsize(j->dt);
+  for (int64_t i = lo; i < hi; i++) {
+    uint32_t u[4];
+    philox(j->key, j->start + (uint64_t)i, u);
+    char *p = j->data + i * es;
+    switch (j->kind) {
+    case R_UNIFORM:
+      if (j->dt == DPL_FLOAT32) {
+        float f = (float)(u[0] >> 8) * (1.0f / 16777216.0f);
+        float v = (float)j->a + f * (float)(j->b - j->a);
+        if (v >= (float)j->b && j->b > j->a) v = nextafterf((float)j->b, (float)j->a);
+        *(float *)p = v;
+      } else {
+        double f = (double)(((uint64_t)u[0] << 21) ^ (u[1] >> 11)) * (1.0 / 9007199254740992.0);
+        dpl_store_f64(p, j->dt, j->a + f * (j->b - j->a));
+      }
+      break;
+    case R_NORMAL: {
+      double u1 = ((double)u[0] + 1.0) * (1.0 / 4294967296.0);
+      double u2 = (double)u[1] * (1.0 / 4294967296.0);
+      double z = sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+      if (j->dt == DPL_FLOAT32) *(float *)p = (float)(j->a + j->b * z);
+      else dpl_store_f64(p, j->dt, j->a + j->b * z);
+      break;
+    }
+    case R_RANDINT: {
+      uint64_t r = ((uint64_t)u[0] << 32) | u[1];
+      dpl_store_i64(p, j->dt, j->ia + (int64_t)(r % (uint64_t)j->range));
+      break;
+    }
+    default: {
+      double f = (double)(u[0] >> 8) * (1.0 / 16777216.0);
+      dpl_store_f64(p, j->dt, f < j->a ? 1.0 : 0.0);
+    }
+    }
+  }
+}
+
+static int run_rng(const char *name, dpl_tensor *t, rjob *j)
+{
+  DPL_TRY(dpl_check_tensor(name, "self", t));
+  dpl_tensor *tmp = NULL;
+  dpl_tensor *target = t;
+  if (!dpl_is_contig(t)) {
+    DPL_TRY(dpl_new(name, t->_dtype, t->_ndim, t->_shape, t, &tmp));
+    target = tmp;
+  }
+  j->dt = t->_dtype;
+  j->data = target->_data;
+  dpl_rng_reserve((uint64_t)t->_numel, &j->key, &j->start);
+  dpl_parallel_for(t->_numel, 16384, rng_range, j);
+  if (tmp) {
+    dpl_copy_raw(t, tmp);
+    dpl_tensor_release(tmp);
+  }
+  return DPL_OK;
+}
+
+int dpl_tensor_uniform_(dpl_tensor *t, double lo, double hi)
+{
+  DPL_TRY(dpl_check_tensor("uniform_", "self", t));
+  if (!dpl_is_float(t->_dtype))
+    return dpl_errorf(DPL_EINVAL, "uniform_: expected a floating-point tensor, got %s", dpl_dtype_name(t->_dtype));
+  if (!(lo <= hi)) return dpl_errorf(DPL_EINVAL, "uniform_: expected from <= to, got from=%g to=%g", lo, hi);
+  rjob j = {R_UNIFORM, 0, NULL, 0, 0, lo, hi, 0, 0};
+  return run_rng("uniform_", t, &j);
+}
+
+int dpl_tensor_normal_(dpl_tensor *t, double mean, double std)
+{
+  DPL_TRY(dpl_check_tensor("normal_", "self", t));
+  if (!dpl_is_float(t->_dtype))
+    return dpl_errorf(DPL_EINVAL, "normal_: expected a floating-point tensor, got %s", dpl_dtype_name(t->_dtype));
+  if (!(std >= 0)) return dpl_errorf(DPL_EINVAL, "normal_: expected std >= 0, got %g", std);
+  rjob j = {R_NORMAL, 0, NULL, 0, 0, mean, std, 0, 0};
+  return run_rng("normal_", t, &j);
+}
+
+int dpl_tensor_randint_(dpl_tensor *t, int64_t lo, int64_t hi)
+{
+  DPL_TRY(dpl_check_tensor("randint_", "self", t));
+  if (hi <= lo)
+    return dpl_errorf(DPL_EINVAL, "randint_: expected low < high, got low=%lld high=%lld", (long long)lo, (long long)hi);
+  if (t->_dtype == DPL_BOOL) return dpl_errorf(DPL_EINVAL, "randint_: not supported for bool tensors");
+  rjob j = {R_RANDINT, 0, NULL, 0, 0, 0, 0, lo, (int64_t)((uint64_t)hi - (uint64_t)lo)};
+  return run_rng("randint_", t, &j);
+}
+
+int dpl_tensor_bernoulli_(dpl_tensor *t, double p)
+{
+  DPL_TRY(dpl_check_tensor("bernoulli_", "self", t));
+  if (!(p >= 0 && p <= 1)) return dpl_errorf(DPL_EINVAL, "bernoulli_: expected 0 <= p <= 1, got %g", p);
+  rjob j = {R_BERNOULLI, 0, NULL, 0, 0, p, 0, 0, 0};
+  return run_rng("bernoulli_", t, &j);
+}
