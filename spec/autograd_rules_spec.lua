@@ -116,7 +116,7 @@ describe('gradcheck of every backward rule', function()
     end
     local ok, e = pcall(A.gradcheck, f, { rs(1, 2) })
     assert.is_false(ok)
-    assert.truthy(e:find('Jacobian mismatch'))
+    assert.truthy(tostring(e):find('Jacobian mismatch'))
   end)
 
   it('every rule of autograd.rules has a case here', function()

@@ -126,6 +126,23 @@ describe('nn layers', function()
       assert.are.same({ 2, 3, 8, 8 }, cls()(x):size())
     end
   end)
+  it('max_pool2d: the strided-views path equals the C kernel (values, argmax and gradients)', function()
+    local A = dpl.autograd
+    for _, c in ipairs({ { { 2, 3, 4, 6 }, 2, 2 }, { { 3, 2, 6, 9 }, 3, 3 }, { { 2, 2, 6, 6 }, 2, 3 }, { { 1, 2, 3, 3 }, 1, 1 } }) do
+      dpl.manual_seed(5)
+      local x = dpl.randn(unpack(c[1])):requires_grad_()
+      local vc, ic = dpl.no_grad(function() return dpl.max_pool2d(x, { c[2], c[3] }) end)
+      local y = A.max_pool2d_views(x, c[2], c[3])
+      assert.are.same(vc:totable(), y:totable())
+      local g = dpl.randn(unpack(y:size()))
+      y:backward(g)
+      assert.are.same(dpl.max_pool2d_backward(g, x, ic):totable(), x.grad:totable())
+      local y2 = dpl.no_grad(function() return F.max_pool2d(x, { c[2], c[3] }) end)
+      assert.are.same(vc:totable(), y2:totable())
+    end
+    assert.is_false(A.pool_fast_ok(dpl.randn(1, 1, 5, 5), 2))
+    assert.is_false(A.pool_fast_ok(dpl.randn(1, 1, 4, 4), 2, { padding = 1 }))
+  end)
   it('Embedding gets gradients at the used rows; padding_idx row starts at zero', function()
     local e = nn.Embedding(5, 2, { padding_idx = 1 })
     assert.are.same({ 0, 0 }, e.weight[1]:totable())

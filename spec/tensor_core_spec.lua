@@ -234,6 +234,33 @@ describe('tensor lifetimes', function()
     assert.matches('was freed', err_of(function() return a + 1 end))
   end)
 
+  it('runs the GC itself when tensor bytes pile up, and reports allocation failures', function()
+    local T = dpl.tensor
+    local saved = T.gc_heap_factor
+    T.gc_heap_factor = 0 -- every 8 MiB whatever the (test runner's) Lua heap
+    T.collect()
+    collectgarbage(); collectgarbage()
+    local base = dpl.memory_allocated()
+    local peak = 0
+    local x = dpl.ones(1000000) -- 4 MB
+    for _ = 1, 100 do           -- 400 MB of garbage: freed as it goes, not at the end
+      local y = x + 1
+      local now = dpl.memory_allocated() - base
+      if now > peak then peak = now end
+      y = nil
+    end
+    T.gc_heap_factor = saved
+    assert(peak < 64 * 2 ^ 20, ('tensor bytes grew to %d'):format(peak))
+    local maps = io.open('/proc/self/maps')
+    local asan = maps and maps:read('*a'):find('libasan', 1, true)
+    if maps then maps:close() end
+    if not asan then -- ASan reports a 4 TB malloc instead of returning NULL
+      assert.matches('RuntimeError: empty: out of memory allocating 4398046511104 bytes for a float32 %[1099511627776%] tensor',
+        tostring(select(2, pcall(dpl.zeros, 2 ^ 40))))
+    end
+    assert.matches('shape %[1073741824, 1073741824%] is too large', tostring(select(2, pcall(dpl.zeros, 2 ^ 30, 2 ^ 30))))
+  end)
+
   it('counts peak and totals', function()
     local s = dpl.memory_stats()
     for _, k in ipairs({ 'current_bytes', 'peak_bytes', 'total_bytes', 'live_storages', 'allocations' }) do

@@ -145,6 +145,10 @@ print(('ok %%s root=%%s ids=%%s gpus=%%d on_gpu=%%s single=%%s dp=%%s ddp=%%s dd
     assert.matches('^ok ddp root=0 ids=0,1 .* world=4', run(2, "gpus=2, num_nodes=2"))
     assert.matches('^ok ddp ', run(2, 'gpus=2', 'LOCAL_RANK=0'))
     assert.matches('^ok single_device .*dev=cpu', run(2, "accelerator='cpu', gpus=1"))
+    assert.matches('^ok single_device root=0 ids=0 gpus=1 .* dev=cuda:0', run(2, "gpus='0'"))
+    assert.matches('^ok single_device root=nil ids=nil gpus=0 on_gpu=false', run(2, 'gpus=0'))
+    assert.matches('^err MisconfigurationException: GPUs requested but none are available', run(2, 'gpus={}'))
+    assert.matches('^ok ddp_spawn root=0 ids=0,1', run(2, 'gpus=-1'))
   end)
 
   it('raises clear errors for invalid mixes', function()
@@ -184,6 +188,28 @@ print(b.x.dev, b0.x.dev, b2.x.dev, table.concat(seen, ','), tostring(e))
 ]])
     local out = h.sh(('DPL_VIRTUAL_GPUS=2 CUDA_VISIBLE_DEVICES= %s %s'):format(h.q(h.bin), h.q(script)))
     os.remove(script)
-    assert.equal('cuda:1\tcuda:0\tcuda:1\tbefore,after\tMisconfigurationException: Requested to transfer batch to TPU but no TPU is available\n', out)
+    assert.equal('cuda:1\tcuda:0\tcuda:1\tbefore,after\tMisconfigurationException: Requested to transfer batch to TPU but no TPU is available',
+                 out:match('([^\n]+)\n$'))
+  end)
+end)
+
+describe('loop configuration checks', function()
+  local th = require 'spec.support.trainer_helpers'
+  local function err(f) local ok, e = pcall(f); assert.is_false(ok); return tostring(e) end
+  it('names what is missing, as Lightning does', function()
+    local M = dpl.LightningModule:extend('Bare')
+    assert.matches('No `training_step%(%)` method defined', err(function() T():fit(M(), th.loader(2)) end))
+    local M2 = dpl.LightningModule:extend('NoOpt')
+    function M2:training_step() return th.loss(1) end
+    assert.matches('No `configure_optimizers%(%)` method defined', err(function() T():fit(M2(), th.loader(2)) end))
+    assert.matches('No `train_dataloader%(%)` method defined', err(function() T():fit(M2()) end))
+    assert.matches('No `test_step%(%)` method defined to run `Trainer.test`', err(function() T():test(M2(), th.loader(2)) end))
+    assert.matches('No `validation_step%(%)` method defined to run `Trainer.validate`', err(function() T():validate(M2(), th.loader(2)) end))
+    assert.matches('No `predict_dataloader%(%)` method defined', err(function() T():predict(M2()) end))
+    local M3 = M2:extend('Manual')
+    function M3:__init() M2.__init(self); self.automatic_optimization = false end
+    function M3:configure_optimizers() return th.Optimizer() end
+    assert.matches('Automatic gradient accumulation is not supported for manual optimization',
+      err(function() T({ accumulate_grad_batches = 2 }):fit(M3(), th.loader(2)) end))
   end)
 end)

@@ -102,3 +102,61 @@ describe('signals during fit', function()
     assert.equal(h.read_all(dir .. '/hpc_ckpt_1.ckpt') ~= '', true)
   end)
 end)
+
+describe('a real SIGTERM during fit (blocked, polled at batch boundaries)', function()
+  it('alone: graceful stop after the batch, checkpoint, non-zero exit', function()
+    local dir = th.tmpdir()
+    local out, err, rc = h.dplhost('spec/support/trainer_sigterm_script.lua 0 ' .. h.q(dir), { timeout = 60 })
+    assert.equal(3, rc, err)
+    assert.matches('rank 0 ok=false step=3 err=SignalReceived: received signal 15 %(SIGTERM%)', out)
+    assert.equal(3, require('dpl.trainer.checkpoint').load(dir .. '/hpc_ckpt_1.ckpt').global_step)
+  end)
+
+  it('sent to one rank of two: both stop after the same step', function()
+    local dir = th.tmpdir()
+    local out, err, rc = h.dplhost('--nproc 2 spec/support/trainer_sigterm_script.lua 1 ' .. h.q(dir), { timeout = 60 })
+    assert.is_not.equal(0, rc)
+    assert.matches('%[rank 0%] rank 0 ok=false step=3 ', out)
+    assert.matches('%[rank 1%] rank 1 ok=false step=3 ', out)
+  end)
+
+  it('after fit the signal mask is as before (a later SIGTERM interrupts as usual)', function()
+    local script = h.write_file(h.tmpname('.lua'), [[
+local ffi = require 'ffi'
+pcall(ffi.cdef, 'int kill(int pid, int sig); int getpid(void);')
+local dpl = require 'dpl'
+local th = require 'spec.support.trainer_helpers'
+local M = dpl.LightningModule:extend('M')
+function M:training_step() return th.loss(1) end
+function M:configure_optimizers() return th.Optimizer() end
+dpl.Trainer{ max_epochs = 1, logger = false, enable_checkpointing = false, enable_progress_bar = false,
+  enable_model_summary = false }:fit(M(), th.loader(3))
+ffi.C.kill(ffi.C.getpid(), 15)
+for _ = 1, 1e8 do local _ = {} end
+print('not reached')
+]])
+    local out, err, rc = h.dplhost(h.q(script), { timeout = 60 })
+    os.remove(script)
+    assert.equal(143, rc)
+    assert.is_nil(out:find('not reached', 1, true))
+  end)
+end)
+
+describe('strategy="ddp" from a plain dplhost run (subprocess launcher)', function()
+  it('re-runs the script for the other local ranks; this process is rank 0', function()
+    local dir = th.tmpdir()
+    local out, err, rc = h.dplhost('spec/support/trainer_subprocess_script.lua ' .. h.q(dir), { timeout = 60 })
+    assert.equal(0, rc, err)
+    assert.matches('rank 0/2 items=1,3,5', out)
+    assert.equal('rank 1/2 items=2,4,6', h.read_all(dir .. '/rank1.txt'))
+  end)
+
+  it('refuses code that does not come from a script file', function()
+    local out, err, rc = h.dplhost([[-e "local dpl = require 'dpl'; local th = require 'spec.support.trainer_helpers'
+local M = dpl.LightningModule:extend('M'); function M:training_step() return th.loss(1) end
+function M:configure_optimizers() return th.Optimizer() end
+dpl.Trainer{ strategy = 'ddp', accelerator = 'cpu', devices = 2, logger = false }:fit(M(), th.loader(2))"]])
+    assert.is_not.equal(0, rc)
+    assert.matches('does not come from a script file: run `dplhost %-%-nproc 2 script.lua`', err)
+  end)
+end)

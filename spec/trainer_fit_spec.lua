@@ -232,3 +232,18 @@ describe('overfit_batches', function()
     assert.same({ 1, 2, 3, 1, 2, 3 }, seen)
   end)
 end)
+
+describe('optimizer frequencies', function()
+  it('alternate the active optimizer: {frequency=2}, {frequency=1}', function()
+    local seen = {}
+    local Model = th.recording_model({}, {
+      configure_optimizers = function()
+        return { { optimizer = th.Optimizer(), frequency = 2 }, { optimizer = th.Optimizer(), frequency = 1 } }
+      end,
+      training_step = function(_, batch, i, opt_idx) seen[#seen + 1] = opt_idx; return th.loss(1) end })
+    local t = T({ max_epochs = 1, limit_train_batches = 6, limit_val_batches = 0 })
+    t:fit(Model())
+    assert.same({ 0, 0, 1, 0, 0, 1 }, seen)
+    assert.equal(6, t.global_step)
+  end)
+end)

@@ -11,6 +11,14 @@ local errors = require 'dpl.errors'
 local C = require('dpl.capi').C
 
 local fmt = string.format
+
+-- Errors are objects whose tostring reads "ClassName: message" (DESIGN.md).
+local lua_error = error
+local function error(msg, cls) -- (a number as cls is a stack level: ignored, objects carry none)
+  if type(cls) ~= 'table' then cls = require('dpl.errors').RuntimeError end
+  if type(msg) == 'string' then msg = cls(msg) end
+  lua_error(msg, 0)
+end
 local M = {}
 
 M.FASHION_MNIST_ROOT = '/usr/share/datasets/fashion-mnist'
@@ -69,10 +77,11 @@ function M.FashionMNIST:__init(opts)
     error(fmt("FashionMNIST: %s-images-idx3-ubyte(.gz) and %s-labels-idx1-ubyte(.gz) not found under '%s' "
       .. "(install Debian's dataset-fashion-mnist, or pass root=)", split, split, root), 2)
   end
+  local function msg_of(e) return type(e) == 'table' and tostring(e.message) or tostring(e) end
   local ok, imgs = pcall(read_idx_u8, ip, 3)
-  if not ok then error('FashionMNIST: ' .. tostring(imgs), 2) end
+  if not ok then error('FashionMNIST: ' .. msg_of(imgs), 2) end
   local ok2, labels = pcall(read_idx_u8, lp, 1)
-  if not ok2 then error('FashionMNIST: ' .. tostring(labels), 2) end
+  if not ok2 then error('FashionMNIST: ' .. msg_of(labels), 2) end
   local n = imgs:size(1)
   if labels:size(1) ~= n then
     error(fmt('FashionMNIST: %s has %d images but %s has %d labels', ip, n, lp, labels:size(1)), 2)

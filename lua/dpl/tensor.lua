@@ -116,12 +116,14 @@ local gc_wanted, gc_done = C.dpl_gc_wanted, C.dpl_gc_done
 -- freed blocks soon keeps them in cache), and more when the Lua heap is big (a
 -- collection costs in proportion to it).
 M.gc_bytes = tonumber(os.getenv('DPL_GC_BYTES') or '') or 8 * 1024 * 1024
+M.gc_heap_factor = 32                -- x the Lua heap (in bytes) ...
+M.gc_max_bytes = 256 * 1024 * 1024   -- ... but never more than this
 C.dpl_set_gc_threshold(M.gc_bytes)
 local function collect()
   collectgarbage()
   gc_done()
   local heap = collectgarbage('count') * 1024
-  C.dpl_set_gc_threshold(math.max(M.gc_bytes, 32 * heap))
+  C.dpl_set_gc_threshold(math.max(M.gc_bytes, math.min(M.gc_heap_factor * heap, M.gc_max_bytes)))
 end
 M.collect = collect
 
@@ -769,8 +771,9 @@ end
 function methods.add(a, b, alpha)
   if alpha == nil or alpha == 1 then return binop(0, a, b) end
   if type(b) == 'number' then return binop(0, a, b * alpha) end
-  local r = methods.clone(binop(0, a, 0 * b))
-  check(C.dpl_axpy_(r, alpha, b))
+  local scaled = binop(2, b, alpha)
+  local r = binop(0, a, scaled)
+  C.dpl_tensor_free_data(scaled)
   return r
 end
 function methods.add_(a, b, alpha)
@@ -932,6 +935,13 @@ local function reduction_id(r, name)
 end
 M.reduction_id = reduction_id
 
+-- wraps the result in out1 and releases the temporary index tensor now (not at the next GC)
+local function done_tmp(tmp)
+  local r = ffi.gc(out1[0][0], release)
+  C.dpl_tensor_free_data(tmp)
+  return r
+end
+
 -- Lua's 1-based class labels -> a 0-based int64 tensor for C
 local function zero_based(target, name)
   if not is_tensor(target) then error(fmt('%s: target must be a tensor of class indices', name), 3) end
@@ -958,26 +968,28 @@ function M.cross_entropy(logits, target, opts)
   local ign = opts and opts.ignore_index and opts.ignore_index - 1 or -101
   local t0 = zero_based(target, 'cross_entropy')
   if C.dpl_cross_entropy(logits, t0, red, ign, out1) ~= 0 then fix_msg(2) end
-  return ffi.gc(out1[0][0], release)
+  return done_tmp(t0)
 end
 function M.cross_entropy_backward(grad_out, logits, target, opts)
   local red = reduction_id(opts and opts.reduction, 'cross_entropy_backward')
   local ign = opts and opts.ignore_index and opts.ignore_index - 1 or -101
   local t0 = zero_based(target, 'cross_entropy_backward')
   if C.dpl_cross_entropy_backward(grad_out, logits, t0, red, ign, out1) ~= 0 then fix_msg(2) end
-  return ffi.gc(out1[0][0], release)
+  return done_tmp(t0)
 end
 function M.nll_loss(logp, target, opts)
   local red = reduction_id(opts and opts.reduction, 'nll_loss')
   local ign = opts and opts.ignore_index and opts.ignore_index - 1 or -101
-  if C.dpl_nll_loss(logp, zero_based(target, 'nll_loss'), red, ign, out1) ~= 0 then fix_msg(2) end
-  return ffi.gc(out1[0][0], release)
+  local t0 = zero_based(target, 'nll_loss')
+  if C.dpl_nll_loss(logp, t0, red, ign, out1) ~= 0 then fix_msg(2) end
+  return done_tmp(t0)
 end
 function M.nll_loss_backward(grad_out, logp, target, opts)
   local red = reduction_id(opts and opts.reduction, 'nll_loss_backward')
   local ign = opts and opts.ignore_index and opts.ignore_index - 1 or -101
-  if C.dpl_nll_loss_backward(grad_out, logp, zero_based(target, 'nll_loss_backward'), red, ign, out1) ~= 0 then fix_msg(2) end
-  return ffi.gc(out1[0][0], release)
+  local t0 = zero_based(target, 'nll_loss_backward')
+  if C.dpl_nll_loss_backward(grad_out, logp, t0, red, ign, out1) ~= 0 then fix_msg(2) end
+  return done_tmp(t0)
 end
 function M.mse_loss(a, b, opts)
   return call1(C.dpl_mse_loss, a, b, reduction_id(opts and opts.reduction, 'mse_loss'), out1)
@@ -1028,21 +1040,26 @@ function methods.index_select(t, d, idx)
   local cd = cdim(t, d, 'index_select')
   local i0 = index0(idx, 'index_select', tonumber(t._shape[cd]))
   if C.dpl_index_select(t, cd, i0, out1) ~= 0 then fix_msg(2) end
-  return ffi.gc(out1[0][0], release)
+  return done_tmp(i0)
 end
 function methods.index_add_(t, d, idx, src)
   local cd = cdim(t, d, 'index_add_')
-  if C.dpl_index_add_(t, cd, index0(idx, 'index_add_', tonumber(t._shape[cd])), src) ~= 0 then fix_msg(2) end
+  local i0 = index0(idx, 'index_add_', tonumber(t._shape[cd]))
+  if C.dpl_index_add_(t, cd, i0, src) ~= 0 then fix_msg(2) end
+  C.dpl_tensor_free_data(i0)
   return t
 end
 function methods.gather(t, d, idx)
   local cd = cdim(t, d, 'gather')
-  if C.dpl_gather(t, cd, index0(idx, 'gather'), out1) ~= 0 then fix_msg(2) end
-  return ffi.gc(out1[0][0], release)
+  local i0 = index0(idx, 'gather')
+  if C.dpl_gather(t, cd, i0, out1) ~= 0 then fix_msg(2) end
+  return done_tmp(i0)
 end
 function methods.scatter_add_(t, d, idx, src)
   local cd = cdim(t, d, 'scatter_add_')
-  if C.dpl_scatter_add_(t, cd, index0(idx, 'scatter_add_'), src) ~= 0 then fix_msg(2) end
+  local i0 = index0(idx, 'scatter_add_')
+  if C.dpl_scatter_add_(t, cd, i0, src) ~= 0 then fix_msg(2) end
+  C.dpl_tensor_free_data(i0)
   return t
 end
 function methods.scatter_add(t, d, idx, src) return methods.scatter_add_(methods.clone(t), d, idx, src) end
@@ -1080,12 +1097,14 @@ end
 
 --- embedding(weight [V, D], idx with 1-based ids)
 function M.embedding(weight, idx)
-  if C.dpl_embedding(weight, index0(idx, 'embedding'), out1) ~= 0 then fix_msg(2) end
-  return ffi.gc(out1[0][0], release)
+  local i0 = index0(idx, 'embedding')
+  if C.dpl_embedding(weight, i0, out1) ~= 0 then fix_msg(2) end
+  return done_tmp(i0)
 end
 function M.embedding_backward(grad, idx, num_weights)
-  if C.dpl_embedding_backward(grad, index0(idx, 'embedding_backward'), num_weights, out1) ~= 0 then fix_msg(2) end
-  return ffi.gc(out1[0][0], release)
+  local i0 = index0(idx, 'embedding_backward')
+  if C.dpl_embedding_backward(grad, i0, num_weights, out1) ~= 0 then fix_msg(2) end
+  return done_tmp(i0)
 end
 
 ---------------------------------------------------------------- convolution, pooling

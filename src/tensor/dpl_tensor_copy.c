@@ -33,7 +33,7 @@ static void copy_same(char **p, const int64_t *st, int64_t n, void *vctx)
   }
 }
 
-static void copy_conv(char **p, const int64_t *st, int64_t n, void *vctx)
+DPL_CLONES static void copy_conv(char **p, const int64_t *st, int64_t n, void *vctx)
 {
   conv_ctx *c = vctx;
   int64_t dd_ = st[0], sd_ = st[1];
@@ -112,7 +112,7 @@ int dpl_tensor_to(const dpl_tensor *t, int32_t dtype, int32_t devtype, int32_t d
 
 typedef struct fill_ctx { int32_t dt; double v; int64_t iv; int use_int; } fill_ctx;
 
-static void fill_loop(char **p, const int64_t *st, int64_t n, void *vctx)
+DPL_CLONES static void fill_loop(char **p, const int64_t *st, int64_t n, void *vctx)
 {
   fill_ctx *c = vctx;
   switch (c->dt) {

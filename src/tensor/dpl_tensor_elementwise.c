@@ -10,6 +10,7 @@
 
 #define GRAIN 32768
 
+
 static const char *binop_name(int op)
 {
   switch (op) {
@@ -74,7 +75,7 @@ static inline int64_t ipow(int64_t b, int64_t e)
 }
 
 #define FLOAT_BINARY(NAME, T, POWF, FMODF, ATAN2F)                                        \
-  static void NAME(char **p, const int64_t *st, int64_t n, void *ctx)                      \
+  DPL_CLONES static void NAME(char **p, const int64_t *st, int64_t n, void *ctx)                      \
   {                                                                                        \
     switch (*(int *)ctx) {                                                                 \
     case DPL_OP_ADD: BIN_LOOP(T, T, x + y); break;                                         \
@@ -142,7 +143,7 @@ FLOAT_BINARY(bin_f64, double, pow, fmod, atan2)
 
 /* integer arithmetic wraps (through unsigned) instead of overflowing */
 #define INT_BINARY(NAME, T, U)                                                            \
-  static void NAME(char **p, const int64_t *st, int64_t n, void *ctx)                      \
+  DPL_CLONES static void NAME(char **p, const int64_t *st, int64_t n, void *ctx)                      \
   {                                                                                        \
     switch (*(int *)ctx) {                                                                 \
     case DPL_OP_ADD: BIN_LOOP(T, T, (T)((U)x + (U)y)); break;                              \
@@ -380,7 +381,7 @@ int dpl_binary_scalar_(int32_t op, dpl_tensor *a, double s)
 
 /* ---- axpy ---- */
 typedef struct axpy_ctx { double alpha; } axpy_ctx;
-static void axpy_f32(char **p, const int64_t *st, int64_t n, void *vctx)
+DPL_CLONES static void axpy_f32(char **p, const int64_t *st, int64_t n, void *vctx)
 {
   float al = (float)((axpy_ctx *)vctx)->alpha;
   if (st[0] == 4 && st[1] == 4) {
@@ -390,7 +391,7 @@ static void axpy_f32(char **p, const int64_t *st, int64_t n, void *vctx)
     for (int64_t i = 0; i < n; i++) *(float *)(p[0] + i * st[0]) += al * *(const float *)(p[1] + i * st[1]);
   }
 }
-static void axpy_f64(char **p, const int64_t *st, int64_t n, void *vctx)
+DPL_CLONES static void axpy_f64(char **p, const int64_t *st, int64_t n, void *vctx)
 {
   double al = ((axpy_ctx *)vctx)->alpha;
   for (int64_t i = 0; i < n; i++) *(double *)(p[0] + i * st[0]) += al * *(const double *)(p[1] + i * st[1]);
@@ -454,7 +455,7 @@ static int un_bool_out(int op) { return op == DPL_OP_LOGICAL_NOT || op == DPL_OP
   } while (0)
 
 #define FLOAT_UNARY(NAME, T, S)                                                                     \
-  static void NAME(char **p, const int64_t *st, int64_t n, void *ctx)                               \
+  DPL_CLONES static void NAME(char **p, const int64_t *st, int64_t n, void *ctx)                               \
   {                                                                                                 \
     switch (*(int *)ctx) {                                                                          \
     case DPL_OP_NEG: UN_LOOP(T, T, -x); break;                                                      \
@@ -504,18 +505,6 @@ static void un_f32(char **p, const int64_t *st, int64_t n, void *ctx)
     _mm_sfence();
     return;
   }
-  if (st[0] == 4 && st[1] == 4 && *(int *)ctx == DPL_OP_RELU) { /* in place or small: cached stores */
-    float *o = (float *)p[0];
-    const float *A = (const float *)p[1];
-    const __m128 zero = _mm_setzero_ps();
-    int64_t i = 0;
-    for (; i + 4 <= n; i += 4) {
-      __m128 x = _mm_loadu_ps(A + i);
-      _mm_storeu_ps(o + i, _mm_andnot_ps(_mm_cmplt_ps(x, zero), x));
-    }
-    for (; i < n; i++) { float x = A[i]; o[i] = x < 0 ? 0.0f : x; }
-    return;
-  }
 #endif
   un_f32_plain(p, st, n, ctx);
 }
@@ -523,7 +512,7 @@ FLOAT_UNARY(un_f64, double, )
 
 static inline int isneg(int64_t x) { return x < 0; }
 #define INT_UNARY(NAME, T, U)                                                                       \
-  static void NAME(char **p, const int64_t *st, int64_t n, void *ctx)                               \
+  DPL_CLONES static void NAME(char **p, const int64_t *st, int64_t n, void *ctx)                               \
   {                                                                                                 \
     switch (*(int *)ctx) {                                                                          \
     case DPL_OP_NEG: UN_LOOP(T, T, (T)(0 - (U)x)); break;                                           \
@@ -605,7 +594,7 @@ int dpl_unary_(int32_t op, dpl_tensor *a) { return unary_core(op, a, a, NULL); }
 
 /* ---- activation gradients ---- */
 #define ACT_BWD(NAME, T, S)                                                                           \
-  static void NAME(char **p, const int64_t *st, int64_t n, void *ctx)                                 \
+  DPL_CLONES static void NAME(char **p, const int64_t *st, int64_t n, void *ctx)                                 \
   {                                                                                                   \
     int op = *(int *)ctx;                                                                             \
     for (int64_t i = 0; i < n; i++) {                                                                 \
@@ -677,7 +666,7 @@ int dpl_activation_backward(int32_t op, const dpl_tensor *grad, const dpl_tensor
 /* ---- clamp ---- */
 typedef struct clamp_ctx { double lo, hi; int has_lo, has_hi; } clamp_ctx;
 #define CLAMP_FN(NAME, T)                                                                  \
-  static void NAME(char **p, const int64_t *st, int64_t n, void *vctx)                     \
+  DPL_CLONES static void NAME(char **p, const int64_t *st, int64_t n, void *vctx)                     \
   {                                                                                        \
     clamp_ctx *c = vctx;                                                                   \
     T lo = (T)c->lo, hi = (T)c->hi;                                                        \

@@ -48,7 +48,7 @@ typedef struct red_ctx {
   int32_t kd;
 } red_ctx;
 
-static double red_float_row(const red_ctx *c, const char *p, int64_t *arg)
+DPL_CLONES static double red_float_row(const red_ctx *c, const char *p, int64_t *arg)
 {
   int64_t R = c->R, rs = c->rs;
   int isf = c->kd == DPL_FLOAT32;

@@ -7,6 +7,14 @@ local F = require 'dpl.nn.functional'
 local init = require 'dpl.nn.init_fns'
 
 local fmt = string.format
+
+-- Errors are objects whose tostring reads "ClassName: message" (DESIGN.md).
+local lua_error = error
+local function error(msg, cls) -- (a number as cls is a stack level: ignored, objects carry none)
+  if type(cls) ~= 'table' then cls = require('dpl.errors').ValueError end
+  if type(msg) == 'string' then msg = cls(msg) end
+  lua_error(msg, 0)
+end
 local is_tensor = T.is_tensor
 local shape_str = F._shape_str
 
@@ -150,7 +158,7 @@ local function pool_class(name, fn)
   end
   return cls
 end
-nn.MaxPool2d = pool_class('MaxPool2d', function(x, k, o) return (T.max_pool2d(x, k, o)) end)
+nn.MaxPool2d = pool_class('MaxPool2d', F.max_pool2d)
 nn.AvgPool2d = pool_class('AvgPool2d', T.avg_pool2d)
 
 ---------------------------------------------------------------- simple layers
@@ -261,7 +269,7 @@ end
 function nn.LayerNorm:forward(x)
   check_input(self, x)
   local ok, y = pcall(F.layer_norm, x, self.normalized_shape, self.weight, self.bias, self.eps)
-  if not ok then error(self:_label() .. ': ' .. tostring(y):gsub('^[^\n:]*:%d+: ', ''), 2) end
+  if not ok then error(self:_label() .. ': ' .. (type(y) == 'table' and tostring(y.message) or tostring(y)):gsub('^[^\n:]*:%d+: ', '')) end
   return y
 end
 function nn.LayerNorm:extra_repr()

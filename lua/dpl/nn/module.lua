@@ -10,6 +10,14 @@ local T = require 'dpl.tensor'
 local autograd = require 'dpl.autograd'
 
 local fmt = string.format
+
+-- Errors are objects whose tostring reads "ClassName: message" (DESIGN.md).
+local lua_error = error
+local function error(msg, cls) -- (a number as cls is a stack level: ignored, objects carry none)
+  if type(cls) ~= 'table' then cls = require('dpl.errors').ValueError end
+  if type(msg) == 'string' then msg = cls(msg) end
+  lua_error(msg, 0)
+end
 local is_tensor = T.is_tensor
 local rawget, rawset, type, ipairs = rawget, rawset, type, ipairs
 
@@ -314,7 +322,7 @@ function Module:load_state_dict(sd, opts)
     if strict and #missing > 0 then parts[#parts + 1] = '  Missing key(s): ' .. table.concat(missing, ', ') end
     if strict and #unexpected > 0 then parts[#parts + 1] = '  Unexpected key(s): ' .. table.concat(unexpected, ', ') end
     if #mismatch > 0 then parts[#parts + 1] = '  Size mismatch: ' .. table.concat(mismatch, '; ') end
-    error(table.concat(parts, '\n'), 2)
+    error(table.concat(parts, '\n'), require('dpl.errors').RuntimeError)
   end
   autograd.no_grad(function()
     for _, k in ipairs(order) do

@@ -5,6 +5,14 @@ local autograd = require 'dpl.autograd'
 local M = {}
 local fmt = string.format
 
+-- Errors are objects whose tostring reads "ClassName: message" (DESIGN.md).
+local lua_error = error
+local function error(msg, cls) -- (a number as cls is a stack level: ignored, objects carry none)
+  if type(cls) ~= 'table' then cls = require('dpl.errors').ValueError end
+  if type(msg) == 'string' then msg = cls(msg) end
+  lua_error(msg, 0)
+end
+
 local function param_list(params, fn)
   if T.is_tensor(params) then return { params } end
   if type(params) ~= 'table' then error(fmt('%s: expected a tensor or a list of tensors', fn), 3) end

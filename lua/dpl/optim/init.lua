@@ -11,6 +11,14 @@ local autograd = require 'dpl.autograd'
 local errors = require 'dpl.errors'
 
 local fmt = string.format
+
+-- Errors are objects whose tostring reads "ClassName: message" (DESIGN.md).
+local lua_error = error
+local function error(msg, cls) -- (a number as cls is a stack level: ignored, objects carry none)
+  if type(cls) ~= 'table' then cls = require('dpl.errors').ValueError end
+  if type(msg) == 'string' then msg = cls(msg) end
+  lua_error(msg, 0)
+end
 local is_tensor = T.is_tensor
 
 local optim = {}
@@ -87,7 +95,7 @@ function Optimizer:step(closure)
   local prev = autograd.set_grad_enabled(false)
   local ok, err = pcall(self._update, self)
   autograd.set_grad_enabled(prev)
-  if not ok then error(err, 2) end
+  if not ok then lua_error(err, 0) end
   return loss
 end
 

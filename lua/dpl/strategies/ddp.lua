@@ -58,6 +58,13 @@ function DDPStrategy:set_world_ranks()
   end
 end
 
+--- Nobody started the other processes (no RANK/WORLD_SIZE): the subprocess
+--- launcher re-runs the script for local ranks 1..N-1 (Lightning's 'ddp').
+function DDPStrategy:launcher_for()
+  if self.world_size <= 1 or external_ranks() ~= nil then return nil end
+  return require 'dpl.strategies.subprocess'
+end
+
 function DDPStrategy:distributed_sampler_kwargs()
   return { num_replicas = self.world_size, rank = self.global_rank }
 end

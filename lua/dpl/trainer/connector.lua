@@ -118,8 +118,10 @@ function M.select(a)
     misconf('`Trainer(devices=%s)` value is not a valid input using %s accelerator.', repr(devices), acc or 'cpu')
   end
   local flags = {}
-  if truthy_flag(a.tpu_cores) then flags[#flags + 1] = 'tpu_cores' end
-  if truthy_flag(a.gpus) then flags[#flags + 1] = 'gpus' end
+  -- the seed's rules (spec/devices.md): gpus=nil or the number 0 means no GPU; any other
+  -- value is parsed (the string "0" is GPU 0; {} and "" raise "GPUs requested but none ...")
+  if a.tpu_cores ~= nil then flags[#flags + 1] = 'tpu_cores' end
+  if a.gpus ~= nil and a.gpus ~= 0 and a.gpus ~= false then flags[#flags + 1] = 'gpus' end
   if a.num_processes ~= nil and truthy_flag(a.num_processes) then flags[#flags + 1] = 'num_processes' end
   local implied
   if #flags > 0 then

@@ -160,9 +160,64 @@ local reduce_numbers = require('dpl.trainer.results').reduce_numbers
 local SignalReceived = errors.new_class('SignalReceived', errors.RuntimeError)
 M.SignalReceived = SignalReceived
 
--- the host's flag (dpl_signal_received: 128 + signal number, 0 when none);
--- replaceable for tests: fit_loop._signal_source = function() ... end
-M._signal_source = function() return C.dpl_signal_received() end
+-- SIGTERM and SIGUSR1 are blocked while fitting and polled at batch boundaries
+-- (sigpending, then consumed with sigtimedwait): the host's handler, which would
+-- interrupt the running step, never sees them then. Linux/glibc sigset_t layout.
+local ffi = require 'ffi'
+local SIGUSR1, SIGTERM = 10, 15
+local have_sig = pcall(ffi.cdef, [[
+typedef struct { unsigned long val[16]; } dpl_sigset_t_;
+struct dpl_timespec_ { long tv_sec; long tv_nsec; };
+int sigemptyset(dpl_sigset_t_ *set);
+int sigaddset(dpl_sigset_t_ *set, int signum);
+int sigismember(const dpl_sigset_t_ *set, int signum);
+int pthread_sigmask(int how, const dpl_sigset_t_ *set, dpl_sigset_t_ *oldset);
+int sigpending(dpl_sigset_t_ *set);
+int sigtimedwait(const dpl_sigset_t_ *set, void *info, const struct dpl_timespec_ *timeout);
+]]) and ffi.os == 'Linux'
+local pend, one, zero_ts = nil, nil, nil
+if have_sig then
+  pend, one = ffi.new('dpl_sigset_t_'), ffi.new('dpl_sigset_t_')
+  zero_ts = ffi.new('struct dpl_timespec_')
+end
+
+--- Blocks SIGTERM/SIGUSR1 in this thread; returns the previous mask (nil when unsupported).
+function M._block_signals()
+  if not have_sig then return nil end
+  local set, old = ffi.new('dpl_sigset_t_'), ffi.new('dpl_sigset_t_')
+  ffi.C.sigemptyset(set)
+  ffi.C.sigaddset(set, SIGTERM)
+  ffi.C.sigaddset(set, SIGUSR1)
+  if ffi.C.pthread_sigmask(0, set, old) ~= 0 then return nil end -- SIG_BLOCK
+  return old
+end
+
+--- Restores a mask saved by _block_signals (a pending signal is delivered then).
+function M._restore_signals(old)
+  if old ~= nil then ffi.C.pthread_sigmask(2, old, nil) end -- SIG_SETMASK
+end
+
+local function pending_signal()
+  if not have_sig then return 0 end
+  ffi.C.sigpending(pend)
+  for _, sig in ipairs({ SIGTERM, SIGUSR1 }) do
+    if ffi.C.sigismember(pend, sig) == 1 then
+      ffi.C.sigemptyset(one)
+      ffi.C.sigaddset(one, sig)
+      ffi.C.sigtimedwait(one, nil, zero_ts) -- consume it
+      return 128 + sig
+    end
+  end
+  return 0
+end
+
+-- 128 + signal number, 0 when none: the host's flag (SIGINT, or a signal that came
+-- before fit) or a blocked SIGTERM/SIGUSR1; replaceable for tests
+M._signal_source = function()
+  local s = C.dpl_signal_received()
+  if s ~= 0 then return s end
+  return pending_signal()
+end
 signal_received = function() return M._signal_source() end
 
 -- every rank: a checkpoint written by rank 0 (hpc_ckpt_<n>.ckpt in
@@ -179,7 +234,8 @@ on_signal = function(t, status)
   t:save_checkpoint(path)
   local sig = status - 128
   error(SignalReceived(('received signal %d (%s) on a rank: every rank stopped after global_step %d; checkpoint saved to %s')
-    :format(sig, sig == 15 and 'SIGTERM' or sig == 2 and 'SIGINT' or 'signal', t.global_step, path)), 0)
+    :format(sig, sig == 15 and 'SIGTERM' or sig == 10 and 'SIGUSR1' or sig == 2 and 'SIGINT' or 'signal',
+            t.global_step, path)), 0)
 end
 
 ---------------------------------------------------------------- epoch
@@ -196,6 +252,10 @@ local function run_train_epoch(t, st, loader, nbatches)
   local outputs = keep_outputs and {} or nil
   local log_every = t.log_every_n_steps
   local stepped = {}
+  local freqs = t.strategy.optimizer_frequencies
+  if freqs == nil or #freqs == 0 then freqs = nil end
+  local freq_total = 0
+  for _, f in ipairs(freqs or {}) do freq_total = freq_total + f end
   st.n_opts = n_opts
   st.accumulate = t.accumulate_grad_batches
 
@@ -222,7 +282,17 @@ local function run_train_epoch(t, st, loader, nbatches)
     st.batch, st.batch_idx, st.out = batch, i, nil
     local any_step = false
     if automatic then
-      for o = 1, n_opts do
+      local o_first, o_last = 1, n_opts
+      if freqs then
+        -- optimizer frequencies: one optimizer per batch, in turn (Lightning's _get_active_optimizers)
+        local place = t._total_batch_idx % freq_total
+        local acc = 0
+        for k = 1, #freqs do
+          acc = acc + freqs[k]
+          if place < acc then o_first, o_last = k, k break end
+        end
+      end
+      for o = o_first, o_last do
         local opt_idx = o - 1
         st.opt, st.opt_idx = opts[o], opt_idx
         if n_opts > 1 then t:_call_module_hook('toggle_optimizer', opts[o], opt_idx) end

@@ -100,6 +100,11 @@ function Trainer:__init(user_args)
   self.num_training_batches, self.num_val_batches, self.num_test_batches, self.num_predict_batches = 0, {}, {}, {}
   self.num_sanity_val_batches = {}
 
+  -- Lightning's device summary (rank 0)
+  local ngpu = #require('dpl.devices').get_all_available_gpus()
+  log.info('GPU available: %s (cuda), used: %s', ngpu > 0 and 'True' or 'False', self.on_gpu and 'True' or 'False')
+  log.info('TPU available: False, using: 0 TPU cores')
+
   self:_setup_loggers(a.logger)
   self:_setup_callbacks(a.callbacks or {})
   self.state.status = 'initialized'
@@ -429,9 +434,17 @@ function Trainer:_run(model, ckpt_path)
   self.state.status = 'running'
   self.should_stop = false
   local launcher = self.strategy:launcher_for()
+  if launcher and launcher.prepare then
+    -- a launcher that starts the other ranks, this process being rank 0 (ddp's subprocess launcher)
+    launcher.prepare(self.strategy, self)
+    launcher = nil
+  end
   local grad_mode = loops.set_grad_enabled(true)
   if grad_mode ~= nil then loops.set_grad_enabled(grad_mode) end
   local ok, res
+  local fit_loop = require 'dpl.trainer.fit_loop'
+  -- while fitting (here, or in each spawned worker), SIGTERM/SIGUSR1 wait for a batch boundary
+  local sigmask = (not launcher and self.state.fn == 'fit') and fit_loop._block_signals() or nil
   if launcher then
     -- the workers run everything; the parent gets rank 0's results back
     self.lightning_module = model
@@ -444,6 +457,7 @@ function Trainer:_run(model, ckpt_path)
   end
   self.training, self.validating, self.testing, self.predicting, self.sanity_checking = false, false, false, false, false
   if grad_mode ~= nil then loops.set_grad_enabled(grad_mode) end -- also after an error mid-evaluation
+  fit_loop._restore_signals(sigmask)
   if not ok then
     self.state.status = 'interrupted'
     if self.lightning_module then

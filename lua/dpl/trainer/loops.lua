@@ -175,6 +175,7 @@ function M.run(t, model, ckpt_path)
   t._cb_hooks = {}
 
   t:_attach_model_callbacks()
+  M.verify_loop_configurations(t)
   if t.local_rank == 0 then t:_call_module_hook('prepare_data') end
   rc:reset_metrics()
   strategy:setup_environment()
@@ -229,6 +230,45 @@ function M.run(t, model, ckpt_path)
     if t.is_global_zero then lg:finalize('success') end
   end
   return result
+end
+
+---------------------------------------------------------------- configuration checks
+
+--- Lightning's _verify_loop_configurations: what each entry point needs.
+function M.verify_loop_configurations(t)
+  local fn = t.state.fn
+  local ov = function(name) return t:_is_overridden(name) end
+  local minimum = 'Lightning `Trainer` expects as minimum a `training_step()`, `train_dataloader()` and'
+    .. ' `configure_optimizers()` to be defined.'
+  if fn == 'fit' then
+    if not ov('training_step') then misconf('No `training_step()` method defined. %s', minimum) end
+    if t._loaders.train == nil and not ov('train_dataloader') then
+      misconf('No `train_dataloader()` method defined and no training dataloader passed to `fit`. %s', minimum)
+    end
+    if not ov('configure_optimizers') then misconf('No `configure_optimizers()` method defined. %s', minimum) end
+    local has_val = t._loaders.val ~= nil or ov('val_dataloader')
+    if has_val and not ov('validation_step') then
+      log.warn('You passed in a `val_dataloader` but have no `validation_step`. Skipping val loop.')
+    end
+    if not t.lightning_module.automatic_optimization then
+      if t.gradient_clip_val ~= nil and t.gradient_clip_val > 0 then
+        misconf('Automatic gradient clipping is not supported for manual optimization. Remove'
+          .. ' `Trainer(gradient_clip_val=%s)` or switch to automatic optimization.', tostring(t.gradient_clip_val))
+      end
+      if t.accumulate_grad_batches ~= 1 or type(t._accumulate) == 'table' then
+        misconf('Automatic gradient accumulation is not supported for manual optimization. Remove'
+          .. ' `Trainer(accumulate_grad_batches=%s)` or switch to automatic optimization.', tostring(t.accumulate_grad_batches))
+      end
+    end
+  elseif fn == 'validate' then
+    if not ov('validation_step') then misconf('No `validation_step()` method defined to run `Trainer.validate`.') end
+  elseif fn == 'test' then
+    if not ov('test_step') then misconf('No `test_step()` method defined to run `Trainer.test`.') end
+  elseif fn == 'predict' then
+    if t._loaders.predict == nil and not ov('predict_dataloader') then
+      misconf('No `predict_dataloader()` method defined to run `Trainer.predict`.')
+    end
+  end
 end
 
 ---------------------------------------------------------------- evaluation
