@@ -18,7 +18,19 @@ for p in "${pkgs[@]}"; do
   fi
 done
 
+pyref() {
+  # Python's safetensors (PyPI; Debian has no package) in a venv for the format
+  # interop spec. Best effort: the spec skips with a message when it is absent.
+  local venv="$(dirname "$0")/../build/pyref"
+  if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c 'import safetensors, numpy' 2>/dev/null; then
+    echo "install-deps: creating build/pyref (pip: safetensors numpy)"
+    { python3 -m venv "$venv" && "$venv/bin/pip" install -q --disable-pip-version-check safetensors numpy; } \
+      >/dev/null 2>&1 || echo "install-deps: could not install Python safetensors; its interop spec will skip"
+  fi
+}
+
 if [ ${#missing[@]} -eq 0 ]; then
+  pyref
   exit 0
 fi
 
@@ -35,4 +47,5 @@ if [ -z "$(find /var/lib/apt/lists -maxdepth 1 -name '*Packages*' -mtime -1 2>/d
   $SUDO apt-get update -q
 fi
 $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+pyref
 echo "install-deps: done"

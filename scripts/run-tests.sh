@@ -6,6 +6,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 export DPL_ROOT="$PWD"
 export DPL_BIN="$PWD/dplhost"
+if [ -z "${DPL_PYTHON:-}" ] && [ -x build/pyref/bin/python ]; then export DPL_PYTHON="$PWD/build/pyref/bin/python"; fi
 export DPL_TEST_TMP="$(mktemp -d /tmp/dpl-test.XXXXXX)"
 trap 'rm -rf "$DPL_TEST_TMP"' EXIT
 # Only used by a `make SAN=1` build: leaks are reported (and fail the run).
