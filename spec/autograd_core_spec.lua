@@ -225,6 +225,15 @@ describe('autograd bookkeeping', function()
     assert.is_true(best < 3e-6, ('%.3f us per 4x4 add'):format(best * 1e6))
   end)
 
+  it('a reloaded dpl.tensor module gets the autograd wrappers again', function()
+    package.loaded['dpl.tensor'] = nil
+    local T = require 'dpl.tensor'
+    assert.is_true(T._autograd_installed)
+    local x = T.ones(2, { dtype = 'float64' }):requires_grad_()
+    ;(x * x * 3):sum():backward()
+    near(x.grad, { 6, 6 })
+  end)
+
   it('autograd.grad returns gradients without touching .grad', function()
     local x = d({ 2 }):requires_grad_()
     local g = A.grad((x * x * x):sum(), { x })

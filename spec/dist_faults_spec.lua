@@ -58,7 +58,8 @@ describe('dist failure handling (shm, no launcher)', function()
 
   it('a rank that never arrives makes the others time out (timeout=1)', function()
     local res, took, job = d.run_ranks(2, script, 'hang between 1', { env = { FAULT_TIMEOUT = 1, FAULT_HANG = 2.5 } })
-    assert.matches('rank 0 timed out after 1 s in all_reduce #2 %(float32 x 262144, sum%) waiting for rank 1', res[1].out)
+    assert.matches('rank 0 timed out after 1 s in all_reduce #2 %(float32 x 262144, sum%) waiting for rank 1, '
+      .. 'whose last call is all_reduce #1 %(float32 x 262144, sum%)', res[1].out)
     assert.are.equal(1, res[1].rc)
     -- the sleeper finds the group failed when it comes back
     assert.matches('DIST%-ERR', res[2].out)

@@ -226,7 +226,7 @@ describe('ProgressBar, Timer, LearningRateMonitor, ModelSummary, custom callback
 
   it('ModelSummary prints totals; custom callbacks by Callback:extend()', function()
     local out = sink()
-    local Model = th.recording_model({}, { parameters = function() return { 1, 2, 3 } end })
+    local Model = th.recording_model({}, { parameters = function() return { 1, 2, 3 } end, zero_grad = function() end })
     local seen = {}
     local MyCb = dpl.callbacks.Callback:extend('MyCb')
     function MyCb:on_train_epoch_end(trainer, module) seen[#seen + 1] = trainer.current_epoch end

@@ -247,3 +247,22 @@ describe('optimizer frequencies', function()
     assert.equal(6, t.global_step)
   end)
 end)
+
+describe('a loader without a length', function()
+  it('is iterated to its end; validation runs after its last batch', function()
+    local Iter = {}
+    Iter.__index = Iter
+    function Iter:iter()
+      local k = 0
+      return function() k = k + 1; if k <= 5 then return { k } end end
+    end
+    local loader = setmetatable({}, Iter)
+    local Model, get = counting_model()
+    local t = T({ max_epochs = 2, limit_val_batches = 1, num_sanity_val_steps = 0 })
+    t:fit(Model(), loader)
+    local c = get()
+    assert.equal(10, c.training_step)
+    assert.equal(2, c.validation_step)
+    assert.equal(10, t.global_step)
+  end)
+end)

@@ -192,3 +192,18 @@ describe('loggers', function()
     assert.equal(0xE3069283, crc32c('123456789'))
   end)
 end)
+
+describe('several evaluation dataloaders', function()
+  it('pass dataloader_idx to the step and suffix the metric names', function()
+    local seen = {}
+    local Model = dpl.LightningModule:extend('MultiVal')
+    function Model:validation_step(batch, i, dl) seen[#seen + 1] = dl; self:log('v', batch[1] + 100 * dl) end
+    local t = dpl.Trainer{ enable_progress_bar = false, enable_model_summary = false, logger = false,
+      enable_checkpointing = false }
+    local res = t:validate(Model(), { th.loader(2), th.loader(3) }, { verbose = false })
+    assert.same({ 0, 0, 1, 1, 1 }, seen)
+    assert.equal(1.5, res[1]['v/dataloader_idx_0'])
+    assert.equal(102, res[2]['v/dataloader_idx_1'])
+    assert.is_nil(res[1]['v/dataloader_idx_1'])
+  end)
+end)

@@ -22,8 +22,11 @@ local M = {}
 package.loaded['dpl.autograd'] = M
 
 local ffi = require 'ffi'
-local T = require 'dpl.tensor'
 local C = require('dpl.capi').C
+-- the dpl.tensor module autograd is installed into (M.install; set again when dpl.tensor is
+-- reloaded, so that the wrappers always sit on the methods the tensor metatable uses)
+local T, methods, props, setters, is_tensor
+local raw_clone, raw_addmm, raw_mm
 
 local type, select, tostring, pcall = type, select, tostring, pcall
 local fmt = string.format
@@ -38,13 +41,6 @@ local function error(msg, cls) -- (a number as cls is a stack level: ignored, ob
   lua_error(msg, 0)
 end
 
-local methods, props, setters = T.methods, T.props, T.setters
-local is_tensor = T.is_tensor
-
--- Workaround: traces compiled through dpl.tensor's parse_sizes (varargs, select with a
--- trailing-nil loop) sometimes return n = 0, so T.zeros({3, 2}, {dtype=...}) gives a 0-d
--- tensor (seen in spec/autograd_rules_spec.lua; gone with this function interpreted).
-if T._parse_sizes then jit.off(T._parse_sizes) end
 
 -- The state is kept in the Lua registry, so that a reloaded module (busted reloads
 -- modules per spec file, while the tensor metatype stays the first one) shares it.
@@ -150,16 +146,14 @@ end
 
 local function needs(n, i) return n[i] ~= false end
 -- {dtype=, device=} of t, for tensors made in backward
-local dtype_names = T.dtype_names
 local function like(t)
-  return { dtype = dtype_names[t._dtype], device = t._devtype == 0 and 'cpu' or ('cuda:' .. t._devindex) }
+  return { dtype = T.dtype_names[t._dtype], device = t._devtype == 0 and 'cpu' or ('cuda:' .. t._devindex) }
 end
 -- saves x when it is a tensor (numbers pass through)
 local function sv(n, x)
   if is_tensor(x) then return save(n, x) end
   return x
 end
-local raw_clone = methods.clone
 
 ---------------------------------------------------------------- rules
 -- rules[name] = { nin = number of leading tensor args, save = function(n, out, ...),
@@ -831,6 +825,7 @@ local function wrap_inplace(name, rule)
   return w
 end
 
+local function install_wrappers()
 -- binary elementwise
 for _, k in ipairs({ 'add', 'sub', 'mul', 'div', 'pow', 'maximum', 'minimum', 'remainder', 'atan2' }) do
   wrap_method(k)
@@ -973,13 +968,14 @@ rules.stack = {
 list_op('cat', rules.cat.bw)
 list_op('stack', rules.stack.bw)
 T.concat = T.cat
+end
+
 
 ---------------------------------------------------------------- custom functions
 --- Records a function with a hand-written backward: `autograd.apply(rule, out, ...)`
 --- where rule = {nin=, save=function(n, out, ...), bw=function(n, g) -> grads}.
 function M.record(rule, out, ...) return record(rule, out, ...) end
 
-local raw_addmm, raw_mm = T.addmm, methods.mm
 local function raw_linear(x, w, b)
   -- hide the recording wrappers: compute with grad mode off
   if x._ndim == 2 then
@@ -1012,13 +1008,14 @@ end
 -- backward through rules.max_pool2d; that bookkeeping (gt/where on strided views) is
 -- slower than the C forward today, so nn.functional uses this path without grad only.
 local pool_pos = setmetatable({}, { __mode = 'v' })
-local function plane_positions(H, W, kh, kw, i, j)
-  local key = H .. ':' .. W .. ':' .. kh .. ':' .. kw .. ':' .. i .. ':' .. j
+local function plane_positions(x, H, W, kh, kw, i, j)
+  local dev = like(x).device
+  local key = H .. ':' .. W .. ':' .. kh .. ':' .. kw .. ':' .. i .. ':' .. j .. ':' .. dev
   local p = pool_pos[key]
   if not p then
     local OH, OW = H / kh, W / kw
-    local rows = T.arange(OH, { dtype = 'int64' }) * (kh * W)
-    local cols = T.arange(OW, { dtype = 'int64' }) * kw
+    local rows = T.arange(OH, { dtype = 'int64', device = dev }) * (kh * W)
+    local cols = T.arange(OW, { dtype = 'int64', device = dev }) * kw
     p = rows:view(OH, 1) + cols:view(1, OW) + ((i - 1) * W + (j - 1))
     pool_pos[key] = p
   end
@@ -1058,7 +1055,7 @@ function M.max_pool2d_views(x, kh, kw)
           local s = v:select(6, j):select(4, i)
           if track then
             local m = s:gt(b)
-            ix = T.where(m, plane_positions(H, W, kh, kw, i, j), ix or plane_positions(H, W, kh, kw, 1, 1))
+            ix = T.where(m, plane_positions(x, H, W, kh, kw, i, j), ix or plane_positions(x, H, W, kh, kw, 1, 1))
             b = T.where(m, s, b)
           else
             b = b:maximum(s)
@@ -1068,7 +1065,7 @@ function M.max_pool2d_views(x, kh, kw)
     end
     if kh * kw == 1 then
       b = raw_clone(b)
-      if track then ix = plane_positions(H, W, kh, kw, 1, 1):expand(N, Cn, OH, OW):contiguous() end
+      if track then ix = plane_positions(x, H, W, kh, kw, 1, 1):expand(N, Cn, OH, OW):contiguous() end
     end
     return b, ix
   end)
@@ -1105,6 +1102,7 @@ function M.no_grad(fn, ...) return with_mode(false, fn, ...) end
 function M.enable_grad(fn, ...) return with_mode(true, fn, ...) end
 
 ---------------------------------------------------------------- tensor properties
+local function install_props()
 props.requires_grad = function(t) return rg[t] == true end
 props.grad_fn = function(t)
   local n = gfn[t]
@@ -1157,6 +1155,7 @@ function methods.retain_grad(t)
     n.retain = setmetatable({ t }, { __mode = 'v' })
   end
   return t
+end
 end
 
 ---------------------------------------------------------------- backward
@@ -1263,6 +1262,7 @@ local function run_backward(root_t, grad, retain)
   end
 end
 
+local function install_backward()
 --- t:backward([gradient] [, {retain_graph=}]): accumulates d(t)/d(leaf) into leaf.grad.
 function methods.backward(t, grad, opts)
   if type(grad) == 'table' and not is_tensor(grad) then grad, opts = nil, grad end
@@ -1289,6 +1289,7 @@ function methods.backward(t, grad, opts)
   local ok, err = pcall(run_backward, t, grad, opts and opts.retain_graph)
   S.grad_on = prev
   if not ok then lua_error(err, 0) end
+end
 end
 
 --- dpl.autograd.grad(outputs, inputs [, grad_outputs]): gradients of a scalar output
@@ -1371,9 +1372,28 @@ function M.gradcheck(fn, inputs, opts)
   return true
 end
 
----------------------------------------------------------------- exports
-T.no_grad, T.enable_grad = M.no_grad, M.enable_grad
-T.set_grad_enabled, T.is_grad_enabled = M.set_grad_enabled, M.is_grad_enabled
-T.linear = M.linear
+---------------------------------------------------------------- install
+--- Installs autograd into a dpl.tensor module (its methods, properties and functions);
+--- dpl.tensor calls it when it loads (again), so a reloaded tensor module gets the wrappers.
+function M.install(T_)
+  if rawget(T_, '_autograd_installed') then return end
+  T = T_
+  methods, props, setters, is_tensor = T.methods, T.props, T.setters, T.is_tensor
+  -- Workaround: traces compiled through dpl.tensor's parse_sizes (varargs, select with a
+  -- trailing-nil loop) sometimes return n = 0, so T.zeros({3, 2}, {dtype=...}) gives a 0-d
+  -- tensor (seen in spec/autograd_rules_spec.lua; gone with this function interpreted).
+  if T._parse_sizes then jit.off(T._parse_sizes) end
+  raw_clone = methods.clone
+  install_wrappers()
+  raw_addmm, raw_mm = T.addmm, methods.mm
+  install_props()
+  install_backward()
+  T.no_grad, T.enable_grad = M.no_grad, M.enable_grad
+  T.set_grad_enabled, T.is_grad_enabled = M.set_grad_enabled, M.is_grad_enabled
+  T.linear = M.linear
+  rawset(T, '_autograd_installed', true)
+end
+
+M.install(require 'dpl.tensor')
 
 return M

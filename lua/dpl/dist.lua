@@ -368,7 +368,10 @@ function M.new_group(ranks, opts)
     for i = 0, w.size - 1 do list[#list + 1] = i end
   else
     if type(ranks) ~= 'table' then terr('dist.new_group: ranks must be a list of 0-based ranks', 2) end
-    for _, r in ipairs(ranks) do list[#list + 1] = r end
+    for _, r in ipairs(ranks) do
+      if type(r) ~= 'number' then verr(('dist.new_group: rank %s is not a number'):format(tostring(r)), 2) end
+      list[#list + 1] = r
+    end
     table.sort(list)
   end
   if #list == 0 then verr('dist.new_group: empty ranks list', 2) end

@@ -1272,6 +1272,7 @@ setmetatable(M, { __call = function(_, ...) return M.tensor(...) end })
 
 -- autograd wraps the differentiable methods above (requires_grad, backward, ...)
 package.loaded['dpl.tensor'] = M
-require 'dpl.autograd'
+local autograd = require 'dpl.autograd'
+if autograd.install then autograd.install(M) end -- (nil while autograd itself is loading first)
 
 return M

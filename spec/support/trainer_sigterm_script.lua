@@ -16,4 +16,8 @@ local t = dpl.Trainer{ strategy = os.getenv('WORLD_SIZE') and 'ddp' or nil, max_
   enable_model_summary = false, logger = false, default_root_dir = dir }
 local ok, e = pcall(t.fit, t, Model(), th.loader(20))
 print(('rank %d ok=%s step=%d err=%s'):format(rank, tostring(ok), t.global_step, (tostring(e):gsub(dir:gsub('%p', '%%%0'), 'DIR'))))
+io.stdout:flush()
+-- both ranks have printed before either exits (the launcher stops the others at the first exit)
+local dist = require 'dpl.dist'
+if dist.is_initialized() then dist.barrier() end
 os.exit(ok and 0 or 3)

@@ -115,6 +115,18 @@ static const char *where(dpl_comm *c, char *buf, size_t n)
   return dpl_comm_desc_str(s->cur, buf, n);
 }
 
+/* "barrier #3 (...)": the last call rank j published (for timeout messages). */
+static const char *last_call_of(dpl_comm *c, int j, char *buf, size_t n)
+{
+  shm_impl *s = SHM(c);
+  const shm_desc *a = &s->ctl[j].desc[0], *b = &s->ctl[j].desc[1];
+  const shm_desc *x = (int32_t)(a->seq - b->seq) >= 0 ? a : b;
+  if (x->kind == 0) { snprintf(buf, n, "none yet"); return buf; }
+  dpl_coll_desc d = { .seq = x->seq, .count = x->count, .kind = x->kind, .dtype = x->dtype == 255 ? -1 : x->dtype,
+                      .op = x->op == 255 ? -1 : x->op, .root = x->root };
+  return dpl_comm_desc_str(&d, buf, n);
+}
+
 /* Checks everything a waiter must notice; DPL_OK to keep waiting. */
 static int check_peers(dpl_comm *c, int waiting_for, int force)
 {
@@ -130,11 +142,11 @@ static int check_peers(dpl_comm *c, int waiting_for, int force)
   }
   double t = now();
   if (t >= s->deadline) {
-    char w[160], msg[512];
+    char w[160], l[160], msg[512];
     if (waiting_for >= 0)
-      snprintf(msg, sizeof msg, "dist: rank %d timed out after %g s in %s waiting for rank %d "
-               "(timeout: init_process_group{timeout=} or DPL_COMM_TIMEOUT)", c->rank, c->timeout_s,
-               where(c, w, sizeof w), waiting_for);
+      snprintf(msg, sizeof msg, "dist: rank %d timed out after %g s in %s waiting for rank %d, whose last call "
+               "is %s (timeout: init_process_group{timeout=} or DPL_COMM_TIMEOUT)", c->rank, c->timeout_s,
+               where(c, w, sizeof w), waiting_for, last_call_of(c, waiting_for, l, sizeof l));
     else
       snprintf(msg, sizeof msg, "dist: rank %d timed out after %g s in %s", c->rank, c->timeout_s, where(c, w, sizeof w));
     return fail(c, DPL_ETIMEOUT, msg);
@@ -580,14 +592,16 @@ int dpl_comm_shm_create(const char *job, const char *group, int32_t rank, int32_
 
 /* ---------------------------------------------------------------- ops */
 
+/* DPL_COMM_CHECK: nothing to add on shm. Every call already publishes its
+ * descriptor with its first synchronisation and compares everyone's before any
+ * data reaches a user buffer (dpl_comm_shm_coll.c); a separate round would only
+ * add a synchronisation (~1% of a 1 MiB all_reduce on a quiet machine, 30% when
+ * the cores are oversubscribed). */
 static int shm_check(dpl_comm *c, const dpl_coll_desc *d)
 {
-  shm_start(c, d);
-  shm_put_desc(c, d);
-  shm_signal(c);
-  int st = shm_wait_all(c, SHM(c)->my_step);
-  if (st) return st;
-  return shm_verify_descs(c, d);
+  (void)c;
+  (void)d;
+  return DPL_OK;
 }
 
 static uint64_t fnv(const int32_t *r, int32_t n)

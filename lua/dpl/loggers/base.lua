@@ -25,10 +25,8 @@ int closedir(dpl_DIR_ *dirp);
 int mkdir(const char *pathname, unsigned int mode);
 ]]) and ffi.os == 'Linux' and ffi.arch == 'x64'
 
-local made = {}
---- mkdir -p (once per directory per process).
+--- mkdir -p (through libc: a few system calls, no shell).
 function M.mkdir_p(dir)
-  if made[dir] then return end
   if have_fs then
     local path = ''
     for part in dir:gmatch('[^/]+') do
@@ -38,7 +36,6 @@ function M.mkdir_p(dir)
   else
     os.execute('mkdir -p ' .. sh_quote(dir))
   end
-  made[dir] = true
 end
 
 --- Names in a directory ({} when it does not exist), without . and ..

@@ -66,8 +66,9 @@ end
 function nn.Linear:forward(x)
   if not is_tensor(x) or x:dim() == 0 or x:size(-1) ~= self.in_features then
     check_input(self, x)
-    error(fmt('%s(in_features=%d, out_features=%d): input has shape %s, expected the last dim to be %d',
-      self:_label(), self.in_features, self.out_features, shape_str(x), self.in_features), 2)
+    error(fmt('%s(in_features=%d, out_features=%d): input has shape %s, expected the last dim to be %d '
+      .. '(weight %s)', self:_label(), self.in_features, self.out_features, shape_str(x), self.in_features,
+      shape_str(self.weight)), 2)
   end
   return autograd.linear(x, self.weight, self.bias)
 end
@@ -108,9 +109,9 @@ end
 function nn.Conv2d:forward(x)
   if not is_tensor(x) or (x:dim() ~= 4 and x:dim() ~= 3) or x:size(-3) ~= self.in_channels then
     check_input(self, x)
-    error(fmt('%s(%d, %d, kernel_size=%dx%d): input has shape %s, expected [N, %d, H, W]', self:_label(),
-      self.in_channels, self.out_channels, self.kernel_size[1], self.kernel_size[2], shape_str(x),
-      self.in_channels), 2)
+    error(fmt('%s(%d, %d, kernel_size=%dx%d): input has shape %s, expected [N, %d, H, W] (weight %s)',
+      self:_label(), self.in_channels, self.out_channels, self.kernel_size[1], self.kernel_size[2], shape_str(x),
+      self.in_channels, shape_str(self.weight)), 2)
   end
   local unb = x:dim() == 3
   if unb then x = x:unsqueeze(1) end

@@ -120,6 +120,12 @@ function DDPStrategy:_sync_gradients(model)
   local dist = require 'dpl.dist'
   for _, p in ipairs(parameters(model)) do
     local g = p.grad
+    if g == nil and p.requires_grad == true then
+      -- a parameter unused on this rank: a zero gradient keeps the ranks' collectives
+      -- aligned (DDP's find_unused_parameters)
+      local ok, z = pcall(function() return require('dpl').zeros_like(p) end)
+      if ok and z ~= nil then p.grad = z; g = z end
+    end
     if g ~= nil and dist._tensor_of(g) then dist.all_reduce(g, 'mean') end
   end
 end

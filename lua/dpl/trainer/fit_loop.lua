@@ -265,10 +265,14 @@ local function run_train_epoch(t, st, loader, nbatches)
     if it() == nil then break end
   end
   local i = start
+  -- one batch of look-ahead (Lightning's prefetching): the last batch of a loader of
+  -- unknown length is known as such
+  local nxt = i < nbatches and it() or nil
   while i < nbatches do
-    local batch = it()
+    local batch = nxt
     if batch == nil then break end
-    local is_last = i + 1 == nbatches
+    nxt = i + 1 < nbatches and it() or nil
+    local is_last = nxt == nil
     t._cur_batch_idx = i
     rc:on_batch_start(batch, 0)
     batch = loops.transfer(t, batch, 0)

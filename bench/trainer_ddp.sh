@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# trainer_ddp.sh: DDP scaling of the Trainer: one epoch of the Fashion-MNIST MLP,
+# batch 64 per rank, 1 thread per rank, 1 rank vs 2 ranks (dplhost --nproc 2,
+# strategy ddp over shm). Issue 7 target: >= 85% efficiency. Also prints what the
+# machine itself allows: 2 independent copies of the 1-rank run at once (no
+# communication), whose efficiency bounds the DDP one.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+one=$(./dplhost bench/trainer_ddp_dpl.lua 2>/dev/null | tail -1)
+two=$(./dplhost --nproc 2 bench/trainer_ddp_dpl.lua 2>/dev/null | grep '^\[rank 0\] 2 ' | sed 's/^\[rank 0\] //')
+a=$(mktemp); b=$(mktemp)
+./dplhost bench/trainer_ddp_dpl.lua >"$a" 2>/dev/null & p1=$!
+./dplhost bench/trainer_ddp_dpl.lua >"$b" 2>/dev/null & p2=$!
+wait $p1 $p2
+par=$(cat "$a" "$b" | awk '$1 == 1 { s += $3 } END { printf "%.0f", s }')
+rm -f "$a" "$b"
+echo "$one|$two|$par" | awk -F'|' '{
+  split($1, o, " "); split($2, t, " "); par = $3
+  eff = t[3] / (2 * o[3]); bound = par / (2 * o[3])
+  printf "trainer DDP scaling (Fashion-MNIST MLP, batch 64/rank, 1 thread/rank, one epoch)\n"
+  printf "  %-40s %9.0f samples/s (%.2f s)\n", "1 rank", o[3], o[2]
+  printf "  %-40s %9.0f samples/s (%.2f s)   efficiency %.0f%% (target >= 85%%) %s\n", "2 ranks, ddp over shm", t[3], t[2], 100 * eff, (eff >= 0.85 ? "OK" : "MISSED")
+  printf "  %-40s %9.0f samples/s               efficiency %.0f%% (what this machine allows)\n", "2 independent 1-rank runs at once", par, 100 * bound
+}'
