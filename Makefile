@@ -82,7 +82,7 @@ deps:
 
 demo: deps
 	@$(MAKE) --no-print-directory all
-	./dplhost examples/demo.lua
+	./dplhost examples/fashion_mnist.lua
 
 test: deps
 	@$(MAKE) --no-print-directory all

@@ -1,7 +1,6 @@
--- demo.lua: a short tour of the dplhost runtime (`make demo`): the host, the C
+-- host_tour.lua: a short tour of the dplhost runtime: the host, the C
 -- API reached through the FFI, the device registry, errors as Lua errors, and
--- an atexit cleanup. The Fashion-MNIST training demo replaces it once the
--- Trainer lands.
+-- an atexit cleanup. The training demo (`make demo`) is examples/fashion_mnist.lua.
 local ffi = require 'ffi'
 local dpl = require 'dpl'
 local C = dpl.C
