@@ -114,6 +114,21 @@ describe('autograd basics', function()
     near(x.grad, { 18, 36 })
   end)
 
+  it('register_hook sees and may replace gradients of leaves and non-leaves; remove() drops it', function()
+    local x = d({ 1, 2 }):requires_grad_()
+    local seen
+    local h = x:register_hook(function(g) seen = g:totable() return g * 10 end)
+    local y = x * 3
+    y:register_hook(function(g) return g + 1 end)
+    y:sum():backward()
+    near(seen, { 6, 6 })
+    near(x.grad, { 60, 60 })
+    h:remove()
+    x.grad = nil
+    ;(x * 3):sum():backward()
+    near(x.grad, { 3, 3 })
+  end)
+
   it('leaves that share a gradient get separate tensors (clipping one leaves the other)', function()
     local a = d({ 1, 2 }):requires_grad_()
     local b = d({ 3, 4 }):requires_grad_()

@@ -56,7 +56,9 @@ if not S then
   }
   REG['dpl.autograd.state'] = S
 end
+S.lhooks = S.lhooks or setmetatable({}, { __mode = 'k' }) -- leaf -> list of gradient hooks
 local rg, gfn, grads, viewbase, versions = S.rg, S.gfn, S.grads, S.viewbase, S.versions
+local lhooks = S.lhooks
 M._rg, M._gfn, M._grads = rg, gfn, grads
 
 ---------------------------------------------------------------- helpers
@@ -1147,6 +1149,27 @@ function methods.detach_(t)
   return t
 end
 
+--- t:register_hook(fn): fn(grad) runs when t's gradient is computed, before it is
+--- accumulated (leaves) or passed on (non-leaves); a non-nil result replaces the gradient.
+--- Returns a handle with :remove().
+function methods.register_hook(t, fn)
+  if type(fn) ~= 'function' then error(fmt('register_hook: expected a function, got %s', type(fn)), errors.ValueError) end
+  if not rg[t] then error("register_hook: cannot register a hook on a tensor that doesn't require gradient") end
+  local list
+  if gfn[t] then
+    local n = gfn[t]
+    list = n.hooks or {}
+    n.hooks = list
+  else
+    list = lhooks[t] or {}
+    lhooks[t] = list
+  end
+  list[#list + 1] = fn
+  return { remove = function()
+    for i = #list, 1, -1 do if list[i] == fn then table.remove(list, i) break end end
+  end }
+end
+
 --- Keeps the gradient of a non-leaf tensor in t.grad after backward.
 function methods.retain_grad(t)
   if not rg[t] then error("retain_grad: can't retain_grad on a tensor that has requires_grad=false", 2) end
@@ -1164,9 +1187,19 @@ local function freed_bw()
     .. 'they were freed); pass {retain_graph = true} to the first backward', 0)
 end
 
+local function run_hooks(hooks, g)
+  for i = 1, #hooks do
+    local r = hooks[i](g)
+    if r ~= nil then g = r end
+  end
+  return g
+end
+
 local function accumulate_leaf(t, g, taken)
   if g._dtype ~= t._dtype then g = g:to(t.dtype) end
   if not same_shape(g, t) then g = sum_to(g, size_of(t)) end
+  local hooks = lhooks[t]
+  if hooks and #hooks > 0 then g = run_hooks(hooks, g) end
   local old = grads[t]
   if old then
     grads[t] = old + g
@@ -1226,6 +1259,7 @@ local function run_backward(root_t, grad, retain)
         end
       end
     end
+    if n.hooks and g ~= nil then g = run_hooks(n.hooks, g) end
     if n.retain and n.retain[1] then
       local t = n.retain[1]
       grads[t] = grads[t] and grads[t] + g or g
