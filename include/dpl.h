@@ -50,6 +50,9 @@ int dpl_proc_kill(int32_t pid, int32_t sig);
 void dpl_proc_exit(int32_t code);
 int32_t dpl_proc_getpid(void);
 int dpl_proc_setenv(const char *name, const char *value);
+/* Starts this same host binary with argv (argv[0] first, NULL-terminated) as a
+ * child that gets SIGTERM when this process dies; *pid_out is the child. */
+int dpl_proc_spawn_self(const char *const *argv, int32_t *pid_out);
 
 /* ---- data files (src/data/) ---- */
 /* IDX element type codes (the third magic byte). */

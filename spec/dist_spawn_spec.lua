@@ -6,7 +6,7 @@ local h = require 'spec.support.helpers'
 
 local function run(body, opts)
   local s = h.write_file(h.tmpname('.lua'), "local spawn = require('dpl.spawn')\nlocal dist = require('dpl.dist')\n" .. body)
-  local out, err, rc = h.dplhost(h.q(s), opts)
+  local out, err, rc = h.sh((opts and opts.env or '') .. ' ' .. h.q(h.bin) .. ' ' .. h.q(s), opts)
   os.remove(s)
   return out, err, rc
 end
@@ -105,8 +105,11 @@ describe('dist.spawn', function()
       local ok, e = pcall(spawn.spawn, function() end, 2)
       print(tostring(e))
       dist.destroy_process_group()
-    ]], { timeout = 60 })
+      ok, e = pcall(spawn.spawn, function() end, 2)
+      print('after destroy: ' .. tostring(e))
+    ]], { timeout = 60, env = 'ASAN_OPTIONS=detect_leaks=0' })
     assert.are.equal(0, rc, err)
     assert.matches('RuntimeError: dist.spawn: refusing to fork: MPI is initialised', out)
+    assert.matches('after destroy: RuntimeError: dist.spawn: refusing to fork: MPI is initialised', out)
   end)
 end)

@@ -2,12 +2,11 @@
 -- Lightning 1.9's hooks (no-op defaults the Trainer calls in Lightning's order),
 -- self:log / self:log_dict, save_hyperparameters, optimizers(), manual
 -- optimisation. Returns the class: `local M = dpl.LightningModule:extend()`.
-local class = require 'dpl.class'
 local errors = require 'dpl.errors'
 
--- The one line that decides the base class. The lead rebases this on
--- dpl.nn.Module when it lands (train/eval/zero_grad/state_dict then come from it).
-local Base = class.Object
+-- A LightningModule is an nn.Module: parameters, train/eval, zero_grad,
+-- state_dict, to(device) and the layer-tree tostring come from it.
+local Base = require 'dpl.nn.module'
 
 local Misconfiguration = errors.MisconfigurationException
 
@@ -27,27 +26,10 @@ function LightningModule:__init(...)
   self._current_fx_name = nil
 end
 
--- `model(...)` is `model:forward(...)`, as in PyTorch.
-LightningModule.__call = function(self, ...) return self:forward(...) end
-LightningModule.__tostring = function(self) return (getmetatable(self).__name or 'LightningModule') .. '()' end
 
 function LightningModule:forward()
   errors.NotImplementedError:raise(('%s:forward is not implemented'):format(
     getmetatable(self).__name or 'LightningModule'), 2)
-end
-
--- nn.Module basics, only while the base class does not provide them.
-if not Base.train then
-  function LightningModule:train(mode)
-    self.training = mode ~= false
-    return self
-  end
-end
-if not Base.eval then
-  function LightningModule:eval() return self:train(false) end
-end
-if not Base.zero_grad then
-  function LightningModule:zero_grad() end
 end
 
 ---------------------------------------------------------------- hooks

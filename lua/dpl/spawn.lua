@@ -22,7 +22,7 @@ M.ProcessExitedException = errors.new_class('ProcessExitedException')
 M.fork_guards = {
   function()
     local dist = package.loaded['dpl.dist']
-    if dist and dist.is_initialized() and dist.get_backend() == 'mpi' then
+    if dist and dist.mpi_initialized() then
       return 'MPI is initialised in this process (forking an MPI process corrupts it); ' ..
         "use dplhost --nproc N or mpirun with strategy 'ddp' instead of spawning"
     end
@@ -159,6 +159,7 @@ function M.spawn(fn, nprocs, opts)
     end
   end
 
+  C.dpl_comm_shm_cleanup(job, nil) -- a worker killed during the rendezvous can leave a segment name
   local result_s = read_file(dir .. '/result')
   local err_s = failed and read_file(dir .. '/error.' .. failed)
   os.execute('rm -rf ' .. dir)

@@ -290,6 +290,8 @@ int dpl_launch(const dpl_launch_opts *o, char **child_argv)
     }
   }
   free(pfd);
+  /* a rank killed during the collectives' rendezvous can leave a segment name behind */
+  dpl_comm_shm_cleanup(job, NULL);
 
   int rc = 0;
   if (first_failed >= 0) {

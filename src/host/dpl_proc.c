@@ -72,3 +72,23 @@ int dpl_proc_setenv(const char *name, const char *value)
   if (r != 0) return dpl_errorf(DPL_EIO, "setenv(%s): %s", name, strerror(errno));
   return DPL_OK;
 }
+
+int dpl_proc_spawn_self(const char *const *argv, int32_t *pid_out)
+{
+  if (!argv || !argv[0] || !pid_out) return dpl_errorf(DPL_EINVAL, "dpl_proc_spawn_self: argv and pid_out are required");
+  pid_t parent = getpid();
+  fflush(NULL);
+  pid_t pid = fork();
+  if (pid < 0) return dpl_errorf(DPL_EIO, "fork failed: %s", strerror(errno));
+  if (pid == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (getppid() != parent) _exit(1);
+    signal(SIGINT, SIG_DFL);
+    signal(SIGTERM, SIG_DFL);
+    execv("/proc/self/exe", (char *const *)argv);
+    fprintf(stderr, "dplhost: cannot start %s: %s\n", argv[0], strerror(errno));
+    _exit(127);
+  }
+  *pid_out = (int32_t)pid;
+  return DPL_OK;
+}
