@@ -15,8 +15,19 @@ local nn, optim, F = dpl.nn, dpl.optim, dpl.nn.functional
 
 -- Trainer flags from the command line; the rest are this script's own
 local defaults = { max_epochs = 10, default_root_dir = 'fashion_mnist_runs' }
-local targs, rest = dpl.Trainer.parse_argv({ ... })
-local opts = { batch = 64, lr = 0.01, seed = 0, hidden = 256, logger = 'csv', root = nil }
+local argv, logger_kind = {}, 'csv'
+do -- --logger csv|tensorboard is this script's (the Trainer's own --logger takes true/false)
+  local a, i = { ... }, 1
+  while i <= #a do
+    local v = a[i]:match('^%-%-logger=(.*)$')
+    if v then logger_kind = v
+    elseif a[i] == '--logger' and (a[i + 1] == 'csv' or a[i + 1] == 'tensorboard') then logger_kind = a[i + 1]; i = i + 1
+    else argv[#argv + 1] = a[i] end
+    i = i + 1
+  end
+end
+local targs, rest = dpl.Trainer.parse_argv(argv)
+local opts = { batch = 64, lr = 0.01, seed = 0, hidden = 256, logger = logger_kind, root = nil }
 for i = 1, #rest, 2 do
   local k = rest[i]:match('^%-%-([%w_]+)$')
   if not k or rest[i + 1] == nil or opts[k] == nil and k ~= 'root' then
@@ -73,13 +84,14 @@ end
 
 ---------------------------------------------------------------- data
 
+-- (the images are read on first use, uint8, and made floats per batch; the test set is not
+-- touched before trainer:test)
 local train_all = dpl.datasets.FashionMNIST { root = opts.root, train = true }
 local test = dpl.datasets.FashionMNIST { root = opts.root, train = false }
 local n_val = 5000
 local n_train = dpl.data.len(train_all) - n_val
-local train = dpl.data.TensorDataset(train_all.images:narrow(1, 1, n_train), train_all.labels:narrow(1, 1, n_train))
-local val = dpl.data.TensorDataset(train_all.images:narrow(1, n_train + 1, n_val),
-  train_all.labels:narrow(1, n_train + 1, n_val))
+local train = dpl.data.Subset(train_all, dpl.data.range(1, n_train))
+local val = dpl.data.Subset(train_all, dpl.data.range(n_train + 1, n_train + n_val))
 local train_loader = dpl.data.DataLoader(train, { batch_size = opts.batch, shuffle = true, seed = opts.seed })
 local val_loader = dpl.data.DataLoader(val, { batch_size = 1000 })
 local test_loader = dpl.data.DataLoader(test, { batch_size = 1000 })

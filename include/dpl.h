@@ -79,6 +79,19 @@ int dpl_idx_read_header(const char *path, dpl_idx_header *out);
 /* Reads the whole file into dst (dst_bytes must equal count * elem_size), in
  * host byte order; fails on a truncated file or trailing bytes. */
 int dpl_idx_read(const char *path, dpl_idx_header *out, void *dst, int64_t dst_bytes);
+/* Size in bytes and modification time (ns since the epoch) of a file: the key of
+ * the decompressed-IDX cache of dpl.datasets. */
+int dpl_idx_stat(const char *path, int64_t *size, int64_t *mtime_ns);
+/* Checks without decompressing that an IDX file holds the data its header h
+ * announces: the size of a plain file (errors: truncated, trailing bytes); for a
+ * .gz, gzip's ISIZE trailer. Returns 1 (not an error) when a .gz's ISIZE
+ * disagrees: truncated, or several gzip members; only decompressing tells. */
+int dpl_idx_check_size(const char *path, const dpl_idx_header *h);
+/* out[i*row_len + j] = lut[src[(idx[i]-1)*row_len + j]] for i < n, j < row_len:
+ * rows of a uint8 array (1-based row numbers, checked against rows) gathered and
+ * mapped to float32 through a 256-entry table (uint8 images to [0, 1] per batch). */
+int dpl_idx_gather_u8(const uint8_t *src, int64_t rows, int64_t row_len, const int64_t *idx, int64_t n,
+                      const float *lut, float *out);
 
 /* ---- devices (src/device/) ---- */
 typedef enum dpl_device_type {
@@ -165,11 +178,16 @@ int64_t dpl_mem_current_total(void);
  * return them to the system. */
 int64_t dpl_mem_cached(void);
 int64_t dpl_mem_empty_cache(void);
-/* 1 when more than the threshold (default 128 MiB) was allocated since dpl_gc_done:
- * Lua then runs its GC, which cannot see tensor memory. */
+/* 1 when more tensor bytes than the threshold (default 8 MiB), or more tensor
+ * handles than the handle threshold (default: no limit), were created since
+ * dpl_gc_done: Lua then runs its GC, which cannot see tensor memory.
+ * dpl_gc_flag points at that same flag (0 or 1), for reading it without a call. */
 int32_t dpl_gc_wanted(void);
-void dpl_gc_done(void);
+int32_t *dpl_gc_flag(void);
+/* Resets the counts (the GC ran); returns the number of handles created since the last call. */
+int64_t dpl_gc_done(void);
 void dpl_set_gc_threshold(int64_t bytes);
+void dpl_set_gc_handle_threshold(int64_t handles);
 /* sizeof(dpl_tensor) when what = -1, else offsetof of field number `what` in declaration order. */
 int64_t dpl_tensor_layout(int32_t what);
 int64_t dpl_dtype_size(int32_t dtype);

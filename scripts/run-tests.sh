@@ -9,6 +9,8 @@ export DPL_BIN="$PWD/dplhost"
 if [ -z "${DPL_PYTHON:-}" ] && [ -x build/pyref/bin/python ]; then export DPL_PYTHON="$PWD/build/pyref/bin/python"; fi
 export DPL_TEST_TMP="$(mktemp -d /tmp/dpl-test.XXXXXX)"
 trap 'rm -rf "$DPL_TEST_TMP"' EXIT
+# the dataset cache of this run stays in its temp dir (nothing written to ~/.cache)
+export DPL_DATA_CACHE="${DPL_DATA_CACHE:-$DPL_TEST_TMP/cache}"
 # Only used by a `make SAN=1` build: leaks are reported (and fail the run).
 export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1}"
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"

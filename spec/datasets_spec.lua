@@ -1,11 +1,21 @@
 -- datasets_spec.lua: datasets.FashionMNIST on Debian's files (shapes, ranges, labels,
 -- get/get_batch, the DataLoader fast path), clear errors for missing/wrong/truncated
--- files, and a few hundred CNN/MLP steps on a subset that beat chance.
+-- files, lazy image loading with per-batch conversion, the decompressed-file cache
+-- (written, reused, invalidated, skipped when not writable), data.Subset, and a few
+-- hundred CNN/MLP steps on a subset that beat chance.
+local ffi = require 'ffi'
 local dpl = require 'dpl'
 local h = require 'spec.support.helpers'
 local datasets = dpl.datasets
+local C = dpl.C
 
 local root = '/usr/share/datasets/fashion-mnist'
+
+-- this spec's own cache directory (never the user's ~/.cache)
+local old_cache_env = os.getenv('DPL_DATA_CACHE')
+local cache_root = h.tmpname('-dplcache')
+local function setenv(v) C.dpl_proc_setenv('DPL_DATA_CACHE', v or '') end
+setenv(cache_root)
 
 describe('datasets.FashionMNIST', function()
   local test
@@ -65,6 +75,118 @@ describe('datasets.FashionMNIST', function()
     os.execute('rm -rf ' .. h.q(dir))
   end)
 
+  it('loads the images on first use; batches equal the whole-set float conversion bitwise', function()
+    local ds = datasets.FashionMNIST { train = false }
+    assert.is_nil(rawget(ds, '_raw'))
+    assert.are.equal(10000, dpl.data.len(ds))
+    local idx = { 1, 10000, 17, 5000, 17 }
+    local b = ds:get_batch(idx)
+    assert.is_not_nil(rawget(ds, '_raw'))
+    assert.are.same({ 5, 1, 28, 28 }, b[1]:size())
+    assert.are.equal('float32', b[1].dtype)
+    local whole = test.images:index_select(1, dpl.tensor(idx, { dtype = 'int64' }))
+    assert.is_true(b[1]:eq(whole):all():item())
+    assert.are.same(test.labels:index_select(1, dpl.tensor(idx, { dtype = 'int64' })):totable(), b[2]:totable())
+    -- the tensor-index path, get(i) and the uint8 images
+    local b2 = ds:get_batch(dpl.tensor(idx, { dtype = 'int64' }))
+    assert.is_true(b2[1]:eq(whole):all():item())
+    assert.is_true(ds:get(17)[1]:eq(test.images[17]):all():item())
+    assert.are.same({ 10000, 28, 28 }, ds.raw_images:size())
+    assert.are.equal('uint8', ds.raw_images.dtype)
+    assert.has_error(function() ds:get_batch({ 10001 }) end)
+    assert.has_error(function() ds:get_batch({ 0 }) end)
+    -- a subclass keeps the lazy fields
+    local Sub = datasets.FashionMNIST:extend('SubFM')
+    function Sub:hello() return 'hi' end
+    local sd = Sub { train = false }
+    assert.are.equal('hi', sd:hello())
+    assert.are.same({ 10000, 28, 28 }, sd.raw_images:size())
+    assert.are.same({ 10000, 1, 28, 28 }, sd.images:size())
+    -- lazy=false loads at once
+    assert.is_not_nil(rawget(datasets.FashionMNIST { train = false, lazy = false }, '_raw'))
+  end)
+
+  it('caches the decompressed files: written once, mmap\'d after, rewritten when stale or broken', function()
+    local dir = h.tmpname('-fm-src')
+    local cdir = h.tmpname('-fm-cache')
+    os.execute(('mkdir -p %s && cp %s/t10k-* %s/'):format(h.q(dir), root, h.q(dir)))
+    setenv(cdir)
+    assert.are.equal(cdir, datasets.cache_dir())
+    local src = dir .. '/t10k-images-idx3-ubyte.gz'
+    local cpath = datasets.cache_path(cdir, src)
+    assert.truthy(cpath:find('^' .. cdir:gsub('%p', '%%%0') .. '/idx/t10k%-images%-idx3%-ubyte%-%x+%.safetensors$'))
+    local a = datasets.load_idx_u8(src, 3)
+    assert.is_nil(datasets.cache_status)
+    assert.is_truthy(io.open(cpath, 'rb'))
+    -- a second load maps the cache file: same bytes
+    local b = datasets.load_idx_u8(src, 3)
+    assert.is_nil(datasets.cache_status)
+    assert.is_true(a:eq(b):all():item())
+    local ds = datasets.FashionMNIST { root = dir, train = false }
+    assert.is_true(ds:get_batch({ 1, 2, 3 })[1]:eq(test.images:narrow(1, 1, 3)):all():item())
+    -- a new mtime of the source makes the entry stale: rewritten
+    os.execute('touch -d "2001-01-01" ' .. h.q(src))
+    local c = datasets.load_idx_u8(src, 3)
+    assert.truthy(datasets.cache_status:find('stale or invalid'))
+    assert.is_true(a:eq(c):all():item())
+    datasets.load_idx_u8(src, 3)
+    assert.is_nil(datasets.cache_status)
+    -- a truncated cache file is not used
+    local f = io.open(cpath, 'rb'); local head = f:read(4096); f:close()
+    h.write_file(cpath, head)
+    local d = datasets.load_idx_u8(src, 3)
+    assert.truthy(datasets.cache_status:find('stale or invalid'))
+    assert.is_true(a:eq(d):all():item())
+    -- a cache directory that cannot be made: decompressed every time, same data
+    h.write_file(cdir .. '/file', 'x')
+    setenv(cdir .. '/file/sub')
+    local e = datasets.load_idx_u8(src, 3)
+    assert.truthy(datasets.cache_status:find('cache not written'))
+    assert.is_true(a:eq(e):all():item())
+    -- DPL_DATA_CACHE=0: off
+    setenv('0')
+    assert.is_nil(datasets.cache_dir())
+    datasets.load_idx_u8(src, 3)
+    assert.is_nil(datasets.cache_status)
+    assert.is_false(datasets.FashionMNIST({ root = dir, train = false, cache = false }):get(1) == nil)
+    setenv(cache_root)
+    os.execute('rm -rf ' .. h.q(dir) .. ' ' .. h.q(cdir))
+  end)
+
+  it('a truncated .gz image file fails at construction (gzip trailer, then decompression)', function()
+    local dir = h.tmpname('-fm-gz')
+    os.execute(('mkdir -p %s && cp %s/t10k-labels-idx1-ubyte.gz %s/ && head -c 2000000 %s/t10k-images-idx3-ubyte.gz > %s/t10k-images-idx3-ubyte.gz')
+      :format(h.q(dir), root, h.q(dir), root, h.q(dir)))
+    local ok, e = pcall(datasets.FashionMNIST, { root = dir, train = false })
+    assert.is_false(ok)
+    assert.truthy(tostring(e):find('FashionMNIST: '))
+    assert.truthy(tostring(e):lower():find('truncated'))
+    -- a plain file with trailing bytes
+    os.execute(('zcat %s/t10k-images-idx3-ubyte.gz > %s/t10k-images-idx3-ubyte && echo x >> %s/t10k-images-idx3-ubyte && rm %s/t10k-images-idx3-ubyte.gz')
+      :format(root, h.q(dir), h.q(dir), h.q(dir)))
+    ok, e = pcall(datasets.FashionMNIST, { root = dir, train = false })
+    assert.is_false(ok)
+    assert.truthy(tostring(e):find('trailing bytes'))
+    os.execute('rm -rf ' .. h.q(dir))
+  end)
+
+  it('data.Subset maps positions and keeps the get_batch fast path', function()
+    local sub = dpl.data.Subset(test, dpl.data.range(9001, 10000))
+    assert.are.equal(1000, dpl.data.len(sub))
+    local b = sub:get_batch({ 1, 1000 })
+    assert.is_true(b[1]:eq(test.images:index_select(1, dpl.tensor({ 9001, 10000 }, { dtype = 'int64' }))):all():item())
+    assert.are.same({ test.labels[9001]:item(), test.labels[10000]:item() }, b[2]:totable())
+    assert.are.equal(test.labels[9005]:item(), sub:get(5)[2])
+    local loader = dpl.data.DataLoader(sub, { batch_size = 300 })
+    assert.are.equal(4, #loader)
+    -- a dataset without get_batch: items collated
+    local td = dpl.data.TensorDataset(dpl.arange(1, 11):float())
+    local plain = setmetatable({ __len = function() return 10 end, get = function(_, i) return td:get(i) end }, {})
+    assert.are.same({ 3, 7 }, dpl.data.Subset(plain, { 3, 5, 7 }):get_batch({ 1, 3 })[1]:totable())
+    assert.has_error(function() dpl.data.Subset(test, { 0 }) end, 'MisconfigurationException: Subset: index 0 (at position 1) is out of range 1..10000')
+    assert.has_error(function() sub:get(1001) end)
+  end)
+
   it('a small CNN trained for 150 steps on a subset beats chance by far', function()
     dpl.manual_seed(0)
     local nn, F = dpl.nn, dpl.nn.functional
@@ -82,5 +204,13 @@ describe('datasets.FashionMNIST', function()
     local x, y = test.images:narrow(1, 9001, 1000), test.labels:narrow(1, 9001, 1000)
     local acc = dpl.no_grad(function() return model(x):argmax(2):eq(y):double():mean():item() end)
     assert.is_true(acc > 0.6, 'held-out accuracy ' .. acc)
+  end)
+end)
+
+describe('datasets cache clean-up', function()
+  it('removes this spec\'s cache directory', function()
+    os.execute('rm -rf ' .. h.q(cache_root))
+    setenv(old_cache_env)
+    assert.is_true(true)
   end)
 end)

@@ -261,6 +261,57 @@ describe('tensor lifetimes', function()
     assert.matches('shape %[1073741824, 1073741824%] is too large', tostring(select(2, pcall(dpl.zeros, 2 ^ 30, 2 ^ 30))))
   end)
 
+  it('runs the GC itself when many small tensors pile up (handles, not bytes)', function()
+    local T = dpl.tensor
+    local saved_h, saved_f = T.gc_handles, T.gc_heap_per_handle
+    T.gc_handles, T.gc_heap_per_handle = 2000, math.huge -- every 2000 handles whatever the heap
+    T.collect()
+    collectgarbage(); collectgarbage()
+    local base = dpl.memory_stats().live_storages
+    local a, b = dpl.ones(4, 4), dpl.ones(4, 4)
+    local peak = 0
+    for i = 1, 50000 do -- 64 bytes each: never near the byte threshold
+      local c = i % 2 == 0 and a + b or a:view(16)
+      if i % 100 == 0 then -- (no other Lua garbage: LuaJIT's own GC pacing stays out of it)
+        local live = dpl.memory_stats().live_storages - base
+        if live > peak then peak = live end
+      end
+      c = nil
+    end
+    T.gc_handles, T.gc_heap_per_handle = saved_h, saved_f
+    T.collect()
+    assert(peak < 4000, ('%d small tensors were alive at once'):format(peak))
+    a, b = nil, nil
+    collectgarbage(); collectgarbage()
+    assert(dpl.memory_stats().live_storages <= base, 'small tensors left alive after collectgarbage()')
+  end)
+
+  it('parses sizes the same way when the JIT compiled the parsing', function()
+    -- LuaJIT once compiled the old vararg parser into a trace that dropped the sizes
+    -- (zeros({3, 2}, opts) gave a 0-d tensor after view(-1) calls made the trace)
+    local shapes = { { 3, 2 }, { 4 }, { 2, 3, 4 }, { 5, 1 } }
+    local bad = 0
+    for it = 1, 3000 do
+      local s = shapes[it % 4 + 1]
+      local m, z = it % 5, nil
+      if m == 0 then z = dpl.zeros(s, { dtype = 'float32', device = 'cpu' })
+      elseif m == 1 then z = dpl.zeros(s)
+      elseif m == 2 then z = dpl.zeros(unpack(s))
+      elseif m == 3 then z = dpl.ones(s, { dtype = 'float64' })
+      else z = dpl.randn(s) end
+      if z:dim() ~= #s or z:size(1) ~= s[1] then bad = bad + 1 end
+      if dpl.randn(6):view(-1):dim() ~= 1 then bad = bad + 1 end
+      if dpl.randn(6):view(2, 3, nil, nil):dim() ~= 2 then bad = bad + 1 end
+    end
+    assert.are.equal(0, bad)
+    assert.are.same({ 2, 3 }, dpl.zeros({ 2, 3 }, {}):size())
+    assert.are.same({}, dpl.zeros({ dtype = 'int64' }):size())
+    assert.are.equal('int64', dpl.zeros({ dtype = 'int64' }).dtype)
+    assert.matches('at most 8 dims, got 9 sizes', err_of(dpl.zeros, 1, 1, 1, 1, 1, 1, 1, 1, 1))
+    assert.matches('at most 8 dims', err_of(dpl.zeros, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1))
+    assert.matches('sizes must be integers, got nil at position 2', err_of(dpl.zeros, 2, nil, 3))
+  end)
+
   it('counts peak and totals', function()
     local s = dpl.memory_stats()
     for _, k in ipairs({ 'current_bytes', 'peak_bytes', 'total_bytes', 'live_storages', 'allocations' }) do

@@ -94,8 +94,12 @@ describe('Trainer arguments', function()
     assert.is_true(t.use_ddp)
     assert.equal('ddp', T({ strategy = 'dp' }).strategy.strategy_name) -- dp on CPU -> ddp
     assert.equal(32, T({ precision = '32-true' }).precision)
-    assert.equal('bf16', T({ precision = 16 }).precision) -- 16 on CPU -> bf16
+    assert.equal("MisconfigurationException: You passed `Trainer(accelerator='cpu', precision=16)` but AMP with fp16"
+      .. " is not supported on CPU. Consider using `precision='bf16-mixed'` instead.",
+      err_of(T, { precision = 16 })) -- as Lightning: fp16 AMP needs a GPU
+    assert.matches("precision='16%-mixed'%)` but AMP with fp16", err_of(T, { precision = '16-mixed' }))
     assert.is_true(T({ precision = 'bf16-mixed' }).use_amp)
+    assert.equal('bf16', T({ precision = 'bf16' }).precision)
   end)
 
   it('from_argv: --gpus 3 is a number, --gpus 0,1 a string; the rest is returned', function()

@@ -201,6 +201,69 @@ describe('ProgressBar, Timer, LearningRateMonitor, ModelSummary, custom callback
     assert.equal(pb, dpl.Trainer{ callbacks = { pb }, logger = false }.progress_bar_callback)
   end)
 
+  it('evaluation bars, not a terminal: a line per validate/test/predict dataloader, none inside fit', function()
+    local out = sink()
+    local pb = dpl.callbacks.ProgressBar{ stream = out, tty = false, interval = 30 }
+    local t = dpl.Trainer{ max_epochs = 2, limit_train_batches = 3, limit_val_batches = 2, limit_test_batches = 4,
+      limit_predict_batches = 5, num_sanity_val_steps = 1, callbacks = { pb }, enable_model_summary = false,
+      logger = false, enable_checkpointing = false }
+    local model = th.recording_model({})()
+    t:fit(model)
+    local fit_text = out:text()
+    assert.is_nil(fit_text:find('Validation', 1, true))
+    assert.is_nil(fit_text:find('Sanity', 1, true))
+    assert.equal(2, select(2, fit_text:gsub('\n', '')))
+    out.parts = {}
+    t:validate(model, nil, { verbose = false })
+    t:test(model, nil, { verbose = false })
+    t:predict(model)
+    local text = out:text()
+    assert.is_nil(text:find('\r', 1, true))
+    local lines = {}
+    for l in text:gmatch('[^\n]+') do lines[#lines + 1] = l end
+    assert.equal(3, #lines)
+    assert.matches('^Validation DataLoader 0: 2/2 batches %(100%%%), [%d.]+ it/s, elapsed 00:00, ETA 00:00$', lines[1])
+    assert.matches('^Testing DataLoader 0: 4/4 batches %(100%%%)', lines[2])
+    assert.matches('^Predicting DataLoader 0: 5/5 batches %(100%%%)', lines[3])
+    -- interval 0: a line per batch as well
+    local out2 = sink()
+    local pb2 = dpl.callbacks.ProgressBar{ stream = out2, tty = false, interval = 0 }
+    dpl.Trainer{ limit_test_batches = 3, callbacks = { pb2 }, enable_model_summary = false, logger = false,
+      enable_checkpointing = false }:test(th.recording_model({})(), nil, { verbose = false })
+    assert.equal(4, select(2, out2:text():gsub('\n', '')))
+    assert.matches('Testing DataLoader 0: 1/3 batches', out2:text())
+  end)
+
+  it('evaluation bars on a terminal: sanity and in-fit validation cleared, test left; rank 0 only', function()
+    local out = sink()
+    local pb = dpl.callbacks.ProgressBar{ stream = out, tty = true }
+    local t = dpl.Trainer{ max_epochs = 1, limit_train_batches = 2, limit_val_batches = 2, limit_test_batches = 2,
+      num_sanity_val_steps = 1, callbacks = { pb }, enable_model_summary = false, logger = false,
+      enable_checkpointing = false }
+    local model = th.recording_model({})()
+    t:fit(model)
+    local text = out:text()
+    assert.matches('\rSanity Checking DataLoader 0: 100%%|#+| 1/1 %[', text)
+    assert.matches('\rValidation DataLoader 0: 100%%|#+| 2/2 %[', text)
+    assert.truthy(text:find('\r\027[KEpoch 0:', 1, true)) -- cleared, the training bar drawn again
+    assert.matches('Epoch 0: 100%%|#+| 2/2 %[.-%]\027%[K\n$', text)
+    out.parts = {}
+    t:test(model, nil, { verbose = false })
+    assert.matches('^\rTesting DataLoader 0: 100%%|####################| 2/2 %[.-%]\027%[K\n$', out:text())
+    -- two dataloaders: a bar each
+    out.parts = {}
+    t:predict(model, { th.loader(2), th.loader(3) })
+    assert.matches('Predicting DataLoader 0: 100%%|#+| 2/2 .*\n.*Predicting DataLoader 1: 100%%|#+| 3/3', out:text())
+    -- not rank 0: nothing
+    out.parts = {}
+    local fake = { is_global_zero = false, num_test_batches = { 2 } }
+    pb:on_test_start(fake)
+    pb:on_test_batch_start(fake, nil, nil, 0, 0)
+    pb:on_test_batch_end(fake, nil, nil, nil, 0, 0)
+    pb:on_test_end(fake)
+    assert.equal('', out:text())
+  end)
+
   it('Timer stops fitting after its duration', function()
     local timer = dpl.callbacks.Timer{ duration = 1e-9 }
     local t = T({ max_epochs = 5, callbacks = { timer }, enable_checkpointing = false, limit_val_batches = 0 })

@@ -83,18 +83,23 @@ local function read_events(path)
     local d = s:sub(i + 12, i + 11 + len)
     assert.equal(masked(d), u(s, i + 12 + len, 4))
     i = i + 16 + len
-    local ev = { step = 0, scalars = {} }
+    local ev = { step = 0, scalars = {}, plugins = {} }
     for _, fv in ipairs(parse_fields(d)) do
       if fv[1] == 1 then ev.wall_time = fv[2]
       elseif fv[1] == 2 then ev.step = fv[2]
       elseif fv[1] == 3 then ev.file_version = fv[2]
       elseif fv[1] == 5 then
         for _, val in ipairs(parse_fields(fv[2])) do
-          local tag, sv
+          local tag, sv, meta
           for _, x in ipairs(parse_fields(val[2])) do
-            if x[1] == 1 then tag = x[2] elseif x[1] == 2 then sv = x[2] end
+            if x[1] == 1 then tag = x[2] elseif x[1] == 2 then sv = x[2] elseif x[1] == 9 then meta = x[2] end
           end
           ev.scalars[tag] = sv
+          if meta then -- SummaryMetadata.plugin_data{plugin_name, content}
+            local pd = parse_fields(meta)[1][2]
+            local f = parse_fields(pd)
+            ev.plugins[tag] = { name = f[1][2], content = f[2] and f[2][2] or '' }
+          end
         end
       end
     end
@@ -170,21 +175,78 @@ describe('loggers', function()
     assert.truthy(name)
     local events = read_events(vdir .. '/' .. name)
     assert.equal('brain.Event:2', events[1].file_version)
-    assert.equal(1, events[2].step)
-    assert.equal(1.5, events[2].scalars.train_loss)
-    local found
-    for _, ev in ipairs(events) do if ev.scalars.val_loss and not found then found = ev end end
+    local function first(pred) for _, ev in ipairs(events) do if pred(ev) then return ev end end end
+    local tr = first(function(ev) return ev.scalars.train_loss end)
+    assert.equal(1, tr.step)
+    assert.equal(1.5, tr.scalars.train_loss)
+    local found = first(function(ev) return ev.scalars.val_loss end)
     assert.equal(9, found.scalars.val_loss)
     assert.equal(4, found.step)
+    -- the HPARAMS tab: hp_metric = -1 at step 0 and the three hparams-plugin summaries
+    local hp = first(function(ev) return ev.scalars.hp_metric end)
+    assert.same({ 0, -1 }, { hp.step, hp.scalars.hp_metric })
+    local exp = first(function(ev) return ev.plugins['_hparams_/experiment'] end).plugins['_hparams_/experiment']
+    assert.equal('hparams', exp.name)
+    local start = first(function(ev) return ev.plugins['_hparams_/session_start_info'] end)
+    local ssi = parse_fields(parse_fields(start.plugins['_hparams_/session_start_info'].content)[1][2])
+    local hps = {}
+    for _, entry in ipairs(ssi) do
+      local kv = parse_fields(entry[2])
+      local val = parse_fields(kv[2][2])[1] -- google.protobuf.Value: {field, value}
+      hps[kv[1][2]] = val[2]
+    end
+    assert.same({ lr = 0.1, hidden = 64, name = 'mlp' }, hps)
+    local sei = first(function(ev) return ev.plugins['_hparams_/session_end_info'] end)
+    assert.equal('\034\002\008\001', sei.plugins['_hparams_/session_end_info'].content) -- STATUS_SUCCESS
     -- Python's tensorboard reads them too, when it is installed
     local out, _, rc = h.sh('python3 -c "import tensorboard" 2>/dev/null && python3 -c "'
       .. 'from tensorboard.backend.event_processing.event_accumulator import EventAccumulator as E;'
       .. 'e=E(\'' .. vdir .. '\');e.Reload();print(sorted(e.Tags()[\'scalars\']));'
-      .. 'print([(x.step,x.value) for x in e.Scalars(\'val_loss\')])"')
+      .. 'print([(x.step,x.value) for x in e.Scalars(\'val_loss\')]);'
+      .. 'from tensorboard.plugins.hparams import plugin_data_pb2 as P;'
+      .. 'c=e.PluginTagToContent(\'hparams\');'
+      .. 'x=P.HParamsPluginData.FromString(c[\'_hparams_/experiment\']).experiment;'
+      .. 'print(sorted((h.name,h.type) for h in x.hparam_infos),[m.name.tag for m in x.metric_infos]);'
+      .. 's=P.HParamsPluginData.FromString(c[\'_hparams_/session_start_info\']).session_start_info;'
+      .. 'print(sorted((k,v.WhichOneof(\'kind\')) for k,v in s.hparams.items()))"')
     if rc == 0 and out ~= '' then
-      assert.matches("%['both_epoch', 'both_step', 'epoch', 'total', 'train_loss', 'val_loss'%]", out)
+      assert.matches("%['both_epoch', 'both_step', 'epoch', 'hp_metric', 'total', 'train_loss', 'val_loss'%]", out)
       assert.matches('%[%(4, 9%.0%), %(9, 9%.0%)%]', out)
+      assert.matches("%[%('hidden', 3%), %('lr', 3%), %('name', 1%)%] %['hp_metric'%]", out)
+      assert.matches("%[%('hidden', 'number_value'%), %('lr', 'number_value'%), %('name', 'string_value'%)%]", out)
     end
+    -- default_hp_metric=false: no hp_metric, no hparams summaries (hparams.yaml only), as Lightning
+    local dir2 = th.tmpdir()
+    local lg = dpl.loggers.TensorBoardLogger{ save_dir = dir2, default_hp_metric = false }
+    lg:log_hyperparams({ a = 1 })
+    lg:log_hyperparams({ b = { c = true } }, { acc = 0.5 })
+    lg:finalize()
+    local p2 = io.popen('ls ' .. h.q(lg:log_dir()))
+    local ev2 = read_events(lg:log_dir() .. '/' .. p2:read('*a'):match('(events%.out%.tfevents%.[^\n]+)'))
+    p2:close()
+    local tags = {}
+    for _, ev in ipairs(ev2) do
+      for k in pairs(ev.scalars) do tags[#tags + 1] = k end
+      for k in pairs(ev.plugins) do tags[#tags + 1] = k end
+    end
+    table.sort(tags)
+    assert.same({ '_hparams_/experiment', '_hparams_/session_end_info', '_hparams_/session_start_info', 'acc' }, tags)
+    assert.same({ { 'a', 1 }, { 'b/c', true } }, require('dpl.loggers.tensorboard').flatten_hparams({ a = 1, b = { c = true } }))
+    -- written again after finalize (fit, then test): a second file, the first one kept
+    local dir3 = th.tmpdir()
+    local lg3 = dpl.loggers.TensorBoardLogger{ save_dir = dir3 }
+    lg3:log_metrics({ a = 1 }, 1); lg3:finalize()
+    lg3:log_metrics({ b = 2 }, 2); lg3:finalize()
+    local p3 = io.popen('ls ' .. h.q(lg3:log_dir()))
+    local names = {}
+    for l in p3:lines() do if l:match('^events') then names[#names + 1] = l end end
+    p3:close()
+    assert.equal(2, #names)
+    local got = {}
+    for _, n in ipairs(names) do
+      for _, ev in ipairs(read_events(lg3:log_dir() .. '/' .. n)) do for k, v in pairs(ev.scalars) do got[k] = v end end
+    end
+    assert.same({ a = 1, b = 2 }, got)
   end)
 
   it('the CRC32C matches the published check value', function()

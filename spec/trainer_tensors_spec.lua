@@ -104,3 +104,44 @@ describe('precision=64', function()
     assert.same({ x = 'float64', y = 'int64', w = 'float64' }, seen)
   end)
 end)
+
+describe('precision="bf16-mixed" on the CPU', function()
+  it('runs Linear in bfloat16 (float32 accumulation), the loss and the parameters in float32', function()
+    if not ok_nn then pending('dpl.nn / dpl.optim not available') return end
+    local dpl = require 'dpl'
+    local seen = {}
+    local M = model_class({ training_step = function(self, batch)
+      local out = self(batch[1])
+      local loss = dpl.nn.functional.cross_entropy(out, batch[2])
+      seen.out, seen.loss, seen.w = out.dtype, loss.dtype, self.net.weight.dtype
+      seen.autocast = dpl.amp.is_autocast_enabled()
+      return loss
+    end, validation_step = function(self, batch) seen.val = self(batch[1]).dtype end,
+    on_after_backward = function(self) seen.grad = self.net.weight.grad.dtype end })
+    local m = M()
+    local w0 = m.net.weight:clone()
+    local t = T({ max_steps = 2, precision = 'bf16-mixed', limit_val_batches = 1, num_sanity_val_steps = 0 })
+    assert.is_true(t.use_amp)
+    t:fit(m, loader(), loader())
+    assert.same({ out = 'bfloat16', loss = 'float32', w = 'float32', grad = 'float32', autocast = true,
+      val = 'bfloat16' }, seen)
+    assert.is_false(dpl.amp.is_autocast_enabled()) -- off outside the steps
+    assert.equal('float32', m.net.weight.dtype)
+    assert.is_false(m.net.weight:eq(w0):all():item()) -- trained
+    -- the same step in float32 gives nearly the same weights (bf16 has 8 bits of mantissa)
+    local m32 = M()
+    T({ max_steps = 2, limit_val_batches = 0 }):fit(m32, loader())
+    assert.is_true((m.net.weight - m32.net.weight):abs():max():item() < 0.05)
+    -- autocast by hand: conv too; float64 is left alone; errors restore the state
+    dpl.amp.autocast('bfloat16', function()
+      local c = dpl.nn.Conv2d(1, 2, 3)
+      assert.equal('bfloat16', c(dpl.randn(1, 1, 5, 5)).dtype)
+      assert.equal('bfloat16', dpl.nn.functional.linear(dpl.randn(2, 4), dpl.randn(3, 4)).dtype)
+      assert.equal('float64', dpl.nn.Linear(4, 3, { dtype = 'float64' })(dpl.randn(2, 4):double()).dtype)
+      assert.equal('float32', dpl.nn.functional.mse_loss(dpl.randn(3):bfloat16(), dpl.randn(3)).dtype)
+    end)
+    assert.has_error(function() dpl.amp.autocast('bfloat16', function() error('boom') end) end)
+    assert.is_false(dpl.amp.is_autocast_enabled())
+    assert.has_error(function() dpl.amp.autocast('float16', function() end) end)
+  end)
+end)

@@ -10,9 +10,11 @@
 -- that requires grad) or false (no gradient needed).
 --
 -- Differentiable tensor methods are wrapped here: the wrapper checks the grad mode
--- and whether an input requires grad, and otherwise tail-calls the original method
--- (the no-grad path costs two table lookups). Each backward rule lives in `rules`,
--- keyed by op name.
+-- and whether an input requires grad, and otherwise tail-calls the original method.
+-- S.live turns true when a tensor first gets requires_grad (or M.record starts a
+-- graph) and stays so: until then the wrappers test that one field and nothing else
+-- (no rg lookups, no version bumps: no tensor can need them). Each backward rule
+-- lives in `rules`, keyed by op name.
 --
 -- Saved tensors are checked against a version counter per storage: an in-place op
 -- bumps the counter of its storage, and backward refuses to use a saved tensor whose
@@ -668,9 +670,8 @@ rules.transpose = {
 rules.t = { nin = 1, view = true, save = function() end, bw = function(n, g) return g:t() end }
 rules.permute = {
   nin = 1, view = true,
-  save = function(n, out, a, ...)
-    local list = ...
-    if type(list) ~= 'table' then list = { ... } end
+  save = function(n, out, a, list, ...)
+    if type(list) ~= 'table' then list = { list, ... } end
     local nd, inv = a._ndim, {}
     for i = 1, nd do
       local d = list[i]
@@ -726,6 +727,7 @@ local function record(rule, out, a, ...)
   end
   rule.save(n, out, a, ...)
   if rule.view then viewbase[out] = viewbase[a] or a end
+  S.live = true -- (M.record may start a graph without an input that requires grad)
   rg[out] = true
   gfn[out] = n
   return out
@@ -749,17 +751,17 @@ local function wrap_method(name, rule, tbl)
   local nin = rule_.nin
   if nin == 1 then
     w = function(a, ...)
-      if S.grad_on and rg[a] then return rec(a, ...) end
+      if S.live and S.grad_on and rg[a] then return rec(a, ...) end
       return raw(a, ...)
     end
   elseif nin == 2 then
     w = function(a, b, ...)
-      if S.grad_on and (rg[a] or rg[b]) then return rec(a, b, ...) end
+      if S.live and S.grad_on and (rg[a] or rg[b]) then return rec(a, b, ...) end
       return raw(a, b, ...)
     end
   else
     w = function(a, b, c, d, ...)
-      if S.grad_on and (rg[a] or rg[b] or rg[c] or rg[d]) then return rec(a, b, c, d, ...) end
+      if S.live and S.grad_on and (rg[a] or rg[b] or rg[c] or rg[d]) then return rec(a, b, c, d, ...) end
       return raw(a, b, c, d, ...)
     end
   end
@@ -810,16 +812,20 @@ local function wrap_inplace(name, rule)
   local w
   if nin >= 2 then
     w = function(t, b, c, d, ...)
-      if S.grad_on and (rg[t] or rg[b] or rg[d]) then return rec(t, b, c, d, ...) end
-      local v = versions[skey(t)]
-      if v then v[1] = v[1] + 1 end
+      if S.live and S.grad_on and (rg[t] or rg[b] or rg[d]) then return rec(t, b, c, d, ...) end
+      if S.live then
+        local v = versions[skey(t)]
+        if v then v[1] = v[1] + 1 end
+      end
       return raw(t, b, c, d, ...)
     end
   else
     w = function(t, ...)
-      if S.grad_on and rg[t] then return rec(t, ...) end
-      local v = versions[skey(t)]
-      if v then v[1] = v[1] + 1 end
+      if S.live and S.grad_on and rg[t] then return rec(t, ...) end
+      if S.live then
+        local v = versions[skey(t)]
+        if v then v[1] = v[1] + 1 end
+      end
       return raw(t, ...)
     end
   end
@@ -863,7 +869,7 @@ do
       return v, i
     end
     methods[name] = function(t, d, keepdim)
-      if S.grad_on and (rg[t] or rg[d]) then return rec(t, d, keepdim) end
+      if S.live and S.grad_on and (rg[t] or rg[d]) then return rec(t, d, keepdim) end
       return raw(t, d, keepdim)
     end
   end
@@ -897,7 +903,7 @@ wrap_method('where', nil, T)
 do
   local raw = T.max_pool2d
   T.max_pool2d = function(x, k, opts)
-    if S.grad_on and rg[x] then
+    if S.live and S.grad_on and rg[x] then
       local ok, v, i = pcall(raw, x, k, opts)
       if not ok then rethrow(v) end
       record(rules.max_pool2d, v, x, k, opts, i)
@@ -913,12 +919,12 @@ end
 do
   local raw = T.get_item
   T.get_item = function(t, k)
-    if S.grad_on and rg[t] then return methods.select(t, 1, k) end
+    if S.live and S.grad_on and rg[t] then return methods.select(t, 1, k) end
     return raw(t, k)
   end
   local raw_as = methods.as_strided
   methods.as_strided = function(t, ...)
-    if S.grad_on and rg[t] then error('as_strided: not differentiable (its input requires grad)', 2) end
+    if S.live and S.grad_on and rg[t] then error('as_strided: not differentiable (its input requires grad)', 2) end
     return raw_as(t, ...)
   end
 end
@@ -927,7 +933,7 @@ end
 local function list_op(name, rule_bw)
   local raw = T[name]
   T[name] = function(list, d)
-    if S.grad_on and type(list) == 'table' then
+    if S.live and S.grad_on and type(list) == 'table' then
       local any = false
       for i = 1, #list do if rg[list[i]] then any = true break end end
       if any then
@@ -992,7 +998,7 @@ local function raw_linear(x, w, b)
 end
 --- linear(x, w, b): x @ w^T + b with the fused backward (nn.Linear's op).
 function M.linear(x, w, b)
-  if S.grad_on and (rg[x] or rg[w] or rg[b]) then
+  if S.live and S.grad_on and (rg[x] or rg[w] or rg[b]) then
     local prev = S.grad_on
     S.grad_on = false
     local ok, out = pcall(raw_linear, x, w, b)
@@ -1123,6 +1129,7 @@ setters.requires_grad = function(t, v)
   if v and not is_float(t) then
     error(fmt('requires_grad: only floating point tensors can require gradients, got %s', t.dtype), errors.ValueError)
   end
+  if v then S.live = true end
   rg[t] = v or nil
 end
 setters.grad = function(t, g)
@@ -1413,10 +1420,6 @@ function M.install(T_)
   if rawget(T_, '_autograd_installed') then return end
   T = T_
   methods, props, setters, is_tensor = T.methods, T.props, T.setters, T.is_tensor
-  -- Workaround: traces compiled through dpl.tensor's parse_sizes (varargs, select with a
-  -- trailing-nil loop) sometimes return n = 0, so T.zeros({3, 2}, {dtype=...}) gives a 0-d
-  -- tensor (seen in spec/autograd_rules_spec.lua; gone with this function interpreted).
-  if T._parse_sizes then jit.off(T._parse_sizes) end
   raw_clone = methods.clone
   install_wrappers()
   raw_addmm, raw_mm = T.addmm, methods.mm

@@ -101,6 +101,53 @@ function M.TensorDataset:get_batch(indices)
   return out
 end
 
+--- data.range(first, last): the list {first, ..., last} (for Subset).
+function M.range(first, last)
+  local t = {}
+  for i = first, last do t[#t + 1] = i end
+  return t
+end
+
+--- Subset(dataset, indices): the items indices[1], indices[2], ... of dataset (1-based), as
+--- torch.utils.data.Subset. get_batch maps the positions and uses the dataset's own
+--- get_batch when it has one (so a Subset of FashionMNIST keeps the fast path).
+M.Subset = M.Dataset:extend('Subset')
+
+function M.Subset:__init(ds, indices)
+  local n = M.len(ds)
+  if type(indices) ~= 'table' then misconf('Subset: indices must be a list of positions, got %s', type(indices)) end
+  for k = 1, #indices do
+    local i = indices[k]
+    if type(i) ~= 'number' or i ~= math.floor(i) or i < 1 or i > n then
+      misconf('Subset: index %s (at position %d) is out of range 1..%d', tostring(i), k, n)
+    end
+  end
+  self.dataset, self.indices, self.n = ds, indices, #indices
+end
+
+function M.Subset:__len() return self.n end
+
+function M.Subset:get(i)
+  local j = self.indices[i]
+  if not j then misconf('Subset: index %s out of range 1..%d', tostring(i), self.n) end
+  return self.dataset:get(j)
+end
+
+function M.Subset:get_batch(positions)
+  if type(positions) ~= 'table' then positions = positions:totable() end
+  local map, mapped = self.indices, {}
+  for k = 1, #positions do
+    local j = map[positions[k]]
+    if not j then misconf('Subset: index %s out of range 1..%d', tostring(positions[k]), self.n) end
+    mapped[k] = j
+  end
+  local ds = self.dataset
+  if ds.get_batch then return ds:get_batch(mapped) end
+  local items = {}
+  for k = 1, #mapped do items[k] = ds:get(mapped[k]) end
+  return M.default_collate(items)
+end
+
 -- ------------------------------------------------------------------ samplers
 --- A sampler yields dataset positions; `sampler:indices()` returns them for this epoch.
 M.Sampler = class.Object:extend('Sampler')
@@ -185,8 +232,11 @@ end
 
 -- ------------------------------------------------------------------ collation
 require 'dpl.capi' -- the dpl_tensor type
+local T_is_tensor -- dpl.tensor's own test (its handles are references to dpl_tensor)
 local function is_tensor(v)
-  return type(v) == 'cdata' and ffi.istype('dpl_tensor *', v)
+  if type(v) ~= 'cdata' then return false end
+  T_is_tensor = T_is_tensor or require('dpl.tensor').is_tensor
+  return T_is_tensor(v)
 end
 M.is_tensor = is_tensor
 

@@ -21,6 +21,7 @@ local lazy = {
   Trainer = 'dpl.trainer', LightningModule = 'dpl.lightning', callbacks = 'dpl.callbacks',
   loggers = 'dpl.loggers', strategies = 'dpl.strategies',
   dist = 'dpl.dist',
+  amp = 'dpl.amp',
   autograd = 'dpl.autograd', nn = 'dpl.nn', optim = 'dpl.optim', datasets = 'dpl.datasets', data = 'dpl.data',
 }
 

@@ -110,27 +110,44 @@ local function is_tensor(x)
 end
 M.is_tensor = is_tensor
 
-local gc_wanted, gc_done = C.dpl_gc_wanted, C.dpl_gc_done
--- LuaJIT's GC cannot see tensor bytes: C counts them and asks for a collection
+local gc_done = C.dpl_gc_done
+-- LuaJIT's GC cannot see tensor memory: C counts tensor bytes and handles and
+-- raises a flag (read here as gc_flag[0], no call) when either passed its threshold.
 -- Tensor bytes allocated between two such collections: at least gc_bytes (reusing
 -- freed blocks soon keeps them in cache), and more when the Lua heap is big (a
 -- collection costs in proportion to it).
 M.gc_bytes = tonumber(os.getenv('DPL_GC_BYTES') or '') or 8 * 1024 * 1024
 M.gc_heap_factor = 32                -- x the Lua heap (in bytes) ...
 M.gc_max_bytes = 256 * 1024 * 1024   -- ... but never more than this
-C.dpl_set_gc_threshold(M.gc_bytes)
+-- Handles created between two collections: each costs a finalizer, a C block and
+-- a few hundred bytes however small its data, and a full collection of a small
+-- heap costs ~15 us: collecting every 8192 small tensors keeps LuaJIT's finalizer
+-- table and the freed blocks in cache (4x4 adds: ~0.2 us instead of ~0.4 us when
+-- left to LuaJIT's own pacing, 30k-130k tensors a cycle). With a big heap, one
+-- collection per gc_heap_per_handle bytes of it at most, as its cost grows with it.
+M.gc_handles = tonumber(os.getenv('DPL_GC_HANDLES') or '') or 8192
+M.gc_heap_per_handle = 32
+local gc_flag = C.dpl_gc_flag()
+M._gc_flag = gc_flag
+local function set_gc_thresholds(heap)
+  C.dpl_set_gc_threshold(math.max(M.gc_bytes, math.min(M.gc_heap_factor * heap, M.gc_max_bytes)))
+  C.dpl_set_gc_handle_threshold(math.max(M.gc_handles, floor(heap / M.gc_heap_per_handle)))
+end
+set_gc_thresholds(0)
 local function collect()
   collectgarbage()
-  gc_done()
-  local heap = collectgarbage('count') * 1024
-  C.dpl_set_gc_threshold(math.max(M.gc_bytes, math.min(M.gc_heap_factor * heap, M.gc_max_bytes)))
+  -- the heap still holds what the handles collected now cost: their cdata (16 bytes
+  -- each, freed by the next collection) and the finalizer table's slots (24-48
+  -- bytes each): not part of what the next collection marks
+  local handles = tonumber(gc_done())
+  set_gc_thresholds(math.max(0, collectgarbage('count') * 1024 - 64 * handles))
 end
 M.collect = collect
 
 -- out[0] -> a garbage-collected handle (a reference to the struct, so t[i] reaches __index)
 local function wrap(p)
   local r = ffi.gc(p[0][0], release)
-  if gc_wanted() ~= 0 then collect() end
+  if gc_flag[0] ~= 0 then collect() end
   return r
 end
 M._wrap = wrap
@@ -199,6 +216,8 @@ function M.memory_cached() return tonumber(C.dpl_mem_cached()) end
 function M.empty_cache() return tonumber(C.dpl_mem_empty_cache()) end
 --- Tensor bytes allocated between two GC runs triggered by C-side pressure.
 function M.set_gc_threshold(bytes) M.gc_bytes = bytes C.dpl_set_gc_threshold(bytes) end
+--- Tensor handles created between two GC runs (at least; more with a big Lua heap).
+function M.set_gc_handles(n) M.gc_handles = n C.dpl_set_gc_handle_threshold(n) end
 
 ---------------------------------------------------------------- argument helpers
 local function ndim(t) return t._ndim end
@@ -222,30 +241,61 @@ local function is_opts(x)
   return type(x) == 'table' and rawget(x, 1) == nil and next(x) ~= nil
 end
 
--- (sizes...) or ({sizes}) [, opts] -> n (filled into buf), opts
-local function parse_sizes(name, buf, ...)
-  local n = select('#', ...)
-  while n > 0 and (select(n, ...)) == nil do n = n - 1 end -- wrappers may pass trailing nils
+-- (sizes...) or ({sizes}) [, opts] -> n (filled into buf), opts.
+-- Not a vararg function on purpose. The old one read its varargs inside loops
+-- (`select(n, ...)`, `local first = ...`), and LuaJIT 2.1 as Debian ships it (a 2022
+-- snapshot, before upstream's 2022-23 fixes to recording varargs, e.g. issues #864,
+-- #1024, #1046) sometimes compiled a trace starting inside it that returned n = 0:
+-- zeros({3, 2}, opts) gave a 0-d tensor (spec/autograd_rules_spec.lua, after a
+-- view(-1) made the trace). Callers pass their `...` on; no vararg is read here.
+local function size_at(name, buf, i, v)
+  if type(v) ~= 'number' or v ~= floor(v) then
+    error(fmt('%s: sizes must be integers, got %s at position %d', name, tostring(v), i), 4)
+  end
+  buf[i - 1] = v
+end
+
+-- (No loops either: a loop inside would abort the trace of every loop calling it,
+-- as "inner loop in root trace", and leave t:view(n) in a loop interpreted.)
+local function parse_sizes(name, buf, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11)
+  if a11 ~= nil then error(fmt('%s: at most 8 dims, got more than 10 arguments', name), 3) end
+  -- wrappers may pass trailing nils
+  local n = a10 ~= nil and 10 or a9 ~= nil and 9 or a8 ~= nil and 8 or a7 ~= nil and 7 or a6 ~= nil and 6
+    or a5 ~= nil and 5 or a4 ~= nil and 4 or a3 ~= nil and 3 or a2 ~= nil and 2 or a1 ~= nil and 1 or 0
+  local last
+  if n == 1 then last = a1 elseif n == 2 then last = a2 elseif n == 3 then last = a3
+  elseif n == 4 then last = a4 elseif n == 5 then last = a5 elseif n == 6 then last = a6
+  elseif n == 7 then last = a7 elseif n == 8 then last = a8 elseif n == 9 then last = a9
+  elseif n == 10 then last = a10 end
   local opts
-  local last = n > 0 and (select(n, ...)) or nil
   -- options: a table of named fields last, or an empty table after the sizes (zeros({2}, {}))
-  if (n > 0 and is_opts(last)) or (n > 1 and type(last) == 'table' and next(last) == nil) then
+  if type(last) == 'table' and ((n > 0 and is_opts(last)) or (n > 1 and next(last) == nil)) then
     opts = last
     n = n - 1
   end
-  local first = ...
-  local list
-  if n == 1 and type(first) == 'table' then list = first; n = #first
-  elseif n == 1 and is_tensor(first) == false and type(first) == 'nil' then n = 0 end
-  if n > 8 then error(fmt('%s: at most 8 dims, got %d sizes', name, n), 3) end
-  for i = 1, n do
-    local v
-    if list then v = list[i] else v = (select(i, ...)) end
-    if type(v) ~= 'number' or v ~= floor(v) then
-      error(fmt('%s: sizes must be integers, got %s at position %d', name, tostring(v), i), 3)
-    end
-    buf[i - 1] = v
+  if n == 1 and type(a1) == 'table' then
+    local list = a1
+    n = #list
+    if n > 8 then error(fmt('%s: at most 8 dims, got %d sizes', name, n), 3) end
+    if n >= 1 then size_at(name, buf, 1, list[1]) end
+    if n >= 2 then size_at(name, buf, 2, list[2]) end
+    if n >= 3 then size_at(name, buf, 3, list[3]) end
+    if n >= 4 then size_at(name, buf, 4, list[4]) end
+    if n >= 5 then size_at(name, buf, 5, list[5]) end
+    if n >= 6 then size_at(name, buf, 6, list[6]) end
+    if n >= 7 then size_at(name, buf, 7, list[7]) end
+    if n >= 8 then size_at(name, buf, 8, list[8]) end
+    return n, opts
   end
+  if n > 8 then error(fmt('%s: at most 8 dims, got %d sizes', name, n), 3) end
+  if n >= 1 then size_at(name, buf, 1, a1) end
+  if n >= 2 then size_at(name, buf, 2, a2) end
+  if n >= 3 then size_at(name, buf, 3, a3) end
+  if n >= 4 then size_at(name, buf, 4, a4) end
+  if n >= 5 then size_at(name, buf, 5, a5) end
+  if n >= 6 then size_at(name, buf, 6, a6) end
+  if n >= 7 then size_at(name, buf, 7, a7) end
+  if n >= 8 then size_at(name, buf, 8, a8) end
   return n, opts
 end
 M._parse_sizes = parse_sizes
@@ -619,10 +669,9 @@ end
 methods.tolist = methods.totable
 
 ---------------------------------------------------------------- views
-local function shape_args(t, name, ...)
-  local first = ...
+local function shape_args(t, name, first, ...)
   if is_tensor(first) then return parse_sizes(name, shp, methods.size(first)) end
-  return parse_sizes(name, shp, ...)
+  return parse_sizes(name, shp, first, ...)
 end
 
 function methods.view(t, ...)
@@ -657,9 +706,8 @@ function methods.t(t)
   if t._ndim < 2 then return call1(C.dpl_tensor_alias, t, out1) end
   return call1(C.dpl_tensor_transpose, t, 0, 1, out1)
 end
-function methods.permute(t, ...)
-  local list = ...
-  if type(list) ~= 'table' then list = { ... } end
+function methods.permute(t, list, ...)
+  if type(list) ~= 'table' then list = { list, ... } end
   if #list ~= t._ndim then
     error(fmt('permute: expected %d dims for a %d-d tensor, got %d', t._ndim, t._ndim, #list), 2)
   end
@@ -727,7 +775,7 @@ local binary, binary_scalar, binary_, binary_scalar_ = C.dpl_binary, C.dpl_binar
 
 local function gc_wrap1()
   local r = ffi.gc(out1[0][0], release)
-  if gc_wanted() ~= 0 then collect() end
+  if gc_flag[0] ~= 0 then collect() end
   return r
 end
 

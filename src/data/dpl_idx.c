@@ -1,14 +1,20 @@
 /* dpl_idx.c: the IDX file format (MNIST, Fashion-MNIST), plain or gzip-compressed:
  * header parsing and validation (magic, element type, dims), and reading the
  * payload into a caller's buffer in host byte order. A truncated file, a wrong
- * magic or trailing bytes are errors naming the file and what was expected. */
+ * magic or trailing bytes are errors naming the file and what was expected.
+ * Also what lazy loading and the decompressed-file cache of dpl.datasets need:
+ * a file's size and mtime (the cache key), a size check that needs no
+ * decompression, and a batch gather of uint8 rows through a lookup table
+ * (uint8 images to floats per batch). */
 #define _POSIX_C_SOURCE 200809L
 #include "dpl.h"
 #include "../host/dpl_internal.h"
 #include <errno.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <zlib.h>
+#include <stdio.h>
 
 static int elem_size(int32_t code)
 {
@@ -119,6 +125,62 @@ int dpl_idx_read(const char *path, dpl_idx_header *out, void *dst, int64_t dst_b
       for (int a = 0, b = es - 1; a < b; a++, b--) {
         unsigned char t = p[a]; p[a] = p[b]; p[b] = t;
       }
+  }
+  return DPL_OK;
+}
+
+int dpl_idx_stat(const char *path, int64_t *size, int64_t *mtime_ns)
+{
+  if (!path || !size || !mtime_ns) return dpl_errorf(DPL_EINVAL, "dpl_idx_stat: arguments must not be NULL");
+  struct stat sb;
+  if (stat(path, &sb) != 0) return dpl_errorf(DPL_EIO, "cannot stat %s: %s", path, strerror(errno));
+  *size = (int64_t)sb.st_size;
+  *mtime_ns = (int64_t)sb.st_mtim.tv_sec * 1000000000 + (int64_t)sb.st_mtim.tv_nsec;
+  return DPL_OK;
+}
+
+int dpl_idx_check_size(const char *path, const dpl_idx_header *h)
+{
+  if (!path || !h) return dpl_errorf(DPL_EINVAL, "dpl_idx_check_size: arguments must not be NULL");
+  int64_t want = 4 + 4 * (int64_t)h->ndim + h->count * h->elem_size;
+  FILE *f = fopen(path, "rb");
+  if (!f) return dpl_errorf(DPL_EIO, "cannot open IDX file %s: %s", path, strerror(errno));
+  unsigned char m[2] = {0, 0};
+  size_t got = fread(m, 1, 2, f);
+  if (got == 2 && m[0] == 0x1f && m[1] == 0x8b) {
+    /* gzip: ISIZE, the last 4 bytes, is the uncompressed size mod 2^32 (of the last member) */
+    unsigned char t[4];
+    int ok = fseek(f, -4, SEEK_END) == 0 && fread(t, 1, 4, f) == 4;
+    fclose(f);
+    if (!ok) return dpl_errorf(DPL_EIO, "IDX file %s is truncated: no gzip trailer", path);
+    uint32_t isize = (uint32_t)t[0] | ((uint32_t)t[1] << 8) | ((uint32_t)t[2] << 16) | ((uint32_t)t[3] << 24);
+    if (isize != (uint32_t)want) return 1; /* truncated, or several gzip members: decompress to know */
+    return DPL_OK;
+  }
+  int ok = fseek(f, 0, SEEK_END) == 0;
+  long end = ok ? ftell(f) : -1;
+  fclose(f);
+  if (end < 0) return dpl_errorf(DPL_EIO, "cannot read the size of IDX file %s", path);
+  if ((int64_t)end < want)
+    return dpl_errorf(DPL_EIO, "IDX file %s is truncated: expected %lld bytes of data, got %lld", path,
+                      (long long)(want - 4 - 4 * h->ndim), (long long)(end - 4 - 4 * h->ndim));
+  if ((int64_t)end > want)
+    return dpl_errorf(DPL_EINVAL, "IDX file %s has trailing bytes after its %lld elements", path, (long long)h->count);
+  return DPL_OK;
+}
+
+int dpl_idx_gather_u8(const uint8_t *src, int64_t rows, int64_t row_len, const int64_t *idx, int64_t n,
+                      const float *lut, float *out)
+{
+  if (!src || !idx || !lut || !out || rows < 0 || row_len < 0 || n < 0)
+    return dpl_errorf(DPL_EINVAL, "dpl_idx_gather_u8: bad arguments");
+  for (int64_t i = 0; i < n; i++)
+    if (idx[i] < 1 || idx[i] > rows)
+      return dpl_errorf(DPL_EINVAL, "index %lld out of range 1..%lld", (long long)idx[i], (long long)rows);
+  for (int64_t i = 0; i < n; i++) {
+    const uint8_t *s = src + (idx[i] - 1) * row_len;
+    float *o = out + i * row_len;
+    for (int64_t j = 0; j < row_len; j++) o[j] = lut[s[j]];
   }
   return DPL_OK;
 }

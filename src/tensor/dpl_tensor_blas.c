@@ -161,6 +161,7 @@ void dpl_gemm(int32_t dtype, int transa, int transb, int64_t m, int64_t n, int64
     return;
   }
   if (dtype == DPL_FLOAT32) {
+    if (dpl_sgemm_avx512(transa, transb, m, n, k, (float)alpha, a, lda, b, ldb, (float)beta, c, ldc)) return;
     if (p_sgemm && !big)
       p_sgemm(RowMajor, transa ? Trans : NoTrans, transb ? Trans : NoTrans, (int)m, (int)n, (int)k, (float)alpha, a,
               (int)lda, b, (int)ldb, (float)beta, c, (int)ldc);

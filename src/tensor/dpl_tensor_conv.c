@@ -1,6 +1,8 @@
 /* dpl_tensor_conv.c: 2-d convolution (im2col + GEMM, with groups, stride,
  * padding, dilation) forward and backward, and 2-d max/average pooling forward
- * and backward, all NCHW, computed in float32 or float64. */
+ * and backward, all NCHW, computed in float32 or float64. The im2col columns
+ * of a chunk of samples (sized to stay in L2) go through one GEMM; im2col and
+ * col2im are split across threads; max pooling has vector 2x2 kernels. */
 #include "dpl_tensor_internal.h"
 #include <stdio.h>
 #include <stdlib.h>
@@ -51,54 +53,151 @@ static int conv_setup(const char *name, const dpl_tensor *x, const dpl_tensor *w
   return DPL_OK;
 }
 
-/* cols [Cg*kh*kw, OH*OW] from one sample's channels c0..c0+Cg */
+/* The valid output columns [*lo, *hi) of one kernel column: those ow with
+ * 0 <= ow*sw + w0 < W; the others read the zero padding. */
+static inline void ow_range(int64_t w0, int64_t sw, int64_t W, int64_t OW, int64_t *lo, int64_t *hi)
+{
+  int64_t l, h;
+  if (sw == 1) { l = w0 < 0 ? -w0 : 0; h = W - w0 <= 0 ? 0 : W - w0; } /* no divisions on the common path */
+  else { l = w0 < 0 ? (-w0 + sw - 1) / sw : 0; h = W - w0 <= 0 ? 0 : (W - w0 + sw - 1) / sw; }
+  if (h > OW) h = OW;
+  if (l > h) l = h;
+  *lo = l;
+  *hi = h;
+}
+
+/* cols [Cg*kh*kw, ld] from one sample's channels c0..c0+Cg (rows r0..r1 of
+ * the K rows): the row of (c, i, j) holds x[c, oh*sh - ph + i*dh, ow*sw - pw + j*dw]. */
 #define IM2COL(NAME, T)                                                                               \
-  static void NAME(const conv_geom *g, const T *x, T *cols, int64_t ld)                              \
+  static inline __attribute__((always_inline)) void NAME##_rows(T *restrict row, const T *restrict xr, \
+                                                                int64_t OH, int64_t step, int64_t OW) \
   {                                                                                                  \
-    for (int64_t c = 0; c < g->Cg; c++)                                                              \
-      for (int64_t i = 0; i < g->kh; i++)                                                            \
-        for (int64_t j = 0; j < g->kw; j++) {                                                        \
-          T *row = cols + ((c * g->kh + i) * g->kw + j) * ld;                                        \
-          for (int64_t oh = 0; oh < g->OH; oh++) {                                                   \
-            int64_t h = oh * g->sh - g->ph + i * g->dh;                                              \
-            T *r = row + oh * g->OW;                                                                 \
-            if (h < 0 || h >= g->H) { for (int64_t ow = 0; ow < g->OW; ow++) r[ow] = 0; continue; }  \
-            const T *xr = x + (c * g->H + h) * g->W;                                                 \
-            for (int64_t ow = 0; ow < g->OW; ow++) {                                                 \
-              int64_t ww = ow * g->sw - g->pw + j * g->dw;                                           \
-              r[ow] = (ww >= 0 && ww < g->W) ? xr[ww] : 0;                                           \
-            }                                                                                        \
-          }                                                                                          \
-        }                                                                                            \
+    for (int64_t oh = 0; oh < OH; oh++, xr += step, row += OW)                                       \
+      __builtin_memcpy(row, xr, (size_t)OW * sizeof(T)); /* inlined moves when OW is a constant */   \
   }                                                                                                  \
-  static void NAME##_back(const conv_geom *g, const T *cols, T *gx, int64_t ld)                      \
+  DPL_CLONES static void NAME(const conv_geom *g, const T *x, T *cols, int64_t ld, int64_t r0, int64_t r1) \
   {                                                                                                  \
-    for (int64_t c = 0; c < g->Cg; c++)                                                              \
-      for (int64_t i = 0; i < g->kh; i++)                                                            \
-        for (int64_t j = 0; j < g->kw; j++) {                                                        \
-          const T *row = cols + ((c * g->kh + i) * g->kw + j) * ld;                                  \
-          for (int64_t oh = 0; oh < g->OH; oh++) {                                                   \
-            int64_t h = oh * g->sh - g->ph + i * g->dh;                                              \
-            if (h < 0 || h >= g->H) continue;                                                        \
-            T *xr = gx + (c * g->H + h) * g->W;                                                      \
-            const T *r = row + oh * g->OW;                                                           \
-            for (int64_t ow = 0; ow < g->OW; ow++) {                                                 \
-              int64_t ww = ow * g->sw - g->pw + j * g->dw;                                           \
-              if (ww >= 0 && ww < g->W) xr[ww] += r[ow];                                             \
-            }                                                                                        \
+    const int64_t kh = g->kh, kw = g->kw, H = g->H, W = g->W, OH = g->OH, OW = g->OW;                \
+    const int64_t sh = g->sh, sw = g->sw, ph = g->ph, pw = g->pw, dh = g->dh, dw = g->dw;            \
+    int64_t c = r0 / (kh * kw), i = r0 / kw % kh, j = r0 % kw - 1;                                   \
+    for (int64_t rr = r0; rr < r1; rr++) {                                                           \
+      if (++j == kw) { j = 0; if (++i == kh) { i = 0; c++; } } /* (c, i, j) of row rr */           \
+      T *row = cols + rr * ld;                                                                       \
+      int64_t w0 = j * dw - pw, lo, hi;                                                              \
+      ow_range(w0, sw, W, OW, &lo, &hi);                                                             \
+      int64_t hfirst = i * dh - ph, hlast = (OH - 1) * sh - ph + i * dh;                             \
+      if (sw == 1 && lo == 0 && hi == OW && hfirst >= 0 && hlast < H) { /* no padding touched */     \
+        const T *xr = x + (c * H + hfirst) * W + w0;                                                 \
+        switch (OW) { /* common widths as compile-time constants: straight vector moves */          \
+        case 8: NAME##_rows(row, xr, OH, sh * W, 8); break;                                          \
+        case 16: NAME##_rows(row, xr, OH, sh * W, 16); break;                                        \
+        case 24: NAME##_rows(row, xr, OH, sh * W, 24); break;                                        \
+        case 32: NAME##_rows(row, xr, OH, sh * W, 32); break;                                        \
+        default: NAME##_rows(row, xr, OH, sh * W, OW); break;                                        \
+        }                                                                                            \
+        continue;                                                                                    \
+      }                                                                                              \
+      for (int64_t oh = 0; oh < OH; oh++) {                                                          \
+        int64_t h = oh * sh - ph + i * dh;                                                           \
+        T *r = row + oh * OW;                                                                        \
+        if (h < 0 || h >= H) { for (int64_t ow = 0; ow < OW; ow++) r[ow] = 0; continue; }            \
+        const T *xr = x + (c * H + h) * W + w0;                                                      \
+        for (int64_t ow = 0; ow < lo; ow++) r[ow] = 0;                                               \
+        if (sw == 1) for (int64_t ow = lo; ow < hi; ow++) r[ow] = xr[ow];                            \
+        else for (int64_t ow = lo; ow < hi; ow++) r[ow] = xr[ow * sw];                               \
+        for (int64_t ow = hi; ow < OW; ow++) r[ow] = 0;                                              \
+      }                                                                                              \
+    }                                                                                                \
+  }                                                                                                  \
+  /* gx[c] += the columns of channels c0..c1 (the rows of one channel overlap: one thread each) */  \
+  DPL_CLONES static void NAME##_back(const conv_geom *g, const T *cols, T *gx, int64_t ld, int64_t c0, int64_t c1) \
+  {                                                                                                  \
+    const int64_t kh = g->kh, kw = g->kw, H = g->H, W = g->W, OH = g->OH, OW = g->OW;                \
+    const int64_t sh = g->sh, sw = g->sw, ph = g->ph, pw = g->pw, dh = g->dh, dw = g->dw;            \
+    for (int64_t c = c0; c < c1; c++)                                                                \
+      for (int64_t i = 0; i < kh; i++)                                                               \
+        for (int64_t j = 0; j < kw; j++) {                                                           \
+          const T *row = cols + ((c * kh + i) * kw + j) * ld;                                        \
+          int64_t w0 = j * dw - pw, lo, hi;                                                          \
+          ow_range(w0, sw, W, OW, &lo, &hi);                                                         \
+          int64_t hfirst = i * dh - ph, hlast = (OH - 1) * sh - ph + i * dh;                         \
+          if (sw == 1 && lo == 0 && hi == OW && hfirst >= 0 && hlast < H) {                          \
+            T *xr = gx + (c * H + hfirst) * W + w0;                                                  \
+            for (int64_t oh = 0; oh < OH; oh++, xr += sh * W)                                        \
+              for (int64_t ow = 0; ow < OW; ow++) xr[ow] += row[oh * OW + ow];                       \
+            continue;                                                                                \
+          }                                                                                          \
+          for (int64_t oh = 0; oh < OH; oh++) {                                                      \
+            int64_t h = oh * sh - ph + i * dh;                                                       \
+            if (h < 0 || h >= H) continue;                                                           \
+            T *xr = gx + (c * H + h) * W + w0;                                                       \
+            const T *r = row + oh * OW;                                                              \
+            if (sw == 1) for (int64_t ow = lo; ow < hi; ow++) xr[ow] += r[ow];                       \
+            else for (int64_t ow = lo; ow < hi; ow++) xr[ow * sw] += r[ow];                          \
           }                                                                                          \
         }                                                                                            \
   }
 IM2COL(im2col_f32, float)
 IM2COL(im2col_f64, double)
 
-static void im2col(int32_t kd, const conv_geom *g, const void *x, void *cols, int64_t ld)
+/* im2col / col2im of m samples side by side ([K, m*L]), split across threads. */
+typedef struct cols_job {
+  int32_t kd;
+  const conv_geom *g;
+  const char *x; /* first sample, channel c0 of its group */
+  char *cols;
+  int64_t ld, L, es, m, sample_stride; /* sample_stride: bytes between samples of x */
+} cols_job;
+
+static void im2col_range(int64_t lo, int64_t hi, void *ctx)
 {
-  if (kd == DPL_FLOAT32) im2col_f32(g, x, cols, ld); else im2col_f64(g, x, cols, ld);
+  const cols_job *jb = ctx;
+  int64_t K = jb->g->Cg * jb->g->kh * jb->g->kw;
+  /* the range runs over (sample, row) pairs, sample-major */
+  for (int64_t s = lo / K; s <= (hi - 1) / K; s++) {
+    int64_t r0 = s == lo / K ? lo % K : 0, r1 = s == (hi - 1) / K ? (hi - 1) % K + 1 : K;
+    const char *xs = jb->x + s * jb->sample_stride;
+    char *cs = jb->cols + s * jb->L * jb->es;
+    if (jb->kd == DPL_FLOAT32) im2col_f32(jb->g, (const float *)xs, (float *)cs, jb->ld, r0, r1);
+    else im2col_f64(jb->g, (const double *)xs, (double *)cs, jb->ld, r0, r1);
+  }
 }
-static void col2im(int32_t kd, const conv_geom *g, const void *cols, void *gx, int64_t ld)
+
+static void col2im_range(int64_t lo, int64_t hi, void *ctx)
 {
-  if (kd == DPL_FLOAT32) im2col_f32_back(g, cols, gx, ld); else im2col_f64_back(g, cols, gx, ld);
+  const cols_job *jb = ctx;
+  int64_t Cg = jb->g->Cg;
+  for (int64_t s = lo / Cg; s <= (hi - 1) / Cg; s++) {
+    int64_t c0 = s == lo / Cg ? lo % Cg : 0, c1 = s == (hi - 1) / Cg ? (hi - 1) % Cg + 1 : Cg;
+    char *xs = (char *)jb->x + s * jb->sample_stride;
+    const char *cs = jb->cols + s * jb->L * jb->es;
+    if (jb->kd == DPL_FLOAT32) im2col_f32_back(jb->g, (const float *)cs, (float *)xs, jb->ld, c0, c1);
+    else im2col_f64_back(jb->g, (const double *)cs, (double *)xs, jb->ld, c0, c1);
+  }
+}
+
+static void im2col_m(int32_t kd, const conv_geom *g, const void *x, void *cols, int64_t ld, int64_t m)
+{
+  int64_t K = g->Cg * g->kh * g->kw, L = g->OH * g->OW, es = dpl_elsize(kd);
+  cols_job jb = {kd, g, x, cols, ld, L, es, m, g->C * g->H * g->W * es};
+  int64_t grain = L > 0 ? (INT64_C(16384) + L - 1) / L : 1;
+  dpl_parallel_for(m * K, grain, im2col_range, &jb);
+}
+
+static void col2im_m(int32_t kd, const conv_geom *g, const void *cols, void *gx, int64_t ld, int64_t m)
+{
+  int64_t L = g->OH * g->OW, es = dpl_elsize(kd);
+  cols_job jb = {kd, g, gx, (char *)cols, ld, L, es, m, g->C * g->H * g->W * es};
+  int64_t per = g->kh * g->kw * L;
+  int64_t grain = per > 0 ? (INT64_C(16384) + per - 1) / per : 1;
+  dpl_parallel_for(m * g->Cg, grain, col2im_range, &jb);
+}
+
+static int64_t conv_chunk_bytes(void)
+{
+  static int64_t v;
+  if (!v) { const char *e = getenv("DPL_CONV_CHUNK_KB"); v = (e && atoll(e) > 0 ? atoll(e) : 512) << 10; }
+  return v;
 }
 
 /* Samples go through GEMM in chunks: the im2col columns of nb samples side by
@@ -106,10 +205,28 @@ static void col2im(int32_t kd, const conv_geom *g, const void *cols, void *gx, i
 static int64_t chunk_samples(const conv_geom *g, int64_t K, int64_t L, int64_t es)
 {
   int64_t per = (K > g->Og ? K : g->Og) * L * es;
-  int64_t nb = per > 0 ? (INT64_C(32) << 20) / per : g->N;
+  int64_t nb = per > 0 ? conv_chunk_bytes() / per : g->N;
   if (nb < 1) nb = 1;
   if (nb > g->N) nb = g->N;
   return nb;
+}
+
+/* A float32 row summed with 32 float partial sums, each of at most 256 terms
+ * before it is added into float64: vectorised, where one serial chain would be
+ * bound by the add latency. */
+DPL_CLONES static double sum_f32(const float *r, int64_t n)
+{
+  double sum = 0;
+  int64_t l = 0;
+  while (l + 32 <= n) {
+    float acc[32] = {0};
+    int64_t end = l + 32 * 256 < n ? l + 32 * 256 : n - 31;
+    for (; l < end; l += 32)
+      for (int q = 0; q < 32; q++) acc[q] += r[l + q];
+    for (int q = 0; q < 32; q++) sum += acc[q];
+  }
+  for (; l < n; l++) sum += r[l];
+  return sum;
 }
 
 static int conv_inputs(const char *name, const dpl_tensor *x, const dpl_tensor *w, int32_t *kd, dpl_tensor **cx, dpl_tensor **cw)
@@ -129,6 +246,22 @@ static int to_dtype(const char *name, dpl_tensor **t, int32_t dt)
   dpl_tensor_release(*t);
   *t = r;
   return st;
+}
+
+/* float32 forward straight into the output: one product per sample (the AVX-512
+ * GEMM reads its operands in place, so a per-sample call costs no packing), the
+ * bias added as the tiles are stored. 0 when the GEMM declines (no AVX-512, a
+ * small product): the caller then takes the batched path. */
+static int conv_fwd_direct(const conv_geom *g, int64_t K, int64_t L, const float *ws, const float *cols, int64_t ld,
+                           int64_t m, const float *bias, float *out)
+{
+  for (int64_t s = 0; s < m; s++) {
+    float *o = out + s * g->O * L;
+    int ok = bias ? dpl_sgemm_avx512_bias(g->Og, L, K, ws, K, cols + s * L, ld, bias, o, L)
+                  : dpl_sgemm_avx512(0, 0, g->Og, L, K, 1.0f, ws, K, cols + s * L, ld, 0.0f, o, L);
+    if (!ok) return 0; /* declines for every sample alike (it depends on the shape only) */
+  }
+  return 1;
 }
 
 int dpl_conv2d(const dpl_tensor *x, const dpl_tensor *w, const dpl_tensor *bias, const int32_t *params, int32_t groups,
@@ -160,10 +293,12 @@ int dpl_conv2d(const dpl_tensor *x, const dpl_tensor *w, const dpl_tensor *bias,
     for (int64_t n0 = 0; n0 < g.N; n0 += nb) {
       int64_t m = g.N - n0 < nb ? g.N - n0 : nb, ld = m * L;
       for (int64_t gr = 0; gr < g.groups; gr++) {
-        for (int64_t s = 0; s < m; s++)
-          im2col(kd, &g, (const char *)cx->_data + (((n0 + s) * g.C + gr * g.Cg) * g.H * g.W) * es,
-                 (char *)cols + s * L * es, ld);
+        im2col_m(kd, &g, (const char *)cx->_data + ((n0 * g.C + gr * g.Cg) * g.H * g.W) * es, cols, ld, m);
         const char *ws = (const char *)cw->_data + (gr * g.Og * K) * es;
+        if (kd == DPL_FLOAT32 && conv_fwd_direct(&g, K, L, (const float *)ws, (const float *)cols, ld, m,
+                                                 cb ? (const float *)cb->_data + gr * g.Og : NULL,
+                                                 (float *)res->_data + (n0 * g.O + gr * g.Og) * L))
+          continue;
         dpl_gemm(kd, 0, 0, g.Og, ld, K, 1.0, ws, K, cols, ld, 0.0, tmp, ld);
         /* [Og, m*L] -> out[n0+s, gr*Og + o, :], plus bias */
         for (int64_t s = 0; s < m; s++)
@@ -243,21 +378,17 @@ int dpl_conv2d_backward(const dpl_tensor *grad_out, const dpl_tensor *x, const d
                    (const char *)cg->_data + (((n0 + s) * g.O + gr * g.Og + o) * L) * es, (size_t)(L * es));
         const char *ws = (const char *)cw->_data + (gr * g.Og * K) * es;
         if (gw) {
-          for (int64_t s = 0; s < m; s++)
-            im2col(kd, &g, (const char *)cx->_data + (((n0 + s) * g.C + gr * g.Cg) * g.H * g.W) * es,
-                   (char *)cols + s * L * es, ld);
+          im2col_m(kd, &g, (const char *)cx->_data + ((n0 * g.C + gr * g.Cg) * g.H * g.W) * es, cols, ld, m);
           dpl_gemm(kd, 0, 1, g.Og, K, ld, 1.0, gyc, ld, cols, ld, 1.0, (char *)gw->_data + gr * g.Og * K * es, K);
         }
         if (gx) {
           dpl_gemm(kd, 1, 0, K, ld, g.Og, 1.0, ws, K, gyc, ld, 0.0, cols, ld);
-          for (int64_t s = 0; s < m; s++)
-            col2im(kd, &g, (const char *)cols + s * L * es,
-                   (char *)gx->_data + (((n0 + s) * g.C + gr * g.Cg) * g.H * g.W) * es, ld);
+          col2im_m(kd, &g, cols, (char *)gx->_data + ((n0 * g.C + gr * g.Cg) * g.H * g.W) * es, ld, m);
         }
         if (gb)
           for (int64_t o = 0; o < g.Og; o++) {
             double sum = 0;
-            if (kd == DPL_FLOAT32) { const float *r = (const float *)gyc + o * ld; for (int64_t l = 0; l < ld; l++) sum += r[l]; }
+            if (kd == DPL_FLOAT32) sum = sum_f32((const float *)gyc + o * ld, ld);
             else { const double *r = (const double *)gyc + o * ld; for (int64_t l = 0; l < ld; l++) sum += r[l]; }
             char *pb = (char *)gb->_data + (gr * g.Og + o) * es;
             dpl_store_f64(pb, kd, dpl_load_f64(pb, kd) + sum);
@@ -311,36 +442,167 @@ static int pool_setup(const char *name, const dpl_tensor *x, const int32_t *para
   return DPL_OK;
 }
 
-#define MAXPOOL(NAME, T)                                                                          \
-  static void NAME(const pool_geom *g, const T *xs, T *o, int64_t *ix)                           \
+/* Max over each window of planes p0..p1; ix gets the 0-based position of the
+ * first maximum in its plane (NaN wins, as in PyTorch). The geometry is copied
+ * into locals: the int64 index stores could otherwise alias it. */
+#define MAXROW(NAME, T)                                                                           \
+  /* one output row of a 2x2, stride 2 pool: a tree of branch-free selects (first max wins) */   \
+  DPL_CLONES static void NAME##_row2x2(const T *r0, int64_t W, int64_t OW, T *restrict op,       \
+                                       int64_t *restrict ip, int64_t base)                       \
   {                                                                                              \
-    for (int64_t p = 0; p < g->N * g->C; p++) {                                                  \
-      const T *plane = xs + p * g->H * g->W;                                                     \
-      for (int64_t oh = 0; oh < g->OH; oh++)                                                     \
-        for (int64_t ow = 0; ow < g->OW; ow++) {                                                 \
-          int64_t h0 = oh * g->sh - g->ph, w0 = ow * g->sw - g->pw;                              \
+    const T *r1 = r0 + W;                                                                        \
+    for (int64_t ow = 0; ow < OW; ow++) {                                                        \
+      T a = r0[2 * ow], b = r0[2 * ow + 1], c = r1[2 * ow], d = r1[2 * ow + 1];                 \
+      int64_t t1 = (b > a) | ((b != b) & (a == a));                                              \
+      int64_t t2 = (d > c) | ((d != d) & (c == c));                                              \
+      T m1 = t1 ? b : a, m2 = t2 ? d : c;                                                        \
+      int64_t t3 = (m2 > m1) | ((m2 != m2) & (m1 == m1));                                        \
+      op[ow] = t3 ? m2 : m1;                                                                     \
+      ip[ow] = base + 2 * ow + (t3 ? W + t2 : t1);                                               \
+    }                                                                                            \
+  }
+#define MAXPOOL(NAME, T)                                                                          \
+  static void NAME(const pool_geom *g, const T *xs, T *o, int64_t *ix, int64_t p0, int64_t p1)  \
+  {                                                                                              \
+    const int64_t H = g->H, W = g->W, OH = g->OH, OW = g->OW, kh = g->kh, kw = g->kw;            \
+    const int64_t sh = g->sh, sw = g->sw, ph = g->ph, pw = g->pw;                                \
+    for (int64_t p = p0; p < p1; p++) {                                                          \
+      const T *plane = xs + p * H * W;                                                           \
+      T *op = o + p * OH * OW;                                                                   \
+      int64_t *ip = ix + p * OH * OW;                                                            \
+      if (kh == 2 && kw == 2 && sh == 2 && sw == 2 && ph == 0 && pw == 0) {                      \
+        for (int64_t oh = 0; oh < OH; oh++)                                                      \
+          ROW2X2_##NAME(plane + 2 * oh * W, W, OW, op + oh * OW, ip + oh * OW, 2 * oh * W);       \
+        continue;                                                                                \
+      }                                                                                          \
+      for (int64_t oh = 0; oh < OH; oh++)                                                        \
+        for (int64_t ow = 0; ow < OW; ow++) {                                                    \
+          int64_t h0 = oh * sh - ph, w0 = ow * sw - pw;                                          \
           T best = 0;                                                                            \
           int64_t bi = -1;                                                                       \
-          for (int64_t i = 0; i < g->kh; i++) {                                                  \
+          for (int64_t i = 0; i < kh; i++) {                                                     \
             int64_t h = h0 + i;                                                                  \
-            if (h < 0 || h >= g->H) continue;                                                    \
-            for (int64_t j = 0; j < g->kw; j++) {                                                \
+            if (h < 0 || h >= H) continue;                                                       \
+            for (int64_t j = 0; j < kw; j++) {                                                   \
               int64_t ww = w0 + j;                                                               \
-              if (ww < 0 || ww >= g->W) continue;                                                \
-              T v = plane[h * g->W + ww];                                                        \
+              if (ww < 0 || ww >= W) continue;                                                   \
+              T v = plane[h * W + ww];                                                           \
               /* branch-free select (random data defeats branch prediction); NaN wins */         \
               int take = (bi < 0) | (v > best) | ((v != v) & (best == best));                    \
               best = take ? v : best;                                                            \
-              bi = take ? h * g->W + ww : bi;                                                    \
+              bi = take ? h * W + ww : bi;                                                       \
             }                                                                                    \
           }                                                                                      \
-          o[(p * g->OH + oh) * g->OW + ow] = best;                                               \
-          ix[(p * g->OH + oh) * g->OW + ow] = bi;                                                \
+          op[oh * OW + ow] = best;                                                               \
+          ip[oh * OW + ow] = bi;                                                                 \
         }                                                                                        \
     }                                                                                            \
   }
+MAXROW(maxpool_f32, float)
+MAXROW(maxpool_f64, double)
+#define ROW2X2_maxpool_f64 maxpool_f64_row2x2
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#define ROW2X2_maxpool_f32 maxpool_f32_row2x2_sse
+/* float32 2x2 rows, 4 outputs at a time with SSE2 (the selects above stay scalar
+ * branches in GCC's output, which random data mispredicts). */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#include <immintrin.h>
+/* 16 outputs at a time with AVX-512: even/odd columns split by two permutes, the
+ * selects as mask blends, the indices widened to int64 in registers; returns how
+ * many outputs it wrote */
+__attribute__((target("avx512f"))) static int64_t maxpool_f32_row2x2_512(const float *r0, int64_t W, int64_t OW,
+                                                                         float *restrict op, int64_t *restrict ip,
+                                                                         int64_t base)
+{
+  const float *r1 = r0 + W;
+  const __m512i ev = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+  const __m512i od = _mm512_set_epi32(31, 29, 27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
+  const __m512i one = _mm512_set1_epi32(1), wv = _mm512_set1_epi32((int32_t)W);
+  const __m512i ramp = _mm512_set_epi64(14, 12, 10, 8, 6, 4, 2, 0);
+  int64_t ow = 0;
+  for (; ow + 16 <= OW; ow += 16) {
+    __m512 x0 = _mm512_loadu_ps(r0 + 2 * ow), x1 = _mm512_loadu_ps(r0 + 2 * ow + 16);
+    __m512 y0 = _mm512_loadu_ps(r1 + 2 * ow), y1 = _mm512_loadu_ps(r1 + 2 * ow + 16);
+    __m512 a = _mm512_permutex2var_ps(x0, ev, x1), b = _mm512_permutex2var_ps(x0, od, x1);
+    __m512 c = _mm512_permutex2var_ps(y0, ev, y1), d = _mm512_permutex2var_ps(y0, od, y1);
+    __mmask16 t1 = _mm512_cmp_ps_mask(b, a, _CMP_GT_OQ) |
+                   (_mm512_cmp_ps_mask(b, b, _CMP_UNORD_Q) & _mm512_cmp_ps_mask(a, a, _CMP_ORD_Q));
+    __mmask16 t2 = _mm512_cmp_ps_mask(d, c, _CMP_GT_OQ) |
+                   (_mm512_cmp_ps_mask(d, d, _CMP_UNORD_Q) & _mm512_cmp_ps_mask(c, c, _CMP_ORD_Q));
+    __m512 m1 = _mm512_mask_blend_ps(t1, a, b), m2 = _mm512_mask_blend_ps(t2, c, d);
+    __mmask16 t3 = _mm512_cmp_ps_mask(m2, m1, _CMP_GT_OQ) |
+                   (_mm512_cmp_ps_mask(m2, m2, _CMP_UNORD_Q) & _mm512_cmp_ps_mask(m1, m1, _CMP_ORD_Q));
+    _mm512_storeu_ps(op + ow, _mm512_mask_blend_ps(t3, m1, m2));
+    __m512i k1 = _mm512_maskz_mov_epi32(t1, one), k2 = _mm512_mask_add_epi32(wv, t2, wv, one);
+    __m512i k = _mm512_mask_blend_epi32(t3, k1, k2);
+    __m512i b0 = _mm512_add_epi64(_mm512_set1_epi64(base + 2 * ow), ramp);
+    __m512i b1 = _mm512_add_epi64(_mm512_set1_epi64(base + 2 * ow + 16), ramp);
+    _mm512_storeu_si512(ip + ow, _mm512_add_epi64(b0, _mm512_cvtepi32_epi64(_mm512_castsi512_si256(k))));
+    _mm512_storeu_si512(ip + ow + 8, _mm512_add_epi64(b1, _mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(k, 1))));
+  }
+  return ow;
+}
+static int cpu_avx512(void)
+{
+  static _Atomic int v = -1;
+  int r = atomic_load_explicit(&v, memory_order_relaxed);
+  if (r < 0) { __builtin_cpu_init(); r = __builtin_cpu_supports("avx512f") ? 1 : 0; atomic_store(&v, r); }
+  return r;
+}
+#else
+static int64_t maxpool_f32_row2x2_512(const float *r0, int64_t W, int64_t OW, float *op, int64_t *ip, int64_t base)
+{
+  (void)r0; (void)W; (void)OW; (void)op; (void)ip; (void)base;
+  return 0;
+}
+static int cpu_avx512(void) { return 0; }
+#endif
+
+static void maxpool_f32_row2x2_sse(const float *r0, int64_t W, int64_t OW, float *restrict op, int64_t *restrict ip,
+                                   int64_t base)
+{
+  if (W > INT32_MAX / 4) { maxpool_f32_row2x2(r0, W, OW, op, ip, base); return; }
+  if (OW >= 16 && cpu_avx512()) { /* whole groups of 16 (masked stores are slow on some CPUs) */
+    int64_t done = maxpool_f32_row2x2_512(r0, W, OW, op, ip, base);
+    r0 += 2 * done; op += done; ip += done; base += 2 * done; OW -= done;
+  }
+  const float *r1 = r0 + W;
+  const __m128i wv = _mm_set1_epi32((int32_t)W);
+  int64_t ow = 0;
+  for (; ow + 4 <= OW; ow += 4) {
+    __m128 x0 = _mm_loadu_ps(r0 + 2 * ow), x1 = _mm_loadu_ps(r0 + 2 * ow + 4);
+    __m128 y0 = _mm_loadu_ps(r1 + 2 * ow), y1 = _mm_loadu_ps(r1 + 2 * ow + 4);
+    __m128 a = _mm_shuffle_ps(x0, x1, _MM_SHUFFLE(2, 0, 2, 0)), b = _mm_shuffle_ps(x0, x1, _MM_SHUFFLE(3, 1, 3, 1));
+    __m128 c = _mm_shuffle_ps(y0, y1, _MM_SHUFFLE(2, 0, 2, 0)), d = _mm_shuffle_ps(y0, y1, _MM_SHUFFLE(3, 1, 3, 1));
+    __m128 t1 = _mm_or_ps(_mm_cmpgt_ps(b, a), _mm_and_ps(_mm_cmpunord_ps(b, b), _mm_cmpord_ps(a, a)));
+    __m128 t2 = _mm_or_ps(_mm_cmpgt_ps(d, c), _mm_and_ps(_mm_cmpunord_ps(d, d), _mm_cmpord_ps(c, c)));
+    __m128 m1 = _mm_or_ps(_mm_and_ps(t1, b), _mm_andnot_ps(t1, a));
+    __m128 m2 = _mm_or_ps(_mm_and_ps(t2, d), _mm_andnot_ps(t2, c));
+    __m128 t3 = _mm_or_ps(_mm_cmpgt_ps(m2, m1), _mm_and_ps(_mm_cmpunord_ps(m2, m2), _mm_cmpord_ps(m1, m1)));
+    _mm_storeu_ps(op + ow, _mm_or_ps(_mm_and_ps(t3, m2), _mm_andnot_ps(t3, m1)));
+    __m128i i1 = _mm_srli_epi32(_mm_castps_si128(t1), 31), i2 = _mm_srli_epi32(_mm_castps_si128(t2), 31);
+    __m128i i3 = _mm_castps_si128(t3);
+    __m128i k = _mm_or_si128(_mm_and_si128(i3, _mm_add_epi32(wv, i2)), _mm_andnot_si128(i3, i1));
+    int32_t kk[4];
+    _mm_storeu_si128((__m128i *)kk, k);
+    for (int q = 0; q < 4; q++) ip[ow + q] = base + 2 * (ow + q) + kk[q];
+  }
+  if (ow < OW) maxpool_f32_row2x2(r0 + 2 * ow, W, OW - ow, op + ow, ip + ow, base + 2 * ow);
+}
+#else
+#define ROW2X2_maxpool_f32 maxpool_f32_row2x2
+#endif
 MAXPOOL(maxpool_f32, float)
 MAXPOOL(maxpool_f64, double)
+
+typedef struct pool_job { const pool_geom *g; const void *x; void *o; int64_t *ix; int32_t kd; } pool_job;
+static void maxpool_range(int64_t lo, int64_t hi, void *ctx)
+{
+  const pool_job *jb = ctx;
+  if (jb->kd == DPL_FLOAT32) maxpool_f32(jb->g, jb->x, jb->o, jb->ix, lo, hi);
+  else maxpool_f64(jb->g, jb->x, jb->o, jb->ix, lo, hi);
+}
 
 int dpl_max_pool2d(const dpl_tensor *x, const int32_t *params, dpl_tensor **out, dpl_tensor **indices)
 {
@@ -356,8 +618,9 @@ int dpl_max_pool2d(const dpl_tensor *x, const int32_t *params, dpl_tensor **out,
   if (st == DPL_OK) st = dpl_new(name, kd, 4, oshape, x, &res);
   if (st == DPL_OK) st = dpl_new(name, DPL_INT64, 4, oshape, x, &idx);
   if (st == DPL_OK) {
-    if (kd == DPL_FLOAT32) maxpool_f32(&g, cx->_data, res->_data, idx->_data);
-    else maxpool_f64(&g, cx->_data, res->_data, idx->_data);
+    pool_job jb = {&g, cx->_data, res->_data, idx->_data, kd};
+    int64_t per = g.H * g.W;
+    dpl_parallel_for(g.N * g.C, per > 0 ? (INT64_C(32768) + per - 1) / per : 1, maxpool_range, &jb);
     st = to_dtype(name, &res, x->_dtype);
   }
   dpl_tensor_release(cx);
@@ -384,7 +647,38 @@ int dpl_max_pool2d_backward(const dpl_tensor *grad_out, const dpl_tensor *x, con
   int st = dpl_contig_as(name, grad_out, kd, &cg);
   if (st == DPL_OK) st = dpl_contig_as(name, indices, DPL_INT64, &ci);
   if (st == DPL_OK) st = dpl_new(name, kd, 4, x->_shape, x, &res);
-  if (st == DPL_OK) {
+  int64_t OH = grad_out->_shape[2], OW = grad_out->_shape[3], H = x->_shape[2], W = x->_shape[3];
+  int fast = 0;
+  if (st == DPL_OK && kd == DPL_FLOAT32 && H == 2 * OH && W == 2 * OW) {
+    /* the common 2x2 / stride 2 case: when every index lies in its own 2x2 block the
+     * blocks tile the plane, so each block row is zeroed while in cache and gets one
+     * store per block (no whole-tensor memset, no read-modify-write scatter). */
+    const int64_t *is = ci->_data;
+    const float *gs = cg->_data;
+    float *r = res->_data;
+    int64_t NC = x->_shape[0] * x->_shape[1], done = 0;
+    for (int64_t p = 0; p < NC; p++, done++) {
+      const int64_t *ip = is + p * L;
+      const float *gp = gs + p * L;
+      float *rp = r + p * plane;
+      int bad = 0;
+      /* zero the two rows of each block row, then one store per block; an index
+       * outside its block is stored in bounds (at the block's corner) and sends
+       * the whole tensor to the general path, which starts from zeros again */
+      for (int64_t oh = 0; oh < OH; oh++) {
+        memset(rp + 2 * oh * W, 0, (size_t)(2 * W) * sizeof(float));
+        for (int64_t ow = 0; ow < OW; ow++) {
+          int64_t k = ip[oh * OW + ow], b0 = 2 * oh * W + 2 * ow, d = k - b0;
+          int v = ((uint64_t)d < 2) | ((uint64_t)(d - W) < 2);
+          bad |= !v;
+          rp[v ? k : b0] = gp[oh * OW + ow];
+        }
+      }
+      if (bad) break;
+    }
+    fast = done == NC;
+  }
+  if (st == DPL_OK && !fast) {
     int64_t es = dpl_elsize(kd);
     memset(res->_data, 0, (size_t)(res->_numel * es));
     const int64_t *is = ci->_data;
@@ -398,8 +692,8 @@ int dpl_max_pool2d_backward(const dpl_tensor *grad_out, const dpl_tensor *x, con
         if (kd == DPL_FLOAT32) ((float *)res->_data)[p * plane + k] += ((const float *)cg->_data)[p * L + l];
         else ((double *)res->_data)[p * plane + k] += ((const double *)cg->_data)[p * L + l];
       }
-    if (st == DPL_OK) st = to_dtype(name, &res, x->_dtype);
   }
+  if (st == DPL_OK) st = to_dtype(name, &res, x->_dtype);
   dpl_tensor_release(cg);
   dpl_tensor_release(ci);
   if (st != DPL_OK) { dpl_tensor_release(res); return st; }

@@ -13,17 +13,188 @@
 #include <sys/mman.h>
 
 #define MAX_DEV 64
+/* Byte counters per device, in two halves: `own` is written only by the thread
+ * that runs the Lua state (the process's main thread), with relaxed load + store,
+ * `sh` by every other thread with atomic read-modify-writes; readers add them up.
+ * The allocation path then needs no locked instruction. */
+typedef struct counts {
+  _Atomic int64_t current, total, allocs, frees; /* live storages = allocs - frees */
+} counts;
 typedef struct devcount {
-  _Atomic int64_t current, peak, total, allocs, frees; /* live storages = allocs - frees */
+  counts own, sh;
+  _Atomic int64_t peak;
 } devcount;
 static devcount cpu_count;
 static devcount cuda_count[MAX_DEV];
-static _Atomic int64_t since_gc;
-static _Atomic int64_t gc_threshold = INT64_C(8) << 20;
 
-int32_t dpl_gc_wanted(void) { return atomic_load(&since_gc) > atomic_load(&gc_threshold); }
-void dpl_gc_done(void) { atomic_store(&since_gc, 0); }
-void dpl_set_gc_threshold(int64_t bytes) { atomic_store(&gc_threshold, bytes > 0 ? bytes : INT64_MAX); }
+static pthread_t owner_thread;
+static _Atomic int owner_known;
+__attribute__((constructor)) static void find_owner(void)
+{
+  owner_thread = pthread_self();
+  atomic_store(&owner_known, 1);
+}
+static _Thread_local int8_t tl_role; /* 0 not yet known, 1 the owner, -1 another thread */
+static inline int is_owner(void)
+{
+  if (__builtin_expect(tl_role == 0, 0))
+    tl_role = atomic_load(&owner_known) && pthread_equal(pthread_self(), owner_thread) ? 1 : -1;
+  return tl_role > 0;
+}
+static inline void counter_add(_Atomic int64_t *x, int64_t v, int own)
+{
+  if (own) atomic_store_explicit(x, atomic_load_explicit(x, memory_order_relaxed) + v, memory_order_relaxed);
+  else atomic_fetch_add_explicit(x, v, memory_order_relaxed);
+}
+static inline int64_t counter_get(devcount *c, size_t field)
+{
+  return atomic_load((_Atomic int64_t *)((char *)&c->own + field)) +
+         atomic_load((_Atomic int64_t *)((char *)&c->sh + field));
+}
+#define COUNT(c, f) counter_get((c), offsetof(counts, f))
+/* GC pacing: tensor bytes and tensor handles created since the last dpl_gc_done.
+ * They are hints, not accounts: updated with relaxed load + store (no locked
+ * instruction on the allocation path), so concurrent allocations may lose a count.
+ * gc_flag turns 1 when either passes its threshold; Lua reads it through the
+ * pointer from dpl_gc_flag (a plain load per op instead of a call). */
+static _Atomic int64_t since_gc, since_gc_handles;
+static _Atomic int64_t gc_threshold = INT64_C(8) << 20;
+static _Atomic int64_t gc_handle_threshold = INT64_MAX;
+static int32_t gc_flag;
+
+static inline void gc_raise(void) { __atomic_store_n(&gc_flag, 1, __ATOMIC_RELAXED); }
+
+static inline void gc_count(int64_t nbytes, int64_t handles)
+{
+  if (nbytes) {
+    int64_t b = atomic_load_explicit(&since_gc, memory_order_relaxed) + nbytes;
+    atomic_store_explicit(&since_gc, b, memory_order_relaxed);
+    if (b > atomic_load_explicit(&gc_threshold, memory_order_relaxed)) gc_raise();
+  }
+  if (handles) {
+    int64_t h = atomic_load_explicit(&since_gc_handles, memory_order_relaxed) + handles;
+    atomic_store_explicit(&since_gc_handles, h, memory_order_relaxed);
+    if (h > atomic_load_explicit(&gc_handle_threshold, memory_order_relaxed)) gc_raise();
+  }
+}
+
+int32_t dpl_gc_wanted(void) { return __atomic_load_n(&gc_flag, __ATOMIC_RELAXED); }
+int32_t *dpl_gc_flag(void) { return &gc_flag; }
+int64_t dpl_gc_done(void)
+{
+  atomic_store(&since_gc, 0);
+  int64_t h = atomic_exchange(&since_gc_handles, 0);
+  __atomic_store_n(&gc_flag, 0, __ATOMIC_RELAXED);
+  return h;
+}
+void dpl_set_gc_threshold(int64_t bytes)
+{
+  atomic_store(&gc_threshold, bytes > 0 ? bytes : INT64_MAX);
+  __atomic_store_n(&gc_flag, atomic_load(&since_gc) > atomic_load(&gc_threshold) ||
+                                 atomic_load(&since_gc_handles) > atomic_load(&gc_handle_threshold),
+                   __ATOMIC_RELAXED);
+}
+void dpl_set_gc_handle_threshold(int64_t handles)
+{
+  atomic_store(&gc_handle_threshold, handles > 0 ? handles : INT64_MAX);
+  dpl_set_gc_threshold(atomic_load(&gc_threshold));
+}
+
+/* ---- per-thread pools of tensor handles and small storage blocks ----
+ * Small tensors are created and (by Lua's GC) freed in bursts of thousands: more
+ * than glibc's per-thread cache holds, so each one took malloc's slow paths. A
+ * block freed on a thread goes to that thread's pool (entries are plain malloc
+ * blocks of the class size, so any of them may also be given to free()); a pool
+ * keeps at most POOL_BYTES per class, and is emptied when its thread ends. */
+#define NCLASS 6                 /* handles, then small blocks of 128 .. 2048 bytes, 64-byte aligned */
+#define SMALL_MAX ((size_t)2048)
+#define POOL_BYTES ((size_t)2 << 20)
+typedef struct pnode { struct pnode *next; } pnode;
+typedef struct tpool { pnode *head[NCLASS]; uint32_t n[NCLASS]; int state; /* 0 new, 1 live, 2 gone */ } tpool;
+static _Thread_local tpool tl_pool;
+static pthread_key_t pool_key;
+static pthread_once_t pool_once = PTHREAD_ONCE_INIT;
+static const size_t class_size[NCLASS] = {sizeof(dpl_tensor), 128, 256, 512, 1024, 2048};
+
+static inline void *class_alloc(int c)
+{
+  return c ? aligned_alloc(64, class_size[c]) : malloc(class_size[c]);
+}
+
+static void pool_trim(tpool *p)
+{
+  for (int c = 0; c < NCLASS; c++) {
+    pnode *b = p->head[c];
+    while (b) { pnode *next = b->next; free(b); b = next; }
+    p->head[c] = NULL;
+    p->n[c] = 0;
+  }
+}
+static void pool_drain(tpool *p)
+{
+  pool_trim(p);
+  p->state = 2; /* later frees on this thread go straight to free() */
+}
+static void pool_thread_end(void *p) { pool_drain(p); }
+static void pool_main_end(void) { pool_drain(&tl_pool); }
+static void pool_init(void)
+{
+  pthread_key_create(&pool_key, pool_thread_end);
+  atexit(pool_main_end); /* the main thread's key destructor never runs */
+}
+
+/* Under AddressSanitizer (make SAN=1) every block goes back to free(), so that a
+ * use after release is still reported (-DDPL_ASAN_POOLS keeps the pools on). */
+#if defined(__SANITIZE_ADDRESS__) && !defined(DPL_ASAN_POOLS)
+#define POOLS_ON 0
+#else
+#define POOLS_ON 1
+#endif
+
+static inline void *pool_get(int c)
+{
+  if (!POOLS_ON) return class_alloc(c);
+  tpool *p = &tl_pool;
+  pnode *b = p->head[c];
+  if (b) {
+    p->head[c] = b->next;
+    p->n[c]--;
+    return b;
+  }
+  return class_alloc(c);
+}
+
+static inline void pool_put(int c, void *m)
+{
+  if (!POOLS_ON) { free(m); return; }
+  tpool *p = &tl_pool;
+  if (p->state != 1) {
+    if (p->state == 0) {
+      pthread_once(&pool_once, pool_init);
+      pthread_setspecific(pool_key, p); /* (not run for the thread that calls exit: atexit is) */
+      p->state = 1;
+    } else {
+      free(m);
+      return;
+    }
+  }
+  if ((size_t)p->n[c] * class_size[c] >= POOL_BYTES) { free(m); return; }
+  pnode *b = m;
+  b->next = p->head[c];
+  p->head[c] = b;
+  p->n[c]++;
+}
+
+static inline int small_class(size_t want)
+{
+  return want <= 128 ? 1 : want <= 256 ? 2 : want <= 512 ? 3 : want <= 1024 ? 4 : 5;
+}
+
+static inline dpl_tensor *handle_new(void)
+{
+  gc_count(0, 1);
+  return pool_get(0);
+}
 
 /* ---- a cache of large freed blocks: reusing them saves the page faults of fresh
  * memory (tensors are freed in bursts, when Lua's GC runs their finalizers) ---- */
@@ -49,6 +220,11 @@ static void tune_malloc(void)
 static void *block_alloc(size_t want, size_t *cap)
 {
   pthread_once(&malloc_once, tune_malloc);
+  if (want <= SMALL_MAX) {
+    int c = small_class(want);
+    *cap = class_size[c];
+    return pool_get(c);
+  }
   *cap = want;
   if (want < CACHE_MIN) return malloc(want);
   pthread_mutex_lock(&cache_mu);
@@ -73,6 +249,7 @@ static void *block_alloc(size_t want, size_t *cap)
 
 static void block_free(void *m, size_t cap)
 {
+  if (cap <= SMALL_MAX) { pool_put(small_class(cap), m); return; }
   if (cap < CACHE_MIN) { free(m); return; }
   pthread_mutex_lock(&cache_mu);
   if (cache_bytes + cap <= cache_limit) {
@@ -89,6 +266,7 @@ static void block_free(void *m, size_t cap)
 
 int64_t dpl_mem_empty_cache(void)
 {
+  pool_trim(&tl_pool); /* this thread's small blocks too (not counted in the result) */
   pthread_mutex_lock(&cache_mu);
   cblock *b = cache_head;
   int64_t n = (int64_t)cache_bytes;
@@ -118,20 +296,25 @@ static void count_alloc(int32_t devtype, int32_t devindex, int64_t nbytes)
 {
   devcount *c = counter_for(devtype, devindex);
   if (!c) return;
-  int64_t now = atomic_fetch_add(&c->current, nbytes) + nbytes;
-  int64_t peak = atomic_load(&c->peak);
+  int own = is_owner();
+  counts *k = own ? &c->own : &c->sh;
+  counter_add(&k->current, nbytes, own);
+  counter_add(&k->total, nbytes, own);
+  counter_add(&k->allocs, 1, own);
+  int64_t now = COUNT(c, current);
+  int64_t peak = atomic_load_explicit(&c->peak, memory_order_relaxed);
   while (now > peak && !atomic_compare_exchange_weak(&c->peak, &peak, now)) {}
-  atomic_fetch_add_explicit(&c->total, nbytes, memory_order_relaxed);
-  atomic_fetch_add_explicit(&c->allocs, 1, memory_order_relaxed);
-  atomic_fetch_add_explicit(&since_gc, nbytes, memory_order_relaxed);
+  gc_count(nbytes, 0);
 }
 
 static void count_free(int32_t devtype, int32_t devindex, int64_t nbytes)
 {
   devcount *c = counter_for(devtype, devindex);
   if (!c) return;
-  atomic_fetch_sub_explicit(&c->current, nbytes, memory_order_relaxed);
-  atomic_fetch_add_explicit(&c->frees, 1, memory_order_relaxed);
+  int own = is_owner();
+  counts *k = own ? &c->own : &c->sh;
+  counter_add(&k->current, -nbytes, own);
+  counter_add(&k->frees, 1, own);
 }
 
 int dpl_mem_stats(int32_t devtype, int32_t devindex, dpl_mem_stats_t *out)
@@ -139,18 +322,18 @@ int dpl_mem_stats(int32_t devtype, int32_t devindex, dpl_mem_stats_t *out)
   if (!out) return dpl_errorf(DPL_EINVAL, "dpl_mem_stats: out is NULL");
   devcount *c = counter_for(devtype, devindex);
   if (!c) return dpl_errorf(DPL_EINVAL, "dpl_mem_stats: no device type %d index %d", (int)devtype, (int)devindex);
-  out->current_bytes = atomic_load(&c->current);
+  out->current_bytes = COUNT(c, current);
   out->peak_bytes = atomic_load(&c->peak);
-  out->total_bytes = atomic_load(&c->total);
-  out->live_storages = atomic_load(&c->allocs) - atomic_load(&c->frees);
-  out->allocations = atomic_load(&c->allocs);
+  out->total_bytes = COUNT(c, total);
+  out->allocations = COUNT(c, allocs);
+  out->live_storages = out->allocations - COUNT(c, frees);
   return DPL_OK;
 }
 
 int64_t dpl_mem_current_total(void)
 {
-  int64_t n = atomic_load(&cpu_count.current);
-  for (int i = 0; i < MAX_DEV; i++) n += atomic_load(&cuda_count[i].current);
+  int64_t n = COUNT(&cpu_count, current);
+  for (int i = 0; i < MAX_DEV; i++) n += COUNT(&cuda_count[i], current);
   return n;
 }
 
@@ -250,7 +433,8 @@ static int check_device(const char *op, int32_t devtype, int32_t devindex)
 static void storage_release(dpl_storage *s)
 {
   if (!s) return;
-  if (atomic_fetch_sub(&s->refcount, 1) != 1) return;
+  /* the only reference (nobody else can add one): no locked decrement needed */
+  if (atomic_load_explicit(&s->refcount, memory_order_acquire) != 1 && atomic_fetch_sub(&s->refcount, 1) != 1) return;
   count_free(s->devtype, s->devindex, s->nbytes);
   if (s->kind == DPL_STORAGE_MMAP) {
     munmap(s->block, s->map_len);
@@ -308,14 +492,16 @@ int dpl_new_on(const char *op, int32_t dtype, int32_t ndim, const int64_t *shape
   }
   if (devtype != DPL_DEVICE_CPU || devindex != 0) DPL_TRY(check_device(op, devtype, devindex));
   int64_t nbytes = numel * dpl_elsize(dtype);
-  /* two small allocations that glibc serves from its per-thread cache: the handle,
-   * and the storage header with the data 64-byte aligned after it */
-  size_t total = HDR_S + 64 + (size_t)nbytes;
-  dpl_tensor *t = malloc(sizeof *t);
+  /* two allocations, small ones from this thread's pools: the handle, and the
+   * storage header with the data 64-byte aligned after it (small blocks are
+   * 64-byte aligned already; others need room to align) */
+  size_t total = HDR_S + (size_t)nbytes;
+  if (total > SMALL_MAX) total += 64;
+  dpl_tensor *t = handle_new();
   size_t cap = 0;
   void *block = block_alloc(total, &cap);
   if (!t || !block) {
-    free(t);
+    if (t) pool_put(0, t);
     if (block) block_free(block, cap);
     char b[160];
     return dpl_errorf(DPL_ENOMEM, "%s: out of memory allocating %lld bytes for a %s %s tensor", op,
@@ -383,7 +569,7 @@ void dpl_tensor_release(dpl_tensor *t)
 {
   if (!t) return;
   storage_release(t->_storage);
-  free(t);
+  pool_put(0, t);
 }
 
 int dpl_tensor_free_data(dpl_tensor *t)
@@ -419,7 +605,7 @@ int dpl_check_same_device(const char *op, const dpl_tensor *a, const dpl_tensor 
 int dpl_make_view(const dpl_tensor *t, int32_t ndim, const int64_t *shape, const int64_t *stride, int64_t offset,
                   dpl_tensor **out)
 {
-  dpl_tensor *v = malloc(sizeof *v);
+  dpl_tensor *v = handle_new();
   if (!v) return dpl_errorf(DPL_ENOMEM, "view: out of memory");
   memset(v, 0, sizeof *v);
   v->_dtype = t->_dtype;

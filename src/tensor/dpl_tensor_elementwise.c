@@ -593,24 +593,40 @@ int dpl_unary(int32_t op, const dpl_tensor *a, dpl_tensor **out)
 int dpl_unary_(int32_t op, dpl_tensor *a) { return unary_core(op, a, a, NULL); }
 
 /* ---- activation gradients ---- */
+/* op dispatched outside the loop, a contiguous fast path: relu's backward then
+ * vectorises like its forward. */
+#define ACT_LOOP(T, EXPR)                                                                             \
+  do {                                                                                                \
+    if (st[0] == sizeof(T) && st[1] == sizeof(T) && st[2] == sizeof(T)) {                             \
+      T *o = (T *)p[0]; const T *G = (const T *)p[1], *X = (const T *)p[2];                           \
+      for (int64_t i = 0; i < n; i++) { T g = G[i], x = X[i]; o[i] = (EXPR); }                        \
+    } else {                                                                                          \
+      for (int64_t i = 0; i < n; i++) {                                                               \
+        T g = *(const T *)(p[1] + i * st[1]), x = *(const T *)(p[2] + i * st[2]);                     \
+        *(T *)(p[0] + i * st[0]) = (EXPR);                                                            \
+      }                                                                                               \
+    }                                                                                                 \
+  } while (0)
 #define ACT_BWD(NAME, T, S)                                                                           \
-  DPL_CLONES static void NAME(char **p, const int64_t *st, int64_t n, void *ctx)                                 \
+  static inline T NAME##_gelu(T g, T x)                                                               \
   {                                                                                                   \
-    int op = *(int *)ctx;                                                                             \
-    for (int64_t i = 0; i < n; i++) {                                                                 \
-      T g = *(const T *)(p[1] + i * st[1]), x = *(const T *)(p[2] + i * st[2]), r;                     \
-      switch (op) {                                                                                   \
-      case DPL_OP_RELU: r = x > 0 ? g : 0; break;                                                     \
-      case DPL_OP_TANH: r = g * ((T)1 - x * x); break;                                                \
-      case DPL_OP_SIGMOID: r = g * x * ((T)1 - x); break;                                             \
-      case DPL_OP_GELU: {                                                                             \
-        T cdf = (T)0.5 * ((T)1 + erf##S(x * (T)0.70710678118654752440));                              \
-        T pdf = exp##S((T)-0.5 * x * x) * (T)0.39894228040143267794;                                  \
-        r = g * (cdf + x * pdf); break;                                                               \
-      }                                                                                               \
-      default: { T s = (T)1 / ((T)1 + exp##S(-x)); r = g * s * ((T)1 + x * ((T)1 - s)); break; }    \
-      }                                                                                               \
-      *(T *)(p[0] + i * st[0]) = r;                                                                   \
+    T cdf = (T)0.5 * ((T)1 + erf##S(x * (T)0.70710678118654752440));                                  \
+    T pdf = exp##S((T)-0.5 * x * x) * (T)0.39894228040143267794;                                      \
+    return g * (cdf + x * pdf);                                                                       \
+  }                                                                                                   \
+  static inline T NAME##_silu(T g, T x)                                                               \
+  {                                                                                                   \
+    T s = (T)1 / ((T)1 + exp##S(-x));                                                                 \
+    return g * s * ((T)1 + x * ((T)1 - s));                                                           \
+  }                                                                                                   \
+  DPL_CLONES static void NAME(char **p, const int64_t *st, int64_t n, void *ctx)                      \
+  {                                                                                                   \
+    switch (*(int *)ctx) {                                                                            \
+    case DPL_OP_RELU: ACT_LOOP(T, x > 0 ? g : (T)0); break;                                           \
+    case DPL_OP_TANH: ACT_LOOP(T, g * ((T)1 - x * x)); break;                                         \
+    case DPL_OP_SIGMOID: ACT_LOOP(T, g * x * ((T)1 - x)); break;                                      \
+    case DPL_OP_GELU: ACT_LOOP(T, NAME##_gelu(g, x)); break;                                          \
+    default: ACT_LOOP(T, NAME##_silu(g, x)); break;                                                   \
     }                                                                                                 \
   }
 ACT_BWD(act_f32, float, f)

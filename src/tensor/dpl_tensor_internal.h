@@ -206,6 +206,13 @@ int dpl_threads(void);
 void dpl_gemm(int32_t dtype, int transa, int transb, int64_t m, int64_t n, int64_t k, double alpha,
               const void *a, int64_t lda, const void *b, int64_t ldb, double beta, void *c, int64_t ldc);
 void dpl_blas_set_threads(int n);
+/* float32 GEMM with AVX-512 (dpl_tensor_gemm_avx512.c); 0 when it declines (no
+ * AVX-512F, a small product, DPL_SGEMM=blas): the caller then runs OpenBLAS. */
+int dpl_sgemm_avx512(int transa, int transb, int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t lda,
+                     const float *b, int64_t ldb, float beta, float *c, int64_t ldc);
+/* C = A @ B + bias[i] along the rows (row-major, no transposes); 0 when it declines */
+int dpl_sgemm_avx512_bias(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const float *b, int64_t ldb,
+                          const float *bias, float *c, int64_t ldc);
 
 /* ---- random ---- */
 /* Reserves n counters of the global generator; returns the key and first counter. */

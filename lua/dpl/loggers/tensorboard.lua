@@ -1,9 +1,14 @@
 -- dpl.loggers.tensorboard: TensorBoardLogger. Writes TensorBoard event files
--- (events.out.tfevents.<time>.<host>.<pid>.0) in <save_dir>/<name>/version_N/:
+-- (events.out.tfevents.<time>.<host>.<pid>.<n>, n counting this process's files) in <save_dir>/<name>/version_N/:
 -- TFRecord framing (u64 length, masked CRC32C of it, the data, masked CRC32C of
 -- the data) around Event protobufs encoded by hand (wall_time, step,
 -- file_version "brain.Event:2", summary{value{tag, simple_value}}), and
 -- hparams.yaml. No protobuf or TensorFlow library is involved.
+-- log_hyperparams also writes what TensorBoard's HPARAMS tab reads, as
+-- torch.utils.tensorboard.summary.hparams does: three summaries with "hparams"
+-- plugin data (_hparams_/experiment, _hparams_/session_start_info,
+-- _hparams_/session_end_info), and, with default_hp_metric (the default, as in
+-- Lightning), the scalar hp_metric = -1 at step 0.
 local ffi = require 'ffi'
 local bit = require 'bit'
 local B = require 'dpl.loggers.base'
@@ -93,8 +98,74 @@ function M.event(wall_time, step, file_version, scalars)
   return table.concat(parts)
 end
 
+---------------------------------------------------------------- hparams plugin
+
+-- google.protobuf.Value: number_value (2), string_value (3), bool_value (4)
+local function pb_value(v)
+  if type(v) == 'number' then return '\017' .. f64(v) end
+  if type(v) == 'boolean' then return '\032' .. (v and '\001' or '\000') end
+  return len_field(0x1a, tostring(v))
+end
+local DATA_TYPE = { number = 3, boolean = 2 } -- DATA_TYPE_FLOAT64, _BOOL; else _STRING (1)
+
+-- a Summary with one value: tag + SummaryMetadata{plugin_data{plugin_name "hparams", content}}
+local function hparams_summary(tag, content)
+  local plugin_data = len_field(0x0a, 'hparams') .. len_field(0x12, content)
+  local value = len_field(0x0a, tag) .. len_field(0x4a, len_field(0x0a, plugin_data))
+  return len_field(0x0a, value)
+end
+
+--- Flattens nested tables with '/' (Lightning's _flatten_dict) and turns values that are
+--- not numbers, booleans or strings into strings (its _sanitize_params). Sorted pairs.
+function M.flatten_hparams(params)
+  local flat = {}
+  local function walk(prefix, t)
+    for k, v in pairs(t) do
+      local key = prefix and (prefix .. '/' .. tostring(k)) or tostring(k)
+      if type(v) == 'table' and getmetatable(v) == nil and next(v) ~= nil then walk(key, v)
+      elseif type(v) == 'number' or type(v) == 'boolean' or type(v) == 'string' then flat[key] = v
+      else flat[key] = tostring(v) end
+    end
+  end
+  walk(nil, params or {})
+  local keys = {}
+  for k in pairs(flat) do keys[#keys + 1] = k end
+  table.sort(keys)
+  local out = {}
+  for i, k in ipairs(keys) do out[i] = { k, flat[k] } end
+  return out
+end
+
+--- The three hparams-plugin summaries (encoded Summary messages) for hparams (sorted
+--- pairs) and metric tags: experiment, session_start_info, session_end_info.
+function M.hparams_summaries(pairs_list, metric_tags)
+  local infos, entries = {}, {}
+  for _, kv in ipairs(pairs_list) do
+    local name, v = kv[1], kv[2]
+    infos[#infos + 1] = len_field(0x22, len_field(0x0a, name) .. '\032' .. varint(DATA_TYPE[type(v)] or 1))
+    entries[#entries + 1] = len_field(0x0a, len_field(0x0a, name) .. len_field(0x12, pb_value(v)))
+  end
+  for _, tag in ipairs(metric_tags) do
+    infos[#infos + 1] = len_field(0x2a, len_field(0x0a, len_field(0x12, tag)))
+  end
+  local experiment = len_field(0x12, table.concat(infos))           -- HParamsPluginData.experiment
+  local start = len_field(0x1a, table.concat(entries))              -- .session_start_info
+  local stop = len_field(0x22, '\008\001')                          -- .session_end_info{STATUS_SUCCESS}
+  return {
+    hparams_summary('_hparams_/experiment', experiment),
+    hparams_summary('_hparams_/session_start_info', start),
+    hparams_summary('_hparams_/session_end_info', stop),
+  }
+end
+
+--- An Event around an encoded Summary.
+function M.summary_event(wall_time, summary)
+  return '\009' .. f64(wall_time) .. len_field(0x2a, summary)
+end
+
 ---------------------------------------------------------------- the logger
 
+M._uid = 0 -- event files opened by this process
 local TensorBoardLogger = B.Logger:extend('TensorBoardLogger')
 M.TensorBoardLogger = TensorBoardLogger
 
@@ -119,11 +190,30 @@ local function walltime()
   return tonumber(tv.tv_sec) + tonumber(tv.tv_usec) * 1e-6
 end
 
---- TensorBoardLogger{save_dir=, name="lightning_logs", version=, prefix=""}
+--- TensorBoardLogger{save_dir=, name="lightning_logs", version=, prefix="", default_hp_metric=true}
 function TensorBoardLogger:__init(o)
   if type(o) == 'string' then o = { save_dir = o } end
   B.Logger.__init(self, o)
+  self.default_hp_metric = o.default_hp_metric ~= false
   self.pending = {}
+end
+
+--- hparams.yaml, and the HPARAMS tab's summaries; metrics (a table, or a number for
+--- hp_metric) default to {hp_metric = -1} with default_hp_metric.
+function TensorBoardLogger:log_hyperparams(params, metrics)
+  B.Logger.log_hyperparams(self, params)
+  if type(metrics) == 'number' then metrics = { hp_metric = metrics } end
+  if metrics == nil and self.default_hp_metric then metrics = { hp_metric = -1 } end
+  if metrics == nil or next(metrics) == nil then return end
+  self:log_metrics(metrics, 0)
+  local tags = {}
+  for k in pairs(metrics) do tags[#tags + 1] = k end
+  table.sort(tags)
+  local t = walltime()
+  for _, summary in ipairs(M.hparams_summaries(M.flatten_hparams(params), tags)) do
+    self.pending[#self.pending + 1] = M.record(M.summary_event(t, summary))
+  end
+  self:save()
 end
 
 function TensorBoardLogger:_open()
@@ -131,7 +221,16 @@ function TensorBoardLogger:_open()
   local dir = self:log_dir()
   B.mkdir_p(dir)
   local t = walltime()
-  self.file_path = ('%s/events.out.tfevents.%010d.%s.%s.0'):format(dir, math.floor(t), hostname(), pid())
+  -- the last part counts the writers of this process (TensorFlow's global uid), so a file
+  -- reopened after finalize (fit, then test) within the same second never truncates the first
+  local path
+  repeat
+    path = ('%s/events.out.tfevents.%010d.%s.%s.%d'):format(dir, math.floor(t), hostname(), pid(), M._uid)
+    M._uid = M._uid + 1
+    local f = io.open(path, 'rb')
+    if f then f:close() end
+  until not f
+  self.file_path = path
   self.file = assert(io.open(self.file_path, 'wb'))
   self.file:write(M.record(M.event(t, 0, 'brain.Event:2')))
   self.file:flush()

@@ -2,6 +2,7 @@
 -- Class labels are 1-based. Everything here is differentiable through dpl.autograd.
 local T = require 'dpl.tensor'
 local autograd = require 'dpl.autograd'
+local amp = require 'dpl.amp'
 
 local fmt = string.format
 
@@ -61,12 +62,14 @@ function F.linear(x, w, b)
     error(fmt('linear: input has shape %s, expected the last dim to be %d (weight %s)', shape_str(x), inf,
       shape_str(w)), 2)
   end
+  if amp.dtype then return autograd.linear(amp.cast(x), amp.cast(w), amp.cast(b)) end
   return autograd.linear(x, w, b)
 end
 
 --- conv2d(x [N, C, H, W], weight [O, C/groups, kh, kw], bias, {stride=, padding=, dilation=, groups=})
 function F.conv2d(x, w, b, opts)
   check_tensor(x, 'conv2d')
+  if amp.dtype then x, w, b = amp.cast(x), amp.cast(w), amp.cast(b) end
   return T.conv2d(x, w, b, opts)
 end
 
@@ -179,6 +182,7 @@ end
 --- cross_entropy(logits [N, C], target [N] (1-based classes) or class probabilities [N, C],
 --- {reduction='mean', label_smoothing=0, ignore_index=})
 function F.cross_entropy(input, target, opts)
+  if amp.dtype then input, target = amp.fp32(input), amp.fp32(target) end
   class_count_check(input, target, 'cross_entropy')
   opts = opts or {}
   local eps = opts.label_smoothing or 0
@@ -210,6 +214,7 @@ end
 
 --- nll_loss(log_probs [N, C], target [N] (1-based), {reduction=, ignore_index=})
 function F.nll_loss(input, target, opts)
+  if amp.dtype then input = amp.fp32(input) end
   class_count_check(input, target, 'nll_loss')
   return T.nll_loss(input, target, opts)
 end
@@ -223,16 +228,19 @@ local function same_shape_check(a, b, fn)
 end
 
 function F.mse_loss(a, b, opts)
+  if amp.dtype then a, b = amp.fp32(a), amp.fp32(b) end
   same_shape_check(a, b, 'mse_loss')
   return T.mse_loss(a, b, opts)
 end
 
 function F.l1_loss(a, b, opts)
+  if amp.dtype then a, b = amp.fp32(a), amp.fp32(b) end
   same_shape_check(a, b, 'l1_loss')
   return reduce((a - b):abs(), opts and opts.reduction, 'l1_loss')
 end
 
 function F.smooth_l1_loss(a, b, opts)
+  if amp.dtype then a, b = amp.fp32(a), amp.fp32(b) end
   same_shape_check(a, b, 'smooth_l1_loss')
   local beta = opts and opts.beta or 1
   local d = (a - b):abs()
@@ -243,6 +251,7 @@ end
 
 --- binary_cross_entropy(probabilities, target, {reduction=, weight=}); log clamped at -100 as PyTorch.
 function F.binary_cross_entropy(p, y, opts)
+  if amp.dtype then p, y = amp.fp32(p), amp.fp32(y) end
   same_shape_check(p, y, 'binary_cross_entropy')
   local lp = p:log():clamp(-100)
   local l1p = (1 - p):log():clamp(-100)
@@ -253,6 +262,7 @@ end
 
 --- binary_cross_entropy_with_logits(logits, target, {reduction=, weight=, pos_weight=})
 function F.binary_cross_entropy_with_logits(x, y, opts)
+  if amp.dtype then x, y = amp.fp32(x), amp.fp32(y) end
   same_shape_check(x, y, 'binary_cross_entropy_with_logits')
   opts = opts or {}
   -- log(1 + exp(-|x|)) + max(-x, 0), the stable form of -log(sigmoid(x))

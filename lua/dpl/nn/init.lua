@@ -4,6 +4,7 @@ local T = require 'dpl.tensor'
 local autograd = require 'dpl.autograd'
 local Module = require 'dpl.nn.module'
 local F = require 'dpl.nn.functional'
+local amp = require 'dpl.amp'
 local init = require 'dpl.nn.init_fns'
 
 local fmt = string.format
@@ -70,6 +71,7 @@ function nn.Linear:forward(x)
       .. '(weight %s)', self:_label(), self.in_features, self.out_features, shape_str(x), self.in_features,
       shape_str(self.weight)), 2)
   end
+  if amp.dtype then return autograd.linear(amp.cast(x), amp.cast(self.weight), amp.cast(self.bias)) end
   return autograd.linear(x, self.weight, self.bias)
 end
 function nn.Linear:extra_repr()
@@ -115,7 +117,9 @@ function nn.Conv2d:forward(x)
   end
   local unb = x:dim() == 3
   if unb then x = x:unsqueeze(1) end
-  local y = T.conv2d(x, self.weight, self.bias,
+  local w, b = self.weight, self.bias
+  if amp.dtype then x, w, b = amp.cast(x), amp.cast(w), amp.cast(b) end
+  local y = T.conv2d(x, w, b,
     { stride = self.stride, padding = self.padding, dilation = self.dilation, groups = self.groups })
   if unb then y = y:squeeze(1) end
   return y

@@ -250,9 +250,14 @@ function M.select(a)
   -- 9. precision
   local prec = M.parse_precision(a.precision)
   if prec == 16 and acc == 'cpu' then
-    log.warn('You passed `Trainer(accelerator="cpu", precision=16)` but native AMP is not supported on CPU.'
-      .. ' Using `precision="bf16"` instead.')
-    prec = 'bf16'
+    -- as Lightning (2.x's wording): float16 autocast needs a GPU
+    misconf("You passed `Trainer(accelerator='cpu', precision=%s)` but AMP with fp16 is not supported on CPU."
+      .. " Consider using `precision='bf16-mixed'` instead.", repr(a.precision))
+  end
+  if prec == 16 then
+    -- the simulated GPUs are host memory: the same kernels, no float16 math there either
+    misconf('You passed `Trainer(precision=%s)` but fp16 mixed precision (autocast to float16 with'
+      .. ' gradient scaling) is not implemented in dplhost: use `precision=\'bf16-mixed\'` or 32.', repr(a.precision))
   end
   out.precision = prec
   if a.amp_level ~= nil and a.amp_backend ~= 'apex' then

@@ -246,13 +246,22 @@ function Trainer:_call_module_hook(name, ...)
   return r
 end
 
---- Step dispatch through the strategy (strategy:training_step(...) etc.).
+--- Step dispatch through the strategy (strategy:training_step(...) etc.); with
+--- precision "bf16" the step runs under dpl.amp.autocast('bfloat16') (Lightning's
+--- MixedPrecisionPlugin.forward_context).
+local amp -- dpl.amp, loaded for bf16 only
 function Trainer:_call_strategy_step(name, ...)
   local model = self.lightning_module
   local prev = model._current_fx_name
   model._current_fx_name = name
   local strategy = self.strategy
-  local r = strategy[name](strategy, ...)
+  local r
+  if self.precision == 'bf16' then
+    amp = amp or require 'dpl.amp'
+    r = amp.autocast('bfloat16', strategy[name], strategy, ...)
+  else
+    r = strategy[name](strategy, ...)
+  end
   model._current_fx_name = prev
   return r
 end
