@@ -176,11 +176,14 @@ static void col2im_range(int64_t lo, int64_t hi, void *ctx)
   }
 }
 
+#define CHUNK_PAR_ELEMS (INT64_C(1) << 20) /* per thread, at least */
 static void im2col_m(int32_t kd, const conv_geom *g, const void *x, void *cols, int64_t ld, int64_t m)
 {
   int64_t K = g->Cg * g->kh * g->kw, L = g->OH * g->OW, es = dpl_elsize(kd);
   cols_job jb = {kd, g, x, cols, ld, L, es, m, g->C * g->H * g->W * es};
-  int64_t grain = L > 0 ? (INT64_C(16384) + L - 1) / L : 1;
+  /* a chunk is sized for L2 (a few tens of microseconds of copying): waking the
+   * pool for less costs more than it saves on a shared machine */
+  int64_t grain = L > 0 ? (CHUNK_PAR_ELEMS + L - 1) / L : 1;
   dpl_parallel_for(m * K, grain, im2col_range, &jb);
 }
 
@@ -189,7 +192,7 @@ static void col2im_m(int32_t kd, const conv_geom *g, const void *cols, void *gx,
   int64_t L = g->OH * g->OW, es = dpl_elsize(kd);
   cols_job jb = {kd, g, gx, (char *)cols, ld, L, es, m, g->C * g->H * g->W * es};
   int64_t per = g->kh * g->kw * L;
-  int64_t grain = per > 0 ? (INT64_C(16384) + per - 1) / per : 1;
+  int64_t grain = per > 0 ? (CHUNK_PAR_ELEMS + per - 1) / per : 1;
   dpl_parallel_for(m * g->Cg, grain, col2im_range, &jb);
 }
 
@@ -620,7 +623,7 @@ int dpl_max_pool2d(const dpl_tensor *x, const int32_t *params, dpl_tensor **out,
   if (st == DPL_OK) {
     pool_job jb = {&g, cx->_data, res->_data, idx->_data, kd};
     int64_t per = g.H * g.W;
-    dpl_parallel_for(g.N * g.C, per > 0 ? (INT64_C(32768) + per - 1) / per : 1, maxpool_range, &jb);
+    dpl_parallel_for(g.N * g.C, per > 0 ? (CHUNK_PAR_ELEMS + per - 1) / per : 1, maxpool_range, &jb);
     st = to_dtype(name, &res, x->_dtype);
   }
   dpl_tensor_release(cx);

@@ -70,7 +70,7 @@ typedef struct gemm_job {
     _Pragma("GCC unroll 8") for (int r = 0; r < MR; r++) { o0[r] = c0[r]; o1[r] = c1[r]; }           \
   }
 KERNEL(kern_rows, ar[r][p])        /* A' rows contiguous in k (csa == 1) */
-KERNEL(kern_cols, ar[0][p * csa + r]) /* A' columns contiguous (rsa == 1) */
+KERNEL(kern_cols, ar[r][p * csa]) /* A' columns contiguous (rsa == 1); rows past mr clamped too */
 
 __attribute__((target("avx512f"))) static void tile(const gemm_job *j, int64_t i0, int64_t jr)
 {
@@ -198,6 +198,9 @@ static int gemm_run(int transa, int transb, int64_t m, int64_t n, int64_t k, flo
   /* small products: OpenBLAS's lower fixed cost wins; A^T B^T is left to it too */
   if (!avx_ok || alpha == 0.0f || (transa && transb) || m < 4 || n < 8 || k < 4 || m * n * k < (INT64_C(1) << 15))
     return 0;
+  /* threads only for products big enough to repay waking them (on a shared machine
+   * a late worker stalls the caller at the barrier) */
+  int par = dpl_threads() > 1 && m * n * k >= (INT64_C(1) << 24);
   gemm_job j = {0};
   j.alpha = alpha;
   j.beta = beta;
@@ -222,14 +225,14 @@ static int gemm_run(int transa, int transb, int64_t m, int64_t n, int64_t k, flo
     packed = aligned_alloc(64, (size_t)(npan * NR * k * 4 + 63) / 64 * 64);
     if (!packed) return 0;
     pack_job pj = {x, ldx, nx, k, packed};
-    dpl_parallel_for(npan, 1, pack_range, &pj);
+    if (par) dpl_parallel_for(npan, 1, pack_range, &pj);
+    else pack_range(0, npan, &pj);
     j.a = y; j.rsa = ldy; j.csa = 1;
     j.b = packed; j.packed = 1; j.rsb = NR;
     j.c = c; j.rsc = swap ? 1 : ldc; j.csc = swap ? ldc : 1;
     j.m = ny; j.n = nx;
   }
   int64_t npan = (j.n + NR - 1) / NR;
-  int par = dpl_threads() > 1 && m * n * k >= (INT64_C(1) << 21);
   if (par) dpl_parallel_for(npan, 1, panels_range, &j);
   else panels_range(0, npan, &j);
   free(packed);
