@@ -37,11 +37,7 @@ local fmt = string.format
 -- autograd is a RuntimeError (as PyTorch), a bad argument a ValueError.
 local errors = require 'dpl.errors'
 local lua_error = error
-local function error(msg, cls) -- (a number as cls is a stack level: ignored, objects carry none)
-  if type(cls) ~= 'table' then cls = errors.RuntimeError end
-  if type(msg) == 'string' then msg = cls(msg) end
-  lua_error(msg, 0)
-end
+local error = errors.raiser(errors.RuntimeError)
 
 
 -- The state is kept in the Lua registry, so that a reloaded module (busted reloads

@@ -23,12 +23,7 @@ local C = require('dpl.capi').C
 local fmt = string.format
 
 -- Errors are objects whose tostring reads "ClassName: message" (DESIGN.md).
-local lua_error = error
-local function error(msg, cls) -- (a number as cls is a stack level: ignored, objects carry none)
-  if type(cls) ~= 'table' then cls = require('dpl.errors').RuntimeError end
-  if type(msg) == 'string' then msg = cls(msg) end
-  lua_error(msg, 0)
-end
+local error = require('dpl.errors').raiser(require('dpl.errors').RuntimeError)
 local M = {}
 
 M.FASHION_MNIST_ROOT = '/usr/share/datasets/fashion-mnist'

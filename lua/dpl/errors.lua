@@ -29,6 +29,17 @@ M.DplError = Base
 M.new_class = new_class
 
 --- True when e is an instance of cls or of a subclass.
+--- An error() for module code: raise(msg, cls) turns a string message into an
+--- object of cls (default: default_cls); a number in place of cls (a stack
+--- level) is ignored, since objects carry no position.
+function M.raiser(default_cls)
+  return function(msg, cls)
+    if type(cls) ~= 'table' then cls = default_cls end
+    if type(msg) == 'string' then msg = cls(msg) end
+    error(msg, 0)
+  end
+end
+
 function M.is(e, cls)
   if type(e) ~= 'table' then return false end
   local mt = getmetatable(e)
@@ -46,5 +57,7 @@ M.TypeError = new_class('TypeError')
 -- Python's RuntimeError: a failure at run time that is not the caller's
 -- configuration mistake (e.g. "No GPUs available." from pick_single_gpu).
 M.RuntimeError = new_class('RuntimeError')
+
+M.raise = M.raiser(M.ValueError)
 
 return M

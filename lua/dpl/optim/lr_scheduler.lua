@@ -8,12 +8,7 @@ local errors = require 'dpl.errors'
 local fmt = string.format
 
 -- Errors are objects whose tostring reads "ClassName: message" (DESIGN.md).
-local lua_error = error
-local function error(msg, cls) -- (a number as cls is a stack level: ignored, objects carry none)
-  if type(cls) ~= 'table' then cls = require('dpl.errors').ValueError end
-  if type(msg) == 'string' then msg = cls(msg) end
-  lua_error(msg, 0)
-end
+local error = require('dpl.errors').raise -- string messages become ValueError objects
 local cos, pi, floor = math.cos, math.pi, math.floor
 
 local M = {}
