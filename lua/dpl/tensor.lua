@@ -1010,32 +1010,31 @@ local function fix_msg(level)
   lua_error(RuntimeError(msg), 0)
 end
 
+-- The class-index losses: 1-based targets and ignore_index from Lua, 0-based in C.
+local function class_target_args(target, opts, name)
+  local red = reduction_id(opts and opts.reduction, name)
+  local ign = opts and opts.ignore_index and opts.ignore_index - 1 or -101
+  return zero_based(target, name), red, ign
+end
+
 --- cross_entropy(logits [N, C], target [N] with classes 1..C, {reduction=, ignore_index=}).
 function M.cross_entropy(logits, target, opts)
-  local red = reduction_id(opts and opts.reduction, 'cross_entropy')
-  local ign = opts and opts.ignore_index and opts.ignore_index - 1 or -101
-  local t0 = zero_based(target, 'cross_entropy')
+  local t0, red, ign = class_target_args(target, opts, 'cross_entropy')
   if C.dpl_cross_entropy(logits, t0, red, ign, out1) ~= 0 then fix_msg(2) end
   return done_tmp(t0)
 end
 function M.cross_entropy_backward(grad_out, logits, target, opts)
-  local red = reduction_id(opts and opts.reduction, 'cross_entropy_backward')
-  local ign = opts and opts.ignore_index and opts.ignore_index - 1 or -101
-  local t0 = zero_based(target, 'cross_entropy_backward')
+  local t0, red, ign = class_target_args(target, opts, 'cross_entropy_backward')
   if C.dpl_cross_entropy_backward(grad_out, logits, t0, red, ign, out1) ~= 0 then fix_msg(2) end
   return done_tmp(t0)
 end
 function M.nll_loss(logp, target, opts)
-  local red = reduction_id(opts and opts.reduction, 'nll_loss')
-  local ign = opts and opts.ignore_index and opts.ignore_index - 1 or -101
-  local t0 = zero_based(target, 'nll_loss')
+  local t0, red, ign = class_target_args(target, opts, 'nll_loss')
   if C.dpl_nll_loss(logp, t0, red, ign, out1) ~= 0 then fix_msg(2) end
   return done_tmp(t0)
 end
 function M.nll_loss_backward(grad_out, logp, target, opts)
-  local red = reduction_id(opts and opts.reduction, 'nll_loss_backward')
-  local ign = opts and opts.ignore_index and opts.ignore_index - 1 or -101
-  local t0 = zero_based(target, 'nll_loss_backward')
+  local t0, red, ign = class_target_args(target, opts, 'nll_loss_backward')
   if C.dpl_nll_loss_backward(grad_out, logp, t0, red, ign, out1) ~= 0 then fix_msg(2) end
   return done_tmp(t0)
 end
