@@ -13,7 +13,6 @@ function M:__init()
   dpl.manual_seed(0)
   self.net = nn.Sequential(nn.Flatten(), nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 128), nn.ReLU(), nn.Linear(128, 10))
 end
-function M:parameters() return self.net:parameters() end
 function M:forward(x) return self.net(x) end
 function M:training_step(b) return F.cross_entropy(self(b[1]), b[2]) end
 function M:configure_optimizers() return dpl.optim.SGD(self:parameters(), { lr = 0.01, momentum = 0.9 }) end

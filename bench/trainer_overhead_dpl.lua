@@ -71,7 +71,6 @@ local function rhand()
 end
 local Tiny = dpl.LightningModule:extend('Tiny')
 function Tiny:__init() dpl.LightningModule.__init(self); dpl.manual_seed(0); self.net = nn.Linear(4, 2) end
-function Tiny:parameters() return self.net:parameters() end
 function Tiny:training_step(b)
   local l = F.cross_entropy(self.net(b[1]), b[2])
   self:log('loss', l, log_opts)

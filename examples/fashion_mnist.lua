@@ -51,9 +51,6 @@ function MLP:__init(hidden, lr)
 end
 
 -- until LightningModule is an nn.Module itself, the network's state is the model's
-function MLP:parameters() return self.net:parameters() end
-function MLP:state_dict() return self.net:state_dict() end
-function MLP:load_state_dict(s) return self.net:load_state_dict(s) end
 function MLP:train(mode) self.training = mode ~= false; self.net:train(mode); return self end
 function MLP:zero_grad() end
 

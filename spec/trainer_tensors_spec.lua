@@ -7,7 +7,6 @@ local function model_class(extra)
   local nn, F = dpl.nn, dpl.nn.functional
   local M = dpl.LightningModule:extend('Real')
   function M:__init() dpl.LightningModule.__init(self); dpl.manual_seed(0); self.net = nn.Linear(4, 3) end
-  function M:parameters() return self.net:parameters() end
   function M:forward(x) return self.net(x) end
   function M:training_step(batch)
     local loss = F.cross_entropy(self(batch[1]), batch[2]) * 100

@@ -11,9 +11,6 @@ function M:__init()
   dpl.manual_seed(0)
   self.net = nn.Linear(4, 3)
 end
-function M:parameters() return self.net:parameters() end
-function M:state_dict() return self.net:state_dict() end
-function M:load_state_dict(s) return self.net:load_state_dict(s) end
 function M:forward(x) return self.net(x) end
 function M:training_step(batch) return F.cross_entropy(self(batch[1]), batch[2]) end
 function M:configure_optimizers() return dpl.optim.SGD(self:parameters(), { lr = 0.1, momentum = 0.9 }) end
