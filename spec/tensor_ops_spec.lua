@@ -229,3 +229,30 @@ describe('tensor error messages in ops', function()
       err_of(function() return dpl.mse_loss(dpl.zeros(2), dpl.zeros(2), { reduction = 'avg' }) end))
   end)
 end)
+
+describe('big elementwise results', function()
+  -- results of 256k+ float32 elements take streaming stores when their block is
+  -- cold (fresh, or freed long ago) and plain ones when it was freed lately: both
+  -- must give the same values, whatever the block's history
+  it('are right in fresh, lately freed and long-freed blocks, and in place', function()
+    local n = 300001 -- odd: the unaligned head and the tail loops run too
+    local x = dpl.arange(n):float():sub(n / 2) / 1000
+    local y = dpl.ones(n):mul(0.5)
+    local function check(t, f)
+      for _, i in ipairs({ 1, 2, 3, 17, 150000, n - 1, n }) do
+        assert.near(f((i - 1 - n / 2) / 1000), t[i]:item(), 1e-3)
+      end
+    end
+    for round = 1, 6 do
+      check(x + y, function(v) return v + 0.5 end)
+      check(x * y, function(v) return v * 0.5 end)
+      check(x - y, function(v) return v - 0.5 end)
+      check(x:relu(), function(v) return v > 0 and v or 0 end)
+      if round % 2 == 0 then require('dpl.tensor').collect() end
+      if round == 3 then local big = {} for k = 1, 12 do big[k] = dpl.empty(n) end end -- age the freed blocks
+    end
+    local z = x:clone()
+    z:add_(y)
+    check(z, function(v) return v + 0.5 end)
+  end)
+end)

@@ -101,9 +101,12 @@ static inline int64_t ipow(int64_t b, int64_t e)
   }
 FLOAT_BINARY(bin_f32_plain, float, powf, fmodf, atan2f)
 
-/* Big contiguous float32 results: streaming (non-temporal) stores skip the
- * read-for-ownership of output lines that are not in cache anyway. */
+/* Big contiguous float32 results in cold memory (dpl_storage_cold): streaming
+ * (non-temporal) stores skip the read-for-ownership of output lines that are not
+ * in cache anyway; a warm result (a block freed lately) takes plain stores. The
+ * loops' ctx is an ew_ctx (op first: loops that only need the op read an int). */
 #define STREAM_MIN (256 * 1024) /* elements */
+typedef struct ew_ctx { int op; int stream; } ew_ctx;
 #if defined(__SSE2__)
 #include <immintrin.h>
 #define STREAM_LOOP(VEXPR, SEXPR)                                                          \
@@ -136,7 +139,8 @@ static int stream_f32(int op, char **p, int64_t n) { (void)op; (void)p; (void)n;
 
 static void bin_f32(char **p, const int64_t *st, int64_t n, void *ctx)
 {
-  if (n >= STREAM_MIN && st[0] == 4 && st[1] == 4 && st[2] == 4 && stream_f32(*(int *)ctx, p, n)) return;
+  const ew_ctx *c = ctx;
+  if (n >= STREAM_MIN && c->stream && st[0] == 4 && st[1] == 4 && st[2] == 4 && stream_f32(c->op, p, n)) return;
   bin_f32_plain(p, st, n, ctx);
 }
 FLOAT_BINARY(bin_f64, double, pow, fmod, atan2)
@@ -270,15 +274,15 @@ static int binary_core(const char *name, int op, const dpl_tensor *a, const dpl_
     /* small, same shape, contiguous: one run, no iterator */
     char *ptrs[3] = {target->_data, ua->_data, ub->_data};
     int64_t sts[3] = {dpl_elsize(target->_dtype), dpl_elsize(kd), dpl_elsize(kd)};
-    int opv = op;
-    bin_loop_for(kd)(ptrs, sts, target->_numel, &opv);
+    ew_ctx c = {op, 0};
+    bin_loop_for(kd)(ptrs, sts, target->_numel, &c);
     if (tmp) dpl_copy_raw(dst ? dst : res, tmp);
   } else if (st == DPL_OK) {
     dpl_tensor *ops[3] = {target, (dpl_tensor *)ua, (dpl_tensor *)ub};
     dpl_iter it;
     dpl_iter_init(&it, 3, ops, nd, shape);
-    int opv = op;
-    dpl_iter_run(&it, bin_loop_for(kd), &opv, GRAIN);
+    ew_ctx c = {op, target != dst && dpl_storage_cold(target)};
+    dpl_iter_run(&it, bin_loop_for(kd), &c, GRAIN);
     if (tmp) dpl_copy_raw(dst ? dst : res, tmp);
   }
   dpl_tensor_release(ta);
@@ -491,7 +495,8 @@ FLOAT_UNARY(un_f32_plain, float, f)
 static void un_f32(char **p, const int64_t *st, int64_t n, void *ctx)
 {
 #if defined(__SSE2__)
-  if (n >= STREAM_MIN && st[0] == 4 && st[1] == 4 && p[0] != p[1] && *(int *)ctx == DPL_OP_RELU) {
+  const ew_ctx *c = ctx;
+  if (n >= STREAM_MIN && c->stream && st[0] == 4 && st[1] == 4 && p[0] != p[1] && c->op == DPL_OP_RELU) {
     float *o = (float *)p[0];
     const float *A = (const float *)p[1];
     int64_t i = 0;
@@ -572,8 +577,8 @@ static int unary_core(int32_t op, const dpl_tensor *a, dpl_tensor *dst, dpl_tens
     dpl_tensor *ops[2] = {target, (dpl_tensor *)ua};
     dpl_iter it;
     dpl_iter_init(&it, 2, ops, a->_ndim, a->_shape);
-    int opv = op;
-    dpl_iter_run(&it, un_loop_for(kd), &opv, GRAIN / 4);
+    ew_ctx c = {op, target != dst && dpl_storage_cold(target)};
+    dpl_iter_run(&it, un_loop_for(kd), &c, GRAIN / 4);
     if (tmp) dpl_copy_raw(dst ? dst : res, tmp);
   }
   dpl_tensor_release(ta);

@@ -24,7 +24,13 @@ struct dpl_storage {
   int32_t kind;
   void *block;       /* what to free (block/malloc) or munmap (mmap) */
   size_t map_len;
+  int64_t stamp;     /* the large-block clock when this storage was made (its data last written, roughly) */
+  int32_t cold;      /* 1: made in memory not touched lately (fresh, or a long-freed block): its lines are
+                      * not in cache, so kernels writing all of it may use streaming stores */
 };
+
+/* 1 when a fresh result's storage is probably not in cache (see dpl_storage.cold) */
+static inline int dpl_storage_cold(const struct dpl_tensor *t) { return t->_storage && t->_storage->cold; }
 
 /* ---- dtypes ---- */
 static inline int64_t dpl_elsize(int32_t dt)
