@@ -66,6 +66,11 @@ $(BUILD)/tensor/%.o: src/tensor/%.c include/dpl.h src/host/dpl_internal.h src/te
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(TENSOR_CFLAGS) -c -o $@ $<
 
+# the collectives' reduction loops: the same flags (at -O2 they stay scalar)
+$(BUILD)/comm/dpl_comm_kernels.o: src/comm/dpl_comm_kernels.c include/dpl.h src/host/dpl_internal.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(TENSOR_CFLAGS) -c -o $@ $<
+
 # include/dpl.h, minus preprocessor lines, as a C string for ffi.cdef
 $(BUILD)/dpl_header_text.c: include/dpl.h
 	@mkdir -p $(dir $@)

@@ -181,6 +181,24 @@ int dpl_comm_reduce_n(void *dst, const void *const *srcs, int32_t nsrc, int64_t 
     }
     return DPL_OK;
   }
+  if (dtype == DPL_FLOAT32 && (op == DPL_COMM_SUM || op == DPL_COMM_AVG) && nsrc >= 2) {
+    /* the gradient path: sum and scale in one pass (a power-of-two group size
+     * scales by its exact reciprocal, others divide, as the separate pass did) */
+    float *d = dst, q = op == DPL_COMM_AVG && avg_div > 1 ? (float)avg_div : 1.0f;
+    const float *a = srcs[0], *b = srcs[1];
+    int pow2 = (avg_div & (avg_div - 1)) == 0;
+    if (nsrc == 2 && q != 1.0f && pow2) {
+      float r = 1.0f / q;
+      for (int64_t i = 0; i < n; i++) d[i] = (a[i] + b[i]) * r;
+    } else if (nsrc == 2 && q != 1.0f) {
+      for (int64_t i = 0; i < n; i++) d[i] = (a[i] + b[i]) / q;
+    } else {
+      bin_op(dst, srcs[0], srcs[1], n, dtype, DPL_COMM_SUM);
+      for (int32_t k = 2; k < nsrc; k++) bin_op(dst, dst, srcs[k], n, dtype, DPL_COMM_SUM);
+      if (q != 1.0f) for (int64_t i = 0; i < n; i++) d[i] /= q;
+    }
+    return DPL_OK;
+  }
   if (nsrc == 1) {
     if (dst != srcs[0]) memcpy(dst, srcs[0], (size_t)(n * es));
   } else {
