@@ -72,6 +72,7 @@ local function run_worker(rank, nprocs, job, dir, opts, fn, args)
                       NODE_RANK = 0, DPL_JOB_ID = job }) do
     C.dpl_proc_setenv(k, tostring(v))
   end
+  require('dpl.tensor').share_cores(nprocs)
   local dist = require 'dpl.dist'
   local ok, res = xpcall(function()
     if dist.is_initialized() then dist.destroy_process_group() end -- the parent's group is not ours

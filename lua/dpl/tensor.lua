@@ -522,6 +522,23 @@ function M.set_rng_state(s) C.dpl_rng_set_state(s.seed, s.offset) end
 
 function M.set_num_threads(n) check(C.dpl_set_num_threads(n)) end
 function M.get_num_threads() return C.dpl_get_num_threads() end
+--- For one of nprocs processes started together on this machine (ddp_spawn, the
+--- subprocess launcher; `dplhost --nproc` does the same in C): unless the user set
+--- DPL_NUM_THREADS or OMP_NUM_THREADS, kernels get max(1, cores // nprocs) threads,
+--- so that the ranks' threads do not outnumber the cores (torchrun sets 1). Also
+--- exported as DPL_NUM_THREADS for processes started from here. Returns the count
+--- set, or nil when the user's setting stands.
+local devinfo = ffi.new('dpl_device_info')
+function M.share_cores(nprocs)
+  local function set(v) return v ~= nil and v ~= '' end
+  if set(os.getenv('DPL_NUM_THREADS')) or set(os.getenv('OMP_NUM_THREADS')) then return nil end
+  local cores = 1
+  if C.dpl_device_get_info(0, 0, devinfo) == 0 and devinfo.cores > 0 then cores = devinfo.cores end
+  local n = math.max(1, math.floor(cores / math.max(1, nprocs)))
+  check(C.dpl_set_num_threads(n))
+  C.dpl_proc_setenv('DPL_NUM_THREADS', tostring(n))
+  return n
+end
 function M.blas_info() return ffi.string(C.dpl_blas_info()) end
 
 ---------------------------------------------------------------- metadata

@@ -134,6 +134,12 @@ static int status_code(int status)
   return 1;
 }
 
+static int env_set(const char *k)
+{
+  const char *v = getenv(k);
+  return v && *v;
+}
+
 static void setenv_int(const char *k, long v)
 {
   char b[32];
@@ -224,6 +230,12 @@ int dpl_launch(const dpl_launch_opts *o, char **child_argv)
       setenv("DPL_JOB_ID", job, 1);
       setenv("DPL_LINE_BUFFERED", "1", 1);
       if (o->log_all_ranks) setenv("DPL_LOG_ALL_RANKS", "1", 1);
+      if (!env_set("DPL_NUM_THREADS") && !env_set("OMP_NUM_THREADS")) {
+        /* the ranks share the cores (torchrun sets 1 thread): kernel threads that
+         * outnumber the cores stall each other's parallel loops */
+        long cores = sysconf(_SC_NPROCESSORS_ONLN);
+        setenv_int("DPL_NUM_THREADS", cores / n > 1 ? cores / n : 1);
+      }
       execv("/proc/self/exe", child_argv);
       fprintf(stderr, "dplhost: cannot exec the host for rank %d: %s\n", c->rank, strerror(errno));
       _exit(127);

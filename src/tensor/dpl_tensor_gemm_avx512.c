@@ -20,11 +20,16 @@
 
 static pthread_once_t avx_once = PTHREAD_ONCE_INIT;
 static int avx_ok;
+/* m*n*k from which a product is split over the threads: with the pool's spinning
+ * workers a split costs ~1 us, repaid from ~2^18 (a 64x64x64 product, ~3 us) */
+static int64_t par_min = INT64_C(1) << 18;
 static void avx_probe(void)
 {
   __builtin_cpu_init();
   const char *e = getenv("DPL_SGEMM");
   avx_ok = __builtin_cpu_supports("avx512f") && !(e && strcmp(e, "blas") == 0);
+  const char *p = getenv("DPL_GEMM_PAR_MIN");
+  if (p && *p) par_min = strtoll(p, NULL, 10);
 }
 
 /* The product runs as C' = A' @ B' over an "A operand" read in place (element
@@ -198,9 +203,8 @@ static int gemm_run(int transa, int transb, int64_t m, int64_t n, int64_t k, flo
   /* small products: OpenBLAS's lower fixed cost wins; A^T B^T is left to it too */
   if (!avx_ok || alpha == 0.0f || (transa && transb) || m < 4 || n < 8 || k < 4 || m * n * k < (INT64_C(1) << 15))
     return 0;
-  /* threads only for products big enough to repay waking them (on a shared machine
-   * a late worker stalls the caller at the barrier) */
-  int par = dpl_threads() > 1 && m * n * k >= (INT64_C(1) << 24);
+  /* threads only for products big enough to repay the split */
+  int par = dpl_threads() > 1 && m * n * k >= par_min;
   gemm_job j = {0};
   j.alpha = alpha;
   j.beta = beta;

@@ -5,6 +5,8 @@
 #define _GNU_SOURCE
 #include "dpl_tensor_internal.h"
 #include <pthread.h>
+#include <sched.h>
+#include <time.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -43,15 +45,23 @@ int dpl_threads(void)
 
 int32_t dpl_get_num_threads(void) { return dpl_threads(); }
 
-/* ---- pool ---- */
+/* ---- pool ----
+ * A job is published by bumping `gen`; workers spin on it for up to spin_ns
+ * after their last job (a training step issues parallel ops tens of µs apart,
+ * and waking a sleeping thread costs a futex call plus, on a VM, tens of µs of
+ * scheduling), then sleep on a condition variable. The caller runs chunk 0 and
+ * spins for the others (sched_yield after a while, for an oversubscribed machine).
+ * DPL_SPIN_US sets the workers' spin (default 200 µs; 0: sleep at once). */
 typedef struct pool {
   pthread_mutex_t mu;
-  pthread_cond_t cv_work, cv_done;
+  pthread_cond_t cv;
   pthread_t th[MAX_THREADS];
   int nworkers;
   pid_t pid;
-  uint64_t gen;
-  int pending;
+  _Atomic uint64_t gen;
+  _Atomic int pending;
+  _Atomic int sleepers;
+  /* the job, written before gen is bumped */
   int nchunks;
   int64_t n;
   dpl_range_fn fn;
@@ -61,6 +71,21 @@ typedef struct pool {
 static pool P; /* set up by ensure_workers (pid 0 never matches) */
 static pthread_mutex_t busy = PTHREAD_MUTEX_INITIALIZER;
 static _Thread_local int in_worker;
+static int64_t spin_ns = 200000;
+
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
+static int64_t now_ns(void)
+{
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
 
 static void chunk_range(int64_t n, int nchunks, int k, int64_t *lo, int64_t *hi)
 {
@@ -68,24 +93,40 @@ static void chunk_range(int64_t n, int nchunks, int k, int64_t *lo, int64_t *hi)
   *hi = n * (k + 1) / nchunks;
 }
 
+/* Waits until gen differs from seen: spins for spin_ns, then sleeps. */
+static uint64_t wait_job(uint64_t seen)
+{
+  uint64_t g;
+  int64_t t0 = 0;
+  for (unsigned i = 0;; i++) {
+    if ((g = atomic_load_explicit(&P.gen, memory_order_acquire)) != seen) return g;
+    cpu_relax();
+    if ((i & 255) == 255) {
+      int64_t t = now_ns();
+      if (!t0) t0 = t;
+      else if (t - t0 >= spin_ns) break;
+    }
+  }
+  pthread_mutex_lock(&P.mu);
+  atomic_fetch_add(&P.sleepers, 1); /* seq_cst, then gen is read again: the caller's bump is seen, or it sees us */
+  while ((g = atomic_load(&P.gen)) == seen) pthread_cond_wait(&P.cv, &P.mu);
+  atomic_fetch_sub(&P.sleepers, 1);
+  pthread_mutex_unlock(&P.mu);
+  return g;
+}
+
 static void *worker(void *arg)
 {
   int id = (int)(intptr_t)arg; /* 1..nworkers; chunk 0 is the caller's */
   in_worker = 1;
   uint64_t seen = 0;
-  pthread_mutex_lock(&P.mu);
   for (;;) {
-    while (P.gen == seen) pthread_cond_wait(&P.cv_work, &P.mu);
-    seen = P.gen;
+    seen = wait_job(seen);
     if (id >= P.nchunks) continue;
-    dpl_range_fn fn = P.fn;
-    void *ctx = P.ctx;
     int64_t lo, hi;
     chunk_range(P.n, P.nchunks, id, &lo, &hi);
-    pthread_mutex_unlock(&P.mu);
-    fn(lo, hi, ctx);
-    pthread_mutex_lock(&P.mu);
-    if (--P.pending == 0) pthread_cond_signal(&P.cv_done);
+    P.fn(lo, hi, P.ctx);
+    atomic_fetch_sub_explicit(&P.pending, 1, memory_order_release);
   }
   return NULL;
 }
@@ -95,11 +136,14 @@ static void ensure_workers(int want)
 {
   if (P.pid != getpid()) { /* fresh process (or forked child: the parent's threads are gone) */
     P.nworkers = 0;
-    P.gen = 0;
+    atomic_store(&P.gen, 0);
+    atomic_store(&P.pending, 0);
+    atomic_store(&P.sleepers, 0);
     P.pid = getpid();
     pthread_mutex_init(&P.mu, NULL);
-    pthread_cond_init(&P.cv_work, NULL);
-    pthread_cond_init(&P.cv_done, NULL);
+    pthread_cond_init(&P.cv, NULL);
+    const char *v = getenv("DPL_SPIN_US");
+    if (v && *v) spin_ns = (int64_t)(strtod(v, NULL) * 1000);
   }
   while (P.nworkers < want && P.nworkers < MAX_THREADS - 1) {
     pthread_attr_t attr;
@@ -130,23 +174,26 @@ void dpl_parallel_for(int64_t n, int64_t grain, dpl_range_fn fn, void *ctx)
     fn(0, n, ctx);
     return;
   }
-  pthread_mutex_lock(&P.mu);
   P.fn = fn;
   P.ctx = ctx;
   P.n = n;
   P.nchunks = (int)chunks;
-  P.pending = (int)chunks - 1;
-  P.gen++;
-  pthread_cond_broadcast(&P.cv_work);
-  pthread_mutex_unlock(&P.mu);
+  atomic_store_explicit(&P.pending, (int)chunks - 1, memory_order_relaxed);
+  atomic_fetch_add(&P.gen, 1); /* seq_cst: publishes the job, ordered before reading sleepers */
+  if (atomic_load(&P.sleepers) > 0) {
+    pthread_mutex_lock(&P.mu);
+    pthread_cond_broadcast(&P.cv);
+    pthread_mutex_unlock(&P.mu);
+  }
   int64_t lo, hi;
   chunk_range(n, (int)chunks, 0, &lo, &hi);
   in_worker = 1;
   fn(lo, hi, ctx);
   in_worker = 0;
-  pthread_mutex_lock(&P.mu);
-  while (P.pending > 0) pthread_cond_wait(&P.cv_done, &P.mu);
-  pthread_mutex_unlock(&P.mu);
+  for (unsigned i = 0; atomic_load_explicit(&P.pending, memory_order_acquire) > 0; i++) {
+    if (i < 4096) cpu_relax();
+    else sched_yield(); /* a worker that lost its core: give it ours */
+  }
   pthread_mutex_unlock(&busy);
 }
 

@@ -69,6 +69,7 @@ function M.prepare(strategy, trainer)
   local base = { WORLD_SIZE = n, LOCAL_WORLD_SIZE = n, NODE_RANK = 0, DPL_JOB_ID = job,
     MASTER_ADDR = os.getenv('MASTER_ADDR') or '127.0.0.1' }
   for k, v in pairs(base) do capi.check(C.dpl_proc_setenv(k, tostring(v))) end
+  require('dpl.tensor').share_cores(n) -- this process and (through the environment) the others
   io.stdout:flush()
   local pids = {}
   local pid = ffi.new('int32_t[1]')
