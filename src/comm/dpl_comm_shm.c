@@ -565,7 +565,9 @@ int dpl_comm_shm_create(const char *job, const char *group, int32_t rank, int32_
   slot = (slot + 4095) & ~(uint64_t)4095;
   s->slot_bytes = slot;
   int over = size > ncpu();
-  uint64_t spin = env_u64("DPL_COMM_SPIN_US", over ? 0 : 50);
+  /* ranks on their own cores: spin through a training step's jitter (a futex wake-up
+   * costs tens of µs on a VM, paid by every rank at each gradient all-reduce) */
+  uint64_t spin = env_u64("DPL_COMM_SPIN_US", over ? 0 : 2000);
   s->spin_us = (int)(spin > 100000 ? 100000 : spin);
   uint64_t yld = env_u64("DPL_COMM_YIELD_US", over ? 1000 : 0);
   s->yield_us = (int)(yld > 100000 ? 100000 : yld);
