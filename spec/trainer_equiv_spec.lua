@@ -39,6 +39,17 @@ describe('DDP equivalence (real tensors)', function()
     close(get_single(), weights(out))
   end)
 
+  it('ddp with small gradient buckets and an unused parameter', function()
+    if not have then pending('dpl.nn / dpl.optim not available') return end
+    local ref_out, ref_err, ref_rc = h.dplhost(script .. ' single 4 5 deep', { timeout = 60 })
+    assert.equal(0, ref_rc, ref_err)
+    local out, err, rc = h.dplhost('--nproc 2 ' .. script .. ' ddp 4 5 deep', { timeout = 60 })
+    assert.equal(0, rc, err)
+    close(weights(ref_out), weights(out))
+    -- 4 parameters that get gradients + 2 unused ones, ~20-byte buckets: several buckets
+    assert.is_true(tonumber(out:match('rank 0 buckets (%d+)')) >= 3, out)
+  end)
+
   it('ddp_spawn with 2 forked workers', function()
     if not have then pending('dpl.nn / dpl.optim not available') return end
     local out, err, rc = h.dplhost(script .. ' ddp_spawn 4 5', { timeout = 60 })
@@ -96,5 +107,16 @@ describe('ddp with parameters unused on a rank', function()
     local b = out:match('%[rank 1%] rank\t1\tok\t([^\n]+)')
     assert.truthy(a, out)
     assert.equal(a, b)
+  end)
+end)
+
+describe('DDPStrategy arguments', function()
+  it('reject a bucket_cap_mb that is not a positive number', function()
+    local dpl = require 'dpl'
+    for _, bad in ipairs({ 0, -1, 'big' }) do
+      local ok, err = pcall(dpl.strategies.DDPStrategy, { bucket_cap_mb = bad })
+      assert.is_false(ok)
+      assert.matches('bucket_cap_mb must be a number > 0, got ' .. tostring(bad), tostring(err), 1, true)
+    end
   end)
 end)

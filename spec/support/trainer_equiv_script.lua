@@ -5,12 +5,20 @@
 local dpl = require 'dpl'
 local nn, F = dpl.nn, dpl.nn.functional
 local mode, b, k = arg[1], tonumber(arg[2]), tonumber(arg[3])
+-- arg[4] = "deep": two layers and a parameter no step uses; ddp then runs with
+-- buckets of ~20 bytes (one or two parameters each) to exercise the bucketing
+local deep = arg[4] == 'deep'
 
 local M = dpl.LightningModule:extend('Equiv')
 function M:__init()
   dpl.LightningModule.__init(self)
   dpl.manual_seed(0)
-  self.net = nn.Linear(4, 3)
+  if deep then
+    self.net = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 3))
+    self.unused = nn.Linear(2, 2)
+  else
+    self.net = nn.Linear(4, 3)
+  end
 end
 function M:forward(x) return self.net(x) end
 function M:training_step(batch) return F.cross_entropy(self(batch[1]), batch[2]) end
@@ -27,7 +35,9 @@ local ds = dpl.data.TensorDataset(x, y)
 -- one process with the whole batch: single and dp (dp scatters it over 2 simulated GPUs)
 -- ddp2 (2 processes as 2 nodes, each DP over 2 simulated GPUs): 2b per process
 local loader = dpl.data.DataLoader(ds, { batch_size = (mode == 'single' or mode == 'dp' or mode == 'ddp2') and 2 * b or b })
-local t = dpl.Trainer{ strategy = mode ~= 'single' and mode or nil, max_steps = k, enable_progress_bar = false,
+local strategy = mode ~= 'single' and mode or nil
+if deep and mode == 'ddp' then strategy = dpl.strategies.DDPStrategy{ bucket_cap_mb = 2e-5 } end
+local t = dpl.Trainer{ strategy = strategy, max_steps = k, enable_progress_bar = false,
   enable_model_summary = false, logger = false, enable_checkpointing = false,
   accelerator = mode == 'ddp_spawn' and 'cpu' or (mode == 'dp' or mode == 'ddp2') and 'gpu' or nil,
   devices = (mode == 'ddp_spawn' or mode == 'dp' or mode == 'ddp2') and 2 or nil,
@@ -40,3 +50,4 @@ for _, p in ipairs(m:parameters()) do
 end
 if t.is_global_zero then print('weights ' .. table.concat(parts, ' ')) end
 print(('rank %d steps %d'):format(t.global_rank, t.global_step))
+if t.strategy._buckets then print(('rank %d buckets %d'):format(t.global_rank, #t.strategy._buckets.list)) end

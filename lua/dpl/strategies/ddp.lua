@@ -37,7 +37,16 @@ function DDPStrategy:__init(opts)
   S.ParallelStrategy.__init(self, opts)
   self.local_rank = env_int('LOCAL_RANK', 'OMPI_COMM_WORLD_LOCAL_RANK', 'SLURM_LOCALID') or 0
   self.node_rank = env_int('NODE_RANK', 'GROUP_RANK', 'SLURM_NODEID') or 0
-  self._ddp_kwargs = opts.kwargs or {}
+  -- DistributedDataParallel's arguments, given as Lightning's DDPStrategy(**kwargs)
+  local kw = {}
+  for k, v in pairs(opts.kwargs or {}) do kw[k] = v end
+  for _, k in ipairs({ 'bucket_cap_mb', 'find_unused_parameters', 'gradient_as_bucket_view', 'static_graph' }) do
+    if opts[k] ~= nil then kw[k] = opts[k] end
+  end
+  if kw.bucket_cap_mb ~= nil and (type(kw.bucket_cap_mb) ~= 'number' or not (kw.bucket_cap_mb > 0)) then
+    errors.ValueError:raise(('DDPStrategy: bucket_cap_mb must be a number > 0, got %s'):format(tostring(kw.bucket_cap_mb)), 2)
+  end
+  self._ddp_kwargs = kw
   self:set_world_ranks()
 end
 
@@ -114,19 +123,69 @@ function DDPStrategy:setup(trainer)
   end
 end
 
---- Averages the gradients over the ranks (one all-reduce per parameter).
+-- Gradient buckets, as PyTorch DDP's reducer lays them out: parameters in reverse
+-- registration order (about the order backward produces their gradients),
+-- grouped by dtype and device, a bucket closed when it passes its cap (the first
+-- at 1 MiB or bucket_cap_mb if smaller, the others at bucket_cap_mb, default 25). Each step the gradients are
+-- copied into one fresh flat tensor per bucket, averaged with one all-reduce, and
+-- the parameters' .grad become views of it (no copy back; a fresh bucket per step,
+-- so a .grad kept from an earlier step is never overwritten).
+local FIRST_BUCKET_BYTES = 1024 * 1024
+
+function DDPStrategy:_bucket_plan(params)
+  local plan = self._buckets
+  if plan and plan.n == #params then
+    local same = true
+    for i = 1, #params do if plan.params[i] ~= params[i] then same = false break end end
+    if same then return plan end
+  end
+  local kw = self._ddp_kwargs or {}
+  local cap = (kw.bucket_cap_mb or 25) * 1024 * 1024
+  plan = { n = #params, params = {}, list = {} }
+  local open = {} -- dtype/device key -> the bucket being filled
+  for i = #params, 1, -1 do
+    local p = params[i]
+    plan.params[i] = p
+    local t = tensor_of(p)
+    if t and (p.requires_grad ~= false) then
+      local key = tostring(t.dtype) .. '@' .. tostring(t.device)
+      local b = open[key]
+      if b == nil then
+        b = { dtype = t.dtype, device = t.device, numel = 0, bytes = 0, members = {},
+              cap = #plan.list == 0 and math.min(FIRST_BUCKET_BYTES, cap) or cap }
+        plan.list[#plan.list + 1] = b
+        open[key] = b
+      end
+      local n = t:numel()
+      b.members[#b.members + 1] = { p = p, off = b.numel, n = n, shape = t:size() }
+      b.numel = b.numel + n
+      b.bytes = b.bytes + n * t:element_size()
+      if b.bytes >= b.cap then open[key] = nil end
+    end
+  end
+  self._buckets = plan
+  return plan
+end
+
+--- Averages the gradients over the ranks: one all-reduce per bucket.
 function DDPStrategy:_sync_gradients(model)
   if self.world_size <= 1 then return end
   local dist = require 'dpl.dist'
-  for _, p in ipairs(parameters(model)) do
-    local g = p.grad
-    if g == nil and p.requires_grad == true then
+  local T = require 'dpl.tensor'
+  local plan = self:_bucket_plan(parameters(model))
+  for _, b in ipairs(plan.list) do
+    local flat = T.empty({ b.numel }, { dtype = b.dtype, device = b.device })
+    local views = {}
+    for i, m in ipairs(b.members) do
+      local v = flat:narrow(1, m.off + 1, m.n):view(m.shape)
+      local g = m.p.grad
       -- a parameter unused on this rank: a zero gradient keeps the ranks' collectives
       -- aligned (DDP's find_unused_parameters)
-      local ok, z = pcall(function() return require('dpl').zeros_like(p) end)
-      if ok and z ~= nil then p.grad = z; g = z end
+      if g == nil then v:zero_() else v:copy_(g) end
+      views[i] = v
     end
-    if g ~= nil and dist._tensor_of(g) then dist.all_reduce(g, 'mean') end
+    dist.all_reduce(flat, 'mean')
+    for i, m in ipairs(b.members) do m.p.grad = views[i] end
   end
 end
 

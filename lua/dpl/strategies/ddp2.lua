@@ -72,6 +72,7 @@ function DDP2Strategy:setup(trainer)
 end
 
 DDP2Strategy._sync_gradients = DDP._sync_gradients
+DDP2Strategy._bucket_plan = DDP._bucket_plan
 DDP2Strategy.optimizer_step = DDP.optimizer_step
 
 return DDP2Strategy
