@@ -66,8 +66,9 @@ $(BUILD)/tensor/%.o: src/tensor/%.c include/dpl.h src/host/dpl_internal.h src/te
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(TENSOR_CFLAGS) -c -o $@ $<
 
-# the collectives' reduction loops: the same flags (at -O2 they stay scalar)
-$(BUILD)/comm/dpl_comm_kernels.o: src/comm/dpl_comm_kernels.c include/dpl.h src/host/dpl_internal.h
+# the collectives' reduction loops and the batch assembly: the same flags (at -O2
+# they stay scalar)
+$(BUILD)/comm/dpl_comm_kernels.o $(BUILD)/data/dpl_idx.o: $(BUILD)/%.o: src/%.c include/dpl.h src/host/dpl_internal.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(TENSOR_CFLAGS) -c -o $@ $<
 
