@@ -188,6 +188,8 @@ int32_t *dpl_gc_flag(void);
 int64_t dpl_gc_done(void);
 void dpl_set_gc_threshold(int64_t bytes);
 void dpl_set_gc_handle_threshold(int64_t handles);
+/* Tensor bytes (what = 0) or handles (what = 1) created since dpl_gc_done. */
+int64_t dpl_gc_since(int32_t what);
 /* sizeof(dpl_tensor) when what = -1, else offsetof of field number `what` in declaration order. */
 int64_t dpl_tensor_layout(int32_t what);
 int64_t dpl_dtype_size(int32_t dtype);

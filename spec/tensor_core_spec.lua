@@ -372,3 +372,31 @@ describe('tensors on simulated GPUs', function()
     os.remove(script)
   end)
 end)
+
+describe('lockstep garbage collection (DDP ranks)', function()
+  it('reports a collection due at the threshold and collects by itself only at the backstop', function()
+    local T = require 'dpl.tensor'
+    local C = require('dpl.capi').C
+    T.collect()
+    T.gc_lockstep(true)
+    local ok, err = pcall(function()
+      local mb, due_at = 0, nil
+      while true do
+        local before = tonumber(C.dpl_gc_since(0))
+        local _ = dpl.empty(256 * 1024) -- 1 MiB, garbage at once
+        mb = mb + 1
+        local now = tonumber(C.dpl_gc_since(0))
+        if now < before then break end -- the backstop collected
+        if not due_at and T.gc_due() then due_at = mb end
+        assert.is_true(mb < 4096, 'no collection after 4 GiB')
+      end
+      assert.truthy(due_at, 'gc_due never turned true')
+      -- the backstop sits at gc_lockstep_backstop (4) x the threshold gc_due uses
+      assert.is_true(mb >= 3.5 * due_at and mb <= 4.5 * due_at + 2, ('due at %d MiB, collected at %d MiB'):format(due_at, mb))
+    end)
+    T.gc_lockstep(false)
+    assert(ok, err)
+    T.collect()
+    assert.is_false(T.gc_due())
+  end)
+end)

@@ -39,7 +39,7 @@ describe('DDP equivalence (real tensors)', function()
     close(get_single(), weights(out))
   end)
 
-  it('ddp with small gradient buckets and an unused parameter', function()
+  it("ddp with small gradient buckets, .grad as bucket views and an unused parameter", function()
     if not have then pending('dpl.nn / dpl.optim not available') return end
     local ref_out, ref_err, ref_rc = h.dplhost(script .. ' single 4 5 deep', { timeout = 60 })
     assert.equal(0, ref_rc, ref_err)

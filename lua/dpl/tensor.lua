@@ -129,9 +129,19 @@ M.gc_handles = tonumber(os.getenv('DPL_GC_HANDLES') or '') or 8192
 M.gc_heap_per_handle = 32
 local gc_flag = C.dpl_gc_flag()
 M._gc_flag = gc_flag
+-- Lockstep mode (DDP ranks, M.gc_lockstep): a collection stops a rank for a few
+-- hundred µs to ms, and every other rank waits for it at the next collective; the
+-- ranks then agree on when to collect (M.gc_due at a step boundary, shared through
+-- the gradient all-reduce) and the flag only fires at gc_lockstep_backstop x the
+-- thresholds, as a backstop.
+local soft_bytes, soft_handles, lockstep = 0, 0, false
+M.gc_lockstep_backstop = 4
 local function set_gc_thresholds(heap)
-  C.dpl_set_gc_threshold(math.max(M.gc_bytes, math.min(M.gc_heap_factor * heap, M.gc_max_bytes)))
-  C.dpl_set_gc_handle_threshold(math.max(M.gc_handles, floor(heap / M.gc_heap_per_handle)))
+  soft_bytes = math.max(M.gc_bytes, math.min(M.gc_heap_factor * heap, M.gc_max_bytes))
+  soft_handles = math.max(M.gc_handles, floor(heap / M.gc_heap_per_handle))
+  local k = lockstep and M.gc_lockstep_backstop or 1
+  C.dpl_set_gc_threshold(soft_bytes * k)
+  C.dpl_set_gc_handle_threshold(soft_handles * k)
 end
 set_gc_thresholds(0)
 local function collect()
@@ -143,6 +153,19 @@ local function collect()
   set_gc_thresholds(math.max(0, collectgarbage('count') * 1024 - 64 * handles))
 end
 M.collect = collect
+
+--- Lockstep GC on (true) or off: see above. The strategy that turns it on calls
+--- M.gc_due() at the same point of every step on every rank and M.collect() on all
+--- ranks when any of them is due.
+function M.gc_lockstep(on)
+  lockstep = on and true or false
+  set_gc_thresholds(math.max(0, collectgarbage('count') * 1024))
+end
+--- True when tensor bytes or handles created since the last collection passed the
+--- (soft) thresholds.
+function M.gc_due()
+  return tonumber(C.dpl_gc_since(0)) > soft_bytes or tonumber(C.dpl_gc_since(1)) > soft_handles
+end
 
 -- out[0] -> a garbage-collected handle (a reference to the struct, so t[i] reaches __index)
 local function wrap(p)

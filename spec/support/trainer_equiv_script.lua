@@ -6,7 +6,7 @@ local dpl = require 'dpl'
 local nn, F = dpl.nn, dpl.nn.functional
 local mode, b, k = arg[1], tonumber(arg[2]), tonumber(arg[3])
 -- arg[4] = "deep": two layers and a parameter no step uses; ddp then runs with
--- buckets of ~20 bytes (one or two parameters each) to exercise the bucketing
+-- buckets of ~20 bytes (one or two parameters each), .grad as bucket views
 local deep = arg[4] == 'deep'
 
 local M = dpl.LightningModule:extend('Equiv')
@@ -36,7 +36,7 @@ local ds = dpl.data.TensorDataset(x, y)
 -- ddp2 (2 processes as 2 nodes, each DP over 2 simulated GPUs): 2b per process
 local loader = dpl.data.DataLoader(ds, { batch_size = (mode == 'single' or mode == 'dp' or mode == 'ddp2') and 2 * b or b })
 local strategy = mode ~= 'single' and mode or nil
-if deep and mode == 'ddp' then strategy = dpl.strategies.DDPStrategy{ bucket_cap_mb = 2e-5 } end
+if deep and mode == 'ddp' then strategy = dpl.strategies.DDPStrategy{ bucket_cap_mb = 2e-5, gradient_as_bucket_view = true } end
 local t = dpl.Trainer{ strategy = strategy, max_steps = k, enable_progress_bar = false,
   enable_model_summary = false, logger = false, enable_checkpointing = false,
   accelerator = mode == 'ddp_spawn' and 'cpu' or (mode == 'dp' or mode == 'ddp2') and 'gpu' or nil,

@@ -88,6 +88,10 @@ int64_t dpl_gc_done(void)
   __atomic_store_n(&gc_flag, 0, __ATOMIC_RELAXED);
   return h;
 }
+int64_t dpl_gc_since(int32_t what)
+{
+  return atomic_load_explicit(what ? &since_gc_handles : &since_gc, memory_order_relaxed);
+}
 void dpl_set_gc_threshold(int64_t bytes)
 {
   atomic_store(&gc_threshold, bytes > 0 ? bytes : INT64_MAX);

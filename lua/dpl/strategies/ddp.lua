@@ -120,16 +120,24 @@ function DDPStrategy:setup(trainer)
       end
     end
     self:setup_optimizers(trainer)
+    -- the ranks collect garbage together (see _sync_gradients)
+    if self.world_size > 1 then require('dpl.tensor').gc_lockstep(true) end
   end
+end
+
+function DDPStrategy:teardown()
+  require('dpl.tensor').gc_lockstep(false)
+  return S.ParallelStrategy.teardown(self)
 end
 
 -- Gradient buckets, as PyTorch DDP's reducer lays them out: parameters in reverse
 -- registration order (about the order backward produces their gradients),
--- grouped by dtype and device, a bucket closed when it passes its cap (the first
--- at 1 MiB or bucket_cap_mb if smaller, the others at bucket_cap_mb, default 25). Each step the gradients are
--- copied into one fresh flat tensor per bucket, averaged with one all-reduce, and
--- the parameters' .grad become views of it (no copy back; a fresh bucket per step,
--- so a .grad kept from an earlier step is never overwritten).
+-- grouped by dtype and device, a bucket closed when it passes its cap (the first at
+-- 1 MiB or bucket_cap_mb if smaller, the others at bucket_cap_mb, default 25). Each
+-- bucket is one flat tensor, made once: every step the gradients are copied in,
+-- averaged with one all-reduce and copied back into each .grad (PyTorch's default);
+-- with gradient_as_bucket_view=true the .grad become views of the bucket instead
+-- (no copy back; a .grad kept from an earlier step is then overwritten by the next).
 local FIRST_BUCKET_BYTES = 1024 * 1024
 
 function DDPStrategy:_bucket_plan(params)
@@ -139,9 +147,10 @@ function DDPStrategy:_bucket_plan(params)
     for i = 1, #params do if plan.params[i] ~= params[i] then same = false break end end
     if same then return plan end
   end
+  local T = require 'dpl.tensor'
   local kw = self._ddp_kwargs or {}
   local cap = (kw.bucket_cap_mb or 25) * 1024 * 1024
-  plan = { n = #params, params = {}, list = {} }
+  plan = { n = #params, params = {}, list = {}, as_view = kw.gradient_as_bucket_view == true }
   local open = {} -- dtype/device key -> the bucket being filled
   for i = #params, 1, -1 do
     local p = params[i]
@@ -163,30 +172,49 @@ function DDPStrategy:_bucket_plan(params)
       if b.bytes >= b.cap then open[key] = nil end
     end
   end
+  -- the flat tensors and their views; the last bucket has one more element (the GC vote)
+  for bi, b in ipairs(plan.list) do
+    local extra = bi == #plan.list and 1 or 0
+    b.flat = T.zeros({ b.numel + extra }, { dtype = b.dtype, device = b.device })
+    if extra == 1 then b.vote = b.flat:narrow(1, b.numel + 1, 1) end
+    for _, m in ipairs(b.members) do m.view = b.flat:narrow(1, m.off + 1, m.n):view(m.shape) end
+  end
   self._buckets = plan
   return plan
 end
 
---- Averages the gradients over the ranks: one all-reduce per bucket.
+--- Averages the gradients over the ranks: one all-reduce per bucket. The last
+--- bucket carries one more element: 1 on a rank whose garbage collection is due
+--- (tensor.gc_lockstep); when any rank's is, every rank collects right after the
+--- all-reduce, so no rank waits for another's collection at its next collective.
 function DDPStrategy:_sync_gradients(model)
   if self.world_size <= 1 then return end
   local dist = require 'dpl.dist'
   local T = require 'dpl.tensor'
   local plan = self:_bucket_plan(parameters(model))
+  local collect = false
   for _, b in ipairs(plan.list) do
-    local flat = T.empty({ b.numel }, { dtype = b.dtype, device = b.device })
-    local views = {}
-    for i, m in ipairs(b.members) do
-      local v = flat:narrow(1, m.off + 1, m.n):view(m.shape)
+    if b.vote then b.vote:fill_(T.gc_due() and 1 or 0) end
+    for _, m in ipairs(b.members) do
       local g = m.p.grad
       -- a parameter unused on this rank: a zero gradient keeps the ranks' collectives
       -- aligned (DDP's find_unused_parameters)
-      if g == nil then v:zero_() else v:copy_(g) end
-      views[i] = v
+      if g == nil then m.view:zero_() elseif g ~= m.view then m.view:copy_(g) end
     end
-    dist.all_reduce(flat, 'mean')
-    for i, m in ipairs(b.members) do m.p.grad = views[i] end
+    dist.all_reduce(b.flat, 'mean')
+    for _, m in ipairs(b.members) do
+      local g = m.p.grad
+      if plan.as_view then
+        if g ~= m.view then m.p.grad = m.view end
+      elseif g == nil or g == m.view then
+        m.p.grad = m.view:clone()
+      else
+        g:copy_(m.view)
+      end
+    end
+    if b.vote then collect = b.vote:item() > 0 end
   end
+  if collect then T.collect() end
 end
 
 function DDPStrategy:optimizer_step(optimizer, opt_idx, closure, model)
