@@ -3,7 +3,8 @@
 # batch 64 per rank, 1 thread per rank, 1 rank vs 2 ranks (dplhost --nproc 2,
 # strategy ddp over shm). Issue 7 target: >= 85% efficiency. Also prints what the
 # machine itself allows: 2 independent copies of the 1-rank run at once (no
-# communication), whose efficiency bounds the DDP one.
+# communication), whose efficiency bounds the DDP one, and the same scaling for
+# PyTorch's DistributedDataParallel over gloo (/work/shared/bench/torch recipes).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 one=$(./dplhost bench/trainer_ddp_dpl.lua 2>/dev/null | tail -1)
@@ -14,11 +15,27 @@ a=$(mktemp); b=$(mktemp)
 wait $p1 $p2
 par=$(cat "$a" "$b" | awk '$1 == 1 { s += $3 } END { printf "%.0f", s }')
 rm -f "$a" "$b"
-echo "$one|$two|$par" | awk -F'|' '{
+# the same measure for PyTorch (DistributedDataParallel over gloo, 2 processes x 1 thread)
+ref=${TORCH_BENCH:-/work/shared/bench/torch}
+py=${PYTHON:-/usr/bin/python3}
+t1=; t2=
+if [ -f "$ref/ddp_fmnist.py" ] && "$py" -c 'import torch' 2>/dev/null; then
+  get() { "$py" -c 'import json,sys
+for l in sys.stdin:
+    if "\"result\"" in l: r = json.loads(l)
+print(r[sys.argv[1]])' "$1"; }
+  t1=$(OMP_NUM_THREADS=1 "$py" "$ref/mlp_fmnist.py" --threads 1 --batch 64 --epochs 1 2>/dev/null | get train_samples_per_s || true)
+  t2=$(OMP_NUM_THREADS=1 "$py" "$ref/ddp_fmnist.py" --threads 1 --batch 64 --epochs 1 2>/dev/null | get agg_samples_per_s || true)
+fi
+echo "$one|$two|$par|$t1|$t2" | awk -F'|' '{
   split($1, o, " "); split($2, t, " "); par = $3
   eff = t[3] / (2 * o[3]); bound = par / (2 * o[3])
   printf "trainer DDP scaling (Fashion-MNIST MLP, batch 64/rank, 1 thread/rank, one epoch)\n"
   printf "  %-40s %9.0f samples/s (%.2f s)\n", "1 rank", o[3], o[2]
   printf "  %-40s %9.0f samples/s (%.2f s)   efficiency %.0f%% (target >= 85%%) %s\n", "2 ranks, ddp over shm", t[3], t[2], 100 * eff, (eff >= 0.85 ? "OK" : "MISSED")
   printf "  %-40s %9.0f samples/s               efficiency %.0f%% (what this machine allows)\n", "2 independent 1-rank runs at once", par, 100 * bound
+  if ($4 != "" && $5 != "") {
+    printf "  %-40s %9.0f samples/s\n", "PyTorch 1 process", $4
+    printf "  %-40s %9.0f samples/s               efficiency %.0f%%; dplhost ddp %.1fx its throughput\n", "PyTorch DDP (gloo), 2 processes", $5, 100 * $5 / (2 * $4), t[3] / $5
+  }
 }'
