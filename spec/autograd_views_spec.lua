@@ -413,7 +413,7 @@ describe('autograd: no false positives on the training path', function()
     collectgarbage()
     local function count(t) local n = 0 for _ in pairs(t) do n = n + 1 end return n end
     local S = debug.getregistry()['dpl.autograd.state']
-    local before = count(S.viewbase) + count(S.viewver) + count(S.rootvt)
+    local before = count(S.viewbase) + count(S.versions)
     for _ = 1, 30 do
       local x = dpl.randn(4):requires_grad_()
       local y = x * 1
@@ -423,7 +423,7 @@ describe('autograd: no false positives on the training path', function()
     end
     collectgarbage()
     collectgarbage()
-    local after = count(S.viewbase) + count(S.viewver) + count(S.rootvt)
+    local after = count(S.viewbase) + count(S.versions)
     assert.is_true(after <= before + 4, ('%d entries before, %d after'):format(before, after))
   end)
 end)

@@ -54,12 +54,12 @@ if not S then
   }
   REG['dpl.autograd.state'] = S
 end
-S.viewver = S.viewver or setmetatable({}, { __mode = 'k' }) -- view -> base version its grad_fn was built at
-S.rootvt = S.rootvt or setmetatable({}, { __mode = 'k' })  -- base of views -> its version table
 S.lhooks = S.lhooks or setmetatable({}, { __mode = 'k' }) -- leaf -> list of gradient hooks
 local rg, gfn, grads, viewbase, versions = S.rg, S.gfn, S.grads, S.viewbase, S.versions
 local lhooks = S.lhooks
-local viewver, rootvt = S.viewver, S.rootvt
+-- the count of in-place ops while autograd is live: a view's node records it (n.bep), so
+-- that a view used before any in-place op happened anywhere costs one number compare
+S.ip = S.ip or 0
 M._rg, M._gfn, M._grads = rg, gfn, grads
 
 ---------------------------------------------------------------- helpers
@@ -68,6 +68,7 @@ local function skey(t) return tonumber(ffi.cast(uptr, t._storage)) end
 
 -- a version table is {count, op = name of the last in-place op}
 local function bump(t, name)
+  S.ip = S.ip + 1
   local v = versions[skey(t)]
   if v then v[1] = v[1] + 1; v.op = name end
 end
@@ -77,13 +78,6 @@ local function vtable(t)
   local v = versions[k]
   if not v then v = { 0 }; versions[k] = v end
   return v
-end
-
--- the version table of a base of views, kept alive as long as the base
-local function root_vt(r)
-  local vt = rootvt[r]
-  if not vt then vt = vtable(r); rootvt[r] = vt end
-  return vt
 end
 
 -- errors raised inside a recording wrapper: drop the position (it would name this
@@ -148,8 +142,8 @@ end
 
 ---------------------------------------------------------------- views
 -- A view v of a base b (viewbase[v] = b, the first tensor of the chain of views)
--- shares b's version counter (one per storage). v's grad_fn was built when the
--- counter read viewver[v]; when an in-place op changed the storage since, v's history
+-- shares b's version counter (one per storage). v's grad_fn node was built when the
+-- count of in-place ops read n.bep; when any in-place op happened since, v's history
 -- is rebuilt as an as_strided view of b's current history (PyTorch's
 -- AsStridedBackward), so gradients through v see the modification. An in-place op
 -- on v gives b a copy_slices node (PyTorch's CopySlices): the gradient of the
@@ -203,23 +197,36 @@ end
 local edge
 -- rebuilds v's grad_fn on top of its base's current history
 local function regen(v, b)
-  viewver[v] = rootvt[b][1]
+  local n = gfn[v]
   local eb = edge(b)
-  if not eb then return gfn[v] or v end
-  local n = { bw = view_to_base, n = 1, dt = v._dtype, name = 'as_strided', eb }
+  if not eb then -- the base has no history (any more): v keeps its own
+    if n ~= nil and n.bep then n.bep = S.ip end
+    return n or v
+  end
+  n = { bw = view_to_base, n = 1, dt = v._dtype, name = 'as_strided', eb, bep = S.ip }
   geom(n, v, b)
   gfn[v] = n
   return n
 end
 
+-- the edge to x for a node that takes x as input: its grad_fn, x itself (a leaf that
+-- requires grad) or false. A view whose node may be stale (an in-place op happened
+-- since it was built: rebuilding is always right, and rare), or missing (a view that
+-- started requiring grad with its base), gets one built from its base.
 function edge(x)
   if rg[x] then
-    local b = viewbase[x]
-    if b ~= nil then
-      local ver = viewver[x]
-      if ver ~= nil and ver ~= rootvt[b][1] then return regen(x, b) end
+    local n = gfn[x]
+    if n == nil then
+      local b = viewbase[x]
+      if b ~= nil then return regen(x, b) end
+      return x
     end
-    return gfn[x] or x
+    local e = n.bep
+    if e ~= nil and e ~= S.ip then
+      local b = viewbase[x]
+      if b ~= nil then return regen(x, b) end
+    end
+    return n
   end
   return false
 end
@@ -231,14 +238,11 @@ local function cur_gfn(t)
   return nil
 end
 
--- views of b made while b had no history start requiring grad when b gets one
+-- views of b made while b had no history start requiring grad when b gets one (their
+-- node is built by edge() on first use)
 local function mark_views(b)
-  root_vt(b)
   for v, vb in pairs(viewbase) do
-    if vb == b then
-      rg[v] = true
-      if viewver[v] == nil then viewver[v] = -1 end
-    end
+    if vb == b then rg[v] = true end
   end
 end
 
@@ -842,9 +846,8 @@ local function record(rule, out, a, ...)
   end
   rule.save(n, out, a, ...)
   if rule.view and out._storage == a._storage then
-    local r = viewbase[a] or a
-    viewbase[out] = r
-    viewver[out] = root_vt(r)[1]
+    viewbase[out] = viewbase[a] or a
+    n.bep = S.ip
   end
   S.live = true -- (M.record may start a graph without an input that requires grad)
   rg[out] = true
@@ -921,7 +924,6 @@ local function wrap_inplace(name, rule)
         error(fmt('%s: unsupported operation: more than one element of the written-to tensor refers to a '
           .. 'single memory location (an expanded view); clone() it before the in-place operation', name))
       end
-      root_vt(base)
       old = edge(base) -- the old values of the region come from the base's history
     else
       if rg[t] and gfn[t] == nil then leaf_error(name, false) end
@@ -957,7 +959,7 @@ local function wrap_inplace(name, rule)
     gfn[base] = cs
     -- t reads its base's new history from now on (rebuilt on its next use)
     rg[t] = true
-    viewver[t] = -1
+    gfn[t] = nil
     return t
   end
   local nin = rule.nin
@@ -970,6 +972,7 @@ local function wrap_inplace(name, rule)
           local vb = viewbase[t]
           if vb ~= nil and rg[vb] then return rec(t, b, c, d, ...) end
         end
+        S.ip = S.ip + 1
         local v = versions[skey(t)]
         if v then v[1] = v[1] + 1; v.op = name end
       end
@@ -983,6 +986,7 @@ local function wrap_inplace(name, rule)
           local vb = viewbase[t]
           if vb ~= nil and rg[vb] then return rec(t, ...) end
         end
+        S.ip = S.ip + 1
         local v = versions[skey(t)]
         if v then v[1] = v[1] + 1; v.op = name end
       end
@@ -1315,7 +1319,7 @@ end
 --- A new tensor on the same storage, without history (never requires grad).
 function methods.detach(t) return raw_alias(t) end
 function methods.detach_(t)
-  rg[t], gfn[t], viewbase[t], viewver[t] = nil, nil, nil, nil
+  rg[t], gfn[t], viewbase[t] = nil, nil, nil
   return t
 end
 
@@ -1462,7 +1466,9 @@ local function run_backward(root_t, grad, retain)
     end
     if not retain then
       for k in pairs(n) do
-        if type(k) ~= 'number' and k ~= 'n' and k ~= 'dt' and k ~= 'name' then n[k] = nil end
+        if type(k) ~= 'number' and k ~= 'n' and k ~= 'dt' and k ~= 'name' and k ~= 'bep' then
+          n[k] = nil
+        end
       end
       n.bw = freed_bw
     end
