@@ -1485,15 +1485,15 @@ function methods.backward(t, grad, opts)
   end
   if grad == nil then
     if t._numel ~= 1 then
-      error(fmt('backward: grad can be implicitly created only for scalar outputs; this tensor has shape %s '
-        .. '(pass a gradient of the same shape)', table.concat(size_of(t), 'x')), 2)
+      error(fmt('backward: grad can be implicitly created only for scalar outputs; this tensor has shape [%s] '
+        .. '(pass a gradient of the same shape)', table.concat(size_of(t), ', ')), 2)
     end
     grad = T.ones_like(t)
   else
     if not is_tensor(grad) then error(fmt('backward: gradient must be a tensor, got %s', type(grad)), errors.ValueError) end
     if not same_shape(grad, t) then
-      error(fmt('backward: gradient has shape %s, the tensor has shape %s', table.concat(size_of(grad), 'x'),
-        table.concat(size_of(t), 'x')), 2)
+      error(fmt('backward: gradient has shape [%s], the tensor has shape [%s]', table.concat(size_of(grad), ', '),
+        table.concat(size_of(t), ', ')), 2)
     end
     if grad._dtype ~= t._dtype then grad = grad:to(t.dtype) end
   end
