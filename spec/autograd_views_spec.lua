@@ -167,6 +167,22 @@ describe('autograd: in-place on a view rewrites its base', function()
     end, { x, w }))
   end)
 
+  it('gradcheck: a long chain (permute, narrow, unsqueeze, squeeze, select, view) written in place', function()
+    dpl.manual_seed(6)
+    local x = dpl.randn(2, 3, 4):double():requires_grad_()
+    local w = dpl.randn(2, 2):double():requires_grad_()
+    assert.is_true(A.gradcheck(function(a, b)
+      local y = a * 1
+      local before = y:view(24)                   -- read after the writes below: sees them
+      local v = y:permute(3, 1, 2):narrow(1, 2, 2):unsqueeze(1):squeeze(1):select(3, 2) -- [2, 2]
+      v:mul_(b)
+      v:t():add_(b * b)
+      local row = y:select(2, 3):reshape(8)
+      row:exp_()
+      return dpl.cat({ before * 1, v:reshape(4) })
+    end, { x, w }))
+  end)
+
   it('a view made under no_grad and modified under grad mode still gives correct gradients', function()
     -- (PyTorch refuses this case: "A view was created in no_grad mode and is being modified
     -- inplace with grad mode enabled"; dpl rewrites the base history as for any view)

@@ -845,10 +845,8 @@ local function record(rule, out, a, ...)
     if k >= 4 then n[4] = edge(d) end
   end
   rule.save(n, out, a, ...)
-  if rule.view and out._storage == a._storage then
-    viewbase[out] = viewbase[a] or a
-    n.bep = S.ip
-  end
+  -- a view (viewbase set by the view hook) remembers the in-place count (see edge())
+  if rule.view then n.bep = S.ip end
   S.live = true -- (M.record may start a graph without an input that requires grad)
   rg[out] = true
   gfn[out] = n
