@@ -76,6 +76,19 @@ describe('cross_entropy and nll_loss on [N, C, d1, ...] and [C] inputs match PyT
     local rows = x:permute(1, 3, 4, 2):reshape(-1, 5)
     assert.is_true(math.abs(F.cross_entropy(x, t):item() - F.cross_entropy(rows, t:reshape(-1)):item()) < 1e-6)
   end)
+
+  it('nn.CrossEntropyLoss and nn.NLLLoss pass weight, ignore_index and label_smoothing through', function()
+    local W = dpl.tensor(ref.W, { dtype = 'float64' })
+    local t = dpl.tensor({ { { 1, 3 }, { 2, 1 } }, { { 3, 3 }, { 2, 2 } } }, { dtype = 'int64' })
+    local x = X({ 2, 3, 2, 2 })
+    local opts = { weight = W, ignore_index = 3, label_smoothing = 0.2 }
+    assert.are.equal(F.cross_entropy(x, t, opts):item(), dpl.nn.CrossEntropyLoss(opts)(x, t):item())
+    for _, c in ipairs(ref.cases) do
+      if c.name == '4d_all' then assert.is_true(math.abs(dpl.nn.CrossEntropyLoss(opts)(x, t):item() - c.out[1]) < 1e-12) end
+    end
+    local lp = x:log_softmax(2)
+    assert.are.equal(F.nll_loss(lp, t, { weight = W }):item(), dpl.nn.NLLLoss({ weight = W })(lp, t):item())
+  end)
 end)
 
 describe('class losses: shape mistakes name both shapes', function()
