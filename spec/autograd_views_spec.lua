@@ -183,6 +183,24 @@ describe('autograd: in-place on a view rewrites its base', function()
     end, { x, w }))
   end)
 
+  it('retain_grad and hooks of a view survive the rebuild of its node', function()
+    -- y = x*2; v = y.narrow(0,0,2); v.retain_grad(); y.mul_(3); v.mul_(d([5,7]))
+    -- (v*v).sum().backward(); x.grad -> [1800, 7056, 0]; v.grad -> [60, 168]
+    -- (torch 1.13 leaves a register_hook on the old node, where it never runs; dpl moves it)
+    local x = d({ 1, 2, 3 }):requires_grad_()
+    local y = x * 2
+    local v = y:narrow(1, 1, 2)
+    v:retain_grad()
+    local seen = 0
+    v:register_hook(function() seen = seen + 1 end)
+    y:mul_(3)
+    v:mul_(d({ 5, 7 }))
+    ;(v * v):sum():backward()
+    near(x.grad, { 1800, 7056, 0 })
+    near(v.grad, { 60, 168 })
+    assert.are.equal(1, seen)
+  end)
+
   it('a view made under no_grad and modified under grad mode still gives correct gradients', function()
     -- (PyTorch refuses this case: "A view was created in no_grad mode and is being modified
     -- inplace with grad mode enabled"; dpl rewrites the base history as for any view)

@@ -203,7 +203,9 @@ local function regen(v, b)
     if n ~= nil and n.bep then n.bep = S.ip end
     return n or v
   end
+  local old = n
   n = { bw = view_to_base, n = 1, dt = v._dtype, name = 'as_strided', eb, bep = S.ip }
+  if old ~= nil then n.hooks, n.retain = old.hooks, old.retain end -- they belong to v
   geom(n, v, b)
   gfn[v] = n
   return n
@@ -955,9 +957,10 @@ local function wrap_inplace(name, rule)
     if not rg[base] then mark_views(base) end
     rg[base] = true
     gfn[base] = cs
-    -- t reads its base's new history from now on (rebuilt on its next use)
+    -- t reads its base's new history from now on (its node is rebuilt on its next use)
     rg[t] = true
-    gfn[t] = nil
+    local tn = gfn[t]
+    if tn ~= nil then tn.bep = -1 end
     return t
   end
   local nin = rule.nin
