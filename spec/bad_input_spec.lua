@@ -43,6 +43,9 @@ describe('bad input', function()
     errs(function() F.cross_entropy(dpl.randn(2, 5, 3), dpl.tensor({ { 1, 2, 3 }, { 4, 5, 6 } })) end,
       'target 6 at position [2, 3] of the target is out of range: expected a class index in 1..5')
     errs(function() F.one_hot(dpl.tensor({ 1, 5 }), 4) end, 'label 5 is out of range: expected a class index in 1..4')
+    local emb = nn.Sequential(nn.Embedding(5, 3))
+    errs(function() emb(dpl.tensor({ 1, 6 }, { dtype = 'int64' })) end,
+      "Embedding '1'(5, 3): embedding: index 6 is out of range for dim 1 of size 5 (expected 1..5)")
   end)
 
   it('backward on a non-scalar without a gradient is a clear error', function()
