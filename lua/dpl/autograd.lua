@@ -57,15 +57,20 @@ end
 S.lhooks = S.lhooks or setmetatable({}, { __mode = 'k' }) -- leaf -> list of gradient hooks
 local rg, gfn, grads, viewbase, versions = S.rg, S.gfn, S.grads, S.viewbase, S.versions
 local lhooks = S.lhooks
+-- the count of in-place ops while autograd is live: a view's node records it (n.bep), so
+-- that a view used before any in-place op happened anywhere costs one number compare
+S.ip = S.ip or 0
 M._rg, M._gfn, M._grads = rg, gfn, grads
 
 ---------------------------------------------------------------- helpers
 local uptr = ffi.typeof('uintptr_t')
 local function skey(t) return tonumber(ffi.cast(uptr, t._storage)) end
 
-local function bump(t)
+-- a version table is {count, op = name of the last in-place op}
+local function bump(t, name)
+  S.ip = S.ip + 1
   local v = versions[skey(t)]
-  if v then v[1] = v[1] + 1 end
+  if v then v[1] = v[1] + 1; v.op = name end
 end
 
 local function vtable(t)
@@ -129,18 +134,137 @@ local function bshape(x, out)
   return size_of(x)
 end
 
-local function edge(x)
-  if rg[x] then return gfn[x] or x end
+local function stride_of(t)
+  local r = {}
+  for i = 1, t._ndim do r[i] = tonumber(t._stride[i - 1]) end
+  return r
+end
+
+---------------------------------------------------------------- views
+-- A view v of a base b (viewbase[v] = b, the first tensor of the chain of views)
+-- shares b's version counter (one per storage). v's grad_fn node was built when the
+-- count of in-place ops read n.bep; when any in-place op happened since, v's history
+-- is rebuilt as an as_strided view of b's current history (PyTorch's
+-- AsStridedBackward), so gradients through v see the modification. An in-place op
+-- on v gives b a copy_slices node (PyTorch's CopySlices): the gradient of the
+-- modified region goes through the op, the rest of b's gradient to b's old history.
+-- Geometry is kept in storage elements relative to b's first element.
+local function geom(n, v, b)
+  n.bshape, n.bstride = size_of(b), stride_of(b)
+  n.vshape, n.vstride, n.voff = size_of(v), stride_of(v), tonumber(v._offset - b._offset)
+  n.like = { dtype = T.dtype_names[b._dtype], device = b._devtype == 0 and 'cpu' or ('cuda:' .. b._devindex) }
+end
+
+local function overlapping(shape, stride)
+  for i = 1, #shape do
+    if stride[i] == 0 and shape[i] > 1 then return true end
+  end
   return false
 end
 
--- records a saved tensor's version on node n
+-- a zero buffer over b's elements; returns it and b's view of it
+local function base_buffer(n)
+  local shape, stride = n.bshape, n.bstride
+  local span = 1
+  for i = 1, #shape do
+    if shape[i] == 0 then span = 0 break end
+    span = span + (shape[i] - 1) * stride[i]
+  end
+  local z = T.zeros({ span }, n.like)
+  return z, z:as_strided(shape, stride, 0)
+end
+
+-- gradient of b from the gradient g of its view v (rules.as_strided_view)
+local function view_to_base(n, g)
+  if overlapping(n.bshape, n.bstride) then
+    error('backward: a view of a base with overlapping memory (made by expand) was used after an '
+      .. 'in-place operation on its storage; this is not supported: clone() the base first', 0)
+  end
+  local vshape, vstride = n.vshape, n.vstride
+  local shape2
+  for i = 1, #vshape do -- an expanded dim: the gradients of its copies add up
+    if vstride[i] == 0 and vshape[i] > 1 then
+      g = g:sum(i, true)
+      if not shape2 then shape2 = { unpack(vshape) } end
+      shape2[i] = 1
+    end
+  end
+  local z, bv = base_buffer(n)
+  z:as_strided(shape2 or vshape, vstride, n.voff):copy_(g)
+  return bv
+end
+
+local edge
+-- rebuilds v's grad_fn on top of its base's current history
+local function regen(v, b)
+  local n = gfn[v]
+  local eb = edge(b)
+  if not eb then -- the base has no history (any more): v keeps its own
+    if n ~= nil and n.bep then n.bep = S.ip end
+    return n or v
+  end
+  local old = n
+  n = { bw = view_to_base, n = 1, dt = v._dtype, name = 'as_strided', eb, bep = S.ip }
+  if old ~= nil then n.hooks, n.retain = old.hooks, old.retain end -- they belong to v
+  geom(n, v, b)
+  gfn[v] = n
+  return n
+end
+
+-- the edge to x for a node that takes x as input: its grad_fn, x itself (a leaf that
+-- requires grad) or false. A view whose node may be stale (an in-place op happened
+-- since it was built: rebuilding is always right, and rare), or missing (a view that
+-- started requiring grad with its base), gets one built from its base.
+function edge(x)
+  if rg[x] then
+    local n = gfn[x]
+    if n == nil then
+      local b = viewbase[x]
+      if b ~= nil then return regen(x, b) end
+      return x
+    end
+    local e = n.bep
+    if e ~= nil and e ~= S.ip then
+      local b = viewbase[x]
+      if b ~= nil then return regen(x, b) end
+    end
+    return n
+  end
+  return false
+end
+
+-- the current grad_fn of t (rebuilt for a view whose base changed), or nil
+local function cur_gfn(t)
+  local e = edge(t)
+  if type(e) == 'table' then return e end
+  return nil
+end
+
+-- views of b made while b had no history start requiring grad when b gets one (their
+-- node is built by edge() on first use)
+local function mark_views(b)
+  for v, vb in pairs(viewbase) do
+    if vb == b then rg[v] = true end
+  end
+end
+
+-- the view hook of dpl.tensor: every view made while autograd is live knows its base
+-- (not the views backward makes of gradients: S.in_bw)
+local function view_hook(out, a)
+  if S.live and not S.in_bw and out._storage == a._storage then
+    viewbase[out] = viewbase[a] or a
+  end
+end
+
+-- records a saved tensor's version on node n (triples: version table, version, tensor)
 local function save(n, t)
   local vs = n.vers
   if not vs then vs = {}; n.vers = vs end
   local v = vtable(t)
-  vs[#vs + 1] = v
-  vs[#vs + 1] = v[1]
+  local k = #vs
+  vs[k + 1] = v
+  vs[k + 2] = v[1]
+  vs[k + 3] = t
   return t
 end
 
@@ -303,7 +427,8 @@ rules.sqrt = unary('y', function(g, y) return g / (y * 2) end)
 rules.rsqrt = unary('y', function(g, y) return g * (y * y * y) * -0.5 end)
 rules.tanh = unary('y', function(g, y) return T.activation_backward('tanh', g, y) end)
 rules.sigmoid = unary('y', function(g, y) return T.activation_backward('sigmoid', g, y) end)
-rules.relu = unary('x', function(g, x) return T.activation_backward('relu', g, x) end)
+-- relu saves its output (as PyTorch): relu(x) > 0 exactly where x > 0
+rules.relu = unary('y', function(g, y) return T.activation_backward('relu', g, y) end)
 rules.gelu = unary('x', function(g, x) return T.activation_backward('gelu', g, x) end)
 rules.silu = unary('x', function(g, x) return T.activation_backward('silu', g, x) end)
 rules.sin = unary('x', function(g, x) return g * x:cos() end)
@@ -722,7 +847,8 @@ local function record(rule, out, a, ...)
     if k >= 4 then n[4] = edge(d) end
   end
   rule.save(n, out, a, ...)
-  if rule.view then viewbase[out] = viewbase[a] or a end
+  -- a view (viewbase set by the view hook) remembers the in-place count (see edge())
+  if rule.view then n.bep = S.ip end
   S.live = true -- (M.record may start a graph without an input that requires grad)
   rg[out] = true
   gfn[out] = n
@@ -766,29 +892,47 @@ local function wrap_method(name, rule, tbl)
   return w, raw
 end
 
--- in-place op: bumps the version of t's storage; with grad, rebases t's history
-local function check_inplace(t, name)
-  if rg[t] and not gfn[t] then
-    error(fmt('%s: a leaf tensor that requires grad is being used in an in-place operation '
-      .. '(use dpl.no_grad, or work on a clone)', name), 3)
-  end
-  local base = viewbase[t]
-  if base and rg[base] then
-    error(fmt('%s: in-place operation on a view of a tensor that requires grad is not supported '
-      .. '(use the out-of-place op, or clone() the view first)', name), 3)
-  end
+-- in-place op: bumps the version of t's storage; with grad, rebases t's history (and,
+-- when t is a view, its base's: copy_slices)
+local function leaf_error(name, view)
+  error(fmt('%s: a %sleaf tensor that requires grad is being used in an in-place operation '
+    .. '(use dpl.no_grad, or work on a clone)', name, view and 'view of a ' or ''))
+end
+
+-- gradient of a base modified in place through its view (rules.copy_slices): the op's
+-- gradient for the view's region, the incoming gradient elsewhere
+local function copy_slices_bw(n, g)
+  local z, bv = base_buffer(n)
+  bv:copy_(g)
+  local region = z:as_strided(n.vshape, n.vstride, n.voff)
+  local fn = n.fn
+  local g1, g2, g3, g4 = fn.bw(fn, raw_clone(region))
+  if g1 ~= nil then region:copy_(g1) else region:zero_() end
+  return bv, g2, g3, g4
 end
 
 local function wrap_inplace(name, rule)
   local raw = methods[name]
   assert(raw, name)
   local function rec(t, ...)
-    check_inplace(t, name)
-    local old = gfn[t] or false
+    local base = viewbase[t]
+    local old
+    if base ~= nil then
+      if rg[base] and cur_gfn(base) == nil then leaf_error(name, true) end
+      if rg[t] and not rg[base] and cur_gfn(t) == nil then leaf_error(name, false) end
+      if overlapping(size_of(t), stride_of(t)) then
+        error(fmt('%s: unsupported operation: more than one element of the written-to tensor refers to a '
+          .. 'single memory location (an expanded view); clone() it before the in-place operation', name))
+      end
+      old = edge(base) -- the old values of the region come from the base's history
+    else
+      if rg[t] and gfn[t] == nil then leaf_error(name, false) end
+      old = gfn[t] or false
+    end
     local a_in = rule.inplace_input and raw_clone(t) or t
     local ok, err = pcall(raw, t, ...)
     if not ok then rethrow(err) end
-    bump(t)
+    bump(t, name)
     if not is_float(t) then return t end
     local n = { bw = rule.bw, n = rule.nin, dt = t._dtype, name = rule.name }
     n[1] = old
@@ -800,27 +944,52 @@ local function wrap_inplace(name, rule)
       if k >= 4 then n[4] = edge(d) end
     end
     rule.save(n, t, a_in, ...)
+    if base == nil then
+      if not rg[t] then mark_views(t) end
+      rg[t] = true
+      gfn[t] = n
+      return t
+    end
+    local cs = { bw = copy_slices_bw, n = k, dt = base._dtype, name = 'copy_slices', op = rule.name,
+      fn = n, vers = n.vers, old }
+    for i = 2, k do cs[i] = n[i] end
+    geom(cs, t, base)
+    if not rg[base] then mark_views(base) end
+    rg[base] = true
+    gfn[base] = cs
+    -- t reads its base's new history from now on (its node is rebuilt on its next use)
     rg[t] = true
-    gfn[t] = n
+    local tn = gfn[t]
+    if tn ~= nil then tn.bep = -1 end
     return t
   end
   local nin = rule.nin
   local w
   if nin >= 2 then
     w = function(t, b, c, d, ...)
-      if S.live and S.grad_on and (rg[t] or rg[b] or rg[d]) then return rec(t, b, c, d, ...) end
       if S.live then
+        if S.grad_on then
+          if rg[t] or rg[b] or rg[d] then return rec(t, b, c, d, ...) end
+          local vb = viewbase[t]
+          if vb ~= nil and rg[vb] then return rec(t, b, c, d, ...) end
+        end
+        S.ip = S.ip + 1
         local v = versions[skey(t)]
-        if v then v[1] = v[1] + 1 end
+        if v then v[1] = v[1] + 1; v.op = name end
       end
       return raw(t, b, c, d, ...)
     end
   else
     w = function(t, ...)
-      if S.live and S.grad_on and rg[t] then return rec(t, ...) end
       if S.live then
+        if S.grad_on then
+          if rg[t] then return rec(t, ...) end
+          local vb = viewbase[t]
+          if vb ~= nil and rg[vb] then return rec(t, ...) end
+        end
+        S.ip = S.ip + 1
         local v = versions[skey(t)]
-        if v then v[1] = v[1] + 1 end
+        if v then v[1] = v[1] + 1; v.op = name end
       end
       return raw(t, ...)
     end
@@ -891,6 +1060,12 @@ wrap_method('masked_select')
 wrap_inplace('copy_', rules.copy_)
 for _, k in ipairs({ 'fill_', 'zero_', 'uniform_', 'normal_', 'random_', 'bernoulli_' }) do
   wrap_inplace(k, rules.fill_)
+end
+-- in-place comparisons and logical ops: piecewise constant (zero gradient), and they
+-- bump the version counter like every in-place op
+for _, k in ipairs({ 'eq_', 'ne_', 'lt_', 'le_', 'gt_', 'ge_', 'logical_and_', 'logical_or_', 'logical_xor_',
+  'logical_not_', 'isnan_' }) do
+  if methods[k] then wrap_inplace(k, rules.fill_) end
 end
 wrap_method('embedding', nil, T)
 wrap_method('conv2d', nil, T)
@@ -1108,16 +1283,13 @@ function M.enable_grad(fn, ...) return with_mode(true, fn, ...) end
 ---------------------------------------------------------------- tensor properties
 local function install_props()
 props.requires_grad = function(t) return rg[t] == true end
-props.grad_fn = function(t)
-  local n = gfn[t]
-  return n
-end
-props.is_leaf = function(t) return gfn[t] == nil end
+props.grad_fn = cur_gfn
+props.is_leaf = function(t) return cur_gfn(t) == nil end
 props.grad = function(t) return grads[t] end
 
 setters.requires_grad = function(t, v)
   if type(v) ~= 'boolean' then error(fmt('requires_grad: expected a boolean, got %s', type(v)), errors.ValueError) end
-  if gfn[t] then
+  if cur_gfn(t) then
     if v then return end
     error('requires_grad: you can only change requires_grad of leaf tensors '
       .. '(use detach() to get a tensor without history)', 3)
@@ -1159,8 +1331,8 @@ function methods.register_hook(t, fn)
   if type(fn) ~= 'function' then error(fmt('register_hook: expected a function, got %s', type(fn)), errors.ValueError) end
   if not rg[t] then error("register_hook: cannot register a hook on a tensor that doesn't require gradient") end
   local list
-  if gfn[t] then
-    local n = gfn[t]
+  if cur_gfn(t) then
+    local n = cur_gfn(t)
     list = n.hooks or {}
     n.hooks = list
   else
@@ -1176,8 +1348,8 @@ end
 --- Keeps the gradient of a non-leaf tensor in t.grad after backward.
 function methods.retain_grad(t)
   if not rg[t] then error("retain_grad: can't retain_grad on a tensor that has requires_grad=false", 2) end
-  if gfn[t] then
-    local n = gfn[t]
+  if cur_gfn(t) then
+    local n = cur_gfn(t)
     n.retain = setmetatable({ t }, { __mode = 'v' })
   end
   return t
@@ -1215,7 +1387,7 @@ local function accumulate_leaf(t, g, taken)
 end
 
 local function run_backward(root_t, grad, retain)
-  local root = gfn[root_t]
+  local root = cur_gfn(root_t)
   local taken = {}
   if grad then taken[skey(grad)] = true end
   if not root then
@@ -1254,11 +1426,14 @@ local function run_backward(root_t, grad, retain)
     if n.bw == freed_bw then freed_bw() end
     local vs = n.vers
     if vs then
-      for i = 1, #vs, 2 do
-        if vs[i][1] ~= vs[i + 1] then
-          error(fmt('backward: a tensor saved for the gradient was modified by an in-place operation '
-            .. '(its version is %d, expected %d); use an out-of-place op, or clone() before modifying',
-            vs[i][1], vs[i + 1]), 0)
+      for i = 1, #vs, 3 do
+        local vt = vs[i]
+        if vt[1] ~= vs[i + 1] then
+          local t = vs[i + 2]
+          error(fmt('backward: one of the variables needed for gradient computation has been modified by an '
+            .. 'inplace operation: the %s tensor of shape [%s] saved by %s is at version %d; expected version %d '
+            .. 'instead (last modified by %s). Use an out-of-place op, or clone() the tensor before modifying it',
+            t.dtype, table.concat(size_of(t), ', '), n.op or n.name, vt[1], vs[i + 1], vt.op or 'an in-place op'), 0)
         end
       end
     end
@@ -1292,7 +1467,9 @@ local function run_backward(root_t, grad, retain)
     end
     if not retain then
       for k in pairs(n) do
-        if type(k) ~= 'number' and k ~= 'n' and k ~= 'dt' and k ~= 'name' then n[k] = nil end
+        if type(k) ~= 'number' and k ~= 'n' and k ~= 'dt' and k ~= 'name' and k ~= 'bep' then
+          n[k] = nil
+        end
       end
       n.bw = freed_bw
     end
@@ -1309,22 +1486,22 @@ function methods.backward(t, grad, opts)
   end
   if grad == nil then
     if t._numel ~= 1 then
-      error(fmt('backward: grad can be implicitly created only for scalar outputs; this tensor has shape %s '
-        .. '(pass a gradient of the same shape)', table.concat(size_of(t), 'x')), 2)
+      error(fmt('backward: grad can be implicitly created only for scalar outputs; this tensor has shape [%s] '
+        .. '(pass a gradient of the same shape)', table.concat(size_of(t), ', ')), 2)
     end
     grad = T.ones_like(t)
   else
     if not is_tensor(grad) then error(fmt('backward: gradient must be a tensor, got %s', type(grad)), errors.ValueError) end
     if not same_shape(grad, t) then
-      error(fmt('backward: gradient has shape %s, the tensor has shape %s', table.concat(size_of(grad), 'x'),
-        table.concat(size_of(t), 'x')), 2)
+      error(fmt('backward: gradient has shape [%s], the tensor has shape [%s]', table.concat(size_of(grad), ', '),
+        table.concat(size_of(t), ', ')), 2)
     end
     if grad._dtype ~= t._dtype then grad = grad:to(t.dtype) end
   end
-  local prev = S.grad_on
-  S.grad_on = false
+  local prev, prev_bw = S.grad_on, S.in_bw
+  S.grad_on, S.in_bw = false, true
   local ok, err = pcall(run_backward, t, grad, opts and opts.retain_graph)
-  S.grad_on = prev
+  S.grad_on, S.in_bw = prev, prev_bw
   if not ok then lua_error(err, 0) end
 end
 end
@@ -1418,6 +1595,7 @@ function M.install(T_)
   methods, props, setters, is_tensor = T.methods, T.props, T.setters, T.is_tensor
   raw_clone = methods.clone
   install_wrappers()
+  T._set_view_hook(view_hook)
   raw_addmm, raw_mm = T.addmm, methods.mm
   install_props()
   install_backward()

@@ -200,6 +200,25 @@ local function call1(fn, ...)
   return wrap(out1)
 end
 
+-- call1 for the view ops: the new handle (on t's storage) is passed to the view hook
+-- that dpl.autograd installs (views of a tensor share its version counter and, for
+-- autograd, its history)
+local view_hook = nil
+function M._set_view_hook(fn) view_hook = fn end
+local function view1(fn, t, ...)
+  local st = fn(t, ...)
+  if st ~= 0 then
+    if st == ENOMEM then
+      collectgarbage()
+      st = fn(t, ...)
+    end
+    if st ~= 0 then fail(3) end
+  end
+  local r = wrap(out1)
+  if view_hook then view_hook(r, t) end
+  return r
+end
+
 local function check(st)
   if st ~= 0 then fail(3) end
 end
@@ -716,12 +735,12 @@ end
 
 function methods.view(t, ...)
   local n = shape_args(t, 'view', ...)
-  return call1(C.dpl_tensor_view, t, n, shp, out1)
+  return view1(C.dpl_tensor_view, t, n, shp, out1)
 end
 function methods.view_as(t, o) return methods.view(t, methods.size(o)) end
 function methods.reshape(t, ...)
   local n = shape_args(t, 'reshape', ...)
-  return call1(C.dpl_tensor_reshape, t, n, shp, out1)
+  return view1(C.dpl_tensor_reshape, t, n, shp, out1)
 end
 function methods.reshape_as(t, o) return methods.reshape(t, methods.size(o)) end
 function methods.flatten(t, s, e)
@@ -739,12 +758,12 @@ function methods.flatten(t, s, e)
   return methods.reshape(t, sizes)
 end
 function methods.transpose(t, d0, d1)
-  return call1(C.dpl_tensor_transpose, t, cdim(t, d0, 'transpose'), cdim(t, d1, 'transpose'), out1)
+  return view1(C.dpl_tensor_transpose, t, cdim(t, d0, 'transpose'), cdim(t, d1, 'transpose'), out1)
 end
 function methods.t(t)
   if t._ndim > 2 then error(fmt('t: expects a tensor with <= 2 dims, got %d (use transpose)', t._ndim), 2) end
-  if t._ndim < 2 then return call1(C.dpl_tensor_alias, t, out1) end
-  return call1(C.dpl_tensor_transpose, t, 0, 1, out1)
+  if t._ndim < 2 then return view1(C.dpl_tensor_alias, t, out1) end
+  return view1(C.dpl_tensor_transpose, t, 0, 1, out1)
 end
 function methods.permute(t, list, ...)
   if type(list) ~= 'table' then list = { list, ... } end
@@ -752,7 +771,7 @@ function methods.permute(t, list, ...)
     error(fmt('permute: expected %d dims for a %d-d tensor, got %d', t._ndim, t._ndim, #list), 2)
   end
   for i = 1, #list do dims32[i - 1] = cdim(t, list[i], 'permute') end
-  return call1(C.dpl_tensor_permute, t, #list, dims32, out1)
+  return view1(C.dpl_tensor_permute, t, #list, dims32, out1)
 end
 --- narrow(dim, start, length) with start 1-based.
 function methods.narrow(t, d, start, len)
@@ -763,7 +782,7 @@ function methods.narrow(t, d, start, len)
   if s0 < 0 or len < 0 or s0 + len > size then
     error(fmt('narrow: start %d, length %d out of range for dim %d of size %d (start is 1-based)', start, len, d, size), 2)
   end
-  return call1(C.dpl_tensor_narrow, t, cd, s0, len, out1)
+  return view1(C.dpl_tensor_narrow, t, cd, s0, len, out1)
 end
 --- select(dim, index) with index 1-based (negative from the end); drops the dim.
 function methods.select(t, d, i)
@@ -774,18 +793,18 @@ function methods.select(t, d, i)
   if i0 < 0 or i0 >= size then
     error(fmt('select: index %d out of range for dim %d of size %d (expected 1..%d or -%d..-1)', i, d, size, size, size), 2)
   end
-  return call1(C.dpl_tensor_select, t, cd, i0, out1)
+  return view1(C.dpl_tensor_select, t, cd, i0, out1)
 end
 function methods.expand(t, ...)
   local n = shape_args(t, 'expand', ...)
-  return call1(C.dpl_tensor_expand, t, n, shp, out1)
+  return view1(C.dpl_tensor_expand, t, n, shp, out1)
 end
 function methods.expand_as(t, o) return methods.expand(t, methods.size(o)) end
 function methods.squeeze(t, d)
-  return call1(C.dpl_tensor_squeeze, t, d and cdim(t, d, 'squeeze') or -1, out1)
+  return view1(C.dpl_tensor_squeeze, t, d and cdim(t, d, 'squeeze') or -1, out1)
 end
 function methods.unsqueeze(t, d)
-  return call1(C.dpl_tensor_unsqueeze, t, cdim(t, d, 'unsqueeze', 1), out1)
+  return view1(C.dpl_tensor_unsqueeze, t, cdim(t, d, 'unsqueeze', 1), out1)
 end
 function methods.contiguous(t)
   if t._numel == 0 or bit.band(t._flags, 1) ~= 0 then return t end
@@ -795,7 +814,7 @@ function methods.as_strided(t, size, stride, offset)
   local n = parse_sizes('as_strided', shp, size)
   local m = parse_sizes('as_strided', shp2, stride)
   if n ~= m then error('as_strided: size and stride must have the same length', 2) end
-  return call1(C.dpl_tensor_as_strided, t, n, shp, shp2, offset or tonumber(t._offset), out1)
+  return view1(C.dpl_tensor_as_strided, t, n, shp, shp2, offset or tonumber(t._offset), out1)
 end
 
 ---------------------------------------------------------------- elementwise
@@ -1283,7 +1302,7 @@ local function get_item(t, k)
   if k ~= floor(k) or i0 < 0 or i0 >= size then
     error(fmt('index %s is out of range for dim 1 of size %d (expected 1..%d or -%d..-1)', tostring(k), size, size, size), 3)
   end
-  return call1(C.dpl_tensor_select, t, 0, i0, out1)
+  return view1(C.dpl_tensor_select, t, 0, i0, out1)
 end
 
 M.get_item = get_item -- t[i]; dpl.autograd wraps it

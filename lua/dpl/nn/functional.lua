@@ -166,52 +166,170 @@ function F.embedding(idx, weight)
 end
 
 ---------------------------------------------------------------- losses
-local function class_count_check(input, target, fn)
+-- The class losses take PyTorch's shapes: input [C], [N, C] or [N, C, d1, d2, ...]; target
+-- the class indices (1-based) of shape [], [N] or [N, d1, d2, ...], or (cross_entropy) class
+-- probabilities of the input's shape. Returns the input as [M, C] (classes last), the target
+-- as [M] (or [M, C]), the class count, the shape of an unreduced loss and whether the
+-- target holds probabilities.
+local function class_inputs(input, target, fn, allow_probs)
   check_tensor(input, fn)
   check_tensor(target, fn, 'target')
-  if input:dim() ~= 2 and input:dim() ~= 1 then
-    error(fmt('%s: expected input of shape [N, C] (or [C]), got %s', fn, shape_str(input)), 3)
+  local nd = input:dim()
+  if nd == 0 then
+    error(fmt('%s: expected input of shape [C], [N, C] or [N, C, d1, ...], got a 0-d tensor', fn), 3)
   end
+  local isz = input:size()
+  local C = nd == 1 and isz[1] or isz[2]
+  local probs = allow_probs and target:is_floating_point()
+  local want -- the target shape the input needs, and the shape of an unreduced loss
+  local lshape = {}
+  if nd >= 2 then
+    lshape[1] = isz[1]
+    for i = 3, nd do lshape[#lshape + 1] = isz[i] end
+  end
+  want = probs and isz or lshape
+  local tsz = target:size()
+  local same = #tsz == #want
+  for i = 1, #want do if tsz[i] ~= want[i] then same = false end end
+  if not same then
+    error(fmt('%s: input of shape %s needs a target of shape [%s] (%s), got %s', fn, shape_str(input),
+      table.concat(want, ', '), probs and 'class probabilities' or 'class indices, 1-based', shape_str(target)), 3)
+  end
+  if not probs and target:is_floating_point() then
+    error(fmt('%s: target must hold integer class indices (1-based), got %s', fn, target.dtype), 3)
+  end
+  if nd == 2 then return input, target, C, lshape, probs end
+  if nd == 1 then
+    return input:unsqueeze(1), probs and target:unsqueeze(1) or target:reshape(1), C, lshape, probs
+  end
+  -- [N, C, d1, ...] -> [N, d1, ..., C] -> [M, C]
+  local perm = { 1 }
+  for i = 3, nd do perm[#perm + 1] = i end
+  perm[#perm + 1] = 2
+  local x2 = input:permute(perm):reshape(-1, C)
+  local t2 = probs and target:permute(perm):reshape(-1, C) or target:reshape(-1)
+  return x2, t2, C, lshape, probs
 end
 
---- cross_entropy(logits [N, C], target [N] (1-based classes) or class probabilities [N, C],
---- {reduction='mean', label_smoothing=0, ignore_index=})
+local function class_weight(w, C, input, fn)
+  if w == nil then return nil end
+  check_tensor(w, fn, 'weight')
+  if w:dim() ~= 1 or w:size(1) ~= C then
+    error(fmt('%s: weight must have shape [%d] (one per class) for input of shape %s, got %s', fn, C,
+      shape_str(input), shape_str(w)), 3)
+  end
+  return w
+end
+
+-- for an input of 3 or more dims, a target out of range is named by its position in the
+-- target (the C kernel counts samples of the flattened [M, C] view)
+local function call_class_kernel(kernel, x, t, kopts, lshape, nd)
+  if nd == 2 then return kernel(x, t, kopts) end
+  local ok, out = pcall(kernel, x, t, kopts)
+  if ok then return out end
+  local e = out
+  local msg = type(e) == 'table' and e.message or nil
+  if type(msg) == 'string' then
+    local v, k, rest = msg:match('^(.-target %-?%d+) of sample (%d+)( is out of range.*)$')
+    if v then
+      k = tonumber(k) - 1
+      local pos = {}
+      for i = #lshape, 1, -1 do
+        pos[i] = k % lshape[i] + 1
+        k = math.floor(k / lshape[i])
+      end
+      e = setmetatable({ message = fmt('%s at position [%s] of the target%s', v, table.concat(pos, ', '), rest) },
+        getmetatable(e))
+    end
+  end
+  error(e, 0)
+end
+
+-- for an unreduced class loss [M] (zero where the target is ignored): the mask of the
+-- counted targets (with ignore_index) and their class weights (with weight), by which
+-- PyTorch's 'mean' divides
+local function class_masks(loss, t, w, ign)
+  local keep = ign and t:ne(ign):to(loss.dtype) or nil
+  local wt
+  if w then
+    local safe = ign and T.where(t:ne(ign), t, 1) or t
+    wt = w:to(loss.dtype):index_select(1, safe)
+    if keep then wt = wt * keep end
+  end
+  return keep, wt
+end
+
+--- cross_entropy(logits [N, C] (or [C], or [N, C, d1, ...]), target [N] (1-based classes; [] or
+--- [N, d1, ...]) or class probabilities of the logits' shape,
+--- {reduction='mean', label_smoothing=0, ignore_index=, weight=})
 function F.cross_entropy(input, target, opts)
   if amp.dtype then input, target = amp.fp32(input), amp.fp32(target) end
-  class_count_check(input, target, 'cross_entropy')
+  local nd = is_tensor(input) and input:dim() or 0
+  local x, t, C, lshape, probs = class_inputs(input, target, 'cross_entropy', true)
   opts = opts or {}
   local eps = opts.label_smoothing or 0
-  if input:dim() == 1 then
-    input = input:unsqueeze(1)
-    target = target:dim() == 0 and target:view(1) or target:unsqueeze(1)
-  end
-  if target:is_floating_point() then
-    -- class probabilities
-    local C = input:size(2)
-    local p = eps > 0 and target * (1 - eps) + eps / C or target
-    return reduce(-(input:log_softmax(2) * p):sum(2), opts.reduction, 'cross_entropy')
-  end
-  if eps == 0 then
-    return T.cross_entropy(input, target, { reduction = opts.reduction, ignore_index = opts.ignore_index })
-  end
-  local C = input:size(2)
-  local nll = T.cross_entropy(input, target, { reduction = 'none', ignore_index = opts.ignore_index })
-  local smooth = -input:log_softmax(2):mean(2) -- mean over classes of -log p
-  local loss = nll * (1 - eps) + smooth * eps
   local red = opts.reduction or 'mean'
-  if opts.ignore_index then
-    local keep = target:ne(opts.ignore_index):to(input.dtype)
-    loss = loss * keep
-    if red == 'mean' then return loss:sum() / keep:sum():clamp(1) end
+  if red ~= 'mean' and red ~= 'sum' and red ~= 'none' then
+    error(fmt("cross_entropy: reduction must be 'none', 'mean' or 'sum', got '%s'", tostring(red)), 2)
   end
-  return reduce(loss, red, 'cross_entropy')
+  local w = class_weight(opts.weight, C, input, 'cross_entropy')
+  local ign = opts.ignore_index
+  local loss
+  if probs then
+    -- class probabilities
+    local p = eps > 0 and t * (1 - eps) + eps / C or t
+    local terms = x:log_softmax(2) * p
+    if w then terms = terms * w:to(terms.dtype):view(1, C) end
+    loss = -terms:sum(2)
+    if red == 'none' and nd ~= 2 then return loss:view(lshape) end
+    return reduce(loss, red, 'cross_entropy')
+  end
+  if eps == 0 and not w then
+    loss = call_class_kernel(T.cross_entropy, x, t, { reduction = red, ignore_index = ign }, lshape, nd)
+    if red == 'none' and nd ~= 2 then return loss:view(lshape) end
+    return loss
+  end
+  loss = call_class_kernel(T.cross_entropy, x, t, { reduction = 'none', ignore_index = ign }, lshape, nd)
+  local keep, wt = class_masks(loss, t, w, ign)
+  if wt then loss = loss * wt end
+  if eps > 0 then
+    local lp = x:log_softmax(2)
+    if w then lp = lp * w:to(lp.dtype):view(1, C) end
+    local smooth = -lp:sum(2) -- the (weighted) sum over classes of -log p
+    if keep then smooth = smooth * keep end
+    loss = loss * (1 - eps) + smooth * (eps / C)
+  end
+  if red == 'none' then return nd ~= 2 and loss:view(lshape) or loss end
+  if red == 'sum' then return loss:sum() end
+  if wt then return loss:sum() / wt:sum() end
+  if keep then return loss:sum() / keep:sum():clamp(1) end
+  return loss:mean()
 end
 
---- nll_loss(log_probs [N, C], target [N] (1-based), {reduction=, ignore_index=})
+--- nll_loss(log_probs [N, C] (or [C], or [N, C, d1, ...]), target [N] (1-based; [] or
+--- [N, d1, ...]), {reduction=, ignore_index=, weight=})
 function F.nll_loss(input, target, opts)
   if amp.dtype then input = amp.fp32(input) end
-  class_count_check(input, target, 'nll_loss')
-  return T.nll_loss(input, target, opts)
+  local nd = is_tensor(input) and input:dim() or 0
+  local x, t, C, lshape = class_inputs(input, target, 'nll_loss', false)
+  opts = opts or {}
+  local red = opts.reduction or 'mean'
+  if red ~= 'mean' and red ~= 'sum' and red ~= 'none' then
+    error(fmt("nll_loss: reduction must be 'none', 'mean' or 'sum', got '%s'", tostring(red)), 2)
+  end
+  local w = class_weight(opts.weight, C, input, 'nll_loss')
+  local ign = opts.ignore_index
+  if not w then
+    local loss = call_class_kernel(T.nll_loss, x, t, { reduction = red, ignore_index = ign }, lshape, nd)
+    if red == 'none' and nd ~= 2 then return loss:view(lshape) end
+    return loss
+  end
+  local loss = call_class_kernel(T.nll_loss, x, t, { reduction = 'none', ignore_index = ign }, lshape, nd)
+  local _, wt = class_masks(loss, t, w, ign)
+  loss = loss * wt
+  if red == 'none' then return nd ~= 2 and loss:view(lshape) or loss end
+  if red == 'sum' then return loss:sum() end
+  return loss:sum() / wt:sum()
 end
 
 local function same_shape_check(a, b, fn)

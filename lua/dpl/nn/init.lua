@@ -10,6 +10,7 @@ local init = require 'dpl.nn.init_fns'
 local fmt = string.format
 
 -- Errors are objects whose tostring reads "ClassName: message" (DESIGN.md).
+local lua_error = error
 local error = require('dpl.errors').raise -- string messages become ValueError objects
 local is_tensor = T.is_tensor
 local shape_str = F._shape_str
@@ -299,7 +300,13 @@ function nn.Embedding:forward(idx)
     error(fmt('%s: expected an integer tensor of ids (1-based), got %s', self:_label(),
       is_tensor(idx) and idx.dtype or type(idx)), 2)
   end
-  return T.embedding(self.weight, idx)
+  local ok, out = pcall(T.embedding, self.weight, idx)
+  if ok then return out end
+  if type(out) == 'table' and type(out.message) == 'string' then -- name the layer (an id out of range)
+    out = setmetatable({ message = fmt('%s(%d, %d): %s', self:_label(), self.num_embeddings, self.embedding_dim,
+      out.message) }, getmetatable(out))
+  end
+  lua_error(out, 0)
 end
 function nn.Embedding:extra_repr() return fmt('%d, %d', self.num_embeddings, self.embedding_dim) end
 

@@ -1,0 +1,83 @@
+-- bad_input_spec.lua: the "Bad input" list of the autograd/nn issue, in one place: a
+-- shape mismatch between layers names the layer and both shapes; a label out of range
+-- names the label and the class count; backward on a non-scalar without a gradient, or
+-- twice through a freed graph, is a clear error; loading a state dict of another
+-- architecture lists every difference.
+local dpl = require 'dpl'
+local nn, F = dpl.nn, dpl.nn.functional
+
+local function errs(f, ...)
+  local ok, e = pcall(f)
+  assert.is_false(ok, 'expected an error')
+  for _, want in ipairs({ ... }) do
+    assert.truthy(tostring(e):find(want, 1, true), ('%q not in %q'):format(want, tostring(e)))
+  end
+  return tostring(e)
+end
+
+describe('bad input', function()
+  it('a shape mismatch between layers names the layer and both shapes', function()
+    local mlp = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(6, 2))
+    errs(function() mlp(dpl.randn(3, 4)) end,
+      "ValueError: Linear '3'(in_features=6, out_features=2): input has shape [3, 8], expected the last dim to be 6 "
+      .. '(weight [2, 6])')
+    local cnn = nn.Sequential(nn.Conv2d(1, 4, 3), nn.ReLU(), nn.Conv2d(3, 2, 3))
+    errs(function() cnn(dpl.randn(1, 1, 8, 8)) end,
+      "Conv2d '3'(3, 2, kernel_size=3x3): input has shape [1, 4, 6, 6], expected [N, 3, H, W] (weight [2, 3, 3, 3])")
+    local flat = nn.Sequential(nn.Conv2d(1, 4, 3), nn.Flatten(), nn.Linear(100, 2))
+    errs(function() flat(dpl.randn(2, 1, 8, 8)) end,
+      "Linear '3'(in_features=100, out_features=2): input has shape [2, 144], expected the last dim to be 100")
+    errs(function() nn.BatchNorm1d(10)(dpl.randn(3, 7)) end,
+      'BatchNorm1d(10): input has shape [3, 7], expected [N, C] or [N, C, L] with 10 channels in dim 2')
+    errs(function() nn.BatchNorm2d(10)(dpl.randn(3, 7, 2, 2)) end,
+      'BatchNorm2d(10): input has shape [3, 7, 2, 2], expected [N, C, H, W] with 10 channels in dim 2')
+    errs(function() nn.LayerNorm(8)(dpl.randn(2, 5)) end,
+      'LayerNorm', 'input has shape [2, 5], expected the last dims to be [8]')
+  end)
+
+  it('a label out of range names the label and the class count', function()
+    errs(function() F.cross_entropy(dpl.randn(2, 10), dpl.tensor({ 3, 11 })) end,
+      'target 11 of sample 2 is out of range: expected a class index in 1..10')
+    errs(function() F.nll_loss(dpl.randn(3, 4):log_softmax(2), dpl.tensor({ 1, 0, 2 })) end,
+      'target 0 of sample 2 is out of range: expected a class index in 1..4')
+    errs(function() F.cross_entropy(dpl.randn(2, 5, 3), dpl.tensor({ { 1, 2, 3 }, { 4, 5, 6 } })) end,
+      'target 6 at position [2, 3] of the target is out of range: expected a class index in 1..5')
+    errs(function() F.one_hot(dpl.tensor({ 1, 5 }), 4) end, 'label 5 is out of range: expected a class index in 1..4')
+    local emb = nn.Sequential(nn.Embedding(5, 3))
+    errs(function() emb(dpl.tensor({ 1, 6 }, { dtype = 'int64' })) end,
+      "Embedding '1'(5, 3): embedding: index 6 is out of range for dim 1 of size 5 (expected 1..5)")
+  end)
+
+  it('backward on a non-scalar without a gradient is a clear error', function()
+    local x = dpl.randn(3):requires_grad_()
+    errs(function() (x * 2):backward() end,
+      'RuntimeError: backward: grad can be implicitly created only for scalar outputs; this tensor has shape [3] '
+      .. '(pass a gradient of the same shape)')
+    errs(function() (x * 2):backward(dpl.ones(2)) end,
+      'backward: gradient has shape [2], the tensor has shape [3]')
+  end)
+
+  it('backward twice through a freed graph is a clear error, also through a shared part', function()
+    local msg = 'RuntimeError: backward: trying to backward through the graph a second time'
+    local x = dpl.randn(3):requires_grad_()
+    local s = x:exp():sum()
+    s:backward()
+    errs(function() s:backward() end, msg, 'retain_graph = true')
+    local y = x:exp()
+    y:sum():backward()
+    errs(function() (y * 2):sum():backward() end, msg) -- exp's saved output was freed
+    local z = x:tanh()
+    z:sum():backward({ retain_graph = true })
+    ;(z * 2):sum():backward() -- kept
+  end)
+
+  it('loading a state dict of another architecture lists the differences', function()
+    local a = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+    local b = nn.Sequential(nn.Linear(4, 6), nn.Linear(6, 2), nn.ReLU(), nn.Linear(2, 2))
+    errs(function() b:load_state_dict(a:state_dict()) end,
+      'RuntimeError: Error(s) in loading state_dict for Sequential:',
+      'Missing key(s): 2.weight, 2.bias, 4.weight, 4.bias',
+      'Unexpected key(s): 3.bias, 3.weight',
+      'Size mismatch: 1.weight: checkpoint shape [8, 4], model shape [6, 4]; 1.bias: checkpoint shape [8], model shape [6]')
+  end)
+end)
