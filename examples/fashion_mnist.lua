@@ -50,10 +50,6 @@ function MLP:__init(hidden, lr)
     nn.Linear(128, 10))
 end
 
--- until LightningModule is an nn.Module itself, the network's state is the model's
-function MLP:train(mode) self.training = mode ~= false; self.net:train(mode); return self end
-function MLP:zero_grad() end
-
 function MLP:forward(x) return self.net(x) end
 
 function MLP:training_step(batch)
