@@ -35,3 +35,20 @@ if [ "${DPL_DATA_CACHE:-1}" != 0 ]; then
   for _ in $(seq "$runs"); do one; done | report "IDX cache warm"
 fi
 for _ in $(seq "$runs"); do DPL_DATA_CACHE=0 one; done | report "no IDX cache (gunzip each run)"
+# PyTorch Lightning 1.9.5 on the same run (bench/lightning_ref.py first_step: reads the
+# .gz files, as the no-cache case), from the interpreter's start
+if [ -x build/plref/bin/python ]; then
+  for _ in $(seq "${PL_RUNS:-3}"); do
+    s=$(date +%s%N)
+    # (its progress bar shares stdout: take the figure from wherever it is on the line)
+    ms=$(build/plref/bin/python bench/lightning_ref.py first_step 2>/dev/null | grep -o 'first_step_ms [0-9.]*' | awk '{ print $2 }')
+    e=$(date +%s%N)
+    echo "$ms $(( (e - s) / 1000000 ))"
+  done | sort -n | awk -v n="${PL_RUNS:-3}" '{ a[NR] = $1; w[NR] = $2 } END {
+    m = int((NR + 1) / 2)
+    printf "PyTorch Lightning 1.9.5, the same run, start to first optimizer step (median of %d runs)\n", n
+    printf "  %-44s %7.1f ms\n", "in-script (from the first line)", a[m]
+    printf "  %-44s %7.1f ms\n", "whole process, exec to exit", w[m] }'
+else
+  echo "(Lightning reference not installed: scripts/install-deps.sh --bench)"
+fi

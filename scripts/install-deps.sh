@@ -2,7 +2,8 @@
 # install-deps.sh: installs the Debian packages dplhost needs when they are
 # missing (idempotent; quick when all is present; says what it installs).
 #   scripts/install-deps.sh           build, test and demo dependencies
-#   scripts/install-deps.sh --bench   also the side-by-side references (python3-torch, hyperfine)
+#   scripts/install-deps.sh --bench   also the side-by-side references (python3-torch, hyperfine,
+#                                     PyTorch Lightning 1.9.5 in build/plref)
 set -euo pipefail
 
 pkgs=(build-essential pkg-config luajit libluajit-5.1-dev lua-busted libedit-dev
@@ -29,8 +30,32 @@ pyref() {
   fi
 }
 
+plref() {
+  # PyTorch Lightning 1.9.5 (PyPI) over Debian's python3-torch 1.13, for the Trainer
+  # benches' reference figures (bench/lightning_ref.py). --no-deps: pip must not
+  # replace Debian's torch. Python 3.11 needs a small dataclass fix for torch 1.13's
+  # distributed._shard, which Lightning imports (bench/plref/).
+  [ "${1:-}" = "--bench" ] || return 0
+  local root venv
+  root="$(cd "$(dirname "$0")/.." && pwd)"
+  venv="$root/build/plref"
+  if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c 'import pytorch_lightning' 2>/dev/null; then
+    echo "install-deps: creating build/plref (pip: pytorch-lightning 1.9.5 over Debian's torch)"
+    {
+      /usr/bin/python3 -m venv --system-site-packages "$venv" &&
+      "$venv/bin/pip" install -q --disable-pip-version-check --no-deps "pytorch-lightning==1.9.5" \
+        "torchmetrics==0.11.4" "lightning-utilities==0.8.0" &&
+      sp=$("$venv/bin/python" -c 'import site; print(site.getsitepackages()[0])') &&
+      cp "$root/bench/plref/dpl_py311_dataclass_fix.py" "$sp/" &&
+      echo "import dpl_py311_dataclass_fix" > "$sp/dpl_py311_dataclass_fix.pth" &&
+      "$venv/bin/python" -c 'import pytorch_lightning'
+    } >/dev/null 2>&1 || echo "install-deps: could not set up Lightning; the benches will leave its figures out"
+  fi
+}
+
 if [ ${#missing[@]} -eq 0 ]; then
   pyref
+  plref "${1:-}"
   exit 0
 fi
 
@@ -48,4 +73,5 @@ if [ -z "$(find /var/lib/apt/lists -maxdepth 1 -name '*Packages*' -mtime -1 2>/d
 fi
 $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
 pyref
+plref "${1:-}"
 echo "install-deps: done"
