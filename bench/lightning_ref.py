@@ -13,6 +13,9 @@ plus pytorch-lightning 1.9.5 from PyPI).
                   split, MLP 784-256-128-10, SGD momentum, ModelCheckpoint, EarlyStopping,
                   CSVLogger, progress bar, sanity check), then exits. Mirrors
                   bench/trainer_first_step_dpl.lua. Prints "first_step_ms X".
+  mlp D         : one epoch of the Fashion-MNIST MLP, batch 64 per process, on D processes
+                  (D = 2: strategy "ddp" over gloo); prints "samples_per_s X" (all processes).
+                  For bench/trainer_ddp.sh.
 """
 import time
 T0 = time.perf_counter()
@@ -141,9 +144,51 @@ def first_step():
     t.fit(MLP(), train_loader, val_loader)
 
 
+def mlp_epoch(devices):
+    """One epoch of the Fashion-MNIST MLP, batch 64 per process, SGD momentum, 1 thread per
+    process; devices=2: strategy ddp (Lightning's subprocess launcher, gloo). Rank 0 prints
+    "samples_per_s X" over all processes (epoch wall time, barriers around it)."""
+    sys.path.insert(0, os.environ.get("TORCH_BENCH", "/work/shared/bench/torch"))
+    import fmnist_common as C
+    xtr, ytr, _, _ = C.load_fmnist()
+    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(xtr, ytr), batch_size=64, shuffle=True)
+    times = {}
+
+    class MLP(pl.LightningModule):
+        def __init__(self):
+            super().__init__()
+            torch.manual_seed(0)
+            self.net = nn.Sequential(nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 128), nn.ReLU(),
+                                     nn.Linear(128, 10))
+
+        def training_step(self, b, i):
+            return F.cross_entropy(self.net(b[0]), b[1])
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.01, momentum=0.9)
+
+        def on_train_epoch_start(self):
+            self.trainer.strategy.barrier()
+            times["t0"] = time.perf_counter()
+
+        def on_train_epoch_end(self):
+            self.trainer.strategy.barrier()
+            times["t1"] = time.perf_counter()
+
+    d = tempfile.mkdtemp()
+    t = pl.Trainer(max_epochs=1, default_root_dir=d, logger=False, enable_checkpointing=False,
+                   enable_progress_bar=False, enable_model_summary=False, accelerator="cpu", devices=devices,
+                   strategy="ddp" if devices > 1 else None)
+    t.fit(MLP(), loader)
+    if t.is_global_zero:
+        print(f"samples_per_s {xtr.shape[0] / (times['t1'] - times['t0']):.0f}", flush=True)
+
+
 if __name__ == "__main__":
     what = sys.argv[1] if len(sys.argv) > 1 else "overhead"
     if what == "overhead":
         overhead(int(sys.argv[2]) if len(sys.argv) > 2 else 2000)
+    elif what == "mlp":
+        mlp_epoch(int(sys.argv[2]) if len(sys.argv) > 2 else 1)
     else:
         first_step()

@@ -27,7 +27,13 @@ print(r[sys.argv[1]])' "$1"; }
   t1=$(OMP_NUM_THREADS=1 "$py" "$ref/mlp_fmnist.py" --threads 1 --batch 64 --epochs 1 2>/dev/null | get train_samples_per_s || true)
   t2=$(OMP_NUM_THREADS=1 "$py" "$ref/ddp_fmnist.py" --threads 1 --batch 64 --epochs 1 2>/dev/null | get agg_samples_per_s || true)
 fi
-echo "$one|$two|$par|$t1|$t2" | awk -F'|' '{
+# and PyTorch Lightning 1.9.5's "ddp" strategy (build/plref, scripts/install-deps.sh --bench)
+l1=; l2=
+if [ -x build/plref/bin/python ]; then
+  l1=$(OMP_NUM_THREADS=1 build/plref/bin/python bench/lightning_ref.py mlp 1 2>/dev/null | grep -o 'samples_per_s [0-9.]*' | awk '{ print $2 }' || true)
+  l2=$(OMP_NUM_THREADS=1 build/plref/bin/python bench/lightning_ref.py mlp 2 2>/dev/null | grep -o 'samples_per_s [0-9.]*' | awk '{ print $2 }' || true)
+fi
+echo "$one|$two|$par|$t1|$t2|$l1|$l2" | awk -F'|' '{
   split($1, o, " "); split($2, t, " "); par = $3
   eff = t[3] / (2 * o[3]); bound = par / (2 * o[3])
   printf "trainer DDP scaling (Fashion-MNIST MLP, batch 64/rank, 1 thread/rank, one epoch)\n"
@@ -37,5 +43,9 @@ echo "$one|$two|$par|$t1|$t2" | awk -F'|' '{
   if ($4 != "" && $5 != "") {
     printf "  %-40s %9.0f samples/s\n", "PyTorch 1 process", $4
     printf "  %-40s %9.0f samples/s               efficiency %.0f%%; dplhost ddp %.1fx its throughput\n", "PyTorch DDP (gloo), 2 processes", $5, 100 * $5 / (2 * $4), t[3] / $5
+  }
+  if ($6 != "" && $7 != "") {
+    printf "  %-40s %9.0f samples/s\n", "Lightning 1.9.5, 1 process", $6
+    printf "  %-40s %9.0f samples/s               efficiency %.0f%%; dplhost ddp %.1fx its throughput\n", "Lightning 1.9.5 ddp (gloo), 2 processes", $7, 100 * $7 / (2 * $6), t[3] / $7
   }
 }'
