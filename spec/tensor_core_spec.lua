@@ -103,6 +103,34 @@ describe('tensor constructors', function()
     assert.matches('RuntimeError: set_num_threads: expected 1..256 threads, got 0', tostring(select(2, pcall(dpl.set_num_threads, 0))))
   end)
 
+  it('runs back-to-back parallel loops of varying widths on more threads than cores', function()
+    -- jobs of 2, 3 and 4 chunks interleaved (a worker left out of one job must not
+    -- take part in the next by mistake), products split over threads, many times
+    local sizes = { 70000, 100000, 140000, 300000 }
+    local xs, ref = {}, {}
+    dpl.set_num_threads(1)
+    local w = dpl.randn(64, 64)
+    for k, n in ipairs(sizes) do
+      xs[k] = dpl.arange(n):float():div(n)
+      ref[k] = { (xs[k] * 3 + 1):sum():item(), xs[k]:view(-1, 10):matmul(dpl.ones(10, 64)):sum():item() }
+    end
+    local wref = w:matmul(w):sum():item()
+    local ok, err = pcall(function()
+      dpl.set_num_threads(4)
+      for i = 1, 400 do
+        local k = (i * 7) % #sizes + 1
+        local x = xs[k]
+        assert.are.equal(ref[k][1], (x * 3 + 1):sum():item())
+        if i % 10 == 0 then
+          assert.are.equal(ref[k][2], x:view(-1, 10):matmul(dpl.ones(10, 64)):sum():item())
+          assert.are.equal(wref, w:matmul(w):sum():item())
+        end
+      end
+    end)
+    dpl.set_num_threads(2)
+    assert(ok, err)
+  end)
+
   it('converts between all dtypes', function()
     local x = dpl.tensor({ -2.5, 0, 1.25, 300 })
     assert.are.same({ -2, 0, 1, 300 }, x:long():totable())

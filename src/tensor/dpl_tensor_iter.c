@@ -46,7 +46,7 @@ int dpl_threads(void)
 int32_t dpl_get_num_threads(void) { return dpl_threads(); }
 
 /* ---- pool ----
- * A job is published by bumping `gen`; workers spin on it for up to spin_ns
+ * A job is published by bumping `gen` (its low 16 bits: the job's chunk count); workers spin on it for up to spin_ns
  * after their last job (a training step issues parallel ops tens of µs apart,
  * and waking a sleeping thread costs a futex call plus, on a VM, tens of µs of
  * scheduling), then sleep on a condition variable. The caller runs chunk 0 and
@@ -122,7 +122,9 @@ static void *worker(void *arg)
   uint64_t seen = 0;
   for (;;) {
     seen = wait_job(seen);
-    if (id >= P.nchunks) continue;
+    /* the chunk count comes with gen: a worker left out of a job must not read the
+     * job's fields, which the caller may already be rewriting for the next one */
+    if (id >= (int)(seen & 0xffff)) continue;
     int64_t lo, hi;
     chunk_range(P.n, P.nchunks, id, &lo, &hi);
     P.fn(lo, hi, P.ctx);
@@ -179,7 +181,10 @@ void dpl_parallel_for(int64_t n, int64_t grain, dpl_range_fn fn, void *ctx)
   P.n = n;
   P.nchunks = (int)chunks;
   atomic_store_explicit(&P.pending, (int)chunks - 1, memory_order_relaxed);
-  atomic_fetch_add(&P.gen, 1); /* seq_cst: publishes the job, ordered before reading sleepers */
+  /* seq_cst: publishes the job, ordered before reading sleepers; the low 16 bits
+   * carry the chunk count (MAX_THREADS < 65536), the rest counts jobs */
+  uint64_t g = atomic_load_explicit(&P.gen, memory_order_relaxed);
+  atomic_store(&P.gen, (((g >> 16) + 1) << 16) | (uint64_t)chunks);
   if (atomic_load(&P.sleepers) > 0) {
     pthread_mutex_lock(&P.mu);
     pthread_cond_broadcast(&P.cv);
