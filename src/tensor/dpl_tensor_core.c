@@ -230,7 +230,7 @@ static void tune_malloc(void)
 #endif
 #ifdef _SC_LEVEL3_CACHE_SIZE
   long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE); /* a quarter: inputs and other data share it */
-  if (l3 >= (1L << 20)) warm_window = l3 / 4;
+  if (l3 >= (1L << 20) && l3 / 4 < warm_window) warm_window = l3 / 4; /* (VMs report 384 MiB L3s) */
   const char *w = getenv("DPL_WARM_BYTES");
   if (w && *w) warm_window = strtoll(w, NULL, 10);
 #endif
