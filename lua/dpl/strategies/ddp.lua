@@ -120,6 +120,7 @@ function DDPStrategy:setup(trainer)
       end
     end
     self:setup_optimizers(trainer)
+    self._buckets = nil -- made again at this fit's first gradient sync
     -- the ranks collect garbage together (see _sync_gradients)
     if self.world_size > 1 then require('dpl.tensor').gc_lockstep(true) end
   end
@@ -140,17 +141,17 @@ end
 -- (no copy back; a .grad kept from an earlier step is then overwritten by the next).
 local FIRST_BUCKET_BYTES = 1024 * 1024
 
-function DDPStrategy:_bucket_plan(params)
+-- The plan is made at the first gradient sync of a fit and kept for the rest of it
+-- (walking the module tree for its parameters each step cost ~15 µs): as with
+-- PyTorch's DDP, the set of parameters is fixed once training starts.
+function DDPStrategy:_bucket_plan(model)
   local plan = self._buckets
-  if plan and plan.n == #params then
-    local same = true
-    for i = 1, #params do if plan.params[i] ~= params[i] then same = false break end end
-    if same then return plan end
-  end
+  if plan and plan.model == model then return plan end
+  local params = parameters(model)
   local T = require 'dpl.tensor'
   local kw = self._ddp_kwargs or {}
   local cap = (kw.bucket_cap_mb or 25) * 1024 * 1024
-  plan = { n = #params, params = {}, list = {}, as_view = kw.gradient_as_bucket_view == true }
+  plan = { model = model, n = #params, params = {}, list = {}, as_view = kw.gradient_as_bucket_view == true }
   local open = {} -- dtype/device key -> the bucket being filled
   for i = #params, 1, -1 do
     local p = params[i]
@@ -191,7 +192,7 @@ function DDPStrategy:_sync_gradients(model)
   if self.world_size <= 1 then return end
   local dist = require 'dpl.dist'
   local T = require 'dpl.tensor'
-  local plan = self:_bucket_plan(parameters(model))
+  local plan = self:_bucket_plan(model)
   local collect = false
   for _, b in ipairs(plan.list) do
     if b.vote then b.vote:fill_(T.gc_due() and 1 or 0) end

@@ -68,6 +68,7 @@ function DDP2Strategy:setup(trainer)
       end
     end
     self:setup_optimizers(trainer)
+    self._buckets = nil -- the gradient buckets are made again at this fit's first sync
   end
 end
 
