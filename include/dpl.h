@@ -124,6 +124,35 @@ const char *dpl_cuda_unavailable_reason(void);
  * plugin is not loaded (no CUDA context is ever created by this probe then). */
 int dpl_device_probe_alloc(int32_t type, int32_t index);
 
+/* ---- the CUDA plugin (src/device/dpl_device_plugin.c forwards to dpl_cuda.so) ----
+ * Real GPUs run tensors through the plugin dpl_cuda.so, which the core loads
+ * with dlopen at the first device query when NVML finds a GPU. Without it (or
+ * without a GPU) every call below fails with a message saying why. */
+typedef struct dpl_cuda_mem_stats {
+  int64_t allocated_bytes;      /* bytes held by live tensors */
+  int64_t reserved_bytes;       /* bytes taken from cudaMalloc (allocated + cached) */
+  int64_t peak_allocated_bytes;
+  int64_t peak_reserved_bytes;
+  int64_t allocations;          /* allocator requests served */
+  int64_t cache_hits;           /* ... of them from the cache, without cudaMalloc */
+  int64_t device_mallocs;       /* cudaMalloc calls */
+  int64_t device_frees;         /* cudaFree calls (empty_cache, out-of-memory retries) */
+} dpl_cuda_mem_stats;
+/* Loads the plugin now (normally automatic); touches no GPU. DPL_EDEVICE when
+ * it is missing or refuses to load. */
+int dpl_cuda_load(void);
+/* Path of the loaded plugin, "" when none. */
+const char *dpl_cuda_plugin_path(void);
+/* Waits for all work queued on cuda:index (index -1: every device used). */
+int dpl_cuda_synchronize(int32_t index);
+/* Returns the cached free blocks of cuda:index (-1: all) to the driver; *freed: bytes. */
+int dpl_cuda_empty_cache(int32_t index, int64_t *freed);
+int dpl_cuda_memory_stats(int32_t index, dpl_cuda_mem_stats *out);
+/* 1 when the loaded backend runs op id (dpl_tensor_backend.h's enum) on the GPU. */
+int32_t dpl_cuda_supports(int32_t op);
+/* Name of backend op id ("" past the last). */
+const char *dpl_cuda_op_name(int32_t op);
+
 /* ---- tensors (src/tensor/) ----
  * A dpl_tensor is a view (dtype, shape, strides in elements, offset) on a
  * reference-counted, 64-byte-aligned storage tagged with a device. Every function

@@ -225,7 +225,7 @@ int dpl_cat(int32_t n, dpl_tensor *const *ts, int32_t dim, dpl_tensor **out)
   for (int i = 0; i < n; i++) {
     char what[32];
     snprintf(what, sizeof what, "tensor %d", i);
-    DPL_TRY(dpl_check_tensor(name, what, ts[i]));
+    DPL_TRY(dpl_check_handle(name, what, ts[i]));
     DPL_TRY(dpl_check_same_device(name, ts[0], ts[i]));
   }
   const dpl_tensor *f = ts[0];
@@ -260,8 +260,9 @@ int dpl_cat(int32_t n, dpl_tensor *const *ts, int32_t dim, dpl_tensor **out)
     dpl_tensor *v = NULL;
     int st = dpl_make_view(res, res->_ndim, sh, res->_stride, at * res->_stride[dim], &v);
     if (st != DPL_OK) { dpl_tensor_release(res); return st; }
-    dpl_copy_raw(v, ts[i]);
+    st = dpl_copy_any(name, v, ts[i]);
     dpl_tensor_release(v);
+    if (st != DPL_OK) { dpl_tensor_release(res); return st; }
     at += sh[dim];
   }
   *out = res;
@@ -306,6 +307,10 @@ int dpl_embedding(const dpl_tensor *weight, const dpl_tensor *idx, dpl_tensor **
   const char *name = "embedding";
   if (!out) return dpl_errorf(DPL_EINVAL, "%s: out is NULL", name);
   *out = NULL;
+  if (dpl_is_devmem(weight) || dpl_is_devmem(idx)) {
+    dpl_bk_args k = {.op = DPL_BK_EMBEDDING, .in = {weight, idx}, .out = {out}, .name = name};
+    return dpl_bk_call(&k);
+  }
   DPL_TRY(dpl_check_tensor(name, "weight", weight));
   DPL_TRY(dpl_check_tensor(name, "input", idx));
   DPL_TRY(dpl_check_same_device(name, weight, idx));
@@ -339,6 +344,10 @@ int dpl_embedding_backward(const dpl_tensor *grad, const dpl_tensor *idx, int64_
   const char *name = "embedding_backward";
   if (!out) return dpl_errorf(DPL_EINVAL, "%s: out is NULL", name);
   *out = NULL;
+  if (dpl_is_devmem(grad) || dpl_is_devmem(idx)) {
+    dpl_bk_args k = {.op = DPL_BK_EMBEDDING_BWD, .in = {grad, idx}, .l = {num_weights}, .out = {out}, .name = name};
+    return dpl_bk_call(&k);
+  }
   DPL_TRY(dpl_check_tensor(name, "grad", grad));
   DPL_TRY(dpl_check_tensor(name, "input", idx));
   DPL_TRY(dpl_check_same_device(name, grad, idx));
