@@ -1,10 +1,13 @@
 /* dpl_device_registry.c: the device registry. The CPU is always device 0 of its
  * type; CUDA devices are real GPUs found through NVML (dlopen, no CUDA context is
  * created, so a later fork stays safe; CUDA_VISIBLE_DEVICES is honoured), or the
- * simulated GPUs of DPL_VIRTUAL_GPUS=N, backed by host memory. Probed once, lazily. */
+ * simulated GPUs of DPL_VIRTUAL_GPUS=N, backed by host memory: when that variable
+ * is set, real GPUs are hidden. Probed once, lazily; when NVML lists a GPU the
+ * probe loads the CUDA plugin (dpl_device_plugin.c), which real GPU tensors need. */
 #define _GNU_SOURCE
 #include "dpl.h"
 #include "../host/dpl_internal.h"
+#include "dpl_device_internal.h"
 #include <ctype.h>
 #include <dlfcn.h>
 #include <pthread.h>
@@ -21,7 +24,7 @@ static dpl_device_info gpu_info[DPL_MAX_GPUS];
 static int gpu_count;
 static int probe_status = DPL_OK;
 static char probe_error[256];
-static char cuda_reason[256];
+static char cuda_reason[768];
 
 static void probe_cpu(void)
 {
@@ -195,6 +198,7 @@ static void probe(void)
     return;
   }
   probe_nvml();
+  if (gpu_count > 0) dpl_device_plugin_autoload();
 }
 
 int dpl_device_count(int32_t type, int32_t *out_count)
@@ -226,7 +230,12 @@ int dpl_device_get_info(int32_t type, int32_t index, dpl_device_info *out)
 const char *dpl_cuda_unavailable_reason(void)
 {
   pthread_once(&probe_once, probe);
-  return gpu_count > 0 && !gpu_info[0].simulated ? "" : cuda_reason;
+  if (gpu_count > 0 && !gpu_info[0].simulated) {
+    const char *e = dpl_device_plugin_error();
+    if (!*e) return "";
+    snprintf(cuda_reason, sizeof cuda_reason, "GPU present but the CUDA plugin is not loaded: %s", e);
+  }
+  return cuda_reason;
 }
 
 static void fmt_bytes(char *buf, size_t n, uint64_t b)
@@ -258,5 +267,7 @@ int dpl_print_devices(void)
   }
   if (n == 0) printf("%-8s %s\n", "cuda", cuda_reason);
   else if (gpu_info[0].simulated) printf("%-8s %s\n", "note", cuda_reason);
+  else if (*dpl_device_plugin_error()) printf("%-8s CUDA plugin not loaded: %s\n", "note", dpl_device_plugin_error());
+  else printf("%-8s CUDA plugin %s\n", "note", dpl_cuda_plugin_path());
   return 0;
 }
