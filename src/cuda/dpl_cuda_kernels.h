@@ -1,0 +1,85 @@
+/* dpl_cuda_kernels.h: the launchers of the plugin's CUDA kernels (the .cu
+ * files), as plain C functions the plugin's host side (C, gcc) calls. Shared by
+ * C and CUDA C++, so it holds only C types: the operands' geometry is a
+ * dpl_cu_geom (shape and element strides of up to 4 operands over one common
+ * shape, already broadcast and coalesced), dtypes are dpl_dtype ids, and every
+ * launcher returns the cudaError_t of its launch (cudaSuccess = 0). */
+#ifndef DPL_CUDA_KERNELS_H
+#define DPL_CUDA_KERNELS_H
+#include <cuda_runtime_api.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum { DPL_CU_MAXDIM = 8, DPL_CU_MAXOP = 4 };
+
+typedef struct dpl_cu_geom {
+  int32_t ndim, nops;
+  int64_t numel;
+  int64_t shape[DPL_CU_MAXDIM];
+  int64_t stride[DPL_CU_MAXOP][DPL_CU_MAXDIM]; /* elements; 0 = broadcast */
+} dpl_cu_geom;
+
+/* An operand that is a host scalar rather than device memory (ptr NULL). */
+typedef struct dpl_cu_scalar {
+  int32_t is_scalar;
+  double d;
+  int64_t i;
+} dpl_cu_scalar;
+
+/* op 0 = dst, op 1 = src: dst = (dst dtype) src */
+int dpl_cu_copy(const dpl_cu_geom *g, void *dst, int32_t ddt, const void *src, int32_t sdt, cudaStream_t s);
+/* op 0: writes the es-byte pattern `bytes` into every element */
+int dpl_cu_fill(const dpl_cu_geom *g, void *dst, int32_t es, uint64_t bytes, cudaStream_t s);
+/* out (od: kd, or bool for comparisons) = a op b, both in kd; ops 0, 1, 2 */
+int dpl_cu_binary(const dpl_cu_geom *g, int32_t op, int32_t kd, void *out, const void *a, dpl_cu_scalar sa,
+                  const void *b, dpl_cu_scalar sb, cudaStream_t s);
+/* out = op(a) in kd (bool for logical_not/isnan) */
+int dpl_cu_unary(const dpl_cu_geom *g, int32_t op, int32_t kd, void *out, const void *a, cudaStream_t s);
+/* out = grad * f'(x) (ops 0 out, 1 grad, 2 x), kd float32/float64 */
+int dpl_cu_act_bwd(const dpl_cu_geom *g, int32_t op, int32_t kd, void *out, const void *grad, const void *x,
+                   cudaStream_t s);
+/* kd float32/float64/int64 */
+int dpl_cu_clamp(const dpl_cu_geom *g, int32_t kd, void *out, const void *a, double lo, double hi, int32_t has_lo,
+                 int32_t has_hi, cudaStream_t s);
+/* ops 0 out, 1 cond (bool/uint8), 2 a, 3 b; es bytes per element */
+int dpl_cu_where(const dpl_cu_geom *g, int32_t es, void *out, const void *cond, const void *a, const void *b,
+                 cudaStream_t s);
+/* ops 0 a, 1 mask */
+int dpl_cu_masked_fill(const dpl_cu_geom *g, int32_t es, void *a, const void *mask, uint64_t bytes, cudaStream_t s);
+/* ops 0 a, 1 b: a += alpha * b, floating dtype dt */
+int dpl_cu_axpy(const dpl_cu_geom *g, int32_t dt, void *a, const void *b, double alpha, cudaStream_t s);
+/* Philox 4x32-10 draws into n contiguous elements, exactly as dpl_tensor_random.c */
+int dpl_cu_rng(void *dst, int32_t dt, int64_t n, int32_t kind, uint64_t key, uint64_t start, double a, double b,
+               int64_t ia, int64_t range, cudaStream_t s);
+
+/* Row reductions of a contiguous [rows, R] matrix of float64 (kd 1) or int64
+ * (kd 5): val[rows] (float64 / int64), idx[rows] (int64, may be NULL). op is a
+ * dpl_redop; param: correction (var/std), p (norm). */
+int dpl_cu_reduce_rows(int32_t op, int32_t kd, const void *x, int64_t rows, int64_t R, double param, void *val,
+                       int64_t *idx, cudaStream_t s);
+/* Class losses on contiguous float64 x [N, C] and int64 t [N]: l[N] per-sample
+ * losses (0 where ignored); *bad (device memory the caller preset to all ones)
+ * gets the smallest sample whose target is out of range. ce: 1 cross-entropy,
+ * 0 NLL. */
+int dpl_cu_class_loss(int32_t ce, const double *x, const int64_t *t, int64_t N, int64_t C, int64_t ignore, double *l,
+                      unsigned long long *bad, cudaStream_t s);
+/* out[0] = sum(l) (reduction 2) or sum(l)/count (1) over the non-ignored samples; cnt[0] = count */
+int dpl_cu_loss_finish(const double *l, const int64_t *t, int64_t N, int64_t ignore, int32_t reduction, double *out,
+                       double *cnt, cudaStream_t s);
+/* gx [N, C] (float64) of a class loss; g: grad_out (float64; 1 value, or N when reduction 0); cnt from loss_finish */
+int dpl_cu_class_loss_bwd(int32_t ce, const double *x, const int64_t *t, int64_t N, int64_t C, int64_t ignore,
+                          int32_t reduction, const double *g, const double *cnt, double *gx, cudaStream_t s);
+/* out[i, :] = w[idx[i], :] (rows of row_bytes); *bad gets the smallest i with idx out of [0, V) */
+int dpl_cu_embedding(const void *w, const int64_t *idx, int64_t n, int64_t V, int64_t row_bytes, void *out,
+                     unsigned long long *bad, cudaStream_t s);
+/* gw[idx[i], :] += g[i, :], float32 (kd 0) or float64 (kd 1), gw zeroed by the caller */
+int dpl_cu_embedding_bwd(int32_t kd, const void *g, const int64_t *idx, int64_t n, int64_t V, int64_t D, void *gw,
+                         unsigned long long *bad, cudaStream_t s);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
