@@ -6,7 +6,8 @@
  * events), so a block freed on the host can be reused at once: later work is
  * queued behind the work that used it. cudaFree happens only in empty_cache
  * and when cudaMalloc runs out of memory (the cache is emptied and the
- * allocation retried). Counters for memory_stats. */
+ * allocation retried). Counters for memory_stats. DPL_CUDA_POISON=1 fills
+ * every allocation with 0xff bytes (NaN, -1) so that unwritten outputs show. */
 #include "dpl_cuda_internal.h"
 #include <stdio.h>
 #include <stdlib.h>
@@ -78,11 +79,22 @@ static int64_t drop_cache(int32_t dev)
   return freed;
 }
 
+static int poison(void)
+{
+  static int v = -1;
+  if (v < 0) {
+    const char *e = getenv("DPL_CUDA_POISON");
+    v = e && *e && strcmp(e, "0") != 0;
+  }
+  return v;
+}
+
 int dpl_cu_alloc(int32_t dev, int64_t nbytes, void **ptr)
 {
   *ptr = NULL;
   if (nbytes <= 0) return DPL_OK;
-  if (!dpl_cu_device(dev, "cuda allocator")) return DPL_EDEVICE;
+  dpl_cu_dev *dd = dpl_cu_device(dev, "cuda allocator");
+  if (!dd) return DPL_EDEVICE;
   size_t size = round_size(nbytes);
   dev_alloc *d = &devs[dev];
   pthread_mutex_lock(&mu);
@@ -114,6 +126,14 @@ int dpl_cu_alloc(int32_t dev, int64_t nbytes, void **ptr)
   d->allocated += (int64_t)size;
   if (d->allocated > d->peak_allocated) d->peak_allocated = d->allocated;
   pthread_mutex_unlock(&mu);
+  if (poison()) {
+    cudaError_t e = cudaMemsetAsync(*ptr, 0xff, size, dd->compute);
+    if (e != cudaSuccess) {
+      dpl_cu_release(dev, *ptr, nbytes);
+      *ptr = NULL;
+      return dpl_cu_fail(e, "cudaMemsetAsync (DPL_CUDA_POISON)", dev);
+    }
+  }
   return DPL_OK;
 }
 

@@ -236,9 +236,11 @@ static int check_bad(const char *name, int32_t dev, cudaStream_t s, const void *
   if (h == ~0ULL) return DPL_OK;
   int64_t v = 0;
   dpl_tensor_get_i64(idx, (int64_t)h, &v);
-  return dpl_errorf(DPL_EINVAL, "%s: %s %lld of sample %lld is out of range: expected %s [0, %lld) (0-based)", name, what,
-                    (long long)v, (long long)h, strcmp(what, "target") == 0 ? "a class index in" : "an index in",
-                    (long long)limit);
+  if (strcmp(what, "target") == 0) /* the CPU's messages (Lua rewrites them 1-based) */
+    return dpl_errorf(DPL_EINVAL, "%s: target %lld of sample %lld is out of range: expected a class index in [0, %lld) "
+                      "(0-based)", name, (long long)v, (long long)h, (long long)limit);
+  return dpl_errorf(DPL_EINVAL, "%s: index %lld is out of range for dim 0 of size %lld (expected 0..%lld, 0-based)", name,
+                    (long long)v, (long long)limit, (long long)limit - 1);
 }
 
 static int bad_flag(int32_t dev, cudaStream_t s, void **bad)
