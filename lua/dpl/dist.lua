@@ -86,7 +86,8 @@ local function device_ok(tt, level)
   if tt._devtype ~= 0 then
     local info = ffi.new('dpl_device_info')
     if C.dpl_device_get_info(tt._devtype, tt._devindex, info) ~= 0 or info.simulated == 0 then
-      verr(('dist: tensor on cuda:%d: the shm and mpi backends take host tensors (move it with :to("cpu"))')
+      verr(('dist: tensor on cuda:%d: the shm and mpi backends take host tensors (move it with :to("cpu"); '
+        .. 'all_reduce, reduce and broadcast copy GPU tensors through host memory themselves)')
         :format(tt._devindex), (level or 1) + 1)
     end
   end
@@ -413,13 +414,27 @@ function M.barrier(group)
   check(C.dpl_comm_barrier(g.comm), 2)
 end
 
+-- A tensor in GPU memory (a real GPU): the shm and mpi backends move host
+-- memory, so all_reduce, reduce and broadcast run on a host copy and copy the
+-- result back (until an nccl backend exists). Returns what to pass, and the GPU tensor.
+local function staged(t)
+  local tt = tensor_of(t)
+  if tt and bit.band(tt._flags, 2) ~= 0 then return tt:to('cpu'), tt end
+  return t, nil
+end
+local function unstage(host, gpu)
+  if gpu then gpu:copy_(host) end
+end
+
 --- all_reduce(t, op='sum', opts): in place on every rank.
 function M.all_reduce(t, op, opts)
   if type(op) == 'table' then opts, op = op, nil end
   opts = split_opts(opts) or {}
   local g = get_group(opts.group, 2)
-  local p, n, d = buffer_of(t, opts, 'all_reduce', 2)
+  local h, gpu = staged(t)
+  local p, n, d = buffer_of(h, opts, 'all_reduce', 2)
   check(C.dpl_comm_all_reduce(g.comm, p, n, d, op_id(op or opts.op, 2)), 2)
+  unstage(h, gpu)
   return t
 end
 
@@ -428,8 +443,10 @@ function M.reduce(t, dst, op, opts)
   if type(op) == 'table' then opts, op = op, nil end
   opts = split_opts(opts) or {}
   local g = get_group(opts.group, 2)
-  local p, n, d = buffer_of(t, opts, 'reduce', 2)
+  local h, gpu = staged(t)
+  local p, n, d = buffer_of(h, opts, 'reduce', 2)
   check(C.dpl_comm_reduce(g.comm, p, n, d, op_id(op or opts.op, 2), group_rank(g, dst or 0, 'dst', 2)), 2)
+  unstage(h, gpu)
   return t
 end
 
@@ -437,8 +454,10 @@ end
 function M.broadcast(t, src, opts)
   opts = split_opts(opts) or {}
   local g = get_group(opts.group, 2)
-  local p, n, d = buffer_of(t, opts, 'broadcast', 2)
+  local h, gpu = staged(t)
+  local p, n, d = buffer_of(h, opts, 'broadcast', 2)
   check(C.dpl_comm_broadcast(g.comm, p, n, d, group_rank(g, src or 0, 'src', 2)), 2)
+  unstage(h, gpu)
   return t
 end
 

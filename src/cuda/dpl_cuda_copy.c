@@ -88,6 +88,12 @@ static int copy_on_device(dpl_tensor *dst, const dpl_tensor *src)
   if (dst->_data == src->_data && dst->_dtype == src->_dtype && same_shape(dst, src) &&
       !memcmp(dst->_stride, src->_stride, sizeof(int64_t) * (size_t)dst->_ndim))
     return DPL_OK;
+  if (dpl_is_contig(dst) && dpl_is_contig(src) && dst->_dtype == src->_dtype && same_shape(dst, src)) {
+    DPL_CU(cudaMemcpyAsync(dst->_data, src->_data, (size_t)(dst->_numel * dpl_elsize(dst->_dtype)),
+                           cudaMemcpyDeviceToDevice, d->compute),
+           dev);
+    return DPL_OK;
+  }
   const dpl_tensor *ops[2] = {dst, src};
   dpl_cu_geom g;
   dpl_cu_geom_init(&g, 2, ops, dst->_ndim, dst->_shape);

@@ -182,7 +182,10 @@ int launch_binary(const dpl_cu_geom *g, int op, void *out, const void *a, dpl_cu
                   dpl_cu_scalar sb, cudaStream_t s)
 {
   unsigned grid = grid_for(g->numel);
-  if (geom_contig(g, 3))
+  /* contiguous, a scalar operand aside */
+  bool contig = g->ndim == 0 || (g->ndim == 1 && g->stride[0][0] == 1 && (sa.is_scalar || g->stride[1][0] == 1) &&
+                                 (sb.is_scalar || g->stride[2][0] == 1));
+  if (contig)
     k_binary<T, true><<<grid, kThreads, 0, s>>>(*g, op, out, (const T *)a, sa, (const T *)b, sb);
   else
     k_binary<T, false><<<grid, kThreads, 0, s>>>(*g, op, out, (const T *)a, sa, (const T *)b, sb);

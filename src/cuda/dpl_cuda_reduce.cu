@@ -395,11 +395,12 @@ extern "C" int dpl_cu_embedding(const void *w, const int64_t *idx, int64_t n, in
                                 unsigned long long *bad, cudaStream_t s)
 {
   if (n == 0 || row_bytes == 0) return 0;
-  if (row_bytes % 4 == 0) {
+  uintptr_t al = (uintptr_t)w | (uintptr_t)out | (uintptr_t)row_bytes; /* the widest unit all of them allow */
+  if (al % 4 == 0) {
     int64_t words = row_bytes / 4;
     k_embedding<uint32_t><<<grid_for(n * words), kThreads, 0, s>>>((const uint32_t *)w, idx, n, V, words,
                                                                    (uint32_t *)out, bad);
-  } else if (row_bytes % 2 == 0) {
+  } else if (al % 2 == 0) {
     int64_t words = row_bytes / 2;
     k_embedding<uint16_t><<<grid_for(n * words), kThreads, 0, s>>>((const uint16_t *)w, idx, n, V, words,
                                                                    (uint16_t *)out, bad);
