@@ -85,7 +85,9 @@ describe('the CUDA plugin without a GPU', function()
   it('device tensors fail with "<op>: not implemented on cuda", never a crash', function()
     run.check(nil, {
       { 'try(function(v) local x = devmem(dpl.randn(1, 2, 5, 5)) v[1] = x return dpl.tensor.conv2d(x, dpl.randn(3, 2, 3, 3)) end)',
-        'err conv2d: not implemented on cuda (input is on cuda:0' },
+        'err conv2d: not implemented on cuda (the CUDA plugin is not loaded)' },
+      { 'try(function(v) local x = devmem(dpl.randn(4, 3)) v[1] = x return x:index_select(1, dpl.tensor({1, 2})) end)',
+        'err index_select: not implemented on cuda (self is on cuda:0; move it with :to("cpu"))' },
       { 'try(function(v) local x = devmem(dpl.randn(4, 3)) v[1] = x return x:gather(1, dpl.tensor({{1, 2, 1}})) end)',
         'err gather: not implemented on cuda' },
       { 'try(function(v) local x = devmem(dpl.randn(4, 3)) v[1] = x return x:nonzero() end)',

@@ -247,6 +247,32 @@ add('cat/stack', function() return { randn(3, 4), randn(2, 4), randn(3, 4) } end
   return { dpl.cat({ a, b }, 1), dpl.cat({ a, c }, 2), dpl.stack({ a, c }, 1), dpl.stack({ a:t(), c:t() }, 3) }
 end)
 
+-- convolution and pooling (NCHW)
+for _, cfg in ipairs({ { name = 'plain', o = nil }, { name = 'stride 2 pad 1', o = { stride = 2, padding = 1 } },
+  { name = 'dilation 2 groups 2', o = { dilation = 2, groups = 2, padding = 2 } } }) do
+  for _, dt in ipairs({ 'float32', 'float64', 'bfloat16' }) do
+    add(('conv2d %s %s'):format(cfg.name, dt), function()
+      local x, w, b = sample(dt, 3, 4, 9, 8), sample(dt, 6, cfg.o and cfg.o.groups and 2 or 4, 3, 3), sample(dt, 6)
+      local y = dpl.tensor.conv2d(x, w, b, cfg.o)
+      return { x, w, b, sample(dt, unpack(y:size())) }
+    end, function(_, x, w, b, gy)
+      local gx, gw, gb = dpl.tensor.conv2d_backward(gy, x, w, cfg.o)
+      return { dpl.tensor.conv2d(x, w, b, cfg.o), dpl.tensor.conv2d(x, w, nil, cfg.o), gx, gw, gb }
+    end, dt == 'bfloat16' and 2e-2 or (dt == 'float32' and 1e-5 or nil))
+  end
+end
+for _, dt in ipairs({ 'float32', 'float64' }) do
+  add('max_pool2d/avg_pool2d ' .. dt, function() return { sample(dt, 2, 3, 9, 8), sample(dt, 2, 3, 4, 4),
+    sample(dt, 2, 3, 5, 4) } end, function(_, x, g2, g3)
+    local v, i = dpl.tensor.max_pool2d(x, 2)
+    local v3, i3 = dpl.tensor.max_pool2d(x, 3, { stride = 2, padding = 1 })
+    return { v, i, v3, i3, dpl.tensor.max_pool2d_backward(g2, x, i), dpl.tensor.max_pool2d_backward(g3, x, i3),
+      dpl.tensor.avg_pool2d(x, 2), dpl.tensor.avg_pool2d(x, 3, { stride = 2, padding = 1 }),
+      dpl.tensor.avg_pool2d(x, 3, { stride = 2, padding = 1, count_include_pad = false }),
+      dpl.tensor.avg_pool2d_backward(g2, x, 2), dpl.tensor.avg_pool2d_backward(g3, x, 3, { stride = 2, padding = 1 }) }
+  end)
+end
+
 -- random numbers: one seed, the same numbers on both devices
 add('rng: same seed, same numbers', function() return {} end, function(dev)
   local o = { device = dev }

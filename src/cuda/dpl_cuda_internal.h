@@ -43,6 +43,13 @@ int dpl_cu_memory_stats(int32_t dev, dpl_cuda_mem_stats *out);
 int dpl_cu_scratch(int32_t dev, int64_t nbytes, void **ptr);
 void dpl_cu_scratch_free(int32_t dev, void *ptr, int64_t nbytes);
 
+/* A device flag for kernels that find bad indices: 8 bytes set to all ones
+ * (dpl_cu_flag_new); dpl_cu_flag_read waits for the stream and returns the
+ * flag (~0ULL: nothing found, else the smallest offending position). */
+int dpl_cu_flag_new(int32_t dev, cudaStream_t s, void **flag);
+int dpl_cu_flag_read(int32_t dev, cudaStream_t s, const void *flag, unsigned long long *out);
+void dpl_cu_flag_free(int32_t dev, void *flag);
+
 /* ---- geometry ---- */
 /* ops[0..n) viewed at (ndim, shape) with broadcasting (the caller checked the
  * shapes), dims coalesced. ops[0] is the output. */
@@ -60,4 +67,5 @@ int dpl_cu_op_reduce(const dpl_bk_args *a);      /* REDUCE, REDUCE_INDEX */
 int dpl_cu_op_softmax(const dpl_bk_args *a);     /* SOFTMAX, SOFTMAX_BWD */
 int dpl_cu_op_loss(const dpl_bk_args *a);        /* CROSS_ENTROPY(_BWD), NLL(_BWD), MSE(_BWD) */
 int dpl_cu_op_embedding(const dpl_bk_args *a);   /* EMBEDDING(_BWD) */
+int dpl_cu_op_conv(const dpl_bk_args *a);        /* CONV2D(_BWD), MAX_POOL2D(_BWD), AVG_POOL2D(_BWD) */
 #endif

@@ -79,6 +79,34 @@ int dpl_cu_embedding(const void *w, const int64_t *idx, int64_t n, int64_t V, in
 int dpl_cu_embedding_bwd(int32_t kd, const void *g, const int64_t *idx, int64_t n, int64_t V, int64_t D, void *gw,
                          unsigned long long *bad, cudaStream_t s);
 
+/* ---- convolution and pooling (dpl_cuda_conv.cu), NCHW, kd float32 (0) / float64 (1) ---- */
+typedef struct dpl_cu_conv {
+  int64_t N, C, H, W, O, Cg, Og, kh, kw, OH, OW, sh, sw, ph, pw, dh, dw;
+} dpl_cu_conv;
+typedef struct dpl_cu_pool {
+  int64_t N, C, H, W, kh, kw, sh, sw, ph, pw, OH, OW;
+} dpl_cu_pool;
+/* cols [K = Cg*kh*kw, m*L] of samples n0..n0+m, group gr */
+int dpl_cu_im2col(int32_t kd, const dpl_cu_conv *g, const void *x, void *cols, int64_t n0, int64_t m, int64_t gr,
+                  cudaStream_t s);
+/* gx (those samples' group channels) = the sum of the columns that read each element */
+int dpl_cu_col2im(int32_t kd, const dpl_cu_conv *g, const void *cols, void *gx, int64_t n0, int64_t m, int64_t gr,
+                  cudaStream_t s);
+/* out[n0+s, gr*Og+o, :] = tmp[o, s*L:(s+1)*L] + bias (bias may be NULL) */
+int dpl_cu_conv_out(int32_t kd, const dpl_cu_conv *g, const void *tmp, const void *bias, void *out, int64_t n0,
+                    int64_t m, int64_t gr, cudaStream_t s);
+/* gyc [Og, m*L] from grad_out's samples n0.. and group gr */
+int dpl_cu_conv_gy(int32_t kd, const dpl_cu_conv *g, const void *gy, void *gyc, int64_t n0, int64_t m, int64_t gr,
+                   cudaStream_t s);
+/* gb[o] = sum of gy[:, o, :] ([N, O, L]) */
+int dpl_cu_bias_grad(int32_t kd, const void *gy, int64_t N, int64_t O, int64_t L, void *gb, cudaStream_t s);
+int dpl_cu_maxpool(int32_t kd, const dpl_cu_pool *g, const void *x, void *out, int64_t *idx, cudaStream_t s);
+/* gx (zeroed) += gy at the indices; *bad gets the smallest position with an index out of its plane */
+int dpl_cu_maxpool_bwd(int32_t kd, const void *gy, const int64_t *idx, int64_t P, int64_t L, int64_t plane, void *gx,
+                       unsigned long long *bad, cudaStream_t s);
+/* float64; gy NULL: out = window averages; else out (zeroed, input-shaped) += gy / divisor */
+int dpl_cu_avgpool(const dpl_cu_pool *g, int32_t cip, const double *x, const double *gy, double *out, cudaStream_t s);
+
 #ifdef __cplusplus
 }
 #endif

@@ -62,6 +62,31 @@ dpl_cu_dev *dpl_cu_device(int32_t dev, const char *op)
   return st == DPL_OK ? d : NULL;
 }
 
+/* ---- flags ---- */
+int dpl_cu_flag_new(int32_t dev, cudaStream_t s, void **flag)
+{
+  DPL_TRY(dpl_cu_scratch(dev, 8, flag));
+  cudaError_t e = cudaMemsetAsync(*flag, 0xff, 8, s);
+  if (e != cudaSuccess) {
+    dpl_cu_scratch_free(dev, *flag, 8);
+    *flag = NULL;
+    return dpl_cu_fail(e, "cudaMemsetAsync", dev);
+  }
+  return DPL_OK;
+}
+
+int dpl_cu_flag_read(int32_t dev, cudaStream_t s, const void *flag, unsigned long long *out)
+{
+  DPL_CU(cudaMemcpyAsync(out, flag, sizeof *out, cudaMemcpyDeviceToHost, s), dev);
+  DPL_CU(cudaStreamSynchronize(s), dev);
+  return DPL_OK;
+}
+
+void dpl_cu_flag_free(int32_t dev, void *flag)
+{
+  if (flag) dpl_cu_scratch_free(dev, flag, 8);
+}
+
 /* ---- geometry ---- */
 void dpl_cu_geom_init(dpl_cu_geom *g, int n, const dpl_tensor *const *ops, int32_t ndim, const int64_t *shape)
 {
@@ -101,7 +126,8 @@ static int supports(int32_t op)
   case DPL_BK_UNARY: case DPL_BK_ACT_BWD: case DPL_BK_CLAMP: case DPL_BK_WHERE: case DPL_BK_MASKED_FILL:
   case DPL_BK_REDUCE: case DPL_BK_REDUCE_INDEX: case DPL_BK_SOFTMAX: case DPL_BK_SOFTMAX_BWD:
   case DPL_BK_CROSS_ENTROPY: case DPL_BK_CROSS_ENTROPY_BWD: case DPL_BK_NLL: case DPL_BK_NLL_BWD: case DPL_BK_MSE:
-  case DPL_BK_MSE_BWD: case DPL_BK_EMBEDDING: case DPL_BK_EMBEDDING_BWD:
+  case DPL_BK_MSE_BWD: case DPL_BK_EMBEDDING: case DPL_BK_EMBEDDING_BWD: case DPL_BK_CONV2D: case DPL_BK_CONV2D_BWD:
+  case DPL_BK_MAX_POOL2D: case DPL_BK_MAX_POOL2D_BWD: case DPL_BK_AVG_POOL2D: case DPL_BK_AVG_POOL2D_BWD:
     return 1;
   default:
     return 0;
@@ -124,6 +150,9 @@ static int run(const dpl_bk_args *a)
   case DPL_BK_MSE_BWD:
     return dpl_cu_op_loss(a);
   case DPL_BK_EMBEDDING: case DPL_BK_EMBEDDING_BWD: return dpl_cu_op_embedding(a);
+  case DPL_BK_CONV2D: case DPL_BK_CONV2D_BWD: case DPL_BK_MAX_POOL2D: case DPL_BK_MAX_POOL2D_BWD: case DPL_BK_AVG_POOL2D:
+  case DPL_BK_AVG_POOL2D_BWD:
+    return dpl_cu_op_conv(a);
   default: return dpl_errorf(DPL_ENOTIMPL, "%s: not implemented on cuda", a->name ? a->name : dpl_bk_op_name(a->op));
   }
 }

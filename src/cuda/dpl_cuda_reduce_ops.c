@@ -226,13 +226,12 @@ static int class_inputs(const char *name, const dpl_tensor *x, const dpl_tensor 
   return DPL_OK;
 }
 
-/* reads the device flag `bad` (all ones when no sample was out of range) */
+/* the device flag `bad` (all ones when no sample was out of range) */
 static int check_bad(const char *name, int32_t dev, cudaStream_t s, const void *bad, const dpl_tensor *idx,
                      int64_t limit, const char *what)
 {
   unsigned long long h = 0;
-  DPL_CU(cudaMemcpyAsync(&h, bad, sizeof h, cudaMemcpyDeviceToHost, s), dev);
-  DPL_CU(cudaStreamSynchronize(s), dev);
+  DPL_TRY(dpl_cu_flag_read(dev, s, bad, &h));
   if (h == ~0ULL) return DPL_OK;
   int64_t v = 0;
   dpl_tensor_get_i64(idx, (int64_t)h, &v);
@@ -241,13 +240,6 @@ static int check_bad(const char *name, int32_t dev, cudaStream_t s, const void *
                       "(0-based)", name, (long long)v, (long long)h, (long long)limit);
   return dpl_errorf(DPL_EINVAL, "%s: index %lld is out of range for dim 0 of size %lld (expected 0..%lld, 0-based)", name,
                     (long long)v, (long long)limit, (long long)limit - 1);
-}
-
-static int bad_flag(int32_t dev, cudaStream_t s, void **bad)
-{
-  DPL_TRY(dpl_cu_scratch(dev, 8, bad));
-  DPL_CU(cudaMemsetAsync(*bad, 0xff, 8, s), dev);
-  return DPL_OK;
 }
 
 static int class_loss(const dpl_bk_args *a)
@@ -267,7 +259,7 @@ static int class_loss(const dpl_bk_args *a)
   int st = dpl_contig_as(name, x, DPL_FLOAT64, &xd);
   TRYC(dpl_contig_as(name, target, DPL_INT64, &td));
   TRYC(dnew(name, DPL_FLOAT64, 1, &N, x, &l));
-  TRYC(bad_flag(dev, d->compute, &bad));
+  TRYC(dpl_cu_flag_new(dev, d->compute, &bad));
   if (st == DPL_OK) {
     int e = dpl_cu_class_loss(ce, xd->_data, td->_data, N, C, ignore, l->_data, bad, d->compute);
     if (e) st = dpl_cu_fail((cudaError_t)e, name, dev);
@@ -295,7 +287,7 @@ static int class_loss(const dpl_bk_args *a)
     dpl_tensor_release(r);
     r = r2;
   }
-  dpl_cu_scratch_free(dev, bad, 8);
+  dpl_cu_flag_free(dev, bad);
   dpl_tensor_release(xd);
   dpl_tensor_release(td);
   dpl_tensor_release(l);
@@ -442,7 +434,7 @@ int dpl_cu_op_embedding(const dpl_bk_args *a)
   void *bad = NULL;
   int64_t n = idx->_numel;
   int st = dpl_contig_as(name, idx, DPL_INT64, &ix);
-  TRYC(bad_flag(dev, d->compute, &bad));
+  TRYC(dpl_cu_flag_new(dev, d->compute, &bad));
   if (!bwd) {
     if (w->_ndim != 2)
       st = dpl_errorf(DPL_EINVAL, "%s: expected a 2-d weight [num, dim], got %d dims", name, (int)w->_ndim);
@@ -482,7 +474,7 @@ int dpl_cu_op_embedding(const dpl_bk_args *a)
       else st = dpl_contig_as(name, acc, w->_dtype, &res);
     }
   }
-  if (bad) dpl_cu_scratch_free(dev, bad, 8);
+  dpl_cu_flag_free(dev, bad);
   dpl_tensor_release(ix);
   dpl_tensor_release(cw);
   dpl_tensor_release(acc);
