@@ -243,6 +243,25 @@ add('embedding', function() return { randn(10, 6), randint(1, 11, { 4, 3 }), ran
     return { dpl.tensor.embedding(w, idx), dpl.tensor.embedding_backward(g, idx, 10),
       dpl.tensor.embedding(w:to('bfloat16'), idx) }
   end)
+add('index_select/index_add_/gather/scatter_add_', function()
+  return { randn(5, 6, 4), randint(1, 6, { 7 }), randn(5, 7, 4), randint(1, 7, { 5, 3, 4 }), randn(5, 3, 4),
+    randint(-9, 9, { 5, 6, 4 }) }
+end, function(_, x, idx, src, gidx, gsrc, ints)
+  local a = x:clone()
+  a:index_add_(2, idx, src)
+  local b = x:clone()
+  b:scatter_add_(2, gidx, gsrc)
+  local c = x:transpose(1, 3) -- strided self
+  local i2 = ints:clone()
+  i2:index_add_(2, idx, ints:index_select(2, idx))
+  return { x:index_select(2, idx), x:index_select(1, idx:narrow(1, 1, 3)), a, x:gather(2, gidx), b,
+    c:gather(2, gidx:transpose(1, 3)), ints:index_select(3, idx:narrow(1, 1, 2):clamp(1, 4)), i2,
+    x:to('bfloat16'):index_select(2, idx) }
+end)
+add('max(dim) backward through scatter_add_ (autograd)', function() return { randn(4, 6) } end, function(_, x)
+  local v, i = x:max(2)
+  return { dpl.zeros(4, 6, { device = x.device }):scatter_add_(2, i:view(4, 1), v:view(4, 1)) }
+end)
 add('cat/stack', function() return { randn(3, 4), randn(2, 4), randn(3, 4) } end, function(_, a, b, c)
   return { dpl.cat({ a, b }, 1), dpl.cat({ a, c }, 2), dpl.stack({ a, c }, 1), dpl.stack({ a:t(), c:t() }, 3) }
 end)

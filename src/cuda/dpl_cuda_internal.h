@@ -68,4 +68,5 @@ int dpl_cu_op_softmax(const dpl_bk_args *a);     /* SOFTMAX, SOFTMAX_BWD */
 int dpl_cu_op_loss(const dpl_bk_args *a);        /* CROSS_ENTROPY(_BWD), NLL(_BWD), MSE(_BWD) */
 int dpl_cu_op_embedding(const dpl_bk_args *a);   /* EMBEDDING(_BWD) */
 int dpl_cu_op_conv(const dpl_bk_args *a);        /* CONV2D(_BWD), MAX_POOL2D(_BWD), AVG_POOL2D(_BWD) */
+int dpl_cu_op_index(const dpl_bk_args *a);       /* INDEX_SELECT, INDEX_ADD, GATHER, SCATTER_ADD */
 #endif

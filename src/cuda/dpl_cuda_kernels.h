@@ -107,6 +107,25 @@ int dpl_cu_maxpool_bwd(int32_t kd, const void *gy, const int64_t *idx, int64_t P
 /* float64; gy NULL: out = window averages; else out (zeroed, input-shaped) += gy / divisor */
 int dpl_cu_avgpool(const dpl_cu_pool *g, int32_t cip, const double *x, const double *gy, double *out, cudaStream_t s);
 
+/* ---- indexing (dpl_cuda_index.cu); indices int64, contiguous ---- */
+typedef struct dpl_cu_index {
+  int32_t ndim, dim;
+  int64_t n, bound;                  /* index elements; size of a's dim */
+  int64_t shape[DPL_CU_MAXDIM];      /* the index's shape */
+  int64_t astride[DPL_CU_MAXDIM];    /* a's strides (elements) */
+  int64_t sstride[DPL_CU_MAXDIM];    /* src's strides (scatter_add) */
+} dpl_cu_index;
+/* [outer, D, inner] -> [outer, n, inner] rows ix; es bytes per element */
+int dpl_cu_index_select(int32_t es, int64_t outer, int64_t D, int64_t inner, int64_t n, const int64_t *ix,
+                        const void *src, void *dst, unsigned long long *bad, cudaStream_t s);
+/* dst [outer, D, inner] += src [outer, n, inner] at rows ix; kd float32/float64/int32/int64 */
+int dpl_cu_index_add(int32_t kd, int64_t outer, int64_t D, int64_t inner, int64_t n, const int64_t *ix,
+                     const void *src, void *dst, unsigned long long *bad, cudaStream_t s);
+int dpl_cu_gather(int32_t es, const dpl_cu_index *g, const int64_t *ix, const void *a, void *out,
+                  unsigned long long *bad, cudaStream_t s);
+int dpl_cu_scatter_add(int32_t kd, const dpl_cu_index *g, const int64_t *ix, const void *src, void *a,
+                       unsigned long long *bad, cudaStream_t s);
+
 #ifdef __cplusplus
 }
 #endif

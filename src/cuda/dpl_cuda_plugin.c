@@ -128,6 +128,7 @@ static int supports(int32_t op)
   case DPL_BK_CROSS_ENTROPY: case DPL_BK_CROSS_ENTROPY_BWD: case DPL_BK_NLL: case DPL_BK_NLL_BWD: case DPL_BK_MSE:
   case DPL_BK_MSE_BWD: case DPL_BK_EMBEDDING: case DPL_BK_EMBEDDING_BWD: case DPL_BK_CONV2D: case DPL_BK_CONV2D_BWD:
   case DPL_BK_MAX_POOL2D: case DPL_BK_MAX_POOL2D_BWD: case DPL_BK_AVG_POOL2D: case DPL_BK_AVG_POOL2D_BWD:
+  case DPL_BK_INDEX_SELECT: case DPL_BK_INDEX_ADD: case DPL_BK_GATHER: case DPL_BK_SCATTER_ADD:
     return 1;
   default:
     return 0;
@@ -153,6 +154,8 @@ static int run(const dpl_bk_args *a)
   case DPL_BK_CONV2D: case DPL_BK_CONV2D_BWD: case DPL_BK_MAX_POOL2D: case DPL_BK_MAX_POOL2D_BWD: case DPL_BK_AVG_POOL2D:
   case DPL_BK_AVG_POOL2D_BWD:
     return dpl_cu_op_conv(a);
+  case DPL_BK_INDEX_SELECT: case DPL_BK_INDEX_ADD: case DPL_BK_GATHER: case DPL_BK_SCATTER_ADD:
+    return dpl_cu_op_index(a);
   default: return dpl_errorf(DPL_ENOTIMPL, "%s: not implemented on cuda", a->name ? a->name : dpl_bk_op_name(a->op));
   }
 }

@@ -43,7 +43,7 @@ typedef enum dpl_bk_op {
   DPL_BK_EMBEDDING_BWD = 23,/* in[0] grad, in[1] idx; l[0] num_weights; out[0] */
   DPL_BK_INDEX_SELECT = 24, /* in[0] a, in[1] idx; i[0] dim; out[0] */
   DPL_BK_INDEX_ADD = 25,    /* inout a; in[0] idx, in[1] src; i[0] dim */
-  DPL_BK_GATHER = 26,       /* in[0] a, in[1] idx; i[0] dim; out[0] */
+  DPL_BK_GATHER = 26,       /* inout a (only read); in[0] idx; i[0] dim; out[0] */
   DPL_BK_SCATTER_ADD = 27,  /* inout a; in[0] idx, in[1] src; i[0] dim */
   DPL_BK_MASKED_SELECT = 28,/* in[0] a, in[1] mask; out[0] */
   DPL_BK_NONZERO = 29,      /* in[0]; out[0] */

@@ -1,7 +1,8 @@
 /* dpl_tensor_index.c: indexing kernels: index_select, index_add_, gather,
  * scatter_add_, cat, stack, embedding and its gradient, masked_select and
  * nonzero. Index tensors are integers, 0-based, range-checked before any
- * write (a bad index is an error naming the op, the value and the bound). */
+ * write (a bad index is an error naming the op, the value and the bound).
+ * Device tensors go to the backend after the shape checks that need no data. */
 #include "dpl_tensor_internal.h"
 #include <stdio.h>
 #include <stdlib.h>
@@ -46,11 +47,16 @@ int dpl_index_select(const dpl_tensor *a, int32_t dim, const dpl_tensor *idx, dp
   const char *name = "index_select";
   if (!out) return dpl_errorf(DPL_EINVAL, "%s: out is NULL", name);
   *out = NULL;
-  DPL_TRY(dpl_check_tensor(name, "self", a));
+  DPL_TRY(dpl_check_handle(name, "self", a));
   DPL_TRY(dpl_check_same_device(name, a, idx ? idx : a));
   DPL_TRY(check_dim(name, a, dim));
   if (idx && idx->_ndim > 1)
     return dpl_errorf(DPL_EINVAL, "%s: expected a 0-d or 1-d index, got %d dims", name, idx ? (int)idx->_ndim : 0);
+  if (idx && dpl_is_devmem(a)) {
+    dpl_bk_args k = {.op = DPL_BK_INDEX_SELECT, .in = {a, idx}, .i = {dim}, .out = {out}, .name = name};
+    return dpl_bk_call(&k);
+  }
+  DPL_TRY(dpl_check_tensor(name, "self", a));
   dpl_tensor *ix = NULL, *ca = NULL, *res = NULL;
   DPL_TRY(index_tensor(name, "index", idx, &ix));
   int64_t n = ix->_numel;
@@ -109,11 +115,27 @@ static void end_contig(dpl_tensor *a, dpl_tensor *work)
 int dpl_index_add_(dpl_tensor *a, int32_t dim, const dpl_tensor *idx, const dpl_tensor *src)
 {
   const char *name = "index_add_";
-  DPL_TRY(dpl_check_tensor(name, "self", a));
-  DPL_TRY(dpl_check_tensor(name, "source", src));
+  DPL_TRY(dpl_check_handle(name, "self", a));
+  DPL_TRY(dpl_check_handle(name, "source", src));
   DPL_TRY(dpl_check_same_device(name, a, src));
   DPL_TRY(check_dim(name, a, dim));
   if (idx && idx->_ndim > 1) return dpl_errorf(DPL_EINVAL, "%s: expected a 1-d index, got %d dims", name, (int)idx->_ndim);
+  if (idx && dpl_is_devmem(a)) {
+    DPL_TRY(dpl_check_same_device(name, a, idx));
+    int64_t n = idx->_numel;
+    int ok = src->_ndim == a->_ndim;
+    for (int i = 0; ok && i < a->_ndim; i++) ok = src->_shape[i] == (i == dim ? n : a->_shape[i]);
+    if (!ok) {
+      char b1[160], b2[160];
+      return dpl_errorf(DPL_EINVAL, "%s: source shape %s does not match self %s with dim %d of size %lld (the index length)",
+                        name, dpl_shape_str(src->_ndim, src->_shape, b1, sizeof b1),
+                        dpl_shape_str(a->_ndim, a->_shape, b2, sizeof b2), (int)dim, (long long)n);
+    }
+    dpl_bk_args k = {.op = DPL_BK_INDEX_ADD, .inout = a, .in = {idx, src}, .i = {dim}, .name = name};
+    return dpl_bk_call(&k);
+  }
+  DPL_TRY(dpl_check_tensor(name, "self", a));
+  DPL_TRY(dpl_check_tensor(name, "source", src));
   dpl_tensor *ix = NULL, *cs = NULL, *work = NULL;
   DPL_TRY(index_tensor(name, "index", idx, &ix));
   int64_t n = ix->_numel;
@@ -147,8 +169,8 @@ int dpl_index_add_(dpl_tensor *a, int32_t dim, const dpl_tensor *idx, const dpl_
 /* shared by gather and scatter_add: idx and (for scatter) src walk the same positions */
 static int gather_checks(const char *name, const dpl_tensor *a, int32_t dim, const dpl_tensor *idx, const dpl_tensor *src)
 {
-  DPL_TRY(dpl_check_tensor(name, "self", a));
-  DPL_TRY(dpl_check_tensor(name, "index", idx));
+  DPL_TRY(dpl_check_handle(name, "self", a));
+  DPL_TRY(dpl_check_handle(name, "index", idx));
   DPL_TRY(dpl_check_same_device(name, a, idx));
   DPL_TRY(check_dim(name, a, dim));
   char b1[160], b2[160];
@@ -174,6 +196,15 @@ static int gather_scatter(const char *name, int scatter, dpl_tensor *a, int32_t 
                           const dpl_tensor *src, dpl_tensor **out)
 {
   DPL_TRY(gather_checks(name, a, dim, idx, src));
+  if (dpl_is_devmem(a)) {
+    dpl_bk_args k = {.op = scatter ? DPL_BK_SCATTER_ADD : DPL_BK_GATHER, .in = {idx, src}, .i = {dim},
+                     .name = name};
+    if (scatter) k.inout = a;
+    else { k.inout = a; k.out[0] = out; }
+    return dpl_bk_call(&k);
+  }
+  DPL_TRY(dpl_check_tensor(name, "self", a)); /* host memory from here on */
+  if (src) DPL_TRY(dpl_check_tensor(name, "src", src));
   dpl_tensor *ix = NULL, *cs = NULL, *res = NULL;
   DPL_TRY(index_tensor(name, "index", idx, &ix));
   int st = check_range(name, ix->_data, ix->_numel, a->_shape[dim], dim);
