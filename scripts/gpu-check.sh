@@ -8,7 +8,7 @@
 #
 #   scripts/gpu-check.sh --prepare      here, without a GPU: builds ./dplhost and
 #       ./dpl_cuda.so and packs them, busted's Lua modules and Fashion-MNIST into
-#       .gpu/ (ignored by git). Name .gpu in the device tool's `carry`.
+#       .gpu/ (in .gitignore). Name .gpu in the device tool's `carry`.
 #   scripts/gpu-check.sh [--sanitize]   on the GPU machine; the report goes to
 #       $OUT/gpu-check.md (OUT defaults to ./gpu-check-out). --sanitize adds a
 #       compute-sanitizer memcheck run of the op check.
@@ -27,9 +27,6 @@ if [ "${1:-}" = "--prepare" ]; then
   [ -d /usr/share/lua/5.1 ] && cp -R /usr/share/lua/5.1/. .gpu/lua/share/
   [ -d /usr/lib/x86_64-linux-gnu/lua/5.1 ] && cp -R /usr/lib/x86_64-linux-gnu/lua/5.1/. .gpu/lua/lib/
   cp /usr/share/datasets/fashion-mnist/*.gz .gpu/fashion-mnist/ 2>/dev/null || echo "prepare: no Fashion-MNIST here (training falls back to random data)"
-  EXCL="$(git rev-parse --git-path info/exclude)"
-  mkdir -p "$(dirname "$EXCL")"
-  grep -qx '/.gpu/' "$EXCL" 2>/dev/null || echo '/.gpu/' >> "$EXCL"
   echo "prepare: .gpu/ holds $(du -sh .gpu | cut -f1); run on the GPU machine with carry [\".gpu\"]:"
   echo "  bash scripts/gpu-check.sh"
   exit 0

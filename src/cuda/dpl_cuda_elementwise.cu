@@ -177,6 +177,36 @@ __global__ void k_binary(dpl_cu_geom g, int op, void *out, const T *a, dpl_cu_sc
   }
 }
 
+/* contiguous operands, 16 bytes of T per thread and step (V elements), the tail element-wise */
+template <typename T, int V> struct alignas(sizeof(T) * V) VecT { T v[V]; };
+
+template <typename T, typename O>
+__global__ void k_binary_vec(int64_t n, int op, O *out, const T *a, dpl_cu_scalar sa, const T *b, dpl_cu_scalar sb)
+{
+  constexpr int V = 16 / sizeof(T);
+  const T av = scalar_as<T>(sa), bv = scalar_as<T>(sb);
+  const int64_t nv = n / V;
+  DPL_GRID_STRIDE(i, nv)
+  {
+    VecT<T, V> x, y;
+    if (sa.is_scalar) { for (int k = 0; k < V; k++) x.v[k] = av; } else x = ((const VecT<T, V> *)a)[i];
+    if (sb.is_scalar) { for (int k = 0; k < V; k++) y.v[k] = bv; } else y = ((const VecT<T, V> *)b)[i];
+    VecT<O, V> r;
+#pragma unroll
+    for (int k = 0; k < V; k++) {
+      if (op >= EQ) r.v[k] = (O)compare(op, x.v[k], y.v[k]);
+      else r.v[k] = (O)Arith<T>::f(op, x.v[k], y.v[k]);
+    }
+    ((VecT<O, V> *)out)[i] = r;
+  }
+  for (int64_t i = nv * V + (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+    T x = sa.is_scalar ? av : a[i], y = sb.is_scalar ? bv : b[i];
+    out[i] = op >= EQ ? (O)compare(op, x, y) : (O)Arith<T>::f(op, x, y);
+  }
+}
+
+static inline bool aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
+
 template <typename T>
 int launch_binary(const dpl_cu_geom *g, int op, void *out, const void *a, dpl_cu_scalar sa, const void *b,
                   dpl_cu_scalar sb, cudaStream_t s)
@@ -185,7 +215,14 @@ int launch_binary(const dpl_cu_geom *g, int op, void *out, const void *a, dpl_cu
   /* contiguous, a scalar operand aside */
   bool contig = g->ndim == 0 || (g->ndim == 1 && g->stride[0][0] == 1 && (sa.is_scalar || g->stride[1][0] == 1) &&
                                  (sb.is_scalar || g->stride[2][0] == 1));
-  if (contig)
+  constexpr int V = 16 / sizeof(T);
+  bool cmp = op >= EQ;
+  if (contig && g->numel >= 4096 && (sa.is_scalar || aligned16(a)) && (sb.is_scalar || aligned16(b)) &&
+      ((uintptr_t)out % (cmp ? V : 16)) == 0) {
+    unsigned vg = grid_for((g->numel + V - 1) / V);
+    if (cmp) k_binary_vec<T, uint8_t><<<vg, kThreads, 0, s>>>(g->numel, op, (uint8_t *)out, (const T *)a, sa, (const T *)b, sb);
+    else k_binary_vec<T, T><<<vg, kThreads, 0, s>>>(g->numel, op, (T *)out, (const T *)a, sa, (const T *)b, sb);
+  } else if (contig)
     k_binary<T, true><<<grid, kThreads, 0, s>>>(*g, op, out, (const T *)a, sa, (const T *)b, sb);
   else
     k_binary<T, false><<<grid, kThreads, 0, s>>>(*g, op, out, (const T *)a, sa, (const T *)b, sb);
@@ -290,10 +327,30 @@ __global__ void k_unary(dpl_cu_geom g, int op, void *out, const T *a)
 }
 
 template <typename T>
+__global__ void k_unary_vec(int64_t n, int op, T *out, const T *a)
+{
+  constexpr int V = 16 / sizeof(T);
+  const int64_t nv = n / V;
+  DPL_GRID_STRIDE(i, nv)
+  {
+    VecT<T, V> x = ((const VecT<T, V> *)a)[i], r;
+#pragma unroll
+    for (int k = 0; k < V; k++) r.v[k] = Un<T>::f(op, x.v[k]);
+    ((VecT<T, V> *)out)[i] = r;
+  }
+  for (int64_t i = nv * V + (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+    out[i] = Un<T>::f(op, a[i]);
+}
+
+template <typename T>
 int launch_unary(const dpl_cu_geom *g, int op, void *out, const void *a, cudaStream_t s)
 {
   unsigned grid = grid_for(g->numel);
-  if (geom_contig(g, 2)) k_unary<T, true><<<grid, kThreads, 0, s>>>(*g, op, out, (const T *)a);
+  constexpr int V = 16 / sizeof(T);
+  bool boolean = op == LOGICAL_NOT || op == ISNAN;
+  if (geom_contig(g, 2) && !boolean && g->numel >= 4096 && aligned16(out) && aligned16(a))
+    k_unary_vec<T><<<grid_for((g->numel + V - 1) / V), kThreads, 0, s>>>(g->numel, op, (T *)out, (const T *)a);
+  else if (geom_contig(g, 2)) k_unary<T, true><<<grid, kThreads, 0, s>>>(*g, op, out, (const T *)a);
   else k_unary<T, false><<<grid, kThreads, 0, s>>>(*g, op, out, (const T *)a);
   return (int)cudaGetLastError();
 }
@@ -515,9 +572,29 @@ extern "C" int dpl_cu_masked_fill(const dpl_cu_geom *g, int32_t es, void *a, con
   return (int)cudaGetLastError();
 }
 
+__global__ void k_axpy_f32(int64_t n, float *a, const float *b, float al)
+{
+  const int64_t nv = n / 4;
+  DPL_GRID_STRIDE(i, nv)
+  {
+    float4 x = ((float4 *)a)[i], y = ((const float4 *)b)[i];
+    x.x += al * y.x;
+    x.y += al * y.y;
+    x.z += al * y.z;
+    x.w += al * y.w;
+    ((float4 *)a)[i] = x;
+  }
+  for (int64_t i = nv * 4 + (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+    a[i] += al * b[i];
+}
+
 extern "C" int dpl_cu_axpy(const dpl_cu_geom *g, int32_t dt, void *a, const void *b, double alpha, cudaStream_t s)
 {
   if (g->numel == 0) return 0;
+  if (dt == F32 && geom_contig(g, 2) && ((uintptr_t)a & 15) == 0 && ((uintptr_t)b & 15) == 0) {
+    k_axpy_f32<<<grid_for((g->numel + 3) / 4), kThreads, 0, s>>>(g->numel, (float *)a, (const float *)b, (float)alpha);
+    return (int)cudaGetLastError();
+  }
   k_axpy<<<grid_for(g->numel), kThreads, 0, s>>>(*g, dt, (char *)a, (const char *)b, alpha);
   return (int)cudaGetLastError();
 }
