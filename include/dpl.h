@@ -481,6 +481,24 @@ int dpl_store_delete(dpl_store *s, const char *key, int32_t *existed);
 /* For launchers, after every rank of a job exited: removes the job's shm segment
  * names left in /dev/shm (only possible when a rank died during the rendezvous). */
 int dpl_comm_shm_cleanup(const char *job, int32_t *removed);
+/* NCCL (through the CUDA plugin, which loads libnccl.so.2 on first use): one
+ * communicator per process group for tensors in GPU memory, bootstrapped by
+ * the group's host backend carrying rank 0's unique id. Tensors are contiguous,
+ * on the communicator's device; work is queued on that device's compute stream. */
+typedef struct dpl_nccl dpl_nccl;
+/* "" when NCCL can be used (plugin, libnccl, a GPU), else why not. */
+const char *dpl_nccl_unavailable_reason(void);
+/* The 128-byte ncclUniqueId of a new communicator (rank 0 makes it). */
+int dpl_nccl_unique_id(uint8_t *id, int32_t len);
+/* Collective over the ranks: every rank passes rank 0's id and its GPU. */
+int dpl_nccl_init(const uint8_t *id, int32_t len, int32_t nranks, int32_t rank, int32_t device, dpl_nccl **out);
+void dpl_nccl_destroy(dpl_nccl *c);
+/* In place; op is a dpl_comm_op: AVG needs a floating dtype; bool: SUM/MAX = or, PROD/MIN = and. */
+int dpl_nccl_all_reduce(dpl_nccl *c, dpl_tensor *t, int32_t op);
+int dpl_nccl_reduce(dpl_nccl *c, dpl_tensor *t, int32_t op, int32_t root);
+int dpl_nccl_broadcast(dpl_nccl *c, dpl_tensor *t, int32_t root);
+/* recv holds nranks * send's elements, rank k's block at k * numel. */
+int dpl_nccl_all_gather(dpl_nccl *c, const dpl_tensor *send, dpl_tensor *recv);
 /* Local helper: dst = dst op src elementwise (AVG acts as SUM), same rules as the collectives. */
 int dpl_comm_reduce_local(void *dst, const void *src, int64_t count, int32_t dtype, int32_t op);
 

@@ -136,6 +136,14 @@ DATA=.gpu/fashion-mnist
 step "training on cuda:0 (MLP, Trainer)" 200 ./dplhost scripts/gpu_check.lua train "$REPORT" "$DATA"
 note ""
 
+note "## Distributed"
+note ""
+note "| check | ranks | result |"
+note "|---|---|---|"
+step "dist: nccl backend, 1 rank" 120 ./dplhost scripts/gpu_check.lua nccl "$REPORT"
+step "dist: shm backend, 2 ranks, GPU tensors" 120 ./dplhost --nproc 2 scripts/gpu_check.lua dist "$REPORT"
+note ""
+
 note "## Steps"
 note ""
 note "| step | result | time |"

@@ -3,6 +3,8 @@
 --   dplhost scripts/gpu_check.lua ops [OUT.md]     op consistency, CUDA vs CPU (spec/support/cuda_check.lua)
 --   dplhost scripts/gpu_check.lua bench [OUT.md]   GEMM TFLOP/s, copy and elementwise bandwidth
 --   dplhost scripts/gpu_check.lua train [OUT.md] [DATA_DIR]   an MLP on Fashion-MNIST on cuda:0
+--   dplhost scripts/gpu_check.lua nccl [OUT.md]    dist with backend nccl, one rank on cuda:0
+--   dplhost --nproc 2 scripts/gpu_check.lua dist [OUT.md]   GPU tensors through the shm backend
 -- Each prints a markdown table (and appends it to OUT.md when given); the exit
 -- status is 1 when a check failed.
 package.path = './?.lua;' .. package.path
@@ -181,8 +183,39 @@ elseif mode == 'train' then
   emit('| Trainer{accelerator="gpu", devices=1}:fit (MLP, 32 steps) | cuda:0 | %s |',
     ok and 'pass' or ('**FAIL**: ' .. tostring(e):gsub('\n', ' '):sub(1, 300)))
   failed = failed or not ok
+elseif mode == 'nccl' or mode == 'dist' then
+  local dist = dpl.dist
+  local nccl = mode == 'nccl'
+  local ok, e = pcall(function()
+    dist.init_process_group { backend = nccl and 'nccl' or 'shm' }
+    local r, n = dist.get_rank(), dist.get_world_size()
+    local t = dpl.full({ 1000 }, r + 1, { device = 'cuda:0', dtype = 'float32' })
+    dist.all_reduce(t)
+    assert(t:min():item() == n * (n + 1) / 2 and t:max():item() == n * (n + 1) / 2, 'all_reduce sum')
+    local b = dpl.full({ 7, 3 }, r + 5, { device = 'cuda:0', dtype = 'bfloat16' })
+    dist.broadcast(b, 0)
+    assert(b:eq(5):all():item(), 'broadcast')
+    local m = dpl.full({ 5 }, r, { device = 'cuda:0', dtype = 'int64' })
+    dist.all_reduce(m, 'max')
+    assert(m:eq(n - 1):all():item(), 'all_reduce max')
+    local h = dpl.full({ 3 }, r + 1) -- a host tensor in the same group
+    dist.all_reduce(h)
+    assert(h:eq(n * (n + 1) / 2):all():item(), 'host all_reduce')
+    dist.barrier()
+    assert(dist.get_backend() == (nccl and 'nccl' or 'shm'), 'backend ' .. tostring(dist.get_backend()))
+    dist.destroy_process_group()
+  end)
+  local rank = tonumber(os.getenv('RANK') or '0')
+  if rank == 0 then
+    emit('| dist %s: all_reduce/broadcast/max of cuda:0 tensors | %s | %s |', nccl and 'backend nccl' or
+      'backend shm, GPU tensors through host memory', os.getenv('WORLD_SIZE') or '1',
+      ok and 'pass' or ('**FAIL**: ' .. tostring(e):gsub('\n', ' ')))
+  elseif not ok then
+    io.stderr:write(tostring(e), '\n')
+  end
+  failed = not ok
 else
-  io.stderr:write('usage: dplhost scripts/gpu_check.lua ops|bench|train [OUT.md] [DATA_DIR]\n')
+  io.stderr:write('usage: dplhost scripts/gpu_check.lua ops|bench|train|nccl|dist [OUT.md] [DATA_DIR]\n')
   os.exit(2)
 end
 

@@ -61,6 +61,27 @@ describe('the CUDA plugin without a GPU', function()
     })
   end)
 
+  it("dist backend 'nccl' says why it is unavailable; NCCL ids come from the plugin", function()
+    run.check(nil, {
+      { 'dpl.dist.init_process_group{backend = "nccl"}', "err init_process_group: backend='nccl' is not available: no " },
+      { 'ffi.string(dpl.C.dpl_nccl_unavailable_reason()) ~= ""', 'ok true' },
+    }, { setup = "ffi = require 'ffi'" })
+    run.check(2, {
+      { 'dpl.dist.init_process_group{backend = "nccl"}', 'err the simulated GPUs of DPL_VIRTUAL_GPUS have no NCCL' },
+    })
+    if plugin_built() then -- ncclGetUniqueId needs no GPU
+      run.check(nil, {
+        { '(function() local id = ffi.new("uint8_t[128]") dpl.cuda.load() local st = dpl.C.dpl_nccl_unique_id(id, 128) '
+          .. 'if st ~= 0 then return ffi.string(dpl.C.dpl_last_error()):find("NCCL not found", 1, true) ~= nil end local nz = 0 '
+          .. 'for i = 0, 127 do if id[i] ~= 0 then nz = nz + 1 end end return nz > 0 end)()', 'ok true' },
+        { '(function() dpl.cuda.load() local o = ffi.new("dpl_nccl*[1]") local id = ffi.new("uint8_t[128]") '
+          .. 'assert(dpl.C.dpl_nccl_init(id, 128, 1, 0, 0, o) ~= 0) local m = ffi.string(dpl.C.dpl_last_error()) '
+          .. 'return m:find("cudaSetDevice on cuda:0: ", 1, true) ~= nil or m:find("NCCL not found", 1, true) ~= nil end)()',
+          'ok true' },
+      }, { setup = "ffi = require 'ffi'" })
+    end
+  end)
+
   it('--devices says there is no driver or no GPU', function()
     local out, err, rc = h.sh("DPL_VIRTUAL_GPUS= CUDA_VISIBLE_DEVICES='' " .. h.q(h.bin) .. ' --devices')
     assert.are.equal(0, rc, err)

@@ -24,4 +24,6 @@ void dpl_device_plugin_autoload(void);
 /* Why the plugin is not loaded ("" when it is, or before any attempt). */
 const char *dpl_device_plugin_error(void);
 typedef int (*dpl_cuda_plugin_init_fn)(int32_t abi, char *err, size_t errlen);
+/* A function the plugin exports (the NCCL entry points), loading it if needed; NULL without one. */
+void *dpl_device_plugin_symbol(const char *name);
 #endif

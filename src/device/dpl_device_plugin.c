@@ -93,4 +93,10 @@ int dpl_cuda_load(void)
 }
 
 const char *dpl_cuda_plugin_path(void) { return handle ? plugin_path : ""; }
+
+void *dpl_device_plugin_symbol(const char *name)
+{
+  pthread_once(&load_once, load);
+  return handle ? dlsym(handle, name) : NULL;
+}
 const char *dpl_device_plugin_error(void) { return handle ? "" : load_error; }
