@@ -187,6 +187,9 @@ for _, op in ipairs({ 'sum', 'mean', 'prod', 'logsumexp', 'any', 'all', 'argmax'
     return r
   end, op == 'prod' and 1e-4 or nil)
 end
+add('reduce sum/mean of long rows (sliced)', function() return { randn(3, 300000) } end, function(_, x)
+  return { x:sum(2), x:mean(2), x:sum(), x:mean(), x:double():sum(2, true) }
+end)
 add('reduce max/min with indices', red_inputs, function(_, x, i)
   local v1, i1 = x:max(2)
   local v2, i2 = x:min(3, true)

@@ -229,6 +229,24 @@ __global__ void k_reduce_i(int op, const int64_t *x, int64_t rows, int64_t R, in
   }
 }
 
+/* SUM/MEAN of few long rows: blockIdx.y slices each row, partial sums are added
+ * into val (zeroed by the launcher) with double atomics; MEAN divides after */
+__global__ void k_sum_slices(const double *x, int64_t R, int64_t slice, double *val)
+{
+  __shared__ double sh[kThreads];
+  int64_t row = blockIdx.x, lo = (int64_t)blockIdx.y * slice, hi = lo + slice < R ? lo + slice : R;
+  const double *p = x + row * R;
+  double acc = 0;
+  for (int64_t j = lo + threadIdx.x; j < hi; j += blockDim.x) acc += p[j];
+  double s = block_sum(acc, sh);
+  if (threadIdx.x == 0) atomicAdd(val + row, s);
+}
+
+__global__ void k_scale(double *val, int64_t n, double f)
+{
+  DPL_GRID_STRIDE(i, n) val[i] *= f;
+}
+
 static unsigned row_grid(int64_t rows)
 {
   int64_t g = rows < 65535 * 4 ? rows : 65535 * 4;
@@ -362,6 +380,14 @@ extern "C" int dpl_cu_reduce_rows(int32_t op, int32_t kd, const void *x, int64_t
                                   void *val, int64_t *idx, cudaStream_t s)
 {
   if (rows == 0) return 0;
+  if (kd == F64 && (op == SUM || op == MEAN) && rows <= 64 && R >= (1 << 18)) {
+    int64_t parts = 1024 / rows, slice = (R + parts - 1) / parts;
+    cudaError_t e = cudaMemsetAsync(val, 0, (size_t)rows * sizeof(double), s);
+    if (e != cudaSuccess) return (int)e;
+    k_sum_slices<<<dim3((unsigned)rows, (unsigned)parts), kThreads, 0, s>>>((const double *)x, R, slice, (double *)val);
+    if (op == MEAN) k_scale<<<grid_for(rows), kThreads, 0, s>>>((double *)val, rows, 1.0 / (double)R);
+    return (int)cudaGetLastError();
+  }
   if (kd == I64) k_reduce_i<<<row_grid(rows), kThreads, 0, s>>>(op, (const int64_t *)x, rows, R, (int64_t *)val, idx);
   else k_reduce_f<<<row_grid(rows), kThreads, 0, s>>>(op, (const double *)x, rows, R, param, (double *)val, idx);
   return (int)cudaGetLastError();
