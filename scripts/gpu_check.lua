@@ -6,7 +6,8 @@
 --   dplhost scripts/gpu_check.lua nccl [OUT.md]    dist with backend nccl, one rank on cuda:0
 --   dplhost --nproc 2 scripts/gpu_check.lua dist [OUT.md]   GPU tensors through the shm backend
 -- Each prints a markdown table (and appends it to OUT.md when given); the exit
--- status is 1 when a check failed.
+-- status is 1 when a check failed. DPL_GPU_CHECK_ONLY=<Lua pattern> limits `ops`
+-- to the matching cases (e.g. 'conv2d' or '^matmul').
 package.path = './?.lua;' .. package.path
 local dpl = require 'dpl'
 
@@ -56,7 +57,9 @@ if mode == 'ops' then
   emit('|---|---|---|')
   local npass, nfail = 0, 0
   local t0 = clock()
+  local only = os.getenv('DPL_GPU_CHECK_ONLY') -- a Lua pattern: rerun some cases only
   for i, c in ipairs(K.cases) do
+    if only and not c.name:find(only) then goto continue end
     local ok, detail = K.run_case(c, 'cuda:0', 1000 + i)
     if ok then
       npass = npass + 1
@@ -66,6 +69,7 @@ if mode == 'ops' then
       emit('| %s | **FAIL** | %s |', c.name, tostring(detail):gsub('|', '/'):gsub('\n', ' '))
     end
     collectgarbage()
+    ::continue::
   end
   local ok, e = pcall(function() return dpl.randn(4, 5):cuda():nonzero() end)
   local ni = not ok and tostring(e):find('not implemented on cuda', 1, true) ~= nil
