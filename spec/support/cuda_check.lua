@@ -265,6 +265,10 @@ add('max(dim) backward through scatter_add_ (autograd)', function() return { ran
   local v, i = x:max(2)
   return { dpl.zeros(4, 6, { device = x.device }):scatter_add_(2, i:view(4, 1), v:view(4, 1)) }
 end)
+add('masked_select/nonzero (through host memory)', function() return { randn(5, 6), randint(-1, 2, { 4, 3 }) } end,
+  function(_, x, i)
+    return { x:masked_select(x:gt(0.3)), x:nonzero(), i:nonzero(), i:masked_select(i:ne(0)) }
+  end)
 add('cat/stack', function() return { randn(3, 4), randn(2, 4), randn(3, 4) } end, function(_, a, b, c)
   return { dpl.cat({ a, b }, 1), dpl.cat({ a, c }, 2), dpl.stack({ a, c }, 1), dpl.stack({ a:t(), c:t() }, 3) }
 end)

@@ -409,11 +409,38 @@ int dpl_embedding_backward(const dpl_tensor *grad, const dpl_tensor *idx, int64_
   return DPL_OK;
 }
 
+/* Ops whose output size depends on the data: a device tensor goes through host
+ * memory (one copy each way; the size has to reach the host anyway). */
+static int on_host(const char *name, const dpl_tensor *t, dpl_tensor **h)
+{
+  DPL_TRY(dpl_check_handle(name, "tensor", t));
+  DPL_TRY(dpl_new_on(name, t->_dtype, t->_ndim, t->_shape, DPL_DEVICE_CPU, 0, h));
+  int st = dpl_copy_any(name, *h, t);
+  if (st != DPL_OK) { dpl_tensor_release(*h); *h = NULL; }
+  return st;
+}
+static int back_to(const char *name, dpl_tensor *h, const dpl_tensor *like, int st, dpl_tensor **out)
+{
+  if (st == DPL_OK) st = dpl_tensor_to(h, h->_dtype, like->_devtype, like->_devindex, out);
+  dpl_tensor_release(h);
+  (void)name;
+  return st;
+}
+
 int dpl_masked_select(const dpl_tensor *a, const dpl_tensor *mask, dpl_tensor **out)
 {
   const char *name = "masked_select";
   if (!out) return dpl_errorf(DPL_EINVAL, "%s: out is NULL", name);
   *out = NULL;
+  if (dpl_is_devmem(a) && mask && dpl_is_devmem(mask)) {
+    dpl_tensor *ha = NULL, *hm = NULL, *r = NULL;
+    int st = on_host(name, a, &ha);
+    if (st == DPL_OK) st = on_host(name, mask, &hm);
+    if (st == DPL_OK) st = dpl_masked_select(ha, hm, &r);
+    dpl_tensor_release(ha);
+    dpl_tensor_release(hm);
+    return r ? back_to(name, r, a, st, out) : st;
+  }
   DPL_TRY(dpl_check_tensor(name, "self", a));
   DPL_TRY(dpl_check_tensor(name, "mask", mask));
   DPL_TRY(dpl_check_same_device(name, a, mask));
@@ -452,6 +479,13 @@ int dpl_nonzero(const dpl_tensor *a, dpl_tensor **out)
   const char *name = "nonzero";
   if (!out) return dpl_errorf(DPL_EINVAL, "%s: out is NULL", name);
   *out = NULL;
+  if (dpl_is_devmem(a)) {
+    dpl_tensor *ha = NULL, *r = NULL;
+    int st = on_host(name, a, &ha);
+    if (st == DPL_OK) st = dpl_nonzero(ha, &r);
+    dpl_tensor_release(ha);
+    return r ? back_to(name, r, a, st, out) : st;
+  }
   DPL_TRY(dpl_check_tensor(name, "self", a));
   dpl_tensor *ca = NULL, *res = NULL;
   DPL_TRY(dpl_contig_as(name, a, DPL_FLOAT64, &ca));
