@@ -138,6 +138,22 @@ add('binary in place', function() return { randn(4, 5), randn(5) } end, function
   return { x, y, z }
 end)
 
+-- large contiguous operands take the 16-byte vector kernels (4096+ elements, an odd tail)
+for _, dt in ipairs({ 'float32', 'float64', 'int64', 'int32', 'bfloat16', 'uint8' }) do
+  add('vector paths ' .. dt, function() return { sample(dt, 70, 61), sample(dt, 70, 61) } end, function(_, a, b)
+    local int = dt == 'int64' or dt == 'int32' or dt == 'uint8'
+    local r = { a + b, a * b, a - 3, a:lt(b), a:eq(b), a:maximum(b), a:abs() }
+    if not int then
+      r[#r + 1] = a:exp()
+      r[#r + 1] = a:relu()
+      local c = a:clone()
+      c:add_(b, 0.5)
+      r[#r + 1] = c
+    end
+    return r
+  end)
+end
+
 -- unary
 local unops = { 'neg', 'abs', 'exp', 'log', 'sqrt', 'rsqrt', 'tanh', 'sigmoid', 'relu', 'gelu', 'sin', 'cos', 'floor',
   'ceil', 'round', 'sign', 'reciprocal', 'square', 'log1p', 'expm1', 'logical_not', 'silu', 'erf', 'trunc', 'log2',
