@@ -60,6 +60,10 @@ int dpl_cu_rng(void *dst, int32_t dt, int64_t n, int32_t kind, uint64_t key, uin
  * dpl_redop; param: correction (var/std), p (norm). */
 int dpl_cu_reduce_rows(int32_t op, int32_t kd, const void *x, int64_t rows, int64_t R, double param, void *val,
                        int64_t *idx, cudaStream_t s);
+/* softmax (log 0) / log_softmax (log 1) of contiguous rows [rows, R] in kd (float32 0 / float64 1);
+ * bwd 1: x is the forward's output and g the incoming gradient */
+int dpl_cu_softmax_rows(int32_t kd, const void *x, const void *g, void *out, int64_t rows, int64_t R, int32_t log,
+                        int32_t bwd, cudaStream_t s);
 /* Class losses on contiguous float64 x [N, C] and int64 t [N]: l[N] per-sample
  * losses (0 where ignored); *bad (device memory the caller preset to all ones)
  * gets the smallest sample whose target is out of range. ce: 1 cross-entropy,

@@ -229,6 +229,43 @@ __global__ void k_reduce_i(int op, const int64_t *x, int64_t rows, int64_t R, in
   }
 }
 
+/* softmax / log_softmax (and their gradients) of contiguous rows, one block per
+ * row, with the CPU's formulas in float64 (dpl_tensor_reduce.c's sm_range) */
+template <typename T>
+__global__ void k_softmax_rows(const T *x, const T *g, T *out, int64_t rows, int64_t R, int lg, int bwd)
+{
+  __shared__ double sh[kThreads];
+  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+    const T *p = x + row * R;
+    const T *q = g ? g + row * R : nullptr;
+    T *o = out + row * R;
+    if (!bwd) {
+      double m = -INFINITY;
+      for (int64_t j = threadIdx.x; j < R; j += blockDim.x) {
+        double v = (double)p[j];
+        if (v > m || v != v) m = v;
+      }
+      m = block_max_nan(m, sh);
+      if (isinf(m) && m < 0) m = 0;
+      double acc = 0;
+      for (int64_t j = threadIdx.x; j < R; j += blockDim.x) acc += exp((double)p[j] - m);
+      double sum = block_sum(acc, sh);
+      if (lg) {
+        double ls = log(sum) + m;
+        for (int64_t j = threadIdx.x; j < R; j += blockDim.x) o[j] = (T)((double)p[j] - ls);
+      } else {
+        for (int64_t j = threadIdx.x; j < R; j += blockDim.x) o[j] = (T)(exp((double)p[j] - m) / sum);
+      }
+    } else {
+      double acc = 0;
+      for (int64_t j = threadIdx.x; j < R; j += blockDim.x) acc += lg ? (double)q[j] : (double)q[j] * (double)p[j];
+      double sum = block_sum(acc, sh);
+      for (int64_t j = threadIdx.x; j < R; j += blockDim.x)
+        o[j] = lg ? (T)((double)q[j] - exp((double)p[j]) * sum) : (T)((double)p[j] * ((double)q[j] - sum));
+    }
+  }
+}
+
 /* SUM/MEAN of few long rows: blockIdx.y slices each row, partial sums are added
  * into val (zeroed by the launcher) with double atomics; MEAN divides after */
 __global__ void k_sum_slices(const double *x, int64_t R, int64_t slice, double *val)
@@ -445,5 +482,18 @@ extern "C" int dpl_cu_embedding_bwd(int32_t kd, const void *g, const int64_t *id
     k_embedding_bwd<double><<<grid_for(n * D), kThreads, 0, s>>>((const double *)g, idx, n, V, D, (double *)gw, bad);
   else
     k_embedding_bwd<float><<<grid_for(n * D), kThreads, 0, s>>>((const float *)g, idx, n, V, D, (float *)gw, bad);
+  return (int)cudaGetLastError();
+}
+
+extern "C" int dpl_cu_softmax_rows(int32_t kd, const void *x, const void *g, void *out, int64_t rows, int64_t R,
+                                   int32_t log, int32_t bwd, cudaStream_t s)
+{
+  if (rows == 0 || R == 0) return 0;
+  if (kd == F64)
+    k_softmax_rows<double><<<row_grid(rows), kThreads, 0, s>>>((const double *)x, (const double *)g, (double *)out, rows,
+                                                               R, log, bwd);
+  else
+    k_softmax_rows<float><<<row_grid(rows), kThreads, 0, s>>>((const float *)x, (const float *)g, (float *)out, rows, R,
+                                                              log, bwd);
   return (int)cudaGetLastError();
 }

@@ -1,7 +1,7 @@
 /* dpl_cuda_reduce_ops.c: the backend's whole-op implementations of
  * reductions (the reduced dim moved last and made contiguous in float64 or
- * int64, then one block per row), the softmax family (composed from
- * logsumexp, sub, exp, mul on the GPU, in float32/float64), the class losses
+ * int64, then one block per row), the softmax family (a fused row kernel
+ * over the last dim; other dims composed from logsumexp, sub, exp, mul), the class losses
  * (cross-entropy, NLL) and MSE with their gradients, and embedding. Dtype
  * rules and messages follow the CPU code in dpl_tensor_reduce.c and
  * dpl_tensor_index.c. */
@@ -160,7 +160,16 @@ int dpl_cu_op_softmax(const dpl_bk_args *a)
   dpl_tensor *xk = NULL, *gk = NULL, *t1 = NULL, *t2 = NULL, *t3 = NULL, *res = NULL;
   int st = dpl_contig_as(name, x, kd, &xk);
   if (grad) TRYC(dpl_contig_as(name, grad, kd, &gk));
-  if (!bwd) {
+  if (rdim == -1 || rdim == x->_ndim - 1) { /* the last dim: one fused row kernel */
+    int64_t R = x->_ndim ? x->_shape[x->_ndim - 1] : 1, rows = R ? x->_numel / R : 0;
+    TRYC(dnew(name, kd, x->_ndim, x->_shape, x, &res));
+    dpl_cu_dev *d = st == DPL_OK ? dpl_cu_device(x->_devindex, name) : NULL;
+    if (st == DPL_OK && !d) st = DPL_EDEVICE;
+    if (st == DPL_OK) {
+      int e = dpl_cu_softmax_rows(kd, xk->_data, gk ? gk->_data : NULL, res->_data, rows, R, log, bwd, d->compute);
+      if (e) st = dpl_cu_fail((cudaError_t)e, name, x->_devindex);
+    }
+  } else if (!bwd) {
     TRYC(dpl_reduce(DPL_RED_LOGSUMEXP, xk, rdim, 1, 0, &t1));     /* lse, keepdim */
     TRYC(dpl_binary(DPL_OP_SUB, xk, t1, &t2));                    /* log_softmax */
     if (log) { res = t2; t2 = NULL; }
