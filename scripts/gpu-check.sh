@@ -103,6 +103,14 @@ note '```'
 note '```'
 note ""
 
+# a first smoke test: one upload, a kernel, cuBLAS and a download, with the error if any
+SMOKE=$(./dplhost -e 'local dpl = require "dpl"; local ok, e = pcall(function() local x = dpl.randn(64, 64)
+  local g = x:cuda(); local d = (g:matmul(g) + 1):sum():item() - (x:matmul(x) + 1):sum():item()
+  dpl.cuda.synchronize(); return ("cuda:0 matmul+add+sum vs cpu differ by %.3g; plugin %s"):format(d, dpl.cuda.plugin_path()) end)
+  print((ok and "smoke: " or "smoke FAILED: ") .. tostring(e))' 2>&1 | tail -3)
+note "- $SMOKE"
+note ""
+
 note "## Op consistency (CUDA vs CPU, DPL_CUDA_POISON=1)"
 note ""
 step "op consistency (scripts/gpu_check.lua ops)" 240 env DPL_CUDA_POISON=1 ./dplhost scripts/gpu_check.lua ops "$REPORT"
