@@ -315,6 +315,48 @@ for _, dt in ipairs({ 'float32', 'float64' }) do
   end)
 end
 
+-- autograd through nn modules: the same gradients on both devices
+local function grads_of(dev, make, x, y)
+  dpl.manual_seed(5)
+  local model = make():to(dev)
+  local loss = dpl.nn.functional.cross_entropy(model(x), y)
+  loss:backward()
+  local r = { loss }
+  for _, p in ipairs(model:parameters()) do r[#r + 1] = p.grad end
+  return r
+end
+add('autograd: MLP gradients', function() return { randn(16, 20), randint(1, 6, { 16 }) } end, function(dev, x, y)
+  local nn = dpl.nn
+  return grads_of(dev, function()
+    return nn.Sequential(nn.Linear(20, 32), nn.ReLU(), nn.Linear(32, 32), nn.GELU(), nn.Linear(32, 5))
+  end, x, y)
+end)
+add('autograd: CNN gradients', function() return { randn(4, 1, 12, 12), randint(1, 4, { 4 }) } end, function(dev, x, y)
+  local nn = dpl.nn
+  return grads_of(dev, function()
+    return nn.Sequential(nn.Conv2d(1, 4, 3), nn.ReLU(), nn.MaxPool2d(2), nn.Conv2d(4, 6, 3, { padding = 1 }), nn.Tanh(),
+      nn.Flatten(), nn.Linear(6 * 5 * 5, 3))
+  end, x, y)
+end)
+add('autograd: optimizer steps (SGD momentum, Adam)', function() return { randn(8, 6), randint(1, 4, { 8 }) } end,
+  function(dev, x, y)
+    local nn, optim = dpl.nn, dpl.optim
+    dpl.manual_seed(9)
+    local m = nn.Sequential(nn.Linear(6, 10), nn.ReLU(), nn.Linear(10, 3)):to(dev)
+    local o1 = optim.SGD(m:parameters(), { lr = 0.1, momentum = 0.9 })
+    local o2 = optim.Adam(m:parameters(), { lr = 0.01 })
+    for _ = 1, 3 do
+      for _, o in ipairs({ o1, o2 }) do
+        o:zero_grad()
+        dpl.nn.functional.cross_entropy(m(x), y):backward()
+        o:step()
+      end
+    end
+    local r = {}
+    for _, p in ipairs(m:parameters()) do r[#r + 1] = p:detach() end
+    return r
+  end, 1e-5)
+
 -- random numbers: one seed, the same numbers on both devices
 add('rng: same seed, same numbers', function() return {} end, function(dev)
   local o = { device = dev }
