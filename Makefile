@@ -1,6 +1,7 @@
-# Makefile: builds dplhost (C host + embedded LuaJIT), runs the demo, the tests
-# and the benchmarks. `make SAN=1` builds with ASan+UBSan; NO_CUDA=1 / NO_MPI=1
-# switch the optional parts off.
+# Makefile: builds dplhost (C host + embedded LuaJIT), the CUDA plugin
+# dpl_cuda.so (when nvcc is found), runs the demo, the tests and the
+# benchmarks. `make SAN=1` builds with ASan+UBSan; NO_CUDA=1 / NO_MPI=1 switch
+# the optional parts off.
 
 CC      ?= gcc
 PREFIX  ?= /usr/local
@@ -38,15 +39,28 @@ OBJS := $(patsubst src/%.c,$(BUILD)/%.o,$(SRCS)) $(BUILD)/dpl_header_text.o
 HAVE_NVCC := $(if $(NO_CUDA),,$(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null))
 HAVE_MPI  := $(if $(NO_MPI),,$(shell command -v mpicc 2>/dev/null))
 
+# The CUDA plugin (src/cuda/): host side in C (gcc), kernels in CUDA C++ (nvcc),
+# linked by nvcc (cudart static) against cuBLAS; sm_90 machine code plus
+# compute_90 PTX. It is loaded with dlopen; the core binary never links CUDA.
+CUDA_HOME   := $(if $(HAVE_NVCC),$(patsubst %/bin/nvcc,%,$(realpath $(HAVE_NVCC))))
+CUDA_LIBDIR := $(firstword $(wildcard $(CUDA_HOME)/lib64 $(CUDA_HOME)/lib))
+CUDA_ARCH   ?= -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90
+NVCC_FLAGS  := -O3 -std=c++17 $(CUDA_ARCH) -Xcompiler -fPIC,-Wall,-Wextra -Iinclude -Isrc/host $(EXTRA_NVCCFLAGS)
+PLUGIN_CFLAGS := -std=c11 -O2 -g -MMD -MP -Wall -Wextra -pthread -fPIC -Iinclude -Isrc/host -I$(CUDA_HOME)/include $(EXTRA_CFLAGS)
+CUDA_C_SRCS  := $(wildcard src/cuda/*.c)
+CUDA_CU_SRCS := $(wildcard src/cuda/*.cu)
+CUDA_OBJS    := $(patsubst src/%.c,$(BUILD)/%.o,$(CUDA_C_SRCS)) $(patsubst src/%.cu,$(BUILD)/%.cu.o,$(CUDA_CU_SRCS))
+PLUGIN       := $(if $(HAVE_NVCC),dpl_cuda.so)
+
 .PHONY: all deps demo test bench install clean report FORCE
-all: dplhost report
+all: dplhost $(PLUGIN) report
 
 report:
 	@echo "dplhost $(VERSION) [$(VARIANT)] build:"
 	@echo "  ✓ LuaJIT ($(LUAJIT_KIND))"
-	@if [ -n "$(HAVE_MPI)" ]; then echo "  ✓ Open MPI found ($(HAVE_MPI)); the mpi backend arrives with the collectives work"; \
+	@if [ -n "$(HAVE_MPI)" ]; then echo "  ✓ Open MPI found ($(HAVE_MPI)): the mpi backend of dpl.dist loads libmpi at run time"; \
 	 else echo "  ✗ Open MPI $(if $(NO_MPI),(NO_MPI=1),(mpicc not found))"; fi
-	@if [ -n "$(HAVE_NVCC)" ]; then echo "  ✓ CUDA toolkit found ($(HAVE_NVCC)); the CUDA plugin arrives with the GPU work"; \
+	@if [ -n "$(HAVE_NVCC)" ]; then echo "  ✓ CUDA toolkit found ($(HAVE_NVCC)): built the CUDA plugin ./dpl_cuda.so (sm_90 + PTX)"; \
 	 else echo "  ✗ CUDA $(if $(NO_CUDA),(NO_CUDA=1),(nvcc not found))"; fi
 
 # copy then rename: a running ./dplhost (the test runner) is never overwritten in place
@@ -55,6 +69,21 @@ dplhost: $(BUILD)/dplhost FORCE
 
 $(BUILD)/dplhost: $(OBJS)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+# the plugin beside the binary, where dplhost looks for it
+dpl_cuda.so: $(BUILD)/dpl_cuda.so FORCE
+	@cmp -s $< $@ || { cp $< $@.tmp && mv -f $@.tmp $@; }
+
+$(BUILD)/dpl_cuda.so: $(CUDA_OBJS)
+	$(HAVE_NVCC) -shared $(CUDA_ARCH) -o $@ $^ -L$(CUDA_LIBDIR) -lcublas -Xlinker -rpath=$(CUDA_LIBDIR)
+
+$(BUILD)/cuda/%.o: src/cuda/%.c include/dpl.h src/host/dpl_internal.h src/tensor/dpl_tensor_internal.h src/tensor/dpl_tensor_backend.h
+	@mkdir -p $(dir $@)
+	$(CC) $(PLUGIN_CFLAGS) -c -o $@ $<
+
+$(BUILD)/cuda/%.cu.o: src/cuda/%.cu $(wildcard src/cuda/*.h src/cuda/*.cuh)
+	@mkdir -p $(dir $@)
+	$(HAVE_NVCC) $(NVCC_FLAGS) -c -o $@ $<
 
 $(BUILD)/%.o: src/%.c include/dpl.h src/host/dpl_internal.h
 	@mkdir -p $(dir $@)
@@ -81,7 +110,7 @@ $(BUILD)/dpl_header_text.c: include/dpl.h
 $(BUILD)/dpl_header_text.o: $(BUILD)/dpl_header_text.c
 	$(CC) $(CFLAGS) -c -o $@ $<
 
--include $(OBJS:.o=.d)
+-include $(OBJS:.o=.d) $(CUDA_OBJS:.o=.d)
 
 deps:
 	@bash scripts/install-deps.sh
@@ -106,6 +135,9 @@ install:
 	install -m 755 dplhost $(DESTDIR)$(PREFIX)/bin/dplhost
 	cp -R lua/dpl $(DESTDIR)$(PREFIX)/share/dplhost/lua/
 	install -m 644 include/dpl.h $(DESTDIR)$(PREFIX)/include/dpl.h
+	@if [ -f dpl_cuda.so ]; then install -d $(DESTDIR)$(PREFIX)/lib/dplhost && \
+	  install -m 755 dpl_cuda.so $(DESTDIR)$(PREFIX)/lib/dplhost/dpl_cuda.so && \
+	  echo "install: CUDA plugin in $(PREFIX)/lib/dplhost/dpl_cuda.so"; fi
 
 clean:
-	rm -rf build dplhost
+	rm -rf build dplhost dpl_cuda.so

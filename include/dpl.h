@@ -124,6 +124,35 @@ const char *dpl_cuda_unavailable_reason(void);
  * plugin is not loaded (no CUDA context is ever created by this probe then). */
 int dpl_device_probe_alloc(int32_t type, int32_t index);
 
+/* ---- the CUDA plugin (src/device/dpl_device_plugin.c forwards to dpl_cuda.so) ----
+ * Real GPUs run tensors through the plugin dpl_cuda.so, which the core loads
+ * with dlopen at the first device query when NVML finds a GPU. Without it (or
+ * without a GPU) every call below fails with a message saying why. */
+typedef struct dpl_cuda_mem_stats {
+  int64_t allocated_bytes;      /* bytes held by live tensors */
+  int64_t reserved_bytes;       /* bytes taken from cudaMalloc (allocated + cached) */
+  int64_t peak_allocated_bytes;
+  int64_t peak_reserved_bytes;
+  int64_t allocations;          /* allocator requests served */
+  int64_t cache_hits;           /* ... of them from the cache, without cudaMalloc */
+  int64_t device_mallocs;       /* cudaMalloc calls */
+  int64_t device_frees;         /* cudaFree calls (empty_cache, out-of-memory retries) */
+} dpl_cuda_mem_stats;
+/* Loads the plugin now (normally automatic); touches no GPU. DPL_EDEVICE when
+ * it is missing or refuses to load. */
+int dpl_cuda_load(void);
+/* Path of the loaded plugin, "" when none. */
+const char *dpl_cuda_plugin_path(void);
+/* Waits for all work queued on cuda:index (index -1: every device used). */
+int dpl_cuda_synchronize(int32_t index);
+/* Returns the cached free blocks of cuda:index (-1: all) to the driver; *freed: bytes. */
+int dpl_cuda_empty_cache(int32_t index, int64_t *freed);
+int dpl_cuda_memory_stats(int32_t index, dpl_cuda_mem_stats *out);
+/* 1 when the loaded backend runs op id (dpl_tensor_backend.h's enum) on the GPU. */
+int32_t dpl_cuda_supports(int32_t op);
+/* Name of backend op id ("" past the last). */
+const char *dpl_cuda_op_name(int32_t op);
+
 /* ---- tensors (src/tensor/) ----
  * A dpl_tensor is a view (dtype, shape, strides in elements, offset) on a
  * reference-counted, 64-byte-aligned storage tagged with a device. Every function
@@ -454,6 +483,24 @@ int dpl_store_delete(dpl_store *s, const char *key, int32_t *existed);
 /* For launchers, after every rank of a job exited: removes the job's shm segment
  * names left in /dev/shm (only possible when a rank died during the rendezvous). */
 int dpl_comm_shm_cleanup(const char *job, int32_t *removed);
+/* NCCL (through the CUDA plugin, which loads libnccl.so.2 on first use): one
+ * communicator per process group for tensors in GPU memory, bootstrapped by
+ * the group's host backend carrying rank 0's unique id. Tensors are contiguous,
+ * on the communicator's device; work is queued on that device's compute stream. */
+typedef struct dpl_nccl dpl_nccl;
+/* "" when NCCL can be used (plugin, libnccl, a GPU), else why not. */
+const char *dpl_nccl_unavailable_reason(void);
+/* The 128-byte ncclUniqueId of a new communicator (rank 0 makes it). */
+int dpl_nccl_unique_id(uint8_t *id, int32_t len);
+/* Collective over the ranks: every rank passes rank 0's id and its GPU. */
+int dpl_nccl_init(const uint8_t *id, int32_t len, int32_t nranks, int32_t rank, int32_t device, dpl_nccl **out);
+void dpl_nccl_destroy(dpl_nccl *c);
+/* In place; op is a dpl_comm_op: AVG needs a floating dtype; bool: SUM/MAX = or, PROD/MIN = and. */
+int dpl_nccl_all_reduce(dpl_nccl *c, dpl_tensor *t, int32_t op);
+int dpl_nccl_reduce(dpl_nccl *c, dpl_tensor *t, int32_t op, int32_t root);
+int dpl_nccl_broadcast(dpl_nccl *c, dpl_tensor *t, int32_t root);
+/* recv holds nranks * send's elements, rank k's block at k * numel. */
+int dpl_nccl_all_gather(dpl_nccl *c, const dpl_tensor *send, dpl_tensor *recv);
 /* Local helper: dst = dst op src elementwise (AVG acts as SUM), same rules as the collectives. */
 int dpl_comm_reduce_local(void *dst, const void *src, int64_t count, int32_t dtype, int32_t op);
 

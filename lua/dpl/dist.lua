@@ -1,6 +1,7 @@
 -- dpl.dist: process groups and collectives (torch.distributed's API, 0-based
--- ranks). Backends: 'shm' (processes on one host, shared memory; the default)
--- and 'mpi' (Open MPI, loaded on demand; the default under mpirun). Data:
+-- ranks). Backends: 'shm' (processes on one host, shared memory; the default),
+-- 'mpi' (Open MPI, loaded on demand; the default under mpirun) and 'nccl' (shm
+-- plus an NCCL communicator for GPU tensors, through the CUDA plugin). Data:
 -- contiguous dpl tensors (their _data/_numel/_dtype), or raw ffi buffers with an
 -- explicit {count=, dtype=}. Lua objects travel with string.buffer. Failures
 -- raise DistError (a RuntimeError); bad arguments raise ValueError/TypeError;
@@ -86,7 +87,8 @@ local function device_ok(tt, level)
   if tt._devtype ~= 0 then
     local info = ffi.new('dpl_device_info')
     if C.dpl_device_get_info(tt._devtype, tt._devindex, info) ~= 0 or info.simulated == 0 then
-      verr(('dist: tensor on cuda:%d: the shm and mpi backends take host tensors (move it with :to("cpu"))')
+      verr(('dist: tensor on cuda:%d: the shm and mpi backends take host tensors (move it with :to("cpu"); '
+        .. 'all_reduce, reduce and broadcast copy GPU tensors through host memory themselves)')
         :format(tt._devindex), (level or 1) + 1)
     end
   end
@@ -210,6 +212,11 @@ local function default_backend()
 end
 
 local function destroy_group(g)
+  if g.nccl ~= nil then
+    local n = g.nccl
+    g.nccl = nil
+    C.dpl_nccl_destroy(n)
+  end
   if g.comm ~= nil then
     local c = g.comm
     g.comm = nil
@@ -277,9 +284,17 @@ function M.init_process_group(opts)
   if type(opts) ~= 'table' then terr('dist.init_process_group expects an options table', 2) end
   if world then error(DistError('dist: init_process_group was already called in this process (destroy_process_group first)'), 2) end
   local backend = opts.backend or default_backend()
+  -- nccl: the shm backend for the group itself (barriers, objects, host tensors, the
+  -- bootstrap), plus an NCCL communicator for GPU tensors (through the CUDA plugin)
+  local nccl = backend == 'nccl'
+  if nccl then
+    local why = ffi.string(C.dpl_nccl_unavailable_reason())
+    if why ~= '' then cfgerr(("init_process_group: backend='nccl' is not available: %s"):format(why), 2) end
+    backend = 'shm'
+  end
   if backend ~= 'shm' and backend ~= 'mpi' then
-    if backend == 'nccl' or backend == 'gloo' then
-      cfgerr(("init_process_group: backend='%s' is not available in this build (use 'shm' or 'mpi')"):format(backend), 2)
+    if backend == 'gloo' then
+      cfgerr(("init_process_group: backend='%s' is not available in this build (use 'shm', 'mpi' or 'nccl')"):format(backend), 2)
     end
     cfgerr(("init_process_group: unknown backend='%s' (shm, mpi)"):format(tostring(backend)), 2)
   end
@@ -327,6 +342,25 @@ function M.init_process_group(opts)
   end
   g.ranks = {}
   for i = 0, g.size - 1 do g.ranks[#g.ranks + 1] = i end
+  if nccl then
+    -- rank 0's unique id reaches every rank through the host group; each rank drives one GPU
+    local ngpu = require('dpl.cuda').device_count()
+    local dev = opts.device
+    if type(dev) == 'string' then dev = tonumber(dev:match('^cuda:(%d+)$') or '') end
+    if type(dev) == 'table' and dev.type == 'cuda' then dev = dev.index end
+    if dev == nil then dev = (envnum('LOCAL_RANK', 'OMPI_COMM_WORLD_LOCAL_RANK', 'SLURM_LOCALID') or g.rank) % ngpu end
+    local id = ffi.new('uint8_t[128]')
+    local st = g.rank == 0 and C.dpl_nccl_unique_id(id, 128) or 0
+    if st == 0 then st = C.dpl_comm_broadcast(g.comm, id, 128, 6, 0) end
+    local nout = ffi.new('dpl_nccl *[1]')
+    if st == 0 then st = C.dpl_nccl_init(id, 128, g.size, g.rank, dev, nout) end
+    if st ~= 0 then
+      local msg = ffi.string(C.dpl_last_error())
+      C.dpl_comm_destroy(g.comm)
+      error(DistError('dist: backend nccl: ' .. msg), 2)
+    end
+    g.nccl, g.nccl_device, g.backend = nout[0], dev, 'nccl'
+  end
   world = g
   groups[#groups + 1] = g
   if not atexit_registered then
@@ -413,13 +447,39 @@ function M.barrier(group)
   check(C.dpl_comm_barrier(g.comm), 2)
 end
 
+-- A tensor in GPU memory (a real GPU): the shm and mpi backends move host
+-- memory, so all_reduce, reduce and broadcast run on a host copy and copy the
+-- result back (until an nccl backend exists). Returns what to pass, and the GPU tensor.
+local function staged(t)
+  local tt = tensor_of(t)
+  if tt and bit.band(tt._flags, 2) ~= 0 then return tt:to('cpu'), tt end
+  return t, nil
+end
+local function unstage(host, gpu)
+  if gpu then gpu:copy_(host) end
+end
+-- the GPU tensor of t when g has an NCCL communicator
+local function nccl_tensor(g, t)
+  if g.nccl == nil then return nil end
+  local tt = tensor_of(t)
+  if tt and bit.band(tt._flags, 2) ~= 0 then return tt end
+  return nil
+end
+
 --- all_reduce(t, op='sum', opts): in place on every rank.
 function M.all_reduce(t, op, opts)
   if type(op) == 'table' then opts, op = op, nil end
   opts = split_opts(opts) or {}
   local g = get_group(opts.group, 2)
-  local p, n, d = buffer_of(t, opts, 'all_reduce', 2)
+  local nt = nccl_tensor(g, t)
+  if nt then
+    check(C.dpl_nccl_all_reduce(g.nccl, nt, op_id(op or opts.op, 2)), 2)
+    return t
+  end
+  local h, gpu = staged(t)
+  local p, n, d = buffer_of(h, opts, 'all_reduce', 2)
   check(C.dpl_comm_all_reduce(g.comm, p, n, d, op_id(op or opts.op, 2)), 2)
+  unstage(h, gpu)
   return t
 end
 
@@ -428,8 +488,15 @@ function M.reduce(t, dst, op, opts)
   if type(op) == 'table' then opts, op = op, nil end
   opts = split_opts(opts) or {}
   local g = get_group(opts.group, 2)
-  local p, n, d = buffer_of(t, opts, 'reduce', 2)
+  local nt = nccl_tensor(g, t)
+  if nt then
+    check(C.dpl_nccl_reduce(g.nccl, nt, op_id(op or opts.op, 2), group_rank(g, dst or 0, 'dst', 2)), 2)
+    return t
+  end
+  local h, gpu = staged(t)
+  local p, n, d = buffer_of(h, opts, 'reduce', 2)
   check(C.dpl_comm_reduce(g.comm, p, n, d, op_id(op or opts.op, 2), group_rank(g, dst or 0, 'dst', 2)), 2)
+  unstage(h, gpu)
   return t
 end
 
@@ -437,8 +504,15 @@ end
 function M.broadcast(t, src, opts)
   opts = split_opts(opts) or {}
   local g = get_group(opts.group, 2)
-  local p, n, d = buffer_of(t, opts, 'broadcast', 2)
+  local nt = nccl_tensor(g, t)
+  if nt then
+    check(C.dpl_nccl_broadcast(g.nccl, nt, group_rank(g, src or 0, 'src', 2)), 2)
+    return t
+  end
+  local h, gpu = staged(t)
+  local p, n, d = buffer_of(h, opts, 'broadcast', 2)
   check(C.dpl_comm_broadcast(g.comm, p, n, d, group_rank(g, src or 0, 'src', 2)), 2)
+  unstage(h, gpu)
   return t
 end
 

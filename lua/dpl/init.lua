@@ -18,6 +18,7 @@ local lazy = {
   pretty = 'dpl.pretty',
   log = 'dpl.log',
   devices = 'dpl.devices',
+  cuda = 'dpl.cuda',
   Trainer = 'dpl.trainer', LightningModule = 'dpl.lightning', callbacks = 'dpl.callbacks',
   loggers = 'dpl.loggers', strategies = 'dpl.strategies',
   dist = 'dpl.dist',

@@ -363,7 +363,8 @@ function M.zeros(...)
   local n, opts = parse_sizes('zeros', shp, ...)
   local dt, devt, devi = opts_dtype_device(opts, 'zeros')
   local t = new_empty(n, dt, devt, devi)
-  ffi.fill(t._data, tonumber(t._numel) * tonumber(C.dpl_dtype_size(dt)))
+  if bit.band(t._flags, 2) ~= 0 then check(C.dpl_tensor_fill_(t, 0)) -- device memory (a real GPU)
+  else ffi.fill(t._data, tonumber(t._numel) * tonumber(C.dpl_dtype_size(dt))) end
   return t
 end
 
@@ -510,7 +511,8 @@ end
 function M.empty_like(t, opts) local n, dt, a, b = like_opts(t, opts) return new_empty(n, dt, a, b) end
 function M.zeros_like(t, opts)
   local r = M.empty_like(t, opts)
-  ffi.fill(r._data, tonumber(r._numel) * tonumber(C.dpl_dtype_size(r._dtype)))
+  if bit.band(r._flags, 2) ~= 0 then check(C.dpl_tensor_fill_(r, 0)) -- device memory (a real GPU)
+  else ffi.fill(r._data, tonumber(r._numel) * tonumber(C.dpl_dtype_size(r._dtype))) end
   return r
 end
 function M.ones_like(t, opts) local r = M.empty_like(t, opts) check(C.dpl_tensor_fill_(r, 1)) return r end

@@ -1,10 +1,14 @@
 /* dpl_device_registry.c: the device registry. The CPU is always device 0 of its
  * type; CUDA devices are real GPUs found through NVML (dlopen, no CUDA context is
- * created, so a later fork stays safe; CUDA_VISIBLE_DEVICES is honoured), or the
- * simulated GPUs of DPL_VIRTUAL_GPUS=N, backed by host memory. Probed once, lazily. */
+ * created, so a later fork stays safe; CUDA_VISIBLE_DEVICES is honoured; without
+ * NVML, through the CUDA driver API), or the
+ * simulated GPUs of DPL_VIRTUAL_GPUS=N, backed by host memory: when that variable
+ * is set, real GPUs are hidden. Probed once, lazily; when NVML lists a GPU the
+ * probe loads the CUDA plugin (dpl_device_plugin.c), which real GPU tensors need. */
 #define _GNU_SOURCE
 #include "dpl.h"
 #include "../host/dpl_internal.h"
+#include "dpl_device_internal.h"
 #include <ctype.h>
 #include <dlfcn.h>
 #include <pthread.h>
@@ -21,7 +25,7 @@ static dpl_device_info gpu_info[DPL_MAX_GPUS];
 static int gpu_count;
 static int probe_status = DPL_OK;
 static char probe_error[256];
-static char cuda_reason[256];
+static char cuda_reason[768];
 
 static void probe_cpu(void)
 {
@@ -111,17 +115,56 @@ typedef int (*nvml_mem_fn)(void *, unsigned long long *);
 typedef int (*nvml_cc_fn)(void *, int *, int *);
 typedef const char *(*nvml_errstr_fn)(int);
 
+/* Without NVML, the CUDA driver API lists the GPUs (it applies CUDA_VISIBLE_DEVICES
+ * itself). cuInit creates no context, but a child forked afterwards cannot use CUDA:
+ * the fallback only, noted in the reason of an empty result. */
+typedef int (*cu_init_fn)(unsigned int);
+typedef int (*cu_count_fn)(int *);
+typedef int (*cu_get_fn)(int *, int);
+typedef int (*cu_name_fn)(char *, int, int);
+typedef int (*cu_mem_fn)(size_t *, int);
+typedef int (*cu_attr_fn)(int *, int, int);
+
+static void probe_driver(void *cu)
+{
+  cu_init_fn init = (cu_init_fn)dlsym(cu, "cuInit");
+  cu_count_fn count = (cu_count_fn)dlsym(cu, "cuDeviceGetCount");
+  cu_get_fn get = (cu_get_fn)dlsym(cu, "cuDeviceGet");
+  cu_name_fn name = (cu_name_fn)dlsym(cu, "cuDeviceGetName");
+  cu_mem_fn mem = (cu_mem_fn)dlsym(cu, "cuDeviceTotalMem_v2");
+  cu_attr_fn attr = (cu_attr_fn)dlsym(cu, "cuDeviceGetAttribute");
+  int n = 0;
+  if (!init || !count || !get || init(0) != 0 || count(&n) != 0 || n <= 0) {
+    snprintf(cuda_reason, sizeof cuda_reason, "no GPU (the CUDA driver reports none; NVML missing)");
+    return;
+  }
+  for (int i = 0; i < n && gpu_count < DPL_MAX_GPUS; i++) {
+    int dev = 0;
+    if (get(&dev, i) != 0) continue;
+    dpl_device_info *d = &gpu_info[gpu_count];
+    memset(d, 0, sizeof *d);
+    d->type = DPL_DEVICE_CUDA;
+    d->index = gpu_count;
+    if (name) name(d->name, (int)sizeof d->name, dev);
+    size_t bytes = 0;
+    if (mem && mem(&bytes, dev) == 0) d->total_memory = bytes;
+    if (attr) {
+      attr(&d->cc_major, 75, dev); /* CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR */
+      attr(&d->cc_minor, 76, dev); /* ..._MINOR */
+      attr(&d->cores, 16, dev);    /* CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT */
+    }
+    gpu_count++;
+  }
+  if (gpu_count == 0) snprintf(cuda_reason, sizeof cuda_reason, "no GPU (the CUDA driver could not open any)");
+}
+
 static void probe_nvml(void)
 {
   void *h = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
   if (!h) {
     void *cu = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-    if (cu) {
-      dlclose(cu);
-      snprintf(cuda_reason, sizeof cuda_reason, "no GPU (CUDA driver present, NVML missing)");
-    } else {
-      snprintf(cuda_reason, sizeof cuda_reason, "no CUDA driver (libcuda.so.1 not found)");
-    }
+    if (cu) probe_driver(cu); /* stays loaded: CUDA will use it */
+    else snprintf(cuda_reason, sizeof cuda_reason, "no CUDA driver (libcuda.so.1 not found)");
     return;
   }
   nvml_init_fn init = (nvml_init_fn)dlsym(h, "nvmlInit_v2");
@@ -195,6 +238,7 @@ static void probe(void)
     return;
   }
   probe_nvml();
+  if (gpu_count > 0) dpl_device_plugin_autoload();
 }
 
 int dpl_device_count(int32_t type, int32_t *out_count)
@@ -226,7 +270,12 @@ int dpl_device_get_info(int32_t type, int32_t index, dpl_device_info *out)
 const char *dpl_cuda_unavailable_reason(void)
 {
   pthread_once(&probe_once, probe);
-  return gpu_count > 0 && !gpu_info[0].simulated ? "" : cuda_reason;
+  if (gpu_count > 0 && !gpu_info[0].simulated) {
+    const char *e = dpl_device_plugin_error();
+    if (!*e) return "";
+    snprintf(cuda_reason, sizeof cuda_reason, "GPU present but the CUDA plugin is not loaded: %s", e);
+  }
+  return cuda_reason;
 }
 
 static void fmt_bytes(char *buf, size_t n, uint64_t b)
@@ -258,5 +307,7 @@ int dpl_print_devices(void)
   }
   if (n == 0) printf("%-8s %s\n", "cuda", cuda_reason);
   else if (gpu_info[0].simulated) printf("%-8s %s\n", "note", cuda_reason);
+  else if (*dpl_device_plugin_error()) printf("%-8s CUDA plugin not loaded: %s\n", "note", dpl_device_plugin_error());
+  else printf("%-8s CUDA plugin %s\n", "note", dpl_cuda_plugin_path());
   return 0;
 }

@@ -424,10 +424,30 @@ static int write_all(int fd, const void *p, size_t n)
   return 0;
 }
 
+/* GPU tensors are written from host copies */
+static int write_staged(const char *path, int32_t n, const char *const *names, dpl_tensor *const *tensors,
+                        int32_t nmeta, const char *const *keys, const char *const *values)
+{
+  dpl_tensor **host = calloc((size_t)n, sizeof *host);
+  if (!host) return dpl_errorf(DPL_ENOMEM, "safetensors write: out of memory");
+  int st = DPL_OK;
+  for (int i = 0; i < n && st == DPL_OK; i++) {
+    if (dpl_is_devmem(tensors[i])) st = dpl_tensor_to(tensors[i], tensors[i]->_dtype, DPL_DEVICE_CPU, 0, &host[i]);
+    else st = dpl_tensor_alias(tensors[i], &host[i]);
+  }
+  if (st == DPL_OK) st = dpl_st_write(path, n, names, host, nmeta, keys, values);
+  for (int i = 0; i < n; i++) dpl_tensor_release(host[i]);
+  free(host);
+  return st;
+}
+
 int dpl_st_write(const char *path, int32_t n, const char *const *names, dpl_tensor *const *tensors, int32_t nmeta,
                  const char *const *keys, const char *const *values)
 {
   const char *op = "safetensors write";
+  for (int i = 0; i < n && tensors; i++)
+    if (tensors[i] && tensors[i]->_storage && dpl_is_devmem(tensors[i]))
+      return write_staged(path, n, names, tensors, nmeta, keys, values);
   if (!path) return dpl_errorf(DPL_EINVAL, "%s: path is NULL", op);
   if (n < 0 || (n > 0 && (!names || !tensors))) return dpl_errorf(DPL_EINVAL, "%s: bad tensor list (n = %d)", op, (int)n);
   if (nmeta < 0 || (nmeta > 0 && (!keys || !values))) return dpl_errorf(DPL_EINVAL, "%s: bad metadata list (n = %d)", op, (int)nmeta);

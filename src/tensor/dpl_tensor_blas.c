@@ -194,8 +194,25 @@ static int blas_layout(int64_t rows, int64_t cols, int64_t s0, int64_t s1, int *
   return 0;
 }
 
-static int32_t mm_kernel_dtype(int32_t d)
+/* one GEMM on host data (OpenBLAS) or device data (the backend's cuBLAS) */
+static int gemm_any(const char *name, const dpl_tensor *o, int32_t kd, int ta, int tb, int64_t m, int64_t n, int64_t k,
+                    double alpha, const void *a, int64_t lda, const void *b, int64_t ldb, double beta, void *c,
+                    int64_t ldc)
 {
+  if (!dpl_is_devmem(o)) {
+    dpl_gemm(kd, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    return DPL_OK;
+  }
+  dpl_bk_gemm g = {.dtype = kd, .devindex = o->_devindex, .transa = ta, .transb = tb, .m = m, .n = n, .k = k,
+                   .lda = lda, .ldb = ldb, .ldc = ldc, .batch = 1, .alpha = alpha, .beta = beta, .a = a, .b = b, .c = c};
+  dpl_bk_args args = {.op = DPL_BK_GEMM, .gemm = &g, .name = name};
+  return dpl_bk_call(&args);
+}
+
+static int32_t mm_kernel_dtype(const dpl_tensor *o)
+{
+  int32_t d = o->_dtype;
+  if (dpl_is_devmem(o) && (d == DPL_FLOAT16 || d == DPL_BFLOAT16)) return d; /* cuBLAS: 16-bit operands, fp32 accumulation */
   if (d == DPL_FLOAT64) return DPL_FLOAT64;
   if (dpl_is_float(d)) return DPL_FLOAT32;
   return DPL_INT64;
@@ -206,7 +223,7 @@ static int32_t mm_kernel_dtype(int32_t d)
 static int batched_gemm(const char *name, const dpl_tensor *a, const dpl_tensor *b, int32_t nb, const int64_t *bshape,
                         double alpha, double beta, dpl_tensor *out)
 {
-  int32_t kd = mm_kernel_dtype(out->_dtype);
+  int32_t kd = mm_kernel_dtype(out);
   dpl_tensor *ca = NULL, *cb = NULL, *co = NULL;
   int st = DPL_OK;
   int64_t n = a->_shape[a->_ndim - 2], k = a->_shape[a->_ndim - 1], m = b->_shape[b->_ndim - 1];
@@ -219,7 +236,7 @@ static int batched_gemm(const char *name, const dpl_tensor *a, const dpl_tensor 
     st = dpl_contig_as(name, b, kd, &cb);
   if (st == DPL_OK && out->_dtype != kd) {
     st = dpl_new(name, kd, out->_ndim, out->_shape, out, &co);
-    if (st == DPL_OK && beta != 0) dpl_copy_raw(co, out);
+    if (st == DPL_OK && beta != 0) st = dpl_copy_any(name, co, out);
   }
   if (st == DPL_OK) {
     const dpl_tensor *ua = ca ? ca : a, *ub = cb ? cb : b;
@@ -248,18 +265,18 @@ static int batched_gemm(const char *name, const dpl_tensor *a, const dpl_tensor 
       }
     }
     if (fold) {
-      dpl_gemm(kd, 0, tb, nbatch * n, m, k, alpha, ua->_data, lda, ub->_data, ldb, beta, uo->_data, m);
+      st = gemm_any(name, uo, kd, 0, tb, nbatch * n, m, k, alpha, ua->_data, lda, ub->_data, ldb, beta, uo->_data, m);
     } else {
       int64_t ix[DPL_MAX_DIMS] = {0};
-      for (int64_t bi = 0; bi < nbatch; bi++) {
+      for (int64_t bi = 0; bi < nbatch && st == DPL_OK; bi++) {
         int64_t oa = 0, ob = 0;
         for (int i = 0; i < nb; i++) { oa += ix[i] * sa[i]; ob += ix[i] * sb[i]; }
-        dpl_gemm(kd, ta, tb, n, m, k, alpha, (const char *)ua->_data + oa * es, lda, (const char *)ub->_data + ob * es,
-                 ldb, beta, (char *)uo->_data + bi * n * m * es, m);
+        st = gemm_any(name, uo, kd, ta, tb, n, m, k, alpha, (const char *)ua->_data + oa * es, lda,
+                      (const char *)ub->_data + ob * es, ldb, beta, (char *)uo->_data + bi * n * m * es, m);
         for (int i = nb - 1; i >= 0; i--) { if (++ix[i] < bshape[i]) break; ix[i] = 0; }
       }
     }
-    if (co) dpl_copy_raw(out, co);
+    if (co && st == DPL_OK) st = dpl_copy_any(name, out, co);
   }
   dpl_tensor_release(ca);
   dpl_tensor_release(cb);
@@ -269,8 +286,8 @@ static int batched_gemm(const char *name, const dpl_tensor *a, const dpl_tensor 
 
 static int mm_checks(const char *name, const dpl_tensor *a, const dpl_tensor *b)
 {
-  DPL_TRY(dpl_check_tensor(name, "self", a));
-  DPL_TRY(dpl_check_tensor(name, "other", b));
+  DPL_TRY(dpl_check_handle(name, "self", a));
+  DPL_TRY(dpl_check_handle(name, "other", b));
   DPL_TRY(dpl_check_same_device(name, a, b));
   if (a->_dtype != b->_dtype)
     return dpl_errorf(DPL_EINVAL, "%s: expected both operands of the same dtype, got %s and %s", name,
@@ -379,7 +396,7 @@ int dpl_addmm(const dpl_tensor *c, const dpl_tensor *a, const dpl_tensor *b, dou
   if (!out) return dpl_errorf(DPL_EINVAL, "%s: out is NULL", name);
   *out = NULL;
   DPL_TRY(mm_checks(name, a, b));
-  DPL_TRY(dpl_check_tensor(name, "input", c));
+  DPL_TRY(dpl_check_handle(name, "input", c));
   DPL_TRY(dpl_check_same_device(name, c, a));
   if (a->_ndim != 2 || b->_ndim != 2) return shape_err(name, a, b, "expected two 2-d tensors");
   if (a->_shape[1] != b->_shape[0]) return shape_err(name, a, b, "inner dims do not match");
@@ -392,8 +409,8 @@ int dpl_addmm(const dpl_tensor *c, const dpl_tensor *a, const dpl_tensor *b, dou
   }
   dpl_tensor *res = NULL;
   DPL_TRY(dpl_new(name, a->_dtype, 2, oshape, a, &res));
-  if (beta != 0) dpl_copy_raw(res, c);
-  int st = batched_gemm(name, a, b, 0, NULL, alpha, beta, res);
+  int st = beta != 0 ? dpl_copy_any(name, res, c) : DPL_OK;
+  if (st == DPL_OK) st = batched_gemm(name, a, b, 0, NULL, alpha, beta, res);
   if (st != DPL_OK) { dpl_tensor_release(res); return st; }
   *out = res;
   return DPL_OK;

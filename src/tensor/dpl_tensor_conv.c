@@ -2,7 +2,8 @@
  * padding, dilation) forward and backward, and 2-d max/average pooling forward
  * and backward, all NCHW, computed in float32 or float64. The im2col columns
  * of a chunk of samples (sized to stay in L2) go through one GEMM; im2col and
- * col2im are split across threads; max pooling has vector 2x2 kernels. */
+ * col2im are split across threads; max pooling has vector 2x2 kernels. Tensors
+ * in device memory are validated here and then handed to the backend whole. */
 #include "dpl_tensor_internal.h"
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,8 +18,8 @@ static inline size_t CF(int64_t v) { return v > 0 ? (size_t)v : 1; }
 static int conv_setup(const char *name, const dpl_tensor *x, const dpl_tensor *w, const int32_t *params, int32_t groups,
                       conv_geom *g)
 {
-  DPL_TRY(dpl_check_tensor(name, "input", x));
-  DPL_TRY(dpl_check_tensor(name, "weight", w));
+  DPL_TRY(dpl_check_handle(name, "input", x));
+  DPL_TRY(dpl_check_handle(name, "weight", w));
   DPL_TRY(dpl_check_same_device(name, x, w));
   char b1[160], b2[160];
   if (!params) return dpl_errorf(DPL_EINVAL, "%s: params is NULL (expected stride, padding, dilation)", name);
@@ -276,11 +277,18 @@ int dpl_conv2d(const dpl_tensor *x, const dpl_tensor *w, const dpl_tensor *bias,
   conv_geom g;
   DPL_TRY(conv_setup(name, x, w, params, groups, &g));
   if (bias) {
-    DPL_TRY(dpl_check_tensor(name, "bias", bias));
+    DPL_TRY(dpl_check_handle(name, "bias", bias));
     DPL_TRY(dpl_check_same_device(name, x, bias));
     if (bias->_ndim != 1 || bias->_shape[0] != g.O)
       return dpl_errorf(DPL_EINVAL, "%s: expected bias of shape [%lld], got %d dims", name, (long long)g.O, (int)bias->_ndim);
   }
+  if (dpl_is_devmem(x)) {
+    dpl_bk_args k = {.op = DPL_BK_CONV2D, .in = {x, w, bias}, .params = params, .i = {groups}, .out = {out}, .name = name};
+    return dpl_bk_call(&k);
+  }
+  DPL_TRY(dpl_check_tensor(name, "input", x)); /* host memory from here on */
+  DPL_TRY(dpl_check_tensor(name, "weight", w));
+  if (bias) DPL_TRY(dpl_check_tensor(name, "bias", bias));
   int32_t kd;
   dpl_tensor *cx, *cw, *res = NULL, *cb = NULL;
   DPL_TRY(conv_inputs(name, x, w, &kd, &cx, &cw));
@@ -339,7 +347,7 @@ int dpl_conv2d_backward(const dpl_tensor *grad_out, const dpl_tensor *x, const d
   if (grad_bias) *grad_bias = NULL;
   conv_geom g;
   DPL_TRY(conv_setup(name, x, w, params, groups, &g));
-  DPL_TRY(dpl_check_tensor(name, "grad_out", grad_out));
+  DPL_TRY(dpl_check_handle(name, "grad_out", grad_out));
   DPL_TRY(dpl_check_same_device(name, x, grad_out));
   if (grad_out->_ndim != 4 || grad_out->_shape[0] != g.N || grad_out->_shape[1] != g.O || grad_out->_shape[2] != g.OH ||
       grad_out->_shape[3] != g.OW) {
@@ -349,6 +357,14 @@ int dpl_conv2d_backward(const dpl_tensor *grad_out, const dpl_tensor *x, const d
     return dpl_errorf(DPL_EINVAL, "%s: expected grad_out of shape %s, got %s", name, dpl_shape_str(4, want, b2, sizeof b2),
                       dpl_shape_str(grad_out->_ndim, grad_out->_shape, b1, sizeof b1));
   }
+  if (dpl_is_devmem(x)) {
+    dpl_bk_args k = {.op = DPL_BK_CONV2D_BWD, .in = {grad_out, x, w}, .params = params, .i = {groups},
+                     .out = {grad_x, grad_w, grad_bias}, .name = name};
+    return dpl_bk_call(&k);
+  }
+  DPL_TRY(dpl_check_tensor(name, "input", x)); /* host memory from here on */
+  DPL_TRY(dpl_check_tensor(name, "weight", w));
+  DPL_TRY(dpl_check_tensor(name, "grad_out", grad_out));
   int32_t kd;
   dpl_tensor *cx, *cw, *cg = NULL, *gx = NULL, *gw = NULL, *gb = NULL;
   DPL_TRY(conv_inputs(name, x, w, &kd, &cx, &cw));
@@ -424,7 +440,7 @@ typedef struct pool_geom { int64_t N, C, H, W, kh, kw, sh, sw, ph, pw, OH, OW; }
 
 static int pool_setup(const char *name, const dpl_tensor *x, const int32_t *params, pool_geom *g)
 {
-  DPL_TRY(dpl_check_tensor(name, "input", x));
+  DPL_TRY(dpl_check_handle(name, "input", x));
   char b1[160];
   if (!params) return dpl_errorf(DPL_EINVAL, "%s: params is NULL (expected kernel, stride, padding)", name);
   if (x->_ndim != 4) return dpl_errorf(DPL_EINVAL, "%s: expected input [N, C, H, W], got shape %s", name, dpl_shape_str(x->_ndim, x->_shape, b1, sizeof b1));
@@ -614,6 +630,10 @@ int dpl_max_pool2d(const dpl_tensor *x, const int32_t *params, dpl_tensor **out,
   *out = *indices = NULL;
   pool_geom g;
   DPL_TRY(pool_setup(name, x, params, &g));
+  if (dpl_is_devmem(x)) {
+    dpl_bk_args k = {.op = DPL_BK_MAX_POOL2D, .in = {x}, .params = params, .out = {out, indices}, .name = name};
+    return dpl_bk_call(&k);
+  }
   int32_t kd = x->_dtype == DPL_FLOAT64 ? DPL_FLOAT64 : DPL_FLOAT32;
   dpl_tensor *cx = NULL, *res = NULL, *idx = NULL;
   int64_t oshape[4] = {g.N, g.C, g.OH, g.OW};
@@ -638,12 +658,21 @@ int dpl_max_pool2d_backward(const dpl_tensor *grad_out, const dpl_tensor *x, con
   const char *name = "max_pool2d_backward";
   if (!grad_x) return dpl_errorf(DPL_EINVAL, "%s: grad_x is NULL", name);
   *grad_x = NULL;
-  DPL_TRY(dpl_check_tensor(name, "grad_out", grad_out));
-  DPL_TRY(dpl_check_tensor(name, "input", x));
-  DPL_TRY(dpl_check_tensor(name, "indices", indices));
+  DPL_TRY(dpl_check_handle(name, "grad_out", grad_out));
+  DPL_TRY(dpl_check_handle(name, "input", x));
+  DPL_TRY(dpl_check_handle(name, "indices", indices));
   if (x->_ndim != 4 || grad_out->_ndim != 4 || indices->_ndim != 4 || indices->_dtype != DPL_INT64 ||
       grad_out->_numel != indices->_numel || grad_out->_shape[0] != x->_shape[0] || grad_out->_shape[1] != x->_shape[1])
     return dpl_errorf(DPL_EINVAL, "%s: expected 4-d grad_out and int64 indices from max_pool2d of this input", name);
+  if (dpl_is_devmem(x)) {
+    if (!dpl_is_float(x->_dtype))
+      return dpl_errorf(DPL_EINVAL, "%s: expected a floating-point input, got %s", name, dpl_dtype_name(x->_dtype));
+    dpl_bk_args k = {.op = DPL_BK_MAX_POOL2D_BWD, .in = {grad_out, x, indices}, .out = {grad_x}, .name = name};
+    return dpl_bk_call(&k);
+  }
+  DPL_TRY(dpl_check_tensor(name, "grad_out", grad_out)); /* host memory from here on */
+  DPL_TRY(dpl_check_tensor(name, "input", x));
+  DPL_TRY(dpl_check_tensor(name, "indices", indices));
   int64_t plane = x->_shape[2] * x->_shape[3], L = grad_out->_shape[2] * grad_out->_shape[3];
   int32_t kd = x->_dtype == DPL_FLOAT64 ? DPL_FLOAT64 : DPL_FLOAT32;
   dpl_tensor *cg = NULL, *ci = NULL, *res = NULL;
@@ -712,12 +741,19 @@ static int avg_common(const char *name, const dpl_tensor *grad_out, const dpl_te
   pool_geom g;
   DPL_TRY(pool_setup(name, x, params, &g));
   if (grad_out) {
-    DPL_TRY(dpl_check_tensor(name, "grad_out", grad_out));
+    DPL_TRY(dpl_check_handle(name, "grad_out", grad_out));
     if (grad_out->_ndim != 4 || grad_out->_shape[0] != g.N || grad_out->_shape[1] != g.C || grad_out->_shape[2] != g.OH ||
         grad_out->_shape[3] != g.OW)
       return dpl_errorf(DPL_EINVAL, "%s: grad_out must have shape [%lld, %lld, %lld, %lld]", name, (long long)g.N,
                         (long long)g.C, (long long)g.OH, (long long)g.OW);
   }
+  if (dpl_is_devmem(x)) {
+    dpl_bk_args k = {.op = grad_out ? DPL_BK_AVG_POOL2D_BWD : DPL_BK_AVG_POOL2D, .in = {grad_out ? grad_out : x, x},
+                     .params = params, .i = {cip}, .out = {out}, .name = name};
+    return dpl_bk_call(&k);
+  }
+  DPL_TRY(dpl_check_tensor(name, "input", x)); /* host memory from here on */
+  if (grad_out) DPL_TRY(dpl_check_tensor(name, "grad_out", grad_out));
   dpl_tensor *cx = NULL, *cg = NULL, *res = NULL;
   int64_t oshape[4] = {g.N, g.C, g.OH, g.OW};
   int st = grad_out ? dpl_contig_as(name, grad_out, DPL_FLOAT64, &cg) : dpl_contig_as(name, x, DPL_FLOAT64, &cx);

@@ -1,6 +1,7 @@
 /* dpl_tensor_copy.c: moving and converting data: copy_ between any dtypes and
- * devices (with broadcasting), contiguous copies, .to(), fill, element
- * get/set for Lua, and the filled constructors (arange, linspace, eye). */
+ * devices (with broadcasting; device memory through the backend), contiguous
+ * copies, .to(), fill, element get/set for Lua (device tensors staged through
+ * a host copy), and the filled constructors (arange, linspace, eye). */
 #include "dpl_tensor_internal.h"
 #include <stdio.h>
 
@@ -76,10 +77,20 @@ void dpl_copy_raw(dpl_tensor *dst, const dpl_tensor *src)
   dpl_iter_run(&it, dst->_dtype == src->_dtype ? copy_same : copy_conv, &c, GRAIN);
 }
 
+int dpl_copy_any(const char *op, dpl_tensor *dst, const dpl_tensor *src)
+{
+  if (!dpl_is_devmem(dst) && !dpl_is_devmem(src)) {
+    dpl_copy_raw(dst, src);
+    return DPL_OK;
+  }
+  dpl_bk_args k = {.op = DPL_BK_COPY, .inout = dst, .in = {src}, .name = op};
+  return dpl_bk_call(&k);
+}
+
 int dpl_tensor_copy_(dpl_tensor *dst, const dpl_tensor *src)
 {
-  DPL_TRY(dpl_check_tensor("copy_", "dst", dst));
-  DPL_TRY(dpl_check_tensor("copy_", "src", src));
+  DPL_TRY(dpl_check_handle("copy_", "dst", dst));
+  DPL_TRY(dpl_check_handle("copy_", "src", src));
   int64_t st[DPL_MAX_DIMS];
   if (dpl_broadcast_strides(src, dst->_ndim, dst->_shape, st) != 0) {
     char b1[160], b2[160];
@@ -87,27 +98,38 @@ int dpl_tensor_copy_(dpl_tensor *dst, const dpl_tensor *src)
                       dpl_shape_str(src->_ndim, src->_shape, b1, sizeof b1),
                       dpl_shape_str(dst->_ndim, dst->_shape, b2, sizeof b2));
   }
-  dpl_copy_raw(dst, src);
-  return DPL_OK;
+  return dpl_copy_any("copy_", dst, src);
 }
 
 int dpl_contig_as(const char *op, const dpl_tensor *t, int32_t dtype, dpl_tensor **out)
 {
   if (dpl_is_contig(t) && t->_dtype == dtype) return dpl_make_view(t, t->_ndim, t->_shape, t->_stride, t->_offset, out);
   DPL_TRY(dpl_new(op, dtype, t->_ndim, t->_shape, t, out));
-  dpl_copy_raw(*out, t);
-  return DPL_OK;
+  int st = dpl_copy_any(op, *out, t);
+  if (st != DPL_OK) { dpl_tensor_release(*out); *out = NULL; }
+  return st;
 }
 
 int dpl_tensor_to(const dpl_tensor *t, int32_t dtype, int32_t devtype, int32_t devindex, dpl_tensor **out)
 {
   if (!out) return dpl_errorf(DPL_EINVAL, "to: out is NULL");
   *out = NULL;
-  DPL_TRY(dpl_check_tensor("to", "tensor", t));
+  DPL_TRY(dpl_check_handle("to", "tensor", t));
   if (!dpl_dtype_valid(dtype)) return dpl_errorf(DPL_EINVAL, "to: unknown dtype id %d (expected 0..7)", (int)dtype);
   DPL_TRY(dpl_new_on("to", dtype, t->_ndim, t->_shape, devtype, devindex, out));
-  dpl_copy_raw(*out, t);
-  return DPL_OK;
+  int st = dpl_copy_any("to", *out, t);
+  if (st != DPL_OK) { dpl_tensor_release(*out); *out = NULL; }
+  return st;
+}
+
+/* a host copy of a device tensor (a new handle on t when t is on the host) */
+static int to_host(const char *op, const dpl_tensor *t, dpl_tensor **out)
+{
+  if (!dpl_is_devmem(t)) return dpl_make_view(t, t->_ndim, t->_shape, t->_stride, t->_offset, out);
+  DPL_TRY(dpl_new_on(op, t->_dtype, t->_ndim, t->_shape, DPL_DEVICE_CPU, 0, out));
+  int st = dpl_copy_any(op, *out, t);
+  if (st != DPL_OK) { dpl_tensor_release(*out); *out = NULL; }
+  return st;
 }
 
 typedef struct fill_ctx { int32_t dt; double v; int64_t iv; int use_int; } fill_ctx;
@@ -129,7 +151,11 @@ DPL_CLONES static void fill_loop(char **p, const int64_t *st, int64_t n, void *v
 
 static int fill_common(const char *op, dpl_tensor *t, double v, int64_t iv, int use_int)
 {
-  DPL_TRY(dpl_check_tensor(op, "tensor", t));
+  DPL_TRY(dpl_check_handle(op, "tensor", t));
+  if (dpl_is_devmem(t)) {
+    dpl_bk_args k = {.op = DPL_BK_FILL, .inout = t, .d = {v}, .l = {iv}, .i = {use_int}, .name = op};
+    return dpl_bk_call(&k);
+  }
   fill_ctx c = {t->_dtype, v, iv, use_int};
   dpl_iter it;
   dpl_iter_init(&it, 1, &t, t->_ndim, t->_shape);
@@ -155,10 +181,36 @@ static int elem_ptr(const char *op, const dpl_tensor *t, int64_t pos, const char
   return DPL_OK;
 }
 
+/* element pos of a device tensor, copied into a 0-d host tensor */
+static int stage_elem(const dpl_tensor *t, int64_t pos, dpl_tensor **host)
+{
+  DPL_TRY(dpl_check_handle("get", "tensor", t));
+  if (pos < 0 || pos >= t->_numel)
+    return dpl_errorf(DPL_EINVAL, "get: position %lld out of range for a tensor of %lld elements", (long long)pos,
+                      (long long)t->_numel);
+  int64_t off = 0, rem = pos;
+  for (int d = t->_ndim - 1; d >= 0; d--) {
+    off += (rem % t->_shape[d]) * t->_stride[d];
+    rem /= t->_shape[d];
+  }
+  dpl_tensor *v = NULL;
+  DPL_TRY(dpl_make_view(t, 0, NULL, NULL, t->_offset + off, &v));
+  int st = to_host("get", v, host);
+  dpl_tensor_release(v);
+  return st;
+}
+
 int dpl_tensor_get(const dpl_tensor *t, int64_t pos, double *out)
 {
   const char *p;
   if (!out) return dpl_errorf(DPL_EINVAL, "get: out is NULL");
+  if (dpl_is_devmem(t)) {
+    dpl_tensor *h = NULL;
+    DPL_TRY(stage_elem(t, pos, &h));
+    *out = dpl_load_f64(h->_data, h->_dtype);
+    dpl_tensor_release(h);
+    return DPL_OK;
+  }
   DPL_TRY(elem_ptr("get", t, pos, &p));
   *out = dpl_load_f64(p, t->_dtype);
   return DPL_OK;
@@ -168,6 +220,13 @@ int dpl_tensor_get_i64(const dpl_tensor *t, int64_t pos, int64_t *out)
 {
   const char *p;
   if (!out) return dpl_errorf(DPL_EINVAL, "get: out is NULL");
+  if (dpl_is_devmem(t)) {
+    dpl_tensor *h = NULL;
+    DPL_TRY(stage_elem(t, pos, &h));
+    *out = dpl_load_i64(h->_data, h->_dtype);
+    dpl_tensor_release(h);
+    return DPL_OK;
+  }
   DPL_TRY(elem_ptr("get", t, pos, &p));
   *out = dpl_load_i64(p, t->_dtype);
   return DPL_OK;
@@ -175,6 +234,14 @@ int dpl_tensor_get_i64(const dpl_tensor *t, int64_t pos, int64_t *out)
 
 int dpl_tensor_set_from_f64(dpl_tensor *t, const double *values, int64_t n)
 {
+  if (dpl_is_devmem(t)) {
+    dpl_tensor *h = NULL;
+    DPL_TRY(dpl_new_on("set", t->_dtype, t->_ndim, t->_shape, DPL_DEVICE_CPU, 0, &h));
+    int st = dpl_tensor_set_from_f64(h, values, n);
+    if (st == DPL_OK) st = dpl_tensor_copy_(t, h);
+    dpl_tensor_release(h);
+    return st;
+  }
   DPL_TRY(dpl_check_tensor("set", "tensor", t));
   if (!dpl_is_contig(t)) return dpl_errorf(DPL_EINVAL, "set: expected a contiguous tensor");
   if (n != t->_numel)
@@ -187,6 +254,14 @@ int dpl_tensor_set_from_f64(dpl_tensor *t, const double *values, int64_t n)
 
 int dpl_tensor_read_f64(const dpl_tensor *t, double *values, int64_t n)
 {
+  if (dpl_is_devmem(t)) {
+    dpl_tensor *h = NULL;
+    DPL_TRY(dpl_check_handle("read", "tensor", t));
+    DPL_TRY(to_host("read", t, &h));
+    int st = dpl_tensor_read_f64(h, values, n);
+    dpl_tensor_release(h);
+    return st;
+  }
   DPL_TRY(dpl_check_tensor("read", "tensor", t));
   if (n != t->_numel)
     return dpl_errorf(DPL_EINVAL, "read: expected room for %lld values, got %lld", (long long)t->_numel, (long long)n);
@@ -209,6 +284,13 @@ int dpl_tensor_read_f64(const dpl_tensor *t, double *values, int64_t n)
 int dpl_tensor_arange(double start, double step, int64_t n, int32_t dtype, int32_t devtype, int32_t devindex,
                       dpl_tensor **out)
 {
+  if (devtype == DPL_DEVICE_CUDA && dpl_backend_get() && out) { /* real GPUs: built on the host, then moved */
+    dpl_tensor *h = NULL;
+    DPL_TRY(dpl_tensor_arange(start, step, n, dtype, DPL_DEVICE_CPU, 0, &h));
+    int st = dpl_tensor_to(h, dtype, devtype, devindex, out);
+    dpl_tensor_release(h);
+    return st;
+  }
   if (n < 0) return dpl_errorf(DPL_EINVAL, "arange: negative length %lld", (long long)n);
   if (!(step == step) || !(start == start)) return dpl_errorf(DPL_EINVAL, "arange: start and step must not be NaN");
   DPL_TRY(dpl_new_on("arange", dtype, 1, &n, devtype, devindex, out));
@@ -226,6 +308,13 @@ int dpl_tensor_arange(double start, double step, int64_t n, int32_t dtype, int32
 int dpl_tensor_linspace(double start, double end, int64_t n, int32_t dtype, int32_t devtype, int32_t devindex,
                         dpl_tensor **out)
 {
+  if (devtype == DPL_DEVICE_CUDA && dpl_backend_get() && out) { /* real GPUs: built on the host, then moved */
+    dpl_tensor *h = NULL;
+    DPL_TRY(dpl_tensor_linspace(start, end, n, dtype, DPL_DEVICE_CPU, 0, &h));
+    int st = dpl_tensor_to(h, dtype, devtype, devindex, out);
+    dpl_tensor_release(h);
+    return st;
+  }
   if (n < 0) return dpl_errorf(DPL_EINVAL, "linspace: steps must be >= 0, got %lld", (long long)n);
   DPL_TRY(dpl_new_on("linspace", dtype, 1, &n, devtype, devindex, out));
   dpl_tensor *t = *out;
@@ -242,6 +331,13 @@ int dpl_tensor_linspace(double start, double end, int64_t n, int32_t dtype, int3
 
 int dpl_tensor_eye(int64_t n, int64_t m, int32_t dtype, int32_t devtype, int32_t devindex, dpl_tensor **out)
 {
+  if (devtype == DPL_DEVICE_CUDA && dpl_backend_get() && out) { /* real GPUs: built on the host, then moved */
+    dpl_tensor *h = NULL;
+    DPL_TRY(dpl_tensor_eye(n, m, dtype, DPL_DEVICE_CPU, 0, &h));
+    int st = dpl_tensor_to(h, dtype, devtype, devindex, out);
+    dpl_tensor_release(h);
+    return st;
+  }
   if (n < 0 || m < 0) return dpl_errorf(DPL_EINVAL, "eye: sizes must be >= 0, got %lld x %lld", (long long)n, (long long)m);
   int64_t shape[2] = {n, m};
   DPL_TRY(dpl_new_on("eye", dtype, 2, shape, devtype, devindex, out));

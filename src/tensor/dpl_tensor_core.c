@@ -419,8 +419,10 @@ int32_t dpl_promote(int32_t a, int32_t b)
 }
 
 /* ---- device validation for allocation ---- */
-static int check_device(const char *op, int32_t devtype, int32_t devindex)
+/* *real = 1 for a real GPU (device memory through the backend) */
+static int check_device(const char *op, int32_t devtype, int32_t devindex, int *real)
 {
+  *real = 0;
   if (devtype == DPL_DEVICE_CPU) {
     if (devindex != 0) return dpl_errorf(DPL_EDEVICE, "%s: cpu has one device (index 0), got cpu:%d", op, (int)devindex);
     return DPL_OK;
@@ -446,9 +448,13 @@ static int check_device(const char *op, int32_t devtype, int32_t devindex)
     return dpl_errorf(st, "%s: %s", op, why);
   }
   (void)saved;
-  if (!info.simulated)
-    return dpl_errorf(DPL_ENOTIMPL, "%s: cuda:%d is a real GPU; CUDA tensors need the CUDA plugin, not built yet", op,
-                      (int)devindex);
+  if (!info.simulated) {
+    if (!dpl_backend_get())
+      return dpl_errorf(DPL_EDEVICE, "%s: cannot allocate on cuda:%d: %s", op, (int)devindex,
+                        dpl_cuda_unavailable_reason());
+    *real = 1;
+    return DPL_OK;
+  }
   if (info.busy)
     return dpl_errorf(DPL_EDEVICE,
                       "%s: cuda:%d is busy or unavailable (simulated GPU marked busy by DPL_VIRTUAL_GPUS_BUSY); "
@@ -464,7 +470,11 @@ static void storage_release(dpl_storage *s)
   /* the only reference (nobody else can add one): no locked decrement needed */
   if (atomic_load_explicit(&s->refcount, memory_order_acquire) != 1 && atomic_fetch_sub(&s->refcount, 1) != 1) return;
   count_free(s->devtype, s->devindex, s->nbytes);
-  if (s->kind == DPL_STORAGE_MMAP) {
+  if (s->kind == DPL_STORAGE_DEVICE) {
+    const dpl_backend *b = dpl_backend_get();
+    if (b) b->release(s->devindex, s->data, s->nbytes);
+    free(s);
+  } else if (s->kind == DPL_STORAGE_MMAP) {
     munmap(s->block, s->map_len);
     free(s);
   } else if (s->kind == DPL_STORAGE_MALLOC) {
@@ -498,6 +508,52 @@ void dpl_update_contig(dpl_tensor *t)
   t->_flags = c ? (t->_flags | DPL_CONTIG) : (t->_flags & ~DPL_CONTIG);
 }
 
+/* a tensor in device memory: the storage header on the host, the data from the backend */
+static int new_device(const char *op, int32_t dtype, int32_t ndim, const int64_t *shape, int64_t numel, int64_t nbytes,
+                      int32_t devindex, dpl_tensor **out)
+{
+  const dpl_backend *b = dpl_backend_get();
+  dpl_storage *s = malloc(sizeof *s);
+  dpl_tensor *t = handle_new();
+  if (!s || !t) {
+    free(s);
+    if (t) pool_put(0, t);
+    return dpl_errorf(DPL_ENOMEM, "%s: out of host memory", op);
+  }
+  void *data = NULL;
+  int st = b->alloc(devindex, nbytes, &data);
+  if (st != DPL_OK) {
+    free(s);
+    pool_put(0, t);
+    char msg[600], bs[160];
+    snprintf(msg, sizeof msg, "%s", dpl_last_error());
+    return dpl_errorf(st, "%s: allocating %lld bytes for a %s %s tensor on cuda:%d: %s", op, (long long)nbytes,
+                      dpl_dtype_name(dtype), dpl_shape_str(ndim, shape, bs, sizeof bs), (int)devindex, msg);
+  }
+  atomic_init(&s->refcount, 1);
+  s->data = data;
+  s->nbytes = nbytes;
+  s->devtype = DPL_DEVICE_CUDA;
+  s->devindex = devindex;
+  s->kind = DPL_STORAGE_DEVICE;
+  s->block = NULL;
+  s->map_len = 0;
+  memset(t, 0, sizeof *t);
+  t->_dtype = dtype;
+  t->_ndim = ndim;
+  t->_devtype = DPL_DEVICE_CUDA;
+  t->_devindex = devindex;
+  t->_numel = numel;
+  for (int i = 0; i < ndim; i++) t->_shape[i] = shape[i];
+  set_contig_strides(t);
+  t->_data = data;
+  t->_storage = s;
+  t->_flags = DPL_CONTIG | DPL_DEVMEM;
+  count_alloc(DPL_DEVICE_CUDA, devindex, nbytes);
+  *out = t;
+  return DPL_OK;
+}
+
 int dpl_new_on(const char *op, int32_t dtype, int32_t ndim, const int64_t *shape, int32_t devtype, int32_t devindex,
                dpl_tensor **out)
 {
@@ -518,8 +574,10 @@ int dpl_new_on(const char *op, int32_t dtype, int32_t ndim, const int64_t *shape
       return dpl_errorf(DPL_ENOMEM, "%s: shape %s is too large", op, dpl_shape_str(ndim, shape, b, sizeof b));
     }
   }
-  if (devtype != DPL_DEVICE_CPU || devindex != 0) DPL_TRY(check_device(op, devtype, devindex));
+  int real = 0;
+  if (devtype != DPL_DEVICE_CPU || devindex != 0) DPL_TRY(check_device(op, devtype, devindex, &real));
   int64_t nbytes = numel * dpl_elsize(dtype);
+  if (real) return new_device(op, dtype, ndim, shape, numel, nbytes, devindex, out);
   /* two allocations, small ones from this thread's pools: the handle, and the
    * storage header with the data 64-byte aligned after it (small blocks are
    * 64-byte aligned already; others need room to align) */
@@ -617,12 +675,21 @@ int dpl_tensor_free_data(dpl_tensor *t)
 int64_t dpl_storage_refcount(const dpl_tensor *t) { return t && t->_storage ? atomic_load(&t->_storage->refcount) : 0; }
 int64_t dpl_storage_nbytes(const dpl_tensor *t) { return t && t->_storage ? t->_storage->nbytes : 0; }
 
-int dpl_check_tensor(const char *op, const char *name, const dpl_tensor *t)
+int dpl_check_handle(const char *op, const char *name, const dpl_tensor *t)
 {
   if (!t) return dpl_errorf(DPL_EINVAL, "%s: %s is NULL (expected a tensor)", op, name);
   if (!t->_storage) return dpl_errorf(DPL_EINVAL, "%s: %s was freed with :free()", op, name);
   if (!dpl_dtype_valid(t->_dtype) || t->_ndim < 0 || t->_ndim > DPL_MAX_DIMS)
     return dpl_errorf(DPL_EINVAL, "%s: %s is not a valid tensor", op, name);
+  return DPL_OK;
+}
+
+int dpl_check_tensor(const char *op, const char *name, const dpl_tensor *t)
+{
+  DPL_TRY(dpl_check_handle(op, name, t));
+  if (t->_flags & DPL_DEVMEM)
+    return dpl_errorf(DPL_ENOTIMPL, "%s: not implemented on cuda (%s is on cuda:%d; move it with :to(\"cpu\"))", op,
+                      name, (int)t->_devindex);
   return DPL_OK;
 }
 
@@ -651,7 +718,7 @@ int dpl_make_view(const dpl_tensor *t, int32_t ndim, const int64_t *shape, const
   for (int i = 0; i < ndim; i++) { v->_shape[i] = shape[i]; v->_stride[i] = stride[i]; }
   v->_storage = t->_storage;
   v->_data = t->_storage->data + offset * dpl_elsize(t->_dtype);
-  v->_flags = 0;
+  v->_flags = t->_flags & DPL_DEVMEM;
   dpl_update_contig(v);
   atomic_fetch_add(&t->_storage->refcount, 1);
   *out = v;
@@ -663,7 +730,7 @@ int dpl_make_view(const dpl_tensor *t, int32_t ndim, const int64_t *shape, const
 int dpl_tensor_alias(const dpl_tensor *t, dpl_tensor **out)
 {
   CHECK_OUT("alias");
-  DPL_TRY(dpl_check_tensor("alias", "tensor", t));
+  DPL_TRY(dpl_check_handle("alias", "tensor", t));
   return dpl_make_view(t, t->_ndim, t->_shape, t->_stride, t->_offset, out);
 }
 
@@ -742,7 +809,7 @@ static int view_strides(const dpl_tensor *t, int32_t nd, const int64_t *ns, int6
 int dpl_tensor_view(const dpl_tensor *t, int32_t ndim, const int64_t *shape, dpl_tensor **out)
 {
   CHECK_OUT("view");
-  DPL_TRY(dpl_check_tensor("view", "tensor", t));
+  DPL_TRY(dpl_check_handle("view", "tensor", t));
   int64_t ns[DPL_MAX_DIMS], nst[DPL_MAX_DIMS];
   DPL_TRY(infer_shape("view", t, ndim, shape, ns));
   if (!view_strides(t, ndim, ns, nst)) {
@@ -758,7 +825,7 @@ int dpl_tensor_view(const dpl_tensor *t, int32_t ndim, const int64_t *shape, dpl
 int dpl_tensor_reshape(const dpl_tensor *t, int32_t ndim, const int64_t *shape, dpl_tensor **out)
 {
   CHECK_OUT("reshape");
-  DPL_TRY(dpl_check_tensor("reshape", "tensor", t));
+  DPL_TRY(dpl_check_handle("reshape", "tensor", t));
   int64_t ns[DPL_MAX_DIMS], nst[DPL_MAX_DIMS];
   DPL_TRY(infer_shape("reshape", t, ndim, shape, ns));
   if (view_strides(t, ndim, ns, nst)) return dpl_make_view(t, ndim, ns, nst, t->_offset, out);
@@ -775,7 +842,7 @@ int dpl_tensor_as_strided(const dpl_tensor *t, int32_t ndim, const int64_t *shap
                           dpl_tensor **out)
 {
   CHECK_OUT("as_strided");
-  DPL_TRY(dpl_check_tensor("as_strided", "tensor", t));
+  DPL_TRY(dpl_check_handle("as_strided", "tensor", t));
   if (ndim < 0 || ndim > DPL_MAX_DIMS)
     return dpl_errorf(DPL_EINVAL, "as_strided: expected 0..%d dims, got %d", DPL_MAX_DIMS, (int)ndim);
   if (ndim > 0 && (!shape || !stride)) return dpl_errorf(DPL_EINVAL, "as_strided: shape or stride is NULL");
@@ -798,7 +865,7 @@ int dpl_tensor_as_strided(const dpl_tensor *t, int32_t ndim, const int64_t *shap
 int dpl_tensor_transpose(const dpl_tensor *t, int32_t d0, int32_t d1, dpl_tensor **out)
 {
   CHECK_OUT("transpose");
-  DPL_TRY(dpl_check_tensor("transpose", "tensor", t));
+  DPL_TRY(dpl_check_handle("transpose", "tensor", t));
   DPL_TRY(check_dim("transpose", t, d0, 0));
   DPL_TRY(check_dim("transpose", t, d1, 0));
   int64_t sh[DPL_MAX_DIMS], st[DPL_MAX_DIMS];
@@ -812,7 +879,7 @@ int dpl_tensor_transpose(const dpl_tensor *t, int32_t d0, int32_t d1, dpl_tensor
 int dpl_tensor_permute(const dpl_tensor *t, int32_t ndim, const int32_t *dims, dpl_tensor **out)
 {
   CHECK_OUT("permute");
-  DPL_TRY(dpl_check_tensor("permute", "tensor", t));
+  DPL_TRY(dpl_check_handle("permute", "tensor", t));
   if (ndim != t->_ndim)
     return dpl_errorf(DPL_EINVAL, "permute: expected %d dims for a %d-d tensor, got %d", (int)t->_ndim, (int)t->_ndim, (int)ndim);
   if (ndim > 0 && !dims) return dpl_errorf(DPL_EINVAL, "permute: dims is NULL");
@@ -830,7 +897,7 @@ int dpl_tensor_permute(const dpl_tensor *t, int32_t ndim, const int32_t *dims, d
 int dpl_tensor_narrow(const dpl_tensor *t, int32_t dim, int64_t start, int64_t length, dpl_tensor **out)
 {
   CHECK_OUT("narrow");
-  DPL_TRY(dpl_check_tensor("narrow", "tensor", t));
+  DPL_TRY(dpl_check_handle("narrow", "tensor", t));
   DPL_TRY(check_dim("narrow", t, dim, 0));
   int64_t size = t->_shape[dim];
   if (start < 0 || length < 0 || start > size || length > size - start)
@@ -845,7 +912,7 @@ int dpl_tensor_narrow(const dpl_tensor *t, int32_t dim, int64_t start, int64_t l
 int dpl_tensor_select(const dpl_tensor *t, int32_t dim, int64_t index, dpl_tensor **out)
 {
   CHECK_OUT("select");
-  DPL_TRY(dpl_check_tensor("select", "tensor", t));
+  DPL_TRY(dpl_check_handle("select", "tensor", t));
   DPL_TRY(check_dim("select", t, dim, 0));
   int64_t size = t->_shape[dim];
   if (index < 0 || index >= size)
@@ -861,7 +928,7 @@ int dpl_tensor_select(const dpl_tensor *t, int32_t dim, int64_t index, dpl_tenso
 int dpl_tensor_expand(const dpl_tensor *t, int32_t ndim, const int64_t *shape, dpl_tensor **out)
 {
   CHECK_OUT("expand");
-  DPL_TRY(dpl_check_tensor("expand", "tensor", t));
+  DPL_TRY(dpl_check_handle("expand", "tensor", t));
   if (ndim < t->_ndim || ndim > DPL_MAX_DIMS)
     return dpl_errorf(DPL_EINVAL, "expand: expected %d..%d sizes for a %d-d tensor, got %d", (int)t->_ndim, DPL_MAX_DIMS,
                       (int)t->_ndim, (int)ndim);
@@ -893,7 +960,7 @@ int dpl_tensor_expand(const dpl_tensor *t, int32_t ndim, const int64_t *shape, d
 int dpl_tensor_squeeze(const dpl_tensor *t, int32_t dim, dpl_tensor **out)
 {
   CHECK_OUT("squeeze");
-  DPL_TRY(dpl_check_tensor("squeeze", "tensor", t));
+  DPL_TRY(dpl_check_handle("squeeze", "tensor", t));
   if (dim != -1) DPL_TRY(check_dim("squeeze", t, dim, 0));
   int64_t sh[DPL_MAX_DIMS], st[DPL_MAX_DIMS];
   int k = 0;
@@ -907,7 +974,7 @@ int dpl_tensor_squeeze(const dpl_tensor *t, int32_t dim, dpl_tensor **out)
 int dpl_tensor_unsqueeze(const dpl_tensor *t, int32_t dim, dpl_tensor **out)
 {
   CHECK_OUT("unsqueeze");
-  DPL_TRY(dpl_check_tensor("unsqueeze", "tensor", t));
+  DPL_TRY(dpl_check_handle("unsqueeze", "tensor", t));
   if (t->_ndim >= DPL_MAX_DIMS)
     return dpl_errorf(DPL_EINVAL, "unsqueeze: a tensor has at most %d dims", DPL_MAX_DIMS);
   DPL_TRY(check_dim("unsqueeze", t, dim, 1));
@@ -927,7 +994,7 @@ int dpl_tensor_unsqueeze(const dpl_tensor *t, int32_t dim, dpl_tensor **out)
 int dpl_tensor_contiguous(const dpl_tensor *t, dpl_tensor **out)
 {
   CHECK_OUT("contiguous");
-  DPL_TRY(dpl_check_tensor("contiguous", "tensor", t));
+  DPL_TRY(dpl_check_handle("contiguous", "tensor", t));
   return dpl_contig_as("contiguous", t, t->_dtype, out);
 }
 

@@ -3,7 +3,9 @@
  * tensor-scalar, out-of-place and in-place), unary math, activation
  * gradients, axpy, clamp, where and masked_fill. Kernels exist for the compute
  * dtypes float32, float64, int32, int64 and uint8; float16/bfloat16 compute in
- * float32 and bool in uint8, through converted temporaries. */
+ * float32 and bool in uint8, through converted temporaries. Tensors in device
+ * memory share all of the dtype and shape logic here; only the loop itself runs
+ * in the backend (DPL_BK_BINARY, _UNARY, ... with the kernel dtype in i[3]). */
 #include "dpl_tensor_internal.h"
 #include <stdio.h>
 #include <stdlib.h>
@@ -269,7 +271,11 @@ static int binary_core(const char *name, int op, const dpl_tensor *a, const dpl_
       }
     }
   }
-  if (st == DPL_OK && target->_numel <= GRAIN && dpl_is_contig(target) && dpl_is_contig(ua) && dpl_is_contig(ub) &&
+  if (st == DPL_OK && dpl_is_devmem(target)) {
+    dpl_bk_args k = {.op = DPL_BK_BINARY, .sub = op, .i = {0, 0, 0, kd}, .inout = target, .in = {ua, ub}, .name = name};
+    st = dpl_bk_call(&k);
+    if (st == DPL_OK && tmp) st = dpl_copy_any(name, dst ? dst : res, tmp);
+  } else if (st == DPL_OK && target->_numel <= GRAIN && dpl_is_contig(target) && dpl_is_contig(ua) && dpl_is_contig(ub) &&
       ua->_numel == target->_numel && ub->_numel == target->_numel) {
     /* small, same shape, contiguous: one run, no iterator */
     char *ptrs[3] = {target->_data, ua->_data, ub->_data};
@@ -306,8 +312,8 @@ int dpl_binary(int32_t op, const dpl_tensor *a, const dpl_tensor *b, dpl_tensor 
   if (!out) return dpl_errorf(DPL_EINVAL, "binary: out is NULL");
   *out = NULL;
   DPL_TRY(check_binop(op, &name));
-  DPL_TRY(dpl_check_tensor(name, "self", a));
-  DPL_TRY(dpl_check_tensor(name, "other", b));
+  DPL_TRY(dpl_check_handle(name, "self", a));
+  DPL_TRY(dpl_check_handle(name, "other", b));
   DPL_TRY(dpl_check_same_device(name, a, b));
   int32_t bd = b->_dtype;
   /* a 0-d operand does not promote within the same kind (PyTorch's rule for dimensionless tensors) */
@@ -330,8 +336,8 @@ int dpl_binary_(int32_t op, dpl_tensor *a, const dpl_tensor *b)
 {
   const char *name;
   DPL_TRY(check_binop(op, &name));
-  DPL_TRY(dpl_check_tensor(name, "self", a));
-  DPL_TRY(dpl_check_tensor(name, "other", b));
+  DPL_TRY(dpl_check_handle(name, "self", a));
+  DPL_TRY(dpl_check_handle(name, "other", b));
   DPL_TRY(dpl_check_same_device(name, a, b));
   int32_t bd = b->_dtype;
   if (b->_ndim == 0 && dpl_is_float(a->_dtype) == dpl_is_float(b->_dtype)) bd = a->_dtype;
@@ -344,7 +350,7 @@ int dpl_binary_scalar(int32_t op, const dpl_tensor *a, double s, int32_t reverse
   if (!out) return dpl_errorf(DPL_EINVAL, "binary: out is NULL");
   *out = NULL;
   DPL_TRY(check_binop(op, &name));
-  DPL_TRY(dpl_check_tensor(name, "self", a));
+  DPL_TRY(dpl_check_handle(name, "self", a));
   int32_t sd = scalar_dtype(a->_dtype, s);
   int32_t pd = dpl_promote(a->_dtype, sd);
   int32_t kd = kernel_dtype((needs_float(op) && !dpl_is_float(pd)) ? DPL_FLOAT32 : pd);
@@ -374,7 +380,7 @@ int dpl_binary_scalar_(int32_t op, dpl_tensor *a, double s)
 {
   const char *name;
   DPL_TRY(check_binop(op, &name));
-  DPL_TRY(dpl_check_tensor(name, "self", a));
+  DPL_TRY(dpl_check_handle(name, "self", a));
   int32_t sd = scalar_dtype(a->_dtype, s);
   int32_t pd = dpl_promote(a->_dtype, sd);
   int32_t kd = kernel_dtype((needs_float(op) && !dpl_is_float(pd)) ? DPL_FLOAT32 : pd);
@@ -403,8 +409,8 @@ DPL_CLONES static void axpy_f64(char **p, const int64_t *st, int64_t n, void *vc
 
 int dpl_axpy_(dpl_tensor *a, double alpha, const dpl_tensor *b)
 {
-  DPL_TRY(dpl_check_tensor("add_", "self", a));
-  DPL_TRY(dpl_check_tensor("add_", "other", b));
+  DPL_TRY(dpl_check_handle("add_", "self", a));
+  DPL_TRY(dpl_check_handle("add_", "other", b));
   DPL_TRY(dpl_check_same_device("add_", a, b));
   int64_t st[DPL_MAX_DIMS];
   if (dpl_broadcast_strides(b, a->_ndim, a->_shape, st) != 0) {
@@ -412,7 +418,11 @@ int dpl_axpy_(dpl_tensor *a, double alpha, const dpl_tensor *b)
     return dpl_errorf(DPL_EINVAL, "add_: other of shape %s cannot be broadcast to the in-place shape %s",
                       dpl_shape_str(b->_ndim, b->_shape, b1, sizeof b1), dpl_shape_str(a->_ndim, a->_shape, b2, sizeof b2));
   }
-  if ((a->_dtype == DPL_FLOAT32 || a->_dtype == DPL_FLOAT64) && b->_dtype == a->_dtype) {
+  if (dpl_is_devmem(a) && dpl_is_float(a->_dtype) && b->_dtype == a->_dtype) {
+    dpl_bk_args k = {.op = DPL_BK_AXPY, .inout = a, .in = {b}, .d = {alpha}, .name = "add_"};
+    return dpl_bk_call(&k);
+  }
+  if (!dpl_is_devmem(a) && (a->_dtype == DPL_FLOAT32 || a->_dtype == DPL_FLOAT64) && b->_dtype == a->_dtype) {
     dpl_tensor *ops[2] = {a, (dpl_tensor *)b};
     dpl_iter it;
     dpl_iter_init(&it, 2, ops, a->_ndim, a->_shape);
@@ -549,7 +559,7 @@ static int unary_core(int32_t op, const dpl_tensor *a, dpl_tensor *dst, dpl_tens
 {
   const char *name = unop_name(op);
   if (!name) return dpl_errorf(DPL_EINVAL, "unary: unknown op id %d", (int)op);
-  DPL_TRY(dpl_check_tensor(name, "self", a));
+  DPL_TRY(dpl_check_handle(name, "self", a));
   int32_t rd = un_bool_out(op) ? DPL_BOOL : (un_float_only(op) && !dpl_is_float(a->_dtype)) ? DPL_FLOAT32 : a->_dtype;
   int32_t kd = kernel_dtype(un_float_only(op) && !dpl_is_float(a->_dtype) ? DPL_FLOAT32 : a->_dtype);
   if (op == DPL_OP_NEG && a->_dtype == DPL_BOOL)
@@ -573,7 +583,11 @@ static int unary_core(int32_t op, const dpl_tensor *a, dpl_tensor *dst, dpl_tens
       }
     }
   }
-  if (st == DPL_OK) {
+  if (st == DPL_OK && dpl_is_devmem(target)) {
+    dpl_bk_args k = {.op = DPL_BK_UNARY, .sub = op, .i = {0, 0, 0, kd}, .inout = target, .in = {ua}, .name = name};
+    st = dpl_bk_call(&k);
+    if (st == DPL_OK && tmp) st = dpl_copy_any(name, dst ? dst : res, tmp);
+  } else if (st == DPL_OK) {
     dpl_tensor *ops[2] = {target, (dpl_tensor *)ua};
     dpl_iter it;
     dpl_iter_init(&it, 2, ops, a->_ndim, a->_shape);
@@ -646,8 +660,8 @@ int dpl_activation_backward(int32_t op, const dpl_tensor *grad, const dpl_tensor
   if (op != DPL_OP_RELU && op != DPL_OP_TANH && op != DPL_OP_SIGMOID && op != DPL_OP_GELU && op != DPL_OP_SILU)
     return dpl_errorf(DPL_EINVAL, "%s: op %d has no gradient kernel (expected relu, tanh, sigmoid, gelu, silu)", name, (int)op);
   const dpl_tensor *in = (op == DPL_OP_TANH || op == DPL_OP_SIGMOID) ? y : x;
-  DPL_TRY(dpl_check_tensor(name, "grad", grad));
-  DPL_TRY(dpl_check_tensor(name, (op == DPL_OP_TANH || op == DPL_OP_SIGMOID) ? "output" : "input", in));
+  DPL_TRY(dpl_check_handle(name, "grad", grad));
+  DPL_TRY(dpl_check_handle(name, (op == DPL_OP_TANH || op == DPL_OP_SIGMOID) ? "output" : "input", in));
   DPL_TRY(dpl_check_same_device(name, grad, in));
   int same = grad->_ndim == in->_ndim;
   for (int i = 0; same && i < grad->_ndim; i++) same = grad->_shape[i] == in->_shape[i];
@@ -665,12 +679,17 @@ int dpl_activation_backward(int32_t op, const dpl_tensor *grad, const dpl_tensor
   if (st == DPL_OK) st = temp_convert(name, in, kd, &tx, &ux);
   if (st == DPL_OK) st = dpl_new(name, kd, grad->_ndim, grad->_shape, grad, &res);
   if (st == DPL_OK) {
-    dpl_tensor *ops[3] = {res, (dpl_tensor *)ug, (dpl_tensor *)ux};
-    dpl_iter it;
-    dpl_iter_init(&it, 3, ops, grad->_ndim, grad->_shape);
-    int opv = op;
-    dpl_iter_run(&it, kd == DPL_FLOAT32 ? act_f32 : act_f64, &opv, GRAIN / 4);
-    if (rd != kd) {
+    if (dpl_is_devmem(res)) {
+      dpl_bk_args k = {.op = DPL_BK_ACT_BWD, .sub = op, .i = {0, 0, 0, kd}, .inout = res, .in = {ug, ux}, .name = name};
+      st = dpl_bk_call(&k);
+    } else {
+      dpl_tensor *ops[3] = {res, (dpl_tensor *)ug, (dpl_tensor *)ux};
+      dpl_iter it;
+      dpl_iter_init(&it, 3, ops, grad->_ndim, grad->_shape);
+      int opv = op;
+      dpl_iter_run(&it, kd == DPL_FLOAT32 ? act_f32 : act_f64, &opv, GRAIN / 4);
+    }
+    if (st == DPL_OK && rd != kd) {
       dpl_tensor *r2 = NULL;
       st = dpl_contig_as(name, res, rd, &r2);
       dpl_tensor_release(res);
@@ -706,7 +725,7 @@ static int clamp_core(const dpl_tensor *a, double lo, double hi, int32_t has_lo,
                       dpl_tensor **out)
 {
   const char *name = dst ? "clamp_" : "clamp";
-  DPL_TRY(dpl_check_tensor(name, "self", a));
+  DPL_TRY(dpl_check_handle(name, "self", a));
   if (!has_lo && !has_hi) return dpl_errorf(DPL_EINVAL, "%s: at least one of min and max must be given", name);
   if (a->_dtype == DPL_BOOL) return dpl_errorf(DPL_EINVAL, "%s: not supported for bool tensors", name);
   int32_t kd = a->_dtype == DPL_FLOAT64 ? DPL_FLOAT64 : dpl_is_float(a->_dtype) ? DPL_FLOAT32 : DPL_INT64;
@@ -728,13 +747,19 @@ static int clamp_core(const dpl_tensor *a, double lo, double hi, int32_t has_lo,
     else { st = dpl_new(name, kd, a->_ndim, a->_shape, a, &tmp); target = tmp; }
   }
   if (st == DPL_OK) {
-    dpl_tensor *ops[2] = {target, (dpl_tensor *)ua};
-    dpl_iter it;
-    dpl_iter_init(&it, 2, ops, a->_ndim, a->_shape);
-    clamp_ctx c = {lo, hi, has_lo, has_hi};
-    dpl_iter_run(&it, kd == DPL_FLOAT32 ? clamp_f32 : kd == DPL_FLOAT64 ? clamp_f64 : clamp_i64, &c, GRAIN);
-    if (tmp) {
-      if (dst) dpl_copy_raw(dst, tmp);
+    if (dpl_is_devmem(target)) {
+      dpl_bk_args k = {.op = DPL_BK_CLAMP, .i = {has_lo, has_hi, 0, kd}, .d = {lo, hi}, .inout = target, .in = {ua},
+                       .name = name};
+      st = dpl_bk_call(&k);
+    } else {
+      dpl_tensor *ops[2] = {target, (dpl_tensor *)ua};
+      dpl_iter it;
+      dpl_iter_init(&it, 2, ops, a->_ndim, a->_shape);
+      clamp_ctx c = {lo, hi, has_lo, has_hi};
+      dpl_iter_run(&it, kd == DPL_FLOAT32 ? clamp_f32 : kd == DPL_FLOAT64 ? clamp_f64 : clamp_i64, &c, GRAIN);
+    }
+    if (st == DPL_OK && tmp) {
+      if (dst) st = dpl_copy_any(name, dst, tmp);
       else st = dpl_contig_as(name, tmp, a->_dtype, &res);
     }
   }
@@ -772,9 +797,9 @@ int dpl_where(const dpl_tensor *cond, const dpl_tensor *a, const dpl_tensor *b, 
   const char *name = "where";
   if (!out) return dpl_errorf(DPL_EINVAL, "where: out is NULL");
   *out = NULL;
-  DPL_TRY(dpl_check_tensor(name, "condition", cond));
-  DPL_TRY(dpl_check_tensor(name, "self", a));
-  DPL_TRY(dpl_check_tensor(name, "other", b));
+  DPL_TRY(dpl_check_handle(name, "condition", cond));
+  DPL_TRY(dpl_check_handle(name, "self", a));
+  DPL_TRY(dpl_check_handle(name, "other", b));
   DPL_TRY(dpl_check_same_device(name, cond, a));
   DPL_TRY(dpl_check_same_device(name, a, b));
   int64_t s1[DPL_MAX_DIMS], shape[DPL_MAX_DIMS];
@@ -789,7 +814,10 @@ int dpl_where(const dpl_tensor *cond, const dpl_tensor *a, const dpl_tensor *b, 
   if (st == DPL_OK) st = temp_convert(name, a, rd, &ta, &ua);
   if (st == DPL_OK) st = temp_convert(name, b, rd, &tb, &ub);
   if (st == DPL_OK) st = dpl_new(name, rd, nd, shape, a, &res);
-  if (st == DPL_OK) {
+  if (st == DPL_OK && dpl_is_devmem(res)) {
+    dpl_bk_args k = {.op = DPL_BK_WHERE, .inout = res, .in = {uc, ua, ub}, .name = name};
+    st = dpl_bk_call(&k);
+  } else if (st == DPL_OK) {
     dpl_tensor *ops[4] = {res, (dpl_tensor *)uc, (dpl_tensor *)ua, (dpl_tensor *)ub};
     dpl_iter it;
     dpl_iter_init(&it, 4, ops, nd, shape);
@@ -815,8 +843,8 @@ static void masked_fill_loop(char **p, const int64_t *st, int64_t n, void *vctx)
 int dpl_masked_fill_(dpl_tensor *a, const dpl_tensor *mask, double value)
 {
   const char *name = "masked_fill_";
-  DPL_TRY(dpl_check_tensor(name, "self", a));
-  DPL_TRY(dpl_check_tensor(name, "mask", mask));
+  DPL_TRY(dpl_check_handle(name, "self", a));
+  DPL_TRY(dpl_check_handle(name, "mask", mask));
   DPL_TRY(dpl_check_same_device(name, a, mask));
   if (mask->_dtype != DPL_BOOL && mask->_dtype != DPL_UINT8)
     return dpl_errorf(DPL_EINVAL, "%s: expected a bool mask, got %s", name, dpl_dtype_name(mask->_dtype));
@@ -825,6 +853,10 @@ int dpl_masked_fill_(dpl_tensor *a, const dpl_tensor *mask, double value)
     char b1[160], b2[160];
     return dpl_errorf(DPL_EINVAL, "%s: mask of shape %s cannot be broadcast to shape %s", name,
                       dpl_shape_str(mask->_ndim, mask->_shape, b1, sizeof b1), dpl_shape_str(a->_ndim, a->_shape, b2, sizeof b2));
+  }
+  if (dpl_is_devmem(a)) {
+    dpl_bk_args k = {.op = DPL_BK_MASKED_FILL, .inout = a, .in = {mask}, .d = {value}, .name = name};
+    return dpl_bk_call(&k);
   }
   mf_ctx c;
   c.es = dpl_elsize(a->_dtype);

@@ -1,7 +1,8 @@
 /* dpl_tensor_index.c: indexing kernels: index_select, index_add_, gather,
  * scatter_add_, cat, stack, embedding and its gradient, masked_select and
  * nonzero. Index tensors are integers, 0-based, range-checked before any
- * write (a bad index is an error naming the op, the value and the bound). */
+ * write (a bad index is an error naming the op, the value and the bound).
+ * Device tensors go to the backend after the shape checks that need no data. */
 #include "dpl_tensor_internal.h"
 #include <stdio.h>
 #include <stdlib.h>
@@ -46,11 +47,16 @@ int dpl_index_select(const dpl_tensor *a, int32_t dim, const dpl_tensor *idx, dp
   const char *name = "index_select";
   if (!out) return dpl_errorf(DPL_EINVAL, "%s: out is NULL", name);
   *out = NULL;
-  DPL_TRY(dpl_check_tensor(name, "self", a));
+  DPL_TRY(dpl_check_handle(name, "self", a));
   DPL_TRY(dpl_check_same_device(name, a, idx ? idx : a));
   DPL_TRY(check_dim(name, a, dim));
   if (idx && idx->_ndim > 1)
     return dpl_errorf(DPL_EINVAL, "%s: expected a 0-d or 1-d index, got %d dims", name, idx ? (int)idx->_ndim : 0);
+  if (idx && dpl_is_devmem(a)) {
+    dpl_bk_args k = {.op = DPL_BK_INDEX_SELECT, .in = {a, idx}, .i = {dim}, .out = {out}, .name = name};
+    return dpl_bk_call(&k);
+  }
+  DPL_TRY(dpl_check_tensor(name, "self", a));
   dpl_tensor *ix = NULL, *ca = NULL, *res = NULL;
   DPL_TRY(index_tensor(name, "index", idx, &ix));
   int64_t n = ix->_numel;
@@ -109,11 +115,27 @@ static void end_contig(dpl_tensor *a, dpl_tensor *work)
 int dpl_index_add_(dpl_tensor *a, int32_t dim, const dpl_tensor *idx, const dpl_tensor *src)
 {
   const char *name = "index_add_";
-  DPL_TRY(dpl_check_tensor(name, "self", a));
-  DPL_TRY(dpl_check_tensor(name, "source", src));
+  DPL_TRY(dpl_check_handle(name, "self", a));
+  DPL_TRY(dpl_check_handle(name, "source", src));
   DPL_TRY(dpl_check_same_device(name, a, src));
   DPL_TRY(check_dim(name, a, dim));
   if (idx && idx->_ndim > 1) return dpl_errorf(DPL_EINVAL, "%s: expected a 1-d index, got %d dims", name, (int)idx->_ndim);
+  if (idx && dpl_is_devmem(a)) {
+    DPL_TRY(dpl_check_same_device(name, a, idx));
+    int64_t n = idx->_numel;
+    int ok = src->_ndim == a->_ndim;
+    for (int i = 0; ok && i < a->_ndim; i++) ok = src->_shape[i] == (i == dim ? n : a->_shape[i]);
+    if (!ok) {
+      char b1[160], b2[160];
+      return dpl_errorf(DPL_EINVAL, "%s: source shape %s does not match self %s with dim %d of size %lld (the index length)",
+                        name, dpl_shape_str(src->_ndim, src->_shape, b1, sizeof b1),
+                        dpl_shape_str(a->_ndim, a->_shape, b2, sizeof b2), (int)dim, (long long)n);
+    }
+    dpl_bk_args k = {.op = DPL_BK_INDEX_ADD, .inout = a, .in = {idx, src}, .i = {dim}, .name = name};
+    return dpl_bk_call(&k);
+  }
+  DPL_TRY(dpl_check_tensor(name, "self", a));
+  DPL_TRY(dpl_check_tensor(name, "source", src));
   dpl_tensor *ix = NULL, *cs = NULL, *work = NULL;
   DPL_TRY(index_tensor(name, "index", idx, &ix));
   int64_t n = ix->_numel;
@@ -147,8 +169,8 @@ int dpl_index_add_(dpl_tensor *a, int32_t dim, const dpl_tensor *idx, const dpl_
 /* shared by gather and scatter_add: idx and (for scatter) src walk the same positions */
 static int gather_checks(const char *name, const dpl_tensor *a, int32_t dim, const dpl_tensor *idx, const dpl_tensor *src)
 {
-  DPL_TRY(dpl_check_tensor(name, "self", a));
-  DPL_TRY(dpl_check_tensor(name, "index", idx));
+  DPL_TRY(dpl_check_handle(name, "self", a));
+  DPL_TRY(dpl_check_handle(name, "index", idx));
   DPL_TRY(dpl_check_same_device(name, a, idx));
   DPL_TRY(check_dim(name, a, dim));
   char b1[160], b2[160];
@@ -174,6 +196,15 @@ static int gather_scatter(const char *name, int scatter, dpl_tensor *a, int32_t 
                           const dpl_tensor *src, dpl_tensor **out)
 {
   DPL_TRY(gather_checks(name, a, dim, idx, src));
+  if (dpl_is_devmem(a)) {
+    dpl_bk_args k = {.op = scatter ? DPL_BK_SCATTER_ADD : DPL_BK_GATHER, .in = {idx, src}, .i = {dim},
+                     .name = name};
+    if (scatter) k.inout = a;
+    else { k.inout = a; k.out[0] = out; }
+    return dpl_bk_call(&k);
+  }
+  DPL_TRY(dpl_check_tensor(name, "self", a)); /* host memory from here on */
+  if (src) DPL_TRY(dpl_check_tensor(name, "src", src));
   dpl_tensor *ix = NULL, *cs = NULL, *res = NULL;
   DPL_TRY(index_tensor(name, "index", idx, &ix));
   int st = check_range(name, ix->_data, ix->_numel, a->_shape[dim], dim);
@@ -225,7 +256,7 @@ int dpl_cat(int32_t n, dpl_tensor *const *ts, int32_t dim, dpl_tensor **out)
   for (int i = 0; i < n; i++) {
     char what[32];
     snprintf(what, sizeof what, "tensor %d", i);
-    DPL_TRY(dpl_check_tensor(name, what, ts[i]));
+    DPL_TRY(dpl_check_handle(name, what, ts[i]));
     DPL_TRY(dpl_check_same_device(name, ts[0], ts[i]));
   }
   const dpl_tensor *f = ts[0];
@@ -260,8 +291,9 @@ int dpl_cat(int32_t n, dpl_tensor *const *ts, int32_t dim, dpl_tensor **out)
     dpl_tensor *v = NULL;
     int st = dpl_make_view(res, res->_ndim, sh, res->_stride, at * res->_stride[dim], &v);
     if (st != DPL_OK) { dpl_tensor_release(res); return st; }
-    dpl_copy_raw(v, ts[i]);
+    st = dpl_copy_any(name, v, ts[i]);
     dpl_tensor_release(v);
+    if (st != DPL_OK) { dpl_tensor_release(res); return st; }
     at += sh[dim];
   }
   *out = res;
@@ -306,6 +338,10 @@ int dpl_embedding(const dpl_tensor *weight, const dpl_tensor *idx, dpl_tensor **
   const char *name = "embedding";
   if (!out) return dpl_errorf(DPL_EINVAL, "%s: out is NULL", name);
   *out = NULL;
+  if (dpl_is_devmem(weight) || dpl_is_devmem(idx)) {
+    dpl_bk_args k = {.op = DPL_BK_EMBEDDING, .in = {weight, idx}, .out = {out}, .name = name};
+    return dpl_bk_call(&k);
+  }
   DPL_TRY(dpl_check_tensor(name, "weight", weight));
   DPL_TRY(dpl_check_tensor(name, "input", idx));
   DPL_TRY(dpl_check_same_device(name, weight, idx));
@@ -339,6 +375,10 @@ int dpl_embedding_backward(const dpl_tensor *grad, const dpl_tensor *idx, int64_
   const char *name = "embedding_backward";
   if (!out) return dpl_errorf(DPL_EINVAL, "%s: out is NULL", name);
   *out = NULL;
+  if (dpl_is_devmem(grad) || dpl_is_devmem(idx)) {
+    dpl_bk_args k = {.op = DPL_BK_EMBEDDING_BWD, .in = {grad, idx}, .l = {num_weights}, .out = {out}, .name = name};
+    return dpl_bk_call(&k);
+  }
   DPL_TRY(dpl_check_tensor(name, "grad", grad));
   DPL_TRY(dpl_check_tensor(name, "input", idx));
   DPL_TRY(dpl_check_same_device(name, grad, idx));
@@ -369,11 +409,38 @@ int dpl_embedding_backward(const dpl_tensor *grad, const dpl_tensor *idx, int64_
   return DPL_OK;
 }
 
+/* Ops whose output size depends on the data: a device tensor goes through host
+ * memory (one copy each way; the size has to reach the host anyway). */
+static int on_host(const char *name, const dpl_tensor *t, dpl_tensor **h)
+{
+  DPL_TRY(dpl_check_handle(name, "tensor", t));
+  DPL_TRY(dpl_new_on(name, t->_dtype, t->_ndim, t->_shape, DPL_DEVICE_CPU, 0, h));
+  int st = dpl_copy_any(name, *h, t);
+  if (st != DPL_OK) { dpl_tensor_release(*h); *h = NULL; }
+  return st;
+}
+static int back_to(const char *name, dpl_tensor *h, const dpl_tensor *like, int st, dpl_tensor **out)
+{
+  if (st == DPL_OK) st = dpl_tensor_to(h, h->_dtype, like->_devtype, like->_devindex, out);
+  dpl_tensor_release(h);
+  (void)name;
+  return st;
+}
+
 int dpl_masked_select(const dpl_tensor *a, const dpl_tensor *mask, dpl_tensor **out)
 {
   const char *name = "masked_select";
   if (!out) return dpl_errorf(DPL_EINVAL, "%s: out is NULL", name);
   *out = NULL;
+  if (dpl_is_devmem(a) && mask && dpl_is_devmem(mask)) {
+    dpl_tensor *ha = NULL, *hm = NULL, *r = NULL;
+    int st = on_host(name, a, &ha);
+    if (st == DPL_OK) st = on_host(name, mask, &hm);
+    if (st == DPL_OK) st = dpl_masked_select(ha, hm, &r);
+    dpl_tensor_release(ha);
+    dpl_tensor_release(hm);
+    return r ? back_to(name, r, a, st, out) : st;
+  }
   DPL_TRY(dpl_check_tensor(name, "self", a));
   DPL_TRY(dpl_check_tensor(name, "mask", mask));
   DPL_TRY(dpl_check_same_device(name, a, mask));
@@ -412,6 +479,13 @@ int dpl_nonzero(const dpl_tensor *a, dpl_tensor **out)
   const char *name = "nonzero";
   if (!out) return dpl_errorf(DPL_EINVAL, "%s: out is NULL", name);
   *out = NULL;
+  if (dpl_is_devmem(a)) {
+    dpl_tensor *ha = NULL, *r = NULL;
+    int st = on_host(name, a, &ha);
+    if (st == DPL_OK) st = dpl_nonzero(ha, &r);
+    dpl_tensor_release(ha);
+    return r ? back_to(name, r, a, st, out) : st;
+  }
   DPL_TRY(dpl_check_tensor(name, "self", a));
   dpl_tensor *ca = NULL, *res = NULL;
   DPL_TRY(dpl_contig_as(name, a, DPL_FLOAT64, &ca));

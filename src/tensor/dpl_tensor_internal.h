@@ -6,6 +6,7 @@
 #define DPL_TENSOR_INTERNAL_H
 #include "dpl.h"
 #include "../host/dpl_internal.h"
+#include "dpl_tensor_backend.h"
 #include <math.h>
 #include <stdatomic.h>
 #include <stddef.h>
@@ -13,8 +14,10 @@
 #include <string.h>
 
 #define DPL_CONTIG 1u
+/* the data is device memory (a real GPU): never dereferenced on the host */
+#define DPL_DEVMEM 2u
 
-enum { DPL_STORAGE_BLOCK = 0, DPL_STORAGE_MALLOC = 1, DPL_STORAGE_MMAP = 2 };
+enum { DPL_STORAGE_BLOCK = 0, DPL_STORAGE_MALLOC = 1, DPL_STORAGE_MMAP = 2, DPL_STORAGE_DEVICE = 3 };
 
 struct dpl_storage {
   _Atomic int64_t refcount;
@@ -168,11 +171,18 @@ int dpl_make_view(const dpl_tensor *t, int32_t ndim, const int64_t *shape, const
                   int64_t offset, dpl_tensor **out);
 void dpl_update_contig(dpl_tensor *t);
 static inline int dpl_is_contig(const dpl_tensor *t) { return (t->_flags & DPL_CONTIG) != 0; }
+static inline int dpl_is_devmem(const dpl_tensor *t) { return t && (t->_flags & DPL_DEVMEM) != 0; }
 /* Contiguous copy in dtype (a new handle on t when t already is contiguous in that dtype). */
 int dpl_contig_as(const char *op, const dpl_tensor *t, int32_t dtype, dpl_tensor **out);
 /* copy with broadcasting and conversion, no checks */
 void dpl_copy_raw(dpl_tensor *dst, const dpl_tensor *src);
+/* A live tensor in host memory; a tensor in device memory fails with
+ * "<op>: not implemented on cuda" (the guard of every CPU kernel). */
 int dpl_check_tensor(const char *op, const char *name, const dpl_tensor *t);
+/* A live tensor on any device (views, metadata, backend ops). */
+int dpl_check_handle(const char *op, const char *name, const dpl_tensor *t);
+/* dpl_tensor_to/copy_ for any device pair (the backend moves device data). */
+int dpl_copy_any(const char *op, dpl_tensor *dst, const dpl_tensor *src);
 int dpl_check_same_device(const char *op, const dpl_tensor *a, const dpl_tensor *b);
 /* "cpu" or "cuda:k" into buf */
 const char *dpl_device_str(int32_t devtype, int32_t devindex, char *buf, size_t n);

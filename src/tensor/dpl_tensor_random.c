@@ -113,8 +113,26 @@ static void rng_range(int64_t lo, int64_t hi, void *vj)
   }
 }
 
+/* device tensors: the backend draws the same counters with the same formulas */
+static int run_rng_device(const char *name, dpl_tensor *t, rjob *j)
+{
+  dpl_tensor *tmp = NULL, *target = t;
+  if (!dpl_is_contig(t)) {
+    DPL_TRY(dpl_new(name, t->_dtype, t->_ndim, t->_shape, t, &tmp));
+    target = tmp;
+  }
+  dpl_rng_reserve((uint64_t)t->_numel, &j->key, &j->start);
+  dpl_bk_args k = {.op = DPL_BK_RNG, .inout = target, .i = {j->kind}, .u = {j->key, j->start}, .d = {j->a, j->b},
+                   .l = {j->ia, j->range}, .name = name};
+  int st = dpl_bk_call(&k);
+  if (st == DPL_OK && tmp) st = dpl_copy_any(name, t, tmp);
+  dpl_tensor_release(tmp);
+  return st;
+}
+
 static int run_rng(const char *name, dpl_tensor *t, rjob *j)
 {
+  if (dpl_is_devmem(t)) return run_rng_device(name, t, j);
   DPL_TRY(dpl_check_tensor(name, "self", t));
   dpl_tensor *tmp = NULL;
   dpl_tensor *target = t;
@@ -135,7 +153,7 @@ static int run_rng(const char *name, dpl_tensor *t, rjob *j)
 
 int dpl_tensor_uniform_(dpl_tensor *t, double lo, double hi)
 {
-  DPL_TRY(dpl_check_tensor("uniform_", "self", t));
+  DPL_TRY(dpl_check_handle("uniform_", "self", t));
   if (!dpl_is_float(t->_dtype))
     return dpl_errorf(DPL_EINVAL, "uniform_: expected a floating-point tensor, got %s", dpl_dtype_name(t->_dtype));
   if (!(lo <= hi)) return dpl_errorf(DPL_EINVAL, "uniform_: expected from <= to, got from=%g to=%g", lo, hi);
@@ -145,7 +163,7 @@ int dpl_tensor_uniform_(dpl_tensor *t, double lo, double hi)
 
 int dpl_tensor_normal_(dpl_tensor *t, double mean, double std)
 {
-  DPL_TRY(dpl_check_tensor("normal_", "self", t));
+  DPL_TRY(dpl_check_handle("normal_", "self", t));
   if (!dpl_is_float(t->_dtype))
     return dpl_errorf(DPL_EINVAL, "normal_: expected a floating-point tensor, got %s", dpl_dtype_name(t->_dtype));
   if (!(std >= 0)) return dpl_errorf(DPL_EINVAL, "normal_: expected std >= 0, got %g", std);
@@ -155,7 +173,7 @@ int dpl_tensor_normal_(dpl_tensor *t, double mean, double std)
 
 int dpl_tensor_randint_(dpl_tensor *t, int64_t lo, int64_t hi)
 {
-  DPL_TRY(dpl_check_tensor("randint_", "self", t));
+  DPL_TRY(dpl_check_handle("randint_", "self", t));
   if (hi <= lo)
     return dpl_errorf(DPL_EINVAL, "randint_: expected low < high, got low=%lld high=%lld", (long long)lo, (long long)hi);
   if (t->_dtype == DPL_BOOL) return dpl_errorf(DPL_EINVAL, "randint_: not supported for bool tensors");
@@ -165,7 +183,7 @@ int dpl_tensor_randint_(dpl_tensor *t, int64_t lo, int64_t hi)
 
 int dpl_tensor_bernoulli_(dpl_tensor *t, double p)
 {
-  DPL_TRY(dpl_check_tensor("bernoulli_", "self", t));
+  DPL_TRY(dpl_check_handle("bernoulli_", "self", t));
   if (!(p >= 0 && p <= 1)) return dpl_errorf(DPL_EINVAL, "bernoulli_: expected 0 <= p <= 1, got %g", p);
   rjob j = {R_BERNOULLI, 0, NULL, 0, 0, p, 0, 0, 0};
   return run_rng("bernoulli_", t, &j);

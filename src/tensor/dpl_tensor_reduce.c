@@ -2,7 +2,8 @@
  * max/min with indices, argmax/argmin, var/std, logsumexp, norm, any/all),
  * the softmax family and its gradient, and the losses (cross-entropy, NLL,
  * MSE) with their gradients. Floats accumulate in double; results do not
- * depend on the thread count (each output is reduced by one thread, in order). */
+ * depend on the thread count (each output is reduced by one thread, in order).
+ * Tensors in device memory go to the backend as whole ops (DPL_BK_REDUCE, ...). */
 #include "dpl_tensor_internal.h"
 #include <float.h>
 #include <stdio.h>
@@ -313,6 +314,11 @@ int dpl_reduce(int32_t op, const dpl_tensor *a, int32_t dim, int32_t keepdim, do
 {
   if (!out) return dpl_errorf(DPL_EINVAL, "reduce: out is NULL");
   *out = NULL;
+  if (dpl_is_devmem(a)) {
+    dpl_bk_args k = {.op = DPL_BK_REDUCE, .sub = op, .in = {a}, .i = {dim, keepdim}, .d = {param}, .out = {out},
+                     .name = red_name(op) ? red_name(op) : "reduce"};
+    return dpl_bk_call(&k);
+  }
   return reduce_core(op, a, dim, keepdim, param, out, NULL);
 }
 
@@ -324,6 +330,11 @@ int dpl_reduce_index(int32_t op, const dpl_tensor *a, int32_t dim, int32_t keepd
   if (op != DPL_RED_MAX && op != DPL_RED_MIN)
     return dpl_errorf(DPL_EINVAL, "reduce_index: expected op max (%d) or min (%d), got %d", DPL_RED_MAX, DPL_RED_MIN, (int)op);
   if (dim == -1) return dpl_errorf(DPL_EINVAL, "%s: values with indices need a dim", op == DPL_RED_MAX ? "max" : "min");
+  if (dpl_is_devmem(a)) {
+    dpl_bk_args k = {.op = DPL_BK_REDUCE_INDEX, .sub = op, .in = {a}, .i = {dim, keepdim}, .out = {values, indices},
+                     .name = op == DPL_RED_MAX ? "max" : "min"};
+    return dpl_bk_call(&k);
+  }
   return reduce_core(op, a, dim, keepdim, 0, values, indices);
 }
 
@@ -443,11 +454,23 @@ static int softmax_core(const char *name, const dpl_tensor *grad, const dpl_tens
 
 int dpl_softmax(const dpl_tensor *a, int32_t dim, int32_t log, dpl_tensor **out)
 {
+  if (out && dpl_is_devmem(a)) {
+    *out = NULL;
+    dpl_bk_args k = {.op = DPL_BK_SOFTMAX, .in = {a}, .i = {dim, log}, .out = {out},
+                     .name = log ? "log_softmax" : "softmax"};
+    return dpl_bk_call(&k);
+  }
   return softmax_core(log ? "log_softmax" : "softmax", NULL, a, dim, log, out);
 }
 
 int dpl_softmax_backward(const dpl_tensor *grad, const dpl_tensor *output, int32_t dim, int32_t log, dpl_tensor **out)
 {
+  if (out && (dpl_is_devmem(grad) || dpl_is_devmem(output))) {
+    *out = NULL;
+    dpl_bk_args k = {.op = DPL_BK_SOFTMAX_BWD, .in = {grad, output}, .i = {dim, log}, .out = {out},
+                     .name = log ? "log_softmax_backward" : "softmax_backward"};
+    return dpl_bk_call(&k);
+  }
   return softmax_core(log ? "log_softmax_backward" : "softmax_backward", grad, output, dim, log, out);
 }
 
@@ -555,6 +578,11 @@ static int class_loss(const char *name, int ce, const dpl_tensor *x, const dpl_t
   if (!out) return dpl_errorf(DPL_EINVAL, "%s: out is NULL", name);
   *out = NULL;
   DPL_TRY(check_reduction(name, reduction));
+  if (dpl_is_devmem(x) || dpl_is_devmem(target)) {
+    dpl_bk_args k = {.op = ce ? DPL_BK_CROSS_ENTROPY : DPL_BK_NLL, .in = {x, target}, .i = {reduction},
+                     .l = {ignore}, .out = {out}, .name = name};
+    return dpl_bk_call(&k);
+  }
   int64_t N, C;
   dpl_tensor *xd, *td;
   DPL_TRY(class_inputs(name, x, target, ignore, &N, &C, &xd, &td));
@@ -655,12 +683,26 @@ static int class_loss_backward(const char *name, int ce, const dpl_tensor *grad_
 int dpl_cross_entropy_backward(const dpl_tensor *grad_out, const dpl_tensor *logits, const dpl_tensor *target,
                                int32_t reduction, int64_t ignore_index, dpl_tensor **grad_logits)
 {
+  if (grad_logits && (dpl_is_devmem(logits) || dpl_is_devmem(grad_out))) {
+    *grad_logits = NULL;
+    DPL_TRY(check_reduction("cross_entropy_backward", reduction));
+    dpl_bk_args k = {.op = DPL_BK_CROSS_ENTROPY_BWD, .in = {grad_out, logits, target}, .i = {reduction},
+                     .l = {ignore_index}, .out = {grad_logits}, .name = "cross_entropy_backward"};
+    return dpl_bk_call(&k);
+  }
   return class_loss_backward("cross_entropy_backward", 1, grad_out, logits, target, reduction, ignore_index, grad_logits);
 }
 
 int dpl_nll_loss_backward(const dpl_tensor *grad_out, const dpl_tensor *logp, const dpl_tensor *target,
                           int32_t reduction, int64_t ignore_index, dpl_tensor **grad_logp)
 {
+  if (grad_logp && (dpl_is_devmem(logp) || dpl_is_devmem(grad_out))) {
+    *grad_logp = NULL;
+    DPL_TRY(check_reduction("nll_loss_backward", reduction));
+    dpl_bk_args k = {.op = DPL_BK_NLL_BWD, .in = {grad_out, logp, target}, .i = {reduction}, .l = {ignore_index},
+                     .out = {grad_logp}, .name = "nll_loss_backward"};
+    return dpl_bk_call(&k);
+  }
   return class_loss_backward("nll_loss_backward", 0, grad_out, logp, target, reduction, ignore_index, grad_logp);
 }
 
@@ -690,6 +732,10 @@ int dpl_mse_loss(const dpl_tensor *a, const dpl_tensor *b, int32_t reduction, dp
   if (!out) return dpl_errorf(DPL_EINVAL, "%s: out is NULL", name);
   *out = NULL;
   DPL_TRY(check_reduction(name, reduction));
+  if (dpl_is_devmem(a) || dpl_is_devmem(b)) {
+    dpl_bk_args k = {.op = DPL_BK_MSE, .in = {a, b}, .i = {reduction}, .out = {out}, .name = name};
+    return dpl_bk_call(&k);
+  }
   dpl_tensor *ad, *bd, *res = NULL;
   DPL_TRY(mse_inputs(name, a, b, &ad, &bd));
   const double *x = ad->_data, *y = bd->_data;
@@ -725,6 +771,10 @@ int dpl_mse_loss_backward(const dpl_tensor *grad_out, const dpl_tensor *a, const
   if (!grad_a) return dpl_errorf(DPL_EINVAL, "%s: out is NULL", name);
   *grad_a = NULL;
   DPL_TRY(check_reduction(name, reduction));
+  if (dpl_is_devmem(a) || dpl_is_devmem(grad_out)) {
+    dpl_bk_args k = {.op = DPL_BK_MSE_BWD, .in = {grad_out, a, b}, .i = {reduction}, .out = {grad_a}, .name = name};
+    return dpl_bk_call(&k);
+  }
   dpl_tensor *ad, *bd, *res = NULL;
   DPL_TRY(mse_inputs(name, a, b, &ad, &bd));
   int64_t n = a->_numel;

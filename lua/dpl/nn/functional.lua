@@ -407,9 +407,9 @@ function F.one_hot(labels, num_classes)
   local out_sz = {}
   for i = 1, #sz do out_sz[i] = sz[i] end
   out_sz[#out_sz + 1] = num_classes
-  local out = T.zeros(out_sz, { dtype = 'int64' })
+  local out = T.zeros(out_sz, { dtype = 'int64', device = labels.device })
   local nd = #sz + 1
-  return out:scatter_add_(nd, labels:unsqueeze(nd), T.ones_like(labels:unsqueeze(nd)))
+  return out:scatter_add_(nd, labels:unsqueeze(nd), T.ones_like(labels:unsqueeze(nd), { dtype = 'int64' }))
 end
 
 return F

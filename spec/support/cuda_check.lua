@@ -1,0 +1,410 @@
+-- cuda_check.lua: the CUDA op-consistency harness, shared by
+-- spec/cuda_ops_spec.lua (busted) and scripts/gpu_check.lua (plain dplhost, for
+-- the GPU machine). Every case draws fresh random CPU inputs, runs the same
+-- function on the CPU and on cuda:0 (inputs copied there), and compares the
+-- outputs: relative L2 error ||gpu - cpu|| / ||cpu|| within the output dtype's
+-- tolerance, NaN only where the CPU has NaN, integers and bools exact. Run with
+-- DPL_CUDA_POISON=1 (gpu-check.sh does) so that every GPU allocation starts as
+-- 0xff bytes (NaN, -1): an output element a kernel forgot to write fails.
+local dpl = require 'dpl'
+
+local M = {}
+local unpack = table.unpack or unpack
+
+M.tol = { float32 = 1e-5, float64 = 1e-10, float16 = 2e-3, bfloat16 = 1e-2 }
+
+local is_tensor = require('dpl.tensor').is_tensor
+
+--- Compares one output; returns ok, relative error (or a message).
+function M.compare(ref, got, tol_override)
+  if ref:size() == nil then return false, 'no reference' end
+  local rs, gs = table.concat(ref:size(), 'x'), table.concat(got:size(), 'x')
+  if rs ~= gs then return false, ('shape %s, expected %s'):format(gs, rs) end
+  if ref.dtype ~= got.dtype then return false, ('dtype %s, expected %s'):format(got.dtype, ref.dtype) end
+  if got.device.type ~= 'cuda' then return false, 'result is on ' .. tostring(got.device) .. ', expected cuda' end
+  local g = got:to('cpu')
+  if ref:numel() == 0 then return true, 0 end
+  local r64, g64 = ref:double(), g:double()
+  local tol = tol_override or M.tol[ref.dtype]
+  if not tol then -- integers, bool: exact
+    local bad = r64:ne(g64):sum():item()
+    if bad > 0 then return false, ('%d of %d elements differ'):format(bad, ref:numel()) end
+    return true, 0
+  end
+  local rn, gn = r64:isnan(), g64:isnan()
+  local nanbad = rn:logical_xor(gn):sum():item()
+  if nanbad > 0 then return false, ('%d elements NaN on one side only (unwritten output?)'):format(nanbad) end
+  local same = r64:eq(g64):logical_or(rn) -- equal (infinities too) or both NaN
+  local d = (g64 - r64):masked_fill(same, 0)
+  local rc = r64:masked_fill(rn, 0):masked_fill(r64:isnan():logical_or(r64:abs():eq(math.huge)), 0)
+  local num, den = d:norm():item(), rc:norm():item()
+  local err = den > 0 and num / den or num
+  if err ~= err then return false, 'error is NaN' end
+  if err > tol then return false, ('relative error %.3g > %.3g'):format(err, tol) end
+  return true, err
+end
+
+local function outputs(x)
+  if type(x) ~= 'table' or is_tensor(x) then return { x } end
+  return x
+end
+
+local function to_dev(list, dev)
+  local r = {}
+  for i, v in ipairs(list) do r[i] = is_tensor(v) and v:to(dev) or v end
+  return r
+end
+
+---------------------------------------------------------------- cases
+local cases = {}
+M.cases = cases
+-- add(name, inputs_fn, fn[, tol]): fn(dev, ...) gets the device string and the inputs
+local function add(name, inputs, fn, tol) cases[#cases + 1] = { name = name, inputs = inputs, fn = fn, tol = tol } end
+
+local function randn(...) return dpl.randn(...) end
+local function randint(lo, hi, size, dt) return dpl.randint(lo, hi, size, { dtype = dt or 'int64' }) end
+
+local all_dtypes = { 'float32', 'float64', 'float16', 'bfloat16', 'int32', 'int64', 'uint8', 'bool' }
+local function sample(dt, ...)
+  if dt == 'bool' then return dpl.rand(...):gt(0.5) end
+  if dt == 'uint8' then return randint(0, 256, { ... }, 'uint8') end
+  if dt == 'int32' or dt == 'int64' then return randint(-50, 50, { ... }, dt) end
+  return (randn(...) * 3):to(dt)
+end
+
+-- transfers and conversions
+for _, dt in ipairs(all_dtypes) do
+  add('to/roundtrip ' .. dt, function() return { sample(dt, 7, 33) } end, function(_, x) return { x:clone() } end)
+end
+for _, pair in ipairs({ { 'float32', 'float16' }, { 'float32', 'bfloat16' }, { 'float32', 'int32' },
+  { 'float64', 'float32' }, { 'int64', 'float32' }, { 'float32', 'bool' }, { 'uint8', 'float32' },
+  { 'int32', 'int64' }, { 'bfloat16', 'float32' }, { 'float16', 'float64' }, { 'bool', 'int64' } }) do
+  add(('to %s->%s'):format(pair[1], pair[2]), function() return { sample(pair[1], 5, 19) } end,
+    function(_, x) return { x:to(pair[2]) } end)
+end
+add('copy strided/narrow/expand', function() return { randn(6, 5) } end, function(dev, x)
+  local y = dpl.zeros(4, 6, 5, { device = dev })
+  y:copy_(x)
+  return { x:t():contiguous(), x:narrow(2, 2, 3):clone(), y, x:t():reshape(30) }
+end)
+add('copy host<->device strided', function() return { randn(6, 5) } end, function(dev, x)
+  local h = (x * 2):cpu() -- host memory
+  local y = dpl.zeros(5, 6, { device = dev })
+  y:t():copy_(h) -- host -> a strided device view
+  local back = dpl.zeros(5, 6)
+  back:copy_(x:t()) -- a strided device view -> host
+  local bc = dpl.zeros(3, 6, 5)
+  bc:copy_(x:to('float64')) -- converted and broadcast on the way
+  return { y, back:to(dev), bc:to(dev) }
+end)
+add('fill/zeros/ones/full/arange/linspace/eye', function() return {} end, function(dev)
+  local o = { device = dev }
+  return { dpl.zeros(3, 4, o), dpl.ones(3, 4, o), dpl.full({ 2, 3 }, 2.5, o), dpl.full({ 4 }, 7, o),
+    dpl.arange(0, 10, 0.5, o), dpl.linspace(-1, 1, 11, o), dpl.eye(4, 3, o),
+    dpl.zeros(5, { device = dev, dtype = 'bfloat16' }):fill_(1.5), dpl.zeros(5, { device = dev, dtype = 'int64' }):fill_(2 ^ 40) }
+end)
+add('item/totable via host', function() return { randn(3, 4) } end, function(dev, x)
+  local t = x:totable()
+  local v = x:sum():item()
+  return { dpl.tensor(t, { device = dev }), dpl.tensor({ v }, { device = dev, dtype = 'float64' }) }
+end)
+
+-- binary ops with broadcasting, on several kernel dtypes
+local binops = { 'add', 'sub', 'mul', 'div', 'pow', 'maximum', 'minimum', 'remainder', 'atan2', 'eq', 'ne', 'lt',
+  'le', 'gt', 'ge', 'logical_and', 'logical_or', 'logical_xor' }
+for _, dt in ipairs({ 'float32', 'float64', 'bfloat16', 'float16', 'int32', 'int64' }) do
+  for _, op in ipairs(binops) do
+    local int = dt == 'int32' or dt == 'int64'
+    if not (int and (op == 'pow')) then
+      add(('binary %s %s'):format(op, dt), function()
+        local a, b = sample(dt, 4, 1, 5), sample(dt, 3, 5)
+        if op == 'pow' then a = a:abs() + 0.5 end
+        if op == 'remainder' and int then b = b:clamp(1, 9) end
+        return { a, b }
+      end, function(_, a, b) return { a[op](a, b), a[op](a, a:transpose(1, 3):transpose(1, 3)) } end)
+    end
+  end
+end
+add('binary mixed dtypes and 0-d', function() return { randn(4, 5), randint(-5, 5, { 4, 5 }), randn(1):view() } end,
+  function(_, a, i, s) return { a + i, i * 2.5, i / 3, s * a, a - s, 2 - a, 3 / (a:abs() + 1), a:gt(0.5), i:lt(1) } end)
+add('binary in place', function() return { randn(4, 5), randn(5) } end, function(_, a, b)
+  local x = a:clone()
+  x:add_(b)
+  x:mul_(1.5)
+  local y = a:clone()
+  y:add_(b, 0.25) -- axpy
+  local z = a:to('bfloat16')
+  z:add_(b:to('bfloat16'), -2)
+  return { x, y, z }
+end)
+
+-- large contiguous operands take the 16-byte vector kernels (4096+ elements, an odd tail)
+for _, dt in ipairs({ 'float32', 'float64', 'int64', 'int32', 'bfloat16', 'uint8' }) do
+  add('vector paths ' .. dt, function() return { sample(dt, 70, 61), sample(dt, 70, 61) } end, function(_, a, b)
+    local int = dt == 'int64' or dt == 'int32' or dt == 'uint8'
+    local r = { a + b, a * b, a - 3, a:lt(b), a:eq(b), a:maximum(b), a:abs() }
+    if not int then
+      r[#r + 1] = a:exp()
+      r[#r + 1] = a:relu()
+      local c = a:clone()
+      c:add_(b, 0.5)
+      r[#r + 1] = c
+    end
+    return r
+  end)
+end
+
+-- unary
+local unops = { 'neg', 'abs', 'exp', 'log', 'sqrt', 'rsqrt', 'tanh', 'sigmoid', 'relu', 'gelu', 'sin', 'cos', 'floor',
+  'ceil', 'round', 'sign', 'reciprocal', 'square', 'log1p', 'expm1', 'logical_not', 'silu', 'erf', 'trunc', 'log2',
+  'isnan' }
+local positive = { log = true, sqrt = true, rsqrt = true, log1p = true, log2 = true, reciprocal = true }
+for _, dt in ipairs({ 'float32', 'float64', 'bfloat16' }) do
+  for _, op in ipairs(unops) do
+    add(('unary %s %s'):format(op, dt), function()
+      local x = sample(dt, 6, 7)
+      if positive[op] then x = x:abs() + 0.25 end
+      return { x }
+    end, function(_, x) return { x[op](x), x:t()[op](x:t()) } end)
+  end
+end
+for _, op in ipairs({ 'neg', 'abs', 'relu', 'sign', 'square', 'logical_not', 'floor', 'exp' }) do
+  add('unary ' .. op .. ' int64', function() return { randint(-9, 9, { 5, 6 }) } end, function(_, x) return { x[op](x) } end)
+end
+add('unary in place', function() return { randn(5, 6) } end, function(_, x)
+  local y = x:clone()
+  y:relu_()
+  local z = x:clone()
+  z:exp_()
+  return { y, z }
+end)
+for _, op in ipairs({ 'relu', 'gelu', 'silu', 'tanh', 'sigmoid' }) do
+  add('activation_backward ' .. op, function() return { randn(6, 7), randn(6, 7) } end, function(_, g, x)
+    local saved = (op == 'tanh' or op == 'sigmoid') and x[op](x) or x
+    return { dpl.tensor.activation_backward(op, g, saved) }
+  end)
+end
+add('clamp/where/masked_fill', function() return { randn(5, 6), randint(-9, 9, { 5, 6 }) } end, function(_, x, i)
+  local m = x:gt(0)
+  return { x:clamp(-0.5, 0.5), x:clamp_min(0), i:clamp(-3, 3), dpl.where(m, x, x * 10), x:masked_fill(m, -1),
+    i:masked_fill(m, 7), dpl.where(m:narrow(1, 1, 1), x, 0) }
+end)
+
+-- reductions
+local function red_inputs() return { randn(4, 6, 5), randint(-4, 5, { 4, 6, 5 }) } end
+for _, op in ipairs({ 'sum', 'mean', 'prod', 'logsumexp', 'any', 'all', 'argmax', 'argmin' }) do
+  add('reduce ' .. op, red_inputs, function(_, x, i)
+    local xt = x:transpose(1, 3)
+    local r = { x[op](x), x[op](x, 1), x[op](x, 2, true), x[op](x, 3), xt[op](xt, 2) }
+    if op ~= 'mean' and op ~= 'logsumexp' then
+      r[#r + 1] = i[op](i)
+      r[#r + 1] = i[op](i, 2)
+    end
+    return r
+  end, op == 'prod' and 1e-4 or nil)
+end
+add('reduce sum/mean of long rows (sliced)', function() return { randn(3, 300000) } end, function(_, x)
+  return { x:sum(2), x:mean(2), x:sum(), x:mean(), x:double():sum(2, true) }
+end)
+add('reduce max/min with indices', red_inputs, function(_, x, i)
+  local v1, i1 = x:max(2)
+  local v2, i2 = x:min(3, true)
+  local v3, i3 = i:max(1)
+  return { x:max(), x:min(), v1, i1, v2, i2, v3, i3 }
+end)
+add('reduce var/std/norm', red_inputs, function(_, x)
+  return { x:var(), x:var(2), x:std(1, false), x:std(3, true, true), x:norm(), x:norm(1, 2), x:norm('inf', 3),
+    x:norm(3, 1) }
+end)
+
+-- softmax family, losses
+for _, dt in ipairs({ 'float32', 'float64', 'bfloat16' }) do
+  add('softmax/log_softmax ' .. dt, function() return { sample(dt, 4, 7, 5), sample(dt, 4, 7, 5) } end,
+    function(_, x, g)
+      local s, l = x:softmax(2), x:log_softmax(3)
+      return { s, l, x:softmax(1), dpl.tensor.softmax_backward(g, s, 2, false),
+        dpl.tensor.softmax_backward(g, l, 3, true) }
+    end)
+end
+for _, red in ipairs({ 'mean', 'sum', 'none' }) do
+  add('cross_entropy/nll ' .. red, function()
+    local t = randint(1, 11, { 16 }) -- class 4 is ignored below
+    return { randn(16, 10) * 3, t, red == 'none' and randn(16) or randn(1):view() }
+  end, function(_, x, t, g)
+    local o = { reduction = red, ignore_index = 4 }
+    local lp = x:log_softmax(2)
+    return { dpl.tensor.cross_entropy(x, t, o), dpl.tensor.nll_loss(lp, t, o),
+      dpl.tensor.cross_entropy_backward(g, x, t, o), dpl.tensor.nll_loss_backward(g, lp, t, o) }
+  end)
+end
+add('mse_loss', function() return { randn(6, 7), randn(6, 7), randn(1):view(), randn(6, 7) } end,
+  function(_, a, b, g, gn)
+    return { dpl.tensor.mse_loss(a, b), dpl.tensor.mse_loss(a, b, { reduction = 'sum' }),
+      dpl.tensor.mse_loss(a, b, { reduction = 'none' }), dpl.tensor.mse_loss_backward(g, a, b),
+      dpl.tensor.mse_loss_backward(gn, a, b, { reduction = 'none' }) }
+  end)
+
+-- matmul family
+for _, dt in ipairs({ 'float32', 'float64', 'bfloat16', 'float16' }) do
+  add('matmul ' .. dt, function()
+    return { sample(dt, 7, 9), sample(dt, 9, 5), sample(dt, 3, 7, 9), sample(dt, 2, 1, 7, 9), sample(dt, 3, 9, 5),
+      sample(dt, 9), sample(dt, 7) }
+  end, function(_, a, b, ba, bb, bc, v, w)
+    return { a:matmul(b), a:t():t():matmul(b), b:t():matmul(a:t()), ba:matmul(b), bb:matmul(bc), v:matmul(b),
+      a:matmul(v), w:matmul(a), ba:bmm(bc:narrow(1, 1, 3)), dpl.tensor.addmm(w:view(7, 1), a, b, { beta = 0.5, alpha = 2 }),
+      v:dot(v) }
+  end, (dt == 'bfloat16' or dt == 'float16') and 2e-2 or (dt == 'float32' and 1e-5 or nil))
+end
+
+-- indexing
+add('embedding', function() return { randn(10, 6), randint(1, 11, { 4, 3 }), randn(4, 3, 6) } end,
+  function(_, w, idx, g)
+    return { dpl.tensor.embedding(w, idx), dpl.tensor.embedding_backward(g, idx, 10),
+      dpl.tensor.embedding(w:to('bfloat16'), idx) }
+  end)
+add('index_select/index_add_/gather/scatter_add_', function()
+  return { randn(5, 6, 4), randint(1, 6, { 7 }), randn(5, 7, 4), randint(1, 7, { 5, 3, 4 }), randn(5, 3, 4),
+    randint(-9, 9, { 5, 6, 4 }) }
+end, function(_, x, idx, src, gidx, gsrc, ints)
+  local a = x:clone()
+  a:index_add_(2, idx, src)
+  local b = x:clone()
+  b:scatter_add_(2, gidx, gsrc)
+  local c = x:transpose(1, 3) -- strided self
+  local i2 = ints:clone()
+  i2:index_add_(2, idx, ints:index_select(2, idx))
+  return { x:index_select(2, idx), x:index_select(1, idx:narrow(1, 1, 3)), a, x:gather(2, gidx), b,
+    c:gather(2, gidx:transpose(1, 3)), ints:index_select(3, idx:narrow(1, 1, 2):clamp(1, 4)), i2,
+    x:to('bfloat16'):index_select(2, idx) }
+end)
+add('max(dim) backward through scatter_add_ (autograd)', function() return { randn(4, 6) } end, function(_, x)
+  local v, i = x:max(2)
+  return { dpl.zeros(4, 6, { device = x.device }):scatter_add_(2, i:view(4, 1), v:view(4, 1)) }
+end)
+add('masked_select/nonzero (through host memory)', function() return { randn(5, 6), randint(-1, 2, { 4, 3 }) } end,
+  function(_, x, i)
+    return { x:masked_select(x:gt(0.3)), x:nonzero(), i:nonzero(), i:masked_select(i:ne(0)) }
+  end)
+add('cat/stack', function() return { randn(3, 4), randn(2, 4), randn(3, 4) } end, function(_, a, b, c)
+  return { dpl.cat({ a, b }, 1), dpl.cat({ a, c }, 2), dpl.stack({ a, c }, 1), dpl.stack({ a:t(), c:t() }, 3) }
+end)
+
+-- convolution and pooling (NCHW)
+for _, cfg in ipairs({ { name = 'plain', o = nil }, { name = 'stride 2 pad 1', o = { stride = 2, padding = 1 } },
+  { name = 'dilation 2 groups 2', o = { dilation = 2, groups = 2, padding = 2 } } }) do
+  for _, dt in ipairs({ 'float32', 'float64', 'bfloat16' }) do
+    add(('conv2d %s %s'):format(cfg.name, dt), function()
+      local x, w, b = sample(dt, 3, 4, 9, 8), sample(dt, 6, cfg.o and cfg.o.groups and 2 or 4, 3, 3), sample(dt, 6)
+      local y = dpl.tensor.conv2d(x, w, b, cfg.o)
+      return { x, w, b, sample(dt, unpack(y:size())) }
+    end, function(_, x, w, b, gy)
+      local gx, gw, gb = dpl.tensor.conv2d_backward(gy, x, w, cfg.o)
+      return { dpl.tensor.conv2d(x, w, b, cfg.o), dpl.tensor.conv2d(x, w, nil, cfg.o), gx, gw, gb }
+    end, dt == 'bfloat16' and 2e-2 or (dt == 'float32' and 1e-5 or nil))
+  end
+end
+for _, dt in ipairs({ 'float32', 'float64' }) do
+  add('max_pool2d/avg_pool2d ' .. dt, function() return { sample(dt, 2, 3, 9, 8), sample(dt, 2, 3, 4, 4),
+    sample(dt, 2, 3, 5, 4) } end, function(_, x, g2, g3)
+    local v, i = dpl.tensor.max_pool2d(x, 2)
+    local v3, i3 = dpl.tensor.max_pool2d(x, 3, { stride = 2, padding = 1 })
+    return { v, i, v3, i3, dpl.tensor.max_pool2d_backward(g2, x, i), dpl.tensor.max_pool2d_backward(g3, x, i3),
+      dpl.tensor.avg_pool2d(x, 2), dpl.tensor.avg_pool2d(x, 3, { stride = 2, padding = 1 }),
+      dpl.tensor.avg_pool2d(x, 3, { stride = 2, padding = 1, count_include_pad = false }),
+      dpl.tensor.avg_pool2d_backward(g2, x, 2), dpl.tensor.avg_pool2d_backward(g3, x, 3, { stride = 2, padding = 1 }) }
+  end)
+end
+
+-- autograd through nn modules: the same gradients on both devices
+local function grads_of(dev, make, x, y)
+  dpl.manual_seed(5)
+  local model = make():to(dev)
+  local loss = dpl.nn.functional.cross_entropy(model(x), y)
+  loss:backward()
+  local r = { loss }
+  for _, p in ipairs(model:parameters()) do r[#r + 1] = p.grad end
+  return r
+end
+add('autograd: MLP gradients', function() return { randn(16, 20), randint(1, 6, { 16 }) } end, function(dev, x, y)
+  local nn = dpl.nn
+  return grads_of(dev, function()
+    return nn.Sequential(nn.Linear(20, 32), nn.ReLU(), nn.Linear(32, 32), nn.GELU(), nn.Linear(32, 5))
+  end, x, y)
+end)
+add('autograd: CNN gradients', function() return { randn(4, 1, 12, 12), randint(1, 4, { 4 }) } end, function(dev, x, y)
+  local nn = dpl.nn
+  return grads_of(dev, function()
+    return nn.Sequential(nn.Conv2d(1, 4, 3), nn.ReLU(), nn.MaxPool2d(2), nn.Conv2d(4, 6, 3, { padding = 1 }), nn.Tanh(),
+      nn.Flatten(), nn.Linear(6 * 5 * 5, 3))
+  end, x, y)
+end)
+add('autograd: optimizer steps (SGD momentum, Adam)', function() return { randn(8, 6), randint(1, 4, { 8 }) } end,
+  function(dev, x, y)
+    local nn, optim = dpl.nn, dpl.optim
+    dpl.manual_seed(9)
+    local m = nn.Sequential(nn.Linear(6, 10), nn.ReLU(), nn.Linear(10, 3)):to(dev)
+    local o1 = optim.SGD(m:parameters(), { lr = 0.1, momentum = 0.9 })
+    local o2 = optim.Adam(m:parameters(), { lr = 0.01 })
+    for _ = 1, 3 do
+      for _, o in ipairs({ o1, o2 }) do
+        o:zero_grad()
+        dpl.nn.functional.cross_entropy(m(x), y):backward()
+        o:step()
+      end
+    end
+    local r = {}
+    for _, p in ipairs(m:parameters()) do r[#r + 1] = p:detach() end
+    return r
+  end, 1e-5)
+
+-- random numbers: one seed, the same numbers on both devices
+add('rng: same seed, same numbers', function() return {} end, function(dev)
+  local o = { device = dev }
+  dpl.manual_seed(1234)
+  local u = dpl.rand(1000, o)
+  local n = dpl.randn(1000, o)
+  local d = dpl.rand(100, { device = dev, dtype = 'float64' })
+  local r = dpl.randint(0, 100, { 1000 }, o)
+  local b = dpl.zeros(1000, o):bernoulli_(0.3)
+  local nc = dpl.zeros(8, 9, o)
+  nc:t():normal_(2, 3) -- non-contiguous: drawn contiguous, then copied
+  return { u, n, d, r, b, nc }
+end, 1e-6)
+
+---------------------------------------------------------------- running
+--- Runs one case; returns ok, detail (max error or message).
+function M.run_case(c, dev, seed)
+  dev = dev or 'cuda:0'
+  dpl.manual_seed(seed or 7)
+  local ok, res = pcall(function()
+    local ins = c.inputs()
+    local ref = outputs(c.fn('cpu', unpack(ins)))
+    local dins = to_dev(ins, dev)
+    local got = outputs(c.fn(dev, unpack(dins)))
+    if #got ~= #ref then return { false, ('%d outputs, expected %d'):format(#got, #ref) } end
+    local worst = 0
+    for k = 1, #ref do
+      local good, e = M.compare(ref[k], got[k], c.tol)
+      if not good then return { false, ('output %d: %s'):format(k, e) } end
+      if e > worst then worst = e end
+    end
+    return { true, worst }
+  end)
+  if not ok then return false, 'error: ' .. tostring(res) end
+  return res[1], res[2]
+end
+
+--- 'cuda:0 holds tensors' or nil, why not.
+function M.gpu_ready()
+  local cuda = dpl.cuda
+  local ok, n = pcall(cuda.device_count)
+  if not ok then return nil, tostring(n) end
+  if n == 0 then return nil, 'no GPU: ' .. cuda.unavailable_reason() end
+  local info = require('ffi').new('dpl_device_info')
+  dpl.C.dpl_device_get_info(1, 0, info)
+  if info.simulated ~= 0 then return nil, 'simulated GPUs only (DPL_VIRTUAL_GPUS): no CUDA kernels to check' end
+  if not cuda.is_available() then return nil, cuda.unavailable_reason() end
+  return true
+end
+
+return M

@@ -1,0 +1,143 @@
+/* dpl_cuda_index.cu: the plugin's indexing kernels: index_select and gather
+ * (element moves of any dtype), index_add_ and scatter_add_ (atomic adds in a
+ * float32/float64/int32/int64 working tensor). Out-of-range indices are
+ * skipped and reported through a device flag (the smallest offending position). */
+#include "dpl_cuda_common.cuh"
+
+using namespace dplcu;
+
+namespace {
+
+template <typename W>
+__global__ void k_index_select(int64_t outer, int64_t D, int64_t inner, int64_t n, const int64_t *ix, const W *src,
+                               W *dst, unsigned long long *bad)
+{
+  DPL_GRID_STRIDE(e, outer * n * inner)
+  {
+    int64_t o = e / (n * inner), q = e - o * n * inner, j = q / inner, in = q - j * inner;
+    int64_t r = ix[j];
+    if (r < 0 || r >= D) { atomicMin(bad, (unsigned long long)j); continue; }
+    dst[e] = src[(o * D + r) * inner + in];
+  }
+}
+
+__device__ __forceinline__ void add_at(float *p, float v) { atomicAdd(p, v); }
+__device__ __forceinline__ void add_at(double *p, double v) { atomicAdd(p, v); }
+__device__ __forceinline__ void add_at(int32_t *p, int32_t v) { atomicAdd((int *)p, (int)v); }
+__device__ __forceinline__ void add_at(int64_t *p, int64_t v)
+{
+  atomicAdd((unsigned long long *)p, (unsigned long long)v); /* two's complement: wraps like the CPU */
+}
+
+template <typename T>
+__global__ void k_index_add(int64_t outer, int64_t D, int64_t inner, int64_t n, const int64_t *ix, const T *src, T *dst,
+                            unsigned long long *bad)
+{
+  DPL_GRID_STRIDE(e, outer * n * inner)
+  {
+    int64_t o = e / (n * inner), q = e - o * n * inner, j = q / inner, in = q - j * inner;
+    int64_t r = ix[j];
+    if (r < 0 || r >= D) { atomicMin(bad, (unsigned long long)j); continue; }
+    add_at(dst + (o * D + r) * inner + in, src[e]);
+  }
+}
+
+/* offsets of idx position k (idx contiguous of shape g.shape) in a (strides g.astride, dim replaced by r) and src */
+__device__ __forceinline__ void gs_offsets(const dpl_cu_index &g, int64_t k, int64_t r, int64_t *ao, int64_t *so)
+{
+  int64_t a = 0, s = 0;
+  for (int d = g.ndim - 1; d >= 0; d--) {
+    int64_t c = k % g.shape[d];
+    k /= g.shape[d];
+    a += (d == g.dim ? r : c) * g.astride[d];
+    s += c * g.sstride[d];
+  }
+  *ao = a;
+  *so = s;
+}
+
+template <typename W>
+__global__ void k_gather(dpl_cu_index g, const int64_t *ix, const W *a, W *out, unsigned long long *bad)
+{
+  DPL_GRID_STRIDE(k, g.n)
+  {
+    int64_t r = ix[k];
+    if (r < 0 || r >= g.bound) { atomicMin(bad, (unsigned long long)k); continue; }
+    int64_t ao, so;
+    gs_offsets(g, k, r, &ao, &so);
+    out[k] = a[ao];
+  }
+}
+
+template <typename T>
+__global__ void k_scatter_add(dpl_cu_index g, const int64_t *ix, const T *src, T *a, unsigned long long *bad)
+{
+  DPL_GRID_STRIDE(k, g.n)
+  {
+    int64_t r = ix[k];
+    if (r < 0 || r >= g.bound) { atomicMin(bad, (unsigned long long)k); continue; }
+    int64_t ao, so;
+    gs_offsets(g, k, r, &ao, &so);
+    add_at(a + ao, src[so]);
+  }
+}
+
+} // namespace
+
+extern "C" int dpl_cu_index_select(int32_t es, int64_t outer, int64_t D, int64_t inner, int64_t n, const int64_t *ix,
+                                   const void *src, void *dst, unsigned long long *bad, cudaStream_t s)
+{
+  int64_t total = outer * n * inner;
+  if (total == 0) return 0;
+  unsigned grid = grid_for(total);
+  switch (es) {
+  case 1: k_index_select<uint8_t><<<grid, kThreads, 0, s>>>(outer, D, inner, n, ix, (const uint8_t *)src, (uint8_t *)dst, bad); break;
+  case 2: k_index_select<uint16_t><<<grid, kThreads, 0, s>>>(outer, D, inner, n, ix, (const uint16_t *)src, (uint16_t *)dst, bad); break;
+  case 4: k_index_select<uint32_t><<<grid, kThreads, 0, s>>>(outer, D, inner, n, ix, (const uint32_t *)src, (uint32_t *)dst, bad); break;
+  default: k_index_select<uint64_t><<<grid, kThreads, 0, s>>>(outer, D, inner, n, ix, (const uint64_t *)src, (uint64_t *)dst, bad); break;
+  }
+  return (int)cudaGetLastError();
+}
+
+extern "C" int dpl_cu_index_add(int32_t kd, int64_t outer, int64_t D, int64_t inner, int64_t n, const int64_t *ix,
+                                const void *src, void *dst, unsigned long long *bad, cudaStream_t s)
+{
+  int64_t total = outer * n * inner;
+  if (total == 0) return 0;
+  unsigned grid = grid_for(total);
+  switch (kd) {
+  case F32: k_index_add<float><<<grid, kThreads, 0, s>>>(outer, D, inner, n, ix, (const float *)src, (float *)dst, bad); break;
+  case F64: k_index_add<double><<<grid, kThreads, 0, s>>>(outer, D, inner, n, ix, (const double *)src, (double *)dst, bad); break;
+  case I32: k_index_add<int32_t><<<grid, kThreads, 0, s>>>(outer, D, inner, n, ix, (const int32_t *)src, (int32_t *)dst, bad); break;
+  default: k_index_add<int64_t><<<grid, kThreads, 0, s>>>(outer, D, inner, n, ix, (const int64_t *)src, (int64_t *)dst, bad); break;
+  }
+  return (int)cudaGetLastError();
+}
+
+extern "C" int dpl_cu_gather(int32_t es, const dpl_cu_index *g, const int64_t *ix, const void *a, void *out,
+                             unsigned long long *bad, cudaStream_t s)
+{
+  if (g->n == 0) return 0;
+  unsigned grid = grid_for(g->n);
+  switch (es) {
+  case 1: k_gather<uint8_t><<<grid, kThreads, 0, s>>>(*g, ix, (const uint8_t *)a, (uint8_t *)out, bad); break;
+  case 2: k_gather<uint16_t><<<grid, kThreads, 0, s>>>(*g, ix, (const uint16_t *)a, (uint16_t *)out, bad); break;
+  case 4: k_gather<uint32_t><<<grid, kThreads, 0, s>>>(*g, ix, (const uint32_t *)a, (uint32_t *)out, bad); break;
+  default: k_gather<uint64_t><<<grid, kThreads, 0, s>>>(*g, ix, (const uint64_t *)a, (uint64_t *)out, bad); break;
+  }
+  return (int)cudaGetLastError();
+}
+
+extern "C" int dpl_cu_scatter_add(int32_t kd, const dpl_cu_index *g, const int64_t *ix, const void *src, void *a,
+                                  unsigned long long *bad, cudaStream_t s)
+{
+  if (g->n == 0) return 0;
+  unsigned grid = grid_for(g->n);
+  switch (kd) {
+  case F32: k_scatter_add<float><<<grid, kThreads, 0, s>>>(*g, ix, (const float *)src, (float *)a, bad); break;
+  case F64: k_scatter_add<double><<<grid, kThreads, 0, s>>>(*g, ix, (const double *)src, (double *)a, bad); break;
+  case I32: k_scatter_add<int32_t><<<grid, kThreads, 0, s>>>(*g, ix, (const int32_t *)src, (int32_t *)a, bad); break;
+  default: k_scatter_add<int64_t><<<grid, kThreads, 0, s>>>(*g, ix, (const int64_t *)src, (int64_t *)a, bad); break;
+  }
+  return (int)cudaGetLastError();
+}

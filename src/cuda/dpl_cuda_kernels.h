@@ -1,0 +1,136 @@
+/* dpl_cuda_kernels.h: the launchers of the plugin's CUDA kernels (the .cu
+ * files), as plain C functions the plugin's host side (C, gcc) calls. Shared by
+ * C and CUDA C++, so it holds only C types: the operands' geometry is a
+ * dpl_cu_geom (shape and element strides of up to 4 operands over one common
+ * shape, already broadcast and coalesced), dtypes are dpl_dtype ids, and every
+ * launcher returns the cudaError_t of its launch (cudaSuccess = 0). */
+#ifndef DPL_CUDA_KERNELS_H
+#define DPL_CUDA_KERNELS_H
+#include <cuda_runtime_api.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum { DPL_CU_MAXDIM = 8, DPL_CU_MAXOP = 4 };
+
+typedef struct dpl_cu_geom {
+  int32_t ndim, nops;
+  int64_t numel;
+  int64_t shape[DPL_CU_MAXDIM];
+  int64_t stride[DPL_CU_MAXOP][DPL_CU_MAXDIM]; /* elements; 0 = broadcast */
+} dpl_cu_geom;
+
+/* An operand that is a host scalar rather than device memory (ptr NULL). */
+typedef struct dpl_cu_scalar {
+  int32_t is_scalar;
+  double d;
+  int64_t i;
+} dpl_cu_scalar;
+
+/* op 0 = dst, op 1 = src: dst = (dst dtype) src */
+int dpl_cu_copy(const dpl_cu_geom *g, void *dst, int32_t ddt, const void *src, int32_t sdt, cudaStream_t s);
+/* op 0: writes the es-byte pattern `bytes` into every element */
+int dpl_cu_fill(const dpl_cu_geom *g, void *dst, int32_t es, uint64_t bytes, cudaStream_t s);
+/* out (od: kd, or bool for comparisons) = a op b, both in kd; ops 0, 1, 2 */
+int dpl_cu_binary(const dpl_cu_geom *g, int32_t op, int32_t kd, void *out, const void *a, dpl_cu_scalar sa,
+                  const void *b, dpl_cu_scalar sb, cudaStream_t s);
+/* out = op(a) in kd (bool for logical_not/isnan) */
+int dpl_cu_unary(const dpl_cu_geom *g, int32_t op, int32_t kd, void *out, const void *a, cudaStream_t s);
+/* out = grad * f'(x) (ops 0 out, 1 grad, 2 x), kd float32/float64 */
+int dpl_cu_act_bwd(const dpl_cu_geom *g, int32_t op, int32_t kd, void *out, const void *grad, const void *x,
+                   cudaStream_t s);
+/* kd float32/float64/int64 */
+int dpl_cu_clamp(const dpl_cu_geom *g, int32_t kd, void *out, const void *a, double lo, double hi, int32_t has_lo,
+                 int32_t has_hi, cudaStream_t s);
+/* ops 0 out, 1 cond (bool/uint8), 2 a, 3 b; es bytes per element */
+int dpl_cu_where(const dpl_cu_geom *g, int32_t es, void *out, const void *cond, const void *a, const void *b,
+                 cudaStream_t s);
+/* ops 0 a, 1 mask */
+int dpl_cu_masked_fill(const dpl_cu_geom *g, int32_t es, void *a, const void *mask, uint64_t bytes, cudaStream_t s);
+/* ops 0 a, 1 b: a += alpha * b, floating dtype dt */
+int dpl_cu_axpy(const dpl_cu_geom *g, int32_t dt, void *a, const void *b, double alpha, cudaStream_t s);
+/* Philox 4x32-10 draws into n contiguous elements, exactly as dpl_tensor_random.c */
+int dpl_cu_rng(void *dst, int32_t dt, int64_t n, int32_t kind, uint64_t key, uint64_t start, double a, double b,
+               int64_t ia, int64_t range, cudaStream_t s);
+
+/* Row reductions of a contiguous [rows, R] matrix of float64 (kd 1) or int64
+ * (kd 5): val[rows] (float64 / int64), idx[rows] (int64, may be NULL). op is a
+ * dpl_redop; param: correction (var/std), p (norm). */
+int dpl_cu_reduce_rows(int32_t op, int32_t kd, const void *x, int64_t rows, int64_t R, double param, void *val,
+                       int64_t *idx, cudaStream_t s);
+/* softmax (log 0) / log_softmax (log 1) of contiguous rows [rows, R] in kd (float32 0 / float64 1);
+ * bwd 1: x is the forward's output and g the incoming gradient */
+int dpl_cu_softmax_rows(int32_t kd, const void *x, const void *g, void *out, int64_t rows, int64_t R, int32_t log,
+                        int32_t bwd, cudaStream_t s);
+/* Class losses on contiguous float64 x [N, C] and int64 t [N]: l[N] per-sample
+ * losses (0 where ignored); *bad (device memory the caller preset to all ones)
+ * gets the smallest sample whose target is out of range. ce: 1 cross-entropy,
+ * 0 NLL. */
+int dpl_cu_class_loss(int32_t ce, const double *x, const int64_t *t, int64_t N, int64_t C, int64_t ignore, double *l,
+                      unsigned long long *bad, cudaStream_t s);
+/* out[0] = sum(l) (reduction 2) or sum(l)/count (1) over the non-ignored samples; cnt[0] = count */
+int dpl_cu_loss_finish(const double *l, const int64_t *t, int64_t N, int64_t ignore, int32_t reduction, double *out,
+                       double *cnt, cudaStream_t s);
+/* gx [N, C] (float64) of a class loss; g: grad_out (float64; 1 value, or N when reduction 0); cnt from loss_finish */
+int dpl_cu_class_loss_bwd(int32_t ce, const double *x, const int64_t *t, int64_t N, int64_t C, int64_t ignore,
+                          int32_t reduction, const double *g, const double *cnt, double *gx, cudaStream_t s);
+/* out[i, :] = w[idx[i], :] (rows of row_bytes); *bad gets the smallest i with idx out of [0, V) */
+int dpl_cu_embedding(const void *w, const int64_t *idx, int64_t n, int64_t V, int64_t row_bytes, void *out,
+                     unsigned long long *bad, cudaStream_t s);
+/* gw[idx[i], :] += g[i, :], float32 (kd 0) or float64 (kd 1), gw zeroed by the caller */
+int dpl_cu_embedding_bwd(int32_t kd, const void *g, const int64_t *idx, int64_t n, int64_t V, int64_t D, void *gw,
+                         unsigned long long *bad, cudaStream_t s);
+
+/* ---- convolution and pooling (dpl_cuda_conv.cu), NCHW, kd float32 (0) / float64 (1) ---- */
+typedef struct dpl_cu_conv {
+  int64_t N, C, H, W, O, Cg, Og, kh, kw, OH, OW, sh, sw, ph, pw, dh, dw;
+} dpl_cu_conv;
+typedef struct dpl_cu_pool {
+  int64_t N, C, H, W, kh, kw, sh, sw, ph, pw, OH, OW;
+} dpl_cu_pool;
+/* cols [K = Cg*kh*kw, m*L] of samples n0..n0+m, group gr */
+int dpl_cu_im2col(int32_t kd, const dpl_cu_conv *g, const void *x, void *cols, int64_t n0, int64_t m, int64_t gr,
+                  cudaStream_t s);
+/* gx (those samples' group channels) = the sum of the columns that read each element */
+int dpl_cu_col2im(int32_t kd, const dpl_cu_conv *g, const void *cols, void *gx, int64_t n0, int64_t m, int64_t gr,
+                  cudaStream_t s);
+/* out[n0+s, gr*Og+o, :] = tmp[o, s*L:(s+1)*L] + bias (bias may be NULL) */
+int dpl_cu_conv_out(int32_t kd, const dpl_cu_conv *g, const void *tmp, const void *bias, void *out, int64_t n0,
+                    int64_t m, int64_t gr, cudaStream_t s);
+/* gyc [Og, m*L] from grad_out's samples n0.. and group gr */
+int dpl_cu_conv_gy(int32_t kd, const dpl_cu_conv *g, const void *gy, void *gyc, int64_t n0, int64_t m, int64_t gr,
+                   cudaStream_t s);
+/* gb[o] = sum of gy[:, o, :] ([N, O, L]) */
+int dpl_cu_bias_grad(int32_t kd, const void *gy, int64_t N, int64_t O, int64_t L, void *gb, cudaStream_t s);
+int dpl_cu_maxpool(int32_t kd, const dpl_cu_pool *g, const void *x, void *out, int64_t *idx, cudaStream_t s);
+/* gx (zeroed) += gy at the indices; *bad gets the smallest position with an index out of its plane */
+int dpl_cu_maxpool_bwd(int32_t kd, const void *gy, const int64_t *idx, int64_t P, int64_t L, int64_t plane, void *gx,
+                       unsigned long long *bad, cudaStream_t s);
+/* float64; gy NULL: out = window averages; else out (zeroed, input-shaped) += gy / divisor */
+int dpl_cu_avgpool(const dpl_cu_pool *g, int32_t cip, const double *x, const double *gy, double *out, cudaStream_t s);
+
+/* ---- indexing (dpl_cuda_index.cu); indices int64, contiguous ---- */
+typedef struct dpl_cu_index {
+  int32_t ndim, dim;
+  int64_t n, bound;                  /* index elements; size of a's dim */
+  int64_t shape[DPL_CU_MAXDIM];      /* the index's shape */
+  int64_t astride[DPL_CU_MAXDIM];    /* a's strides (elements) */
+  int64_t sstride[DPL_CU_MAXDIM];    /* src's strides (scatter_add) */
+} dpl_cu_index;
+/* [outer, D, inner] -> [outer, n, inner] rows ix; es bytes per element */
+int dpl_cu_index_select(int32_t es, int64_t outer, int64_t D, int64_t inner, int64_t n, const int64_t *ix,
+                        const void *src, void *dst, unsigned long long *bad, cudaStream_t s);
+/* dst [outer, D, inner] += src [outer, n, inner] at rows ix; kd float32/float64/int32/int64 */
+int dpl_cu_index_add(int32_t kd, int64_t outer, int64_t D, int64_t inner, int64_t n, const int64_t *ix,
+                     const void *src, void *dst, unsigned long long *bad, cudaStream_t s);
+int dpl_cu_gather(int32_t es, const dpl_cu_index *g, const int64_t *ix, const void *a, void *out,
+                  unsigned long long *bad, cudaStream_t s);
+int dpl_cu_scatter_add(int32_t kd, const dpl_cu_index *g, const int64_t *ix, const void *src, void *a,
+                       unsigned long long *bad, cudaStream_t s);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

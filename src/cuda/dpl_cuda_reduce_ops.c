@@ -1,0 +1,493 @@
+/* dpl_cuda_reduce_ops.c: the backend's whole-op implementations of
+ * reductions (the reduced dim moved last and made contiguous in float64 or
+ * int64, then one block per row), the softmax family (a fused row kernel
+ * over the last dim; other dims composed from logsumexp, sub, exp, mul), the class losses
+ * (cross-entropy, NLL) and MSE with their gradients, and embedding. Dtype
+ * rules and messages follow the CPU code in dpl_tensor_reduce.c and
+ * dpl_tensor_index.c. */
+#include "dpl_cuda_internal.h"
+#include <math.h>
+#include <stdio.h>
+
+static const char *red_names[] = {"sum", "mean", "prod", "max", "min", "argmax", "argmin", "var", "std", "logsumexp",
+                                  "norm", "any", "all"};
+
+/* a new contiguous device tensor on t's device */
+static int dnew(const char *name, int32_t dtype, int32_t ndim, const int64_t *shape, const dpl_tensor *like,
+                dpl_tensor **out)
+{
+  return dpl_new_on(name, dtype, ndim, shape, DPL_DEVICE_CUDA, like->_devindex, out);
+}
+
+/* t's dims with `dim` moved last, as a contiguous device copy in kd: [rows, R] */
+static int rows_of(const char *name, const dpl_tensor *t, int32_t dim, int32_t kd, dpl_tensor **out, int64_t *rows,
+                   int64_t *R)
+{
+  *out = NULL;
+  if (dim < 0 || t->_ndim == 0) {
+    int64_t n = t->_numel;
+    *rows = 1;
+    *R = n;
+    DPL_TRY(dnew(name, kd, 1, &n, t, out));
+    dpl_tensor *flat = NULL;
+    int st = dpl_contig_as(name, t, t->_dtype, &flat); /* row-major order for arg* over all */
+    dpl_tensor *v = NULL;
+    if (st == DPL_OK) st = dpl_tensor_view(flat, 1, &n, &v);
+    if (st == DPL_OK) st = dpl_copy_any(name, *out, v);
+    dpl_tensor_release(flat);
+    dpl_tensor_release(v);
+    if (st != DPL_OK) { dpl_tensor_release(*out); *out = NULL; }
+    return st;
+  }
+  int64_t sh[DPL_MAX_DIMS], stv[DPL_MAX_DIMS];
+  int k = 0;
+  for (int i = 0; i < t->_ndim; i++)
+    if (i != dim) { sh[k] = t->_shape[i]; stv[k] = t->_stride[i]; k++; }
+  sh[k] = t->_shape[dim];
+  stv[k] = t->_stride[dim];
+  *R = t->_shape[dim];
+  *rows = *R ? t->_numel / *R : dpl_shape_numel(k, sh);
+  dpl_tensor *v = NULL;
+  DPL_TRY(dpl_make_view(t, t->_ndim, sh, stv, t->_offset, &v));
+  int st = dnew(name, kd, t->_ndim, sh, t, out);
+  if (st == DPL_OK) st = dpl_copy_any(name, *out, v);
+  dpl_tensor_release(v);
+  if (st != DPL_OK) { dpl_tensor_release(*out); *out = NULL; }
+  return st;
+}
+
+/* buf [rows] viewed at the output shape, converted to dtype rd */
+static int shaped(const char *name, dpl_tensor *buf, int32_t nd, const int64_t *shape, int32_t rd, dpl_tensor **out)
+{
+  dpl_tensor *v = NULL;
+  DPL_TRY(dpl_tensor_view(buf, nd, shape, &v));
+  if (v->_dtype == rd) { *out = v; return DPL_OK; }
+  int st = dpl_contig_as(name, v, rd, out);
+  dpl_tensor_release(v);
+  return st;
+}
+
+int dpl_cu_op_reduce(const dpl_bk_args *a)
+{
+  int op = a->sub;
+  const dpl_tensor *t = a->in[0];
+  int32_t dim = a->i[0], keepdim = a->i[1];
+  if (op < 0 || op > DPL_RED_ALL) return dpl_errorf(DPL_EINVAL, "reduce: unknown op id %d", op);
+  const char *name = a->op == DPL_BK_REDUCE_INDEX ? a->name : red_names[op];
+  DPL_TRY(dpl_check_handle(name, "self", t));
+  if (!(dim == -1 || (t->_ndim == 0 && dim == 0) || (dim >= 0 && dim < t->_ndim)))
+    return dpl_errorf(DPL_EINVAL, "%s: dim %d out of range (expected 0..%d for a %d-d tensor, or -1 for all)", name,
+                      (int)dim, (int)t->_ndim - 1, (int)t->_ndim);
+  int isf = dpl_is_float(t->_dtype);
+  if (!isf && (op == DPL_RED_MEAN || op == DPL_RED_VAR || op == DPL_RED_STD || op == DPL_RED_LOGSUMEXP || op == DPL_RED_NORM))
+    return dpl_errorf(DPL_EINVAL, "%s: expected a floating-point tensor, got %s (convert with :float() first)", name,
+                      dpl_dtype_name(t->_dtype));
+  int32_t kd = isf ? DPL_FLOAT64 : DPL_INT64;
+  int32_t rd;
+  if (op == DPL_RED_ARGMAX || op == DPL_RED_ARGMIN) rd = DPL_INT64;
+  else if (op == DPL_RED_ANY || op == DPL_RED_ALL) rd = DPL_BOOL;
+  else if (!isf && (op == DPL_RED_SUM || op == DPL_RED_PROD)) rd = DPL_INT64;
+  else rd = t->_dtype;
+  int32_t rdim = t->_ndim == 0 ? -1 : dim;
+  int64_t rows, R;
+  dpl_tensor *src = NULL, *val = NULL, *idx = NULL;
+  DPL_TRY(rows_of(name, t, rdim, kd, &src, &rows, &R));
+  int arg = op == DPL_RED_ARGMAX || op == DPL_RED_ARGMIN || a->op == DPL_BK_REDUCE_INDEX;
+  int st = DPL_OK;
+  if ((op == DPL_RED_MAX || op == DPL_RED_MIN || op == DPL_RED_ARGMAX || op == DPL_RED_ARGMIN) && R == 0)
+    st = dpl_errorf(DPL_EINVAL, "%s: cannot reduce over an empty dim (size 0): the result has no identity", name);
+  if (st == DPL_OK) st = dnew(name, kd, 1, &rows, t, &val);
+  if (st == DPL_OK && arg) st = dnew(name, DPL_INT64, 1, &rows, t, &idx);
+  if (st == DPL_OK) {
+    dpl_cu_dev *d = dpl_cu_device(t->_devindex, name);
+    if (!d) st = DPL_EDEVICE;
+    else {
+      int e = dpl_cu_reduce_rows(op, kd, src->_data, rows, R, a->d[0], val->_data, idx ? (int64_t *)idx->_data : NULL,
+                                 d->compute);
+      if (e) st = dpl_cu_fail((cudaError_t)e, name, t->_devindex);
+    }
+  }
+  int64_t oshape[DPL_MAX_DIMS];
+  int32_t ond = 0;
+  if (dim == -1) {
+    if (keepdim) for (int i = 0; i < t->_ndim; i++) oshape[ond++] = 1;
+  } else {
+    for (int i = 0; i < t->_ndim; i++) {
+      if (i == dim) { if (keepdim) oshape[ond++] = 1; }
+      else oshape[ond++] = t->_shape[i];
+    }
+  }
+  if (st == DPL_OK) {
+    if (a->op == DPL_BK_REDUCE_INDEX) {
+      st = shaped(name, val, ond, oshape, t->_dtype, a->out[0]);
+      if (st == DPL_OK) st = shaped(name, idx, ond, oshape, DPL_INT64, a->out[1]);
+      if (st != DPL_OK) { dpl_tensor_release(*a->out[0]); *a->out[0] = NULL; }
+    } else {
+      st = shaped(name, arg ? idx : val, ond, oshape, rd, a->out[0]);
+    }
+  }
+  dpl_tensor_release(src);
+  dpl_tensor_release(val);
+  dpl_tensor_release(idx);
+  return st;
+}
+
+/* ---- softmax family, composed of GPU ops in float32/float64 ---- */
+#define TRYC(x) do { if (st == DPL_OK) st = (x); } while (0)
+
+int dpl_cu_op_softmax(const dpl_bk_args *a)
+{
+  int bwd = a->op == DPL_BK_SOFTMAX_BWD, log = a->i[1];
+  int32_t dim = a->i[0];
+  const char *name = a->name;
+  const dpl_tensor *x = bwd ? a->in[1] : a->in[0], *grad = bwd ? a->in[0] : NULL;
+  DPL_TRY(dpl_check_handle(name, bwd ? "output" : "self", x));
+  if (grad) {
+    DPL_TRY(dpl_check_handle(name, "grad", grad));
+    DPL_TRY(dpl_check_same_device(name, grad, x));
+    int same = grad->_ndim == x->_ndim;
+    for (int i = 0; same && i < x->_ndim; i++) same = grad->_shape[i] == x->_shape[i];
+    if (!same) return dpl_errorf(DPL_EINVAL, "%s: grad shape does not match the output shape", name);
+  }
+  if (x->_ndim == 0 ? dim != 0 : (dim < 0 || dim >= x->_ndim))
+    return dpl_errorf(DPL_EINVAL, "%s: dim %d out of range (expected 0..%d for a %d-d tensor)", name, (int)dim,
+                      x->_ndim ? (int)x->_ndim - 1 : 0, (int)x->_ndim);
+  if (!dpl_is_devmem(x) || (grad && !dpl_is_devmem(grad)))
+    return dpl_errorf(DPL_EDEVICE, "%s: expected all tensors on the same device", name);
+  int32_t rd = dpl_is_float(x->_dtype) ? x->_dtype : DPL_FLOAT32;
+  int32_t kd = rd == DPL_FLOAT64 ? DPL_FLOAT64 : DPL_FLOAT32;
+  int32_t rdim = x->_ndim == 0 ? -1 : dim;
+  dpl_tensor *xk = NULL, *gk = NULL, *t1 = NULL, *t2 = NULL, *t3 = NULL, *res = NULL;
+  int st = dpl_contig_as(name, x, kd, &xk);
+  if (grad) TRYC(dpl_contig_as(name, grad, kd, &gk));
+  if (rdim == -1 || rdim == x->_ndim - 1) { /* the last dim: one fused row kernel */
+    int64_t R = x->_ndim ? x->_shape[x->_ndim - 1] : 1, rows = R ? x->_numel / R : 0;
+    TRYC(dnew(name, kd, x->_ndim, x->_shape, x, &res));
+    dpl_cu_dev *d = st == DPL_OK ? dpl_cu_device(x->_devindex, name) : NULL;
+    if (st == DPL_OK && !d) st = DPL_EDEVICE;
+    if (st == DPL_OK) {
+      int e = dpl_cu_softmax_rows(kd, xk->_data, gk ? gk->_data : NULL, res->_data, rows, R, log, bwd, d->compute);
+      if (e) st = dpl_cu_fail((cudaError_t)e, name, x->_devindex);
+    }
+  } else if (!bwd) {
+    TRYC(dpl_reduce(DPL_RED_LOGSUMEXP, xk, rdim, 1, 0, &t1));     /* lse, keepdim */
+    TRYC(dpl_binary(DPL_OP_SUB, xk, t1, &t2));                    /* log_softmax */
+    if (log) { res = t2; t2 = NULL; }
+    else TRYC(dpl_unary(DPL_OP_EXP, t2, &res));
+  } else if (log) {                                               /* g - exp(y) * sum(g) */
+    TRYC(dpl_reduce(DPL_RED_SUM, gk, rdim, 1, 0, &t1));
+    TRYC(dpl_unary(DPL_OP_EXP, xk, &t2));
+    TRYC(dpl_binary(DPL_OP_MUL, t2, t1, &t3));
+    TRYC(dpl_binary(DPL_OP_SUB, gk, t3, &res));
+  } else {                                                        /* y * (g - sum(g * y)) */
+    TRYC(dpl_binary(DPL_OP_MUL, gk, xk, &t1));
+    TRYC(dpl_reduce(DPL_RED_SUM, t1, rdim, 1, 0, &t2));
+    TRYC(dpl_binary(DPL_OP_SUB, gk, t2, &t3));
+    TRYC(dpl_binary(DPL_OP_MUL, xk, t3, &res));
+  }
+  if (st == DPL_OK && res->_dtype != rd) {
+    dpl_tensor *r2 = NULL;
+    st = dpl_contig_as(name, res, rd, &r2);
+    dpl_tensor_release(res);
+    res = r2;
+  }
+  dpl_tensor_release(xk);
+  dpl_tensor_release(gk);
+  dpl_tensor_release(t1);
+  dpl_tensor_release(t2);
+  dpl_tensor_release(t3);
+  if (st != DPL_OK) { dpl_tensor_release(res); return st; }
+  *a->out[0] = res;
+  return DPL_OK;
+}
+
+/* ---- class losses ---- */
+static int class_inputs(const char *name, const dpl_tensor *x, const dpl_tensor *target, int64_t *N, int64_t *C)
+{
+  DPL_TRY(dpl_check_handle(name, "input", x));
+  DPL_TRY(dpl_check_handle(name, "target", target));
+  DPL_TRY(dpl_check_same_device(name, x, target));
+  if (!dpl_is_devmem(x) || !dpl_is_devmem(target))
+    return dpl_errorf(DPL_EDEVICE, "%s: expected all tensors on the same device", name);
+  char b1[160], b2[160];
+  if (!dpl_is_float(x->_dtype))
+    return dpl_errorf(DPL_EINVAL, "%s: expected floating-point input, got %s", name, dpl_dtype_name(x->_dtype));
+  if (dpl_is_float(target->_dtype) || target->_dtype == DPL_BOOL)
+    return dpl_errorf(DPL_EINVAL, "%s: expected integer class indices as target, got %s", name,
+                      dpl_dtype_name(target->_dtype));
+  if (x->_ndim == 2) {
+    if (target->_ndim != 1 || target->_shape[0] != x->_shape[0])
+      return dpl_errorf(DPL_EINVAL, "%s: input of shape %s needs a target of shape [%lld], got %s", name,
+                        dpl_shape_str(x->_ndim, x->_shape, b1, sizeof b1), (long long)x->_shape[0],
+                        dpl_shape_str(target->_ndim, target->_shape, b2, sizeof b2));
+    *N = x->_shape[0];
+    *C = x->_shape[1];
+  } else if (x->_ndim == 1) {
+    if (target->_ndim != 0)
+      return dpl_errorf(DPL_EINVAL, "%s: a 1-d input needs a 0-d target, got shape %s", name,
+                        dpl_shape_str(target->_ndim, target->_shape, b2, sizeof b2));
+    *N = 1;
+    *C = x->_shape[0];
+  } else {
+    return dpl_errorf(DPL_EINVAL, "%s: expected input of shape [N, C] or [C], got %s", name,
+                      dpl_shape_str(x->_ndim, x->_shape, b1, sizeof b1));
+  }
+  return DPL_OK;
+}
+
+/* the device flag `bad` (all ones when no sample was out of range) */
+static int check_bad(const char *name, int32_t dev, cudaStream_t s, const void *bad, const dpl_tensor *idx,
+                     int64_t limit, const char *what)
+{
+  unsigned long long h = 0;
+  DPL_TRY(dpl_cu_flag_read(dev, s, bad, &h));
+  if (h == ~0ULL) return DPL_OK;
+  int64_t v = 0;
+  dpl_tensor_get_i64(idx, (int64_t)h, &v);
+  if (strcmp(what, "target") == 0) /* the CPU's messages (Lua rewrites them 1-based) */
+    return dpl_errorf(DPL_EINVAL, "%s: target %lld of sample %lld is out of range: expected a class index in [0, %lld) "
+                      "(0-based)", name, (long long)v, (long long)h, (long long)limit);
+  return dpl_errorf(DPL_EINVAL, "%s: index %lld is out of range for dim 0 of size %lld (expected 0..%lld, 0-based)", name,
+                    (long long)v, (long long)limit, (long long)limit - 1);
+}
+
+static int class_loss(const dpl_bk_args *a)
+{
+  int ce = a->op == DPL_BK_CROSS_ENTROPY;
+  const char *name = a->name;
+  const dpl_tensor *x = a->in[0], *target = a->in[1];
+  int32_t reduction = a->i[0];
+  int64_t ignore = a->l[0], N, C;
+  DPL_TRY(class_inputs(name, x, target, &N, &C));
+  int32_t dev = x->_devindex;
+  dpl_cu_dev *d = dpl_cu_device(dev, name);
+  if (!d) return DPL_EDEVICE;
+  dpl_tensor *xd = NULL, *td = NULL, *l = NULL, *r = NULL;
+  void *bad = NULL;
+  int64_t one = 1;
+  int st = dpl_contig_as(name, x, DPL_FLOAT64, &xd);
+  TRYC(dpl_contig_as(name, target, DPL_INT64, &td));
+  TRYC(dnew(name, DPL_FLOAT64, 1, &N, x, &l));
+  TRYC(dpl_cu_flag_new(dev, d->compute, &bad));
+  if (st == DPL_OK) {
+    int e = dpl_cu_class_loss(ce, xd->_data, td->_data, N, C, ignore, l->_data, bad, d->compute);
+    if (e) st = dpl_cu_fail((cudaError_t)e, name, dev);
+  }
+  TRYC(check_bad(name, dev, d->compute, bad, td, C, "target"));
+  if (st == DPL_OK && reduction == 0) {
+    r = l;
+    l = NULL;
+    if (x->_ndim == 1) { /* 0-d result */
+      dpl_tensor *v = NULL;
+      st = dpl_tensor_view(r, 0, NULL, &v);
+      dpl_tensor_release(r);
+      r = v;
+    }
+  } else if (st == DPL_OK) {
+    st = dnew(name, DPL_FLOAT64, 0, &one, x, &r);
+    if (st == DPL_OK) {
+      int e = dpl_cu_loss_finish(l->_data, td->_data, N, ignore, reduction, r->_data, NULL, d->compute);
+      if (e) st = dpl_cu_fail((cudaError_t)e, name, dev);
+    }
+  }
+  if (st == DPL_OK && x->_dtype != DPL_FLOAT64) {
+    dpl_tensor *r2 = NULL;
+    st = dpl_contig_as(name, r, x->_dtype, &r2);
+    dpl_tensor_release(r);
+    r = r2;
+  }
+  dpl_cu_flag_free(dev, bad);
+  dpl_tensor_release(xd);
+  dpl_tensor_release(td);
+  dpl_tensor_release(l);
+  if (st != DPL_OK) { dpl_tensor_release(r); return st; }
+  *a->out[0] = r;
+  return DPL_OK;
+}
+
+static int class_loss_bwd(const dpl_bk_args *a)
+{
+  int ce = a->op == DPL_BK_CROSS_ENTROPY_BWD;
+  const char *name = a->name;
+  const dpl_tensor *g = a->in[0], *x = a->in[1], *target = a->in[2];
+  int32_t reduction = a->i[0];
+  int64_t ignore = a->l[0], N, C;
+  DPL_TRY(class_inputs(name, x, target, &N, &C));
+  DPL_TRY(dpl_check_handle(name, "grad_out", g));
+  DPL_TRY(dpl_check_same_device(name, g, x));
+  if (reduction == 0 && g->_numel != N)
+    return dpl_errorf(DPL_EINVAL, "%s: grad_out must have %lld elements (reduction none), got %lld", name, (long long)N,
+                      (long long)g->_numel);
+  if (reduction != 0 && g->_numel != 1)
+    return dpl_errorf(DPL_EINVAL, "%s: grad_out must have one element (reduced loss), got %lld", name,
+                      (long long)g->_numel);
+  int32_t dev = x->_devindex;
+  dpl_cu_dev *d = dpl_cu_device(dev, name);
+  if (!d) return DPL_EDEVICE;
+  dpl_tensor *xd = NULL, *td = NULL, *gd = NULL, *cnt = NULL, *res = NULL;
+  int64_t one = 1;
+  int st = dpl_contig_as(name, x, DPL_FLOAT64, &xd);
+  TRYC(dpl_contig_as(name, target, DPL_INT64, &td));
+  TRYC(dpl_contig_as(name, g, DPL_FLOAT64, &gd));
+  TRYC(dnew(name, DPL_FLOAT64, 1, &one, x, &cnt));
+  TRYC(dnew(name, DPL_FLOAT64, x->_ndim, x->_shape, x, &res));
+  if (st == DPL_OK) {
+    int e = dpl_cu_loss_finish(xd->_data, td->_data, N, ignore, 2, NULL, cnt->_data, d->compute);
+    if (!e) e = dpl_cu_class_loss_bwd(ce, xd->_data, td->_data, N, C, ignore, reduction, gd->_data, cnt->_data,
+                                      res->_data, d->compute);
+    if (e) st = dpl_cu_fail((cudaError_t)e, name, dev);
+  }
+  if (st == DPL_OK && x->_dtype != DPL_FLOAT64) {
+    dpl_tensor *r2 = NULL;
+    st = dpl_contig_as(name, res, x->_dtype, &r2);
+    dpl_tensor_release(res);
+    res = r2;
+  }
+  dpl_tensor_release(xd);
+  dpl_tensor_release(td);
+  dpl_tensor_release(gd);
+  dpl_tensor_release(cnt);
+  if (st != DPL_OK) { dpl_tensor_release(res); return st; }
+  *a->out[0] = res;
+  return DPL_OK;
+}
+
+/* ---- MSE, composed: mean/sum of (a - b)^2; gradient 2 (a - b) g [/ n] ---- */
+static int mse(const dpl_bk_args *a)
+{
+  const char *name = a->name;
+  int bwd = a->op == DPL_BK_MSE_BWD;
+  const dpl_tensor *g = bwd ? a->in[0] : NULL, *x = bwd ? a->in[1] : a->in[0], *y = bwd ? a->in[2] : a->in[1];
+  int32_t reduction = a->i[0];
+  DPL_TRY(dpl_check_handle(name, "input", x));
+  DPL_TRY(dpl_check_handle(name, "target", y));
+  DPL_TRY(dpl_check_same_device(name, x, y));
+  int same = x->_ndim == y->_ndim;
+  for (int i = 0; same && i < x->_ndim; i++) same = x->_shape[i] == y->_shape[i];
+  if (!same) {
+    char b1[160], b2[160];
+    return dpl_errorf(DPL_EINVAL, "%s: input shape %s and target shape %s must match", name,
+                      dpl_shape_str(x->_ndim, x->_shape, b1, sizeof b1), dpl_shape_str(y->_ndim, y->_shape, b2, sizeof b2));
+  }
+  if (!dpl_is_float(x->_dtype))
+    return dpl_errorf(DPL_EINVAL, "%s: expected floating-point input, got %s", name, dpl_dtype_name(x->_dtype));
+  if (g) {
+    DPL_TRY(dpl_check_handle(name, "grad_out", g));
+    if (reduction == 0 && g->_numel != x->_numel)
+      return dpl_errorf(DPL_EINVAL, "%s: grad_out must have %lld elements (reduction none), got %lld", name,
+                        (long long)x->_numel, (long long)g->_numel);
+    if (reduction != 0 && g->_numel != 1)
+      return dpl_errorf(DPL_EINVAL, "%s: grad_out must have one element (reduced loss), got %lld", name,
+                        (long long)g->_numel);
+  }
+  int32_t kd = x->_dtype == DPL_FLOAT64 ? DPL_FLOAT64 : DPL_FLOAT32;
+  dpl_tensor *xk = NULL, *yk = NULL, *diff = NULL, *t1 = NULL, *t2 = NULL, *res = NULL, *gv = NULL;
+  int st = dpl_contig_as(name, x, kd, &xk);
+  TRYC(dpl_contig_as(name, y, kd, &yk));
+  TRYC(dpl_binary(DPL_OP_SUB, xk, yk, &diff));
+  if (!bwd) {
+    TRYC(dpl_binary(DPL_OP_MUL, diff, diff, &t1));
+    if (reduction == 0) { res = t1; t1 = NULL; }
+    else TRYC(dpl_reduce(reduction == 1 ? DPL_RED_MEAN : DPL_RED_SUM, t1, -1, 0, 0, &res));
+  } else {
+    double scale = reduction == 1 ? 2.0 / (double)(x->_numel ? x->_numel : 1) : 2.0;
+    TRYC(dpl_contig_as(name, g, kd, &t1));
+    if (reduction == 0) TRYC(dpl_tensor_view(t1, x->_ndim, x->_shape, &gv));
+    else TRYC(dpl_tensor_view(t1, 0, NULL, &gv));
+    TRYC(dpl_binary(DPL_OP_MUL, diff, gv, &t2));
+    TRYC(dpl_binary_scalar(DPL_OP_MUL, t2, scale, 0, &res));
+  }
+  if (st == DPL_OK && res->_dtype != x->_dtype) {
+    dpl_tensor *r2 = NULL;
+    st = dpl_contig_as(name, res, x->_dtype, &r2);
+    dpl_tensor_release(res);
+    res = r2;
+  }
+  dpl_tensor_release(xk);
+  dpl_tensor_release(yk);
+  dpl_tensor_release(diff);
+  dpl_tensor_release(t1);
+  dpl_tensor_release(t2);
+  dpl_tensor_release(gv);
+  if (st != DPL_OK) { dpl_tensor_release(res); return st; }
+  *a->out[0] = res;
+  return DPL_OK;
+}
+
+int dpl_cu_op_loss(const dpl_bk_args *a)
+{
+  switch (a->op) {
+  case DPL_BK_CROSS_ENTROPY: case DPL_BK_NLL: return class_loss(a);
+  case DPL_BK_CROSS_ENTROPY_BWD: case DPL_BK_NLL_BWD: return class_loss_bwd(a);
+  default: return mse(a);
+  }
+}
+
+/* ---- embedding ---- */
+int dpl_cu_op_embedding(const dpl_bk_args *a)
+{
+  const char *name = a->name;
+  int bwd = a->op == DPL_BK_EMBEDDING_BWD;
+  const dpl_tensor *w = a->in[0], *idx = a->in[1];
+  DPL_TRY(dpl_check_handle(name, bwd ? "grad" : "weight", w));
+  DPL_TRY(dpl_check_handle(name, "input", idx));
+  DPL_TRY(dpl_check_same_device(name, w, idx));
+  if (!dpl_is_devmem(w) || !dpl_is_devmem(idx))
+    return dpl_errorf(DPL_EDEVICE, "%s: expected all tensors on the same device", name);
+  if (dpl_is_float(idx->_dtype) || idx->_dtype == DPL_BOOL)
+    return dpl_errorf(DPL_EINVAL, "%s: expected integer indices as input, got %s", name, dpl_dtype_name(idx->_dtype));
+  int32_t dev = w->_devindex;
+  dpl_cu_dev *d = dpl_cu_device(dev, name);
+  if (!d) return DPL_EDEVICE;
+  dpl_tensor *ix = NULL, *cw = NULL, *res = NULL, *acc = NULL;
+  void *bad = NULL;
+  int64_t n = idx->_numel;
+  int st = dpl_contig_as(name, idx, DPL_INT64, &ix);
+  TRYC(dpl_cu_flag_new(dev, d->compute, &bad));
+  if (!bwd) {
+    if (w->_ndim != 2)
+      st = dpl_errorf(DPL_EINVAL, "%s: expected a 2-d weight [num, dim], got %d dims", name, (int)w->_ndim);
+    else if (idx->_ndim >= DPL_MAX_DIMS) st = dpl_errorf(DPL_EINVAL, "%s: input has too many dims", name);
+    int64_t V = w->_ndim == 2 ? w->_shape[0] : 0, D = w->_ndim == 2 ? w->_shape[1] : 0;
+    TRYC(dpl_contig_as(name, w, w->_dtype, &cw));
+    if (st == DPL_OK) {
+      int64_t shape[DPL_MAX_DIMS];
+      memcpy(shape, idx->_shape, sizeof(int64_t) * (size_t)idx->_ndim);
+      shape[idx->_ndim] = D;
+      st = dnew(name, w->_dtype, idx->_ndim + 1, shape, w, &res);
+    }
+    if (st == DPL_OK) {
+      int e = dpl_cu_embedding(cw->_data, ix->_data, n, V, D * dpl_elsize(w->_dtype), res->_data, bad, d->compute);
+      if (e) st = dpl_cu_fail((cudaError_t)e, name, dev);
+    }
+    TRYC(check_bad(name, dev, d->compute, bad, ix, V, "index"));
+  } else {
+    int64_t V = a->l[0];
+    int64_t D = w->_ndim ? w->_shape[w->_ndim - 1] : 1;
+    if (V < 0) st = dpl_errorf(DPL_EINVAL, "%s: num_weights must be >= 0, got %lld", name, (long long)V);
+    else if (w->_numel != n * D)
+      st = dpl_errorf(DPL_EINVAL, "%s: grad has %lld elements, expected %lld (input elements x dim)", name,
+                      (long long)w->_numel, (long long)(n * D));
+    int32_t kd = w->_dtype == DPL_FLOAT64 ? DPL_FLOAT64 : DPL_FLOAT32;
+    int64_t shape[2] = {V, D};
+    TRYC(dpl_contig_as(name, w, kd, &cw));
+    TRYC(dnew(name, kd, 2, shape, w, &acc));
+    TRYC(dpl_tensor_fill_(acc, 0));
+    if (st == DPL_OK) {
+      int e = dpl_cu_embedding_bwd(kd, cw->_data, ix->_data, n, V, D, acc->_data, bad, d->compute);
+      if (e) st = dpl_cu_fail((cudaError_t)e, name, dev);
+    }
+    TRYC(check_bad(name, dev, d->compute, bad, ix, V, "index"));
+    if (st == DPL_OK) {
+      if (w->_dtype == kd) { res = acc; acc = NULL; }
+      else st = dpl_contig_as(name, acc, w->_dtype, &res);
+    }
+  }
+  dpl_cu_flag_free(dev, bad);
+  dpl_tensor_release(ix);
+  dpl_tensor_release(cw);
+  dpl_tensor_release(acc);
+  if (st != DPL_OK) { dpl_tensor_release(res); return st; }
+  *a->out[0] = res;
+  return DPL_OK;
+}

@@ -1,0 +1,109 @@
+/* dpl_tensor_backend.h: the interface between the tensor core and a device
+ * backend plugin (the CUDA plugin, src/cuda/), in the style of ggml's backends:
+ * a small vtable the plugin registers when it loads, and a stable enum of the
+ * ops it may run. A tensor whose storage lives in device memory carries
+ * DPL_DEVMEM in its flags; the core never dereferences its data: every public
+ * op either hands it to the backend (dpl_bk_call) or fails with
+ * "<op>: not implemented on cuda". C only (the plugin's host side includes it;
+ * its .cu files do not). Bump DPL_BACKEND_ABI on any change below. */
+#ifndef DPL_TENSOR_BACKEND_H
+#define DPL_TENSOR_BACKEND_H
+#include "dpl.h"
+#include <stdint.h>
+
+enum { DPL_BACKEND_ABI = 1 };
+
+/* Stable op ids (never renumbered; new ops go at the end). The comment says
+ * which fields of dpl_bk_args each one reads. */
+typedef enum dpl_bk_op {
+  DPL_BK_COPY = 0,          /* inout = dst, in[0] = src: broadcast + convert, any device pair */
+  DPL_BK_FILL = 1,          /* inout; d[0] value, l[0] integer value, i[0] 1: use l[0] */
+  DPL_BK_RNG = 2,           /* inout (contiguous); i[0] kind (0 uniform, 1 normal, 2 randint, 3 bernoulli),
+                               u[0] key, u[1] first counter, d[0] d[1] parameters, l[0] low, l[1] range */
+  DPL_BK_GEMM = 3,          /* gemm: row-major C = alpha op(A) op(B) + beta C, see dpl_bk_gemm */
+  DPL_BK_BINARY = 4,        /* sub op; in[0] in[1]; inout (in place) or out[0] */
+  DPL_BK_BINARY_SCALAR = 5, /* sub op; in[0]; d[0] scalar; i[0] reverse; inout or out[0] */
+  DPL_BK_AXPY = 6,          /* inout += d[0] * in[0] */
+  DPL_BK_UNARY = 7,         /* sub op; in[0]; inout or out[0] */
+  DPL_BK_ACT_BWD = 8,       /* sub op; in[0] grad, in[1] saved input or output; out[0] */
+  DPL_BK_CLAMP = 9,         /* in[0]; d[0] lo, d[1] hi; i[0] has_lo, i[1] has_hi; inout or out[0] */
+  DPL_BK_WHERE = 10,        /* in[0] cond, in[1] a, in[2] b; out[0] */
+  DPL_BK_MASKED_FILL = 11,  /* inout; in[0] mask; d[0] value */
+  DPL_BK_REDUCE = 12,       /* sub op; in[0]; i[0] dim (-1 all), i[1] keepdim; d[0] param; out[0] */
+  DPL_BK_REDUCE_INDEX = 13, /* sub op (MAX/MIN); in[0]; i[0] dim, i[1] keepdim; out[0] values, out[1] indices */
+  DPL_BK_SOFTMAX = 14,      /* in[0]; i[0] dim, i[1] log; out[0] */
+  DPL_BK_SOFTMAX_BWD = 15,  /* in[0] grad, in[1] output; i[0] dim, i[1] log; out[0] */
+  DPL_BK_CROSS_ENTROPY = 16,     /* in[0] logits, in[1] target; i[0] reduction; l[0] ignore_index; out[0] */
+  DPL_BK_CROSS_ENTROPY_BWD = 17, /* in[0] grad_out, in[1] logits, in[2] target; i[0]; l[0]; out[0] */
+  DPL_BK_NLL = 18,               /* as CROSS_ENTROPY with log-probabilities */
+  DPL_BK_NLL_BWD = 19,           /* as CROSS_ENTROPY_BWD */
+  DPL_BK_MSE = 20,          /* in[0] a, in[1] b; i[0] reduction; out[0] */
+  DPL_BK_MSE_BWD = 21,      /* in[0] grad_out, in[1] a, in[2] b; i[0] reduction; out[0] */
+  DPL_BK_EMBEDDING = 22,    /* in[0] weight, in[1] idx; out[0] */
+  DPL_BK_EMBEDDING_BWD = 23,/* in[0] grad, in[1] idx; l[0] num_weights; out[0] */
+  DPL_BK_INDEX_SELECT = 24, /* in[0] a, in[1] idx; i[0] dim; out[0] */
+  DPL_BK_INDEX_ADD = 25,    /* inout a; in[0] idx, in[1] src; i[0] dim */
+  DPL_BK_GATHER = 26,       /* inout a (only read); in[0] idx; i[0] dim; out[0] */
+  DPL_BK_SCATTER_ADD = 27,  /* inout a; in[0] idx, in[1] src; i[0] dim */
+  DPL_BK_MASKED_SELECT = 28,/* in[0] a, in[1] mask; out[0] */
+  DPL_BK_NONZERO = 29,      /* in[0]; out[0] */
+  DPL_BK_CONV2D = 30,       /* in[0] x, in[1] w, in[2] bias; params; i[0] groups; out[0] */
+  DPL_BK_CONV2D_BWD = 31,   /* in[0] grad_out, in[1] x, in[2] w; params; i[0] groups; out[0..2] (may be NULL) */
+  DPL_BK_MAX_POOL2D = 32,   /* in[0] x; params; out[0] values, out[1] indices */
+  DPL_BK_MAX_POOL2D_BWD = 33,/* in[0] grad_out, in[1] x, in[2] indices; out[0] */
+  DPL_BK_AVG_POOL2D = 34,   /* in[0] x; params; i[0] count_include_pad; out[0] */
+  DPL_BK_AVG_POOL2D_BWD = 35,/* in[0] grad_out, in[1] x; params; i[0] count_include_pad; out[0] */
+  DPL_BK_NUM_OPS = 36
+} dpl_bk_op;
+
+/* A GEMM on raw device pointers (DPL_BK_GEMM), the one the matmul family's
+ * driver in dpl_tensor_blas.c issues: row-major like cblas, batch products
+ * `count` apart by stride_{a,b,c} elements. */
+typedef struct dpl_bk_gemm {
+  int32_t dtype, devindex;
+  int32_t transa, transb;
+  int64_t m, n, k, lda, ldb, ldc;
+  int64_t batch, stride_a, stride_b, stride_c;
+  double alpha, beta;
+  const void *a, *b;
+  void *c;
+} dpl_bk_gemm;
+
+typedef struct dpl_bk_args {
+  int32_t op, sub;
+  int32_t i[4];
+  double d[2];
+  int64_t l[2];
+  uint64_t u[2];
+  const dpl_tensor *in[3];
+  dpl_tensor *inout;
+  dpl_tensor **out[3];
+  const int32_t *params;
+  const dpl_bk_gemm *gemm;
+  const char *name; /* the op's user-facing name ("add", "sum", ...) for messages */
+} dpl_bk_args;
+
+typedef struct dpl_cuda_mem_stats dpl_cuda_mem_stats;
+
+typedef struct dpl_backend {
+  int32_t abi;      /* DPL_BACKEND_ABI of the plugin's build */
+  const char *name; /* "cuda" */
+  /* device memory for a storage: nbytes may be 0 (ptr may then be NULL) */
+  int (*alloc)(int32_t dev, int64_t nbytes, void **ptr);
+  void (*release)(int32_t dev, void *ptr, int64_t nbytes);
+  /* 1 when run() implements op */
+  int (*supports)(int32_t op);
+  int (*run)(const dpl_bk_args *a);
+  int (*synchronize)(int32_t dev);
+  int (*empty_cache)(int32_t dev, int64_t *freed);
+  int (*memory_stats)(int32_t dev, dpl_cuda_mem_stats *out);
+} dpl_backend;
+
+/* The plugin registers its table when it loads (NULL unregisters). */
+void dpl_backend_register(const dpl_backend *b);
+const dpl_backend *dpl_backend_get(void);
+/* Runs a->op on the backend; "<name>: not implemented on cuda" (DPL_ENOTIMPL)
+ * when the backend lacks it or is not loaded. */
+int dpl_bk_call(dpl_bk_args *a);
+const char *dpl_bk_op_name(int32_t op);
+#endif
