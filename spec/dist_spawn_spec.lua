@@ -28,6 +28,17 @@ describe('dist.spawn', function()
     assert.matches('^0\thello\t3\t3\t3\t0/3\t3\nparent still has no group:\tfalse\n$', out)
   end)
 
+  it("gives each worker its share of the cores unless the thread count is set", function()
+    local body = "print('threads ' .. spawn.spawn(function() return require('dpl').get_num_threads() end, 2))"
+    local cores = tonumber(io.popen('getconf _NPROCESSORS_ONLN'):read('*l'))
+    local out, err, rc = run(body, { env = 'env -u DPL_NUM_THREADS -u OMP_NUM_THREADS' })
+    assert.are.equal(0, rc, err)
+    assert.matches('threads ' .. math.max(1, math.floor(cores / 2)), out)
+    out, err, rc = run(body, { env = 'env -u OMP_NUM_THREADS DPL_NUM_THREADS=3' })
+    assert.are.equal(0, rc, err)
+    assert.matches('threads 3', out)
+  end)
+
   it('raises in the parent with the failing rank, its message and traceback, and stops the others', function()
     local out, err, rc = run([[
       local t0 = require('dpl').C.dpl_clock()

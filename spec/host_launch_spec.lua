@@ -40,6 +40,22 @@ describe('the launcher', function()
     end
   end)
 
+  it('shares the cores between the ranks unless the thread count is set', function()
+    local s = script([[print('threads ' .. require('dpl').get_num_threads() .. ' ' .. tostring(os.getenv('DPL_NUM_THREADS')))]])
+    local cores = tonumber(io.popen('getconf _NPROCESSORS_ONLN'):read('*l'))
+    local want = math.max(1, math.floor(cores / 2))
+    local out, err, rc = h.sh(('env -u DPL_NUM_THREADS -u OMP_NUM_THREADS %s --nproc 2 %s'):format(h.q(h.bin), h.q(s)))
+    assert.are.equal(0, rc, err)
+    for r = 0, 1 do assert.matches('%[rank ' .. r .. '%] threads ' .. want .. ' ' .. want, out) end
+    out, err, rc = h.sh(('env -u OMP_NUM_THREADS DPL_NUM_THREADS=3 %s --nproc 2 %s'):format(h.q(h.bin), h.q(s)))
+    assert.are.equal(0, rc, err)
+    for r = 0, 1 do assert.matches('%[rank ' .. r .. '%] threads 3 3', out) end
+    out, err, rc = h.sh(('env -u DPL_NUM_THREADS OMP_NUM_THREADS=2 %s --nproc 2 %s'):format(h.q(h.bin), h.q(s)))
+    assert.are.equal(0, rc, err)
+    for r = 0, 1 do assert.matches('%[rank ' .. r .. '%] threads 2 nil', out) end
+    os.remove(s)
+  end)
+
   it('gives two jobs different ports and job ids', function()
     local s = script('print(os.getenv("MASTER_PORT") .. "/" .. os.getenv("DPL_JOB_ID"))')
     local a = h.dplhost('--nproc 1 ' .. h.q(s))
