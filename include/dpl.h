@@ -457,6 +457,10 @@ int dpl_comm_set_check(dpl_comm *c, int32_t on);
 int dpl_comm_barrier(dpl_comm *c);
 /* In place; AVG needs a floating dtype; BOOL: SUM/MAX = or, PROD/MIN = and. */
 int dpl_comm_all_reduce(dpl_comm *c, void *buf, int64_t count, int32_t dtype, int32_t op);
+/* all_reduce of several buffers of one dtype as one call over their concatenation
+ * (a DDP gradient bucket reduced in place, without a flat copy); counts in elements. */
+int dpl_comm_all_reduce_multi(dpl_comm *c, void *const *bufs, const int64_t *counts, int32_t nbufs, int32_t dtype,
+                              int32_t op);
 /* In place on root; other ranks' buffers are left as they were. */
 int dpl_comm_reduce(dpl_comm *c, void *buf, int64_t count, int32_t dtype, int32_t op, int32_t root);
 int dpl_comm_broadcast(dpl_comm *c, void *buf, int64_t count, int32_t dtype, int32_t root);

@@ -466,6 +466,36 @@ local function nccl_tensor(g, t)
   return nil
 end
 
+--- Internal (DDP's gradient buckets): all-reduces the tensors of `list` as one call
+--- over their concatenation, in place, when every one is a contiguous tensor in host
+--- memory of one dtype; returns false (and does nothing) otherwise, for the caller to
+--- use a flat copy instead.
+local multi_bufs, multi_counts, multi_cap = nil, nil, 0
+function M._all_reduce_multi(list, op, group)
+  local n = #list
+  if n == 0 then return true end
+  if n > multi_cap then
+    multi_cap = math.max(n, 2 * multi_cap)
+    multi_bufs, multi_counts = ffi.new('void *[?]', multi_cap), ffi.new('int64_t[?]', multi_cap)
+  end
+  local dt
+  local seen = {}
+  for i = 1, n do
+    local tt = tensor_of(list[i])
+    if not tt or bit.band(tt._flags, 1) == 0 or bit.band(tt._flags, 2) ~= 0 then return false end
+    if dt == nil then dt = tt._dtype elseif tt._dtype ~= dt then return false end
+    -- two tensors sharing a storage could overlap: reduced twice in place
+    local key = tonumber(ffi.cast('uintptr_t', tt._storage))
+    if seen[key] then return false end
+    seen[key] = true
+    multi_bufs[i - 1] = tt._data
+    multi_counts[i - 1] = tt._numel
+  end
+  local g = get_group(group, 2)
+  check(C.dpl_comm_all_reduce_multi(g.comm, multi_bufs, multi_counts, n, dt, op_id(op, 2)), 2)
+  return true
+end
+
 --- all_reduce(t, op='sum', opts): in place on every rank.
 function M.all_reduce(t, op, opts)
   if type(op) == 'table' then opts, op = op, nil end

@@ -233,6 +233,47 @@ if okT and type(T) == 'table' and T.tensor then
   end
 end
 
+-- all_reduce_multi (DDP buckets in place): several buffers reduced as their concatenation;
+-- segment boundaries fall inside chunks and parts (the small-slot run splits them finely)
+do
+  local C = require('dpl').C
+  local comm = dist._comm()
+  local dt_ids = { float32 = 0, float64 = 1, float16 = 2, bfloat16 = 3, int32 = 4, int64 = 5, uint8 = 6, bool = 7 }
+  local op_ids = { sum = 0, mean = 1, max = 2, min = 3, prod = 4 }
+  for _, layout in ipairs({ { 3, 0, 5, 2 }, { 3, 0, 20011, 7, 5000, 1 } }) do
+    for _, dt in ipairs({ 'float32', 'float64', 'bfloat16', 'int32' }) do
+      for _, op in ipairs(floating[dt] and { 'sum', 'mean', 'max' } or { 'sum', 'min' }) do
+        local nb = #layout
+        local bufs, counts, keep = ffi.new('void *[?]', nb), ffi.new('int64_t[?]', nb), {}
+        local g = 0
+        for k, n in ipairs(layout) do
+          local b = ffi.new(ctype[dt] .. '[?]', math.max(1, n))
+          for i = 0, n - 1 do put(b, i, dt, val(R, g + i, dt, op)) end
+          keep[k], bufs[k - 1], counts[k - 1] = b, b, n
+          g = g + n
+        end
+        assert(C.dpl_comm_all_reduce_multi(comm, bufs, counts, nb, dt_ids[dt], op_ids[op]) == 0,
+          ffi.string(C.dpl_last_error()))
+        g = 0
+        for k, n in ipairs(layout) do
+          for i = 0, n - 1 do
+            for r = 0, P - 1 do xs[r + 1] = val(r, g + i, dt, op) end
+            expect_eq(get(keep[k], i, dt), combine(dt, op, xs), dt, op, 'all_reduce_multi segment ' .. k, i)
+          end
+          g = g + n
+        end
+      end
+    end
+  end
+  local counts = ffi.new('int64_t[1]', -1)
+  local bufs = ffi.new('void *[1]')
+  assert(C.dpl_comm_all_reduce_multi(comm, bufs, counts, 1, 0, 0) ~= 0)
+  assert(ffi.string(C.dpl_last_error()):match('all_reduce_multi: count 1 must be >= 0, got %-1'))
+  assert(C.dpl_comm_all_reduce_multi(comm, nil, nil, -1, 0, 0) ~= 0)
+  assert(ffi.string(C.dpl_last_error()):match('nbufs must be >= 0'))
+  checks = checks + 2
+end
+
 dist.barrier()
 dist.destroy_process_group()
 assert(not dist.is_initialized())

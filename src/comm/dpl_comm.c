@@ -217,6 +217,41 @@ int dpl_comm_all_reduce(dpl_comm *c, void *buf, int64_t count, int32_t dtype, in
   return finish(c, c->ops->all_reduce(c, &d, buf));
 }
 
+int dpl_comm_all_reduce_multi(dpl_comm *c, void *const *bufs, const int64_t *counts, int32_t nbufs, int32_t dtype,
+                              int32_t op)
+{
+  if (nbufs < 0) return dpl_errorf(DPL_EINVAL, "dist: all_reduce_multi: nbufs must be >= 0, got %d", (int)nbufs);
+  if (nbufs > 0 && (!bufs || !counts)) return dpl_errorf(DPL_EINVAL, "dist: all_reduce_multi: bufs or counts is NULL");
+  int64_t total = 0;
+  for (int32_t i = 0; i < nbufs; i++) {
+    if (counts[i] < 0)
+      return dpl_errorf(DPL_EINVAL, "dist: all_reduce_multi: count %d must be >= 0, got %lld", (int)i + 1,
+                        (long long)counts[i]);
+    if (counts[i] > 0 && !bufs[i])
+      return dpl_errorf(DPL_EINVAL, "dist: all_reduce_multi: buffer %d is NULL", (int)i + 1);
+    if (counts[i] > INT64_MAX / 2 - total) return dpl_errorf(DPL_EINVAL, "dist: all_reduce_multi: counts too large");
+    total += counts[i];
+  }
+  if (c && !c->ops->all_reduce_multi) { /* pack, reduce, unpack */
+    int64_t es = dpl_comm_dtype_size(dtype);
+    if (es == 0) return dpl_errorf(DPL_EINVAL, "dist: all_reduce: unknown dtype %d", dtype);
+    uint8_t *tmp = malloc(total * es > 0 ? (size_t)(total * es) : 1);
+    if (!tmp) return dpl_errorf(DPL_ENOMEM, "dist: all_reduce_multi: out of memory (%lld bytes)", (long long)(total * es));
+    int64_t o = 0;
+    for (int32_t i = 0; i < nbufs; i++) { if (counts[i]) memcpy(tmp + o * es, bufs[i], (size_t)(counts[i] * es)); o += counts[i]; }
+    int st = dpl_comm_all_reduce(c, tmp, total, dtype, op);
+    o = 0;
+    if (st == DPL_OK)
+      for (int32_t i = 0; i < nbufs; i++) { if (counts[i]) memcpy(bufs[i], tmp + o * es, (size_t)(counts[i] * es)); o += counts[i]; }
+    free(tmp);
+    return st;
+  }
+  dpl_coll_desc d;
+  int st = begin(c, &d, DPL_K_ALL_REDUCE, total, dtype, op, -1);
+  if (st) return c ? finish(c, st) : st;
+  return finish(c, c->ops->all_reduce_multi(c, &d, bufs, counts, nbufs));
+}
+
 int dpl_comm_reduce(dpl_comm *c, void *buf, int64_t count, int32_t dtype, int32_t op, int32_t root)
 {
   NEED(buf, "reduce");

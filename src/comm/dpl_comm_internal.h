@@ -43,6 +43,10 @@ struct dpl_comm {
 struct dpl_comm_ops {
   int (*barrier)(dpl_comm *c, const dpl_coll_desc *d);
   int (*all_reduce)(dpl_comm *c, const dpl_coll_desc *d, void *buf);
+  /* several buffers as one (their concatenation; d->count is the total); NULL: the
+   * common layer packs them into one buffer and unpacks the result */
+  int (*all_reduce_multi)(dpl_comm *c, const dpl_coll_desc *d, void *const *bufs, const int64_t *counts,
+                          int32_t nbufs);
   int (*reduce)(dpl_comm *c, const dpl_coll_desc *d, void *buf);
   int (*broadcast)(dpl_comm *c, const dpl_coll_desc *d, void *buf);
   int (*all_gather)(dpl_comm *c, const dpl_coll_desc *d, const void *send, void *recv);

@@ -10,7 +10,9 @@
  * into its slot; rank r reduces part r (its own data read in place, the
  * others' from their slots, in rank order) into its slot; then every rank
  * copies all reduced parts out. Small buffers: everyone copies its whole
- * buffer in and reduces all slots itself (one synchronisation). */
+ * buffer in and reduces all slots itself (one synchronisation). The user's
+ * data may be several buffers (all_reduce_multi: a DDP gradient bucket in
+ * place), handled as their concatenation. */
 #define _GNU_SOURCE
 #include "dpl_comm_shm.h"
 #include <string.h>
@@ -71,25 +73,93 @@ static int sbarrier(dpl_comm *c, const dpl_coll_desc *d)
   return first_sync(c, d);
 }
 
-/* all_reduce (root < 0) or reduce to root. */
-static int sreduce_any(dpl_comm *c, const dpl_coll_desc *d, void *buf, int root)
+/* The user's data as a list of segments (one for all_reduce/reduce; several for
+ * all_reduce_multi, a DDP bucket's gradients in place): element offsets into
+ * their concatenation map to (pointer, run) pieces. */
+typedef struct segs {
+  void *const *p;
+  const int64_t *n; /* elements per segment */
+  int32_t k;
+  int64_t es;
+} segs;
+
+/* Calls fn(piece, rel, len, ctx) for each piece of elements [off, off + len):
+ * rel = the piece's offset from off. */
+typedef void (*piece_fn)(uint8_t *piece, int64_t rel, int64_t len, void *ctx);
+static void each_piece(const segs *S, int64_t off, int64_t len, piece_fn fn, void *ctx)
+{
+  int64_t base = 0, rel = 0;
+  for (int32_t i = 0; i < S->k && len > 0; i++) {
+    int64_t n = S->n[i];
+    if (off < base + n) {
+      int64_t from = off - base, take = n - from < len ? n - from : len;
+      fn((uint8_t *)S->p[i] + from * S->es, rel, take, ctx);
+      off += take; len -= take; rel += take;
+    }
+    base += n;
+  }
+}
+
+typedef struct xfer { uint8_t *mem; int64_t es; int nt; } xfer;
+static void piece_in(uint8_t *piece, int64_t rel, int64_t len, void *ctx)
+{
+  xfer *x = ctx;
+  copy(x->mem + rel * x->es, piece, (size_t)(len * x->es));
+}
+static void piece_out(uint8_t *piece, int64_t rel, int64_t len, void *ctx)
+{
+  xfer *x = ctx;
+  if (x->nt) copy_nt(piece, x->mem + rel * x->es, (size_t)(len * x->es));
+  else copy(piece, x->mem + rel * x->es, (size_t)(len * x->es));
+}
+/* slot <- data[off, off + len) / data[off, off + len) <- slot */
+static void segs_in(uint8_t *dst, const segs *S, int64_t off, int64_t len)
+{
+  xfer x = { dst, S->es, 0 };
+  each_piece(S, off, len, piece_in, &x);
+}
+static void segs_out(const segs *S, int64_t off, const uint8_t *src, int64_t len, int nt)
+{
+  xfer x = { (uint8_t *)src, S->es, nt };
+  each_piece(S, off, len, piece_out, &x);
+}
+
+/* dst[rel..] = reduce over ranks k of (k == me ? the piece : srcs[k] + rel), per piece */
+typedef struct red {
+  uint8_t *dst; /* NULL: into the piece itself */
+  const void *const *srcs;
+  int P, me;
+  int64_t es;
+  int32_t dtype, op;
+} red;
+static void piece_reduce(uint8_t *piece, int64_t rel, int64_t len, void *ctx)
+{
+  red *r = ctx;
+  const void *v[r->P];
+  for (int k = 0; k < r->P; k++)
+    v[k] = k == r->me && r->dst ? (const void *)piece : (const uint8_t *)r->srcs[k] + rel * r->es;
+  dpl_comm_reduce_n(r->dst ? r->dst + rel * r->es : piece, v, r->P, len, r->dtype, r->op, r->P);
+}
+
+/* all_reduce (root < 0) or reduce to root, over the segments S. */
+static int sreduce_segs(dpl_comm *c, const dpl_coll_desc *d, const segs *S, int root)
 {
   int P = c->size, me = c->rank, st;
   if (P == 1) return DPL_OK;
   shm_impl *s = SHM(c);
   shm_start(c, d);
-  int64_t es = dpl_comm_dtype_size(d->dtype), n = d->count;
-  uint8_t *ub = buf;
+  int64_t es = S->es, n = d->count;
   int out = root < 0 || root == me;
   const void *srcs[P];
   if (n * es <= SMALL_BYTES && (uint64_t)(n * es) <= s->slot_bytes) {
     int b;
     if ((st = shm_begin_chunk(c, &b))) return st;
-    copy(shm_slot(s, b, me, P), ub, (size_t)(n * es));
+    segs_in(shm_slot(s, b, me, P), S, 0, n);
     if ((st = first_sync(c, d))) return st;
-    if (out) {
+    if (out) { /* every slot, the own one included, reduced into the data */
       for (int k = 0; k < P; k++) srcs[k] = shm_slot(s, b, k, P);
-      dpl_comm_reduce_n(ub, srcs, P, n, d->dtype, d->op, P);
+      red r = { NULL, srcs, P, -1, es, d->dtype, d->op };
+      each_piece(S, 0, n, piece_reduce, &r);
     }
     shm_end_chunk(c, b);
     return DPL_OK;
@@ -108,7 +178,7 @@ static int sreduce_any(dpl_comm *c, const dpl_coll_desc *d, void *buf, int root)
     for (int j = 0; j < P; j++) {
       if (j == me) continue;
       int64_t lo = j * part, hi = lo + part < L ? lo + part : L;
-      if (lo < hi) copy(mine + lo * es, ub + (off + lo) * es, (size_t)((hi - lo) * es));
+      if (lo < hi) segs_in(mine + lo * es, S, off + lo, hi - lo);
     }
     if (first) { if ((st = first_sync(c, d))) return st; }
     else {
@@ -116,18 +186,17 @@ static int sreduce_any(dpl_comm *c, const dpl_coll_desc *d, void *buf, int root)
       if ((st = shm_wait_all(c, s->my_step))) return st;
     }
     int64_t lo = me * part, hi = lo + part < L ? lo + part : L;
-    if (lo < hi) {
-      for (int k = 0; k < P; k++) srcs[k] = k == me ? (const void *)(ub + (off + lo) * es) : shm_slot(s, b, k, P) + lo * es;
-      dpl_comm_reduce_n(mine + lo * es, srcs, P, hi - lo, d->dtype, d->op, P);
+    if (lo < hi) { /* own data read in place, the others' from their slots, into the own slot */
+      for (int k = 0; k < P; k++) srcs[k] = shm_slot(s, b, k, P) + lo * es;
+      red r = { mine + lo * es, srcs, P, me, es, d->dtype, d->op };
+      each_piece(S, off + lo, hi - lo, piece_reduce, &r);
     }
     shm_signal(c);
     if (out) {
       if ((st = shm_wait_all(c, s->my_step))) return st;
       for (int j = 0; j < P; j++) {
         int64_t l2 = j * part, h2 = l2 + part < L ? l2 + part : L;
-        if (l2 >= h2) continue;
-        if (nt) copy_nt(ub + (off + l2) * es, shm_slot(s, b, j, P) + l2 * es, (size_t)((h2 - l2) * es));
-        else copy(ub + (off + l2) * es, shm_slot(s, b, j, P) + l2 * es, (size_t)((h2 - l2) * es));
+        if (l2 < h2) segs_out(S, off + l2, shm_slot(s, b, j, P) + l2 * es, h2 - l2, nt);
       }
     }
     shm_end_chunk(c, b);
@@ -135,6 +204,21 @@ static int sreduce_any(dpl_comm *c, const dpl_coll_desc *d, void *buf, int root)
     first = 0;
   } while (off < n);
   return DPL_OK;
+}
+
+static int sreduce_any(dpl_comm *c, const dpl_coll_desc *d, void *buf, int root)
+{
+  void *p[1] = { buf };
+  int64_t n[1] = { d->count };
+  segs S = { p, n, 1, dpl_comm_dtype_size(d->dtype) };
+  return sreduce_segs(c, d, &S, root);
+}
+
+static int sall_reduce_multi(dpl_comm *c, const dpl_coll_desc *d, void *const *bufs, const int64_t *counts,
+                             int32_t nbufs)
+{
+  segs S = { bufs, counts, nbufs, dpl_comm_dtype_size(d->dtype) };
+  return sreduce_segs(c, d, &S, -1);
 }
 
 static int sall_reduce(dpl_comm *c, const dpl_coll_desc *d, void *buf) { return sreduce_any(c, d, buf, -1); }
@@ -284,6 +368,7 @@ static int sreduce_scatter(dpl_comm *c, const dpl_coll_desc *d, const void *send
 const dpl_comm_ops dpl_shm_ops = {
   .barrier = sbarrier,
   .all_reduce = sall_reduce,
+  .all_reduce_multi = sall_reduce_multi,
   .reduce = sreduce,
   .broadcast = sbroadcast,
   .all_gather = sall_gather,

@@ -196,6 +196,9 @@ function DDPStrategy:_sync_gradients(model)
   local collect = false
   for _, b in ipairs(plan.list) do
     if b.vote then b.vote:fill_(T.gc_due() and 1 or 0) end
+    -- host gradients that are contiguous: reduced where they are, as one call over
+    -- the bucket (no copy into the flat tensor and back)
+    if not plan.as_view and self:_sync_in_place(b, dist, T) then goto next_bucket end
     for _, m in ipairs(b.members) do
       local g = m.p.grad
       -- a parameter unused on this rank: a zero gradient keeps the ranks' collectives
@@ -213,9 +216,32 @@ function DDPStrategy:_sync_gradients(model)
         g:copy_(m.view)
       end
     end
+    ::next_bucket::
     if b.vote then collect = b.vote:item() > 0 end
   end
   if collect then T.collect() end
+end
+
+-- One bucket reduced in place over the gradients themselves (and the GC vote);
+-- false when a gradient is not a contiguous host tensor of the bucket's dtype.
+function DDPStrategy:_sync_in_place(b, dist, T)
+  local list = b.inplace_list or {}
+  b.inplace_list = list
+  local k = 0
+  for _, m in ipairs(b.members) do
+    local g = m.p.grad
+    if g == nil or g == m.view then
+      -- a parameter unused on this rank: a zero gradient keeps the ranks' collectives
+      -- aligned (DDP's find_unused_parameters)
+      g = T.zeros_like(m.view)
+      m.p.grad = g
+    end
+    k = k + 1
+    list[k] = g
+  end
+  if b.vote then k = k + 1; list[k] = b.vote end
+  for i = #list, k + 1, -1 do list[i] = nil end
+  return dist._all_reduce_multi(list, 'mean')
 end
 
 function DDPStrategy:optimizer_step(optimizer, opt_idx, closure, model)
