@@ -24,8 +24,9 @@ if [ "${1:-}" = "--prepare" ]; then
   rm -rf .gpu
   mkdir -p .gpu/lua/share .gpu/lua/lib .gpu/fashion-mnist
   cp dplhost dpl_cuda.so .gpu/
-  [ -d /usr/share/lua/5.1 ] && cp -R /usr/share/lua/5.1/. .gpu/lua/share/
-  [ -d /usr/lib/x86_64-linux-gnu/lua/5.1 ] && cp -R /usr/lib/x86_64-linux-gnu/lua/5.1/. .gpu/lua/lib/
+  # -L: Debian's Lua C modules are symlinks into /usr/lib, which the GPU machine lacks (links travel as links)
+  [ -d /usr/share/lua/5.1 ] && cp -RL /usr/share/lua/5.1/. .gpu/lua/share/
+  [ -d /usr/lib/x86_64-linux-gnu/lua/5.1 ] && cp -RL /usr/lib/x86_64-linux-gnu/lua/5.1/. .gpu/lua/lib/
   cp /usr/share/datasets/fashion-mnist/*.gz .gpu/fashion-mnist/ 2>/dev/null || echo "prepare: no Fashion-MNIST here (training falls back to random data)"
   echo "prepare: .gpu/ holds $(du -sh .gpu | cut -f1); run on the GPU machine with carry [\".gpu\"]:"
   echo "  bash scripts/gpu-check.sh"
@@ -69,7 +70,8 @@ note "- commit: $(git rev-parse --short HEAD 2>/dev/null || echo '?') $(git stat
 note ""
 
 # ---- binaries: dplhost (carried or built), the plugin (built here if nvcc can, else carried)
-if [ ! -x ./dplhost ] && [ -x .gpu/dplhost ]; then cp .gpu/dplhost ./dplhost; fi
+# the carried build wins over a ./dplhost left by an earlier call on a warm machine (it may be stale)
+if [ -x .gpu/dplhost ] && ! cmp -s .gpu/dplhost ./dplhost; then cp .gpu/dplhost ./dplhost; fi
 if ! ./dplhost -e 'return' >/dev/null 2>&1; then
   step "build dplhost" 240 make -j16 dplhost || true
 fi
@@ -92,6 +94,15 @@ if [ -f dpl_cuda.so ] && ldd dpl_cuda.so | grep -q 'not found'; then
   done
   ldd dpl_cuda.so | grep 'not found' | sed 's/^/- missing: /' | tee -a "$REPORT"
 fi
+# NCCL (dlopened by the plugin as libnccl.so.2) where the loader does not find it:
+# the CUDA image may hold it only in CUDA's lib folder or in PyTorch's nvidia-nccl wheel
+if [ -z "${DPL_LIBNCCL:-}" ] && ! ldconfig -p 2>/dev/null | grep -q 'libnccl\.so\.2 '; then
+  for f in /usr/local/cuda/lib/libnccl.so.2 /usr/local/cuda/lib64/libnccl.so.2 /usr/local/cuda-13*/lib*/libnccl.so.2 \
+      $(python3 -c 'import nvidia, os; print(" ".join(os.path.join(p, s, "lib", "libnccl.so.2") for p in nvidia.__path__ for s in ("nccl", "cu13")))' 2>/dev/null); do
+    [ -f "$f" ] && export DPL_LIBNCCL="$f" && break
+  done
+fi
+note "- NCCL: ${DPL_LIBNCCL:-libnccl.so.2 (left to the dynamic loader)}"
 # busted and its modules, when carried
 if [ -d .gpu/lua/share ]; then
   export LUA_PATH="$ROOT/.gpu/lua/share/?.lua;$ROOT/.gpu/lua/share/?/init.lua;;"

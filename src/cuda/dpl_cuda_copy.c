@@ -145,11 +145,15 @@ static int copy_peer(const char *name, dpl_tensor *dst, const dpl_tensor *src)
     dpl_cu_dev *d = s ? dpl_cu_device(ddev, name) : NULL;
     if (!s || !d) st = DPL_EDEVICE;
     else {
+      /* on dst's compute stream (the plugin's streams are non-blocking: the legacy
+       * stream of a plain cudaMemcpyPeer would not be ordered with them), and
+       * waited for: sc goes back to src's cache below */
       cudaError_t e = cudaStreamSynchronize(s->compute);
-      if (e == cudaSuccess) e = cudaStreamSynchronize(d->compute);
       if (e == cudaSuccess)
-        e = cudaMemcpyPeer(dc->_data, ddev, sc->_data, sdev, (size_t)(sc->_numel * dpl_elsize(sc->_dtype)));
-      if (e != cudaSuccess) st = dpl_cu_fail(e, "cudaMemcpyPeer", sdev);
+        e = cudaMemcpyPeerAsync(dc->_data, ddev, sc->_data, sdev, (size_t)(sc->_numel * dpl_elsize(sc->_dtype)),
+                                d->compute);
+      if (e == cudaSuccess) e = cudaStreamSynchronize(d->compute);
+      if (e != cudaSuccess) st = dpl_cu_fail(e, "cudaMemcpyPeerAsync", sdev);
     }
   }
   if (st == DPL_OK) st = copy_on_device(dst, dc);

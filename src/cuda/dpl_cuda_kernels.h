@@ -70,7 +70,8 @@ int dpl_cu_softmax_rows(int32_t kd, const void *x, const void *g, void *out, int
  * 0 NLL. */
 int dpl_cu_class_loss(int32_t ce, const double *x, const int64_t *t, int64_t N, int64_t C, int64_t ignore, double *l,
                       unsigned long long *bad, cudaStream_t s);
-/* out[0] = sum(l) (reduction 2) or sum(l)/count (1) over the non-ignored samples; cnt[0] = count */
+/* out[0] = sum(l) (reduction 2) or sum(l)/count (1) over the non-ignored samples; cnt[0] = count.
+ * l is read only when out is set (NULL otherwise) */
 int dpl_cu_loss_finish(const double *l, const int64_t *t, int64_t N, int64_t ignore, int32_t reduction, double *out,
                        double *cnt, cudaStream_t s);
 /* gx [N, C] (float64) of a class loss; g: grad_out (float64; 1 value, or N when reduction 0); cnt from loss_finish */

@@ -44,19 +44,20 @@ __global__ void k_rng(char *dst, int dt, int64_t n, int kind, uint64_t key, uint
     if (kind == R_UNIFORM) {
       if (dt == F32) {
         float f = (float)(u[0] >> 8) * (1.0f / 16777216.0f);
-        float v = (float)a + f * (float)(b - a);
+        float v = __fadd_rn((float)a, __fmul_rn(f, (float)(b - a))); /* no FMA contraction: the CPU rounds twice */
         if (v >= (float)b && b > a) v = nextafterf((float)b, (float)a);
         *(float *)p = v;
       } else {
         double f = (double)(((uint64_t)u[0] << 21) ^ (u[1] >> 11)) * (1.0 / 9007199254740992.0);
-        st_f64(p, dt, a + f * (b - a));
+        st_f64(p, dt, __dadd_rn(a, __dmul_rn(f, b - a)));
       }
     } else if (kind == R_NORMAL) {
       double u1 = ((double)u[0] + 1.0) * (1.0 / 4294967296.0);
       double u2 = (double)u[1] * (1.0 / 4294967296.0);
       double z = sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
-      if (dt == F32) *(float *)p = (float)(a + b * z);
-      else st_f64(p, dt, a + b * z);
+      double v = __dadd_rn(a, __dmul_rn(b, z));
+      if (dt == F32) *(float *)p = (float)v;
+      else st_f64(p, dt, v);
     } else if (kind == R_RANDINT) {
       uint64_t r = ((uint64_t)u[0] << 32) | u[1];
       st_i64(p, dt, ia + (int64_t)(r % (uint64_t)range));

@@ -333,7 +333,7 @@ __global__ void k_loss_finish(const double *l, const int64_t *t, int64_t N, int6
   __shared__ double sh[kThreads];
   double s = 0, c = 0;
   for (int64_t i = threadIdx.x; i < N; i += blockDim.x) {
-    s += l[i];
+    if (out) s += l[i]; /* l is only read for out (the backward passes no per-sample losses) */
     c += t[i] != ignore;
   }
   s = block_sum(s, sh);

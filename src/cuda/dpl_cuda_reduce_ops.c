@@ -332,7 +332,7 @@ static int class_loss_bwd(const dpl_bk_args *a)
   TRYC(dnew(name, DPL_FLOAT64, 1, &one, x, &cnt));
   TRYC(dnew(name, DPL_FLOAT64, x->_ndim, x->_shape, x, &res));
   if (st == DPL_OK) {
-    int e = dpl_cu_loss_finish(xd->_data, td->_data, N, ignore, 2, NULL, cnt->_data, d->compute);
+    int e = dpl_cu_loss_finish(NULL, td->_data, N, ignore, 2, NULL, cnt->_data, d->compute);
     if (!e) e = dpl_cu_class_loss_bwd(ce, xd->_data, td->_data, N, C, ignore, reduction, gd->_data, cnt->_data,
                                       res->_data, d->compute);
     if (e) st = dpl_cu_fail((cudaError_t)e, name, dev);
