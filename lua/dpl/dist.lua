@@ -349,13 +349,22 @@ function M.init_process_group(opts)
     if type(dev) == 'string' then dev = tonumber(dev:match('^cuda:(%d+)$') or '') end
     if type(dev) == 'table' and dev.type == 'cuda' then dev = dev.index end
     if dev == nil then dev = (envnum('LOCAL_RANK', 'OMPI_COMM_WORLD_LOCAL_RANK', 'SLURM_LOCALID') or g.rank) % ngpu end
-    local id = ffi.new('uint8_t[128]')
-    local st = g.rank == 0 and C.dpl_nccl_unique_id(id, 128) or 0
-    if st == 0 then st = C.dpl_comm_broadcast(g.comm, id, 128, 6, 0) end
+    -- 128 bytes of id and a flag: a rank 0 that could not make the id still takes part
+    -- in the broadcast, so the others fail at once instead of waiting for their timeout
+    local id = ffi.new('uint8_t[129]')
+    local st, msg = 0, nil
+    if g.rank == 0 then
+      st = C.dpl_nccl_unique_id(id, 128)
+      if st ~= 0 then msg = ffi.string(C.dpl_last_error()) end
+      id[128] = st == 0 and 1 or 0
+    end
+    local bst = C.dpl_comm_broadcast(g.comm, id, 129, 6, 0)
+    if bst ~= 0 then st = bst; msg = ffi.string(C.dpl_last_error())
+    elseif st == 0 and id[128] ~= 1 then st = -1; msg = 'rank 0 could not create the NCCL unique id' end
     local nout = ffi.new('dpl_nccl *[1]')
     if st == 0 then st = C.dpl_nccl_init(id, 128, g.size, g.rank, dev, nout) end
     if st ~= 0 then
-      local msg = ffi.string(C.dpl_last_error())
+      msg = msg or ffi.string(C.dpl_last_error())
       C.dpl_comm_destroy(g.comm)
       error(DistError('dist: backend nccl: ' .. msg), 2)
     end
