@@ -428,3 +428,28 @@ describe('lockstep garbage collection (DDP ranks)', function()
     assert.is_false(T.gc_due())
   end)
 end)
+
+describe("the host's tensor finalizer", function()
+  it('releases handles from the GC and refuses what is not a handle', function()
+    local ffi = require 'ffi'
+    local C = require('dpl.capi').C
+    local host = require 'dpl.host'
+    assert.are.equal('function', type(host.tensor_release))
+    collectgarbage(); collectgarbage()
+    local before = dpl.memory_stats('cpu').live_storages
+    do
+      local out = ffi.new('dpl_tensor *[1]')
+      local shape = ffi.new('int64_t[1]', 1000)
+      for _ = 1, 10 do
+        assert.are.equal(0, C.dpl_tensor_empty(0, 1, shape, 0, 0, out))
+        ffi.gc(out[0][0], host.tensor_release) -- a reference, as dpl.tensor makes them
+      end
+      assert.are.equal(0, C.dpl_tensor_empty(0, 1, shape, 0, 0, out))
+      ffi.gc(out[0], host.tensor_release) -- a pointer, as dpl.dist makes them
+      assert.are.equal(before + 11, dpl.memory_stats('cpu').live_storages)
+    end
+    collectgarbage(); collectgarbage()
+    assert.are.equal(before, dpl.memory_stats('cpu').live_storages)
+    assert.matches('tensor handle %(cdata%) expected', select(2, pcall(host.tensor_release, {})))
+  end)
+end)

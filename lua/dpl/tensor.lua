@@ -35,7 +35,13 @@ local out2 = ffi.new('dpl_tensor*[1]')
 local shp = ffi.new('int64_t[8]')
 local shp2 = ffi.new('int64_t[8]')
 local dims32 = ffi.new('int32_t[8]')
-local release = C.dpl_tensor_release
+-- the handles' finalizer: the host's lua_CFunction when running inside dplhost (the GC
+-- calls it directly), else the C function through the FFI
+local release
+do
+  local ok, host = pcall(require, 'dpl.host')
+  release = ok and type(host) == 'table' and host.tensor_release or C.dpl_tensor_release
+end
 local ENOMEM = -2
 
 ---------------------------------------------------------------- dtypes

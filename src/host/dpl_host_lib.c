@@ -236,6 +236,21 @@ static int host_isatty(lua_State *L)
   return 1;
 }
 
+/* ---------------------------------------------------------------- tensors */
+
+/* The tensor handles' finalizer (ffi.gc): a plain lua_CFunction, which LuaJIT's GC
+ * calls directly instead of through the FFI's generic call path, as it would a C
+ * function pointer (most of a small tensor's release cost). The cdata holds the
+ * handle as a `dpl_tensor &` or a `dpl_tensor *`, both stored as the pointer. */
+#define DPL_LUA_TCDATA 10 /* LuaJIT's lua_type() of a cdata (not in its lua.h) */
+static int host_tensor_release(lua_State *L)
+{
+  if (lua_type(L, 1) != DPL_LUA_TCDATA) return luaL_argerror(L, 1, "tensor handle (cdata) expected");
+  dpl_tensor *const *p = lua_topointer(L, 1);
+  if (p) dpl_tensor_release(*p);
+  return 0;
+}
+
 /* ---------------------------------------------------------------- module */
 
 static int host_open_module(lua_State *L)
@@ -251,6 +266,7 @@ static int host_open_module(lua_State *L)
     {"write_history", host_write_history},
     {"line_editing", host_line_editing},
     {"isatty", host_isatty},
+    {"tensor_release", host_tensor_release},
     {NULL, NULL}
   };
   lua_newtable(L);
