@@ -123,7 +123,7 @@ local gc_done = C.dpl_gc_done
 -- freed blocks soon keeps them in cache), and more when the Lua heap is big (a
 -- collection costs in proportion to it).
 M.gc_bytes = tonumber(os.getenv('DPL_GC_BYTES') or '') or 32 * 1024 * 1024
-M.gc_heap_factor = 64                -- x the Lua heap (in bytes) ...
+M.gc_heap_factor = 32                -- x the Lua heap (in bytes) ...
 M.gc_max_bytes = 256 * 1024 * 1024   -- ... but never more than this
 -- Handles created between two collections: each costs a finalizer, a C block and
 -- a few hundred bytes however small its data, and a full collection of a small
