@@ -134,11 +134,13 @@ end
 -- Gradient buckets, as PyTorch DDP's reducer lays them out: parameters in reverse
 -- registration order (about the order backward produces their gradients),
 -- grouped by dtype and device, a bucket closed when it passes its cap (the first at
--- 1 MiB or bucket_cap_mb if smaller, the others at bucket_cap_mb, default 25). Each
--- bucket is one flat tensor, made once: every step the gradients are copied in,
--- averaged with one all-reduce and copied back into each .grad (PyTorch's default);
--- with gradient_as_bucket_view=true the .grad become views of the bucket instead
--- (no copy back; a .grad kept from an earlier step is then overwritten by the next).
+-- 1 MiB or bucket_cap_mb if smaller, the others at bucket_cap_mb, default 25); one
+-- all-reduce per bucket. Contiguous host gradients are averaged where they are
+-- (dist._all_reduce_multi over the bucket's tensors). Otherwise (GPU memory,
+-- non-contiguous) the bucket is a flat tensor, made on first use: the gradients are
+-- copied in and the averages copied back into each .grad (PyTorch's default); with
+-- gradient_as_bucket_view=true the .grad become views of it instead (no copy back;
+-- a .grad kept from an earlier step is then overwritten by the next).
 local FIRST_BUCKET_BYTES = 1024 * 1024
 
 -- The plan is made at the first gradient sync of a fit and kept for the rest of it
@@ -151,17 +153,16 @@ function DDPStrategy:_bucket_plan(model)
   local T = require 'dpl.tensor'
   local kw = self._ddp_kwargs or {}
   local cap = (kw.bucket_cap_mb or 25) * 1024 * 1024
-  plan = { model = model, n = #params, params = {}, list = {}, as_view = kw.gradient_as_bucket_view == true }
+  plan = { model = model, list = {}, as_view = kw.gradient_as_bucket_view == true }
   local open = {} -- dtype/device key -> the bucket being filled
   for i = #params, 1, -1 do
     local p = params[i]
-    plan.params[i] = p
     local t = tensor_of(p)
     if t and (p.requires_grad ~= false) then
       local key = tostring(t.dtype) .. '@' .. tostring(t.device)
       local b = open[key]
       if b == nil then
-        b = { dtype = t.dtype, device = t.device, numel = 0, bytes = 0, members = {},
+        b = { dtype = t.dtype, device = t.device, numel = 0, bytes = 0, members = {}, list = {},
               cap = #plan.list == 0 and math.min(FIRST_BUCKET_BYTES, cap) or cap }
         plan.list[#plan.list + 1] = b
         open[key] = b
@@ -173,15 +174,29 @@ function DDPStrategy:_bucket_plan(model)
       if b.bytes >= b.cap then open[key] = nil end
     end
   end
-  -- the flat tensors and their views; the last bucket has one more element (the GC vote)
-  for bi, b in ipairs(plan.list) do
-    local extra = bi == #plan.list and 1 or 0
-    b.flat = T.zeros({ b.numel + extra }, { dtype = b.dtype, device = b.device })
-    if extra == 1 then b.vote = b.flat:narrow(1, b.numel + 1, 1) end
-    for _, m in ipairs(b.members) do m.view = b.flat:narrow(1, m.off + 1, m.n):view(m.shape) end
-  end
+  -- the last bucket carries the GC vote (see _sync_gradients)
+  local last = plan.list[#plan.list]
+  if last then last.vote = T.zeros({ 1 }, { dtype = last.dtype, device = last.device }) end
   self._buckets = plan
   return plan
+end
+
+-- The bucket's flat tensor and the members' views of it (one more element for the vote).
+local function flat_of(b, T)
+  if b.flat then return b.flat end
+  local extra = b.vote and 1 or 0
+  b.flat = T.zeros({ b.numel + extra }, { dtype = b.dtype, device = b.device })
+  if extra == 1 then b.flat_vote = b.flat:narrow(1, b.numel + 1, 1) end
+  for _, m in ipairs(b.members) do m.view = b.flat:narrow(1, m.off + 1, m.n):view(m.shape) end
+  return b.flat
+end
+
+-- A parameter unused on this rank gets a zero gradient, so that the ranks' collectives
+-- stay aligned (DDP's find_unused_parameters).
+local function zero_grad_for(b, m, T)
+  local z = T.zeros(m.shape, { dtype = b.dtype, device = b.device })
+  m.p.grad = z
+  return z
 end
 
 --- Averages the gradients over the ranks: one all-reduce per bucket. The last
@@ -193,55 +208,49 @@ function DDPStrategy:_sync_gradients(model)
   local dist = require 'dpl.dist'
   local T = require 'dpl.tensor'
   local plan = self:_bucket_plan(model)
-  local collect = false
   for _, b in ipairs(plan.list) do
     if b.vote then b.vote:fill_(T.gc_due() and 1 or 0) end
-    -- host gradients that are contiguous: reduced where they are, as one call over
-    -- the bucket (no copy into the flat tensor and back)
-    if not plan.as_view and self:_sync_in_place(b, dist, T) then goto next_bucket end
-    for _, m in ipairs(b.members) do
-      local g = m.p.grad
-      -- a parameter unused on this rank: a zero gradient keeps the ranks' collectives
-      -- aligned (DDP's find_unused_parameters)
-      if g == nil then m.view:zero_() elseif g ~= m.view then m.view:copy_(g) end
-    end
-    dist.all_reduce(b.flat, 'mean')
-    for _, m in ipairs(b.members) do
-      local g = m.p.grad
-      if plan.as_view then
-        if g ~= m.view then m.p.grad = m.view end
-      elseif g == nil or g == m.view then
-        m.p.grad = m.view:clone()
-      else
-        g:copy_(m.view)
-      end
-    end
-    ::next_bucket::
-    if b.vote then collect = b.vote:item() > 0 end
+    if plan.as_view or not self:_sync_in_place(b, dist, T) then self:_sync_flat(b, plan, dist, T) end
   end
-  if collect then T.collect() end
+  local last = plan.list[#plan.list]
+  if last and last.vote:item() > 0 then T.collect() end
 end
 
--- One bucket reduced in place over the gradients themselves (and the GC vote);
--- false when a gradient is not a contiguous host tensor of the bucket's dtype.
+-- One bucket reduced in place over the gradients themselves (and the vote); false
+-- (nothing done) when a gradient is not a contiguous host tensor of the bucket's dtype.
 function DDPStrategy:_sync_in_place(b, dist, T)
-  local list = b.inplace_list or {}
-  b.inplace_list = list
-  local k = 0
+  local list, k = b.list, 0
   for _, m in ipairs(b.members) do
     local g = m.p.grad
-    if g == nil or g == m.view then
-      -- a parameter unused on this rank: a zero gradient keeps the ranks' collectives
-      -- aligned (DDP's find_unused_parameters)
-      g = T.zeros_like(m.view)
-      m.p.grad = g
-    end
+    if g == nil or g == m.view then g = zero_grad_for(b, m, T) end
     k = k + 1
     list[k] = g
   end
   if b.vote then k = k + 1; list[k] = b.vote end
   for i = #list, k + 1, -1 do list[i] = nil end
   return dist._all_reduce_multi(list, 'mean')
+end
+
+-- One bucket through its flat tensor: copied in, all-reduced, copied back (or viewed).
+function DDPStrategy:_sync_flat(b, plan, dist, T)
+  local flat = flat_of(b, T)
+  for _, m in ipairs(b.members) do
+    local g = m.p.grad
+    if g == nil then m.view:zero_() elseif g ~= m.view then m.view:copy_(g) end
+  end
+  if b.vote then b.flat_vote:copy_(b.vote) end
+  dist.all_reduce(flat, 'mean')
+  if b.vote then b.vote:copy_(b.flat_vote) end
+  for _, m in ipairs(b.members) do
+    local g = m.p.grad
+    if plan.as_view then
+      if g ~= m.view then m.p.grad = m.view end
+    elseif g == nil or g == m.view then
+      m.p.grad = m.view:clone()
+    else
+      g:copy_(m.view)
+    end
+  end
 end
 
 function DDPStrategy:optimizer_step(optimizer, opt_idx, closure, model)
