@@ -256,9 +256,7 @@ end
 function DDPStrategy:optimizer_step(optimizer, opt_idx, closure, model)
   local result = closure()
   self:_sync_gradients(model)
-  model.trainer:_after_closure(optimizer, opt_idx)
-  if model.automatic_optimization and result == nil then return end
-  return optimizer:step()
+  return self:_finish_optimizer_step(optimizer, opt_idx, result, model)
 end
 
 local DDPSpawnStrategy = DDPStrategy:extend('DDPSpawnStrategy')

@@ -110,11 +110,25 @@ function Strategy:post_backward() end
 --- optimizer's step (skipped in automatic optimisation when the closure
 --- returned nil: the step was skipped).
 function Strategy:optimizer_step(optimizer, opt_idx, closure, model)
-  local result = closure()
+  return self:_finish_optimizer_step(optimizer, opt_idx, closure(), model)
+end
+
+--- After the closure (and any gradient sync): with precision 16 the gradients are
+--- unscaled first (so that the hooks and clipping see true values) and the scaler's
+--- step skips the update when they hold inf/NaN, then adjusts the scale.
+function Strategy:_finish_optimizer_step(optimizer, opt_idx, result, model)
   local trainer = model.trainer
+  local scaler = trainer.scaler
+  if scaler ~= nil then scaler:unscale_(optimizer) end
   trainer:_after_closure(optimizer, opt_idx)
-  if model.automatic_optimization and result == nil then return end
-  return optimizer:step()
+  if model.automatic_optimization and result == nil then
+    if scaler ~= nil then scaler:_forget(optimizer) end -- no step: the scale stays
+    return
+  end
+  if scaler == nil then return optimizer:step() end
+  local r = scaler:step(optimizer)
+  scaler:update()
+  return r
 end
 
 -- collectives (a single process: identities)

@@ -201,6 +201,7 @@ function M.dump(t, weights_only)
       sch[i] = type(cfg.scheduler.state_dict) == 'function' and cfg.scheduler:state_dict() or {}
     end
     ckpt.lr_schedulers = sch
+    if t.scaler ~= nil then ckpt.native_amp_scaling_state = t.scaler:state_dict() end
   end
   if model.hparams and next(model.hparams) ~= nil then
     ckpt.hyper_parameters = model.hparams
@@ -243,6 +244,9 @@ function M.restore_training_state(t, ckpt)
   for i, cfg in ipairs(t.lr_scheduler_configs or {}) do
     local s = ckpt.lr_schedulers and ckpt.lr_schedulers[i]
     if s and type(cfg.scheduler.load_state_dict) == 'function' then cfg.scheduler:load_state_dict(s) end
+  end
+  if t.scaler ~= nil and type(ckpt.native_amp_scaling_state) == 'table' then
+    t.scaler:load_state_dict(ckpt.native_amp_scaling_state)
   end
   local fl = ckpt.loops and ckpt.loops.fit_loop or {}
   t.global_step = fl.global_step or ckpt.global_step or 0

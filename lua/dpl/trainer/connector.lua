@@ -254,11 +254,6 @@ function M.select(a)
     misconf("You passed `Trainer(accelerator='cpu', precision=%s)` but AMP with fp16 is not supported on CPU."
       .. " Consider using `precision='bf16-mixed'` instead.", repr(a.precision))
   end
-  if prec == 16 then
-    -- the simulated GPUs are host memory: the same kernels, no float16 math there either
-    misconf('You passed `Trainer(precision=%s)` but fp16 mixed precision (autocast to float16 with'
-      .. ' gradient scaling) is not implemented in dplhost: use `precision=\'bf16-mixed\'` or 32.', repr(a.precision))
-  end
   out.precision = prec
   if a.amp_level ~= nil and a.amp_backend ~= 'apex' then
     misconf('You have asked for `amp_level=%s` but it\'s only supported with `amp_backend="apex"`.', repr(a.amp_level))

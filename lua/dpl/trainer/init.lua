@@ -56,6 +56,8 @@ function Trainer:__init(user_args)
   self.precision = sel.precision
   self.strategy.precision = sel.precision
   self.use_amp = sel.precision == 16 or sel.precision == 'bf16'
+  -- precision 16: float16 autocast with dynamic loss scaling (Lightning's MixedPrecisionPlugin)
+  if sel.precision == 16 then self.scaler = require('dpl.amp').GradScaler() end
   self.amp_level = a.amp_level
   self.amp_backend = a.amp_backend
   self.num_devices = sel.num_devices
@@ -256,9 +258,9 @@ function Trainer:_call_strategy_step(name, ...)
   model._current_fx_name = name
   local strategy = self.strategy
   local r
-  if self.precision == 'bf16' then
+  if self.precision == 'bf16' or self.precision == 16 then
     amp = amp or require 'dpl.amp'
-    r = amp.autocast('bfloat16', strategy[name], strategy, ...)
+    r = amp.autocast(self.precision == 16 and 'float16' or 'bfloat16', strategy[name], strategy, ...)
   else
     r = strategy[name](strategy, ...)
   end
@@ -276,6 +278,8 @@ end
 
 -- backward with its hooks (automatic: called by the closure; manual: manual_backward)
 function Trainer:_backward(loss, optimizer, opt_idx, ...)
+  -- precision 16: the loss is scaled before backward (the hooks see the scaled loss, as in Lightning)
+  if self.scaler ~= nil then loss = self.scaler:scale(loss) end
   self:_call_callback_hooks('on_before_backward', loss)
   self:_call_module_hook('on_before_backward', loss)
   self:_call_module_hook('backward', loss, optimizer, opt_idx, ...)
