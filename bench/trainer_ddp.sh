@@ -3,12 +3,14 @@
 # batch 64 per rank, 1 thread per rank, 1 rank vs 2 ranks (dplhost --nproc 2,
 # strategy ddp over shm). Issue 7 target: >= 85% efficiency. Also prints what the
 # machine itself allows: 2 independent copies of the 1-rank run at once (no
-# communication), whose efficiency bounds the DDP one, and the same scaling for
+# communication), whose efficiency bounds the DDP one; 2 ranks that meet once a step
+# without averaging gradients (DDP_SYNC=lockstep: the cost of lockstep alone); the same scaling for
 # PyTorch's DistributedDataParallel over gloo (/work/shared/bench/torch recipes).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 one=$(./dplhost bench/trainer_ddp_dpl.lua 2>/dev/null | tail -1)
 two=$(./dplhost --nproc 2 bench/trainer_ddp_dpl.lua 2>/dev/null | grep '^\[rank 0\] 2 ' | sed 's/^\[rank 0\] //')
+lock=$(DDP_SYNC=lockstep ./dplhost --nproc 2 bench/trainer_ddp_dpl.lua 2>/dev/null | grep '^\[rank 0\] 2 ' | sed 's/^\[rank 0\] //')
 a=$(mktemp); b=$(mktemp)
 ./dplhost bench/trainer_ddp_dpl.lua >"$a" 2>/dev/null & p1=$!
 ./dplhost bench/trainer_ddp_dpl.lua >"$b" 2>/dev/null & p2=$!
@@ -33,13 +35,15 @@ if [ -x build/plref/bin/python ]; then
   l1=$(OMP_NUM_THREADS=1 build/plref/bin/python bench/lightning_ref.py mlp 1 2>/dev/null | grep -o 'samples_per_s [0-9.]*' | awk '{ print $2 }' || true)
   l2=$(OMP_NUM_THREADS=1 build/plref/bin/python bench/lightning_ref.py mlp 2 2>/dev/null | grep -o 'samples_per_s [0-9.]*' | awk '{ print $2 }' || true)
 fi
-echo "$one|$two|$par|$t1|$t2|$l1|$l2" | awk -F'|' '{
+echo "$one|$two|$par|$t1|$t2|$l1|$l2|$lock" | awk -F'|' '{
   split($1, o, " "); split($2, t, " "); par = $3
   eff = t[3] / (2 * o[3]); bound = par / (2 * o[3])
   printf "trainer DDP scaling (Fashion-MNIST MLP, batch 64/rank, 1 thread/rank, one epoch)\n"
   printf "  %-40s %9.0f samples/s (%.2f s)\n", "1 rank", o[3], o[2]
   printf "  %-40s %9.0f samples/s (%.2f s)   efficiency %.0f%% (target >= 85%%) %s\n", "2 ranks, ddp over shm", t[3], t[2], 100 * eff, (eff >= 0.85 ? "OK" : "MISSED")
   printf "  %-40s %9.0f samples/s               efficiency %.0f%% (what this machine allows)\n", "2 independent 1-rank runs at once", par, 100 * bound
+  split($8, k, " ")
+  if (k[3] != "") printf "  %-40s %9.0f samples/s               efficiency %.0f%% (lockstep alone)\n", "2 ranks meeting each step, no gradients", k[3], 100 * k[3] / (2 * o[3])
   if ($4 != "" && $5 != "") {
     printf "  %-40s %9.0f samples/s\n", "PyTorch 1 process", $4
     printf "  %-40s %9.0f samples/s               efficiency %.0f%%; dplhost ddp %.1fx its throughput\n", "PyTorch DDP (gloo), 2 processes", $5, 100 * $5 / (2 * $4), t[3] / $5

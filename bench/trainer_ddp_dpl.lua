@@ -5,6 +5,17 @@ local dpl = require 'dpl'
 local nn, F = dpl.nn, dpl.nn.functional
 local C = require('dpl.capi').C
 dpl.set_num_threads(1)
+-- DDP_SYNC=lockstep: the ranks meet once a step (one 8-byte all-reduce, which also carries
+-- the GC vote) but do not average gradients: what running in lockstep costs by itself
+if os.getenv('DDP_SYNC') == 'lockstep' then
+  local ddp, T, ffi = require 'dpl.strategies.ddp', require 'dpl.tensor', require 'ffi'
+  local v = ffi.new('double[1]')
+  ddp.DDPStrategy._sync_gradients = function()
+    v[0] = T.gc_due() and 1 or 0
+    dpl.dist.all_reduce(v, 'max', { count = 1, dtype = 'float64' })
+    if v[0] > 0 then T.collect() end
+  end
+end
 local train = dpl.datasets.FashionMNIST { train = true }
 local loader = dpl.data.DataLoader(train, { batch_size = 64, shuffle = true, seed = 0 })
 local M = dpl.LightningModule:extend('MLP')
