@@ -200,35 +200,42 @@ static int stage_elem(const dpl_tensor *t, int64_t pos, dpl_tensor **host)
   return st;
 }
 
+/* The element at pos as host bytes: in place for host tensors, else staged into
+ * *hold (released by the caller). */
+static int elem_host(const dpl_tensor *t, int64_t pos, const char **p, int32_t *dt, dpl_tensor **hold)
+{
+  *hold = NULL;
+  if (dpl_is_devmem(t)) {
+    DPL_TRY(stage_elem(t, pos, hold));
+    *p = (*hold)->_data;
+    *dt = (*hold)->_dtype;
+    return DPL_OK;
+  }
+  *dt = t->_dtype;
+  return elem_ptr("get", t, pos, p);
+}
+
 int dpl_tensor_get(const dpl_tensor *t, int64_t pos, double *out)
 {
   const char *p;
+  int32_t dt;
+  dpl_tensor *h;
   if (!out) return dpl_errorf(DPL_EINVAL, "get: out is NULL");
-  if (dpl_is_devmem(t)) {
-    dpl_tensor *h = NULL;
-    DPL_TRY(stage_elem(t, pos, &h));
-    *out = dpl_load_f64(h->_data, h->_dtype);
-    dpl_tensor_release(h);
-    return DPL_OK;
-  }
-  DPL_TRY(elem_ptr("get", t, pos, &p));
-  *out = dpl_load_f64(p, t->_dtype);
+  DPL_TRY(elem_host(t, pos, &p, &dt, &h));
+  *out = dpl_load_f64(p, dt);
+  dpl_tensor_release(h);
   return DPL_OK;
 }
 
 int dpl_tensor_get_i64(const dpl_tensor *t, int64_t pos, int64_t *out)
 {
   const char *p;
+  int32_t dt;
+  dpl_tensor *h;
   if (!out) return dpl_errorf(DPL_EINVAL, "get: out is NULL");
-  if (dpl_is_devmem(t)) {
-    dpl_tensor *h = NULL;
-    DPL_TRY(stage_elem(t, pos, &h));
-    *out = dpl_load_i64(h->_data, h->_dtype);
-    dpl_tensor_release(h);
-    return DPL_OK;
-  }
-  DPL_TRY(elem_ptr("get", t, pos, &p));
-  *out = dpl_load_i64(p, t->_dtype);
+  DPL_TRY(elem_host(t, pos, &p, &dt, &h));
+  *out = dpl_load_i64(p, dt);
+  dpl_tensor_release(h);
   return DPL_OK;
 }
 
