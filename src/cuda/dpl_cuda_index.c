@@ -2,8 +2,9 @@
  * scatter_add_ on device tensors. The core checked dims and shapes; here the
  * indices become contiguous int64 on the device, range errors come back from
  * the kernels through a flag (with the CPU's message), and the adds run with
- * atomics in a float32/float64/int32/int64 working tensor that is copied back
- * (converted) when it is not the tensor itself. */
+ * atomics in a float32/float64/int32/int64/uint8/bool working tensor that is
+ * copied back (converted) when it is not the tensor itself; uint8 wraps and
+ * bool is a logical or, as on the CPU (src converted to self's dtype first). */
 #include "dpl_cuda_internal.h"
 #include <stdio.h>
 
@@ -42,6 +43,8 @@ static int32_t add_dtype(int32_t dt)
   case DPL_FLOAT32: case DPL_FLOAT16: case DPL_BFLOAT16: return DPL_FLOAT32;
   case DPL_INT64: return DPL_INT64;
   case DPL_INT32: return DPL_INT32;
+  case DPL_UINT8: return DPL_UINT8; /* byte compare-and-swap in the kernels */
+  case DPL_BOOL: return DPL_BOOL;
   default: return -1;
   }
 }

@@ -1,6 +1,7 @@
 /* dpl_cuda_index.cu: the plugin's indexing kernels: index_select and gather
  * (element moves of any dtype), index_add_ and scatter_add_ (atomic adds in a
- * float32/float64/int32/int64 working tensor). Out-of-range indices are
+ * float32/float64/int32/int64 working tensor, or in the uint8/bool tensor
+ * itself through word-sized compare-and-swap). Out-of-range indices are
  * skipped and reported through a device flag (the smallest offending position). */
 #include "dpl_cuda_common.cuh"
 
@@ -28,6 +29,44 @@ __device__ __forceinline__ void add_at(int64_t *p, int64_t v)
 {
   atomicAdd((unsigned long long *)p, (unsigned long long)v); /* two's complement: wraps like the CPU */
 }
+
+/* uint8 and bool have no byte atomics: a compare-and-swap loop on the aligned
+ * 32-bit word that holds the byte, changing only that byte (the caching
+ * allocator's blocks are cudaMalloc'ed, at least 512 bytes and a multiple of 4,
+ * so the word lies inside the allocation; the other three bytes are written
+ * back as read). The result does not depend on the order of the updates: uint8
+ * adds wrap modulo 256 like the CPU's store of (uint8_t)(a + b), and bool is
+ * the CPU's (a + b) != 0, i.e. a logical or that also turns a stored byte other
+ * than 0/1 into 1. */
+struct bool8 {
+  uint8_t v;
+};
+
+template <typename F>
+__device__ __forceinline__ void byte_update(uint8_t *p, F f)
+{
+  const uintptr_t addr = (uintptr_t)p;
+  unsigned int *w = (unsigned int *)(addr & ~(uintptr_t)3);
+  const unsigned int sh = (unsigned int)(addr & 3) * 8u;
+  unsigned int old = *(volatile unsigned int *)w, assumed;
+  do {
+    assumed = old;
+    const unsigned int cur = (assumed >> sh) & 0xffu, nb = f(cur) & 0xffu;
+    if (nb == cur) break; /* nothing to write (bool: bytes only ever become 1, so a stale read cannot mislead) */
+    old = atomicCAS(w, assumed, (assumed & ~(0xffu << sh)) | (nb << sh));
+  } while (old != assumed);
+}
+
+struct add_u8 {
+  unsigned int v;
+  __device__ unsigned int operator()(unsigned int cur) const { return cur + v; }
+};
+struct or_bool {
+  unsigned int v;
+  __device__ unsigned int operator()(unsigned int cur) const { return (cur != 0 || v != 0) ? 1u : 0u; }
+};
+__device__ __forceinline__ void add_at(uint8_t *p, uint8_t v) { byte_update(p, add_u8{v}); }
+__device__ __forceinline__ void add_at(bool8 *p, bool8 v) { byte_update(&p->v, or_bool{v.v}); }
 
 template <typename T>
 __global__ void k_index_add(int64_t outer, int64_t D, int64_t inner, int64_t n, const int64_t *ix, const T *src, T *dst,
@@ -109,6 +148,8 @@ extern "C" int dpl_cu_index_add(int32_t kd, int64_t outer, int64_t D, int64_t in
   case F32: k_index_add<float><<<grid, kThreads, 0, s>>>(outer, D, inner, n, ix, (const float *)src, (float *)dst, bad); break;
   case F64: k_index_add<double><<<grid, kThreads, 0, s>>>(outer, D, inner, n, ix, (const double *)src, (double *)dst, bad); break;
   case I32: k_index_add<int32_t><<<grid, kThreads, 0, s>>>(outer, D, inner, n, ix, (const int32_t *)src, (int32_t *)dst, bad); break;
+  case U8: k_index_add<uint8_t><<<grid, kThreads, 0, s>>>(outer, D, inner, n, ix, (const uint8_t *)src, (uint8_t *)dst, bad); break;
+  case BOOL: k_index_add<bool8><<<grid, kThreads, 0, s>>>(outer, D, inner, n, ix, (const bool8 *)src, (bool8 *)dst, bad); break;
   default: k_index_add<int64_t><<<grid, kThreads, 0, s>>>(outer, D, inner, n, ix, (const int64_t *)src, (int64_t *)dst, bad); break;
   }
   return (int)cudaGetLastError();
@@ -137,6 +178,8 @@ extern "C" int dpl_cu_scatter_add(int32_t kd, const dpl_cu_index *g, const int64
   case F32: k_scatter_add<float><<<grid, kThreads, 0, s>>>(*g, ix, (const float *)src, (float *)a, bad); break;
   case F64: k_scatter_add<double><<<grid, kThreads, 0, s>>>(*g, ix, (const double *)src, (double *)a, bad); break;
   case I32: k_scatter_add<int32_t><<<grid, kThreads, 0, s>>>(*g, ix, (const int32_t *)src, (int32_t *)a, bad); break;
+  case U8: k_scatter_add<uint8_t><<<grid, kThreads, 0, s>>>(*g, ix, (const uint8_t *)src, (uint8_t *)a, bad); break;
+  case BOOL: k_scatter_add<bool8><<<grid, kThreads, 0, s>>>(*g, ix, (const bool8 *)src, (bool8 *)a, bad); break;
   default: k_scatter_add<int64_t><<<grid, kThreads, 0, s>>>(*g, ix, (const int64_t *)src, (int64_t *)a, bad); break;
   }
   return (int)cudaGetLastError();

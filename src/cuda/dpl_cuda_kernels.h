@@ -84,6 +84,13 @@ int dpl_cu_embedding(const void *w, const int64_t *idx, int64_t n, int64_t V, in
 int dpl_cu_embedding_bwd(int32_t kd, const void *g, const int64_t *idx, int64_t n, int64_t V, int64_t D, void *gw,
                          unsigned long long *bad, cudaStream_t s);
 
+/* ---- integer GEMM (dpl_cuda_igemm.cu) ----
+ * row-major int64 C = alpha op(A) op(B) + beta C (C not read when beta is 0),
+ * wrapping modulo 2^64 like the CPU; `batch` products sa/sb/sc elements apart */
+int dpl_cu_igemm(int32_t ta, int32_t tb, int64_t m, int64_t n, int64_t k, int64_t alpha, const int64_t *a, int64_t lda,
+                 const int64_t *b, int64_t ldb, int64_t beta, int64_t *c, int64_t ldc, int64_t batch, int64_t sa,
+                 int64_t sb, int64_t sc, cudaStream_t s);
+
 /* ---- convolution and pooling (dpl_cuda_conv.cu), NCHW, kd float32 (0) / float64 (1) ---- */
 typedef struct dpl_cu_conv {
   int64_t N, C, H, W, O, Cg, Og, kh, kw, OH, OW, sh, sw, ph, pw, dh, dw;
@@ -123,7 +130,8 @@ typedef struct dpl_cu_index {
 /* [outer, D, inner] -> [outer, n, inner] rows ix; es bytes per element */
 int dpl_cu_index_select(int32_t es, int64_t outer, int64_t D, int64_t inner, int64_t n, const int64_t *ix,
                         const void *src, void *dst, unsigned long long *bad, cudaStream_t s);
-/* dst [outer, D, inner] += src [outer, n, inner] at rows ix; kd float32/float64/int32/int64 */
+/* dst [outer, D, inner] += src [outer, n, inner] at rows ix; kd float32/float64/int32/int64/uint8 (wrapping)/
+ * bool (logical or, as the CPU's (a + b) != 0); scatter_add likewise */
 int dpl_cu_index_add(int32_t kd, int64_t outer, int64_t D, int64_t inner, int64_t n, const int64_t *ix,
                      const void *src, void *dst, unsigned long long *bad, cudaStream_t s);
 int dpl_cu_gather(int32_t es, const dpl_cu_index *g, const int64_t *ix, const void *a, void *out,

@@ -4,7 +4,9 @@
  * shared code of dpl_tensor_elementwise.c / dpl_tensor_blas.c); here the
  * operands become a kernel geometry, or a cuBLAS call (row-major products as
  * column-major ones with the operands swapped; float16/bfloat16 operands with
- * float32 accumulation through cublasGemmEx). */
+ * float32 accumulation through cublasGemmEx); integer products (int64, to
+ * which the core converts every integer dtype) through the tiled kernel of
+ * dpl_cuda_igemm.cu. */
 #include "dpl_cuda_internal.h"
 #include <limits.h>
 #include <stdio.h>
@@ -133,12 +135,29 @@ static int blas_handle(dpl_cu_dev *d, int32_t dev, cublasHandle_t *h)
   return DPL_OK;
 }
 
+/* Integer products: the core computes every integer dtype in int64 (as the
+ * CPU's ref_igemm does) and converts around the call; alpha and beta are cast
+ * to int64 as there. A tiled kernel (dpl_cuda_igemm.cu), not cuBLAS. */
+static int igemm(const dpl_bk_gemm *g, const char *name, int32_t dev)
+{
+  dpl_cu_dev *d = dpl_cu_device(dev, name);
+  if (!d) return DPL_EDEVICE;
+  int64_t batch = g->batch > 1 ? g->batch : 1;
+  char what[64];
+  snprintf(what, sizeof what, "integer gemm kernel (%s)", name);
+  DPL_CU_LAUNCH(dpl_cu_igemm(g->transa, g->transb, g->m, g->n, g->k, (int64_t)g->alpha, g->a, g->lda, g->b, g->ldb,
+                             (int64_t)g->beta, g->c, g->ldc, batch, g->stride_a, g->stride_b, g->stride_c, d->compute),
+                what, dev);
+  return DPL_OK;
+}
+
 int dpl_cu_op_gemm(const dpl_bk_args *a)
 {
   const dpl_bk_gemm *g = a->gemm;
   const char *name = a->name ? a->name : "matmul";
   int32_t dev = g->devindex;
   if (g->m == 0 || g->n == 0) return DPL_OK;
+  if (g->dtype == DPL_INT64) return igemm(g, name, dev);
   if (g->dtype != DPL_FLOAT32 && g->dtype != DPL_FLOAT64 && g->dtype != DPL_FLOAT16 && g->dtype != DPL_BFLOAT16)
     return dpl_errorf(DPL_ENOTIMPL, "%s: not implemented on cuda for %s tensors (cuBLAS multiplies floats only)", name,
                       dpl_dtype_name(g->dtype));
