@@ -256,6 +256,46 @@ for _, dt in ipairs({ 'float32', 'float64', 'bfloat16', 'float16' }) do
   end, (dt == 'bfloat16' or dt == 'float16') and 2e-2 or (dt == 'float32' and 1e-5 or nil))
 end
 
+-- integer matmul (computed in int64 with wraparound on both devices, converted back to the dtype); int64
+-- outputs are also compared through int32 (their low 32 bits exactly: the check compares in float64)
+local function with_low_bits(list)
+  local r = {}
+  for _, t in ipairs(list) do
+    r[#r + 1] = t
+    if t.dtype == 'int64' then r[#r + 1] = t:to('int32') end
+  end
+  return r
+end
+local int_big = { int32 = 2 ^ 20, int64 = 2 ^ 40 } -- products and sums that wrap
+for _, dt in ipairs({ 'int32', 'int64', 'uint8' }) do
+  add('matmul ' .. dt, function()
+    return { sample(dt, 7, 9), sample(dt, 9, 5), sample(dt, 3, 7, 9), sample(dt, 2, 1, 7, 9), sample(dt, 3, 9, 5),
+      sample(dt, 9), sample(dt, 7) }
+  end, function(_, a, b, ba, bb, bc, v, w)
+    return with_low_bits({ a:matmul(b), a:mm(b), b:t():matmul(a:t()), ba:matmul(b), bb:matmul(bc), v:matmul(b),
+      a:matmul(v), w:matmul(a), ba:bmm(bc:narrow(1, 1, 3)), bc:transpose(2, 3):matmul(ba:transpose(2, 3)),
+      a:narrow(2, 2, 6):matmul(b:narrow(1, 1, 6)), bb:matmul(b:t():t()), b:t():matmul(ba:transpose(2, 3)),
+      dpl.tensor.addmm(w:view(7, 1), a, b, { beta = 2, alpha = -3 }), dpl.tensor.addmm(b:narrow(1, 1, 5), b:t(), b,
+      { beta = 0 }), v:dot(v) })
+  end)
+  add('matmul ' .. dt .. ' empty dims', function()
+    return { sample(dt, 0, 4), sample(dt, 4, 3), sample(dt, 3, 0), sample(dt, 0, 4), sample(dt, 0, 3, 4),
+      sample(dt, 3, 4) }
+  end, function(_, e04, b43, e30, f04, e034, c34)
+    return with_low_bits({ e04:matmul(b43), e30:matmul(f04), c34:matmul(b43:narrow(2, 1, 0)), e034:matmul(b43),
+      c34:t():matmul(e30), dpl.tensor.addmm(c34, e30, f04, { beta = 2 }), e30:t():matmul(e30) })
+  end)
+  if int_big[dt] then
+    add('matmul ' .. dt .. ' wraparound', function()
+      local r = int_big[dt]
+      return { randint(-r, r, { 7, 9 }, dt), randint(-r, r, { 9, 5 }, dt), randint(-r, r, { 2, 3, 7, 9 }, dt) }
+    end, function(_, a, b, ba)
+      return with_low_bits({ a:matmul(b), b:t():matmul(a:t()), ba:matmul(b), ba:transpose(1, 2):matmul(b),
+        dpl.tensor.addmm(a:narrow(2, 1, 5), a, b, { beta = 7, alpha = 5 }) })
+    end)
+  end
+end
+
 -- indexing
 add('embedding', function() return { randn(10, 6), randint(1, 11, { 4, 3 }), randn(4, 3, 6) } end,
   function(_, w, idx, g)
@@ -277,6 +317,27 @@ end, function(_, x, idx, src, gidx, gsrc, ints)
     c:gather(2, gidx:transpose(1, 3)), ints:index_select(3, idx:narrow(1, 1, 2):clamp(1, 4)), i2,
     x:to('bfloat16'):index_select(2, idx) }
 end)
+-- index_add_/scatter_add_ on uint8 (wrapping) and bool (logical or), many colliding indices
+for _, dt in ipairs({ 'uint8', 'bool' }) do
+  add('index_add_/scatter_add_ ' .. dt, function()
+    return { sample(dt, 5, 6, 4), randint(1, 7, { 12 }), sample(dt, 5, 12, 4), randint(1, 7, { 5, 8, 4 }),
+      sample(dt, 5, 8, 4), randint(-300, 300, { 5, 12, 4 }) }
+  end, function(_, x, idx, src, gidx, gsrc, wide)
+    local a1 = x:clone():index_add_(2, idx, src)
+    local a2 = x:clone():index_add_(2, idx, wide) -- src converted to self's dtype first
+    local a3 = x:clone()
+    a3:transpose(1, 3):index_add_(2, idx, src:transpose(1, 3)) -- strided self
+    local a4 = x:clone():index_add_(1, idx:narrow(1, 1, 5):clamp(1, 5), x:clone())
+    local a5 = x:clone():index_add_(2, idx:narrow(1, 1, 0), src:narrow(2, 1, 0))
+    local b1 = x:clone():scatter_add_(2, gidx, gsrc)
+    local b2 = x:clone():scatter_add_(3, gidx:narrow(2, 1, 6):clamp(1, 4), gsrc)
+    local b3 = x:clone()
+    b3:transpose(1, 2):scatter_add_(1, gidx:transpose(1, 2), gsrc:transpose(1, 2)) -- strided self and operands
+    local b4 = x:clone():scatter_add_(2, gidx:narrow(2, 1, 0), gsrc:narrow(2, 1, 0))
+    local b5 = x:clone():scatter_add_(2, gidx, wide:narrow(2, 1, 8))
+    return { a1, a2, a3, a4, a5, b1, b2, b3, b4, b5 }
+  end)
+end
 add('max(dim) backward through scatter_add_ (autograd)', function() return { randn(4, 6) } end, function(_, x)
   local v, i = x:max(2)
   return { dpl.zeros(4, 6, { device = x.device }):scatter_add_(2, i:view(4, 1), v:view(4, 1)) }
