@@ -43,7 +43,7 @@ if mode == 'nccl' then
       comms[nextid] = false -- bound by the worker after new_group
       return 0
     end,
-    dpl_nccl_split = function() C.dpl_comm_rank(nil) return -4 end, -- as a libnccl without ncclCommSplit
+    dpl_nccl_split = function() return -4 end, -- as a libnccl without ncclCommSplit
     dpl_nccl_all_reduce = function(c, t, op)
       count('all_reduce')
       gpu(t, 'tensor')
