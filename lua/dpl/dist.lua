@@ -87,8 +87,8 @@ local function device_ok(tt, level)
   if tt._devtype ~= 0 then
     local info = ffi.new('dpl_device_info')
     if C.dpl_device_get_info(tt._devtype, tt._devindex, info) ~= 0 or info.simulated == 0 then
-      verr(('dist: tensor on cuda:%d: the shm and mpi backends take host tensors (move it with :to("cpu"); '
-        .. 'all_reduce, reduce and broadcast copy GPU tensors through host memory themselves)')
+      -- the tensor collectives stage GPU tensors before they get here (see stage below)
+      verr(('dist: tensor on cuda:%d: the shm and mpi backends take host tensors (move it with :to("cpu"))')
         :format(tt._devindex), (level or 1) + 1)
     end
   end
