@@ -505,6 +505,20 @@ int dpl_nccl_reduce(dpl_nccl *c, dpl_tensor *t, int32_t op, int32_t root);
 int dpl_nccl_broadcast(dpl_nccl *c, dpl_tensor *t, int32_t root);
 /* recv holds nranks * send's elements, rank k's block at k * numel. */
 int dpl_nccl_all_gather(dpl_nccl *c, const dpl_tensor *send, dpl_tensor *recv);
+/* ncclGetVersion's code of the loaded libnccl (2.10.3 -> 21003); 0 when not loaded. */
+int32_t dpl_nccl_version(void);
+/* send holds nranks blocks of recv's size; recv gets op over the ranks of block `rank`. */
+int dpl_nccl_reduce_scatter(dpl_nccl *c, const dpl_tensor *send, dpl_tensor *recv, int32_t op);
+/* Blocks of send's size; recv (nranks blocks) only on root, NULL elsewhere. ncclSend/ncclRecv. */
+int dpl_nccl_gather(dpl_nccl *c, const dpl_tensor *send, dpl_tensor *recv, int32_t root);
+/* send (nranks blocks of recv's size) only on root, NULL elsewhere. ncclSend/ncclRecv. */
+int dpl_nccl_scatter(dpl_nccl *c, const dpl_tensor *send, dpl_tensor *recv, int32_t root);
+/* send and recv: nranks equal blocks; rank j's block k lands in rank k's block j. */
+int dpl_nccl_all_to_all(dpl_nccl *c, const dpl_tensor *send, dpl_tensor *recv);
+/* A subgroup's communicator (ncclCommSplit, NCCL 2.18+; DPL_ENOTIMPL when the loaded
+ * libnccl lacks it): collective over every rank of parent; color < 0 for a rank
+ * outside the subgroup (*out = NULL); new_rank/new_size: the rank and size in it. */
+int dpl_nccl_split(dpl_nccl *parent, int32_t color, int32_t key, int32_t new_rank, int32_t new_size, dpl_nccl **out);
 /* Local helper: dst = dst op src elementwise (AVG acts as SUM), same rules as the collectives. */
 int dpl_comm_reduce_local(void *dst, const void *src, int64_t count, int32_t dtype, int32_t op);
 

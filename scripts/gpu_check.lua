@@ -205,13 +205,74 @@ elseif mode == 'nccl' or mode == 'dist' then
     local h = dpl.full({ 3 }, r + 1) -- a host tensor in the same group
     dist.all_reduce(h)
     assert(h:eq(n * (n + 1) / 2):all():item(), 'host all_reduce')
+    -- every other tensor collective on cuda:0 tensors, against values computed here on the CPU
+    local G = 'cuda:0'
+    local function full(v, shape) return dpl.full(shape or { 2, 3 }, v, { device = G, dtype = 'float32' }) end
+    local function same(t, want, what)
+      assert(tostring(t.device) == G, what .. ': result on ' .. tostring(t.device))
+      local got = t:to('cpu'):to('float64')
+      want = type(want) == 'number' and dpl.full(got:size(), want, { dtype = 'float64' }) or want:to('float64')
+      local err = got:sub(want):abs():max():item()
+      assert(err < 1e-5, ('%s: max error %g (got %s)'):format(what, err, tostring(got)))
+    end
+    local tri = n * (n + 1) / 2
+    local t = full(r + 1); dist.all_reduce(t, 'mean'); same(t, tri / n, 'all_reduce mean')
+    t = full(r + 1); dist.reduce(t, n - 1); same(t, r == n - 1 and tri or r + 1, 'reduce')
+    local l = dist.all_gather(full(r + 1))
+    for i = 1, n do same(l[i], i, 'all_gather[' .. i .. ']') end
+    l = {}
+    for i = 1, n do l[i] = full(0) end
+    dist.all_gather(l, full(r + 1))
+    for i = 1, n do same(l[i], i, 'all_gather list[' .. i .. ']') end
+    local flat = dpl.zeros({ 6 * n }, { device = G, dtype = 'float32' })
+    dist.all_gather(flat, full(r + 1))
+    for i = 1, n do same(flat:narrow(1, 6 * (i - 1) + 1, 6), i, 'all_gather flat') end
+    l = dist.gather(full(r + 5), nil, 0)
+    if r == 0 then for i = 1, n do same(l[i], i + 4, 'gather[' .. i .. ']') end end
+    local sl = nil
+    if r == 0 then sl = {} for i = 1, n do sl[i] = full(10 * i) end end
+    t = full(0); dist.scatter(t, sl, 0); same(t, 10 * (r + 1), 'scatter')
+    -- reduce_scatter: rank j's input block k+1 is 10 j + k + 1; rank k gets their sum
+    local ins = {}
+    for k = 1, n do ins[k] = full(10 * r + k) end
+    t = full(0); dist.reduce_scatter(t, ins); same(t, 10 * (tri - n) + n * (r + 1), 'reduce_scatter')
+    t = full(0); dist.reduce_scatter(t, dpl.cat(ins):contiguous(), 'max'); same(t, 10 * (n - 1) + r + 1, 'reduce_scatter max')
+    -- all_to_all: block k of rank j's input (100 j + k) lands in block j of rank k's output
+    local vals, want = {}, {}
+    for k = 0, n - 1 do vals[#vals + 1] = 100 * r + k; want[#want + 1] = 100 * k + r end
+    local inp = dpl.tensor(vals, { device = G, dtype = 'float32' })
+    local out = dpl.zeros({ n }, { device = G, dtype = 'float32' })
+    dist.all_to_all_single(out, inp)
+    same(out, dpl.tensor(want), 'all_to_all_single')
+    local outs, inl = {}, {}
+    for k = 1, n do outs[k] = full(0); inl[k] = full(100 * r + k - 1) end
+    dist.all_to_all(outs, inl)
+    for k = 1, n do same(outs[k], 100 * (k - 1) + r, 'all_to_all[' .. k .. ']') end
+    -- a subgroup of every rank, and one of rank 0 alone (their own NCCL communicators)
+    local all, solo = dist.new_group(), dist.new_group({ 0 })
+    t = full(r + 1); dist.all_reduce(t, { group = all }); same(t, tri, 'subgroup all_reduce')
+    if r == 0 then
+      t = full(3); dist.all_gather(t, { group = solo })
+      t = full(7); dist.all_reduce(t, { group = solo }); same(t, 7, 'one-rank subgroup all_reduce')
+    end
+    dist.destroy_process_group(solo)
+    -- DDP's gradient sync with cuda:0 gradients (flat buckets, mean); world_size 2 forces
+    -- the sync with one rank (the mean over the group's ranks)
+    local S = require('dpl.strategies.ddp').DDPStrategy
+    local s = setmetatable({ world_size = math.max(n, 2), _ddp_kwargs = {} }, { __index = S })
+    local params = { full(0):requires_grad_(), full(0, { 5 }):requires_grad_() }
+    params[1].grad = full(r + 1)
+    params[2].grad = full(2 * r, { 5 })
+    s:_sync_gradients({ parameters = function() return params end })
+    same(params[1].grad, tri / n, 'ddp grad 1')
+    same(params[2].grad, n - 1, 'ddp grad 2')
     dist.barrier()
     assert(dist.get_backend() == (nccl and 'nccl' or 'shm'), 'backend ' .. tostring(dist.get_backend()))
     dist.destroy_process_group()
   end)
   local rank = tonumber(os.getenv('RANK') or '0')
   if rank == 0 then
-    emit('| dist %s: all_reduce/broadcast/max of cuda:0 tensors | %s | %s |', nccl and 'backend nccl' or
+    emit('| dist %s: every tensor collective, subgroups, DDP buckets on cuda:0 | %s | %s |', nccl and 'backend nccl' or
       'backend shm, GPU tensors through host memory', os.getenv('WORLD_SIZE') or '1',
       ok and 'pass' or ('**FAIL**: ' .. tostring(e):gsub('\n', ' ')))
   elseif not ok then

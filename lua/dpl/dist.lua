@@ -87,8 +87,8 @@ local function device_ok(tt, level)
   if tt._devtype ~= 0 then
     local info = ffi.new('dpl_device_info')
     if C.dpl_device_get_info(tt._devtype, tt._devindex, info) ~= 0 or info.simulated == 0 then
-      verr(('dist: tensor on cuda:%d: the shm and mpi backends take host tensors (move it with :to("cpu"); '
-        .. 'all_reduce, reduce and broadcast copy GPU tensors through host memory themselves)')
+      -- the tensor collectives stage GPU tensors before they get here (see stage below)
+      verr(('dist: tensor on cuda:%d: the shm and mpi backends take host tensors (move it with :to("cpu"))')
         :format(tt._devindex), (level or 1) + 1)
     end
   end
@@ -142,6 +142,9 @@ local function new_tensor_like(tt)
 end
 
 ---------------------------------------------------------------- state
+
+local nccl_api = C  -- the dpl_nccl_* functions (specs put fakes here: M._set_nccl_api)
+function M._set_nccl_api(api) nccl_api = api or C end
 
 local world         -- the default group
 local groups = {}   -- every live group, world first
@@ -215,7 +218,7 @@ local function destroy_group(g)
   if g.nccl ~= nil then
     local n = g.nccl
     g.nccl = nil
-    C.dpl_nccl_destroy(n)
+    nccl_api.dpl_nccl_destroy(n)
   end
   if g.comm ~= nil then
     local c = g.comm
@@ -278,19 +281,44 @@ end
 --- destroy_process_group): such a process must not fork.
 function M.mpi_initialized() return C.dpl_comm_mpi_initialized() ~= 0 end
 
+-- A new NCCL communicator for the members of host group g on GPU dev: rank 0's
+-- unique id reaches the others through g's host backend. Returns it, or nil and why.
+local function nccl_bootstrap(g, dev)
+  -- 128 bytes of id and a flag: a rank 0 that could not make the id still takes part
+  -- in the broadcast, so the others fail at once instead of waiting for their timeout
+  local id = ffi.new('uint8_t[129]')
+  local st, msg = 0, nil
+  if g.rank == 0 then
+    st = nccl_api.dpl_nccl_unique_id(id, 128)
+    if st ~= 0 then msg = ffi.string(C.dpl_last_error()) end
+    id[128] = st == 0 and 1 or 0
+  end
+  local bst = C.dpl_comm_broadcast(g.comm, id, 129, 6, 0)
+  if bst ~= 0 then st = bst; msg = ffi.string(C.dpl_last_error())
+  elseif st == 0 and id[128] ~= 1 then st = -1; msg = 'rank 0 could not create the NCCL unique id' end
+  local nout = ffi.new('dpl_nccl *[1]')
+  if st == 0 then st = nccl_api.dpl_nccl_init(id, 128, g.size, g.rank, dev, nout) end
+  if st ~= 0 then return nil, msg or ffi.string(C.dpl_last_error()) end
+  return nout[0]
+end
+
 function M.init_process_group(opts)
   opts = opts or {}
   if type(opts) == 'string' then opts = { backend = opts } end
   if type(opts) ~= 'table' then terr('dist.init_process_group expects an options table', 2) end
   if world then error(DistError('dist: init_process_group was already called in this process (destroy_process_group first)'), 2) end
   local backend = opts.backend or default_backend()
-  -- nccl: the shm backend for the group itself (barriers, objects, host tensors, the
-  -- bootstrap), plus an NCCL communicator for GPU tensors (through the CUDA plugin)
+  -- nccl: a host backend for the group itself (barriers, objects, host tensors, the
+  -- bootstrap: shm, or mpi under mpirun or with host_backend='mpi'), plus an NCCL
+  -- communicator for GPU tensors (through the CUDA plugin)
   local nccl = backend == 'nccl'
   if nccl then
     local why = ffi.string(C.dpl_nccl_unavailable_reason())
     if why ~= '' then cfgerr(("init_process_group: backend='nccl' is not available: %s"):format(why), 2) end
-    backend = 'shm'
+    backend = opts.host_backend or ((env('OMPI_COMM_WORLD_SIZE') and not env('RANK')) and 'mpi' or 'shm')
+    if backend ~= 'shm' and backend ~= 'mpi' then
+      cfgerr(("init_process_group: host_backend='%s' for nccl must be 'shm' or 'mpi'"):format(tostring(backend)), 2)
+    end
   end
   if backend ~= 'shm' and backend ~= 'mpi' then
     if backend == 'gloo' then
@@ -349,26 +377,12 @@ function M.init_process_group(opts)
     if type(dev) == 'string' then dev = tonumber(dev:match('^cuda:(%d+)$') or '') end
     if type(dev) == 'table' and dev.type == 'cuda' then dev = dev.index end
     if dev == nil then dev = (envnum('LOCAL_RANK', 'OMPI_COMM_WORLD_LOCAL_RANK', 'SLURM_LOCALID') or g.rank) % ngpu end
-    -- 128 bytes of id and a flag: a rank 0 that could not make the id still takes part
-    -- in the broadcast, so the others fail at once instead of waiting for their timeout
-    local id = ffi.new('uint8_t[129]')
-    local st, msg = 0, nil
-    if g.rank == 0 then
-      st = C.dpl_nccl_unique_id(id, 128)
-      if st ~= 0 then msg = ffi.string(C.dpl_last_error()) end
-      id[128] = st == 0 and 1 or 0
-    end
-    local bst = C.dpl_comm_broadcast(g.comm, id, 129, 6, 0)
-    if bst ~= 0 then st = bst; msg = ffi.string(C.dpl_last_error())
-    elseif st == 0 and id[128] ~= 1 then st = -1; msg = 'rank 0 could not create the NCCL unique id' end
-    local nout = ffi.new('dpl_nccl *[1]')
-    if st == 0 then st = C.dpl_nccl_init(id, 128, g.size, g.rank, dev, nout) end
-    if st ~= 0 then
-      msg = msg or ffi.string(C.dpl_last_error())
+    local nc, msg = nccl_bootstrap(g, dev)
+    if not nc then
       C.dpl_comm_destroy(g.comm)
       error(DistError('dist: backend nccl: ' .. msg), 2)
     end
-    g.nccl, g.nccl_device, g.backend = nout[0], dev, 'nccl'
+    g.nccl, g.nccl_device, g.backend = nc, dev, 'nccl'
   end
   world = g
   groups[#groups + 1] = g
@@ -376,6 +390,20 @@ function M.init_process_group(opts)
     atexit_registered = true
     require('dpl').atexit(cleanup_all)
   end
+  return g
+end
+
+--- Internal (ddp_spawn, whose workers join before they know their device): gives the
+--- default group an NCCL communicator on GPU `device` (an index), making it 'nccl'.
+--- Collective over the group's ranks.
+function M._enable_nccl(device)
+  local g = get_group(nil, 2)
+  if g.nccl ~= nil then return g end
+  local why = ffi.string(C.dpl_nccl_unavailable_reason())
+  if why ~= '' then cfgerr(("dist: backend='nccl' is not available: %s"):format(why), 2) end
+  local nc, msg = nccl_bootstrap(g, device)
+  if not nc then error(DistError('dist: backend nccl: ' .. msg), 2) end
+  g.nccl, g.nccl_device, g.backend = nc, device, 'nccl'
   return g
 end
 
@@ -437,8 +465,35 @@ function M.new_group(ranks, opts)
   else
     g.size = #list
   end
+  if w.nccl ~= nil then
+    -- a subgroup of an nccl group gets its own communicator, split from the world's
+    -- (every world rank takes part); where libnccl has no ncclCommSplit (before 2.18),
+    -- made from a new unique id carried by the subgroup's host group (members only)
+    local nout = ffi.new('dpl_nccl *[1]')
+    local st = nccl_api.dpl_nccl_split(w.nccl, g.member and 0 or -1, w.rank, g.member and g.rank or 0,
+      g.member and g.size or 0, nout)
+    local msg
+    if st == -4 then -- DPL_ENOTIMPL
+      st = 0
+      if g.member then
+        local nc
+        nc, msg = nccl_bootstrap(g, w.nccl_device)
+        if nc then nout[0] = nc else st = -1 end
+      end
+    elseif st ~= 0 then
+      msg = ffi.string(C.dpl_last_error())
+    end
+    if st ~= 0 then
+      if g.member then destroy_group(g) end
+      error(DistError('dist.new_group: the NCCL communicator: ' .. tostring(msg)), 2)
+    end
+    if g.member then g.nccl, g.nccl_device = nout[0], w.nccl_device end
+  end
   return g
 end
+
+--- Internal (specs): the group table behind group (the world when nil).
+function M._group(group) return get_group(group, 2) end
 
 ---------------------------------------------------------------- collectives
 
@@ -456,23 +511,132 @@ function M.barrier(group)
   check(C.dpl_comm_barrier(g.comm), 2)
 end
 
--- A tensor in GPU memory (a real GPU): the shm and mpi backends move host
--- memory, so all_reduce, reduce and broadcast run on a host copy and copy the
--- result back (until an nccl backend exists). Returns what to pass, and the GPU tensor.
-local function staged(t)
-  local tt = tensor_of(t)
-  if tt and bit.band(tt._flags, 2) ~= 0 then return tt:to('cpu'), tt end
-  return t, nil
+-- GPU tensors. A tensor in GPU memory (a real GPU) runs as an NCCL collective when
+-- the group has a communicator (backend 'nccl') and the call's tensors are on its
+-- GPU; otherwise (shm, mpi) every tensor collective stages it: inputs are copied to
+-- host memory, the host backend runs, outputs are copied back (correct, not fast).
+-- M._devmem says what is in GPU memory; specs replace it (and the NCCL calls, with
+-- M._set_nccl_api) to run these paths on the simulated GPUs of DPL_VIRTUAL_GPUS.
+function M._devmem(tt) return bit.band(tt._flags, 2) ~= 0 end
+local function devmem_of(x)
+  local tt = tensor_of(x)
+  if tt and M._devmem(tt) then return tt end
+  return nil
 end
-local function unstage(host, gpu)
-  if gpu then gpu:copy_(host) end
+
+
+-- x, or its host copy when x (a tensor, or a plain list of them) is in GPU memory;
+-- back collects {host, gpu} pairs to copy back when out is set.
+local function stage(x, back, out)
+  local tt = devmem_of(x)
+  if tt then
+    local h = tt:to('cpu')
+    if out then back[#back + 1] = { h, tt } end
+    return h
+  end
+  if type(x) == 'table' and getmetatable(x) == nil and not tensor_of(x) then
+    local any = false
+    for _, v in ipairs(x) do if devmem_of(v) then any = true break end end
+    if any then
+      local l = {}
+      for i, v in ipairs(x) do l[i] = stage(v, back, out) end
+      return l
+    end
+  end
+  return x
 end
+local function unstage(back)
+  for _, p in ipairs(back) do p[2]:copy_(p[1]) end
+end
+-- new tensors made on the host for a GPU input: moved to its GPU
+local function to_gpu(list, gpu)
+  if gpu and list then
+    local dev = 'cuda:' .. tonumber(gpu._devindex)
+    for i, o in ipairs(list) do list[i] = o:to(dev) end
+  end
+  return list
+end
+
 -- the GPU tensor of t when g has an NCCL communicator
 local function nccl_tensor(g, t)
   if g.nccl == nil then return nil end
-  local tt = tensor_of(t)
-  if tt and bit.band(tt._flags, 2) ~= 0 then return tt end
+  return devmem_of(t)
+end
+
+-- NCCL before 2.10 has no ncclAvg: a mean is a sum, then a division (floating dtypes)
+local nccl_version
+local function nccl_op(tt, op)
+  if op ~= 1 or tt._dtype > 3 then return op, false end
+  if nccl_version == nil then nccl_version = tonumber(nccl_api.dpl_nccl_version()) end
+  if nccl_version > 0 and nccl_version < 21000 then return 0, true end
+  return op, false
+end
+
+-- A new 1-D tensor of n elements like tt (dtype, device).
+local function new_flat(tt, n)
+  local out = ffi.new('dpl_tensor *[1]')
+  local shape = ffi.new('int64_t[1]', n)
+  check(C.dpl_tensor_empty(tt._dtype, 1, shape, tt._devtype, tt._devindex, out), 3)
+  if tensor_mod == nil then new_tensor_like(tt) end -- resolves tensor_mod
+  if tensor_mod then return tensor_mod._wrap(out) end
+  return ffi.gc(out[0], C.dpl_tensor_release)
+end
+
+-- Tensors of list (any device, n elements of dtype d each) copied into a new flat
+-- GPU tensor like tt, block i at (i-1)*n.
+local function flat_from(list, tt, n, what, level)
+  local flat = new_flat(tt, n * #list)
+  for i, x in ipairs(list) do
+    local xt = tensor_of(x)
+    if not xt or tonumber(xt._numel) ~= n or xt._dtype ~= tt._dtype then
+      verr(('dist: %s: entry %d must be a %s tensor of %d elements (the GPU tensor\'s), got %s'):format(what, i,
+        dtype_names[tt._dtype], n, xt and (dtype_names[xt._dtype] .. ' x ' .. tonumber(xt._numel)) or type(x)), level + 1)
+    end
+    if n > 0 then flat:narrow(1, (i - 1) * n + 1, n):view_as(xt):copy_(xt) end
+  end
+  return flat
+end
+
+-- The blocks of flat copied into the tensors of list (n elements each).
+local function flat_to(list, flat, n, what, level)
+  for i, x in ipairs(list) do
+    local xt = tensor_of(x)
+    if not xt or tonumber(xt._numel) ~= n or xt._dtype ~= flat._dtype then
+      verr(('dist: %s: output %d must be a %s tensor of %d elements, got %s'):format(what, i,
+        dtype_names[flat._dtype], n, xt and (dtype_names[xt._dtype] .. ' x ' .. tonumber(xt._numel)) or type(x)), level + 1)
+    end
+    if n > 0 then xt:copy_(flat:narrow(1, (i - 1) * n + 1, n):view_as(xt)) end
+  end
+  return list
+end
+
+-- New tensors shaped like tt: the blocks of flat (views of it, one storage).
+local function flat_split(flat, tt, count)
+  local n, out = tonumber(tt._numel), {}
+  for i = 1, count do
+    if n > 0 then out[i] = flat:narrow(1, (i - 1) * n + 1, n):view_as(tt)
+    else out[i] = new_tensor_like(tt) end
+  end
+  return out
+end
+
+-- x as a flat GPU tensor of `total` elements for an NCCL call: itself when it is a
+-- contiguous tensor on tt's GPU, else nil (the caller copies through a flat one).
+local function direct(x, tt, total)
+  local xt = devmem_of(x)
+  if xt and xt._devindex == tt._devindex and bit.band(xt._flags, 1) ~= 0 and tonumber(xt._numel) == total
+      and xt._dtype == tt._dtype then
+    return xt
+  end
   return nil
+end
+
+-- a GPU tensor for NCCL must be contiguous
+local function nccl_contig(tt, what, level)
+  if bit.band(tt._flags, 1) == 0 then
+    verr(('dist: %s needs a contiguous tensor (call :contiguous() first)'):format(what), level + 1)
+  end
+  return tt
 end
 
 --- Internal (DDP's gradient buckets): all-reduces the tensors of `list` as one call
@@ -491,7 +655,7 @@ function M._all_reduce_multi(list, op, group)
   local seen = {}
   for i = 1, n do
     local tt = tensor_of(list[i])
-    if not tt or bit.band(tt._flags, 1) == 0 or bit.band(tt._flags, 2) ~= 0 then return false end
+    if not tt or bit.band(tt._flags, 1) == 0 or M._devmem(tt) then return false end
     if dt == nil then dt = tt._dtype elseif tt._dtype ~= dt then return false end
     -- two tensors sharing a storage could overlap: reduced twice in place
     local key = tonumber(ffi.cast('uintptr_t', tt._storage))
@@ -512,13 +676,16 @@ function M.all_reduce(t, op, opts)
   local g = get_group(opts.group, 2)
   local nt = nccl_tensor(g, t)
   if nt then
-    check(C.dpl_nccl_all_reduce(g.nccl, nt, op_id(op or opts.op, 2)), 2)
+    local o, div = nccl_op(nt, op_id(op or opts.op, 2))
+    check(nccl_api.dpl_nccl_all_reduce(g.nccl, nccl_contig(nt, 'all_reduce', 2), o), 2)
+    if div then nt:div_(g.size) end
     return t
   end
-  local h, gpu = staged(t)
+  local back = {}
+  local h = stage(t, back, true)
   local p, n, d = buffer_of(h, opts, 'all_reduce', 2)
   check(C.dpl_comm_all_reduce(g.comm, p, n, d, op_id(op or opts.op, 2)), 2)
-  unstage(h, gpu)
+  unstage(back)
   return t
 end
 
@@ -527,15 +694,19 @@ function M.reduce(t, dst, op, opts)
   if type(op) == 'table' then opts, op = op, nil end
   opts = split_opts(opts) or {}
   local g = get_group(opts.group, 2)
+  local root = group_rank(g, dst or 0, 'dst', 2)
   local nt = nccl_tensor(g, t)
   if nt then
-    check(C.dpl_nccl_reduce(g.nccl, nt, op_id(op or opts.op, 2), group_rank(g, dst or 0, 'dst', 2)), 2)
+    local o, div = nccl_op(nt, op_id(op or opts.op, 2))
+    check(nccl_api.dpl_nccl_reduce(g.nccl, nccl_contig(nt, 'reduce', 2), o, root), 2)
+    if div and g.rank == root then nt:div_(g.size) end
     return t
   end
-  local h, gpu = staged(t)
+  local back = {}
+  local h = stage(t, back, g.rank == root)
   local p, n, d = buffer_of(h, opts, 'reduce', 2)
-  check(C.dpl_comm_reduce(g.comm, p, n, d, op_id(op or opts.op, 2), group_rank(g, dst or 0, 'dst', 2)), 2)
-  unstage(h, gpu)
+  check(C.dpl_comm_reduce(g.comm, p, n, d, op_id(op or opts.op, 2), root), 2)
+  unstage(back)
   return t
 end
 
@@ -543,15 +714,17 @@ end
 function M.broadcast(t, src, opts)
   opts = split_opts(opts) or {}
   local g = get_group(opts.group, 2)
+  local root = group_rank(g, src or 0, 'src', 2)
   local nt = nccl_tensor(g, t)
   if nt then
-    check(C.dpl_nccl_broadcast(g.nccl, nt, group_rank(g, src or 0, 'src', 2)), 2)
+    check(nccl_api.dpl_nccl_broadcast(g.nccl, nccl_contig(nt, 'broadcast', 2), root), 2)
     return t
   end
-  local h, gpu = staged(t)
+  local back = {}
+  local h = stage(t, back, g.rank ~= root)
   local p, n, d = buffer_of(h, opts, 'broadcast', 2)
-  check(C.dpl_comm_broadcast(g.comm, p, n, d, group_rank(g, src or 0, 'src', 2)), 2)
-  unstage(h, gpu)
+  check(C.dpl_comm_broadcast(g.comm, p, n, d, root), 2)
+  unstage(back)
   return t
 end
 
@@ -566,18 +739,14 @@ local function copy_blocks_out(list, tmp, n, d, what)
   end
 end
 
--- all_gather(t) -> list of new tensors; all_gather(list, t) fills list;
--- all_gather(recv, send, {count=, dtype=}) with raw buffers (recv: size*count).
-function M.all_gather(a, b, opts)
-  if opts == nil and split_opts(b) then opts, b = b, nil end
-  opts = split_opts(opts) or {}
-  local g = get_group(opts.group, 2)
+-- the host backends' all_gather (a, b: host tensors, lists of them, raw buffers)
+local function host_all_gather(g, a, b, opts)
   if b == nil then
-    local p, n, d, tt = buffer_of(a, opts, 'all_gather', 2)
-    if not tt then terr('dist: all_gather(t) needs a tensor; with raw buffers call all_gather(recv, send, {count=, dtype=})', 2) end
+    local p, n, d, tt = buffer_of(a, opts, 'all_gather', 3)
+    if not tt then terr('dist: all_gather(t) needs a tensor; with raw buffers call all_gather(recv, send, {count=, dtype=})', 3) end
     local es = dtype_sizes[d]
     local tmp = ffi.new('uint8_t[?]', math.max(1, n * es * g.size))
-    check(C.dpl_comm_all_gather(g.comm, p, tmp, n, d), 2)
+    check(C.dpl_comm_all_gather(g.comm, p, tmp, n, d), 3)
     local out = {}
     for i = 1, g.size do
       local o = new_tensor_like(tt)
@@ -586,18 +755,71 @@ function M.all_gather(a, b, opts)
     end
     return out
   end
-  local p, n, d = buffer_of(b, opts, 'all_gather', 2)
+  local p, n, d = buffer_of(b, opts, 'all_gather', 3)
   local es = dtype_sizes[d]
   if type(a) == 'table' and not tensor_of(a) then
-    if #a ~= g.size then verr(('dist: all_gather: the output list has %d entries, the group %d ranks'):format(#a, g.size), 2) end
+    if #a ~= g.size then verr(('dist: all_gather: the output list has %d entries, the group %d ranks'):format(#a, g.size), 3) end
     local tmp = ffi.new('uint8_t[?]', math.max(1, n * es * g.size))
-    check(C.dpl_comm_all_gather(g.comm, p, tmp, n, d), 2)
+    check(C.dpl_comm_all_gather(g.comm, p, tmp, n, d), 3)
     copy_blocks_out(a, tmp, n, d, 'all_gather')
     return a
   end
-  local rp = buffer_of(a, { count = n * g.size, dtype = d }, 'all_gather', 2)
-  check(C.dpl_comm_all_gather(g.comm, p, rp, n, d), 2)
+  local rp = buffer_of(a, { count = n * g.size, dtype = d }, 'all_gather', 3)
+  check(C.dpl_comm_all_gather(g.comm, p, rp, n, d), 3)
   return a
+end
+
+-- all_gather(t) -> list of new tensors; all_gather(list, t) fills list;
+-- all_gather(recv, send, {count=, dtype=}) with raw buffers (recv: size*count).
+-- GPU tensors with nccl: all_gather(t) returns views of one flat GPU tensor.
+function M.all_gather(a, b, opts)
+  if opts == nil and split_opts(b) then opts, b = b, nil end
+  opts = split_opts(opts) or {}
+  local g = get_group(opts.group, 2)
+  local st = nccl_tensor(g, b == nil and a or b)
+  if st then
+    nccl_contig(st, 'all_gather', 2)
+    local n = tonumber(st._numel)
+    local rt = b ~= nil and direct(a, st, n * g.size)
+    local flat = rt or new_flat(st, n * g.size)
+    check(nccl_api.dpl_nccl_all_gather(g.nccl, st, tensor_of(flat)), 2)
+    if b == nil then return flat_split(flat, st, g.size) end
+    if rt then return a end
+    if type(a) == 'table' and not tensor_of(a) then
+      if #a ~= g.size then verr(('dist: all_gather: the output list has %d entries, the group %d ranks'):format(#a, g.size), 2) end
+      return flat_to(a, flat, n, 'all_gather', 2)
+    end
+    return flat_to({ a }, flat, n * g.size, 'all_gather', 2) and a
+  end
+  local back = {}
+  local a2, b2 = stage(a, back, b ~= nil), stage(b, back, false)
+  local r = host_all_gather(g, a2, b2, opts)
+  unstage(back)
+  if b == nil then return to_gpu(r, devmem_of(a)) end
+  return a
+end
+
+local function host_gather(g, t, list, root, opts)
+  local p, n, d, tt = buffer_of(t, opts, 'gather', 3)
+  local es = dtype_sizes[d]
+  local me = g.rank == root
+  if me and list ~= nil and type(list) == 'cdata' then
+    local rp = buffer_of(list, { count = n * g.size, dtype = d }, 'gather', 3)
+    check(C.dpl_comm_gather(g.comm, p, rp, n, d, root), 3)
+    return list
+  end
+  local tmp = me and ffi.new('uint8_t[?]', math.max(1, n * es * g.size)) or nil
+  check(C.dpl_comm_gather(g.comm, p, tmp, n, d, root), 3)
+  if not me then return nil end
+  if list == nil then
+    if not tt then terr('dist: gather with a raw buffer needs a recv buffer on dst', 3) end
+    list = {}
+    for i = 1, g.size do list[i] = new_tensor_like(tt) end
+  elseif #list ~= g.size then
+    verr(('dist: gather: gather_list has %d entries, the group %d ranks'):format(#list, g.size), 3)
+  end
+  copy_blocks_out(list, tmp, n, d, 'gather')
+  return list
 end
 
 -- gather(t, gather_list, dst, opts): torch's order; gather_list on dst only
@@ -606,26 +828,57 @@ function M.gather(t, list, dst, opts)
   opts = split_opts(opts) or {}
   local g = get_group(opts.group, 2)
   local root = group_rank(g, dst or 0, 'dst', 2)
-  local p, n, d, tt = buffer_of(t, opts, 'gather', 2)
-  local es = dtype_sizes[d]
   local me = g.rank == root
-  if me and list ~= nil and type(list) == 'cdata' then
-    local rp = buffer_of(list, { count = n * g.size, dtype = d }, 'gather', 2)
-    check(C.dpl_comm_gather(g.comm, p, rp, n, d, root), 2)
-    return list
+  local st = nccl_tensor(g, t)
+  if st then
+    nccl_contig(st, 'gather', 2)
+    local n = tonumber(st._numel)
+    if not me then
+      check(nccl_api.dpl_nccl_gather(g.nccl, st, nil, root), 2)
+      return nil
+    end
+    if type(list) == 'table' and not tensor_of(list) and #list ~= g.size then
+      verr(('dist: gather: gather_list has %d entries, the group %d ranks'):format(#list, g.size), 2)
+    end
+    local rt = list ~= nil and direct(list, st, n * g.size)
+    local flat = rt or new_flat(st, n * g.size)
+    check(nccl_api.dpl_nccl_gather(g.nccl, st, tensor_of(flat), root), 2)
+    if rt then return list end
+    if list == nil then return flat_split(flat, st, g.size) end
+    if tensor_of(list) then flat_to({ list }, flat, n * g.size, 'gather', 2) return list end
+    return flat_to(list, flat, n, 'gather', 2)
   end
-  local tmp = me and ffi.new('uint8_t[?]', math.max(1, n * es * g.size)) or nil
-  check(C.dpl_comm_gather(g.comm, p, tmp, n, d, root), 2)
+  local back = {}
+  local t2, l2 = stage(t, back, false), stage(list, back, me)
+  local r = host_gather(g, t2, l2, root, opts)
+  unstage(back)
   if not me then return nil end
-  if list == nil then
-    if not tt then terr('dist: gather with a raw buffer needs a recv buffer on dst', 2) end
-    list = {}
-    for i = 1, g.size do list[i] = new_tensor_like(tt) end
-  elseif #list ~= g.size then
-    verr(('dist: gather: gather_list has %d entries, the group %d ranks'):format(#list, g.size), 2)
-  end
-  copy_blocks_out(list, tmp, n, d, 'gather')
+  if list == nil then return to_gpu(r, devmem_of(t)) end
   return list
+end
+
+local function host_scatter(g, t, list, root, opts)
+  local p, n, d = buffer_of(t, opts, 'scatter', 3)
+  local es = dtype_sizes[d]
+  local sp = nil
+  if g.rank == root then
+    if type(list) == 'cdata' and not tensor_of(list) then
+      sp = buffer_of(list, { count = n * g.size, dtype = d }, 'scatter', 3)
+    else
+      if type(list) ~= 'table' or #list ~= g.size then
+        verr(('dist: scatter: rank %d (src) needs a scatter_list of %d entries'):format(g.rank, g.size), 3)
+      end
+      sp = ffi.new('uint8_t[?]', math.max(1, n * es * g.size))
+      for i, x in ipairs(list) do
+        local xp, m, xd = buffer_of(x, { count = n, dtype = d }, 'scatter', 3)
+        if m ~= n or xd ~= d then
+          verr(('dist: scatter: scatter_list[%d] is %s x %d, expected %s x %d'):format(i, dtype_names[xd], m, dtype_names[d], n), 3)
+        end
+        ffi.copy(sp + (i - 1) * n * es, xp, n * es)
+      end
+    end
+  end
+  check(C.dpl_comm_scatter(g.comm, sp, p, n, d, root), 3)
 end
 
 -- scatter(t, scatter_list, src, opts): t receives scatter_list[rank+1] of rank src.
@@ -634,28 +887,51 @@ function M.scatter(t, list, src, opts)
   opts = split_opts(opts) or {}
   local g = get_group(opts.group, 2)
   local root = group_rank(g, src or 0, 'src', 2)
-  local p, n, d = buffer_of(t, opts, 'scatter', 2)
-  local es = dtype_sizes[d]
-  local sp = nil
-  if g.rank == root then
-    if type(list) == 'cdata' and not tensor_of(list) then
-      sp = buffer_of(list, { count = n * g.size, dtype = d }, 'scatter', 2)
-    else
-      if type(list) ~= 'table' or #list ~= g.size then
-        verr(('dist: scatter: rank %d (src) needs a scatter_list of %d entries'):format(g.rank, g.size), 2)
-      end
-      sp = ffi.new('uint8_t[?]', math.max(1, n * es * g.size))
-      for i, x in ipairs(list) do
-        local xp, m, xd = buffer_of(x, { count = n, dtype = d }, 'scatter', 2)
-        if m ~= n or xd ~= d then
-          verr(('dist: scatter: scatter_list[%d] is %s x %d, expected %s x %d'):format(i, dtype_names[xd], m, dtype_names[d], n), 2)
+  local rt = nccl_tensor(g, t)
+  if rt then
+    nccl_contig(rt, 'scatter', 2)
+    local n = tonumber(rt._numel)
+    local flat = nil
+    if g.rank == root then
+      if tensor_of(list) then
+        flat = direct(list, rt, n * g.size) or flat_from({ list }, rt, n * g.size, 'scatter', 2)
+      else
+        if type(list) ~= 'table' or #list ~= g.size then
+          verr(('dist: scatter: rank %d (src) needs a scatter_list of %d entries'):format(g.rank, g.size), 2)
         end
-        ffi.copy(sp + (i - 1) * n * es, xp, n * es)
+        flat = flat_from(list, rt, n, 'scatter', 2)
       end
     end
+    check(nccl_api.dpl_nccl_scatter(g.nccl, flat and tensor_of(flat) or nil, rt, root), 2)
+    return t
   end
-  check(C.dpl_comm_scatter(g.comm, sp, p, n, d, root), 2)
+  local back = {}
+  local t2, l2 = stage(t, back, true), stage(list, back, false)
+  host_scatter(g, t2, l2, root, opts)
+  unstage(back)
   return t
+end
+
+local function host_reduce_scatter(g, out, inputs, op, opts)
+  local p, n, d = buffer_of(out, opts, 'reduce_scatter', 3)
+  local es = dtype_sizes[d]
+  local sp
+  if type(inputs) == 'table' and not tensor_of(inputs) then
+    if #inputs ~= g.size then
+      verr(('dist: reduce_scatter: input_list has %d entries, the group %d ranks'):format(#inputs, g.size), 3)
+    end
+    sp = ffi.new('uint8_t[?]', math.max(1, n * es * g.size))
+    for i, x in ipairs(inputs) do
+      local xp, m, xd = buffer_of(x, { count = n, dtype = d }, 'reduce_scatter', 3)
+      if m ~= n or xd ~= d then
+        verr(('dist: reduce_scatter: input_list[%d] is %s x %d, expected %s x %d'):format(i, dtype_names[xd], m, dtype_names[d], n), 3)
+      end
+      ffi.copy(sp + (i - 1) * n * es, xp, n * es)
+    end
+  else
+    sp = buffer_of(inputs, { count = n * g.size, dtype = d }, 'reduce_scatter', 3)
+  end
+  check(C.dpl_comm_reduce_scatter(g.comm, sp, p, n, d, op_id(op or opts.op, 3)), 3)
 end
 
 -- reduce_scatter(output, input_list, op, opts): output = op over ranks of input_list[rank+1].
@@ -664,26 +940,103 @@ function M.reduce_scatter(out, inputs, op, opts)
   if type(op) == 'table' then opts, op = op, nil end
   opts = split_opts(opts) or {}
   local g = get_group(opts.group, 2)
-  local p, n, d = buffer_of(out, opts, 'reduce_scatter', 2)
-  local es = dtype_sizes[d]
-  local sp
-  if type(inputs) == 'table' and not tensor_of(inputs) then
-    if #inputs ~= g.size then
-      verr(('dist: reduce_scatter: input_list has %d entries, the group %d ranks'):format(#inputs, g.size), 2)
-    end
-    sp = ffi.new('uint8_t[?]', math.max(1, n * es * g.size))
-    for i, x in ipairs(inputs) do
-      local xp, m, xd = buffer_of(x, { count = n, dtype = d }, 'reduce_scatter', 2)
-      if m ~= n or xd ~= d then
-        verr(('dist: reduce_scatter: input_list[%d] is %s x %d, expected %s x %d'):format(i, dtype_names[xd], m, dtype_names[d], n), 2)
+  local rt = nccl_tensor(g, out)
+  if rt then
+    nccl_contig(rt, 'reduce_scatter', 2)
+    local n = tonumber(rt._numel)
+    local flat
+    if tensor_of(inputs) then
+      flat = direct(inputs, rt, n * g.size) or flat_from({ inputs }, rt, n * g.size, 'reduce_scatter', 2)
+    else
+      if type(inputs) ~= 'table' or #inputs ~= g.size then
+        verr(('dist: reduce_scatter: input_list has %d entries, the group %d ranks'):format(
+          type(inputs) == 'table' and #inputs or 0, g.size), 2)
       end
-      ffi.copy(sp + (i - 1) * n * es, xp, n * es)
+      flat = flat_from(inputs, rt, n, 'reduce_scatter', 2)
     end
-  else
-    sp = buffer_of(inputs, { count = n * g.size, dtype = d }, 'reduce_scatter', 2)
+    local o, div = nccl_op(rt, op_id(op or opts.op, 2))
+    check(nccl_api.dpl_nccl_reduce_scatter(g.nccl, tensor_of(flat), rt, o), 2)
+    if div then rt:div_(g.size) end
+    return out
   end
-  check(C.dpl_comm_reduce_scatter(g.comm, sp, p, n, d, op_id(op or opts.op, 2)), 2)
+  local back = {}
+  local o2, i2 = stage(out, back, true), stage(inputs, back, false)
+  host_reduce_scatter(g, o2, i2, op, opts)
+  unstage(back)
   return out
+end
+
+-- The host backends' all_to_all over flat host tensors of size equal blocks: one
+-- scatter per rank (rank r's input scattered into block r of every output).
+local function host_all_to_all(g, out, inp, what)
+  local p, n, d = buffer_of(out, nil, what, 3)
+  local ip, m, id = buffer_of(inp, nil, what, 3)
+  if m ~= n or id ~= d then
+    verr(('dist: %s: input is %s x %d, output %s x %d (they must match)'):format(what, dtype_names[id], m, dtype_names[d], n), 3)
+  end
+  if n % g.size ~= 0 then
+    verr(('dist: %s: %d elements do not split into %d equal blocks'):format(what, n, g.size), 3)
+  end
+  local b, es = n / g.size, dtype_sizes[d]
+  for r = 0, g.size - 1 do
+    check(C.dpl_comm_scatter(g.comm, g.rank == r and ip or nil, ffi.cast('uint8_t *', p) + r * b * es, b, d, r), 3)
+  end
+end
+
+--- all_to_all_single(output, input, opts): input and output hold `size` equal blocks
+--- (split along the first dimension, as torch's without split sizes); block k of
+--- rank j's input lands in block j of rank k's output.
+function M.all_to_all_single(out, inp, opts)
+  opts = split_opts(opts) or {}
+  if opts.output_split_sizes ~= nil or opts.input_split_sizes ~= nil then
+    verr('dist: all_to_all_single: uneven split sizes are not supported (equal blocks only)', 2)
+  end
+  local g = get_group(opts.group, 2)
+  local ot, it = tensor_of(out), tensor_of(inp)
+  if not ot or not it then terr('dist: all_to_all_single expects two tensors (output, input)', 2) end
+  local st = nccl_tensor(g, inp)
+  if st then
+    nccl_contig(st, 'all_to_all_single', 2)
+    local n = tonumber(st._numel)
+    if tonumber(ot._numel) ~= n or ot._dtype ~= st._dtype then
+      verr(('dist: all_to_all_single: input is %s x %d, output %s x %d (they must match)'):format(
+        dtype_names[st._dtype], n, dtype_names[ot._dtype], tonumber(ot._numel)), 2)
+    end
+    if n % g.size ~= 0 then
+      verr(('dist: all_to_all_single: %d elements do not split into %d equal blocks'):format(n, g.size), 2)
+    end
+    local rt = direct(out, st, n)
+    local flat = rt or new_flat(st, n)
+    check(nccl_api.dpl_nccl_all_to_all(g.nccl, st, tensor_of(flat)), 2)
+    if not rt then flat_to({ out }, flat, n, 'all_to_all_single', 2) end
+    return out
+  end
+  local back = {}
+  local o2, i2 = stage(out, back, true), stage(inp, back, false)
+  host_all_to_all(g, o2, i2, 'all_to_all_single')
+  unstage(back)
+  return out
+end
+
+--- all_to_all(output_list, input_list, opts): input_list[k] goes to rank k, where it
+--- lands in output_list[rank+1]. Every tensor has one size and dtype.
+function M.all_to_all(outs, inps, opts)
+  opts = split_opts(opts) or {}
+  local g = get_group(opts.group, 2)
+  for _, l in ipairs({ { outs, 'output_list' }, { inps, 'input_list' } }) do
+    if type(l[1]) ~= 'table' or tensor_of(l[1]) or #l[1] ~= g.size then
+      verr(('dist: all_to_all: %s must be a list of %d tensors (one per rank)'):format(l[2], g.size), 2)
+    end
+  end
+  local lead = tensor_of(inps[1])
+  if not lead then terr('dist: all_to_all: input_list[1] is not a tensor', 2) end
+  local n = tonumber(lead._numel)
+  -- through flat tensors of `size` blocks on the first input's device
+  local flat_in = flat_from(inps, lead, n, 'all_to_all', 2)
+  local flat_out = new_flat(lead, n * g.size)
+  M.all_to_all_single(flat_out, flat_in, { group = opts.group })
+  flat_to(outs, flat_out, n, 'all_to_all', 2)
+  return outs
 end
 
 ---------------------------------------------------------------- objects

@@ -11,8 +11,14 @@ typedef int (*uid_fn)(uint8_t *, int32_t);
 typedef int (*init_fn)(const uint8_t *, int32_t, int32_t, int32_t, int32_t, void **);
 typedef void (*destroy_fn)(void *);
 typedef int (*coll_fn)(void *, int32_t, dpl_tensor *, const dpl_tensor *, int32_t, int32_t);
+typedef int (*split_fn)(void *, int32_t, int32_t, int32_t, int32_t, void **);
+typedef int32_t (*version_fn)(void);
 
-enum { COLL_ALL_REDUCE = 0, COLL_REDUCE = 1, COLL_BROADCAST = 2, COLL_ALL_GATHER = 3 };
+/* the collective codes of dpl_cu_nccl_coll (src/cuda/dpl_cuda_nccl.c) */
+enum {
+  COLL_ALL_REDUCE = 0, COLL_REDUCE = 1, COLL_BROADCAST = 2, COLL_ALL_GATHER = 3,
+  COLL_REDUCE_SCATTER = 4, COLL_GATHER = 5, COLL_SCATTER = 6, COLL_ALL_TO_ALL = 7
+};
 
 static void *sym(const char *name) { return dpl_device_plugin_symbol(name); }
 
@@ -63,6 +69,25 @@ void dpl_nccl_destroy(dpl_nccl *c)
   if (f) f(c);
 }
 
+int32_t dpl_nccl_version(void)
+{
+  version_fn f = (version_fn)sym("dpl_cu_nccl_version");
+  return f ? f() : 0;
+}
+
+int dpl_nccl_split(dpl_nccl *parent, int32_t color, int32_t key, int32_t new_rank, int32_t new_size, dpl_nccl **out)
+{
+  if (!out) return dpl_errorf(DPL_EINVAL, "nccl split: out is NULL");
+  *out = NULL;
+  if (!parent) return dpl_errorf(DPL_EINVAL, "nccl split: the parent communicator is NULL");
+  split_fn f = (split_fn)sym("dpl_cu_nccl_split");
+  if (!f) return missing("nccl split");
+  void *c = NULL;
+  int st = f(parent, color, key, new_rank, new_size, &c);
+  *out = (dpl_nccl *)c;
+  return st;
+}
+
 static int coll(const char *what, dpl_nccl *c, int32_t kind, dpl_tensor *t, const dpl_tensor *send, int32_t op,
                 int32_t root)
 {
@@ -78,4 +103,20 @@ int dpl_nccl_broadcast(dpl_nccl *c, dpl_tensor *t, int32_t root) { return coll("
 int dpl_nccl_all_gather(dpl_nccl *c, const dpl_tensor *send, dpl_tensor *recv)
 {
   return coll("all_gather", c, COLL_ALL_GATHER, recv, send, 0, 0);
+}
+int dpl_nccl_reduce_scatter(dpl_nccl *c, const dpl_tensor *send, dpl_tensor *recv, int32_t op)
+{
+  return coll("reduce_scatter", c, COLL_REDUCE_SCATTER, recv, send, op, 0);
+}
+int dpl_nccl_gather(dpl_nccl *c, const dpl_tensor *send, dpl_tensor *recv, int32_t root)
+{
+  return coll("gather", c, COLL_GATHER, recv, send, 0, root);
+}
+int dpl_nccl_scatter(dpl_nccl *c, const dpl_tensor *send, dpl_tensor *recv, int32_t root)
+{
+  return coll("scatter", c, COLL_SCATTER, recv, send, 0, root);
+}
+int dpl_nccl_all_to_all(dpl_nccl *c, const dpl_tensor *send, dpl_tensor *recv)
+{
+  return coll("all_to_all", c, COLL_ALL_TO_ALL, recv, send, 0, 0);
 }

@@ -1,9 +1,15 @@
 /* dpl_cuda_nccl.c: NCCL for dpl.dist on GPU tensors. libnccl.so.2 is loaded
  * with dlopen on first use (the plugin loads fast and works without it); a
  * communicator binds one GPU, and every collective is queued on that GPU's
- * compute stream, ordered with the kernels around it. Called by the core's
- * dpl_nccl_* forwarders (src/comm/dpl_comm_nccl.c), which find these
- * functions by name; errors name the NCCL call and the device. */
+ * compute stream, ordered with the kernels around it. Owns the communicators
+ * (made from a unique id, or split from a parent for subgroups) and the
+ * collectives: all_reduce, reduce, broadcast, all_gather, reduce_scatter as
+ * NCCL collectives; gather, scatter and all_to_all as ncclSend/ncclRecv pairs
+ * in one NCCL group. Entry points a libnccl may lack (ncclReduceScatter,
+ * ncclSend/ncclRecv 2.7+, ncclCommSplit 2.18+) are resolved on their own and
+ * fail with a message naming them when used. Called by the core's dpl_nccl_*
+ * forwarders (src/comm/dpl_comm_nccl.c), which find these functions by name;
+ * errors name the NCCL call and the device. */
 #include "dpl_cuda_internal.h"
 #include <dlfcn.h>
 #include <nccl.h>
@@ -20,6 +26,13 @@ typedef ncclResult_t (*reduce_fn)(const void *, void *, size_t, ncclDataType_t, 
                                   cudaStream_t);
 typedef ncclResult_t (*bcast_fn)(const void *, void *, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t);
 typedef ncclResult_t (*allgather_fn)(const void *, void *, size_t, ncclDataType_t, ncclComm_t, cudaStream_t);
+typedef ncclResult_t (*rscatter_fn)(const void *, void *, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t,
+                                    cudaStream_t);
+typedef ncclResult_t (*send_fn)(const void *, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t);
+typedef ncclResult_t (*recv_fn)(void *, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t);
+typedef ncclResult_t (*group_fn)(void);
+typedef ncclResult_t (*split_fn)(ncclComm_t, int, int, ncclComm_t *, ncclConfig_t *);
+typedef ncclResult_t (*version_fn)(int *);
 typedef const char *(*errstr_fn)(ncclResult_t);
 typedef const char *(*lasterr_fn)(ncclComm_t);
 
@@ -34,6 +47,13 @@ static struct {
   reduce_fn reduce;
   bcast_fn broadcast;
   allgather_fn all_gather;
+  rscatter_fn reduce_scatter; /* the rest may be missing from an old libnccl: checked at use */
+  send_fn send;
+  recv_fn recv;
+  group_fn group_start, group_end;
+  split_fn comm_split;
+  version_fn get_version;
+  int version;                /* ncclGetVersion's code (2.10.3 -> 21003), 0 when unknown */
   errstr_fn error_string;
   lasterr_fn last_error;
 } N = {.once = PTHREAD_ONCE_INIT};
@@ -60,6 +80,13 @@ static void load(void)
   N.reduce = (reduce_fn)dlsym(h, "ncclReduce");
   N.broadcast = (bcast_fn)dlsym(h, "ncclBroadcast");
   N.all_gather = (allgather_fn)dlsym(h, "ncclAllGather");
+  N.reduce_scatter = (rscatter_fn)dlsym(h, "ncclReduceScatter");
+  N.send = (send_fn)dlsym(h, "ncclSend");
+  N.recv = (recv_fn)dlsym(h, "ncclRecv");
+  N.group_start = (group_fn)dlsym(h, "ncclGroupStart");
+  N.group_end = (group_fn)dlsym(h, "ncclGroupEnd");
+  N.comm_split = (split_fn)dlsym(h, "ncclCommSplit");
+  N.get_version = (version_fn)dlsym(h, "ncclGetVersion");
   N.error_string = (errstr_fn)dlsym(h, "ncclGetErrorString");
   N.last_error = (lasterr_fn)dlsym(h, "ncclGetLastError");
   if (!N.get_unique_id || !N.comm_init_rank || !N.comm_destroy || !N.all_reduce || !N.reduce || !N.broadcast ||
@@ -68,7 +95,23 @@ static void load(void)
     dlclose(h);
     return;
   }
+  int v = 0;
+  if (N.get_version && N.get_version(&v) == ncclSuccess) N.version = v;
   N.h = h;
+}
+
+/* an entry point an old libnccl may lack */
+static int need_sym(const void *f, const char *call, const char *since)
+{
+  if (f) return DPL_OK;
+  return dpl_errorf(DPL_ENOTIMPL, "%s: the loaded libnccl (version %d) lacks it (NCCL %s or newer)", call, N.version,
+                    since);
+}
+
+EXPORT int32_t dpl_cu_nccl_version(void)
+{
+  pthread_once(&N.once, load);
+  return N.h ? N.version : 0;
 }
 
 EXPORT const char *dpl_cu_nccl_unavailable(void)
@@ -143,6 +186,39 @@ EXPORT void dpl_cu_nccl_destroy(void *p)
   free(c);
 }
 
+/* A subgroup's communicator split from parent c: collective over every rank of c;
+ * color < 0 (not a member) gives *out = NULL. new_rank/new_nranks: the caller's
+ * rank and size in the subgroup (key orders the ranks as the host subgroup does). */
+EXPORT int dpl_cu_nccl_split(void *p, int32_t color, int32_t key, int32_t new_rank, int32_t new_nranks, void **out)
+{
+  cu_nccl *c = p;
+  *out = NULL;
+  DPL_TRY(need_nccl("nccl split"));
+  DPL_TRY(need_sym((const void *)N.comm_split, "ncclCommSplit", "2.18"));
+  if (color >= 0 && (new_nranks < 1 || new_rank < 0 || new_rank >= new_nranks))
+    return dpl_errorf(DPL_EINVAL, "nccl split: rank %d of %d is out of range", (int)new_rank, (int)new_nranks);
+  if (!dpl_cu_device(c->device, "ncclCommSplit")) return DPL_EDEVICE;
+  ncclComm_t nc = NULL;
+  ncclResult_t r = N.comm_split(c->comm, color < 0 ? NCCL_SPLIT_NOCOLOR : (int)color, (int)key, &nc, NULL);
+  if (r != ncclSuccess) return nccl_fail(r, "ncclCommSplit", c->device, c->comm);
+  if (color < 0) {
+    if (nc) N.comm_destroy(nc);
+    return DPL_OK;
+  }
+  if (!nc) return dpl_errorf(DPL_ECOMM, "ncclCommSplit on cuda:%d: no communicator for color %d", (int)c->device, (int)color);
+  cu_nccl *n = calloc(1, sizeof *n);
+  if (!n) {
+    N.comm_destroy(nc);
+    return dpl_errorf(DPL_ENOMEM, "nccl split: out of memory");
+  }
+  n->comm = nc;
+  n->device = c->device;
+  n->rank = new_rank;
+  n->nranks = new_nranks;
+  *out = n;
+  return DPL_OK;
+}
+
 static int nccl_dtype(int32_t dt, ncclDataType_t *out)
 {
   switch (dt) {
@@ -169,6 +245,9 @@ static int nccl_op(const char *what, int32_t dt, int32_t op, ncclRedOp_t *out)
   case DPL_COMM_AVG:
     if (dt == DPL_INT32 || dt == DPL_INT64 || dt == DPL_UINT8)
       return dpl_errorf(DPL_EINVAL, "%s: AVG needs a floating dtype, got %s", what, dpl_dtype_name(dt));
+    if (N.version > 0 && N.version < 21000)
+      return dpl_errorf(DPL_ENOTIMPL, "%s: ncclAvg needs NCCL 2.10 or newer, the loaded libnccl is version %d "
+                        "(sum, then divide)", what, N.version);
     *out = ncclAvg;
     return DPL_OK;
   case DPL_COMM_MAX: *out = ncclMax; return DPL_OK;
@@ -188,44 +267,142 @@ static int check_tensor(const char *what, const cu_nccl *c, const dpl_tensor *t,
   return DPL_OK;
 }
 
-enum { COLL_ALL_REDUCE = 0, COLL_REDUCE = 1, COLL_BROADCAST = 2, COLL_ALL_GATHER = 3 };
 
+enum {
+  COLL_ALL_REDUCE = 0, COLL_REDUCE = 1, COLL_BROADCAST = 2, COLL_ALL_GATHER = 3,
+  COLL_REDUCE_SCATTER = 4, COLL_GATHER = 5, COLL_SCATTER = 6, COLL_ALL_TO_ALL = 7
+};
+
+/* the other buffer of a two-buffer collective: same dtype, `numel` elements */
+static int check_pair(const char *what, const cu_nccl *c, const dpl_tensor *t, const char *name, int32_t dtype,
+                      int64_t numel)
+{
+  DPL_TRY(check_tensor(what, c, t, name));
+  if (t->_dtype != dtype || t->_numel != numel)
+    return dpl_errorf(DPL_EINVAL, "%s: the %s must hold %lld %s elements, it holds %lld %s", what, name,
+                      (long long)numel, dpl_dtype_name(dtype), (long long)t->_numel, dpl_dtype_name(t->_dtype));
+  return DPL_OK;
+}
+
+/* gather, scatter, all_to_all: ncclSend/ncclRecv of `n`-element blocks, fused in one
+ * NCCL group. to_root: gather (every rank sends its block to root, root receives
+ * block k from rank k); scatter: root sends block k to rank k. all_to_all: rank j's
+ * block k goes to rank k's block j. send/recv may be NULL where a rank has none. */
+static int p2p_blocks(const cu_nccl *c, const dpl_cu_dev *d, int32_t kind, const char *what, const void *send,
+                      void *recv, size_t n, ncclDataType_t dt, int32_t es, int32_t root)
+{
+  const char *sb = send, *call = "ncclGroupStart";
+  char *rb = recv;
+  size_t bytes = n * (size_t)es;
+  ncclResult_t r = N.group_start(), r2;
+  if (r != ncclSuccess) return nccl_fail(r, what, c->device, c->comm);
+  if (kind == COLL_GATHER) {
+    call = "ncclSend";
+    r = N.send(sb, n, dt, root, c->comm, d->compute);
+    for (int32_t k = 0; c->rank == root && k < c->nranks && r == ncclSuccess; k++) {
+      call = "ncclRecv";
+      r = N.recv(rb + (size_t)k * bytes, n, dt, k, c->comm, d->compute);
+    }
+  } else if (kind == COLL_SCATTER) {
+    for (int32_t k = 0; c->rank == root && k < c->nranks && r == ncclSuccess; k++) {
+      call = "ncclSend";
+      r = N.send(sb + (size_t)k * bytes, n, dt, k, c->comm, d->compute);
+    }
+    if (r == ncclSuccess) {
+      call = "ncclRecv";
+      r = N.recv(rb, n, dt, root, c->comm, d->compute);
+    }
+  } else {
+    for (int32_t k = 0; k < c->nranks && r == ncclSuccess; k++) {
+      call = "ncclSend";
+      r = N.send(sb + (size_t)k * bytes, n, dt, k, c->comm, d->compute);
+      if (r != ncclSuccess) break;
+      call = "ncclRecv";
+      r = N.recv(rb + (size_t)k * bytes, n, dt, k, c->comm, d->compute);
+    }
+  }
+  r2 = N.group_end(); /* also after a failed call: it leaves the group */
+  if (r != ncclSuccess) return nccl_fail(r, call, c->device, c->comm);
+  if (r2 != ncclSuccess) return nccl_fail(r2, "ncclGroupEnd", c->device, c->comm);
+  return DPL_OK;
+}
+
+/* t: the tensor (all_reduce, reduce, broadcast) or the receive buffer; send: the send
+ * buffer of the two-buffer collectives. gather's recv is NULL off the root, scatter's
+ * send is NULL off the root. Block sizes (n = numel of one rank's block):
+ * all_gather send n, recv nranks*n; reduce_scatter send nranks*n, recv n; gather send n,
+ * recv nranks*n on root; scatter send nranks*n on root, recv n; all_to_all send and recv
+ * nranks*n. */
 EXPORT int dpl_cu_nccl_coll(void *p, int32_t kind, dpl_tensor *t, const dpl_tensor *send, int32_t op, int32_t root)
 {
-  static const char *names[] = {"ncclAllReduce", "ncclReduce", "ncclBroadcast", "ncclAllGather"};
+  static const char *names[] = {"ncclAllReduce", "ncclReduce",  "ncclBroadcast", "ncclAllGather",
+                                "ncclReduceScatter", "nccl gather", "nccl scatter", "nccl all_to_all"};
   cu_nccl *c = p;
-  if (kind < 0 || kind > COLL_ALL_GATHER) return dpl_errorf(DPL_EINVAL, "nccl: unknown collective %d", (int)kind);
+  if (!c) return dpl_errorf(DPL_EINVAL, "nccl: the communicator is NULL");
+  if (kind < 0 || kind > COLL_ALL_TO_ALL) return dpl_errorf(DPL_EINVAL, "nccl: unknown collective %d", (int)kind);
   const char *what = names[kind];
-  DPL_TRY(check_tensor(what, c, t, kind == COLL_ALL_GATHER ? "receive buffer" : "tensor"));
-  ncclDataType_t dt;
-  if (!nccl_dtype(t->_dtype, &dt)) return dpl_errorf(DPL_EINVAL, "%s: dtype %s", what, dpl_dtype_name(t->_dtype));
-  if ((kind == COLL_REDUCE || kind == COLL_BROADCAST) && (root < 0 || root >= c->nranks))
+  if (kind == COLL_REDUCE_SCATTER) DPL_TRY(need_sym((const void *)N.reduce_scatter, "ncclReduceScatter", "2.0"));
+  if (kind >= COLL_GATHER) {
+    DPL_TRY(need_sym((const void *)N.send, "ncclSend", "2.7"));
+    DPL_TRY(need_sym((const void *)N.recv, "ncclRecv", "2.7"));
+    DPL_TRY(need_sym((const void *)N.group_start, "ncclGroupStart", "2.0"));
+    DPL_TRY(need_sym((const void *)N.group_end, "ncclGroupEnd", "2.0"));
+  }
+  if ((kind == COLL_REDUCE || kind == COLL_BROADCAST || kind == COLL_GATHER || kind == COLL_SCATTER) &&
+      (root < 0 || root >= c->nranks))
     return dpl_errorf(DPL_EINVAL, "%s: root %d is not a rank (0..%d)", what, (int)root, (int)c->nranks - 1);
+  int me_root = c->rank == root;
+  /* the buffer every rank has: its dtype and block size */
+  const dpl_tensor *lead = kind == COLL_GATHER ? send : t;
+  const char *lead_name = kind <= COLL_BROADCAST ? "tensor" : kind == COLL_GATHER ? "send buffer" : "receive buffer";
+  DPL_TRY(check_tensor(what, c, lead, lead_name));
+  ncclDataType_t dt;
+  if (!nccl_dtype(lead->_dtype, &dt)) return dpl_errorf(DPL_EINVAL, "%s: dtype %s", what, dpl_dtype_name(lead->_dtype));
+  int32_t es = (int32_t)dpl_dtype_size(lead->_dtype);
+  int64_t nr = c->nranks, n = lead->_numel;
+  switch (kind) {
+  case COLL_ALL_GATHER:
+    DPL_TRY(check_tensor(what, c, send, "send buffer"));
+    n = send->_numel;
+    DPL_TRY(check_pair(what, c, t, "receive buffer", send->_dtype, n * nr));
+    break;
+  case COLL_REDUCE_SCATTER: DPL_TRY(check_pair(what, c, send, "send buffer", t->_dtype, n * nr)); break;
+  case COLL_GATHER:
+    if (me_root || t) DPL_TRY(check_pair(what, c, t, "receive buffer", send->_dtype, n * nr));
+    break;
+  case COLL_SCATTER:
+    if (me_root || send) DPL_TRY(check_pair(what, c, send, "send buffer", t->_dtype, n * nr));
+    break;
+  case COLL_ALL_TO_ALL:
+    DPL_TRY(check_pair(what, c, send, "send buffer", t->_dtype, t->_numel));
+    if (t->_numel % nr != 0)
+      return dpl_errorf(DPL_EINVAL, "%s: %lld elements do not split into %d equal blocks", what, (long long)t->_numel,
+                        (int)nr);
+    n = t->_numel / nr;
+    break;
+  default: break;
+  }
   dpl_cu_dev *d = dpl_cu_device(c->device, what);
   if (!d) return DPL_EDEVICE;
-  size_t n = (size_t)t->_numel;
-  ncclResult_t r;
+  ncclResult_t r = ncclSuccess;
   ncclRedOp_t rop = ncclSum;
   switch (kind) {
   case COLL_ALL_REDUCE:
     DPL_TRY(nccl_op(what, t->_dtype, op, &rop));
-    r = N.all_reduce(t->_data, t->_data, n, dt, rop, c->comm, d->compute);
+    r = N.all_reduce(t->_data, t->_data, (size_t)n, dt, rop, c->comm, d->compute);
     break;
   case COLL_REDUCE:
     DPL_TRY(nccl_op(what, t->_dtype, op, &rop));
-    r = N.reduce(t->_data, t->_data, n, dt, rop, root, c->comm, d->compute);
+    r = N.reduce(t->_data, t->_data, (size_t)n, dt, rop, root, c->comm, d->compute);
     break;
-  case COLL_BROADCAST:
-    r = N.broadcast(t->_data, t->_data, n, dt, root, c->comm, d->compute);
+  case COLL_BROADCAST: r = N.broadcast(t->_data, t->_data, (size_t)n, dt, root, c->comm, d->compute); break;
+  case COLL_ALL_GATHER: r = N.all_gather(send->_data, t->_data, (size_t)n, dt, c->comm, d->compute); break;
+  case COLL_REDUCE_SCATTER:
+    DPL_TRY(nccl_op(what, t->_dtype, op, &rop));
+    r = N.reduce_scatter(send->_data, t->_data, (size_t)n, dt, rop, c->comm, d->compute);
     break;
   default:
-    DPL_TRY(check_tensor(what, c, send, "send buffer"));
-    if (send->_dtype != t->_dtype || send->_numel * c->nranks != t->_numel)
-      return dpl_errorf(DPL_EINVAL, "%s: the receive buffer must hold %d x %lld %s elements, it holds %lld %s", what,
-                        (int)c->nranks, (long long)send->_numel, dpl_dtype_name(send->_dtype), (long long)t->_numel,
-                        dpl_dtype_name(t->_dtype));
-    r = N.all_gather(send->_data, t->_data, (size_t)send->_numel, dt, c->comm, d->compute);
-    break;
+    return p2p_blocks(c, d, kind, what, send ? send->_data : NULL, t ? t->_data : NULL, (size_t)n, dt, es, root);
   }
   if (r != ncclSuccess) return nccl_fail(r, what, c->device, c->comm);
   return DPL_OK;

@@ -1,7 +1,8 @@
 -- dpl.strategies.ddp: one process per device. 'ddp': the processes are started
 -- outside (dplhost --nproc N, mpirun, srun: torchrun-like RANK/WORLD_SIZE/
 -- LOCAL_RANK, Open MPI's or SLURM's variables); each joins the process group
--- (dpl.dist, shm or mpi), parameters are broadcast from rank 0, gradients are
+-- (dpl.dist: nccl when the root device is a real GPU and NCCL is there, else shm
+-- or mpi), parameters are broadcast from rank 0, gradients are
 -- averaged (all-reduce) before each optimizer step (not on accumulation-only
 -- batches, as DDP's no_sync), and a DistributedSampler is inserted.
 -- 'ddp_spawn' forks workers from the running script (dpl.strategies.spawn);
@@ -29,6 +30,42 @@ local function external_ranks()
 end
 M._external_ranks = external_ranks
 
+-- True when dev is a real CUDA GPU (not one of DPL_VIRTUAL_GPUS); specs stub it.
+function M._real_gpu(dev)
+  if type(dev) ~= 'table' or not dev.is_cuda then return false end
+  local ffi = require 'ffi'
+  local C = require('dpl.capi').C
+  local info = ffi.new('dpl_device_info')
+  return C.dpl_device_get_info(C.DPL_DEVICE_CUDA, dev.index, info) == 0 and info.simulated == 0
+end
+
+-- "" when NCCL can be used, else why not; specs stub it.
+function M._nccl_unavailable()
+  return require('ffi').string(require('dpl.capi').C.dpl_nccl_unavailable_reason())
+end
+
+local warned_nccl = false
+--- The dist backend a DDP-family strategy joins with (Lightning's choice: nccl when
+--- the root device is a GPU). An explicit process_group_backend option, then
+--- DPL_DIST_BACKEND, win; a real GPU without NCCL falls back to `fallback` (nil: the
+--- default, shm) with a one-line warning; otherwise `fallback`.
+function M.process_group_backend(strategy, fallback)
+  if strategy._process_group_backend ~= nil then return strategy._process_group_backend end
+  local e = os.getenv('DPL_DIST_BACKEND')
+  if e ~= nil and e ~= '' then return e end
+  if M._real_gpu(strategy.root_device) then
+    local why = M._nccl_unavailable()
+    if why == '' then return 'nccl' end
+    if not warned_nccl then
+      warned_nccl = true
+      require('dpl.log').warn("strategy '%s': the root device %s is a GPU but NCCL is unavailable (%s); using backend"
+        .. " '%s' (GPU tensors staged through host memory)", strategy.strategy_name, tostring(strategy.root_device),
+        why, fallback or 'shm')
+    end
+  end
+  return fallback
+end
+
 local DDPStrategy = S.ParallelStrategy:extend('DDPStrategy')
 DDPStrategy.strategy_name = 'ddp'
 M.DDPStrategy = DDPStrategy
@@ -47,6 +84,14 @@ function DDPStrategy:__init(opts)
     errors.ValueError:raise(('DDPStrategy: bucket_cap_mb must be a number > 0, got %s'):format(tostring(kw.bucket_cap_mb)), 2)
   end
   self._ddp_kwargs = kw
+  if opts.process_group_backend ~= nil then
+    local b = opts.process_group_backend
+    if b ~= 'shm' and b ~= 'mpi' and b ~= 'nccl' then
+      errors.MisconfigurationException:raise(("DDPStrategy: process_group_backend='%s' (shm, mpi or nccl)")
+        :format(tostring(b)), 2)
+    end
+    self._process_group_backend = b
+  end
   self:set_world_ranks()
 end
 
@@ -88,7 +133,9 @@ function DDPStrategy:setup_environment()
       .. " `dplhost --nproc %d script.lua` (or mpirun / srun); this process has no RANK/WORLD_SIZE")
       :format(self.strategy_name, self.world_size, self.world_size), 0)
   end
-  dist.init_process_group{ rank = self.global_rank, world_size = self.world_size }
+  local backend = M.process_group_backend(self)
+  dist.init_process_group{ backend = backend, rank = self.global_rank, world_size = self.world_size,
+    device = backend == 'nccl' and self.root_device or nil }
   if self.global_rank == 0 then
     require('dpl.log').info('Initializing distributed: GLOBAL_RANK: 0, MEMBER: 1/%d; backend=%s. All distributed'
       .. ' processes registered. Starting with %d processes', self.world_size, dist.get_backend(), self.world_size)

@@ -21,6 +21,7 @@ end
 
 function DDP2Strategy:__init(opts)
   S.ParallelStrategy.__init(self, opts)
+  self._process_group_backend = opts.process_group_backend
   self:set_world_ranks()
 end
 
@@ -45,7 +46,10 @@ function DDP2Strategy:setup_environment()
   if self.world_size <= 1 then return end
   local dist = require 'dpl.dist'
   if dist.is_initialized() then return end
-  dist.init_process_group{ rank = self.global_rank, world_size = self.world_size }
+  -- nccl when the root device is a real GPU with NCCL (ddp.process_group_backend)
+  local backend = require('dpl.strategies.ddp').process_group_backend(self)
+  dist.init_process_group{ backend = backend, rank = self.global_rank, world_size = self.world_size,
+    device = backend == 'nccl' and self.root_device or nil }
 end
 
 -- collectives across the nodes' processes (dp's are identities)

@@ -18,6 +18,7 @@ end
 
 function HorovodStrategy:__init(opts)
   S.ParallelStrategy.__init(self, opts)
+  self._process_group_backend = opts.process_group_backend
   self._ddp_kwargs = {}
   self:set_world_ranks()
 end
@@ -40,7 +41,14 @@ function HorovodStrategy:setup_environment()
   if self.world_size <= 1 then return end
   local dist = require 'dpl.dist'
   if dist.is_initialized() then return end
-  dist.init_process_group{ backend = 'mpi' }
+  -- NCCL for GPU tensors when the root device is a real GPU with NCCL, bootstrapped
+  -- through MPI (ddp.process_group_backend); else the mpi backend
+  local backend = require('dpl.strategies.ddp').process_group_backend(self, 'mpi')
+  if backend == 'nccl' then
+    dist.init_process_group{ backend = 'nccl', host_backend = 'mpi', device = self.root_device }
+  else
+    dist.init_process_group{ backend = 'mpi' }
+  end
 end
 
 function HorovodStrategy:setup(trainer)

@@ -37,6 +37,12 @@ end
 -- The worker's part: this process's ranks, the run, and (rank 0) what the parent needs.
 worker_body = function(strategy, trainer, fn, rank, tmp, ...)
   strategy:_set_process_index(rank)
+  -- nccl when this worker's device is a real GPU with NCCL (ddp.process_group_backend)
+  local dist = require 'dpl.dist'
+  if dist.is_initialized() and dist.get_world_size() > 1
+      and require('dpl.strategies.ddp').process_group_backend(strategy) == 'nccl' then
+    dist._enable_nccl(strategy.root_device.index)
+  end
   trainer:_refresh_ranks()
   local result = fn(trainer, ...)
   if rank ~= 0 then return nil end
