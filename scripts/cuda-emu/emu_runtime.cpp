@@ -17,6 +17,7 @@
 #include <map>
 #include <mutex>
 #include <set>
+#include <string>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -505,6 +506,31 @@ struct launch_state {
 };
 
 std::mutex launch_mu; /* one launch at a time: the index variables are process-wide */
+
+/* DPL_CUDA_EMU_STATS=1: launches, blocks and threads per kernel, printed at exit (which kernels a run reached) */
+struct kstat {
+  unsigned long long launches, blocks, threads, fiber_blocks;
+};
+std::map<std::string, kstat> *stats;
+void print_stats()
+{
+  for (auto &kv : *stats)
+    fprintf(stderr, "cuda-emu: stats %-40s %8llu launches %10llu blocks (%llu with barriers) %12llu threads\n",
+            kv.first.c_str(), kv.second.launches, kv.second.blocks, kv.second.fiber_blocks, kv.second.threads);
+}
+kstat *stat_for(const char *kernel)
+{
+  static int on = -1;
+  if (on < 0) {
+    const char *e = getenv("DPL_CUDA_EMU_STATS");
+    on = e && *e && strcmp(e, "0") != 0;
+    if (on) {
+      stats = new std::map<std::string, kstat>();
+      atexit(print_stats);
+    }
+  }
+  return on ? &(*stats)[kernel] : nullptr;
+}
 launch_state *L;
 char *stacks;
 
@@ -555,29 +581,33 @@ void resume_fiber(launch_state *l, unsigned t)
   swapcontext(&l->sched, &l->th[t]);
 }
 
-void run_block(launch_state *l)
+/* threads run in index order in even blocks and in reverse order in odd ones, so that a missing
+ * barrier shows whichever way the threads of a block depend on each other */
+void run_block(launch_state *l, bool reverse)
 {
+  const unsigned n = l->nt, first = reverse ? n - 1 : 0;
+  auto nth = [&](unsigned k) { return reverse ? n - 1 - k : k; };
   l->fibers = true;
-  start_fiber(l, 0);
-  if (l->state[0] == F_DONE) { /* no barrier on thread 0's path: the others run as plain calls */
+  start_fiber(l, first);
+  if (l->state[first] == F_DONE) { /* no barrier on the first thread's path: the others run as plain calls */
     l->fibers = false;
-    for (unsigned t = 1; t < l->nt; t++) {
-      set_thread(t);
+    for (unsigned k = 1; k < n; k++) {
+      set_thread(nth(k));
       l->fn(l->ctx);
     }
     return;
   }
-  for (unsigned t = 1; t < l->nt; t++) start_fiber(l, t);
+  for (unsigned k = 1; k < n; k++) start_fiber(l, nth(k));
   for (;;) { /* every live fiber waits at the barrier: release them one after another */
     unsigned waiting = 0, done = 0;
-    for (unsigned t = 0; t < l->nt; t++) {
+    for (unsigned t = 0; t < n; t++) {
       waiting += l->state[t] == F_WAIT;
       done += l->state[t] == F_DONE;
     }
     if (waiting == 0) break;
-    if (done && !l->diverged) l->diverged = true;
-    for (unsigned t = 0; t < l->nt; t++)
-      if (l->state[t] == F_WAIT) resume_fiber(l, t);
+    if (done) l->diverged = true;
+    for (unsigned k = 0; k < n; k++)
+      if (l->state[nth(k)] == F_WAIT) resume_fiber(l, nth(k));
   }
 }
 
@@ -647,6 +677,8 @@ extern "C" void emu_launch_run(const emu_cfg_t *cfg, emu_thread_fn fn, void *ctx
   l->nt = cfg->block.x * cfg->block.y * cfg->block.z;
   l->diverged = false;
   L = l;
+  kstat *ks = stat_for(kernel);
+  if (ks) ks->launches++;
   gridDim = cfg->grid;
   blockDim = cfg->block;
   for (unsigned z = 0; z < cfg->grid.z; z++)
@@ -655,7 +687,12 @@ extern "C" void emu_launch_run(const emu_cfg_t *cfg, emu_thread_fn fn, void *ctx
         blockIdx.x = x;
         blockIdx.y = y;
         blockIdx.z = z;
-        run_block(l);
+        run_block(l, ((x ^ y ^ z) & 1) != 0);
+        if (ks) {
+          ks->blocks++;
+          ks->threads += l->nt;
+          ks->fiber_blocks += l->fibers;
+        }
         if (l->diverged) {
           misuse(cudaErrorLaunchFailure, "%s: block (%u,%u,%u): __syncthreads not reached by every thread", kernel, x, y,
                  z);
