@@ -9,7 +9,9 @@
  * status cuBLAS would give. */
 #include "include/cublas_v2.h"
 #include "include/cuda_fp16.h"
+#include <algorithm>
 #include <set>
+#include <vector>
 #include <mutex>
 #include <stdarg.h>
 #include <stdio.h>
@@ -136,24 +138,35 @@ cublasStatus_t gemm_check(const char *call, cublasHandle_t h, cublasOperation_t 
   return CUBLAS_STATUS_SUCCESS;
 }
 
-/* C = alpha op(A) op(B) + beta C in accumulator type T; ld/st load and store elements */
+/* C = alpha op(A) op(B) + beta C in accumulator type T; la/lb/lc load elements, sc stores one. Each
+ * element sums its k products in order; with op(A) = A a column of C at a time (A read down its columns) */
 template <typename T, typename LA, typename LB, typename LC, typename SC>
 void gemm_run(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, T alpha, int lda, int ldb, T beta,
               int ldc, LA la, LB lb, LC lc, SC sc)
 {
-  for (int j = 0; j < n; j++)
-    for (int i = 0; i < m; i++) {
-      T acc = 0;
+  std::vector<T> acc((size_t)m);
+  for (int j = 0; j < n; j++) {
+    if (ta == CUBLAS_OP_N) {
+      std::fill(acc.begin(), acc.end(), (T)0);
       for (int p = 0; p < k; p++) {
-        size_t ia = ta == CUBLAS_OP_N ? (size_t)p * lda + i : (size_t)i * lda + p;
-        size_t ib = tb == CUBLAS_OP_N ? (size_t)j * ldb + p : (size_t)p * ldb + j;
-        acc += la(ia) * lb(ib);
+        T bv = lb(tb == CUBLAS_OP_N ? (size_t)j * ldb + p : (size_t)p * ldb + j);
+        for (int i = 0; i < m; i++) acc[i] += la((size_t)p * lda + i) * bv;
       }
+    } else {
+      for (int i = 0; i < m; i++) {
+        T a = 0;
+        for (int p = 0; p < k; p++)
+          a += la((size_t)i * lda + p) * lb(tb == CUBLAS_OP_N ? (size_t)j * ldb + p : (size_t)p * ldb + j);
+        acc[i] = a;
+      }
+    }
+    for (int i = 0; i < m; i++) {
       size_t ic = (size_t)j * ldc + i;
-      T v = alpha * acc;
+      T v = alpha * acc[i];
       if (beta != 0) v += beta * lc(ic);
       sc(ic, v);
     }
+  }
 }
 
 } // namespace

@@ -6,7 +6,8 @@
  * memset and kernel argument is checked against the allocations and devices it
  * may touch), streams and events (synchronous: work runs when it is queued;
  * the handles are still checked), and kernel launches: blocks run one after
- * another; a block's threads run as fibers (ucontext) so that __syncthreads is
+ * another; a block's threads run as fibers (a few lines of assembly on x86-64,
+ * ucontext elsewhere or with -DDPL_EMU_UCONTEXT) so that __syncthreads is
  * a barrier and __shared__ (a static) is the block's memory. A block whose
  * thread 0 ends without reaching a barrier runs its other threads as plain
  * calls; a barrier not reached by all threads of a block is reported.
@@ -492,6 +493,26 @@ namespace {
 
 enum { F_RUN, F_WAIT, F_DONE };
 
+#if defined(__x86_64__) && !defined(DPL_EMU_UCONTEXT)
+#define EMU_ASM_SWITCH 1
+/* saves the callee-saved registers on the current stack, stores its pointer in *save, continues on the
+ * stack `to` (as saved by an earlier switch, or prepared by start_fiber); no signal mask, no system call */
+extern "C" void emu_ctx_switch(void **save, void *to);
+asm(".text\n"
+    ".globl emu_ctx_switch\n"
+    ".hidden emu_ctx_switch\n"
+    ".type emu_ctx_switch,@function\n"
+    "emu_ctx_switch:\n"
+    "  pushq %rbp\n  pushq %rbx\n  pushq %r12\n  pushq %r13\n  pushq %r14\n  pushq %r15\n"
+    "  movq %rsp, (%rdi)\n"
+    "  movq %rsi, %rsp\n"
+    "  popq %r15\n  popq %r14\n  popq %r13\n  popq %r12\n  popq %rbx\n  popq %rbp\n"
+    "  ret\n"
+    ".size emu_ctx_switch, .-emu_ctx_switch\n");
+#else
+#define EMU_ASM_SWITCH 0
+#endif
+
 struct launch_state {
   emu_thread_fn fn;
   void *ctx;
@@ -500,8 +521,13 @@ struct launch_state {
   bool fibers;        /* the block's threads are fibers (else plain calls after thread 0) */
   int current;        /* the fiber running */
   bool diverged;      /* a barrier some threads of the block did not reach */
+#if EMU_ASM_SWITCH
+  void *sched;                /* saved stack pointers */
+  void *th[EMU_MAX_THREADS];
+#else
   ucontext_t sched;
   ucontext_t th[EMU_MAX_THREADS];
+#endif
   unsigned char state[EMU_MAX_THREADS];
 };
 
@@ -546,7 +572,12 @@ void fiber_main()
   launch_state *l = L;
   l->fn(l->ctx);
   l->state[l->current] = F_DONE;
-  /* returns to l->sched through uc_link */
+#if EMU_ASM_SWITCH
+  void *dead;
+  emu_ctx_switch(&dead, l->sched); /* never resumed */
+  __builtin_unreachable();
+#endif
+  /* ucontext: returns to l->sched through uc_link */
 }
 
 bool ensure_stacks()
@@ -562,15 +593,31 @@ bool ensure_stacks()
 
 void start_fiber(launch_state *l, unsigned t)
 {
+  char *stack = stacks + (size_t)t * EMU_STACK;
+#if EMU_ASM_SWITCH
+  /* the frame emu_ctx_switch pops: six registers, then fiber_main as the return address, entered with
+   * rsp = 8 mod 16 as after a call */
+  uintptr_t top = ((uintptr_t)(stack + EMU_STACK)) & ~(uintptr_t)15;
+  void **sp = (void **)top;
+  *--sp = nullptr;             /* fiber_main's return address: it never returns */
+  *--sp = (void *)fiber_main;
+  for (int k = 0; k < 6; k++) *--sp = nullptr;
+  l->th[t] = sp;
+#else
   getcontext(&l->th[t]);
-  l->th[t].uc_stack.ss_sp = stacks + (size_t)t * EMU_STACK;
+  l->th[t].uc_stack.ss_sp = stack;
   l->th[t].uc_stack.ss_size = EMU_STACK;
   l->th[t].uc_link = &l->sched;
   makecontext(&l->th[t], fiber_main, 0);
+#endif
   l->state[t] = F_RUN;
   l->current = (int)t;
   set_thread(t);
+#if EMU_ASM_SWITCH
+  emu_ctx_switch(&l->sched, l->th[t]);
+#else
   swapcontext(&l->sched, &l->th[t]);
+#endif
 }
 
 void resume_fiber(launch_state *l, unsigned t)
@@ -578,7 +625,11 @@ void resume_fiber(launch_state *l, unsigned t)
   l->state[t] = F_RUN;
   l->current = (int)t;
   set_thread(t);
+#if EMU_ASM_SWITCH
+  emu_ctx_switch(&l->sched, l->th[t]);
+#else
   swapcontext(&l->sched, &l->th[t]);
+#endif
 }
 
 /* threads run in index order in even blocks and in reverse order in odd ones, so that a missing
@@ -623,7 +674,11 @@ extern "C" void emu_syncthreads(void)
   }
   int t = l->current;
   l->state[t] = F_WAIT;
+#if EMU_ASM_SWITCH
+  emu_ctx_switch(&l->th[t], l->sched);
+#else
   swapcontext(&l->th[t], &l->sched);
+#endif
 }
 
 extern "C" int emu_launch_check(const emu_cfg_t *cfg, const char *kernel)
