@@ -3,8 +3,9 @@
 -- cuda-emu` builds it with g++ alone, the fake NVML reports the emulated GPU,
 -- and the op-consistency check (scripts/gpu_check.lua ops: every case of
 -- spec/support/cuda_check.lua, allocations poisoned) passes with the plugin's
--- own host code, allocator, copies, launch geometry and kernels; two emulated
--- GPUs exchange tensors; the emulator's checks are live (a kernel handed host
+-- own host code, allocator, copies, launch geometry and kernels; dpl.dist's
+-- nccl backend runs on the emulator's one-rank NCCL; two emulated GPUs
+-- exchange tensors; the emulator's checks are live (a kernel handed host
 -- memory fails as on a GPU). Skips without g++.
 local h = require 'spec.support.helpers'
 
@@ -63,6 +64,13 @@ describe('the CUDA plugin under the CPU emulator', function()
     assert.is_true(tonumber(np) > 250, out)
     assert.are.equal(0, rc, out .. err)
     assert.is_nil(err:find('cuda-emu:', 1, true), err) -- no misuse reported by the emulator
+  end)
+
+  it("runs dpl.dist's nccl backend on its one-rank NCCL (gpu_check.lua nccl)", function()
+    local out, err, rc = emulated('scripts/gpu_check.lua nccl', 'DPL_CUDA_POISON=1')
+    assert.are.equal(0, rc, out .. err)
+    assert.truthy(out:find('| dist backend nccl: [^\n]*| 1 | pass |'), out .. err)
+    assert.is_nil(err:find('cuda-emu:', 1, true), err)
   end)
 
   it('runs two GPUs: peer copies, per-device streams and cuBLAS handles', function()

@@ -163,6 +163,8 @@ cudaError_t check_stream(const char *call, cudaStream_t s, int *dev)
 
 } // namespace
 
+extern "C" int emu_stream_device(cudaStream_t s) { return stream_dev(s); }
+
 extern "C" int emu_device_range(const void *p, size_t n, int dev)
 {
   alloc_info ai;
