@@ -2,7 +2,8 @@
 -- scripts/cuda-emu (docs/cuda.md, "Running the plugin on the CPU"): `make
 -- cuda-emu` builds it with g++ alone, the fake NVML reports the emulated GPU,
 -- and the op-consistency check (scripts/gpu_check.lua ops: every case of
--- spec/support/cuda_check.lua, allocations poisoned) passes with the plugin's
+-- spec/support/cuda_check.lua, allocations poisoned; again with a guard page
+-- after every device allocation) passes with the plugin's
 -- own host code, allocator, copies, launch geometry and kernels; dpl.dist's
 -- nccl backend runs on the emulator's one-rank NCCL; two emulated GPUs
 -- exchange tensors; the emulator's checks are live (a kernel handed host
@@ -52,19 +53,21 @@ describe('the CUDA plugin under the CPU emulator', function()
     assert.truthy(out:find('CUDA plugin ' .. emu .. '/dpl_cuda_emu.so', 1, true), out)
   end)
 
-  it('passes the op-consistency check (gpu_check.lua ops, poisoned allocations)', function()
-    local out, err, rc = emulated('scripts/gpu_check.lua ops', nil, 300)
-    local np, nf = out:match('op consistency: (%d+) passed, (%d+) failed')
-    local fails = {}
-    for line in out:gmatch('[^\n]+') do
-      if line:find('**FAIL**', 1, true) then fails[#fails + 1] = line end
-    end
-    assert.truthy(np, 'no summary line:\n' .. out .. err)
-    assert.are.equal(0, tonumber(nf), table.concat(fails, '\n') .. '\n' .. err)
-    assert.is_true(tonumber(np) > 250, out)
-    assert.are.equal(0, rc, out .. err)
-    assert.is_nil(err:find('cuda-emu:', 1, true), err) -- no misuse reported by the emulator
-  end)
+  for _, mode in ipairs({ { '', '' }, { ' with guard pages after every allocation', 'DPL_CUDA_EMU_GUARD=1' } }) do
+    it('passes the op-consistency check (gpu_check.lua ops, poisoned allocations)' .. mode[1], function()
+      local out, err, rc = emulated('scripts/gpu_check.lua ops', mode[2], 300)
+      local np, nf = out:match('op consistency: (%d+) passed, (%d+) failed')
+      local fails = {}
+      for line in out:gmatch('[^\n]+') do
+        if line:find('**FAIL**', 1, true) then fails[#fails + 1] = line end
+      end
+      assert.truthy(np, 'no summary line:\n' .. out .. err)
+      assert.are.equal(0, tonumber(nf), table.concat(fails, '\n') .. '\n' .. err)
+      assert.is_true(tonumber(np) > 250, out)
+      assert.are.equal(0, rc, out .. err)
+      assert.is_nil(err:find('cuda-emu:', 1, true), err) -- no misuse reported by the emulator
+    end)
+  end
 
   it("runs dpl.dist's nccl backend on its one-rank NCCL (gpu_check.lua nccl)", function()
     local out, err, rc = emulated('scripts/gpu_check.lua nccl', 'DPL_CUDA_POISON=1')

@@ -12,7 +12,9 @@
  * thread 0 ends without reaching a barrier runs its other threads as plain
  * calls; a barrier not reached by all threads of a block is reported.
  * Misuse is reported on stderr with the prefix "cuda-emu:" and returned as the
- * CUDA error a GPU would give. */
+ * CUDA error a GPU would give. DPL_CUDA_EMU_GUARD=1 ends every device allocation
+ * at an inaccessible page: a kernel (or copy) running past the end of a
+ * cudaMalloc block stops the process with the kernel's name. */
 #include "include/cuda_runtime_api.h"
 #include "include/emu_device.h"
 #include <map>
@@ -22,6 +24,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <ucontext.h>
 #include <unistd.h>
@@ -36,7 +39,9 @@ const uint32_t STREAM_MAGIC = 0x5354524d, EVENT_MAGIC = 0x45564e54;
 
 struct alloc_info {
   size_t size;
-  int dev; /* -1: pinned host memory */
+  int dev;          /* -1: pinned host memory */
+  void *map;        /* DPL_CUDA_EMU_GUARD: the mapping holding it (else NULL) */
+  size_t map_len;
 };
 
 std::mutex mu; /* the registries */
@@ -251,6 +256,57 @@ extern "C" cudaError_t cudaGetDevice(int *dev)
 extern "C" cudaError_t cudaDeviceSynchronize(void) { return need_device(); }
 
 /* ---------------------------------------------------------------- memory */
+namespace {
+const char *fault_where(); /* the running kernel (launches below) */
+
+void on_fault(int sig, siginfo_t *si, void *)
+{
+  char buf[512];
+  int n = snprintf(buf, sizeof buf,
+                   "cuda-emu: %s: illegal address %p (past the end of a device allocation: DPL_CUDA_EMU_GUARD)\n",
+                   fault_where(), si->si_addr);
+  if (write(2, buf, n > 0 ? (size_t)n : 0) < 0) {}
+  signal(sig, SIG_DFL);
+  raise(sig);
+}
+
+bool guard_mode()
+{
+  static int g = -1;
+  if (g < 0) {
+    const char *e = getenv("DPL_CUDA_EMU_GUARD");
+    g = e && *e && strcmp(e, "0") != 0;
+    if (g) {
+      static char alt[64 << 10];
+      stack_t ss;
+      ss.ss_sp = alt;
+      ss.ss_size = sizeof alt;
+      ss.ss_flags = 0;
+      sigaltstack(&ss, nullptr);
+      struct sigaction sa;
+      memset(&sa, 0, sizeof sa);
+      sa.sa_sigaction = on_fault;
+      sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
+      sigaction(SIGSEGV, &sa, nullptr);
+      sigaction(SIGBUS, &sa, nullptr);
+    }
+  }
+  return g;
+}
+
+/* rounded bytes ending at an inaccessible page; the mapping in map and len */
+void *guarded_alloc(size_t rounded, void **map, size_t *len)
+{
+  size_t page = (size_t)sysconf(_SC_PAGESIZE), body = (rounded + page - 1) / page * page;
+  void *m = mmap(nullptr, body + page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (m == MAP_FAILED) return nullptr;
+  mprotect((char *)m + body, page, PROT_NONE);
+  *map = m;
+  *len = body + page;
+  return (char *)m + body - rounded;
+}
+} // namespace
+
 extern "C" cudaError_t cudaMalloc(void **ptr, size_t size)
 {
   if (!ptr) return fail(cudaErrorInvalidValue);
@@ -262,12 +318,14 @@ extern "C" cudaError_t cudaMalloc(void **ptr, size_t size)
     std::lock_guard<std::mutex> g(mu);
     if (used[cur_dev] + rounded > mem_limit()) return fail(cudaErrorMemoryAllocation);
   }
-  void *p = aligned_alloc(256, rounded);
+  void *map = nullptr;
+  size_t map_len = 0;
+  void *p = guard_mode() ? guarded_alloc(rounded, &map, &map_len) : aligned_alloc(256, rounded);
   if (!p) return fail(cudaErrorMemoryAllocation);
   memset(p, 0xcd, rounded); /* what was there before: unwritten outputs are not zeros */
   std::lock_guard<std::mutex> g(mu);
   used[cur_dev] += rounded;
-  allocs[(uintptr_t)p] = alloc_info{rounded, cur_dev};
+  allocs[(uintptr_t)p] = alloc_info{rounded, cur_dev, map, map_len};
   *ptr = p;
   return cudaSuccess;
 }
@@ -282,9 +340,12 @@ extern "C" cudaError_t cudaFree(void *ptr)
     return misuse(cudaErrorInvalidValue, "cudaFree(%p): not the start of a device allocation", ptr);
   }
   used[it->second.dev] -= it->second.size;
+  void *map = it->second.map;
+  size_t map_len = it->second.map_len;
   allocs.erase(it);
   g.unlock();
-  free(ptr);
+  if (map) munmap(map, map_len);
+  else free(ptr);
   return cudaSuccess;
 }
 
@@ -298,7 +359,7 @@ extern "C" cudaError_t cudaHostAlloc(void **ptr, size_t size, unsigned int flags
   void *p = aligned_alloc(4096, rounded ? rounded : 4096);
   if (!p) return fail(cudaErrorMemoryAllocation);
   std::lock_guard<std::mutex> g(mu);
-  allocs[(uintptr_t)p] = alloc_info{rounded, -1};
+  allocs[(uintptr_t)p] = alloc_info{rounded, -1, nullptr, 0};
   *ptr = p;
   return cudaSuccess;
 }
@@ -561,6 +622,15 @@ kstat *stat_for(const char *kernel)
 }
 launch_state *L;
 char *stacks;
+
+const char *fault_where()
+{
+  static char buf[256];
+  if (!L) return "host code (a copy, cuBLAS or NCCL emulation, or the plugin)";
+  snprintf(buf, sizeof buf, "kernel %s, block (%u,%u,%u), thread (%u,%u,%u)", L->kernel, blockIdx.x, blockIdx.y,
+           blockIdx.z, threadIdx.x, threadIdx.y, threadIdx.z);
+  return buf;
+}
 
 void set_thread(unsigned t)
 {
