@@ -119,13 +119,13 @@ $(BUILD)/dpl_header_text.o: $(BUILD)/dpl_header_text.c
 EMU       := build/cuda-emu
 EMU_DIR   := scripts/cuda-emu
 EMU_INC   := $(EMU_DIR)/include
-EMU_HDRS  := $(wildcard $(EMU_INC)/*.h)
+EMU_HDRS  := $(wildcard $(EMU_INC)/*.h) $(EMU_DIR)/emu_internal.h
 EMU_CFLAGS   := -std=c11 -O2 -g -MMD -MP -Wall -Wextra -pthread -fPIC -Iinclude -Isrc/host -I$(EMU_INC) $(EXTRA_CFLAGS)
 EMU_CXXFLAGS := -std=c++17 -O2 -g -MMD -MP -Wall -Wextra -Wno-unknown-pragmas -pthread -fPIC -ffp-contract=off \
                 -Iinclude -Isrc/host -Isrc/cuda -I$(EMU_INC)
 EMU_OBJS  := $(patsubst src/cuda/%.c,$(EMU)/cuda/%.o,$(CUDA_C_SRCS)) \
              $(patsubst src/cuda/%.cu,$(EMU)/gen/%.o,$(CUDA_CU_SRCS)) $(EMU)/emu_runtime.o $(EMU)/emu_cublas.o \
-             $(EMU)/emu_nccl.o
+             $(EMU)/emu_nccl.o $(EMU)/emu_order.o
 
 cuda-emu: $(EMU)/dpl_cuda_emu.so $(EMU)/libnvidia-ml.so.1
 

@@ -6,7 +6,9 @@
  * checked as cuBLAS does (operations, sizes, leading dimensions) and every
  * matrix the call reads or writes must lie in device memory of the handle's
  * device; a violation is reported on stderr ("cuda-emu:") and returned as the
- * status cuBLAS would give. */
+ * status cuBLAS would give. A call is one operation on the handle's stream for
+ * the ordering checker (A and B read, C written). */
+#include "emu_internal.h"
 #include "include/cublas_v2.h"
 #include "include/cuda_fp16.h"
 #include <algorithm>
@@ -16,9 +18,6 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
-
-/* emu_runtime.cpp: 1 when [p, p + n) lies in device memory of cuda:dev */
-extern "C" int emu_device_range(const void *p, size_t n, int dev);
 
 namespace {
 
@@ -135,6 +134,13 @@ cublasStatus_t gemm_check(const char *call, cublasHandle_t h, cublasOperation_t 
     if (!matrix_ok(call, "B", B, rows_b, tb == CUBLAS_OP_N ? n : k, ldb, esb, dev)) return CUBLAS_STATUS_EXECUTION_FAILED;
   }
   if (!matrix_ok(call, "C", C, m, n, ldc, esc, dev)) return CUBLAS_STATUS_EXECUTION_FAILED;
+  cudaStream_t s = (*hs)->stream;
+  emu_op(s);
+  if (k > 0) {
+    emu_access(s, A, 0, call);
+    emu_access(s, B, 0, call);
+  }
+  emu_access(s, C, 1, call);
   return CUBLAS_STATUS_SUCCESS;
 }
 
@@ -202,10 +208,10 @@ extern "C" cublasStatus_t cublasSetStream(cublasHandle_t handle, cudaStream_t s)
 {
   handle_s *h = handle_of(handle);
   if (!h) return misuse(CUBLAS_STATUS_NOT_INITIALIZED, "cublasSetStream: %p is not a live handle", (void *)handle);
-  if (s && cudaStreamSynchronize(s) != cudaSuccess) { /* checks the handle */
-    cudaGetLastError();
-    return misuse(CUBLAS_STATUS_INVALID_VALUE, "cublasSetStream: %p is not a live stream", (void *)s);
-  }
+  int sd = emu_stream_device(s);
+  if (sd < 0) return misuse(CUBLAS_STATUS_INVALID_VALUE, "cublasSetStream: %p is not a live stream", (void *)s);
+  if (s && sd != h->dev)
+    return misuse(CUBLAS_STATUS_INVALID_VALUE, "cublasSetStream: a stream of cuda:%d for a handle of cuda:%d", sd, h->dev);
   h->stream = s;
   return CUBLAS_STATUS_SUCCESS;
 }

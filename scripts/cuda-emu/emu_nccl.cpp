@@ -6,8 +6,10 @@
  * contribution) and ncclSend/ncclRecv to self, matched at ncclGroupEnd. It
  * checks what NCCL needs: live communicators and streams of the communicator's
  * device, buffers in that device's memory, datatypes, ops, roots and peers, and
- * sends matched by receives of the same size in a group. More than one rank
+ * sends matched by receives of the same size in a group; each call is an
+ * operation on its stream for the ordering checker. More than one rank
  * (several processes) is refused with a message. */
+#include "emu_internal.h"
 #include "include/nccl.h"
 #include <mutex>
 #include <set>
@@ -17,10 +19,6 @@
 #include <string>
 #include <unistd.h>
 #include <vector>
-
-/* emu_runtime.cpp */
-extern "C" int emu_device_range(const void *p, size_t n, int dev);
-extern "C" int emu_stream_device(cudaStream_t s);
 
 struct ncclComm {
   int dev, rank, nranks;
@@ -73,7 +71,7 @@ size_t type_size(ncclDataType_t t)
   return 0;
 }
 
-/* comm, datatype, stream; the buffers: (pointer, elements) pairs, NULL pointers skipped */
+/* comm, datatype, stream; the buffers: (pointer, elements) pairs, b1 read and b2 written, empty ones skipped */
 ncclResult_t check(const char *call, ncclComm_t comm, ncclDataType_t dt, cudaStream_t s, const void *b1, size_t n1,
                    const void *b2, size_t n2, ncclComm **out)
 {
@@ -92,6 +90,9 @@ ncclResult_t check(const char *call, ncclComm_t comm, ncclDataType_t dt, cudaStr
     if (ns[k] > 0 && !emu_device_range(bufs[k], ns[k] * es, c->dev))
       return fail(c, ncclInvalidArgument, "%s: buffer %p (%zu elements of %zu bytes) is not device memory of cuda:%d",
                   call, bufs[k], ns[k], es, c->dev);
+  emu_op(s);
+  if (n1 > 0) emu_access(s, b1, 0, call);
+  if (n2 > 0) emu_access(s, b2, 1, call);
   return ncclSuccess;
 }
 
@@ -279,7 +280,8 @@ static ncclResult_t p2p_queue(const char *call, bool send, void *buf, size_t cou
                               ncclComm_t comm, cudaStream_t s)
 {
   ncclComm *c;
-  ncclResult_t r = check(call, comm, dt, s, buf, count, nullptr, 0, &c);
+  ncclResult_t r = send ? check(call, comm, dt, s, buf, count, nullptr, 0, &c)
+                        : check(call, comm, dt, s, nullptr, 0, buf, count, &c);
   if (r == ncclSuccess && (peer < 0 || peer >= c->nranks))
     r = fail(c, ncclInvalidArgument, "%s: peer %d of %d ranks", call, peer, c->nranks);
   if (r == ncclSuccess && group_depth == 0)

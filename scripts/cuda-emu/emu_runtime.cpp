@@ -11,11 +11,12 @@
  * a barrier and __shared__ (a static) is the block's memory. A block whose
  * thread 0 ends without reaching a barrier runs its other threads as plain
  * calls; a barrier not reached by all threads of a block is reported.
- * Misuse is reported on stderr with the prefix "cuda-emu:" and returned as the
+ * Every queued operation reports its accesses to the stream-ordering checker
+ * (emu_order.cpp). Misuse is reported on stderr with the prefix "cuda-emu:" and returned as the
  * CUDA error a GPU would give. DPL_CUDA_EMU_GUARD=1 ends every device allocation
  * at an inaccessible page: a kernel (or copy) running past the end of a
  * cudaMalloc block stops the process with the kernel's name. */
-#include "include/cuda_runtime_api.h"
+#include "emu_internal.h"
 #include "include/emu_device.h"
 #include <map>
 #include <mutex>
@@ -176,6 +177,15 @@ extern "C" int emu_device_range(const void *p, size_t n, int dev)
   return find_alloc(p, n, &ai, nullptr) && ai.dev == dev;
 }
 
+extern "C" void emu_op(cudaStream_t s) { emu::order_op(s); }
+
+extern "C" void emu_access(cudaStream_t s, const void *p, int write, const char *op)
+{
+  alloc_info ai;
+  uintptr_t base;
+  if (p && find_alloc(p, 0, &ai, &base) && ai.dev >= 0) emu::order_access(s, base, write != 0, op);
+}
+
 /* ---------------------------------------------------------------- errors */
 extern "C" cudaError_t cudaGetLastError(void)
 {
@@ -253,7 +263,12 @@ extern "C" cudaError_t cudaGetDevice(int *dev)
   return cudaSuccess;
 }
 
-extern "C" cudaError_t cudaDeviceSynchronize(void) { return need_device(); }
+extern "C" cudaError_t cudaDeviceSynchronize(void)
+{
+  if (cudaError_t e = need_device()) return e;
+  emu::order_sync_all();
+  return cudaSuccess;
+}
 
 /* ---------------------------------------------------------------- memory */
 namespace {
@@ -326,6 +341,7 @@ extern "C" cudaError_t cudaMalloc(void **ptr, size_t size)
   std::lock_guard<std::mutex> g(mu);
   used[cur_dev] += rounded;
   allocs[(uintptr_t)p] = alloc_info{rounded, cur_dev, map, map_len};
+  emu::order_forget((uintptr_t)p);
   *ptr = p;
   return cudaSuccess;
 }
@@ -333,6 +349,8 @@ extern "C" cudaError_t cudaMalloc(void **ptr, size_t size)
 extern "C" cudaError_t cudaFree(void *ptr)
 {
   if (!ptr) return cudaSuccess;
+  emu::order_sync_all(); /* cudaFree waits for the device */
+  emu::order_forget((uintptr_t)ptr);
   std::unique_lock<std::mutex> g(mu);
   auto it = allocs.find((uintptr_t)ptr);
   if (it == allocs.end() || it->second.dev < 0) {
@@ -391,7 +409,8 @@ extern "C" cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total_bytes)
 /* ---------------------------------------------------------------- copies */
 namespace {
 /* dev: the device whose stream carries the copy */
-cudaError_t copy_checked(const char *call, void *dst, const void *src, size_t n, cudaMemcpyKind kind, int dev)
+cudaError_t copy_checked(const char *call, void *dst, const void *src, size_t n, cudaMemcpyKind kind, int dev,
+                         cudaStream_t s)
 {
   if (n == 0) return cudaSuccess;
   if (!dst || !src) return misuse(cudaErrorInvalidValue, "%s: NULL pointer", call);
@@ -418,6 +437,9 @@ cudaError_t copy_checked(const char *call, void *dst, const void *src, size_t n,
   default: return misuse(cudaErrorInvalidMemcpyDirection, "%s: copy kind %d", call, (int)kind);
   }
   if (e) return e;
+  emu_op(s);
+  emu_access(s, src, 0, call);
+  emu_access(s, dst, 1, call);
   memmove(dst, src, n);
   return cudaSuccess;
 }
@@ -427,13 +449,15 @@ extern "C" cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, cud
 {
   int dev;
   if (cudaError_t e = check_stream("cudaMemcpyAsync", s, &dev)) return e;
-  return copy_checked("cudaMemcpyAsync", dst, src, n, kind, dev);
+  return copy_checked("cudaMemcpyAsync", dst, src, n, kind, dev, s);
 }
 
 extern "C" cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, cudaMemcpyKind kind)
 {
   if (cudaError_t e = need_device()) return e;
-  return copy_checked("cudaMemcpy", dst, src, n, kind, cur_dev);
+  cudaError_t e = copy_checked("cudaMemcpy", dst, src, n, kind, cur_dev, 0);
+  emu::order_sync_stream(0); /* synchronous */
+  return e;
 }
 
 extern "C" cudaError_t cudaMemcpyPeerAsync(void *dst, int dst_dev, const void *src, int src_dev, size_t n,
@@ -444,6 +468,9 @@ extern "C" cudaError_t cudaMemcpyPeerAsync(void *dst, int dst_dev, const void *s
   if (n == 0) return cudaSuccess;
   if (cudaError_t e = check_range("cudaMemcpyPeerAsync", "destination", dst, n, dst_dev)) return e;
   if (cudaError_t e = check_range("cudaMemcpyPeerAsync", "source", src, n, src_dev)) return e;
+  emu_op(s);
+  emu_access(s, src, 0, "cudaMemcpyPeerAsync");
+  emu_access(s, dst, 1, "cudaMemcpyPeerAsync");
   memmove(dst, src, n);
   return cudaSuccess;
 }
@@ -459,6 +486,8 @@ extern "C" cudaError_t cudaMemsetAsync(void *dst, int value, size_t n, cudaStrea
   if (cudaError_t e = check_stream("cudaMemsetAsync", s, &dev)) return e;
   if (n == 0) return cudaSuccess;
   if (cudaError_t e = check_range("cudaMemsetAsync", "destination", dst, n, dev)) return e;
+  emu_op(s);
+  emu_access(s, dst, 1, "cudaMemsetAsync");
   memset(dst, value, n);
   return cudaSuccess;
 }
@@ -491,7 +520,12 @@ extern "C" cudaError_t cudaStreamDestroy(cudaStream_t s)
   return cudaSuccess;
 }
 
-extern "C" cudaError_t cudaStreamSynchronize(cudaStream_t s) { return check_stream("cudaStreamSynchronize", s, nullptr); }
+extern "C" cudaError_t cudaStreamSynchronize(cudaStream_t s)
+{
+  if (cudaError_t e = check_stream("cudaStreamSynchronize", s, nullptr)) return e;
+  emu::order_sync_stream(s);
+  return cudaSuccess;
+}
 
 extern "C" cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned int flags)
 {
@@ -514,6 +548,7 @@ extern "C" cudaError_t cudaEventDestroy(cudaEvent_t e)
     return misuse(cudaErrorInvalidResourceHandle, "cudaEventDestroy(%p): not a live event", (void *)e);
   }
   g.unlock();
+  emu::order_forget_event(e);
   delete (event_s *)e;
   return cudaSuccess;
 }
@@ -528,12 +563,14 @@ extern "C" cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s)
     return misuse(cudaErrorInvalidResourceHandle, "cudaEventRecord: event of cuda:%d on a stream of cuda:%d", ev->dev,
                   dev);
   ev->recorded = 1;
+  emu::order_record(e, s);
   return cudaSuccess;
 }
 
 extern "C" cudaError_t cudaEventSynchronize(cudaEvent_t e)
 {
   if (!event_of(e)) return misuse(cudaErrorInvalidResourceHandle, "cudaEventSynchronize: %p is not a live event", (void *)e);
+  emu::order_sync_event(e);
   return cudaSuccess;
 }
 
@@ -548,6 +585,7 @@ extern "C" cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsign
   if (flags != 0) return fail(cudaErrorInvalidValue);
   if (cudaError_t r = check_stream("cudaStreamWaitEvent", s, nullptr)) return r;
   if (!event_of(e)) return misuse(cudaErrorInvalidResourceHandle, "cudaStreamWaitEvent: %p is not a live event", (void *)e);
+  emu::order_wait(s, e);
   return cudaSuccess;
 }
 
@@ -753,6 +791,9 @@ extern "C" void emu_syncthreads(void)
 #endif
 }
 
+/* the launch being checked: its stream, for the ordering checker */
+thread_local cudaStream_t launch_stream;
+
 extern "C" int emu_launch_check(const emu_cfg_t *cfg, const char *kernel)
 {
   const dim3 g = cfg->grid, b = cfg->block;
@@ -770,6 +811,8 @@ extern "C" int emu_launch_check(const emu_cfg_t *cfg, const char *kernel)
            cur_dev);
     return 0;
   }
+  launch_stream = cfg->stream;
+  emu_op(cfg->stream);
   return 1;
 }
 
@@ -786,6 +829,7 @@ extern "C" int emu_launch_check_ptr(const void *p, int arg, const char *kernel)
            ai.dev, cur_dev);
     return 1;
   }
+  emu_access(launch_stream, p, 1, kernel); /* read or write: not known here */
   return 0;
 }
 
