@@ -123,16 +123,24 @@ EMU_HDRS  := $(wildcard $(EMU_INC)/*.h) $(EMU_DIR)/emu_internal.h
 EMU_CFLAGS   := -std=c11 -O2 -g -MMD -MP -Wall -Wextra -pthread -fPIC -Iinclude -Isrc/host -I$(EMU_INC) $(EXTRA_CFLAGS)
 EMU_CXXFLAGS := -std=c++17 -O2 -g -MMD -MP -Wall -Wextra -Wno-unknown-pragmas -pthread -fPIC -ffp-contract=off \
                 -Iinclude -Isrc/host -Isrc/cuda -I$(EMU_INC)
+EMU_RT_OBJS := $(EMU)/emu_runtime.o $(EMU)/emu_cublas.o $(EMU)/emu_nccl.o $(EMU)/emu_order.o
 EMU_OBJS  := $(patsubst src/cuda/%.c,$(EMU)/cuda/%.o,$(CUDA_C_SRCS)) \
-             $(patsubst src/cuda/%.cu,$(EMU)/gen/%.o,$(CUDA_CU_SRCS)) $(EMU)/emu_runtime.o $(EMU)/emu_cublas.o \
-             $(EMU)/emu_nccl.o $(EMU)/emu_order.o
+             $(patsubst src/cuda/%.cu,$(EMU)/gen/%.o,$(CUDA_CU_SRCS)) $(EMU_RT_OBJS)
 
-cuda-emu: $(EMU)/dpl_cuda_emu.so $(EMU)/libnvidia-ml.so.1
+cuda-emu: $(EMU)/dpl_cuda_emu.so $(EMU)/libnvidia-ml.so.1 $(EMU)/emu_selftest
 
 .PRECIOUS: $(EMU)/gen/%.cpp
 
 $(EMU)/dpl_cuda_emu.so: $(EMU_OBJS)
 	g++ -shared -pthread -o $@ $^ -ldl -lm
+
+# the emulator's own checks (spec/cuda_emu_spec.lua runs it)
+$(EMU)/emu_selftest: $(EMU)/gen/emu_selftest.o $(EMU_RT_OBJS)
+	g++ -pthread -o $@ $^ -ldl -lm
+
+$(EMU)/gen/emu_selftest.cpp: $(EMU_DIR)/emu_selftest.cu $(EMU_DIR)/emu_rewrite.pl
+	@mkdir -p $(dir $@)
+	perl $(EMU_DIR)/emu_rewrite.pl $< > $@.tmp && mv -f $@.tmp $@
 
 $(EMU)/libnvidia-ml.so.1: $(EMU_DIR)/emu_nvml.c
 	@mkdir -p $(dir $@)
@@ -153,7 +161,7 @@ $(EMU)/%.o: $(EMU_DIR)/%.cpp $(EMU_HDRS)
 	@mkdir -p $(dir $@)
 	g++ $(EMU_CXXFLAGS) -c -o $@ $<
 
--include $(OBJS:.o=.d) $(CUDA_OBJS:.o=.d) $(EMU_OBJS:.o=.d)
+-include $(OBJS:.o=.d) $(CUDA_OBJS:.o=.d) $(EMU_OBJS:.o=.d) $(EMU)/gen/emu_selftest.d
 
 deps:
 	@bash scripts/install-deps.sh

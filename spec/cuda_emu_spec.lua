@@ -6,8 +6,8 @@
 -- after every device allocation) passes with the plugin's
 -- own host code, allocator, copies, launch geometry and kernels; dpl.dist's
 -- nccl backend runs on the emulator's one-rank NCCL; two emulated GPUs
--- exchange tensors; the emulator's checks are live (a kernel handed host
--- memory fails as on a GPU). Skips without g++.
+-- exchange tensors; the emulator's checks are live (emu_selftest; a kernel
+-- handed host memory fails as on a GPU). Skips without g++.
 local h = require 'spec.support.helpers'
 
 local emu = h.root .. '/build/cuda-emu'
@@ -43,6 +43,13 @@ describe('the CUDA plugin under the CPU emulator', function()
       assert.truthy(fh, f .. ' missing')
       fh:close()
     end
+  end)
+
+  it("passes its own checks (emu_selftest: barriers, faults, races, cuBLAS, float16)", function()
+    build()
+    local out, err, rc = h.sh(h.q(emu .. '/emu_selftest'))
+    assert.are.equal(0, rc, out .. err)
+    assert.truthy(out:find('emu_selftest: %d+ checks, 0 failures'), out .. err)
   end)
 
   it('--devices lists the emulated GPU and the emulated plugin', function()
