@@ -2,8 +2,11 @@
 # emu_rewrite.pl: turns a .cu file into host C++ for the CUDA emulator: every
 # launch `kernel<<<grid, block[, shmem[, stream]]>>>(args);` (template
 # arguments, nested parentheses and several lines allowed) becomes
-# `emu_launch(kernel, "kernel", emu_cfg(grid, block, ...), args);`, and a #line
-# directive keeps compiler messages pointing at the source.
+# `emu_launch(kernel, "kernel", emu_cfg(grid, block, ...), args);`; every
+# `__shared__ T name[N]...;` is followed by `emu_shared_fresh(name, sizeof name);`
+# (the block's first thread to pass it fills it with 0xff bytes: shared memory
+# does not keep a previous block's values); a #line directive keeps compiler
+# messages pointing at the source.
 #   perl emu_rewrite.pl src/cuda/x.cu > build/cuda-emu/gen/x.cpp
 use strict;
 use warnings;
@@ -57,5 +60,6 @@ while ((my $at = index($s, '<<<')) >= 0) {
   $launches++;
 }
 $out .= $s;
+my $shared = ($out =~ s/(__shared__\s+[^;{}()]*?\b(\w+)\s*(?:\[[^\];]+\]\s*)+;)/$1 emu_shared_fresh($2, sizeof $2);/g) || 0;
 print "#line 1 \"$path\"\n", $out;
 print STDERR "emu_rewrite.pl: $path: no kernel launch found\n" unless $launches;

@@ -6,7 +6,8 @@
  * memset and kernel argument is checked against the allocations and devices it
  * may touch), streams and events (synchronous: work runs when it is queued;
  * the handles are still checked), and kernel launches: blocks run one after
- * another; a block's threads run as fibers (a few lines of assembly on x86-64,
+ * another (each finds its __shared__ arrays filled with 0xff bytes, not
+ * the previous block's values); a block's threads run as fibers (a few lines of assembly on x86-64,
  * ucontext elsewhere or with -DDPL_EMU_UCONTEXT) so that __syncthreads is
  * a barrier and __shared__ (a static) is the block's memory. A block whose
  * thread 0 ends without reaching a barrier runs its other threads as plain
@@ -22,6 +23,7 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <vector>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -660,6 +662,12 @@ kstat *stat_for(const char *kernel)
 }
 launch_state *L;
 char *stacks;
+unsigned long long block_serial; /* counts the blocks run */
+struct shared_seen {
+  void *p;
+  unsigned long long serial;
+};
+std::vector<shared_seen> shared_arrays; /* the __shared__ arrays met, with the block that filled them last */
 
 const char *fault_where()
 {
@@ -747,6 +755,7 @@ void resume_fiber(launch_state *l, unsigned t)
 void run_block(launch_state *l, bool reverse)
 {
   const unsigned n = l->nt, first = reverse ? n - 1 : 0;
+  block_serial++;
   auto nth = [&](unsigned k) { return reverse ? n - 1 - k : k; };
   l->fibers = true;
   start_fiber(l, first);
@@ -773,6 +782,20 @@ void run_block(launch_state *l, bool reverse)
 }
 
 } // namespace
+
+extern "C" void emu_shared_fresh(void *p, size_t n)
+{
+  for (auto &a : shared_arrays)
+    if (a.p == p) {
+      if (a.serial != block_serial) {
+        memset(p, 0xff, n);
+        a.serial = block_serial;
+      }
+      return;
+    }
+  memset(p, 0xff, n);
+  shared_arrays.push_back(shared_seen{p, block_serial});
+}
 
 extern "C" void emu_syncthreads(void)
 {

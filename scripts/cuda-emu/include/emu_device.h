@@ -30,6 +30,8 @@ extern uint3 threadIdx, blockIdx;
 extern dim3 blockDim, gridDim;
 
 extern "C" void emu_syncthreads(void);
+/* a __shared__ array reached by a thread: filled with 0xff bytes once per block (emu_rewrite.pl adds the calls) */
+extern "C" void emu_shared_fresh(void *p, size_t n);
 #define __syncthreads() emu_syncthreads()
 
 /* ---- atomics: the old value, like CUDA's ---- */
