@@ -256,6 +256,17 @@ for _, dt in ipairs({ 'float32', 'float64', 'bfloat16', 'float16' }) do
   end, (dt == 'bfloat16' or dt == 'float16') and 2e-2 or (dt == 'float32' and 1e-5 or nil))
 end
 
+-- an empty inner dim (k = 0): the product is beta * C (zeros for matmul); empty operands' strides must still
+-- give cuBLAS valid leading dimensions
+for _, dt in ipairs({ 'float32', 'float64', 'bfloat16' }) do
+  add('matmul ' .. dt .. ' empty inner dim', function()
+    return { sample(dt, 5, 0), sample(dt, 0, 4), sample(dt, 2, 5, 0), sample(dt, 4, 0), sample(dt, 5, 4) }
+  end, function(_, e50, e04, b250, e40, c54)
+    return { e50:matmul(e04), b250:matmul(e04), e50:matmul(e40:t()), dpl.tensor.addmm(c54, e50, e04, { beta = 2 }),
+      dpl.tensor.addmm(c54, e50, e04, { beta = 0 }) }
+  end)
+end
+
 -- integer matmul (computed in int64 with wraparound on both devices, converted back to the dtype); int64
 -- outputs are also compared through int32 (their low 32 bits exactly: the check compares in float64)
 local function with_low_bits(list)
