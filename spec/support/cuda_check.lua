@@ -349,6 +349,17 @@ for _, dt in ipairs({ 'uint8', 'bool' }) do
     return { a1, a2, a3, a4, a5, b1, b2, b3, b4, b5 }
   end)
 end
+-- out-of-range indices raise even where no element moves (empty rows), as on the CPU: 1 per op that raised
+add('bad indices with empty rows raise', function() return { randn(2, 0), randn(0, 5), randn(4, 0) } end,
+  function(dev, z, x, w)
+    local function raised(f) local ok, e = pcall(f) return (not ok and tostring(e):find('out of range', 1, true)) and 1 or 0 end
+    local i3, i7, i9 = dpl.tensor({ 3 }):to(dev), dpl.tensor({ 7 }):to(dev), dpl.tensor({ { 1, 9 } }):to(dev)
+    return { dpl.tensor({ raised(function() return z:index_select(1, i3) end),
+      raised(function() return z:clone():index_add_(1, i3, z:narrow(1, 1, 1)) end),
+      raised(function() return x:index_select(2, i7) end),
+      raised(function() return dpl.tensor.embedding(w, i9) end),
+      raised(function() return dpl.tensor.embedding_backward(dpl.ones(1, 2, 0, { device = dev }), i9, 4) end) }, { device = dev }) }
+  end)
 add('max(dim) backward through scatter_add_ (autograd)', function() return { randn(4, 6) } end, function(_, x)
   local v, i = x:max(2)
   return { dpl.zeros(4, 6, { device = x.device }):scatter_add_(2, i:view(4, 1), v:view(4, 1)) }
