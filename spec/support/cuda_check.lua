@@ -226,6 +226,23 @@ for _, dt in ipairs({ 'float32', 'float64', 'bfloat16' }) do
         dpl.tensor.softmax_backward(g, l, 3, true) }
     end)
 end
+-- rows with +inf, -inf and NaN along every dim: the CPU's rules (a row with +inf is all NaN in softmax)
+add('softmax/log_softmax with inf and NaN, every dim', function()
+  local x = randn(3, 4, 5):double()
+  local v = x:view(60)
+  v[3], v[17], v[18], v[31], v[44], v[52] = math.huge, math.huge, -math.huge, 0 / 0, -math.huge, math.huge
+  return { x, x:float(), randn(3, 4, 5):double() }
+end, function(_, x, xf, g)
+  local r = {}
+  for d = 1, 3 do
+    r[#r + 1] = x:softmax(d)
+    r[#r + 1] = x:log_softmax(d)
+    r[#r + 1] = xf:softmax(d)
+    r[#r + 1] = dpl.tensor.softmax_backward(g, x:softmax(d), d, false)
+    r[#r + 1] = dpl.tensor.softmax_backward(g, x:log_softmax(d), d, true)
+  end
+  return r
+end)
 for _, red in ipairs({ 'mean', 'sum', 'none' }) do
   add('cross_entropy/nll ' .. red, function()
     local t = randint(1, 11, { 16 }) -- class 4 is ignored below
