@@ -5,7 +5,8 @@
 -- spec/support/cuda_check.lua, allocations poisoned; again with a guard page
 -- after every device allocation) passes with the plugin's
 -- own host code, allocator, copies, launch geometry and kernels; dpl.dist's
--- nccl backend runs on the emulator's one-rank NCCL; two emulated GPUs
+-- nccl backend runs on the emulator's one-rank NCCL; random cases
+-- (scripts/cuda-emu/fuzz.lua) agree with the CPU; two emulated GPUs
 -- exchange tensors; the emulator's checks are live (emu_selftest; a kernel
 -- handed host memory fails as on a GPU). Skips without g++.
 local h = require 'spec.support.helpers'
@@ -75,6 +76,15 @@ describe('the CUDA plugin under the CPU emulator', function()
       assert.is_nil(err:find('cuda-emu:', 1, true), err) -- no misuse reported by the emulator
     end)
   end
+
+  it('agrees with the CPU on random shapes, views, dtypes, special values and parameters (fuzz.lua)', function()
+    for _, seed in ipairs({ 11, 12 }) do
+      local out, err, rc = emulated('scripts/cuda-emu/fuzz.lua 120 ' .. seed, nil, 300)
+      assert.truthy(out:find('fuzz: %d+ runs, 0 failures'), out .. err)
+      assert.are.equal(0, rc, out .. err)
+      assert.is_nil(err:find('cuda-emu:', 1, true), err)
+    end
+  end)
 
   it("runs dpl.dist's nccl backend on its one-rank NCCL (gpu_check.lua nccl)", function()
     local out, err, rc = emulated('scripts/gpu_check.lua nccl', 'DPL_CUDA_POISON=1')
