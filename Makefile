@@ -52,7 +52,7 @@ CUDA_CU_SRCS := $(wildcard src/cuda/*.cu)
 CUDA_OBJS    := $(patsubst src/%.c,$(BUILD)/%.o,$(CUDA_C_SRCS)) $(patsubst src/%.cu,$(BUILD)/%.cu.o,$(CUDA_CU_SRCS))
 PLUGIN       := $(if $(HAVE_NVCC),dpl_cuda.so)
 
-.PHONY: all deps demo test bench install clean report FORCE
+.PHONY: all deps demo test bench install clean report cuda-emu FORCE
 all: dplhost $(PLUGIN) report
 
 report:
@@ -110,7 +110,58 @@ $(BUILD)/dpl_header_text.c: include/dpl.h
 $(BUILD)/dpl_header_text.o: $(BUILD)/dpl_header_text.c
 	$(CC) $(CFLAGS) -c -o $@ $<
 
--include $(OBJS:.o=.d) $(CUDA_OBJS:.o=.d)
+# The CUDA emulator (scripts/cuda-emu/, docs/cuda.md): the whole plugin built
+# for the host with g++ only, no nvcc: src/cuda/*.c against fake CUDA headers,
+# the .cu files rewritten (emu_rewrite.pl: launches become emu_launch) and
+# compiled as C++, plus a host CUDA runtime, cuBLAS and one-rank NCCL, in one
+# build/cuda-emu/dpl_cuda_emu.so; and a fake NVML, build/cuda-emu/libnvidia-ml.so.1.
+# Not part of `all`. Run: scripts/cuda-emu/run-ops.sh.
+EMU       := build/cuda-emu
+EMU_DIR   := scripts/cuda-emu
+EMU_INC   := $(EMU_DIR)/include
+EMU_HDRS  := $(wildcard $(EMU_INC)/*.h) $(EMU_DIR)/emu_internal.h
+EMU_CFLAGS   := -std=c11 -O2 -g -MMD -MP -Wall -Wextra -pthread -fPIC -Iinclude -Isrc/host -I$(EMU_INC) $(EXTRA_CFLAGS)
+EMU_CXXFLAGS := -std=c++17 -O2 -g -MMD -MP -Wall -Wextra -Wno-unknown-pragmas -pthread -fPIC -ffp-contract=off \
+                -Iinclude -Isrc/host -Isrc/cuda -I$(EMU_INC)
+EMU_RT_OBJS := $(EMU)/emu_runtime.o $(EMU)/emu_cublas.o $(EMU)/emu_nccl.o $(EMU)/emu_order.o
+EMU_OBJS  := $(patsubst src/cuda/%.c,$(EMU)/cuda/%.o,$(CUDA_C_SRCS)) \
+             $(patsubst src/cuda/%.cu,$(EMU)/gen/%.o,$(CUDA_CU_SRCS)) $(EMU_RT_OBJS)
+
+cuda-emu: $(EMU)/dpl_cuda_emu.so $(EMU)/libnvidia-ml.so.1 $(EMU)/emu_selftest
+
+.PRECIOUS: $(EMU)/gen/%.cpp
+
+$(EMU)/dpl_cuda_emu.so: $(EMU_OBJS)
+	g++ -shared -pthread -o $@ $^ -ldl -lm
+
+# the emulator's own checks (spec/cuda_emu_spec.lua runs it)
+$(EMU)/emu_selftest: $(EMU)/gen/emu_selftest.o $(EMU_RT_OBJS)
+	g++ -pthread -o $@ $^ -ldl -lm
+
+$(EMU)/gen/emu_selftest.cpp: $(EMU_DIR)/emu_selftest.cu $(EMU_DIR)/emu_rewrite.pl
+	@mkdir -p $(dir $@)
+	perl $(EMU_DIR)/emu_rewrite.pl $< > $@.tmp && mv -f $@.tmp $@
+
+$(EMU)/libnvidia-ml.so.1: $(EMU_DIR)/emu_nvml.c
+	@mkdir -p $(dir $@)
+	$(CC) -std=c11 -O2 -Wall -Wextra -fPIC -shared -o $@ $<
+
+$(EMU)/cuda/%.o: src/cuda/%.c $(EMU_HDRS) include/dpl.h src/host/dpl_internal.h src/tensor/dpl_tensor_internal.h src/tensor/dpl_tensor_backend.h
+	@mkdir -p $(dir $@)
+	$(CC) $(EMU_CFLAGS) -c -o $@ $<
+
+$(EMU)/gen/%.cpp: src/cuda/%.cu $(EMU_DIR)/emu_rewrite.pl
+	@mkdir -p $(dir $@)
+	perl $(EMU_DIR)/emu_rewrite.pl $< > $@.tmp && mv -f $@.tmp $@
+
+$(EMU)/gen/%.o: $(EMU)/gen/%.cpp $(EMU_HDRS) $(wildcard src/cuda/*.h src/cuda/*.cuh)
+	g++ $(EMU_CXXFLAGS) -include emu_device.h -c -o $@ $<
+
+$(EMU)/%.o: $(EMU_DIR)/%.cpp $(EMU_HDRS)
+	@mkdir -p $(dir $@)
+	g++ $(EMU_CXXFLAGS) -c -o $@ $<
+
+-include $(OBJS:.o=.d) $(CUDA_OBJS:.o=.d) $(EMU_OBJS:.o=.d) $(EMU)/gen/emu_selftest.d
 
 deps:
 	@bash scripts/install-deps.sh

@@ -2,9 +2,10 @@
 # gpu-check.sh: the one script for a GPU machine (an H200 lent by the device
 # tool: no internet, perhaps no LuaJIT headers or busted there). In under 8
 # minutes it builds the CUDA plugin, lists the devices, runs the op-consistency
-# check (every op the plugin runs, CUDA against CPU, poisoned allocations), the
-# CUDA specs when busted is reachable, a benchmark side by side with PyTorch,
-# and an MLP training run, and writes one markdown report.
+# check (every op the plugin runs, CUDA against CPU, poisoned allocations),
+# random CUDA-vs-CPU cases (scripts/cuda-emu/fuzz.lua), the CUDA specs when
+# busted is reachable, a benchmark side by side with PyTorch, and an MLP
+# training run, and writes one markdown report.
 #
 #   scripts/gpu-check.sh --prepare      here, without a GPU: builds ./dplhost and
 #       ./dpl_cuda.so and packs them, busted's Lua modules and Fashion-MNIST into
@@ -125,6 +126,8 @@ note ""
 note "## Op consistency (CUDA vs CPU, DPL_CUDA_POISON=1)"
 note ""
 step "op consistency (scripts/gpu_check.lua ops)" 240 env DPL_CUDA_POISON=1 ./dplhost scripts/gpu_check.lua ops "$REPORT"
+# random shapes, views, dtypes, special values and parameters (a few seconds; DPL_FUZZ_VERBOSE=1 shows a failure's inputs)
+step "fuzz: random cases, CUDA vs CPU (scripts/cuda-emu/fuzz.lua)" 120 ./dplhost scripts/cuda-emu/fuzz.lua 150 7
 note ""
 if ./dplhost -e 'require "busted.runner"' >/dev/null 2>&1; then
   step "busted: spec/cuda_*_spec.lua" 180 ./dplhost --busted -o spec/support/summary_handler.lua spec/cuda_ops_spec.lua spec/cuda_plugin_spec.lua

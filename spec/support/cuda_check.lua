@@ -226,6 +226,23 @@ for _, dt in ipairs({ 'float32', 'float64', 'bfloat16' }) do
         dpl.tensor.softmax_backward(g, l, 3, true) }
     end)
 end
+-- rows with +inf, -inf and NaN along every dim: the CPU's rules (a row with +inf is all NaN in softmax)
+add('softmax/log_softmax with inf and NaN, every dim', function()
+  local x = randn(3, 4, 5):double()
+  local v = x:view(60)
+  v[3], v[17], v[18], v[31], v[44], v[52] = math.huge, math.huge, -math.huge, 0 / 0, -math.huge, math.huge
+  return { x, x:float(), randn(3, 4, 5):double() }
+end, function(_, x, xf, g)
+  local r = {}
+  for d = 1, 3 do
+    r[#r + 1] = x:softmax(d)
+    r[#r + 1] = x:log_softmax(d)
+    r[#r + 1] = xf:softmax(d)
+    r[#r + 1] = dpl.tensor.softmax_backward(g, x:softmax(d), d, false)
+    r[#r + 1] = dpl.tensor.softmax_backward(g, x:log_softmax(d), d, true)
+  end
+  return r
+end)
 for _, red in ipairs({ 'mean', 'sum', 'none' }) do
   add('cross_entropy/nll ' .. red, function()
     local t = randint(1, 11, { 16 }) -- class 4 is ignored below
@@ -254,6 +271,17 @@ for _, dt in ipairs({ 'float32', 'float64', 'bfloat16', 'float16' }) do
       a:matmul(v), w:matmul(a), ba:bmm(bc:narrow(1, 1, 3)), dpl.tensor.addmm(w:view(7, 1), a, b, { beta = 0.5, alpha = 2 }),
       v:dot(v) }
   end, (dt == 'bfloat16' or dt == 'float16') and 2e-2 or (dt == 'float32' and 1e-5 or nil))
+end
+
+-- an empty inner dim (k = 0): the product is beta * C (zeros for matmul); empty operands' strides must still
+-- give cuBLAS valid leading dimensions
+for _, dt in ipairs({ 'float32', 'float64', 'bfloat16' }) do
+  add('matmul ' .. dt .. ' empty inner dim', function()
+    return { sample(dt, 5, 0), sample(dt, 0, 4), sample(dt, 2, 5, 0), sample(dt, 4, 0), sample(dt, 5, 4) }
+  end, function(_, e50, e04, b250, e40, c54)
+    return { e50:matmul(e04), b250:matmul(e04), e50:matmul(e40:t()), dpl.tensor.addmm(c54, e50, e04, { beta = 2 }),
+      dpl.tensor.addmm(c54, e50, e04, { beta = 0 }) }
+  end)
 end
 
 -- integer matmul (computed in int64 with wraparound on both devices, converted back to the dtype); int64
@@ -338,6 +366,17 @@ for _, dt in ipairs({ 'uint8', 'bool' }) do
     return { a1, a2, a3, a4, a5, b1, b2, b3, b4, b5 }
   end)
 end
+-- out-of-range indices raise even where no element moves (empty rows), as on the CPU: 1 per op that raised
+add('bad indices with empty rows raise', function() return { randn(2, 0), randn(0, 5), randn(4, 0) } end,
+  function(dev, z, x, w)
+    local function raised(f) local ok, e = pcall(f) return (not ok and tostring(e):find('out of range', 1, true)) and 1 or 0 end
+    local i3, i7, i9 = dpl.tensor({ 3 }):to(dev), dpl.tensor({ 7 }):to(dev), dpl.tensor({ { 1, 9 } }):to(dev)
+    return { dpl.tensor({ raised(function() return z:index_select(1, i3) end),
+      raised(function() return z:clone():index_add_(1, i3, z:narrow(1, 1, 1)) end),
+      raised(function() return x:index_select(2, i7) end),
+      raised(function() return dpl.tensor.embedding(w, i9) end),
+      raised(function() return dpl.tensor.embedding_backward(dpl.ones(1, 2, 0, { device = dev }), i9, 4) end) }, { device = dev }) }
+  end)
 add('max(dim) backward through scatter_add_ (autograd)', function() return { randn(4, 6) } end, function(_, x)
   local v, i = x:max(2)
   return { dpl.zeros(4, 6, { device = x.device }):scatter_add_(2, i:view(4, 1), v:view(4, 1)) }

@@ -2,7 +2,8 @@
  * (element moves of any dtype), index_add_ and scatter_add_ (atomic adds in a
  * float32/float64/int32/int64 working tensor, or in the uint8/bool tensor
  * itself through word-sized compare-and-swap). Out-of-range indices are
- * skipped and reported through a device flag (the smallest offending position). */
+ * skipped and reported through a device flag (the smallest offending position),
+ * also when there are no elements to move (dpl_cu_check_index). */
 #include "dpl_cuda_common.cuh"
 
 using namespace dplcu;
@@ -121,13 +122,30 @@ __global__ void k_scatter_add(dpl_cu_index g, const int64_t *ix, const T *src, T
   }
 }
 
+/* only the indices: for empty rows (no element to move, the indices are still checked, as on the CPU) */
+__global__ void k_check_index(const int64_t *ix, int64_t n, int64_t D, unsigned long long *bad)
+{
+  DPL_GRID_STRIDE(j, n)
+  {
+    int64_t r = ix[j];
+    if (r < 0 || r >= D) atomicMin(bad, (unsigned long long)j);
+  }
+}
+
 } // namespace
+
+extern "C" int dpl_cu_check_index(const int64_t *ix, int64_t n, int64_t D, unsigned long long *bad, cudaStream_t s)
+{
+  if (n <= 0) return 0;
+  k_check_index<<<grid_for(n), kThreads, 0, s>>>(ix, n, D, bad);
+  return (int)cudaGetLastError();
+}
 
 extern "C" int dpl_cu_index_select(int32_t es, int64_t outer, int64_t D, int64_t inner, int64_t n, const int64_t *ix,
                                    const void *src, void *dst, unsigned long long *bad, cudaStream_t s)
 {
   int64_t total = outer * n * inner;
-  if (total == 0) return 0;
+  if (total == 0) return dpl_cu_check_index(ix, n, D, bad, s);
   unsigned grid = grid_for(total);
   switch (es) {
   case 1: k_index_select<uint8_t><<<grid, kThreads, 0, s>>>(outer, D, inner, n, ix, (const uint8_t *)src, (uint8_t *)dst, bad); break;
@@ -142,7 +160,7 @@ extern "C" int dpl_cu_index_add(int32_t kd, int64_t outer, int64_t D, int64_t in
                                 const void *src, void *dst, unsigned long long *bad, cudaStream_t s)
 {
   int64_t total = outer * n * inner;
-  if (total == 0) return 0;
+  if (total == 0) return dpl_cu_check_index(ix, n, D, bad, s);
   unsigned grid = grid_for(total);
   switch (kd) {
   case F32: k_index_add<float><<<grid, kThreads, 0, s>>>(outer, D, inner, n, ix, (const float *)src, (float *)dst, bad); break;

@@ -457,7 +457,8 @@ extern "C" int dpl_cu_class_loss_bwd(int32_t ce, const double *x, const int64_t 
 extern "C" int dpl_cu_embedding(const void *w, const int64_t *idx, int64_t n, int64_t V, int64_t row_bytes, void *out,
                                 unsigned long long *bad, cudaStream_t s)
 {
-  if (n == 0 || row_bytes == 0) return 0;
+  if (n == 0) return 0;
+  if (row_bytes == 0) return dpl_cu_check_index(idx, n, V, bad, s); /* empty rows: the indices are still checked */
   uintptr_t al = (uintptr_t)w | (uintptr_t)out | (uintptr_t)row_bytes; /* the widest unit all of them allow */
   if (al % 4 == 0) {
     int64_t words = row_bytes / 4;
@@ -477,7 +478,8 @@ extern "C" int dpl_cu_embedding(const void *w, const int64_t *idx, int64_t n, in
 extern "C" int dpl_cu_embedding_bwd(int32_t kd, const void *g, const int64_t *idx, int64_t n, int64_t V, int64_t D,
                                     void *gw, unsigned long long *bad, cudaStream_t s)
 {
-  if (n == 0 || D == 0) return 0;
+  if (n == 0) return 0;
+  if (D == 0) return dpl_cu_check_index(idx, n, V, bad, s);
   if (kd == F64)
     k_embedding_bwd<double><<<grid_for(n * D), kThreads, 0, s>>>((const double *)g, idx, n, V, D, (double *)gw, bad);
   else

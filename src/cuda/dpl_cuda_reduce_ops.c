@@ -1,7 +1,7 @@
 /* dpl_cuda_reduce_ops.c: the backend's whole-op implementations of
  * reductions (the reduced dim moved last and made contiguous in float64 or
  * int64, then one block per row), the softmax family (a fused row kernel
- * over the last dim; other dims composed from logsumexp, sub, exp, mul), the class losses
+ * over the last dim; another dim is moved last in a copy), the class losses
  * (cross-entropy, NLL) and MSE with their gradients, and embedding. Dtype
  * rules and messages follow the CPU code in dpl_tensor_reduce.c and
  * dpl_tensor_index.c. */
@@ -132,8 +132,22 @@ int dpl_cu_op_reduce(const dpl_bk_args *a)
   return st;
 }
 
-/* ---- softmax family, composed of GPU ops in float32/float64 ---- */
+/* ---- softmax family: the fused row kernel in float32/float64 over the last dim; another dim is moved
+ * last in a copy and back, so that every dim gets the CPU's formulas (NaN and infinity rules included) ---- */
 #define TRYC(x) do { if (st == DPL_OK) st = (x); } while (0)
+
+/* the row kernel over the last dim of contiguous xk (and gk) into a new *res */
+static int softmax_last(const char *name, const dpl_tensor *like, int32_t kd, const dpl_tensor *xk,
+                        const dpl_tensor *gk, int log, int bwd, dpl_tensor **res)
+{
+  int64_t R = xk->_ndim ? xk->_shape[xk->_ndim - 1] : 1, rows = R ? xk->_numel / R : 0;
+  DPL_TRY(dnew(name, kd, xk->_ndim, xk->_shape, like, res));
+  dpl_cu_dev *d = dpl_cu_device(like->_devindex, name);
+  if (!d) return DPL_EDEVICE;
+  int e = dpl_cu_softmax_rows(kd, xk->_data, gk ? gk->_data : NULL, (*res)->_data, rows, R, log, bwd, d->compute);
+  if (e) return dpl_cu_fail((cudaError_t)e, name, like->_devindex);
+  return DPL_OK;
+}
 
 int dpl_cu_op_softmax(const dpl_bk_args *a)
 {
@@ -157,33 +171,27 @@ int dpl_cu_op_softmax(const dpl_bk_args *a)
   int32_t rd = dpl_is_float(x->_dtype) ? x->_dtype : DPL_FLOAT32;
   int32_t kd = rd == DPL_FLOAT64 ? DPL_FLOAT64 : DPL_FLOAT32;
   int32_t rdim = x->_ndim == 0 ? -1 : dim;
-  dpl_tensor *xk = NULL, *gk = NULL, *t1 = NULL, *t2 = NULL, *t3 = NULL, *res = NULL;
+  dpl_tensor *xk = NULL, *gk = NULL, *res = NULL;
   int st = dpl_contig_as(name, x, kd, &xk);
   if (grad) TRYC(dpl_contig_as(name, grad, kd, &gk));
-  if (rdim == -1 || rdim == x->_ndim - 1) { /* the last dim: one fused row kernel */
-    int64_t R = x->_ndim ? x->_shape[x->_ndim - 1] : 1, rows = R ? x->_numel / R : 0;
-    TRYC(dnew(name, kd, x->_ndim, x->_shape, x, &res));
-    dpl_cu_dev *d = st == DPL_OK ? dpl_cu_device(x->_devindex, name) : NULL;
-    if (st == DPL_OK && !d) st = DPL_EDEVICE;
-    if (st == DPL_OK) {
-      int e = dpl_cu_softmax_rows(kd, xk->_data, gk ? gk->_data : NULL, res->_data, rows, R, log, bwd, d->compute);
-      if (e) st = dpl_cu_fail((cudaError_t)e, name, x->_devindex);
-    }
-  } else if (!bwd) {
-    TRYC(dpl_reduce(DPL_RED_LOGSUMEXP, xk, rdim, 1, 0, &t1));     /* lse, keepdim */
-    TRYC(dpl_binary(DPL_OP_SUB, xk, t1, &t2));                    /* log_softmax */
-    if (log) { res = t2; t2 = NULL; }
-    else TRYC(dpl_unary(DPL_OP_EXP, t2, &res));
-  } else if (log) {                                               /* g - exp(y) * sum(g) */
-    TRYC(dpl_reduce(DPL_RED_SUM, gk, rdim, 1, 0, &t1));
-    TRYC(dpl_unary(DPL_OP_EXP, xk, &t2));
-    TRYC(dpl_binary(DPL_OP_MUL, t2, t1, &t3));
-    TRYC(dpl_binary(DPL_OP_SUB, gk, t3, &res));
-  } else {                                                        /* y * (g - sum(g * y)) */
-    TRYC(dpl_binary(DPL_OP_MUL, gk, xk, &t1));
-    TRYC(dpl_reduce(DPL_RED_SUM, t1, rdim, 1, 0, &t2));
-    TRYC(dpl_binary(DPL_OP_SUB, gk, t2, &t3));
-    TRYC(dpl_binary(DPL_OP_MUL, xk, t3, &res));
+  if (rdim == -1 || rdim == x->_ndim - 1) {
+    TRYC(softmax_last(name, x, kd, xk, gk, log, bwd, &res));
+  } else { /* dim moved last in contiguous copies, the kernel, the result moved back */
+    int32_t last = x->_ndim - 1;
+    dpl_tensor *xv = NULL, *xt = NULL, *gv = NULL, *gt = NULL, *rt = NULL, *rv = NULL;
+    TRYC(dpl_tensor_transpose(xk, rdim, last, &xv));
+    TRYC(dpl_contig_as(name, xv, kd, &xt));
+    if (gk) TRYC(dpl_tensor_transpose(gk, rdim, last, &gv));
+    if (gk) TRYC(dpl_contig_as(name, gv, kd, &gt));
+    TRYC(softmax_last(name, x, kd, xt, gt, log, bwd, &rt));
+    TRYC(dpl_tensor_transpose(rt, rdim, last, &rv));
+    TRYC(dpl_contig_as(name, rv, kd, &res));
+    dpl_tensor_release(xv);
+    dpl_tensor_release(xt);
+    dpl_tensor_release(gv);
+    dpl_tensor_release(gt);
+    dpl_tensor_release(rt);
+    dpl_tensor_release(rv);
   }
   if (st == DPL_OK && res->_dtype != rd) {
     dpl_tensor *r2 = NULL;
@@ -193,9 +201,6 @@ int dpl_cu_op_softmax(const dpl_bk_args *a)
   }
   dpl_tensor_release(xk);
   dpl_tensor_release(gk);
-  dpl_tensor_release(t1);
-  dpl_tensor_release(t2);
-  dpl_tensor_release(t3);
   if (st != DPL_OK) { dpl_tensor_release(res); return st; }
   *a->out[0] = res;
   return DPL_OK;

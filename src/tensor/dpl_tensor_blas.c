@@ -179,6 +179,8 @@ void dpl_gemm(int32_t dtype, int transa, int transb, int64_t m, int64_t n, int64
 static int blas_layout(int64_t rows, int64_t cols, int64_t s0, int64_t s1, int *trans, int64_t *ld)
 {
   if (cols <= 1 && rows <= 1) { *trans = 0; *ld = cols > 0 ? cols : 1; return 1; }
+  /* no elements, any strides (an empty dim's stride may be 0): plain, with the smallest valid ld */
+  if (rows == 0 || cols == 0) { *trans = 0; *ld = cols > 1 ? cols : 1; return 1; }
   if ((s1 == 1 || cols == 1) && (s0 >= (cols > 1 ? cols : 1) || rows == 1)) {
     *trans = 0;
     *ld = rows == 1 ? (cols > 1 ? cols : 1) : s0;

@@ -310,7 +310,7 @@ int dpl_stack(int32_t n, dpl_tensor *const *ts, int32_t dim, dpl_tensor **out)
   for (int i = 0; i < n; i++) {
     char what[32];
     snprintf(what, sizeof what, "tensor %d", i);
-    DPL_TRY(dpl_check_tensor(name, what, ts[i]));
+    DPL_TRY(dpl_check_handle(name, what, ts[i])); /* any device: dpl_cat checks they share one */
     int same = ts[i]->_ndim == ts[0]->_ndim;
     for (int d = 0; same && d < ts[0]->_ndim; d++) same = ts[i]->_shape[d] == ts[0]->_shape[d];
     if (!same) {

@@ -1,0 +1,146 @@
+-- cuda_emu_spec.lua: the CUDA plugin run on the CPU by the emulator of
+-- scripts/cuda-emu (docs/cuda.md, "Running the plugin on the CPU"): `make
+-- cuda-emu` builds it with g++ alone, the fake NVML reports the emulated GPU,
+-- and the op-consistency check (scripts/gpu_check.lua ops: every case of
+-- spec/support/cuda_check.lua, allocations poisoned; again with a guard page
+-- after every device allocation) passes with the plugin's
+-- own host code, allocator, copies, launch geometry and kernels; dpl.dist's
+-- nccl backend runs on the emulator's one-rank NCCL; random cases
+-- (scripts/cuda-emu/fuzz.lua) agree with the CPU; two emulated GPUs
+-- exchange tensors; the emulator's checks are live (emu_selftest; a kernel
+-- handed host memory fails as on a GPU). Skips without g++.
+local h = require 'spec.support.helpers'
+
+local emu = h.root .. '/build/cuda-emu'
+local run_ops = h.q(h.root .. '/scripts/cuda-emu/run-ops.sh')
+
+local function has_gxx() return h.has_command('g++') and h.has_command('perl') end
+
+describe('the CUDA plugin under the CPU emulator', function()
+  if not has_gxx() then
+    it('needs g++ and perl', function() pending('g++ or perl not found (build-essential): the emulator is not built') end)
+    return
+  end
+
+  local built, build_log
+  local function build()
+    if built == nil then
+      local out, err, rc = h.sh('cd ' .. h.q(h.root) .. ' && nice -n 19 make --no-print-directory cuda-emu 2>&1',
+        { timeout = 600 })
+      built, build_log = rc == 0, out .. err
+    end
+    assert(built, 'make cuda-emu failed:\n' .. tostring(build_log))
+  end
+  local function emulated(args, env, timeout)
+    build()
+    return h.sh((env or '') .. ' ' .. run_ops .. ' ' .. args, { timeout = timeout or 120 })
+  end
+
+  it('builds with g++ alone (make cuda-emu), warning-free', function()
+    build()
+    assert.is_nil(build_log:find('warning:', 1, true), build_log)
+    for _, f in ipairs({ 'dpl_cuda_emu.so', 'libnvidia-ml.so.1' }) do
+      local fh = io.open(emu .. '/' .. f, 'rb')
+      assert.truthy(fh, f .. ' missing')
+      fh:close()
+    end
+  end)
+
+  it("passes its own checks (emu_selftest: barriers, faults, races, cuBLAS, float16)", function()
+    build()
+    local out, err, rc = h.sh(h.q(emu .. '/emu_selftest'))
+    assert.are.equal(0, rc, out .. err)
+    assert.truthy(out:find('emu_selftest: %d+ checks, 0 failures'), out .. err)
+  end)
+
+  it('--devices lists the emulated GPU and the emulated plugin', function()
+    local out, err, rc = emulated('--devices')
+    assert.are.equal(0, rc, out .. err)
+    assert.truthy(out:find('cuda:0%s+dplhost CUDA emulator'), out)
+    assert.truthy(out:find('compute capability 9.0', 1, true), out)
+    assert.truthy(out:find('CUDA plugin ' .. emu .. '/dpl_cuda_emu.so', 1, true), out)
+  end)
+
+  for _, mode in ipairs({ { '', '' }, { ' with guard pages after every allocation', 'DPL_CUDA_EMU_GUARD=1' } }) do
+    it('passes the op-consistency check (gpu_check.lua ops, poisoned allocations)' .. mode[1], function()
+      local out, err, rc = emulated('scripts/gpu_check.lua ops', mode[2], 300)
+      local np, nf = out:match('op consistency: (%d+) passed, (%d+) failed')
+      local fails = {}
+      for line in out:gmatch('[^\n]+') do
+        if line:find('**FAIL**', 1, true) then fails[#fails + 1] = line end
+      end
+      assert.truthy(np, 'no summary line:\n' .. out .. err)
+      assert.are.equal(0, tonumber(nf), table.concat(fails, '\n') .. '\n' .. err)
+      assert.is_true(tonumber(np) > 250, out)
+      assert.are.equal(0, rc, out .. err)
+      assert.is_nil(err:find('cuda-emu:', 1, true), err) -- no misuse reported by the emulator
+    end)
+  end
+
+  it('agrees with the CPU on random shapes, views, dtypes, special values and parameters (fuzz.lua)', function()
+    for _, seed in ipairs({ 11, 12 }) do
+      local out, err, rc = emulated('scripts/cuda-emu/fuzz.lua 120 ' .. seed, nil, 300)
+      assert.truthy(out:find('fuzz: %d+ runs, 0 failures'), out .. err)
+      assert.are.equal(0, rc, out .. err)
+      assert.is_nil(err:find('cuda-emu:', 1, true), err)
+    end
+  end)
+
+  it("runs dpl.dist's nccl backend on its one-rank NCCL (gpu_check.lua nccl)", function()
+    local out, err, rc = emulated('scripts/gpu_check.lua nccl', 'DPL_CUDA_POISON=1')
+    assert.are.equal(0, rc, out .. err)
+    assert.truthy(out:find('| dist backend nccl: [^\n]*| 1 | pass |'), out .. err)
+    assert.is_nil(err:find('cuda-emu:', 1, true), err)
+  end)
+
+  it('runs two GPUs: peer copies, per-device streams and cuBLAS handles', function()
+    local script = h.write_file(h.tmpname('.lua'), [[
+local dpl = require 'dpl'
+assert(dpl.cuda.device_count() == 2)
+local x, w = dpl.randn(5, 7), dpl.randn(7, 3)
+local a = x:to('cuda:1')
+local b = a:to('cuda:0')
+local d = {}
+d[#d + 1] = (b:to('cuda:1'):cpu() - x):abs():max():item()
+d[#d + 1] = (a:matmul(w:to('cuda:1')):cpu() - x:matmul(w)):abs():max():item()
+d[#d + 1] = (b:matmul(w:to('cuda:0')):cpu() - x:matmul(w)):abs():max():item()
+d[#d + 1] = (a:t():to('cuda:0'):contiguous():cpu() - x:t()):abs():max():item()
+d[#d + 1] = (a:half():to('cuda:0'):float():cpu() - x:half():float()):abs():max():item()
+d[#d + 1] = (a:softmax(2):cpu() - x:softmax(2)):abs():max():item()
+dpl.cuda.synchronize()
+for _, v in ipairs(d) do io.write(('%.3g '):format(v)) end
+print(dpl.cuda.memory_stats(1).allocated_bytes > 0)
+]])
+    local out, err, rc = emulated(h.q(script), 'DPL_CUDA_EMU_GPUS=2 DPL_CUDA_POISON=1')
+    os.remove(script)
+    assert.are.equal(0, rc, out .. err)
+    local vals = {}
+    for v in out:gmatch('(%S+) ') do vals[#vals + 1] = tonumber(v) end
+    assert.are.equal(6, #vals, out .. err)
+    for i, v in ipairs(vals) do assert.is_true(v < 1e-5, ('check %d: %s'):format(i, out)) end
+    assert.truthy(out:find('true', 1, true), out)
+    assert.is_nil(err:find('cuda-emu:', 1, true), err)
+  end)
+
+  it('reports a kernel handed host memory, as a GPU faults on it', function()
+    -- a CPU tensor marked as device memory: the plugin hands its host pointer to a kernel
+    local script = h.write_file(h.tmpname('.lua'), [[
+local dpl = require 'dpl'
+local bit = require 'bit'
+dpl.cuda.load()
+local t = dpl.randn(4, 3)
+local v = t:view(4, 3)
+v._flags = bit.bor(v._flags, 2)
+local ok, e = pcall(function() return v:exp_() end)
+v._flags = bit.band(v._flags, bit.bnot(2))
+print(ok, e)
+]])
+    local out, err, rc = emulated(h.q(script))
+    os.remove(script)
+    assert.are.equal(0, rc, out .. err)
+    assert.truthy(out:find('false', 1, true), out)
+    assert.truthy(out:find('cudaErrorIllegalAddress', 1, true), out)
+    assert.truthy(err:find('cuda-emu: k_unary', 1, true), err)
+    assert.truthy(err:find('is not device memory', 1, true), err)
+  end)
+end)
