@@ -193,6 +193,16 @@ describe('type promotion and scalars', function()
     assert.are.same({ 24 }, dpl.tensor({ { 1, 2, 3, 4 } }):prod(2):totable())
   end)
 
+  it('wraps int64 matmul modulo 2^64 as torch does (no signed overflow: checked by the sanitizer build)', function()
+    -- 2^62 * 4 = 2^64 -> 0; (2^62 + 1024) * 4 + 3 -> 4099; -2^62 * 4 = -2^64 -> 0; (-2^62 + 1024) * 4 -> 4096
+    -- (values doubles hold exactly)
+    local a = dpl.tensor({ { 2 ^ 62, 0 }, { 2 ^ 62 + 1024, 1 }, { -(2 ^ 62) + 1024, 0 } }, { dtype = 'int64' })
+    local r = a:matmul(dpl.tensor({ { 4 }, { 3 } }, { dtype = 'int64' }))
+    assert.are.equal(0, r[1][1]:item())
+    assert.are.equal(4099, r[2][1]:item())
+    assert.are.equal(4096, r[3][1]:item())
+  end)
+
   it('multiplies strided operands without copies and batches a shared right operand', function()
     local a = dpl.randn(8, 6, { dtype = 'float64' })
     local b = dpl.randn(6, 5, { dtype = 'float64' })

@@ -139,14 +139,16 @@ void dpl_blas_set_threads(int n)
   }
 REF_GEMM(ref_sgemm, float)
 REF_GEMM(ref_dgemm, double)
-REF_GEMM(ref_igemm, int64_t)
+/* int64 in unsigned arithmetic: wraps modulo 2^64 (as torch's integer matmul), never
+ * signed overflow (undefined behaviour); int64_t and uint64_t share a representation */
+REF_GEMM(ref_igemm, uint64_t)
 
 void dpl_gemm(int32_t dtype, int transa, int transb, int64_t m, int64_t n, int64_t k, double alpha, const void *a,
               int64_t lda, const void *b, int64_t ldb, double beta, void *c, int64_t ldc)
 {
   if (m == 0 || n == 0) return;
   if (dtype == DPL_INT64) {
-    ref_igemm(transa, transb, m, n, k, (int64_t)alpha, a, lda, b, ldb, (int64_t)beta, c, ldc);
+    ref_igemm(transa, transb, m, n, k, (uint64_t)(int64_t)alpha, a, lda, b, ldb, (uint64_t)(int64_t)beta, c, ldc);
     return;
   }
   pthread_once(&blas_once, load_blas);
