@@ -30,6 +30,7 @@
 #include <signal.h>
 #include <sys/mman.h>
 #include <ucontext.h>
+#include <execinfo.h>
 #include <unistd.h>
 
 uint3 threadIdx, blockIdx;
@@ -647,8 +648,24 @@ void print_stats()
     fprintf(stderr, "cuda-emu: stats %-40s %8llu launches %10llu blocks (%llu with barriers) %12llu threads\n",
             kv.first.c_str(), kv.second.launches, kv.second.blocks, kv.second.fiber_blocks, kv.second.threads);
 }
+/* DPL_CUDA_EMU_TRACE=<text>: a C backtrace on stderr at each launch of a kernel whose
+ * name contains the text (which op of the core or the plugin launched it) */
+static void trace_launch(const char *kernel)
+{
+  static const char *tr = (const char *)-1;
+  if (tr == (const char *)-1) {
+    tr = getenv("DPL_CUDA_EMU_TRACE");
+    if (tr && !*tr) tr = nullptr;
+  }
+  if (!tr || !strstr(kernel, tr)) return;
+  void *b[16];
+  int n = backtrace(b, 16);
+  fprintf(stderr, "cuda-emu: trace %s\n", kernel);
+  backtrace_symbols_fd(b, n, 2);
+}
 kstat *stat_for(const char *kernel)
 {
+  trace_launch(kernel);
   static int on = -1;
   if (on < 0) {
     const char *e = getenv("DPL_CUDA_EMU_STATS");
