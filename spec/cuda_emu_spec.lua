@@ -93,6 +93,26 @@ describe('the CUDA plugin under the CPU emulator', function()
     assert.is_nil(err:find('cuda-emu:', 1, true), err)
   end)
 
+  it('queues uploads without waiting for the GPU (a training step does not drain its queue)', function()
+    -- 50 small host -> device copies between kernels: the host waits only for the
+    -- final item() (each upload used to wait for the previous one, which is queued
+    -- behind all the compute work: one drain of the GPU per copy)
+    local script = h.write_file(h.tmpname('.lua'), [[
+local dpl = require 'dpl'
+local x = dpl.rand(256)
+local acc = dpl.zeros(256, { device = 'cuda:0' })
+for i = 1, 50 do acc:add_((x + i):to('cuda:0')) end
+print(('%.4f'):format(acc:sum():item() - (x:sum():item() * 50 + 256 * 1275)))
+]])
+    local out, err, rc = emulated(h.q(script), 'DPL_CUDA_EMU_STATS=1 DPL_CUDA_POISON=1')
+    os.remove(script)
+    assert.are.equal(0, rc, out .. err)
+    assert.is_true(math.abs(tonumber(out:match('(%S+)')) or 1e9) < 1, out)
+    local dev, stream, event = err:match('host syncs: (%d+) device, (%d+) stream, (%d+) event')
+    assert.truthy(event, err)
+    assert.is_true(tonumber(dev) + tonumber(stream) + tonumber(event) <= 2, err:match('[^\n]*host syncs[^\n]*'))
+  end)
+
   it('runs two GPUs: peer copies, per-device streams and cuBLAS handles', function()
     local script = h.write_file(h.tmpname('.lua'), [[
 local dpl = require 'dpl'

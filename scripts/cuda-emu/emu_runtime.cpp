@@ -266,8 +266,13 @@ extern "C" cudaError_t cudaGetDevice(int *dev)
   return cudaSuccess;
 }
 
+/* host synchronizations made (printed with DPL_CUDA_EMU_STATS): each is a point where a
+ * real host waits for the GPU to drain what it queued before */
+unsigned long long emu_host_syncs[3]; /* device, stream, event */
+
 extern "C" cudaError_t cudaDeviceSynchronize(void)
 {
+  emu_host_syncs[0]++;
   if (cudaError_t e = need_device()) return e;
   emu::order_sync_all();
   return cudaSuccess;
@@ -525,6 +530,7 @@ extern "C" cudaError_t cudaStreamDestroy(cudaStream_t s)
 
 extern "C" cudaError_t cudaStreamSynchronize(cudaStream_t s)
 {
+  emu_host_syncs[1]++;
   if (cudaError_t e = check_stream("cudaStreamSynchronize", s, nullptr)) return e;
   emu::order_sync_stream(s);
   return cudaSuccess;
@@ -572,6 +578,7 @@ extern "C" cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s)
 
 extern "C" cudaError_t cudaEventSynchronize(cudaEvent_t e)
 {
+  emu_host_syncs[2]++;
   if (!event_of(e)) return misuse(cudaErrorInvalidResourceHandle, "cudaEventSynchronize: %p is not a live event", (void *)e);
   emu::order_sync_event(e);
   return cudaSuccess;
@@ -644,6 +651,8 @@ struct kstat {
 std::map<std::string, kstat> *stats;
 void print_stats()
 {
+  fprintf(stderr, "cuda-emu: stats host syncs: %llu device, %llu stream, %llu event\n", emu_host_syncs[0],
+          emu_host_syncs[1], emu_host_syncs[2]);
   for (auto &kv : *stats)
     fprintf(stderr, "cuda-emu: stats %-40s %8llu launches %10llu blocks (%llu with barriers) %12llu threads\n",
             kv.first.c_str(), kv.second.launches, kv.second.blocks, kv.second.fiber_blocks, kv.second.threads);

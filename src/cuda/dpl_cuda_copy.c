@@ -13,20 +13,34 @@ static int ensure_stage(dpl_cu_dev *d, int32_t dev)
   return DPL_OK;
 }
 
-/* n bytes host -> device; returns when h may be reused (the transfer may still run) */
+/* n bytes host -> device; returns when h may be reused (the transfer may still run).
+ * Uploads take consecutive pieces of the staging buffers, as a ring: the host waits
+ * only on moving to the other buffer, for the uploads made from it before (its
+ * stage_free event is recorded after each), i.e. when 32 MiB of uploads are still
+ * queued. (Taking each upload from the start of stage[0] made the second upload of a
+ * step, a batch's labels after its inputs, wait for the first, which the copy stream
+ * queues behind all the compute work: a drain of the GPU's queue at every step.) */
 static int h2d_locked(dpl_cu_dev *d, int32_t dev, char *dptr, const char *h, size_t n)
 {
   DPL_TRY(ensure_stage(d, dev));
   /* dptr may be a block that queued kernels still use: transfer after them */
   DPL_CU(cudaEventRecord(d->compute_done, d->compute), dev);
   DPL_CU(cudaStreamWaitEvent(d->copy, d->compute_done, 0), dev);
-  int k = 0;
-  for (size_t off = 0; off < n; off += DPL_CU_STAGE_BYTES, k ^= 1) {
-    size_t chunk = n - off < DPL_CU_STAGE_BYTES ? n - off : DPL_CU_STAGE_BYTES;
-    DPL_CU(cudaEventSynchronize(d->stage_free[k]), dev);
-    memcpy(d->stage[k], h + off, chunk);
-    DPL_CU(cudaMemcpyAsync(dptr + off, d->stage[k], chunk, cudaMemcpyHostToDevice, d->copy), dev);
-    DPL_CU(cudaEventRecord(d->stage_free[k], d->copy), dev);
+  for (size_t off = 0; off < n;) {
+    size_t room = DPL_CU_STAGE_BYTES - d->up_off;
+    if (room < 256 || (room < n - off && d->up_off > 0)) { /* to the start of the other buffer */
+      d->up_k ^= 1;
+      d->up_off = 0;
+      room = DPL_CU_STAGE_BYTES;
+      DPL_CU(cudaEventSynchronize(d->stage_free[d->up_k]), dev);
+    }
+    size_t chunk = n - off < room ? n - off : room;
+    char *buf = (char *)d->stage[d->up_k] + d->up_off;
+    memcpy(buf, h + off, chunk);
+    DPL_CU(cudaMemcpyAsync(dptr + off, buf, chunk, cudaMemcpyHostToDevice, d->copy), dev);
+    DPL_CU(cudaEventRecord(d->stage_free[d->up_k], d->copy), dev);
+    d->up_off = (d->up_off + chunk + 255) & ~(size_t)255;
+    off += chunk;
   }
   /* later kernels see the data */
   DPL_CU(cudaEventRecord(d->copy_done, d->copy), dev);

@@ -21,6 +21,8 @@ typedef struct dpl_cu_dev {
   cudaStream_t copy;      /* host <-> device transfers */
   cudaEvent_t compute_done, copy_done, stage_free[2];
   void *stage[2];         /* pinned host memory */
+  int up_k;               /* uploads fill stage[up_k] from up_off on (a ring over the two), */
+  size_t up_off;          /* so that small ones never wait for the previous one */
   cublasHandle_t blas;
 } dpl_cu_dev;
 
