@@ -214,30 +214,7 @@ static int class_inputs(const char *name, const dpl_tensor *x, const dpl_tensor 
   DPL_TRY(dpl_check_same_device(name, x, target));
   if (!dpl_is_devmem(x) || !dpl_is_devmem(target))
     return dpl_errorf(DPL_EDEVICE, "%s: expected all tensors on the same device", name);
-  char b1[160], b2[160];
-  if (!dpl_is_float(x->_dtype))
-    return dpl_errorf(DPL_EINVAL, "%s: expected floating-point input, got %s", name, dpl_dtype_name(x->_dtype));
-  if (dpl_is_float(target->_dtype) || target->_dtype == DPL_BOOL)
-    return dpl_errorf(DPL_EINVAL, "%s: expected integer class indices as target, got %s", name,
-                      dpl_dtype_name(target->_dtype));
-  if (x->_ndim == 2) {
-    if (target->_ndim != 1 || target->_shape[0] != x->_shape[0])
-      return dpl_errorf(DPL_EINVAL, "%s: input of shape %s needs a target of shape [%lld], got %s", name,
-                        dpl_shape_str(x->_ndim, x->_shape, b1, sizeof b1), (long long)x->_shape[0],
-                        dpl_shape_str(target->_ndim, target->_shape, b2, sizeof b2));
-    *N = x->_shape[0];
-    *C = x->_shape[1];
-  } else if (x->_ndim == 1) {
-    if (target->_ndim != 0)
-      return dpl_errorf(DPL_EINVAL, "%s: a 1-d input needs a 0-d target, got shape %s", name,
-                        dpl_shape_str(target->_ndim, target->_shape, b2, sizeof b2));
-    *N = 1;
-    *C = x->_shape[0];
-  } else {
-    return dpl_errorf(DPL_EINVAL, "%s: expected input of shape [N, C] or [C], got %s", name,
-                      dpl_shape_str(x->_ndim, x->_shape, b1, sizeof b1));
-  }
-  return DPL_OK;
+  return dpl_class_loss_dims(name, x, target, N, C);
 }
 
 /* the device flag `bad` (all ones when no sample was out of range) */

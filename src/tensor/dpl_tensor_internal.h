@@ -174,6 +174,10 @@ static inline int dpl_is_contig(const dpl_tensor *t) { return (t->_flags & DPL_C
 static inline int dpl_is_devmem(const dpl_tensor *t) { return t && (t->_flags & DPL_DEVMEM) != 0; }
 /* Contiguous copy in dtype (a new handle on t when t already is contiguous in that dtype). */
 int dpl_contig_as(const char *op, const dpl_tensor *t, int32_t dtype, dpl_tensor **out);
+/* cross_entropy / nll_loss on any device: floating input of shape [N, C] (or [C]) and
+ * integer class indices of shape [N] (or []): *N samples of *C classes, or an error
+ * naming the op (the caller has checked the handles and their device) */
+int dpl_class_loss_dims(const char *name, const dpl_tensor *x, const dpl_tensor *target, int64_t *N, int64_t *C);
 /* copy with broadcasting and conversion, no checks */
 void dpl_copy_raw(dpl_tensor *dst, const dpl_tensor *src);
 /* A live tensor in host memory; a tensor in device memory fails with

@@ -481,13 +481,9 @@ static int check_reduction(const char *name, int32_t r)
   return DPL_OK;
 }
 
-/* logits/logp [N, C] (or [C] with a 0-d target); target int [N]. Fills n, c and contiguous f64 copies. */
-static int class_inputs(const char *name, const dpl_tensor *x, const dpl_tensor *target, int64_t ignore,
-                        int64_t *N, int64_t *C, dpl_tensor **xd, dpl_tensor **td)
+/* logits/logp [N, C] (or [C] with a 0-d target); target int [N]: fills N and C (the CUDA plugin's too) */
+int dpl_class_loss_dims(const char *name, const dpl_tensor *x, const dpl_tensor *target, int64_t *N, int64_t *C)
 {
-  DPL_TRY(dpl_check_tensor(name, "input", x));
-  DPL_TRY(dpl_check_tensor(name, "target", target));
-  DPL_TRY(dpl_check_same_device(name, x, target));
   char b1[160], b2[160];
   if (!dpl_is_float(x->_dtype))
     return dpl_errorf(DPL_EINVAL, "%s: expected floating-point input, got %s", name, dpl_dtype_name(x->_dtype));
@@ -510,6 +506,17 @@ static int class_inputs(const char *name, const dpl_tensor *x, const dpl_tensor 
     return dpl_errorf(DPL_EINVAL, "%s: expected input of shape [N, C] or [C], got %s", name,
                       dpl_shape_str(x->_ndim, x->_shape, b1, sizeof b1));
   }
+  return DPL_OK;
+}
+
+/* the CPU's: dims checked, contiguous float64 and int64 copies of the input and the target */
+static int class_inputs(const char *name, const dpl_tensor *x, const dpl_tensor *target, int64_t ignore,
+                        int64_t *N, int64_t *C, dpl_tensor **xd, dpl_tensor **td)
+{
+  DPL_TRY(dpl_check_tensor(name, "input", x));
+  DPL_TRY(dpl_check_tensor(name, "target", target));
+  DPL_TRY(dpl_check_same_device(name, x, target));
+  DPL_TRY(dpl_class_loss_dims(name, x, target, N, C));
   DPL_TRY(dpl_contig_as(name, x, DPL_FLOAT64, xd));
   int st = dpl_contig_as(name, target, DPL_INT64, td);
   if (st != DPL_OK) { dpl_tensor_release(*xd); return st; }
