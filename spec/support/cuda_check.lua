@@ -217,6 +217,37 @@ add('reduce var/std/norm', red_inputs, function(_, x)
     x:norm(3, 1) }
 end)
 
+add('reduce layouts (outer dims, strided, expanded, size-1 dims)', function()
+  return { randn(70, 40, 3), randint(-9, 9, { 70, 40 }) }
+end, function(_, x, i)
+  local xt, col = x:transpose(1, 2), x:select(3, 2) -- [40, 70, 3]; [70, 40] with strides (120, 3)
+  local v, ix = x:max(1)
+  local w, iw = col:min(1, true)
+  local ex = x:narrow(1, 1, 1):expand(5, 40, 3) -- stride 0 along dim 1
+  return { x:sum(1), x:mean(1, true), x:var(1), x:std(2, true), x:logsumexp(1), v, ix, w, iw, x:argmin(2),
+    x:norm(3, 1), x:norm('inf', 1), x:narrow(1, 1, 6):prod(1), x:any(1), x:all(2), xt:sum(), xt:argmax(), xt:max(),
+    col:sum(), col:sum(1), col:argmax(1), col:std(2), x:narrow(2, 1, 1):sum(2), x:narrow(2, 1, 1):argmax(2),
+    ex:sum(1), ex:argmin(1), ex:var(), i:sum(1), i:max(1), i:t():argmin(2), i:any(1), i:all(2),
+    i:narrow(1, 1, 5):prod(1), i:t():sum() }
+end)
+add('reduce long strided runs (sliced)', function() return { randn(300000, 3) } end, function(_, x)
+  local xt = x:t() -- [3, 300000] with stride 3 along the runs
+  return { xt:sum(2), xt:mean(2, true), xt:sum(), x:narrow(2, 2, 2):mean(), xt:double():sum(2) }
+end)
+for _, dt in ipairs({ 'float16', 'bfloat16', 'int32', 'uint8', 'bool' }) do
+  add('reduce in ' .. dt, function() return { sample(dt, 37, 6) } end, function(_, x)
+    local r = { x:sum(1), x:sum(2), x:sum(), x:argmax(1), x:argmin(2), x:any(1), x:all(2), x:t():sum(2) }
+    if dt ~= 'bool' then
+      local v, ix = x:max(1)
+      r[#r + 1], r[#r + 2], r[#r + 3] = v, ix, x:min()
+    end
+    if dt:find('float') then
+      r[#r + 1], r[#r + 2], r[#r + 3] = x:mean(1), x:std(2), x:logsumexp(1)
+    end
+    return r
+  end)
+end
+
 -- softmax family, losses
 for _, dt in ipairs({ 'float32', 'float64', 'bfloat16' }) do
   add('softmax/log_softmax ' .. dt, function() return { sample(dt, 4, 7, 5), sample(dt, 4, 7, 5) } end,

@@ -55,11 +55,6 @@ int dpl_cu_axpy(const dpl_cu_geom *g, int32_t dt, void *a, const void *b, double
 int dpl_cu_rng(void *dst, int32_t dt, int64_t n, int32_t kind, uint64_t key, uint64_t start, double a, double b,
                int64_t ia, int64_t range, cudaStream_t s);
 
-/* Row reductions of a contiguous [rows, R] matrix of float64 (kd 1) or int64
- * (kd 5): val[rows] (float64 / int64), idx[rows] (int64, may be NULL). op is a
- * dpl_redop; param: correction (var/std), p (norm). */
-int dpl_cu_reduce_rows(int32_t op, int32_t kd, const void *x, int64_t rows, int64_t R, double param, void *val,
-                       int64_t *idx, cudaStream_t s);
 /* softmax (log 0) / log_softmax (log 1) of contiguous rows [rows, R] in kd (float32 0 / float64 1);
  * bwd 1: x is the forward's output and g the incoming gradient */
 int dpl_cu_softmax_rows(int32_t kd, const void *x, const void *g, void *out, int64_t rows, int64_t R, int32_t log,
@@ -140,6 +135,27 @@ int dpl_cu_gather(int32_t es, const dpl_cu_index *g, const int64_t *ix, const vo
                   unsigned long long *bad, cudaStream_t s);
 int dpl_cu_scatter_add(int32_t kd, const dpl_cu_index *g, const int64_t *ix, const void *src, void *a,
                        unsigned long long *bad, cudaStream_t s);
+
+/* ---- reductions (dpl_cuda_reduce.cu) ----
+ * op (a dpl_redop) of x, read in its own dtype idt and layout: output element
+ * `row` (row-major over oshape) reduces the R elements at
+ * row's offset (oshape/ostride) + each reduced position's offset
+ * (rshape/rstride, row-major: the order that argmax/argmin count). Strides in
+ * elements, any sign or 0. Floating inputs accumulate in float64, integers and
+ * bool in int64 (wrapping sum/prod), with the CPU's NaN and first-index rules.
+ * val[rows] (contiguous, dtype odt; NULL for argmax/argmin) and idx[rows]
+ * (int64; NULL unless argmax, argmin or max/min with indices). param: correction (var/std),
+ * p (norm). */
+typedef struct dpl_cu_red {
+  int32_t op, idt, odt, ondim, rndim;
+  int64_t rows, R;
+  int64_t oshape[DPL_CU_MAXDIM], ostride[DPL_CU_MAXDIM];
+  int64_t rshape[DPL_CU_MAXDIM], rstride[DPL_CU_MAXDIM];
+  double param;
+} dpl_cu_red;
+/* bytes of device scratch dpl_cu_reduce needs for g (0: none) */
+int64_t dpl_cu_reduce_scratch(const dpl_cu_red *g);
+int dpl_cu_reduce(const dpl_cu_red *g, const void *x, void *val, int64_t *idx, void *scratch, cudaStream_t s);
 
 #ifdef __cplusplus
 }

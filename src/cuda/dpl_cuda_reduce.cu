@@ -1,9 +1,13 @@
-/* dpl_cuda_reduce.cu: the plugin's row kernels: reductions of a contiguous
- * [rows, R] matrix (one block per row, float64 or int64 accumulation, the
- * CPU's NaN and first-index rules for max/min/argmax/argmin), the class losses
- * (cross-entropy, NLL) with their gradients, and embedding gather / scatter-add. */
+/* dpl_cuda_reduce.cu: the plugin's reduction and row kernels: reductions of
+ * any layout read in the input's own dtype (a block per output for contiguous
+ * or long runs, a column kernel for a reduced outer dim, slices for few long
+ * sums; float64 or int64 accumulation, the CPU's NaN and first-index rules
+ * for max/min/argmax/argmin) writing the output dtype directly, softmax rows,
+ * the class losses (cross-entropy, NLL) with their gradients, and embedding
+ * gather / scatter-add. */
 #include "dpl_cuda_common.cuh"
 #include <math.h>
+#include <type_traits>
 
 using namespace dplcu;
 
@@ -20,19 +24,6 @@ __device__ T block_sum(T v, T *sh)
   __syncthreads();
   for (int s = blockDim.x / 2; s > 0; s >>= 1) {
     if ((int)threadIdx.x < s) sh[threadIdx.x] += sh[threadIdx.x + s];
-    __syncthreads();
-  }
-  T r = sh[0];
-  __syncthreads();
-  return r;
-}
-template <typename T>
-__device__ T block_prod(T v, T *sh)
-{
-  sh[threadIdx.x] = v;
-  __syncthreads();
-  for (int s = blockDim.x / 2; s > 0; s >>= 1) {
-    if ((int)threadIdx.x < s) sh[threadIdx.x] *= sh[threadIdx.x + s];
     __syncthreads();
   }
   T r = sh[0];
@@ -67,165 +58,239 @@ __device__ __forceinline__ bool better(T av, int64_t ai, T bv, int64_t bi, bool 
   if (av == bv) return ai < bi;
   return mx ? av > bv : av < bv;
 }
-template <typename T>
-__device__ void block_best(T &v, int64_t &i, bool mx, T *sv, int64_t *si)
+/* ---- reductions of any layout in the input's own dtype (dpl_cu_reduce) ----
+ * Each output reduces its run in one or two passes (var/std: the mean, then the
+ * squared deviations; logsumexp: the max, then the exponentials). A pass maps
+ * each element (red_map), joins the values of a thread (red_join), then the
+ * threads' partials (red_tree), all of one kind: */
+enum { K_ADD, K_MUL, K_MAXNAN, K_BMAX, K_BMIN }; /* sum, product, max where NaN wins, best (value, index) */
+static const int kCols = 32;                     /* outputs per block of k_red_cols */
+
+template <typename A>
+struct Acc {
+  A v;
+  int64_t i; /* index of the best value (K_BMAX, K_BMIN); -1: none */
+};
+
+__device__ __forceinline__ bool is_nan(double v) { return v != v; }
+__device__ __forceinline__ bool is_nan(int64_t) { return false; }
+__device__ __forceinline__ double wadd(double a, double b) { return a + b; }
+__device__ __forceinline__ int64_t wadd(int64_t a, int64_t b) { return (int64_t)((uint64_t)a + (uint64_t)b); }
+__device__ __forceinline__ double wmul(double a, double b) { return a * b; }
+__device__ __forceinline__ int64_t wmul(int64_t a, int64_t b) { return (int64_t)((uint64_t)a * (uint64_t)b); }
+
+__device__ __forceinline__ int red_kind(int op, int pass, double p)
 {
-  sv[threadIdx.x] = v;
-  si[threadIdx.x] = i;
+  switch (op) {
+  case PROD: return K_MUL;
+  case MAX: case ARGMAX: return K_BMAX;
+  case MIN: case ARGMIN: return K_BMIN;
+  case LOGSUMEXP: return pass ? K_ADD : K_MAXNAN;
+  case NORM: return isinf(p) ? K_MAXNAN : K_ADD;
+  default: return K_ADD;
+  }
+}
+__device__ __forceinline__ bool two_pass(int op) { return op == VAR || op == STD || op == LOGSUMEXP; }
+
+__device__ __forceinline__ double red_low(double) { return -INFINITY; }
+__device__ __forceinline__ int64_t red_low(int64_t) { return INT64_MIN; }
+template <typename A>
+__device__ __forceinline__ Acc<A> red_ident(int kind, int op)
+{
+  Acc<A> a;
+  a.i = -1;
+  a.v = kind == K_MUL ? (A)1 : kind == K_MAXNAN && op == LOGSUMEXP ? red_low(A()) : (A)0;
+  return a;
+}
+
+template <typename A>
+__device__ __forceinline__ void red_join(int kind, Acc<A> &a, A v, int64_t i)
+{
+  switch (kind) {
+  case K_ADD: a.v = wadd(a.v, v); break;
+  case K_MUL: a.v = wmul(a.v, v); break;
+  case K_MAXNAN: if (v > a.v || is_nan(v)) a.v = v; break;
+  default: if (better(v, i, a.v, a.i, kind == K_BMAX)) { a.v = v; a.i = i; } break;
+  }
+}
+
+/* the value an element adds to pass `pass`; m: the first pass's mean (var/std) or max (logsumexp) */
+__device__ __forceinline__ double red_map(int op, int pass, double x, double m, double p)
+{
+  switch (op) {
+  case VAR: case STD: if (pass) { double d = x - m; return d * d; } return x;
+  case LOGSUMEXP: return pass ? exp(x - m) : x;
+  case NORM:
+    if (isinf(p)) return fabs(x);
+    if (p == 0) return x != 0;
+    if (p == 2) return x * x;
+    if (p == 1) return fabs(x);
+    return pow(fabs(x), p);
+  case ANY: return x != 0;
+  case ALL: return x == 0;
+  default: return x;
+  }
+}
+__device__ __forceinline__ int64_t red_map(int op, int, int64_t x, int64_t, double)
+{
+  return op == ANY ? x != 0 : op == ALL ? x == 0 : x;
+}
+__device__ __forceinline__ double red_mid(const dpl_cu_red &g, double s) { return g.op == LOGSUMEXP ? s : s / (double)g.R; }
+__device__ __forceinline__ int64_t red_mid(const dpl_cu_red &, int64_t s) { return s; }
+
+/* the result from the passes' totals s (first) and s2 (second), the CPU's formulas */
+__device__ __forceinline__ double red_final(const dpl_cu_red &g, double s, double s2)
+{
+  double p = g.param;
+  switch (g.op) {
+  case MEAN: return g.R ? s / (double)g.R : NAN;
+  case VAR: case STD: {
+    double den = (double)g.R - p;
+    double v = den > 0 ? s2 / den : NAN;
+    return g.op == STD ? sqrt(v) : v;
+  }
+  case LOGSUMEXP: return g.R == 0 ? -INFINITY : (s != s || isinf(s)) ? s : s + log(s2);
+  case NORM: return isinf(p) || p == 0 || p == 1 ? s : p == 2 ? sqrt(s) : pow(s, 1.0 / p);
+  case ANY: return s > 0;
+  case ALL: return s == 0;
+  default: return s;
+  }
+}
+__device__ __forceinline__ int64_t red_final(const dpl_cu_red &g, int64_t s, int64_t)
+{
+  return g.op == ANY ? s > 0 : g.op == ALL ? s == 0 : s;
+}
+
+template <int DT>
+__device__ __forceinline__ void red_load(const char *x, int64_t off, double &v) { v = ld_f64(x + off * elsize(DT), DT); }
+template <int DT>
+__device__ __forceinline__ void red_load(const char *x, int64_t off, int64_t &v) { v = ld_i64(x + off * elsize(DT), DT); }
+__device__ __forceinline__ void red_put(char *val, int odt, int64_t row, double v) { st_f64(val + row * elsize(odt), odt, v); }
+__device__ __forceinline__ void red_put(char *val, int odt, int64_t row, int64_t v) { st_i64(val + row * elsize(odt), odt, v); }
+
+/* offset (elements) of row-major position i over (nd, shape, stride) */
+__device__ __forceinline__ int64_t red_off(int nd, const int64_t *shape, const int64_t *stride, int64_t i)
+{
+  int64_t o = 0;
+  for (int d = nd - 1; d >= 0; d--) {
+    int64_t q = i / shape[d];
+    o += (i - q * shape[d]) * stride[d];
+    i = q;
+  }
+  return o;
+}
+
+/* one thread's part of a pass: reduced positions j0, j0 + step, ... below j1 of the run at base */
+template <typename A, int DT>
+__device__ Acc<A> red_part(const dpl_cu_red &g, const char *x, int64_t base, int64_t j0, int64_t j1, int64_t step,
+                           int pass, A m)
+{
+  const int kind = red_kind(g.op, pass, g.param);
+  Acc<A> a = red_ident<A>(kind, g.op);
+  if (g.rndim == 1) {
+    const int64_t rs = g.rstride[0];
+    for (int64_t j = j0; j < j1; j += step) {
+      A v;
+      red_load<DT>(x, base + j * rs, v);
+      red_join(kind, a, red_map(g.op, pass, v, m, g.param), j);
+    }
+  } else {
+    for (int64_t j = j0; j < j1; j += step) {
+      A v;
+      red_load<DT>(x, base + red_off(g.rndim, g.rshape, g.rstride, j), v);
+      red_join(kind, a, red_map(g.op, pass, v, m, g.param), j);
+    }
+  }
+  return a;
+}
+
+/* joins the partials of the threads t, t + w, t + 2w, ... of a block (every thread calls it):
+ * each thread gets the total of its column t % w */
+template <typename A>
+__device__ Acc<A> red_tree(int kind, Acc<A> a, A *sv, int64_t *si, int w)
+{
+  const int t = threadIdx.x, y = t / w;
+  sv[t] = a.v;
+  si[t] = a.i;
   __syncthreads();
-  for (int s = blockDim.x / 2; s > 0; s >>= 1) {
-    if ((int)threadIdx.x < s) {
-      T ov = sv[threadIdx.x + s];
-      int64_t oi = si[threadIdx.x + s];
-      if (better(ov, oi, sv[threadIdx.x], si[threadIdx.x], mx)) { sv[threadIdx.x] = ov; si[threadIdx.x] = oi; }
+  for (int s = (int)blockDim.x / w / 2; s > 0; s >>= 1) {
+    if (y < s) {
+      Acc<A> c = {sv[t], si[t]};
+      red_join(kind, c, sv[t + s * w], si[t + s * w]);
+      sv[t] = c.v;
+      si[t] = c.i;
     }
     __syncthreads();
   }
-  v = sv[0];
-  i = si[0];
+  Acc<A> r = {sv[t - y * w], si[t - y * w]};
   __syncthreads();
+  return r;
 }
 
-__global__ void k_reduce_f(int op, const double *x, int64_t rows, int64_t R, double param, double *val, int64_t *idx)
+/* one output per block (a run read along by the block's threads): runs that are contiguous or long */
+template <typename A, int DT>
+__global__ void k_red_rows(dpl_cu_red g, const char *x, char *val, int64_t *idx)
 {
-  __shared__ double sv[kThreads];
+  __shared__ A sv[kThreads];
   __shared__ int64_t si[kThreads];
   const int t = threadIdx.x, nt = blockDim.x;
-  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
-    const double *p = x + row * R;
-    double res = 0;
-    int64_t arg = 0;
-    switch (op) {
-    case SUM: case MEAN: {
-      double acc = 0;
-      for (int64_t j = t; j < R; j += nt) acc += p[j];
-      double s = block_sum(acc, sv);
-      res = op == MEAN ? (R ? s / (double)R : NAN) : s;
-      break;
-    }
-    case PROD: {
-      double acc = 1;
-      for (int64_t j = t; j < R; j += nt) acc *= p[j];
-      res = block_prod(acc, sv);
-      break;
-    }
-    case MAX: case MIN: case ARGMAX: case ARGMIN: {
-      bool mx = op == MAX || op == ARGMAX;
-      double bv = 0;
-      int64_t bi = -1;
-      for (int64_t j = t; j < R; j += nt)
-        if (better(p[j], j, bv, bi, mx)) { bv = p[j]; bi = j; }
-      block_best(bv, bi, mx, sv, si);
-      res = bv;
-      arg = bi;
-      break;
-    }
-    case VAR: case STD: {
-      double acc = 0;
-      for (int64_t j = t; j < R; j += nt) acc += p[j];
-      double m = block_sum(acc, sv) / (double)R;
-      double acc2 = 0;
-      for (int64_t j = t; j < R; j += nt) { double d = p[j] - m; acc2 += d * d; }
-      double s = block_sum(acc2, sv);
-      double den = (double)R - param;
-      double v = den > 0 ? s / den : NAN;
-      res = op == STD ? sqrt(v) : v;
-      break;
-    }
-    case LOGSUMEXP: {
-      double m = -INFINITY;
-      for (int64_t j = t; j < R; j += nt) if (p[j] > m || p[j] != p[j]) m = p[j];
-      m = block_max_nan(m, sv);
-      if (R == 0 || m != m || isinf(m)) { res = R == 0 ? -INFINITY : m; break; }
-      double acc = 0;
-      for (int64_t j = t; j < R; j += nt) acc += exp(p[j] - m);
-      res = m + log(block_sum(acc, sv));
-      break;
-    }
-    case NORM: {
-      double acc = 0;
-      if (isinf(param)) {
-        for (int64_t j = t; j < R; j += nt) { double v = fabs(p[j]); if (v > acc || v != v) acc = v; }
-        res = block_max_nan(acc, sv);
-      } else if (param == 0) {
-        for (int64_t j = t; j < R; j += nt) acc += p[j] != 0;
-        res = block_sum(acc, sv);
-      } else if (param == 2) {
-        for (int64_t j = t; j < R; j += nt) acc += p[j] * p[j];
-        res = sqrt(block_sum(acc, sv));
-      } else if (param == 1) {
-        for (int64_t j = t; j < R; j += nt) acc += fabs(p[j]);
-        res = block_sum(acc, sv);
-      } else {
-        for (int64_t j = t; j < R; j += nt) acc += pow(fabs(p[j]), param);
-        res = pow(block_sum(acc, sv), 1.0 / param);
-      }
-      break;
-    }
-    case ANY: {
-      double acc = 0;
-      for (int64_t j = t; j < R; j += nt) acc += p[j] != 0;
-      res = block_sum(acc, sv) > 0;
-      break;
-    }
-    default: {
-      double acc = 0;
-      for (int64_t j = t; j < R; j += nt) acc += p[j] == 0;
-      res = block_sum(acc, sv) == 0;
-      break;
-    }
-    }
+  for (int64_t row = blockIdx.x; row < g.rows; row += gridDim.x) {
+    int64_t base = red_off(g.ondim, g.oshape, g.ostride, row);
+    Acc<A> a = red_tree(red_kind(g.op, 0, g.param), red_part<A, DT>(g, x, base, t, g.R, nt, 0, (A)0), sv, si, 1);
+    Acc<A> b = a;
+    if (two_pass(g.op))
+      b = red_tree(K_ADD, red_part<A, DT>(g, x, base, t, g.R, nt, 1, red_mid(g, a.v)), sv, si, 1);
     if (t == 0) {
-      val[row] = res;
-      if (idx) idx[row] = arg;
+      if (val) red_put(val, g.odt, row, red_final(g, a.v, b.v));
+      if (idx) idx[row] = a.i;
     }
   }
 }
 
-__global__ void k_reduce_i(int op, const int64_t *x, int64_t rows, int64_t R, int64_t *val, int64_t *idx)
+/* kCols outputs per block, each run split in blockDim.x / kCols slices (threadIdx.x / kCols): for a
+ * reduced dim that is not the innermost (the bias gradient's sum over the batch), neighbouring
+ * threads read neighbouring outputs' elements */
+template <typename A, int DT>
+__global__ void k_red_cols(dpl_cu_red g, const char *x, char *val, int64_t *idx)
 {
-  __shared__ int64_t sv[kThreads];
+  __shared__ A sv[kThreads];
   __shared__ int64_t si[kThreads];
-  __shared__ unsigned long long su[kThreads];
-  const int t = threadIdx.x, nt = blockDim.x;
-  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
-    const int64_t *p = x + row * R;
-    int64_t res = 0, arg = 0;
-    switch (op) {
-    case SUM: {
-      unsigned long long acc = 0;
-      for (int64_t j = t; j < R; j += nt) acc += (unsigned long long)p[j];
-      res = (int64_t)block_sum(acc, su);
-      break;
+  const int c = threadIdx.x % kCols, y = threadIdx.x / kCols, ny = blockDim.x / kCols;
+  for (int64_t r0 = (int64_t)blockIdx.x * kCols; r0 < g.rows; r0 += (int64_t)gridDim.x * kCols) {
+    const int64_t row = r0 + c, end = row < g.rows ? g.R : 0;
+    const int64_t base = row < g.rows ? red_off(g.ondim, g.oshape, g.ostride, row) : 0;
+    Acc<A> a = red_tree(red_kind(g.op, 0, g.param), red_part<A, DT>(g, x, base, y, end, ny, 0, (A)0), sv, si, kCols);
+    Acc<A> b = a;
+    if (two_pass(g.op))
+      b = red_tree(K_ADD, red_part<A, DT>(g, x, base, y, end, ny, 1, red_mid(g, a.v)), sv, si, kCols);
+    if (y == 0 && row < g.rows) {
+      if (val) red_put(val, g.odt, row, red_final(g, a.v, b.v));
+      if (idx) idx[row] = a.i;
     }
-    case PROD: {
-      unsigned long long acc = 1;
-      for (int64_t j = t; j < R; j += nt) acc *= (unsigned long long)p[j];
-      res = (int64_t)block_prod(acc, su);
-      break;
-    }
-    case ANY: case ALL: {
-      unsigned long long acc = 0;
-      for (int64_t j = t; j < R; j += nt) acc += op == ANY ? p[j] != 0 : p[j] == 0;
-      unsigned long long n = block_sum(acc, su);
-      res = op == ANY ? n > 0 : n == 0;
-      break;
-    }
-    default: {
-      bool mx = op == MAX || op == ARGMAX;
-      int64_t bv = 0, bi = -1;
-      for (int64_t j = t; j < R; j += nt)
-        if (better(p[j], j, bv, bi, mx)) { bv = p[j]; bi = j; }
-      block_best(bv, bi, mx, sv, si);
-      res = bv;
-      arg = bi;
-      break;
-    }
-    }
-    if (t == 0) {
-      val[row] = res;
-      if (idx) idx[row] = arg;
-    }
+  }
+}
+
+/* SUM/MEAN of few long float runs: block (row, slice) sums one slice into part[row * gridDim.y + slice]
+ * (no atomics: the result does not depend on timing); k_red_parts adds a row's parts and writes it */
+template <int DT>
+__global__ void k_red_slices(dpl_cu_red g, const char *x, int64_t slice, double *part)
+{
+  __shared__ double sv[kThreads];
+  __shared__ int64_t si[kThreads];
+  const int64_t row = blockIdx.x, lo = (int64_t)blockIdx.y * slice, hi = lo + slice < g.R ? lo + slice : g.R;
+  const int64_t base = red_off(g.ondim, g.oshape, g.ostride, row);
+  Acc<double> a = red_tree(K_ADD, red_part<double, DT>(g, x, base, lo + threadIdx.x, hi, blockDim.x, 0, 0.0), sv, si, 1);
+  if (threadIdx.x == 0) part[row * gridDim.y + blockIdx.y] = a.v;
+}
+
+__global__ void k_red_parts(dpl_cu_red g, const double *part, int64_t parts, char *val)
+{
+  __shared__ double sh[kThreads];
+  for (int64_t row = blockIdx.x; row < g.rows; row += gridDim.x) {
+    double acc = 0;
+    for (int64_t j = threadIdx.x; j < parts; j += blockDim.x) acc += part[row * parts + j];
+    double s = block_sum(acc, sh);
+    if (threadIdx.x == 0) red_put(val, g.odt, row, red_final(g, s, 0.0));
   }
 }
 
@@ -264,24 +329,6 @@ __global__ void k_softmax_rows(const T *x, const T *g, T *out, int64_t rows, int
         o[j] = lg ? (T)((double)q[j] - exp((double)p[j]) * sum) : (T)((double)p[j] * ((double)q[j] - sum));
     }
   }
-}
-
-/* SUM/MEAN of few long rows: blockIdx.y slices each row, partial sums are added
- * into val (zeroed by the launcher) with double atomics; MEAN divides after */
-__global__ void k_sum_slices(const double *x, int64_t R, int64_t slice, double *val)
-{
-  __shared__ double sh[kThreads];
-  int64_t row = blockIdx.x, lo = (int64_t)blockIdx.y * slice, hi = lo + slice < R ? lo + slice : R;
-  const double *p = x + row * R;
-  double acc = 0;
-  for (int64_t j = lo + threadIdx.x; j < hi; j += blockDim.x) acc += p[j];
-  double s = block_sum(acc, sh);
-  if (threadIdx.x == 0) atomicAdd(val + row, s);
-}
-
-__global__ void k_scale(double *val, int64_t n, double f)
-{
-  DPL_GRID_STRIDE(i, n) val[i] *= f;
 }
 
 static unsigned row_grid(int64_t rows)
@@ -413,23 +460,6 @@ __global__ void k_embedding_bwd(const T *g, const int64_t *idx, int64_t n, int64
 
 } // namespace
 
-extern "C" int dpl_cu_reduce_rows(int32_t op, int32_t kd, const void *x, int64_t rows, int64_t R, double param,
-                                  void *val, int64_t *idx, cudaStream_t s)
-{
-  if (rows == 0) return 0;
-  if (kd == F64 && (op == SUM || op == MEAN) && rows <= 64 && R >= (1 << 18)) {
-    int64_t parts = 1024 / rows, slice = (R + parts - 1) / parts;
-    cudaError_t e = cudaMemsetAsync(val, 0, (size_t)rows * sizeof(double), s);
-    if (e != cudaSuccess) return (int)e;
-    k_sum_slices<<<dim3((unsigned)rows, (unsigned)parts), kThreads, 0, s>>>((const double *)x, R, slice, (double *)val);
-    if (op == MEAN) k_scale<<<grid_for(rows), kThreads, 0, s>>>((double *)val, rows, 1.0 / (double)R);
-    return (int)cudaGetLastError();
-  }
-  if (kd == I64) k_reduce_i<<<row_grid(rows), kThreads, 0, s>>>(op, (const int64_t *)x, rows, R, (int64_t *)val, idx);
-  else k_reduce_f<<<row_grid(rows), kThreads, 0, s>>>(op, (const double *)x, rows, R, param, (double *)val, idx);
-  return (int)cudaGetLastError();
-}
-
 extern "C" int dpl_cu_class_loss(int32_t ce, const double *x, const int64_t *t, int64_t N, int64_t C, int64_t ignore,
                                  double *l, unsigned long long *bad, cudaStream_t s)
 {
@@ -497,5 +527,60 @@ extern "C" int dpl_cu_softmax_rows(int32_t kd, const void *x, const void *g, voi
   else
     k_softmax_rows<float><<<row_grid(rows), kThreads, 0, s>>>((const float *)x, (const float *)g, (float *)out, rows, R,
                                                               log, bwd);
+  return (int)cudaGetLastError();
+}
+
+/* ---- reductions ---- */
+namespace {
+/* few long runs of floats summed: sliced over the whole GPU (k_red_slices) */
+bool red_sliced(const dpl_cu_red *g, int64_t *parts)
+{
+  bool f = g->idt == F32 || g->idt == F64 || g->idt == F16 || g->idt == BF16;
+  if (!f || (g->op != SUM && g->op != MEAN) || g->rows > 64 || g->R < (1 << 18)) return false;
+  *parts = 1024 / g->rows;
+  return true;
+}
+
+template <typename A, int DT>
+void red_launch(const dpl_cu_red *g, const char *x, char *val, int64_t *idx, void *scratch, cudaStream_t s)
+{
+  int64_t parts = 0;
+  if (red_sliced(g, &parts)) {
+    if constexpr (std::is_same<A, double>::value) { /* floats only */
+      k_red_slices<DT><<<dim3((unsigned)g->rows, (unsigned)parts), kThreads, 0, s>>>(*g, x, (g->R + parts - 1) / parts,
+                                                                                     (double *)scratch);
+      k_red_parts<<<row_grid(g->rows), kThreads, 0, s>>>(*g, (const double *)scratch, parts, val);
+    }
+  } else if ((g->rndim == 0 || (g->rndim == 1 && g->rstride[0] != 1)) && (g->rows >= kCols || g->R <= 256)) {
+    /* a run of one element, or a reduced dim that is not the innermost */
+    int64_t b = (g->rows + kCols - 1) / kCols;
+    k_red_cols<A, DT><<<(unsigned)(b < 65535 * 4 ? b : 65535 * 4), kThreads, 0, s>>>(*g, x, val, idx);
+  } else {
+    k_red_rows<A, DT><<<row_grid(g->rows), kThreads, 0, s>>>(*g, x, val, idx);
+  }
+}
+} // namespace
+
+extern "C" int64_t dpl_cu_reduce_scratch(const dpl_cu_red *g)
+{
+  int64_t parts = 0;
+  return g->rows > 0 && red_sliced(g, &parts) ? g->rows * parts * (int64_t)sizeof(double) : 0;
+}
+
+extern "C" int dpl_cu_reduce(const dpl_cu_red *g, const void *x, void *val, int64_t *idx, void *scratch, cudaStream_t s)
+{
+  if (g->rows == 0) return 0;
+  const char *xc = (const char *)x;
+  char *v = (char *)val;
+  switch (g->idt) {
+  case F32: red_launch<double, F32>(g, xc, v, idx, scratch, s); break;
+  case F64: red_launch<double, F64>(g, xc, v, idx, scratch, s); break;
+  case F16: red_launch<double, F16>(g, xc, v, idx, scratch, s); break;
+  case BF16: red_launch<double, BF16>(g, xc, v, idx, scratch, s); break;
+  case I32: red_launch<int64_t, I32>(g, xc, v, idx, scratch, s); break;
+  case I64: red_launch<int64_t, I64>(g, xc, v, idx, scratch, s); break;
+  case U8: red_launch<int64_t, U8>(g, xc, v, idx, scratch, s); break;
+  default: red_launch<int64_t, BOOL>(g, xc, v, idx, scratch, s); break;
+  }
   return (int)cudaGetLastError();
 }

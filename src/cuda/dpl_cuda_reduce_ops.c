@@ -1,6 +1,6 @@
 /* dpl_cuda_reduce_ops.c: the backend's whole-op implementations of
- * reductions (the reduced dim moved last and made contiguous in float64 or
- * int64, then one block per row), the softmax family (a fused row kernel
+ * reductions (one kernel reading the input in its own dtype and layout, see
+ * dpl_cuda_reduce.cu), the softmax family (a fused row kernel
  * over the last dim; another dim is moved last in a copy), the class losses
  * (cross-entropy, NLL) and MSE with their gradients, and embedding. Dtype
  * rules and messages follow the CPU code in dpl_tensor_reduce.c and
@@ -19,54 +19,49 @@ static int dnew(const char *name, int32_t dtype, int32_t ndim, const int64_t *sh
   return dpl_new_on(name, dtype, ndim, shape, DPL_DEVICE_CUDA, like->_devindex, out);
 }
 
-/* t's dims with `dim` moved last, as a contiguous device copy in kd: [rows, R] */
-static int rows_of(const char *name, const dpl_tensor *t, int32_t dim, int32_t kd, dpl_tensor **out, int64_t *rows,
-                   int64_t *R)
+/* (shape, stride) dims without the size-1 ones, neighbours merged where one
+ * stride steps over the other: the same row-major positions, fewer dims */
+static int32_t coalesce(int32_t nd, const int64_t *shape, const int64_t *stride, int64_t *osh, int64_t *ost)
 {
-  *out = NULL;
-  if (dim < 0 || t->_ndim == 0) {
-    int64_t n = t->_numel;
-    *rows = 1;
-    *R = n;
-    DPL_TRY(dnew(name, kd, 1, &n, t, out));
-    dpl_tensor *flat = NULL;
-    int st = dpl_contig_as(name, t, t->_dtype, &flat); /* row-major order for arg* over all */
-    dpl_tensor *v = NULL;
-    if (st == DPL_OK) st = dpl_tensor_view(flat, 1, &n, &v);
-    if (st == DPL_OK) st = dpl_copy_any(name, *out, v);
-    dpl_tensor_release(flat);
-    dpl_tensor_release(v);
-    if (st != DPL_OK) { dpl_tensor_release(*out); *out = NULL; }
-    return st;
+  int32_t m = 0;
+  for (int32_t i = 0; i < nd; i++) {
+    if (shape[i] == 1) continue;
+    if (m > 0 && ost[m - 1] == stride[i] * shape[i]) {
+      osh[m - 1] *= shape[i];
+      ost[m - 1] = stride[i];
+      continue;
+    }
+    osh[m] = shape[i];
+    ost[m] = stride[i];
+    m++;
   }
-  int64_t sh[DPL_MAX_DIMS], stv[DPL_MAX_DIMS];
-  int k = 0;
-  for (int i = 0; i < t->_ndim; i++)
-    if (i != dim) { sh[k] = t->_shape[i]; stv[k] = t->_stride[i]; k++; }
-  sh[k] = t->_shape[dim];
-  stv[k] = t->_stride[dim];
-  *R = t->_shape[dim];
-  *rows = *R ? t->_numel / *R : dpl_shape_numel(k, sh);
-  dpl_tensor *v = NULL;
-  DPL_TRY(dpl_make_view(t, t->_ndim, sh, stv, t->_offset, &v));
-  int st = dnew(name, kd, t->_ndim, sh, t, out);
-  if (st == DPL_OK) st = dpl_copy_any(name, *out, v);
-  dpl_tensor_release(v);
-  if (st != DPL_OK) { dpl_tensor_release(*out); *out = NULL; }
-  return st;
+  return m;
 }
 
-/* buf [rows] viewed at the output shape, converted to dtype rd */
-static int shaped(const char *name, dpl_tensor *buf, int32_t nd, const int64_t *shape, int32_t rd, dpl_tensor **out)
+/* the kernels' geometry of reducing dim `dim` of t (-1: all, in row-major order): the outputs
+ * over the other dims, each reducing a run read in t's own layout (no copy, any strides) */
+static void red_geom(const dpl_tensor *t, int32_t dim, dpl_cu_red *g)
 {
-  dpl_tensor *v = NULL;
-  DPL_TRY(dpl_tensor_view(buf, nd, shape, &v));
-  if (v->_dtype == rd) { *out = v; return DPL_OK; }
-  int st = dpl_contig_as(name, v, rd, out);
-  dpl_tensor_release(v);
-  return st;
+  memset(g, 0, sizeof *g);
+  int64_t sh[DPL_MAX_DIMS], stv[DPL_MAX_DIMS];
+  if (dim < 0) {
+    g->rndim = coalesce(t->_ndim, t->_shape, t->_stride, g->rshape, g->rstride);
+    g->R = t->_numel;
+    g->rows = 1;
+    return;
+  }
+  int32_t k = 0;
+  for (int32_t i = 0; i < t->_ndim; i++)
+    if (i != dim) { sh[k] = t->_shape[i]; stv[k] = t->_stride[i]; k++; }
+  g->ondim = coalesce(k, sh, stv, g->oshape, g->ostride);
+  g->rows = dpl_shape_numel(k, sh);
+  g->R = t->_shape[dim];
+  g->rndim = coalesce(1, &t->_shape[dim], &t->_stride[dim], g->rshape, g->rstride);
 }
 
+/* Every reduction is one kernel (two for long float sums) reading t in its own dtype and layout
+ * and writing the outputs' dtypes: no copy or conversion pass before or after. (No case needs
+ * the former contiguous float64/int64 copy: DPL_CU_MAXDIM covers every tensor's dims.) */
 int dpl_cu_op_reduce(const dpl_bk_args *a)
 {
   int op = a->sub;
@@ -82,31 +77,19 @@ int dpl_cu_op_reduce(const dpl_bk_args *a)
   if (!isf && (op == DPL_RED_MEAN || op == DPL_RED_VAR || op == DPL_RED_STD || op == DPL_RED_LOGSUMEXP || op == DPL_RED_NORM))
     return dpl_errorf(DPL_EINVAL, "%s: expected a floating-point tensor, got %s (convert with :float() first)", name,
                       dpl_dtype_name(t->_dtype));
-  int32_t kd = isf ? DPL_FLOAT64 : DPL_INT64;
   int32_t rd;
   if (op == DPL_RED_ARGMAX || op == DPL_RED_ARGMIN) rd = DPL_INT64;
   else if (op == DPL_RED_ANY || op == DPL_RED_ALL) rd = DPL_BOOL;
   else if (!isf && (op == DPL_RED_SUM || op == DPL_RED_PROD)) rd = DPL_INT64;
   else rd = t->_dtype;
-  int32_t rdim = t->_ndim == 0 ? -1 : dim;
-  int64_t rows, R;
-  dpl_tensor *src = NULL, *val = NULL, *idx = NULL;
-  DPL_TRY(rows_of(name, t, rdim, kd, &src, &rows, &R));
-  int arg = op == DPL_RED_ARGMAX || op == DPL_RED_ARGMIN || a->op == DPL_BK_REDUCE_INDEX;
-  int st = DPL_OK;
-  if ((op == DPL_RED_MAX || op == DPL_RED_MIN || op == DPL_RED_ARGMAX || op == DPL_RED_ARGMIN) && R == 0)
-    st = dpl_errorf(DPL_EINVAL, "%s: cannot reduce over an empty dim (size 0): the result has no identity", name);
-  if (st == DPL_OK) st = dnew(name, kd, 1, &rows, t, &val);
-  if (st == DPL_OK && arg) st = dnew(name, DPL_INT64, 1, &rows, t, &idx);
-  if (st == DPL_OK) {
-    dpl_cu_dev *d = dpl_cu_device(t->_devindex, name);
-    if (!d) st = DPL_EDEVICE;
-    else {
-      int e = dpl_cu_reduce_rows(op, kd, src->_data, rows, R, a->d[0], val->_data, idx ? (int64_t *)idx->_data : NULL,
-                                 d->compute);
-      if (e) st = dpl_cu_fail((cudaError_t)e, name, t->_devindex);
-    }
-  }
+  dpl_cu_red g;
+  red_geom(t, t->_ndim == 0 ? -1 : dim, &g);
+  g.op = op;
+  g.idt = t->_dtype;
+  g.odt = rd;
+  g.param = a->d[0];
+  if ((op == DPL_RED_MAX || op == DPL_RED_MIN || op == DPL_RED_ARGMAX || op == DPL_RED_ARGMIN) && g.R == 0)
+    return dpl_errorf(DPL_EINVAL, "%s: cannot reduce over an empty dim (size 0): the result has no identity", name);
   int64_t oshape[DPL_MAX_DIMS];
   int32_t ond = 0;
   if (dim == -1) {
@@ -117,19 +100,29 @@ int dpl_cu_op_reduce(const dpl_bk_args *a)
       else oshape[ond++] = t->_shape[i];
     }
   }
+  int both = a->op == DPL_BK_REDUCE_INDEX, arg = op == DPL_RED_ARGMAX || op == DPL_RED_ARGMIN;
+  dpl_tensor *val = NULL, *idx = NULL;
+  void *scratch = NULL;
+  int64_t nscratch = dpl_cu_reduce_scratch(&g);
+  dpl_cu_dev *d = dpl_cu_device(t->_devindex, name);
+  int st = d ? DPL_OK : DPL_EDEVICE;
+  if (st == DPL_OK && !arg) st = dnew(name, rd, ond, oshape, t, &val);
+  if (st == DPL_OK && (arg || both)) st = dnew(name, DPL_INT64, ond, oshape, t, &idx);
+  if (st == DPL_OK && nscratch > 0) st = dpl_cu_scratch(t->_devindex, nscratch, &scratch);
   if (st == DPL_OK) {
-    if (a->op == DPL_BK_REDUCE_INDEX) {
-      st = shaped(name, val, ond, oshape, t->_dtype, a->out[0]);
-      if (st == DPL_OK) st = shaped(name, idx, ond, oshape, DPL_INT64, a->out[1]);
-      if (st != DPL_OK) { dpl_tensor_release(*a->out[0]); *a->out[0] = NULL; }
-    } else {
-      st = shaped(name, arg ? idx : val, ond, oshape, rd, a->out[0]);
-    }
+    int e = dpl_cu_reduce(&g, t->_data, val ? val->_data : NULL, idx ? (int64_t *)idx->_data : NULL, scratch,
+                          d->compute);
+    if (e) st = dpl_cu_fail((cudaError_t)e, name, t->_devindex);
   }
-  dpl_tensor_release(src);
-  dpl_tensor_release(val);
-  dpl_tensor_release(idx);
-  return st;
+  if (scratch) dpl_cu_scratch_free(t->_devindex, scratch, nscratch);
+  if (st != DPL_OK) {
+    dpl_tensor_release(val);
+    dpl_tensor_release(idx);
+    return st;
+  }
+  if (both) { *a->out[0] = val; *a->out[1] = idx; }
+  else *a->out[0] = arg ? idx : val;
+  return DPL_OK;
 }
 
 /* ---- softmax family: the fused row kernel in float32/float64 over the last dim; another dim is moved
