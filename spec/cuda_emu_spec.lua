@@ -8,7 +8,9 @@
 -- nccl backend runs on the emulator's one-rank NCCL; random cases
 -- (scripts/cuda-emu/fuzz.lua) agree with the CPU; two emulated GPUs
 -- exchange tensors; the emulator's checks are live (emu_selftest; a kernel
--- handed host memory fails as on a GPU). Skips without g++.
+-- handed host memory fails as on a GPU); index checks do not make a training
+-- step wait for the GPU and still report a bad target (at the next item(), or
+-- at the op with DPL_CUDA_SYNC_CHECKS=1 / CUDA_LAUNCH_BLOCKING=1). Skips without g++.
 local h = require 'spec.support.helpers'
 
 local emu = h.root .. '/build/cuda-emu'
@@ -61,7 +63,8 @@ describe('the CUDA plugin under the CPU emulator', function()
     assert.truthy(out:find('CUDA plugin ' .. emu .. '/dpl_cuda_emu.so', 1, true), out)
   end)
 
-  for _, mode in ipairs({ { '', '' }, { ' with guard pages after every allocation', 'DPL_CUDA_EMU_GUARD=1' } }) do
+  for _, mode in ipairs({ { '', '' }, { ' with guard pages after every allocation', 'DPL_CUDA_EMU_GUARD=1' },
+    { ' with index checks at the op (DPL_CUDA_SYNC_CHECKS=1)', 'DPL_CUDA_SYNC_CHECKS=1' } }) do
     it('passes the op-consistency check (gpu_check.lua ops, poisoned allocations)' .. mode[1], function()
       local out, err, rc = emulated('scripts/gpu_check.lua ops', mode[2], 300)
       local np, nf = out:match('op consistency: (%d+) passed, (%d+) failed')
@@ -112,6 +115,76 @@ print(('%.4f'):format(acc:sum():item() - (x:sum():item() * 50 + 256 * 1275)))
     assert.truthy(event, err)
     assert.is_true(tonumber(dev) + tonumber(stream) + tonumber(event) <= 2, err:match('[^\n]*host syncs[^\n]*'))
   end)
+
+  -- a training loop: forward, cross_entropy, backward, SGD, 30 steps; then bad targets
+  local train_script = [[
+local dpl = require 'dpl'
+local nn, optim, F = dpl.nn, dpl.optim, dpl.nn.functional
+local steps = 30
+dpl.manual_seed(1)
+local model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 5)):to('cuda:0')
+local opt = optim.SGD(model:parameters(), { lr = 0.1 })
+local xs, ys = dpl.randn(steps, 8, 16), dpl.randint(1, 6, { steps, 8 })
+local loss
+for i = 1, steps do
+  local x, y = xs[i]:to('cuda:0'), ys[i]:to('cuda:0')
+  opt:zero_grad()
+  loss = F.cross_entropy(model(x), y)
+  loss:backward()
+  opt:step()
+end
+print(('loss %.4f'):format(loss:item()))
+local y = ys[1]:clone()
+y[3] = 9 -- class 9 of 5, sample 3
+local ok, bad = pcall(F.cross_entropy, model(xs[1]:to('cuda:0')), y:to('cuda:0'))
+print('at the op: ' .. (ok and 'no error' or tostring(bad)))
+if ok then
+  local ok2, e = pcall(function() return bad:item() end)
+  print('at item: ' .. (ok2 and 'no error' or tostring(e)))
+  -- two failures before the next wait: one error, counting the second
+  F.cross_entropy(model(xs[1]:to('cuda:0')), y:to('cuda:0'))
+  dpl.tensor.embedding(xs[1]:to('cuda:0'), dpl.tensor({ 1, 12 }):to('cuda:0'))
+  ok2, e = pcall(dpl.cuda.synchronize)
+  print('at synchronize: ' .. (ok2 and 'no error' or tostring(e)))
+end
+print('then:', pcall(function() return loss:item() end))
+]]
+
+  it('checks indices without waiting: a training step makes no stream synchronization, a bad target raises at item()',
+    function()
+      local script = h.write_file(h.tmpname('.lua'), train_script)
+      local out, err, rc = emulated(h.q(script), 'DPL_CUDA_EMU_STATS=1 DPL_CUDA_POISON=1')
+      os.remove(script)
+      assert.are.equal(0, rc, out .. err)
+      assert.is_nil(err:find('cuda-emu: [^s]'), err) -- no race or misuse (stats lines aside)
+      assert.truthy(out:find('loss %d'), out)
+      -- the host waited only for the final item() calls and dpl.cuda.synchronize (its two streams), not at
+      -- each step's cross_entropy (a stream synchronization per step before)
+      local dev, stream, event = err:match('host syncs: (%d+) device, (%d+) stream, (%d+) event')
+      assert.truthy(event, err)
+      assert.is_true(tonumber(dev) + tonumber(stream) <= 2, err:match('[^\n]*host syncs[^\n]*'))
+      assert.is_true(tonumber(event) <= 6, err:match('[^\n]*host syncs[^\n]*'))
+      assert.truthy(out:find('at the op: no error', 1, true), out)
+      assert.truthy(out:find('at item: RuntimeError: cross_entropy: target 9 of sample 3 is out of range: expected a '
+        .. 'class index in 1..5 [found by an index check on cuda:0 and reported at this later call', 1, true), out)
+      assert.truthy(out:find('DPL_CUDA_SYNC_CHECKS=1', 1, true), out)
+      assert.truthy(out:find('at synchronize: RuntimeError: cross_entropy: target 9 of sample 3 [^\n]*; 1 later index '
+        .. 'check on cuda:0 failed too%]'), out)
+      assert.truthy(out:find('then:\ttrue\t%d'), out) -- reported once: the device goes on
+    end)
+
+  for _, var in ipairs({ 'DPL_CUDA_SYNC_CHECKS=1', 'CUDA_LAUNCH_BLOCKING=1' }) do
+    it('with ' .. var .. ' a bad target raises at the op, in the CPU\'s words', function()
+      local script = h.write_file(h.tmpname('.lua'), train_script)
+      local out, err, rc = emulated(h.q(script), var)
+      os.remove(script)
+      assert.are.equal(0, rc, out .. err)
+      assert.is_nil(err:find('cuda-emu:', 1, true), err)
+      assert.truthy(out:find('at the op: RuntimeError: cross_entropy: target 9 of sample 3 is out of range: expected a '
+        .. 'class index in 1..5\n', 1, true), out)
+      assert.truthy(out:find('then:\ttrue\t%d'), out)
+    end)
+  end
 
   it('runs two GPUs: peer copies, per-device streams and cuBLAS handles', function()
     local script = h.write_file(h.tmpname('.lua'), [[

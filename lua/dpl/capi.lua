@@ -15,10 +15,26 @@ local status_names = {
 }
 M.status_names = status_names
 
+--- The C side's last error in Lua's terms: C speaks 0-based, so its index and
+--- class-target range messages (which may also come from a later call, for a
+--- GPU op's index check reported when the host next waits) are said 1-based.
+function M.last_error()
+  local msg = ffi.string(C.dpl_last_error())
+  msg = msg:gsub('target (%-?%d+) of sample (%d+) is out of range: expected a class index in %[0, (%d+)%) %(0%-based%)',
+    function(v, s, c)
+      return ('target %d of sample %d is out of range: expected a class index in 1..%d'):format(v + 1, s + 1, c)
+    end)
+  msg = msg:gsub('index (%-?%d+) is out of range for dim (%d+) of size (%d+) %(expected 0%.%.(%-?%d+), 0%-based%)',
+    function(v, d, n)
+      return ('index %d is out of range for dim %d of size %s (expected 1..%s)'):format(v + 1, d + 1, n, n)
+    end)
+  return msg
+end
+
 --- Raises the C side's last error when status is not DPL_OK (0).
 function M.check(status, level)
   if status ~= 0 then
-    local msg = ffi.string(C.dpl_last_error())
+    local msg = M.last_error()
     if msg == '' then msg = 'dpl: C call failed with status ' .. tostring(status_names[status] or status) end
     error(msg, (level or 1) + 1)
   end

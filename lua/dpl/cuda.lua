@@ -16,7 +16,7 @@ local function fail(fmt, ...)
 end
 
 local function c_fail(level)
-  error(errors.RuntimeError(ffi.string(C.dpl_last_error())), (level or 2) + 1)
+  error(errors.RuntimeError(capi.last_error()), (level or 2) + 1)
 end
 
 local count_buf = ffi.new('int32_t[1]')

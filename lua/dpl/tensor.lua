@@ -58,7 +58,7 @@ end
 M.float, M.double, M.half, M.long, M.int, M.byte = 'float32', 'float64', 'float16', 'int64', 'int32', 'uint8'
 
 local function fail(level, st)
-  lua_error((status_class[st] or RuntimeError)(ffi.string(C.dpl_last_error())), 0)
+  lua_error((status_class[st] or RuntimeError)(capi.last_error()), 0)
 end
 M._fail = fail
 
@@ -1068,13 +1068,8 @@ end
 M._zero_based = zero_based
 
 local function fix_msg(level)
-  -- C speaks 0-based; say it in Lua's terms
-  local msg = ffi.string(C.dpl_last_error())
-  msg = msg:gsub('target (%-?%d+) of sample (%d+) is out of range: expected a class index in %[0, (%d+)%) %(0%-based%)',
-    function(v, s, c) return fmt('target %d of sample %d is out of range: expected a class index in 1..%d', v + 1, s + 1, c) end)
-  msg = msg:gsub('index (%-?%d+) is out of range for dim (%d+) of size (%d+) %(expected 0%.%.(%-?%d+), 0%-based%)',
-    function(v, d, n) return fmt('index %d is out of range for dim %d of size %s (expected 1..%s)', v + 1, d + 1, n, n) end)
-  lua_error(RuntimeError(msg), 0)
+  -- C speaks 0-based; say it in Lua's terms (capi.last_error)
+  lua_error(RuntimeError(capi.last_error()), 0)
 end
 
 -- The class-index losses: 1-based targets and ignore_index from Lua, 0-based in C.

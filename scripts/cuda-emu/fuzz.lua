@@ -28,7 +28,8 @@ local function both(name, f, ...)
   for i, v in ipairs(ins) do dins[i] = is_tensor(v) and v:to('cuda:0') or v end
   runs = runs + 1
   local okc, ref = pcall(f, unpack(ins))
-  local okg, got = pcall(f, unpack(dins))
+  -- a bad index on cuda raises at the next call that waits for the GPU (docs/cuda.md)
+  local okg, got = pcall(function() local r = f(unpack(dins)) dpl.cuda.synchronize('cuda:0') return r end)
   local why
   if not okc then
     if okg then why = 'the CPU raises, cuda does not: ' .. tostring(ref) end

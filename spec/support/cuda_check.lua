@@ -397,16 +397,74 @@ for _, dt in ipairs({ 'uint8', 'bool' }) do
     return { a1, a2, a3, a4, a5, b1, b2, b3, b4, b5 }
   end)
 end
+-- Bad indices on cuda: the kernels check them and the plugin reports a failure
+-- at the next call that waits for the GPU (item, :cpu(), dpl.cuda.synchronize),
+-- with the CPU's message and a note that it comes late; with
+-- DPL_CUDA_SYNC_CHECKS=1 or CUDA_LAUNCH_BLOCKING=1 the op raises at once, as on
+-- the CPU. M.sync_checks says which mode this process runs in.
+local function env_on(v) v = os.getenv(v) return v ~= nil and v ~= '' and v ~= '0' end
+M.sync_checks = env_on('DPL_CUDA_SYNC_CHECKS') or env_on('CUDA_LAUNCH_BLOCKING')
+local LATE = 'reported at this later call'
+--- Runs f() on dev; returns the error message or nil. On cuda the error must
+--- come where the mode says (at the op, or from the next synchronize with the
+--- late note, never at the op); else this raises.
+function M.index_error(dev, f)
+  local ok, e = pcall(f)
+  if dev == 'cpu' then return not ok and tostring(e) or nil end
+  if not ok and not M.sync_checks then error('raised at the op, expected at the next synchronizing call: ' .. tostring(e), 0) end
+  if not ok then
+    if tostring(e):find(LATE, 1, true) then error('the error says it is late in DPL_CUDA_SYNC_CHECKS mode: ' .. tostring(e), 0) end
+    return tostring(e)
+  end
+  ok, e = pcall(dpl.cuda.synchronize, dev)
+  if ok then return nil end
+  if M.sync_checks then error('raised at synchronize in DPL_CUDA_SYNC_CHECKS mode: ' .. tostring(e), 0) end
+  if not tostring(e):find(LATE, 1, true) then error('a late error without its note: ' .. tostring(e), 0) end
+  return tostring(e)
+end
 -- out-of-range indices raise even where no element moves (empty rows), as on the CPU: 1 per op that raised
 add('bad indices with empty rows raise', function() return { randn(2, 0), randn(0, 5), randn(4, 0) } end,
   function(dev, z, x, w)
-    local function raised(f) local ok, e = pcall(f) return (not ok and tostring(e):find('out of range', 1, true)) and 1 or 0 end
+    local function raised(f) local e = M.index_error(dev, f) return e and e:find('out of range', 1, true) and 1 or 0 end
     local i3, i7, i9 = dpl.tensor({ 3 }):to(dev), dpl.tensor({ 7 }):to(dev), dpl.tensor({ { 1, 9 } }):to(dev)
     return { dpl.tensor({ raised(function() return z:index_select(1, i3) end),
       raised(function() return z:clone():index_add_(1, i3, z:narrow(1, 1, 1)) end),
       raised(function() return x:index_select(2, i7) end),
       raised(function() return dpl.tensor.embedding(w, i9) end),
       raised(function() return dpl.tensor.embedding_backward(dpl.ones(1, 2, 0, { device = dev }), i9, 4) end) }, { device = dev }) }
+  end)
+-- every op that checks indices, each with one bad index: cuda raises the CPU's message (at the op, or
+-- later with a note appended), naming the op and the bad value; 1 per op whose message matched
+add('bad indices raise the CPU\'s message (cuda: at the next synchronizing call)',
+  function() return { randn(4, 5), randn(6, 3), randn(1, 1, 4, 4) } end,
+  function(dev, x, w, img)
+    local T, F = dpl.tensor, dpl.nn.functional
+    local tgt, ix = dpl.tensor({ 2, 5, 9, 1 }), dpl.tensor({ 2, 8, 1 })
+    local pooled, pix = T.max_pool2d(img:cpu(), 2)
+    pix = pix:clone()
+    pix:view(-1)[3] = 17 -- outside the 16-element plane
+    local ops = {
+      function(d) return F.cross_entropy(x:to(d), tgt:to(d)) end,
+      function(d) return F.nll_loss(x:to(d):log_softmax(2), tgt:to(d)) end,
+      function(d) return T.embedding(w:to(d), ix:to(d)) end,
+      function(d) return T.embedding_backward(dpl.ones(3, 3, { device = d }), ix:to(d), 6) end,
+      function(d) return w:to(d):index_select(1, ix:to(d)) end,
+      function(d) return w:to(d):clone():index_add_(1, ix:to(d), dpl.ones(3, 3, { device = d })) end,
+      function(d) return x:to(d):gather(2, dpl.tensor({ { 1 }, { 2 }, { 6 }, { 1 } }):to(d)) end,
+      function(d) return x:to(d):clone():scatter_add_(2, dpl.tensor({ { 1 }, { 7 }, { 6 }, { 1 } }):to(d), x:to(d)) end,
+      function(d) return T.max_pool2d_backward(dpl.ones(unpack(pooled:size())):to(d), img:to(d), pix:to(d)) end,
+    }
+    local got = {}
+    for k, op in ipairs(ops) do
+      local want = M.index_error('cpu', function() return op('cpu') end)
+      local e = M.index_error(dev, function() return op(dev) end)
+      assert(want, 'case ' .. k .. ': the CPU does not raise')
+      if dev ~= 'cpu' and not (e and e:sub(1, #want) == want) then
+        error(('op %d: the CPU says %q, %s says %q'):format(k, want, dev, tostring(e)), 0)
+      end
+      got[k] = 1
+    end
+    return { dpl.tensor(got, { device = dev }) }
   end)
 add('max(dim) backward through scatter_add_ (autograd)', function() return { randn(4, 6) } end, function(_, x)
   local v, i = x:max(2)

@@ -200,14 +200,8 @@ static int max_pool_bwd(const dpl_bk_args *a, dpl_cu_dev *d, int32_t dev)
   TRYC(dpl_cu_flag_new(dev, d->compute, &bad));
   LAUNCH(dpl_cu_maxpool_bwd(kd, cg->_data, ci->_data, P, L, plane, res->_data, bad, d->compute),
          "max_pool2d_backward kernel");
-  unsigned long long h = ~0ULL;
-  TRYC(dpl_cu_flag_read(dev, d->compute, bad, &h));
-  if (st == DPL_OK && h != ~0ULL) {
-    int64_t k = 0;
-    dpl_tensor_get_i64(ci, (int64_t)h, &k);
-    st = dpl_errorf(DPL_EINVAL, "%s: index %lld out of range for a %lld-element plane", name, (long long)k,
-                    (long long)plane);
-  }
+  /* a bad index is reported by a later call that waits for the GPU (dpl_cuda_check.c) */
+  TRYC(dpl_cu_check_submit(dev, d, bad, ci, name, DPL_CU_CHK_POOL, plane, 0));
   TRYC(to_dtype(name, &res, x->_dtype));
   dpl_cu_flag_free(dev, bad);
   dpl_tensor_release(cg);

@@ -2,7 +2,8 @@
  * host -> device and device -> host through two pinned staging buffers on the
  * device's copy stream (ordered against the compute stream with events, so an
  * upload returns before the transfer ends), peer copies between GPUs, and
- * device -> device copies with broadcasting and dtype conversion in a kernel. */
+ * device -> device copies with broadcasting and dtype conversion in a kernel.
+ * A device -> host copy reports the index checks that failed before it. */
 #include "dpl_cuda_internal.h"
 #include <stdio.h>
 
@@ -185,7 +186,9 @@ int dpl_cu_op_copy(const dpl_bk_args *a)
   int dd = dpl_is_devmem(dst), sd = dpl_is_devmem(src);
   if (dd && sd) return dst->_devindex == src->_devindex ? copy_on_device(dst, src) : copy_peer(name, dst, src);
   if (dd) return copy_h2d(name, dst, src);
-  return copy_d2h(name, dst, src);
+  /* the host waited for the GPU: report an index check that failed before (dpl_cuda_check.c) */
+  DPL_TRY(copy_d2h(name, dst, src));
+  return dpl_cu_check_report(src->_devindex);
 }
 
 int dpl_cu_op_fill(const dpl_bk_args *a)

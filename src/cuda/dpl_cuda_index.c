@@ -23,17 +23,12 @@ static int index_input(const char *name, const dpl_tensor *a, const dpl_tensor *
   return dpl_contig_as(name, idx, DPL_INT64, ix);
 }
 
-/* the smallest bad position from the kernels' flag, as the CPU words it */
-static int range_error(const char *name, int32_t dev, cudaStream_t s, const void *bad, const dpl_tensor *ix,
-                       int64_t bound, int32_t dim)
+/* queues the check of the kernels' flag: a bad index is reported, in the CPU's
+ * words, by a later call that waits for the GPU (dpl_cuda_check.c) */
+static int range_error(const char *name, int32_t dev, dpl_cu_dev *d, void *bad, const dpl_tensor *ix, int64_t bound,
+                       int32_t dim)
 {
-  unsigned long long h = ~0ULL;
-  DPL_TRY(dpl_cu_flag_read(dev, s, bad, &h));
-  if (h == ~0ULL) return DPL_OK;
-  int64_t v = 0;
-  dpl_tensor_get_i64(ix, (int64_t)h, &v);
-  return dpl_errorf(DPL_EINVAL, "%s: index %lld is out of range for dim %d of size %lld (expected 0..%lld, 0-based)", name,
-                    (long long)v, (int)dim, (long long)bound, (long long)bound - 1);
+  return dpl_cu_check_submit(dev, d, bad, ix, name, DPL_CU_CHK_INDEX, bound, dim);
 }
 
 static int32_t add_dtype(int32_t dt)
@@ -81,7 +76,7 @@ static int index_select(const dpl_bk_args *a, dpl_cu_dev *d, int32_t dev)
   LAUNCH(dpl_cu_index_select((int32_t)dpl_elsize(t->_dtype), outer, D, inner, n, ix->_data, ca->_data, res->_data, bad,
                              d->compute),
          "index_select kernel");
-  if (st == DPL_OK) st = range_error(name, dev, d->compute, bad, ix, D, dim);
+  if (st == DPL_OK) st = range_error(name, dev, d, bad, ix, D, dim);
   dpl_cu_flag_free(dev, bad);
   dpl_tensor_release(ix);
   dpl_tensor_release(ca);
@@ -114,7 +109,7 @@ static int index_add(const dpl_bk_args *a, dpl_cu_dev *d, int32_t dev)
   split3(t, dim, &outer, &D, &inner);
   TRYC(dpl_cu_flag_new(dev, d->compute, &bad));
   LAUNCH(dpl_cu_index_add(kd, outer, D, inner, n, ix->_data, cs->_data, w->_data, bad, d->compute), "index_add_ kernel");
-  if (st == DPL_OK) st = range_error(name, dev, d->compute, bad, ix, D, dim);
+  if (st == DPL_OK) st = range_error(name, dev, d, bad, ix, D, dim);
   if (st == DPL_OK && w->_data != t->_data) st = dpl_copy_any(name, t, w);
   dpl_cu_flag_free(dev, bad);
   dpl_tensor_release(ix);
@@ -153,7 +148,7 @@ static int gather(const dpl_bk_args *a, dpl_cu_dev *d, int32_t dev)
     LAUNCH(dpl_cu_gather((int32_t)dpl_elsize(t->_dtype), &g, ix->_data, t->_data, res->_data, bad, d->compute),
            "gather kernel");
   }
-  if (st == DPL_OK) st = range_error(name, dev, d->compute, bad, ix, t->_shape[dim], dim);
+  if (st == DPL_OK) st = range_error(name, dev, d, bad, ix, t->_shape[dim], dim);
   dpl_cu_flag_free(dev, bad);
   dpl_tensor_release(ix);
   if (st != DPL_OK) { dpl_tensor_release(res); return st; }
@@ -180,7 +175,7 @@ static int scatter_add(const dpl_bk_args *a, dpl_cu_dev *d, int32_t dev)
     index_geom(w, ix, dim, cs, &g);
     LAUNCH(dpl_cu_scatter_add(kd, &g, ix->_data, cs->_data, w->_data, bad, d->compute), "scatter_add_ kernel");
   }
-  if (st == DPL_OK) st = range_error(name, dev, d->compute, bad, ix, t->_shape[dim], dim);
+  if (st == DPL_OK) st = range_error(name, dev, d, bad, ix, t->_shape[dim], dim);
   if (st == DPL_OK && w->_data != t->_data) st = dpl_copy_any(name, t, w);
   dpl_cu_flag_free(dev, bad);
   dpl_tensor_release(ix);

@@ -3,7 +3,8 @@
  * float32/float64/int32/int64 working tensor, or in the uint8/bool tensor
  * itself through word-sized compare-and-swap). Out-of-range indices are
  * skipped and reported through a device flag (the smallest offending position),
- * also when there are no elements to move (dpl_cu_check_index). */
+ * also when there are no elements to move (dpl_cu_check_index); dpl_cu_bad_value
+ * puts the offending index beside it, so the host reads both later. */
 #include "dpl_cuda_common.cuh"
 
 using namespace dplcu;
@@ -132,7 +133,20 @@ __global__ void k_check_index(const int64_t *ix, int64_t n, int64_t D, unsigned 
   }
 }
 
+/* flag[1] = ix[flag[0]] when an index check found a bad position */
+__global__ void k_bad_value(unsigned long long *flag, const int64_t *ix)
+{
+  unsigned long long j = flag[0];
+  if (threadIdx.x == 0 && j != ~0ULL) flag[1] = (unsigned long long)ix[j];
+}
+
 } // namespace
+
+extern "C" int dpl_cu_bad_value(unsigned long long *flag, const int64_t *ix, cudaStream_t s)
+{
+  k_bad_value<<<1, 1, 0, s>>>(flag, ix);
+  return (int)cudaGetLastError();
+}
 
 extern "C" int dpl_cu_check_index(const int64_t *ix, int64_t n, int64_t D, unsigned long long *bad, cudaStream_t s)
 {

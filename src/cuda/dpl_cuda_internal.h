@@ -13,6 +13,16 @@
 
 #define DPL_CU_MAX_DEV 64
 #define DPL_CU_STAGE_BYTES ((size_t)32 << 20) /* each of the two pinned staging buffers */
+#define DPL_CU_CHECKS 64 /* index checks a device keeps pending (dpl_cuda_check.c) */
+
+/* what an index check's error message needs (the CPU's wording) */
+enum { DPL_CU_CHK_TARGET, DPL_CU_CHK_INDEX, DPL_CU_CHK_POOL };
+typedef struct dpl_cu_check {
+  int32_t kind;  /* DPL_CU_CHK_* */
+  int32_t dim;   /* INDEX: the indexed dim */
+  int64_t limit; /* TARGET: classes; INDEX: the dim's size; POOL: the plane's elements */
+  char name[48]; /* the op */
+} dpl_cu_check;
 
 typedef struct dpl_cu_dev {
   int ready;
@@ -24,10 +34,25 @@ typedef struct dpl_cu_dev {
   int up_k;               /* uploads fill stage[up_k] from up_off on (a ring over the two), */
   size_t up_off;          /* so that small ones never wait for the previous one */
   cublasHandle_t blas;
+  /* pending index checks (dpl_cuda_check.c), a ring under chk_mu: check i's
+   * flag {position, value} is copied into chk_host[2i..2i+1] (pinned) on the
+   * compute stream, then chk_ev[i] is recorded; the host reads the slot after
+   * the event. The first failure found waits in chk_msg until reported. */
+  pthread_mutex_t chk_mu;
+  int chk_sync;                   /* DPL_CUDA_SYNC_CHECKS=1 / CUDA_LAUNCH_BLOCKING=1: wait at the op */
+  int chk_head, chk_n;            /* oldest pending check, count */
+  unsigned long long *chk_host;   /* DPL_CU_CHECKS x {position, value}, pinned; NULL until the first check */
+  cudaEvent_t chk_ev[DPL_CU_CHECKS];
+  dpl_cu_check chk[DPL_CU_CHECKS];
+  int chk_status;                 /* != DPL_OK: a failure found, not yet reported */
+  long long chk_more;             /* further failures found before it was reported */
+  char chk_msg[400];
 } dpl_cu_dev;
 
 /* The device's state, created on first use (cudaSetDevice done). NULL + error set on failure. */
 dpl_cu_dev *dpl_cu_device(int32_t dev, const char *op);
+/* The device's state if it was created, else NULL (no CUDA call, no error). */
+dpl_cu_dev *dpl_cu_device_ready(int32_t dev);
 /* CUDA error -> status with "<call> on cuda:<dev>: <text> (<name>)". */
 int dpl_cu_fail(cudaError_t e, const char *call, int32_t dev);
 int dpl_cu_blas_fail(cublasStatus_t e, const char *call, int32_t dev);
@@ -45,12 +70,26 @@ int dpl_cu_memory_stats(int32_t dev, dpl_cuda_mem_stats *out);
 int dpl_cu_scratch(int32_t dev, int64_t nbytes, void **ptr);
 void dpl_cu_scratch_free(int32_t dev, void *ptr, int64_t nbytes);
 
-/* A device flag for kernels that find bad indices: 8 bytes set to all ones
- * (dpl_cu_flag_new); dpl_cu_flag_read waits for the stream and returns the
- * flag (~0ULL: nothing found, else the smallest offending position). */
+/* A device flag for kernels that find bad indices: 16 bytes set to all ones
+ * (dpl_cu_flag_new); the kernels put the smallest offending position in the
+ * first 8 (all ones: nothing found). Freed (stream-ordered) after
+ * dpl_cu_check_submit. */
 int dpl_cu_flag_new(int32_t dev, cudaStream_t s, void **flag);
-int dpl_cu_flag_read(int32_t dev, cudaStream_t s, const void *flag, unsigned long long *out);
 void dpl_cu_flag_free(int32_t dev, void *flag);
+
+/* ---- index checks (dpl_cuda_check.c) ----
+ * dpl_cu_check_submit queues the check of a flag the kernels just set on d's
+ * compute stream (ix: the contiguous int64 device indices they read, for
+ * the offending value; kind, limit, dim: as in dpl_cu_check) and returns without waiting for the GPU; a failure is
+ * raised by the next dpl_cu_check_report of the device, which every call that
+ * waits for the GPU makes (device -> host copies, synchronize, empty_cache).
+ * With d->chk_sync it waits and returns the op's error at once. */
+int dpl_cu_check_submit(int32_t dev, dpl_cu_dev *d, void *flag, const dpl_tensor *ix, const char *name, int32_t kind,
+                        int64_t limit, int32_t dim);
+/* The first failure of the device's checks queued so far (waiting for them), as
+ * its op's error with a note that it is reported late; DPL_OK when none. */
+int dpl_cu_check_report(int32_t dev);
+void dpl_cu_check_init(dpl_cu_dev *d); /* at the device state's creation */
 
 /* ---- geometry ---- */
 /* ops[0..n) viewed at (ndim, shape) with broadcasting (the caller checked the

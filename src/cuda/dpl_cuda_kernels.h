@@ -124,6 +124,8 @@ typedef struct dpl_cu_index {
 } dpl_cu_index;
 /* *bad gets the smallest j with ix[j] out of [0, D) (for ops whose rows are empty: no element kernel runs) */
 int dpl_cu_check_index(const int64_t *ix, int64_t n, int64_t D, unsigned long long *bad, cudaStream_t s);
+/* flag[1] = ix[flag[0]] when flag[0] is not all ones (ix: the int64 indices the check ran on) */
+int dpl_cu_bad_value(unsigned long long *flag, const int64_t *ix, cudaStream_t s);
 /* [outer, D, inner] -> [outer, n, inner] rows ix; es bytes per element */
 int dpl_cu_index_select(int32_t es, int64_t outer, int64_t D, int64_t inner, int64_t n, const int64_t *ix,
                         const void *src, void *dst, unsigned long long *bad, cudaStream_t s);

@@ -2,7 +2,8 @@
  * called by the core's loader), the backend vtable it registers with the
  * tensor core, per-device state created on first use (a compute stream, a
  * copy stream, events, pinned staging buffers, a cuBLAS handle), CUDA/cuBLAS
- * error messages, kernel geometry, synchronize and the pick_single_gpu probe.
+ * error messages, kernel geometry, synchronize (which reports failed index
+ * checks, dpl_cuda_check.c) and the pick_single_gpu probe.
  * Loading creates no CUDA context: the first allocation on a device does. */
 #include "dpl_cuda_internal.h"
 #include "../device/dpl_device_internal.h"
@@ -36,6 +37,7 @@ static int create_state(int32_t dev, dpl_cu_dev *d)
   DPL_CU(cudaEventCreateWithFlags(&d->stage_free[0], cudaEventDisableTiming), dev);
   DPL_CU(cudaEventCreateWithFlags(&d->stage_free[1], cudaEventDisableTiming), dev);
   pthread_mutex_init(&d->mu, NULL);
+  dpl_cu_check_init(d);
   return DPL_OK;
 }
 
@@ -62,29 +64,29 @@ dpl_cu_dev *dpl_cu_device(int32_t dev, const char *op)
   return st == DPL_OK ? d : NULL;
 }
 
+dpl_cu_dev *dpl_cu_device_ready(int32_t dev)
+{
+  if (dev < 0 || dev >= DPL_CU_MAX_DEV || !atomic_load_explicit(&dev_ready[dev], memory_order_acquire)) return NULL;
+  return &devs[dev];
+}
+
 /* ---- flags ---- */
+#define FLAG_BYTES 16 /* {smallest bad position, its index} (dpl_cuda_check.c) */
 int dpl_cu_flag_new(int32_t dev, cudaStream_t s, void **flag)
 {
-  DPL_TRY(dpl_cu_scratch(dev, 8, flag));
-  cudaError_t e = cudaMemsetAsync(*flag, 0xff, 8, s);
+  DPL_TRY(dpl_cu_scratch(dev, FLAG_BYTES, flag));
+  cudaError_t e = cudaMemsetAsync(*flag, 0xff, FLAG_BYTES, s);
   if (e != cudaSuccess) {
-    dpl_cu_scratch_free(dev, *flag, 8);
+    dpl_cu_scratch_free(dev, *flag, FLAG_BYTES);
     *flag = NULL;
     return dpl_cu_fail(e, "cudaMemsetAsync", dev);
   }
   return DPL_OK;
 }
 
-int dpl_cu_flag_read(int32_t dev, cudaStream_t s, const void *flag, unsigned long long *out)
-{
-  DPL_CU(cudaMemcpyAsync(out, flag, sizeof *out, cudaMemcpyDeviceToHost, s), dev);
-  DPL_CU(cudaStreamSynchronize(s), dev);
-  return DPL_OK;
-}
-
 void dpl_cu_flag_free(int32_t dev, void *flag)
 {
-  if (flag) dpl_cu_scratch_free(dev, flag, 8);
+  if (flag) dpl_cu_scratch_free(dev, flag, FLAG_BYTES);
 }
 
 /* ---- geometry ---- */
@@ -166,7 +168,7 @@ static int sync_one(int32_t dev)
   if (!d) return DPL_EDEVICE; /* the message names the failing call */
   DPL_CU(cudaStreamSynchronize(d->compute), dev);
   DPL_CU(cudaStreamSynchronize(d->copy), dev);
-  return DPL_OK;
+  return dpl_cu_check_report(dev); /* an index check that failed since the last report */
 }
 
 static int synchronize(int32_t dev)
@@ -174,6 +176,16 @@ static int synchronize(int32_t dev)
   if (dev >= 0) return sync_one(dev);
   for (int i = 0; i < DPL_CU_MAX_DEV; i++)
     if (atomic_load(&dev_ready[i])) DPL_TRY(sync_one(i));
+  return DPL_OK;
+}
+
+/* cudaFree waits for the device: failed index checks are reported here too */
+static int empty_cache(int32_t dev, int64_t *freed)
+{
+  DPL_TRY(dpl_cu_empty_cache(dev, freed));
+  if (dev >= 0) return dpl_cu_check_report(dev);
+  for (int i = 0; i < DPL_CU_MAX_DEV; i++)
+    if (atomic_load(&dev_ready[i])) DPL_TRY(dpl_cu_check_report(i));
   return DPL_OK;
 }
 
@@ -185,7 +197,7 @@ static const dpl_backend cuda_backend = {
   .supports = supports,
   .run = run,
   .synchronize = synchronize,
-  .empty_cache = dpl_cu_empty_cache,
+  .empty_cache = empty_cache,
   .memory_stats = dpl_cu_memory_stats,
 };
 

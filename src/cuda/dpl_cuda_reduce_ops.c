@@ -210,20 +210,12 @@ static int class_inputs(const char *name, const dpl_tensor *x, const dpl_tensor 
   return dpl_class_loss_dims(name, x, target, N, C);
 }
 
-/* the device flag `bad` (all ones when no sample was out of range) */
-static int check_bad(const char *name, int32_t dev, cudaStream_t s, const void *bad, const dpl_tensor *idx,
-                     int64_t limit, const char *what)
+/* queues the check of the device flag `bad` the kernel filled: a bad index is
+ * reported by a later call that waits for the GPU (dpl_cuda_check.c) */
+static int check_bad(const char *name, int32_t dev, dpl_cu_dev *d, void *bad, const dpl_tensor *idx, int64_t limit,
+                     int32_t kind)
 {
-  unsigned long long h = 0;
-  DPL_TRY(dpl_cu_flag_read(dev, s, bad, &h));
-  if (h == ~0ULL) return DPL_OK;
-  int64_t v = 0;
-  dpl_tensor_get_i64(idx, (int64_t)h, &v);
-  if (strcmp(what, "target") == 0) /* the CPU's messages (Lua rewrites them 1-based) */
-    return dpl_errorf(DPL_EINVAL, "%s: target %lld of sample %lld is out of range: expected a class index in [0, %lld) "
-                      "(0-based)", name, (long long)v, (long long)h, (long long)limit);
-  return dpl_errorf(DPL_EINVAL, "%s: index %lld is out of range for dim 0 of size %lld (expected 0..%lld, 0-based)", name,
-                    (long long)v, (long long)limit, (long long)limit - 1);
+  return dpl_cu_check_submit(dev, d, bad, idx, name, kind, limit, 0);
 }
 
 static int class_loss(const dpl_bk_args *a)
@@ -248,7 +240,7 @@ static int class_loss(const dpl_bk_args *a)
     int e = dpl_cu_class_loss(ce, xd->_data, td->_data, N, C, ignore, l->_data, bad, d->compute);
     if (e) st = dpl_cu_fail((cudaError_t)e, name, dev);
   }
-  TRYC(check_bad(name, dev, d->compute, bad, td, C, "target"));
+  TRYC(check_bad(name, dev, d, bad, td, C, DPL_CU_CHK_TARGET));
   if (st == DPL_OK && reduction == 0) {
     r = l;
     l = NULL;
@@ -435,7 +427,7 @@ int dpl_cu_op_embedding(const dpl_bk_args *a)
       int e = dpl_cu_embedding(cw->_data, ix->_data, n, V, D * dpl_elsize(w->_dtype), res->_data, bad, d->compute);
       if (e) st = dpl_cu_fail((cudaError_t)e, name, dev);
     }
-    TRYC(check_bad(name, dev, d->compute, bad, ix, V, "index"));
+    TRYC(check_bad(name, dev, d, bad, ix, V, DPL_CU_CHK_INDEX));
   } else {
     int64_t V = a->l[0];
     int64_t D = w->_ndim ? w->_shape[w->_ndim - 1] : 1;
@@ -452,7 +444,7 @@ int dpl_cu_op_embedding(const dpl_bk_args *a)
       int e = dpl_cu_embedding_bwd(kd, cw->_data, ix->_data, n, V, D, acc->_data, bad, d->compute);
       if (e) st = dpl_cu_fail((cudaError_t)e, name, dev);
     }
-    TRYC(check_bad(name, dev, d->compute, bad, ix, V, "index"));
+    TRYC(check_bad(name, dev, d, bad, ix, V, DPL_CU_CHK_INDEX));
     if (st == DPL_OK) {
       if (w->_dtype == kd) { res = acc; acc = NULL; }
       else st = dpl_contig_as(name, acc, w->_dtype, &res);
