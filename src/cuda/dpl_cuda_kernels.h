@@ -59,19 +59,23 @@ int dpl_cu_rng(void *dst, int32_t dt, int64_t n, int32_t kind, uint64_t key, uin
  * bwd 1: x is the forward's output and g the incoming gradient */
 int dpl_cu_softmax_rows(int32_t kd, const void *x, const void *g, void *out, int64_t rows, int64_t R, int32_t log,
                         int32_t bwd, cudaStream_t s);
-/* Class losses on contiguous float64 x [N, C] and int64 t [N]: l[N] per-sample
- * losses (0 where ignored); *bad (device memory the caller preset to all ones)
- * gets the smallest sample whose target is out of range. ce: 1 cross-entropy,
- * 0 NLL. */
-int dpl_cu_class_loss(int32_t ce, const double *x, const int64_t *t, int64_t N, int64_t C, int64_t ignore, double *l,
-                      unsigned long long *bad, cudaStream_t s);
-/* out[0] = sum(l) (reduction 2) or sum(l)/count (1) over the non-ignored samples; cnt[0] = count.
- * l is read only when out is set (NULL otherwise) */
-int dpl_cu_loss_finish(const double *l, const int64_t *t, int64_t N, int64_t ignore, int32_t reduction, double *out,
-                       double *cnt, cudaStream_t s);
-/* gx [N, C] (float64) of a class loss; g: grad_out (float64; 1 value, or N when reduction 0); cnt from loss_finish */
-int dpl_cu_class_loss_bwd(int32_t ce, const double *x, const int64_t *t, int64_t N, int64_t C, int64_t ignore,
-                          int32_t reduction, const double *g, const double *cnt, double *gx, cudaStream_t s);
+/* Class losses of x [N, C] read in place: float dtype xdt (float32, float64,
+ * float16, bfloat16), element (i, k) at x + i * sN + k * sC (elements; any
+ * strides), int64 t [N] contiguous; computed in float64. l[N]: per-sample
+ * losses (0 where ignored) in dtype ldt; *bad (device memory the caller preset
+ * to all ones) gets the smallest sample whose target is out of range.
+ * ce: 1 cross-entropy, 0 NLL. */
+int dpl_cu_class_loss(int32_t ce, int32_t xdt, const void *x, int64_t sN, int64_t sC, const int64_t *t, int64_t N,
+                      int64_t C, int64_t ignore, void *l, int32_t ldt, unsigned long long *bad, cudaStream_t s);
+/* out[0] (dtype odt) = sum(l) (reduction 2) or sum(l)/count (1) over the non-ignored samples of the
+ * float64 l; cnt[0] = count. l is read only when out is set (NULL otherwise) */
+int dpl_cu_loss_finish(const double *l, const int64_t *t, int64_t N, int64_t ignore, int32_t reduction, void *out,
+                       int32_t odt, double *cnt, cudaStream_t s);
+/* gx [N, C] contiguous in xdt of a class loss of x (as above); g: grad_out in dtype gdt, sample i's
+ * value at g + i * gs elements (reduction 0; otherwise g[0]); cnt from loss_finish */
+int dpl_cu_class_loss_bwd(int32_t ce, int32_t xdt, const void *x, int64_t sN, int64_t sC, const int64_t *t, int64_t N,
+                          int64_t C, int64_t ignore, int32_t reduction, const void *g, int32_t gdt, int64_t gs,
+                          const double *cnt, void *gx, cudaStream_t s);
 /* out[i, :] = w[idx[i], :] (rows of row_bytes); *bad gets the smallest i with idx out of [0, V) */
 int dpl_cu_embedding(const void *w, const int64_t *idx, int64_t n, int64_t V, int64_t row_bytes, void *out,
                      unsigned long long *bad, cudaStream_t s);

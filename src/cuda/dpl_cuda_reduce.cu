@@ -337,45 +337,71 @@ static unsigned row_grid(int64_t rows)
   return (unsigned)(g > 0 ? g : 1);
 }
 
-/* ---- class losses ---- */
-__global__ void k_class_loss(int ce, const double *x, const int64_t *t, int64_t N, int64_t C, int64_t ignore, double *l,
-                             unsigned long long *bad)
+/* ---- class losses ----
+ * x [N, C] read in place in its own float dtype DT (F32, F64, F16, BF16) with
+ * any row and class strides (sN, sC; 0 included), computed in float64 with the
+ * CPU's formulas (class_loss_rows in dpl_tensor_reduce.c), outputs written in
+ * their dtype: no conversion copy before or after. */
+template <int DT>
+__device__ __forceinline__ double ldx(const void *x, int64_t i)
+{
+  return ld_f64((const char *)x + i * elsize(DT), DT);
+}
+
+/* max-subtracted sum of exponentials of row r (every thread of the block calls it) */
+template <int DT>
+__device__ double row_lse_parts(const void *x, int64_t r, int64_t sC, int64_t C, double *sh, double *sum)
+{
+  double m = -INFINITY;
+  for (int64_t k = threadIdx.x; k < C; k += blockDim.x) {
+    double v = ldx<DT>(x, r + k * sC);
+    if (v > m) m = v;
+  }
+  /* plain max (NaN does not win), as the CPU loop */
+  sh[threadIdx.x] = m;
+  __syncthreads();
+  for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+    if ((int)threadIdx.x < s && sh[threadIdx.x + s] > sh[threadIdx.x]) sh[threadIdx.x] = sh[threadIdx.x + s];
+    __syncthreads();
+  }
+  m = sh[0];
+  __syncthreads();
+  double acc = 0;
+  for (int64_t k = threadIdx.x; k < C; k += blockDim.x) acc += exp(ldx<DT>(x, r + k * sC) - m);
+  *sum = block_sum(acc, sh);
+  return m;
+}
+
+/* l[row] (dtype ldt: DT for reduction none, float64 scratch for loss_finish) */
+template <int DT>
+__global__ void k_class_loss(int ce, const void *x, int64_t sN, int64_t sC, const int64_t *t, int64_t N, int64_t C,
+                             int64_t ignore, void *l, int ldt, unsigned long long *bad)
 {
   __shared__ double sh[kThreads];
+  char *lo = (char *)l;
+  int les = elsize(ldt);
   for (int64_t row = blockIdx.x; row < N; row += gridDim.x) {
     int64_t ti = t[row];
     if (ti == ignore || ti < 0 || ti >= C) {
       if (threadIdx.x == 0) {
-        l[row] = 0;
+        st_f64(lo + row * les, ldt, 0.0);
         if (ti != ignore) atomicMin(bad, (unsigned long long)row);
       }
       continue;
     }
-    const double *r = x + row * C;
+    int64_t r = row * sN;
     if (ce) {
-      double m = -INFINITY;
-      for (int64_t k = threadIdx.x; k < C; k += blockDim.x) if (r[k] > m) m = r[k];
-      /* plain max (NaN does not win), as the CPU loop */
-      sh[threadIdx.x] = m;
-      __syncthreads();
-      for (int s = blockDim.x / 2; s > 0; s >>= 1) {
-        if ((int)threadIdx.x < s && sh[threadIdx.x + s] > sh[threadIdx.x]) sh[threadIdx.x] = sh[threadIdx.x + s];
-        __syncthreads();
-      }
-      m = sh[0];
-      __syncthreads();
-      double acc = 0;
-      for (int64_t k = threadIdx.x; k < C; k += blockDim.x) acc += exp(r[k] - m);
-      double s = block_sum(acc, sh);
-      if (threadIdx.x == 0) l[row] = m + log(s) - r[ti];
+      double s, m = row_lse_parts<DT>(x, r, sC, C, sh, &s);
+      if (threadIdx.x == 0) st_f64(lo + row * les, ldt, m + log(s) - ldx<DT>(x, r + ti * sC));
     } else if (threadIdx.x == 0) {
-      l[row] = -r[ti];
+      st_f64(lo + row * les, ldt, -ldx<DT>(x, r + ti * sC));
     }
   }
 }
 
-__global__ void k_loss_finish(const double *l, const int64_t *t, int64_t N, int64_t ignore, int reduction, double *out,
-                              double *cnt)
+/* out[0] (dtype odt) = the sum or mean of l; cnt[0] = the count of non-ignored samples */
+__global__ void k_loss_finish(const double *l, const int64_t *t, int64_t N, int64_t ignore, int reduction, void *out,
+                              int odt, double *cnt)
 {
   __shared__ double sh[kThreads];
   double s = 0, c = 0;
@@ -386,42 +412,39 @@ __global__ void k_loss_finish(const double *l, const int64_t *t, int64_t N, int6
   s = block_sum(s, sh);
   c = block_sum(c, sh);
   if (threadIdx.x == 0) {
-    if (out) out[0] = reduction == 1 ? (c > 0 ? s / c : NAN) : s;
+    if (out) st_f64(out, odt, reduction == 1 ? (c > 0 ? s / c : NAN) : s);
     if (cnt) cnt[0] = c;
   }
 }
 
-__global__ void k_class_loss_bwd(int ce, const double *x, const int64_t *t, int64_t N, int64_t C, int64_t ignore,
-                                 int reduction, const double *g, const double *cnt, double *gx)
+/* gx [N, C] contiguous in DT; g: grad_out in any dtype gdt, element i at g + i * gs (gs 0: one value) */
+template <int DT>
+__global__ void k_class_loss_bwd(int ce, const void *x, int64_t sN, int64_t sC, const int64_t *t, int64_t N, int64_t C,
+                                 int64_t ignore, int reduction, const void *g, int gdt, int64_t gs, const double *cnt,
+                                 void *gx)
 {
   __shared__ double sh[kThreads];
+  const char *gp = (const char *)g;
+  int ges = elsize(gdt);
   for (int64_t row = blockIdx.x; row < N; row += gridDim.x) {
     int64_t ti = t[row];
-    double *o = gx + row * C;
+    int64_t o = row * C;
     if (ti == ignore || ti < 0 || ti >= C) {
-      for (int64_t k = threadIdx.x; k < C; k += blockDim.x) o[k] = 0;
+      for (int64_t k = threadIdx.x; k < C; k += blockDim.x) st_f64((char *)gx + (o + k) * elsize(DT), DT, 0.0);
       continue;
     }
-    double gi = reduction == 0 ? g[row] : reduction == 1 ? g[0] / cnt[0] : g[0];
-    const double *r = x + row * C;
+    double g0 = ld_f64(gp + (reduction == 0 ? row * gs : 0) * ges, gdt);
+    double gi = reduction == 1 ? g0 / cnt[0] : g0;
+    int64_t r = row * sN;
     if (!ce) {
-      for (int64_t k = threadIdx.x; k < C; k += blockDim.x) o[k] = k == ti ? -gi : 0.0;
+      for (int64_t k = threadIdx.x; k < C; k += blockDim.x)
+        st_f64((char *)gx + (o + k) * elsize(DT), DT, k == ti ? -gi : 0.0);
       continue;
     }
-    double m = -INFINITY;
-    for (int64_t k = threadIdx.x; k < C; k += blockDim.x) if (r[k] > m) m = r[k];
-    sh[threadIdx.x] = m;
-    __syncthreads();
-    for (int s = blockDim.x / 2; s > 0; s >>= 1) {
-      if ((int)threadIdx.x < s && sh[threadIdx.x + s] > sh[threadIdx.x]) sh[threadIdx.x] = sh[threadIdx.x + s];
-      __syncthreads();
-    }
-    m = sh[0];
-    __syncthreads();
-    double acc = 0;
-    for (int64_t k = threadIdx.x; k < C; k += blockDim.x) acc += exp(r[k] - m);
-    double s = block_sum(acc, sh);
-    for (int64_t k = threadIdx.x; k < C; k += blockDim.x) o[k] = gi * (exp(r[k] - m) / s - (k == ti ? 1.0 : 0.0));
+    double s, m = row_lse_parts<DT>(x, r, sC, C, sh, &s);
+    for (int64_t k = threadIdx.x; k < C; k += blockDim.x)
+      st_f64((char *)gx + (o + k) * elsize(DT), DT,
+             gi * (exp(ldx<DT>(x, r + k * sC) - m) / s - (k == ti ? 1.0 : 0.0)));
   }
 }
 
@@ -460,27 +483,50 @@ __global__ void k_embedding_bwd(const T *g, const int64_t *idx, int64_t n, int64
 
 } // namespace
 
-extern "C" int dpl_cu_class_loss(int32_t ce, const double *x, const int64_t *t, int64_t N, int64_t C, int64_t ignore,
-                                 double *l, unsigned long long *bad, cudaStream_t s)
+extern "C" int dpl_cu_class_loss(int32_t ce, int32_t xdt, const void *x, int64_t sN, int64_t sC, const int64_t *t,
+                                 int64_t N, int64_t C, int64_t ignore, void *l, int32_t ldt, unsigned long long *bad,
+                                 cudaStream_t s)
 {
   if (N == 0) return 0;
-  k_class_loss<<<row_grid(N), kThreads, 0, s>>>(ce, x, t, N, C, ignore, l, bad);
+  unsigned gr = row_grid(N);
+  switch (xdt) {
+  case F32: k_class_loss<F32><<<gr, kThreads, 0, s>>>(ce, x, sN, sC, t, N, C, ignore, l, ldt, bad); break;
+  case F64: k_class_loss<F64><<<gr, kThreads, 0, s>>>(ce, x, sN, sC, t, N, C, ignore, l, ldt, bad); break;
+  case F16: k_class_loss<F16><<<gr, kThreads, 0, s>>>(ce, x, sN, sC, t, N, C, ignore, l, ldt, bad); break;
+  case BF16: k_class_loss<BF16><<<gr, kThreads, 0, s>>>(ce, x, sN, sC, t, N, C, ignore, l, ldt, bad); break;
+  default: return (int)cudaErrorInvalidValue;
+  }
   return (int)cudaGetLastError();
 }
 
 extern "C" int dpl_cu_loss_finish(const double *l, const int64_t *t, int64_t N, int64_t ignore, int32_t reduction,
-                                  double *out, double *cnt, cudaStream_t s)
+                                  void *out, int32_t odt, double *cnt, cudaStream_t s)
 {
-  k_loss_finish<<<1, kThreads, 0, s>>>(l, t, N, ignore, reduction, out, cnt);
+  k_loss_finish<<<1, kThreads, 0, s>>>(l, t, N, ignore, reduction, out, odt, cnt);
   return (int)cudaGetLastError();
 }
 
-extern "C" int dpl_cu_class_loss_bwd(int32_t ce, const double *x, const int64_t *t, int64_t N, int64_t C,
-                                     int64_t ignore, int32_t reduction, const double *g, const double *cnt, double *gx,
-                                     cudaStream_t s)
+extern "C" int dpl_cu_class_loss_bwd(int32_t ce, int32_t xdt, const void *x, int64_t sN, int64_t sC, const int64_t *t,
+                                     int64_t N, int64_t C, int64_t ignore, int32_t reduction, const void *g,
+                                     int32_t gdt, int64_t gs, const double *cnt, void *gx, cudaStream_t s)
 {
   if (N == 0) return 0;
-  k_class_loss_bwd<<<row_grid(N), kThreads, 0, s>>>(ce, x, t, N, C, ignore, reduction, g, cnt, gx);
+  unsigned gr = row_grid(N);
+  switch (xdt) {
+  case F32:
+    k_class_loss_bwd<F32><<<gr, kThreads, 0, s>>>(ce, x, sN, sC, t, N, C, ignore, reduction, g, gdt, gs, cnt, gx);
+    break;
+  case F64:
+    k_class_loss_bwd<F64><<<gr, kThreads, 0, s>>>(ce, x, sN, sC, t, N, C, ignore, reduction, g, gdt, gs, cnt, gx);
+    break;
+  case F16:
+    k_class_loss_bwd<F16><<<gr, kThreads, 0, s>>>(ce, x, sN, sC, t, N, C, ignore, reduction, g, gdt, gs, cnt, gx);
+    break;
+  case BF16:
+    k_class_loss_bwd<BF16><<<gr, kThreads, 0, s>>>(ce, x, sN, sC, t, N, C, ignore, reduction, g, gdt, gs, cnt, gx);
+    break;
+  default: return (int)cudaErrorInvalidValue;
+  }
   return (int)cudaGetLastError();
 }
 

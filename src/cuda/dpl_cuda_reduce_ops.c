@@ -218,53 +218,47 @@ static int check_bad(const char *name, int32_t dev, dpl_cu_dev *d, void *bad, co
   return dpl_cu_check_submit(dev, d, bad, idx, name, kind, limit, 0);
 }
 
+/* the kernels' row and class strides of a class-loss input ([N, C] or [C]) */
+static void class_strides(const dpl_tensor *x, int64_t *sN, int64_t *sC)
+{
+  *sN = x->_ndim == 2 ? x->_stride[0] : 0;
+  *sC = x->_stride[x->_ndim - 1];
+}
+
 static int class_loss(const dpl_bk_args *a)
 {
   int ce = a->op == DPL_BK_CROSS_ENTROPY;
   const char *name = a->name;
   const dpl_tensor *x = a->in[0], *target = a->in[1];
   int32_t reduction = a->i[0];
-  int64_t ignore = a->l[0], N, C;
+  int64_t ignore = a->l[0], N, C, sN, sC;
   DPL_TRY(class_inputs(name, x, target, &N, &C));
   int32_t dev = x->_devindex;
   dpl_cu_dev *d = dpl_cu_device(dev, name);
   if (!d) return DPL_EDEVICE;
-  dpl_tensor *xd = NULL, *td = NULL, *l = NULL, *r = NULL;
+  /* x is read in place in its own dtype and layout; the output is written in x's dtype:
+   * per sample directly (reduction none), else through float64 per-sample losses */
+  class_strides(x, &sN, &sC);
+  dpl_tensor *td = NULL, *l = NULL, *r = NULL;
   void *bad = NULL;
-  int64_t one = 1;
-  int st = dpl_contig_as(name, x, DPL_FLOAT64, &xd);
-  TRYC(dpl_contig_as(name, target, DPL_INT64, &td));
-  TRYC(dnew(name, DPL_FLOAT64, 1, &N, x, &l));
+  int st = dpl_contig_as(name, target, DPL_INT64, &td);
+  if (reduction == 0) TRYC(dnew(name, x->_dtype, x->_ndim == 2 ? 1 : 0, &N, x, &r));
+  else {
+    TRYC(dnew(name, DPL_FLOAT64, 1, &N, x, &l));
+    TRYC(dnew(name, x->_dtype, 0, &N, x, &r));
+  }
   TRYC(dpl_cu_flag_new(dev, d->compute, &bad));
   if (st == DPL_OK) {
-    int e = dpl_cu_class_loss(ce, xd->_data, td->_data, N, C, ignore, l->_data, bad, d->compute);
+    int e = dpl_cu_class_loss(ce, x->_dtype, x->_data, sN, sC, td->_data, N, C, ignore, l ? l->_data : r->_data,
+                              l ? DPL_FLOAT64 : x->_dtype, bad, d->compute);
     if (e) st = dpl_cu_fail((cudaError_t)e, name, dev);
   }
   TRYC(check_bad(name, dev, d, bad, td, C, DPL_CU_CHK_TARGET));
-  if (st == DPL_OK && reduction == 0) {
-    r = l;
-    l = NULL;
-    if (x->_ndim == 1) { /* 0-d result */
-      dpl_tensor *v = NULL;
-      st = dpl_tensor_view(r, 0, NULL, &v);
-      dpl_tensor_release(r);
-      r = v;
-    }
-  } else if (st == DPL_OK) {
-    st = dnew(name, DPL_FLOAT64, 0, &one, x, &r);
-    if (st == DPL_OK) {
-      int e = dpl_cu_loss_finish(l->_data, td->_data, N, ignore, reduction, r->_data, NULL, d->compute);
-      if (e) st = dpl_cu_fail((cudaError_t)e, name, dev);
-    }
-  }
-  if (st == DPL_OK && x->_dtype != DPL_FLOAT64) {
-    dpl_tensor *r2 = NULL;
-    st = dpl_contig_as(name, r, x->_dtype, &r2);
-    dpl_tensor_release(r);
-    r = r2;
+  if (st == DPL_OK && reduction != 0) {
+    int e = dpl_cu_loss_finish(l->_data, td->_data, N, ignore, reduction, r->_data, x->_dtype, NULL, d->compute);
+    if (e) st = dpl_cu_fail((cudaError_t)e, name, dev);
   }
   dpl_cu_flag_free(dev, bad);
-  dpl_tensor_release(xd);
   dpl_tensor_release(td);
   dpl_tensor_release(l);
   if (st != DPL_OK) { dpl_tensor_release(r); return st; }
@@ -278,7 +272,7 @@ static int class_loss_bwd(const dpl_bk_args *a)
   const char *name = a->name;
   const dpl_tensor *g = a->in[0], *x = a->in[1], *target = a->in[2];
   int32_t reduction = a->i[0];
-  int64_t ignore = a->l[0], N, C;
+  int64_t ignore = a->l[0], N, C, sN, sC;
   DPL_TRY(class_inputs(name, x, target, &N, &C));
   DPL_TRY(dpl_check_handle(name, "grad_out", g));
   DPL_TRY(dpl_check_same_device(name, g, x));
@@ -291,26 +285,26 @@ static int class_loss_bwd(const dpl_bk_args *a)
   int32_t dev = x->_devindex;
   dpl_cu_dev *d = dpl_cu_device(dev, name);
   if (!d) return DPL_EDEVICE;
-  dpl_tensor *xd = NULL, *td = NULL, *gd = NULL, *cnt = NULL, *res = NULL;
-  int64_t one = 1;
-  int st = dpl_contig_as(name, x, DPL_FLOAT64, &xd);
-  TRYC(dpl_contig_as(name, target, DPL_INT64, &td));
-  TRYC(dpl_contig_as(name, g, DPL_FLOAT64, &gd));
+  /* x and grad_out are read in place in their own dtypes and layouts; the gradient is written
+   * contiguous in x's dtype. grad_out's N values must sit at one stride (0-d, 1-d, any shape that
+   * coalesces to one dim); only a grad_out whose dims do not coalesce is copied (contiguous, its
+   * own dtype). */
+  class_strides(x, &sN, &sC);
+  int64_t gsh[DPL_MAX_DIMS], gst[DPL_MAX_DIMS];
+  int32_t gnd = coalesce(g->_ndim, g->_shape, g->_stride, gsh, gst);
+  dpl_tensor *td = NULL, *gd = NULL, *cnt = NULL, *res = NULL;
+  int64_t one = 1, gs = gnd == 1 ? gst[0] : gnd == 0 ? 0 : 1;
+  int st = dpl_contig_as(name, target, DPL_INT64, &td);
+  if (gnd > 1) TRYC(dpl_contig_as(name, g, g->_dtype, &gd));
   TRYC(dnew(name, DPL_FLOAT64, 1, &one, x, &cnt));
-  TRYC(dnew(name, DPL_FLOAT64, x->_ndim, x->_shape, x, &res));
+  TRYC(dnew(name, x->_dtype, x->_ndim, x->_shape, x, &res));
   if (st == DPL_OK) {
-    int e = dpl_cu_loss_finish(NULL, td->_data, N, ignore, 2, NULL, cnt->_data, d->compute);
-    if (!e) e = dpl_cu_class_loss_bwd(ce, xd->_data, td->_data, N, C, ignore, reduction, gd->_data, cnt->_data,
-                                      res->_data, d->compute);
+    int e = dpl_cu_loss_finish(NULL, td->_data, N, ignore, 2, NULL, DPL_FLOAT64, cnt->_data, d->compute);
+    if (!e)
+      e = dpl_cu_class_loss_bwd(ce, x->_dtype, x->_data, sN, sC, td->_data, N, C, ignore, reduction,
+                                gd ? gd->_data : g->_data, g->_dtype, gs, cnt->_data, res->_data, d->compute);
     if (e) st = dpl_cu_fail((cudaError_t)e, name, dev);
   }
-  if (st == DPL_OK && x->_dtype != DPL_FLOAT64) {
-    dpl_tensor *r2 = NULL;
-    st = dpl_contig_as(name, res, x->_dtype, &r2);
-    dpl_tensor_release(res);
-    res = r2;
-  }
-  dpl_tensor_release(xd);
   dpl_tensor_release(td);
   dpl_tensor_release(gd);
   dpl_tensor_release(cnt);
