@@ -285,6 +285,38 @@ for _, red in ipairs({ 'mean', 'sum', 'none' }) do
       dpl.tensor.cross_entropy_backward(g, x, t, o), dpl.tensor.nll_loss_backward(g, lp, t, o) }
   end)
 end
+-- logits in every float dtype and layout, read in place by the loss kernels: contiguous, transposed
+-- (class stride 16), narrowed columns (row stride 13), expanded rows (row stride 0), 1-d with a 0-d
+-- target, a strided 1-d column; grad_out strided (stride 2), 0-d, float32 for a float16 input, and a
+-- [4, 4] view whose dims do not coalesce (the one case the backward copies)
+for _, dt in ipairs({ 'float32', 'float64', 'float16', 'bfloat16' }) do
+  for _, red in ipairs({ 'mean', 'sum', 'none' }) do
+    add(('cross_entropy/nll %s %s, strided'):format(dt, red), function()
+      return { sample(dt, 10, 16), sample(dt, 16, 13), sample(dt, 1, 10), sample(dt, 10), sample(dt, 10, 3),
+        randint(1, 11, { 16 }), randint(1, 11, {}), randn(16, 2), randn(4, 8), randn(1):view() }
+    end, function(_, xt, xn, xe, x1, xc, t, t0, g2, g44, g0)
+      local o = { reduction = red, ignore_index = 4 }
+      local T = dpl.tensor
+      local xs = { xt:t(), xn:narrow(2, 2, 10), xe:expand(16, 10) }
+      local gs = red == 'none' and { g2:select(2, 1), g44:narrow(2, 1, 4), g2:select(2, 2):to(dt) } or { g0, g0:to(dt) }
+      local r = {}
+      for i, x in ipairs(xs) do
+        local g = gs[(i - 1) % #gs + 1]
+        r[#r + 1] = T.cross_entropy(x, t, o)
+        r[#r + 1] = T.nll_loss(x, t, o)
+        r[#r + 1] = T.cross_entropy_backward(g, x, t, o)
+        r[#r + 1] = T.nll_loss_backward(g, x, t, o)
+      end
+      for _, x in ipairs({ x1, xc:select(2, 2) }) do
+        r[#r + 1] = T.cross_entropy(x, t0, o)
+        r[#r + 1] = T.nll_loss(x, t0, o)
+        r[#r + 1] = T.cross_entropy_backward(g0, x, t0, o)
+        r[#r + 1] = T.nll_loss_backward(g0, x, t0, o)
+      end
+      return r
+    end)
+  end
+end
 add('mse_loss', function() return { randn(6, 7), randn(6, 7), randn(1):view(), randn(6, 7) } end,
   function(_, a, b, g, gn)
     return { dpl.tensor.mse_loss(a, b), dpl.tensor.mse_loss(a, b, { reduction = 'sum' }),
