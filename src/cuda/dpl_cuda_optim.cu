@@ -11,6 +11,9 @@
 
 using namespace dplcu;
 
+/* both tables travel as kernel parameters: CUDA's classic limit is 4 KiB */
+static_assert(sizeof(dpl_cu_optim_hp) + sizeof(dpl_cu_optim_tab) <= 4000, "optimizer launch table too large");
+
 namespace {
 
 __device__ __forceinline__ float mul_rn(float a, float b) { return __fmul_rn(a, b); }
