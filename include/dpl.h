@@ -304,6 +304,29 @@ int dpl_binary_scalar(int32_t op, const dpl_tensor *a, double s, int32_t reverse
 int dpl_binary_scalar_(int32_t op, dpl_tensor *a, double s);
 /* a += alpha * b (b broadcast), the optimizers' axpy. */
 int dpl_axpy_(dpl_tensor *a, double alpha, const dpl_tensor *b);
+/* Multi-tensor optimizer steps (the update formulas of lua/dpl/optim, rounded
+ * exactly as its per-tensor ops round them): n parameters, each with its
+ * gradient and state tensors, all float32 or all float64 (one dtype per call),
+ * contiguous, on one device, each state and gradient shaped as its parameter.
+ * On the CPU a loop over the tensors; on a GPU a few multi-tensor kernel
+ * launches (DPL_BK_OPTIM_MULTI). */
+typedef struct dpl_sgd_opts {
+  double lr, momentum, dampening, weight_decay;
+  int32_t nesterov, maximize;
+} dpl_sgd_opts;
+/* bufs: the momentum buffers (NULL when momentum is 0); buf_init[i] = 1 sets
+ * bufs[i] to the (decayed) gradient, the first step's clone (buf_init NULL: none). */
+int dpl_sgd_step_multi(int32_t n, dpl_tensor *const *params, dpl_tensor *const *grads, dpl_tensor *const *bufs,
+                       const uint8_t *buf_init, const dpl_sgd_opts *o);
+typedef struct dpl_adam_opts {
+  double lr, beta1, beta2, eps, weight_decay;
+  int32_t decoupled, amsgrad, maximize; /* decoupled: AdamW's weight decay */
+} dpl_adam_opts;
+/* steps[i]: parameter i's step count after this step (>= 1), for its bias
+ * corrections 1 - beta^step; max_exp_avg_sq only with amsgrad (else NULL). */
+int dpl_adam_step_multi(int32_t n, dpl_tensor *const *params, dpl_tensor *const *grads, dpl_tensor *const *exp_avg,
+                        dpl_tensor *const *exp_avg_sq, dpl_tensor *const *max_exp_avg_sq, const double *steps,
+                        const dpl_adam_opts *o);
 int dpl_unary(int32_t op, const dpl_tensor *a, dpl_tensor **out);
 int dpl_unary_(int32_t op, dpl_tensor *a);
 /* Gradient of an activation: grad * f'(x); for TANH and SIGMOID y is f(x), for RELU, GELU, SILU x is used. */

@@ -186,6 +186,44 @@ print('then:', pcall(function() return loss:item() end))
     end)
   end
 
+  it('an MLP step with SGD momentum launches one optimizer kernel (multi-tensor), not one per tensor op', function()
+    -- the MLP of scripts/cuda-emu/mlp_steps.lua; the launches of 10 steps with opt:step() minus those
+    -- of 10 steps without it are the optimizer's (16-18 a step when each of the 6 parameters took
+    -- mul_/add_/add_(alpha) kernels; one multi-tensor launch now)
+    local script = h.write_file(h.tmpname('.lua'), [[
+local dpl = require 'dpl'
+local nn, optim, F = dpl.nn, dpl.optim, dpl.nn.functional
+local steps, with_step = 10, (...) == 'step'
+dpl.manual_seed(0)
+local model = nn.Sequential(nn.Flatten(), nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 128), nn.ReLU(),
+  nn.Linear(128, 10)):to('cuda:0')
+local opt = optim.SGD(model:parameters(), { lr = 0.01, momentum = 0.9 })
+local X, Y = dpl.rand(64, 1, 28, 28):to('cuda:0'), dpl.randint(1, 11, { 64 }):to('cuda:0')
+for _ = 1, steps do
+  local loss = F.cross_entropy(model(X), Y)
+  opt:zero_grad()
+  loss:backward()
+  if with_step then opt:step() end
+end
+print(('loss %.4f'):format(F.cross_entropy(model(X), Y):item()))
+]])
+    local function launches(arg)
+      local out, err, rc = emulated(h.q(script) .. ' ' .. arg, 'DPL_CUDA_EMU_STATS=1 DPL_CUDA_POISON=1')
+      assert.are.equal(0, rc, out .. err)
+      assert.is_nil(err:find('cuda-emu: [^s]'), err) -- no race or misuse (stats lines aside)
+      local n = 0
+      for c in err:gmatch('cuda%-emu: stats [^\n]-(%d+) launches') do n = n + tonumber(c) end
+      return n, out, err
+    end
+    local with, out = launches('step')
+    local without = launches('none')
+    os.remove(script)
+    assert.truthy(out:find('loss %d'), out)
+    local per_step = (with - without) / 10
+    assert.is_true(per_step <= 2, ('%.1f optimizer launches per step (%d with steps, %d without)'):format(per_step,
+      with, without))
+  end)
+
   it('runs two GPUs: peer copies, per-device streams and cuBLAS handles', function()
     local script = h.write_file(h.tmpname('.lua'), [[
 local dpl = require 'dpl'

@@ -578,6 +578,53 @@ add('autograd: optimizer steps (SGD momentum, Adam)', function() return { randn(
     return r
   end, 1e-5)
 
+-- multi-tensor optimizer steps (dpl_cuda_optim.cu) on cuda against the per-tensor path on the CPU:
+-- params and states after 3 steps, one param without a gradient at step 2; sizes around the
+-- 16384-element chunks, 30 tensors (more than a launch's 24), and one past a launch's 256 chunks
+local function optim_case(name, cls, opts, sizes, dts)
+  local steps = 3
+  for _, dt in ipairs(dts or { 'float32', 'float64' }) do
+    add(('optim multi-tensor %s %s'):format(name, dt), function()
+      local r = {}
+      for _, n in ipairs(sizes) do r[#r + 1] = randn(n):to(dt) end
+      for _ = 1, steps do for _, n in ipairs(sizes) do r[#r + 1] = randn(n):to(dt) end end
+      return r
+    end, function(_, ...)
+      local ins, k = { ... }, #sizes
+      local ps = {}
+      for i = 1, k do ps[i] = ins[i]:clone():requires_grad_() end
+      local opt = dpl.optim[cls](ps, opts)
+      for s = 1, steps do
+        for i = 1, k do ps[i].grad = ins[s * k + i] end
+        if s == 2 then ps[2].grad = nil end
+        opt:step()
+      end
+      local out = {}
+      for i = 1, k do
+        out[#out + 1] = ps[i]:detach()
+        local st = opt.state[ps[i]]
+        for _, key in ipairs({ 'momentum_buffer', 'exp_avg', 'exp_avg_sq', 'max_exp_avg_sq' }) do
+          if st[key] then out[#out + 1] = st[key] end
+        end
+      end
+      return out
+    end)
+  end
+end
+local mixed = { 1, 7, 16384, 16385, 40000, 0 }
+local many = {}
+for i = 1, 30 do many[i] = (i * 37) % 200 + 1 end
+many[5] = 20000
+optim_case('SGD momentum', 'SGD', { lr = 0.1, momentum = 0.9 }, mixed)
+optim_case('SGD nesterov weight_decay', 'SGD', { lr = 0.1, momentum = 0.9, nesterov = true, weight_decay = 0.01 }, mixed)
+optim_case('SGD dampening maximize', 'SGD', { lr = 0.05, momentum = 0.5, dampening = 0.2, maximize = true }, many)
+optim_case('SGD plain', 'SGD', { lr = 0.1, weight_decay = 0.1 }, mixed)
+optim_case('Adam', 'Adam', { lr = 0.01 }, many)
+optim_case('Adam amsgrad weight_decay maximize', 'Adam',
+  { lr = 0.01, betas = { 0.8, 0.9 }, weight_decay = 0.1, amsgrad = true, maximize = true }, mixed)
+optim_case('AdamW amsgrad', 'AdamW', { lr = 0.01, weight_decay = 0.2, amsgrad = true }, mixed)
+optim_case('SGD momentum past 256 chunks', 'SGD', { lr = 0.1, momentum = 0.9 }, { 3, 256 * 16384 + 100, 5 }, { 'float32' })
+
 -- random numbers: one seed, the same numbers on both devices
 add('rng: same seed, same numbers', function() return {} end, function(dev)
   local o = { device = dev }

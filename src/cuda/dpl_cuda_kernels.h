@@ -163,6 +163,28 @@ typedef struct dpl_cu_red {
 int64_t dpl_cu_reduce_scratch(const dpl_cu_red *g);
 int dpl_cu_reduce(const dpl_cu_red *g, const void *x, void *val, int64_t *idx, void *scratch, cudaStream_t s);
 
+/* ---- multi-tensor optimizer steps (dpl_cuda_optim.cu) ----
+ * One launch updates up to DPL_CU_OPT_TENSORS tensors in up to
+ * DPL_CU_OPT_BLOCKS blocks: block b runs chunk blk_chunk[b] (DPL_CU_OPT_CHUNK
+ * elements) of tensor blk_tensor[b]. The table travels as a kernel parameter
+ * (< 4 KiB). Hyperparameters as in dpl_bk_optim (dpl_tensor_backend.h). */
+enum { DPL_CU_OPT_TENSORS = 24, DPL_CU_OPT_BLOCKS = 256, DPL_CU_OPT_CHUNK = 16384 };
+typedef struct dpl_cu_optim_hp {
+  int32_t kind, dt, maximize, nesterov, decoupled, amsgrad, has_wd, has_buf;
+  double neg_lr, momentum, damp1, weight_decay, beta1, omb1, beta2, omb2, eps, decay;
+} dpl_cu_optim_hp;
+typedef struct dpl_cu_optim_tab {
+  int32_t ntensors, nblocks;
+  void *p[DPL_CU_OPT_TENSORS];
+  const void *g[DPL_CU_OPT_TENSORS];
+  void *s0[DPL_CU_OPT_TENSORS], *s1[DPL_CU_OPT_TENSORS], *s2[DPL_CU_OPT_TENSORS];
+  int64_t numel[DPL_CU_OPT_TENSORS];
+  double a[DPL_CU_OPT_TENSORS], b[DPL_CU_OPT_TENSORS]; /* SGD: a 1 = init the buffer; Adam: step size, sqrt(bc2) */
+  uint8_t blk_tensor[DPL_CU_OPT_BLOCKS];
+  int32_t blk_chunk[DPL_CU_OPT_BLOCKS];
+} dpl_cu_optim_tab;
+int dpl_cu_optim(const dpl_cu_optim_hp *hp, const dpl_cu_optim_tab *tab, cudaStream_t s);
+
 #ifdef __cplusplus
 }
 #endif

@@ -11,7 +11,7 @@
 #include "dpl.h"
 #include <stdint.h>
 
-enum { DPL_BACKEND_ABI = 1 };
+enum { DPL_BACKEND_ABI = 2 };
 
 /* Stable op ids (never renumbered; new ops go at the end). The comment says
  * which fields of dpl_bk_args each one reads. */
@@ -53,7 +53,8 @@ typedef enum dpl_bk_op {
   DPL_BK_MAX_POOL2D_BWD = 33,/* in[0] grad_out, in[1] x, in[2] indices; out[0] */
   DPL_BK_AVG_POOL2D = 34,   /* in[0] x; params; i[0] count_include_pad; out[0] */
   DPL_BK_AVG_POOL2D_BWD = 35,/* in[0] grad_out, in[1] x; params; i[0] count_include_pad; out[0] */
-  DPL_BK_NUM_OPS = 36
+  DPL_BK_OPTIM_MULTI = 36,  /* optim: a multi-tensor SGD or Adam step (dpl_bk_optim) */
+  DPL_BK_NUM_OPS = 37
 } dpl_bk_op;
 
 /* A GEMM on raw device pointers (DPL_BK_GEMM), the one the matmul family's
@@ -69,6 +70,26 @@ typedef struct dpl_bk_gemm {
   void *c;
 } dpl_bk_gemm;
 
+/* A multi-tensor optimizer step (DPL_BK_OPTIM_MULTI), validated by the core
+ * (dpl_tensor_optim.c): n contiguous tensors per list, one dtype (float32 or
+ * float64) and device. The per-tensor scalars are computed by the core in
+ * double, exactly as the Lua optimizers compute them; the kernels round each
+ * to the dtype and each operation as the per-tensor ops do. */
+enum { DPL_OPTIM_SGD = 0, DPL_OPTIM_ADAM = 1 };
+typedef struct dpl_bk_optim {
+  int32_t kind, n, dtype, devindex;
+  int32_t maximize, nesterov, decoupled, amsgrad;
+  dpl_tensor *const *param;
+  dpl_tensor *const *grad;
+  dpl_tensor *const *s0, *const *s1, *const *s2; /* SGD: s0 momentum buffers (NULL: no momentum);
+                                                   Adam: exp_avg, exp_avg_sq, max_exp_avg_sq (amsgrad) */
+  const uint8_t *init;                         /* SGD: buffer i starts as the gradient (NULL: none) */
+  const double *step_size, *bc2_sqrt;          /* Adam, per tensor: -lr / (1 - beta1^t), sqrt(1 - beta2^t) */
+  double neg_lr, momentum, damp1, weight_decay; /* SGD: -lr, momentum, 1 - dampening, weight_decay */
+  double beta1, omb1, beta2, omb2, eps, decay;  /* Adam: beta1, 1 - beta1, beta2, 1 - beta2, eps,
+                                                   1 - lr * weight_decay (decoupled); weight_decay above */
+} dpl_bk_optim;
+
 typedef struct dpl_bk_args {
   int32_t op, sub;
   int32_t i[4];
@@ -80,6 +101,7 @@ typedef struct dpl_bk_args {
   dpl_tensor **out[3];
   const int32_t *params;
   const dpl_bk_gemm *gemm;
+  const dpl_bk_optim *optim;
   const char *name; /* the op's user-facing name ("add", "sum", ...) for messages */
 } dpl_bk_args;
 

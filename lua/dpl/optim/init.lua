@@ -5,8 +5,17 @@
 --   optim.RMSprop(params, {lr=1e-2, alpha=0.99, eps=1e-8, weight_decay=0, momentum=0, centered=false})
 -- params: a list of tensors, a module (its parameters()), or a list of groups
 -- {{params={...}, lr=...}, ...}. Steps run without recording gradients.
+-- SGD, Adam and AdamW also take foreach = nil | true | false (kept on the optimizer, not in the
+-- groups or the state dict): nil updates a group whose parameters all sit on one real GPU in a few
+-- multi-tensor kernel launches (dpl_sgd_step_multi / dpl_adam_step_multi, the same rounding as the
+-- per-tensor ops); true uses that entry point on any device (the CPU's is a loop over the tensors);
+-- false always updates one tensor at a time. Groups that do not qualify (mixed dtypes or devices,
+-- float16/bfloat16, non-contiguous tensors or states) take the per-tensor path.
+local ffi = require 'ffi'
+local bit = require 'bit'
 local class = require 'dpl.class'
 local T = require 'dpl.tensor'
+local capi = require 'dpl.capi'
 local autograd = require 'dpl.autograd'
 local errors = require 'dpl.errors'
 
@@ -16,6 +25,7 @@ local fmt = string.format
 local lua_error = error
 local error = require('dpl.errors').raise -- string messages become ValueError objects
 local is_tensor = T.is_tensor
+local C = capi.C
 
 local optim = {}
 
@@ -96,14 +106,17 @@ function Optimizer:step(closure)
 end
 
 function Optimizer:_update()
-  for _, g in ipairs(self.param_groups) do
-    for _, p in ipairs(g.params) do
-      local grad = p.grad
-      if grad then
-        local st = self.state[p]
-        if not st then st = {}; self.state[p] = st end
-        self:update_param(p, grad, g, st)
-      end
+  for _, g in ipairs(self.param_groups) do self:_update_group(g) end
+end
+
+--- The per-tensor update of one group.
+function Optimizer:_update_group(g)
+  for _, p in ipairs(g.params) do
+    local grad = p.grad
+    if grad then
+      local st = self.state[p]
+      if not st then st = {}; self.state[p] = st end
+      self:update_param(p, grad, g, st)
     end
   end
 end
@@ -185,6 +198,60 @@ local function check_range(name, opt, v, lo, hi)
   end
 end
 
+---------------------------------------------------------------- multi-tensor steps
+local DEVMEM = 2 -- DPL_DEVMEM (src/tensor/dpl_tensor_internal.h): storage in GPU memory
+
+local function check_foreach(name, v)
+  if v ~= nil and type(v) ~= 'boolean' then misconf('%s: foreach must be nil, true or false, got %s', name, tostring(v)) end
+  return v
+end
+
+local function same_layout(t, p)
+  if t._dtype ~= p._dtype or t._devtype ~= p._devtype or t._devindex ~= p._devindex or t._ndim ~= p._ndim
+    or bit.band(t._flags, DEVMEM) ~= bit.band(p._flags, DEVMEM) or not t:is_contiguous() then
+    return false
+  end
+  for d = 0, p._ndim - 1 do if t._shape[d] ~= p._shape[d] then return false end end
+  return true
+end
+
+-- A state tensor the multi-tensor step can update in place (or none yet).
+local function state_ok(t, p) return t == nil or (is_tensor(t) and same_layout(t, p)) end
+
+-- The group's parameters that have gradients, with those gradients, when they can take one
+-- multi-tensor step: float32 or float64, one dtype, one device (a real GPU unless foreach is
+-- true), contiguous, gradients shaped as their parameters. nil otherwise.
+local function multi_list(self, g)
+  if self.foreach == false then return nil end
+  local ps, gs, p0 = {}, {}, nil
+  for _, p in ipairs(g.params) do
+    local grad = p.grad
+    if grad then
+      if p._dtype > 1 or not p:is_contiguous() or not same_layout(grad, p) then return nil end
+      if not p0 then
+        p0 = p
+        if self.foreach ~= true and bit.band(p._flags, DEVMEM) == 0 then return nil end
+      elseif p._dtype ~= p0._dtype or p._devtype ~= p0._devtype or p._devindex ~= p0._devindex
+        or bit.band(p._flags, DEVMEM) ~= bit.band(p0._flags, DEVMEM) then
+        return nil
+      end
+      ps[#ps + 1], gs[#gs + 1] = p, grad
+    end
+  end
+  if #ps == 0 then return nil end
+  return ps, gs
+end
+
+local function tensor_array(list)
+  local a = ffi.new('dpl_tensor*[?]', #list)
+  for i = 1, #list do a[i - 1] = list[i] end
+  return a
+end
+
+local function call(st) if st ~= 0 then T._fail(2, st) end end
+
+optim._multi_steps = 0 -- group updates taken by the multi-tensor entry points (for tests)
+
 ---------------------------------------------------------------- SGD
 optim.SGD = Optimizer:extend('SGD')
 function optim.SGD:__init(params, opts)
@@ -197,7 +264,40 @@ function optim.SGD:__init(params, opts)
   if d.nesterov and (d.momentum <= 0 or d.dampening ~= 0) then
     misconf('SGD: nesterov momentum requires a momentum and zero dampening')
   end
+  self.foreach = check_foreach('SGD', opts.foreach)
   Optimizer.__init(self, params, d)
+end
+-- One multi-tensor step for the group; false (nothing changed) when its tensors do not qualify.
+local function sgd_multi(self, o, ps, gs)
+  local n, m = #ps, o.momentum
+  for _, p in ipairs(ps) do
+    local st = self.state[p]
+    if m ~= 0 and st and not state_ok(st.momentum_buffer, p) then return false end
+  end
+  local bufs, init
+  if m ~= 0 then bufs, init = ffi.new('dpl_tensor*[?]', n), ffi.new('uint8_t[?]', n) end
+  for i, p in ipairs(ps) do
+    local st = self.state[p]
+    if not st then st = {}; self.state[p] = st end
+    if m ~= 0 then
+      local buf = st.momentum_buffer
+      if not buf then
+        buf = T.empty_like(p)
+        st.momentum_buffer = buf
+        init[i - 1] = 1
+      end
+      bufs[i - 1] = buf
+    end
+  end
+  local opts = ffi.new('dpl_sgd_opts', { lr = o.lr, momentum = m, dampening = o.dampening,
+    weight_decay = o.weight_decay, nesterov = o.nesterov and 1 or 0, maximize = o.maximize and 1 or 0 })
+  call(C.dpl_sgd_step_multi(n, tensor_array(ps), tensor_array(gs), bufs, init, opts))
+  optim._multi_steps = optim._multi_steps + 1
+  return true
+end
+function optim.SGD:_update_group(g)
+  local ps, gs = multi_list(self, g)
+  if not (ps and sgd_multi(self, g, ps, gs)) then Optimizer._update_group(self, g) end
 end
 function optim.SGD:update_param(p, g, o, st)
   if o.maximize then g = -g end
@@ -227,6 +327,7 @@ local function adam_init(self, name, params, opts, wd_default, decoupled)
   check_range(name, 'beta parameter at index 2', d.betas[2], 0, 1)
   check_range(name, 'weight_decay', d.weight_decay, 0)
   self.decoupled = decoupled
+  self.foreach = check_foreach(name, opts.foreach)
   Optimizer.__init(self, params, d)
 end
 local function adam_update(self, p, g, o, st)
@@ -257,12 +358,54 @@ local function adam_update(self, p, g, o, st)
   local denom = vv:sqrt():div_(math.sqrt(bc2)):add_(o.eps)
   p:add_(m / denom, -o.lr / bc1)
 end
+local function adam_multi(self, o, ps, gs)
+  local n = #ps
+  for _, p in ipairs(ps) do
+    local st = self.state[p]
+    if st and st.step then
+      if type(st.step) ~= 'number' or not is_tensor(st.exp_avg) or not is_tensor(st.exp_avg_sq)
+        or not state_ok(st.exp_avg, p) or not state_ok(st.exp_avg_sq, p)
+        or (o.amsgrad and not (is_tensor(st.max_exp_avg_sq) and state_ok(st.max_exp_avg_sq, p))) then
+        return false
+      end
+    end
+  end
+  local m, v = ffi.new('dpl_tensor*[?]', n), ffi.new('dpl_tensor*[?]', n)
+  local mx = o.amsgrad and ffi.new('dpl_tensor*[?]', n) or nil
+  local steps = ffi.new('double[?]', n)
+  for i, p in ipairs(ps) do
+    local st = self.state[p]
+    if not st then st = {}; self.state[p] = st end
+    if not st.step then
+      st.step = 0
+      st.exp_avg = T.zeros_like(p)
+      st.exp_avg_sq = T.zeros_like(p)
+      if o.amsgrad then st.max_exp_avg_sq = T.zeros_like(p) end
+    end
+    st.step = st.step + 1
+    steps[i - 1] = st.step
+    m[i - 1], v[i - 1] = st.exp_avg, st.exp_avg_sq
+    if mx then mx[i - 1] = st.max_exp_avg_sq end
+  end
+  local opts = ffi.new('dpl_adam_opts', { lr = o.lr, beta1 = o.betas[1], beta2 = o.betas[2], eps = o.eps,
+    weight_decay = o.weight_decay, decoupled = self.decoupled and 1 or 0, amsgrad = o.amsgrad and 1 or 0,
+    maximize = o.maximize and 1 or 0 })
+  call(C.dpl_adam_step_multi(n, tensor_array(ps), tensor_array(gs), m, v, mx, steps, opts))
+  optim._multi_steps = optim._multi_steps + 1
+  return true
+end
+local function adam_update_group(self, g)
+  local ps, gs = multi_list(self, g)
+  if not (ps and adam_multi(self, g, ps, gs)) then Optimizer._update_group(self, g) end
+end
 optim.Adam = Optimizer:extend('Adam')
 function optim.Adam:__init(params, opts) adam_init(self, 'Adam', params, opts, 0, false) end
 optim.Adam.update_param = adam_update
+optim.Adam._update_group = adam_update_group
 optim.AdamW = Optimizer:extend('AdamW')
 function optim.AdamW:__init(params, opts) adam_init(self, 'AdamW', params, opts, 1e-2, true) end
 optim.AdamW.update_param = adam_update
+optim.AdamW._update_group = adam_update_group
 
 ---------------------------------------------------------------- RMSprop
 optim.RMSprop = Optimizer:extend('RMSprop')
