@@ -330,15 +330,17 @@ local function adam_init(self, name, params, opts, wd_default, decoupled)
   self.foreach = check_foreach(name, opts.foreach)
   Optimizer.__init(self, params, d)
 end
+-- a parameter's Adam state at its first step (both paths)
+local function adam_state_new(st, p, amsgrad)
+  st.step = 0
+  st.exp_avg = T.zeros_like(p)
+  st.exp_avg_sq = T.zeros_like(p)
+  if amsgrad then st.max_exp_avg_sq = T.zeros_like(p) end
+end
 local function adam_update(self, p, g, o, st)
   if o.maximize then g = -g end
   local b1, b2 = o.betas[1], o.betas[2]
-  if not st.step then
-    st.step = 0
-    st.exp_avg = T.zeros_like(p)
-    st.exp_avg_sq = T.zeros_like(p)
-    if o.amsgrad then st.max_exp_avg_sq = T.zeros_like(p) end
-  end
+  if not st.step then adam_state_new(st, p, o.amsgrad) end
   st.step = st.step + 1
   local t = st.step
   if o.weight_decay ~= 0 then
@@ -376,12 +378,7 @@ local function adam_multi(self, o, ps, gs)
   for i, p in ipairs(ps) do
     local st = self.state[p]
     if not st then st = {}; self.state[p] = st end
-    if not st.step then
-      st.step = 0
-      st.exp_avg = T.zeros_like(p)
-      st.exp_avg_sq = T.zeros_like(p)
-      if o.amsgrad then st.max_exp_avg_sq = T.zeros_like(p) end
-    end
+    if not st.step then adam_state_new(st, p, o.amsgrad) end
     st.step = st.step + 1
     steps[i - 1] = st.step
     m[i - 1], v[i - 1] = st.exp_avg, st.exp_avg_sq
