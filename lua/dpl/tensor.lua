@@ -1133,8 +1133,9 @@ local function index0(idx, name, len)
     error(fmt('%s: expected an integer index tensor (1-based), got %s', name, dtype_names[idx._dtype]), 3)
   end
   if len and idx._numel > 0 then
-    -- negative indices count from the end
-    local mn = reduce('min', idx, nil, false):item()
+    -- negative indices count from the end. In GPU memory, always through where: reading
+    -- the minimum back would make the host wait for the GPU at every call
+    local mn = bit.band(idx._flags, 2) ~= 0 and -1 or reduce('min', idx, nil, false):item()
     if mn < 0 then
       local neg = binop(OP.lt, idx, 0)
       return M.where(neg, binop(OP.add, idx, len), binop(OP.sub, idx, 1))
