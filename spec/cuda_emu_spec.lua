@@ -245,6 +245,24 @@ print(('%.3g'):format((t:cpu() - tc):abs():max():item()))
     assert.is_true(tonumber(dev) + tonumber(stream) + tonumber(event) <= 2, err:match('[^\n]*host syncs[^\n]*'))
   end)
 
+  it('runs scripts/gpu-check.sh end to end (--emulated: the dry run of the GPU machine\'s check)', function()
+    build()
+    local dir = h.tmpname('-gpucheck')
+    local out, err, rc = h.sh('cd ' .. h.q(h.root) .. ' && OUT=' .. h.q(dir) .. ' bash scripts/gpu-check.sh --emulated',
+      { timeout = 300 })
+    local f = io.open(dir .. '/gpu-check.md')
+    local report = f and f:read('a') or ''
+    if f then f:close() end
+    h.sh('rm -rf ' .. h.q(dir))
+    assert.are.equal(0, rc, out .. err)
+    assert.truthy(report:find('**emulated**', 1, true), report)
+    for _, s in ipairs({ 'op consistency', 'fuzz', 'benchmark: dplhost', 'training on cuda:0', 'dist: nccl backend',
+      'dist: shm backend' }) do
+      assert.truthy(report:find('| ' .. s .. '[^|]*| pass |'), s .. ' did not pass:\n' .. report)
+    end
+    assert.is_nil(report:find('**FAIL**', 1, true), report)
+  end)
+
   it('runs two GPUs: peer copies, per-device streams and cuBLAS handles', function()
     local script = h.write_file(h.tmpname('.lua'), [[
 local dpl = require 'dpl'
