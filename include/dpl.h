@@ -355,6 +355,19 @@ int dpl_softmax(const dpl_tensor *a, int32_t dim, int32_t log, dpl_tensor **out)
 int dpl_softmax_backward(const dpl_tensor *grad, const dpl_tensor *output, int32_t dim, int32_t log,
                          dpl_tensor **out);
 
+/* Layer normalization over the last normalized_numel elements of each row of x
+ * (a suffix of x's dims whose sizes multiply to it): y = (x - mean) * rstd * weight + bias,
+ * rstd = 1 / sqrt(biased variance + eps). weight/bias (or NULL): normalized_numel elements,
+ * x's dtype and device. Floating x; float16/bfloat16 computed in float32. mean and rstd are
+ * saved per row, 1-d [rows], in float64 for float64 x and float32 otherwise. Backward takes
+ * them back: grad_x in x's dtype; grad_w / grad_b (each may be NULL: not computed) in
+ * weight's dtype, shaped as weight (a 1-d [normalized_numel] without weight). */
+int dpl_layer_norm(const dpl_tensor *x, const dpl_tensor *weight, const dpl_tensor *bias, int64_t normalized_numel,
+                   double eps, dpl_tensor **y, dpl_tensor **mean, dpl_tensor **rstd);
+int dpl_layer_norm_backward(const dpl_tensor *grad_y, const dpl_tensor *x, const dpl_tensor *mean,
+                            const dpl_tensor *rstd, const dpl_tensor *weight, dpl_tensor **grad_x,
+                            dpl_tensor **grad_w, dpl_tensor **grad_b);
+
 /* Losses. reduction: 0 none, 1 mean, 2 sum. Targets are int64 class ids, 0-based;
  * entries equal to ignore_index are skipped. grad_out: the loss's gradient (0-d for
  * mean/sum, the per-sample shape for none). */

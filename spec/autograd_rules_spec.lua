@@ -59,6 +59,7 @@ local cases = {
   embedding = { function(w) return F.embedding(i64({ { 1, 3 }, { 3, 2 } }), w) end, { rs(1, 4, 3) } },
   conv2d = { function(x, w, b) return F.conv2d(x, w, b, { padding = 1, stride = 2 }) end, { rs(1, 2, 2, 5, 5), rs(2, 3, 2, 3, 3), rs(3, 3) } },
   max_pool2d = { function(x) return F.max_pool2d(x, 2) end, { rs(1, 1, 2, 4, 4) } },
+  layer_norm = { function(x, w, b) return F.layer_norm(x, { 2, 3 }, w, b) + F.layer_norm(x, 3) end, { rs(1, 2, 2, 3), rs(2, 2, 3), rs(3, 2, 3) } },
   avg_pool2d = { function(x) return F.avg_pool2d(x, 2, { stride = 1 }) end, { rs(1, 1, 2, 4, 4) } },
   view = { function(a) return a:view(4, 3) * dpl.arange(12):double():view(4, 3) end, { rs(1, 3, 4) } },
   reshape = { function(a) return a:t():reshape(12) end, { rs(1, 3, 4) } },

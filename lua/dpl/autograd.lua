@@ -763,6 +763,20 @@ rules.conv2d = {
     return T.conv2d_backward(g, n.x, n.w, n.o, { x = needs(n, 1), w = needs(n, 2), b = needs(n, 3) })
   end,
 }
+rules.layer_norm = { -- T.layer_norm(x, w, b, normalized_numel, eps) -> y, mean, rstd (saved)
+  nin = 3,
+  save = function(n, out, x, w, b, nnum, eps, mean, rstd)
+    n.x, n.m, n.r = save(n, x), mean, rstd
+    if w then n.w = save(n, w) end
+    if b then n.bs = size_of(b) end
+  end,
+  bw = function(n, g)
+    local gx, gw, gb = T.layer_norm_backward(g, n.x, n.m, n.r, n.w,
+      { w = n.w ~= nil and needs(n, 2), b = n.bs ~= nil and needs(n, 3) })
+    if gb and gb:dim() ~= #n.bs then gb = gb:reshape(n.bs) end
+    return gx, gw, gb
+  end,
+}
 rules.max_pool2d = {
   nin = 1,
   save = function(n, out, x, k, opts, idx) n.x, n.idx = save(n, x), idx end,
@@ -1071,6 +1085,18 @@ wrap_method('embedding', nil, T)
 wrap_method('conv2d', nil, T)
 wrap_method('avg_pool2d', nil, T)
 wrap_method('where', nil, T)
+do -- layer_norm returns its saved statistics too
+  local raw = T.layer_norm
+  T.layer_norm = function(x, w, b, nnum, eps)
+    if S.live and S.grad_on and (rg[x] or (w and rg[w]) or (b and rg[b])) then
+      local ok, y, m, r = pcall(raw, x, w, b, nnum, eps)
+      if not ok then rethrow(y) end
+      record(rules.layer_norm, y, x, w, b, nnum, eps, m, r)
+      return y, m, r
+    end
+    return raw(x, w, b, nnum, eps)
+  end
+end
 do
   local raw = T.max_pool2d
   T.max_pool2d = function(x, k, opts)

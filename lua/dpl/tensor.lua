@@ -1253,6 +1253,29 @@ function M.conv2d_backward(grad_out, x, w, opts, needs)
   return gx, gw, gb
 end
 
+--- layer_norm(x, weight or nil, bias or nil, normalized_numel, eps) -> y, mean, rstd: the fused
+--- op over the last normalized_numel elements of each row (mean, rstd: one per row, for backward)
+function M.layer_norm(x, w, b, n, eps)
+  local st = C.dpl_layer_norm(x, w, b, n, eps, out1, out2, out3)
+  if st == ENOMEM then collectgarbage(); st = C.dpl_layer_norm(x, w, b, n, eps, out1, out2, out3) end
+  if st ~= 0 then fail(2) end
+  return ffi.gc(out1[0][0], release), ffi.gc(out2[0][0], release), ffi.gc(out3[0][0], release)
+end
+--- Gradients of layer_norm: grad_x, grad_w, grad_b (needs: {w=, b=} booleans; grad_w only with a weight).
+function M.layer_norm_backward(grad_y, x, mean, rstd, w, needs)
+  local nw, nb = w ~= nil and needs.w, needs.b
+  local function go()
+    return C.dpl_layer_norm_backward(grad_y, x, mean, rstd, w, out1, nw and out2 or nil, nb and out3 or nil)
+  end
+  local st = go()
+  if st == ENOMEM then collectgarbage(); st = go() end
+  if st ~= 0 then fail(2) end
+  local gx = ffi.gc(out1[0][0], release)
+  local gw = nw and ffi.gc(out2[0][0], release) or nil
+  local gb = nb and ffi.gc(out3[0][0], release) or nil
+  return gx, gw, gb
+end
+
 local function pool_params(kernel, opts, name)
   opts = opts or {}
   params6[0], params6[1] = pair(kernel, name, 'kernel_size')

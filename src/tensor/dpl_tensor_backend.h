@@ -11,7 +11,7 @@
 #include "dpl.h"
 #include <stdint.h>
 
-enum { DPL_BACKEND_ABI = 2 };
+enum { DPL_BACKEND_ABI = 3 }; /* 3: in[5] (layer norm's backward reads five tensors) */
 
 /* Stable op ids (never renumbered; new ops go at the end). The comment says
  * which fields of dpl_bk_args each one reads. */
@@ -54,7 +54,11 @@ typedef enum dpl_bk_op {
   DPL_BK_AVG_POOL2D = 34,   /* in[0] x; params; i[0] count_include_pad; out[0] */
   DPL_BK_AVG_POOL2D_BWD = 35,/* in[0] grad_out, in[1] x; params; i[0] count_include_pad; out[0] */
   DPL_BK_OPTIM_MULTI = 36,  /* optim: a multi-tensor SGD or Adam step (dpl_bk_optim) */
-  DPL_BK_NUM_OPS = 37
+  DPL_BK_LAYER_NORM = 37,   /* in[0] x, in[1] weight, in[2] bias (may be NULL); l[0] normalized numel; d[0] eps;
+                               out[0] y, out[1] mean, out[2] rstd (see dpl_layer_norm) */
+  DPL_BK_LAYER_NORM_BWD = 38,/* in[0] grad_y, in[1] x, in[2] mean, in[3] rstd, in[4] weight (may be NULL);
+                               out[0] grad_x, out[1] grad_w, out[2] grad_b (the last two may be NULL) */
+  DPL_BK_NUM_OPS = 39
 } dpl_bk_op;
 
 /* A GEMM on raw device pointers (DPL_BK_GEMM), the one the matmul family's
@@ -96,7 +100,7 @@ typedef struct dpl_bk_args {
   double d[2];
   int64_t l[2];
   uint64_t u[2];
-  const dpl_tensor *in[3];
+  const dpl_tensor *in[5];
   dpl_tensor *inout;
   dpl_tensor **out[3];
   const int32_t *params;

@@ -117,6 +117,15 @@ function F.layer_norm(x, shape, w, b, eps)
         table.concat(shape, ', ')), 2)
     end
   end
+  -- the fused op (dpl_layer_norm) when x, w and b agree in floating dtype and device;
+  -- otherwise (mixed dtypes: promotion) the composed formula below
+  local n = 1
+  for i = 1, k do n = n * shape[i] end
+  local function agrees(p)
+    return p == nil or (is_tensor(p) and p._dtype == x._dtype and p._devtype == x._devtype
+      and p._devindex == x._devindex)
+  end
+  if x._dtype <= 3 and x._devtype == 0 and agrees(w) and agrees(b) then return (T.layer_norm(x, w, b, n, eps)) end
   local s = {}
   for i = 1, nd - k do s[i] = x:size(i) end
   s[#s + 1] = -1
