@@ -257,6 +257,26 @@ for _, dt in ipairs({ 'float32', 'float64', 'bfloat16' }) do
         dpl.tensor.softmax_backward(g, l, 3, true) }
     end)
 end
+-- fused layer norm (dpl.tensor.layer_norm): y, the saved mean/rstd, and the gradients with and
+-- without weight/bias, over row lengths 1, 7, 1024, 5000, many rows, and two normalized dims
+for _, dt in ipairs({ 'float32', 'float64', 'bfloat16' }) do
+  for _, c in ipairs({ { { 6, 1 }, { 1 } }, { { 9, 7 }, { 7 } }, { { 5, 1024 }, { 1024 } }, { { 3, 5000 }, { 5000 } },
+    { { 1500, 7 }, { 7 } }, { { 4, 3, 5 }, { 3, 5 } } }) do
+    local xs, ps = c[1], c[2]
+    add(('layer_norm %s x %s over %s'):format(dt, table.concat(xs, 'x'), table.concat(ps, 'x')), function()
+      return { sample(dt, unpack(xs)), sample(dt, unpack(ps)), sample(dt, unpack(ps)), sample(dt, unpack(xs)) }
+    end, function(_, x, w, b, gy)
+      local T = dpl.tensor
+      local n = w:numel()
+      local y, m, r = T.layer_norm(x, w, b, n, 1e-5)
+      local y0, m0, r0 = T.layer_norm(x, nil, nil, n, 1e-5)
+      local gx, gw, gb = T.layer_norm_backward(gy, x, m, r, w, { w = true, b = true })
+      local gx0, _, gb0 = T.layer_norm_backward(gy, x, m0, r0, nil, { b = true })
+      local gx1 = T.layer_norm_backward(gy, x, m, r, w, {})
+      return { y, m, r, y0, gx, gw, gb, gx0, gb0, gx1 }
+    end, dt == 'bfloat16' and 2e-2 or nil)
+  end
+end
 -- rows with +inf, -inf and NaN along every dim: the CPU's rules (a row with +inf is all NaN in softmax)
 add('softmax/log_softmax with inf and NaN, every dim', function()
   local x = randn(3, 4, 5):double()

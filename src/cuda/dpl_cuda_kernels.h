@@ -55,6 +55,17 @@ int dpl_cu_axpy(const dpl_cu_geom *g, int32_t dt, void *a, const void *b, double
 int dpl_cu_rng(void *dst, int32_t dt, int64_t n, int32_t kind, uint64_t key, uint64_t start, double a, double b,
                int64_t ia, int64_t range, cudaStream_t s);
 
+/* layer norm of contiguous rows [rows, n] in kd (float32 0 / float64 1): y, and mean / rstd per row
+ * (w, b may be NULL); backward: grad_x; then grad_w / grad_b (either may be NULL) summed over the rows
+ * through `scratch`, 2 * dpl_cu_layer_norm_parts(rows) * n doubles (no atomics: deterministic) */
+int dpl_cu_layer_norm(int32_t kd, const void *x, const void *w, const void *b, void *y, void *mean, void *rstd,
+                      int64_t rows, int64_t n, double eps, cudaStream_t s);
+int dpl_cu_layer_norm_bwd(int32_t kd, const void *gy, const void *x, const void *mean, const void *rstd, const void *w,
+                          void *gx, int64_t rows, int64_t n, cudaStream_t s);
+int64_t dpl_cu_layer_norm_parts(int64_t rows);
+int dpl_cu_layer_norm_cols(int32_t kd, const void *gy, const void *x, const void *mean, const void *rstd, void *gw,
+                           void *gb, int64_t rows, int64_t n, double *scratch, cudaStream_t s);
+
 /* softmax (log 0) / log_softmax (log 1) of contiguous rows [rows, R] in kd (float32 0 / float64 1);
  * bwd 1: x is the forward's output and g the incoming gradient */
 int dpl_cu_softmax_rows(int32_t kd, const void *x, const void *g, void *out, int64_t rows, int64_t R, int32_t log,

@@ -125,7 +125,7 @@ function F.layer_norm(x, shape, w, b, eps)
     return p == nil or (is_tensor(p) and p._dtype == x._dtype and p._devtype == x._devtype
       and p._devindex == x._devindex)
   end
-  if x._dtype <= 3 and x._devtype == 0 and agrees(w) and agrees(b) then return (T.layer_norm(x, w, b, n, eps)) end
+  if x._dtype <= 3 and agrees(w) and agrees(b) then return (T.layer_norm(x, w, b, n, eps)) end
   local s = {}
   for i = 1, nd - k do s[i] = x:size(i) end
   s[#s + 1] = -1

@@ -1,0 +1,124 @@
+/* dpl_cuda_norm.c: the backend's layer norm (DPL_BK_LAYER_NORM and its
+ * backward): inputs made contiguous in float32/float64 (float16/bfloat16
+ * through float32, as on the CPU), the row kernels of dpl_cuda_norm.cu, the
+ * results converted back to the input's (weight's) dtype. The core validated
+ * shapes, dtypes and devices (dpl_tensor_norm.c). */
+#include "dpl_cuda_internal.h"
+
+#define TRYC(x) do { if (st == DPL_OK) st = (x); } while (0)
+#define LAUNCH(call, what) \
+  do { if (st == DPL_OK) { int e_ = (call); if (e_ != 0) st = dpl_cu_fail((cudaError_t)e_, what, dev); } } while (0)
+
+static int dnew(const char *name, int32_t dtype, int32_t ndim, const int64_t *shape, const dpl_tensor *like,
+                dpl_tensor **out)
+{
+  return dpl_new_on(name, dtype, ndim, shape, DPL_DEVICE_CUDA, like->_devindex, out);
+}
+
+static int to_dtype(const char *name, dpl_tensor **t, int32_t dt)
+{
+  if (!*t || (*t)->_dtype == dt) return DPL_OK;
+  dpl_tensor *r = NULL;
+  int st = dpl_contig_as(name, *t, dt, &r);
+  dpl_tensor_release(*t);
+  *t = r;
+  return st;
+}
+
+static int ln_fwd(const dpl_bk_args *a, dpl_cu_dev *d, int32_t dev)
+{
+  const char *name = a->name;
+  const dpl_tensor *x = a->in[0], *w = a->in[1], *b = a->in[2];
+  int64_t n = a->l[0], rows = x->_numel / n;
+  int32_t kd = x->_dtype == DPL_FLOAT64 ? DPL_FLOAT64 : DPL_FLOAT32;
+  dpl_tensor *cx = NULL, *cw = NULL, *cb = NULL, *y = NULL, *m = NULL, *r = NULL;
+  int st = dpl_contig_as(name, x, kd, &cx);
+  if (w) TRYC(dpl_contig_as(name, w, kd, &cw));
+  if (b) TRYC(dpl_contig_as(name, b, kd, &cb));
+  TRYC(dnew(name, kd, x->_ndim, x->_shape, x, &y));
+  TRYC(dnew(name, kd, 1, &rows, x, &m));
+  TRYC(dnew(name, kd, 1, &rows, x, &r));
+  LAUNCH(dpl_cu_layer_norm(kd, cx ? cx->_data : NULL, cw ? cw->_data : NULL, cb ? cb->_data : NULL,
+                           y ? y->_data : NULL, m ? m->_data : NULL, r ? r->_data : NULL, rows, n, a->d[0],
+                           d->compute),
+         "layer_norm kernel");
+  TRYC(to_dtype(name, &y, x->_dtype));
+  dpl_tensor_release(cx);
+  dpl_tensor_release(cw);
+  dpl_tensor_release(cb);
+  if (st != DPL_OK) {
+    dpl_tensor_release(y);
+    dpl_tensor_release(m);
+    dpl_tensor_release(r);
+    return st;
+  }
+  *a->out[0] = y;
+  *a->out[1] = m;
+  *a->out[2] = r;
+  return DPL_OK;
+}
+
+static int ln_bwd(const dpl_bk_args *a, dpl_cu_dev *d, int32_t dev)
+{
+  const char *name = a->name;
+  const dpl_tensor *g = a->in[0], *x = a->in[1], *mean = a->in[2], *rstd = a->in[3], *w = a->in[4];
+  int64_t rows = mean->_numel, n = rows ? x->_numel / rows : w->_numel; /* the core checked: a weight when empty */
+  int32_t kd = x->_dtype == DPL_FLOAT64 ? DPL_FLOAT64 : DPL_FLOAT32;
+  int want_w = a->out[1] != NULL, want_b = a->out[2] != NULL;
+  const int64_t *pshape = w ? w->_shape : &n;
+  int32_t pnd = w ? w->_ndim : 1, pd = w ? w->_dtype : x->_dtype;
+  int64_t parts = dpl_cu_layer_norm_parts(rows), sbytes = 2 * parts * n * (int64_t)sizeof(double);
+  dpl_tensor *cx = NULL, *cg = NULL, *cw = NULL, *cm = NULL, *cr = NULL, *gx = NULL, *gw = NULL, *gb = NULL;
+  void *scratch = NULL;
+  int st = dpl_contig_as(name, x, kd, &cx);
+  TRYC(dpl_contig_as(name, g, kd, &cg));
+  if (w) TRYC(dpl_contig_as(name, w, kd, &cw));
+  TRYC(dpl_contig_as(name, mean, kd, &cm));
+  TRYC(dpl_contig_as(name, rstd, kd, &cr));
+  TRYC(dnew(name, kd, x->_ndim, x->_shape, x, &gx));
+  if (want_w) TRYC(dnew(name, kd, pnd, pshape, x, &gw));
+  if (want_b) TRYC(dnew(name, kd, pnd, pshape, x, &gb));
+  if (st == DPL_OK)
+    LAUNCH(dpl_cu_layer_norm_bwd(kd, cg->_data, cx->_data, cm->_data, cr->_data, cw ? cw->_data : NULL, gx->_data, rows,
+                                 n, d->compute),
+           "layer_norm_backward kernel");
+  if (want_w || want_b) {
+    TRYC(dpl_cu_scratch(dev, sbytes, &scratch));
+    if (st == DPL_OK)
+      LAUNCH(dpl_cu_layer_norm_cols(kd, cg->_data, cx->_data, cm->_data, cr->_data, gw ? gw->_data : NULL,
+                                    gb ? gb->_data : NULL, rows, n, (double *)scratch, d->compute),
+             "layer_norm_backward weight kernel");
+    if (scratch) dpl_cu_scratch_free(dev, scratch, sbytes);
+  }
+  TRYC(to_dtype(name, &gx, x->_dtype));
+  TRYC(to_dtype(name, &gw, pd));
+  TRYC(to_dtype(name, &gb, pd));
+  dpl_tensor_release(cx);
+  dpl_tensor_release(cg);
+  dpl_tensor_release(cw);
+  dpl_tensor_release(cm);
+  dpl_tensor_release(cr);
+  if (st != DPL_OK) {
+    dpl_tensor_release(gx);
+    dpl_tensor_release(gw);
+    dpl_tensor_release(gb);
+    return st;
+  }
+  *a->out[0] = gx;
+  if (want_w) *a->out[1] = gw;
+  if (want_b) *a->out[2] = gb;
+  return DPL_OK;
+}
+
+int dpl_cu_op_layer_norm(const dpl_bk_args *a)
+{
+  const char *name = a->name ? a->name : dpl_bk_op_name(a->op);
+  for (int k = 0; k < 5; k++)
+    if (a->in[k] && !dpl_is_devmem(a->in[k]))
+      return dpl_errorf(DPL_EDEVICE, "%s: expected all tensors on the same device, got a cpu tensor with cuda ones",
+                        name);
+  int32_t dev = a->op == DPL_BK_LAYER_NORM ? a->in[0]->_devindex : a->in[1]->_devindex;
+  dpl_cu_dev *d = dpl_cu_device(dev, name);
+  if (!d) return DPL_EDEVICE;
+  return a->op == DPL_BK_LAYER_NORM ? ln_fwd(a, d, dev) : ln_bwd(a, d, dev);
+}
