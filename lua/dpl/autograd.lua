@@ -766,15 +766,12 @@ rules.conv2d = {
 rules.layer_norm = { -- T.layer_norm(x, w, b, normalized_numel, eps) -> y, mean, rstd (saved)
   nin = 3,
   save = function(n, out, x, w, b, nnum, eps, mean, rstd)
-    n.x, n.m, n.r = save(n, x), mean, rstd
-    if w then n.w = save(n, w) end
-    if b then n.bs = size_of(b) end
+    n.x, n.m, n.r, n.w, n.bs = save(n, x), mean, rstd, w and save(n, w), b and size_of(b)
   end,
   bw = function(n, g)
-    local gx, gw, gb = T.layer_norm_backward(g, n.x, n.m, n.r, n.w,
-      { w = n.w ~= nil and needs(n, 2), b = n.bs ~= nil and needs(n, 3) })
-    if gb and gb:dim() ~= #n.bs then gb = gb:reshape(n.bs) end
-    return gx, gw, gb
+    local gx, gw, gb = T.layer_norm_backward(g, n.x, n.m, n.r, n.w or nil,
+      { w = n.w and needs(n, 2), b = n.bs and needs(n, 3) })
+    return gx, gw, gb and gb:reshape(n.bs)
   end,
 }
 rules.max_pool2d = {
@@ -1088,13 +1085,12 @@ wrap_method('where', nil, T)
 do -- layer_norm returns its saved statistics too
   local raw = T.layer_norm
   T.layer_norm = function(x, w, b, nnum, eps)
-    if S.live and S.grad_on and (rg[x] or (w and rg[w]) or (b and rg[b])) then
-      local ok, y, m, r = pcall(raw, x, w, b, nnum, eps)
-      if not ok then rethrow(y) end
-      record(rules.layer_norm, y, x, w, b, nnum, eps, m, r)
-      return y, m, r
+    if not (S.live and S.grad_on and (rg[x] or (w and rg[w]) or (b and rg[b]))) then
+      return raw(x, w, b, nnum, eps)
     end
-    return raw(x, w, b, nnum, eps)
+    local ok, y, m, r = pcall(raw, x, w, b, nnum, eps)
+    if not ok then rethrow(y) end
+    return record(rules.layer_norm, y, x, w, b, nnum, eps, m, r), m, r
   end
 end
 do
