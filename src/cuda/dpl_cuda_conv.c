@@ -10,21 +10,7 @@
 #define TRYC(x) do { if (st == DPL_OK) st = (x); } while (0)
 #define CONV_CHUNK_BYTES ((int64_t)256 << 20) /* im2col buffer per chunk of samples */
 
-static int dnew(const char *name, int32_t dtype, int32_t ndim, const int64_t *shape, const dpl_tensor *like,
-                dpl_tensor **out)
-{
-  return dpl_new_on(name, dtype, ndim, shape, DPL_DEVICE_CUDA, like->_devindex, out);
-}
 
-static int to_dtype(const char *name, dpl_tensor **t, int32_t dt)
-{
-  if (!*t || (*t)->_dtype == dt) return DPL_OK;
-  dpl_tensor *r = NULL;
-  int st = dpl_contig_as(name, *t, dt, &r);
-  dpl_tensor_release(*t);
-  *t = r;
-  return st;
-}
 
 static int gemm(const char *name, int32_t kd, int32_t dev, int ta, int tb, int64_t m, int64_t n, int64_t k,
                 double alpha, const void *a, int64_t lda, const void *b, int64_t ldb, double beta, void *c, int64_t ldc)
@@ -71,7 +57,7 @@ static int conv_fwd(const dpl_bk_args *a, dpl_cu_dev *d, int32_t dev)
   int st = dpl_contig_as(name, x, kd, &cx);
   TRYC(dpl_contig_as(name, w, kd, &cw));
   if (bias) TRYC(dpl_contig_as(name, bias, kd, &cb));
-  TRYC(dnew(name, kd, 4, oshape, x, &res));
+  TRYC(dpl_cu_new(name, kd, 4, oshape, x, &res));
   TRYC(dpl_cu_scratch(dev, K * nb * L * es, &cols));
   TRYC(dpl_cu_scratch(dev, g.Og * nb * L * es, &tmp));
   for (int64_t n0 = 0; st == DPL_OK && n0 < g.N; n0 += nb) {
@@ -84,7 +70,7 @@ static int conv_fwd(const dpl_bk_args *a, dpl_cu_dev *d, int32_t dev)
              "conv2d output kernel");
     }
   }
-  TRYC(to_dtype(name, &res, x->_dtype));
+  TRYC(dpl_retype(name, &res, x->_dtype));
   dpl_cu_scratch_free(dev, cols, K * nb * L * es);
   dpl_cu_scratch_free(dev, tmp, g.Og * nb * L * es);
   dpl_tensor_release(cx);
@@ -110,13 +96,13 @@ static int conv_bwd(const dpl_bk_args *a, dpl_cu_dev *d, int32_t dev)
   int st = dpl_contig_as(name, x, kd, &cx);
   TRYC(dpl_contig_as(name, w, kd, &cw));
   TRYC(dpl_contig_as(name, gy, kd, &cg));
-  if (pgx) TRYC(dnew(name, kd, 4, x->_shape, x, &gx)); /* col2im writes every element */
+  if (pgx) TRYC(dpl_cu_new(name, kd, 4, x->_shape, x, &gx)); /* col2im writes every element */
   if (pgw) {
-    TRYC(dnew(name, kd, 4, w->_shape, w, &gw));
+    TRYC(dpl_cu_new(name, kd, 4, w->_shape, w, &gw));
     TRYC(dpl_tensor_fill_(gw, 0));
   }
   if (pgb) {
-    TRYC(dnew(name, kd, 1, &g.O, w, &gb));
+    TRYC(dpl_cu_new(name, kd, 1, &g.O, w, &gb));
     LAUNCH(dpl_cu_bias_grad(kd, cg->_data, g.N, g.O, L, gb->_data, d->compute), "bias gradient kernel (conv2d)");
   }
   TRYC(dpl_cu_scratch(dev, K * nb * L * es, &cols));
@@ -136,9 +122,9 @@ static int conv_bwd(const dpl_bk_args *a, dpl_cu_dev *d, int32_t dev)
       }
     }
   }
-  TRYC(to_dtype(name, &gx, x->_dtype));
-  TRYC(to_dtype(name, &gw, x->_dtype));
-  TRYC(to_dtype(name, &gb, x->_dtype));
+  TRYC(dpl_retype(name, &gx, x->_dtype));
+  TRYC(dpl_retype(name, &gw, x->_dtype));
+  TRYC(dpl_retype(name, &gb, x->_dtype));
   dpl_cu_scratch_free(dev, cols, K * nb * L * es);
   dpl_cu_scratch_free(dev, gyc, g.Og * nb * L * es);
   dpl_tensor_release(cx);
@@ -174,10 +160,10 @@ static int max_pool(const dpl_bk_args *a, dpl_cu_dev *d, int32_t dev)
   int64_t oshape[4] = {g.N, g.C, g.OH, g.OW};
   dpl_tensor *cx = NULL, *res = NULL, *idx = NULL;
   int st = dpl_contig_as(name, x, kd, &cx);
-  TRYC(dnew(name, kd, 4, oshape, x, &res));
-  TRYC(dnew(name, DPL_INT64, 4, oshape, x, &idx));
+  TRYC(dpl_cu_new(name, kd, 4, oshape, x, &res));
+  TRYC(dpl_cu_new(name, DPL_INT64, 4, oshape, x, &idx));
   LAUNCH(dpl_cu_maxpool(kd, &g, cx->_data, res->_data, idx->_data, d->compute), "max_pool2d kernel");
-  TRYC(to_dtype(name, &res, x->_dtype));
+  TRYC(dpl_retype(name, &res, x->_dtype));
   dpl_tensor_release(cx);
   if (st != DPL_OK) { dpl_tensor_release(res); dpl_tensor_release(idx); return st; }
   *a->out[0] = res;
@@ -195,14 +181,14 @@ static int max_pool_bwd(const dpl_bk_args *a, dpl_cu_dev *d, int32_t dev)
   void *bad = NULL;
   int st = dpl_contig_as(name, gy, kd, &cg);
   TRYC(dpl_contig_as(name, indices, DPL_INT64, &ci));
-  TRYC(dnew(name, kd, 4, x->_shape, x, &res));
+  TRYC(dpl_cu_new(name, kd, 4, x->_shape, x, &res));
   TRYC(dpl_tensor_fill_(res, 0));
   TRYC(dpl_cu_flag_new(dev, d->compute, &bad));
   LAUNCH(dpl_cu_maxpool_bwd(kd, cg->_data, ci->_data, P, L, plane, res->_data, bad, d->compute),
          "max_pool2d_backward kernel");
   /* a bad index is reported by a later call that waits for the GPU (dpl_cuda_check.c) */
   TRYC(dpl_cu_check_submit(dev, d, bad, ci, name, DPL_CU_CHK_POOL, plane, 0));
-  TRYC(to_dtype(name, &res, x->_dtype));
+  TRYC(dpl_retype(name, &res, x->_dtype));
   dpl_cu_flag_free(dev, bad);
   dpl_tensor_release(cg);
   dpl_tensor_release(ci);
@@ -221,11 +207,11 @@ static int avg_pool(const dpl_bk_args *a, dpl_cu_dev *d, int32_t dev)
   int64_t oshape[4] = {g.N, g.C, g.OH, g.OW};
   dpl_tensor *cx = NULL, *cg = NULL, *res = NULL;
   int st = bwd ? dpl_contig_as(name, gy, DPL_FLOAT64, &cg) : dpl_contig_as(name, x, DPL_FLOAT64, &cx);
-  TRYC(dnew(name, DPL_FLOAT64, 4, bwd ? x->_shape : oshape, x, &res));
+  TRYC(dpl_cu_new(name, DPL_FLOAT64, 4, bwd ? x->_shape : oshape, x, &res));
   if (bwd) TRYC(dpl_tensor_fill_(res, 0));
   LAUNCH(dpl_cu_avgpool(&g, a->i[0], cx ? cx->_data : NULL, cg ? cg->_data : NULL, res->_data, d->compute),
          bwd ? "avg_pool2d_backward kernel" : "avg_pool2d kernel");
-  TRYC(to_dtype(name, &res, x->_dtype));
+  TRYC(dpl_retype(name, &res, x->_dtype));
   dpl_tensor_release(cx);
   dpl_tensor_release(cg);
   if (st != DPL_OK) { dpl_tensor_release(res); return st; }

@@ -49,6 +49,9 @@ typedef struct dpl_cu_dev {
   char chk_msg[400];
 } dpl_cu_dev;
 
+/* a new contiguous tensor on like's GPU */
+int dpl_cu_new(const char *name, int32_t dtype, int32_t ndim, const int64_t *shape, const dpl_tensor *like,
+               dpl_tensor **out);
 /* The device's state, created on first use (cudaSetDevice done). NULL + error set on failure. */
 dpl_cu_dev *dpl_cu_device(int32_t dev, const char *op);
 /* The device's state if it was created, else NULL (no CUDA call, no error). */

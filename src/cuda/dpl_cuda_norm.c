@@ -9,21 +9,7 @@
 #define LAUNCH(call, what) \
   do { if (st == DPL_OK) { int e_ = (call); if (e_ != 0) st = dpl_cu_fail((cudaError_t)e_, what, dev); } } while (0)
 
-static int dnew(const char *name, int32_t dtype, int32_t ndim, const int64_t *shape, const dpl_tensor *like,
-                dpl_tensor **out)
-{
-  return dpl_new_on(name, dtype, ndim, shape, DPL_DEVICE_CUDA, like->_devindex, out);
-}
 
-static int to_dtype(const char *name, dpl_tensor **t, int32_t dt)
-{
-  if (!*t || (*t)->_dtype == dt) return DPL_OK;
-  dpl_tensor *r = NULL;
-  int st = dpl_contig_as(name, *t, dt, &r);
-  dpl_tensor_release(*t);
-  *t = r;
-  return st;
-}
 
 static int ln_fwd(const dpl_bk_args *a, dpl_cu_dev *d, int32_t dev)
 {
@@ -35,14 +21,14 @@ static int ln_fwd(const dpl_bk_args *a, dpl_cu_dev *d, int32_t dev)
   int st = dpl_contig_as(name, x, kd, &cx);
   if (w) TRYC(dpl_contig_as(name, w, kd, &cw));
   if (b) TRYC(dpl_contig_as(name, b, kd, &cb));
-  TRYC(dnew(name, kd, x->_ndim, x->_shape, x, &y));
-  TRYC(dnew(name, kd, 1, &rows, x, &m));
-  TRYC(dnew(name, kd, 1, &rows, x, &r));
+  TRYC(dpl_cu_new(name, kd, x->_ndim, x->_shape, x, &y));
+  TRYC(dpl_cu_new(name, kd, 1, &rows, x, &m));
+  TRYC(dpl_cu_new(name, kd, 1, &rows, x, &r));
   LAUNCH(dpl_cu_layer_norm(kd, cx ? cx->_data : NULL, cw ? cw->_data : NULL, cb ? cb->_data : NULL,
                            y ? y->_data : NULL, m ? m->_data : NULL, r ? r->_data : NULL, rows, n, a->d[0],
                            d->compute),
          "layer_norm kernel");
-  TRYC(to_dtype(name, &y, x->_dtype));
+  TRYC(dpl_retype(name, &y, x->_dtype));
   dpl_tensor_release(cx);
   dpl_tensor_release(cw);
   dpl_tensor_release(cb);
@@ -75,9 +61,9 @@ static int ln_bwd(const dpl_bk_args *a, dpl_cu_dev *d, int32_t dev)
   if (w) TRYC(dpl_contig_as(name, w, kd, &cw));
   TRYC(dpl_contig_as(name, mean, kd, &cm));
   TRYC(dpl_contig_as(name, rstd, kd, &cr));
-  TRYC(dnew(name, kd, x->_ndim, x->_shape, x, &gx));
-  if (want_w) TRYC(dnew(name, kd, pnd, pshape, x, &gw));
-  if (want_b) TRYC(dnew(name, kd, pnd, pshape, x, &gb));
+  TRYC(dpl_cu_new(name, kd, x->_ndim, x->_shape, x, &gx));
+  if (want_w) TRYC(dpl_cu_new(name, kd, pnd, pshape, x, &gw));
+  if (want_b) TRYC(dpl_cu_new(name, kd, pnd, pshape, x, &gb));
   if (st == DPL_OK)
     LAUNCH(dpl_cu_layer_norm_bwd(kd, cg->_data, cx->_data, cm->_data, cr->_data, cw ? cw->_data : NULL, gx->_data, rows,
                                  n, d->compute),
@@ -90,9 +76,9 @@ static int ln_bwd(const dpl_bk_args *a, dpl_cu_dev *d, int32_t dev)
              "layer_norm_backward weight kernel");
     if (scratch) dpl_cu_scratch_free(dev, scratch, sbytes);
   }
-  TRYC(to_dtype(name, &gx, x->_dtype));
-  TRYC(to_dtype(name, &gw, pd));
-  TRYC(to_dtype(name, &gb, pd));
+  TRYC(dpl_retype(name, &gx, x->_dtype));
+  TRYC(dpl_retype(name, &gw, pd));
+  TRYC(dpl_retype(name, &gb, pd));
   dpl_tensor_release(cx);
   dpl_tensor_release(cg);
   dpl_tensor_release(cw);

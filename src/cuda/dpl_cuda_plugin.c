@@ -72,6 +72,12 @@ dpl_cu_dev *dpl_cu_device_ready(int32_t dev)
 
 /* ---- flags ---- */
 #define FLAG_BYTES 16 /* {smallest bad position, its index} (dpl_cuda_check.c) */
+int dpl_cu_new(const char *name, int32_t dtype, int32_t ndim, const int64_t *shape, const dpl_tensor *like,
+               dpl_tensor **out)
+{
+  return dpl_new_on(name, dtype, ndim, shape, DPL_DEVICE_CUDA, like->_devindex, out);
+}
+
 int dpl_cu_flag_new(int32_t dev, cudaStream_t s, void **flag)
 {
   DPL_TRY(dpl_cu_scratch(dev, FLAG_BYTES, flag));

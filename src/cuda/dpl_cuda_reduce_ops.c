@@ -12,12 +12,6 @@
 static const char *red_names[] = {"sum", "mean", "prod", "max", "min", "argmax", "argmin", "var", "std", "logsumexp",
                                   "norm", "any", "all"};
 
-/* a new contiguous device tensor on t's device */
-static int dnew(const char *name, int32_t dtype, int32_t ndim, const int64_t *shape, const dpl_tensor *like,
-                dpl_tensor **out)
-{
-  return dpl_new_on(name, dtype, ndim, shape, DPL_DEVICE_CUDA, like->_devindex, out);
-}
 
 /* (shape, stride) dims without the size-1 ones, neighbours merged where one
  * stride steps over the other: the same row-major positions, fewer dims */
@@ -106,8 +100,8 @@ int dpl_cu_op_reduce(const dpl_bk_args *a)
   int64_t nscratch = dpl_cu_reduce_scratch(&g);
   dpl_cu_dev *d = dpl_cu_device(t->_devindex, name);
   int st = d ? DPL_OK : DPL_EDEVICE;
-  if (st == DPL_OK && !arg) st = dnew(name, rd, ond, oshape, t, &val);
-  if (st == DPL_OK && (arg || both)) st = dnew(name, DPL_INT64, ond, oshape, t, &idx);
+  if (st == DPL_OK && !arg) st = dpl_cu_new(name, rd, ond, oshape, t, &val);
+  if (st == DPL_OK && (arg || both)) st = dpl_cu_new(name, DPL_INT64, ond, oshape, t, &idx);
   if (st == DPL_OK && nscratch > 0) st = dpl_cu_scratch(t->_devindex, nscratch, &scratch);
   if (st == DPL_OK) {
     int e = dpl_cu_reduce(&g, t->_data, val ? val->_data : NULL, idx ? (int64_t *)idx->_data : NULL, scratch,
@@ -134,7 +128,7 @@ static int softmax_last(const char *name, const dpl_tensor *like, int32_t kd, co
                         const dpl_tensor *gk, int log, int bwd, dpl_tensor **res)
 {
   int64_t R = xk->_ndim ? xk->_shape[xk->_ndim - 1] : 1, rows = R ? xk->_numel / R : 0;
-  DPL_TRY(dnew(name, kd, xk->_ndim, xk->_shape, like, res));
+  DPL_TRY(dpl_cu_new(name, kd, xk->_ndim, xk->_shape, like, res));
   dpl_cu_dev *d = dpl_cu_device(like->_devindex, name);
   if (!d) return DPL_EDEVICE;
   int e = dpl_cu_softmax_rows(kd, xk->_data, gk ? gk->_data : NULL, (*res)->_data, rows, R, log, bwd, d->compute);
@@ -242,10 +236,10 @@ static int class_loss(const dpl_bk_args *a)
   dpl_tensor *td = NULL, *l = NULL, *r = NULL;
   void *bad = NULL;
   int st = dpl_contig_as(name, target, DPL_INT64, &td);
-  if (reduction == 0) TRYC(dnew(name, x->_dtype, x->_ndim == 2 ? 1 : 0, &N, x, &r));
+  if (reduction == 0) TRYC(dpl_cu_new(name, x->_dtype, x->_ndim == 2 ? 1 : 0, &N, x, &r));
   else {
-    TRYC(dnew(name, DPL_FLOAT64, 1, &N, x, &l));
-    TRYC(dnew(name, x->_dtype, 0, &N, x, &r));
+    TRYC(dpl_cu_new(name, DPL_FLOAT64, 1, &N, x, &l));
+    TRYC(dpl_cu_new(name, x->_dtype, 0, &N, x, &r));
   }
   TRYC(dpl_cu_flag_new(dev, d->compute, &bad));
   if (st == DPL_OK) {
@@ -296,8 +290,8 @@ static int class_loss_bwd(const dpl_bk_args *a)
   int64_t one = 1, gs = gnd == 1 ? gst[0] : gnd == 0 ? 0 : 1;
   int st = dpl_contig_as(name, target, DPL_INT64, &td);
   if (gnd > 1) TRYC(dpl_contig_as(name, g, g->_dtype, &gd));
-  TRYC(dnew(name, DPL_FLOAT64, 1, &one, x, &cnt));
-  TRYC(dnew(name, x->_dtype, x->_ndim, x->_shape, x, &res));
+  TRYC(dpl_cu_new(name, DPL_FLOAT64, 1, &one, x, &cnt));
+  TRYC(dpl_cu_new(name, x->_dtype, x->_ndim, x->_shape, x, &res));
   if (st == DPL_OK) {
     int e = dpl_cu_loss_finish(NULL, td->_data, N, ignore, 2, NULL, DPL_FLOAT64, cnt->_data, d->compute);
     if (!e)
@@ -415,7 +409,7 @@ int dpl_cu_op_embedding(const dpl_bk_args *a)
       int64_t shape[DPL_MAX_DIMS];
       memcpy(shape, idx->_shape, sizeof(int64_t) * (size_t)idx->_ndim);
       shape[idx->_ndim] = D;
-      st = dnew(name, w->_dtype, idx->_ndim + 1, shape, w, &res);
+      st = dpl_cu_new(name, w->_dtype, idx->_ndim + 1, shape, w, &res);
     }
     if (st == DPL_OK) {
       int e = dpl_cu_embedding(cw->_data, ix->_data, n, V, D * dpl_elsize(w->_dtype), res->_data, bad, d->compute);
@@ -432,7 +426,7 @@ int dpl_cu_op_embedding(const dpl_bk_args *a)
     int32_t kd = w->_dtype == DPL_FLOAT64 ? DPL_FLOAT64 : DPL_FLOAT32;
     int64_t shape[2] = {V, D};
     TRYC(dpl_contig_as(name, w, kd, &cw));
-    TRYC(dnew(name, kd, 2, shape, w, &acc));
+    TRYC(dpl_cu_new(name, kd, 2, shape, w, &acc));
     TRYC(dpl_tensor_fill_(acc, 0));
     if (st == DPL_OK) {
       int e = dpl_cu_embedding_bwd(kd, cw->_data, ix->_data, n, V, D, acc->_data, bad, d->compute);

@@ -242,15 +242,6 @@ static int conv_inputs(const char *name, const dpl_tensor *x, const dpl_tensor *
   return st;
 }
 
-static int to_dtype(const char *name, dpl_tensor **t, int32_t dt)
-{
-  if (!*t || (*t)->_dtype == dt) return DPL_OK;
-  dpl_tensor *r = NULL;
-  int st = dpl_contig_as(name, *t, dt, &r);
-  dpl_tensor_release(*t);
-  *t = r;
-  return st;
-}
 
 /* float32 forward straight into the output: one product per sample (the AVX-512
  * GEMM reads its operands in place, so a per-sample call costs no packing), the
@@ -326,7 +317,7 @@ int dpl_conv2d(const dpl_tensor *x, const dpl_tensor *w, const dpl_tensor *bias,
           }
       }
     }
-    st = to_dtype(name, &res, x->_dtype);
+    st = dpl_retype(name, &res, x->_dtype);
   }
   free(cols);
   free(tmp);
@@ -414,9 +405,9 @@ int dpl_conv2d_backward(const dpl_tensor *grad_out, const dpl_tensor *x, const d
           }
       }
     }
-    if (st == DPL_OK) st = to_dtype(name, &gx, x->_dtype);
-    if (st == DPL_OK) st = to_dtype(name, &gw, x->_dtype);
-    if (st == DPL_OK) st = to_dtype(name, &gb, x->_dtype);
+    if (st == DPL_OK) st = dpl_retype(name, &gx, x->_dtype);
+    if (st == DPL_OK) st = dpl_retype(name, &gw, x->_dtype);
+    if (st == DPL_OK) st = dpl_retype(name, &gb, x->_dtype);
   }
   free(cols);
   free(gyc);
@@ -644,7 +635,7 @@ int dpl_max_pool2d(const dpl_tensor *x, const int32_t *params, dpl_tensor **out,
     pool_job jb = {&g, cx->_data, res->_data, idx->_data, kd};
     int64_t per = g.H * g.W;
     dpl_parallel_for(g.N * g.C, per > 0 ? (CHUNK_PAR_ELEMS + per - 1) / per : 1, maxpool_range, &jb);
-    st = to_dtype(name, &res, x->_dtype);
+    st = dpl_retype(name, &res, x->_dtype);
   }
   dpl_tensor_release(cx);
   if (st != DPL_OK) { dpl_tensor_release(res); dpl_tensor_release(idx); return st; }
@@ -725,7 +716,7 @@ int dpl_max_pool2d_backward(const dpl_tensor *grad_out, const dpl_tensor *x, con
         else ((double *)res->_data)[p * plane + k] += ((const double *)cg->_data)[p * L + l];
       }
   }
-  if (st == DPL_OK) st = to_dtype(name, &res, x->_dtype);
+  if (st == DPL_OK) st = dpl_retype(name, &res, x->_dtype);
   dpl_tensor_release(cg);
   dpl_tensor_release(ci);
   if (st != DPL_OK) { dpl_tensor_release(res); return st; }
@@ -786,7 +777,7 @@ static int avg_common(const char *name, const dpl_tensor *grad_out, const dpl_te
             r[o] = s / (double)(div ? div : 1);
           }
         }
-    st = to_dtype(name, &res, x->_dtype);
+    st = dpl_retype(name, &res, x->_dtype);
   }
   dpl_tensor_release(cx);
   dpl_tensor_release(cg);

@@ -110,6 +110,16 @@ int dpl_contig_as(const char *op, const dpl_tensor *t, int32_t dtype, dpl_tensor
   return st;
 }
 
+int dpl_retype(const char *op, dpl_tensor **t, int32_t dt)
+{
+  if (!*t || (*t)->_dtype == dt) return DPL_OK;
+  dpl_tensor *r = NULL;
+  int st = dpl_contig_as(op, *t, dt, &r);
+  dpl_tensor_release(*t);
+  *t = r;
+  return st;
+}
+
 int dpl_tensor_to(const dpl_tensor *t, int32_t dtype, int32_t devtype, int32_t devindex, dpl_tensor **out)
 {
   if (!out) return dpl_errorf(DPL_EINVAL, "to: out is NULL");

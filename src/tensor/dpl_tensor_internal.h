@@ -174,6 +174,9 @@ static inline int dpl_is_contig(const dpl_tensor *t) { return (t->_flags & DPL_C
 static inline int dpl_is_devmem(const dpl_tensor *t) { return t && (t->_flags & DPL_DEVMEM) != 0; }
 /* Contiguous copy in dtype (a new handle on t when t already is contiguous in that dtype). */
 int dpl_contig_as(const char *op, const dpl_tensor *t, int32_t dtype, dpl_tensor **out);
+/* *t (NULL allowed) replaced by a contiguous copy in dtype dt when its dtype differs
+ * (the old handle released, *t NULL on failure): a kernel's result into the op's dtype */
+int dpl_retype(const char *op, dpl_tensor **t, int32_t dt);
 /* cross_entropy / nll_loss on any device: floating input of shape [N, C] (or [C]) and
  * integer class indices of shape [N] (or []): *N samples of *C classes, or an error
  * naming the op (the caller has checked the handles and their device) */

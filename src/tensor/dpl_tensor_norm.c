@@ -128,16 +128,6 @@ static void ln_cols_range(int64_t lo, int64_t hi, void *vj)
 #undef LD
 #undef ST
 
-/* t (in kd) into dtype dt, replacing it */
-static int ln_to(const char *name, dpl_tensor **t, int32_t dt)
-{
-  if (!*t || (*t)->_dtype == dt) return DPL_OK;
-  dpl_tensor *r = NULL;
-  int st = dpl_contig_as(name, *t, dt, &r);
-  dpl_tensor_release(*t);
-  *t = r;
-  return st;
-}
 
 int dpl_layer_norm(const dpl_tensor *x, const dpl_tensor *weight, const dpl_tensor *bias, int64_t normalized_numel,
                    double eps, dpl_tensor **y, dpl_tensor **mean, dpl_tensor **rstd)
@@ -171,7 +161,7 @@ int dpl_layer_norm(const dpl_tensor *x, const dpl_tensor *weight, const dpl_tens
                 .mean = rm->_data, .rstd = rr->_data, .rows = rows};
     dpl_parallel_for(rows, 16384 / normalized_numel + 1, ln_fwd_range, &j);
   }
-  if (st == DPL_OK) st = ln_to(name, &ry, x->_dtype);
+  if (st == DPL_OK) st = dpl_retype(name, &ry, x->_dtype);
   dpl_tensor_release(cx);
   dpl_tensor_release(cw);
   dpl_tensor_release(cb);
@@ -260,9 +250,9 @@ int dpl_layer_norm_backward(const dpl_tensor *grad_y, const dpl_tensor *x, const
     if (gw || gb) dpl_parallel_for(n, 16384 / (rows + 1) + 1, ln_cols_range, &j);
   }
   int32_t pd = weight ? weight->_dtype : x->_dtype;
-  if (st == DPL_OK) st = ln_to(name, &gx, x->_dtype);
-  if (st == DPL_OK) st = ln_to(name, &gw, pd);
-  if (st == DPL_OK) st = ln_to(name, &gb, pd);
+  if (st == DPL_OK) st = dpl_retype(name, &gx, x->_dtype);
+  if (st == DPL_OK) st = dpl_retype(name, &gw, pd);
+  if (st == DPL_OK) st = dpl_retype(name, &gb, pd);
   dpl_tensor_release(cx);
   dpl_tensor_release(cg);
   dpl_tensor_release(cw);
