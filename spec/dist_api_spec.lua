@@ -6,12 +6,7 @@ local ffi = require 'ffi'
 local dpl = require 'dpl'
 
 -- Runs a Lua chunk in a fresh dplhost; returns stdout, stderr, rc.
-local function run(code, env)
-  local f = h.write_file(h.tmpname('.lua'), code)
-  local out, err, rc = h.sh((env or '') .. ' ' .. h.q(h.bin) .. ' ' .. h.q(f), { timeout = 30 })
-  os.remove(f)
-  return out, err, rc
-end
+local run = h.run_chunk
 
 describe('dist API', function()
   it('is reachable as dpl.dist and starts uninitialised', function()

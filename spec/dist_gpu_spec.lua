@@ -28,12 +28,7 @@ describe('dist on GPU tensors (simulated)', function()
 end)
 
 describe('dist argument errors (GPU additions)', function()
-  local function run(code, env)
-    local f = h.write_file(h.tmpname('.lua'), code)
-    local out, err, rc = h.sh((env or '') .. ' ' .. h.q(h.bin) .. ' ' .. h.q(f), { timeout = 30 })
-    os.remove(f)
-    return out, err, rc
-  end
+  local run = h.run_chunk
   it('all_to_all and all_to_all_single check their arguments; one rank keeps the data', function()
     local out, err, rc = run([[
       local dpl = require 'dpl'

@@ -64,6 +64,15 @@ function M.dplhost(args, opts)
   return M.sh(M.q(M.bin) .. ' ' .. (args or ''), opts)
 end
 
+--- Runs a Lua chunk in a fresh dplhost (env: a prefix of VAR=value words); returns
+--- stdout, stderr, exit status.
+function M.run_chunk(code, env, opts)
+  local f = M.write_file(M.tmpname('.lua'), code)
+  local out, err, rc = M.sh((env or '') .. ' ' .. M.q(M.bin) .. ' ' .. M.q(f), opts or { timeout = 30 })
+  os.remove(f)
+  return out, err, rc
+end
+
 function M.has_command(name)
   return os.execute('command -v ' .. name .. ' >/dev/null 2>&1') == 0
 end
