@@ -1,0 +1,586 @@
+-- dpl.autograd_rules: the backward rule of each differentiable op, keyed by op name:
+-- what the op's node saves in the forward pass and how it turns the output's gradient
+-- into its inputs' gradients. dpl.autograd records nodes with these rules and wraps the
+-- tensor methods; it binds the helpers the rules use (save with version check, sum_to
+-- after broadcasting, ...) and the dpl.tensor module they build tensors with (R.bind).
+--
+-- rules[name] = { nin = number of leading tensor args, save = function(n, out, ...),
+--                 bw = function(n, g) -> grads of the inputs, inplace_input = true when the
+--                 in-place variant needs the old value of self, view = true for views }
+local R = {}
+local rules = {}
+R.rules = rules
+
+-- bound by dpl.autograd (R.bind): the tensor module, and autograd's helpers
+local T, is_tensor
+local bshape, sum_to, needs, save, sv, size_of, like, raw_alias
+local type = type
+
+--- h: {T=, is_tensor=, bshape=, sum_to=, needs=, save=, sv=, size_of=, like=, alias=}
+function R.bind(h)
+  T, is_tensor = h.T, h.is_tensor
+  bshape, sum_to, needs, save, sv = h.bshape, h.sum_to, h.needs, h.save, h.sv
+  size_of, like, raw_alias = h.size_of, h.like, h.alias
+end
+
+
+
+rules.add = {
+  nin = 2,
+  save = function(n, out, a, b, alpha)
+    n.sa, n.sb, n.alpha = bshape(a, out), bshape(b, out), alpha or 1
+  end,
+  bw = function(n, g)
+    local ga = needs(n, 1) and sum_to(g, n.sa) or nil
+    local gb
+    if needs(n, 2) then gb = sum_to(n.alpha == 1 and g or g * n.alpha, n.sb) end
+    return ga, gb
+  end,
+}
+rules.sub = {
+  nin = 2,
+  save = rules.add.save,
+  bw = function(n, g)
+    local ga = needs(n, 1) and sum_to(g, n.sa) or nil
+    local gb = needs(n, 2) and sum_to(g * (-n.alpha), n.sb) or nil
+    return ga, gb
+  end,
+}
+rules.mul = {
+  nin = 2, inplace_input = true,
+  save = function(n, out, a, b)
+    n.sa, n.sb = bshape(a, out), bshape(b, out)
+    if n[2] then n.a = is_tensor(a) and save(n, a) or a end
+    if n[1] then n.b = is_tensor(b) and save(n, b) or b end
+  end,
+  bw = function(n, g)
+    local ga = needs(n, 1) and sum_to(g * n.b, n.sa) or nil
+    local gb = needs(n, 2) and sum_to(g * n.a, n.sb) or nil
+    return ga, gb
+  end,
+}
+rules.div = {
+  nin = 2, inplace_input = true,
+  save = function(n, out, a, b)
+    n.sa, n.sb = bshape(a, out), bshape(b, out)
+    n.b = is_tensor(b) and save(n, b) or b
+    if n[2] then n.a = is_tensor(a) and save(n, a) or a end
+  end,
+  bw = function(n, g)
+    local ga = needs(n, 1) and sum_to(g / n.b, n.sa) or nil
+    local gb = needs(n, 2) and sum_to(-g * n.a / (n.b * n.b), n.sb) or nil
+    return ga, gb
+  end,
+}
+rules.pow = {
+  nin = 2, inplace_input = true,
+  save = function(n, out, a, b)
+    n.sa, n.sb = bshape(a, out), bshape(b, out)
+    n.a = is_tensor(a) and save(n, a) or a
+    n.b = is_tensor(b) and save(n, b) or b
+    if n[2] then n.out = save(n, raw_alias(out)) end
+  end,
+  bw = function(n, g)
+    local a, b = n.a, n.b
+    local ga, gb
+    if needs(n, 1) then
+      if type(b) == 'number' then
+        ga = b == 0 and g * 0 or g * (a ^ (b - 1)) * b
+      else
+        ga = sum_to(g * b * (a ^ (b - 1)), n.sa)
+      end
+    end
+    if needs(n, 2) then
+      local la = type(a) == 'number' and math.log(a) or a:log()
+      gb = sum_to(g * n.out * la, n.sb)
+    end
+    return ga, gb
+  end,
+}
+local function minmax_rule(gtop)
+  return {
+    nin = 2, inplace_input = true,
+    save = function(n, out, a, b)
+      n.sa, n.sb = bshape(a, out), bshape(b, out)
+      n.a, n.b = sv(n, a), sv(n, b)
+    end,
+    bw = function(n, g)
+      local a, b = n.a, n.b
+      if not is_tensor(a) then a = T.full_like(b, a) end
+      -- ties split the gradient, as PyTorch does
+      local wa = (gtop(a, b)):to(g.dtype) + (a:eq(b)):to(g.dtype) * 0.5
+      local ga = needs(n, 1) and sum_to(g * wa, n.sa) or nil
+      local gb = needs(n, 2) and sum_to(g * (1 - wa), n.sb) or nil
+      return ga, gb
+    end,
+  }
+end
+rules.maximum = minmax_rule(function(a, b) return a:gt(b) end)
+rules.minimum = minmax_rule(function(a, b) return a:lt(b) end)
+rules.remainder = {
+  nin = 2, inplace_input = true,
+  save = function(n, out, a, b)
+    n.sa, n.sb = bshape(a, out), bshape(b, out)
+    if n[2] then n.a, n.b = sv(n, a), sv(n, b) end
+  end,
+  bw = function(n, g)
+    local ga = needs(n, 1) and sum_to(g, n.sa) or nil
+    local gb = needs(n, 2) and sum_to(-g * (n.a / n.b):floor(), n.sb) or nil
+    return ga, gb
+  end,
+}
+rules.atan2 = {
+  nin = 2, inplace_input = true,
+  save = function(n, out, a, b)
+    n.sa, n.sb = bshape(a, out), bshape(b, out)
+    n.a, n.b = sv(n, a), sv(n, b)
+  end,
+  bw = function(n, g)
+    local a, b = n.a, n.b
+    local d = a * a + b * b
+    local ga = needs(n, 1) and sum_to(g * b / d, n.sa) or nil
+    local gb = needs(n, 2) and sum_to(-g * a / d, n.sb) or nil
+    return ga, gb
+  end,
+}
+
+-- unary rules: kind 'x' saves the input, 'y' the output
+local function unary(kind, f)
+  if kind == 'x' then
+    return { nin = 1, inplace_input = true, save = function(n, out, a) n.x = save(n, a) end,
+      bw = function(n, g) return f(g, n.x) end }
+  elseif kind == 'y' then
+    return { nin = 1, save = function(n, out) n.y = save(n, raw_alias(out)) end,
+      bw = function(n, g) return f(g, n.y) end }
+  end
+  return { nin = 1, save = function() end, bw = function(n, g) return f(g) end }
+end
+local LN2 = math.log(2)
+local TWO_OVER_SQRTPI = 2 / math.sqrt(math.pi)
+rules.neg = unary(nil, function(g) return -g end)
+rules.abs = unary('x', function(g, x) return g * x:sign() end)
+rules.exp = unary('y', function(g, y) return g * y end)
+rules.log = unary('x', function(g, x) return g / x end)
+rules.sqrt = unary('y', function(g, y) return g / (y * 2) end)
+rules.rsqrt = unary('y', function(g, y) return g * (y * y * y) * -0.5 end)
+rules.tanh = unary('y', function(g, y) return T.activation_backward('tanh', g, y) end)
+rules.sigmoid = unary('y', function(g, y) return T.activation_backward('sigmoid', g, y) end)
+-- relu saves its output (as PyTorch): relu(x) > 0 exactly where x > 0
+rules.relu = unary('y', function(g, y) return T.activation_backward('relu', g, y) end)
+rules.gelu = unary('x', function(g, x) return T.activation_backward('gelu', g, x) end)
+rules.silu = unary('x', function(g, x) return T.activation_backward('silu', g, x) end)
+rules.sin = unary('x', function(g, x) return g * x:cos() end)
+rules.cos = unary('x', function(g, x) return -g * x:sin() end)
+rules.reciprocal = unary('y', function(g, y) return -g * y * y end)
+rules.square = unary('x', function(g, x) return g * x * 2 end)
+rules.log1p = unary('x', function(g, x) return g / (x + 1) end)
+rules.expm1 = unary('y', function(g, y) return g * (y + 1) end)
+rules.erf = unary('x', function(g, x) return g * (-(x * x)):exp() * TWO_OVER_SQRTPI end)
+rules.log2 = unary('x', function(g, x) return g / (x * LN2) end)
+for _, k in ipairs({ 'floor', 'ceil', 'round', 'sign', 'trunc' }) do
+  rules[k] = unary(nil, function(g) return g * 0 end)
+end
+
+rules.clamp = {
+  nin = 1, inplace_input = true,
+  save = function(n, out, a, lo, hi)
+    if type(lo) == 'table' then lo, hi = lo.min, lo.max end
+    n.x, n.lo, n.hi = save(n, a), lo, hi
+  end,
+  bw = function(n, g)
+    local x = n.x
+    local m
+    if n.lo then m = x:ge(n.lo) end
+    if n.hi then
+      local mh = x:le(n.hi)
+      m = m and m:logical_and(mh) or mh
+    end
+    if not m then return g end
+    return g * m:to(g.dtype)
+  end,
+}
+
+rules.where = { -- dpl.where(cond, a, b)
+  nin = 3,
+  save = function(n, out, cond, a, b)
+    n.cond, n.sa, n.sb = cond, bshape(a, out), bshape(b, out)
+  end,
+  bw = function(n, g)
+    local ga = needs(n, 2) and sum_to(T.where(n.cond, g, 0), n.sa) or nil
+    local gb = needs(n, 3) and sum_to(T.where(n.cond, 0, g), n.sb) or nil
+    return nil, ga, gb
+  end,
+}
+
+---------------------------------------------------------------- reductions
+local function norm_dim(d, nd)
+  if d == nil then return nil end
+  if d < 0 then return nd + d + 1 end
+  return d
+end
+
+-- g (reduced over dim d, keepdim or not) broadcast back to the input shape
+local function unreduce(g, n)
+  if n.d == nil then return g:expand(n.shape) end
+  if not n.keep then g = g:unsqueeze(n.d) end
+  return g:expand(n.shape)
+end
+
+local function red_save(n, out, a, d, keepdim)
+  n.shape, n.d, n.keep = size_of(a), norm_dim(d, a._ndim), keepdim and true or false
+  n.count = tonumber(a._numel) / math.max(1, tonumber(out._numel))
+end
+
+rules.sum = { nin = 1, save = red_save, bw = function(n, g) return unreduce(g, n) end }
+rules.mean = { nin = 1, save = red_save, bw = function(n, g) return unreduce(g, n) / n.count end }
+rules.prod = {
+  nin = 1,
+  save = function(n, out, a, d, keepdim)
+    red_save(n, out, a, d, keepdim)
+    n.x, n.y = save(n, a), save(n, raw_alias(out))
+  end,
+  bw = function(n, g) return unreduce(g * n.y, n) / n.x end,
+}
+rules.logsumexp = {
+  nin = 1,
+  save = function(n, out, a, d, keepdim)
+    red_save(n, out, a, d, keepdim)
+    n.x, n.y = save(n, a), save(n, raw_alias(out))
+  end,
+  bw = function(n, g) return unreduce(g, n) * (n.x - unreduce(n.y, n)):exp() end,
+}
+local function varstd_save(n, out, a, d, unbiased, keepdim)
+  if type(d) == 'boolean' then d, unbiased = nil, d end
+  red_save(n, out, a, d, keepdim)
+  n.x = save(n, a)
+  n.ddof = unbiased == false and 0 or 1
+  if n.std then n.y = save(n, raw_alias(out)) end
+end
+rules.var = {
+  nin = 1, save = varstd_save,
+  bw = function(n, g)
+    local x = n.x
+    local mu = n.d and x:mean(n.d, true) or x:mean()
+    return unreduce(g, n) * (x - mu) * (2 / (n.count - n.ddof))
+  end,
+}
+rules.std = {
+  nin = 1,
+  save = function(n, ...) n.std = true; return varstd_save(n, ...) end,
+  bw = function(n, g)
+    local x = n.x
+    local mu = n.d and x:mean(n.d, true) or x:mean()
+    return unreduce(g / n.y, n) * (x - mu) / (n.count - n.ddof)
+  end,
+}
+rules.norm = {
+  nin = 1,
+  save = function(n, out, a, p, d, keepdim)
+    if p == nil or p == 'fro' then p = 2 elseif p == 'inf' then p = math.huge end
+    red_save(n, out, a, d, keepdim)
+    n.p, n.x, n.y = p, save(n, a), save(n, raw_alias(out))
+  end,
+  bw = function(n, g)
+    local x, p = n.x, n.p
+    local y = unreduce(n.y, n)
+    local gg = unreduce(g, n)
+    if p == 2 then return gg * x / y
+    elseif p == 1 then return gg * x:sign()
+    elseif p == math.huge then
+      local m = x:abs():eq(y):to(g.dtype)
+      local cnt = n.d and m:sum(n.d, true) or m:sum()
+      return gg * x:sign() * m / (n.d and cnt or cnt)
+    end
+    return gg * x * x:abs() ^ (p - 2) / y ^ (p - 1)
+  end,
+}
+-- max()/min() over all elements (0-d result): the gradient goes to the maxima, split
+rules.amax_all = {
+  nin = 1,
+  save = function(n, out, a) n.x, n.y, n.shape = save(n, a), save(n, raw_alias(out)), size_of(a) end,
+  bw = function(n, g)
+    local m = n.x:eq(n.y):to(g.dtype)
+    return m * (g / m:sum())
+  end,
+}
+-- max(dim)/min(dim): values get the gradient at the (1-based) indices
+rules.amax_dim = {
+  nin = 1,
+  save = function(n, out, a, d, keepdim, idx)
+    n.shape, n.d, n.keep, n.idx = size_of(a), norm_dim(d, a._ndim), keepdim and true or false, idx
+    n.dtype = like(a)
+  end,
+  bw = function(n, g)
+    local idx = n.idx
+    if not n.keep then g, idx = g:unsqueeze(n.d), idx:unsqueeze(n.d) end
+    return T.zeros(n.shape, n.dtype):scatter_add_(n.d, idx, g)
+  end,
+}
+
+---------------------------------------------------------------- softmax, losses
+rules.softmax = {
+  nin = 1,
+  save = function(n, out, a, d) n.y, n.d = save(n, raw_alias(out)), d or -1 end,
+  bw = function(n, g) return T.softmax_backward(g, n.y, n.d, false) end,
+}
+rules.log_softmax = {
+  nin = 1,
+  save = function(n, out, a, d) n.y, n.d = save(n, raw_alias(out)), d or -1 end,
+  bw = function(n, g) return T.softmax_backward(g, n.y, n.d, true) end,
+}
+rules.cross_entropy = {
+  nin = 1,
+  save = function(n, out, x, target, opts) n.x, n.t, n.o = save(n, x), target, opts end,
+  bw = function(n, g) return T.cross_entropy_backward(g, n.x, n.t, n.o) end,
+}
+rules.nll_loss = {
+  nin = 1,
+  save = function(n, out, x, target, opts) n.x, n.t, n.o = save(n, x), target, opts end,
+  bw = function(n, g) return T.nll_loss_backward(g, n.x, n.t, n.o) end,
+}
+rules.mse_loss = {
+  nin = 2,
+  save = function(n, out, a, b, opts) n.a, n.b, n.o = save(n, a), save(n, b), opts end,
+  bw = function(n, g)
+    local ga = T.mse_loss_backward(g, n.a, n.b, n.o)
+    return needs(n, 1) and ga or nil, needs(n, 2) and -ga or nil
+  end,
+}
+
+---------------------------------------------------------------- linear algebra
+local function tr(x) return x:transpose(-1, -2) end
+rules.mm = {
+  nin = 2,
+  save = function(n, out, a, b)
+    if n[2] then n.a = save(n, a) end
+    if n[1] then n.b = save(n, b) end
+  end,
+  bw = function(n, g)
+    return needs(n, 1) and g:mm(n.b:t()) or nil, needs(n, 2) and n.a:t():mm(g) or nil
+  end,
+}
+rules.bmm = {
+  nin = 2, save = rules.mm.save,
+  bw = function(n, g)
+    return needs(n, 1) and g:bmm(tr(n.b)) or nil, needs(n, 2) and tr(n.a):bmm(g) or nil
+  end,
+}
+rules.dot = {
+  nin = 2, save = function(n, out, a, b) n.a, n.b = save(n, a), save(n, b) end,
+  bw = function(n, g) return needs(n, 1) and g * n.b or nil, needs(n, 2) and g * n.a or nil end,
+}
+rules.matmul = {
+  nin = 2,
+  save = function(n, out, a, b) n.a, n.b = save(n, a), save(n, b) end,
+  bw = function(n, g)
+    local a, b = n.a, n.b
+    local sa, sb = size_of(a), size_of(b)
+    if a._ndim == 1 and b._ndim == 1 then
+      return needs(n, 1) and g * b or nil, needs(n, 2) and g * a or nil
+    end
+    local a2 = a._ndim == 1 and a:unsqueeze(1) or a
+    local b2 = b._ndim == 1 and b:unsqueeze(2) or b
+    local g2 = g
+    if a._ndim == 1 then g2 = g2:unsqueeze(-2) end
+    if b._ndim == 1 then g2 = g2:unsqueeze(-1) end
+    local ga, gb
+    if needs(n, 1) then
+      ga = g2:matmul(tr(b2))
+      if a._ndim == 1 then ga = ga:squeeze(-2) end
+      ga = sum_to(ga, sa)
+    end
+    if needs(n, 2) then
+      gb = tr(a2):matmul(g2)
+      if b._ndim == 1 then gb = gb:squeeze(-1) end
+      gb = sum_to(gb, sb)
+    end
+    return ga, gb
+  end,
+}
+rules.addmm = { -- addmm(c, a, b, {beta=, alpha=})
+  nin = 3,
+  save = function(n, out, c, a, b, opts)
+    n.sc = bshape(c, out)
+    n.beta, n.alpha = opts and opts.beta or 1, opts and opts.alpha or 1
+    if n[3] then n.a = save(n, a) end
+    if n[2] then n.b = save(n, b) end
+  end,
+  bw = function(n, g)
+    local gc, ga, gb
+    if needs(n, 1) then gc = sum_to(n.beta == 1 and g or g * n.beta, n.sc) end
+    if needs(n, 2) then ga = g:mm(n.b:t()); if n.alpha ~= 1 then ga = ga * n.alpha end end
+    if needs(n, 3) then gb = n.a:t():mm(g); if n.alpha ~= 1 then gb = gb * n.alpha end end
+    return gc, ga, gb
+  end,
+}
+-- linear(x [.., in], w [out, in], b [out] or nil): the fused rule of nn.Linear
+rules.linear = {
+  nin = 3,
+  save = function(n, out, x, w, b)
+    if n[2] then n.x = save(n, x) end
+    if n[1] then n.w = save(n, w) end
+    if x._ndim ~= 2 then n.xshape = size_of(x) end
+  end,
+  bw = function(n, g)
+    local gx, gw, gb
+    local g2 = g._ndim == 2 and g or g:reshape(-1, tonumber(g._shape[g._ndim - 1]))
+    if needs(n, 1) then
+      gx = g2:mm(n.w)
+      if n.xshape then gx = gx:view(n.xshape) end
+    end
+    if needs(n, 2) then
+      local x = n.x
+      local x2 = x._ndim == 2 and x or x:reshape(-1, tonumber(x._shape[x._ndim - 1]))
+      gw = g2:t():mm(x2)
+    end
+    if needs(n, 3) then gb = g2:sum(1) end
+    return gx, gw, gb
+  end,
+}
+
+---------------------------------------------------------------- indexing
+rules.index_select = {
+  nin = 1,
+  save = function(n, out, a, d, idx) n.shape, n.d, n.idx, n.dtype = size_of(a), d, idx, like(a) end,
+  bw = function(n, g)
+    return T.zeros(n.shape, n.dtype):index_add_(n.d, n.idx, g) end,
+}
+rules.gather = {
+  nin = 1,
+  save = function(n, out, a, d, idx) n.shape, n.d, n.idx, n.dtype = size_of(a), d, idx, like(a) end,
+  bw = function(n, g) return T.zeros(n.shape, n.dtype):scatter_add_(n.d, n.idx, g) end,
+}
+rules.index_add_ = { -- t:index_add_(d, idx, src)
+  nin = 4,
+  save = function(n, out, a, d, idx) n.d, n.idx = d, idx end,
+  bw = function(n, g) return g, nil, nil, needs(n, 4) and g:index_select(n.d, n.idx) or nil end,
+}
+rules.scatter_add_ = {
+  nin = 4,
+  save = function(n, out, a, d, idx) n.d, n.idx = d, idx end,
+  bw = function(n, g) return g, nil, nil, needs(n, 4) and g:gather(n.d, n.idx) or nil end,
+}
+rules.masked_fill_ = {
+  nin = 1,
+  save = function(n, out, a, mask) n.mask = mask end,
+  bw = function(n, g) return g:masked_fill(n.mask, 0) end,
+}
+rules.masked_select = {
+  nin = 1,
+  save = function(n, out, a, mask) n.shape, n.mask, n.dtype = size_of(a), mask, like(a) end,
+  bw = function(n, g)
+    local z = T.zeros(n.shape, n.dtype)
+    local m = n.mask:expand(n.shape):reshape(-1)
+    local pos = m:nonzero():reshape(-1)
+    return z:reshape(-1):index_add_(1, pos, g):view(n.shape)
+  end,
+}
+rules.copy_ = { -- t:copy_(src): the old values of t get no gradient
+  nin = 2,
+  save = function(n, out, a, src)
+    if is_tensor(src) then n.ss, n.sdt = bshape(src, out), src.dtype end
+  end,
+  bw = function(n, g)
+    local gs
+    if needs(n, 2) then gs = sum_to(g, n.ss); if gs.dtype ~= n.sdt then gs = gs:to(n.sdt) end end
+    return g * 0, gs
+  end,
+}
+rules.fill_ = { nin = 1, save = function() end, bw = function(n, g) return g * 0 end }
+rules.embedding = {
+  nin = 1,
+  save = function(n, out, w, idx) n.idx, n.V = idx, tonumber(w._shape[0]) end,
+  bw = function(n, g) return T.embedding_backward(g, n.idx, n.V) end,
+}
+
+---------------------------------------------------------------- conv, pooling
+rules.conv2d = {
+  nin = 3,
+  save = function(n, out, x, w, b, opts) n.x, n.w, n.o = save(n, x), save(n, w), opts end,
+  bw = function(n, g)
+    return T.conv2d_backward(g, n.x, n.w, n.o, { x = needs(n, 1), w = needs(n, 2), b = needs(n, 3) })
+  end,
+}
+rules.layer_norm = { -- T.layer_norm(x, w, b, normalized_numel, eps) -> y, mean, rstd (saved)
+  nin = 3,
+  save = function(n, out, x, w, b, nnum, eps, mean, rstd)
+    n.x, n.m, n.r, n.w, n.bs = save(n, x), mean, rstd, w and save(n, w), b and size_of(b)
+  end,
+  bw = function(n, g)
+    local gx, gw, gb = T.layer_norm_backward(g, n.x, n.m, n.r, n.w or nil,
+      { w = n.w and needs(n, 2), b = n.bs and needs(n, 3) })
+    return gx, gw, gb and gb:reshape(n.bs)
+  end,
+}
+rules.max_pool2d = {
+  nin = 1,
+  save = function(n, out, x, k, opts, idx) n.x, n.idx = save(n, x), idx end,
+  bw = function(n, g) return T.max_pool2d_backward(g, n.x, n.idx) end,
+}
+rules.avg_pool2d = {
+  nin = 1,
+  save = function(n, out, x, k, opts) n.x, n.k, n.o = save(n, x), k, opts end,
+  bw = function(n, g) return T.avg_pool2d_backward(g, n.x, n.k, n.o) end,
+}
+
+---------------------------------------------------------------- views, copies, conversions
+local function shape_rule()
+  return { nin = 1, view = true, save = function(n, out, a) n.shape = size_of(a) end,
+    bw = function(n, g) return g:reshape(n.shape) end }
+end
+rules.view = shape_rule()
+rules.reshape = shape_rule()
+rules.squeeze = shape_rule()
+rules.unsqueeze = shape_rule()
+rules.transpose = {
+  nin = 1, view = true,
+  save = function(n, out, a, d0, d1) n.d0, n.d1 = d0, d1 end,
+  bw = function(n, g) return g:transpose(n.d0, n.d1) end,
+}
+rules.t = { nin = 1, view = true, save = function() end, bw = function(n, g) return g:t() end }
+rules.permute = {
+  nin = 1, view = true,
+  save = function(n, out, a, list, ...)
+    if type(list) ~= 'table' then list = { list, ... } end
+    local nd, inv = a._ndim, {}
+    for i = 1, nd do
+      local d = list[i]
+      if d < 0 then d = nd + d + 1 end
+      inv[d] = i
+    end
+    n.inv = inv
+  end,
+  bw = function(n, g) return g:permute(n.inv) end,
+}
+rules.narrow = {
+  nin = 1, view = true,
+  save = function(n, out, a, d, start, len) n.shape, n.d, n.s, n.l, n.dtype = size_of(a), d, start, len, like(a) end,
+  bw = function(n, g)
+    local z = T.zeros(n.shape, n.dtype)
+    z:narrow(n.d, n.s, n.l):copy_(g)
+    return z
+  end,
+}
+rules.select = {
+  nin = 1, view = true,
+  save = function(n, out, a, d, i) n.shape, n.d, n.i, n.dtype = size_of(a), d, i, like(a) end,
+  bw = function(n, g)
+    local z = T.zeros(n.shape, n.dtype)
+    z:select(n.d, n.i):copy_(g)
+    return z
+  end,
+}
+rules.expand = {
+  nin = 1, view = true,
+  save = function(n, out, a) n.shape = size_of(a) end,
+  bw = function(n, g) return sum_to(g, n.shape) end,
+}
+rules.contiguous = { nin = 1, save = function() end, bw = function(n, g) return g end }
+rules.clone = rules.contiguous
+rules.to = {
+  nin = 1,
+  save = function(n, out, a) n.dtype = like(a) end,
+  bw = function(n, g) return g:to(n.dtype) end,
+}
+
+return R
