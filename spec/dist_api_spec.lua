@@ -42,6 +42,33 @@ describe('dist API', function()
     assert.are.equal('ok\n', out)
   end)
 
+  it('scatter and reduce_scatter pack a list of tensors, and name a bad entry', function()
+    local out, err, rc = run([[
+      local dpl = require 'dpl'
+      local dist = dpl.dist
+      dist.init_process_group{}
+      local t = dpl.zeros(3)
+      dist.scatter(t, { dpl.tensor({ 1, 2, 3 }, { dtype = 'float32' }) }, 0)
+      print(table.concat(t:totable(), ' '))
+      dist.reduce_scatter(t, { dpl.tensor({ 4, 5, 6 }, { dtype = 'float32' }) }, 'sum')
+      print(table.concat(t:totable(), ' '))
+      local ok, e = pcall(dist.scatter, t, { dpl.zeros(2) }, 0)
+      print(tostring(e))
+      ok, e = pcall(dist.reduce_scatter, t, { dpl.zeros(3, { dtype = 'float64' }) }, 'sum')
+      print(tostring(e))
+      ok, e = pcall(dist.reduce_scatter, t, { dpl.zeros(3), dpl.zeros(3) }, 'sum')
+      print(tostring(e))
+    ]])
+    assert.are.equal(0, rc, err)
+    local l = {}
+    for line in out:gmatch('[^\n]+') do l[#l + 1] = line end
+    assert.are.equal('1 2 3', l[1])
+    assert.are.equal('4 5 6', l[2])
+    assert.matches('ValueError: dist: scatter: count=3 but the tensor has 2 elements', l[3], 1, true)
+    assert.matches('reduce_scatter: input_list%[1%] is float64 x 3, expected float32 x 3', l[4])
+    assert.matches('reduce_scatter: input_list has 2 entries, the group 1 ranks', l[5])
+  end)
+
   it('reads rank and world size from RANK/WORLD_SIZE, OMPI_* and SLURM_*', function()
     local code = [[
       local dist = require('dpl').dist

@@ -291,16 +291,21 @@ end
 
 ---------------------------------------------------------------- recording
 for k, r in pairs(rules) do r.name = k end
-local function record(rule, out, a, ...)
-  local n = { bw = rule.bw, n = rule.nin, dt = out._dtype, name = rule.name }
+-- a node of rule whose output has dtype dt: e1 is its first input's edge, b, c, d the
+-- other tensor arguments (as many as rule.nin says)
+local function new_node(rule, dt, e1, b, c, d)
+  local n = { bw = rule.bw, n = rule.nin, dt = dt, name = rule.name }
+  n[1] = e1
   local k = rule.nin
-  n[1] = edge(a)
   if k >= 2 then
-    local b, c, d = ...
     n[2] = edge(b)
     if k >= 3 then n[3] = edge(c) end
     if k >= 4 then n[4] = edge(d) end
   end
+  return n
+end
+local function record(rule, out, a, ...)
+  local n = new_node(rule, out._dtype, edge(a), ...)
   rule.save(n, out, a, ...)
   -- a view (viewbase set by the view hook) remembers the in-place count (see edge())
   if rule.view then n.bep = S.ip end
@@ -389,15 +394,7 @@ local function wrap_inplace(name, rule)
     if not ok then rethrow(err) end
     bump(t, name)
     if not is_float(t) then return t end
-    local n = { bw = rule.bw, n = rule.nin, dt = t._dtype, name = rule.name }
-    n[1] = old
-    local k = rule.nin
-    if k >= 2 then
-      local b, c, d = ...
-      n[2] = edge(b)
-      if k >= 3 then n[3] = edge(c) end
-      if k >= 4 then n[4] = edge(d) end
-    end
+    local n = new_node(rule, t._dtype, old, ...)
     rule.save(n, t, a_in, ...)
     if base == nil then
       if not rg[t] then mark_views(t) end
@@ -405,6 +402,7 @@ local function wrap_inplace(name, rule)
       gfn[t] = n
       return t
     end
+    local k = rule.nin
     local cs = { bw = copy_slices_bw, n = k, dt = base._dtype, name = 'copy_slices', op = rule.name,
       fn = n, vers = n.vers, old }
     for i = 2, k do cs[i] = n[i] end

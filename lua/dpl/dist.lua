@@ -857,9 +857,25 @@ function M.gather(t, list, dst, opts)
   return list
 end
 
+-- the buffers of list (n elements of dtype d each) one after another in a new byte
+-- array, for the collectives that take one contiguous send buffer (errors name the
+-- collective and the list, at the level of the API function's caller)
+local function pack_list(list, n, d, what, list_name)
+  local es = dtype_sizes[d]
+  local sp = ffi.new('uint8_t[?]', math.max(1, n * es * #list))
+  for i, x in ipairs(list) do
+    local xp, m, xd = buffer_of(x, { count = n, dtype = d }, what, 4)
+    if m ~= n or xd ~= d then
+      verr(('dist: %s: %s[%d] is %s x %d, expected %s x %d'):format(what, list_name, i, dtype_names[xd], m,
+        dtype_names[d], n), 4)
+    end
+    ffi.copy(sp + (i - 1) * n * es, xp, n * es)
+  end
+  return sp
+end
+
 local function host_scatter(g, t, list, root, opts)
   local p, n, d = buffer_of(t, opts, 'scatter', 3)
-  local es = dtype_sizes[d]
   local sp = nil
   if g.rank == root then
     if type(list) == 'cdata' and not tensor_of(list) then
@@ -868,14 +884,7 @@ local function host_scatter(g, t, list, root, opts)
       if type(list) ~= 'table' or #list ~= g.size then
         verr(('dist: scatter: rank %d (src) needs a scatter_list of %d entries'):format(g.rank, g.size), 3)
       end
-      sp = ffi.new('uint8_t[?]', math.max(1, n * es * g.size))
-      for i, x in ipairs(list) do
-        local xp, m, xd = buffer_of(x, { count = n, dtype = d }, 'scatter', 3)
-        if m ~= n or xd ~= d then
-          verr(('dist: scatter: scatter_list[%d] is %s x %d, expected %s x %d'):format(i, dtype_names[xd], m, dtype_names[d], n), 3)
-        end
-        ffi.copy(sp + (i - 1) * n * es, xp, n * es)
-      end
+      sp = pack_list(list, n, d, 'scatter', 'scatter_list')
     end
   end
   check(C.dpl_comm_scatter(g.comm, sp, p, n, d, root), 3)
@@ -914,20 +923,12 @@ end
 
 local function host_reduce_scatter(g, out, inputs, op, opts)
   local p, n, d = buffer_of(out, opts, 'reduce_scatter', 3)
-  local es = dtype_sizes[d]
   local sp
   if type(inputs) == 'table' and not tensor_of(inputs) then
     if #inputs ~= g.size then
       verr(('dist: reduce_scatter: input_list has %d entries, the group %d ranks'):format(#inputs, g.size), 3)
     end
-    sp = ffi.new('uint8_t[?]', math.max(1, n * es * g.size))
-    for i, x in ipairs(inputs) do
-      local xp, m, xd = buffer_of(x, { count = n, dtype = d }, 'reduce_scatter', 3)
-      if m ~= n or xd ~= d then
-        verr(('dist: reduce_scatter: input_list[%d] is %s x %d, expected %s x %d'):format(i, dtype_names[xd], m, dtype_names[d], n), 3)
-      end
-      ffi.copy(sp + (i - 1) * n * es, xp, n * es)
-    end
+    sp = pack_list(inputs, n, d, 'reduce_scatter', 'input_list')
   else
     sp = buffer_of(inputs, { count = n * g.size, dtype = d }, 'reduce_scatter', 3)
   end

@@ -119,10 +119,6 @@ function DDPStrategy:launcher_for()
   return require 'dpl.strategies.subprocess'
 end
 
-function DDPStrategy:distributed_sampler_kwargs()
-  return { num_replicas = self.world_size, rank = self.global_rank }
-end
-
 --- Joins the process group (once per process).
 function DDPStrategy:setup_environment()
   if self.world_size <= 1 then return end

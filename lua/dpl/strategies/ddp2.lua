@@ -38,10 +38,6 @@ function DDP2Strategy:set_world_ranks()
   self.is_global_zero = self.global_rank == 0
 end
 
-function DDP2Strategy:distributed_sampler_kwargs()
-  return { num_replicas = self.num_nodes, rank = self.global_rank }
-end
-
 function DDP2Strategy:setup_environment()
   if self.world_size <= 1 then return end
   local dist = require 'dpl.dist'

@@ -33,10 +33,6 @@ function HorovodStrategy:set_world_ranks()
   end
 end
 
-function HorovodStrategy:distributed_sampler_kwargs()
-  return { num_replicas = self.world_size, rank = self.global_rank }
-end
-
 function HorovodStrategy:setup_environment()
   if self.world_size <= 1 then return end
   local dist = require 'dpl.dist'

@@ -172,8 +172,10 @@ function ParallelStrategy:set_world_ranks()
   self.is_global_zero = self.global_rank == 0
 end
 
+--- What a DistributedSampler gets: one replica per rank of the world (ddp and horovod:
+--- every process; ddp2: one per node, as its world is the nodes).
 function ParallelStrategy:distributed_sampler_kwargs()
-  return { num_replicas = self.num_nodes * self.num_processes, rank = self.global_rank }
+  return { num_replicas = self.world_size, rank = self.global_rank }
 end
 
 function ParallelStrategy:_not_yet(what)
