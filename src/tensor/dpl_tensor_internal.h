@@ -177,6 +177,12 @@ int dpl_contig_as(const char *op, const dpl_tensor *t, int32_t dtype, dpl_tensor
 /* *t (NULL allowed) replaced by a contiguous copy in dtype dt when its dtype differs
  * (the old handle released, *t NULL on failure): a kernel's result into the op's dtype */
 int dpl_retype(const char *op, dpl_tensor **t, int32_t dt);
+/* Releases t[0..n-1] (NULL entries allowed): an op's temporaries. */
+void dpl_release_n(int n, dpl_tensor *const *t);
+/* An op's ending with n results: when st is DPL_OK each res[k] is stored
+ * through out[k] (released when out[k] is NULL), else every res[k] is
+ * released; returns st. The shared tail of ops with one to three outputs. */
+int dpl_hand_over(int st, int n, dpl_tensor *const *res, dpl_tensor **const *out);
 /* cross_entropy / nll_loss on any device: floating input of shape [N, C] (or [C]) and
  * integer class indices of shape [N] (or []): *N samples of *C classes, or an error
  * naming the op (the caller has checked the handles and their device) */

@@ -758,17 +758,9 @@ int dpl_mse_loss(const dpl_tensor *a, const dpl_tensor *b, int32_t reduction, dp
     st = dpl_new(name, DPL_FLOAT64, 0, NULL, a, &res);
     if (st == DPL_OK) *(double *)res->_data = s;
   }
-  if (st == DPL_OK && a->_dtype != DPL_FLOAT64) {
-    dpl_tensor *r2 = NULL;
-    st = dpl_contig_as(name, res, a->_dtype, &r2);
-    dpl_tensor_release(res);
-    res = r2;
-  }
-  dpl_tensor_release(ad);
-  dpl_tensor_release(bd);
-  if (st != DPL_OK) { dpl_tensor_release(res); return st; }
-  *out = res;
-  return DPL_OK;
+  if (st == DPL_OK) st = dpl_retype(name, &res, a->_dtype);
+  dpl_release_n(2, (dpl_tensor *[]){ad, bd});
+  return dpl_hand_over(st, 1, &res, &out);
 }
 
 int dpl_mse_loss_backward(const dpl_tensor *grad_out, const dpl_tensor *a, const dpl_tensor *b, int32_t reduction,
@@ -805,16 +797,8 @@ int dpl_mse_loss_backward(const dpl_tensor *grad_out, const dpl_tensor *a, const
       if (reduction == 0) dpl_tensor_get(grad_out, i, &g);
       r[i] = 2.0 * (x[i] - y[i]) * g;
     }
-    if (a->_dtype != DPL_FLOAT64) {
-      dpl_tensor *r2 = NULL;
-      st = dpl_contig_as(name, res, a->_dtype, &r2);
-      dpl_tensor_release(res);
-      res = r2;
-    }
+    st = dpl_retype(name, &res, a->_dtype);
   }
-  dpl_tensor_release(ad);
-  dpl_tensor_release(bd);
-  if (st != DPL_OK) { dpl_tensor_release(res); return st; }
-  *grad_a = res;
-  return DPL_OK;
+  dpl_release_n(2, (dpl_tensor *[]){ad, bd});
+  return dpl_hand_over(st, 1, &res, &grad_a);
 }
