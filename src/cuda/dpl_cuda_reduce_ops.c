@@ -173,24 +173,11 @@ int dpl_cu_op_softmax(const dpl_bk_args *a)
     TRYC(softmax_last(name, x, kd, xt, gt, log, bwd, &rt));
     TRYC(dpl_tensor_transpose(rt, rdim, last, &rv));
     TRYC(dpl_contig_as(name, rv, kd, &res));
-    dpl_tensor_release(xv);
-    dpl_tensor_release(xt);
-    dpl_tensor_release(gv);
-    dpl_tensor_release(gt);
-    dpl_tensor_release(rt);
-    dpl_tensor_release(rv);
+    dpl_release_n(6, (dpl_tensor *[]){xv, xt, gv, gt, rt, rv});
   }
-  if (st == DPL_OK && res->_dtype != rd) {
-    dpl_tensor *r2 = NULL;
-    st = dpl_contig_as(name, res, rd, &r2);
-    dpl_tensor_release(res);
-    res = r2;
-  }
-  dpl_tensor_release(xk);
-  dpl_tensor_release(gk);
-  if (st != DPL_OK) { dpl_tensor_release(res); return st; }
-  *a->out[0] = res;
-  return DPL_OK;
+  TRYC(dpl_retype(name, &res, rd));
+  dpl_release_n(2, (dpl_tensor *[]){xk, gk});
+  return dpl_hand_over(st, 1, &res, a->out);
 }
 
 /* ---- class losses ---- */
@@ -352,21 +339,9 @@ static int mse(const dpl_bk_args *a)
     TRYC(dpl_binary(DPL_OP_MUL, diff, gv, &t2));
     TRYC(dpl_binary_scalar(DPL_OP_MUL, t2, scale, 0, &res));
   }
-  if (st == DPL_OK && res->_dtype != x->_dtype) {
-    dpl_tensor *r2 = NULL;
-    st = dpl_contig_as(name, res, x->_dtype, &r2);
-    dpl_tensor_release(res);
-    res = r2;
-  }
-  dpl_tensor_release(xk);
-  dpl_tensor_release(yk);
-  dpl_tensor_release(diff);
-  dpl_tensor_release(t1);
-  dpl_tensor_release(t2);
-  dpl_tensor_release(gv);
-  if (st != DPL_OK) { dpl_tensor_release(res); return st; }
-  *a->out[0] = res;
-  return DPL_OK;
+  TRYC(dpl_retype(name, &res, x->_dtype));
+  dpl_release_n(6, (dpl_tensor *[]){xk, yk, diff, t1, t2, gv});
+  return dpl_hand_over(st, 1, &res, a->out);
 }
 
 int dpl_cu_op_loss(const dpl_bk_args *a)

@@ -682,18 +682,10 @@ int dpl_activation_backward(int32_t op, const dpl_tensor *grad, const dpl_tensor
       int opv = op;
       dpl_iter_run(&it, kd == DPL_FLOAT32 ? act_f32 : act_f64, &opv, GRAIN / 4);
     }
-    if (st == DPL_OK && rd != kd) {
-      dpl_tensor *r2 = NULL;
-      st = dpl_contig_as(name, res, rd, &r2);
-      dpl_tensor_release(res);
-      res = r2;
-    }
+    if (st == DPL_OK) st = dpl_retype(name, &res, rd);
   }
-  dpl_tensor_release(tg);
-  dpl_tensor_release(tx);
-  if (st != DPL_OK) { dpl_tensor_release(res); return st; }
-  *out = res;
-  return DPL_OK;
+  dpl_release_n(2, (dpl_tensor *[]){tg, tx});
+  return dpl_hand_over(st, 1, &res, &out);
 }
 
 /* ---- clamp ---- */

@@ -274,12 +274,7 @@ static int reduce_core(int op, const dpl_tensor *a, int32_t dim, int32_t keepdim
       }
     }
     free(acc);
-    if (st == DPL_OK && od != rd) {
-      dpl_tensor *r2 = NULL;
-      st = dpl_contig_as(name, res, rd, &r2);
-      dpl_tensor_release(res);
-      res = r2;
-    }
+    if (st == DPL_OK) st = dpl_retype(name, &res, rd);
   } else if (st == DPL_OK) {
     red_job j;
     j.c.op = op;
@@ -296,18 +291,10 @@ static int reduce_core(int op, const dpl_tensor *a, int32_t dim, int32_t keepdim
     int64_t nout = dpl_shape_numel(g.ondim, g.oshape);
     int64_t grain = g.R > 0 ? 65536 / g.R + 1 : 65536;
     dpl_parallel_for(nout, grain, red_range, &j);
-    if (od != rd) {
-      dpl_tensor *r2 = NULL;
-      st = dpl_contig_as(name, res, rd, &r2);
-      dpl_tensor_release(res);
-      res = r2;
-    }
+    st = dpl_retype(name, &res, rd);
   }
   dpl_tensor_release(src);
-  if (st != DPL_OK) { dpl_tensor_release(res); dpl_tensor_release(idx); return st; }
-  *out = res;
-  if (out_idx) *out_idx = idx;
-  return DPL_OK;
+  return dpl_hand_over(st, 2, (dpl_tensor *[]){res, idx}, (dpl_tensor **[]){out, out_idx});
 }
 
 int dpl_reduce(int32_t op, const dpl_tensor *a, int32_t dim, int32_t keepdim, double param, dpl_tensor **out)
@@ -439,17 +426,9 @@ static int softmax_core(const char *name, const dpl_tensor *grad, const dpl_tens
     int64_t nout = dpl_shape_numel(j.gi.ondim, j.gi.oshape);
     dpl_parallel_for(nout, 16384 / (j.gi.R + 1) + 1, sm_range, &j);
   }
-  if (st == DPL_OK && rd != kd) {
-    dpl_tensor *r2 = NULL;
-    st = dpl_contig_as(name, res, rd, &r2);
-    dpl_tensor_release(res);
-    res = r2;
-  }
-  dpl_tensor_release(ta);
-  dpl_tensor_release(tg);
-  if (st != DPL_OK) { dpl_tensor_release(res); return st; }
-  *out = res;
-  return DPL_OK;
+  if (st == DPL_OK) st = dpl_retype(name, &res, rd);
+  dpl_release_n(2, (dpl_tensor *[]){ta, tg});
+  return dpl_hand_over(st, 1, &res, &out);
 }
 
 int dpl_softmax(const dpl_tensor *a, int32_t dim, int32_t log, dpl_tensor **out)
@@ -672,19 +651,11 @@ static int class_loss_backward(const char *name, int ce, const dpl_tensor *grad_
         gr[t[i]] = -g[i];
       }
     }
-    if (x->_dtype != DPL_FLOAT64) {
-      dpl_tensor *r2 = NULL;
-      st = dpl_contig_as(name, res, x->_dtype, &r2);
-      dpl_tensor_release(res);
-      res = r2;
-    }
+    st = dpl_retype(name, &res, x->_dtype);
   }
   free(g);
-  dpl_tensor_release(xd);
-  dpl_tensor_release(td);
-  if (st != DPL_OK) { dpl_tensor_release(res); return st; }
-  *out = res;
-  return DPL_OK;
+  dpl_release_n(2, (dpl_tensor *[]){xd, td});
+  return dpl_hand_over(st, 1, &res, &out);
 }
 
 int dpl_cross_entropy_backward(const dpl_tensor *grad_out, const dpl_tensor *logits, const dpl_tensor *target,
