@@ -146,9 +146,7 @@ int dpl_cu_op_softmax(const dpl_bk_args *a)
   if (grad) {
     DPL_TRY(dpl_check_handle(name, "grad", grad));
     DPL_TRY(dpl_check_same_device(name, grad, x));
-    int same = grad->_ndim == x->_ndim;
-    for (int i = 0; same && i < x->_ndim; i++) same = grad->_shape[i] == x->_shape[i];
-    if (!same) return dpl_errorf(DPL_EINVAL, "%s: grad shape does not match the output shape", name);
+    if (!dpl_same_shape(grad, x)) return dpl_errorf(DPL_EINVAL, "%s: grad shape does not match the output shape", name);
   }
   if (x->_ndim == 0 ? dim != 0 : (dim < 0 || dim >= x->_ndim))
     return dpl_errorf(DPL_EINVAL, "%s: dim %d out of range (expected 0..%d for a %d-d tensor)", name, (int)dim,
@@ -303,16 +301,7 @@ static int mse(const dpl_bk_args *a)
   int32_t reduction = a->i[0];
   DPL_TRY(dpl_check_handle(name, "input", x));
   DPL_TRY(dpl_check_handle(name, "target", y));
-  DPL_TRY(dpl_check_same_device(name, x, y));
-  int same = x->_ndim == y->_ndim;
-  for (int i = 0; same && i < x->_ndim; i++) same = x->_shape[i] == y->_shape[i];
-  if (!same) {
-    char b1[160], b2[160];
-    return dpl_errorf(DPL_EINVAL, "%s: input shape %s and target shape %s must match", name,
-                      dpl_shape_str(x->_ndim, x->_shape, b1, sizeof b1), dpl_shape_str(y->_ndim, y->_shape, b2, sizeof b2));
-  }
-  if (!dpl_is_float(x->_dtype))
-    return dpl_errorf(DPL_EINVAL, "%s: expected floating-point input, got %s", name, dpl_dtype_name(x->_dtype));
+  DPL_TRY(dpl_mse_check(name, x, y));
   if (g) {
     DPL_TRY(dpl_check_handle(name, "grad_out", g));
     if (reduction == 0 && g->_numel != x->_numel)

@@ -656,9 +656,7 @@ int dpl_activation_backward(int32_t op, const dpl_tensor *grad, const dpl_tensor
   DPL_TRY(dpl_check_handle(name, "grad", grad));
   DPL_TRY(dpl_check_handle(name, (op == DPL_OP_TANH || op == DPL_OP_SIGMOID) ? "output" : "input", in));
   DPL_TRY(dpl_check_same_device(name, grad, in));
-  int same = grad->_ndim == in->_ndim;
-  for (int i = 0; same && i < grad->_ndim; i++) same = grad->_shape[i] == in->_shape[i];
-  if (!same) {
+  if (!dpl_same_shape(grad, in)) {
     char b1[160], b2[160];
     return dpl_errorf(DPL_EINVAL, "%s: grad shape %s does not match the saved tensor's shape %s", name,
                       dpl_shape_str(grad->_ndim, grad->_shape, b1, sizeof b1), dpl_shape_str(in->_ndim, in->_shape, b2, sizeof b2));

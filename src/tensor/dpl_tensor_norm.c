@@ -184,9 +184,7 @@ int dpl_layer_norm_backward(const dpl_tensor *grad_y, const dpl_tensor *x, const
   DPL_TRY(dpl_check_same_device(name, x, rstd));
   if (!dpl_is_float(x->_dtype))
     return dpl_errorf(DPL_EINVAL, "%s: expected a floating input, got %s", name, dpl_dtype_name(x->_dtype));
-  int same = grad_y->_ndim == x->_ndim;
-  for (int i = 0; same && i < x->_ndim; i++) same = grad_y->_shape[i] == x->_shape[i];
-  if (!same) {
+  if (!dpl_same_shape(grad_y, x)) {
     char b1[160], b2[160];
     return dpl_errorf(DPL_EINVAL, "%s: grad shape %s does not match the input shape %s", name,
                       dpl_shape_str(grad_y->_ndim, grad_y->_shape, b1, sizeof b1),

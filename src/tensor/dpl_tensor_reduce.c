@@ -391,9 +391,7 @@ static int softmax_core(const char *name, const dpl_tensor *grad, const dpl_tens
   if (grad) {
     DPL_TRY(dpl_check_tensor(name, "grad", grad));
     DPL_TRY(dpl_check_same_device(name, grad, a));
-    int same = grad->_ndim == a->_ndim;
-    for (int i = 0; same && i < a->_ndim; i++) same = grad->_shape[i] == a->_shape[i];
-    if (!same) {
+    if (!dpl_same_shape(grad, a)) {
       char b1[160], b2[160];
       return dpl_errorf(DPL_EINVAL, "%s: grad shape %s does not match the output shape %s", name,
                         dpl_shape_str(grad->_ndim, grad->_shape, b1, sizeof b1), dpl_shape_str(a->_ndim, a->_shape, b2, sizeof b2));
@@ -684,20 +682,25 @@ int dpl_nll_loss_backward(const dpl_tensor *grad_out, const dpl_tensor *logp, co
   return class_loss_backward("nll_loss_backward", 0, grad_out, logp, target, reduction, ignore_index, grad_logp);
 }
 
-static int mse_inputs(const char *name, const dpl_tensor *a, const dpl_tensor *b, dpl_tensor **ad, dpl_tensor **bd)
+int dpl_mse_check(const char *name, const dpl_tensor *a, const dpl_tensor *b)
 {
-  DPL_TRY(dpl_check_tensor(name, "input", a));
-  DPL_TRY(dpl_check_tensor(name, "target", b));
   DPL_TRY(dpl_check_same_device(name, a, b));
-  int same = a->_ndim == b->_ndim;
-  for (int i = 0; same && i < a->_ndim; i++) same = a->_shape[i] == b->_shape[i];
-  if (!same) {
+  if (!dpl_same_shape(a, b)) {
     char b1[160], b2[160];
     return dpl_errorf(DPL_EINVAL, "%s: input shape %s and target shape %s must match", name,
                       dpl_shape_str(a->_ndim, a->_shape, b1, sizeof b1), dpl_shape_str(b->_ndim, b->_shape, b2, sizeof b2));
   }
   if (!dpl_is_float(a->_dtype))
     return dpl_errorf(DPL_EINVAL, "%s: expected floating-point input, got %s", name, dpl_dtype_name(a->_dtype));
+  return DPL_OK;
+}
+
+/* the CPU's: checked, contiguous float64 copies of the input and the target */
+static int mse_inputs(const char *name, const dpl_tensor *a, const dpl_tensor *b, dpl_tensor **ad, dpl_tensor **bd)
+{
+  DPL_TRY(dpl_check_tensor(name, "input", a));
+  DPL_TRY(dpl_check_tensor(name, "target", b));
+  DPL_TRY(dpl_mse_check(name, a, b));
   DPL_TRY(dpl_contig_as(name, a, DPL_FLOAT64, ad));
   int st = dpl_contig_as(name, b, DPL_FLOAT64, bd);
   if (st != DPL_OK) dpl_tensor_release(*ad);
