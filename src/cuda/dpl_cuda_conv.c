@@ -73,12 +73,8 @@ static int conv_fwd(const dpl_bk_args *a, dpl_cu_dev *d, int32_t dev)
   TRYC(dpl_retype(name, &res, x->_dtype));
   dpl_cu_scratch_free(dev, cols, K * nb * L * es);
   dpl_cu_scratch_free(dev, tmp, g.Og * nb * L * es);
-  dpl_tensor_release(cx);
-  dpl_tensor_release(cw);
-  dpl_tensor_release(cb);
-  if (st != DPL_OK) { dpl_tensor_release(res); return st; }
-  *a->out[0] = res;
-  return DPL_OK;
+  dpl_release_n(3, (dpl_tensor *[]){cx, cw, cb});
+  return dpl_hand_over(st, 1, &res, a->out);
 }
 
 static int conv_bwd(const dpl_bk_args *a, dpl_cu_dev *d, int32_t dev)
@@ -127,19 +123,8 @@ static int conv_bwd(const dpl_bk_args *a, dpl_cu_dev *d, int32_t dev)
   TRYC(dpl_retype(name, &gb, x->_dtype));
   dpl_cu_scratch_free(dev, cols, K * nb * L * es);
   dpl_cu_scratch_free(dev, gyc, g.Og * nb * L * es);
-  dpl_tensor_release(cx);
-  dpl_tensor_release(cw);
-  dpl_tensor_release(cg);
-  if (st != DPL_OK) {
-    dpl_tensor_release(gx);
-    dpl_tensor_release(gw);
-    dpl_tensor_release(gb);
-    return st;
-  }
-  if (pgx) *pgx = gx;
-  if (pgw) *pgw = gw;
-  if (pgb) *pgb = gb;
-  return DPL_OK;
+  dpl_release_n(3, (dpl_tensor *[]){cx, cw, cg});
+  return dpl_hand_over(st, 3, (dpl_tensor *[]){gx, gw, gb}, a->out);
 }
 
 static void pool_geom(const dpl_tensor *x, const int32_t *p, dpl_cu_pool *g)
@@ -165,10 +150,7 @@ static int max_pool(const dpl_bk_args *a, dpl_cu_dev *d, int32_t dev)
   LAUNCH(dpl_cu_maxpool(kd, &g, cx->_data, res->_data, idx->_data, d->compute), "max_pool2d kernel");
   TRYC(dpl_retype(name, &res, x->_dtype));
   dpl_tensor_release(cx);
-  if (st != DPL_OK) { dpl_tensor_release(res); dpl_tensor_release(idx); return st; }
-  *a->out[0] = res;
-  *a->out[1] = idx;
-  return DPL_OK;
+  return dpl_hand_over(st, 2, (dpl_tensor *[]){res, idx}, a->out);
 }
 
 static int max_pool_bwd(const dpl_bk_args *a, dpl_cu_dev *d, int32_t dev)
@@ -190,11 +172,8 @@ static int max_pool_bwd(const dpl_bk_args *a, dpl_cu_dev *d, int32_t dev)
   TRYC(dpl_cu_check_submit(dev, d, bad, ci, name, DPL_CU_CHK_POOL, plane, 0));
   TRYC(dpl_retype(name, &res, x->_dtype));
   dpl_cu_flag_free(dev, bad);
-  dpl_tensor_release(cg);
-  dpl_tensor_release(ci);
-  if (st != DPL_OK) { dpl_tensor_release(res); return st; }
-  *a->out[0] = res;
-  return DPL_OK;
+  dpl_release_n(2, (dpl_tensor *[]){cg, ci});
+  return dpl_hand_over(st, 1, &res, a->out);
 }
 
 static int avg_pool(const dpl_bk_args *a, dpl_cu_dev *d, int32_t dev)
@@ -212,11 +191,8 @@ static int avg_pool(const dpl_bk_args *a, dpl_cu_dev *d, int32_t dev)
   LAUNCH(dpl_cu_avgpool(&g, a->i[0], cx ? cx->_data : NULL, cg ? cg->_data : NULL, res->_data, d->compute),
          bwd ? "avg_pool2d_backward kernel" : "avg_pool2d kernel");
   TRYC(dpl_retype(name, &res, x->_dtype));
-  dpl_tensor_release(cx);
-  dpl_tensor_release(cg);
-  if (st != DPL_OK) { dpl_tensor_release(res); return st; }
-  *a->out[0] = res;
-  return DPL_OK;
+  dpl_release_n(2, (dpl_tensor *[]){cx, cg});
+  return dpl_hand_over(st, 1, &res, a->out);
 }
 
 int dpl_cu_op_conv(const dpl_bk_args *a)

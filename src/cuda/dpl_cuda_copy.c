@@ -86,12 +86,10 @@ static int transfer(int32_t dev, int to_device, void *dptr, void *h, size_t n)
   return st;
 }
 
-static int same_shape(const dpl_tensor *a, const dpl_tensor *b)
+/* both contiguous, of one dtype and shape: the copy is one of bytes */
+static int bytewise(const dpl_tensor *dst, const dpl_tensor *src)
 {
-  if (a->_ndim != b->_ndim) return 0;
-  for (int i = 0; i < a->_ndim; i++)
-    if (a->_shape[i] != b->_shape[i]) return 0;
-  return 1;
+  return dpl_is_contig(dst) && dpl_is_contig(src) && dst->_dtype == src->_dtype && dpl_same_shape(dst, src);
 }
 
 /* dst = src on one device, broadcast and converted by a kernel */
@@ -100,10 +98,10 @@ static int copy_on_device(dpl_tensor *dst, const dpl_tensor *src)
   int32_t dev = dst->_devindex;
   dpl_cu_dev *d = dpl_cu_device(dev, "copy");
   if (!d) return DPL_EDEVICE;
-  if (dst->_data == src->_data && dst->_dtype == src->_dtype && same_shape(dst, src) &&
+  if (dst->_data == src->_data && dst->_dtype == src->_dtype && dpl_same_shape(dst, src) &&
       !memcmp(dst->_stride, src->_stride, sizeof(int64_t) * (size_t)dst->_ndim))
     return DPL_OK;
-  if (dpl_is_contig(dst) && dpl_is_contig(src) && dst->_dtype == src->_dtype && same_shape(dst, src)) {
+  if (bytewise(dst, src)) {
     DPL_CU(cudaMemcpyAsync(dst->_data, src->_data, (size_t)(dst->_numel * dpl_elsize(dst->_dtype)),
                            cudaMemcpyDeviceToDevice, d->compute),
            dev);
@@ -119,7 +117,7 @@ static int copy_on_device(dpl_tensor *dst, const dpl_tensor *src)
 static int copy_h2d(const char *name, dpl_tensor *dst, const dpl_tensor *src)
 {
   int32_t dev = dst->_devindex;
-  if (dpl_is_contig(dst) && dpl_is_contig(src) && dst->_dtype == src->_dtype && same_shape(dst, src))
+  if (bytewise(dst, src))
     return transfer(dev, 1, dst->_data, src->_data, (size_t)(src->_numel * dpl_elsize(src->_dtype)));
   /* host side contiguous in src's dtype, uploaded, then converted/broadcast on the GPU */
   dpl_tensor *hc = NULL, *tmp = NULL;
@@ -135,7 +133,7 @@ static int copy_h2d(const char *name, dpl_tensor *dst, const dpl_tensor *src)
 static int copy_d2h(const char *name, dpl_tensor *dst, const dpl_tensor *src)
 {
   int32_t dev = src->_devindex;
-  if (dpl_is_contig(dst) && dpl_is_contig(src) && dst->_dtype == src->_dtype && same_shape(dst, src))
+  if (bytewise(dst, src))
     return transfer(dev, 0, src->_data, dst->_data, (size_t)(src->_numel * dpl_elsize(src->_dtype)));
   /* converted to dst's dtype and made contiguous on the GPU, downloaded, then broadcast on the host */
   dpl_tensor *dc = NULL, *hc = NULL;

@@ -92,32 +92,6 @@ static int work_of(const char *name, dpl_tensor *t, int32_t kd, dpl_tensor **w)
   return dpl_contig_as(name, t, kd, w);
 }
 
-static int index_add(const dpl_bk_args *a, dpl_cu_dev *d, int32_t dev)
-{
-  const char *name = a->name;
-  dpl_tensor *t = a->inout;
-  const dpl_tensor *src = a->in[1];
-  int32_t dim = a->i[0], kd = add_dtype(t->_dtype);
-  if (kd < 0) return dpl_errorf(DPL_ENOTIMPL, "%s: not implemented on cuda for %s tensors", name, dpl_dtype_name(t->_dtype));
-  if (!dpl_is_devmem(src)) return dpl_errorf(DPL_EDEVICE, "%s: expected all tensors on the same device", name);
-  dpl_tensor *ix = NULL, *cs = NULL, *w = NULL;
-  void *bad = NULL;
-  int st = index_input(name, t, a->in[0], &ix);
-  TRYC(dpl_contig_as(name, src, kd, &cs));
-  TRYC(work_of(name, t, kd, &w));
-  int64_t outer, D, inner, n = ix ? ix->_numel : 0;
-  split3(t, dim, &outer, &D, &inner);
-  TRYC(dpl_cu_flag_new(dev, d->compute, &bad));
-  LAUNCH(dpl_cu_index_add(kd, outer, D, inner, n, ix->_data, cs->_data, w->_data, bad, d->compute), "index_add_ kernel");
-  if (st == DPL_OK) st = range_error(name, dev, d, bad, ix, D, dim);
-  if (st == DPL_OK && w->_data != t->_data) st = dpl_copy_any(name, t, w);
-  dpl_cu_flag_free(dev, bad);
-  dpl_tensor_release(ix);
-  dpl_tensor_release(cs);
-  dpl_tensor_release(w);
-  return st;
-}
-
 static void index_geom(const dpl_tensor *t, const dpl_tensor *ix, int32_t dim, const dpl_tensor *src, dpl_cu_index *g)
 {
   memset(g, 0, sizeof *g);
@@ -156,7 +130,9 @@ static int gather(const dpl_bk_args *a, dpl_cu_dev *d, int32_t dev)
   return DPL_OK;
 }
 
-static int scatter_add(const dpl_bk_args *a, dpl_cu_dev *d, int32_t dev)
+/* index_add_ and scatter_add_: src (converted) added into a working tensor of t
+ * in the kernel dtype, copied back when it is not t itself */
+static int index_accumulate(const dpl_bk_args *a, dpl_cu_dev *d, int32_t dev)
 {
   const char *name = a->name;
   dpl_tensor *t = a->inout;
@@ -170,7 +146,12 @@ static int scatter_add(const dpl_bk_args *a, dpl_cu_dev *d, int32_t dev)
   TRYC(dpl_contig_as(name, src, kd, &cs));
   TRYC(work_of(name, t, kd, &w));
   TRYC(dpl_cu_flag_new(dev, d->compute, &bad));
-  if (st == DPL_OK) {
+  if (st == DPL_OK && a->op == DPL_BK_INDEX_ADD) {
+    int64_t outer, D, inner;
+    split3(t, dim, &outer, &D, &inner);
+    LAUNCH(dpl_cu_index_add(kd, outer, D, inner, ix->_numel, ix->_data, cs->_data, w->_data, bad, d->compute),
+           "index_add_ kernel");
+  } else if (st == DPL_OK) {
     dpl_cu_index g;
     index_geom(w, ix, dim, cs, &g);
     LAUNCH(dpl_cu_scatter_add(kd, &g, ix->_data, cs->_data, w->_data, bad, d->compute), "scatter_add_ kernel");
@@ -178,9 +159,7 @@ static int scatter_add(const dpl_bk_args *a, dpl_cu_dev *d, int32_t dev)
   if (st == DPL_OK) st = range_error(name, dev, d, bad, ix, t->_shape[dim], dim);
   if (st == DPL_OK && w->_data != t->_data) st = dpl_copy_any(name, t, w);
   dpl_cu_flag_free(dev, bad);
-  dpl_tensor_release(ix);
-  dpl_tensor_release(cs);
-  dpl_tensor_release(w);
+  dpl_release_n(3, (dpl_tensor *[]){ix, cs, w});
   return st;
 }
 
@@ -194,8 +173,7 @@ int dpl_cu_op_index(const dpl_bk_args *a)
   if (!d) return DPL_EDEVICE;
   switch (a->op) {
   case DPL_BK_INDEX_SELECT: return index_select(a, d, dev);
-  case DPL_BK_INDEX_ADD: return index_add(a, d, dev);
   case DPL_BK_GATHER: return gather(a, d, dev);
-  default: return scatter_add(a, d, dev);
+  default: return index_accumulate(a, d, dev); /* index_add_, scatter_add_ */
   }
 }

@@ -29,19 +29,8 @@ static int ln_fwd(const dpl_bk_args *a, dpl_cu_dev *d, int32_t dev)
                            d->compute),
          "layer_norm kernel");
   TRYC(dpl_retype(name, &y, x->_dtype));
-  dpl_tensor_release(cx);
-  dpl_tensor_release(cw);
-  dpl_tensor_release(cb);
-  if (st != DPL_OK) {
-    dpl_tensor_release(y);
-    dpl_tensor_release(m);
-    dpl_tensor_release(r);
-    return st;
-  }
-  *a->out[0] = y;
-  *a->out[1] = m;
-  *a->out[2] = r;
-  return DPL_OK;
+  dpl_release_n(3, (dpl_tensor *[]){cx, cw, cb});
+  return dpl_hand_over(st, 3, (dpl_tensor *[]){y, m, r}, a->out);
 }
 
 static int ln_bwd(const dpl_bk_args *a, dpl_cu_dev *d, int32_t dev)
@@ -79,21 +68,8 @@ static int ln_bwd(const dpl_bk_args *a, dpl_cu_dev *d, int32_t dev)
   TRYC(dpl_retype(name, &gx, x->_dtype));
   TRYC(dpl_retype(name, &gw, pd));
   TRYC(dpl_retype(name, &gb, pd));
-  dpl_tensor_release(cx);
-  dpl_tensor_release(cg);
-  dpl_tensor_release(cw);
-  dpl_tensor_release(cm);
-  dpl_tensor_release(cr);
-  if (st != DPL_OK) {
-    dpl_tensor_release(gx);
-    dpl_tensor_release(gw);
-    dpl_tensor_release(gb);
-    return st;
-  }
-  *a->out[0] = gx;
-  if (want_w) *a->out[1] = gw;
-  if (want_b) *a->out[2] = gb;
-  return DPL_OK;
+  dpl_release_n(5, (dpl_tensor *[]){cx, cg, cw, cm, cr});
+  return dpl_hand_over(st, 3, (dpl_tensor *[]){gx, gw, gb}, a->out);
 }
 
 int dpl_cu_op_layer_norm(const dpl_bk_args *a)

@@ -146,9 +146,7 @@ int dpl_cu_op_softmax(const dpl_bk_args *a)
   if (grad) {
     DPL_TRY(dpl_check_handle(name, "grad", grad));
     DPL_TRY(dpl_check_same_device(name, grad, x));
-    int same = grad->_ndim == x->_ndim;
-    for (int i = 0; same && i < x->_ndim; i++) same = grad->_shape[i] == x->_shape[i];
-    if (!same) return dpl_errorf(DPL_EINVAL, "%s: grad shape does not match the output shape", name);
+    if (!dpl_same_shape(grad, x)) return dpl_errorf(DPL_EINVAL, "%s: grad shape does not match the output shape", name);
   }
   if (x->_ndim == 0 ? dim != 0 : (dim < 0 || dim >= x->_ndim))
     return dpl_errorf(DPL_EINVAL, "%s: dim %d out of range (expected 0..%d for a %d-d tensor)", name, (int)dim,
@@ -173,24 +171,11 @@ int dpl_cu_op_softmax(const dpl_bk_args *a)
     TRYC(softmax_last(name, x, kd, xt, gt, log, bwd, &rt));
     TRYC(dpl_tensor_transpose(rt, rdim, last, &rv));
     TRYC(dpl_contig_as(name, rv, kd, &res));
-    dpl_tensor_release(xv);
-    dpl_tensor_release(xt);
-    dpl_tensor_release(gv);
-    dpl_tensor_release(gt);
-    dpl_tensor_release(rt);
-    dpl_tensor_release(rv);
+    dpl_release_n(6, (dpl_tensor *[]){xv, xt, gv, gt, rt, rv});
   }
-  if (st == DPL_OK && res->_dtype != rd) {
-    dpl_tensor *r2 = NULL;
-    st = dpl_contig_as(name, res, rd, &r2);
-    dpl_tensor_release(res);
-    res = r2;
-  }
-  dpl_tensor_release(xk);
-  dpl_tensor_release(gk);
-  if (st != DPL_OK) { dpl_tensor_release(res); return st; }
-  *a->out[0] = res;
-  return DPL_OK;
+  TRYC(dpl_retype(name, &res, rd));
+  dpl_release_n(2, (dpl_tensor *[]){xk, gk});
+  return dpl_hand_over(st, 1, &res, a->out);
 }
 
 /* ---- class losses ---- */
@@ -316,16 +301,7 @@ static int mse(const dpl_bk_args *a)
   int32_t reduction = a->i[0];
   DPL_TRY(dpl_check_handle(name, "input", x));
   DPL_TRY(dpl_check_handle(name, "target", y));
-  DPL_TRY(dpl_check_same_device(name, x, y));
-  int same = x->_ndim == y->_ndim;
-  for (int i = 0; same && i < x->_ndim; i++) same = x->_shape[i] == y->_shape[i];
-  if (!same) {
-    char b1[160], b2[160];
-    return dpl_errorf(DPL_EINVAL, "%s: input shape %s and target shape %s must match", name,
-                      dpl_shape_str(x->_ndim, x->_shape, b1, sizeof b1), dpl_shape_str(y->_ndim, y->_shape, b2, sizeof b2));
-  }
-  if (!dpl_is_float(x->_dtype))
-    return dpl_errorf(DPL_EINVAL, "%s: expected floating-point input, got %s", name, dpl_dtype_name(x->_dtype));
+  DPL_TRY(dpl_mse_check(name, x, y));
   if (g) {
     DPL_TRY(dpl_check_handle(name, "grad_out", g));
     if (reduction == 0 && g->_numel != x->_numel)
@@ -352,21 +328,9 @@ static int mse(const dpl_bk_args *a)
     TRYC(dpl_binary(DPL_OP_MUL, diff, gv, &t2));
     TRYC(dpl_binary_scalar(DPL_OP_MUL, t2, scale, 0, &res));
   }
-  if (st == DPL_OK && res->_dtype != x->_dtype) {
-    dpl_tensor *r2 = NULL;
-    st = dpl_contig_as(name, res, x->_dtype, &r2);
-    dpl_tensor_release(res);
-    res = r2;
-  }
-  dpl_tensor_release(xk);
-  dpl_tensor_release(yk);
-  dpl_tensor_release(diff);
-  dpl_tensor_release(t1);
-  dpl_tensor_release(t2);
-  dpl_tensor_release(gv);
-  if (st != DPL_OK) { dpl_tensor_release(res); return st; }
-  *a->out[0] = res;
-  return DPL_OK;
+  TRYC(dpl_retype(name, &res, x->_dtype));
+  dpl_release_n(6, (dpl_tensor *[]){xk, yk, diff, t1, t2, gv});
+  return dpl_hand_over(st, 1, &res, a->out);
 }
 
 int dpl_cu_op_loss(const dpl_bk_args *a)

@@ -14,17 +14,25 @@
 #include <time.h>
 #include <unistd.h>
 
-int dpl_proc_fork(int32_t *pid_out)
+/* fork() with the child tied to its parent's life (SIGTERM when the parent
+ * dies; a child whose parent is already gone exits at once) */
+static pid_t fork_tied(void)
 {
-  if (!pid_out) return dpl_errorf(DPL_EINVAL, "dpl_proc_fork: pid_out is NULL");
   pid_t parent = getpid();
   fflush(NULL);
   pid_t pid = fork();
-  if (pid < 0) return dpl_errorf(DPL_EIO, "fork failed: %s", strerror(errno));
   if (pid == 0) {
     prctl(PR_SET_PDEATHSIG, SIGTERM);
     if (getppid() != parent) _exit(1); /* the parent is already gone */
   }
+  return pid;
+}
+
+int dpl_proc_fork(int32_t *pid_out)
+{
+  if (!pid_out) return dpl_errorf(DPL_EINVAL, "dpl_proc_fork: pid_out is NULL");
+  pid_t pid = fork_tied();
+  if (pid < 0) return dpl_errorf(DPL_EIO, "fork failed: %s", strerror(errno));
   *pid_out = (int32_t)pid;
   return DPL_OK;
 }
@@ -76,13 +84,9 @@ int dpl_proc_setenv(const char *name, const char *value)
 int dpl_proc_spawn_self(const char *const *argv, int32_t *pid_out)
 {
   if (!argv || !argv[0] || !pid_out) return dpl_errorf(DPL_EINVAL, "dpl_proc_spawn_self: argv and pid_out are required");
-  pid_t parent = getpid();
-  fflush(NULL);
-  pid_t pid = fork();
+  pid_t pid = fork_tied();
   if (pid < 0) return dpl_errorf(DPL_EIO, "fork failed: %s", strerror(errno));
   if (pid == 0) {
-    prctl(PR_SET_PDEATHSIG, SIGTERM);
-    if (getppid() != parent) _exit(1);
     signal(SIGINT, SIG_DFL);
     signal(SIGTERM, SIG_DFL);
     execv("/proc/self/exe", (char *const *)argv);

@@ -321,12 +321,8 @@ int dpl_conv2d(const dpl_tensor *x, const dpl_tensor *w, const dpl_tensor *bias,
   }
   free(cols);
   free(tmp);
-  dpl_tensor_release(cx);
-  dpl_tensor_release(cw);
-  dpl_tensor_release(cb);
-  if (st != DPL_OK) { dpl_tensor_release(res); return st; }
-  *out = res;
-  return DPL_OK;
+  dpl_release_n(3, (dpl_tensor *[]){cx, cw, cb});
+  return dpl_hand_over(st, 1, &res, &out);
 }
 
 int dpl_conv2d_backward(const dpl_tensor *grad_out, const dpl_tensor *x, const dpl_tensor *w, const int32_t *params,
@@ -411,19 +407,8 @@ int dpl_conv2d_backward(const dpl_tensor *grad_out, const dpl_tensor *x, const d
   }
   free(cols);
   free(gyc);
-  dpl_tensor_release(cx);
-  dpl_tensor_release(cw);
-  dpl_tensor_release(cg);
-  if (st != DPL_OK) {
-    dpl_tensor_release(gx);
-    dpl_tensor_release(gw);
-    dpl_tensor_release(gb);
-    return st;
-  }
-  if (grad_x) *grad_x = gx;
-  if (grad_w) *grad_w = gw;
-  if (grad_bias) *grad_bias = gb;
-  return DPL_OK;
+  dpl_release_n(3, (dpl_tensor *[]){cx, cw, cg});
+  return dpl_hand_over(st, 3, (dpl_tensor *[]){gx, gw, gb}, (dpl_tensor **[]){grad_x, grad_w, grad_bias});
 }
 
 /* ---- pooling ---- */
@@ -638,10 +623,7 @@ int dpl_max_pool2d(const dpl_tensor *x, const int32_t *params, dpl_tensor **out,
     st = dpl_retype(name, &res, x->_dtype);
   }
   dpl_tensor_release(cx);
-  if (st != DPL_OK) { dpl_tensor_release(res); dpl_tensor_release(idx); return st; }
-  *out = res;
-  *indices = idx;
-  return DPL_OK;
+  return dpl_hand_over(st, 2, (dpl_tensor *[]){res, idx}, (dpl_tensor **[]){out, indices});
 }
 
 int dpl_max_pool2d_backward(const dpl_tensor *grad_out, const dpl_tensor *x, const dpl_tensor *indices, dpl_tensor **grad_x)

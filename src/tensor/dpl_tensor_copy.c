@@ -298,15 +298,21 @@ int dpl_tensor_read_f64(const dpl_tensor *t, double *values, int64_t n)
   return DPL_OK;
 }
 
+/* A filled constructor on a real GPU: st is how building it on the host into *h
+ * went; then moved to the device into *out, the host tensor released. */
+static int moved_from_host(int st, dpl_tensor **h, int32_t dtype, int32_t devtype, int32_t devindex, dpl_tensor **out)
+{
+  if (st == DPL_OK) st = dpl_tensor_to(*h, dtype, devtype, devindex, out);
+  dpl_tensor_release(*h);
+  return st;
+}
+
 int dpl_tensor_arange(double start, double step, int64_t n, int32_t dtype, int32_t devtype, int32_t devindex,
                       dpl_tensor **out)
 {
   if (devtype == DPL_DEVICE_CUDA && dpl_backend_get() && out) { /* real GPUs: built on the host, then moved */
     dpl_tensor *h = NULL;
-    DPL_TRY(dpl_tensor_arange(start, step, n, dtype, DPL_DEVICE_CPU, 0, &h));
-    int st = dpl_tensor_to(h, dtype, devtype, devindex, out);
-    dpl_tensor_release(h);
-    return st;
+    return moved_from_host(dpl_tensor_arange(start, step, n, dtype, DPL_DEVICE_CPU, 0, &h), &h, dtype, devtype, devindex, out);
   }
   if (n < 0) return dpl_errorf(DPL_EINVAL, "arange: negative length %lld", (long long)n);
   if (!(step == step) || !(start == start)) return dpl_errorf(DPL_EINVAL, "arange: start and step must not be NaN");
@@ -327,10 +333,7 @@ int dpl_tensor_linspace(double start, double end, int64_t n, int32_t dtype, int3
 {
   if (devtype == DPL_DEVICE_CUDA && dpl_backend_get() && out) { /* real GPUs: built on the host, then moved */
     dpl_tensor *h = NULL;
-    DPL_TRY(dpl_tensor_linspace(start, end, n, dtype, DPL_DEVICE_CPU, 0, &h));
-    int st = dpl_tensor_to(h, dtype, devtype, devindex, out);
-    dpl_tensor_release(h);
-    return st;
+    return moved_from_host(dpl_tensor_linspace(start, end, n, dtype, DPL_DEVICE_CPU, 0, &h), &h, dtype, devtype, devindex, out);
   }
   if (n < 0) return dpl_errorf(DPL_EINVAL, "linspace: steps must be >= 0, got %lld", (long long)n);
   DPL_TRY(dpl_new_on("linspace", dtype, 1, &n, devtype, devindex, out));
@@ -350,10 +353,7 @@ int dpl_tensor_eye(int64_t n, int64_t m, int32_t dtype, int32_t devtype, int32_t
 {
   if (devtype == DPL_DEVICE_CUDA && dpl_backend_get() && out) { /* real GPUs: built on the host, then moved */
     dpl_tensor *h = NULL;
-    DPL_TRY(dpl_tensor_eye(n, m, dtype, DPL_DEVICE_CPU, 0, &h));
-    int st = dpl_tensor_to(h, dtype, devtype, devindex, out);
-    dpl_tensor_release(h);
-    return st;
+    return moved_from_host(dpl_tensor_eye(n, m, dtype, DPL_DEVICE_CPU, 0, &h), &h, dtype, devtype, devindex, out);
   }
   if (n < 0 || m < 0) return dpl_errorf(DPL_EINVAL, "eye: sizes must be >= 0, got %lld x %lld", (long long)n, (long long)m);
   int64_t shape[2] = {n, m};

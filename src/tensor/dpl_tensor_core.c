@@ -1,7 +1,8 @@
 /* dpl_tensor_core.c: storages and tensor handles: 64-byte-aligned, refcounted
  * storage with per-device byte counters (dpl_mem_stats), device checks for
  * simulated GPUs, tensor creation and release (one allocation for a fresh
- * tensor: handle, storage header and data in one block), and every view op
+ * tensor: handle, storage header and data in one block; an op's ending:
+ * release its temporaries, hand over its results), and every view op
  * (view/reshape, as_strided, transpose, permute, narrow, select, expand,
  * squeeze/unsqueeze, contiguous), plus shape/broadcast/type-promotion helpers. */
 #define _GNU_SOURCE
@@ -662,6 +663,20 @@ void dpl_tensor_release(dpl_tensor *t)
   if (!t) return;
   storage_release(t->_storage);
   pool_put(0, t);
+}
+
+void dpl_release_n(int n, dpl_tensor *const *t)
+{
+  for (int k = 0; k < n; k++) dpl_tensor_release(t[k]);
+}
+
+int dpl_hand_over(int st, int n, dpl_tensor *const *res, dpl_tensor **const *out)
+{
+  for (int k = 0; k < n; k++) {
+    if (st == DPL_OK && out[k]) *out[k] = res[k];
+    else dpl_tensor_release(res[k]);
+  }
+  return st;
 }
 
 int dpl_tensor_free_data(dpl_tensor *t)

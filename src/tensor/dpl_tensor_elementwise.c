@@ -174,16 +174,18 @@ INT_BINARY(bin_i32, int32_t, uint32_t)
 INT_BINARY(bin_i64, int64_t, uint64_t)
 INT_BINARY(bin_u8, uint8_t, uint32_t)
 
-static dpl_loop_fn bin_loop_for(int32_t kd)
+/* a kernel family's loop for kernel dtype kd: fam = {f32, f64, i32, i64, u8 (uint8 and bool)} */
+static dpl_loop_fn loop_for(int32_t kd, const dpl_loop_fn fam[5])
 {
   switch (kd) {
-  case DPL_FLOAT32: return bin_f32;
-  case DPL_FLOAT64: return bin_f64;
-  case DPL_INT32: return bin_i32;
-  case DPL_INT64: return bin_i64;
-  default: return bin_u8;
+  case DPL_FLOAT32: return fam[0];
+  case DPL_FLOAT64: return fam[1];
+  case DPL_INT32: return fam[2];
+  case DPL_INT64: return fam[3];
+  default: return fam[4];
   }
 }
+static const dpl_loop_fn bin_loops[5] = {bin_f32, bin_f64, bin_i32, bin_i64, bin_u8};
 
 /* a dtype for a Lua number: integral values count as integers (PyTorch's wrapped numbers) */
 static int32_t scalar_dtype(int32_t tensor_dt, double s)
@@ -281,14 +283,14 @@ static int binary_core(const char *name, int op, const dpl_tensor *a, const dpl_
     char *ptrs[3] = {target->_data, ua->_data, ub->_data};
     int64_t sts[3] = {dpl_elsize(target->_dtype), dpl_elsize(kd), dpl_elsize(kd)};
     ew_ctx c = {op, 0};
-    bin_loop_for(kd)(ptrs, sts, target->_numel, &c);
+    loop_for(kd, bin_loops)(ptrs, sts, target->_numel, &c);
     if (tmp) dpl_copy_raw(dst ? dst : res, tmp);
   } else if (st == DPL_OK) {
     dpl_tensor *ops[3] = {target, (dpl_tensor *)ua, (dpl_tensor *)ub};
     dpl_iter it;
     dpl_iter_init(&it, 3, ops, nd, shape);
     ew_ctx c = {op, target != dst && dpl_storage_cold(target)};
-    dpl_iter_run(&it, bin_loop_for(kd), &c, GRAIN);
+    dpl_iter_run(&it, loop_for(kd, bin_loops), &c, GRAIN);
     if (tmp) dpl_copy_raw(dst ? dst : res, tmp);
   }
   dpl_tensor_release(ta);
@@ -544,16 +546,7 @@ INT_UNARY(un_i32, int32_t, uint32_t)
 INT_UNARY(un_i64, int64_t, uint64_t)
 INT_UNARY(un_u8, uint8_t, uint32_t)
 
-static dpl_loop_fn un_loop_for(int32_t kd)
-{
-  switch (kd) {
-  case DPL_FLOAT32: return un_f32;
-  case DPL_FLOAT64: return un_f64;
-  case DPL_INT32: return un_i32;
-  case DPL_INT64: return un_i64;
-  default: return un_u8;
-  }
-}
+static const dpl_loop_fn un_loops[5] = {un_f32, un_f64, un_i32, un_i64, un_u8};
 
 static int unary_core(int32_t op, const dpl_tensor *a, dpl_tensor *dst, dpl_tensor **out)
 {
@@ -592,7 +585,7 @@ static int unary_core(int32_t op, const dpl_tensor *a, dpl_tensor *dst, dpl_tens
     dpl_iter it;
     dpl_iter_init(&it, 2, ops, a->_ndim, a->_shape);
     ew_ctx c = {op, target != dst && dpl_storage_cold(target)};
-    dpl_iter_run(&it, un_loop_for(kd), &c, GRAIN / 4);
+    dpl_iter_run(&it, loop_for(kd, un_loops), &c, GRAIN / 4);
     if (tmp) dpl_copy_raw(dst ? dst : res, tmp);
   }
   dpl_tensor_release(ta);
@@ -663,9 +656,7 @@ int dpl_activation_backward(int32_t op, const dpl_tensor *grad, const dpl_tensor
   DPL_TRY(dpl_check_handle(name, "grad", grad));
   DPL_TRY(dpl_check_handle(name, (op == DPL_OP_TANH || op == DPL_OP_SIGMOID) ? "output" : "input", in));
   DPL_TRY(dpl_check_same_device(name, grad, in));
-  int same = grad->_ndim == in->_ndim;
-  for (int i = 0; same && i < grad->_ndim; i++) same = grad->_shape[i] == in->_shape[i];
-  if (!same) {
+  if (!dpl_same_shape(grad, in)) {
     char b1[160], b2[160];
     return dpl_errorf(DPL_EINVAL, "%s: grad shape %s does not match the saved tensor's shape %s", name,
                       dpl_shape_str(grad->_ndim, grad->_shape, b1, sizeof b1), dpl_shape_str(in->_ndim, in->_shape, b2, sizeof b2));
@@ -689,18 +680,10 @@ int dpl_activation_backward(int32_t op, const dpl_tensor *grad, const dpl_tensor
       int opv = op;
       dpl_iter_run(&it, kd == DPL_FLOAT32 ? act_f32 : act_f64, &opv, GRAIN / 4);
     }
-    if (st == DPL_OK && rd != kd) {
-      dpl_tensor *r2 = NULL;
-      st = dpl_contig_as(name, res, rd, &r2);
-      dpl_tensor_release(res);
-      res = r2;
-    }
+    if (st == DPL_OK) st = dpl_retype(name, &res, rd);
   }
-  dpl_tensor_release(tg);
-  dpl_tensor_release(tx);
-  if (st != DPL_OK) { dpl_tensor_release(res); return st; }
-  *out = res;
-  return DPL_OK;
+  dpl_release_n(2, (dpl_tensor *[]){tg, tx});
+  return dpl_hand_over(st, 1, &res, &out);
 }
 
 /* ---- clamp ---- */

@@ -311,9 +311,7 @@ int dpl_stack(int32_t n, dpl_tensor *const *ts, int32_t dim, dpl_tensor **out)
     char what[32];
     snprintf(what, sizeof what, "tensor %d", i);
     DPL_TRY(dpl_check_handle(name, what, ts[i])); /* any device: dpl_cat checks they share one */
-    int same = ts[i]->_ndim == ts[0]->_ndim;
-    for (int d = 0; same && d < ts[0]->_ndim; d++) same = ts[i]->_shape[d] == ts[0]->_shape[d];
-    if (!same) {
+    if (!dpl_same_shape(ts[i], ts[0])) {
       char b1[160], b2[160];
       return dpl_errorf(DPL_EINVAL, "%s: expected tensors of equal shape, tensor 0 is %s, tensor %d is %s", name,
                         dpl_shape_str(ts[0]->_ndim, ts[0]->_shape, b1, sizeof b1), i,

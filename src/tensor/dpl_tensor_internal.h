@@ -172,15 +172,32 @@ int dpl_make_view(const dpl_tensor *t, int32_t ndim, const int64_t *shape, const
 void dpl_update_contig(dpl_tensor *t);
 static inline int dpl_is_contig(const dpl_tensor *t) { return (t->_flags & DPL_CONTIG) != 0; }
 static inline int dpl_is_devmem(const dpl_tensor *t) { return t && (t->_flags & DPL_DEVMEM) != 0; }
+/* 1 when a and b have the same shape */
+static inline int dpl_same_shape(const dpl_tensor *a, const dpl_tensor *b)
+{
+  if (a->_ndim != b->_ndim) return 0;
+  for (int i = 0; i < a->_ndim; i++)
+    if (a->_shape[i] != b->_shape[i]) return 0;
+  return 1;
+}
 /* Contiguous copy in dtype (a new handle on t when t already is contiguous in that dtype). */
 int dpl_contig_as(const char *op, const dpl_tensor *t, int32_t dtype, dpl_tensor **out);
 /* *t (NULL allowed) replaced by a contiguous copy in dtype dt when its dtype differs
  * (the old handle released, *t NULL on failure): a kernel's result into the op's dtype */
 int dpl_retype(const char *op, dpl_tensor **t, int32_t dt);
+/* Releases t[0..n-1] (NULL entries allowed): an op's temporaries. */
+void dpl_release_n(int n, dpl_tensor *const *t);
+/* An op's ending with n results: when st is DPL_OK each res[k] is stored
+ * through out[k] (released when out[k] is NULL), else every res[k] is
+ * released; returns st. The shared tail of ops with one to three outputs. */
+int dpl_hand_over(int st, int n, dpl_tensor *const *res, dpl_tensor **const *out);
 /* cross_entropy / nll_loss on any device: floating input of shape [N, C] (or [C]) and
  * integer class indices of shape [N] (or []): *N samples of *C classes, or an error
  * naming the op (the caller has checked the handles and their device) */
 int dpl_class_loss_dims(const char *name, const dpl_tensor *x, const dpl_tensor *target, int64_t *N, int64_t *C);
+/* mse_loss on any device: input and target on one device, of one shape, the input
+ * floating, or an error naming the op (the caller has checked the handles) */
+int dpl_mse_check(const char *name, const dpl_tensor *a, const dpl_tensor *b);
 /* copy with broadcasting and conversion, no checks */
 void dpl_copy_raw(dpl_tensor *dst, const dpl_tensor *src);
 /* A live tensor in host memory; a tensor in device memory fails with

@@ -162,19 +162,8 @@ int dpl_layer_norm(const dpl_tensor *x, const dpl_tensor *weight, const dpl_tens
     dpl_parallel_for(rows, 16384 / normalized_numel + 1, ln_fwd_range, &j);
   }
   if (st == DPL_OK) st = dpl_retype(name, &ry, x->_dtype);
-  dpl_tensor_release(cx);
-  dpl_tensor_release(cw);
-  dpl_tensor_release(cb);
-  if (st != DPL_OK) {
-    dpl_tensor_release(ry);
-    dpl_tensor_release(rm);
-    dpl_tensor_release(rr);
-    return st;
-  }
-  *y = ry;
-  *mean = rm;
-  *rstd = rr;
-  return DPL_OK;
+  dpl_release_n(3, (dpl_tensor *[]){cx, cw, cb});
+  return dpl_hand_over(st, 3, (dpl_tensor *[]){ry, rm, rr}, (dpl_tensor **[]){y, mean, rstd});
 }
 
 int dpl_layer_norm_backward(const dpl_tensor *grad_y, const dpl_tensor *x, const dpl_tensor *mean,
@@ -195,9 +184,7 @@ int dpl_layer_norm_backward(const dpl_tensor *grad_y, const dpl_tensor *x, const
   DPL_TRY(dpl_check_same_device(name, x, rstd));
   if (!dpl_is_float(x->_dtype))
     return dpl_errorf(DPL_EINVAL, "%s: expected a floating input, got %s", name, dpl_dtype_name(x->_dtype));
-  int same = grad_y->_ndim == x->_ndim;
-  for (int i = 0; same && i < x->_ndim; i++) same = grad_y->_shape[i] == x->_shape[i];
-  if (!same) {
+  if (!dpl_same_shape(grad_y, x)) {
     char b1[160], b2[160];
     return dpl_errorf(DPL_EINVAL, "%s: grad shape %s does not match the input shape %s", name,
                       dpl_shape_str(grad_y->_ndim, grad_y->_shape, b1, sizeof b1),
@@ -253,19 +240,6 @@ int dpl_layer_norm_backward(const dpl_tensor *grad_y, const dpl_tensor *x, const
   if (st == DPL_OK) st = dpl_retype(name, &gx, x->_dtype);
   if (st == DPL_OK) st = dpl_retype(name, &gw, pd);
   if (st == DPL_OK) st = dpl_retype(name, &gb, pd);
-  dpl_tensor_release(cx);
-  dpl_tensor_release(cg);
-  dpl_tensor_release(cw);
-  dpl_tensor_release(cm);
-  dpl_tensor_release(cr);
-  if (st != DPL_OK) {
-    dpl_tensor_release(gx);
-    dpl_tensor_release(gw);
-    dpl_tensor_release(gb);
-    return st;
-  }
-  *grad_x = gx;
-  if (grad_w) *grad_w = gw;
-  if (grad_b) *grad_b = gb;
-  return DPL_OK;
+  dpl_release_n(5, (dpl_tensor *[]){cx, cg, cw, cm, cr});
+  return dpl_hand_over(st, 3, (dpl_tensor *[]){gx, gw, gb}, (dpl_tensor **[]){grad_x, grad_w, grad_b});
 }

@@ -115,9 +115,7 @@ static int check_like(const char *op, const char *what, int32_t n, dpl_tensor *c
       return dpl_errorf(DPL_EDEVICE, "%s: %s[%d] is on %s, its parameter on %s", op, what, (int)k,
                         dpl_device_str(t->_devtype, t->_devindex, d1, sizeof d1),
                         dpl_device_str(p->_devtype, p->_devindex, d2, sizeof d2));
-    int same = t->_ndim == p->_ndim;
-    for (int i = 0; same && i < t->_ndim; i++) same = t->_shape[i] == p->_shape[i];
-    if (!same)
+    if (!dpl_same_shape(t, p))
       return dpl_errorf(DPL_EINVAL, "%s: %s[%d] has shape %s, its parameter %s", op, what, (int)k,
                         dpl_shape_str(t->_ndim, t->_shape, b1, sizeof b1), dpl_shape_str(p->_ndim, p->_shape, b2, sizeof b2));
     if (!dpl_is_contig(t) && t->_numel > 0)

@@ -274,12 +274,7 @@ static int reduce_core(int op, const dpl_tensor *a, int32_t dim, int32_t keepdim
       }
     }
     free(acc);
-    if (st == DPL_OK && od != rd) {
-      dpl_tensor *r2 = NULL;
-      st = dpl_contig_as(name, res, rd, &r2);
-      dpl_tensor_release(res);
-      res = r2;
-    }
+    if (st == DPL_OK) st = dpl_retype(name, &res, rd);
   } else if (st == DPL_OK) {
     red_job j;
     j.c.op = op;
@@ -296,18 +291,10 @@ static int reduce_core(int op, const dpl_tensor *a, int32_t dim, int32_t keepdim
     int64_t nout = dpl_shape_numel(g.ondim, g.oshape);
     int64_t grain = g.R > 0 ? 65536 / g.R + 1 : 65536;
     dpl_parallel_for(nout, grain, red_range, &j);
-    if (od != rd) {
-      dpl_tensor *r2 = NULL;
-      st = dpl_contig_as(name, res, rd, &r2);
-      dpl_tensor_release(res);
-      res = r2;
-    }
+    st = dpl_retype(name, &res, rd);
   }
   dpl_tensor_release(src);
-  if (st != DPL_OK) { dpl_tensor_release(res); dpl_tensor_release(idx); return st; }
-  *out = res;
-  if (out_idx) *out_idx = idx;
-  return DPL_OK;
+  return dpl_hand_over(st, 2, (dpl_tensor *[]){res, idx}, (dpl_tensor **[]){out, out_idx});
 }
 
 int dpl_reduce(int32_t op, const dpl_tensor *a, int32_t dim, int32_t keepdim, double param, dpl_tensor **out)
@@ -404,9 +391,7 @@ static int softmax_core(const char *name, const dpl_tensor *grad, const dpl_tens
   if (grad) {
     DPL_TRY(dpl_check_tensor(name, "grad", grad));
     DPL_TRY(dpl_check_same_device(name, grad, a));
-    int same = grad->_ndim == a->_ndim;
-    for (int i = 0; same && i < a->_ndim; i++) same = grad->_shape[i] == a->_shape[i];
-    if (!same) {
+    if (!dpl_same_shape(grad, a)) {
       char b1[160], b2[160];
       return dpl_errorf(DPL_EINVAL, "%s: grad shape %s does not match the output shape %s", name,
                         dpl_shape_str(grad->_ndim, grad->_shape, b1, sizeof b1), dpl_shape_str(a->_ndim, a->_shape, b2, sizeof b2));
@@ -439,17 +424,9 @@ static int softmax_core(const char *name, const dpl_tensor *grad, const dpl_tens
     int64_t nout = dpl_shape_numel(j.gi.ondim, j.gi.oshape);
     dpl_parallel_for(nout, 16384 / (j.gi.R + 1) + 1, sm_range, &j);
   }
-  if (st == DPL_OK && rd != kd) {
-    dpl_tensor *r2 = NULL;
-    st = dpl_contig_as(name, res, rd, &r2);
-    dpl_tensor_release(res);
-    res = r2;
-  }
-  dpl_tensor_release(ta);
-  dpl_tensor_release(tg);
-  if (st != DPL_OK) { dpl_tensor_release(res); return st; }
-  *out = res;
-  return DPL_OK;
+  if (st == DPL_OK) st = dpl_retype(name, &res, rd);
+  dpl_release_n(2, (dpl_tensor *[]){ta, tg});
+  return dpl_hand_over(st, 1, &res, &out);
 }
 
 int dpl_softmax(const dpl_tensor *a, int32_t dim, int32_t log, dpl_tensor **out)
@@ -672,19 +649,11 @@ static int class_loss_backward(const char *name, int ce, const dpl_tensor *grad_
         gr[t[i]] = -g[i];
       }
     }
-    if (x->_dtype != DPL_FLOAT64) {
-      dpl_tensor *r2 = NULL;
-      st = dpl_contig_as(name, res, x->_dtype, &r2);
-      dpl_tensor_release(res);
-      res = r2;
-    }
+    st = dpl_retype(name, &res, x->_dtype);
   }
   free(g);
-  dpl_tensor_release(xd);
-  dpl_tensor_release(td);
-  if (st != DPL_OK) { dpl_tensor_release(res); return st; }
-  *out = res;
-  return DPL_OK;
+  dpl_release_n(2, (dpl_tensor *[]){xd, td});
+  return dpl_hand_over(st, 1, &res, &out);
 }
 
 int dpl_cross_entropy_backward(const dpl_tensor *grad_out, const dpl_tensor *logits, const dpl_tensor *target,
@@ -713,20 +682,25 @@ int dpl_nll_loss_backward(const dpl_tensor *grad_out, const dpl_tensor *logp, co
   return class_loss_backward("nll_loss_backward", 0, grad_out, logp, target, reduction, ignore_index, grad_logp);
 }
 
-static int mse_inputs(const char *name, const dpl_tensor *a, const dpl_tensor *b, dpl_tensor **ad, dpl_tensor **bd)
+int dpl_mse_check(const char *name, const dpl_tensor *a, const dpl_tensor *b)
 {
-  DPL_TRY(dpl_check_tensor(name, "input", a));
-  DPL_TRY(dpl_check_tensor(name, "target", b));
   DPL_TRY(dpl_check_same_device(name, a, b));
-  int same = a->_ndim == b->_ndim;
-  for (int i = 0; same && i < a->_ndim; i++) same = a->_shape[i] == b->_shape[i];
-  if (!same) {
+  if (!dpl_same_shape(a, b)) {
     char b1[160], b2[160];
     return dpl_errorf(DPL_EINVAL, "%s: input shape %s and target shape %s must match", name,
                       dpl_shape_str(a->_ndim, a->_shape, b1, sizeof b1), dpl_shape_str(b->_ndim, b->_shape, b2, sizeof b2));
   }
   if (!dpl_is_float(a->_dtype))
     return dpl_errorf(DPL_EINVAL, "%s: expected floating-point input, got %s", name, dpl_dtype_name(a->_dtype));
+  return DPL_OK;
+}
+
+/* the CPU's: checked, contiguous float64 copies of the input and the target */
+static int mse_inputs(const char *name, const dpl_tensor *a, const dpl_tensor *b, dpl_tensor **ad, dpl_tensor **bd)
+{
+  DPL_TRY(dpl_check_tensor(name, "input", a));
+  DPL_TRY(dpl_check_tensor(name, "target", b));
+  DPL_TRY(dpl_mse_check(name, a, b));
   DPL_TRY(dpl_contig_as(name, a, DPL_FLOAT64, ad));
   int st = dpl_contig_as(name, b, DPL_FLOAT64, bd);
   if (st != DPL_OK) dpl_tensor_release(*ad);
@@ -758,17 +732,9 @@ int dpl_mse_loss(const dpl_tensor *a, const dpl_tensor *b, int32_t reduction, dp
     st = dpl_new(name, DPL_FLOAT64, 0, NULL, a, &res);
     if (st == DPL_OK) *(double *)res->_data = s;
   }
-  if (st == DPL_OK && a->_dtype != DPL_FLOAT64) {
-    dpl_tensor *r2 = NULL;
-    st = dpl_contig_as(name, res, a->_dtype, &r2);
-    dpl_tensor_release(res);
-    res = r2;
-  }
-  dpl_tensor_release(ad);
-  dpl_tensor_release(bd);
-  if (st != DPL_OK) { dpl_tensor_release(res); return st; }
-  *out = res;
-  return DPL_OK;
+  if (st == DPL_OK) st = dpl_retype(name, &res, a->_dtype);
+  dpl_release_n(2, (dpl_tensor *[]){ad, bd});
+  return dpl_hand_over(st, 1, &res, &out);
 }
 
 int dpl_mse_loss_backward(const dpl_tensor *grad_out, const dpl_tensor *a, const dpl_tensor *b, int32_t reduction,
@@ -805,16 +771,8 @@ int dpl_mse_loss_backward(const dpl_tensor *grad_out, const dpl_tensor *a, const
       if (reduction == 0) dpl_tensor_get(grad_out, i, &g);
       r[i] = 2.0 * (x[i] - y[i]) * g;
     }
-    if (a->_dtype != DPL_FLOAT64) {
-      dpl_tensor *r2 = NULL;
-      st = dpl_contig_as(name, res, a->_dtype, &r2);
-      dpl_tensor_release(res);
-      res = r2;
-    }
+    st = dpl_retype(name, &res, a->_dtype);
   }
-  dpl_tensor_release(ad);
-  dpl_tensor_release(bd);
-  if (st != DPL_OK) { dpl_tensor_release(res); return st; }
-  *grad_a = res;
-  return DPL_OK;
+  dpl_release_n(2, (dpl_tensor *[]){ad, bd});
+  return dpl_hand_over(st, 1, &res, &grad_a);
 }
