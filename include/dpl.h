@@ -523,10 +523,6 @@ int dpl_store_delete(dpl_store *s, const char *key, int32_t *existed);
 /* For launchers, after every rank of a job exited: removes the job's shm segment
  * names left in /dev/shm (only possible when a rank died during the rendezvous). */
 int dpl_comm_shm_cleanup(const char *job, int32_t *removed);
-/* Diagnostics of a shm communicator's waits: the busy-wait budget of the moment (µs; it
- * shrinks while other work preempts the rank, see docs/distributed.md) and how many times
- * it was cut. DPL_EINVAL for another backend. */
-int dpl_comm_shm_spin(const dpl_comm *c, int32_t *cur_us, int32_t *cuts);
 /* NCCL (through the CUDA plugin, which loads libnccl.so.2 on first use): one
  * communicator per process group for tensors in GPU memory, bootstrapped by
  * the group's host backend carrying rank 0's unique id. Tensors are contiguous,

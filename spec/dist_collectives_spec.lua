@@ -59,40 +59,6 @@ describe('dist collectives (shm)', function()
     end
   end)
 
-  it('stop spinning in their waits while other work preempts the ranks', function()
-    -- two busy loops next to two ranks on this machine's cores: the ranks get preempted,
-    -- and their waits must cut the busy-wait (docs/distributed.md, "Waiting")
-    local s = h.write_file(h.tmpname('.lua'), [[
-      local ffi = require 'ffi'
-      local C = require('dpl.capi').C
-      local dist = require('dpl').dist
-      dist.init_process_group{}
-      local b = ffi.new('double[1]')
-      local n, t0 = 0, C.dpl_clock()
-      repeat -- until either rank has run 0.6 s (the ranks agree on when to stop)
-        b[0] = C.dpl_clock() - t0
-        dist.all_reduce(b, 'max', { count = 1, dtype = 'float64' })
-        n = n + 1
-      until b[0] > 0.6
-      local cur, cuts = dist._spin_state()
-      print(('spin %d cuts %d calls %d'):format(cur, cuts, n))
-    ]])
-    local busy = "sh -c 'while :; do :; done' & a=$!; sh -c 'while :; do :; done' & b=$!; "
-    local out, err, rc = h.sh(busy .. h.q(h.bin) .. ' --nproc 2 ' .. h.q(s) .. '; r=$?; kill $a $b; exit $r',
-      { timeout = 60 })
-    assert.are.equal(0, rc, err)
-    for r = 0, 1 do
-      local cur, cuts = out:match('%[rank ' .. r .. '%] spin (%d+) cuts (%d+)')
-      assert.is_truthy(cuts, out)
-      assert.is_true(tonumber(cuts) > 0, out)
-    end
-    -- DPL_COMM_SPIN_US=0: never spins, nothing to cut
-    out, err, rc = h.sh('DPL_COMM_SPIN_US=0 ' .. h.q(h.bin) .. ' --nproc 2 ' .. h.q(s), { timeout = 60 })
-    os.remove(s)
-    assert.are.equal(0, rc, err)
-    for r = 0, 1 do assert.matches('%[rank ' .. r .. '%] spin 0 cuts 0', out) end
-  end)
-
   it('two jobs at once do not collide', function()
     local cmd = {}
     local jobs = { d.job('a'), d.job('b') }

@@ -422,17 +422,6 @@ function M.get_rank(group)
   return get_group(group, 2).rank
 end
 
---- _spin_state(group): the shm backend's busy-wait budget of the moment (µs) and how
---- many times it was cut because other work preempted this rank (diagnostics; nil for
---- other backends).
-function M._spin_state(group)
-  local g = get_group(group, 2)
-  if g.comm == nil or g.backend ~= 'shm' then return nil end
-  local cur, cuts = ffi.new('int32_t[1]'), ffi.new('int32_t[1]')
-  if C.dpl_comm_shm_spin(g.comm, cur, cuts) ~= 0 then return nil end
-  return cur[0], cuts[0]
-end
-
 function M.get_world_size(group)
   if group == nil and not world then return -1 end
   if group ~= nil and getmetatable(group) == Group and not group.member then return -1 end

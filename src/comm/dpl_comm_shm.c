@@ -18,7 +18,6 @@
 #include <dirent.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
-#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -193,51 +192,15 @@ void shm_signal(dpl_comm *c)
 
 static inline int reached(uint32_t v, uint32_t target) { return (int32_t)(v - target) >= 0; }
 
-/* Spinning pays only while every rank has a core to itself. When other work wants the
- * CPUs (a build, a second job, the desktop), a spinning rank takes the idle gaps that
- * work would have used, so the scheduler preempts a rank instead, and every rank then
- * stalls at the next collective for a time slice: a 2-rank DDP epoch ran 3-5x slower
- * next to one niced background process with a 2 ms spin, at full speed without one.
- * So at most every 10 ms (at a wait), look at this thread's involuntary context switches:
- * while they happen, quarter the spin (down to none); when they stop, double it back to
- * spin_us. */
-static void shm_adapt_spin(shm_impl *s, double t)
-{
-  struct rusage ru;
-  s->adapt_at = t + 0.01;
-  if (getrusage(RUSAGE_THREAD, &ru) != 0) return;
-  long d = ru.ru_nivcsw - s->nivcsw;
-  s->nivcsw = ru.ru_nivcsw;
-  if (d > 1 && s->spin_cur > 0) {
-    s->spin_cur /= 4;
-    s->spin_cuts++;
-  }
-  else if (s->spin_cur < s->spin_us) s->spin_cur = s->spin_cur * 2 + 8 < s->spin_us ? s->spin_cur * 2 + 8 : s->spin_us;
-}
-
-int dpl_comm_shm_spin(const dpl_comm *c, int32_t *cur_us, int32_t *cuts)
-{
-  if (!c || c->backend != DPL_COMM_SHM || !c->impl)
-    return dpl_errorf(DPL_EINVAL, "comm_shm_spin: not a shm communicator");
-  const shm_impl *s = (const shm_impl *)c->impl;
-  if (cur_us) *cur_us = s->spin_cur;
-  if (cuts) *cuts = s->spin_cuts;
-  return DPL_OK;
-}
-
 int shm_wait_rank(dpl_comm *c, int j, uint32_t target)
 {
   shm_impl *s = SHM(c);
   shm_rank_ctl *r = &s->ctl[j];
   if (reached(atomic_load_explicit(&r->step, memory_order_acquire), target)) return DPL_OK;
-  if (s->spin_us > 0) {
-    double t = now();
-    if (t >= s->adapt_at) shm_adapt_spin(s, t);
-  }
   /* spin a little: a peer on another core usually arrives within microseconds;
    * with more ranks than cores, yield instead so the peer gets the core */
-  if (s->spin_cur > 0) {
-    double end = now() + s->spin_cur * 1e-6;
+  if (s->spin_us > 0) {
+    double end = now() + s->spin_us * 1e-6;
     for (;;) {
       for (int i = 0; i < 64; i++) {
         if (reached(atomic_load_explicit(&r->step, memory_order_acquire), target)) return DPL_OK;
@@ -606,9 +569,6 @@ int dpl_comm_shm_create(const char *job, const char *group, int32_t rank, int32_
    * costs tens of µs on a VM, paid by every rank at each gradient all-reduce) */
   uint64_t spin = env_u64("DPL_COMM_SPIN_US", over ? 0 : 2000);
   s->spin_us = (int)(spin > 100000 ? 100000 : spin);
-  s->spin_cur = s->spin_us;
-  struct rusage ru;
-  if (getrusage(RUSAGE_THREAD, &ru) == 0) s->nivcsw = ru.ru_nivcsw;
   uint64_t yld = env_u64("DPL_COMM_YIELD_US", over ? 1000 : 0);
   s->yield_us = (int)(yld > 100000 ? 100000 : yld);
   snprintf(s->name, sizeof s->name, "/dpl-%s-%s", job, group);

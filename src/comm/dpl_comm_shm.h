@@ -71,11 +71,7 @@ typedef struct shm_impl {
   uint32_t buf_free[2];      /* step every rank must reach before buffer b is reused */
   uint32_t known_all;        /* every rank is known to have reached this step */
   uint64_t chunk_no;
-  int spin_us;               /* busy-wait up to this long before sleeping (DPL_COMM_SPIN_US) */
-  int spin_cur;              /* the spin of the moment: less while other work preempts us */
-  double adapt_at;           /* when to look at the context switches next (every 10 ms) */
-  long nivcsw;               /* this thread's involuntary context switches, last look */
-  int32_t spin_cuts;         /* times the spin was cut (dpl_comm_shm_spin) */
+  int spin_us;               /* busy-wait this long before sleeping (DPL_COMM_SPIN_US) */
   int yield_us;              /* then sched_yield this long (DPL_COMM_YIELD_US; oversubscribed) */
   double deadline;           /* of the current call */
   double next_check;
