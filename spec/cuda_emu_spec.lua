@@ -245,6 +245,40 @@ print(('%.3g'):format((t:cpu() - tc):abs():max():item()))
     assert.is_true(tonumber(dev) + tonumber(stream) + tonumber(event) <= 2, err:match('[^\n]*host syncs[^\n]*'))
   end)
 
+  it('Trainer: a loss logged every step on cuda:0 does not make the host wait every step', function()
+    -- 40 steps of a small classifier, self:log(prog_bar) each step, a CSV logger every 10
+    -- steps; the waits: set-up, the logged rows, the epoch end (docs/trainer.md)
+    local dir = h.tmpname('-lazy')
+    local script = h.write_file(h.tmpname('.lua'), [[
+local dpl = require 'dpl'
+local nn, F = dpl.nn, dpl.nn.functional
+local ds = dpl.datasets.SyntheticClassification { n = 640, features = 16, classes = 4, seed = 1 }
+local M = dpl.LightningModule:extend('M')
+function M:__init() dpl.LightningModule.__init(self); self.net = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4)) end
+function M:forward(x) return self.net(x) end
+function M:training_step(b)
+  local loss = F.cross_entropy(self(b[1]), b[2])
+  self:log('train_loss', loss, { prog_bar = true })
+  return loss
+end
+function M:configure_optimizers() return dpl.optim.SGD(self:parameters(), { lr = 0.1 }) end
+local t = dpl.Trainer { accelerator = 'gpu', devices = 1, max_epochs = 1, log_every_n_steps = 10,
+  logger = dpl.loggers.CSVLogger(arg[1]), enable_checkpointing = false, enable_progress_bar = false,
+  enable_model_summary = false }
+t:fit(M(), dpl.data.DataLoader(ds, { batch_size = 16 }))
+print(('loss %.4f'):format(t.callback_metrics.train_loss))
+]])
+    local out, err, rc = emulated(h.q(script) .. ' ' .. h.q(dir), 'DPL_CUDA_EMU_STATS=1')
+    os.remove(script)
+    h.sh('rm -rf ' .. h.q(dir))
+    assert.are.equal(0, rc, out .. err)
+    assert.truthy(out:match('loss %d'), out)
+    local dev, stream, event = err:match('host syncs: (%d+) device, (%d+) stream, (%d+) event')
+    assert.truthy(event, err)
+    -- was 40 + set-up; now set-up (~12), 4 logged rows and the epoch end
+    assert.is_true(tonumber(dev) + tonumber(stream) + tonumber(event) <= 24, err:match('[^\n]*host syncs[^\n]*'))
+  end)
+
   it('runs scripts/gpu-check.sh end to end (--emulated: the dry run of the GPU machine\'s check)', function()
     build()
     local dir = h.tmpname('-gpucheck')

@@ -31,4 +31,15 @@ function Callback:load_state_dict() end
 
 Callback.__tostring = function(self) return (getmetatable(self).__name or 'Callback') .. '()' end
 
+-- The hook functions of dpl's own callbacks: they read the trainer's metric dicts only
+-- through points that bring logged GPU values in first (Results:flush), so the Trainer
+-- need not wait for the GPU before calling them. A hook a user defines (a subclass
+-- included) is not in here: the Trainer brings the values in before calling it.
+local lazy_ok = setmetatable({}, { __mode = 'k' })
+Callback._lazy_metrics_ok = lazy_ok
+function Callback._mark_lazy_metrics_ok(cls)
+  for _, v in pairs(cls) do if type(v) == 'function' then lazy_ok[v] = true end end
+end
+for _, name in ipairs(Callback.hook_names) do lazy_ok[Callback[name]] = true end
+
 return Callback

@@ -105,6 +105,7 @@ function EarlyStopping:_evaluate_stopping_criteria(current)
 end
 
 function EarlyStopping:_run_early_stopping_check(trainer)
+  trainer._results_connector:flush()
   local logs = trainer.callback_metrics
   if not self:_validate_condition_metric(logs) then return end
   local current = require('dpl.trainer.results').to_number(logs[self.monitor])
@@ -125,4 +126,5 @@ function EarlyStopping:load_state_dict(s)
   self.best_score, self.patience = s.best_score, s.patience
 end
 
+Callback._mark_lazy_metrics_ok(EarlyStopping)
 return EarlyStopping

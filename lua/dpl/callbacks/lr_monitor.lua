@@ -65,4 +65,5 @@ function LearningRateMonitor:on_train_epoch_start(trainer)
   if next(stats) then trainer._results_connector:log_metrics(stats, trainer.fit_loop.batches_that_stepped) end
 end
 
+Callback._mark_lazy_metrics_ok(LearningRateMonitor)
 return LearningRateMonitor

@@ -161,6 +161,7 @@ function ModelCheckpoint:format_checkpoint_name(metrics, filename, ver)
 end
 
 function ModelCheckpoint:_monitor_candidates(trainer)
+  trainer._results_connector:flush()
   local m = {}
   for k, v in pairs(trainer.callback_metrics) do m[k] = v end
   if m.epoch == nil then m.epoch = trainer.current_epoch end
@@ -374,4 +375,5 @@ function ModelCheckpoint:load_state_dict(s)
   self.best_model_path = s.best_model_path or ''
 end
 
+Callback._mark_lazy_metrics_ok(ModelCheckpoint)
 return ModelCheckpoint

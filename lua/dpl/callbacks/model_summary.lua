@@ -91,4 +91,5 @@ function ModelSummary:on_fit_start(trainer, model)
   self.stream:flush()
 end
 
+Callback._mark_lazy_metrics_ok(ModelSummary)
 return ModelSummary

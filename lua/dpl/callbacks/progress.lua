@@ -46,6 +46,7 @@ end
 
 --- The metrics shown: the trainer's progress_bar_metrics and v_num.
 function ProgressBar:get_metrics(trainer)
+  trainer._results_connector:flush()
   local out = {}
   for k, v in pairs(trainer.progress_bar_metrics) do out[k] = v end
   local lg = trainer.logger
@@ -238,4 +239,5 @@ function ProgressBar:on_validation_end(trainer) self:_eval_finish(trainer) end
 function ProgressBar:on_test_end(trainer) self:_eval_finish(trainer) end
 function ProgressBar:on_predict_end(trainer) self:_eval_finish(trainer) end
 
+Callback._mark_lazy_metrics_ok(ProgressBar)
 return ProgressBar

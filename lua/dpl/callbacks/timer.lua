@@ -69,4 +69,5 @@ end
 function Timer:state_dict() return { time_elapsed = { train = self:time_elapsed('train') } } end
 function Timer:load_state_dict(s) self._offset = s.time_elapsed and s.time_elapsed.train or 0 end
 
+Callback._mark_lazy_metrics_ok(Timer)
 return Timer

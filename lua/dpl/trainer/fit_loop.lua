@@ -91,6 +91,7 @@ local function update_lr_schedulers(t, interval, plateau, stepped)
       if counter % cfg.frequency == 0 then
         local metric
         if cfg.reduce_on_plateau then
+          t._results_connector:flush()
           metric = t.callback_metrics[cfg.monitor]
           if metric == nil then
             if cfg.strict then

@@ -229,6 +229,15 @@ function Trainer:_call_callback_hooks(name, ...)
   local list = self._cb_hooks[name] or self:_callbacks_for(name)
   local n = #list
   if n == 0 then return end
+  local rc = self._results_connector
+  if rc.lazy[1] ~= nil or rc.acc[1] ~= nil then
+    -- logged device values reach the metric dicts before a callback that may read them
+    Callback = Callback or require 'dpl.callbacks.callback'
+    local ok = Callback._lazy_metrics_ok
+    for i = 1, n do
+      if not ok[list[i][name]] then rc:flush(); break end
+    end
+  end
   local model = self.lightning_module
   local prev = model._current_fx_name
   model._current_fx_name = name
@@ -241,6 +250,8 @@ end
 
 function Trainer:_call_module_hook(name, ...)
   local model = self.lightning_module
+  local rc = self._results_connector
+  if (rc.lazy[1] ~= nil or rc.acc[1] ~= nil) and self:_is_overridden(name, model) then rc:flush() end
   local prev = model._current_fx_name
   model._current_fx_name = name
   local r = model[name](model, ...)
@@ -471,6 +482,8 @@ function Trainer:_run(model, ckpt_path)
   self.training, self.validating, self.testing, self.predicting, self.sanity_checking = false, false, false, false, false
   if grad_mode ~= nil then loops.set_grad_enabled(grad_mode) end -- also after an error mid-evaluation
   fit_loop._restore_signals(sigmask)
+  -- logged GPU values still queued (a run that stopped mid-epoch) into the metric dicts
+  pcall(self._results_connector.flush, self._results_connector)
   if not ok then
     self.state.status = 'interrupted'
     if self.lightning_module then

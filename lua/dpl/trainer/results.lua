@@ -95,6 +95,8 @@ function M.new(trainer)
       test = { list = {}, map = {} } },
     current = nil, stamp = 0, batch = nil, batch_size = nil, dataloader_idx = 0, num_dataloaders = 1,
     scratch_log = {}, scratch_pbar = {},
+    lazy = {},  -- entries whose step value (a device tensor) awaits the dicts (M:flush)
+    acc = {},   -- epoch aggregation of device values, in order: entry, tensor, batch size, ...
   }, M)
 end
 
@@ -108,6 +110,7 @@ end
 
 --- Clears the trainer's metric dicts (run start, around sanity checking).
 function M:reset_metrics()
+  self:flush()
   local t = self.trainer
   t.callback_metrics, t.logged_metrics, t.progress_bar_metrics = {}, {}, {}
 end
@@ -124,9 +127,57 @@ end
 function M:on_epoch_start()
   local c = self.current
   if not c then return end
+  self:flush()
   for i = 1, #c.list do
     local e = c.list[i]
     e.sum, e.weight, e.agg, e.has_epoch = 0, 0, nil, false
+  end
+end
+
+-- adds value v (a number) with weight bs to e's epoch aggregate
+local function accumulate(e, v, bs)
+  local reduce = e.reduce
+  if reduce == 'mean' then
+    e.sum = e.sum + v * bs
+    e.weight = e.weight + bs
+  elseif reduce == 'sum' then e.sum = e.sum + v
+  elseif reduce == 'max' then if e.agg == nil or v > e.agg then e.agg = v end
+  else if e.agg == nil or v < e.agg then e.agg = v end end
+end
+
+-- true for a dpl tensor of one element in device memory (not host-backed)
+local T_is_tensor
+local function value_on_device(v)
+  T_is_tensor = T_is_tensor or require('dpl.tensor').is_tensor
+  return T_is_tensor(v) and v._devtype ~= 0 and tonumber(v._numel) == 1
+end
+
+--- Writes the pending device values into the trainer's dicts and the epoch
+--- aggregates (the host waits for the device here, once for all of them). The Trainer
+--- calls it wherever the values can be seen: before a hook that a user defined, the
+--- progress bar's refresh, logging, checkpoint/early-stopping checks, epoch ends.
+function M:flush()
+  local q, a = self.lazy, self.acc
+  if q[1] == nil and a[1] == nil then return end
+  local t = self.trainer
+  local cbm, pbm = t.callback_metrics, t.progress_bar_metrics
+  for i = 1, #q do
+    local e = q[i]
+    q[i] = nil
+    e.queued = false
+    local v = e.value
+    if type(v) ~= 'number' then v = to_number(v); e.value = v end
+    if e.prog_bar then pbm[e.n_step] = v end
+    if e.training then
+      cbm[e.n_step] = v
+      cbm[e.name] = v
+    end
+  end
+  for i = 1, #a, 3 do
+    local e = a[i]
+    accumulate(e, to_number(a[i + 1]), a[i + 2])
+    e.pending = e.pending - 1
+    a[i], a[i + 1], a[i + 2] = nil, nil, nil
   end
 end
 
@@ -170,7 +221,13 @@ function M:log(fx, name, value, opts)
   if reduce == nil then
     misconf('Only `self:log(..., reduce_fx={min,max,mean,sum})` are supported. Found %s', tostring(rfx))
   end
-  local v = to_number(value)
+  -- a one-element tensor on a GPU stays there until the value is needed (M:flush): a
+  -- conversion now would make the host wait for the device at every logged step
+  local dev = nil
+  if type(value) == 'cdata' and value_on_device(value) and not (opts.sync_dist == true and self.trainer.world_size > 1) then
+    dev = value:detach()
+  end
+  local v = dev and 0 or to_number(value)
   if v == nil then
     if type(value) == 'table' then
       misconf('self:log(%s): the value must be a number or a tensor; a table of values goes to self:log_dict (nested tables are not supported)', name)
@@ -213,12 +270,13 @@ function M:log(fx, name, value, opts)
     if type(value) == 'number' then v = reduce_numbers(v, nil, reduce)
     else v = to_number(self.trainer.strategy:reduce(value, opts.sync_dist_group, reduce)) or v end
   end
-  e.value = v
+  e.value = dev or v
   e.stamp = self.stamp
   if on_epoch then
     e.has_epoch = true
+    local bs = 1
     if reduce == 'mean' then
-      local bs = opts.batch_size
+      bs = opts.batch_size
       if bs == nil then
         bs = self.batch_size
         if bs == nil then
@@ -226,11 +284,17 @@ function M:log(fx, name, value, opts)
           self.batch_size = bs
         end
       end
-      e.sum = e.sum + v * bs
-      e.weight = e.weight + bs
-    elseif reduce == 'sum' then e.sum = e.sum + v
-    elseif reduce == 'max' then if e.agg == nil or v > e.agg then e.agg = v end
-    else if e.agg == nil or v < e.agg then e.agg = v end end
+    end
+    if dev then
+      local a = self.acc
+      local n = #a
+      a[n + 1], a[n + 2], a[n + 3] = e, dev, bs
+      e.pending = (e.pending or 0) + 1
+      if n >= 3 * 255 then self:flush() end -- a bounded queue: one wait every 256 values
+    else
+      if e.pending and e.pending > 0 then self:flush() end -- in order with its device values
+      accumulate(e, v, bs)
+    end
   end
 end
 
@@ -262,12 +326,21 @@ function M:collect_step(training)
       local v = e.value
       if e.logger then
         logd = logd or self.scratch_log
-        logd[e.n_step] = v
+        logd[e.n_step] = v -- (a device value is converted if it is logged)
       end
-      if e.prog_bar then pbm[e.n_step] = v end
-      if training then
-        cbm[e.n_step] = v
-        cbm[e.name] = v
+      if type(v) ~= 'number' then -- a device value: into the dicts at the next flush
+        e.training = training
+        if not e.queued then
+          e.queued = true
+          local q = self.lazy
+          q[#q + 1] = e
+        end
+      else
+        if e.prog_bar then pbm[e.n_step] = v end
+        if training then
+          cbm[e.n_step] = v
+          cbm[e.name] = v
+        end
       end
     end
   end
@@ -277,6 +350,7 @@ end
 --- Epoch-level metrics of the current collection into the trainer's dicts;
 --- returns the loggers' dict (possibly empty).
 function M:collect_epoch()
+  self:flush()
   local c, t = self.current, self.trainer
   local logd = {}
   if not c then return logd end
@@ -299,8 +373,13 @@ end
 function M:log_metrics(metrics, step)
   local t = self.trainer
   if metrics == nil or next(metrics) == nil then return end
+  self:flush()
   local out = {}
-  for k, v in pairs(metrics) do out[k] = v; t.logged_metrics[k] = v end
+  for k, v in pairs(metrics) do
+    if type(v) ~= 'number' then v = to_number(v) or v end -- a device value (collect_step)
+    out[k] = v
+    t.logged_metrics[k] = v
+  end
   if out.epoch == nil then out.epoch = t.current_epoch end
   if step == nil then step = t.fit_loop.batches_that_stepped end
   if not t.is_global_zero then return end
