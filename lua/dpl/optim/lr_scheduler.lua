@@ -55,34 +55,24 @@ function LRScheduler:get_last_lr()
   return r
 end
 
+-- the scheduler's state: its fields but the optimizer and the lambdas (functions), tables
+-- copied one level deep (both ways, so a saved dict and the scheduler share nothing)
 local skip = { optimizer = true, lr_lambda = true, lr_lambdas = true }
-function LRScheduler:state_dict()
-  local sd = {}
-  for k, v in pairs(self) do
+local function copy_state(src, dst)
+  for k, v in pairs(src) do
     if not skip[k] and type(v) ~= 'function' then
       if type(v) == 'table' then
         local c = {}
         for a, b in pairs(v) do c[a] = b end
         v = c
       end
-      sd[k] = v
+      dst[k] = v
     end
   end
-  return sd
+  return dst
 end
-
-function LRScheduler:load_state_dict(sd)
-  for k, v in pairs(sd) do
-    if not skip[k] then
-      if type(v) == 'table' then
-        local c = {}
-        for a, b in pairs(v) do c[a] = b end
-        v = c
-      end
-      self[k] = v
-    end
-  end
-end
+function LRScheduler:state_dict() return copy_state(self, {}) end
+function LRScheduler:load_state_dict(sd) copy_state(sd, self) end
 
 local function opts_of(o) return o or {} end
 
