@@ -28,6 +28,39 @@ describe('Trainer with strategy="ddp" under dplhost --nproc 2', function()
     assert.truthy(h.read_all(dir .. '/lightning_logs/version_0/metrics.csv'):match('train_v'))
   end)
 
+  it('with GPU gradient buckets, votes on garbage collection through the host (no read-back)', function()
+    -- rank 1 alone asks for a collection every 3rd step: both ranks collect together;
+    -- the vote does not live in the (simulated) GPU bucket, so no :item() on it
+    local s = h.write_file(h.tmpname('.lua'), [[
+      local dpl = require 'dpl'
+      local T = require 'dpl.tensor'
+      local nn, F = dpl.nn, dpl.nn.functional
+      local rank = tonumber(os.getenv('RANK'))
+      local calls, collects = 0, 0
+      T.gc_due = function() calls = calls + 1; return rank == 1 and calls % 3 == 0 end
+      local collect = T.collect
+      T.collect = function() collects = collects + 1; return collect() end
+      local ds = dpl.datasets.SyntheticClassification { n = 96, features = 4, classes = 2, seed = 1 }
+      local M = dpl.LightningModule:extend('M')
+      function M:__init() dpl.LightningModule.__init(self); self.l = nn.Linear(4, 2) end
+      function M:training_step(b) return F.cross_entropy(self.l(b[1]), b[2]) end
+      function M:configure_optimizers() return dpl.optim.SGD(self:parameters(), { lr = 0.1 }) end
+      local t = dpl.Trainer { strategy = 'ddp', accelerator = 'gpu', devices = 2, max_epochs = 1, logger = false,
+        enable_checkpointing = false, enable_progress_bar = false, enable_model_summary = false }
+      t:fit(M(), dpl.data.DataLoader(ds, { batch_size = 8 }))
+      local plan = t.strategy._buckets
+      print(('rank %d steps %d collects %d host_vote %s bucket_vote %s'):format(rank, t.global_step, collects,
+        tostring(plan.host_vote ~= nil), tostring(plan.list[#plan.list].vote ~= nil)))
+    ]])
+    local out, err, rc = h.sh('DPL_VIRTUAL_GPUS=2 CUDA_VISIBLE_DEVICES= ' .. h.q(h.bin) .. ' --nproc 2 ' .. h.q(s),
+      { timeout = 60 })
+    os.remove(s)
+    assert.are.equal(0, rc, out .. err)
+    for r = 0, 1 do
+      assert.matches('%[rank ' .. r .. '%] rank ' .. r .. ' steps 6 collects 2 host_vote true bucket_vote false', out)
+    end
+  end)
+
   it('an EarlyStopping decision on one rank stops every rank at the same epoch', function()
     local lines, dir, all, rc = run('stop')
     assert.equal(0, rc, all)

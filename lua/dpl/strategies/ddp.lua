@@ -7,6 +7,7 @@
 -- batches, as DDP's no_sync), and a DistributedSampler is inserted.
 -- 'ddp_spawn' forks workers from the running script (dpl.strategies.spawn);
 -- 'ddp_fork' and 'ddp_notebook' are its aliases.
+local ffi = require 'ffi'
 local errors = require 'dpl.errors'
 local S = require 'dpl.strategies.strategy'
 
@@ -217,9 +218,15 @@ function DDPStrategy:_bucket_plan(model)
       if b.bytes >= b.cap then open[key] = nil end
     end
   end
-  -- the last bucket carries the GC vote (see _sync_gradients)
+  -- the last bucket carries the GC vote (see _sync_gradients) when it is in host memory;
+  -- with GPU buckets the vote goes through the group's host backend on its own (reading
+  -- it back from the GPU would make the host wait for the step's GPU work each step)
   local last = plan.list[#plan.list]
-  if last then last.vote = T.zeros({ 1 }, { dtype = last.dtype, device = last.device }) end
+  if last and tostring(last.device) == 'cpu' then
+    last.vote = T.zeros({ 1 }, { dtype = last.dtype, device = last.device })
+  elseif last then
+    plan.host_vote = ffi.new('double[1]')
+  end
   self._buckets = plan
   return plan
 end
@@ -243,9 +250,10 @@ local function zero_grad_for(b, m, T)
 end
 
 --- Averages the gradients over the ranks: one all-reduce per bucket. The last
---- bucket carries one more element: 1 on a rank whose garbage collection is due
---- (tensor.gc_lockstep); when any rank's is, every rank collects right after the
---- all-reduce, so no rank waits for another's collection at its next collective.
+--- bucket carries one more element (host buckets; GPU ones: an 8-byte host all-reduce
+--- after them): 1 on a rank whose garbage collection is due (tensor.gc_lockstep);
+--- when any rank's is, every rank collects right after the all-reduce, so no rank
+--- waits for another's collection at its next collective.
 function DDPStrategy:_sync_gradients(model)
   if self.world_size <= 1 then return end
   local dist = require 'dpl.dist'
@@ -254,6 +262,13 @@ function DDPStrategy:_sync_gradients(model)
   for _, b in ipairs(plan.list) do
     if b.vote then b.vote:fill_(T.gc_due() and 1 or 0) end
     if plan.as_view or not self:_sync_in_place(b, dist, T) then self:_sync_flat(b, plan, dist, T) end
+  end
+  local hv = plan.host_vote
+  if hv then
+    hv[0] = T.gc_due() and 1 or 0
+    dist.all_reduce(hv, 'max', { count = 1, dtype = 'float64' })
+    if hv[0] > 0 then T.collect() end
+    return
   end
   local last = plan.list[#plan.list]
   if last and last.vote:item() > 0 then T.collect() end
