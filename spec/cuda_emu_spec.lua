@@ -246,8 +246,8 @@ print(('%.3g'):format((t:cpu() - tc):abs():max():item()))
   end)
 
   it('Trainer: a loss logged every step on cuda:0 does not make the host wait every step', function()
-    -- 40 steps of a small classifier, self:log(prog_bar) each step, a CSV logger every 10
-    -- steps; the waits: set-up, the logged rows, the epoch end (docs/trainer.md)
+    -- 40 steps of a small classifier, self:log(prog_bar) each step, gradient clipping, a CSV
+    -- logger every 10 steps; the waits: set-up, the logged rows, the epoch end (docs/trainer.md)
     local dir = h.tmpname('-lazy')
     local script = h.write_file(h.tmpname('.lua'), [[
 local dpl = require 'dpl'
@@ -262,7 +262,7 @@ function M:training_step(b)
   return loss
 end
 function M:configure_optimizers() return dpl.optim.SGD(self:parameters(), { lr = 0.1 }) end
-local t = dpl.Trainer { accelerator = 'gpu', devices = 1, max_epochs = 1, log_every_n_steps = 10,
+local t = dpl.Trainer { accelerator = 'gpu', devices = 1, max_epochs = 1, log_every_n_steps = 10, gradient_clip_val = 1,
   logger = dpl.loggers.CSVLogger(arg[1]), enable_checkpointing = false, enable_progress_bar = false,
   enable_model_summary = false }
 t:fit(M(), dpl.data.DataLoader(ds, { batch_size = 16 }))

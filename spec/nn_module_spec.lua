@@ -145,4 +145,26 @@ describe('nn.Module', function()
     nn.utils.clip_grad_value_({ q }, 0.5)
     assert.are.equal(-0.5, q.grad[1]:item())
   end)
+
+  it('clip_grad_norm_ on GPUs (simulated) scales as on the CPU: 2, inf and 3-norms, two devices, two dtypes', function()
+    local out, err, rc = require('spec.support.helpers').run_chunk([[
+      local dpl = require 'dpl'
+      local nn = dpl.nn
+      for _, d in ipairs({ { 'cpu', 'cpu' }, { 'cuda:0', 'cuda:1' } }) do
+        dpl.manual_seed(1)
+        local p, q = dpl.zeros(3, 4):to(d[1]):requires_grad_(), dpl.zeros(5, { dtype = 'float64' }):to(d[2]):requires_grad_()
+        p.grad, q.grad = dpl.randn(3, 4):to(d[1]), dpl.randn(5, { dtype = 'float64' }):to(d[2])
+        local a = nn.utils.clip_grad_norm_({ p, q }, 1)
+        local b = nn.utils.clip_grad_norm_({ p, q }, 10, 'inf')
+        local c = nn.utils.clip_grad_norm_({ p, q }, 0.5, 3)
+        print(('%.6f %.6f %.6f %.6f %.6f %s %s'):format(a, b, c, p.grad:norm():item(), q.grad:norm():item(),
+          tostring(q.grad.device), q.grad.dtype))
+      end
+    ]], 'DPL_VIRTUAL_GPUS=2 CUDA_VISIBLE_DEVICES=')
+    assert.are.equal(0, rc, err)
+    local cpu, gpu = out:match('^([^\n]*)\n([^\n]*)')
+    assert.truthy(cpu, out)
+    assert.are.equal((cpu:gsub(' cpu ', ' X ')), (gpu:gsub(' cuda:1 ', ' X ')))
+    assert.matches(' cuda:1 float64$', gpu)
+  end)
 end)

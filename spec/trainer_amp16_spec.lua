@@ -80,6 +80,25 @@ describe('dpl.amp.GradScaler', function()
     end
   end)
 
+  it('finds an inf or NaN in any of several GPU gradients (one read-back for all of them)', function()
+    local out, err, rc = h.run_chunk([[
+      local dpl = require 'dpl'
+      local amp = require 'dpl.amp'
+      for _, bad in ipairs({ 'none', 'inf', 'nan' }) do
+        local ps = {}
+        for i = 1, 3 do ps[i] = dpl.ones(4):to(i == 3 and 'cuda:1' or 'cuda:0'):requires_grad_() end
+        for i = 1, 3 do ps[i].grad = dpl.ones(4):to(ps[i].device) end
+        if bad ~= 'none' then ps[2].grad[3] = bad == 'inf' and math.huge or 0 / 0 end
+        local opt = dpl.optim.SGD(ps, { lr = 1 })
+        local s = amp.GradScaler({ init_scale = 4 })
+        local r = s:step(opt)
+        print(bad, tostring(s:found_inf(opt)), ps[1]:detach()[1]:item())
+      end
+    ]], 'DPL_VIRTUAL_GPUS=2 CUDA_VISIBLE_DEVICES=')
+    assert.are.equal(0, rc, err)
+    assert.are.equal('none\tfalse\t0.75\ninf\ttrue\t1\nnan\ttrue\t1\n', out)
+  end)
+
   it('restores its state and refuses bad settings', function()
     local s = amp.GradScaler()
     s:load_state_dict({ scale = 128, growth_factor = 4, backoff_factor = 0.25, growth_interval = 10, _growth_tracker = 3 })

@@ -118,17 +118,27 @@ function GradScaler:unscale_(optimizer)
   st = st or {}
   self._per_opt[o] = st
   local inv, found = 1.0 / self._scale, false
+  local dev -- the largest |g| of each GPU gradient, read back once for all of them
   for _, g in ipairs(groups) do
     for _, p in ipairs(g.params) do
       local gr = p.grad
       if gr ~= nil then
         gr:mul_(inv)
-        if not found then
+        if gr._devtype ~= 0 then
+          local m = gr:abs():max():float()
+          if dev and (m._devtype ~= dev[1]._devtype or m._devindex ~= dev[1]._devindex) then m = m:to(dev[1].device) end
+          dev = dev or {}
+          dev[#dev + 1] = m
+        elseif not found then
           local m = gr:abs():max():item()
           found = m ~= m or m == math.huge
         end
       end
     end
+  end
+  if dev and not found then
+    local m = require('dpl.tensor').stack(dev):max():item() -- (a NaN anywhere makes max NaN)
+    found = m ~= m or m == math.huge
   end
   st.unscaled, st.found_inf = true, found
 end

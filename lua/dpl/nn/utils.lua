@@ -15,34 +15,72 @@ local function param_list(params, fn)
   return params
 end
 
---- clip_grad_norm_(params, max_norm [, norm_type=2]): scales the gradients in place so that
---- their total norm is at most max_norm; returns the total norm (a number) before clipping.
-function M.clip_grad_norm_(params, max_norm, norm_type)
-  params = param_list(params, 'clip_grad_norm_')
-  norm_type = norm_type or 2
-  if type(max_norm) ~= 'number' then error('clip_grad_norm_: max_norm must be a number', 2) end
+-- gradients on a GPU: the norms, the total and the scale stay on the device (no wait for
+-- it); the total comes back only when asked for (want_total)
+local function clip_on_device(grads, max_norm, norm_type, inf, want_total)
+  local g1 = grads[1]
+  local norms = {}
+  for i, g in ipairs(grads) do
+    local n = inf and g:abs():max() or g:norm(norm_type)
+    if n.dtype ~= 'float64' then n = n:float() end
+    if i > 1 then -- one dtype and device for the stack: the first gradient's
+      if n._devtype ~= g1._devtype or n._devindex ~= g1._devindex then n = n:to(g1.device) end
+      if n.dtype ~= norms[1].dtype then n = n:to(norms[1].dtype) end
+    end
+    norms[i] = n
+  end
+  local all = T.stack(norms)
+  local total = inf and all:max() or all:norm(norm_type)
+  -- min(1, max_norm / (total + 1e-6)): multiplying by exactly 1 leaves a gradient as it is
+  local coef = ((total + 1e-6):reciprocal() * max_norm):clamp(nil, 1)
+  for _, g in ipairs(grads) do
+    local c = coef
+    if g._devtype ~= c._devtype or g._devindex ~= c._devindex then c = c:to(g.device) end
+    if g._dtype ~= c._dtype then c = c:to(g.dtype) end
+    g:mul_(c)
+  end
+  if want_total then return total:item() end
+  return nil
+end
+
+--- M._clip_grad_norm(params, max_norm, norm_type, want_total): clip_grad_norm_, returning
+--- the total norm only when want_total (the Trainer's clipping does not read it back).
+function M._clip_grad_norm(params, max_norm, norm_type, want_total)
   return autograd.no_grad(function()
+    local inf = norm_type == math.huge or norm_type == 'inf'
+    local grads, host = {}, true
+    for _, p in ipairs(params) do
+      local g = p.grad
+      if g then
+        grads[#grads + 1] = g
+        if g._devtype ~= 0 then host = false end
+      end
+    end
+    if not host then return clip_on_device(grads, max_norm, norm_type, inf, want_total) end
     local total = 0
-    if norm_type == math.huge or norm_type == 'inf' then
-      for _, p in ipairs(params) do
-        local g = p.grad
-        if g then total = math.max(total, g:abs():max():item()) end
-      end
+    if inf then
+      for _, g in ipairs(grads) do total = math.max(total, g:abs():max():item()) end
     else
-      for _, p in ipairs(params) do
-        local g = p.grad
-        if g then total = total + g:norm(norm_type):item() ^ norm_type end
-      end
+      for _, g in ipairs(grads) do total = total + g:norm(norm_type):item() ^ norm_type end
       total = total ^ (1 / norm_type)
     end
     local coef = max_norm / (total + 1e-6)
     if coef < 1 then
-      for _, p in ipairs(params) do
-        if p.grad then p.grad:mul_(coef) end
-      end
+      for _, g in ipairs(grads) do g:mul_(coef) end
     end
     return total
   end)
+end
+
+--- clip_grad_norm_(params, max_norm [, norm_type=2]): scales the gradients in place so that
+--- their total norm is at most max_norm; returns the total norm (a number) before clipping.
+--- Gradients on a GPU are scaled there without waiting for it; the returned number is
+--- the one read back.
+function M.clip_grad_norm_(params, max_norm, norm_type)
+  params = param_list(params, 'clip_grad_norm_')
+  norm_type = norm_type or 2
+  if type(max_norm) ~= 'number' then error('clip_grad_norm_: max_norm must be a number', 2) end
+  return M._clip_grad_norm(params, max_norm, norm_type, true)
 end
 
 --- clip_grad_value_(params, clip_value): clamps every gradient element to [-v, v] in place.

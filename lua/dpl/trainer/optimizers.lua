@@ -205,7 +205,8 @@ function M.clip_gradients(optimizer, value, algorithm)
     for _, g in ipairs(optimizer.param_groups) do
       for _, p in ipairs(g.params or {}) do params[#params + 1] = p end
     end
-    if algorithm == 'norm' then return utils.clip_grad_norm_(params, value) end
+    -- (the total norm is not read back: on a GPU that would wait for the step's work)
+    if algorithm == 'norm' then return utils._clip_grad_norm(params, value, 2, false) end
     return utils.clip_grad_value_(params, value)
   end
   errors.NotImplementedError:raise('gradient clipping needs dpl.nn.utils (clip_grad_norm_/clip_grad_value_), which is not available yet', 0)
