@@ -152,6 +152,26 @@ local function value_on_device(v)
   return T_is_tensor(v) and v._devtype ~= 0 and tonumber(v._numel) == 1
 end
 
+-- The numbers of a list of one-element device tensors: one stack and one copy to the
+-- host per device and dtype (a read-back each would be one wait each).
+local function read_back(ts)
+  local T = require 'dpl.tensor'
+  local groups, order, out = {}, {}, {}
+  for i = 1, #ts do
+    local x = ts[i]
+    local key = (x._devtype * 4096 + x._devindex) * 64 + x._dtype
+    local g = groups[key]
+    if g == nil then g = { idx = {}, ts = {} }; groups[key] = g; order[#order + 1] = g end
+    g.idx[#g.idx + 1] = i
+    g.ts[#g.ts + 1] = x:reshape(1)
+  end
+  for _, g in ipairs(order) do
+    local vals = T.cat(g.ts):to('cpu'):totable()
+    for k, i in ipairs(g.idx) do out[i] = vals[k] end
+  end
+  return out
+end
+
 --- Writes the pending device values into the trainer's dicts and the epoch
 --- aggregates (the host waits for the device here, once for all of them). The Trainer
 --- calls it wherever the values can be seen: before a hook that a user defined, the
@@ -161,12 +181,19 @@ function M:flush()
   if q[1] == nil and a[1] == nil then return end
   local t = self.trainer
   local cbm, pbm = t.callback_metrics, t.progress_bar_metrics
+  local ts = {}
+  for i = 1, #q do
+    local v = q[i].value
+    if type(v) ~= 'number' then ts[#ts + 1] = v end
+  end
+  for i = 2, #a, 3 do ts[#ts + 1] = a[i] end
+  local vals, k = read_back(ts), 0
   for i = 1, #q do
     local e = q[i]
     q[i] = nil
     e.queued = false
     local v = e.value
-    if type(v) ~= 'number' then v = to_number(v); e.value = v end
+    if type(v) ~= 'number' then k = k + 1; v = vals[k]; e.value = v end
     if e.prog_bar then pbm[e.n_step] = v end
     if e.training then
       cbm[e.n_step] = v
@@ -175,7 +202,8 @@ function M:flush()
   end
   for i = 1, #a, 3 do
     local e = a[i]
-    accumulate(e, to_number(a[i + 1]), a[i + 2])
+    k = k + 1
+    accumulate(e, vals[k], a[i + 2])
     e.pending = e.pending - 1
     a[i], a[i + 1], a[i + 2] = nil, nil, nil
   end
