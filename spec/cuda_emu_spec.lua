@@ -245,6 +245,33 @@ print(('%.3g'):format((t:cpu() - tc):abs():max():item()))
     assert.is_true(tonumber(dev) + tonumber(stream) + tonumber(event) <= 2, err:match('[^\n]*host syncs[^\n]*'))
   end)
 
+  it('copies between GPUs are ordered by events: no host wait, no race, the same values', function()
+    -- x's block may come back from the cache for z while the copy to cuda:1 still reads
+    -- it: cuda:0's stream must wait for the copy (the race checker reports it otherwise)
+    local script = h.write_file(h.tmpname('.lua'), [[
+local dpl = require 'dpl'
+dpl.manual_seed(3)
+local out = {}
+for i = 1, 3 do
+  local x = dpl.randn(1024, { device = 'cuda:0' }) * 2
+  local y = x:to('cuda:1')
+  local ref = x:to('cpu')
+  x = nil
+  collectgarbage(); collectgarbage()
+  local z = dpl.randn(1024, { device = 'cuda:0' }) * 3
+  out[#out + 1] = (y:to('cpu') - ref):abs():max():item()
+end
+print(table.concat(out, ' '))
+]])
+    local out, err, rc = emulated(h.q(script), 'DPL_CUDA_EMU_GPUS=2 DPL_CUDA_EMU_STATS=1')
+    os.remove(script)
+    assert.are.equal(0, rc, out .. err)
+    assert.are.equal('0 0 0\n', out)
+    assert.is_nil(err:find('race', 1, true), err)
+    local dev, stream = err:match('host syncs: (%d+) device, (%d+) stream')
+    assert.are.equal('0', stream, err)
+  end)
+
   it('Trainer: a loss logged every step on cuda:0 does not make the host wait every step', function()
     -- 40 steps of a small classifier, self:log(prog_bar) each step, gradient clipping, a CSV
     -- logger every 10 steps; the waits: set-up, the logged rows, the epoch end (docs/trainer.md)

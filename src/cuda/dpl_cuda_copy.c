@@ -147,6 +147,26 @@ static int copy_d2h(const char *name, dpl_tensor *dst, const dpl_tensor *src)
   return st;
 }
 
+/* A GPU-to-GPU copy, ordered by events rather than by the host: dst's compute stream
+ * waits for src's work so far (an event on src's compute stream), copies (the plugin's
+ * streams are non-blocking: the legacy stream of a plain cudaMemcpyPeer would not be
+ * ordered with them), and src's compute stream then waits for the copy, so that its
+ * later work (which may get sc's memory back from the cache) cannot overwrite what
+ * is still being read. Neither the host nor either device waits for the other here. */
+static int order_after(int32_t rec_dev, cudaStream_t rec, int32_t wait_dev, cudaStream_t waiter)
+{
+  cudaEvent_t ev;
+  DPL_CU(cudaSetDevice(rec_dev), rec_dev);
+  DPL_CU(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), rec_dev);
+  cudaError_t e = cudaEventRecord(ev, rec);
+  if (e == cudaSuccess) e = cudaSetDevice(wait_dev);
+  if (e == cudaSuccess) e = cudaStreamWaitEvent(waiter, ev, 0);
+  cudaError_t e2 = cudaEventDestroy(ev); /* (released once it has completed) */
+  if (e != cudaSuccess) return dpl_cu_fail(e, "cudaStreamWaitEvent (peer copy)", wait_dev);
+  if (e2 != cudaSuccess) return dpl_cu_fail(e2, "cudaEventDestroy (peer copy)", rec_dev);
+  return DPL_OK;
+}
+
 static int copy_peer(const char *name, dpl_tensor *dst, const dpl_tensor *src)
 {
   int32_t sdev = src->_devindex, ddev = dst->_devindex;
@@ -157,17 +177,13 @@ static int copy_peer(const char *name, dpl_tensor *dst, const dpl_tensor *src)
     dpl_cu_dev *s = dpl_cu_device(sdev, name);
     dpl_cu_dev *d = s ? dpl_cu_device(ddev, name) : NULL;
     if (!s || !d) st = DPL_EDEVICE;
-    else {
-      /* on dst's compute stream (the plugin's streams are non-blocking: the legacy
-       * stream of a plain cudaMemcpyPeer would not be ordered with them), and
-       * waited for: sc goes back to src's cache below */
-      cudaError_t e = cudaStreamSynchronize(s->compute);
-      if (e == cudaSuccess)
-        e = cudaMemcpyPeerAsync(dc->_data, ddev, sc->_data, sdev, (size_t)(sc->_numel * dpl_elsize(sc->_dtype)),
-                                d->compute);
-      if (e == cudaSuccess) e = cudaStreamSynchronize(d->compute);
+    if (st == DPL_OK) st = order_after(sdev, s->compute, ddev, d->compute);
+    if (st == DPL_OK) {
+      cudaError_t e = cudaMemcpyPeerAsync(dc->_data, ddev, sc->_data, sdev,
+                                          (size_t)(sc->_numel * dpl_elsize(sc->_dtype)), d->compute);
       if (e != cudaSuccess) st = dpl_cu_fail(e, "cudaMemcpyPeerAsync", sdev);
     }
+    if (st == DPL_OK) st = order_after(ddev, d->compute, sdev, s->compute);
   }
   if (st == DPL_OK) st = copy_on_device(dst, dc);
   dpl_tensor_release(sc);
