@@ -29,7 +29,7 @@ describe('Trainer logging of GPU tensors', function()
     assert.are.same(cpu, gpu)
     assert.are.equal('watch 12 of 12 batch ends saw the step loss', cpu_x[2])
     -- on the GPU the step values of the previous step were still queued at training_step
-    assert.are.equal('max_queued 2', gpu_x[1])
+    assert.are.equal('max_queued 3', gpu_x[1])
   end)
 
   it('brings the values in before a user callback reads callback_metrics', function()

@@ -26,6 +26,10 @@ function M:training_step(b, i)
   self:log('loss', loss, { prog_bar = true })
   self:log('acc', acc, { on_step = true, on_epoch = true })
   self:log('top', loss, { on_step = false, on_epoch = true, reduce_fx = 'max' })
+  -- a tensor changed in place after it was logged: the logged value is the one it had
+  local buf = loss:detach():clone()
+  self:log('buf', buf, { on_step = true, on_epoch = true })
+  buf:add_(100)
   step_loss[#step_loss + 1] = loss:item()
   return loss
 end

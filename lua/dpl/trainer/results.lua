@@ -250,10 +250,11 @@ function M:log(fx, name, value, opts)
     misconf('Only `self:log(..., reduce_fx={min,max,mean,sum})` are supported. Found %s', tostring(rfx))
   end
   -- a one-element tensor on a GPU stays there until the value is needed (M:flush): a
-  -- conversion now would make the host wait for the device at every logged step
+  -- conversion now would make the host wait for the device at every logged step. A copy
+  -- of it (on the device): the value as it is now, whatever later in-place ops do to it
   local dev = nil
   if type(value) == 'cdata' and value_on_device(value) and not (opts.sync_dist == true and self.trainer.world_size > 1) then
-    dev = value:detach()
+    dev = value:detach():clone()
   end
   local v = dev and 0 or to_number(value)
   if v == nil then
