@@ -6,11 +6,12 @@
 -- params: a list of tensors, a module (its parameters()), or a list of groups
 -- {{params={...}, lr=...}, ...}. Steps run without recording gradients.
 -- SGD, Adam and AdamW also take foreach = nil | true | false (kept on the optimizer, not in the
--- groups or the state dict): nil updates a group whose parameters all sit on one real GPU in a few
--- multi-tensor kernel launches (dpl_sgd_step_multi / dpl_adam_step_multi, the same rounding as the
--- per-tensor ops); true uses that entry point on any device (the CPU's is a loop over the tensors);
--- false always updates one tensor at a time. Groups that do not qualify (mixed dtypes or devices,
--- float16/bfloat16, non-contiguous tensors or states) take the per-tensor path.
+-- groups or the state dict): nil and true update a group in one multi-tensor step
+-- (dpl_sgd_step_multi / dpl_adam_step_multi, the same rounding as the per-tensor ops: on a real
+-- GPU a few kernel launches, on the CPU one vectorized pass over each tensor instead of two to
+-- five: the MLP's SGD-momentum step 42 -> 30 us, Adam 257 -> 80 us); false always updates one
+-- tensor at a time. Groups that do not qualify (mixed dtypes or devices, float16/bfloat16,
+-- non-contiguous tensors or states) take the per-tensor path.
 local ffi = require 'ffi'
 local bit = require 'bit'
 local class = require 'dpl.class'
@@ -219,8 +220,8 @@ end
 local function state_ok(t, p) return t == nil or (is_tensor(t) and same_layout(t, p)) end
 
 -- The group's parameters that have gradients, with those gradients, when they can take one
--- multi-tensor step: float32 or float64, one dtype, one device (a real GPU unless foreach is
--- true), contiguous, gradients shaped as their parameters. nil otherwise.
+-- multi-tensor step: float32 or float64, one dtype, one device, contiguous, gradients shaped
+-- as their parameters. nil otherwise.
 local function multi_list(self, g)
   if self.foreach == false then return nil end
   local ps, gs, p0 = {}, {}, nil
@@ -230,7 +231,6 @@ local function multi_list(self, g)
       if p._dtype > 1 or not p:is_contiguous() or not same_layout(grad, p) then return nil end
       if not p0 then
         p0 = p
-        if self.foreach ~= true and bit.band(p._flags, DEVMEM) == 0 then return nil end
       elseif p._dtype ~= p0._dtype or p._devtype ~= p0._devtype or p._devindex ~= p0._devindex
         or bit.band(p._flags, DEVMEM) ~= bit.band(p0._flags, DEVMEM) then
         return nil
