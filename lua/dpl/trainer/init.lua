@@ -324,14 +324,23 @@ function Trainer:_grad_norm(norm_type)
   local out, norms = {}, {}
   local p = norm_type == 'inf' and math.huge or tonumber(norm_type)
   local label = norm_type == 'inf' and 'inf' or (p == math.floor(p) and ('%d'):format(p) or tostring(p))
+  local names, dev = {}, {} -- norms of GPU gradients are read back together (one wait)
   for _, e in ipairs(named_parameters(self.lightning_module)) do
     local g = e[2].grad
     if g ~= nil then
-      local n = g:norm(p):item()
-      out[('grad_%s_norm/%s'):format(label, e[1])] = n
+      local n = g:norm(p)
+      if n._devtype == 0 then n = n:item() else dev[#dev + 1] = n end
+      names[#names + 1] = ('grad_%s_norm/%s'):format(label, e[1])
       norms[#norms + 1] = n
     end
   end
+  if dev[1] ~= nil then
+    local vals, k = Results.read_back(dev), 0
+    for i, n in ipairs(norms) do
+      if type(n) ~= 'number' then k = k + 1; norms[i] = vals[k] end
+    end
+  end
+  for i, name in ipairs(names) do out[name] = norms[i] end
   if #norms > 0 then
     local total = 0
     if p == math.huge then for _, n in ipairs(norms) do if n > total then total = n end end

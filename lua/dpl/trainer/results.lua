@@ -171,6 +171,7 @@ local function read_back(ts)
   end
   return out
 end
+M.read_back = read_back
 
 --- Writes the pending device values into the trainer's dicts and the epoch
 --- aggregates (the host waits for the device here, once for all of them). The Trainer
