@@ -91,7 +91,7 @@ describe('the CUDA plugin under the CPU emulator', function()
     end
   end)
 
-  it("runs dpl.dist's nccl backend on its one-rank NCCL (gpu_check.lua nccl)", function()
+  it("runs dpl.dist's nccl backend on its NCCL with one rank (gpu_check.lua nccl)", function()
     local out, err, rc = emulated('scripts/gpu_check.lua nccl', 'DPL_CUDA_POISON=1')
     assert.are.equal(0, rc, out .. err)
     assert.truthy(out:find('| dist backend nccl: [^\n]*| 1 | pass |'), out .. err)
