@@ -112,13 +112,44 @@ describe('the CUDA plugin under the CPU emulator', function()
     return n
   end
 
-  it("runs dpl.dist's nccl backend on two ranks (--nproc 2, two emulated GPUs): gpu_check.lua nccl", function()
-    local out, err, rc = emulated('--nproc 2 scripts/gpu_check.lua nccl',
-      'DPL_CUDA_EMU_GPUS=2 DPL_CUDA_POISON=1 DPL_CUDA_EMU_STATS=1', 180)
+  for _, n in ipairs({ 2, 3 }) do
+    it(("runs dpl.dist's nccl backend on %d ranks (--nproc %d, %d emulated GPUs): gpu_check.lua nccl"):format(n, n, n),
+      function()
+        local out, err, rc = emulated(('--nproc %d scripts/gpu_check.lua nccl'):format(n),
+          ('DPL_CUDA_EMU_GPUS=%d DPL_CUDA_POISON=1 DPL_CUDA_EMU_STATS=1'):format(n), 180)
+        assert.are.equal(0, rc, out .. err)
+        assert.truthy(out:find('| dist backend nccl: [^\n]*| ' .. n .. ' | pass |'), out .. err)
+        no_emu_errors(err)
+        assert.is_true(nccl_calls(err) >= 15 * n, err) -- 18 calls a rank, each through the several-rank NCCL
+      end)
+  end
+
+  it('NCCL across ranks on the datatypes dplhost never passes: int8, uint32, uint64 (signed/unsigned max, min, avg)',
+    function()
+      local out, err, rc = emulated('--nproc 2 ' .. nccl_worker .. ' types', 'DPL_CUDA_EMU_GPUS=2', 120)
+      assert.are.equal(0, rc, out .. err)
+      assert.truthy(out:find('NCCL-EMU-TYPES-OK rank 0 checks 14', 1, true), out .. err)
+      assert.truthy(out:find('NCCL-EMU-TYPES-OK rank 1 checks 14', 1, true), out .. err)
+      no_emu_errors(err)
+    end)
+
+  it('reports NCCL misuse across ranks instead of hanging: different counts, a call one rank never makes, '
+    .. 'two ranks on one GPU', function()
+    local out, err, rc = emulated('--nproc 2 ' .. nccl_worker .. ' errors', 'DPL_CUDA_EMU_GPUS=2', 120)
     assert.are.equal(0, rc, out .. err)
-    assert.truthy(out:find('| dist backend nccl: [^\n]*| 2 | pass |'), out .. err)
-    no_emu_errors(err)
-    assert.is_true(nccl_calls(err) >= 30, err)
+    assert.truthy(out:find('mismatch: ValueError: ncclAllReduce on cuda:0: [^\n]*ncclAllReduce #1: rank 0 passes 4 '
+      .. 'elements of datatype 7, rank 1 5 of 7'), out)
+    assert.truthy(out:find('mismatch: ValueError: ncclAllReduce on cuda:1: [^\n]*rank 1 passes 5 elements'), out)
+    assert.truthy(out:find('then: DistError: ncclAllReduce on cuda:0: [^\n]*failed before'), out)
+    out, err, rc = emulated('--nproc 2 ' .. nccl_worker .. ' errors skip',
+      'DPL_CUDA_EMU_GPUS=2 DPL_CUDA_EMU_NCCL_TIMEOUT=1', 120)
+    assert.are.equal(0, rc, out .. err)
+    assert.truthy(out:find('skip: DistError: ncclAllReduce on cuda:0: [^\n]*nccl: rank 0 waits for rank 1 in '
+      .. 'ncclAllReduce #1 %(1 s'), out .. err)
+    out, err, rc = emulated('--nproc 2 ' .. nccl_worker .. ' errors', 'DPL_CUDA_EMU_GPUS=1', 120)
+    assert.are_not.equal(0, rc)
+    assert.truthy((out .. err):find('ncclCommInitRank: ranks 0 and 1 drive cuda:0 (NCCL refuses two ranks', 1, true),
+      out .. err)
   end)
 
   it('every tensor collective across two ranks matches the CPU: dtypes, ops, roots, chunked messages, subgroups',

@@ -8,6 +8,9 @@
 --           devices=2 (batch B per rank); prints the backend and device each rank trained
 --           with, and rank 0 the final weights.
 --   single  (one process): the same fit on the CPU with batch 2B.
+--   types   (dplhost --nproc 2): ncclAllReduce called directly on int8, uint32 and uint64.
+--   errors [skip] (dplhost --nproc 2): calls that disagree across ranks, or that one rank
+--           never makes; prints the errors dpl.dist raises.
 local dpl = require 'dpl'
 local dist = dpl.dist
 local mode = arg[1]
@@ -149,6 +152,67 @@ if mode == 'colls' then
   dist.barrier()
   print(('NCCL-EMU-OK rank %d device %s checks %d backend %s'):format(r, G, checks, dist.get_backend()))
   dist.destroy_process_group()
+elseif mode == 'types' then
+  -- the NCCL datatypes dplhost never passes (int8, uint32, uint64: signedness decides max/min and
+  -- integer avg), called directly on the world communicator's ncclComm_t over the legacy stream
+  local ffi = require 'ffi'
+  ffi.cdef [[
+    typedef struct { void *comm; int32_t device, rank, nranks; } emu_cu_nccl;
+    int ncclAllReduce(const void *, void *, size_t, int, int, void *, void *);
+    int cudaSetDevice(int);
+    int cudaDeviceSynchronize(void);
+  ]]
+  local N = ffi.load(assert(os.getenv('DPL_LIBNCCL')))
+  dist.init_process_group { backend = 'nccl' }
+  local r = dist.get_rank()
+  local dev = dist._group().nccl_device
+  local comm = ffi.cast('emu_cu_nccl *', dist._group().nccl).comm
+  local G = 'cuda:' .. dev
+  local ops = { sum = 0, prod = 1, max = 2, min = 3, avg = 4 }
+  local cases = { -- NCCL datatype, storage dtype, rank 0's and rank 1's values, results per op (as stored)
+    { 0, 'uint8', { 200, 10, 127, 255 }, { 100, 250, 1, 1 }, -- int8: -56 10 127 -1 and 100 -6 1 1
+      { sum = { 44, 4, 128, 0 }, prod = { 32, 196, 127, 255 }, max = { 100, 10, 127, 1 }, min = { 200, 250, 1, 255 },
+        avg = { 22, 2, 192, 0 } } },
+    { 3, 'int32', { -1, 3, 7 }, { 5, -2, 7 }, -- uint32: -1 is the largest
+      { sum = { 4, 1, 14 }, max = { -1, -2, 7 }, min = { 5, 3, 7 }, avg = { 2, 0, 7 }, prod = { -5, -6, 49 } } },
+    { 5, 'int64', { -1, 3, 7 }, { 5, -2, 7 }, -- uint64
+      { sum = { 4, 1, 14 }, max = { -1, -2, 7 }, min = { 5, 3, 7 }, prod = { -5, -6, 49 } } },
+  }
+  local checks = 0
+  for _, c in ipairs(cases) do
+    for _, op in ipairs({ 'sum', 'prod', 'max', 'min', 'avg' }) do -- in one order on every rank
+      local want = c[5][op]
+      if want then
+      local t = dpl.tensor(r == 0 and c[3] or c[4], { dtype = c[2] }):to(G)
+      dpl.cuda.synchronize()
+      N.cudaSetDevice(dev)
+      local st = N.ncclAllReduce(t._data, t._data, t:numel(), c[1], ops[op], comm, nil)
+      assert(st == 0, ('ncclAllReduce datatype %d op %s: %d'):format(c[1], op, st))
+      N.cudaDeviceSynchronize() -- the legacy stream too
+      local got = t:to('cpu'):tolist()
+      for i = 1, #want do
+        assert(got[i] == want[i], ('datatype %d op %s: element %d is %s, want %s'):format(c[1], op, i,
+          tostring(got[i]), tostring(want[i])))
+      end
+      checks = checks + 1
+      end
+    end
+  end
+  print(('NCCL-EMU-TYPES-OK rank %d checks %d'):format(r, checks))
+  dist.destroy_process_group()
+elseif mode == 'errors' then
+  -- what the emulator reports instead of a hang: ranks passing different counts, then a broken
+  -- communicator; with arg[2] == 'skip', rank 1 never makes the call (DPL_CUDA_EMU_NCCL_TIMEOUT)
+  dist.init_process_group { backend = 'nccl' }
+  local r = dist.get_rank()
+  local G = 'cuda:' .. dist._group().nccl_device
+  if arg[2] == 'skip' then
+    if r == 0 then print('skip: ' .. tostring(select(2, pcall(dist.all_reduce, dpl.ones(4, { device = G }))))) end
+    dist.barrier()
+  else
+    print('mismatch: ' .. tostring(select(2, pcall(dist.all_reduce, dpl.ones(4 + r, { device = G })))))
+    print('then: ' .. tostring(select(2, pcall(dist.all_reduce, dpl.ones(4, { device = G })))))
+  end
 elseif mode == 'ddp' or mode == 'single' then
   local nn, F = dpl.nn, dpl.nn.functional
   local b, steps = 8, 6
@@ -184,6 +248,6 @@ elseif mode == 'ddp' or mode == 'single' then
     t.global_step))
   if t.is_global_zero then print('weights ' .. table.concat(parts, ' ')) end
 else
-  io.stderr:write('usage: nccl_emu_worker.lua colls|ddp|single\n')
+  io.stderr:write('usage: nccl_emu_worker.lua colls|ddp|single|types|errors [skip]\n')
   os.exit(2)
 end
