@@ -23,10 +23,12 @@
  * ordering checker. A rank that waits longer than DPL_CUDA_EMU_NCCL_TIMEOUT
  * seconds (default 60), or whose peer exited or failed, gets an NCCL error and
  * a 'cuda-emu: nccl: rank k waits for rank j in <call> #n' message instead of
- * hanging. Limits: every rank of a communicator takes part in each group of
- * sends/receives on it, and a call blocks until the peers make theirs (a real
- * GPU queues it: a program whose ranks make NCCL calls in different orders
- * around host waits can pass on GPUs and time out here). */
+ * hanging (ncclGetLastError: the last message, whatever the communicator, as
+ * NCCL's). DPL_CUDA_EMU_STATS=1 prints the calls made at exit. Limits: every
+ * rank of a communicator takes part in each group of sends/receives on it, and
+ * a call blocks until the peers make theirs (a real GPU queues it: a program
+ * whose ranks make NCCL calls in different orders around host waits can pass
+ * on GPUs and time out here). */
 #include "emu_internal.h"
 #include "include/cuda_fp16.h"
 #include "include/nccl.h"
