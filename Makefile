@@ -113,7 +113,7 @@ $(BUILD)/dpl_header_text.o: $(BUILD)/dpl_header_text.c
 # The CUDA emulator (scripts/cuda-emu/, docs/cuda.md): the whole plugin built
 # for the host with g++ only, no nvcc: src/cuda/*.c against fake CUDA headers,
 # the .cu files rewritten (emu_rewrite.pl: launches become emu_launch) and
-# compiled as C++, plus a host CUDA runtime, cuBLAS and one-rank NCCL, in one
+# compiled as C++, plus a host CUDA runtime, cuBLAS and NCCL (a rank per process), in one
 # build/cuda-emu/dpl_cuda_emu.so; and a fake NVML, build/cuda-emu/libnvidia-ml.so.1.
 # Not part of `all`. Run: scripts/cuda-emu/run-ops.sh.
 EMU       := build/cuda-emu

@@ -3,7 +3,7 @@
 --   dplhost scripts/gpu_check.lua ops [OUT.md]     op consistency, CUDA vs CPU (spec/support/cuda_check.lua)
 --   dplhost scripts/gpu_check.lua bench [OUT.md]   GEMM TFLOP/s, copy and elementwise bandwidth
 --   dplhost scripts/gpu_check.lua train [OUT.md] [DATA_DIR]   an MLP on Fashion-MNIST on cuda:0
---   dplhost scripts/gpu_check.lua nccl [OUT.md]    dist with backend nccl, one rank on cuda:0
+--   dplhost scripts/gpu_check.lua nccl [OUT.md]    dist with backend nccl, rank r on cuda:r (one rank: cuda:0)
 --   dplhost --nproc 2 scripts/gpu_check.lua dist [OUT.md]   GPU tensors through the shm backend
 -- Each prints a markdown table (and appends it to OUT.md when given); the exit
 -- status is 1 when a check failed. DPL_GPU_CHECK_ONLY=<Lua pattern> limits `ops`
@@ -199,20 +199,21 @@ elseif mode == 'nccl' or mode == 'dist' then
   local ok, e = pcall(function()
     dist.init_process_group { backend = nccl and 'nccl' or 'shm' }
     local r, n = dist.get_rank(), dist.get_world_size()
-    local t = dpl.full({ 1000 }, r + 1, { device = 'cuda:0', dtype = 'float32' })
+    -- nccl: each rank on its communicator's GPU (cuda:LOCAL_RANK); shm: every rank on cuda:0
+    local G = nccl and 'cuda:' .. dist._group().nccl_device or 'cuda:0'
+    local t = dpl.full({ 1000 }, r + 1, { device = G, dtype = 'float32' })
     dist.all_reduce(t)
     assert(t:min():item() == n * (n + 1) / 2 and t:max():item() == n * (n + 1) / 2, 'all_reduce sum')
-    local b = dpl.full({ 7, 3 }, r + 5, { device = 'cuda:0', dtype = 'bfloat16' })
+    local b = dpl.full({ 7, 3 }, r + 5, { device = G, dtype = 'bfloat16' })
     dist.broadcast(b, 0)
     assert(b:eq(5):all():item(), 'broadcast')
-    local m = dpl.full({ 5 }, r, { device = 'cuda:0', dtype = 'int64' })
+    local m = dpl.full({ 5 }, r, { device = G, dtype = 'int64' })
     dist.all_reduce(m, 'max')
     assert(m:eq(n - 1):all():item(), 'all_reduce max')
     local h = dpl.full({ 3 }, r + 1) -- a host tensor in the same group
     dist.all_reduce(h)
     assert(h:eq(n * (n + 1) / 2):all():item(), 'host all_reduce')
-    -- every other tensor collective on cuda:0 tensors, against values computed here on the CPU
-    local G = 'cuda:0'
+    -- every other tensor collective on GPU tensors, against values computed here on the CPU
     local function full(v, shape) return dpl.full(shape or { 2, 3 }, v, { device = G, dtype = 'float32' }) end
     local function same(t, want, what)
       assert(tostring(t.device) == G, what .. ': result on ' .. tostring(t.device))
@@ -278,8 +279,8 @@ elseif mode == 'nccl' or mode == 'dist' then
   end)
   local rank = tonumber(os.getenv('RANK') or '0')
   if rank == 0 then
-    emit('| dist %s: every tensor collective, subgroups, DDP buckets on cuda:0 | %s | %s |', nccl and 'backend nccl' or
-      'backend shm, GPU tensors through host memory', os.getenv('WORLD_SIZE') or '1',
+    emit('| dist %s: every tensor collective, subgroups, DDP buckets on %s | %s | %s |', nccl and 'backend nccl' or
+      'backend shm, GPU tensors through host memory', nccl and 'cuda:LOCAL_RANK' or 'cuda:0', os.getenv('WORLD_SIZE') or '1',
       ok and 'pass' or ('**FAIL**: ' .. tostring(e):gsub('\n', ' ')))
   elseif not ok then
     io.stderr:write(tostring(e), '\n')

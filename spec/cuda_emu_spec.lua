@@ -5,7 +5,9 @@
 -- spec/support/cuda_check.lua, allocations poisoned; again with a guard page
 -- after every device allocation) passes with the plugin's
 -- own host code, allocator, copies, launch geometry and kernels; dpl.dist's
--- nccl backend runs on the emulator's one-rank NCCL; random cases
+-- nccl backend runs on the emulator's NCCL with one rank, and with two ranks
+-- (dplhost --nproc 2, rank r on emulated cuda:r: every tensor collective
+-- against the CPU, a Trainer DDP fit against one CPU process); random cases
 -- (scripts/cuda-emu/fuzz.lua) agree with the CPU; two emulated GPUs
 -- exchange tensors; the emulator's checks are live (emu_selftest; a kernel
 -- handed host memory fails as on a GPU); index checks do not make a training
@@ -89,12 +91,104 @@ describe('the CUDA plugin under the CPU emulator', function()
     end
   end)
 
-  it("runs dpl.dist's nccl backend on its one-rank NCCL (gpu_check.lua nccl)", function()
+  it("runs dpl.dist's nccl backend on its NCCL with one rank (gpu_check.lua nccl)", function()
     local out, err, rc = emulated('scripts/gpu_check.lua nccl', 'DPL_CUDA_POISON=1')
     assert.are.equal(0, rc, out .. err)
     assert.truthy(out:find('| dist backend nccl: [^\n]*| 1 | pass |'), out .. err)
     assert.is_nil(err:find('cuda-emu:', 1, true), err)
   end)
+
+  -- two processes, rank r on emulated cuda:r, NCCL across them (emu_nccl.cpp's shared-memory rendezvous)
+  local nccl_worker = h.q(h.root .. '/spec/support/nccl_emu_worker.lua')
+  local function no_emu_errors(err)
+    assert.is_nil(err:find('cuda-emu: race', 1, true), err)
+    assert.is_nil(err:find('cuda-emu: [^s]'), err) -- no misuse reported (stats lines aside)
+  end
+  local function nccl_calls(err)
+    local n = 0
+    for line in err:gmatch('cuda%-emu: stats nccl %(several ranks%): ([^\n]*)') do
+      for c in line:gmatch('(%d+) ') do n = n + tonumber(c) end
+    end
+    return n
+  end
+
+  for _, n in ipairs({ 2, 3 }) do
+    it(("runs dpl.dist's nccl backend on %d ranks (--nproc %d, %d emulated GPUs): gpu_check.lua nccl"):format(n, n, n),
+      function()
+        local out, err, rc = emulated(('--nproc %d scripts/gpu_check.lua nccl'):format(n),
+          ('DPL_CUDA_EMU_GPUS=%d DPL_CUDA_POISON=1 DPL_CUDA_EMU_STATS=1'):format(n), 180)
+        assert.are.equal(0, rc, out .. err)
+        assert.truthy(out:find('| dist backend nccl: [^\n]*| ' .. n .. ' | pass |'), out .. err)
+        no_emu_errors(err)
+        assert.is_true(nccl_calls(err) >= 15 * n, err) -- 18 calls a rank, each through the several-rank NCCL
+      end)
+  end
+
+  it('NCCL across ranks on the datatypes dplhost never passes: int8, uint32, uint64 (signed/unsigned max, min, avg)',
+    function()
+      local out, err, rc = emulated('--nproc 2 ' .. nccl_worker .. ' types', 'DPL_CUDA_EMU_GPUS=2', 120)
+      assert.are.equal(0, rc, out .. err)
+      assert.truthy(out:find('NCCL-EMU-TYPES-OK rank 0 checks 14', 1, true), out .. err)
+      assert.truthy(out:find('NCCL-EMU-TYPES-OK rank 1 checks 14', 1, true), out .. err)
+      no_emu_errors(err)
+    end)
+
+  it('reports NCCL misuse across ranks instead of hanging: different counts, a call one rank never makes, '
+    .. 'two ranks on one GPU', function()
+    local out, err, rc = emulated('--nproc 2 ' .. nccl_worker .. ' errors', 'DPL_CUDA_EMU_GPUS=2', 120)
+    assert.are.equal(0, rc, out .. err)
+    assert.truthy(out:find('mismatch: ValueError: ncclAllReduce on cuda:0: [^\n]*ncclAllReduce #1: rank 0 passes 4 '
+      .. 'elements of datatype 7, rank 1 5 of 7'), out)
+    assert.truthy(out:find('mismatch: ValueError: ncclAllReduce on cuda:1: [^\n]*rank 1 passes 5 elements'), out)
+    assert.truthy(out:find('then: DistError: ncclAllReduce on cuda:0: [^\n]*failed before'), out)
+    out, err, rc = emulated('--nproc 2 ' .. nccl_worker .. ' errors skip',
+      'DPL_CUDA_EMU_GPUS=2 DPL_CUDA_EMU_NCCL_TIMEOUT=1', 120)
+    assert.are.equal(0, rc, out .. err)
+    assert.truthy(out:find('skip: DistError: ncclAllReduce on cuda:0: [^\n]*nccl: rank 0 waits for rank 1 in '
+      .. 'ncclAllReduce #1 %(1 s'), out .. err)
+    out, err, rc = emulated('--nproc 2 ' .. nccl_worker .. ' errors', 'DPL_CUDA_EMU_GPUS=1', 120)
+    assert.are_not.equal(0, rc)
+    assert.truthy((out .. err):find('ncclCommInitRank: ranks 0 and 1 drive cuda:0 (NCCL refuses two ranks', 1, true),
+      out .. err)
+  end)
+
+  it('every tensor collective across two ranks matches the CPU: dtypes, ops, roots, chunked messages, subgroups',
+    function()
+      -- 1000-byte slots: the 40000-element tensors go in 160 rounds, reduce_scatter and the groups in several
+      local out, err, rc = emulated('--nproc 2 ' .. nccl_worker .. ' colls',
+        'DPL_CUDA_EMU_GPUS=2 DPL_CUDA_POISON=1 DPL_CUDA_EMU_STATS=1 DPL_CUDA_EMU_NCCL_CHUNK=1000', 180)
+      assert.are.equal(0, rc, out .. err)
+      for r = 0, 1 do
+        local n = out:match('NCCL%-EMU%-OK rank ' .. r .. ' device cuda:' .. r .. ' checks (%d+) backend nccl')
+        assert.truthy(n, out .. err)
+        assert.is_true(tonumber(n) >= 80, out)
+      end
+      no_emu_errors(err)
+      -- both ranks' calls went through the several-rank NCCL (40 all_reduce ... 2 splits each)
+      assert.is_true(nccl_calls(err) >= 2 * 70, err)
+    end)
+
+  it("Trainer DDP on two emulated GPUs uses nccl and ends with the weights of one CPU process on the whole batch",
+    function()
+      local out, err, rc = emulated('--nproc 2 ' .. nccl_worker .. ' ddp', 'DPL_CUDA_EMU_GPUS=2 DPL_CUDA_EMU_STATS=1', 180)
+      assert.are.equal(0, rc, out .. err)
+      no_emu_errors(err)
+      assert.truthy(out:find('rank 0 backend nccl device cuda:0 steps 6', 1, true), out .. err)
+      assert.truthy(out:find('rank 1 backend nccl device cuda:1 steps 6', 1, true), out .. err)
+      assert.is_true(nccl_calls(err) >= 2 * 6, err) -- a gradient all_reduce per step on each rank at least
+      local single, serr, src = h.sh(h.q(h.root .. '/dplhost') .. ' ' .. nccl_worker .. ' single', { timeout = 120 })
+      assert.are.equal(0, src, single .. serr)
+      local a, b = out:match('weights ([^\n]+)'), single:match('weights ([^\n]+)')
+      assert.truthy(a and b, out .. single)
+      local wa, wb = {}, {}
+      for v in a:gmatch('%S+') do wa[#wa + 1] = tonumber(v) end
+      for v in b:gmatch('%S+') do wb[#wb + 1] = tonumber(v) end
+      assert.are.equal(#wb, #wa)
+      assert.is_true(#wa > 50, a)
+      local worst = 0
+      for i = 1, #wa do worst = math.max(worst, math.abs(wa[i] - wb[i])) end
+      assert.is_true(worst < 1e-5, ('DDP on nccl vs one CPU process: max difference %g'):format(worst))
+    end)
 
   it('queues uploads without waiting for the GPU (a training step does not drain its queue)', function()
     -- 50 small host -> device copies between kernels: the host waits only for the

@@ -1,6 +1,6 @@
 /* nccl.h (dplhost CUDA emulator): the NCCL types and constants src/cuda uses
- * (the real values). The plugin loads libnccl.so.2 with dlopen; the emulator
- * provides none, so dpl.dist's nccl backend reports NCCL as unavailable. */
+ * (the real values). The plugin loads libnccl.so.2 with dlopen ($DPL_LIBNCCL):
+ * under the emulator, dpl_cuda_emu.so itself, whose NCCL is emu_nccl.cpp. */
 #ifndef DPL_EMU_NCCL_H
 #define DPL_EMU_NCCL_H
 #include "cuda_runtime_api.h"
