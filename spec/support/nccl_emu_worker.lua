@@ -215,7 +215,7 @@ elseif mode == 'errors' then
   end
 elseif mode == 'ddp' or mode == 'single' then
   local nn, F = dpl.nn, dpl.nn.functional
-  local b, steps = 8, 6
+  local b, steps = 8, tonumber(os.getenv('NCCL_EMU_STEPS') or '') or 6
   local seen = {}
   local M = dpl.LightningModule:extend('NcclEquiv')
   function M:__init()
