@@ -143,6 +143,9 @@ typedef struct dpl_cuda_mem_stats {
 int dpl_cuda_load(void);
 /* Path of the loaded plugin, "" when none. */
 const char *dpl_cuda_plugin_path(void);
+/* 1 once the plugin initialised CUDA in this process (a tensor on a real GPU, a device
+ * probe): a forked child could not use CUDA (dist.spawn refuses to fork then). */
+int32_t dpl_cuda_initialized(void);
 /* Waits for all work queued on cuda:index (index -1: every device used). */
 int dpl_cuda_synchronize(int32_t index);
 /* Returns the cached free blocks of cuda:index (-1: all) to the driver; *freed: bytes. */

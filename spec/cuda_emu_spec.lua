@@ -168,6 +168,33 @@ describe('the CUDA plugin under the CPU emulator', function()
       assert.is_true(nccl_calls(err) >= 2 * 70, err)
     end)
 
+  it('ddp_spawn forks its workers onto the GPUs, and refuses once the parent initialised CUDA', function()
+    local script = h.write_file(h.tmpname('.lua'), [[
+local dpl = require 'dpl'
+local nn, F = dpl.nn, dpl.nn.functional
+if arg[1] == 'touch' then local x = dpl.ones(3, { device = 'cuda:0' }) end
+print('initialized ' .. tostring(dpl.cuda.is_initialized()))
+local ds = dpl.datasets.SyntheticClassification { n = 64, features = 4, classes = 2, seed = 1 }
+local M = dpl.LightningModule:extend('M')
+function M:__init() dpl.LightningModule.__init(self); self.l = nn.Linear(4, 2) end
+function M:training_step(b) return F.cross_entropy(self.l(b[1]), b[2]) end
+function M:configure_optimizers() return dpl.optim.SGD(self:parameters(), { lr = 0.1 }) end
+local t = dpl.Trainer { strategy = 'ddp_spawn', accelerator = 'gpu', devices = 2, max_epochs = 1, logger = false,
+  enable_checkpointing = false, enable_progress_bar = false, enable_model_summary = false }
+local ok, e = pcall(t.fit, t, M(), dpl.data.DataLoader(ds, { batch_size = 8 }))
+print(('fit %s steps %d %s'):format(tostring(ok), t.global_step, ok and '' or tostring(e)))
+]])
+    local out, err, rc = emulated(h.q(script) .. ' none', 'DPL_CUDA_EMU_GPUS=2')
+    assert.are.equal(0, rc, out .. err)
+    assert.truthy(out:find('initialized false\n', 1, true) and out:find('fit true steps 4', 1, true), out .. err)
+    out, err, rc = emulated(h.q(script) .. ' touch', 'DPL_CUDA_EMU_GPUS=2')
+    os.remove(script)
+    assert.are.equal(0, rc, out .. err)
+    assert.truthy(out:find('initialized true\n', 1, true), out .. err)
+    assert.truthy(out:find('fit false steps 0 RuntimeError: dist.spawn: refusing to fork: CUDA is already initialised '
+      .. 'in this process', 1, true), out .. err)
+  end)
+
   it('Trainer DDP on nccl makes no host wait per step (30 steps: the set-up\'s only)', function()
     -- the GC vote of GPU buckets goes through the host backend: reading it back from the
     -- last bucket waited for each step's GPU work (38 waits per rank in 30 steps)

@@ -39,6 +39,12 @@ function M.is_available()
   return ffi.string(C.dpl_cuda_unavailable_reason()) == ''
 end
 
+--- True once CUDA was initialised in this process (torch.cuda.is_initialized): a
+--- tensor on a real GPU, a device probe. Simulated GPUs never initialise it.
+function M.is_initialized()
+  return C.dpl_cuda_initialized() ~= 0
+end
+
 --- Why no GPU is usable ("" when one is).
 function M.unavailable_reason()
   return ffi.string(C.dpl_cuda_unavailable_reason())

@@ -4,8 +4,8 @@
 -- process group, calls fn(rank, ...) in each, and returns rank 0's return
 -- value (anything string.buffer encodes) to the parent. When a worker fails,
 -- the others are stopped and the parent raises an error naming the worker's
--- rank with its message and traceback. Refuses to fork after MPI (or, later,
--- CUDA) was initialised in the parent.
+-- rank with its message and traceback. Refuses to fork after MPI or CUDA was
+-- initialised in the parent.
 local ffi = require 'ffi'
 local buffer = require 'string.buffer'
 local capi = require 'dpl.capi'
@@ -18,13 +18,21 @@ M.ProcessRaisedException = errors.new_class('ProcessRaisedException')
 M.ProcessExitedException = errors.new_class('ProcessExitedException')
 
 --- Checks run before forking; each returns nil or a reason not to fork.
---- (The CUDA plugin adds its own when it loads.)
 M.fork_guards = {
   function()
     local dist = package.loaded['dpl.dist']
     if dist and dist.mpi_initialized() then
       return 'MPI is initialised in this process (forking an MPI process corrupts it); ' ..
         "use dplhost --nproc N or mpirun with strategy 'ddp' instead of spawning"
+    end
+  end,
+  function()
+    -- (as Lightning's fork strategies: a forked process cannot use CUDA once its parent did)
+    if C.dpl_cuda_initialized() ~= 0 then
+      return 'CUDA is already initialised in this process (a tensor or the model was put on a GPU, or ' ..
+        'a GPU was probed or synchronized before fit); a forked worker cannot use CUDA then. Keep the ' ..
+        "parent off the GPU until fit (the strategy moves the model), or use strategy 'ddp' with " ..
+        'dplhost --nproc N'
     end
   end,
 }

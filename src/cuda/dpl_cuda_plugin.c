@@ -13,6 +13,9 @@
 
 static dpl_cu_dev devs[DPL_CU_MAX_DEV];
 static _Atomic int dev_ready[DPL_CU_MAX_DEV];
+/* set at the first CUDA runtime call that initialises CUDA in this process (a device's
+ * state, a probe): a forked child could not use CUDA after it (dpl_cuda_initialized) */
+static _Atomic int cuda_touched;
 static pthread_mutex_t init_mu = PTHREAD_MUTEX_INITIALIZER;
 
 int dpl_cu_fail(cudaError_t e, const char *call, int32_t dev)
@@ -47,6 +50,7 @@ dpl_cu_dev *dpl_cu_device(int32_t dev, const char *op)
     dpl_errorf(DPL_EDEVICE, "%s: no device cuda:%d", op, (int)dev);
     return NULL;
   }
+  atomic_store_explicit(&cuda_touched, 1, memory_order_relaxed);
   cudaError_t e = cudaSetDevice(dev);
   if (e != cudaSuccess) {
     dpl_cu_fail(e, "cudaSetDevice", dev);
@@ -213,6 +217,7 @@ static const dpl_backend cuda_backend = {
 /* pick_single_gpu's probe: a real cudaMalloc/cudaFree, which creates the context */
 static int probe_alloc(int32_t index, uint64_t bytes)
 {
+  atomic_store_explicit(&cuda_touched, 1, memory_order_relaxed);
   cudaError_t e = cudaSetDevice(index);
   void *p = NULL;
   if (e == cudaSuccess) e = cudaMalloc(&p, bytes);
@@ -224,6 +229,12 @@ static int probe_alloc(int32_t index, uint64_t bytes)
                       (unsigned long long)bytes, (int)index);
   return dpl_errorf(DPL_EDEVICE, "cuda:%d is busy or unavailable: %s (%s)", (int)index, cudaGetErrorString(e),
                     cudaGetErrorName(e));
+}
+
+/* (optional symbol, found by dlsym: dpl_cuda_initialized in the core) */
+__attribute__((visibility("default"))) int dpl_cuda_plugin_touched(void)
+{
+  return atomic_load_explicit(&cuda_touched, memory_order_relaxed);
 }
 
 __attribute__((visibility("default"))) int dpl_cuda_plugin_init(int32_t abi, char *err, size_t errlen)

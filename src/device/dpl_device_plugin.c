@@ -94,6 +94,13 @@ int dpl_cuda_load(void)
 
 const char *dpl_cuda_plugin_path(void) { return handle ? plugin_path : ""; }
 
+int32_t dpl_cuda_initialized(void)
+{
+  if (!handle) return 0; /* (never loads the plugin) */
+  int (*touched)(void) = (int (*)(void))dlsym(handle, "dpl_cuda_plugin_touched");
+  return touched ? touched() != 0 : 0;
+}
+
 void *dpl_device_plugin_symbol(const char *name)
 {
   pthread_once(&load_once, load);
