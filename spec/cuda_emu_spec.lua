@@ -168,6 +168,56 @@ describe('the CUDA plugin under the CPU emulator', function()
       assert.is_true(nccl_calls(err) >= 2 * 70, err)
     end)
 
+  it('horovod under mpirun puts each process on the GPU of its local rank, over nccl (bootstrapped by MPI)', function()
+    if not h.has_command('mpirun') then return pending('mpirun not found') end
+    build()
+    -- horovod: lr x world size and averaged gradients = one process on the whole batch with lr x 2
+    local script = h.write_file(h.tmpname('.lua'), [[
+local dpl = require 'dpl'
+local nn, F = dpl.nn, dpl.nn.functional
+local hvd = arg[1] == 'hvd'
+dpl.manual_seed(1)
+local ds = dpl.data.TensorDataset(dpl.randn({ 64, 4 }), dpl.randint(1, 4, { 64 }))
+local M = dpl.LightningModule:extend('M')
+function M:__init() dpl.LightningModule.__init(self); dpl.manual_seed(0); self.l = nn.Linear(4, 3) end
+function M:training_step(b)
+  self.dev = tostring(b[1].device)
+  return F.cross_entropy(self.l(b[1]), b[2])
+end
+function M:configure_optimizers() return dpl.optim.SGD(self:parameters(), { lr = hvd and 0.1 or 0.2 }) end
+local t = dpl.Trainer { strategy = hvd and 'horovod' or nil, accelerator = hvd and 'gpu' or 'cpu', devices = 1,
+  max_steps = 4, logger = false, enable_checkpointing = false, enable_progress_bar = false,
+  enable_model_summary = false }
+local m = M()
+t:fit(m, dpl.data.DataLoader(ds, { batch_size = hvd and 8 or 16 }))
+local w = {}
+for _, p in ipairs(m:parameters()) do for _, v in ipairs(p:to('cpu'):view(-1):tolist()) do w[#w + 1] = ('%.9g'):format(v) end end
+print(('rank %d on %s backend %s steps %d'):format(t.global_rank, m.dev,
+  dpl.dist.is_initialized() and dpl.dist.get_backend() or 'none', t.global_step))
+if t.global_rank == 0 then print('weights ' .. table.concat(w, ' ')) end
+]])
+    local emu = h.root .. '/build/cuda-emu'
+    local env = ('-x LD_LIBRARY_PATH=%s -x DPL_CUDA_PLUGIN=%s/dpl_cuda_emu.so -x DPL_LIBNCCL=%s/dpl_cuda_emu.so '
+      .. '-x DPL_CUDA_EMU_GPUS=2'):format(emu, emu, emu)
+    local out, err, rc = h.sh(('ASAN_OPTIONS=detect_leaks=0 mpirun --allow-run-as-root --oversubscribe -np 2 %s %s %s hvd')
+      :format(env, h.q(h.bin), h.q(script)), { timeout = 180 })
+    local single, serr, src = h.sh(h.q(h.bin) .. ' ' .. h.q(script) .. ' single', { timeout = 60 })
+    os.remove(script)
+    assert.are.equal(0, rc, out .. err)
+    assert.are.equal(0, src, single .. serr)
+    assert.is_nil(err:find('cuda-emu:', 1, true), err)
+    assert.truthy(out:find('rank 0 on cuda:0 backend nccl steps 4', 1, true), out .. err)
+    assert.truthy(out:find('rank 1 on cuda:1 backend nccl steps 4', 1, true), out .. err)
+    local a, b = out:match('weights ([^\n]+)'), single:match('weights ([^\n]+)')
+    assert.truthy(a and b, out .. single)
+    local wa, wb = {}, {}
+    for v in a:gmatch('%S+') do wa[#wa + 1] = tonumber(v) end
+    for v in b:gmatch('%S+') do wb[#wb + 1] = tonumber(v) end
+    assert.are.equal(15, #wa)
+    assert.are.equal(#wb, #wa)
+    for i = 1, #wa do assert.is_true(math.abs(wa[i] - wb[i]) < 1e-5, a .. '\n' .. b) end
+  end)
+
   it('ddp_spawn forks its workers onto the GPUs, and refuses once the parent initialised CUDA', function()
     local script = h.write_file(h.tmpname('.lua'), [[
 local dpl = require 'dpl'

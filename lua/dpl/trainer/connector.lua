@@ -218,6 +218,13 @@ function M.select(a)
       misconf('Horovod does not support setting num_nodes / num_gpus explicitly. Use horovodrun / mpirun to'
         .. ' configure the number of processes.')
     end
+    if acc == 'cuda' then
+      -- as Lightning 1.9: the node's processes take cuda:0 .. cuda:local_size-1, each the one
+      -- of its local rank (strategies/horovod.lua), whatever devices= said
+      local local_size = tonumber(os.getenv('OMPI_COMM_WORLD_LOCAL_SIZE') or os.getenv('HOROVOD_LOCAL_SIZE') or '') or 1
+      parallel_devices = {}
+      for i = 1, math.max(1, local_size) do parallel_devices[i] = D.device('cuda', i - 1) end
+    end
   end
   if strategy == 'ddp2' and acc ~= 'cuda' then
     misconf('strategy="ddp2" runs DP over the GPUs of each node: it needs GPUs (gpus= or accelerator="gpu"),'
