@@ -168,6 +168,69 @@ describe('the CUDA plugin under the CPU emulator', function()
       assert.is_true(nccl_calls(err) >= 2 * 70, err)
     end)
 
+  it('Trainer DDP on nccl with sync_dist logging: the CPU run\'s metrics, reduced on the GPUs without a wait per log', function()
+    local script = h.write_file(h.tmpname('.lua'), [[
+local dpl = require 'dpl'
+local nn, F = dpl.nn, dpl.nn.functional
+local acc, dir = arg[1], arg[2]
+local ds = dpl.datasets.SyntheticClassification { n = 256, features = 8, classes = 3, seed = 2 }
+local M = dpl.LightningModule:extend('M')
+function M:__init() dpl.LightningModule.__init(self); dpl.manual_seed(0); self.net = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 3)) end
+function M:forward(x) return self.net(x) end
+function M:training_step(b)
+  local loss = F.cross_entropy(self(b[1]), b[2])
+  self:log('train_loss', loss, { prog_bar = true, sync_dist = true })
+  return loss
+end
+function M:validation_step(b)
+  local logits = self(b[1])
+  self:log('val_loss', F.cross_entropy(logits, b[2]), { sync_dist = true })
+  self:log('val_acc', logits:argmax(2):eq(b[2]):float():mean(), { sync_dist = true })
+end
+function M:configure_optimizers() return dpl.optim.Adam(self:parameters(), { lr = 1e-2 }) end
+local t = dpl.Trainer { strategy = 'ddp', accelerator = acc, devices = 2, max_epochs = 2, default_root_dir = dir,
+  log_every_n_steps = 2, enable_checkpointing = false, enable_progress_bar = false, enable_model_summary = false,
+  logger = dpl.loggers.CSVLogger { save_dir = dir } }
+t:fit(M(), dpl.data.DataLoader(ds, { batch_size = 16 }), dpl.data.DataLoader(ds, { batch_size = 32 }))
+if t.is_global_zero then print('log_dir ' .. t.logger:log_dir()) end
+]])
+    local dc, dg = h.tmpname('-cpu'), h.tmpname('-gpu')
+    local oc, ec, rc1 = h.sh(h.q(h.bin) .. ' --nproc 2 ' .. h.q(script) .. ' cpu ' .. h.q(dc), { timeout = 120 })
+    local og, eg, rc2 = emulated('--nproc 2 ' .. h.q(script) .. ' gpu ' .. h.q(dg), 'DPL_CUDA_EMU_GPUS=2 DPL_CUDA_EMU_STATS=1',
+      180)
+    os.remove(script)
+    assert.are.equal(0, rc1, oc .. ec)
+    assert.are.equal(0, rc2, og .. eg)
+    assert.is_nil(eg:find('cuda-emu: race', 1, true), eg)
+    local function rows(out)
+      local f = assert(io.open(out:match('log_dir (%S+)') .. '/metrics.csv'))
+      local t = {}
+      for l in f:lines() do t[#t + 1] = l end
+      f:close()
+      return t
+    end
+    local a, b = rows(oc), rows(og)
+    h.sh('rm -rf ' .. h.q(dc) .. ' ' .. h.q(dg))
+    assert.are.equal(#a, #b)
+    assert.is_true(#a > 8, table.concat(a, '\n'))
+    assert.are.equal(a[1], b[1]) -- the header
+    for i = 2, #a do
+      local va, vb = {}, {}
+      for x in (a[i] .. ','):gmatch('([^,]*),') do va[#va + 1] = x end
+      for x in (b[i] .. ','):gmatch('([^,]*),') do vb[#vb + 1] = x end
+      assert.are.equal(#va, #vb)
+      for k = 1, #va do
+        if va[k] == '' then assert.are.equal('', vb[k], a[i] .. ' | ' .. b[i])
+        else assert.is_true(math.abs(tonumber(va[k]) - tonumber(vb[k])) <= 1e-6 * math.max(1, math.abs(tonumber(va[k]))),
+          a[i] .. ' | ' .. b[i]) end
+      end
+    end
+    -- 16 steps and 2 validation epochs logging 3 values with sync_dist: the waits stay few
+    for event in eg:gmatch('host syncs: %d+ device, %d+ stream, (%d+) event') do
+      assert.is_true(tonumber(event) <= 40, eg:match('[^\n]*host syncs[^\n]*'))
+    end
+  end)
+
   it('horovod under mpirun puts each process on the GPU of its local rank, over nccl (bootstrapped by MPI)', function()
     if not h.has_command('mpirun') then return pending('mpirun not found') end
     build()

@@ -253,11 +253,19 @@ function M:log(fx, name, value, opts)
   -- a one-element tensor on a GPU stays there until the value is needed (M:flush): a
   -- conversion now would make the host wait for the device at every logged step. A copy
   -- of it (on the device): the value as it is now, whatever later in-place ops do to it
-  local dev = nil
-  if type(value) == 'cdata' and value_on_device(value) and not (opts.sync_dist == true and self.trainer.world_size > 1) then
-    dev = value:detach():clone()
+  -- With sync_dist the ranks reduce it now (a collective: every rank logs in the same order),
+  -- on the GPU with NCCL, and the reduced tensor waits the same way.
+  local dev, reduced = nil, nil
+  local sync = opts.sync_dist == true and opts.rank_zero_only ~= true
+  if type(value) == 'cdata' and value_on_device(value) then
+    if sync and self.trainer.world_size > 1 then
+      reduced = self.trainer.strategy:reduce(value:detach(), opts.sync_dist_group, reduce)
+      if value_on_device(reduced) then dev = reduced end
+    else
+      dev = value:detach():clone()
+    end
   end
-  local v = dev and 0 or to_number(value)
+  local v = dev and 0 or to_number(reduced or value)
   if v == nil then
     if type(value) == 'table' then
       misconf('self:log(%s): the value must be a number or a tensor; a table of values goes to self:log_dict (nested tables are not supported)', name)
@@ -266,7 +274,6 @@ function M:log(fx, name, value, opts)
   end
   local prog_bar = opts.prog_bar == true
   local logger = opts.logger ~= false
-  local sync = opts.sync_dist == true and opts.rank_zero_only ~= true
   local dl = self.num_dataloaders > 1 and opts.add_dataloader_idx ~= false and self.dataloader_idx or nil
   -- entries by fx, then name (then dataloader): no key strings built per call
   local byfx = c.map[fx]
@@ -296,7 +303,7 @@ function M:log(fx, name, value, opts)
          or e.reduce ~= reduce or e.sync ~= sync then
     misconf('You called `self:log(%s, ...)` twice in `%s` with different arguments. This is not allowed', name, fx)
   end
-  if sync and self.trainer.world_size > 1 then
+  if sync and self.trainer.world_size > 1 and reduced == nil then
     if type(value) == 'number' then v = reduce_numbers(v, nil, reduce)
     else v = to_number(self.trainer.strategy:reduce(value, opts.sync_dist_group, reduce)) or v end
   end
