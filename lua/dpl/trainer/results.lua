@@ -177,9 +177,10 @@ M.read_back = read_back
 --- aggregates (the host waits for the device here, once for all of them). The Trainer
 --- calls it wherever the values can be seen: before a hook that a user defined, the
 --- progress bar's refresh, logging, checkpoint/early-stopping checks, epoch ends.
-function M:flush()
+--- extra: more device values to read back in the same go; their numbers are returned.
+function M:flush(extra)
   local q, a = self.lazy, self.acc
-  if q[1] == nil and a[1] == nil then return end
+  if q[1] == nil and a[1] == nil then return extra and read_back(extra) end
   local t = self.trainer
   local cbm, pbm = t.callback_metrics, t.progress_bar_metrics
   local ts = {}
@@ -188,6 +189,8 @@ function M:flush()
     if type(v) ~= 'number' then ts[#ts + 1] = v end
   end
   for i = 2, #a, 3 do ts[#ts + 1] = a[i] end
+  local nx = #ts
+  if extra then for i = 1, #extra do ts[#ts + 1] = extra[i] end end
   local vals, k = read_back(ts), 0
   for i = 1, #q do
     local e = q[i]
@@ -207,6 +210,11 @@ function M:flush()
     accumulate(e, vals[k], a[i + 2])
     e.pending = e.pending - 1
     a[i], a[i + 1], a[i + 2] = nil, nil, nil
+  end
+  if extra then
+    local out = {}
+    for i = 1, #extra do out[i] = vals[nx + i] end
+    return out
   end
 end
 
@@ -410,13 +418,21 @@ end
 function M:log_metrics(metrics, step)
   local t = self.trainer
   if metrics == nil or next(metrics) == nil then return end
-  self:flush()
-  local out = {}
+  local out, keys, devs = {}, nil, nil
   for k, v in pairs(metrics) do
-    if type(v) ~= 'number' then v = to_number(v) or v end -- a device value (collect_step)
+    if type(v) == 'cdata' and value_on_device(v) then -- a device value (collect_step): read below
+      keys, devs = keys or {}, devs or {}
+      keys[#keys + 1], devs[#devs + 1] = k, v
+    elseif type(v) ~= 'number' then
+      v = to_number(v) or v
+    end
     out[k] = v
-    t.logged_metrics[k] = v
   end
+  local vals = self:flush(devs) -- the waiting values and these, read back together
+  if devs then
+    for i, k in ipairs(keys) do out[k] = vals[i] end
+  end
+  for k, v in pairs(out) do t.logged_metrics[k] = v end
   if out.epoch == nil then out.epoch = t.current_epoch end
   if step == nil then step = t.fit_loop.batches_that_stepped end
   if not t.is_global_zero then return end
