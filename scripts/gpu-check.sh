@@ -65,13 +65,24 @@ note() { echo "$*" | tee -a "$REPORT"; }
 step() { # step NAME TIMEOUT CMD...: runs CMD, records pass/fail and seconds
   local name="$1" limit="$2"
   shift 2
-  local t0=$(date +%s) rc
+  local t0=$(date +%s) rc out
   echo "== $name" >> "$LOG"
-  timeout -k 10 "$limit" "$@" >> "$LOG" 2>&1
+  out=$(mktemp)
+  timeout -k 10 "$limit" "$@" > "$out" 2>&1
   rc=$?
+  cat "$out" >> "$LOG"
   local secs=$(( $(date +%s) - t0 ))
   if [ $rc -eq 0 ]; then STEPS+=("| $name | pass | ${secs} s |")
-  else STEPS+=("| $name | **FAIL** (exit $rc$([ $rc -eq 124 ] && echo ', timed out')) | ${secs} s |"); FAILED=1; fi
+  else
+    STEPS+=("| $name | **FAIL** (exit $rc$([ $rc -eq 124 ] && echo ', timed out')) | ${secs} s |"); FAILED=1
+    # the end of what it printed, in the report itself (the log may not come back)
+    note ""
+    note "Last lines of \`$name\` (exit $rc):"
+    note '```'
+    tail -n 30 "$out" | while IFS= read -r l; do note "$l"; done
+    note '```'
+  fi
+  rm -f "$out"
   echo "   $name: exit $rc (${secs} s)"
   return $rc
 }
