@@ -231,6 +231,13 @@ static int batched_gemm(const char *name, const dpl_tensor *a, const dpl_tensor 
   dpl_tensor *ca = NULL, *cb = NULL, *co = NULL;
   int st = DPL_OK;
   int64_t n = a->_shape[a->_ndim - 2], k = a->_shape[a->_ndim - 1], m = b->_shape[b->_ndim - 1];
+  /* an empty inner dim on a GPU: out = beta * out (zeros for beta 0, whatever out held) by
+   * tensor ops; cuBLAS is not documented to treat k == 0 as BLAS does (dpl_gemm does it
+   * by hand on the host) */
+  if (k == 0 && dpl_is_devmem(out)) {
+    if (beta == 0) return dpl_tensor_fill_(out, 0);
+    return beta == 1 ? DPL_OK : dpl_binary_scalar_(DPL_OP_MUL, out, beta);
+  }
   int ta, tb;
   int64_t lda, ldb;
   /* convert dtypes / make BLAS-compatible */
