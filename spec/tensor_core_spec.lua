@@ -211,6 +211,22 @@ describe('tensor views', function()
     assert.matches('copy_: source of shape %[2%] cannot be broadcast to destination shape %[2, 3%]',
       err_of(function() d:copy_(dpl.zeros(2)) end))
   end)
+
+  it('copies between overlapping views of one tensor as through a temporary', function()
+    -- (PyTorch refuses these; a loop over the elements would read what it already wrote)
+    local m = dpl.arange(1, 10):view(3, 3)
+    m:copy_(m:t())
+    assert.are.same({ { 1, 4, 7 }, { 2, 5, 8 }, { 3, 6, 9 } }, m:totable())
+    local x = dpl.arange(1, 7):float()
+    x:narrow(1, 2, 5):copy_(x:narrow(1, 1, 5))
+    assert.are.same({ 1, 1, 2, 3, 4, 5 }, x:totable())
+    local y = dpl.arange(1, 13):view(3, 4)
+    y:narrow(2, 2, 3):copy_(y:narrow(2, 1, 3)) -- strided rows, shifted right
+    assert.are.same({ { 1, 1, 2, 3 }, { 5, 5, 6, 7 }, { 9, 9, 10, 11 } }, y:totable())
+    local z = dpl.arange(1, 7):view(3, 2):double()
+    z:copy_(z[2]) -- a row of itself, broadcast
+    assert.are.same({ { 3, 4 }, { 3, 4 }, { 3, 4 } }, z:totable())
+  end)
 end)
 
 describe('tensor printing', function()

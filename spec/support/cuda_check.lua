@@ -87,6 +87,15 @@ add('copy strided/narrow/expand', function() return { randn(6, 5) } end, functio
   y:copy_(x)
   return { x:t():contiguous(), x:narrow(2, 2, 3):clone(), y, x:t():reshape(30) }
 end)
+add('copy_ between overlapping views of one tensor (as through a temporary)', function() return { randn(6, 6) } end,
+  function(dev, x)
+    local a, b, c, d = x:clone(), x:clone(), x:clone(), x:clone()
+    a:narrow(2, 2, 5):copy_(a:narrow(2, 1, 5)) -- shifted right along rows (strided)
+    b:view(-1):narrow(1, 1, 35):copy_(b:view(-1):narrow(1, 2, 35)) -- shifted left (contiguous)
+    c:copy_(c:t()) -- its own transpose
+    d:narrow(1, 2, 5):copy_(d[1]) -- one of its rows broadcast over the others
+    return { a, b, c, d }
+  end)
 add('copy host<->device strided', function() return { randn(6, 5) } end, function(dev, x)
   local h = (x * 2):cpu() -- host memory
   local y = dpl.zeros(5, 6, { device = dev })

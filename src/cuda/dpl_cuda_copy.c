@@ -101,6 +101,19 @@ static int copy_on_device(dpl_tensor *dst, const dpl_tensor *src)
   if (dst->_data == src->_data && dst->_dtype == src->_dtype && dpl_same_shape(dst, src) &&
       !memcmp(dst->_stride, src->_stride, sizeof(int64_t) * (size_t)dst->_ndim))
     return DPL_OK;
+  if (src->_devindex == dev) {
+    /* overlapping views of one block (x:narrow(1, 2, n):copy_(x:narrow(1, 1, n))): the threads
+     * of one kernel (or cudaMemcpy) would read what others already wrote; the CPU copies as if
+     * through a temporary, so copy src out first */
+    if (dpl_spans_overlap(dst, src)) {
+      dpl_tensor *tmp = NULL;
+      int st = dpl_cu_new("copy", src->_dtype, src->_ndim, src->_shape, src, &tmp);
+      if (st == DPL_OK) st = copy_on_device(tmp, src);
+      if (st == DPL_OK) st = copy_on_device(dst, tmp);
+      dpl_tensor_release(tmp);
+      return st;
+    }
+  }
   if (bytewise(dst, src)) {
     DPL_CU(cudaMemcpyAsync(dst->_data, src->_data, (size_t)(dst->_numel * dpl_elsize(dst->_dtype)),
                            cudaMemcpyDeviceToDevice, d->compute),

@@ -80,6 +80,21 @@ void dpl_copy_raw(dpl_tensor *dst, const dpl_tensor *src)
 int dpl_copy_any(const char *op, dpl_tensor *dst, const dpl_tensor *src)
 {
   if (!dpl_is_devmem(dst) && !dpl_is_devmem(src)) {
+    /* overlapping views of one block that memmove does not cover (strided, broadcast,
+     * converted: x:copy_(x:t())): the loop would read elements it already wrote, so the
+     * source goes through a temporary (PyTorch refuses these copies) */
+    int plain = dst->_dtype == src->_dtype && dpl_is_contig(dst) && dpl_is_contig(src) && dst->_numel == src->_numel;
+    int same = dst->_data == src->_data && dst->_dtype == src->_dtype && dpl_same_shape(dst, src) &&
+               !memcmp(dst->_stride, src->_stride, sizeof(int64_t) * (size_t)dst->_ndim);
+    if (same) return DPL_OK;
+    if (!plain && dpl_spans_overlap(dst, src)) {
+      dpl_tensor *tmp = NULL;
+      DPL_TRY(dpl_new(op, src->_dtype, src->_ndim, src->_shape, src, &tmp));
+      dpl_copy_raw(tmp, src);
+      dpl_copy_raw(dst, tmp);
+      dpl_tensor_release(tmp);
+      return DPL_OK;
+    }
     dpl_copy_raw(dst, src);
     return DPL_OK;
   }

@@ -180,6 +180,25 @@ static inline int dpl_same_shape(const dpl_tensor *a, const dpl_tensor *b)
     if (a->_shape[i] != b->_shape[i]) return 0;
   return 1;
 }
+/* 1 when the bytes dst spans and those src spans meet (views of one block that overlap). */
+static inline int dpl_spans_overlap(const dpl_tensor *dst, const dpl_tensor *src)
+{
+  if (dst->_numel == 0 || src->_numel == 0) return 0;
+  const dpl_tensor *t[2] = {dst, src};
+  uintptr_t lo[2], hi[2];
+  for (int k = 0; k < 2; k++) {
+    int64_t mn = 0, mx = 0;
+    for (int32_t i = 0; i < t[k]->_ndim; i++) {
+      if (t[k]->_shape[i] <= 1) continue;
+      int64_t e = (t[k]->_shape[i] - 1) * t[k]->_stride[i];
+      if (e < 0) mn += e; else mx += e;
+    }
+    int64_t es = dpl_elsize(t[k]->_dtype);
+    lo[k] = (uintptr_t)t[k]->_data + (uintptr_t)(mn * es);
+    hi[k] = (uintptr_t)t[k]->_data + (uintptr_t)((mx + 1) * es);
+  }
+  return lo[0] < hi[1] && lo[1] < hi[0];
+}
 /* Contiguous copy in dtype (a new handle on t when t already is contiguous in that dtype). */
 int dpl_contig_as(const char *op, const dpl_tensor *t, int32_t dtype, dpl_tensor **out);
 /* *t (NULL allowed) replaced by a contiguous copy in dtype dt when its dtype differs
