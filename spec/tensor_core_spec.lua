@@ -227,6 +227,21 @@ describe('tensor views', function()
     z:copy_(z[2]) -- a row of itself, broadcast
     assert.are.same({ { 3, 4 }, { 3, 4 }, { 3, 4 } }, z:totable())
   end)
+
+  it('in-place ops read an operand that overlaps the result as it was (x:add_(x:t())), alpha as a number or {alpha=}', function()
+    local function m() return dpl.arange(1, 10):view(3, 3):float() end
+    local a = m(); a:add_(a:t())
+    assert.are.same({ { 2, 6, 10 }, { 6, 10, 14 }, { 10, 14, 18 } }, a:totable())
+    local b = m(); b:add_(b:t(), { alpha = 2 })
+    assert.are.same({ { 3, 10, 17 }, { 8, 15, 22 }, { 13, 20, 27 } }, b:totable())
+    local c = m(); c:sub_(c:t(), 2)
+    assert.are.same({ { -1, -6, -11 }, { 0, -5, -10 }, { 1, -4, -9 } }, c:totable())
+    local d = m(); d:mul_(d:t())
+    assert.are.same({ { 1, 8, 21 }, { 8, 25, 48 }, { 21, 48, 81 } }, d:totable())
+    local e = dpl.arange(1, 7):float(); e:narrow(1, 2, 5):add_(e:narrow(1, 1, 5))
+    assert.are.same({ 1, 3, 5, 7, 9, 11 }, e:totable())
+    assert.matches('add: alpha must be a number or {alpha = number}, got string', err_of(function() return m():add(m(), 'x') end))
+  end)
 end)
 
 describe('tensor printing', function()

@@ -28,6 +28,7 @@ end
 rules.add = {
   nin = 2,
   save = function(n, out, a, b, alpha)
+    if type(alpha) == 'table' then alpha = alpha.alpha end -- (add(b, {alpha = x}))
     n.sa, n.sb, n.alpha = bshape(a, out), bshape(b, out), alpha or 1
   end,
   bw = function(n, g)

@@ -882,8 +882,16 @@ for name, op in pairs(OP) do
   M[name] = methods[name]
 end
 
---- t:add(other [, alpha]) = t + alpha * other (as torch.add).
+-- alpha of add/sub/add_/sub_: a number, or {alpha = number} (PyTorch's keyword)
+local function alpha_of(name, alpha)
+  if alpha == nil or type(alpha) == 'number' then return alpha end
+  if type(alpha) == 'table' and (alpha.alpha == nil or type(alpha.alpha) == 'number') then return alpha.alpha end
+  error(('%s: alpha must be a number or {alpha = number}, got %s'):format(name, type(alpha)))
+end
+
+--- t:add(other [, alpha]) = t + alpha * other (as torch.add); alpha also as {alpha = x}.
 function methods.add(a, b, alpha)
+  alpha = alpha_of('add', alpha)
   if alpha == nil or alpha == 1 then return binop(0, a, b) end
   if type(b) == 'number' then return binop(0, a, b * alpha) end
   local scaled = binop(2, b, alpha)
@@ -892,15 +900,18 @@ function methods.add(a, b, alpha)
   return r
 end
 function methods.add_(a, b, alpha)
+  alpha = alpha_of('add_', alpha)
   if alpha == nil or alpha == 1 or type(b) == 'number' then return binop_(0, a, type(b) == 'number' and b * (alpha or 1) or b) end
   check(C.dpl_axpy_(a, alpha, b))
   return a
 end
 function methods.sub(a, b, alpha)
+  alpha = alpha_of('sub', alpha)
   if alpha == nil or alpha == 1 then return binop(1, a, b) end
   return methods.add(a, b, -alpha)
 end
 function methods.sub_(a, b, alpha)
+  alpha = alpha_of('sub_', alpha)
   if alpha == nil or alpha == 1 then return binop_(1, a, b) end
   return methods.add_(a, b, -alpha)
 end

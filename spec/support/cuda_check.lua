@@ -94,7 +94,11 @@ add('copy_ between overlapping views of one tensor (as through a temporary)', fu
     b:view(-1):narrow(1, 1, 35):copy_(b:view(-1):narrow(1, 2, 35)) -- shifted left (contiguous)
     c:copy_(c:t()) -- its own transpose
     d:narrow(1, 2, 5):copy_(d[1]) -- one of its rows broadcast over the others
-    return { a, b, c, d }
+    local e, f, g = x:clone(), x:clone(), x:clone()
+    e:add_(e:t()) -- in place, the other operand its own transpose
+    f:add_(f:t(), 0.5) -- the same through axpy
+    g:narrow(2, 2, 5):mul_(g:narrow(2, 1, 5)) -- shifted views of one tensor
+    return { a, b, c, d, e, f, g }
   end)
 add('copy host<->device strided', function() return { randn(6, 5) } end, function(dev, x)
   local h = (x * 2):cpu() -- host memory

@@ -116,6 +116,20 @@ int dpl_tensor_copy_(dpl_tensor *dst, const dpl_tensor *src)
   return dpl_copy_any("copy_", dst, src);
 }
 
+int dpl_unalias(const char *op, const dpl_tensor *dst, dpl_tensor **tmp, const dpl_tensor **use)
+{
+  const dpl_tensor *u = *use;
+  if (dpl_same_view(dst, u) || !dpl_spans_overlap(dst, u)) return DPL_OK;
+  dpl_tensor *c = NULL;
+  DPL_TRY(dpl_new(op, u->_dtype, u->_ndim, u->_shape, u, &c));
+  int st = dpl_copy_any(op, c, u);
+  if (st != DPL_OK) { dpl_tensor_release(c); return st; }
+  dpl_tensor_release(*tmp);
+  *tmp = c;
+  *use = c;
+  return DPL_OK;
+}
+
 int dpl_contig_as(const char *op, const dpl_tensor *t, int32_t dtype, dpl_tensor **out)
 {
   if (dpl_is_contig(t) && t->_dtype == dtype) return dpl_make_view(t, t->_ndim, t->_shape, t->_stride, t->_offset, out);

@@ -259,6 +259,9 @@ static int binary_core(const char *name, int op, const dpl_tensor *a, const dpl_
   const dpl_tensor *ua, *ub;
   int st = temp_convert(name, a, kd, &ta, &ua);
   if (st == DPL_OK) st = temp_convert(name, b, kd, &tb, &ub);
+  /* in place: an operand that partly overlaps the tensor written goes through a copy */
+  if (st == DPL_OK && dst) st = dpl_unalias(name, dst, &ta, &ua);
+  if (st == DPL_OK && dst) st = dpl_unalias(name, dst, &tb, &ub);
   int32_t od = is_cmp(op) ? DPL_BOOL : kd; /* what the kernel writes */
   dpl_tensor *target = NULL;
   if (st == DPL_OK) {
@@ -420,17 +423,25 @@ int dpl_axpy_(dpl_tensor *a, double alpha, const dpl_tensor *b)
     return dpl_errorf(DPL_EINVAL, "add_: other of shape %s cannot be broadcast to the in-place shape %s",
                       dpl_shape_str(b->_ndim, b->_shape, b1, sizeof b1), dpl_shape_str(a->_ndim, a->_shape, b2, sizeof b2));
   }
-  if (dpl_is_devmem(a) && dpl_is_float(a->_dtype) && b->_dtype == a->_dtype) {
-    dpl_bk_args k = {.op = DPL_BK_AXPY, .inout = a, .in = {b}, .d = {alpha}, .name = "add_"};
-    return dpl_bk_call(&k);
-  }
-  if (!dpl_is_devmem(a) && (a->_dtype == DPL_FLOAT32 || a->_dtype == DPL_FLOAT64) && b->_dtype == a->_dtype) {
-    dpl_tensor *ops[2] = {a, (dpl_tensor *)b};
-    dpl_iter it;
-    dpl_iter_init(&it, 2, ops, a->_ndim, a->_shape);
-    axpy_ctx c = {alpha};
-    dpl_iter_run(&it, a->_dtype == DPL_FLOAT32 ? axpy_f32 : axpy_f64, &c, GRAIN);
-    return DPL_OK;
+  if (b->_dtype == a->_dtype && (dpl_is_devmem(a) ? dpl_is_float(a->_dtype)
+                                                  : (a->_dtype == DPL_FLOAT32 || a->_dtype == DPL_FLOAT64))) {
+    /* other partly overlapping self (x:add_(x:t(), alpha)) goes through a copy */
+    dpl_tensor *tb = NULL;
+    const dpl_tensor *ub = b;
+    DPL_TRY(dpl_unalias("add_", a, &tb, &ub));
+    int r = DPL_OK;
+    if (dpl_is_devmem(a)) {
+      dpl_bk_args k = {.op = DPL_BK_AXPY, .inout = a, .in = {ub}, .d = {alpha}, .name = "add_"};
+      r = dpl_bk_call(&k);
+    } else {
+      dpl_tensor *ops[2] = {a, (dpl_tensor *)ub};
+      dpl_iter it;
+      dpl_iter_init(&it, 2, ops, a->_ndim, a->_shape);
+      axpy_ctx c = {alpha};
+      dpl_iter_run(&it, a->_dtype == DPL_FLOAT32 ? axpy_f32 : axpy_f64, &c, GRAIN);
+    }
+    dpl_tensor_release(tb);
+    return r;
   }
   dpl_tensor *t = NULL;
   DPL_TRY(dpl_binary_scalar(DPL_OP_MUL, b, alpha, 0, &t));

@@ -199,6 +199,18 @@ static inline int dpl_spans_overlap(const dpl_tensor *dst, const dpl_tensor *src
   }
   return lo[0] < hi[1] && lo[1] < hi[0];
 }
+/* 1 when a and b are the very same view (data, dtype, shape, strides). */
+static inline int dpl_same_view(const dpl_tensor *a, const dpl_tensor *b)
+{
+  if (a->_data != b->_data || a->_dtype != b->_dtype || !dpl_same_shape(a, b)) return 0;
+  for (int32_t i = 0; i < a->_ndim; i++)
+    if (a->_shape[i] > 1 && a->_stride[i] != b->_stride[i]) return 0;
+  return 1;
+}
+/* An operand of an in-place op on dst that overlaps dst without being the same view
+ * (x:add_(x:t())): replaced by a copy (*tmp, released by the caller, after releasing a
+ * previous *tmp); an element-wise loop would read elements it already wrote. */
+int dpl_unalias(const char *op, const dpl_tensor *dst, dpl_tensor **tmp, const dpl_tensor **use);
 /* Contiguous copy in dtype (a new handle on t when t already is contiguous in that dtype). */
 int dpl_contig_as(const char *op, const dpl_tensor *t, int32_t dtype, dpl_tensor **out);
 /* *t (NULL allowed) replaced by a contiguous copy in dtype dt when its dtype differs
