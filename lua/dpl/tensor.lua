@@ -943,11 +943,26 @@ function M.activation_backward(op, grad, saved)
   return call1(C.dpl_activation_backward, id, grad, saved, saved, out1)
 end
 
-function methods.clamp(t, lo, hi)
+-- clamp's bounds: numbers or nil, also as {min=, max=}
+local function clamp_bounds(name, lo, hi)
   if is_opts(lo) then lo, hi = lo.min, lo.max end
+  for _, v in ipairs({ lo or 0, hi or 0 }) do
+    if type(v) ~= 'number' then
+      if is_tensor(v) then
+        lua_error(errors.NotImplementedError(name .. ': tensor min/max are not implemented; use '
+          .. 'dpl.maximum(x, min) and dpl.minimum(x, max)'), 0)
+      end
+      error(('%s: min and max must be numbers (or nil), got %s'):format(name, type(v)))
+    end
+  end
+  return lo, hi
+end
+function methods.clamp(t, lo, hi)
+  lo, hi = clamp_bounds('clamp', lo, hi)
   return call1(C.dpl_clamp, t, lo or 0, hi or 0, lo and 1 or 0, hi and 1 or 0, out1)
 end
 function methods.clamp_(t, lo, hi)
+  lo, hi = clamp_bounds('clamp_', lo, hi)
   check(C.dpl_clamp_(t, lo or 0, hi or 0, lo and 1 or 0, hi and 1 or 0))
   return t
 end

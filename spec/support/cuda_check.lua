@@ -98,7 +98,11 @@ add('copy_ between overlapping views of one tensor (as through a temporary)', fu
     e:add_(e:t()) -- in place, the other operand its own transpose
     f:add_(f:t(), 0.5) -- the same through axpy
     g:narrow(2, 2, 5):mul_(g:narrow(2, 1, 5)) -- shifted views of one tensor
-    return { a, b, c, d, e, f, g }
+    local h, k = x:clone(), x:clone()
+    local idx = dpl.tensor({ 2, 3, 4, 5, 6, 1 }):to(dev)
+    h:index_add_(1, idx, h) -- a source that is self
+    k:scatter_add_(2, dpl.tensor({ { 6, 5, 4, 3, 2, 1 } }):expand(6, 6):contiguous():to(dev), k)
+    return { a, b, c, d, e, f, g, h, k }
   end)
 add('copy host<->device strided', function() return { randn(6, 5) } end, function(dev, x)
   local h = (x * 2):cpu() -- host memory

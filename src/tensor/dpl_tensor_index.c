@@ -112,11 +112,35 @@ static void end_contig(dpl_tensor *a, dpl_tensor *work)
   if (work != a) { dpl_copy_raw(a, work); dpl_tensor_release(work); }
 }
 
+/* A source sharing memory with self (x:index_add_(1, i, x)): a copy of it, since the loop
+ * (or the GPU's threads) would read rows it already added into. *tmp is released by the caller. */
+static int src_apart(const char *name, const dpl_tensor *a, const dpl_tensor **src, dpl_tensor **tmp)
+{
+  *tmp = NULL;
+  if (!dpl_spans_overlap(a, *src)) return DPL_OK;
+  DPL_TRY(dpl_new(name, (*src)->_dtype, (*src)->_ndim, (*src)->_shape, *src, tmp));
+  int st = dpl_copy_any(name, *tmp, *src);
+  if (st != DPL_OK) { dpl_tensor_release(*tmp); *tmp = NULL; return st; }
+  *src = *tmp;
+  return DPL_OK;
+}
+
+static int index_add_impl(dpl_tensor *a, int32_t dim, const dpl_tensor *idx, const dpl_tensor *src);
+
 int dpl_index_add_(dpl_tensor *a, int32_t dim, const dpl_tensor *idx, const dpl_tensor *src)
 {
+  DPL_TRY(dpl_check_handle("index_add_", "self", a));
+  DPL_TRY(dpl_check_handle("index_add_", "source", src));
+  dpl_tensor *tmp;
+  DPL_TRY(src_apart("index_add_", a, &src, &tmp));
+  int st = index_add_impl(a, dim, idx, src);
+  dpl_tensor_release(tmp);
+  return st;
+}
+
+static int index_add_impl(dpl_tensor *a, int32_t dim, const dpl_tensor *idx, const dpl_tensor *src)
+{
   const char *name = "index_add_";
-  DPL_TRY(dpl_check_handle(name, "self", a));
-  DPL_TRY(dpl_check_handle(name, "source", src));
   DPL_TRY(dpl_check_same_device(name, a, src));
   DPL_TRY(check_dim(name, a, dim));
   if (idx && idx->_ndim > 1) return dpl_errorf(DPL_EINVAL, "%s: expected a 1-d index, got %d dims", name, (int)idx->_ndim);
@@ -244,7 +268,13 @@ int dpl_gather(const dpl_tensor *a, int32_t dim, const dpl_tensor *idx, dpl_tens
 int dpl_scatter_add_(dpl_tensor *a, int32_t dim, const dpl_tensor *idx, const dpl_tensor *src)
 {
   if (!src) return dpl_errorf(DPL_EINVAL, "scatter_add_: src is NULL (expected a tensor)");
-  return gather_scatter("scatter_add_", 1, a, dim, idx, src, NULL);
+  DPL_TRY(dpl_check_handle("scatter_add_", "self", a));
+  DPL_TRY(dpl_check_handle("scatter_add_", "src", src));
+  dpl_tensor *tmp;
+  DPL_TRY(src_apart("scatter_add_", a, &src, &tmp));
+  int st = gather_scatter("scatter_add_", 1, a, dim, idx, src, NULL);
+  dpl_tensor_release(tmp);
+  return st;
 }
 
 int dpl_cat(int32_t n, dpl_tensor *const *ts, int32_t dim, dpl_tensor **out)
