@@ -80,4 +80,33 @@ describe('bad input', function()
       'Unexpected key(s): 3.bias, 3.weight',
       'Size mismatch: 1.weight: checkpoint shape [8, 4], model shape [6, 4]; 1.bias: checkpoint shape [8], model shape [6]')
   end)
+
+  it('every tensor method given an argument of the wrong type raises a dpl error, not a raw FFI one', function()
+    -- a string, a list, a tensor, a boolean, numbers and an empty table in each of the
+    -- first two argument positions: any error must be one of dpl's ("ClassName: message"),
+    -- never "bad argument #2 to 'fn' (cannot convert ...)" or "attempt to index ..."
+    local T = require 'dpl.tensor'
+    local x = dpl.randn(3, 4)
+    local cands = { 'str', { 1, 2 }, x, true, 1.5, -7, {} }
+    local skip = { backward = true, register_hook = true, free = true, retain_grad = true, requires_grad_ = true }
+    local names, raw = {}, {}
+    for k, v in pairs(T.methods) do
+      if type(v) == 'function' and not k:match('^_') and not skip[k] then names[#names + 1] = k end
+    end
+    table.sort(names)
+    assert.is_true(#names > 100, #names)
+    for _, k in ipairs(names) do
+      for _, c in ipairs(cands) do
+        for _, args in ipairs({ { c }, { 1, c }, { c, 1 } }) do
+          local ok, e = pcall(function() return x:clone()[k](x:clone(), unpack(args)) end)
+          local m = tostring(e)
+          if not ok and (m:find('cannot convert', 1, true) or m:find('bad argument #', 1, true)
+              or m:find('attempt to ', 1, true)) then
+            raw[#raw + 1] = k .. ': ' .. m:sub(1, 120)
+          end
+        end
+      end
+    end
+    assert.are.same({}, raw)
+  end)
 end)

@@ -24,6 +24,14 @@ local function error(msg)
   lua_error(msg, 0)
 end
 
+-- argument checks at the entry points (a wrong type would otherwise reach the FFI and
+-- read "bad argument #2 to 'fn' (cannot convert ...)")
+local function got(v) return type(v) == 'cdata' and 'cdata (not a tensor)' or type(v) end
+local need_tensor -- (set once is_tensor is defined) need_tensor(op, what, v)
+local function need_number(op, what, v)
+  if type(v) ~= 'number' then error(('%s: %s must be a number, got %s'):format(op, what, got(v))) end
+end
+
 local M = {}
 local methods = {}
 M.methods = methods
@@ -113,6 +121,9 @@ end
 ---------------------------------------------------------------- handles
 local function is_tensor(x)
   return type(x) == 'cdata' and ffi.istype(tensor_ct, x)
+end
+need_tensor = function(op, what, v)
+  if not is_tensor(v) then error(('%s: %s must be a tensor, got %s'):format(op, what, got(v))) end
 end
 M.is_tensor = is_tensor
 
@@ -619,7 +630,7 @@ function methods.element_size(t) return tonumber(C.dpl_dtype_size(t._dtype)) end
 function methods.data_ptr(t) return t._data end
 function methods.is_freed(t) return t._storage == nil end
 --- True when both tensors view the same storage.
-function methods.is_set_to(t, o) return t._storage == o._storage end
+function methods.is_set_to(t, o) need_tensor('is_set_to', 'other', o) return t._storage == o._storage end
 methods.shares_storage = methods.is_set_to
 
 props.shape = methods.size
@@ -649,6 +660,7 @@ end
 
 function methods.copy_(t, src)
   if type(src) == 'number' then check(C.dpl_tensor_fill_(t, src)) return t end
+  need_tensor('copy_', 'src', src)
   check(C.dpl_tensor_copy_(t, src))
   return t
 end
@@ -689,7 +701,10 @@ function methods.byte(t) return t:to('uint8') end
 methods.uint8 = methods.byte
 function methods.bool(t) return t:to('bool') end
 function methods.cpu(t) return t:to('cpu') end
-function methods.cuda(t, k) return t:to('cuda:' .. (k or 0)) end
+function methods.cuda(t, k)
+  if k ~= nil then need_number('cuda', 'device index', k) end
+  return t:to('cuda:' .. (k or 0))
+end
 
 local getbuf = ffi.new('double[1]')
 local geti = ffi.new('int64_t[1]')
@@ -745,12 +760,12 @@ function methods.view(t, ...)
   local n = shape_args(t, 'view', ...)
   return view1(C.dpl_tensor_view, t, n, shp, out1)
 end
-function methods.view_as(t, o) return methods.view(t, methods.size(o)) end
+function methods.view_as(t, o) need_tensor('view_as', 'other', o) return methods.view(t, methods.size(o)) end
 function methods.reshape(t, ...)
   local n = shape_args(t, 'reshape', ...)
   return view1(C.dpl_tensor_reshape, t, n, shp, out1)
 end
-function methods.reshape_as(t, o) return methods.reshape(t, methods.size(o)) end
+function methods.reshape_as(t, o) need_tensor('reshape_as', 'other', o) return methods.reshape(t, methods.size(o)) end
 function methods.flatten(t, s, e)
   local n = t._ndim
   if n == 0 then return methods.reshape(t, 1) end
@@ -807,7 +822,7 @@ function methods.expand(t, ...)
   local n = shape_args(t, 'expand', ...)
   return view1(C.dpl_tensor_expand, t, n, shp, out1)
 end
-function methods.expand_as(t, o) return methods.expand(t, methods.size(o)) end
+function methods.expand_as(t, o) need_tensor('expand_as', 'other', o) return methods.expand(t, methods.size(o)) end
 function methods.squeeze(t, d)
   return view1(C.dpl_tensor_squeeze, t, d and cdim(t, d, 'squeeze') or -1, out1)
 end
@@ -846,6 +861,13 @@ local function gc_wrap1()
   return r
 end
 
+-- a binary op's operand that is neither a tensor nor a number (nor a boolean)
+local OP_NAME = {}
+local function bad_operand(op, v, inplace)
+  error(('%s%s: other must be a tensor or a number, got %s'):format(OP_NAME[op] or 'binary op', inplace and '_' or '',
+    got(v)))
+end
+
 local function binop(op, a, b)
   local st
   if type(b) == 'number' then
@@ -855,6 +877,7 @@ local function binop(op, a, b)
     st = binary_scalar(op, b, a, 1, out1)
   else
     if type(b) == 'boolean' then b = M.tensor(b) elseif type(a) == 'boolean' then a = M.tensor(a) end
+    if not (is_tensor(a) and is_tensor(b)) then bad_operand(op, is_tensor(a) and b or a) end
     st = binary(op, a, b, out1)
   end
   if st ~= 0 then
@@ -870,6 +893,7 @@ local function binop_(op, a, b)
   if type(b) == 'number' then st = binary_scalar_(op, a, b)
   else
     if type(b) == 'boolean' then b = M.tensor(b) end
+    if not is_tensor(b) then bad_operand(op, b, true) end
     st = binary_(op, a, b)
   end
   if st ~= 0 then fail(3) end
@@ -877,6 +901,7 @@ local function binop_(op, a, b)
 end
 
 for name, op in pairs(OP) do
+  if OP_NAME[op] == nil or #name < #OP_NAME[op] then OP_NAME[op] = name end
   methods[name] = function(a, b) return binop(op, a, b) end
   methods[name .. '_'] = function(a, b) return binop_(op, a, b) end
   M[name] = methods[name]
@@ -991,13 +1016,18 @@ end
 function methods.where(t, cond, other) return M.where(cond, t, other) end
 
 function methods.masked_fill_(t, mask, v)
+  need_tensor('masked_fill_', 'mask', mask)
   if type(v) == 'boolean' then v = v and 1 or 0 end
   if is_tensor(v) then v = v:item() end
+  need_number('masked_fill_', 'value', v)
   check(C.dpl_masked_fill_(t, mask, v))
   return t
 end
 function methods.masked_fill(t, mask, v) return methods.masked_fill_(methods.clone(t), mask, v) end
-function methods.masked_select(t, mask) return call1(C.dpl_masked_select, t, mask, out1) end
+function methods.masked_select(t, mask)
+  need_tensor('masked_select', 'mask', mask)
+  return call1(C.dpl_masked_select, t, mask, out1)
+end
 
 ---------------------------------------------------------------- reductions
 local RED = { sum = 0, mean = 1, prod = 2, max = 3, min = 4, argmax = 5, argmin = 6, var = 7, std = 8,
@@ -1029,6 +1059,7 @@ end
 --- norm(p=2, dim, keepdim); p may be math.huge ('inf').
 function methods.norm(t, p, d, keepdim)
   if p == nil or p == 'fro' then p = 2 elseif p == 'inf' then p = huge end
+  need_number('norm', "p (a number, 'fro' or 'inf')", p)
   return reduce('norm', t, d, keepdim, p)
 end
 
@@ -1134,17 +1165,23 @@ function M.mse_loss_backward(grad_out, a, b, opts)
 end
 
 ---------------------------------------------------------------- linear algebra
-function methods.matmul(a, b) return call1(C.dpl_matmul, a, b, out1) end
-function methods.mm(a, b) return call1(C.dpl_mm, a, b, out1) end
-function methods.bmm(a, b) return call1(C.dpl_bmm, a, b, out1) end
+function methods.matmul(a, b) need_tensor('matmul', 'other', b) return call1(C.dpl_matmul, a, b, out1) end
+function methods.mm(a, b) need_tensor('mm', 'mat2', b) return call1(C.dpl_mm, a, b, out1) end
+function methods.bmm(a, b) need_tensor('bmm', 'mat2', b) return call1(C.dpl_bmm, a, b, out1) end
 function methods.dot(a, b)
   if a._ndim ~= 1 or b._ndim ~= 1 then error('dot: expected two 1-d tensors', 2) end
   return call1(C.dpl_matmul, a, b, out1)
 end
 --- dpl.addmm(c, a, b [, {beta=, alpha=}]) = beta * c + alpha * (a @ b).
 function M.addmm(c, a, b, opts)
+  need_tensor('addmm', 'input', c)
+  need_tensor('addmm', 'mat1', a)
+  need_tensor('addmm', 'mat2', b)
+  if opts ~= nil and type(opts) ~= 'table' then error(('addmm: options must be a table {beta=, alpha=}, got %s'):format(type(opts))) end
   local beta = opts and opts.beta or 1
   local alpha = opts and opts.alpha or 1
+  need_number('addmm', 'beta', beta)
+  need_number('addmm', 'alpha', alpha)
   return call1(C.dpl_addmm, c, a, b, beta, alpha, out1)
 end
 function methods.addmm(c, a, b, opts) return M.addmm(c, a, b, opts) end
@@ -1331,14 +1368,30 @@ function M.avg_pool2d_backward(grad_out, x, kernel, opts)
 end
 
 ---------------------------------------------------------------- random fills
-function methods.uniform_(t, a, b) check(C.dpl_tensor_uniform_(t, a or 0, b or 1)) return t end
-function methods.normal_(t, m, s) check(C.dpl_tensor_normal_(t, m or 0, s or 1)) return t end
+function methods.uniform_(t, a, b)
+  if a ~= nil then need_number('uniform_', 'from', a) end
+  if b ~= nil then need_number('uniform_', 'to', b) end
+  check(C.dpl_tensor_uniform_(t, a or 0, b or 1))
+  return t
+end
+function methods.normal_(t, m, s)
+  if m ~= nil then need_number('normal_', 'mean', m) end
+  if s ~= nil then need_number('normal_', 'std', s) end
+  check(C.dpl_tensor_normal_(t, m or 0, s or 1))
+  return t
+end
 function methods.random_(t, a, b)
   if b == nil then a, b = 0, a end
+  need_number('random_', 'from', a)
+  need_number('random_', 'to', b)
   check(C.dpl_tensor_randint_(t, a, b))
   return t
 end
-function methods.bernoulli_(t, p) check(C.dpl_tensor_bernoulli_(t, p or 0.5)) return t end
+function methods.bernoulli_(t, p)
+  if p ~= nil then need_number('bernoulli_', 'p', p) end
+  check(C.dpl_tensor_bernoulli_(t, p or 0.5))
+  return t
+end
 
 ---------------------------------------------------------------- metatable
 local printer
