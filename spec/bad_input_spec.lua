@@ -109,4 +109,24 @@ describe('bad input', function()
     end
     assert.are.same({}, raw)
   end)
+
+  it('every nn.functional function and dpl elementwise function names a non-tensor input', function()
+    local n = 0
+    for name, f in pairs(F) do
+      if type(f) == 'function' and not name:match('^_') then
+        for _, bad in ipairs({ 'str', true, { 1, 2 }, false }) do
+          local ok, e = pcall(f, bad, dpl.randn(2, 2))
+          assert.is_false(ok, name)
+          assert.truthy(tostring(e):find('ValueError: F.' .. name .. ': input must be a tensor, got ' .. type(bad), 1, true),
+            tostring(e))
+        end
+        n = n + 1
+      end
+    end
+    assert.is_true(n > 20, n)
+    for _, name in ipairs({ 'abs', 'exp', 'relu', 'sigmoid', 'neg' }) do
+      assert.truthy(tostring(select(2, pcall(dpl[name], true))):find(name .. ': input must be a tensor, got boolean', 1, true))
+    end
+    assert.truthy(tostring(select(2, pcall(dpl.add, 1, true))):find('add: other must be a tensor or a number, got boolean', 1, true))
+  end)
 end)

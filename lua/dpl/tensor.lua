@@ -872,8 +872,10 @@ local function binop(op, a, b)
   local st
   if type(b) == 'number' then
     if type(a) == 'number' then error('binary op: at least one operand must be a tensor', 3) end
+    if not is_tensor(a) then bad_operand(op, a) end
     st = binary_scalar(op, a, b, 0, out1)
   elseif type(a) == 'number' then
+    if not is_tensor(b) then bad_operand(op, b) end
     st = binary_scalar(op, b, a, 1, out1)
   else
     if type(b) == 'boolean' then b = M.tensor(b) elseif type(a) == 'boolean' then a = M.tensor(a) end
@@ -948,6 +950,7 @@ methods.max_elementwise = methods.maximum
 local unary, unary_ = C.dpl_unary, C.dpl_unary_
 for name, op in pairs(UOP) do
   methods[name] = function(t)
+    if not is_tensor(t) then need_tensor(name, 'input', t) end
     local st = unary(op, t, out1)
     if st ~= 0 then fail(2) end
     return gc_wrap1()

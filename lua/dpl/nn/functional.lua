@@ -421,4 +421,21 @@ function F.one_hot(labels, num_classes)
   return out:scatter_add_(nd, labels:unsqueeze(nd), T.ones_like(labels:unsqueeze(nd), { dtype = 'int64' }))
 end
 
+-- Every function here takes a tensor first: a wrong one is named at the entry (it used to
+-- surface as "attempt to call method 'dim' (a nil value)" or an FFI conversion error).
+do
+  local wrapped = {}
+  for name, f in pairs(F) do
+    if type(f) == 'function' and not name:match('^_') then
+      wrapped[name] = function(x, a, b, c, d, e, g, h)
+        if not is_tensor(x) then
+          error(fmt('F.%s: input must be a tensor, got %s', name, type(x) == 'cdata' and 'cdata (not a tensor)' or type(x)), 2)
+        end
+        return f(x, a, b, c, d, e, g, h)
+      end
+    end
+  end
+  for name, w in pairs(wrapped) do F[name] = w end
+end
+
 return F
