@@ -60,6 +60,24 @@
 SGD_FAST(float, sgd_fast_f32)
 SGD_FAST(double, sgd_fast_f64)
 
+/* Adam's element step in two straight-line pieces, shared by the general loop and the fast
+ * one: the moments (m, v from gradient x), then the update of pv with the second moment VV */
+#define ADAM_MOMENTS(T)                                                                      \
+  T m = M[i] * b1, t1 = omb1 * x;                                                            \
+  m = m + t1;                                                                                \
+  T xx = x * x, v = V[i] * b2, t2 = omb2 * xx;                                               \
+  v = v + t2;                                                                                \
+  M[i] = m;                                                                                  \
+  V[i] = v;
+#define ADAM_APPLY(T, SQRT, VV)                                                                 \
+  {                                                                                          \
+    T den = SQRT(VV);                                                            \
+    den = den / bc2s;                                                                        \
+    den = den + eps;                                                                         \
+    T q = m / den, u = ss * q;                                                   \
+    P[i] = pv + u;                                                                           \
+  }
+
 #define ADAM_LOOP(T, SQRT)                                                                   \
   do {                                                                                       \
     T *P = (T *)p->_data, *M = (T *)s0->_data, *V = (T *)s1->_data;                          \
@@ -75,23 +93,14 @@ SGD_FAST(double, sgd_fast_f64)
         if (o->decoupled) pv = pv * decay;                                                   \
         else { T t = pv * wd; x = x + t; }                                                   \
       }                                                                                      \
-      T m = M[i] * b1, t1 = omb1 * x;                                                        \
-      m = m + t1;                                                                            \
-      T xx = x * x, v = V[i] * b2, t2 = omb2 * xx;                                           \
-      v = v + t2;                                                                            \
-      M[i] = m;                                                                              \
-      V[i] = v;                                                                              \
+      ADAM_MOMENTS(T)                                                                        \
       T vv = v;                                                                              \
       if (X) {                                                                               \
         T mx = X[i];                                                                         \
         vv = (mx != mx || mx > v) ? mx : v;                                                  \
         X[i] = vv;                                                                           \
       }                                                                                      \
-      T den = SQRT(vv);                                                                      \
-      den = den / bc2s;                                                                      \
-      den = den + eps;                                                                       \
-      T q = m / den, u = ss * q;                                                             \
-      P[i] = pv + u;                                                                         \
+      ADAM_APPLY(T, SQRT, vv)                                                                   \
     }                                                                                        \
   } while (0)
 
@@ -102,17 +111,8 @@ SGD_FAST(double, sgd_fast_f64)
   for (int64_t i = 0; i < ne; i++) {                                                         \
     T x = G[i], pv = P[i];                                                                   \
     if (DECAY) pv = pv * decay;                                                              \
-    T m = M[i] * b1, t1 = omb1 * x;                                                          \
-    m = m + t1;                                                                              \
-    T xx = x * x, v = V[i] * b2, t2 = omb2 * xx;                                             \
-    v = v + t2;                                                                              \
-    M[i] = m;                                                                                \
-    V[i] = v;                                                                                \
-    T den = SQRT(v);                                                                         \
-    den = den / bc2s;                                                                        \
-    den = den + eps;                                                                         \
-    T q = m / den, u = ss * q;                                                               \
-    P[i] = pv + u;                                                                           \
+    ADAM_MOMENTS(T)                                                                          \
+    ADAM_APPLY(T, SQRT, v)                                                                      \
   }
 #define ADAM_FAST(T, SQRT, NAME)                                                              \
   DPL_CLONES static void NAME(T *P, T *M, T *V, const T *G, int64_t ne, T b1, T omb1, T b2, T omb2, T eps, \
