@@ -129,4 +129,32 @@ describe('bad input', function()
     end
     assert.truthy(tostring(select(2, pcall(dpl.add, 1, true))):find('add: other must be a tensor or a number, got boolean', 1, true))
   end)
+
+  it("dpl.tensor's functions given arguments of the wrong type raise dpl errors, not raw FFI ones", function()
+    -- (the *_backward functions autograd calls, get_item and the GC/thread knobs are internal)
+    local T = require 'dpl.tensor'
+    local x = dpl.randn(3, 4)
+    local cands = { 'str', { 1, 2 }, x, true, 1.5, -7, {} }
+    local skip = { set_num_threads = true, manual_seed = true, collect = true, gc_lockstep = true, no_grad = true,
+      enable_grad = true, set_grad_enabled = true, get_item = true, set_gc_threshold = true, set_gc_handles = true,
+      share_cores = true }
+    local raw, n = {}, 0
+    for k, f in pairs(T) do
+      if type(k) == 'string' and type(f) == 'function' and not k:match('^_') and not k:match('_backward$') and not skip[k] then
+        n = n + 1
+        for _, c in ipairs(cands) do
+          for _, args in ipairs({ { c }, { x, c }, { c, 1 }, { x, 1, c } }) do
+            local ok, e = pcall(function() return f(unpack(args)) end)
+            local m = tostring(e)
+            if not ok and (m:find('cannot convert', 1, true) or m:find('bad argument #', 1, true)
+                or m:find('attempt to ', 1, true)) then
+              raw[#raw + 1] = k .. ': ' .. m:sub(1, 120)
+            end
+          end
+        end
+      end
+    end
+    assert.is_true(n > 80, n)
+    assert.are.same({}, raw)
+  end)
 end)

@@ -633,6 +633,10 @@ local function raw_linear(x, w, b)
 end
 --- linear(x, w, b): x @ w^T + b with the fused backward (nn.Linear's op).
 function M.linear(x, w, b)
+  if not (is_tensor(x) and is_tensor(w) and (b == nil or is_tensor(b))) then
+    lua_error(errors.ValueError(fmt('linear: expected tensors x, weight (and bias or nil), got %s, %s, %s',
+      type(x), type(w), type(b))), 2)
+  end
   if S.live and S.grad_on and (rg[x] or rg[w] or rg[b]) then
     local prev = S.grad_on
     S.grad_on = false

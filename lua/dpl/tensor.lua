@@ -359,7 +359,15 @@ local function parse_sizes(name, buf, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a
 end
 M._parse_sizes = parse_sizes
 
+-- an options argument: nil or a table
+local function need_opts(name, opts)
+  if opts ~= nil and type(opts) ~= 'table' then
+    error(('%s: options must be a table {dtype=, device=, ...}, got %s'):format(name, got(opts)))
+  end
+end
+
 local function opts_dtype_device(opts, name, default_dt)
+  need_opts(name, opts)
   local dt = default_dt or 0
   local devt, devi = 0, 0
   if opts then
@@ -488,6 +496,7 @@ end
 --- dpl.tensor(data [, {dtype=, device=}]): data is a number, a boolean, a nested
 --- table of them, or a tensor (copied).
 function M.tensor(data, opts)
+  need_opts('tensor', opts)
   if is_tensor(data) then
     local dt = opts and opts.dtype and dtype_id(opts.dtype, 'tensor') or data._dtype
     local devt, devi = data._devtype, data._devindex
@@ -518,6 +527,8 @@ end
 M.as_tensor = M.tensor
 
 local function like_opts(t, opts)
+  need_tensor('*_like', 'input', t)
+  need_opts('*_like', opts)
   local dt = opts and opts.dtype and dtype_id(opts.dtype, 'like') or t._dtype
   local devt, devi = t._devtype, t._devindex
   if opts and opts.device then devt, devi = parse_device(opts.device, 'like') end
@@ -533,7 +544,13 @@ function M.zeros_like(t, opts)
   return r
 end
 function M.ones_like(t, opts) local r = M.empty_like(t, opts) check(C.dpl_tensor_fill_(r, 1)) return r end
-function M.full_like(t, v, opts) local r = M.empty_like(t, opts) check(C.dpl_tensor_fill_(r, v)) return r end
+function M.full_like(t, v, opts)
+  if type(v) == 'boolean' then v = v and 1 or 0 end
+  need_number('full_like', 'fill_value', v)
+  local r = M.empty_like(t, opts)
+  check(C.dpl_tensor_fill_(r, v))
+  return r
+end
 function M.rand_like(t, opts) local r = M.empty_like(t, opts) check(C.dpl_tensor_uniform_(r, 0, 1)) return r end
 function M.randn_like(t, opts) local r = M.empty_like(t, opts) check(C.dpl_tensor_normal_(r, 0, 1)) return r end
 
@@ -579,7 +596,13 @@ function M.get_rng_state()
   C.dpl_rng_get_state(rngbuf, rngbuf + 1)
   return { seed = rngbuf[0], offset = rngbuf[1] }
 end
-function M.set_rng_state(s) C.dpl_rng_set_state(s.seed, s.offset) end
+function M.set_rng_state(s)
+  local function num(v) return type(v) == 'number' or (type(v) == 'cdata' and tonumber(v) ~= nil) end
+  if type(s) ~= 'table' or not num(s.seed) or not num(s.offset) then
+    error(('set_rng_state: expected a state from get_rng_state() ({seed=, offset=}), got %s'):format(got(s)))
+  end
+  C.dpl_rng_set_state(s.seed, s.offset)
+end
 
 function M.set_num_threads(n) check(C.dpl_set_num_threads(n)) end
 function M.get_num_threads() return C.dpl_get_num_threads() end
@@ -986,6 +1009,7 @@ local function clamp_bounds(name, lo, hi)
   return lo, hi
 end
 function methods.clamp(t, lo, hi)
+  need_tensor('clamp', 'input', t)
   lo, hi = clamp_bounds('clamp', lo, hi)
   return call1(C.dpl_clamp, t, lo or 0, hi or 0, lo and 1 or 0, hi and 1 or 0, out1)
 end
@@ -1093,9 +1117,11 @@ end
 
 ---------------------------------------------------------------- softmax, losses
 function methods.softmax(t, d)
+  need_tensor('softmax', 'input', t)
   return call1(C.dpl_softmax, t, cdim(t, d or -1, 'softmax'), 0, out1)
 end
 function methods.log_softmax(t, d)
+  need_tensor('log_softmax', 'input', t)
   return call1(C.dpl_softmax, t, cdim(t, d or -1, 'log_softmax'), 1, out1)
 end
 function M.softmax_backward(grad, output, d, log)
@@ -1141,6 +1167,9 @@ end
 
 --- cross_entropy(logits [N, C], target [N] with classes 1..C, {reduction=, ignore_index=}).
 function M.cross_entropy(logits, target, opts)
+  need_tensor('cross_entropy', 'input', logits)
+  need_tensor('cross_entropy', 'target', target)
+  need_opts('cross_entropy', opts)
   local t0, red, ign = class_target_args(target, opts, 'cross_entropy')
   if C.dpl_cross_entropy(logits, t0, red, ign, out1) ~= 0 then fix_msg(2) end
   return done_tmp(t0)
@@ -1151,6 +1180,9 @@ function M.cross_entropy_backward(grad_out, logits, target, opts)
   return done_tmp(t0)
 end
 function M.nll_loss(logp, target, opts)
+  need_tensor('nll_loss', 'input', logp)
+  need_tensor('nll_loss', 'target', target)
+  need_opts('nll_loss', opts)
   local t0, red, ign = class_target_args(target, opts, 'nll_loss')
   if C.dpl_nll_loss(logp, t0, red, ign, out1) ~= 0 then fix_msg(2) end
   return done_tmp(t0)
@@ -1161,6 +1193,9 @@ function M.nll_loss_backward(grad_out, logp, target, opts)
   return done_tmp(t0)
 end
 function M.mse_loss(a, b, opts)
+  need_tensor('mse_loss', 'input', a)
+  need_tensor('mse_loss', 'b', b)
+  need_opts('mse_loss', opts)
   return call1(C.dpl_mse_loss, a, b, reduction_id(opts and opts.reduction, 'mse_loss'), out1)
 end
 function M.mse_loss_backward(grad_out, a, b, opts)
@@ -1273,6 +1308,8 @@ end
 
 --- embedding(weight [V, D], idx with 1-based ids)
 function M.embedding(weight, idx)
+  need_tensor('embedding', 'input', weight)
+  need_tensor('embedding', 'idx', idx)
   local i0 = index0(idx, 'embedding')
   if C.dpl_embedding(weight, i0, out1) ~= 0 then fix_msg(2) end
   return done_tmp(i0)
@@ -1303,6 +1340,9 @@ end
 
 --- conv2d(x [N, C, H, W], weight [O, C/groups, kh, kw], bias or nil, {stride=, padding=, dilation=, groups=})
 function M.conv2d(x, w, b, opts)
+  need_tensor('conv2d', 'input', x)
+  need_tensor('conv2d', 'w', w)
+  need_opts('conv2d', opts)
   local groups = conv_params(opts, 'conv2d')
   return call1(C.dpl_conv2d, x, w, b, params6, groups, out1)
 end
@@ -1322,6 +1362,11 @@ end
 --- layer_norm(x, weight or nil, bias or nil, normalized_numel, eps) -> y, mean, rstd: the fused
 --- op over the last normalized_numel elements of each row (mean, rstd: one per row, for backward)
 function M.layer_norm(x, w, b, n, eps)
+  need_tensor('layer_norm', 'input', x)
+  if w ~= nil then need_tensor('layer_norm', 'weight', w) end
+  if b ~= nil then need_tensor('layer_norm', 'bias', b) end
+  need_number('layer_norm', 'normalized_numel', n)
+  need_number('layer_norm', 'eps', eps)
   local st = C.dpl_layer_norm(x, w, b, n, eps, out1, out2, out3)
   if st == ENOMEM then collectgarbage(); st = C.dpl_layer_norm(x, w, b, n, eps, out1, out2, out3) end
   if st ~= 0 then fail(2) end
@@ -1351,6 +1396,8 @@ end
 
 --- max_pool2d(x, kernel_size, {stride=kernel_size, padding=0}) -> values, indices (0-based plane positions, for backward)
 function M.max_pool2d(x, kernel, opts)
+  need_tensor('max_pool2d', 'input', x)
+  need_opts('max_pool2d', opts)
   pool_params(kernel, opts, 'max_pool2d')
   if C.dpl_max_pool2d(x, params6, out1, out2) ~= 0 then fail(2) end
   return ffi.gc(out1[0][0], release), ffi.gc(out2[0][0], release)
@@ -1360,6 +1407,8 @@ function M.max_pool2d_backward(grad_out, x, indices)
 end
 --- avg_pool2d(x, kernel_size, {stride=kernel_size, padding=0, count_include_pad=true})
 function M.avg_pool2d(x, kernel, opts)
+  need_tensor('avg_pool2d', 'input', x)
+  need_opts('avg_pool2d', opts)
   pool_params(kernel, opts, 'avg_pool2d')
   local cip = not (opts and opts.count_include_pad == false)
   return call1(C.dpl_avg_pool2d, x, params6, cip and 1 or 0, out1)

@@ -16,6 +16,14 @@ local function check_tensor(x, fn, what)
   if not is_tensor(x) then error(fmt('%s: %s must be a tensor, got %s', fn, what or 'input', type(x)), 3) end
 end
 
+-- an optional tensor argument (nil or a tensor), an options table (nil or a table)
+local function check_opt_tensor(x, fn, what)
+  if x ~= nil and not is_tensor(x) then error(fmt('%s: %s must be a tensor or nil, got %s', fn, what, type(x)), 3) end
+end
+local function check_opts(o, fn)
+  if o ~= nil and type(o) ~= 'table' then error(fmt('%s: options must be a table, got %s', fn, type(o)), 3) end
+end
+
 local function shape_str(t) return '[' .. table.concat(t:size(), ', ') .. ']' end
 F._shape_str = shape_str
 
@@ -32,6 +40,7 @@ function F.relu(x) check_tensor(x, 'relu') return x:relu() end
 --- gelu(x [, {approximate='none'|'tanh'}])
 function F.gelu(x, opts)
   check_tensor(x, 'gelu')
+  check_opts(opts, 'gelu')
   if opts and opts.approximate == 'tanh' then
     local c = math.sqrt(2 / math.pi)
     return x * 0.5 * ((x + x * x * x * 0.044715) * c):tanh():add(1)
@@ -52,6 +61,8 @@ function F.log_softmax(x, dim) check_tensor(x, 'log_softmax') return x:log_softm
 --- linear(x [..., in], weight [out, in], bias [out] or nil)
 function F.linear(x, w, b)
   check_tensor(x, 'linear')
+  check_tensor(w, 'linear', 'weight')
+  check_opt_tensor(b, 'linear', 'bias')
   local inf = w:size(2)
   if x:dim() == 0 or x:size(-1) ~= inf then
     error(fmt('linear: input has shape %s, expected the last dim to be %d (weight %s)', shape_str(x), inf,
@@ -64,6 +75,9 @@ end
 --- conv2d(x [N, C, H, W], weight [O, C/groups, kh, kw], bias, {stride=, padding=, dilation=, groups=})
 function F.conv2d(x, w, b, opts)
   check_tensor(x, 'conv2d')
+  check_tensor(w, 'conv2d', 'weight')
+  check_opt_tensor(b, 'conv2d', 'bias')
+  check_opts(opts, 'conv2d')
   if amp.dtype then x, w, b = amp.cast(x), amp.cast(w), amp.cast(b) end
   return T.conv2d(x, w, b, opts)
 end
@@ -71,6 +85,7 @@ end
 --- max_pool2d(x, kernel_size, {stride=kernel_size, padding=0}) -> values (indices: return_indices=true)
 function F.max_pool2d(x, k, opts)
   check_tensor(x, 'max_pool2d')
+  check_opts(opts, 'max_pool2d')
   if not (opts and opts.return_indices) then
     -- without grad, the strided-views path is ~6x faster than the C loop (with grad, its
     -- argmax bookkeeping on strided views costs more than the C kernel)
@@ -85,6 +100,7 @@ function F.max_pool2d(x, k, opts)
 end
 function F.avg_pool2d(x, k, opts)
   check_tensor(x, 'avg_pool2d')
+  check_opts(opts, 'avg_pool2d')
   return T.avg_pool2d(x, k, opts)
 end
 
@@ -107,6 +123,13 @@ end
 
 --- layer_norm(x, normalized_shape, weight, bias, eps=1e-5)
 function F.layer_norm(x, shape, w, b, eps)
+  check_tensor(x, 'layer_norm')
+  if type(shape) ~= 'number' and type(shape) ~= 'table' then
+    error(fmt('layer_norm: normalized_shape must be a number or a list of sizes, got %s', type(shape)), 2)
+  end
+  check_opt_tensor(w, 'layer_norm', 'weight')
+  check_opt_tensor(b, 'layer_norm', 'bias')
+  if eps ~= nil and type(eps) ~= 'number' then error(fmt('layer_norm: eps must be a number, got %s', type(eps)), 2) end
   eps = eps or 1e-5
   if type(shape) == 'number' then shape = { shape } end
   local k = #shape
@@ -142,6 +165,11 @@ end
 --- batch_norm(x, running_mean, running_var, weight, bias, training, momentum=0.1, eps=1e-5)
 --- x is [N, C] or [N, C, ...]; statistics are per channel (dim 2).
 function F.batch_norm(x, rm, rv, w, b, training, momentum, eps)
+  check_tensor(x, 'batch_norm')
+  check_opt_tensor(rm, 'batch_norm', 'running_mean')
+  check_opt_tensor(rv, 'batch_norm', 'running_var')
+  check_opt_tensor(w, 'batch_norm', 'weight')
+  check_opt_tensor(b, 'batch_norm', 'bias')
   momentum, eps = momentum or 0.1, eps or 1e-5
   local nd = x:dim()
   local C = x:size(2)
