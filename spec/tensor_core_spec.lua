@@ -240,6 +240,9 @@ describe('tensor views', function()
     assert.are.same({ { 1, 8, 21 }, { 8, 25, 48 }, { 21, 48, 81 } }, d:totable())
     local e = dpl.arange(1, 7):float(); e:narrow(1, 2, 5):add_(e:narrow(1, 1, 5))
     assert.are.same({ 1, 3, 5, 7, 9, 11 }, e:totable())
+    local b2 = dpl.tensor({ { true, false, true }, { false, false, true }, { true, true, false } })
+    b2:masked_fill_(b2:t(), false) -- a bool tensor masked by its own transpose
+    assert.are.same({ { false, false, false }, { false, false, false }, { false, false, false } }, b2:totable())
     assert.matches('add: alpha must be a number or {alpha = number}, got string', err_of(function() return m():add(m(), 'x') end))
   end)
 

@@ -102,7 +102,9 @@ add('copy_ between overlapping views of one tensor (as through a temporary)', fu
     local idx = dpl.tensor({ 2, 3, 4, 5, 6, 1 }):to(dev)
     h:index_add_(1, idx, h) -- a source that is self
     k:scatter_add_(2, dpl.tensor({ { 6, 5, 4, 3, 2, 1 } }):expand(6, 6):contiguous():to(dev), k)
-    return { a, b, c, d, e, f, g, h, k }
+    local bm = x:gt(0)
+    bm:masked_fill_(bm:t(), false) -- a bool tensor masked by its own transpose
+    return { a, b, c, d, e, f, g, h, k, bm }
   end)
 add('copy host<->device strided', function() return { randn(6, 5) } end, function(dev, x)
   local h = (x * 2):cpu() -- host memory

@@ -848,16 +848,22 @@ int dpl_masked_fill_(dpl_tensor *a, const dpl_tensor *mask, double value)
     return dpl_errorf(DPL_EINVAL, "%s: mask of shape %s cannot be broadcast to shape %s", name,
                       dpl_shape_str(mask->_ndim, mask->_shape, b1, sizeof b1), dpl_shape_str(a->_ndim, a->_shape, b2, sizeof b2));
   }
+  /* a mask that partly overlaps self (a bool x:masked_fill_(x:t(), false)) goes through a copy */
+  dpl_tensor *tm = NULL;
+  DPL_TRY(dpl_unalias(name, a, &tm, &mask));
+  int r = DPL_OK;
   if (dpl_is_devmem(a)) {
     dpl_bk_args k = {.op = DPL_BK_MASKED_FILL, .inout = a, .in = {mask}, .d = {value}, .name = name};
-    return dpl_bk_call(&k);
+    r = dpl_bk_call(&k);
+  } else {
+    mf_ctx c;
+    c.es = dpl_elsize(a->_dtype);
+    dpl_store_f64(c.v, a->_dtype, value);
+    dpl_tensor *ops[2] = {a, (dpl_tensor *)mask};
+    dpl_iter it;
+    dpl_iter_init(&it, 2, ops, a->_ndim, a->_shape);
+    dpl_iter_run(&it, masked_fill_loop, &c, GRAIN);
   }
-  mf_ctx c;
-  c.es = dpl_elsize(a->_dtype);
-  dpl_store_f64(c.v, a->_dtype, value);
-  dpl_tensor *ops[2] = {a, (dpl_tensor *)mask};
-  dpl_iter it;
-  dpl_iter_init(&it, 2, ops, a->_ndim, a->_shape);
-  dpl_iter_run(&it, masked_fill_loop, &c, GRAIN);
-  return DPL_OK;
+  dpl_tensor_release(tm);
+  return r;
 }
