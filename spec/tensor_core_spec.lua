@@ -246,6 +246,20 @@ describe('tensor views', function()
     assert.matches('add: alpha must be a number or {alpha = number}, got string', err_of(function() return m():add(m(), 'x') end))
   end)
 
+  it('in-place ops refuse a destination whose elements share memory (an expanded view), as PyTorch', function()
+    local z = dpl.zeros(1)
+    for _, f in ipairs({ function(e) e:add_(1) end, function(e) e:add_(dpl.ones(3), 2) end, function(e) e:relu_() end,
+        function(e) e:copy_(dpl.tensor({ 1, 2, 3 }, { dtype = 'float32' })) end,
+        function(e) e:masked_fill_(dpl.tensor({ true, false, true }), 1) end }) do
+      assert.matches('unsupported operation: more than one element of the written%-to tensor refers to a single memory location',
+        err_of(function() f(z:expand(3)) end))
+    end
+    assert.are.equal(0, z:item()) -- untouched
+    local e = dpl.zeros(3, 0) -- empty: its stride-0 dim holds no element
+    e:add_(1)
+    assert.are.same({ 3, 0 }, e:size())
+  end)
+
   it('index_add_ and scatter_add_ with a source that shares self\'s memory add the values it had', function()
     local idx = dpl.tensor({ 2, 3, 4, 1 })
     local x = dpl.tensor({ 1, 2, 3, 4 }, { dtype = 'float32' })
