@@ -106,7 +106,7 @@ int dpl_tensor_copy_(dpl_tensor *dst, const dpl_tensor *src)
 {
   DPL_TRY(dpl_check_handle("copy_", "dst", dst));
   DPL_TRY(dpl_check_handle("copy_", "src", src));
-  DPL_TRY(dpl_check_writable("copy_", dst));
+  DPL_TRY(dpl_check_writable("copy_", "", dst));
   int64_t st[DPL_MAX_DIMS];
   if (dpl_broadcast_strides(src, dst->_ndim, dst->_shape, st) != 0) {
     char b1[160], b2[160];

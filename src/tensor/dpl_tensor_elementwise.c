@@ -244,9 +244,7 @@ static int binary_core(const char *name, int op, const dpl_tensor *a, const dpl_
   int32_t nd;
   DPL_TRY(dpl_broadcast_shapes(name, a->_ndim, a->_shape, b->_ndim, b->_shape, &nd, shape));
   if (dst) {
-    char nm[48];
-    snprintf(nm, sizeof nm, "%s_", name);
-    DPL_TRY(dpl_check_writable(nm, dst));
+    DPL_TRY(dpl_check_writable(name, "_", dst));
     int same = nd == dst->_ndim;
     for (int i = 0; same && i < nd; i++) same = shape[i] == dst->_shape[i];
     if (!same) {
@@ -418,7 +416,7 @@ DPL_CLONES static void axpy_f64(char **p, const int64_t *st, int64_t n, void *vc
 int dpl_axpy_(dpl_tensor *a, double alpha, const dpl_tensor *b)
 {
   DPL_TRY(dpl_check_handle("add_", "self", a));
-  DPL_TRY(dpl_check_writable("add_", a));
+  DPL_TRY(dpl_check_writable("add_", "", a));
   DPL_TRY(dpl_check_handle("add_", "other", b));
   DPL_TRY(dpl_check_same_device("add_", a, b));
   int64_t st[DPL_MAX_DIMS];
@@ -572,11 +570,7 @@ static int unary_core(int32_t op, const dpl_tensor *a, dpl_tensor *dst, dpl_tens
   int32_t kd = kernel_dtype(un_float_only(op) && !dpl_is_float(a->_dtype) ? DPL_FLOAT32 : a->_dtype);
   if (op == DPL_OP_NEG && a->_dtype == DPL_BOOL)
     return dpl_errorf(DPL_EINVAL, "neg: negating a bool tensor is not supported; use logical_not");
-  if (dst) {
-    char nm[48];
-    snprintf(nm, sizeof nm, "%s_", name);
-    DPL_TRY(dpl_check_writable(nm, dst));
-  }
+  if (dst) DPL_TRY(dpl_check_writable(name, "_", dst));
   if (dst && !can_cast(rd, dst->_dtype))
     return dpl_errorf(DPL_EINVAL, "%s_: the result type %s cannot be stored in place in a %s tensor", name,
                       dpl_dtype_name(rd), dpl_dtype_name(dst->_dtype));
@@ -847,7 +841,7 @@ int dpl_masked_fill_(dpl_tensor *a, const dpl_tensor *mask, double value)
 {
   const char *name = "masked_fill_";
   DPL_TRY(dpl_check_handle(name, "self", a));
-  DPL_TRY(dpl_check_writable(name, a));
+  DPL_TRY(dpl_check_writable(name, "", a));
   DPL_TRY(dpl_check_handle(name, "mask", mask));
   DPL_TRY(dpl_check_same_device(name, a, mask));
   if (mask->_dtype != DPL_BOOL && mask->_dtype != DPL_UINT8)

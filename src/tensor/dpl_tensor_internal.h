@@ -202,13 +202,14 @@ static inline int dpl_spans_overlap(const dpl_tensor *dst, const dpl_tensor *src
 /* An in-place op's destination where several elements are one memory location (an
  * expanded view: a dim of size > 1 with stride 0): an error, as PyTorch's (the op would
  * apply several times to one element, or keep whichever write came last). */
-static inline int dpl_check_writable(const char *op, const dpl_tensor *t)
+static inline int dpl_check_writable(const char *op, const char *suffix, const dpl_tensor *t)
 {
   if (t->_numel == 0) return DPL_OK; /* (an empty tensor's other dims may have stride 0) */
   for (int32_t i = 0; i < t->_ndim; i++)
     if (t->_shape[i] > 1 && t->_stride[i] == 0)
-      return dpl_errorf(DPL_EINVAL, "%s: unsupported operation: more than one element of the written-to tensor refers "
-                        "to a single memory location (an expanded view); clone() it before the in-place operation", op);
+      return dpl_errorf(DPL_EINVAL, "%s%s: unsupported operation: more than one element of the written-to tensor refers "
+                        "to a single memory location (an expanded view); clone() it before the in-place operation", op,
+                        suffix);
   return DPL_OK;
 }
 /* 1 when a and b are the very same view (data, dtype, shape, strides). */
