@@ -36,10 +36,9 @@ local function reduce(loss, reduction, fn)
 end
 
 ---------------------------------------------------------------- activations
-function F.relu(x) check_tensor(x, 'relu') return x:relu() end
+function F.relu(x) return x:relu() end
 --- gelu(x [, {approximate='none'|'tanh'}])
 function F.gelu(x, opts)
-  check_tensor(x, 'gelu')
   check_opts(opts, 'gelu')
   if opts and opts.approximate == 'tanh' then
     local c = math.sqrt(2 / math.pi)
@@ -54,13 +53,12 @@ function F.leaky_relu(x, slope)
   slope = slope or 0.01
   return x:relu() - (-x):relu() * slope
 end
-function F.softmax(x, dim) check_tensor(x, 'softmax') return x:softmax(dim or -1) end
-function F.log_softmax(x, dim) check_tensor(x, 'log_softmax') return x:log_softmax(dim or -1) end
+function F.softmax(x, dim) return x:softmax(dim or -1) end
+function F.log_softmax(x, dim) return x:log_softmax(dim or -1) end
 
 ---------------------------------------------------------------- linear, conv, pooling
 --- linear(x [..., in], weight [out, in], bias [out] or nil)
 function F.linear(x, w, b)
-  check_tensor(x, 'linear')
   check_tensor(w, 'linear', 'weight')
   check_opt_tensor(b, 'linear', 'bias')
   local inf = w:size(2)
@@ -74,7 +72,6 @@ end
 
 --- conv2d(x [N, C, H, W], weight [O, C/groups, kh, kw], bias, {stride=, padding=, dilation=, groups=})
 function F.conv2d(x, w, b, opts)
-  check_tensor(x, 'conv2d')
   check_tensor(w, 'conv2d', 'weight')
   check_opt_tensor(b, 'conv2d', 'bias')
   check_opts(opts, 'conv2d')
@@ -84,7 +81,6 @@ end
 
 --- max_pool2d(x, kernel_size, {stride=kernel_size, padding=0}) -> values (indices: return_indices=true)
 function F.max_pool2d(x, k, opts)
-  check_tensor(x, 'max_pool2d')
   check_opts(opts, 'max_pool2d')
   if not (opts and opts.return_indices) then
     -- without grad, the strided-views path is ~6x faster than the C loop (with grad, its
@@ -99,7 +95,6 @@ function F.max_pool2d(x, k, opts)
   return v
 end
 function F.avg_pool2d(x, k, opts)
-  check_tensor(x, 'avg_pool2d')
   check_opts(opts, 'avg_pool2d')
   return T.avg_pool2d(x, k, opts)
 end
@@ -123,7 +118,6 @@ end
 
 --- layer_norm(x, normalized_shape, weight, bias, eps=1e-5)
 function F.layer_norm(x, shape, w, b, eps)
-  check_tensor(x, 'layer_norm')
   if type(shape) ~= 'number' and type(shape) ~= 'table' then
     error(fmt('layer_norm: normalized_shape must be a number or a list of sizes, got %s', type(shape)), 2)
   end
@@ -165,7 +159,6 @@ end
 --- batch_norm(x, running_mean, running_var, weight, bias, training, momentum=0.1, eps=1e-5)
 --- x is [N, C] or [N, C, ...]; statistics are per channel (dim 2).
 function F.batch_norm(x, rm, rv, w, b, training, momentum, eps)
-  check_tensor(x, 'batch_norm')
   check_opt_tensor(rm, 'batch_norm', 'running_mean')
   check_opt_tensor(rv, 'batch_norm', 'running_var')
   check_opt_tensor(w, 'batch_norm', 'weight')
@@ -430,7 +423,6 @@ end
 
 --- one_hot(labels (1-based int), num_classes) -> int64 [..., num_classes]
 function F.one_hot(labels, num_classes)
-  check_tensor(labels, 'one_hot', 'labels')
   if labels:is_floating_point() then error('one_hot: expected integer labels (1-based)', 2) end
   if num_classes == nil or num_classes < 0 then num_classes = labels:numel() > 0 and labels:max():item() or 0 end
   if labels:numel() > 0 then
