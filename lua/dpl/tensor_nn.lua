@@ -1,0 +1,174 @@
+-- dpl.tensor_nn: the tensor functions of neural networks, on dpl.tensor's handles: the
+-- class-index and regression losses (cross_entropy, nll_loss, mse_loss and their
+-- backwards), embedding, conv2d, layer_norm, max/avg pooling. dpl.tensor installs them
+-- (require('dpl.tensor_nn')(M, helpers)) before dpl.autograd wraps them; the
+-- helpers are tensor.lua's own (result wrapping, argument checks, 1-based indices).
+local ffi = require 'ffi'
+local C = require('dpl.capi').C
+
+local type, tostring = type, tostring
+local fmt = string.format
+local ENOMEM = -2
+
+return function(M, H)
+  local call1, fail, fix_msg, done_tmp = H.call1, H.fail, H.fix_msg, H.done_tmp
+  local zero_based, reduction_id, index0 = H.zero_based, H.reduction_id, H.index0
+  local need_tensor, need_opts, need_number = H.need_tensor, H.need_opts, H.need_number
+  local release, out1, out2, error = H.release, H.out1, H.out2, H.error
+  -- The class-index losses: 1-based targets and ignore_index from Lua, 0-based in C.
+  local function class_target_args(target, opts, name)
+    local red = reduction_id(opts and opts.reduction, name)
+    local ign = opts and opts.ignore_index and opts.ignore_index - 1 or -101
+    return zero_based(target, name), red, ign
+  end
+
+  --- cross_entropy(logits [N, C], target [N] with classes 1..C, {reduction=, ignore_index=}).
+  function M.cross_entropy(logits, target, opts)
+    need_tensor('cross_entropy', 'input', logits)
+    need_tensor('cross_entropy', 'target', target)
+    need_opts('cross_entropy', opts)
+    local t0, red, ign = class_target_args(target, opts, 'cross_entropy')
+    if C.dpl_cross_entropy(logits, t0, red, ign, out1) ~= 0 then fix_msg(2) end
+    return done_tmp(t0)
+  end
+  function M.cross_entropy_backward(grad_out, logits, target, opts)
+    local t0, red, ign = class_target_args(target, opts, 'cross_entropy_backward')
+    if C.dpl_cross_entropy_backward(grad_out, logits, t0, red, ign, out1) ~= 0 then fix_msg(2) end
+    return done_tmp(t0)
+  end
+  function M.nll_loss(logp, target, opts)
+    need_tensor('nll_loss', 'input', logp)
+    need_tensor('nll_loss', 'target', target)
+    need_opts('nll_loss', opts)
+    local t0, red, ign = class_target_args(target, opts, 'nll_loss')
+    if C.dpl_nll_loss(logp, t0, red, ign, out1) ~= 0 then fix_msg(2) end
+    return done_tmp(t0)
+  end
+  function M.nll_loss_backward(grad_out, logp, target, opts)
+    local t0, red, ign = class_target_args(target, opts, 'nll_loss_backward')
+    if C.dpl_nll_loss_backward(grad_out, logp, t0, red, ign, out1) ~= 0 then fix_msg(2) end
+    return done_tmp(t0)
+  end
+  function M.mse_loss(a, b, opts)
+    need_tensor('mse_loss', 'input', a)
+    need_tensor('mse_loss', 'b', b)
+    need_opts('mse_loss', opts)
+    return call1(C.dpl_mse_loss, a, b, reduction_id(opts and opts.reduction, 'mse_loss'), out1)
+  end
+  function M.mse_loss_backward(grad_out, a, b, opts)
+    return call1(C.dpl_mse_loss_backward, grad_out, a, b, reduction_id(opts and opts.reduction, 'mse_loss_backward'), out1)
+  end
+
+  --- embedding(weight [V, D], idx with 1-based ids)
+  function M.embedding(weight, idx)
+    need_tensor('embedding', 'input', weight)
+    need_tensor('embedding', 'idx', idx)
+    local i0 = index0(idx, 'embedding')
+    if C.dpl_embedding(weight, i0, out1) ~= 0 then fix_msg(2) end
+    return done_tmp(i0)
+  end
+  function M.embedding_backward(grad, idx, num_weights)
+    local i0 = index0(idx, 'embedding_backward')
+    if C.dpl_embedding_backward(grad, i0, num_weights, out1) ~= 0 then fix_msg(2) end
+    return done_tmp(i0)
+  end
+
+  ---------------------------------------------------------------- convolution, pooling
+  local params6 = ffi.new('int32_t[6]')
+  local out3 = ffi.new('dpl_tensor*[1]')
+  local function pair(v, name, what, default)
+    if v == nil then v = default end
+    if type(v) == 'number' then return v, v end
+    if type(v) == 'table' and #v == 2 and type(v[1]) == 'number' and type(v[2]) == 'number' then return v[1], v[2] end
+    error(fmt('%s: %s must be a number or a pair {h, w}, got %s', name, what, tostring(v)), 4)
+  end
+
+  local function conv_params(opts, name)
+    opts = opts or {}
+    params6[0], params6[1] = pair(opts.stride, name, 'stride', 1)
+    params6[2], params6[3] = pair(opts.padding, name, 'padding', 0)
+    params6[4], params6[5] = pair(opts.dilation, name, 'dilation', 1)
+    return opts.groups or 1
+  end
+
+  --- conv2d(x [N, C, H, W], weight [O, C/groups, kh, kw], bias or nil, {stride=, padding=, dilation=, groups=})
+  function M.conv2d(x, w, b, opts)
+    need_tensor('conv2d', 'input', x)
+    need_tensor('conv2d', 'w', w)
+    need_opts('conv2d', opts)
+    local groups = conv_params(opts, 'conv2d')
+    return call1(C.dpl_conv2d, x, w, b, params6, groups, out1)
+  end
+  --- Gradients of conv2d: grad_x, grad_w, grad_b (needs: {x=, w=, b=} booleans, all by default).
+  function M.conv2d_backward(grad_out, x, w, opts, needs)
+    local groups = conv_params(opts, 'conv2d_backward')
+    needs = needs or { x = true, w = true, b = true }
+    local st = C.dpl_conv2d_backward(grad_out, x, w, params6, groups, needs.x and out1 or nil, needs.w and out2 or nil,
+      needs.b and out3 or nil)
+    if st ~= 0 then fail(2) end
+    local gx = needs.x and ffi.gc(out1[0][0], release) or nil
+    local gw = needs.w and ffi.gc(out2[0][0], release) or nil
+    local gb = needs.b and ffi.gc(out3[0][0], release) or nil
+    return gx, gw, gb
+  end
+
+  --- layer_norm(x, weight or nil, bias or nil, normalized_numel, eps) -> y, mean, rstd: the fused
+  --- op over the last normalized_numel elements of each row (mean, rstd: one per row, for backward)
+  function M.layer_norm(x, w, b, n, eps)
+    need_tensor('layer_norm', 'input', x)
+    if w ~= nil then need_tensor('layer_norm', 'weight', w) end
+    if b ~= nil then need_tensor('layer_norm', 'bias', b) end
+    need_number('layer_norm', 'normalized_numel', n)
+    need_number('layer_norm', 'eps', eps)
+    local st = C.dpl_layer_norm(x, w, b, n, eps, out1, out2, out3)
+    if st == ENOMEM then collectgarbage(); st = C.dpl_layer_norm(x, w, b, n, eps, out1, out2, out3) end
+    if st ~= 0 then fail(2) end
+    return ffi.gc(out1[0][0], release), ffi.gc(out2[0][0], release), ffi.gc(out3[0][0], release)
+  end
+  --- Gradients of layer_norm: grad_x, grad_w, grad_b (needs: {w=, b=} booleans; grad_w only with a weight).
+  function M.layer_norm_backward(grad_y, x, mean, rstd, w, needs)
+    local nw, nb = w ~= nil and needs.w, needs.b
+    local function go()
+      return C.dpl_layer_norm_backward(grad_y, x, mean, rstd, w, out1, nw and out2 or nil, nb and out3 or nil)
+    end
+    local st = go()
+    if st == ENOMEM then collectgarbage(); st = go() end
+    if st ~= 0 then fail(2) end
+    local gx = ffi.gc(out1[0][0], release)
+    local gw = nw and ffi.gc(out2[0][0], release) or nil
+    local gb = nb and ffi.gc(out3[0][0], release) or nil
+    return gx, gw, gb
+  end
+
+  local function pool_params(kernel, opts, name)
+    opts = opts or {}
+    params6[0], params6[1] = pair(kernel, name, 'kernel_size')
+    params6[2], params6[3] = pair(opts.stride, name, 'stride', kernel)
+    params6[4], params6[5] = pair(opts.padding, name, 'padding', 0)
+  end
+
+  --- max_pool2d(x, kernel_size, {stride=kernel_size, padding=0}) -> values, indices (0-based plane positions, for backward)
+  function M.max_pool2d(x, kernel, opts)
+    need_tensor('max_pool2d', 'input', x)
+    need_opts('max_pool2d', opts)
+    pool_params(kernel, opts, 'max_pool2d')
+    if C.dpl_max_pool2d(x, params6, out1, out2) ~= 0 then fail(2) end
+    return ffi.gc(out1[0][0], release), ffi.gc(out2[0][0], release)
+  end
+  function M.max_pool2d_backward(grad_out, x, indices)
+    return call1(C.dpl_max_pool2d_backward, grad_out, x, indices, out1)
+  end
+  --- avg_pool2d(x, kernel_size, {stride=kernel_size, padding=0, count_include_pad=true})
+  function M.avg_pool2d(x, kernel, opts)
+    need_tensor('avg_pool2d', 'input', x)
+    need_opts('avg_pool2d', opts)
+    pool_params(kernel, opts, 'avg_pool2d')
+    local cip = not (opts and opts.count_include_pad == false)
+    return call1(C.dpl_avg_pool2d, x, params6, cip and 1 or 0, out1)
+  end
+  function M.avg_pool2d_backward(grad_out, x, kernel, opts)
+    pool_params(kernel, opts, 'avg_pool2d_backward')
+    local cip = not (opts and opts.count_include_pad == false)
+    return call1(C.dpl_avg_pool2d_backward, grad_out, x, params6, cip and 1 or 0, out1)
+  end
+end
