@@ -32,6 +32,13 @@ local function need_number(op, what, v)
   if type(v) ~= 'number' then error(('%s: %s must be a number, got %s'):format(op, what, got(v))) end
 end
 
+-- a non-negative integer (thread counts, thresholds)
+local function need_count(op, what, v)
+  if type(v) ~= 'number' or v ~= floor(v) or v < 0 then
+    error(('%s: %s must be a non-negative integer, got %s'):format(op, what, type(v) == 'number' and tostring(v) or got(v)))
+  end
+end
+
 local M = {}
 local methods = {}
 M.methods = methods
@@ -274,9 +281,15 @@ function M.memory_allocated(device) return M.memory_stats(device).current_bytes 
 function M.memory_cached() return tonumber(C.dpl_mem_cached()) end
 function M.empty_cache() return tonumber(C.dpl_mem_empty_cache()) end
 --- Tensor bytes allocated between two GC runs triggered by C-side pressure.
-function M.set_gc_threshold(bytes) M.gc_bytes = bytes C.dpl_set_gc_threshold(bytes) end
+function M.set_gc_threshold(bytes)
+  need_count('set_gc_threshold', 'bytes', bytes)
+  M.gc_bytes = bytes C.dpl_set_gc_threshold(bytes)
+end
 --- Tensor handles created between two GC runs (at least; more with a big Lua heap).
-function M.set_gc_handles(n) M.gc_handles = n C.dpl_set_gc_handle_threshold(n) end
+function M.set_gc_handles(n)
+  need_count('set_gc_handles', 'n', n)
+  M.gc_handles = n C.dpl_set_gc_handle_threshold(n)
+end
 
 ---------------------------------------------------------------- argument helpers
 local function ndim(t) return t._ndim end
@@ -604,7 +617,10 @@ function M.set_rng_state(s)
   C.dpl_rng_set_state(s.seed, s.offset)
 end
 
-function M.set_num_threads(n) check(C.dpl_set_num_threads(n)) end
+function M.set_num_threads(n)
+  need_count('set_num_threads', 'n', n)
+  check(C.dpl_set_num_threads(n))
+end
 function M.get_num_threads() return C.dpl_get_num_threads() end
 --- For one of nprocs processes started together on this machine (ddp_spawn, the
 --- subprocess launcher; `dplhost --nproc` does the same in C): unless the user set
@@ -614,6 +630,7 @@ function M.get_num_threads() return C.dpl_get_num_threads() end
 --- set, or nil when the user's setting stands.
 local devinfo = ffi.new('dpl_device_info')
 function M.share_cores(nprocs)
+  need_count('share_cores', 'nprocs', nprocs)
   local function set(v) return v ~= nil and v ~= '' end
   if set(os.getenv('DPL_NUM_THREADS')) or set(os.getenv('OMP_NUM_THREADS')) then return nil end
   local cores = 1
@@ -991,6 +1008,8 @@ methods.isnan = methods.isnan
 function M.activation_backward(op, grad, saved)
   local id = UOP[op]
   if not id then error(fmt("activation_backward: unknown op '%s'", tostring(op)), 2) end
+  need_tensor('activation_backward', 'grad', grad)
+  need_tensor('activation_backward', 'saved', saved)
   return call1(C.dpl_activation_backward, id, grad, saved, saved, out1)
 end
 
@@ -1125,6 +1144,8 @@ function methods.log_softmax(t, d)
   return call1(C.dpl_softmax, t, cdim(t, d or -1, 'log_softmax'), 1, out1)
 end
 function M.softmax_backward(grad, output, d, log)
+  need_tensor('softmax_backward', 'grad', grad)
+  need_tensor('softmax_backward', 'output', output)
   return call1(C.dpl_softmax_backward, grad, output, cdim(output, d or -1, 'softmax_backward'), log and 1 or 0, out1)
 end
 

@@ -16,39 +16,35 @@ return function(M, H)
   local need_tensor, need_opts, need_number = H.need_tensor, H.need_opts, H.need_number
   local release, out1, out2, error = H.release, H.out1, H.out2, H.error
   -- The class-index losses: 1-based targets and ignore_index from Lua, 0-based in C.
-  local function class_target_args(target, opts, name)
+  -- cfn(x, target0, reduction, ignore_index0, out) computes the loss, cfn_b(grad, x, ...)
+  -- its gradient with respect to x.
+  local function class_target_args(name, target, opts)
+    need_tensor(name, 'target', target)
+    need_opts(name, opts)
     local red = reduction_id(opts and opts.reduction, name)
     local ign = opts and opts.ignore_index and opts.ignore_index - 1 or -101
     return zero_based(target, name), red, ign
   end
-
-  --- cross_entropy(logits [N, C], target [N] with classes 1..C, {reduction=, ignore_index=}).
-  function M.cross_entropy(logits, target, opts)
-    need_tensor('cross_entropy', 'input', logits)
-    need_tensor('cross_entropy', 'target', target)
-    need_opts('cross_entropy', opts)
-    local t0, red, ign = class_target_args(target, opts, 'cross_entropy')
-    if C.dpl_cross_entropy(logits, t0, red, ign, out1) ~= 0 then fix_msg(2) end
-    return done_tmp(t0)
+  local function class_loss(name, cfn, cfn_b)
+    M[name] = function(x, target, opts)
+      need_tensor(name, 'input', x)
+      local t0, red, ign = class_target_args(name, target, opts)
+      if cfn(x, t0, red, ign, out1) ~= 0 then fix_msg(2) end
+      return done_tmp(t0)
+    end
+    local bname = name .. '_backward'
+    M[bname] = function(grad_out, x, target, opts)
+      need_tensor(bname, 'grad_output', grad_out)
+      need_tensor(bname, 'input', x)
+      local t0, red, ign = class_target_args(bname, target, opts)
+      if cfn_b(grad_out, x, t0, red, ign, out1) ~= 0 then fix_msg(2) end
+      return done_tmp(t0)
+    end
   end
-  function M.cross_entropy_backward(grad_out, logits, target, opts)
-    local t0, red, ign = class_target_args(target, opts, 'cross_entropy_backward')
-    if C.dpl_cross_entropy_backward(grad_out, logits, t0, red, ign, out1) ~= 0 then fix_msg(2) end
-    return done_tmp(t0)
-  end
-  function M.nll_loss(logp, target, opts)
-    need_tensor('nll_loss', 'input', logp)
-    need_tensor('nll_loss', 'target', target)
-    need_opts('nll_loss', opts)
-    local t0, red, ign = class_target_args(target, opts, 'nll_loss')
-    if C.dpl_nll_loss(logp, t0, red, ign, out1) ~= 0 then fix_msg(2) end
-    return done_tmp(t0)
-  end
-  function M.nll_loss_backward(grad_out, logp, target, opts)
-    local t0, red, ign = class_target_args(target, opts, 'nll_loss_backward')
-    if C.dpl_nll_loss_backward(grad_out, logp, t0, red, ign, out1) ~= 0 then fix_msg(2) end
-    return done_tmp(t0)
-  end
+  --- cross_entropy(logits [N, C], target [N] with classes 1..C, {reduction=, ignore_index=});
+  --- nll_loss(log-probabilities [N, C], target, opts) the same after log_softmax.
+  class_loss('cross_entropy', C.dpl_cross_entropy, C.dpl_cross_entropy_backward)
+  class_loss('nll_loss', C.dpl_nll_loss, C.dpl_nll_loss_backward)
   function M.mse_loss(a, b, opts)
     need_tensor('mse_loss', 'input', a)
     need_tensor('mse_loss', 'b', b)
@@ -56,6 +52,10 @@ return function(M, H)
     return call1(C.dpl_mse_loss, a, b, reduction_id(opts and opts.reduction, 'mse_loss'), out1)
   end
   function M.mse_loss_backward(grad_out, a, b, opts)
+    need_tensor('mse_loss_backward', 'grad_output', grad_out)
+    need_tensor('mse_loss_backward', 'input', a)
+    need_tensor('mse_loss_backward', 'b', b)
+    need_opts('mse_loss_backward', opts)
     return call1(C.dpl_mse_loss_backward, grad_out, a, b, reduction_id(opts and opts.reduction, 'mse_loss_backward'), out1)
   end
 
@@ -68,6 +68,8 @@ return function(M, H)
     return done_tmp(i0)
   end
   function M.embedding_backward(grad, idx, num_weights)
+    need_tensor('embedding_backward', 'grad', grad)
+    need_number('embedding_backward', 'num_weights', num_weights)
     local i0 = index0(idx, 'embedding_backward')
     if C.dpl_embedding_backward(grad, i0, num_weights, out1) ~= 0 then fix_msg(2) end
     return done_tmp(i0)
@@ -101,6 +103,10 @@ return function(M, H)
   end
   --- Gradients of conv2d: grad_x, grad_w, grad_b (needs: {x=, w=, b=} booleans, all by default).
   function M.conv2d_backward(grad_out, x, w, opts, needs)
+    need_tensor('conv2d_backward', 'grad_output', grad_out)
+    need_tensor('conv2d_backward', 'input', x)
+    need_tensor('conv2d_backward', 'weight', w)
+    need_opts('conv2d_backward', opts)
     local groups = conv_params(opts, 'conv2d_backward')
     needs = needs or { x = true, w = true, b = true }
     local st = C.dpl_conv2d_backward(grad_out, x, w, params6, groups, needs.x and out1 or nil, needs.w and out2 or nil,
@@ -127,6 +133,12 @@ return function(M, H)
   end
   --- Gradients of layer_norm: grad_x, grad_w, grad_b (needs: {w=, b=} booleans; grad_w only with a weight).
   function M.layer_norm_backward(grad_y, x, mean, rstd, w, needs)
+    need_tensor('layer_norm_backward', 'grad_output', grad_y)
+    need_tensor('layer_norm_backward', 'input', x)
+    need_tensor('layer_norm_backward', 'mean', mean)
+    need_tensor('layer_norm_backward', 'rstd', rstd)
+    if w ~= nil then need_tensor('layer_norm_backward', 'weight', w) end
+    needs = needs or { w = true, b = true }
     local nw, nb = w ~= nil and needs.w, needs.b
     local function go()
       return C.dpl_layer_norm_backward(grad_y, x, mean, rstd, w, out1, nw and out2 or nil, nb and out3 or nil)
@@ -156,6 +168,9 @@ return function(M, H)
     return ffi.gc(out1[0][0], release), ffi.gc(out2[0][0], release)
   end
   function M.max_pool2d_backward(grad_out, x, indices)
+    need_tensor('max_pool2d_backward', 'grad_output', grad_out)
+    need_tensor('max_pool2d_backward', 'input', x)
+    need_tensor('max_pool2d_backward', 'indices', indices)
     return call1(C.dpl_max_pool2d_backward, grad_out, x, indices, out1)
   end
   --- avg_pool2d(x, kernel_size, {stride=kernel_size, padding=0, count_include_pad=true})
@@ -167,6 +182,8 @@ return function(M, H)
     return call1(C.dpl_avg_pool2d, x, params6, cip and 1 or 0, out1)
   end
   function M.avg_pool2d_backward(grad_out, x, kernel, opts)
+    need_tensor('avg_pool2d_backward', 'grad_output', grad_out)
+    need_tensor('avg_pool2d_backward', 'input', x)
     pool_params(kernel, opts, 'avg_pool2d_backward')
     local cip = not (opts and opts.count_include_pad == false)
     return call1(C.dpl_avg_pool2d_backward, grad_out, x, params6, cip and 1 or 0, out1)
