@@ -87,13 +87,18 @@ rules.pow = {
     if needs(n, 1) then
       if type(b) == 'number' then
         ga = b == 0 and g * 0 or g * (a ^ (b - 1)) * b
-      else
-        ga = sum_to(g * b * (a ^ (b - 1)), n.sa)
+      else -- 0 where the exponent is 0 (0 ^ -1 would make it NaN at a zero base), as PyTorch
+        ga = sum_to((g * b * (a ^ (b - 1))):masked_fill_(b:eq(0), 0), n.sa)
       end
     end
-    if needs(n, 2) then
-      local la = type(a) == 'number' and math.log(a) or a:log()
-      gb = sum_to(g * n.out * la, n.sb)
+    if needs(n, 2) then -- 0 where the base is 0 and the exponent >= 0 (log 0 = -inf), as PyTorch
+      if type(a) == 'number' then
+        gb = g * n.out * math.log(a)
+        if a == 0 then gb = gb:masked_fill_(b:ge(0), 0) end
+      else
+        gb = (g * n.out * a:log()):masked_fill_(a:eq(0):logical_and(b:ge(0)), 0)
+      end
+      gb = sum_to(gb, n.sb)
     end
     return ga, gb
   end,
@@ -215,7 +220,7 @@ rules.where = { -- dpl.where(cond, a, b)
 
 ---------------------------------------------------------------- reductions
 local function norm_dim(d, nd)
-  if d == nil then return nil end
+  if d == nil or nd == 0 then return nil end -- (dim 1 / -1 of a 0-d tensor: all of it)
   if d < 0 then return nd + d + 1 end
   return d
 end
@@ -240,7 +245,17 @@ rules.prod = {
     red_save(n, out, a, d, keepdim)
     n.x, n.y = save(n, a), save(n, raw_alias(out))
   end,
-  bw = function(n, g) return unreduce(g * n.y, n) / n.x end,
+  -- the product of the other elements: y / x without zeros; with one zero in a slice, the
+  -- product of the rest at the zero and 0 elsewhere; with two or more, 0 (no 0 / 0)
+  bw = function(n, g)
+    local x = n.x
+    local z = x:eq(0)
+    if not z:any():item() then return unreduce(g * n.y, n) / x end
+    local xs, zf = x:masked_fill(z, 1), z:to(x.dtype)
+    local pnz = n.d and xs:prod(n.d, true) or xs:prod()
+    local cnt = n.d and zf:sum(n.d, true) or zf:sum()
+    return unreduce(g, n) * pnz * (cnt:eq(0):to(x.dtype) / xs + cnt:eq(1):to(x.dtype) * zf)
+  end,
 }
 rules.logsumexp = {
   nin = 1,
@@ -285,14 +300,17 @@ rules.norm = {
     local x, p = n.x, n.p
     local y = unreduce(n.y, n)
     local gg = unreduce(g, n)
-    if p == 2 then return gg * x / y
-    elseif p == 1 then return gg * x:sign()
-    elseif p == math.huge then
+    if p == 0 then return T.zeros_like(x) end -- (a count: no gradient)
+    if p == 1 then return gg * x:sign() end
+    if p == math.huge or p == -math.huge then
       local m = x:abs():eq(y):to(g.dtype)
       local cnt = n.d and m:sum(n.d, true) or m:sum()
       return gg * x:sign() * m / (n.d and cnt or cnt)
     end
-    return gg * x * x:abs() ^ (p - 2) / y ^ (p - 1)
+    -- a zero norm (all of the slice 0) and zero elements get 0, as PyTorch (not 0 / 0)
+    local ys = y:masked_fill(y:eq(0), 1)
+    if p == 2 then return gg * x / ys end
+    return (gg * x:sign() * x:abs() ^ (p - 1) / ys ^ (p - 1)):masked_fill_(x:eq(0), 0)
   end,
 }
 -- max()/min() over all elements (0-d result): the gradient goes to the maxima, split
@@ -313,6 +331,7 @@ rules.amax_dim = {
   end,
   bw = function(n, g)
     local idx = n.idx
+    if n.d == nil then return g:clone() end -- a 0-d input
     if not n.keep then g, idx = g:unsqueeze(n.d), idx:unsqueeze(n.d) end
     return T.zeros(n.shape, n.dtype):scatter_add_(n.d, idx, g)
   end,
@@ -451,10 +470,17 @@ rules.gather = {
   save = function(n, out, a, d, idx) n.shape, n.d, n.idx, n.dtype = size_of(a), d, idx, like(a) end,
   bw = function(n, g) return T.zeros(n.shape, n.dtype):scatter_add_(n.d, n.idx, g) end,
 }
-rules.index_add_ = { -- t:index_add_(d, idx, src)
+rules.index_add_ = { -- t:index_add_(d, idx, src [, alpha])
   nin = 4,
-  save = function(n, out, a, d, idx) n.d, n.idx = d, idx end,
-  bw = function(n, g) return g, nil, nil, needs(n, 4) and g:index_select(n.d, n.idx) or nil end,
+  save = function(n, out, a, d, idx, src, alpha)
+    n.d, n.idx = d, idx
+    n.alpha = type(alpha) == 'table' and alpha.alpha or alpha
+  end,
+  bw = function(n, g)
+    local gs = needs(n, 4) and g:index_select(n.d, n.idx) or nil
+    if gs and n.alpha and n.alpha ~= 1 then gs = gs * n.alpha end
+    return g, nil, nil, gs
+  end,
 }
 rules.scatter_add_ = {
   nin = 4,

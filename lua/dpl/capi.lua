@@ -28,6 +28,16 @@ function M.last_error()
     function(v, d, n)
       return ('index %d is out of range for dim %d of size %s (expected 1..%s)'):format(v + 1, d + 1, n, n)
     end)
+  -- the tensors of a list (cat, stack) and their dims, numbered from 1
+  msg = msg:gsub('tensor (%d+) has (%d+) dims, tensor 0 has (%d+)', function(i, a, b)
+    return ('tensor %d has %s dims, tensor 1 has %s'):format(i + 1, a, b)
+  end)
+  msg = msg:gsub('sizes must match except in dim (%d+): tensor 0 is (%b[]), tensor (%d+) is', function(d, s, i)
+    return ('sizes must match except in dim %d: tensor 1 is %s, tensor %d is'):format(d + 1, s, i + 1)
+  end)
+  msg = msg:gsub('expected tensors of equal shape, tensor 0 is (%b[]), tensor (%d+) is', function(s, i)
+    return ('expected tensors of equal shape, tensor 1 is %s, tensor %d is'):format(s, i + 1)
+  end)
   return msg
 end
 

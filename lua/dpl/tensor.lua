@@ -436,6 +436,7 @@ function M.arange(a, b, c, opts)
   if b == nil then start, stop, step = 0, a, 1 else start, stop, step = a, b, c or 1 end
   for _, v in ipairs({ start, stop, step }) do
     if type(v) ~= 'number' or v ~= v then error('arange: start, end and step must be numbers', 2) end
+    if v == huge or v == -huge then error(fmt('arange: start, end and step must be finite, got %g', v), 2) end
   end
   if step == 0 then error('arange: step must be nonzero', 2) end
   if (step > 0 and stop < start) or (step < 0 and stop > start) then
@@ -1002,6 +1003,14 @@ for name, op in pairs(UOP) do
   M[name] = methods[name]
 end
 methods.negative = methods.neg
+do -- bool:square() counts in int64, as PyTorch
+  local square = methods.square
+  methods.square = function(t)
+    if is_tensor(t) and t._dtype == 7 then t = methods.to(t, 'int64') end
+    return square(t)
+  end
+  M.square = methods.square
+end
 methods.isnan = methods.isnan
 
 --- Gradient of an activation (op 'relu', 'gelu', 'silu' use the input; 'tanh', 'sigmoid' the output).
@@ -1027,13 +1036,19 @@ local function clamp_bounds(name, lo, hi)
   end
   return lo, hi
 end
+-- a fractional bound promotes an integer tensor to float32 (PyTorch's result type)
+local function fractional(lo, hi) return (lo and lo ~= floor(lo)) or (hi and hi ~= floor(hi)) end
 function methods.clamp(t, lo, hi)
   need_tensor('clamp', 'input', t)
   lo, hi = clamp_bounds('clamp', lo, hi)
+  if t._dtype > 3 and fractional(lo, hi) then t = methods.to(t, 'float32') end
   return call1(C.dpl_clamp, t, lo or 0, hi or 0, lo and 1 or 0, hi and 1 or 0, out1)
 end
 function methods.clamp_(t, lo, hi)
   lo, hi = clamp_bounds('clamp_', lo, hi)
+  if t._dtype > 3 and fractional(lo, hi) then
+    error(("clamp_: result type float32 can't be cast to the tensor's dtype %s"):format(dtype_names[t._dtype]))
+  end
   check(C.dpl_clamp_(t, lo or 0, hi or 0, lo and 1 or 0, hi and 1 or 0))
   return t
 end
@@ -1042,11 +1057,19 @@ function methods.clamp_max(t, hi) return methods.clamp(t, nil, hi) end
 methods.clip = methods.clamp
 M.clamp = methods.clamp
 
+-- a number operand of where as a 0-d tensor: the other operand's dtype when the number fits
+-- its kind, as PyTorch promotes a scalar (a fraction with an integer or bool tensor: float32;
+-- an integer with a bool tensor: int64)
 local function as_tensor_like(x, like)
   if is_tensor(x) then return x end
-  if type(x) == 'boolean' then x = x and 1 or 0 end
-  local dt = like and like._dtype or 0
-  if like == nil and type(x) == 'number' and x == floor(x) then dt = 5 end
+  local dt
+  if type(x) == 'boolean' then
+    x, dt = x and 1 or 0, like and like._dtype or 7
+  elseif type(x) == 'number' and x ~= floor(x) then
+    dt = (like and like._dtype <= 3) and like._dtype or 0
+  else
+    dt = like == nil and 5 or like._dtype == 7 and 5 or like._dtype
+  end
   return M.tensor(x, { dtype = dt, device = like and like.device or nil })
 end
 
@@ -1055,8 +1078,8 @@ function M.where(cond, a, b)
   if not is_tensor(cond) then error('where: condition must be a tensor', 2) end
   local ta = is_tensor(a) and a or nil
   local tb = is_tensor(b) and b or nil
-  a = as_tensor_like(a, tb or (type(a) == 'number' and a ~= floor(a) and nil) or nil)
-  b = as_tensor_like(b, ta or nil)
+  a = as_tensor_like(a, tb)
+  b = as_tensor_like(b, ta)
   return call1(C.dpl_where, cond, a, b, out1)
 end
 function methods.where(t, cond, other) return M.where(cond, t, other) end
@@ -1079,9 +1102,11 @@ end
 local RED = { sum = 0, mean = 1, prod = 2, max = 3, min = 4, argmax = 5, argmin = 6, var = 7, std = 8,
   logsumexp = 9, norm = 10, any = 11, all = 12 }
 
+-- a 0-d tensor has one dim as far as reductions go (PyTorch accepts dim 0 / -1 there)
+local function scalar_dim(t, d) return t._ndim == 0 and (d == 1 or d == -1) end
 local function reduce(name, t, d, keepdim, param)
   local cd = -1
-  if d ~= nil then cd = cdim(t, d, name) end
+  if d ~= nil and not scalar_dim(t, d) then cd = cdim(t, d, name) end
   local st = C.dpl_reduce(RED[name], t, cd, keepdim and 1 or 0, param or 0, out1)
   if st ~= 0 then fail(3) end
   return gc_wrap1()
@@ -1112,6 +1137,11 @@ end
 local function minmax(name, t, d, keepdim)
   if d == nil then return reduce(name, t, nil, false) end
   if is_tensor(d) then return binop(name == 'max' and OP.maximum or OP.minimum, t, d) end
+  if is_tensor(t) and scalar_dim(t, d) then
+    local i = new_empty(0, 5, t._devtype, t._devindex)
+    check(C.dpl_tensor_fill_(i, 1))
+    return reduce(name, t, nil, false), i
+  end
   local st = C.dpl_reduce_index(RED[name], t, cdim(t, d, name), keepdim and 1 or 0, out1, out2)
   if st ~= 0 then fail(3) end
   local v = ffi.gc(out1[0][0], release)
@@ -1214,6 +1244,10 @@ local function index0(idx, name, len)
     -- negative indices count from the end. In GPU memory, always through where: reading
     -- the minimum back would make the host wait for the GPU at every call
     local mn = bit.band(idx._flags, 2) ~= 0 and -1 or reduce('min', idx, nil, false):item()
+    if mn < -len then
+      error(fmt('%s: index %d is out of range for a dim of size %d (expected 1..%d, or -%d..-1 from the end)', name, mn,
+        len, len, len), 3)
+    end
     if mn < 0 then
       local neg = binop(OP.lt, idx, 0)
       return M.where(neg, binop(OP.add, idx, len), binop(OP.sub, idx, 1))
@@ -1230,7 +1264,14 @@ function methods.index_select(t, d, idx)
   if C.dpl_index_select(t, cd, i0, out1) ~= 0 then fix_msg(2) end
   return done_tmp(i0)
 end
-function methods.index_add_(t, d, idx, src)
+--- t:index_add_(dim, index, source [, alpha]): t[index[i]] += alpha * source[i] along dim
+--- (alpha also as {alpha = x}, PyTorch's keyword)
+function methods.index_add_(t, d, idx, src, alpha)
+  alpha = alpha_of('index_add_', alpha)
+  if alpha ~= nil and alpha ~= 1 then
+    need_tensor('index_add_', 'source', src)
+    src = binop(OP.mul, src, alpha)
+  end
   local cd = cdim(t, d, 'index_add_')
   local i0 = index0(idx, 'index_add_', tonumber(t._shape[cd]))
   if C.dpl_index_add_(t, cd, i0, src) ~= 0 then fix_msg(2) end

@@ -19,7 +19,7 @@ local ivalbuf = ffi.new('int64_t[1]')
 local function get(t, pos, isint)
   if isint then
     C.dpl_tensor_get_i64(t, pos, ivalbuf)
-    return tonumber(ivalbuf[0])
+    return ivalbuf[0] -- an int64 cdata: a double would round values beyond 2^53
   end
   C.dpl_tensor_get(t, pos, valbuf)
   return valbuf[0]
@@ -44,9 +44,10 @@ local function number_formatter(vals, kind)
     return function(v) return v ~= 0 and 'true' or 'false' end, 5
   end
   if kind == 'int' then
+    local function istr(v) return (tostring(v):gsub('LL$', '')) end
     local w = 1
-    for i = 1, #vals do w = max(w, #fmt('%d', vals[i])) end
-    return function(v) return fmt('%' .. w .. 'd', v) end, w
+    for i = 1, #vals do w = max(w, #istr(vals[i])) end
+    return function(v) local s = istr(v) return (' '):rep(w - #s) .. s end, w
   end
   local all_int, maxa, mina = true, 0, huge
   local finite = 0

@@ -63,7 +63,8 @@ __device__ __forceinline__ bool better(T av, int64_t ai, T bv, int64_t bi, bool 
  * squared deviations; logsumexp: the max, then the exponentials). A pass maps
  * each element (red_map), joins the values of a thread (red_join), then the
  * threads' partials (red_tree), all of one kind: */
-enum { K_ADD, K_MUL, K_MAXNAN, K_BMAX, K_BMIN }; /* sum, product, max where NaN wins, best (value, index) */
+enum { K_ADD, K_MUL, K_MAXNAN, K_BMAX, K_BMIN, K_MINNAN }; /* sum, product, max where NaN wins, best (value,
+                                                           index), min where NaN wins */
 static const int kCols = 32;                     /* outputs per block of k_red_cols */
 
 template <typename A>
@@ -86,7 +87,7 @@ __device__ __forceinline__ int red_kind(int op, int pass, double p)
   case MAX: case ARGMAX: return K_BMAX;
   case MIN: case ARGMIN: return K_BMIN;
   case LOGSUMEXP: return pass ? K_ADD : K_MAXNAN;
-  case NORM: return isinf(p) ? K_MAXNAN : K_ADD;
+  case NORM: return isinf(p) ? (p > 0 ? K_MAXNAN : K_MINNAN) : K_ADD;
   default: return K_ADD;
   }
 }
@@ -94,12 +95,14 @@ __device__ __forceinline__ bool two_pass(int op) { return op == VAR || op == STD
 
 __device__ __forceinline__ double red_low(double) { return -INFINITY; }
 __device__ __forceinline__ int64_t red_low(int64_t) { return INT64_MIN; }
+__device__ __forceinline__ double red_high(double) { return INFINITY; }
+__device__ __forceinline__ int64_t red_high(int64_t) { return INT64_MAX; }
 template <typename A>
 __device__ __forceinline__ Acc<A> red_ident(int kind, int op)
 {
   Acc<A> a;
   a.i = -1;
-  a.v = kind == K_MUL ? (A)1 : kind == K_MAXNAN && op == LOGSUMEXP ? red_low(A()) : (A)0;
+  a.v = kind == K_MUL ? (A)1 : kind == K_MAXNAN && op == LOGSUMEXP ? red_low(A()) : kind == K_MINNAN ? red_high(A()) : (A)0;
   return a;
 }
 
@@ -110,6 +113,7 @@ __device__ __forceinline__ void red_join(int kind, Acc<A> &a, A v, int64_t i)
   case K_ADD: a.v = wadd(a.v, v); break;
   case K_MUL: a.v = wmul(a.v, v); break;
   case K_MAXNAN: if (v > a.v || is_nan(v)) a.v = v; break;
+  case K_MINNAN: if (v < a.v || is_nan(v)) a.v = v; break;
   default: if (better(v, i, a.v, a.i, kind == K_BMAX)) { a.v = v; a.i = i; } break;
   }
 }

@@ -17,6 +17,7 @@
 int dpl_storage_wrap(void *data, int64_t nbytes, int kind, void *block, size_t map_len, dpl_storage **out);
 void dpl_storage_retain(dpl_storage *s);
 void dpl_storage_drop(dpl_storage *s);
+int dpl_storage_sub(dpl_storage *parent, int64_t off, int64_t nbytes, dpl_storage **out);
 
 static const char *st_names[8] = {"F32", "F64", "F16", "BF16", "I32", "I64", "U8", "BOOL"};
 
@@ -357,15 +358,17 @@ int dpl_st_get(const dpl_st_file *f, int32_t i, dpl_tensor **out)
   int64_t es = dpl_elsize(e->dtype);
   uint64_t off = f->data_start + e->begin;
   if (off % (uint64_t)es == 0) {
-    /* a view on the mapping */
+    /* a view on the mapping, through a storage of its own bytes */
     dpl_tensor t;
     memset(&t, 0, sizeof t);
     t._dtype = e->dtype;
-    t._storage = f->storage;
+    DPL_TRY(dpl_storage_sub(f->storage, (int64_t)off, (int64_t)(e->end - e->begin), &t._storage));
     int64_t st[DPL_MAX_DIMS];
     int64_t s = 1;
     for (int d = e->ndim - 1; d >= 0; d--) { st[d] = s; s *= e->shape[d]; }
-    return dpl_make_view(&t, e->ndim, e->shape, st, (int64_t)(off / (uint64_t)es), out);
+    int rc = dpl_make_view(&t, e->ndim, e->shape, st, 0, out);
+    dpl_storage_drop(t._storage); /* the view holds its own reference */
+    return rc;
   }
   /* unaligned: copy out */
   DPL_TRY(dpl_new("safetensors", e->dtype, e->ndim, e->shape, NULL, out));

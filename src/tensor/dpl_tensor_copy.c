@@ -373,7 +373,7 @@ int dpl_tensor_linspace(double start, double end, int64_t n, int32_t dtype, int3
   int64_t half = n / 2;
   for (int64_t i = 0; i < n; i++) {
     /* like PyTorch: from the start for the first half, from the end for the second */
-    double v = i < half ? start + step * (double)i : end - step * (double)(n - 1 - i);
+    double v = n == 1 ? start : i < half ? start + step * (double)i : end - step * (double)(n - 1 - i);
     dpl_store_f64((char *)t->_data + i * es, dtype, v);
   }
   return DPL_OK;

@@ -470,6 +470,12 @@ static void storage_release(dpl_storage *s)
   if (!s) return;
   /* the only reference (nobody else can add one): no locked decrement needed */
   if (atomic_load_explicit(&s->refcount, memory_order_acquire) != 1 && atomic_fetch_sub(&s->refcount, 1) != 1) return;
+  if (s->kind == DPL_STORAGE_SUB) {
+    dpl_storage *parent = s->block;
+    free(s);
+    storage_release(parent);
+    return;
+  }
   count_free(s->devtype, s->devindex, s->nbytes);
   if (s->kind == DPL_STORAGE_DEVICE) {
     const dpl_backend *b = dpl_backend_get();
@@ -656,6 +662,22 @@ int dpl_storage_wrap(void *data, int64_t nbytes, int kind, void *block, size_t m
   return DPL_OK;
 }
 void dpl_storage_retain(dpl_storage *s) { atomic_fetch_add(&s->refcount, 1); }
+/* a storage of nbytes at byte off of parent (a tensor loaded from a file gets its own storage,
+ * as in PyTorch: its storage_offset is 0 and as_strided cannot reach its neighbours) */
+int dpl_storage_sub(dpl_storage *parent, int64_t off, int64_t nbytes, dpl_storage **out)
+{
+  if (!parent || off < 0 || nbytes < 0 || off + nbytes > parent->nbytes)
+    return dpl_errorf(DPL_EINVAL, "storage: sub-range [%lld, %lld) outside the parent's %lld bytes", (long long)off,
+                      (long long)(off + nbytes), parent ? (long long)parent->nbytes : 0LL);
+  dpl_storage *s = malloc(sizeof *s);
+  if (!s) return dpl_errorf(DPL_ENOMEM, "storage: out of memory");
+  *s = (dpl_storage){.data = parent->data + off, .nbytes = nbytes, .devtype = parent->devtype,
+                     .devindex = parent->devindex, .kind = DPL_STORAGE_SUB, .block = parent, .cold = 1};
+  atomic_init(&s->refcount, 1);
+  dpl_storage_retain(parent);
+  *out = s;
+  return DPL_OK;
+}
 void dpl_storage_drop(dpl_storage *s) { storage_release(s); }
 
 void dpl_tensor_release(dpl_tensor *t)

@@ -323,9 +323,9 @@ int dpl_binary(int32_t op, const dpl_tensor *a, const dpl_tensor *b, dpl_tensor 
   DPL_TRY(dpl_check_same_device(name, a, b));
   int32_t bd = b->_dtype;
   /* a 0-d operand does not promote within the same kind (PyTorch's rule for dimensionless tensors) */
-  if (b->_ndim == 0 && a->_ndim > 0 && dpl_is_float(a->_dtype) == dpl_is_float(b->_dtype)) bd = a->_dtype;
+  if (b->_ndim == 0 && a->_ndim > 0 && dpl_dtype_kind(a->_dtype) == dpl_dtype_kind(b->_dtype)) bd = a->_dtype;
   int32_t ad = a->_dtype;
-  if (a->_ndim == 0 && b->_ndim > 0 && dpl_is_float(a->_dtype) == dpl_is_float(b->_dtype)) {
+  if (a->_ndim == 0 && b->_ndim > 0 && dpl_dtype_kind(a->_dtype) == dpl_dtype_kind(b->_dtype)) {
     ad = b->_dtype;
     if (ad != a->_dtype) { /* promote through b's dtype: swap roles for the promotion only */
       dpl_tensor *ca = NULL;
@@ -346,8 +346,17 @@ int dpl_binary_(int32_t op, dpl_tensor *a, const dpl_tensor *b)
   DPL_TRY(dpl_check_handle(name, "other", b));
   DPL_TRY(dpl_check_same_device(name, a, b));
   int32_t bd = b->_dtype;
-  if (b->_ndim == 0 && dpl_is_float(a->_dtype) == dpl_is_float(b->_dtype)) bd = a->_dtype;
+  if (b->_ndim == 0 && dpl_dtype_kind(a->_dtype) == dpl_dtype_kind(b->_dtype)) bd = a->_dtype;
   return binary_core(name, op, a, b, bd, a, NULL);
+}
+
+/* an integer tensor to a negative integer scalar power (PyTorch refuses it: the results
+ * would be 0 or +-1 truncations) */
+static int check_int_pow(const char *name, int32_t op, const dpl_tensor *a, double s, int32_t reverse)
+{
+  if (op != DPL_OP_POW || reverse || dpl_is_float(a->_dtype) || s >= 0 || s != floor(s)) return DPL_OK;
+  return dpl_errorf(DPL_EINVAL, "%s: integers to negative integer powers are not allowed (got %s ^ %g); "
+                    "convert the tensor to a floating dtype first", name, dpl_dtype_name(a->_dtype), s);
 }
 
 int dpl_binary_scalar(int32_t op, const dpl_tensor *a, double s, int32_t reverse, dpl_tensor **out)
@@ -357,6 +366,7 @@ int dpl_binary_scalar(int32_t op, const dpl_tensor *a, double s, int32_t reverse
   *out = NULL;
   DPL_TRY(check_binop(op, &name));
   DPL_TRY(dpl_check_handle(name, "self", a));
+  DPL_TRY(check_int_pow(name, op, a, s, reverse));
   int32_t sd = scalar_dtype(a->_dtype, s);
   int32_t pd = dpl_promote(a->_dtype, sd);
   int32_t kd = kernel_dtype((needs_float(op) && !dpl_is_float(pd)) ? DPL_FLOAT32 : pd);
@@ -387,6 +397,7 @@ int dpl_binary_scalar_(int32_t op, dpl_tensor *a, double s)
   const char *name;
   DPL_TRY(check_binop(op, &name));
   DPL_TRY(dpl_check_handle(name, "self", a));
+  DPL_TRY(check_int_pow(name, op, a, s, 0));
   int32_t sd = scalar_dtype(a->_dtype, s);
   int32_t pd = dpl_promote(a->_dtype, sd);
   int32_t kd = kernel_dtype((needs_float(op) && !dpl_is_float(pd)) ? DPL_FLOAT32 : pd);

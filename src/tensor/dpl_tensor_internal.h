@@ -17,7 +17,8 @@
 /* the data is device memory (a real GPU): never dereferenced on the host */
 #define DPL_DEVMEM 2u
 
-enum { DPL_STORAGE_BLOCK = 0, DPL_STORAGE_MALLOC = 1, DPL_STORAGE_MMAP = 2, DPL_STORAGE_DEVICE = 3 };
+enum { DPL_STORAGE_BLOCK = 0, DPL_STORAGE_MALLOC = 1, DPL_STORAGE_MMAP = 2, DPL_STORAGE_DEVICE = 3,
+       DPL_STORAGE_SUB = 4 /* bytes of another storage (block = it, kept alive); counted there */ };
 
 struct dpl_storage {
   _Atomic int64_t refcount;
@@ -43,6 +44,8 @@ static inline int64_t dpl_elsize(int32_t dt)
 }
 static inline int dpl_dtype_valid(int32_t dt) { return dt >= 0 && dt < DPL_NUM_DTYPES; }
 static inline int dpl_is_float(int32_t dt) { return dt <= DPL_BFLOAT16; }
+/* PyTorch's dtype categories for promotion with 0-d tensors: 0 bool, 1 integer, 2 floating */
+static inline int dpl_dtype_kind(int32_t dt) { return dt == DPL_BOOL ? 0 : dpl_is_float(dt) ? 2 : 1; }
 static inline int dpl_is_int(int32_t dt) { return dt >= DPL_INT32; }
 
 static inline float dpl_h2f(uint16_t h)

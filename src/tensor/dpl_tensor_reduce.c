@@ -100,7 +100,12 @@ DPL_CLONES static double red_float_row(const red_ctx *c, const char *p, int64_t 
   }
   case DPL_RED_NORM: {
     double pp = c->param, s = 0;
-    if (isinf(pp)) { for (int64_t j = 0; j < R; j++) { double v = fabs(LD(j)); if (v > s || v != v) s = v; } return s; }
+    if (isinf(pp) && pp > 0) { for (int64_t j = 0; j < R; j++) { double v = fabs(LD(j)); if (v > s || v != v) s = v; } return s; }
+    if (isinf(pp)) { /* -inf: the smallest magnitude (inf over nothing) */
+      s = INFINITY;
+      for (int64_t j = 0; j < R; j++) { double v = fabs(LD(j)); if (v < s || v != v) s = v; if (v != v) break; }
+      return s;
+    }
     if (pp == 0) { for (int64_t j = 0; j < R; j++) s += LD(j) != 0; return s; }
     if (pp == 2) { for (int64_t j = 0; j < R; j++) { double v = LD(j); s += v * v; } return sqrt(s); }
     if (pp == 1) { for (int64_t j = 0; j < R; j++) s += fabs(LD(j)); return s; }

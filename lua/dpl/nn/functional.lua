@@ -61,6 +61,7 @@ function F.log_softmax(x, dim) return x:log_softmax(dim or -1) end
 function F.linear(x, w, b)
   check_tensor(w, 'linear', 'weight')
   check_opt_tensor(b, 'linear', 'bias')
+  if w:dim() ~= 2 then error(fmt('linear: weight must be 2-d [out_features, in_features], got shape %s', shape_str(w)), 2) end
   local inf = w:size(2)
   if x:dim() == 0 or x:size(-1) ~= inf then
     error(fmt('linear: input has shape %s, expected the last dim to be %d (weight %s)', shape_str(x), inf,
