@@ -229,7 +229,7 @@ describe('tensor error messages in ops', function()
     assert.matches('index_select: index 5 is out of range for dim 1 of size 3 %(expected 1..3%)',
       err_of(function() return dpl.zeros(3):index_select(1, { 5 }) end))
     assert.matches('gather: index must have as many dims', err_of(function() return dpl.zeros(3, 3):gather(1, dpl.tensor({ 1 })) end))
-    assert.matches('cat: sizes must match except in dim 0', err_of(function() return dpl.cat({ dpl.zeros(2, 3), dpl.zeros(2, 4) }) end))
+    assert.matches('cat: sizes must match except in dim 1: tensor 1 is %[2, 3%], tensor 2 is %[2, 4%]', err_of(function() return dpl.cat({ dpl.zeros(2, 3), dpl.zeros(2, 4) }) end))
     assert.matches('conv2d: weight %[4, 2, 3, 3%] expects 2 input channels per group, input %[1, 3, 5, 5%] has 3',
       err_of(function() return dpl.conv2d(dpl.zeros(1, 3, 5, 5), dpl.zeros(4, 2, 3, 3)) end))
     assert.matches('mean: expected a floating%-point tensor, got int64', err_of(function() return dpl.arange(3):mean() end))
