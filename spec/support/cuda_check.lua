@@ -233,7 +233,7 @@ add('reduce max/min with indices', red_inputs, function(_, x, i)
 end)
 add('reduce var/std/norm', red_inputs, function(_, x)
   return { x:var(), x:var(2), x:std(1, false), x:std(3, true, true), x:norm(), x:norm(1, 2), x:norm('inf', 3),
-    x:norm(3, 1) }
+    x:norm(3, 1), x:norm(-math.huge, 2), x:norm(-math.huge) }
 end)
 
 add('reduce layouts (outer dims, strided, expanded, size-1 dims)', function()
