@@ -78,14 +78,35 @@ describe('ModelCheckpoint', function()
     t:fit(scripted({})())
     assert.same({ 'epoch=1-step=4.ckpt' }, ls(dir))
     local dir2 = th.tmpdir()
-    -- no monitor: the previous best file is overwritten in place (Lightning's del_filepath rule)
-    T({ max_epochs = 2, callbacks = { ModelCheckpoint{ dirpath = dir2, every_n_train_steps = 1, save_top_k = -1,
+    -- no monitor: an existing file of the same name gets a version, as in Lightning 1.9.5 (which passes
+    -- no del_filepath there): every step's file is kept with save_top_k=-1
+    local cb2 = ModelCheckpoint{ dirpath = dir2, every_n_train_steps = 1, save_top_k = -1, filename = 'same' }
+    T({ max_epochs = 2, callbacks = { cb2 } }):fit(scripted({})())
+    assert.same({ 'same-v1.ckpt', 'same-v2.ckpt', 'same-v3.ckpt', 'same.ckpt' }, ls(dir2))
+    assert.equal(dir2 .. '/same-v3.ckpt', cb2.best_model_path)
+    local dir2b = th.tmpdir()
+    T({ max_epochs = 3, limit_val_batches = 0, callbacks = { ModelCheckpoint{ dirpath = dir2b, save_top_k = -1,
       filename = 'same' } } }):fit(scripted({})())
-    assert.same({ 'same.ckpt' }, ls(dir2))
+    assert.same({ 'same-v1.ckpt', 'same-v2.ckpt', 'same.ckpt' }, ls(dir2b))
+    -- save_top_k=1: same.ckpt, then same-v1.ckpt (same.ckpt removed), then same.ckpt again (same-v1 removed)
+    local dir2c = th.tmpdir()
+    local cb2c = ModelCheckpoint{ dirpath = dir2c, filename = 'same' }
+    T({ max_epochs = 3, limit_val_batches = 0, callbacks = { cb2c } }):fit(scripted({})())
+    assert.same({ 'same.ckpt' }, ls(dir2c))
+    assert.equal(dir2c .. '/same.ckpt', cb2c.best_model_path)
     local dir3 = th.tmpdir()
     T({ max_epochs = 3, callbacks = { ModelCheckpoint{ dirpath = dir3, monitor = 'val_loss', save_top_k = -1,
       filename = 'same' } } }):fit(scripted({ 1, 1, 1 })())
     assert.same({ 'same-v1.ckpt', 'same-v2.ckpt', 'same.ckpt' }, ls(dir3))
+    -- save_top_k=-1 with a monitor tracks the kth (worst kept) too, as Lightning (k = kept + 1)
+    local dir3b = th.tmpdir()
+    local cb3b = ModelCheckpoint{ dirpath = dir3b, monitor = 'val_loss', save_top_k = -1, filename = '{epoch}' }
+    T({ max_epochs = 4, callbacks = { cb3b } }):fit(scripted({ 3, 1, 2, 0.5 })())
+    assert.same({ 'epoch=0.ckpt', 'epoch=1.ckpt', 'epoch=2.ckpt', 'epoch=3.ckpt' }, ls(dir3b))
+    assert.equal(dir3b .. '/epoch=3.ckpt', cb3b.best_model_path)
+    assert.equal(0.5, cb3b.best_model_score)
+    assert.equal(dir3b .. '/epoch=0.ckpt', cb3b.kth_best_model_path)
+    assert.equal(3, cb3b.kth_value)
     local dir4 = th.tmpdir()
     T({ max_epochs = 1, limit_train_batches = 4, callbacks = { ModelCheckpoint{ dirpath = dir4, every_n_train_steps = 2,
       save_top_k = -1 } } }):fit(scripted({})())
