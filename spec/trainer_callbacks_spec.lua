@@ -373,3 +373,111 @@ describe('step-level metrics at train batch end', function()
     assert.same({ 'step=2-l=1.ckpt' }, ls(dir))
   end)
 end)
+
+describe('LearningRateMonitor (Lightning 1.9.5 lr_monitor.py)', function()
+  -- a logger recording each log_metrics call as "step: k=v k=v" (sorted keys)
+  local function rec_logger(rows)
+    local L = dpl.loggers.Logger:extend('RecLogger')
+    function L:log_metrics(m, step)
+      local keys = {}
+      for k in pairs(m) do keys[#keys + 1] = k end
+      table.sort(keys)
+      local parts = {}
+      for i, k in ipairs(keys) do parts[i] = k .. '=' .. tostring(m[k]) end
+      rows[#rows + 1] = step .. ': ' .. table.concat(parts, ' ')
+    end
+    return L{ save_dir = th.tmpdir() }
+  end
+  -- stand-ins: an optimizer class of a given name with param groups and defaults, a scheduler scaling
+  -- every group's lr by `factor` at each step
+  local function opt_class(name)
+    local C = th.Optimizer:extend(name)
+    function C:__init(groups, defaults)
+      th.Optimizer.__init(self)
+      self.param_groups, self.defaults = groups, defaults or {}
+    end
+    return C
+  end
+  local SGD, Adam = opt_class('SGD'), opt_class('Adam')
+  local Sched = th.Scheduler:extend('StepLR')
+  function Sched:__init(opt, factor) th.Scheduler.__init(self, opt); self.factor = factor end
+  function Sched:step()
+    for _, pg in ipairs(self.optimizer.param_groups) do pg.lr = pg.lr * self.factor end
+  end
+
+  local function run(interval, configure, o)
+    local rows = {}
+    local model = th.recording_model({}, { configure_optimizers = configure })()
+    local a = { max_epochs = 2, limit_train_batches = 3, limit_val_batches = 0, log_every_n_steps = 1,
+      logger = rec_logger(rows), enable_checkpointing = false,
+      callbacks = { dpl.callbacks.LearningRateMonitor{ logging_interval = interval, log_momentum = o and o.momentum } } }
+    for k, v in pairs(o or {}) do if k ~= 'momentum' then a[k] = v end end
+    T(a):fit(model)
+    local out = {}
+    for _, r in ipairs(rows) do if r:find('lr%-') or r:find('my_lr') then out[#out + 1] = r end end
+    return out
+  end
+  local function step_sched()
+    local opt = SGD({ { lr = 1 } })
+    return { optimizer = opt, lr_scheduler = { scheduler = Sched(opt, 0.5), interval = 'step' } }
+  end
+
+  it('logs the rate a step trains with, at batch start, straight to the loggers (no epoch key)', function()
+    local want = { '0: lr-SGD=1', '1: lr-SGD=0.5', '2: lr-SGD=0.25', '3: lr-SGD=0.125', '4: lr-SGD=0.0625',
+      '5: lr-SGD=0.03125' }
+    assert.same(want, run('step', step_sched))
+    -- interval nil: a step-interval scheduler is logged at batch start only (no extra epoch-start rows)
+    assert.same(want, run(nil, step_sched))
+    -- "epoch": every rate at each epoch start
+    assert.same({ '0: lr-SGD=1', '3: lr-SGD=0.125' }, run('epoch', step_sched))
+    -- the logging steps: (batches_that_stepped + 1) % log_every_n_steps == 0, checked before the step
+    assert.same({ '1: lr-SGD=0.5', '3: lr-SGD=0.125', '5: lr-SGD=0.03125' }, run('step', step_sched, { log_every_n_steps = 2 }))
+  end)
+
+  it('interval nil: epoch schedulers at epoch start, step ones at batch start, unscheduled optimizers at both', function()
+    local function three()
+      local o1, o2, o3 = SGD({ { lr = 1 } }), Adam({ { lr = 0.01 } }), SGD({ { lr = 3 } })
+      return { { optimizer = o1, lr_scheduler = { scheduler = Sched(o1, 0.5), interval = 'step' } },
+               { optimizer = o2, lr_scheduler = { scheduler = Sched(o2, 0.1), interval = 'epoch' } },
+               { optimizer = o3 } }
+    end
+    local rows = run(nil, three)
+    -- what Lightning 1.9.5 logs for the same configuration (the second SGD is lr-SGD-1)
+    assert.same({ '0: lr-Adam=0.01 lr-SGD-1=3', '0: lr-SGD=1 lr-SGD-1=3', '1: lr-SGD=0.5 lr-SGD-1=3',
+      '2: lr-SGD=0.25 lr-SGD-1=3', '3: lr-Adam=0.001 lr-SGD-1=3', '3: lr-SGD=0.125 lr-SGD-1=3',
+      '4: lr-SGD=0.0625 lr-SGD-1=3', '5: lr-SGD=0.03125 lr-SGD-1=3' }, rows)
+  end)
+
+  it('names: the config name, param group names or pgN, -N for repeats; momentum; duplicate names raise', function()
+    local function named()
+      local o1 = SGD({ { lr = 1, name = 'enc', momentum = 0.9 }, { lr = 2, momentum = 0.9 } }, { momentum = 0.9 })
+      local o2 = SGD({ { lr = 5, momentum = 0 } }, { momentum = 0 })
+      local o3 = Adam({ { lr = 0.01, betas = { 0.9, 0.999 } } }, { betas = { 0.9, 0.999 } })
+      return { { optimizer = o1, lr_scheduler = { scheduler = Sched(o1, 0.5), interval = 'step', name = 'my_lr' } },
+               { optimizer = o2 }, { optimizer = o3 } }
+    end
+    local rows = run(nil, named, { max_epochs = 1, limit_train_batches = 2, momentum = true })
+    -- Lightning 1.9.5's rows for the same configuration
+    assert.same({
+      '0: lr-Adam=0.01 lr-Adam-momentum=0.9 lr-SGD=5 lr-SGD-momentum=0',
+      '0: lr-Adam=0.01 lr-Adam-momentum=0.9 lr-SGD=5 lr-SGD-momentum=0 my_lr/enc=1 my_lr/enc-momentum=0.9 my_lr/pg2=2 my_lr/pg2-momentum=0.9',
+      '1: lr-Adam=0.01 lr-Adam-momentum=0.9 lr-SGD=5 lr-SGD-momentum=0 my_lr/enc=0.5 my_lr/enc-momentum=0.9 my_lr/pg2=1 my_lr/pg2-momentum=0.9',
+    }, rows)
+    local function dup()
+      return SGD({ { lr = 1, name = 'a' }, { lr = 1, name = 'a' } })
+    end
+    local ok, e = pcall(run, 'step', dup)
+    assert.is_false(ok)
+    assert.matches("cannot have multiple parameter groups with identical `name` values. lr%-SGD has duplicated parameter group names {'a'}", tostring(e))
+    assert.has_error(function() dpl.callbacks.LearningRateMonitor{ interval = 'step' } end,
+      'MisconfigurationException: LearningRateMonitor got an unknown argument: interval')
+  end)
+
+  it('keeps the history in lrs', function()
+    local cb = dpl.callbacks.LearningRateMonitor{ logging_interval = 'step' }
+    local model = th.recording_model({}, { configure_optimizers = step_sched })()
+    T({ max_epochs = 1, limit_train_batches = 3, limit_val_batches = 0, log_every_n_steps = 1, enable_checkpointing = false,
+      logger = rec_logger({}), callbacks = { cb } }):fit(model)
+    assert.same({ ['lr-SGD'] = { 1, 0.5, 0.25 } }, cb.lrs)
+  end)
+end)
