@@ -294,6 +294,31 @@ describe('ProgressBar, Timer, LearningRateMonitor, ModelSummary, custom callback
     assert.has_error(function() dpl.callbacks.Timer{ interval = 'hour' } end)
   end)
 
+  it('Timer takes Lightning\'s durations; a depleted timer stops at fit start; time_elapsed starts at the offset', function()
+    local Timer = dpl.callbacks.Timer
+    assert.equal(60, Timer{ duration = '00:00:01:00' }._duration)
+    assert.equal(86400 + 7200 + 180 + 4, Timer{ duration = '01:02:03:04' }._duration)
+    assert.equal(3600, Timer{ duration = { hours = 1 } }._duration)
+    assert.equal(0, Timer{ duration = {} }._duration) -- timedelta()
+    assert.is_nil(Timer()._duration)
+    assert.has_error(function() Timer{ duration = '1:00:00' } end,
+      'MisconfigurationException: Timer: `duration` as a string must be "DD:HH:MM:SS" (days, hours, minutes, seconds;'
+      .. ' e.g. "00:12:00:00"), got \'1:00:00\'')
+    assert.has_error(function() Timer{ duration = { hour = 1 } } end,
+      "MisconfigurationException: Timer: `duration` as a table takes the keys weeks, days, hours, minutes, seconds,"
+      .. " milliseconds, microseconds (as timedelta); got the key 'hour' in {hour=1}")
+    assert.has_error(function() Timer{ duraton = 5 } end, 'MisconfigurationException: Timer got an unknown argument: duraton')
+    -- restored state: elapsed time counts from the checkpoint's; a depleted timer stops before any batch
+    local timer = Timer{ duration = '00:00:00:10' }
+    timer:load_state_dict({ time_elapsed = { train = 20 } })
+    assert.equal(20, timer:time_elapsed('train'))
+    assert.equal(0, timer:time_elapsed('validate'))
+    local t = T({ max_epochs = 5, callbacks = { timer }, enable_checkpointing = false, limit_val_batches = 0 })
+    t:fit(th.recording_model({})())
+    assert.equal(0, t.global_step)
+    assert.is_true(t.should_stop)
+  end)
+
   it('LearningRateMonitor logs lr-<Optimizer> to the loggers', function()
     local dir = th.tmpdir()
     local t = T({ max_epochs = 2, log_every_n_steps = 1, enable_checkpointing = false, limit_val_batches = 0,
