@@ -287,6 +287,10 @@ describe('loggers', function()
     dpl.loggers.TensorBoardLogger{ save_dir = dir, name = 'n', version = 'v', log_graph = false, default_hp_metric = false,
       prefix = 'p', sub_dir = 's', comment = 'c', max_queue = 10, flush_secs = 120, filename_suffix = '' }
     dpl.loggers.CSVLogger{ save_dir = dir, name = 'n', version = 1, prefix = 'p', flush_logs_every_n_steps = 10 }
+    -- Lightning's positional save_dir with the other options after it
+    assert.equal(dir .. '/lz/version_3', dpl.loggers.CSVLogger(dir, { name = 'lz', version = 3 }):log_dir())
+    assert.equal(dir .. '/tb/version_0/s', dpl.loggers.TensorBoardLogger(dir, { name = 'tb', sub_dir = 's' }):log_dir())
+    assert.has_error(function() dpl.loggers.CSVLogger(dir, { nme = 'lz' }) end)
     -- flush_logs_every_n_steps: metrics.csv is written when (step + 1) is a multiple of it
     local lg = dpl.loggers.CSVLogger{ save_dir = dir, name = 'flush', flush_logs_every_n_steps = 2 }
     lg:log_metrics({ a = 1 }, 0)

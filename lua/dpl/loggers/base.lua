@@ -160,6 +160,24 @@ function M.write_file(path, text)
   f:close()
 end
 
+--- The options of Logger(save_dir, {opts}) / Logger{save_dir=, ...} as one table (a copy when merged).
+function M.options(o, rest)
+  if type(o) ~= 'string' then return o end
+  local out = { save_dir = o }
+  if rest ~= nil then
+    if type(rest) ~= 'table' then
+      errors.MisconfigurationException:raise(('a logger\'s second argument is a table of options, got %s'):format(type(rest)), 3)
+    end
+    for k, v in pairs(rest) do
+      if k == 'save_dir' then
+        errors.MisconfigurationException:raise('save_dir given twice (as the first argument and in the options)', 3)
+      end
+      out[k] = v
+    end
+  end
+  return out
+end
+
 --- Raises, naming the key, when the options table o has a key outside `known` (a set).
 function M.check_options(o, known, cls_name, level)
   if o == nil then return end

@@ -10,8 +10,8 @@ local known = { save_dir = true, name = true, version = true, prefix = true, flu
 
 --- CSVLogger{save_dir=, name="lightning_logs", version=, prefix="", flush_logs_every_n_steps=100}
 --- (Lightning 1.9's arguments; any other key raises, naming it)
-function CSVLogger:__init(o)
-  if type(o) == 'string' then o = { save_dir = o } end
+function CSVLogger:__init(o, rest)
+  o = B.options(o, rest) -- also CSVLogger(save_dir, {name=, ...})
   B.check_options(o, known, 'CSVLogger', 2)
   B.Logger.__init(self, o)
   local n = o.flush_logs_every_n_steps

@@ -198,8 +198,8 @@ local known = { save_dir = true, name = true, version = true, log_graph = true, 
 --- TensorBoardLogger{save_dir=, name="lightning_logs", version=, log_graph=false, default_hp_metric=true,
 --- prefix="", sub_dir=nil, and SummaryWriter's comment=, max_queue=, flush_secs=, filename_suffix=""}:
 --- events in <save_dir>/<name>/version_N[/<sub_dir>]/. Any other key raises, naming it.
-function TensorBoardLogger:__init(o)
-  if type(o) == 'string' then o = { save_dir = o } end
+function TensorBoardLogger:__init(o, rest)
+  o = B.options(o, rest) -- also TensorBoardLogger(save_dir, {name=, ...})
   B.check_options(o, known, 'TensorBoardLogger', 2)
   B.Logger.__init(self, o)
   local errors = require 'dpl.errors'
