@@ -506,3 +506,95 @@ describe('LearningRateMonitor (Lightning 1.9.5 lr_monitor.py)', function()
     assert.same({ ['lr-SGD'] = { 1, 0.5, 0.25 } }, cb.lrs)
   end)
 end)
+
+describe('LightningModule:load_from_checkpoint (Lightning 1.9.5 core/saving.py)', function()
+  local ok_nn = pcall(function() return dpl.nn.Linear and dpl.optim.SGD end)
+  local nn, F = dpl.nn, dpl.nn.functional
+  local function tensor_loader()
+    dpl.manual_seed(1)
+    return dpl.data.DataLoader(dpl.data.TensorDataset(dpl.randn({ 8, 4 }), dpl.randint(1, 3, { 8 })), { batch_size = 4 })
+  end
+  local function train_and_save(M, m)
+    local dir = th.tmpdir()
+    local cb = ModelCheckpoint{ dirpath = dir, filename = 'm' }
+    T({ max_epochs = 1, limit_val_batches = 0, callbacks = { cb } }):fit(m, tensor_loader())
+    return cb.best_model_path
+  end
+  local function base_methods(M)
+    function M:forward(x) return self.net(x) end
+    function M:training_step(b) return F.cross_entropy(self(b[1]), b[2]) end
+    function M:configure_optimizers() return dpl.optim.SGD(self:parameters(), { lr = self.hparams.lr or 0.1 }) end
+  end
+
+  it('builds the module from the saved hyper-parameters (by parameter name), on_load_checkpoint, then the weights', function()
+    if not ok_nn then pending('dpl.nn / dpl.optim not available') return end
+    local calls = {}
+    local M = dpl.LightningModule:extend('LFC')
+    function M:__init(hidden, lr)
+      dpl.LightningModule.__init(self)
+      calls[#calls + 1] = ('init(%s, %s)'):format(tostring(hidden), tostring(lr))
+      self:save_hyperparameters({ hidden = hidden, lr = lr })
+      self.net = nn.Linear(4, hidden)
+    end
+    base_methods(M)
+    function M:on_load_checkpoint(ck) calls[#calls + 1] = 'on_load_checkpoint(' .. tostring(ck.global_step) .. ')' end
+    local m = M(3, 0.5)
+    local path = train_and_save(M, m)
+    calls = {}
+    local loaded = M:load_from_checkpoint(path)
+    assert.same({ 'init(3, 0.5)', 'on_load_checkpoint(2)' }, calls)
+    assert.equal(getmetatable(m), getmetatable(loaded))
+    assert.same({ hidden = 3, lr = 0.5 }, loaded.hparams)
+    assert.same(m.net.weight:tolist(), loaded.net.weight:tolist())
+    assert.same(m.net.bias:tolist(), loaded.net.bias:tolist())
+    assert.is_true(loaded.training) -- as the constructor left it (Lightning's examples call .eval() themselves)
+    -- keyword overrides: passed to the constructor and stored
+    calls = {}
+    local l2 = M:load_from_checkpoint(path, { lr = 0.25, map_location = 'cpu' })
+    assert.same({ 'init(3, 0.25)', 'on_load_checkpoint(2)' }, calls)
+    assert.same({ hidden = 3, lr = 0.25 }, l2.hparams)
+    -- called on an instance: its class
+    assert.equal(getmetatable(m), getmetatable(m:load_from_checkpoint(path)))
+    -- a different width cannot take the weights: the shape mismatch raises
+    assert.has_error(function() M:load_from_checkpoint(path, { hidden = 5 }) end)
+    assert.has_error(function() M.load_from_checkpoint(path) end)
+    assert.has_error(function() M:load_from_checkpoint(path, { hparams_file = 'h.yaml' }) end)
+  end)
+
+  it('hyper-parameters saved from a constructor argument come back as that argument', function()
+    if not ok_nn then pending('dpl.nn / dpl.optim not available') return end
+    local got
+    local M = dpl.LightningModule:extend('LFCOpts')
+    function M:__init(opts)
+      dpl.LightningModule.__init(self)
+      got = opts
+      self:save_hyperparameters(opts)
+      self.net = nn.Linear(4, opts and opts.hidden or 2)
+    end
+    base_methods(M)
+    local m = M({ hidden = 2, lr = 0.1 })
+    assert.equal('opts', m._hparams_name)
+    local path = train_and_save(M, m)
+    assert.equal('opts', require('dpl.trainer.checkpoint').load(path).hparams_name)
+    M:load_from_checkpoint(path)
+    assert.same({ hidden = 2, lr = 0.1 }, got)
+    M:load_from_checkpoint(path, { lr = 0.3 })
+    assert.same({ hidden = 2, lr = 0.3 }, got)
+  end)
+
+  it('strict=false loads the common keys and warns about the others', function()
+    if not ok_nn then pending('dpl.nn / dpl.optim not available') return end
+    local M = dpl.LightningModule:extend('LFCA')
+    function M:__init() dpl.LightningModule.__init(self); self.net = nn.Linear(4, 2) end
+    base_methods(M)
+    local m = M()
+    local path = train_and_save(M, m)
+    local M2 = M:extend('LFCB')
+    function M2:__init() M.__init(self); self.extra = nn.Linear(2, 2) end
+    local ok, e = pcall(M2.load_from_checkpoint, M2, path)
+    assert.is_false(ok)
+    assert.matches('Missing key%(s%): extra.weight, extra.bias', tostring(e))
+    local loaded = M2:load_from_checkpoint(path, { strict = false })
+    assert.same(m.net.weight:tolist(), loaded.net.weight:tolist())
+  end)
+end)
