@@ -114,6 +114,44 @@ describe('Trainer arguments', function()
     assert.equal(2, t.max_epochs)
     assert.equal('ddp_spawn', t.strategy.strategy_name)
   end)
+
+  it('from_argv: a bare --deterministic is true; --max_time takes "DD:HH:MM:SS" (Lightning\'s str) or seconds', function()
+    local Trainer = dpl.Trainer
+    assert.same({ deterministic = true, max_epochs = 2 }, (Trainer.parse_argv({ '--deterministic', '--max_epochs', '2' })))
+    assert.same({ deterministic = true }, (Trainer.parse_argv({ '--deterministic' })))
+    assert.same({ deterministic = 'warn' }, (Trainer.parse_argv({ '--deterministic', 'warn' })))
+    assert.same({ deterministic = false }, (Trainer.parse_argv({ '--deterministic=false' })))
+    assert.same({ max_time = '00:00:01:00' }, (Trainer.parse_argv({ '--max_time', '00:00:01:00' })))
+    assert.same({ max_time = 90 }, (Trainer.parse_argv({ '--max-time=90' })))
+    local t = Trainer.from_argv({ '--max_time', '00:00:01:00' }, base)
+    local timer
+    for _, cb in ipairs(t.callbacks) do if getmetatable(cb) == dpl.callbacks.Timer then timer = cb end end
+    assert.equal(60, timer._duration)
+  end)
+
+  it('max_time: Lightning\'s "DD:HH:MM:SS" and timedelta-like tables, or seconds; a Timer with that duration', function()
+    local function duration(mt)
+      for _, cb in ipairs(T({ max_time = mt }).callbacks) do
+        if getmetatable(cb) == dpl.callbacks.Timer then return cb._duration end
+      end
+    end
+    assert.equal(60, duration('00:00:01:00'))
+    assert.equal(93784, duration('01:02:03:04'))
+    assert.equal(60, duration({ minutes = 1 }))
+    assert.equal(90061, duration({ days = 1, hours = 1, minutes = 1, seconds = 1 }))
+    assert.equal(604800 + 1.5, duration({ weeks = 1, milliseconds = 1500 }))
+    assert.equal(30, duration(30))
+    -- max_time given: max_epochs is not defaulted to 1000 (-1, as Lightning)
+    assert.equal(-1, T({ max_time = { minutes = 1 } }).max_epochs)
+    -- errors name the argument and show the table's keys
+    assert.matches("^MisconfigurationException: `max_time` as a table takes the keys weeks, days, hours, minutes,"
+      .. " seconds, milliseconds, microseconds %(as timedelta%); got the key 'minute' in {minute=1}",
+      err_of(T, { max_time = { minute = 1 } }))
+    assert.matches('`max_time` as a string must be "DD:HH:MM:SS"', err_of(T, { max_time = '01:00' }))
+    assert.matches('`max_time` as a string must be "DD:HH:MM:SS"', err_of(T, { max_time = '00:00:xx:00' }))
+    assert.matches("`max_time` must be a duration >= 0 .*got %-5", err_of(T, { max_time = -5 }))
+    assert.matches("`max_time` must be .*got true", err_of(T, { max_time = true }))
+  end)
 end)
 
 describe('Trainer strategy selection with simulated GPUs', function()

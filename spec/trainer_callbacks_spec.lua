@@ -78,14 +78,35 @@ describe('ModelCheckpoint', function()
     t:fit(scripted({})())
     assert.same({ 'epoch=1-step=4.ckpt' }, ls(dir))
     local dir2 = th.tmpdir()
-    -- no monitor: the previous best file is overwritten in place (Lightning's del_filepath rule)
-    T({ max_epochs = 2, callbacks = { ModelCheckpoint{ dirpath = dir2, every_n_train_steps = 1, save_top_k = -1,
+    -- no monitor: an existing file of the same name gets a version, as in Lightning 1.9.5 (which passes
+    -- no del_filepath there): every step's file is kept with save_top_k=-1
+    local cb2 = ModelCheckpoint{ dirpath = dir2, every_n_train_steps = 1, save_top_k = -1, filename = 'same' }
+    T({ max_epochs = 2, callbacks = { cb2 } }):fit(scripted({})())
+    assert.same({ 'same-v1.ckpt', 'same-v2.ckpt', 'same-v3.ckpt', 'same.ckpt' }, ls(dir2))
+    assert.equal(dir2 .. '/same-v3.ckpt', cb2.best_model_path)
+    local dir2b = th.tmpdir()
+    T({ max_epochs = 3, limit_val_batches = 0, callbacks = { ModelCheckpoint{ dirpath = dir2b, save_top_k = -1,
       filename = 'same' } } }):fit(scripted({})())
-    assert.same({ 'same.ckpt' }, ls(dir2))
+    assert.same({ 'same-v1.ckpt', 'same-v2.ckpt', 'same.ckpt' }, ls(dir2b))
+    -- save_top_k=1: same.ckpt, then same-v1.ckpt (same.ckpt removed), then same.ckpt again (same-v1 removed)
+    local dir2c = th.tmpdir()
+    local cb2c = ModelCheckpoint{ dirpath = dir2c, filename = 'same' }
+    T({ max_epochs = 3, limit_val_batches = 0, callbacks = { cb2c } }):fit(scripted({})())
+    assert.same({ 'same.ckpt' }, ls(dir2c))
+    assert.equal(dir2c .. '/same.ckpt', cb2c.best_model_path)
     local dir3 = th.tmpdir()
     T({ max_epochs = 3, callbacks = { ModelCheckpoint{ dirpath = dir3, monitor = 'val_loss', save_top_k = -1,
       filename = 'same' } } }):fit(scripted({ 1, 1, 1 })())
     assert.same({ 'same-v1.ckpt', 'same-v2.ckpt', 'same.ckpt' }, ls(dir3))
+    -- save_top_k=-1 with a monitor tracks the kth (worst kept) too, as Lightning (k = kept + 1)
+    local dir3b = th.tmpdir()
+    local cb3b = ModelCheckpoint{ dirpath = dir3b, monitor = 'val_loss', save_top_k = -1, filename = '{epoch}' }
+    T({ max_epochs = 4, callbacks = { cb3b } }):fit(scripted({ 3, 1, 2, 0.5 })())
+    assert.same({ 'epoch=0.ckpt', 'epoch=1.ckpt', 'epoch=2.ckpt', 'epoch=3.ckpt' }, ls(dir3b))
+    assert.equal(dir3b .. '/epoch=3.ckpt', cb3b.best_model_path)
+    assert.equal(0.5, cb3b.best_model_score)
+    assert.equal(dir3b .. '/epoch=0.ckpt', cb3b.kth_best_model_path)
+    assert.equal(3, cb3b.kth_value)
     local dir4 = th.tmpdir()
     T({ max_epochs = 1, limit_train_batches = 4, callbacks = { ModelCheckpoint{ dirpath = dir4, every_n_train_steps = 2,
       save_top_k = -1 } } }):fit(scripted({})())
@@ -273,6 +294,31 @@ describe('ProgressBar, Timer, LearningRateMonitor, ModelSummary, custom callback
     assert.has_error(function() dpl.callbacks.Timer{ interval = 'hour' } end)
   end)
 
+  it('Timer takes Lightning\'s durations; a depleted timer stops at fit start; time_elapsed starts at the offset', function()
+    local Timer = dpl.callbacks.Timer
+    assert.equal(60, Timer{ duration = '00:00:01:00' }._duration)
+    assert.equal(86400 + 7200 + 180 + 4, Timer{ duration = '01:02:03:04' }._duration)
+    assert.equal(3600, Timer{ duration = { hours = 1 } }._duration)
+    assert.equal(0, Timer{ duration = {} }._duration) -- timedelta()
+    assert.is_nil(Timer()._duration)
+    assert.has_error(function() Timer{ duration = '1:00:00' } end,
+      'MisconfigurationException: Timer: `duration` as a string must be "DD:HH:MM:SS" (days, hours, minutes, seconds;'
+      .. ' e.g. "00:12:00:00"), got \'1:00:00\'')
+    assert.has_error(function() Timer{ duration = { hour = 1 } } end,
+      "MisconfigurationException: Timer: `duration` as a table takes the keys weeks, days, hours, minutes, seconds,"
+      .. " milliseconds, microseconds (as timedelta); got the key 'hour' in {hour=1}")
+    assert.has_error(function() Timer{ duraton = 5 } end, 'MisconfigurationException: Timer got an unknown argument: duraton')
+    -- restored state: elapsed time counts from the checkpoint's; a depleted timer stops before any batch
+    local timer = Timer{ duration = '00:00:00:10' }
+    timer:load_state_dict({ time_elapsed = { train = 20 } })
+    assert.equal(20, timer:time_elapsed('train'))
+    assert.equal(0, timer:time_elapsed('validate'))
+    local t = T({ max_epochs = 5, callbacks = { timer }, enable_checkpointing = false, limit_val_batches = 0 })
+    t:fit(th.recording_model({})())
+    assert.equal(0, t.global_step)
+    assert.is_true(t.should_stop)
+  end)
+
   it('LearningRateMonitor logs lr-<Optimizer> to the loggers', function()
     local dir = th.tmpdir()
     local t = T({ max_epochs = 2, log_every_n_steps = 1, enable_checkpointing = false, limit_val_batches = 0,
@@ -350,5 +396,205 @@ describe('step-level metrics at train batch end', function()
     T({ max_epochs = 1, limit_train_batches = 4, limit_val_batches = 0, callbacks = { cb } }):fit(Model())
     assert.equal(dir .. '/step=2-l=1.ckpt', cb.best_model_path)
     assert.same({ 'step=2-l=1.ckpt' }, ls(dir))
+  end)
+end)
+
+describe('LearningRateMonitor (Lightning 1.9.5 lr_monitor.py)', function()
+  -- a logger recording each log_metrics call as "step: k=v k=v" (sorted keys)
+  local function rec_logger(rows)
+    local L = dpl.loggers.Logger:extend('RecLogger')
+    function L:log_metrics(m, step)
+      local keys = {}
+      for k in pairs(m) do keys[#keys + 1] = k end
+      table.sort(keys)
+      local parts = {}
+      for i, k in ipairs(keys) do parts[i] = k .. '=' .. tostring(m[k]) end
+      rows[#rows + 1] = step .. ': ' .. table.concat(parts, ' ')
+    end
+    return L{ save_dir = th.tmpdir() }
+  end
+  -- stand-ins: an optimizer class of a given name with param groups and defaults, a scheduler scaling
+  -- every group's lr by `factor` at each step
+  local function opt_class(name)
+    local C = th.Optimizer:extend(name)
+    function C:__init(groups, defaults)
+      th.Optimizer.__init(self)
+      self.param_groups, self.defaults = groups, defaults or {}
+    end
+    return C
+  end
+  local SGD, Adam = opt_class('SGD'), opt_class('Adam')
+  local Sched = th.Scheduler:extend('StepLR')
+  function Sched:__init(opt, factor) th.Scheduler.__init(self, opt); self.factor = factor end
+  function Sched:step()
+    for _, pg in ipairs(self.optimizer.param_groups) do pg.lr = pg.lr * self.factor end
+  end
+
+  local function run(interval, configure, o)
+    local rows = {}
+    local model = th.recording_model({}, { configure_optimizers = configure })()
+    local a = { max_epochs = 2, limit_train_batches = 3, limit_val_batches = 0, log_every_n_steps = 1,
+      logger = rec_logger(rows), enable_checkpointing = false,
+      callbacks = { dpl.callbacks.LearningRateMonitor{ logging_interval = interval, log_momentum = o and o.momentum } } }
+    for k, v in pairs(o or {}) do if k ~= 'momentum' then a[k] = v end end
+    T(a):fit(model)
+    local out = {}
+    for _, r in ipairs(rows) do if r:find('lr%-') or r:find('my_lr') then out[#out + 1] = r end end
+    return out
+  end
+  local function step_sched()
+    local opt = SGD({ { lr = 1 } })
+    return { optimizer = opt, lr_scheduler = { scheduler = Sched(opt, 0.5), interval = 'step' } }
+  end
+
+  it('logs the rate a step trains with, at batch start, straight to the loggers (no epoch key)', function()
+    local want = { '0: lr-SGD=1', '1: lr-SGD=0.5', '2: lr-SGD=0.25', '3: lr-SGD=0.125', '4: lr-SGD=0.0625',
+      '5: lr-SGD=0.03125' }
+    assert.same(want, run('step', step_sched))
+    -- interval nil: a step-interval scheduler is logged at batch start only (no extra epoch-start rows)
+    assert.same(want, run(nil, step_sched))
+    -- "epoch": every rate at each epoch start
+    assert.same({ '0: lr-SGD=1', '3: lr-SGD=0.125' }, run('epoch', step_sched))
+    -- the logging steps: (batches_that_stepped + 1) % log_every_n_steps == 0, checked before the step
+    assert.same({ '1: lr-SGD=0.5', '3: lr-SGD=0.125', '5: lr-SGD=0.03125' }, run('step', step_sched, { log_every_n_steps = 2 }))
+  end)
+
+  it('interval nil: epoch schedulers at epoch start, step ones at batch start, unscheduled optimizers at both', function()
+    local function three()
+      local o1, o2, o3 = SGD({ { lr = 1 } }), Adam({ { lr = 0.01 } }), SGD({ { lr = 3 } })
+      return { { optimizer = o1, lr_scheduler = { scheduler = Sched(o1, 0.5), interval = 'step' } },
+               { optimizer = o2, lr_scheduler = { scheduler = Sched(o2, 0.1), interval = 'epoch' } },
+               { optimizer = o3 } }
+    end
+    local rows = run(nil, three)
+    -- what Lightning 1.9.5 logs for the same configuration (the second SGD is lr-SGD-1)
+    assert.same({ '0: lr-Adam=0.01 lr-SGD-1=3', '0: lr-SGD=1 lr-SGD-1=3', '1: lr-SGD=0.5 lr-SGD-1=3',
+      '2: lr-SGD=0.25 lr-SGD-1=3', '3: lr-Adam=0.001 lr-SGD-1=3', '3: lr-SGD=0.125 lr-SGD-1=3',
+      '4: lr-SGD=0.0625 lr-SGD-1=3', '5: lr-SGD=0.03125 lr-SGD-1=3' }, rows)
+  end)
+
+  it('names: the config name, param group names or pgN, -N for repeats; momentum; duplicate names raise', function()
+    local function named()
+      local o1 = SGD({ { lr = 1, name = 'enc', momentum = 0.9 }, { lr = 2, momentum = 0.9 } }, { momentum = 0.9 })
+      local o2 = SGD({ { lr = 5, momentum = 0 } }, { momentum = 0 })
+      local o3 = Adam({ { lr = 0.01, betas = { 0.9, 0.999 } } }, { betas = { 0.9, 0.999 } })
+      return { { optimizer = o1, lr_scheduler = { scheduler = Sched(o1, 0.5), interval = 'step', name = 'my_lr' } },
+               { optimizer = o2 }, { optimizer = o3 } }
+    end
+    local rows = run(nil, named, { max_epochs = 1, limit_train_batches = 2, momentum = true })
+    -- Lightning 1.9.5's rows for the same configuration
+    assert.same({
+      '0: lr-Adam=0.01 lr-Adam-momentum=0.9 lr-SGD=5 lr-SGD-momentum=0',
+      '0: lr-Adam=0.01 lr-Adam-momentum=0.9 lr-SGD=5 lr-SGD-momentum=0 my_lr/enc=1 my_lr/enc-momentum=0.9 my_lr/pg2=2 my_lr/pg2-momentum=0.9',
+      '1: lr-Adam=0.01 lr-Adam-momentum=0.9 lr-SGD=5 lr-SGD-momentum=0 my_lr/enc=0.5 my_lr/enc-momentum=0.9 my_lr/pg2=1 my_lr/pg2-momentum=0.9',
+    }, rows)
+    local function dup()
+      return SGD({ { lr = 1, name = 'a' }, { lr = 1, name = 'a' } })
+    end
+    local ok, e = pcall(run, 'step', dup)
+    assert.is_false(ok)
+    assert.matches("cannot have multiple parameter groups with identical `name` values. lr%-SGD has duplicated parameter group names {'a'}", tostring(e))
+    assert.has_error(function() dpl.callbacks.LearningRateMonitor{ interval = 'step' } end,
+      'MisconfigurationException: LearningRateMonitor got an unknown argument: interval')
+  end)
+
+  it('keeps the history in lrs', function()
+    local cb = dpl.callbacks.LearningRateMonitor{ logging_interval = 'step' }
+    local model = th.recording_model({}, { configure_optimizers = step_sched })()
+    T({ max_epochs = 1, limit_train_batches = 3, limit_val_batches = 0, log_every_n_steps = 1, enable_checkpointing = false,
+      logger = rec_logger({}), callbacks = { cb } }):fit(model)
+    assert.same({ ['lr-SGD'] = { 1, 0.5, 0.25 } }, cb.lrs)
+  end)
+end)
+
+describe('LightningModule:load_from_checkpoint (Lightning 1.9.5 core/saving.py)', function()
+  local ok_nn = pcall(function() return dpl.nn.Linear and dpl.optim.SGD end)
+  local nn, F = dpl.nn, dpl.nn.functional
+  local function tensor_loader()
+    dpl.manual_seed(1)
+    return dpl.data.DataLoader(dpl.data.TensorDataset(dpl.randn({ 8, 4 }), dpl.randint(1, 3, { 8 })), { batch_size = 4 })
+  end
+  local function train_and_save(M, m)
+    local dir = th.tmpdir()
+    local cb = ModelCheckpoint{ dirpath = dir, filename = 'm' }
+    T({ max_epochs = 1, limit_val_batches = 0, callbacks = { cb } }):fit(m, tensor_loader())
+    return cb.best_model_path
+  end
+  local function base_methods(M)
+    function M:forward(x) return self.net(x) end
+    function M:training_step(b) return F.cross_entropy(self(b[1]), b[2]) end
+    function M:configure_optimizers() return dpl.optim.SGD(self:parameters(), { lr = self.hparams.lr or 0.1 }) end
+  end
+
+  it('builds the module from the saved hyper-parameters (by parameter name), on_load_checkpoint, then the weights', function()
+    if not ok_nn then pending('dpl.nn / dpl.optim not available') return end
+    local calls = {}
+    local M = dpl.LightningModule:extend('LFC')
+    function M:__init(hidden, lr)
+      dpl.LightningModule.__init(self)
+      calls[#calls + 1] = ('init(%s, %s)'):format(tostring(hidden), tostring(lr))
+      self:save_hyperparameters({ hidden = hidden, lr = lr })
+      self.net = nn.Linear(4, hidden)
+    end
+    base_methods(M)
+    function M:on_load_checkpoint(ck) calls[#calls + 1] = 'on_load_checkpoint(' .. tostring(ck.global_step) .. ')' end
+    local m = M(3, 0.5)
+    local path = train_and_save(M, m)
+    calls = {}
+    local loaded = M:load_from_checkpoint(path)
+    assert.same({ 'init(3, 0.5)', 'on_load_checkpoint(2)' }, calls)
+    assert.equal(getmetatable(m), getmetatable(loaded))
+    assert.same({ hidden = 3, lr = 0.5 }, loaded.hparams)
+    assert.same(m.net.weight:tolist(), loaded.net.weight:tolist())
+    assert.same(m.net.bias:tolist(), loaded.net.bias:tolist())
+    assert.is_true(loaded.training) -- as the constructor left it (Lightning's examples call .eval() themselves)
+    -- keyword overrides: passed to the constructor and stored
+    calls = {}
+    local l2 = M:load_from_checkpoint(path, { lr = 0.25, map_location = 'cpu' })
+    assert.same({ 'init(3, 0.25)', 'on_load_checkpoint(2)' }, calls)
+    assert.same({ hidden = 3, lr = 0.25 }, l2.hparams)
+    -- called on an instance: its class
+    assert.equal(getmetatable(m), getmetatable(m:load_from_checkpoint(path)))
+    -- a different width cannot take the weights: the shape mismatch raises
+    assert.has_error(function() M:load_from_checkpoint(path, { hidden = 5 }) end)
+    assert.has_error(function() M.load_from_checkpoint(path) end)
+    assert.has_error(function() M:load_from_checkpoint(path, { hparams_file = 'h.yaml' }) end)
+  end)
+
+  it('hyper-parameters saved from a constructor argument come back as that argument', function()
+    if not ok_nn then pending('dpl.nn / dpl.optim not available') return end
+    local got
+    local M = dpl.LightningModule:extend('LFCOpts')
+    function M:__init(opts)
+      dpl.LightningModule.__init(self)
+      got = opts
+      self:save_hyperparameters(opts)
+      self.net = nn.Linear(4, opts and opts.hidden or 2)
+    end
+    base_methods(M)
+    local m = M({ hidden = 2, lr = 0.1 })
+    assert.equal('opts', m._hparams_name)
+    local path = train_and_save(M, m)
+    assert.equal('opts', require('dpl.trainer.checkpoint').load(path).hparams_name)
+    M:load_from_checkpoint(path)
+    assert.same({ hidden = 2, lr = 0.1 }, got)
+    M:load_from_checkpoint(path, { lr = 0.3 })
+    assert.same({ hidden = 2, lr = 0.3 }, got)
+  end)
+
+  it('strict=false loads the common keys and warns about the others', function()
+    if not ok_nn then pending('dpl.nn / dpl.optim not available') return end
+    local M = dpl.LightningModule:extend('LFCA')
+    function M:__init() dpl.LightningModule.__init(self); self.net = nn.Linear(4, 2) end
+    base_methods(M)
+    local m = M()
+    local path = train_and_save(M, m)
+    local M2 = M:extend('LFCB')
+    function M2:__init() M.__init(self); self.extra = nn.Linear(2, 2) end
+    local ok, e = pcall(M2.load_from_checkpoint, M2, path)
+    assert.is_false(ok)
+    assert.matches('Missing key%(s%): extra.weight, extra.bias', tostring(e))
+    local loaded = M2:load_from_checkpoint(path, { strict = false })
+    assert.same(m.net.weight:tolist(), loaded.net.weight:tolist())
   end)
 end)

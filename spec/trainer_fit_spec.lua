@@ -204,6 +204,35 @@ describe('fit loop', function()
     assert.equal(14, t2.global_step)
     assert.equal(2, t2.current_epoch)
   end)
+
+  it('a mid-epoch checkpoint resumes at the batch in flight and trains it again (docs/trainer.md)', function()
+    local seen = {}
+    local Model = th.recording_model({}, { training_step = function(self, batch, i)
+      seen[#seen + 1] = ('%d.%d:%d'):format(self.current_epoch, i, batch[1])
+      return { loss = th.loss(batch[1]) }
+    end })
+    local function run(every, o)
+      local dir = th.tmpdir()
+      local a = { max_epochs = 2, limit_val_batches = 0, enable_checkpointing = true,
+        callbacks = { dpl.callbacks.ModelCheckpoint{ dirpath = dir, every_n_train_steps = every, save_top_k = -1,
+          filename = '{step}' } } }
+      T(a):fit(Model(), th.loader(4))
+      seen = {}
+      local t = T(a)
+      t:fit(Model(), th.loader(4), nil, { ckpt_path = ('%s/step=%d.ckpt'):format(dir, every) })
+      return t
+    end
+    -- written at step 5, after epoch 1's batch 0: that batch runs again (Lightning 1.9.5 does the same here),
+    -- one optimizer step more than the 8 of a straight run
+    local t = run(5)
+    assert.same({ '1.0:1', '1.1:2', '1.2:3', '1.3:4' }, seen)
+    assert.equal(9, t.global_step)
+    -- written at step 6 (after batch 1): batch 1 again, with its own data (Lightning 1.9.5 restarts the loader:
+    -- data 1, 2, 3 as batches 1..3)
+    t = run(6)
+    assert.same({ '1.1:2', '1.2:3', '1.3:4' }, seen)
+    assert.equal(9, t.global_step)
+  end)
 end)
 
 describe('reload_dataloaders_every_n_epochs', function()

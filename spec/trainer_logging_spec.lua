@@ -249,6 +249,56 @@ describe('loggers', function()
     assert.same({ a = 1, b = 2 }, got)
   end)
 
+  it('TensorBoardLogger{sub_dir=}: events and hparams.yaml in version_N/<sub_dir>, checkpoints not (Lightning 1.9)', function()
+    local dir = th.tmpdir()
+    local lg = dpl.loggers.TensorBoardLogger{ save_dir = dir, name = 'tb', sub_dir = 'sub', filename_suffix = '.x' }
+    local t = fit_logging(dir, lg)
+    assert.equal(dir .. '/tb/version_0/sub', lg:log_dir())
+    assert.equal(dir .. '/tb/version_0/sub', t:log_dir())
+    local p = io.popen('cd ' .. h.q(dir) .. ' && find . -type f | sort')
+    local files = p:read('*a'); p:close()
+    assert.matches('^%./tb/version_0/sub/events%.out%.tfevents%.%d+%.[^\n]+%.%d+%.x\n%./tb/version_0/sub/hparams%.yaml\n$', files)
+    local name = files:match('(events%.out%.tfevents[^\n]+)')
+    local events = read_events(dir .. '/tb/version_0/sub/' .. name)
+    local seen = false
+    for _, ev in ipairs(events) do if ev.scalars.train_loss then seen = true end end
+    assert.is_true(seen)
+    -- ModelCheckpoint's directory is <save_dir>/<name>/version_N/checkpoints, without sub_dir (as Lightning)
+    local cb = dpl.callbacks.ModelCheckpoint()
+    local t2 = dpl.Trainer{ max_epochs = 1, limit_train_batches = 1, limit_val_batches = 0, enable_progress_bar = false,
+      enable_model_summary = false, default_root_dir = dir, callbacks = { cb },
+      logger = dpl.loggers.TensorBoardLogger{ save_dir = dir, name = 'tb2', sub_dir = 'a/b' } }
+    t2:fit(th.recording_model({})())
+    assert.equal(dir .. '/tb2/version_0/checkpoints/epoch=0-step=1.ckpt', cb.best_model_path)
+  end)
+
+  it('CSVLogger and TensorBoardLogger refuse unknown options, naming them', function()
+    local dir = th.tmpdir()
+    assert.has_error(function() dpl.loggers.TensorBoardLogger{ save_dir = dir, subdir = 'x' } end,
+      'MisconfigurationException: TensorBoardLogger got an unknown argument: subdir (it takes comment, default_hp_metric,'
+      .. ' filename_suffix, flush_secs, log_graph, max_queue, name, prefix, purge_step, save_dir, sub_dir, version)')
+    assert.has_error(function() dpl.loggers.CSVLogger{ save_dir = dir, flush_every = 3, b = 1 } end,
+      'MisconfigurationException: CSVLogger got unknown arguments: b, flush_every (it takes flush_logs_every_n_steps,'
+      .. ' name, prefix, save_dir, version)')
+    assert.has_error(function() dpl.loggers.TensorBoardLogger{ save_dir = dir, sub_dir = 3 } end,
+      'MisconfigurationException: TensorBoardLogger: sub_dir must be a path (string), got 3')
+    assert.has_error(function() dpl.loggers.TensorBoardLogger{ save_dir = dir, purge_step = 3 } end)
+    -- Lightning's own and SummaryWriter's options are taken
+    dpl.loggers.TensorBoardLogger{ save_dir = dir, name = 'n', version = 'v', log_graph = false, default_hp_metric = false,
+      prefix = 'p', sub_dir = 's', comment = 'c', max_queue = 10, flush_secs = 120, filename_suffix = '' }
+    dpl.loggers.CSVLogger{ save_dir = dir, name = 'n', version = 1, prefix = 'p', flush_logs_every_n_steps = 10 }
+    -- Lightning's positional save_dir with the other options after it
+    assert.equal(dir .. '/lz/version_3', dpl.loggers.CSVLogger(dir, { name = 'lz', version = 3 }):log_dir())
+    assert.equal(dir .. '/tb/version_0/s', dpl.loggers.TensorBoardLogger(dir, { name = 'tb', sub_dir = 's' }):log_dir())
+    assert.has_error(function() dpl.loggers.CSVLogger(dir, { nme = 'lz' }) end)
+    -- flush_logs_every_n_steps: metrics.csv is written when (step + 1) is a multiple of it
+    local lg = dpl.loggers.CSVLogger{ save_dir = dir, name = 'flush', flush_logs_every_n_steps = 2 }
+    lg:log_metrics({ a = 1 }, 0)
+    assert.is_nil(io.open(lg:metrics_file_path()))
+    lg:log_metrics({ a = 2 }, 1)
+    assert.equal('a,step\n1,0\n2,1\n', h.read_all(lg:metrics_file_path()))
+  end)
+
   it('the CRC32C matches the published check value', function()
     assert.equal(0xE3069283, require('dpl.loggers.tensorboard').crc32c('123456789'))
     assert.equal(0xE3069283, crc32c('123456789'))

@@ -198,7 +198,100 @@ function LightningModule:save_hyperparameters(tbl, opts)
   end
   self.hparams = hp
   self._hparams_initial = hp
+  -- Lightning: a table that is one of the caller's (the constructor's) arguments is saved under that
+  -- argument's name, so load_from_checkpoint passes the hyper-parameters back as that argument
   self._hparams_name = 'kwargs'
+  local info = debug.getinfo(2, 'u')
+  for i = 1, info and info.nparams or 0 do
+    local name, value = debug.getlocal(2, i)
+    if name ~= 'self' and rawequal(value, tbl) then self._hparams_name = name break end
+  end
+end
+
+-- the parameter names of a function, without self (a `...` constructor gets only its named ones:
+-- Lua has no keyword arguments)
+local function param_names(f)
+  local names = {}
+  local info = debug.getinfo(f, 'u')
+  for i = 1, info.nparams or 0 do
+    local n = debug.getlocal(f, i)
+    if n ~= 'self' then names[#names + 1] = n end
+  end
+  return names
+end
+
+local function py_list(t)
+  local parts = {}
+  for i, k in ipairs(t) do parts[i] = "'" .. tostring(k) .. "'" end
+  return '[' .. table.concat(parts, ', ') .. ']'
+end
+
+--- Model:load_from_checkpoint(path, {map_location=, strict=true, <hyper-parameter>=value, ...}):
+--- Lightning's classmethod. Builds the module from the checkpoint's hyper-parameters (those
+--- save_hyperparameters stored, updated with the overrides): each constructor parameter gets the
+--- hyper-parameter of its name, or, when the hyper-parameters were saved from a table the
+--- constructor received (save_hyperparameters(opts) in __init(opts)), that parameter gets the
+--- table; then calls on_load_checkpoint(checkpoint) and loads the state dict (strict: missing or
+--- unexpected keys raise; strict=false warns about them). Returns the module as its constructor
+--- left it (training mode, on the CPU unless the constructor moved it), as Lightning 1.9.
+function LightningModule.load_from_checkpoint(cls, checkpoint_path, opts)
+  if type(cls) ~= 'table' then
+    Misconfiguration:raise('load_from_checkpoint is a class method: call it as MyModule:load_from_checkpoint(path, {...})', 2)
+  end
+  if rawget(cls, '__index') ~= cls then cls = getmetatable(cls) end -- called on an instance: its class
+  if type(checkpoint_path) ~= 'string' then
+    Misconfiguration:raise(('load_from_checkpoint: the checkpoint path must be a string, got %s'):format(type(checkpoint_path)), 2)
+  end
+  if opts ~= nil and type(opts) ~= 'table' then
+    Misconfiguration:raise(('load_from_checkpoint: the options must be a table, got %s'):format(type(opts)), 2)
+  end
+  opts = opts or {}
+  local strict = opts.strict
+  if strict == nil then strict = true end
+  if type(strict) ~= 'boolean' then
+    Misconfiguration:raise(('load_from_checkpoint: strict must be true or false, got %s'):format(tostring(strict)), 2)
+  end
+  if opts.hparams_file ~= nil then
+    errors.NotImplementedError:raise('load_from_checkpoint: hparams_file is not supported; pass the hyper-parameters'
+      .. ' to override in the options table', 2)
+  end
+  -- map_location: where Lightning reads the checkpoint's tensors before load_state_dict copies them
+  -- into the module's own; here they are read into host memory, so it changes nothing
+  local overrides = {}
+  for k, v in pairs(opts) do
+    if k ~= 'strict' and k ~= 'map_location' and k ~= 'hparams_file' then overrides[k] = v end
+  end
+  local ckpt = require('dpl.trainer.checkpoint').load(checkpoint_path)
+  local hp = ckpt.hyper_parameters
+  if type(hp) ~= 'table' then hp = {}; ckpt.hyper_parameters = hp end
+  for k, v in pairs(overrides) do hp[k] = v end
+
+  local names = param_names(cls.__init)
+  local kwargs = {}
+  for k, v in pairs(hp) do kwargs[k] = v end
+  local args_name = ckpt.hparams_name
+  if args_name ~= nil then
+    for _, n in ipairs(names) do
+      if n == args_name then kwargs = { [args_name] = kwargs } break end
+    end
+  end
+  for k, v in pairs(overrides) do kwargs[k] = v end
+  local args = {}
+  for i, n in ipairs(names) do args[i] = kwargs[n] end
+  local obj = cls(unpack(args, 1, #names))
+
+  obj:on_load_checkpoint(ckpt)
+  local keys = obj:load_state_dict(ckpt.state_dict or {}, { strict = strict })
+  if not strict and type(keys) == 'table' and require('dpl.log').rank() == 0 then -- rank_zero_warn
+    local log = require 'dpl.log'
+    if keys.missing_keys and #keys.missing_keys > 0 then
+      log.warn('Found keys that are in the model state dict but not in the checkpoint: %s', py_list(keys.missing_keys))
+    end
+    if keys.unexpected_keys and #keys.unexpected_keys > 0 then
+      log.warn('Found keys that are not in the model state dict but in the checkpoint: %s', py_list(keys.unexpected_keys))
+    end
+  end
+  return obj
 end
 
 --- self:print(...): prints on global rank 0 only.

@@ -285,7 +285,8 @@ function ModelCheckpoint:_save_monitor_checkpoint(trainer, m)
 end
 
 function ModelCheckpoint:_save_none_monitor_checkpoint(trainer, m)
-  local path = self:_get_metric_interpolated_filepath_name(m, trainer, self.best_model_path)
+  -- no del_filepath here (Lightning 1.9.5): an existing file of the same name gets a -vN version
+  local path = self:_get_metric_interpolated_filepath_name(m, trainer)
   local previous = self.best_model_path
   self.best_model_path = path
   self:_save_checkpoint(trainer, path)
@@ -295,9 +296,10 @@ function ModelCheckpoint:_save_none_monitor_checkpoint(trainer, m)
 end
 
 function ModelCheckpoint:_update_best_and_save(current, trainer, m)
-  local k = self.save_top_k == -1 and math.huge or self.save_top_k
   local n = 0
   for _ in pairs(self.best_k_models) do n = n + 1 end
+  -- save_top_k=-1 keeps all: k is one more than those kept, so the kth (worst) is tracked too
+  local k = self.save_top_k == -1 and n + 1 or self.save_top_k
   local del_path
   if n == k and k > 0 then
     del_path = self.kth_best_model_path

@@ -160,6 +160,43 @@ function M.write_file(path, text)
   f:close()
 end
 
+--- The options of Logger(save_dir, {opts}) / Logger{save_dir=, ...} as one table (a copy when merged).
+function M.options(o, rest)
+  if type(o) ~= 'string' then return o end
+  local out = { save_dir = o }
+  if rest ~= nil then
+    if type(rest) ~= 'table' then
+      errors.MisconfigurationException:raise(('a logger\'s second argument is a table of options, got %s'):format(type(rest)), 3)
+    end
+    for k, v in pairs(rest) do
+      if k == 'save_dir' then
+        errors.MisconfigurationException:raise('save_dir given twice (as the first argument and in the options)', 3)
+      end
+      out[k] = v
+    end
+  end
+  return out
+end
+
+--- Raises, naming the key, when the options table o has a key outside `known` (a set).
+function M.check_options(o, known, cls_name, level)
+  if o == nil then return end
+  if type(o) ~= 'table' then
+    errors.MisconfigurationException:raise(('%s expects a table of options, got %s'):format(cls_name, type(o)), (level or 2) + 1)
+  end
+  local unknown = {}
+  for k in pairs(o) do
+    if not known[k] then unknown[#unknown + 1] = tostring(k) end
+  end
+  if #unknown == 0 then return end
+  table.sort(unknown)
+  local names = {}
+  for k in pairs(known) do names[#names + 1] = k end
+  table.sort(names)
+  errors.MisconfigurationException:raise(('%s got %s: %s (it takes %s)'):format(cls_name,
+    #unknown > 1 and 'unknown arguments' or 'an unknown argument', table.concat(unknown, ', '), table.concat(names, ', ')), (level or 2) + 1)
+end
+
 ---------------------------------------------------------------- Logger base
 
 --- Logger{save_dir=, name="lightning_logs", version=nil (next free), prefix=""}

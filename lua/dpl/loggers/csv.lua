@@ -6,10 +6,21 @@ local B = require 'dpl.loggers.base'
 
 local CSVLogger = B.Logger:extend('CSVLogger')
 
+local known = { save_dir = true, name = true, version = true, prefix = true, flush_logs_every_n_steps = true }
+
 --- CSVLogger{save_dir=, name="lightning_logs", version=, prefix="", flush_logs_every_n_steps=100}
-function CSVLogger:__init(o)
-  if type(o) == 'string' then o = { save_dir = o } end
+--- (Lightning 1.9's arguments; any other key raises, naming it)
+function CSVLogger:__init(o, rest)
+  o = B.options(o, rest) -- also CSVLogger(save_dir, {name=, ...})
+  B.check_options(o, known, 'CSVLogger', 2)
   B.Logger.__init(self, o)
+  local n = o.flush_logs_every_n_steps
+  if n == nil then n = 100 end
+  if type(n) ~= 'number' or n < 1 or n ~= math.floor(n) then
+    require('dpl.errors').MisconfigurationException:raise(
+      ('CSVLogger: flush_logs_every_n_steps must be an integer >= 1, got %s'):format(tostring(n)), 2)
+  end
+  self._flush_logs_every_n_steps = n
   self.rows = {}       -- pending rows
   self.keys = {}       -- sorted header keys
   self.keyset = {}
@@ -27,6 +38,8 @@ function CSVLogger:log_metrics(metrics, step)
   end
   row.step = step
   self.rows[#self.rows + 1] = row
+  -- Lightning writes every flush_logs_every_n_steps steps (the Trainer also saves after its own logging)
+  if step ~= nil and (step + 1) % self._flush_logs_every_n_steps == 0 then self:save() end
 end
 
 local function cell(v)

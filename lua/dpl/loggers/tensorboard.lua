@@ -190,12 +190,43 @@ local function walltime()
   return tonumber(tv.tv_sec) + tonumber(tv.tv_usec) * 1e-6
 end
 
---- TensorBoardLogger{save_dir=, name="lightning_logs", version=, prefix="", default_hp_metric=true}
-function TensorBoardLogger:__init(o)
-  if type(o) == 'string' then o = { save_dir = o } end
+-- Lightning 1.9's arguments, then those it passes on to torch's SummaryWriter
+local known = { save_dir = true, name = true, version = true, log_graph = true, default_hp_metric = true,
+  prefix = true, sub_dir = true, comment = true, purge_step = true, max_queue = true, flush_secs = true,
+  filename_suffix = true }
+
+--- TensorBoardLogger{save_dir=, name="lightning_logs", version=, log_graph=false, default_hp_metric=true,
+--- prefix="", sub_dir=nil, and SummaryWriter's comment=, max_queue=, flush_secs=, filename_suffix=""}:
+--- events in <save_dir>/<name>/version_N[/<sub_dir>]/. Any other key raises, naming it.
+function TensorBoardLogger:__init(o, rest)
+  o = B.options(o, rest) -- also TensorBoardLogger(save_dir, {name=, ...})
+  B.check_options(o, known, 'TensorBoardLogger', 2)
   B.Logger.__init(self, o)
+  local errors = require 'dpl.errors'
+  if o.sub_dir ~= nil and type(o.sub_dir) ~= 'string' then
+    errors.MisconfigurationException:raise(('TensorBoardLogger: sub_dir must be a path (string), got %s'):format(tostring(o.sub_dir)), 2)
+  end
+  if o.filename_suffix ~= nil and type(o.filename_suffix) ~= 'string' then
+    errors.MisconfigurationException:raise(('TensorBoardLogger: filename_suffix must be a string, got %s'):format(tostring(o.filename_suffix)), 2)
+  end
+  if o.purge_step ~= nil then
+    errors.MisconfigurationException:raise('TensorBoardLogger: purge_step is not supported (events are only ever appended)', 2)
+  end
+  self.sub_dir = o.sub_dir
+  self._filename_suffix = o.filename_suffix or ''
   self.default_hp_metric = o.default_hp_metric ~= false
+  self._log_graph = false
+  if o.log_graph then
+    require('dpl.log').warn('TensorBoardLogger(log_graph=True): dplhost does not write the model graph; only scalars and hparams are logged.')
+  end
   self.pending = {}
+end
+
+--- <save_dir>/<name>/version_N, then /<sub_dir> when given (Lightning's log_dir).
+function TensorBoardLogger:log_dir()
+  local d = B.Logger.log_dir(self)
+  if self.sub_dir ~= nil then d = d .. '/' .. self.sub_dir end
+  return d
 end
 
 --- hparams.yaml, and the HPARAMS tab's summaries; metrics (a table, or a number for
@@ -225,7 +256,8 @@ function TensorBoardLogger:_open()
   -- reopened after finalize (fit, then test) within the same second never truncates the first
   local path
   repeat
-    path = ('%s/events.out.tfevents.%010d.%s.%s.%d'):format(dir, math.floor(t), hostname(), pid(), M._uid)
+    path = ('%s/events.out.tfevents.%010d.%s.%s.%d%s'):format(dir, math.floor(t), hostname(), pid(), M._uid,
+                                                                self._filename_suffix)
     M._uid = M._uid + 1
     local f = io.open(path, 'rb')
     if f then f:close() end

@@ -15,7 +15,23 @@ local function misconf(fmt, ...)
   error(Misconfiguration(select('#', ...) > 0 and fmt:format(...) or fmt), 0)
 end
 
-local function repr(v) return require('dpl.trainer.connector').repr(v) end
+-- connector's repr, and a table with named keys shown with them ({minutes=1}, not {})
+local function repr(v)
+  if type(v) == 'table' and getmetatable(v) == nil then
+    local n, named = #v, {}
+    for k in pairs(v) do
+      if not (type(k) == 'number' and k >= 1 and k <= n and k == math.floor(k)) then named[#named + 1] = k end
+    end
+    if #named > 0 then
+      local parts = {}
+      for i = 1, n do parts[i] = repr(v[i]) end
+      table.sort(named, function(a, b) return tostring(a) < tostring(b) end)
+      for _, k in ipairs(named) do parts[#parts + 1] = tostring(k) .. '=' .. repr(v[k]) end
+      return '{' .. table.concat(parts, ', ') .. '}'
+    end
+  end
+  return require('dpl.trainer.connector').repr(v)
+end
 
 -- name -> default (M.NIL for nil); the order is the documented one
 local NIL = setmetatable({}, { __tostring = function() return 'nil' end })
@@ -135,9 +151,9 @@ function M.validate(user)
   if not (tgn == 'inf' or (type(tgn) == 'number' and (tgn == -1 or tgn > 0))) then
     misconf('`track_grad_norm` must be a positive number, "inf" or -1 (off), got %s', repr(tgn))
   end
-  if a.max_time ~= nil and (type(a.max_time) ~= 'number' or a.max_time <= 0) then
-    misconf('`max_time` must be a number of seconds > 0, got %s', repr(a.max_time))
-  end
+  -- max_time: Lightning's forms ("DD:HH:MM:SS", {days=, hours=, minutes=, seconds=}) or seconds;
+  -- checked here, given to the Timer as it is
+  require('dpl.callbacks.timer').parse_duration(a.max_time, '`max_time`')
   if a.default_root_dir ~= nil and type(a.default_root_dir) ~= 'string' then
     misconf('`default_root_dir` must be a path (string), got %s', repr(a.default_root_dir))
   end
@@ -264,7 +280,7 @@ local kinds = {
   accelerator = 'str', strategy = 'str', distributed_backend = 'str', amp_backend = 'str', amp_level = 'str',
   gradient_clip_algorithm = 'str', default_root_dir = 'str', precision = 'int_or_str',
   limit_train_batches = 'limit', limit_val_batches = 'limit', limit_test_batches = 'limit',
-  limit_predict_batches = 'limit', val_check_interval = 'limit',
+  limit_predict_batches = 'limit', val_check_interval = 'limit', max_time = 'duration',
 }
 
 local function to_bool(name, s)
@@ -290,6 +306,7 @@ local function convert(name, s)
     if s == 'warn' then return s end
     return to_bool(name, s)
   elseif kind == 'int_or_str' then return tonumber(s) or s
+  elseif kind == 'duration' then return tonumber(s) or s -- seconds, or "DD:HH:MM:SS" for the Timer
   elseif kind == 'limit' then
     -- keep "1.0" a fraction: the string goes to parse_limit
     if s:find('[%.eE]') then return s end
@@ -300,7 +317,8 @@ local function convert(name, s)
   return n
 end
 
-local bool_flags = { fast_dev_run = true }
+-- flags that may stand alone (`--fast_dev_run`, `--deterministic`: true)
+local bool_flags = { fast_dev_run = true, deterministic = true }
 for k, v in pairs(kinds) do if v == 'bool' then bool_flags[k] = true end end
 
 --- Parses `--name value`, `--name=value` (dashes or underscores) for the Trainer's
