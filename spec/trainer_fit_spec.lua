@@ -156,6 +156,32 @@ describe('fit loop', function()
     assert.equal(2, n)
   end)
 
+  it('a plateau scheduler whose metric is missing: strict raises, strict=false warns and skips the step', function()
+    local n = 0
+    local function model(strict)
+      return th.recording_model({}, {
+        configure_optimizers = function()
+          local o = th.Optimizer()
+          return { optimizer = o, lr_scheduler = { scheduler = th.Scheduler(o), reduce_on_plateau = true, monitor = 'nope',
+            strict = strict } }
+        end,
+        lr_scheduler_step = function() n = n + 1 end })()
+    end
+    local ok, e = pcall(function() T({ max_epochs = 1, limit_train_batches = 2, limit_val_batches = 0 }):fit(model(true)) end)
+    assert.is_false(ok)
+    assert.matches('ReduceLROnPlateau conditioned on metric nope which is not available. Available metrics are', tostring(e))
+    local err = io.stderr
+    local lines = {}
+    io.stderr = { write = function(_, ...) for _, v in ipairs({ ... }) do lines[#lines + 1] = tostring(v) end end, flush = function() end }
+    local ok2, e2 = pcall(function() T({ max_epochs = 2, limit_train_batches = 2, limit_val_batches = 0 }):fit(model(false)) end)
+    io.stderr = err
+    assert.is_true(ok2, tostring(e2))
+    assert.equal(0, n)
+    local text = table.concat(lines)
+    local _, count = text:gsub('ReduceLROnPlateau conditioned on metric nope which is not available but strict is set to `False`. Skipping learning rate update.', '')
+    assert.equal(2, count) -- once per epoch
+  end)
+
   it('two optimizers: training_step gets optimizer_idx, global_step counts both', function()
     local seen = {}
     local Model = th.recording_model({}, {

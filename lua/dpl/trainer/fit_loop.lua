@@ -101,6 +101,8 @@ local function update_lr_schedulers(t, interval, plateau, stepped)
               misconf('ReduceLROnPlateau conditioned on metric %s which is not available. Available metrics are: %s.'
                 .. ' Condition can be set using `monitor` key in lr scheduler dict', cfg.monitor, table.concat(avail, ', '))
             end
+            log.warn(('ReduceLROnPlateau conditioned on metric %s which is not available but strict is set to `False`.'
+              .. ' Skipping learning rate update.'):format(cfg.monitor))
             goto continue
           end
         end
