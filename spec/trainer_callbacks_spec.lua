@@ -294,6 +294,19 @@ describe('ProgressBar, Timer, LearningRateMonitor, ModelSummary, custom callback
     assert.has_error(function() dpl.callbacks.Timer{ interval = 'hour' } end)
   end)
 
+  it('max_time with a Timer in the callbacks keeps that Timer and says so', function()
+    local out, lines = io.stdout, {}
+    io.stdout = { write = function(_, ...) for _, v in ipairs({ ... }) do lines[#lines + 1] = tostring(v) end end,
+      flush = function() end }
+    local ok, t = pcall(T, { max_time = 5, callbacks = { dpl.callbacks.Timer{ duration = 3 } } })
+    io.stdout = out
+    assert.is_true(ok, tostring(t))
+    assert.truthy(table.concat(lines):find('Ignoring `Trainer(max_time=...)`, callbacks list already contains a Timer.', 1, true))
+    local n = 0
+    for _, cb in ipairs(t.callbacks) do if cb._duration then n = n + 1; assert.equal(3, cb._duration) end end
+    assert.equal(1, n)
+  end)
+
   it('Timer takes Lightning\'s durations; a depleted timer stops at fit start; time_elapsed starts at the offset', function()
     local Timer = dpl.callbacks.Timer
     assert.equal(60, Timer{ duration = '00:00:01:00' }._duration)

@@ -157,7 +157,11 @@ function Trainer:_setup_callbacks(user)
   end
   if a.enable_model_summary and not has_summary then list[#list + 1] = C.ModelSummary() end
   if a.enable_progress_bar and not has_pbar then list[#list + 1] = C.ProgressBar() end
-  if a.max_time and not has_timer then list[#list + 1] = C.Timer{ duration = a.max_time } end
+  if a.max_time and has_timer then
+    log.info('Ignoring `Trainer(max_time=...)`, callbacks list already contains a Timer.')
+  elseif a.max_time then
+    list[#list + 1] = C.Timer{ duration = a.max_time }
+  end
   if a.enable_checkpointing and not has_ckpt then list[#list + 1] = C.ModelCheckpoint() end
   self.callbacks = self:_reorder_callbacks(list)
   self:_refresh_callback_refs()
