@@ -28,6 +28,30 @@ describe('Trainer with strategy="ddp" under dplhost --nproc 2', function()
     assert.truthy(h.read_all(dir .. '/lightning_logs/version_0/metrics.csv'):match('train_v'))
   end)
 
+  -- Lightning syncs a logged value once: the step value at self:log, the epoch value at
+  -- the epoch's end (sum and batch size for a mean); both ranks then hold the same numbers
+  local sync_expected = 'local_n=%d m=1.4 mn=5 n=10 ones=2 tcount=4 tmax=1 ts=1.5 ts_epoch=1.5 ts_step=1.5 tsum=6'
+    .. ' tsum_epoch=6 tsum_step=3 logged ts_step=1.5 tsum_step=3'
+  it('sync_dist reduces once: weighted means, sums and counts over uneven shards (CPU, and GPU values kept lazily)',
+    function()
+    for _, acc in ipairs({ 'cpu', 'gpu' }) do
+      local out, err, rc = h.sh('DPL_VIRTUAL_GPUS=2 CUDA_VISIBLE_DEVICES= ' .. h.q(h.bin)
+        .. ' --nproc 2 spec/support/trainer_sync_script.lua ' .. acc, { timeout = 60 })
+      assert.are.equal(0, rc, out .. err)
+      assert.matches('%[rank 0%] rank 0 ' .. sync_expected:format(8):gsub('%.', '%%.'), out)
+      assert.matches('%[rank 1%] rank 1 ' .. sync_expected:format(2):gsub('%.', '%%.'), out)
+    end
+  end)
+
+  it('sync_dist reduces once under horovod (mpirun -np 2)', function()
+    if not h.has_command('mpirun') then return pending('mpirun is not installed') end
+    local out, err, rc = h.sh(('ASAN_OPTIONS=detect_leaks=0 mpirun --allow-run-as-root --oversubscribe -np 2 %s %s'):format(
+      h.q(h.bin), 'spec/support/trainer_sync_script.lua cpu'), { timeout = 60 })
+    assert.are.equal(0, rc, out .. err)
+    assert.matches('rank 0 ' .. sync_expected:format(8):gsub('%.', '%%.'), out)
+    assert.matches('rank 1 ' .. sync_expected:format(2):gsub('%.', '%%.'), out)
+  end)
+
   it('with GPU gradient buckets, votes on garbage collection through the host (no read-back)', function()
     -- rank 1 alone asks for a collection every 3rd step: both ranks collect together;
     -- the vote does not live in the (simulated) GPU bucket, so no :item() on it
