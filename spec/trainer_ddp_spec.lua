@@ -106,6 +106,8 @@ describe('Trainer with strategy="ddp_spawn" (forked workers)', function()
     assert.equal(0, rc, err)
     -- rank 0 trained on items 1, 3, 5; w metric: mean over ranks of (9, 12)
     assert.matches('parent w=9 step=3 epoch=1 w_metric=10.5 best=version_0/checkpoints/epoch=0%-step=3.ckpt', out)
+    -- trainer:save_checkpoint() in the parent after fit: the weights brought back
+    assert.matches('saved w=9 step=3 epoch=1\n', out)
     -- validate also runs in workers: rank 0 sees items 1, 3 (mean 2)
     assert.matches('validate val=2\n', out)
   end)

@@ -479,8 +479,12 @@ function Trainer:_run(model, ckpt_path)
   -- while fitting (here, or in each spawned worker), SIGTERM/SIGUSR1 wait for a batch boundary
   local sigmask = (not launcher and self.state.fn == 'fit') and fit_loop._block_signals() or nil
   if launcher then
-    -- the workers run everything; the parent gets rank 0's results back
+    -- the workers run everything; the parent gets rank 0's results back. The module is
+    -- attached here too (Lightning's fit sets strategy._lightning_module before launching):
+    -- the weights brought back land in it, and trainer:save_checkpoint() works afterwards
     self.lightning_module = model
+    self.strategy:connect(model)
+    self.model = self.strategy.model
     ok, res = pcall(launcher.launch, self.strategy, self, loops.run, model, ckpt_path)
   else
     ok, res = xpcall(loops.run, function(e)
