@@ -52,6 +52,22 @@ describe('Trainer with strategy="ddp" under dplhost --nproc 2', function()
     assert.matches('rank 1 ' .. sync_expected:format(2):gsub('%.', '%%.'), out)
   end)
 
+  it('wraps a custom sampler (each rank its share of what it yields); the user\'s loaders stay as they were',
+    function()
+    local out, err, rc = h.dplhost('--nproc 2 spec/support/trainer_sampler_script.lua', { timeout = 60 })
+    assert.are.equal(0, rc, out .. err)
+    assert.matches('%[rank 0%] rank 0 epoch0=2,6,10,14,18 epoch1=2,6,10,14,18\n', out)
+    assert.matches('%[rank 1%] rank 1 epoch0=4,8,12,16,20 epoch1=4,8,12,16,20\n', out)
+    for r = 0, 1 do
+      assert.matches(('%%[rank %d%%] rank %d user loader: batches=2 sampler=Even same_sampler=true vals=2 same_vals=true'
+        .. ' val_batches=6,4 trainer_batches=1\n'):format(r, r), out)
+    end
+    -- one process: the user's sampler as it is
+    out, err, rc = h.dplhost('spec/support/trainer_sampler_script.lua', { timeout = 60 })
+    assert.are.equal(0, rc, out .. err)
+    assert.matches('rank 0 epoch0=2,4,6,8,10,12,14,16,18,20 epoch1=2,4,6,8,10,12,14,16,18,20\n', out)
+  end)
+
   it('with GPU gradient buckets, votes on garbage collection through the host (no read-back)', function()
     -- rank 1 alone asks for a collection every 3rd step: both ranks collect together;
     -- the vote does not live in the (simulated) GPU bucket, so no :item() on it
