@@ -68,6 +68,29 @@ describe('Trainer with strategy="ddp" under dplhost --nproc 2', function()
     assert.matches('rank 0 epoch0=2,4,6,8,10,12,14,16,18,20 epoch1=2,4,6,8,10,12,14,16,18,20\n', out)
   end)
 
+  it('refuses ddp2 with two processes on one node, and devices that do not match the processes started', function()
+    local s = h.write_file(h.tmpname('.lua'), [[
+      local dpl = require 'dpl'
+      local ok, e = pcall(dpl.Trainer, { strategy = arg[1], accelerator = arg[2], devices = tonumber(arg[3]),
+        logger = false, enable_checkpointing = false, enable_progress_bar = false, enable_model_summary = false })
+      print(ok and ('built ' .. e.strategy.strategy_name .. ' rank ' .. e.global_rank) or tostring(e))
+    ]])
+    local function run(args)
+      return h.sh('DPL_VIRTUAL_GPUS=2 CUDA_VISIBLE_DEVICES= ' .. h.q(h.bin) .. ' --nproc 2 ' .. h.q(s) .. ' ' .. args,
+        { timeout = 60 })
+    end
+    local out, err, rc = run('ddp2 gpu 2')
+    assert.are.equal(0, rc, out .. err)
+    for r = 0, 1 do
+      assert.matches('%[rank ' .. r .. "%] MisconfigurationException: strategy='ddp2' runs one process per node", out)
+    end
+    out = run('ddp cpu 3')
+    assert.matches("%[rank 0%] MisconfigurationException: strategy='ddp': devices=3 and num_nodes=1 ask for 3", out)
+    out = run('ddp cpu 2')
+    assert.matches('%[rank 1%] built ddp rank 1', out)
+    os.remove(s)
+  end)
+
   it('with GPU gradient buckets, votes on garbage collection through the host (no read-back)', function()
     -- rank 1 alone asks for a collection every 3rd step: both ranks collect together;
     -- the vote does not live in the (simulated) GPU bucket, so no :item() on it
