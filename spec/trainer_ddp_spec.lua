@@ -201,6 +201,63 @@ describe('signals during fit', function()
   end)
 end)
 
+describe('signals during a ddp_spawn fit (held in the workers, forwarded by the parent)', function()
+  local function steps(dir)
+    return h.read_all(dir .. '/step.0') .. ',' .. h.read_all(dir .. '/step.1')
+  end
+
+  it('a worker signalling itself: every rank stops at the same step, hpc checkpoint, SignalReceived in the parent',
+    function()
+    for _, sig in ipairs({ 15, 10 }) do
+      local dir = th.tmpdir()
+      local out, err, rc = h.dplhost('spec/support/trainer_spawn_signal_script.lua self ' .. h.q(dir) .. ' ' .. sig,
+        { timeout = 60 })
+      assert.are.equal(3, rc, out .. err)
+      local name = sig == 15 and 'SIGTERM' or 'SIGUSR1'
+      assert.matches('parent ok=false step=4 err=SignalReceived: received signal ' .. sig .. ' %(' .. name
+        .. '%) on a rank: every rank stopped after global_step 4; checkpoint saved to DIR/hpc_ckpt_1.ckpt', out)
+      assert.are.equal('4,4', steps(dir))
+      assert.are.equal(4, require('dpl.trainer.checkpoint').load(dir .. '/hpc_ckpt_1.ckpt').global_step)
+    end
+  end)
+
+  -- the script in the background; once both workers trained a few batches, `kill -SIG`
+  -- to the parent or to a worker; then the parent's exit status and output
+  local function from_outside(target, sig)
+    local dir = th.tmpdir()
+    local out, err = h.sh(([[%s spec/support/trainer_spawn_signal_script.lua wait %s > %s/out 2>&1 & p=$!
+      for i in $(seq 300); do [ -f %s/ready ] && break; sleep 0.1; done
+      if [ %s = parent ]; then kill -%s $p; else kill -%s $(cat %s/pid.%s); fi
+      wait $p; echo "rc=$?"; ls -d /tmp/dpl-spawn-s${p}_* 2>/dev/null]]):format(h.q(h.bin), h.q(dir), h.q(dir),
+      h.q(dir), target, sig, sig, h.q(dir), target), { timeout = 90 })
+    return out .. h.read_all(dir .. '/out'), dir, err
+  end
+
+  for _, case in ipairs({ { 'parent', 'TERM', 15 }, { 'parent', 'USR1', 10 }, { '1', 'USR1', 10 }, { '0', 'TERM', 15 } }) do
+    it(('SIG%s sent to the %s'):format(case[2], case[1] == 'parent' and 'parent' or ('worker of rank ' .. case[1])),
+      function()
+      local out, dir, err = from_outside(case[1], case[2])
+      assert.matches('^rc=3\n', out, err)
+      assert.is_nil(out:find('dpl-spawn-', 1, true), out) -- the job's directory is gone
+      local step = out:match('parent ok=false step=(%d+) err=SignalReceived: received signal ' .. case[3]
+        .. ' %(SIG' .. case[2] .. '%) on a rank: every rank stopped after global_step %d+; checkpoint saved to'
+        .. ' DIR/hpc_ckpt_1.ckpt')
+      assert.truthy(step, out)
+      assert.are.equal(step .. ',' .. step, steps(dir))
+      assert.are.equal(tonumber(step), require('dpl.trainer.checkpoint').load(dir .. '/hpc_ckpt_1.ckpt').global_step)
+    end)
+  end
+
+  it('SIGINT to the parent: the workers stop (SIGTERM) and the parent raises "interrupted"', function()
+    local out, dir = from_outside('parent', 'INT')
+    assert.matches('^rc=3\n', out)
+    assert.matches('\nparent ok=false step=0 err=interrupted\n', out)
+    assert.is_nil(out:find('dpl-spawn-', 1, true), out)
+    local s0 = h.read_all(dir .. '/step.0')
+    assert.are.equal(s0 .. ',' .. s0, steps(dir))
+  end)
+end)
+
 describe('a real SIGTERM during fit (blocked, polled at batch boundaries)', function()
   it('alone: graceful stop after the batch, checkpoint, non-zero exit', function()
     local dir = th.tmpdir()

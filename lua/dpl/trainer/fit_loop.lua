@@ -212,6 +212,13 @@ local function pending_signal()
   return 0
 end
 
+--- A SIGTERM/SIGUSR1 that is pending (blocked), consumed: its number, 0 when none
+--- (ddp_spawn's parent forwards it to the workers).
+function M._take_pending_signal()
+  local s = pending_signal()
+  return s > 0 and s - 128 or 0
+end
+
 -- 128 + signal number, 0 when none: the host's flag (SIGINT, or a signal that came
 -- before fit) or a blocked SIGTERM/SIGUSR1; replaceable for tests
 M._signal_source = function()
