@@ -91,6 +91,38 @@ describe('Trainer with strategy="ddp" under dplhost --nproc 2', function()
     os.remove(s)
   end)
 
+  it('trainer.should_stop set on one rank stops every rank after the same batch (or epoch)', function()
+    local s = h.write_file(h.tmpname('.lua'), [[
+      local dpl = require 'dpl'
+      local th = require 'spec.support.trainer_helpers'
+      local mode = arg[1]
+      local M = dpl.LightningModule:extend('M')
+      function M:training_step(b, i)
+        if mode == 'step' and self.global_rank == 1 and self.global_step == 8 then self.trainer.should_stop = true end
+        return th.loss(1)
+      end
+      function M:validation_step(b, i)
+        self:log('v', 1, { sync_dist = true })
+        if mode == 'val' and self.global_rank == 0 and self.global_step == 4 then self.trainer.should_stop = true end
+      end
+      function M:on_train_epoch_end()
+        if mode == 'epoch' and self.global_rank == 1 and self.current_epoch == 1 then self.trainer.should_stop = true end
+      end
+      function M:configure_optimizers() return th.Optimizer() end
+      local t = dpl.Trainer { strategy = 'ddp', max_epochs = 4, logger = false, num_sanity_val_steps = 0,
+        val_check_interval = 2, enable_checkpointing = false, enable_progress_bar = false, enable_model_summary = false }
+      t:fit(M(), th.loader(24), th.loader(4))
+      print(('rank %d stopped epoch=%d step=%d'):format(t.global_rank, t.current_epoch, t.global_step))
+    ]])
+    -- 12 batches per rank and epoch; validation every 2 batches
+    for mode, want in pairs({ step = 'epoch=1 step=9', val = 'epoch=1 step=4', epoch = 'epoch=2 step=24' }) do
+      local out, err, rc = h.dplhost('--nproc 2 ' .. h.q(s) .. ' ' .. mode, { timeout = 60 })
+      assert.are.equal(0, rc, mode .. ': ' .. out .. err)
+      for r = 0, 1 do assert.matches('%[rank ' .. r .. '%] rank ' .. r .. ' stopped ' .. want .. '\n', out, mode) end
+    end
+    os.remove(s)
+  end)
+
   it('with GPU gradient buckets, votes on garbage collection through the host (no read-back)', function()
     -- rank 1 alone asks for a collection every 3rd step: both ranks collect together;
     -- the vote does not live in the (simulated) GPU bucket, so no :item() on it
