@@ -260,7 +260,7 @@ describe('signals during a ddp_spawn fit (held in the workers, forwarded by the 
     local out, err = h.sh(([[%s spec/support/trainer_spawn_signal_script.lua wait %s > %s/out 2>&1 & p=$!
       for i in $(seq 300); do [ -f %s/ready ] && break; sleep 0.1; done
       if [ %s = parent ]; then kill -%s $p; else kill -%s $(cat %s/pid.%s); fi
-      wait $p; echo "rc=$?"; ls -d /tmp/dpl-spawn-s${p}_* 2>/dev/null]]):format(h.q(h.bin), h.q(dir), h.q(dir),
+      wait $p; echo "rc=$?"; ls -d ${TMPDIR:-/tmp}/dpl-spawn-s${p}_* 2>/dev/null]]):format(h.q(h.bin), h.q(dir), h.q(dir),
       h.q(dir), target, sig, sig, h.q(dir), target), { timeout = 90 })
     return out .. h.read_all(dir .. '/out'), dir, err
   end
