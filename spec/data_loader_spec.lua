@@ -104,6 +104,62 @@ describe('samplers', function()
     end
   end)
 
+  -- a custom sampler: the even positions 2..14 (7 of them), with set_epoch recorded
+  local Even = data.Sampler:extend('Even')
+  function Even:__init() self.epochs = {} end
+  function Even:indices() local t = {}; for i = 2, 14, 2 do t[#t + 1] = i end; return t end
+  function Even:__len() return 7 end
+  function Even:set_epoch(e) self.epochs[#self.epochs + 1] = e end
+
+  it('DistributedSamplerWrapper gives each rank its share of the positions the wrapped sampler yields', function()
+    local r = {}
+    for rank = 0, 2 do
+      local w = data.DistributedSamplerWrapper{ sampler = Even(), num_replicas = 3, rank = rank }
+      assert.are.equal(3, data.len(w))
+      r[rank] = w:indices()
+    end
+    -- the list 2, 4, ..., 14 padded by its first entries, every third entry from the rank
+    assert.are.same({ 2, 8, 14 }, r[0])
+    assert.are.same({ 4, 10, 2 }, r[1])
+    assert.are.same({ 6, 12, 4 }, r[2])
+    -- the built-in samplers' arrays work as well; drop_last; shuffle covers the list once
+    local seq = data.DistributedSamplerWrapper{ sampler = data.SequentialSampler(5), num_replicas = 2, rank = 1,
+      drop_last = true }
+    assert.are.same({ 2, 4 }, seq:indices())
+    local seen = {}
+    for rank = 0, 1 do
+      local w = data.DistributedSamplerWrapper{ sampler = data.SequentialSampler(8), num_replicas = 2, rank = rank,
+        shuffle = true, seed = 3 }
+      for _, i in ipairs(w:indices()) do assert.is_nil(seen[i]); seen[i] = true end
+    end
+    for i = 1, 8 do assert.is_true(seen[i]) end
+  end)
+
+  it('DistributedSamplerWrapper passes set_epoch on and checks the wrapped sampler\'s length', function()
+    local e = Even()
+    local w = data.DistributedSamplerWrapper{ sampler = e, num_replicas = 2, rank = 0 }
+    w:set_epoch(3)
+    assert.are.same({ 3 }, e.epochs)
+    assert.are.equal(3, w.epoch)
+    e.__len = function() return 8 end
+    local bad = data.DistributedSamplerWrapper{ sampler = e, num_replicas = 2, rank = 0 }
+    assert.has_error(function() bad:indices() end, errors.MisconfigurationException(
+      'DistributedSamplerWrapper: the wrapped Even yielded 7 positions in this pass, its length is 8'))
+    assert.has_error(function() data.DistributedSamplerWrapper{ num_replicas = 2, rank = 0 } end)
+  end)
+
+  it('DataLoader:with_sampler makes a new loader and leaves the original as it was', function()
+    local l = data.DataLoader(Squares(10), { batch_size = 3, collate_fn = list_collate })
+    l.extra = 'kept'
+    local s0 = l.sampler
+    local n = l:with_sampler(Even())
+    assert.are.equal(3, #n)
+    assert.are.equal('kept', n.extra)
+    assert.are.same({ { 2, 4 }, { 4, 16 }, { 6, 36 } }, collect(n)[1])
+    assert.are.equal(4, #l)
+    assert.are.equal(s0, l.sampler)
+  end)
+
   it('DistributedSampler rejects a bad rank', function()
     assert.has_error(function() data.DistributedSampler{ size = 4, num_replicas = 2, rank = 2 } end,
       errors.MisconfigurationException('Invalid rank 2, rank should be in the interval [0, 1]'))

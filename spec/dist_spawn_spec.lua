@@ -93,6 +93,35 @@ describe('dist.spawn', function()
     assert.are.equal('', tmp)
   end)
 
+  it('an interrupted parent (SIGINT, SIGTERM) stops its workers, removes the job\'s files, exits with the signal',
+    function()
+    for _, case in ipairs({ { 'INT', 130 }, { 'TERM', 143 } }) do
+      local dir = h.tmpname('-spawnsig')
+      local s = h.write_file(h.tmpname('.lua'), [[
+        local dpl = require 'dpl'
+        local dist = dpl.dist
+        local dir = arg[1]
+        dist.spawn(function(rank)
+          local f = io.open(dir .. '/pid.' .. rank, 'w'); f:write(dpl.C.dpl_proc_getpid()); f:close()
+          local t = dpl.tensor.ones({ 10 })
+          for i = 1, 1e9 do dist.all_reduce(t); if i % 1000 == 0 then t:fill_(1) end end
+        end, 2)
+      ]])
+      local out, err = h.sh(([[mkdir -p %s; %s %s %s 2>%s/err & p=$!
+        for i in $(seq 200); do [ -f %s/pid.0 ] && [ -f %s/pid.1 ] && break; sleep 0.05; done; sleep 0.3
+        kill -%s $p; wait $p; echo "rc=$?"
+        ls -d ${TMPDIR:-/tmp}/dpl-spawn-s${p}_* 2>/dev/null; ls /dev/shm | grep "s${p}_"
+        for r in 0 1; do kill -0 $(cat %s/pid.$r) 2>/dev/null && echo "worker $r alive"; done]]):format(
+        h.q(dir), h.q(h.bin), h.q(s), h.q(dir), h.q(dir), h.q(dir), h.q(dir), case[1], h.q(dir)), { timeout = 60 })
+      local stderr = h.read_all(dir .. '/err')
+      os.remove(s)
+      h.sh('rm -rf ' .. h.q(dir))
+      -- nothing after the status: no directory, no segment, no worker left
+      assert.are.equal(('rc=%d\n'):format(case[2]), out, stderr .. err)
+      assert.matches('interrupted', stderr)
+    end
+  end)
+
   it('checks its arguments', function()
     local out, err, rc = run([[
       for _, args in ipairs({ { 5, 2 }, { function() end, 0 }, { function() end, 1.5 } }) do

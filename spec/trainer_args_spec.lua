@@ -204,6 +204,37 @@ print(('ok %%s root=%%s ids=%%s gpus=%%d on_gpu=%%s single=%%s dp=%%s ddp=%%s dd
     assert.matches('^ok horovod', run(0, '', 'OMPI_COMM_WORLD_RANK=0 OMPI_COMM_WORLD_SIZE=1'))
   end)
 
+  it('checks the processes a launcher started: devices x num_nodes (ddp, devices given), one per node (ddp2)', function()
+    local two = 'RANK=0 LOCAL_RANK=0 NODE_RANK=0 WORLD_SIZE=2 LOCAL_WORLD_SIZE=2'
+    -- ddp2 under `dplhost --nproc 2` on one node: both processes would be node 0, rank 0
+    assert.matches("^err MisconfigurationException: strategy='ddp2' runs one process per node %(DP over the node's GPUs"
+      .. " inside it%), but the launcher started 2 processes %(2 on this node%) for num_nodes=1: on one node, run one"
+      .. " process", run(2, "gpus=2, strategy='ddp2'", two))
+    -- as many processes as num_nodes: nodes (simulated on one machine, or one process per node)
+    assert.matches('^ok ddp2 .* world=2', run(2, "gpus=2, strategy='ddp2', num_nodes=2", two))
+    assert.matches('^ok ddp2 .* world=2', run(2, "gpus=2, strategy='ddp2', num_nodes=2",
+      'RANK=1 LOCAL_RANK=0 NODE_RANK=1 WORLD_SIZE=2 LOCAL_WORLD_SIZE=1'))
+    assert.matches("^err MisconfigurationException: strategy='ddp2' .* started 4 processes %(2 on this node%) for"
+      .. " num_nodes=2: start one process per node %(`dplhost %-%-nproc 1 %-%-nnodes 2 %-%-node%-rank <k> script.lua`",
+      run(2, "gpus=2, strategy='ddp2', num_nodes=2", 'RANK=0 LOCAL_RANK=0 WORLD_SIZE=4 LOCAL_WORLD_SIZE=2'))
+    -- ddp: devices given must match the launch; not given, the launcher decides
+    assert.matches("^err MisconfigurationException: strategy='ddp': devices=3 and num_nodes=1 ask for 3 process%(es%),"
+      .. " 3 on each node, but the launcher started 2 %(2 on this node%): set devices=2, or start 3 process%(es%) per"
+      .. " node %(dplhost %-%-nproc 3%)", run(0, "strategy='ddp', accelerator='cpu', devices=3", two))
+    assert.matches("^err MisconfigurationException: strategy='ddp': devices=2 and num_nodes=2 ask for 4",
+      run(0, "strategy='ddp', accelerator='cpu', devices=2, num_nodes=2", two))
+    assert.matches("^err MisconfigurationException: strategy='ddp': devices=3 ",
+      run(3, "strategy='ddp', accelerator='gpu', devices=3", two))
+    assert.matches('^ok ddp .* world=2', run(0, "strategy='ddp', accelerator='cpu', devices=2", two))
+    assert.matches('^ok ddp .* world=2', run(0, "strategy='ddp'", two))
+    assert.matches('^ok ddp .* world=2', run(2, "strategy='ddp', accelerator='gpu'", two))
+    assert.matches('^ok ddp .* world=4', run(0, "strategy='ddp', accelerator='cpu', devices=2, num_nodes=2",
+      'RANK=0 LOCAL_RANK=0 WORLD_SIZE=4 LOCAL_WORLD_SIZE=2'))
+    -- ddp_spawn becomes ddp under a launcher, checked the same way; horovod is not checked
+    assert.matches("^err MisconfigurationException: strategy='ddp': devices=3 ", run(0, "accelerator='cpu', devices=3", two))
+    assert.matches('^ok horovod', run(0, "accelerator='cpu', devices=3", 'OMPI_COMM_WORLD_RANK=0 OMPI_COMM_WORLD_SIZE=2'))
+  end)
+
   it('auto_select_gpus picks free GPUs', function()
     assert.matches('^ok ddp_spawn root=1 ids=1,3', run(4, 'gpus=2, auto_select_gpus=true', 'DPL_VIRTUAL_GPUS_BUSY=0,2'))
   end)

@@ -28,6 +28,101 @@ describe('Trainer with strategy="ddp" under dplhost --nproc 2', function()
     assert.truthy(h.read_all(dir .. '/lightning_logs/version_0/metrics.csv'):match('train_v'))
   end)
 
+  -- Lightning syncs a logged value once: the step value at self:log, the epoch value at
+  -- the epoch's end (sum and batch size for a mean); both ranks then hold the same numbers
+  local sync_expected = 'local_n=%d m=1.4 mn=5 n=10 ones=2 tcount=4 tmax=1 ts=1.5 ts_epoch=1.5 ts_step=1.5 tsum=6'
+    .. ' tsum_epoch=6 tsum_step=3 logged ts_step=1.5 tsum_step=3'
+  it('sync_dist reduces once: weighted means, sums and counts over uneven shards (CPU, and GPU values kept lazily)',
+    function()
+    for _, acc in ipairs({ 'cpu', 'gpu' }) do
+      local out, err, rc = h.sh('DPL_VIRTUAL_GPUS=2 CUDA_VISIBLE_DEVICES= ' .. h.q(h.bin)
+        .. ' --nproc 2 spec/support/trainer_sync_script.lua ' .. acc, { timeout = 60 })
+      assert.are.equal(0, rc, out .. err)
+      assert.matches('%[rank 0%] rank 0 ' .. sync_expected:format(8):gsub('%.', '%%.'), out)
+      assert.matches('%[rank 1%] rank 1 ' .. sync_expected:format(2):gsub('%.', '%%.'), out)
+    end
+  end)
+
+  it('sync_dist reduces once under horovod (mpirun -np 2)', function()
+    if not h.has_command('mpirun') then return pending('mpirun is not installed') end
+    local out, err, rc = h.sh(('ASAN_OPTIONS=detect_leaks=0 mpirun --allow-run-as-root --oversubscribe -np 2 %s %s'):format(
+      h.q(h.bin), 'spec/support/trainer_sync_script.lua cpu'), { timeout = 60 })
+    assert.are.equal(0, rc, out .. err)
+    assert.matches('rank 0 ' .. sync_expected:format(8):gsub('%.', '%%.'), out)
+    assert.matches('rank 1 ' .. sync_expected:format(2):gsub('%.', '%%.'), out)
+  end)
+
+  it('wraps a custom sampler (each rank its share of what it yields); the user\'s loaders stay as they were',
+    function()
+    local out, err, rc = h.dplhost('--nproc 2 spec/support/trainer_sampler_script.lua', { timeout = 60 })
+    assert.are.equal(0, rc, out .. err)
+    assert.matches('%[rank 0%] rank 0 epoch0=2,6,10,14,18 epoch1=2,6,10,14,18\n', out)
+    assert.matches('%[rank 1%] rank 1 epoch0=4,8,12,16,20 epoch1=4,8,12,16,20\n', out)
+    for r = 0, 1 do
+      assert.matches(('%%[rank %d%%] rank %d user loader: batches=2 sampler=Even same_sampler=true vals=2 same_vals=true'
+        .. ' val_batches=6,4 trainer_batches=1\n'):format(r, r), out)
+    end
+    -- one process: the user's sampler as it is
+    out, err, rc = h.dplhost('spec/support/trainer_sampler_script.lua', { timeout = 60 })
+    assert.are.equal(0, rc, out .. err)
+    assert.matches('rank 0 epoch0=2,4,6,8,10,12,14,16,18,20 epoch1=2,4,6,8,10,12,14,16,18,20\n', out)
+  end)
+
+  it('refuses ddp2 with two processes on one node, and devices that do not match the processes started', function()
+    local s = h.write_file(h.tmpname('.lua'), [[
+      local dpl = require 'dpl'
+      local ok, e = pcall(dpl.Trainer, { strategy = arg[1], accelerator = arg[2], devices = tonumber(arg[3]),
+        logger = false, enable_checkpointing = false, enable_progress_bar = false, enable_model_summary = false })
+      print(ok and ('built ' .. e.strategy.strategy_name .. ' rank ' .. e.global_rank) or tostring(e))
+    ]])
+    local function run(args)
+      return h.sh('DPL_VIRTUAL_GPUS=2 CUDA_VISIBLE_DEVICES= ' .. h.q(h.bin) .. ' --nproc 2 ' .. h.q(s) .. ' ' .. args,
+        { timeout = 60 })
+    end
+    local out, err, rc = run('ddp2 gpu 2')
+    assert.are.equal(0, rc, out .. err)
+    for r = 0, 1 do
+      assert.matches('%[rank ' .. r .. "%] MisconfigurationException: strategy='ddp2' runs one process per node", out)
+    end
+    out = run('ddp cpu 3')
+    assert.matches("%[rank 0%] MisconfigurationException: strategy='ddp': devices=3 and num_nodes=1 ask for 3", out)
+    out = run('ddp cpu 2')
+    assert.matches('%[rank 1%] built ddp rank 1', out)
+    os.remove(s)
+  end)
+
+  it('trainer.should_stop set on one rank stops every rank after the same batch (or epoch)', function()
+    local s = h.write_file(h.tmpname('.lua'), [[
+      local dpl = require 'dpl'
+      local th = require 'spec.support.trainer_helpers'
+      local mode = arg[1]
+      local M = dpl.LightningModule:extend('M')
+      function M:training_step(b, i)
+        if mode == 'step' and self.global_rank == 1 and self.global_step == 8 then self.trainer.should_stop = true end
+        return th.loss(1)
+      end
+      function M:validation_step(b, i)
+        self:log('v', 1, { sync_dist = true })
+        if mode == 'val' and self.global_rank == 0 and self.global_step == 4 then self.trainer.should_stop = true end
+      end
+      function M:on_train_epoch_end()
+        if mode == 'epoch' and self.global_rank == 1 and self.current_epoch == 1 then self.trainer.should_stop = true end
+      end
+      function M:configure_optimizers() return th.Optimizer() end
+      local t = dpl.Trainer { strategy = 'ddp', max_epochs = 4, logger = false, num_sanity_val_steps = 0,
+        val_check_interval = 2, enable_checkpointing = false, enable_progress_bar = false, enable_model_summary = false }
+      t:fit(M(), th.loader(24), th.loader(4))
+      print(('rank %d stopped epoch=%d step=%d'):format(t.global_rank, t.current_epoch, t.global_step))
+    ]])
+    -- 12 batches per rank and epoch; validation every 2 batches
+    for mode, want in pairs({ step = 'epoch=1 step=9', val = 'epoch=1 step=4', epoch = 'epoch=2 step=24' }) do
+      local out, err, rc = h.dplhost('--nproc 2 ' .. h.q(s) .. ' ' .. mode, { timeout = 60 })
+      assert.are.equal(0, rc, mode .. ': ' .. out .. err)
+      for r = 0, 1 do assert.matches('%[rank ' .. r .. '%] rank ' .. r .. ' stopped ' .. want .. '\n', out, mode) end
+    end
+    os.remove(s)
+  end)
+
   it('with GPU gradient buckets, votes on garbage collection through the host (no read-back)', function()
     -- rank 1 alone asks for a collection every 3rd step: both ranks collect together;
     -- the vote does not live in the (simulated) GPU bucket, so no :item() on it
@@ -82,6 +177,8 @@ describe('Trainer with strategy="ddp_spawn" (forked workers)', function()
     assert.equal(0, rc, err)
     -- rank 0 trained on items 1, 3, 5; w metric: mean over ranks of (9, 12)
     assert.matches('parent w=9 step=3 epoch=1 w_metric=10.5 best=version_0/checkpoints/epoch=0%-step=3.ckpt', out)
+    -- trainer:save_checkpoint() in the parent after fit: the weights brought back
+    assert.matches('saved w=9 step=3 epoch=1\n', out)
     -- validate also runs in workers: rank 0 sees items 1, 3 (mean 2)
     assert.matches('validate val=2\n', out)
   end)
@@ -133,6 +230,63 @@ describe('signals during fit', function()
     assert.matches('%[rank 0%] rank 0 ok=false step=3 ', out)
     assert.matches('%[rank 1%] rank 1 ok=false step=3 ', out)
     assert.equal(h.read_all(dir .. '/hpc_ckpt_1.ckpt') ~= '', true)
+  end)
+end)
+
+describe('signals during a ddp_spawn fit (held in the workers, forwarded by the parent)', function()
+  local function steps(dir)
+    return h.read_all(dir .. '/step.0') .. ',' .. h.read_all(dir .. '/step.1')
+  end
+
+  it('a worker signalling itself: every rank stops at the same step, hpc checkpoint, SignalReceived in the parent',
+    function()
+    for _, sig in ipairs({ 15, 10 }) do
+      local dir = th.tmpdir()
+      local out, err, rc = h.dplhost('spec/support/trainer_spawn_signal_script.lua self ' .. h.q(dir) .. ' ' .. sig,
+        { timeout = 60 })
+      assert.are.equal(3, rc, out .. err)
+      local name = sig == 15 and 'SIGTERM' or 'SIGUSR1'
+      assert.matches('parent ok=false step=4 err=SignalReceived: received signal ' .. sig .. ' %(' .. name
+        .. '%) on a rank: every rank stopped after global_step 4; checkpoint saved to DIR/hpc_ckpt_1.ckpt', out)
+      assert.are.equal('4,4', steps(dir))
+      assert.are.equal(4, require('dpl.trainer.checkpoint').load(dir .. '/hpc_ckpt_1.ckpt').global_step)
+    end
+  end)
+
+  -- the script in the background; once both workers trained a few batches, `kill -SIG`
+  -- to the parent or to a worker; then the parent's exit status and output
+  local function from_outside(target, sig)
+    local dir = th.tmpdir()
+    local out, err = h.sh(([[%s spec/support/trainer_spawn_signal_script.lua wait %s > %s/out 2>&1 & p=$!
+      for i in $(seq 300); do [ -f %s/ready ] && break; sleep 0.1; done
+      if [ %s = parent ]; then kill -%s $p; else kill -%s $(cat %s/pid.%s); fi
+      wait $p; echo "rc=$?"; ls -d ${TMPDIR:-/tmp}/dpl-spawn-s${p}_* 2>/dev/null]]):format(h.q(h.bin), h.q(dir), h.q(dir),
+      h.q(dir), target, sig, sig, h.q(dir), target), { timeout = 90 })
+    return out .. h.read_all(dir .. '/out'), dir, err
+  end
+
+  for _, case in ipairs({ { 'parent', 'TERM', 15 }, { 'parent', 'USR1', 10 }, { '1', 'USR1', 10 }, { '0', 'TERM', 15 } }) do
+    it(('SIG%s sent to the %s'):format(case[2], case[1] == 'parent' and 'parent' or ('worker of rank ' .. case[1])),
+      function()
+      local out, dir, err = from_outside(case[1], case[2])
+      assert.matches('^rc=3\n', out, err)
+      assert.is_nil(out:find('dpl-spawn-', 1, true), out) -- the job's directory is gone
+      local step = out:match('parent ok=false step=(%d+) err=SignalReceived: received signal ' .. case[3]
+        .. ' %(SIG' .. case[2] .. '%) on a rank: every rank stopped after global_step %d+; checkpoint saved to'
+        .. ' DIR/hpc_ckpt_1.ckpt')
+      assert.truthy(step, out)
+      assert.are.equal(step .. ',' .. step, steps(dir))
+      assert.are.equal(tonumber(step), require('dpl.trainer.checkpoint').load(dir .. '/hpc_ckpt_1.ckpt').global_step)
+    end)
+  end
+
+  it('SIGINT to the parent: the workers stop (SIGTERM) and the parent raises "interrupted"', function()
+    local out, dir = from_outside('parent', 'INT')
+    assert.matches('^rc=3\n', out)
+    assert.matches('\nparent ok=false step=0 err=interrupted\n', out)
+    assert.is_nil(out:find('dpl-spawn-', 1, true), out)
+    local s0 = h.read_all(dir .. '/step.0')
+    assert.are.equal(s0 .. ',' .. s0, steps(dir))
   end)
 end)
 

@@ -258,6 +258,50 @@ function M.DistributedSampler:_order()
 end
 M.DistributedSampler.indices = indices_from_order
 
+--- DistributedSamplerWrapper{sampler=, num_replicas=, rank=, shuffle=false, seed=0, drop_last=false}:
+--- Lightning's wrapper of a custom sampler for distributed runs: each pass takes the
+--- positions the wrapped sampler yields (len(sampler) of them) and gives this rank its
+--- share of that list by DistributedSampler's rules (every num_replicas-th entry from
+--- rank, padded by repeating the first ones; with shuffle, in an order from seed + epoch).
+--- set_epoch reaches the wrapped sampler too.
+M.DistributedSamplerWrapper = M.DistributedSampler:extend('DistributedSamplerWrapper')
+function M.DistributedSamplerWrapper:__init(opts)
+  if type(opts) ~= 'table' then misconf('DistributedSamplerWrapper expects an options table') end
+  local s = opts.sampler
+  if type(s) ~= 'table' or (type(s.indices) ~= 'function' and type(s._order) ~= 'function') then
+    misconf('DistributedSamplerWrapper needs sampler= (a sampler with indices()), got %s', tostring(s))
+  end
+  local o = {}
+  for k, v in pairs(opts) do o[k] = v end
+  o.dataset, o.size = nil, M.len(s)
+  if o.shuffle == nil then o.shuffle = false end
+  M.DistributedSampler.__init(self, o)
+  self.sampler = s
+end
+function M.DistributedSamplerWrapper:set_epoch(epoch)
+  self.epoch = epoch
+  if type(self.sampler.set_epoch) == 'function' then self.sampler:set_epoch(epoch) end
+end
+function M.DistributedSamplerWrapper:_order()
+  local s = self.sampler
+  local src, count, off
+  if s._order then
+    src, count = s:_order()
+    off = 1
+  else
+    src = s:indices()
+    count, off = #src, 0
+  end
+  if count ~= self.n then
+    misconf('DistributedSamplerWrapper: the wrapped %s yielded %d positions in this pass, its length is %d',
+      tostring(s.__name or s), count, self.n)
+  end
+  local mine, m = M.DistributedSampler._order(self) -- positions 1..n in the wrapped sampler's list
+  for k = 0, m - 1 do mine[k] = src[mine[k] - off] end
+  return mine, m
+end
+M.DistributedSamplerWrapper.indices = indices_from_order
+
 -- ------------------------------------------------------------------ collation
 require 'dpl.capi' -- the dpl_tensor type
 local T_is_tensor -- dpl.tensor's own test (its handles are references to dpl_tensor)
@@ -331,6 +375,20 @@ function M.DataLoader(ds, opts)
     return ('DataLoader(%d batches of %d)'):format(impl:num_batches(), bs)
   end
   return proxy
+end
+
+--- A new DataLoader like this one (dataset, batch size, drop_last, collate_fn and any other
+--- field) that draws from `sampler`; this loader is left as it is (the Trainer gives the
+--- DDP ranks their own loaders this way, as Lightning's _update_dataloader).
+function Loader:with_sampler(sampler)
+  local impl = type(self) == 'userdata' and getmetatable(self).__index or self
+  local new = M.DataLoader(impl.dataset, { batch_size = impl.batch_size, drop_last = impl.drop_last,
+    sampler = sampler, collate_fn = impl.collate_fn })
+  local nimpl = getmetatable(new).__index
+  for k, v in pairs(impl) do
+    if rawget(nimpl, k) == nil then nimpl[k] = v end
+  end
+  return new
 end
 
 function Loader:num_batches()

@@ -72,6 +72,8 @@ local function traceback(e)
   return (tb:gsub("\n%s*%[C%]: in function 'xpcall'.*$", ''))
 end
 
+M._traceback = traceback
+
 -- The worker side: never returns.
 local function run_worker(rank, nprocs, job, dir, opts, fn, args)
   local host = require 'dpl.host'
@@ -107,8 +109,46 @@ local function run_worker(rank, nprocs, job, dir, opts, fn, args)
   C.dpl_proc_exit(code)
 end
 
---- dist.spawn(fn, nprocs, {join=true, args={...}, backend='shm', timeout=, grace=5}):
+local SIGINT, SIGUSR1 = 2, 10
+local have_usleep = pcall(ffi.cdef, 'int usleep(unsigned int usec);')
+
+-- The signal that interrupted the parent, as it goes on to the workers: SIGTERM and
+-- SIGUSR1 as they are, anything else (SIGINT) as SIGTERM.
+local function forwarded_signal()
+  local s = C.dpl_signal_received() - 128
+  if s == SIGTERM or s == SIGUSR1 then return s end
+  return SIGTERM
+end
+
+-- Sends sig to the workers still running and reaps them, SIGKILL after `grace` seconds.
+-- dpl_proc_wait returns DPL_EINTR at once while the host's signal flag is set: the
+-- loop then sleeps on its own.
+local function stop_workers(pids, sig, grace, pid_out, code_out)
+  for _, p in pairs(pids) do C.dpl_proc_kill(p, sig) end
+  local kill_at = C.dpl_clock() + grace
+  while next(pids) ~= nil do
+    local st = C.dpl_proc_wait(-1, 0.1, pid_out, code_out)
+    if st == 0 then
+      for r, p in pairs(pids) do if p == pid_out[0] then pids[r] = nil end end
+    elseif st == C.DPL_EINTR then
+      if have_usleep then ffi.C.usleep(2000) end
+    elseif st ~= C.DPL_ETIMEOUT then
+      return -- no children left to wait for
+    end
+    if kill_at and C.dpl_clock() > kill_at then
+      for _, p in pairs(pids) do C.dpl_proc_kill(p, SIGKILL) end
+      kill_at = nil
+    end
+  end
+end
+
+--- dist.spawn(fn, nprocs, {join=true, args={...}, backend='shm', timeout=, grace=5, pending_signal=}):
 --- runs fn(rank, ...args) in nprocs forked workers; returns rank 0's return value.
+--- pending_signal: a function the parent's wait calls (about every 0.1 s) that returns a
+--- signal number the caller holds blocked and took (0: none); it is sent to the workers.
+--- When the parent is interrupted (SIGINT, SIGTERM; the host's "interrupted" error), the
+--- workers get the signal (SIGINT as SIGTERM), SIGKILL after `grace` seconds, the job's
+--- shared memory and temp directory are removed, and the error goes on.
 function M.spawn(fn, nprocs, opts)
   if type(fn) ~= 'function' then error(errors.TypeError('dist.spawn: fn must be a function, got ' .. type(fn)), 2) end
   if type(nprocs) ~= 'number' or nprocs < 1 or nprocs % 1 ~= 0 then
@@ -133,45 +173,66 @@ function M.spawn(fn, nprocs, opts)
   if os.execute('mkdir -m 700 -p ' .. dir) ~= 0 then error('dist.spawn: cannot create ' .. dir, 2) end
 
   local pids, rank_of = {}, {}
-  local out = ffi.new('int32_t[1]')
-  for rank = 0, nprocs - 1 do
-    capi.check(C.dpl_proc_fork(out), 2)
-    if out[0] == 0 then run_worker(rank, nprocs, job, dir, opts, fn, args) end
-    pids[rank] = out[0]
-    rank_of[out[0]] = rank
-  end
-
   local pid_out, code_out = ffi.new('int32_t[1]'), ffi.new('int32_t[1]')
-  local alive, failed, failed_code, interrupted = nprocs, nil, nil, false
-  local kill_at
-  while alive > 0 do
-    local st = C.dpl_proc_wait(-1, 0.1, pid_out, code_out)
-    if st == 0 then
-      local rank = rank_of[pid_out[0]]
-      if rank then
-        alive = alive - 1
-        pids[rank] = nil
-        if code_out[0] ~= 0 and not failed then
-          failed, failed_code = rank, code_out[0]
-          for _, p in pairs(pids) do C.dpl_proc_kill(p, SIGTERM) end
-          kill_at = C.dpl_clock() + (opts.grace or 5)
+  local failed, failed_code, interrupted
+  -- Forking and waiting run protected: the host's SIGINT/SIGTERM handler raises its
+  -- "interrupted" error at the next Lua instruction, wherever the parent is (usually in
+  -- this loop, before dpl_proc_wait could return DPL_EINTR); the workers are stopped and
+  -- the job's segments and directory removed before that error goes on.
+  local ok, e = pcall(function()
+    local out = ffi.new('int32_t[1]')
+    for rank = 0, nprocs - 1 do
+      capi.check(C.dpl_proc_fork(out), 2)
+      if out[0] == 0 then run_worker(rank, nprocs, job, dir, opts, fn, args) end
+      pids[rank] = out[0]
+      rank_of[out[0]] = rank
+    end
+    local alive, kill_at = nprocs, nil
+    local pending = opts.pending_signal
+    while alive > 0 do
+      local st = C.dpl_proc_wait(-1, 0.1, pid_out, code_out)
+      if st == 0 then
+        local rank = rank_of[pid_out[0]]
+        if rank then
+          alive = alive - 1
+          pids[rank] = nil
+          if code_out[0] ~= 0 and not failed then
+            failed, failed_code = rank, code_out[0]
+            for _, p in pairs(pids) do C.dpl_proc_kill(p, SIGTERM) end
+            kill_at = C.dpl_clock() + (opts.grace or 5)
+          end
         end
+      elseif st == C.DPL_EINTR then
+        interrupted = true
+        return
       end
-    elseif st == C.DPL_EINTR and not interrupted then
-      interrupted = true
-      for _, p in pairs(pids) do C.dpl_proc_kill(p, SIGTERM) end
-      kill_at = C.dpl_clock() + (opts.grace or 5)
+      -- a signal the caller holds (ddp_spawn's fit: SIGTERM/SIGUSR1) goes to the workers,
+      -- which stop together at a batch boundary
+      if pending and not failed then
+        local sig = pending()
+        if sig ~= 0 then for _, p in pairs(pids) do C.dpl_proc_kill(p, sig) end end
+      end
+      if kill_at and C.dpl_clock() > kill_at then
+        for _, p in pairs(pids) do C.dpl_proc_kill(p, SIGKILL) end
+        kill_at = nil
+      end
     end
-    if kill_at and C.dpl_clock() > kill_at then
-      for _, p in pairs(pids) do C.dpl_proc_kill(p, SIGKILL) end
-      kill_at = nil
-    end
+  end)
+  if not ok or interrupted then
+    -- interrupted (or an error of the machinery): the signal goes on to the workers
+    -- (SIGINT as SIGTERM), SIGKILL after the grace, then the cleanup below
+    pcall(stop_workers, pids, forwarded_signal(), opts.grace or 5, pid_out, code_out)
   end
-
-  C.dpl_comm_shm_cleanup(job, nil) -- a worker killed during the rendezvous can leave a segment name
-  local result_s = read_file(dir .. '/result')
-  local err_s = failed and read_file(dir .. '/error.' .. failed)
-  os.execute('rm -rf ' .. dir)
+  local result_s, err_s
+  local function cleanup()
+    C.dpl_comm_shm_cleanup(job, nil) -- a worker killed during the rendezvous can leave a segment name
+    result_s = read_file(dir .. '/result')
+    err_s = failed and read_file(dir .. '/error.' .. failed)
+    os.execute('rm -rf ' .. dir)
+  end
+  -- a signal landing here raises in the first attempt (the host's hook fires once)
+  if not pcall(cleanup) then cleanup() end
+  if not ok then error(e, 0) end
   if interrupted then error('interrupted', 0) end
   if failed then
     if err_s then

@@ -24,5 +24,10 @@ local ok, e = pcall(t.fit, t, m, th.loader(6), th.loader(2))
 if not ok then print('error ' .. tostring(e)) return end
 print(('parent w=%s step=%d epoch=%d w_metric=%s best=%s'):format(m.w, t.global_step, t.current_epoch,
   tostring(t.callback_metrics.w), t.checkpoint_callback.best_model_path:gsub('^.*/lightning_logs/', '')))
+-- a checkpoint written in the parent from the weights brought back (Lightning: the parent's
+-- strategy holds the module)
+t:save_checkpoint(dir .. '/after_fit.ckpt')
+local ck = require('dpl.trainer.checkpoint').load(dir .. '/after_fit.ckpt')
+print(('saved w=%s step=%d epoch=%d'):format(tostring(ck.state_dict.w), ck.global_step, ck.epoch))
 local res = t:validate(m, th.loader(4), { verbose = false })
 print(('validate val=%s'):format(tostring(res[1].val)))

@@ -113,6 +113,24 @@ function DDPStrategy:set_world_ranks()
   end
 end
 
+--- Under a launcher (dplhost --nproc, torchrun-like variables, mpirun, srun), the
+--- processes it started must be the ones devices x num_nodes asks for, when devices were
+--- given (Lightning 2.1's check of its TorchElastic and SLURM environments; 1.9 ran
+--- on with a world that did not match its sampler or waited for ranks that never came).
+--- devices not given: the launcher decides (devices=1 on the CPU under --nproc N works).
+function DDPStrategy:validate_settings(num_devices, num_nodes, devices_given)
+  if not devices_given then return end
+  local _, size, _, local_size = external_ranks()
+  if size == nil then return end
+  if size ~= num_devices * num_nodes or (local_size ~= nil and local_size ~= num_devices) then
+    errors.MisconfigurationException:raise(("strategy='%s': devices=%d and num_nodes=%d ask for %d process(es), %d on"
+      .. " each node, but the launcher started %d (%s on this node): set devices=%s, or start %d process(es)"
+      .. " per node (dplhost --nproc %d)"):format(self.strategy_name, num_devices, num_nodes, num_devices * num_nodes,
+      num_devices, size, local_size and tostring(local_size) or 'unknown',
+      tostring(local_size or math.floor(size / num_nodes)), num_devices, num_devices), 0)
+  end
+end
+
 --- Nobody started the other processes (no RANK/WORLD_SIZE): the subprocess
 --- launcher re-runs the script for local ranks 1..N-1 (Lightning's 'ddp').
 function DDPStrategy:launcher_for()
@@ -332,6 +350,9 @@ function DDPSpawnStrategy:set_world_ranks()
   S.ParallelStrategy.set_world_ranks(self)
   self.root_device = self.parallel_devices and self.parallel_devices[self.local_rank + 1] or self.root_device
 end
+
+-- its workers are its own: nothing to check against a launcher
+function DDPSpawnStrategy:validate_settings() end
 
 --- The launcher that forks the workers (nil with one process).
 function DDPSpawnStrategy:launcher_for()

@@ -4,6 +4,7 @@
 -- the nodes' processes before each optimizer step, the sampler shards by node.
 -- The node index comes from NODE_RANK/GROUP_RANK/SLURM_NODEID, else from RANK
 -- when the launcher started one process per node (WORLD_SIZE == num_nodes).
+local errors = require 'dpl.errors'
 local S = require 'dpl.strategies.strategy'
 local DP = require 'dpl.strategies.dp'
 local DDP = require('dpl.strategies.ddp').DDPStrategy
@@ -36,6 +37,22 @@ function DDP2Strategy:set_world_ranks()
   self.global_rank = self.node_rank
   self.world_size = self.num_nodes
   self.is_global_zero = self.global_rank == 0
+end
+
+--- One process per node: a launcher that started more (dplhost --nproc 2 on one node, with
+--- num_nodes=1) would give two processes the same node rank, each running as rank 0 of
+--- its own world. Refused; `num_nodes` equal to the processes started simulates that many
+--- nodes on one machine.
+function DDP2Strategy:validate_settings()
+  local ws = env_int('WORLD_SIZE', 'OMPI_COMM_WORLD_SIZE', 'SLURM_NTASKS')
+  if ws == nil or ws == self.num_nodes then return end
+  local lws = env_int('LOCAL_WORLD_SIZE', 'OMPI_COMM_WORLD_LOCAL_SIZE', 'SLURM_NTASKS_PER_NODE')
+  local how = self.num_nodes == 1 and 'on one node, run one process (`dplhost script.lua`, no --nproc)'
+    or ('start one process per node (`dplhost --nproc 1 --nnodes %d --node-rank <k> script.lua` on each, `srun'
+      .. ' --ntasks-per-node=1`)'):format(self.num_nodes)
+  errors.MisconfigurationException:raise(("strategy='ddp2' runs one process per node (DP over the node's GPUs"
+    .. " inside it), but the launcher started %d process%s%s for num_nodes=%d: %s, or use strategy='ddp'"
+    .. " (one process per GPU)"):format(ws, ws == 1 and '' or 'es', lws and (' (%d on this node)'):format(lws) or '', self.num_nodes, how), 0)
 end
 
 function DDP2Strategy:setup_environment()

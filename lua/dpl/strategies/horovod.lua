@@ -33,6 +33,9 @@ function HorovodStrategy:set_world_ranks()
   end
 end
 
+-- mpirun decides the processes; devices= is not checked against them (Lightning's horovod)
+function HorovodStrategy:validate_settings() end
+
 function HorovodStrategy:setup_environment()
   if self.world_size <= 1 then return end
   local dist = require 'dpl.dist'

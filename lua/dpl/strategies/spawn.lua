@@ -44,9 +44,22 @@ worker_body = function(strategy, trainer, fn, rank, tmp, ...)
     dist._enable_nccl(strategy.root_device.index)
   end
   trainer:_refresh_ranks()
-  local result = fn(trainer, ...)
+  -- a SIGTERM/SIGUSR1 while fitting: every rank stopped at the same step, rank 0 wrote the
+  -- hpc checkpoint, and each raised SignalReceived (as under ddp); the parent raises it
+  -- after bringing the results back. Any other error goes on with its traceback.
+  local SignalReceived = require('dpl.trainer.fit_loop').SignalReceived
+  local ok, result = xpcall(fn, function(e)
+    if errors.is(e, SignalReceived) then return e end
+    return require('dpl.spawn')._traceback(e)
+  end, trainer, ...)
+  local signal
+  if not ok then
+    if not errors.is(result, SignalReceived) then error(result, 0) end
+    signal, result = result.message, nil
+  end
   if rank ~= 0 then return nil end
   local out = {
+    signal = signal,
     result = plain(result),
     best_model_path = trainer.checkpoint_callback and trainer.checkpoint_callback.best_model_path or nil,
     last_model_path = trainer.checkpoint_callback and trainer.checkpoint_callback.last_model_path or nil,
@@ -75,9 +88,17 @@ function M.launch(strategy, trainer, fn, ...)
   local tmp = os.tmpname()
   os.remove(tmp)
   local args = { n = select('#', ...), ... }
-  local out = require('dpl.spawn').spawn(function(rank)
+  -- fitting: SIGTERM/SIGUSR1 are held (blocked) here before the fork, so the workers start
+  -- with them held and poll them at batch boundaries as an in-process fit does; one sent
+  -- to this process is taken in the wait and forwarded to the workers
+  local fit_loop = require 'dpl.trainer.fit_loop'
+  local fitting = trainer.state.fn == 'fit'
+  local mask = fitting and fit_loop._block_signals() or nil
+  local ok, out = pcall(require('dpl.spawn').spawn, function(rank)
     return worker_body(strategy, trainer, fn, rank, tmp, unpack(args, 1, args.n))
-  end, n, {})
+  end, n, { pending_signal = fitting and fit_loop._take_pending_signal or nil })
+  fit_loop._restore_signals(mask)
+  if not ok then error(out, 0) end
   if type(out) ~= 'table' then
     errors.RuntimeError:raise('ddp_spawn: rank 0 returned no results', 0)
   end
@@ -96,6 +117,7 @@ function M.launch(strategy, trainer, fn, ...)
   end
   trainer.callback_metrics = out.callback_metrics or {}
   trainer.logged_metrics = out.logged_metrics or {}
+  if out.signal then error(fit_loop.SignalReceived(out.signal), 0) end
   return out.result
 end
 

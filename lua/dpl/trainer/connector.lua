@@ -248,6 +248,12 @@ function M.select(a)
   else
     strategy_obj = strategies.get(strategy, { parallel_devices = parallel_devices, num_nodes = num_nodes })
   end
+  -- the processes a launcher started against devices x num_nodes (ddp: when devices were
+  -- given; ddp2: one process per node)
+  if type(strategy_obj.validate_settings) == 'function' then
+    local given = devices ~= nil and devices ~= 'auto' and devices ~= -1 and devices ~= '-1'
+    strategy_obj:validate_settings(ndev, num_nodes, given)
+  end
   out.strategy = strategy_obj
   out.strategy_name = strategy_obj.strategy_name
   out.parallel_devices = parallel_devices

@@ -6,6 +6,7 @@
 local errors = require 'dpl.errors'
 local log = require 'dpl.log'
 local loops = require 'dpl.trainer.loops'
+local reduce_numbers = require('dpl.trainer.results').reduce_numbers
 
 local Misconfiguration = errors.MisconfigurationException
 local M = {}
@@ -129,6 +130,9 @@ local function fit_done(t)
     log.info('`Trainer.fit` stopped: `max_epochs=%d` reached.', t.max_epochs)
     return true
   end
+  -- should_stop set on one rank at an epoch's end (on_train_epoch_end, ...): every rank
+  -- agrees before deciding (one 8-byte all-reduce per epoch)
+  if t.world_size > 1 then t.should_stop = reduce_numbers(t.should_stop and 1 or 0, nil, 'max') > 0 end
   if t.should_stop then
     if can_stop_early(t) then return true end
     log.info('Trainer was signaled to stop but the required `min_epochs=%s` or `min_steps=%s` has not been met. Training will continue...',
@@ -159,7 +163,6 @@ end
 ---------------------------------------------------------------- signals
 
 local C = require('dpl.capi').C
-local reduce_numbers = require('dpl.trainer.results').reduce_numbers
 local SignalReceived = errors.new_class('SignalReceived', errors.RuntimeError)
 M.SignalReceived = SignalReceived
 
@@ -214,6 +217,13 @@ local function pending_signal()
   return 0
 end
 
+--- A SIGTERM/SIGUSR1 that is pending (blocked), consumed: its number, 0 when none
+--- (ddp_spawn's parent forwards it to the workers).
+function M._take_pending_signal()
+  local s = pending_signal()
+  return s > 0 and s - 128 or 0
+end
+
 -- 128 + signal number, 0 when none: the host's flag (SIGINT, or a signal that came
 -- before fit) or a blocked SIGTERM/SIGUSR1; replaceable for tests
 M._signal_source = function()
@@ -261,6 +271,7 @@ local function run_train_epoch(t, st, loader, nbatches)
   for _, f in ipairs(freqs or {}) do freq_total = freq_total + f end
   st.n_opts = n_opts
   st.accumulate = t.accumulate_grad_batches
+  local multi = t.world_size > 1
 
   local it = loader:iter()
   local start = t.fit_loop.batch_idx
@@ -332,6 +343,16 @@ local function run_train_epoch(t, st, loader, nbatches)
     rc:release(rc:collect_step(true))
     t:_call_callback_hooks('on_train_batch_end', out, batch, i)
     t:_call_module_hook('on_train_batch_end', out, batch, i)
+    -- The ranks agree, in one 2-number max all-reduce per batch, on a signal (SIGTERM,
+    -- SIGUSR1, the host's flag; acted on after the batch) and on should_stop set on any
+    -- rank (Lightning's reduce_boolean_decision(any)), before should_stop decides logging,
+    -- validation and the end of the epoch: every rank stops after the same batch.
+    local sig = signal_received()
+    if multi then
+      local stop
+      sig, stop = reduce_numbers(sig, t.should_stop and 1 or 0, 'max')
+      t.should_stop = stop > 0
+    end
     -- logging (values logged in on_train_batch_end included)
     local logd = rc:collect_step(true)
     if logd then
@@ -345,14 +366,23 @@ local function run_train_epoch(t, st, loader, nbatches)
     t.fit_loop.batch_idx = i + 1
     if any_step then for k in pairs(stepped) do stepped[k] = nil end end
     -- on_advance_end: validation, plateau schedulers, counters
-    if should_check_val(t, i, is_last) then run_validation_in_fit(t) end
+    if should_check_val(t, i, is_last) then
+      run_validation_in_fit(t)
+      -- a signal that came during validation, a should_stop set in it on one rank: agreed
+      -- again (once per validation, not per batch)
+      local sig2 = signal_received()
+      if multi then
+        local stop
+        sig2, stop = reduce_numbers(sig2, t.should_stop and 1 or 0, 'max')
+        t.should_stop = stop > 0
+      end
+      if sig2 > sig then sig = sig2 end
+    end
     if any_step then update_lr_schedulers(t, 'step', true, nil) end
     if not accumulating then t.fit_loop.batches_that_stepped = t.fit_loop.batches_that_stepped + 1 end
     t._total_batch_idx = t._total_batch_idx + 1
     i = i + 1
-    -- SIGTERM/SIGINT (also on another rank): every rank stops after this same batch
-    local sig = signal_received()
-    if t.world_size > 1 then sig = reduce_numbers(sig, nil, 'max') end
+    -- SIGTERM/SIGUSR1/SIGINT (also on another rank): every rank stops after this same batch
     if sig ~= 0 then on_signal(t, sig) end
     if t.max_steps ~= -1 and t.global_step >= t.max_steps then break end
     if t.should_stop and can_stop_early(t) then break end

@@ -480,11 +480,17 @@ function Trainer:_run(model, ckpt_path)
   if grad_mode ~= nil then loops.set_grad_enabled(grad_mode) end
   local ok, res
   local fit_loop = require 'dpl.trainer.fit_loop'
-  -- while fitting (here, or in each spawned worker), SIGTERM/SIGUSR1 wait for a batch boundary
+  -- while fitting, SIGTERM/SIGUSR1 wait for a batch boundary: held here when this process
+  -- runs the loop; with a launcher (ddp_spawn) the launcher holds them around the fork, so
+  -- that each worker starts with them held, and forwards them to the workers
   local sigmask = (not launcher and self.state.fn == 'fit') and fit_loop._block_signals() or nil
   if launcher then
-    -- the workers run everything; the parent gets rank 0's results back
+    -- the workers run everything; the parent gets rank 0's results back. The module is
+    -- attached here too (Lightning's fit sets strategy._lightning_module before launching):
+    -- the weights brought back land in it, and trainer:save_checkpoint() works afterwards
     self.lightning_module = model
+    self.strategy:connect(model)
+    self.model = self.strategy.model
     ok, res = pcall(launcher.launch, self.strategy, self, loops.run, model, ckpt_path)
   else
     ok, res = xpcall(loops.run, function(e)

@@ -3,6 +3,7 @@
 -- §9). The step path allocates no closures and formats no strings: one closure
 -- per optimizer is made per fit, and the batch state lives in a table.
 local errors = require 'dpl.errors'
+local class = require 'dpl.class'
 local log = require 'dpl.log'
 
 local Misconfiguration = errors.MisconfigurationException
@@ -73,6 +74,23 @@ local function limited(trainer, stage, n)
   return k
 end
 
+-- A loader like l drawing from sampler s, l left untouched (Lightning's
+-- _update_dataloader re-instantiates the user's DataLoader): dpl.data loaders copy
+-- themselves; another Lua object is copied field by field with its metatable.
+local function with_sampler(l, s)
+  local ok, f = pcall(function() return l.with_sampler end)
+  if ok and type(f) == 'function' then return f(l, s) end
+  if type(l) == 'table' then
+    local copy = {}
+    for k, v in pairs(l) do copy[k] = v end
+    copy.sampler = s
+    return setmetatable(copy, getmetatable(l))
+  end
+  misconf('the Trainer needs to give this DataLoader a %s, but cannot copy a %s: pass a dpl.data.DataLoader'
+    .. ' (or set use_distributed_sampler=false and shard the data yourself)', tostring(s.__name or 'sampler'), type(l))
+end
+M._with_sampler = with_sampler
+
 local hook_of = { train = 'train_dataloader', val = 'val_dataloader', test = 'test_dataloader', predict = 'predict_dataloader' }
 
 --- The loaders of a stage: given to fit/validate/..., else the model's hook.
@@ -89,30 +107,41 @@ function M.load_loaders(t, stage)
   else
     list = {}
   end
-  local sampler = t.use_distributed_sampler and t.world_size > 1
-  if stage == 'train' and t._args._overfit then
-    for i = 1, #list do
-      local s = list[i].sampler
+  local distributed = t.use_distributed_sampler and t.world_size > 1
+  local data = require 'dpl.data'
+  local out = {} -- the trainer's loaders: the user's list and loaders are left as they are
+  for i = 1, #list do
+    local l = list[i]
+    if stage == 'train' and t._args._overfit then
+      local s = l.sampler
       if s and (s.__name == 'RandomSampler' or (s.shuffle == true and s.num_replicas == nil)) then
         log.warn('You requested to overfit but enabled training dataloader shuffling. We are turning off the training dataloader shuffling for you.')
-        list[i].sampler = require('dpl.data').SequentialSampler(require('dpl.data').len(s))
+        l = with_sampler(l, data.SequentialSampler(data.len(s)))
       end
     end
-  end
-  for i = 1, #list do
-    list[i] = t.strategy:process_dataloader(list[i])
-    if sampler then
-      local l = list[i]
+    l = t.strategy:process_dataloader(l)
+    if distributed then
       local s = l.sampler
       if s and s.num_replicas == nil then
-        -- Lightning replaces the sampler with a DistributedSampler (shuffle as the loader's)
-        local data = require 'dpl.data'
+        -- as Lightning: a RandomSampler or SequentialSampler becomes a DistributedSampler over
+        -- the dataset (shuffled as the loader was); any other sampler is wrapped, each rank
+        -- taking its share of the positions it yields (DistributedSamplerWrapper)
         local kw = t.strategy:distributed_sampler_kwargs()
-        l.sampler = data.DistributedSampler{ dataset = l.dataset, num_replicas = kw.num_replicas, rank = kw.rank,
-          shuffle = s.__name == 'RandomSampler' or getmetatable(s) == data.RandomSampler }
+        local random = s.__name == 'RandomSampler' or class.is_instance(s, data.RandomSampler)
+        local ds
+        if random or s.__name == 'SequentialSampler' or class.is_instance(s, data.SequentialSampler) then
+          ds = data.DistributedSampler{ dataset = l.dataset, num_replicas = kw.num_replicas, rank = kw.rank,
+            shuffle = random }
+        else
+          ds = data.DistributedSamplerWrapper{ sampler = s, num_replicas = kw.num_replicas, rank = kw.rank,
+            shuffle = false }
+        end
+        l = with_sampler(l, ds)
       end
     end
+    out[i] = l
   end
+  list = out
   local counts = {}
   for i = 1, #list do counts[i] = limited(t, stage, loader_len(list[i])) end
   return list, counts

@@ -258,22 +258,35 @@ function M:log(fx, name, value, opts)
   if reduce == nil then
     misconf('Only `self:log(..., reduce_fx={min,max,mean,sum})` are supported. Found %s', tostring(rfx))
   end
-  -- a one-element tensor on a GPU stays there until the value is needed (M:flush): a
+  -- sync_dist as Lightning's ResultCollection: the step value is the ranks' reduction, made
+  -- now (on_step only); the epoch aggregate adds this rank's own values, and the ranks'
+  -- aggregates (sum and batch size for a mean) are reduced once, at the epoch's end
+  -- (epoch_value). Reducing the logged value here and again at the epoch's end counted
+  -- every rank's values world_size times.
+  -- A one-element tensor on a GPU stays there until the value is needed (M:flush): a
   -- conversion now would make the host wait for the device at every logged step. A copy
-  -- of it (on the device): the value as it is now, whatever later in-place ops do to it
-  -- With sync_dist the ranks reduce it now (a collective: every rank logs in the same order),
-  -- on the GPU with NCCL, and the reduced tensor waits the same way.
-  local dev, reduced = nil, nil
+  -- of it (on the device): the value as it is now, whatever later in-place ops do to it.
+  -- The step value's reduction (a collective: every rank logs in the same order) runs on
+  -- the GPU with NCCL, and the reduced tensor waits the same way.
+  local strategy = self.trainer.strategy
   local sync = opts.sync_dist == true and opts.rank_zero_only ~= true
+  local step_sync = sync and on_step and self.trainer.world_size > 1
+  local dev, dev_step, v_step = nil, nil, nil -- device copies (this rank's, the step value), the step number
+  local v
   if type(value) == 'cdata' and value_on_device(value) then
-    if sync and self.trainer.world_size > 1 then
-      reduced = self.trainer.strategy:reduce(value:detach(), opts.sync_dist_group, reduce)
-      if value_on_device(reduced) then dev = reduced end
+    local x = value:detach()
+    if step_sync then
+      local r = strategy:reduce(x, opts.sync_dist_group, reduce)
+      if value_on_device(r) then dev_step = r else v_step = to_number(r) end
+      if on_epoch then dev = x:clone() end
     else
-      dev = value:detach():clone()
+      dev = x:clone()
+      dev_step = dev
     end
+    v = 0
+  else
+    v = to_number(value)
   end
-  local v = dev and 0 or to_number(reduced or value)
   if v == nil then
     if type(value) == 'table' then
       misconf('self:log(%s): the value must be a number or a tensor; a table of values goes to self:log_dict (nested tables are not supported)', name)
@@ -311,11 +324,12 @@ function M:log(fx, name, value, opts)
          or e.reduce ~= reduce or e.sync ~= sync then
     misconf('You called `self:log(%s, ...)` twice in `%s` with different arguments. This is not allowed', name, fx)
   end
-  if sync and self.trainer.world_size > 1 and reduced == nil then
-    if type(value) == 'number' then v = reduce_numbers(v, nil, reduce)
-    else v = to_number(self.trainer.strategy:reduce(value, opts.sync_dist_group, reduce)) or v end
+  if step_sync and dev_step == nil and v_step == nil then
+    T_is_tensor = T_is_tensor or require('dpl.tensor').is_tensor
+    if T_is_tensor(value) then v_step = to_number(strategy:reduce(value:detach(), opts.sync_dist_group, reduce)) end
+    if v_step == nil then v_step = reduce_numbers(v, nil, reduce) end
   end
-  e.value = dev or v
+  e.value = dev_step or v_step or v
   e.stamp = self.stamp
   if on_epoch then
     e.has_epoch = true
@@ -330,7 +344,7 @@ function M:log(fx, name, value, opts)
         end
       end
     end
-    if dev then
+    if dev then -- this rank's value (device), read back with the others at a flush
       local a = self.acc
       local n = #a
       a[n + 1], a[n + 2], a[n + 3] = e, dev, bs
@@ -338,7 +352,7 @@ function M:log(fx, name, value, opts)
       if n >= 3 * 255 then self:flush() end -- a bounded queue: one wait every 256 values
     else
       if e.pending and e.pending > 0 then self:flush() end -- in order with its device values
-      accumulate(e, v, bs)
+      accumulate(e, v, bs) -- this rank's value: the ranks' aggregates are reduced at the epoch's end
     end
   end
 end
