@@ -77,6 +77,7 @@ return function(M, H)
 
   ---------------------------------------------------------------- convolution, pooling
   local params6 = ffi.new('int32_t[6]')
+  local params7 = ffi.new('int32_t[7]') -- pooling: kernel, stride, padding, ceil_mode
   local out3 = ffi.new('dpl_tensor*[1]')
   local function pair(v, name, what, default)
     if v == nil then v = default end
@@ -154,17 +155,23 @@ return function(M, H)
 
   local function pool_params(kernel, opts, name)
     opts = opts or {}
-    params6[0], params6[1] = pair(kernel, name, 'kernel_size')
-    params6[2], params6[3] = pair(opts.stride, name, 'stride', kernel)
-    params6[4], params6[5] = pair(opts.padding, name, 'padding', 0)
+    params7[0], params7[1] = pair(kernel, name, 'kernel_size')
+    params7[2], params7[3] = pair(opts.stride, name, 'stride', kernel)
+    params7[4], params7[5] = pair(opts.padding, name, 'padding', 0)
+    local cm = opts.ceil_mode
+    if cm ~= nil and type(cm) ~= 'boolean' then
+      error(fmt('%s: ceil_mode must be true or false, got %s', name, tostring(cm)))
+    end
+    params7[6] = cm and 1 or 0
   end
 
-  --- max_pool2d(x, kernel_size, {stride=kernel_size, padding=0}) -> values, indices (0-based plane positions, for backward)
+  --- max_pool2d(x, kernel_size, {stride=kernel_size, padding=0, ceil_mode=false}) -> values, indices
+  --- (0-based plane positions, for backward)
   function M.max_pool2d(x, kernel, opts)
     need_tensor('max_pool2d', 'input', x)
     need_opts('max_pool2d', opts)
     pool_params(kernel, opts, 'max_pool2d')
-    if C.dpl_max_pool2d(x, params6, out1, out2) ~= 0 then fail(2) end
+    if C.dpl_max_pool2d(x, params7, out1, out2) ~= 0 then fail(2) end
     return ffi.gc(out1[0][0], release), ffi.gc(out2[0][0], release)
   end
   function M.max_pool2d_backward(grad_out, x, indices)
@@ -173,19 +180,19 @@ return function(M, H)
     need_tensor('max_pool2d_backward', 'indices', indices)
     return call1(C.dpl_max_pool2d_backward, grad_out, x, indices, out1)
   end
-  --- avg_pool2d(x, kernel_size, {stride=kernel_size, padding=0, count_include_pad=true})
+  --- avg_pool2d(x, kernel_size, {stride=kernel_size, padding=0, ceil_mode=false, count_include_pad=true})
   function M.avg_pool2d(x, kernel, opts)
     need_tensor('avg_pool2d', 'input', x)
     need_opts('avg_pool2d', opts)
     pool_params(kernel, opts, 'avg_pool2d')
     local cip = not (opts and opts.count_include_pad == false)
-    return call1(C.dpl_avg_pool2d, x, params6, cip and 1 or 0, out1)
+    return call1(C.dpl_avg_pool2d, x, params7, cip and 1 or 0, out1)
   end
   function M.avg_pool2d_backward(grad_out, x, kernel, opts)
     need_tensor('avg_pool2d_backward', 'grad_output', grad_out)
     need_tensor('avg_pool2d_backward', 'input', x)
     pool_params(kernel, opts, 'avg_pool2d_backward')
     local cip = not (opts and opts.count_include_pad == false)
-    return call1(C.dpl_avg_pool2d_backward, grad_out, x, params6, cip and 1 or 0, out1)
+    return call1(C.dpl_avg_pool2d_backward, grad_out, x, params7, cip and 1 or 0, out1)
   end
 end

@@ -79,7 +79,8 @@ function F.conv2d(x, w, b, opts)
   return T.conv2d(x, w, b, opts)
 end
 
---- max_pool2d(x, kernel_size, {stride=kernel_size, padding=0}) -> values (indices: return_indices=true)
+--- max_pool2d(x, kernel_size, {stride=kernel_size, padding=0, ceil_mode=false}) -> values
+--- (indices: return_indices=true)
 function F.max_pool2d(x, k, opts)
   check_opts(opts, 'max_pool2d')
   if not (opts and opts.return_indices) then
@@ -94,6 +95,7 @@ function F.max_pool2d(x, k, opts)
   if opts and opts.return_indices then return v, i end
   return v
 end
+--- avg_pool2d(x, kernel_size, {stride=kernel_size, padding=0, ceil_mode=false, count_include_pad=true})
 function F.avg_pool2d(x, k, opts)
   check_opts(opts, 'avg_pool2d')
   return T.avg_pool2d(x, k, opts)

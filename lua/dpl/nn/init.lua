@@ -138,7 +138,11 @@ local function pool_class(name, fn)
   function cls:__init(k, opts)
     Module.__init(self)
     opts = opts or {}
+    if opts.ceil_mode ~= nil and type(opts.ceil_mode) ~= 'boolean' then
+      error(fmt('%s: ceil_mode must be true or false, got %s', name, tostring(opts.ceil_mode)))
+    end
     self.kernel_size, self.stride, self.padding = k, opts.stride or k, opts.padding or 0
+    self.ceil_mode = opts.ceil_mode or false
     self.count_include_pad = opts.count_include_pad
   end
   function cls:forward(x)
@@ -148,14 +152,15 @@ local function pool_class(name, fn)
     end
     local unb = x:dim() == 3
     if unb then x = x:unsqueeze(1) end
-    local y = (fn(x, self.kernel_size, { stride = self.stride, padding = self.padding,
+    local y = (fn(x, self.kernel_size, { stride = self.stride, padding = self.padding, ceil_mode = self.ceil_mode,
       count_include_pad = self.count_include_pad }))
     if unb then y = y:squeeze(1) end
     return y
   end
   function cls:extra_repr()
     local function s(v) if type(v) == 'table' then return fmt('(%d, %d)', v[1], v[2]) end return tostring(v) end
-    return fmt('kernel_size=%s, stride=%s, padding=%s', s(self.kernel_size), s(self.stride), s(self.padding))
+    return fmt('kernel_size=%s, stride=%s, padding=%s%s', s(self.kernel_size), s(self.stride), s(self.padding),
+      self.ceil_mode and ', ceil_mode=true' or '')
   end
   return cls
 end
