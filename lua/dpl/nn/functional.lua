@@ -3,6 +3,7 @@
 local T = require 'dpl.tensor'
 local autograd = require 'dpl.autograd'
 local amp = require 'dpl.amp'
+local options = require 'dpl.options'
 
 local fmt = string.format
 
@@ -16,13 +17,28 @@ local function check_tensor(x, fn, what)
   if not is_tensor(x) then error(fmt('%s: %s must be a tensor, got %s', fn, what or 'input', type(x)), 3) end
 end
 
--- an optional tensor argument (nil or a tensor), an options table (nil or a table)
+-- an optional tensor argument (nil or a tensor)
 local function check_opt_tensor(x, fn, what)
   if x ~= nil and not is_tensor(x) then error(fmt('%s: %s must be a tensor or nil, got %s', fn, what, type(x)), 3) end
 end
-local function check_opts(o, fn)
-  if o ~= nil and type(o) ~= 'table' then error(fmt('%s: options must be a table, got %s', fn, type(o)), 3) end
-end
+
+-- options tables: nil or a table of the function's keys (an unknown key is an error)
+local check_opts, keys = options.check, options.keys
+local RED = keys('reduction')
+local K = {
+  gelu = keys('approximate'),
+  conv2d = keys('stride', 'padding', 'dilation', 'groups'),
+  max_pool2d = keys('stride', 'padding', 'ceil_mode', 'return_indices'),
+  avg_pool2d = keys('stride', 'padding', 'ceil_mode', 'count_include_pad'),
+  cross_entropy = keys(RED, 'label_smoothing', 'ignore_index', 'weight'),
+  nll_loss = keys(RED, 'ignore_index', 'weight'),
+  mse_loss = RED,
+  l1_loss = RED,
+  smooth_l1_loss = keys(RED, 'beta'),
+  binary_cross_entropy = keys(RED, 'weight'),
+  binary_cross_entropy_with_logits = keys(RED, 'weight', 'pos_weight'),
+}
+F._option_keys = K -- (the loss modules check their options at construction)
 
 local function shape_str(t) return '[' .. table.concat(t:size(), ', ') .. ']' end
 F._shape_str = shape_str
@@ -39,7 +55,7 @@ end
 function F.relu(x) return x:relu() end
 --- gelu(x [, {approximate='none'|'tanh'}])
 function F.gelu(x, opts)
-  check_opts(opts, 'gelu')
+  check_opts(opts, K.gelu, 'gelu')
   if opts and opts.approximate == 'tanh' then
     local c = math.sqrt(2 / math.pi)
     return x * 0.5 * ((x + x * x * x * 0.044715) * c):tanh():add(1)
@@ -74,7 +90,7 @@ end
 function F.conv2d(x, w, b, opts)
   check_tensor(w, 'conv2d', 'weight')
   check_opt_tensor(b, 'conv2d', 'bias')
-  check_opts(opts, 'conv2d')
+  -- (T.conv2d checks opts)
   if amp.dtype then x, w, b = amp.cast(x), amp.cast(w), amp.cast(b) end
   return T.conv2d(x, w, b, opts)
 end
@@ -82,7 +98,7 @@ end
 --- max_pool2d(x, kernel_size, {stride=kernel_size, padding=0, ceil_mode=false}) -> values
 --- (indices: return_indices=true)
 function F.max_pool2d(x, k, opts)
-  check_opts(opts, 'max_pool2d')
+  check_opts(opts, K.max_pool2d, 'max_pool2d')
   if not (opts and opts.return_indices) then
     -- without grad, the strided-views path is ~6x faster than the C loop (with grad, its
     -- argmax bookkeeping on strided views costs more than the C kernel)
@@ -96,8 +112,7 @@ function F.max_pool2d(x, k, opts)
   return v
 end
 --- avg_pool2d(x, kernel_size, {stride=kernel_size, padding=0, ceil_mode=false, count_include_pad=true})
-function F.avg_pool2d(x, k, opts)
-  check_opts(opts, 'avg_pool2d')
+function F.avg_pool2d(x, k, opts) -- (T.avg_pool2d checks opts)
   return T.avg_pool2d(x, k, opts)
 end
 
@@ -298,6 +313,7 @@ function F.cross_entropy(input, target, opts)
   if amp.dtype then input, target = amp.fp32(input), amp.fp32(target) end
   local nd = is_tensor(input) and input:dim() or 0
   local x, t, C, lshape, probs = class_inputs(input, target, 'cross_entropy', true)
+  check_opts(opts, K.cross_entropy, 'cross_entropy')
   opts = opts or {}
   local eps = opts.label_smoothing or 0
   local red = opts.reduction or 'mean'
@@ -344,6 +360,7 @@ function F.nll_loss(input, target, opts)
   if amp.dtype then input = amp.fp32(input) end
   local nd = is_tensor(input) and input:dim() or 0
   local x, t, C, lshape = class_inputs(input, target, 'nll_loss', false)
+  check_opts(opts, K.nll_loss, 'nll_loss')
   opts = opts or {}
   local red = opts.reduction or 'mean'
   if red ~= 'mean' and red ~= 'sum' and red ~= 'none' then
@@ -375,18 +392,21 @@ end
 function F.mse_loss(a, b, opts)
   if amp.dtype then a, b = amp.fp32(a), amp.fp32(b) end
   same_shape_check(a, b, 'mse_loss')
+  check_opts(opts, K.mse_loss, 'mse_loss')
   return T.mse_loss(a, b, opts)
 end
 
 function F.l1_loss(a, b, opts)
   if amp.dtype then a, b = amp.fp32(a), amp.fp32(b) end
   same_shape_check(a, b, 'l1_loss')
+  check_opts(opts, K.l1_loss, 'l1_loss')
   return reduce((a - b):abs(), opts and opts.reduction, 'l1_loss')
 end
 
 function F.smooth_l1_loss(a, b, opts)
   if amp.dtype then a, b = amp.fp32(a), amp.fp32(b) end
   same_shape_check(a, b, 'smooth_l1_loss')
+  check_opts(opts, K.smooth_l1_loss, 'smooth_l1_loss')
   local beta = opts and opts.beta or 1
   local d = (a - b):abs()
   local quad = d:clamp(nil, beta)
@@ -398,6 +418,7 @@ end
 function F.binary_cross_entropy(p, y, opts)
   if amp.dtype then p, y = amp.fp32(p), amp.fp32(y) end
   same_shape_check(p, y, 'binary_cross_entropy')
+  check_opts(opts, K.binary_cross_entropy, 'binary_cross_entropy')
   local lp = p:log():clamp(-100)
   local l1p = (1 - p):log():clamp(-100)
   local loss = -(y * lp + (1 - y) * l1p)
@@ -409,6 +430,7 @@ end
 function F.binary_cross_entropy_with_logits(x, y, opts)
   if amp.dtype then x, y = amp.fp32(x), amp.fp32(y) end
   same_shape_check(x, y, 'binary_cross_entropy_with_logits')
+  check_opts(opts, K.binary_cross_entropy_with_logits, 'binary_cross_entropy_with_logits')
   opts = opts or {}
   -- log(1 + exp(-|x|)) + max(-x, 0), the stable form of -log(sigmoid(x))
   local log_sig_neg = (-x:abs()):exp():log1p() + (-x):relu()  -- -log sigmoid(x)
