@@ -129,6 +129,7 @@ describe('bad input', function()
       conv2d = function(o) return F.conv2d(x4, w4, nil, o) end,
       max_pool2d = function(o) return F.max_pool2d(x4, 2, o) end,
       avg_pool2d = function(o) return F.avg_pool2d(x4, 2, o) end,
+      embedding = function(o) return F.embedding(t, x, o) end,
       cross_entropy = function(o) return F.cross_entropy(x, t, o) end,
       nll_loss = function(o) return F.nll_loss(x, t, o) end,
       mse_loss = function(o) return F.mse_loss(p, y, o) end,

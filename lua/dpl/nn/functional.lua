@@ -30,6 +30,7 @@ local K = {
   conv2d = keys('stride', 'padding', 'dilation', 'groups'),
   max_pool2d = keys('stride', 'padding', 'ceil_mode', 'return_indices'),
   avg_pool2d = keys('stride', 'padding', 'ceil_mode', 'count_include_pad'),
+  embedding = keys('padding_idx'),
   cross_entropy = keys(RED, 'label_smoothing', 'ignore_index', 'weight'),
   nll_loss = keys(RED, 'ignore_index', 'weight'),
   mse_loss = RED,
@@ -208,8 +209,45 @@ function F.batch_norm(x, rm, rv, w, b, training, momentum, eps)
   return y
 end
 
-function F.embedding(idx, weight)
-  return T.embedding(weight, idx)
+-- embedding with a padding row: T.embedding's forward, and a backward that leaves the
+-- padding row's gradient zero (as PyTorch: the row stays as it is in training)
+local embedding_pad_rule = {
+  nin = 1, name = 'embedding',
+  save = function(n, out, w, idx, pad) n.idx, n.V, n.pad = idx, tonumber(w._shape[0]), pad end,
+  bw = function(n, g)
+    local gw = T.embedding_backward(g, n.idx, n.V)
+    gw:select(1, n.pad):zero_()
+    return gw
+  end,
+}
+
+--- padding_idx as a row of a [V, D] weight: an integer in 1..V or -V..-1 (from the end)
+function F._padding_row(pad, V, fn)
+  if type(pad) ~= 'number' or pad ~= math.floor(pad) or pad == 0 or pad < -V or pad > V then
+    error(fmt('%s: padding_idx must be an integer in 1..%d (or -%d..-1 from the end), got %s', fn, V, V,
+      tostring(pad)), 3)
+  end
+  return pad < 0 and V + 1 + pad or pad
+end
+
+--- the lookup, pad: nil or the padding row (1-based, checked)
+function F._embedding(weight, idx, pad)
+  if pad == nil or not (weight.requires_grad and autograd.is_grad_enabled()) then return T.embedding(weight, idx) end
+  local prev = autograd.set_grad_enabled(false)
+  local ok, out = pcall(T.embedding, weight, idx)
+  autograd.set_grad_enabled(prev)
+  if not ok then error(out) end
+  return autograd.record(embedding_pad_rule, out, weight, idx, pad)
+end
+
+--- embedding(idx (1-based ids), weight [V, D] [, {padding_idx=}]): the rows of weight; the
+--- padding_idx row gets no gradient.
+function F.embedding(idx, weight, opts)
+  check_tensor(weight, 'embedding', 'weight')
+  check_opts(opts, K.embedding, 'embedding')
+  local pad = opts and opts.padding_idx
+  if pad ~= nil then pad = F._padding_row(pad, weight:dim() > 0 and weight:size(1) or 0, 'embedding') end
+  return F._embedding(weight, idx, pad)
 end
 
 ---------------------------------------------------------------- losses

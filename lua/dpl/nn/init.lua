@@ -317,13 +317,14 @@ end
 
 nn.Embedding = Module:extend('Embedding')
 --- Embedding(num_embeddings, embedding_dim [, {padding_idx=}]) with 1-based ids; weight ~ N(0, 1).
+--- The padding_idx row (1..V, or -V..-1 from the end; kept 1-based) starts at zero and gets no gradient.
 function nn.Embedding:__init(V, D, opts)
   Module.__init(self)
   check_opts(opts, EMB_KEYS, 'Embedding')
   check_int('Embedding', 'num_embeddings', V)
   check_int('Embedding', 'embedding_dim', D)
   self.num_embeddings, self.embedding_dim = V, D
-  self.padding_idx = opts and opts.padding_idx
+  if opts and opts.padding_idx ~= nil then self.padding_idx = F._padding_row(opts.padding_idx, V, 'Embedding') end
   self.weight = nn.Parameter(T.empty(V, D, opts_dtype(opts)))
   self:reset_parameters()
 end
@@ -338,7 +339,7 @@ function nn.Embedding:forward(idx)
     error(fmt('%s: expected an integer tensor of ids (1-based), got %s', self:_label(),
       is_tensor(idx) and idx.dtype or type(idx)), 2)
   end
-  local ok, out = pcall(T.embedding, self.weight, idx)
+  local ok, out = pcall(F._embedding, self.weight, idx, self.padding_idx)
   if ok then return out end
   if type(out) == 'table' and type(out.message) == 'string' then -- name the layer (an id out of range)
     out = setmetatable({ message = fmt('%s(%d, %d): %s', self:_label(), self.num_embeddings, self.embedding_dim,
@@ -346,7 +347,10 @@ function nn.Embedding:forward(idx)
   end
   lua_error(out, 0)
 end
-function nn.Embedding:extra_repr() return fmt('%d, %d', self.num_embeddings, self.embedding_dim) end
+function nn.Embedding:extra_repr()
+  local s = fmt('%d, %d', self.num_embeddings, self.embedding_dim)
+  return self.padding_idx and s .. ', padding_idx=' .. self.padding_idx or s
+end
 
 ---------------------------------------------------------------- containers
 nn.Sequential = Module:extend('Sequential')
