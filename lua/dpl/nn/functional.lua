@@ -446,7 +446,11 @@ function F.smooth_l1_loss(a, b, opts)
   same_shape_check(a, b, 'smooth_l1_loss')
   check_opts(opts, K.smooth_l1_loss, 'smooth_l1_loss')
   local beta = opts and opts.beta or 1
+  if type(beta) ~= 'number' or beta < 0 or beta ~= beta then
+    error(fmt('smooth_l1_loss: beta must be a non-negative number, got %s', tostring(beta)), 2)
+  end
   local d = (a - b):abs()
+  if beta == 0 then return reduce(d, opts and opts.reduction, 'smooth_l1_loss') end -- the L1 loss, as PyTorch
   local quad = d:clamp(nil, beta)
   local loss = quad * quad * (0.5 / beta) + (d - quad)
   return reduce(loss, opts and opts.reduction, 'smooth_l1_loss')
