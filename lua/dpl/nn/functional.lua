@@ -332,16 +332,17 @@ end
 
 -- for an unreduced class loss [M] (zero where the target is ignored): the mask of the
 -- counted targets (with ignore_index) and their class weights (with weight), by which
--- PyTorch's 'mean' divides
+-- PyTorch's 'mean' divides; and the boolean mask of the counted targets
 local function class_masks(loss, t, w, ign)
-  local keep = ign and t:ne(ign):to(loss.dtype) or nil
+  local counted = ign and t:ne(ign) or nil
+  local keep = counted and counted:to(loss.dtype) or nil
   local wt
   if w then
-    local safe = ign and T.where(t:ne(ign), t, 1) or t
+    local safe = ign and T.where(counted, t, 1) or t
     wt = w:to(loss.dtype):index_select(1, safe)
     if keep then wt = wt * keep end
   end
-  return keep, wt
+  return keep, wt, counted
 end
 
 --- cross_entropy(logits [N, C] (or [C], or [N, C, d1, ...]), target [N] (1-based classes; [] or
@@ -376,19 +377,20 @@ function F.cross_entropy(input, target, opts)
     return loss
   end
   loss = call_class_kernel(T.cross_entropy, x, t, { reduction = 'none', ignore_index = ign }, lshape, nd)
-  local keep, wt = class_masks(loss, t, w, ign)
+  local keep, wt, counted = class_masks(loss, t, w, ign)
   if wt then loss = loss * wt end
   if eps > 0 then
     local lp = x:log_softmax(2)
     if w then lp = lp * w:to(lp.dtype):view(1, C) end
     local smooth = -lp:sum(2) -- the (weighted) sum over classes of -log p
-    if keep then smooth = smooth * keep end
+    -- (where, not * keep: an ignored row gets a zero gradient even from a NaN 'mean')
+    if counted then smooth = T.where(counted, smooth, 0) end
     loss = loss * (1 - eps) + smooth * (eps / C)
   end
   if red == 'none' then return nd ~= 2 and loss:view(lshape) or loss end
   if red == 'sum' then return loss:sum() end
   if wt then return loss:sum() / wt:sum() end
-  if keep then return loss:sum() / keep:sum():clamp(1) end
+  if keep then return loss:sum() / keep:sum() end -- every target ignored: 0/0, NaN as PyTorch
   return loss:mean()
 end
 
