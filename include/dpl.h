@@ -427,7 +427,8 @@ int dpl_conv2d(const dpl_tensor *x, const dpl_tensor *w, const dpl_tensor *bias,
 int dpl_conv2d_backward(const dpl_tensor *grad_out, const dpl_tensor *x, const dpl_tensor *w,
                         const int32_t *params, int32_t groups, dpl_tensor **grad_x,
                         dpl_tensor **grad_w, dpl_tensor **grad_bias);
-/* params: kernel h, w, stride h, w, padding h, w. indices: 0-based positions in each H*W plane. */
+/* params (7): kernel h, w, stride h, w, padding h, w, ceil_mode (0: output sizes rounded down,
+ * 1: up, PyTorch's ceil_mode). indices: 0-based positions in each H*W plane. */
 int dpl_max_pool2d(const dpl_tensor *x, const int32_t *params, dpl_tensor **out, dpl_tensor **indices);
 int dpl_max_pool2d_backward(const dpl_tensor *grad_out, const dpl_tensor *x, const dpl_tensor *indices,
                             dpl_tensor **grad_x);

@@ -112,6 +112,102 @@ describe('bad input', function()
       'Size mismatch: 1.weight: checkpoint shape [8, 4], model shape [6, 4]; 1.bias: checkpoint shape [8], model shape [6]')
   end)
 
+  it('an unknown option key is an error naming the function, the key and the accepted keys', function()
+    -- (a misspelt key used to be ignored: SGD{momentun=0.9} ran plain SGD, conv2d{strides=2} stride 1)
+    local x4, w4, x, t = dpl.randn(1, 1, 5, 5), dpl.randn(1, 1, 3, 3), dpl.randn(2, 3), dpl.tensor({ 1, 2 })
+    errs(function() F.conv2d(x4, w4, nil, { strides = 2 }) end,
+      "ValueError: conv2d: unknown option 'strides' (did you mean 'stride'?); accepted options: dilation, groups, "
+      .. 'padding, stride')
+    errs(function() F.cross_entropy(x, t, { label_smothing = 0.1 }) end,
+      "ValueError: cross_entropy: unknown option 'label_smothing' (did you mean 'label_smoothing'?); accepted "
+      .. 'options: ignore_index, label_smoothing, reduction, weight')
+    errs(function() F.max_pool2d(x4, 2, { 2 }) end, 'ValueError: max_pool2d: unknown option [1] (a number key)')
+    -- every nn.functional function that takes options
+    local p, y = dpl.rand(2, 3), dpl.rand(2, 3)
+    local calls = {
+      gelu = function(o) return F.gelu(x, o) end,
+      conv2d = function(o) return F.conv2d(x4, w4, nil, o) end,
+      max_pool2d = function(o) return F.max_pool2d(x4, 2, o) end,
+      avg_pool2d = function(o) return F.avg_pool2d(x4, 2, o) end,
+      embedding = function(o) return F.embedding(t, x, o) end,
+      cross_entropy = function(o) return F.cross_entropy(x, t, o) end,
+      nll_loss = function(o) return F.nll_loss(x, t, o) end,
+      mse_loss = function(o) return F.mse_loss(p, y, o) end,
+      l1_loss = function(o) return F.l1_loss(p, y, o) end,
+      smooth_l1_loss = function(o) return F.smooth_l1_loss(p, y, o) end,
+      binary_cross_entropy = function(o) return F.binary_cross_entropy(p, y, o) end,
+      binary_cross_entropy_with_logits = function(o) return F.binary_cross_entropy_with_logits(p, y, o) end,
+    }
+    for name in pairs(F._option_keys) do
+      assert.truthy(calls[name], name)
+      calls[name]({}) -- the empty table is fine
+      errs(function() calls[name]({ bogus = 1 }) end, 'ValueError: ' .. name .. ": unknown option 'bogus'; accepted options: ")
+    end
+    -- dpl.tensor's network functions
+    errs(function() dpl.conv2d(x4, w4, nil, { strides = 2 }) end, "conv2d: unknown option 'strides'")
+    errs(function() dpl.max_pool2d(x4, 2, { dilation = 1 }) end, "max_pool2d: unknown option 'dilation'; accepted "
+      .. 'options: ceil_mode, padding, return_indices, stride')
+    errs(function() dpl.avg_pool2d(x4, 2, { divisor_override = 3 }) end, "avg_pool2d: unknown option 'divisor_override'")
+    errs(function() dpl.cross_entropy(x, t, { label_smoothing = 0.1 }) end,
+      "cross_entropy: unknown option 'label_smoothing'; accepted options: ignore_index, reduction")
+    -- layers
+    errs(function() nn.Linear(2, 3, { biass = false }) end, "ValueError: Linear: unknown option 'biass' (did you mean 'bias'?)")
+    errs(function() nn.Conv2d(1, 1, 3, { strides = 2 }) end, "Conv2d: unknown option 'strides' (did you mean 'stride'?)")
+    errs(function() nn.MaxPool2d(2, { count_include_pad = false }) end,
+      "MaxPool2d: unknown option 'count_include_pad'; accepted options: ceil_mode, padding, stride")
+    errs(function() nn.AvgPool2d(2, { dilation = 1 }) end, "AvgPool2d: unknown option 'dilation'")
+    errs(function() nn.BatchNorm1d(3, { momentom = 0.1 }) end, "BatchNorm1d: unknown option 'momentom'")
+    errs(function() nn.LayerNorm(3, { bias = false }) end, "LayerNorm: unknown option 'bias'")
+    errs(function() nn.Embedding(3, 2, { padding = 1 }) end, "Embedding: unknown option 'padding'")
+    errs(function() nn.GELU({ approx = 'tanh' }) end, "GELU: unknown option 'approx'")
+    errs(function() nn.CrossEntropyLoss({ label_smothing = 0.1 }) end, "CrossEntropyLoss: unknown option 'label_smothing'")
+    errs(function() nn.MSELoss({ reduce = 'sum' }) end, "MSELoss: unknown option 'reduce'; accepted options: reduction")
+    errs(function() nn.L1Loss({ reductoin = 'sum' }) end, "L1Loss: unknown option 'reductoin' (did you mean 'reduction'?)")
+    local lin = nn.Linear(2, 2)
+    errs(function() lin:zero_grad({ set_to_nil = true }) end, "zero_grad: unknown option 'set_to_nil'")
+    errs(function() lin:load_state_dict(lin:state_dict(), { stric = false }) end, "load_state_dict: unknown option 'stric'")
+    -- optimizers and schedules
+    local q = dpl.ones(2):requires_grad_()
+    errs(function() dpl.optim.SGD({ q }, { lr = 0.1, momentun = 0.9 }) end,
+      "ValueError: SGD: unknown option 'momentun' (did you mean 'momentum'?); accepted options: dampening, foreach, "
+      .. 'lr, maximize, momentum, nesterov, weight_decay')
+    errs(function() dpl.optim.Adam({ q }, { beta = { 0.9, 0.99 } }) end, "Adam: unknown option 'beta' (did you mean 'betas'?)")
+    errs(function() dpl.optim.AdamW({ q }, { weight_decy = 0 }) end, "AdamW: unknown option 'weight_decy'")
+    errs(function() dpl.optim.RMSprop({ q }, { alpah = 0.9 }) end, "RMSprop: unknown option 'alpah'")
+    local opt = dpl.optim.SGD({ q }, { lr = 0.1 })
+    errs(function() opt:zero_grad({ set_to_None = true }) end, "zero_grad: unknown option 'set_to_None'")
+    local S = dpl.optim.lr_scheduler
+    errs(function() S.StepLR(opt, { step_size = 1, gama = 0.5 }) end, "StepLR: unknown option 'gama' (did you mean 'gamma'?)")
+    errs(function() S.OneCycleLR(opt, { max_lr = 1, total_steps = 10, warmup = 2 }) end, "OneCycleLR: unknown option 'warmup'")
+    errs(function() S.ReduceLROnPlateau(opt, { patiance = 3 }) end, "ReduceLROnPlateau: unknown option 'patiance'")
+    -- data
+    local ds = dpl.data.TensorDataset(dpl.randn(4, 2))
+    errs(function() dpl.data.DataLoader(ds, { batch_size = 2, shufle = true }) end,
+      "ValueError: DataLoader: unknown option 'shufle' (did you mean 'shuffle'?)")
+    errs(function() dpl.data.RandomSampler(4, { sed = 1 }) end, "RandomSampler: unknown option 'sed'")
+    errs(function() dpl.data.DistributedSampler({ size = 4, num_replica = 2 }) end,
+      "DistributedSampler: unknown option 'num_replica'")
+  end)
+
+  it('integer-valued options (kernel sizes, stride, padding, dilation, groups) reject non-integers', function()
+    local x4, w4 = dpl.randn(1, 2, 5, 5), dpl.randn(2, 1, 3, 3)
+    errs(function() F.conv2d(x4, w4, nil, { padding = 1.5, groups = 2 }) end,
+      'ValueError: conv2d: padding must be an integer or a pair of integers {h, w}, got 1.5')
+    errs(function() F.conv2d(x4, w4, nil, { stride = { 1, 2.5 }, groups = 2 }) end, 'conv2d: stride must be an integer '
+      .. 'or a pair of integers {h, w}, got {1, 2.5}')
+    errs(function() F.conv2d(x4, w4, nil, { dilation = 0 / 0, groups = 2 }) end, 'conv2d: dilation must be an integer')
+    errs(function() F.conv2d(x4, w4, nil, { groups = 1.5 }) end, 'conv2d: groups must be a positive integer, got 1.5')
+    errs(function() F.max_pool2d(x4, 2.5) end, 'max_pool2d: kernel_size must be an integer or a pair of integers')
+    errs(function() F.max_pool2d(x4, 2, { ceil_mode = 1 }) end, 'max_pool2d: ceil_mode must be true or false, got 1')
+    errs(function() F.avg_pool2d(x4, { 2, 2 }, { padding = 0.5 }) end, 'avg_pool2d: padding must be an integer')
+    errs(function() nn.Conv2d(2, 2, 2.5) end, 'Conv2d: kernel_size must be an integer or a pair of integers {h, w}, got 2.5')
+    errs(function() nn.Conv2d(2, 2, 3, { stride = 1.5 }) end, 'Conv2d: stride must be an integer')
+    errs(function() nn.Conv2d(2, 2, 3, { padding = -1 }) end, 'Conv2d: padding must be >= 0, got -1')
+    errs(function() nn.Conv2d(2, 2, 3, { groups = 1.5 }) end, 'Conv2d: groups must be an integer >= 1, got 1.5')
+    errs(function() nn.MaxPool2d({ 2, 1.5 }) end, 'MaxPool2d: kernel_size must be an integer or a pair of integers')
+    errs(function() nn.AvgPool2d(2, { padding = 0.5 }) end, 'AvgPool2d: padding must be an integer')
+  end)
+
   it('every tensor method given an argument of the wrong type raises a dpl error, not a raw FFI one', function()
     -- a string, a list, a tensor, a boolean, numbers and an empty table in each of the
     -- first two argument positions: any error must be one of dpl's ("ClassName: message"),

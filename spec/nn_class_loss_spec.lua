@@ -89,6 +89,27 @@ describe('cross_entropy and nll_loss on [N, C, d1, ...] and [C] inputs match PyT
     local lp = x:log_softmax(2)
     assert.are.equal(F.nll_loss(lp, t, { weight = W }):item(), dpl.nn.NLLLoss({ weight = W })(lp, t):item())
   end)
+
+  it("every target ignored: 'mean' is NaN (0/0) with or without label_smoothing and weight, 'sum' 0, "
+    .. 'the gradient 0 (PyTorch)', function()
+    local W = dpl.tensor(ref.W, { dtype = 'float64' })
+    local t = dpl.tensor({ 2, 2, 2, 2 }, { dtype = 'int64' })
+    for _, o in ipairs({ {}, { label_smoothing = 0.1 }, { weight = W }, { weight = W, label_smoothing = 0.1 } }) do
+      for _, loss in ipairs({ 'cross_entropy', 'nll_loss' }) do
+        if loss == 'cross_entropy' or not o.label_smoothing then
+          local what = loss .. (o.label_smoothing and ' label_smoothing' or '') .. (o.weight and ' weight' or '')
+          local x = X({ 4, 3 }):requires_grad_()
+          local m = F[loss](x, t, { ignore_index = 2, label_smoothing = o.label_smoothing, weight = o.weight })
+          local v = m:item()
+          assert.is_true(v ~= v, what .. ': mean ' .. v)
+          m:backward()
+          assert.are.same({ 0, 0, 0 }, x.grad[1]:totable(), what)
+          assert.are.equal(0, F[loss](x, t, { ignore_index = 2, label_smoothing = o.label_smoothing, weight = o.weight,
+            reduction = 'sum' }):item(), what)
+        end
+      end
+    end
+  end)
 end)
 
 describe('class losses: shape mistakes name both shapes', function()

@@ -682,7 +682,7 @@ function M.pool_fast_ok(x, k, opts)
   end
   local H, W = tonumber(x._shape[2]), tonumber(x._shape[3])
   return type(kh) == 'number' and type(kw) == 'number' and kh >= 1 and kw >= 1 and kh * kw <= 16
-    and H % kh == 0 and W % kw == 0 and H > 0 and W > 0, kh, kw
+    and kh % 1 == 0 and kw % 1 == 0 and H % kh == 0 and W % kw == 0 and H > 0 and W > 0, kh, kw
 end
 
 --- max_pool2d values (and, with grad, the recorded op) by the strided-views path.

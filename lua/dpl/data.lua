@@ -5,12 +5,19 @@
 local ffi = require 'ffi'
 local class = require 'dpl.class'
 local errors = require 'dpl.errors'
+local options = require 'dpl.options'
 
 local M = {}
 
 local function misconf(fmt, ...)
   errors.MisconfigurationException:raise(fmt:format(...), 3)
 end
+
+-- options tables: an unknown key is an error (ValueError) naming the accepted ones
+local check_opts, keys = options.check, options.keys
+local LOADER_KEYS = keys('batch_size', 'shuffle', 'drop_last', 'sampler', 'collate_fn', 'seed')
+local RANDOM_KEYS = keys('seed')
+local DIST_KEYS = keys('dataset', 'size', 'num_replicas', 'rank', 'shuffle', 'seed', 'drop_last')
 
 local function check_int(name, v, lo)
   if type(v) ~= 'number' or v ~= math.floor(v) or v < lo then
@@ -198,6 +205,7 @@ M.SequentialSampler.indices = indices_from_order
 M.RandomSampler = M.Sampler:extend('RandomSampler')
 function M.RandomSampler:__init(n, opts)
   check_int('RandomSampler size', n, 0)
+  check_opts(opts, RANDOM_KEYS, 'RandomSampler')
   opts = opts or {}
   self.n, self.seed, self.epoch, self.draws = n, opts.seed or os.time(), 0, 0
 end
@@ -216,6 +224,7 @@ function M.RandomSampler:set_epoch(epoch) self.epoch, self.epoch_set = epoch, tr
 M.DistributedSampler = M.Sampler:extend('DistributedSampler')
 function M.DistributedSampler:__init(opts)
   if type(opts) ~= 'table' then misconf('DistributedSampler expects an options table') end
+  check_opts(opts, DIST_KEYS, 'DistributedSampler')
   local n = opts.size or (opts.dataset and M.len(opts.dataset))
   if not n then misconf('DistributedSampler needs dataset= or size=') end
   local dist_ok, dist = pcall(require, 'dpl.dist')
@@ -350,6 +359,7 @@ Loader.__index = Loader
 function M.DataLoader(ds, opts)
   opts = opts or {}
   if type(opts) ~= 'table' then misconf('DataLoader options must be a table, got %s', type(opts)) end
+  check_opts(opts, LOADER_KEYS, 'DataLoader')
   local n = M.len(ds)
   local bs = opts.batch_size or 1
   check_int('batch_size', bs, 1)

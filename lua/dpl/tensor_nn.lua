@@ -5,22 +5,30 @@
 -- helpers are tensor.lua's own (result wrapping, argument checks, 1-based indices).
 local ffi = require 'ffi'
 local C = require('dpl.capi').C
+local options = require 'dpl.options'
 
 local type, tostring = type, tostring
 local fmt = string.format
 local ENOMEM = -2
+local check_opts, keys, int_or_pair = options.check, options.keys, options.int_or_pair
+
+-- the accepted option keys (return_indices: F.max_pool2d's, passed through)
+local CLASS_KEYS, MSE_KEYS = keys('reduction', 'ignore_index'), keys('reduction')
+local CONV_KEYS = keys('stride', 'padding', 'dilation', 'groups')
+local MAXPOOL_KEYS = keys('stride', 'padding', 'ceil_mode', 'return_indices')
+local AVGPOOL_KEYS = keys('stride', 'padding', 'ceil_mode', 'count_include_pad')
 
 return function(M, H)
   local call1, fail, fix_msg, done_tmp = H.call1, H.fail, H.fix_msg, H.done_tmp
   local zero_based, reduction_id, index0 = H.zero_based, H.reduction_id, H.index0
-  local need_tensor, need_opts, need_number = H.need_tensor, H.need_opts, H.need_number
+  local need_tensor, need_number = H.need_tensor, H.need_number
   local release, out1, out2, error = H.release, H.out1, H.out2, H.error
   -- The class-index losses: 1-based targets and ignore_index from Lua, 0-based in C.
   -- cfn(x, target0, reduction, ignore_index0, out) computes the loss, cfn_b(grad, x, ...)
   -- its gradient with respect to x.
   local function class_target_args(name, target, opts)
     need_tensor(name, 'target', target)
-    need_opts(name, opts)
+    check_opts(opts, CLASS_KEYS, name)
     local red = reduction_id(opts and opts.reduction, name)
     local ign = opts and opts.ignore_index and opts.ignore_index - 1 or -101
     return zero_based(target, name), red, ign
@@ -48,14 +56,14 @@ return function(M, H)
   function M.mse_loss(a, b, opts)
     need_tensor('mse_loss', 'input', a)
     need_tensor('mse_loss', 'b', b)
-    need_opts('mse_loss', opts)
+    check_opts(opts, MSE_KEYS, 'mse_loss')
     return call1(C.dpl_mse_loss, a, b, reduction_id(opts and opts.reduction, 'mse_loss'), out1)
   end
   function M.mse_loss_backward(grad_out, a, b, opts)
     need_tensor('mse_loss_backward', 'grad_output', grad_out)
     need_tensor('mse_loss_backward', 'input', a)
     need_tensor('mse_loss_backward', 'b', b)
-    need_opts('mse_loss_backward', opts)
+    check_opts(opts, MSE_KEYS, 'mse_loss_backward')
     return call1(C.dpl_mse_loss_backward, grad_out, a, b, reduction_id(opts and opts.reduction, 'mse_loss_backward'), out1)
   end
 
@@ -77,27 +85,33 @@ return function(M, H)
 
   ---------------------------------------------------------------- convolution, pooling
   local params6 = ffi.new('int32_t[6]')
+  local params7 = ffi.new('int32_t[7]') -- pooling: kernel, stride, padding, ceil_mode
   local out3 = ffi.new('dpl_tensor*[1]')
   local function pair(v, name, what, default)
     if v == nil then v = default end
-    if type(v) == 'number' then return v, v end
-    if type(v) == 'table' and #v == 2 and type(v[1]) == 'number' and type(v[2]) == 'number' then return v[1], v[2] end
-    error(fmt('%s: %s must be a number or a pair {h, w}, got %s', name, what, tostring(v)), 4)
+    return int_or_pair(v, name, what)
   end
 
   local function conv_params(opts, name)
-    opts = opts or {}
+    check_opts(opts, CONV_KEYS, name)
+    if not opts then
+      params6[0], params6[1], params6[2], params6[3], params6[4], params6[5] = 1, 1, 0, 0, 1, 1
+      return 1
+    end
     params6[0], params6[1] = pair(opts.stride, name, 'stride', 1)
     params6[2], params6[3] = pair(opts.padding, name, 'padding', 0)
     params6[4], params6[5] = pair(opts.dilation, name, 'dilation', 1)
-    return opts.groups or 1
+    local groups = opts.groups or 1
+    if type(groups) ~= 'number' or groups ~= math.floor(groups) or groups < 1 or groups >= 2 ^ 31 then
+      error(fmt('%s: groups must be a positive integer, got %s', name, tostring(groups)))
+    end
+    return groups
   end
 
   --- conv2d(x [N, C, H, W], weight [O, C/groups, kh, kw], bias or nil, {stride=, padding=, dilation=, groups=})
   function M.conv2d(x, w, b, opts)
     need_tensor('conv2d', 'input', x)
     need_tensor('conv2d', 'w', w)
-    need_opts('conv2d', opts)
     local groups = conv_params(opts, 'conv2d')
     return call1(C.dpl_conv2d, x, w, b, params6, groups, out1)
   end
@@ -106,7 +120,6 @@ return function(M, H)
     need_tensor('conv2d_backward', 'grad_output', grad_out)
     need_tensor('conv2d_backward', 'input', x)
     need_tensor('conv2d_backward', 'weight', w)
-    need_opts('conv2d_backward', opts)
     local groups = conv_params(opts, 'conv2d_backward')
     needs = needs or { x = true, w = true, b = true }
     local st = C.dpl_conv2d_backward(grad_out, x, w, params6, groups, needs.x and out1 or nil, needs.w and out2 or nil,
@@ -152,19 +165,28 @@ return function(M, H)
     return gx, gw, gb
   end
 
-  local function pool_params(kernel, opts, name)
-    opts = opts or {}
-    params6[0], params6[1] = pair(kernel, name, 'kernel_size')
-    params6[2], params6[3] = pair(opts.stride, name, 'stride', kernel)
-    params6[4], params6[5] = pair(opts.padding, name, 'padding', 0)
+  local function pool_params(kernel, opts, name, accepted)
+    check_opts(opts, accepted, name)
+    params7[0], params7[1] = pair(kernel, name, 'kernel_size')
+    if not opts then
+      params7[2], params7[3], params7[4], params7[5], params7[6] = params7[0], params7[1], 0, 0, 0
+      return
+    end
+    params7[2], params7[3] = pair(opts.stride, name, 'stride', kernel)
+    params7[4], params7[5] = pair(opts.padding, name, 'padding', 0)
+    local cm = opts.ceil_mode
+    if cm ~= nil and type(cm) ~= 'boolean' then
+      error(fmt('%s: ceil_mode must be true or false, got %s', name, tostring(cm)))
+    end
+    params7[6] = cm and 1 or 0
   end
 
-  --- max_pool2d(x, kernel_size, {stride=kernel_size, padding=0}) -> values, indices (0-based plane positions, for backward)
+  --- max_pool2d(x, kernel_size, {stride=kernel_size, padding=0, ceil_mode=false}) -> values, indices
+  --- (0-based plane positions, for backward)
   function M.max_pool2d(x, kernel, opts)
     need_tensor('max_pool2d', 'input', x)
-    need_opts('max_pool2d', opts)
-    pool_params(kernel, opts, 'max_pool2d')
-    if C.dpl_max_pool2d(x, params6, out1, out2) ~= 0 then fail(2) end
+    pool_params(kernel, opts, 'max_pool2d', MAXPOOL_KEYS)
+    if C.dpl_max_pool2d(x, params7, out1, out2) ~= 0 then fail(2) end
     return ffi.gc(out1[0][0], release), ffi.gc(out2[0][0], release)
   end
   function M.max_pool2d_backward(grad_out, x, indices)
@@ -173,19 +195,18 @@ return function(M, H)
     need_tensor('max_pool2d_backward', 'indices', indices)
     return call1(C.dpl_max_pool2d_backward, grad_out, x, indices, out1)
   end
-  --- avg_pool2d(x, kernel_size, {stride=kernel_size, padding=0, count_include_pad=true})
+  --- avg_pool2d(x, kernel_size, {stride=kernel_size, padding=0, ceil_mode=false, count_include_pad=true})
   function M.avg_pool2d(x, kernel, opts)
     need_tensor('avg_pool2d', 'input', x)
-    need_opts('avg_pool2d', opts)
-    pool_params(kernel, opts, 'avg_pool2d')
+    pool_params(kernel, opts, 'avg_pool2d', AVGPOOL_KEYS)
     local cip = not (opts and opts.count_include_pad == false)
-    return call1(C.dpl_avg_pool2d, x, params6, cip and 1 or 0, out1)
+    return call1(C.dpl_avg_pool2d, x, params7, cip and 1 or 0, out1)
   end
   function M.avg_pool2d_backward(grad_out, x, kernel, opts)
     need_tensor('avg_pool2d_backward', 'grad_output', grad_out)
     need_tensor('avg_pool2d_backward', 'input', x)
-    pool_params(kernel, opts, 'avg_pool2d_backward')
+    pool_params(kernel, opts, 'avg_pool2d_backward', AVGPOOL_KEYS)
     local cip = not (opts and opts.count_include_pad == false)
-    return call1(C.dpl_avg_pool2d_backward, grad_out, x, params6, cip and 1 or 0, out1)
+    return call1(C.dpl_avg_pool2d_backward, grad_out, x, params7, cip and 1 or 0, out1)
   end
 end

@@ -141,11 +141,12 @@ local function fuzz_shapes(it)
     end, x, w, b, sample(dt, y:size()))
   end
   local ks, st, pd = R(1, 4), R(1, 3), R(0, 2)
-  local po = { stride = st, padding = pd, count_include_pad = R() < 0.5 }
-  local okp, v = pcall(T.max_pool2d, x, ks, { stride = st, padding = pd })
+  local cm = R() < 0.5
+  local po = { stride = st, padding = pd, count_include_pad = R() < 0.5, ceil_mode = cm }
+  local okp, v = pcall(T.max_pool2d, x, ks, { stride = st, padding = pd, ceil_mode = cm })
   if okp then
-    both(('pool %d k%d s%d p%d'):format(it, ks, st, pd), function(x_, gy)
-      local v_, i_ = T.max_pool2d(x_, ks, { stride = st, padding = pd })
+    both(('pool %d k%d s%d p%d%s'):format(it, ks, st, pd, cm and ' ceil' or ''), function(x_, gy)
+      local v_, i_ = T.max_pool2d(x_, ks, { stride = st, padding = pd, ceil_mode = cm })
       return { v_, i_, T.max_pool2d_backward(gy, x_, i_), T.avg_pool2d(x_, ks, po), T.avg_pool2d_backward(gy, x_, ks, po) }
     end, x, sample(dt, v:size()))
   end

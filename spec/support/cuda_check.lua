@@ -573,6 +573,21 @@ for _, dt in ipairs({ 'float32', 'float64' }) do
       dpl.tensor.avg_pool2d(x, 3, { stride = 2, padding = 1, count_include_pad = false }),
       dpl.tensor.avg_pool2d_backward(g2, x, 2), dpl.tensor.avg_pool2d_backward(g3, x, 3, { stride = 2, padding = 1 }) }
   end)
+  -- ceil_mode on 8x7: partial windows at the edge; {k 2, s 2, p 1} drops the last column (a
+  -- window must start inside the input or the left padding)
+  add('max_pool2d/avg_pool2d ceil_mode ' .. dt, function() return { sample(dt, 2, 3, 8, 7), sample(dt, 2, 3, 4, 4),
+    sample(dt, 2, 3, 5, 4) } end, function(_, x, g2, g3)
+    local T = dpl.tensor
+    local o2, o3, o4 = { ceil_mode = true }, { stride = 2, padding = 1, ceil_mode = true },
+      { stride = 2, padding = 1, ceil_mode = true, count_include_pad = false }
+    local v, i = T.max_pool2d(x, 2, o2)
+    local v3, i3 = T.max_pool2d(x, 3, o3)
+    local v4, i4 = T.max_pool2d(x, 2, o3)
+    return { v, i, v3, i3, v4, i4, T.max_pool2d_backward(g2, x, i), T.max_pool2d_backward(g3, x, i3),
+      T.max_pool2d_backward(g3, x, i4), T.avg_pool2d(x, 2, o2), T.avg_pool2d(x, 3, o3), T.avg_pool2d(x, 3, o4),
+      T.avg_pool2d(x, 2, o4), T.avg_pool2d_backward(g2, x, 2, o2), T.avg_pool2d_backward(g3, x, 3, o3),
+      T.avg_pool2d_backward(g3, x, 2, o4) }
+  end)
 end
 
 -- autograd through nn modules: the same gradients on both devices

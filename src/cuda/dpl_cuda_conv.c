@@ -127,12 +127,22 @@ static int conv_bwd(const dpl_bk_args *a, dpl_cu_dev *d, int32_t dev)
   return dpl_hand_over(st, 3, (dpl_tensor *[]){gx, gw, gb}, a->out);
 }
 
+/* the core's output size (dpl_tensor_conv.c, pool_out): floor, or with ceil_mode (p[6]) ceil
+ * with the last window starting inside the input or the left padding; the kernels clip
+ * windows to the input as they do padding */
+static int64_t pool_out(int64_t in, int64_t k, int64_t s, int64_t p, int32_t ceil_mode)
+{
+  int64_t span = in + 2 * p - k, o = (ceil_mode ? (span + s - 1) / s : span / s) + 1;
+  if (ceil_mode && (o - 1) * s >= in + p) o--;
+  return o;
+}
+
 static void pool_geom(const dpl_tensor *x, const int32_t *p, dpl_cu_pool *g)
 {
   g->N = x->_shape[0]; g->C = x->_shape[1]; g->H = x->_shape[2]; g->W = x->_shape[3];
   g->kh = p[0]; g->kw = p[1]; g->sh = p[2]; g->sw = p[3]; g->ph = p[4]; g->pw = p[5];
-  g->OH = (g->H + 2 * g->ph - g->kh) / g->sh + 1;
-  g->OW = (g->W + 2 * g->pw - g->kw) / g->sw + 1;
+  g->OH = pool_out(g->H, g->kh, g->sh, g->ph, p[6]);
+  g->OW = pool_out(g->W, g->kw, g->sw, g->pw, p[6]);
 }
 
 static int max_pool(const dpl_bk_args *a, dpl_cu_dev *d, int32_t dev)

@@ -414,11 +414,21 @@ int dpl_conv2d_backward(const dpl_tensor *grad_out, const dpl_tensor *x, const d
 /* ---- pooling ---- */
 typedef struct pool_geom { int64_t N, C, H, W, kh, kw, sh, sw, ph, pw, OH, OW; } pool_geom;
 
+/* output size along one dim: floor (ceil_mode: ceil) of (in + 2p - k) / s, plus one; with
+ * ceil_mode the last window must start inside the input or the left padding (PyTorch's rule) */
+static int64_t pool_out(int64_t in, int64_t k, int64_t s, int64_t p, int32_t ceil_mode)
+{
+  int64_t span = in + 2 * p - k, o = (ceil_mode ? (span + s - 1) / s : span / s) + 1;
+  if (ceil_mode && (o - 1) * s >= in + p) o--;
+  return o;
+}
+
 static int pool_setup(const char *name, const dpl_tensor *x, const int32_t *params, pool_geom *g)
 {
   DPL_TRY(dpl_check_handle(name, "input", x));
   char b1[160];
-  if (!params) return dpl_errorf(DPL_EINVAL, "%s: params is NULL (expected kernel, stride, padding)", name);
+  if (!params) return dpl_errorf(DPL_EINVAL, "%s: params is NULL (expected kernel, stride, padding, ceil_mode)", name);
+  if (params[6] != 0 && params[6] != 1) return dpl_errorf(DPL_EINVAL, "%s: ceil_mode must be 0 or 1, got %d", name, (int)params[6]);
   if (x->_ndim != 4) return dpl_errorf(DPL_EINVAL, "%s: expected input [N, C, H, W], got shape %s", name, dpl_shape_str(x->_ndim, x->_shape, b1, sizeof b1));
   if (!dpl_is_float(x->_dtype)) return dpl_errorf(DPL_EINVAL, "%s: expected a floating-point input, got %s", name, dpl_dtype_name(x->_dtype));
   g->N = x->_shape[0]; g->C = x->_shape[1]; g->H = x->_shape[2]; g->W = x->_shape[3];
@@ -432,8 +442,8 @@ static int pool_setup(const char *name, const dpl_tensor *x, const int32_t *para
   if (g->H + 2 * g->ph < g->kh || g->W + 2 * g->pw < g->kw)
     return dpl_errorf(DPL_EINVAL, "%s: kernel %lldx%lld is larger than the padded input %lldx%lld", name, (long long)g->kh,
                       (long long)g->kw, (long long)(g->H + 2 * g->ph), (long long)(g->W + 2 * g->pw));
-  g->OH = (g->H + 2 * g->ph - g->kh) / g->sh + 1;
-  g->OW = (g->W + 2 * g->pw - g->kw) / g->sw + 1;
+  g->OH = pool_out(g->H, g->kh, g->sh, g->ph, params[6]);
+  g->OW = pool_out(g->W, g->kw, g->sw, g->pw, params[6]);
   return DPL_OK;
 }
 
@@ -465,7 +475,8 @@ static int pool_setup(const char *name, const dpl_tensor *x, const int32_t *para
       const T *plane = xs + p * H * W;                                                           \
       T *op = o + p * OH * OW;                                                                   \
       int64_t *ip = ix + p * OH * OW;                                                            \
-      if (kh == 2 && kw == 2 && sh == 2 && sw == 2 && ph == 0 && pw == 0) {                      \
+      if (kh == 2 && kw == 2 && sh == 2 && sw == 2 && ph == 0 && pw == 0 && 2 * OH <= H &&       \
+          2 * OW <= W) { /* (ceil_mode: no partial window at the edge) */                       \
         for (int64_t oh = 0; oh < OH; oh++)                                                      \
           ROW2X2_##NAME(plane + 2 * oh * W, W, OW, op + oh * OW, ip + oh * OW, 2 * oh * W);       \
         continue;                                                                                \

@@ -3,6 +3,7 @@
 local T = require 'dpl.tensor'
 local autograd = require 'dpl.autograd'
 local amp = require 'dpl.amp'
+local options = require 'dpl.options'
 
 local fmt = string.format
 
@@ -16,13 +17,29 @@ local function check_tensor(x, fn, what)
   if not is_tensor(x) then error(fmt('%s: %s must be a tensor, got %s', fn, what or 'input', type(x)), 3) end
 end
 
--- an optional tensor argument (nil or a tensor), an options table (nil or a table)
+-- an optional tensor argument (nil or a tensor)
 local function check_opt_tensor(x, fn, what)
   if x ~= nil and not is_tensor(x) then error(fmt('%s: %s must be a tensor or nil, got %s', fn, what, type(x)), 3) end
 end
-local function check_opts(o, fn)
-  if o ~= nil and type(o) ~= 'table' then error(fmt('%s: options must be a table, got %s', fn, type(o)), 3) end
-end
+
+-- options tables: nil or a table of the function's keys (an unknown key is an error)
+local check_opts, keys = options.check, options.keys
+local RED = keys('reduction')
+local K = {
+  gelu = keys('approximate'),
+  conv2d = keys('stride', 'padding', 'dilation', 'groups'),
+  max_pool2d = keys('stride', 'padding', 'ceil_mode', 'return_indices'),
+  avg_pool2d = keys('stride', 'padding', 'ceil_mode', 'count_include_pad'),
+  embedding = keys('padding_idx'),
+  cross_entropy = keys(RED, 'label_smoothing', 'ignore_index', 'weight'),
+  nll_loss = keys(RED, 'ignore_index', 'weight'),
+  mse_loss = RED,
+  l1_loss = RED,
+  smooth_l1_loss = keys(RED, 'beta'),
+  binary_cross_entropy = keys(RED, 'weight'),
+  binary_cross_entropy_with_logits = keys(RED, 'weight', 'pos_weight'),
+}
+F._option_keys = K -- (the loss modules check their options at construction)
 
 local function shape_str(t) return '[' .. table.concat(t:size(), ', ') .. ']' end
 F._shape_str = shape_str
@@ -39,7 +56,7 @@ end
 function F.relu(x) return x:relu() end
 --- gelu(x [, {approximate='none'|'tanh'}])
 function F.gelu(x, opts)
-  check_opts(opts, 'gelu')
+  check_opts(opts, K.gelu, 'gelu')
   if opts and opts.approximate == 'tanh' then
     local c = math.sqrt(2 / math.pi)
     return x * 0.5 * ((x + x * x * x * 0.044715) * c):tanh():add(1)
@@ -75,14 +92,15 @@ end
 function F.conv2d(x, w, b, opts)
   check_tensor(w, 'conv2d', 'weight')
   check_opt_tensor(b, 'conv2d', 'bias')
-  check_opts(opts, 'conv2d')
+  -- (T.conv2d checks opts)
   if amp.dtype then x, w, b = amp.cast(x), amp.cast(w), amp.cast(b) end
   return T.conv2d(x, w, b, opts)
 end
 
---- max_pool2d(x, kernel_size, {stride=kernel_size, padding=0}) -> values (indices: return_indices=true)
+--- max_pool2d(x, kernel_size, {stride=kernel_size, padding=0, ceil_mode=false}) -> values
+--- (indices: return_indices=true)
 function F.max_pool2d(x, k, opts)
-  check_opts(opts, 'max_pool2d')
+  check_opts(opts, K.max_pool2d, 'max_pool2d')
   if not (opts and opts.return_indices) then
     -- without grad, the strided-views path is ~6x faster than the C loop (with grad, its
     -- argmax bookkeeping on strided views costs more than the C kernel)
@@ -95,8 +113,8 @@ function F.max_pool2d(x, k, opts)
   if opts and opts.return_indices then return v, i end
   return v
 end
-function F.avg_pool2d(x, k, opts)
-  check_opts(opts, 'avg_pool2d')
+--- avg_pool2d(x, kernel_size, {stride=kernel_size, padding=0, ceil_mode=false, count_include_pad=true})
+function F.avg_pool2d(x, k, opts) -- (T.avg_pool2d checks opts)
   return T.avg_pool2d(x, k, opts)
 end
 
@@ -192,8 +210,45 @@ function F.batch_norm(x, rm, rv, w, b, training, momentum, eps)
   return y
 end
 
-function F.embedding(idx, weight)
-  return T.embedding(weight, idx)
+-- embedding with a padding row: T.embedding's forward, and a backward that leaves the
+-- padding row's gradient zero (as PyTorch: the row stays as it is in training)
+local embedding_pad_rule = {
+  nin = 1, name = 'embedding',
+  save = function(n, out, w, idx, pad) n.idx, n.V, n.pad = idx, tonumber(w._shape[0]), pad end,
+  bw = function(n, g)
+    local gw = T.embedding_backward(g, n.idx, n.V)
+    gw:select(1, n.pad):zero_()
+    return gw
+  end,
+}
+
+--- padding_idx as a row of a [V, D] weight: an integer in 1..V or -V..-1 (from the end)
+function F._padding_row(pad, V, fn)
+  if type(pad) ~= 'number' or pad ~= math.floor(pad) or pad == 0 or pad < -V or pad > V then
+    error(fmt('%s: padding_idx must be an integer in 1..%d (or -%d..-1 from the end), got %s', fn, V, V,
+      tostring(pad)), 3)
+  end
+  return pad < 0 and V + 1 + pad or pad
+end
+
+--- the lookup, pad: nil or the padding row (1-based, checked)
+function F._embedding(weight, idx, pad)
+  if pad == nil or not (weight.requires_grad and autograd.is_grad_enabled()) then return T.embedding(weight, idx) end
+  local prev = autograd.set_grad_enabled(false)
+  local ok, out = pcall(T.embedding, weight, idx)
+  autograd.set_grad_enabled(prev)
+  if not ok then error(out) end
+  return autograd.record(embedding_pad_rule, out, weight, idx, pad)
+end
+
+--- embedding(idx (1-based ids), weight [V, D] [, {padding_idx=}]): the rows of weight; the
+--- padding_idx row gets no gradient.
+function F.embedding(idx, weight, opts)
+  check_tensor(weight, 'embedding', 'weight')
+  check_opts(opts, K.embedding, 'embedding')
+  local pad = opts and opts.padding_idx
+  if pad ~= nil then pad = F._padding_row(pad, weight:dim() > 0 and weight:size(1) or 0, 'embedding') end
+  return F._embedding(weight, idx, pad)
 end
 
 ---------------------------------------------------------------- losses
@@ -278,16 +333,17 @@ end
 
 -- for an unreduced class loss [M] (zero where the target is ignored): the mask of the
 -- counted targets (with ignore_index) and their class weights (with weight), by which
--- PyTorch's 'mean' divides
+-- PyTorch's 'mean' divides; and the boolean mask of the counted targets
 local function class_masks(loss, t, w, ign)
-  local keep = ign and t:ne(ign):to(loss.dtype) or nil
+  local counted = ign and t:ne(ign) or nil
+  local keep = counted and counted:to(loss.dtype) or nil
   local wt
   if w then
-    local safe = ign and T.where(t:ne(ign), t, 1) or t
+    local safe = ign and T.where(counted, t, 1) or t
     wt = w:to(loss.dtype):index_select(1, safe)
     if keep then wt = wt * keep end
   end
-  return keep, wt
+  return keep, wt, counted
 end
 
 --- cross_entropy(logits [N, C] (or [C], or [N, C, d1, ...]), target [N] (1-based classes; [] or
@@ -297,6 +353,7 @@ function F.cross_entropy(input, target, opts)
   if amp.dtype then input, target = amp.fp32(input), amp.fp32(target) end
   local nd = is_tensor(input) and input:dim() or 0
   local x, t, C, lshape, probs = class_inputs(input, target, 'cross_entropy', true)
+  check_opts(opts, K.cross_entropy, 'cross_entropy')
   opts = opts or {}
   local eps = opts.label_smoothing or 0
   local red = opts.reduction or 'mean'
@@ -321,19 +378,20 @@ function F.cross_entropy(input, target, opts)
     return loss
   end
   loss = call_class_kernel(T.cross_entropy, x, t, { reduction = 'none', ignore_index = ign }, lshape, nd)
-  local keep, wt = class_masks(loss, t, w, ign)
+  local keep, wt, counted = class_masks(loss, t, w, ign)
   if wt then loss = loss * wt end
   if eps > 0 then
     local lp = x:log_softmax(2)
     if w then lp = lp * w:to(lp.dtype):view(1, C) end
     local smooth = -lp:sum(2) -- the (weighted) sum over classes of -log p
-    if keep then smooth = smooth * keep end
+    -- (where, not * keep: an ignored row gets a zero gradient even from a NaN 'mean')
+    if counted then smooth = T.where(counted, smooth, 0) end
     loss = loss * (1 - eps) + smooth * (eps / C)
   end
   if red == 'none' then return nd ~= 2 and loss:view(lshape) or loss end
   if red == 'sum' then return loss:sum() end
   if wt then return loss:sum() / wt:sum() end
-  if keep then return loss:sum() / keep:sum():clamp(1) end
+  if keep then return loss:sum() / keep:sum() end -- every target ignored: 0/0, NaN as PyTorch
   return loss:mean()
 end
 
@@ -343,6 +401,7 @@ function F.nll_loss(input, target, opts)
   if amp.dtype then input = amp.fp32(input) end
   local nd = is_tensor(input) and input:dim() or 0
   local x, t, C, lshape = class_inputs(input, target, 'nll_loss', false)
+  check_opts(opts, K.nll_loss, 'nll_loss')
   opts = opts or {}
   local red = opts.reduction or 'mean'
   if red ~= 'mean' and red ~= 'sum' and red ~= 'none' then
@@ -374,20 +433,27 @@ end
 function F.mse_loss(a, b, opts)
   if amp.dtype then a, b = amp.fp32(a), amp.fp32(b) end
   same_shape_check(a, b, 'mse_loss')
+  check_opts(opts, K.mse_loss, 'mse_loss')
   return T.mse_loss(a, b, opts)
 end
 
 function F.l1_loss(a, b, opts)
   if amp.dtype then a, b = amp.fp32(a), amp.fp32(b) end
   same_shape_check(a, b, 'l1_loss')
+  check_opts(opts, K.l1_loss, 'l1_loss')
   return reduce((a - b):abs(), opts and opts.reduction, 'l1_loss')
 end
 
 function F.smooth_l1_loss(a, b, opts)
   if amp.dtype then a, b = amp.fp32(a), amp.fp32(b) end
   same_shape_check(a, b, 'smooth_l1_loss')
+  check_opts(opts, K.smooth_l1_loss, 'smooth_l1_loss')
   local beta = opts and opts.beta or 1
+  if type(beta) ~= 'number' or beta < 0 or beta ~= beta then
+    error(fmt('smooth_l1_loss: beta must be a non-negative number, got %s', tostring(beta)), 2)
+  end
   local d = (a - b):abs()
+  if beta == 0 then return reduce(d, opts and opts.reduction, 'smooth_l1_loss') end -- the L1 loss, as PyTorch
   local quad = d:clamp(nil, beta)
   local loss = quad * quad * (0.5 / beta) + (d - quad)
   return reduce(loss, opts and opts.reduction, 'smooth_l1_loss')
@@ -397,6 +463,7 @@ end
 function F.binary_cross_entropy(p, y, opts)
   if amp.dtype then p, y = amp.fp32(p), amp.fp32(y) end
   same_shape_check(p, y, 'binary_cross_entropy')
+  check_opts(opts, K.binary_cross_entropy, 'binary_cross_entropy')
   local lp = p:log():clamp(-100)
   local l1p = (1 - p):log():clamp(-100)
   local loss = -(y * lp + (1 - y) * l1p)
@@ -408,6 +475,7 @@ end
 function F.binary_cross_entropy_with_logits(x, y, opts)
   if amp.dtype then x, y = amp.fp32(x), amp.fp32(y) end
   same_shape_check(x, y, 'binary_cross_entropy_with_logits')
+  check_opts(opts, K.binary_cross_entropy_with_logits, 'binary_cross_entropy_with_logits')
   opts = opts or {}
   -- log(1 + exp(-|x|)) + max(-x, 0), the stable form of -log(sigmoid(x))
   local log_sig_neg = (-x:abs()):exp():log1p() + (-x):relu()  -- -log sigmoid(x)

@@ -6,6 +6,7 @@ local Module = require 'dpl.nn.module'
 local F = require 'dpl.nn.functional'
 local amp = require 'dpl.amp'
 local init = require 'dpl.nn.init_fns'
+local options = require 'dpl.options'
 
 local fmt = string.format
 
@@ -29,6 +30,23 @@ local function check_int(layer, name, v, lo)
   end
 end
 
+-- the constructors' options: nil or a table of the layer's keys (an unknown key is an error)
+local check_opts, keys, int_or_pair = options.check, options.keys, options.int_or_pair
+local DT = keys('dtype', 'device')
+local LINEAR_KEYS = keys(DT, 'bias')
+local CONV_KEYS = keys(DT, 'stride', 'padding', 'dilation', 'groups', 'bias')
+local POOL_KEYS = keys('stride', 'padding', 'ceil_mode')
+local AVGPOOL_KEYS = keys(POOL_KEYS, 'count_include_pad')
+local BN_KEYS = keys(DT, 'eps', 'momentum', 'affine', 'track_running_stats')
+local LN_KEYS = keys(DT, 'eps', 'elementwise_affine')
+local EMB_KEYS = keys(DT, 'padding_idx')
+
+-- an integer or a pair {h, w} of integers >= lo (kernel sizes, strides, padding)
+local function check_pair(layer, name, v, lo)
+  local h, w = int_or_pair(v, layer, name)
+  if h < lo or w < lo then error(fmt('%s: %s must be >= %d, got %s', layer, name, lo, tostring(h < lo and h or w))) end
+end
+
 local function opts_dtype(opts) return { dtype = opts and opts.dtype or 'float32', device = opts and opts.device } end
 
 local function check_input(self, x, want_dims, msg)
@@ -45,6 +63,7 @@ nn.Linear = Module:extend('Linear')
 --- Linear(in_features, out_features [, {bias=true, dtype=, device=}])
 function nn.Linear:__init(inf, outf, opts)
   Module.__init(self)
+  check_opts(opts, LINEAR_KEYS, 'Linear')
   check_int('Linear', 'in_features', inf, 0)
   check_int('Linear', 'out_features', outf, 0)
   self.in_features, self.out_features = inf, outf
@@ -81,10 +100,16 @@ nn.Conv2d = Module:extend('Conv2d')
 --- Conv2d(in_channels, out_channels, kernel_size [, {stride=1, padding=0, dilation=1, groups=1, bias=true}])
 function nn.Conv2d:__init(cin, cout, k, opts)
   Module.__init(self)
+  check_opts(opts, CONV_KEYS, 'Conv2d')
   opts = opts or {}
   check_int('Conv2d', 'in_channels', cin)
   check_int('Conv2d', 'out_channels', cout)
+  check_pair('Conv2d', 'kernel_size', k, 1)
+  if opts.stride ~= nil then check_pair('Conv2d', 'stride', opts.stride, 1) end
+  if opts.padding ~= nil then check_pair('Conv2d', 'padding', opts.padding, 0) end
+  if opts.dilation ~= nil then check_pair('Conv2d', 'dilation', opts.dilation, 1) end
   local groups = opts.groups or 1
+  check_int('Conv2d', 'groups', groups)
   if cin % groups ~= 0 or cout % groups ~= 0 then
     error(fmt('Conv2d: in_channels (%d) and out_channels (%d) must be divisible by groups (%d)', cin, cout, groups), 2)
   end
@@ -133,12 +158,20 @@ function nn.Conv2d:extra_repr()
 end
 
 ---------------------------------------------------------------- pooling
-local function pool_class(name, fn)
+local function pool_class(name, fn, accepted)
   local cls = Module:extend(name)
   function cls:__init(k, opts)
     Module.__init(self)
+    check_opts(opts, accepted, name)
     opts = opts or {}
+    check_pair(name, 'kernel_size', k, 1)
+    if opts.stride ~= nil then check_pair(name, 'stride', opts.stride, 1) end
+    if opts.padding ~= nil then check_pair(name, 'padding', opts.padding, 0) end
+    if opts.ceil_mode ~= nil and type(opts.ceil_mode) ~= 'boolean' then
+      error(fmt('%s: ceil_mode must be true or false, got %s', name, tostring(opts.ceil_mode)))
+    end
     self.kernel_size, self.stride, self.padding = k, opts.stride or k, opts.padding or 0
+    self.ceil_mode = opts.ceil_mode or false
     self.count_include_pad = opts.count_include_pad
   end
   function cls:forward(x)
@@ -148,19 +181,20 @@ local function pool_class(name, fn)
     end
     local unb = x:dim() == 3
     if unb then x = x:unsqueeze(1) end
-    local y = (fn(x, self.kernel_size, { stride = self.stride, padding = self.padding,
+    local y = (fn(x, self.kernel_size, { stride = self.stride, padding = self.padding, ceil_mode = self.ceil_mode,
       count_include_pad = self.count_include_pad }))
     if unb then y = y:squeeze(1) end
     return y
   end
   function cls:extra_repr()
     local function s(v) if type(v) == 'table' then return fmt('(%d, %d)', v[1], v[2]) end return tostring(v) end
-    return fmt('kernel_size=%s, stride=%s, padding=%s', s(self.kernel_size), s(self.stride), s(self.padding))
+    return fmt('kernel_size=%s, stride=%s, padding=%s%s', s(self.kernel_size), s(self.stride), s(self.padding),
+      self.ceil_mode and ', ceil_mode=true' or '')
   end
   return cls
 end
-nn.MaxPool2d = pool_class('MaxPool2d', F.max_pool2d)
-nn.AvgPool2d = pool_class('AvgPool2d', T.avg_pool2d)
+nn.MaxPool2d = pool_class('MaxPool2d', F.max_pool2d, POOL_KEYS)
+nn.AvgPool2d = pool_class('AvgPool2d', T.avg_pool2d, AVGPOOL_KEYS)
 
 ---------------------------------------------------------------- simple layers
 local function simple(name, f, repr)
@@ -179,6 +213,7 @@ function nn.Identity:forward(x) return x end
 nn.GELU = Module:extend('GELU')
 function nn.GELU:__init(opts)
   Module.__init(self)
+  check_opts(opts, F._option_keys.gelu, 'GELU')
   self.approximate = opts and opts.approximate or 'none'
 end
 function nn.GELU:forward(x) return F.gelu(x, { approximate = self.approximate }) end
@@ -215,6 +250,7 @@ local function batchnorm(name, dims)
   --- (num_features [, {eps=1e-5, momentum=0.1, affine=true, track_running_stats=true}])
   function cls:__init(C, opts)
     Module.__init(self)
+    check_opts(opts, BN_KEYS, name)
     opts = opts or {}
     check_int(name, 'num_features', C)
     self.num_features, self.eps, self.momentum = C, opts.eps or 1e-5, opts.momentum or 0.1
@@ -257,6 +293,7 @@ nn.LayerNorm = Module:extend('LayerNorm')
 --- LayerNorm(normalized_shape [, {eps=1e-5, elementwise_affine=true}])
 function nn.LayerNorm:__init(shape, opts)
   Module.__init(self)
+  check_opts(opts, LN_KEYS, 'LayerNorm')
   opts = opts or {}
   if type(shape) == 'number' then shape = { shape } end
   self.normalized_shape, self.eps = shape, opts.eps or 1e-5
@@ -280,12 +317,14 @@ end
 
 nn.Embedding = Module:extend('Embedding')
 --- Embedding(num_embeddings, embedding_dim [, {padding_idx=}]) with 1-based ids; weight ~ N(0, 1).
+--- The padding_idx row (1..V, or -V..-1 from the end; kept 1-based) starts at zero and gets no gradient.
 function nn.Embedding:__init(V, D, opts)
   Module.__init(self)
+  check_opts(opts, EMB_KEYS, 'Embedding')
   check_int('Embedding', 'num_embeddings', V)
   check_int('Embedding', 'embedding_dim', D)
   self.num_embeddings, self.embedding_dim = V, D
-  self.padding_idx = opts and opts.padding_idx
+  if opts and opts.padding_idx ~= nil then self.padding_idx = F._padding_row(opts.padding_idx, V, 'Embedding') end
   self.weight = nn.Parameter(T.empty(V, D, opts_dtype(opts)))
   self:reset_parameters()
 end
@@ -300,7 +339,7 @@ function nn.Embedding:forward(idx)
     error(fmt('%s: expected an integer tensor of ids (1-based), got %s', self:_label(),
       is_tensor(idx) and idx.dtype or type(idx)), 2)
   end
-  local ok, out = pcall(T.embedding, self.weight, idx)
+  local ok, out = pcall(F._embedding, self.weight, idx, self.padding_idx)
   if ok then return out end
   if type(out) == 'table' and type(out.message) == 'string' then -- name the layer (an id out of range)
     out = setmetatable({ message = fmt('%s(%d, %d): %s', self:_label(), self.num_embeddings, self.embedding_dim,
@@ -308,7 +347,10 @@ function nn.Embedding:forward(idx)
   end
   lua_error(out, 0)
 end
-function nn.Embedding:extra_repr() return fmt('%d, %d', self.num_embeddings, self.embedding_dim) end
+function nn.Embedding:extra_repr()
+  local s = fmt('%d, %d', self.num_embeddings, self.embedding_dim)
+  return self.padding_idx and s .. ', padding_idx=' .. self.padding_idx or s
+end
 
 ---------------------------------------------------------------- containers
 nn.Sequential = Module:extend('Sequential')
@@ -376,17 +418,22 @@ end
 function nn.ModuleDict:items() return self:named_children() end
 
 ---------------------------------------------------------------- loss modules
-local function loss_class(name, fn)
+local function loss_class(name, fname)
   local cls = Module:extend(name)
-  function cls:__init(opts) Module.__init(self) self.opts = opts or {} end
+  local fn, accepted = F[fname], F._option_keys[fname]
+  function cls:__init(opts)
+    Module.__init(self)
+    check_opts(opts, accepted, name)
+    self.opts = opts or {}
+  end
   function cls:forward(a, b) return fn(a, b, self.opts) end
   return cls
 end
-nn.CrossEntropyLoss = loss_class('CrossEntropyLoss', F.cross_entropy)
-nn.NLLLoss = loss_class('NLLLoss', F.nll_loss)
-nn.MSELoss = loss_class('MSELoss', F.mse_loss)
-nn.L1Loss = loss_class('L1Loss', F.l1_loss)
-nn.BCELoss = loss_class('BCELoss', F.binary_cross_entropy)
-nn.BCEWithLogitsLoss = loss_class('BCEWithLogitsLoss', F.binary_cross_entropy_with_logits)
+nn.CrossEntropyLoss = loss_class('CrossEntropyLoss', 'cross_entropy')
+nn.NLLLoss = loss_class('NLLLoss', 'nll_loss')
+nn.MSELoss = loss_class('MSELoss', 'mse_loss')
+nn.L1Loss = loss_class('L1Loss', 'l1_loss')
+nn.BCELoss = loss_class('BCELoss', 'binary_cross_entropy')
+nn.BCEWithLogitsLoss = loss_class('BCEWithLogitsLoss', 'binary_cross_entropy_with_logits')
 
 return nn

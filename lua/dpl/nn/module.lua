@@ -8,6 +8,7 @@
 local class = require 'dpl.class'
 local T = require 'dpl.tensor'
 local autograd = require 'dpl.autograd'
+local options = require 'dpl.options'
 
 local fmt = string.format
 
@@ -17,6 +18,9 @@ local is_tensor = T.is_tensor
 local rawget, rawset, type, ipairs = rawget, rawset, type, ipairs
 
 local Module = class.Object:extend('Module')
+
+-- options tables (an unknown key is an error)
+local ZERO_GRAD_KEYS, LOAD_KEYS = options.keys('set_to_none'), options.keys('strict')
 
 local function is_module(v) return type(v) == 'table' and rawget(v, '_is_module') == true end
 Module.is_module = is_module
@@ -194,6 +198,7 @@ function Module:eval() return self:train(false) end
 
 --- Clears the gradients: set to nil (default), or zeroed with {set_to_none=false}.
 function Module:zero_grad(opts)
+  if type(opts) ~= 'boolean' then options.check(opts, ZERO_GRAD_KEYS, 'zero_grad') end
   local to_none = not (opts and opts.set_to_none == false)
   if type(opts) == 'boolean' then to_none = opts end
   for _, p in ipairs(self:parameters()) do
@@ -293,6 +298,7 @@ local function shape_str(t) return '[' .. table.concat(t:size(), ', ') .. ']' en
 --- Shape mismatches are an error in both modes.
 function Module:load_state_dict(sd, opts)
   if type(sd) ~= 'table' then error(fmt('load_state_dict: expected a table, got %s', type(sd)), 2) end
+  options.check(opts, LOAD_KEYS, 'load_state_dict')
   local strict = not (opts and opts.strict == false)
   local targets = {}
   local order = {}

@@ -19,6 +19,7 @@ local T = require 'dpl.tensor'
 local capi = require 'dpl.capi'
 local autograd = require 'dpl.autograd'
 local errors = require 'dpl.errors'
+local options = require 'dpl.options'
 
 local fmt = string.format
 
@@ -32,6 +33,14 @@ local optim = {}
 
 local Optimizer = class.Object:extend('Optimizer')
 optim.Optimizer = Optimizer
+
+-- the constructors' options (an unknown key is an error; param groups, as PyTorch's, may
+-- carry extra keys)
+local check_opts, keys = options.check, options.keys
+local SGD_KEYS = keys('lr', 'momentum', 'dampening', 'weight_decay', 'nesterov', 'maximize', 'foreach')
+local ADAM_KEYS = keys('lr', 'betas', 'eps', 'weight_decay', 'amsgrad', 'maximize', 'foreach')
+local RMSPROP_KEYS = keys('lr', 'alpha', 'eps', 'weight_decay', 'momentum', 'centered', 'maximize')
+local ZERO_GRAD_KEYS = keys('set_to_none')
 
 local function misconf(msg, ...) errors.MisconfigurationException:raise(fmt(msg, ...), 4) end
 
@@ -86,6 +95,7 @@ end
 
 --- zero_grad({set_to_none=true}): clears the gradients of every parameter.
 function Optimizer:zero_grad(opts)
+  check_opts(opts, ZERO_GRAD_KEYS, 'zero_grad')
   local to_none = not (opts and opts.set_to_none == false)
   for _, g in ipairs(self.param_groups) do
     for _, p in ipairs(g.params) do
@@ -255,6 +265,7 @@ optim._multi_steps = 0 -- group updates taken by the multi-tensor entry points (
 ---------------------------------------------------------------- SGD
 optim.SGD = Optimizer:extend('SGD')
 function optim.SGD:__init(params, opts)
+  check_opts(opts, SGD_KEYS, 'SGD')
   opts = opts or {}
   if opts.lr == nil then misconf('SGD: lr is required') end
   local d = { lr = opts.lr, momentum = opts.momentum or 0, dampening = opts.dampening or 0,
@@ -318,6 +329,7 @@ end
 
 ---------------------------------------------------------------- Adam, AdamW
 local function adam_init(self, name, params, opts, wd_default, decoupled)
+  check_opts(opts, ADAM_KEYS, name)
   opts = opts or {}
   local d = { lr = opts.lr or 1e-3, betas = opts.betas or { 0.9, 0.999 }, eps = opts.eps or 1e-8,
     weight_decay = opts.weight_decay or wd_default, amsgrad = opts.amsgrad or false, maximize = opts.maximize or false }
@@ -407,6 +419,7 @@ optim.AdamW._update_group = adam_update_group
 ---------------------------------------------------------------- RMSprop
 optim.RMSprop = Optimizer:extend('RMSprop')
 function optim.RMSprop:__init(params, opts)
+  check_opts(opts, RMSPROP_KEYS, 'RMSprop')
   opts = opts or {}
   local d = { lr = opts.lr or 1e-2, alpha = opts.alpha or 0.99, eps = opts.eps or 1e-8,
     weight_decay = opts.weight_decay or 0, momentum = opts.momentum or 0, centered = opts.centered or false,

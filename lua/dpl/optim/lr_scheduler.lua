@@ -4,6 +4,7 @@
 -- load_state_dict() save and restore the schedule's position.
 local class = require 'dpl.class'
 local errors = require 'dpl.errors'
+local options = require 'dpl.options'
 
 local fmt = string.format
 
@@ -74,13 +75,29 @@ end
 function LRScheduler:state_dict() return copy_state(self, {}) end
 function LRScheduler:load_state_dict(sd) copy_state(sd, self) end
 
-local function opts_of(o) return o or {} end
+-- a schedule's options: nil or a table of its keys (an unknown key is an error)
+local keys = options.keys
+local KEYS = {
+  StepLR = keys('step_size', 'gamma', 'last_epoch'),
+  MultiStepLR = keys('milestones', 'gamma', 'last_epoch'),
+  ExponentialLR = keys('gamma', 'last_epoch'),
+  CosineAnnealingLR = keys('T_max', 'eta_min', 'last_epoch'),
+  LambdaLR = keys('lr_lambda', 'last_epoch'),
+  LinearLR = keys('start_factor', 'end_factor', 'total_iters', 'last_epoch'),
+  OneCycleLR = keys('max_lr', 'total_steps', 'epochs', 'steps_per_epoch', 'pct_start', 'anneal_strategy',
+    'div_factor', 'final_div_factor', 'three_phase', 'cycle_momentum', 'base_momentum', 'max_momentum', 'last_epoch'),
+  ReduceLROnPlateau = keys('mode', 'factor', 'patience', 'threshold', 'threshold_mode', 'cooldown', 'min_lr', 'eps'),
+}
+local function opts_of(o, name)
+  options.check(o, KEYS[name], name)
+  return o or {}
+end
 
 ---------------------------------------------------------------- the schedules
 M.StepLR = LRScheduler:extend('StepLR')
 --- StepLR(opt, {step_size=, gamma=0.1})
 function M.StepLR:__init(opt, o)
-  o = opts_of(o)
+  o = opts_of(o, 'StepLR')
   if type(o.step_size) ~= 'number' or o.step_size < 1 then misconf('StepLR: step_size must be a positive integer') end
   self.step_size, self.gamma = o.step_size, o.gamma or 0.1
   LRScheduler.__init(self, opt, o.last_epoch)
@@ -90,7 +107,7 @@ function M.StepLR:lr_at(i, base) return base * self.gamma ^ floor(self.last_epoc
 M.MultiStepLR = LRScheduler:extend('MultiStepLR')
 --- MultiStepLR(opt, {milestones={...}, gamma=0.1})
 function M.MultiStepLR:__init(opt, o)
-  o = opts_of(o)
+  o = opts_of(o, 'MultiStepLR')
   if type(o.milestones) ~= 'table' then misconf('MultiStepLR: milestones must be a list of epochs') end
   self.milestones, self.gamma = o.milestones, o.gamma or 0.1
   LRScheduler.__init(self, opt, o.last_epoch)
@@ -104,7 +121,7 @@ end
 M.ExponentialLR = LRScheduler:extend('ExponentialLR')
 --- ExponentialLR(opt, {gamma=})
 function M.ExponentialLR:__init(opt, o)
-  o = opts_of(o)
+  o = opts_of(o, 'ExponentialLR')
   if type(o.gamma) ~= 'number' then misconf('ExponentialLR: gamma is required') end
   self.gamma = o.gamma
   LRScheduler.__init(self, opt, o.last_epoch)
@@ -114,7 +131,7 @@ function M.ExponentialLR:lr_at(i, base) return base * self.gamma ^ self.last_epo
 M.CosineAnnealingLR = LRScheduler:extend('CosineAnnealingLR')
 --- CosineAnnealingLR(opt, {T_max=, eta_min=0})
 function M.CosineAnnealingLR:__init(opt, o)
-  o = opts_of(o)
+  o = opts_of(o, 'CosineAnnealingLR')
   if type(o.T_max) ~= 'number' or o.T_max <= 0 then misconf('CosineAnnealingLR: T_max must be a positive number') end
   self.T_max, self.eta_min = o.T_max, o.eta_min or 0
   LRScheduler.__init(self, opt, o.last_epoch)
@@ -127,7 +144,7 @@ M.LambdaLR = LRScheduler:extend('LambdaLR')
 --- LambdaLR(opt, {lr_lambda=function(epoch) ... end} or a list, one per group)
 function M.LambdaLR:__init(opt, o)
   if type(o) == 'function' then o = { lr_lambda = o } end
-  o = opts_of(o)
+  o = opts_of(o, 'LambdaLR')
   local f = o.lr_lambda
   if type(f) ~= 'function' and type(f) ~= 'table' then misconf('LambdaLR: lr_lambda must be a function') end
   self.lr_lambda = f
@@ -142,7 +159,7 @@ end
 M.LinearLR = LRScheduler:extend('LinearLR')
 --- LinearLR(opt, {start_factor=1/3, end_factor=1, total_iters=5}): linear warmup (or decay)
 function M.LinearLR:__init(opt, o)
-  o = opts_of(o)
+  o = opts_of(o, 'LinearLR')
   self.start_factor, self.end_factor = o.start_factor or 1 / 3, o.end_factor or 1
   self.total_iters = o.total_iters or 5
   if self.start_factor <= 0 or self.start_factor > 1 then
@@ -160,7 +177,7 @@ M.OneCycleLR = LRScheduler:extend('OneCycleLR')
 --- anneal_strategy='cos'|'linear', div_factor=25, final_div_factor=1e4, three_phase=false,
 --- cycle_momentum=true, base_momentum=0.85, max_momentum=0.95})
 function M.OneCycleLR:__init(opt, o)
-  o = opts_of(o)
+  o = opts_of(o, 'OneCycleLR')
   if o.max_lr == nil then misconf('OneCycleLR: max_lr is required') end
   local total = o.total_steps or (o.epochs and o.steps_per_epoch and o.epochs * o.steps_per_epoch)
   if type(total) ~= 'number' or total <= 0 then
@@ -228,7 +245,7 @@ M.ReduceLROnPlateau = class.Object:extend('ReduceLROnPlateau')
 --- ReduceLROnPlateau(opt, {mode='min', factor=0.1, patience=10, threshold=1e-4,
 --- threshold_mode='rel', cooldown=0, min_lr=0, eps=1e-8}); step(metric)
 function M.ReduceLROnPlateau:__init(opt, o)
-  o = opts_of(o)
+  o = opts_of(o, 'ReduceLROnPlateau')
   if type(opt) ~= 'table' or type(opt.param_groups) ~= 'table' then
     misconf('ReduceLROnPlateau: expected an optimizer as the first argument')
   end
