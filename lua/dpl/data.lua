@@ -18,6 +18,7 @@ local check_opts, keys = options.check, options.keys
 local LOADER_KEYS = keys('batch_size', 'shuffle', 'drop_last', 'sampler', 'collate_fn', 'seed')
 local RANDOM_KEYS = keys('seed')
 local DIST_KEYS = keys('dataset', 'size', 'num_replicas', 'rank', 'shuffle', 'seed', 'drop_last')
+local WRAPPER_KEYS = keys('sampler', 'num_replicas', 'rank', 'shuffle', 'seed', 'drop_last')
 
 local function check_int(name, v, lo)
   if type(v) ~= 'number' or v ~= math.floor(v) or v < lo then
@@ -276,13 +277,14 @@ M.DistributedSampler.indices = indices_from_order
 M.DistributedSamplerWrapper = M.DistributedSampler:extend('DistributedSamplerWrapper')
 function M.DistributedSamplerWrapper:__init(opts)
   if type(opts) ~= 'table' then misconf('DistributedSamplerWrapper expects an options table') end
+  check_opts(opts, WRAPPER_KEYS, 'DistributedSamplerWrapper')
   local s = opts.sampler
   if type(s) ~= 'table' or (type(s.indices) ~= 'function' and type(s._order) ~= 'function') then
     misconf('DistributedSamplerWrapper needs sampler= (a sampler with indices()), got %s', tostring(s))
   end
   local o = {}
   for k, v in pairs(opts) do o[k] = v end
-  o.dataset, o.size = nil, M.len(s)
+  o.dataset, o.size, o.sampler = nil, M.len(s), nil
   if o.shuffle == nil then o.shuffle = false end
   M.DistributedSampler.__init(self, o)
   self.sampler = s
