@@ -1,7 +1,9 @@
 -- host_signals_spec.lua: SIGINT/SIGTERM stop a running script with a non-zero
 -- status (128+N) after the atexit cleanups ran; a script stuck where the
 -- interrupt cannot reach it still ends after the grace period; a second signal
--- ends it at once.
+-- ends it at once; a signal that comes after the Lua state was closed (C exit
+-- handlers such as MPI_Finalize) acts as without dplhost instead of reaching a
+-- handler that uses the freed state.
 local h = require 'spec.support.helpers'
 
 local function run_and_signal(body, signals, opts)
@@ -62,5 +64,42 @@ describe('signals', function()
     local rc, took, _, err = run_and_signal('local x = 0 while true do x = x + 1 end', { 'TERM', 'TERM' })
     assert.are.equal(143, rc, err)
     assert.is_true(took < 3, 'took ' .. tostring(took))
+  end)
+end)
+
+describe('a signal after the Lua state was closed', function()
+  -- libc's exit handlers (glibc's on_exit; atexit is not exported) run after
+  -- main() closed the state: one that blocks in pause() stands for MPI_Finalize
+  -- waiting for the other ranks
+  local function signal_at_exit(sig)
+    local ready = h.tmpname('.ready')
+    local script = h.write_file(h.tmpname('.lua'), ([[
+      local ffi = require 'ffi'
+      pcall(ffi.cdef, 'int on_exit(void (*fn)(int, void *), void *arg); int pause(void);')
+      assert(ffi.C.on_exit(ffi.cast('void (*)(int, void *)', ffi.C.pause), nil) == 0)
+      io.open(%q, 'w'):close()
+    ]]):format(ready))
+    local out, err = h.sh(([[%s %s & pid=$!
+      i=0; while [ ! -e %s ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i+1)); done
+      i=0; while ! grep -q '^34 ' /proc/$pid/syscall 2>/dev/null && [ $i -lt 100 ]; do sleep 0.05; i=$((i+1)); done
+      sleep 0.1; kill -%s $pid; wait $pid; echo "rc=$?"]]):format(h.q(h.bin), h.q(script), h.q(ready), sig))
+    os.remove(script); os.remove(ready)
+    return tonumber(out:match('rc=(%d+)')), err
+  end
+
+  it('SIGTERM: the default action (143), not the freed state', function()
+    local rc, err = signal_at_exit('TERM')
+    assert.are.equal(143, rc, err)
+    assert.is_nil(err:find('Segmentation', 1, true))
+  end)
+
+  it('under mpirun: a rank in MPI_Finalize that mpirun stops does not crash', function()
+    if not h.has_command('mpirun') then return pending('mpirun is not installed') end
+    local out, err = h.sh(('ASAN_OPTIONS=detect_leaks=0 mpirun --allow-run-as-root --oversubscribe -np 2 %s %s'):format(
+      h.q(h.bin), 'spec/support/host_mpi_finalize.lua'), { timeout = 60 })
+    assert.matches('rank 1 done', out, err)
+    assert.matches('rank 0 fails after rank 1 finished', err)
+    assert.is_nil(err:find('Segmentation', 1, true), err)
+    assert.is_nil((out .. err):find('lua_sethook', 1, true), err)
   end)
 end)

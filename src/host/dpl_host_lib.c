@@ -1,6 +1,7 @@
 /* dpl_host_lib.c: the preloaded Lua module `dpl.host`: what only the host can
  * give Lua because it needs the lua_State — atexit cleanups (also run by
- * os.exit and after SIGINT/SIGTERM), signal handling around running chunks,
+ * os.exit and after SIGINT/SIGTERM), signal handling around running chunks
+ * (never touching the state once it is being closed),
  * the embedded C header text for ffi.cdef, and the REPL's line reader (libedit
  * loaded with dlopen when a terminal asks for it, plain stdio otherwise). */
 #define _GNU_SOURCE
@@ -8,6 +9,7 @@
 #include "dpl_internal.h"
 #include <dlfcn.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,7 +19,16 @@
 
 /* ---------------------------------------------------------------- signals */
 
-static lua_State *sigL;
+#if ATOMIC_POINTER_LOCK_FREE != 2
+#error "the signal handler needs a lock-free atomic pointer"
+#endif
+/* The running state; NULL once it is being closed. Before lua_close the previous
+ * dispositions come back (dpl_signals_uninstall): the handler never touches a
+ * freed state, e.g. when MPI_Finalize waits in a C exit handler and mpirun sends
+ * SIGTERM. */
+static _Atomic(lua_State *) sigL;
+static struct sigaction saved_actions[2]; /* SIGINT, SIGTERM as dplhost found them */
+static int installed;
 static volatile sig_atomic_t sig_first;    /* signal number of the first SIGINT/SIGTERM */
 static volatile sig_atomic_t sig_count;
 static volatile sig_atomic_t in_readline;  /* the REPL is waiting for a line */
@@ -56,26 +67,39 @@ static void on_signal(int sig)
   /* The hook fires at the next Lua instruction, call or return: the running chunk
    * raises "interrupted". Code in a compiled loop or a long C call does not see it,
    * so a watchdog ends the process if nothing happened after a grace period. */
-  if (sigL) lua_sethook(sigL, interrupt_hook, LUA_MASKCALL | LUA_MASKRET | LUA_MASKCOUNT, 1);
+  lua_State *L = atomic_load(&sigL);
+  if (!L) _exit(128 + sig); /* the state is being closed: nothing left to stop */
+  lua_sethook(L, interrupt_hook, LUA_MASKCALL | LUA_MASKRET | LUA_MASKCOUNT, 1);
   signal(SIGALRM, on_grace_expired);
   alarm(5);
 }
 
 void dpl_signals_install(lua_State *L)
 {
-  sigL = L;
+  atomic_store(&sigL, L);
   struct sigaction sa;
   memset(&sa, 0, sizeof sa);
   sa.sa_handler = on_signal;
   sigemptyset(&sa.sa_mask);
-  sigaction(SIGINT, &sa, NULL);
-  sigaction(SIGTERM, &sa, NULL);
+  sigaction(SIGINT, &sa, installed ? NULL : &saved_actions[0]);
+  sigaction(SIGTERM, &sa, installed ? NULL : &saved_actions[1]);
+  installed = 1;
+}
+
+void dpl_signals_uninstall(void)
+{
+  if (!installed) return;
+  atomic_store(&sigL, NULL);
+  sigaction(SIGINT, &saved_actions[0], NULL);
+  sigaction(SIGTERM, &saved_actions[1], NULL);
+  installed = 0;
 }
 
 void dpl_signals_clear(void)
 {
   alarm(0);
-  if (sigL) lua_sethook(sigL, NULL, 0, 0);
+  lua_State *L = atomic_load(&sigL);
+  if (L) lua_sethook(L, NULL, 0, 0);
   sig_first = 0;
   sig_count = 0;
 }
@@ -126,10 +150,12 @@ static int host_os_exit(lua_State *L)
 {
   dpl_host_run_atexit(L);
   fflush(stdout);
+  dpl_signals_uninstall(); /* os.exit(code, true) closes the state */
   lua_pushvalue(L, lua_upvalueindex(1));
   lua_insert(L, 1);
-  lua_call(L, lua_gettop(L) - 1, 0);
-  return 0;
+  lua_pcall(L, lua_gettop(L) - 1, 0, 0); /* returns only on a bad argument */
+  dpl_signals_install(L);
+  return lua_error(L);
 }
 
 /* Clears a pending interrupt (the REPL calls it after reporting one). */

@@ -17,8 +17,10 @@ extern const char dpl_header_text[];
 struct lua_State;
 /* Registers the preloaded `dpl.host` module (atexit, readline, header text…). */
 void dpl_host_open(struct lua_State *L);
-/* Signal handling around running Lua code. */
+/* Signal handling around running Lua code (SIGINT, SIGTERM): install, uninstall
+ * before lua_close (the previous dispositions come back), clear the pending signal. */
 void dpl_signals_install(struct lua_State *L);
+void dpl_signals_uninstall(void);
 void dpl_signals_clear(void);
 /* Runs the functions registered with dpl.host.atexit (last registered first). */
 void dpl_host_run_atexit(struct lua_State *L);

@@ -373,7 +373,11 @@ int main(int argc, char **argv)
 done:;
   int sig = dpl_signal_received();
   dpl_host_run_atexit(L);
+  if (!sig) sig = dpl_signal_received(); /* one that came during the cleanups */
   fflush(stdout);
+  /* the handler must never see the closed state: a signal from here on (C exit
+   * handlers such as MPI_Finalize still run) acts as it would without dplhost */
+  dpl_signals_uninstall();
   lua_close(L);
   if (sig) return sig;
   return status == 0 ? 0 : 1;
