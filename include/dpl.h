@@ -31,11 +31,16 @@ const char *dpl_last_error(void);
 void dpl_clear_error(void);
 /* Sets the thread's error message (used by Lua-side helpers and tests); returns status. */
 int dpl_set_error_message(int32_t status, const char *msg);
-/* 128+signal number of the first SIGINT/SIGTERM received, 0 when none. */
+/* 128+N when signal N (SIGINT, SIGTERM, SIGUSR1) is stopping the script, 0 when
+ * none; blocking calls return DPL_EINTR then. 0 while SIGTERM/SIGUSR1 are held
+ * (dpl.host.hold_signals): they are recorded only. */
 int32_t dpl_signal_received(void);
+/* 128+N for the first SIGINT/SIGTERM/SIGUSR1 received since the last clear, held
+ * or not; 0 when none. */
+int32_t dpl_signal_pending(void);
 /* Monotonic clock in seconds. */
 double dpl_clock(void);
-/* Sleeps; returns DPL_EINTR when a SIGINT/SIGTERM arrived meanwhile. */
+/* Sleeps; returns DPL_EINTR when a SIGINT/SIGTERM/SIGUSR1 stops the script meanwhile. */
 int dpl_sleep(double seconds);
 
 /* ---- processes (src/host/dpl_proc.c): what dist.spawn needs ---- */
@@ -43,7 +48,8 @@ int dpl_sleep(double seconds);
 int dpl_proc_fork(int32_t *pid_out);
 /* Waits up to timeout_s (< 0: forever) for pid (-1: any child) to end. On success
  * *pid_out is the child and *code_out its exit code, or -N when signal N killed it;
- * DPL_ETIMEOUT when none ended in time; DPL_EINTR on SIGINT/SIGTERM. */
+ * DPL_ETIMEOUT when none ended in time; DPL_EINTR when a signal stops the script
+ * (SIGINT/SIGTERM/SIGUSR1, not while held). */
 int dpl_proc_wait(int32_t pid, double timeout_s, int32_t *pid_out, int32_t *code_out);
 int dpl_proc_kill(int32_t pid, int32_t sig);
 /* Flushes stdio and ends the process at once (no atexit cleanups). */

@@ -1,9 +1,11 @@
--- host_signals_spec.lua: SIGINT/SIGTERM stop a running script with a non-zero
--- status (128+N) after the atexit cleanups ran; a script stuck where the
+-- host_signals_spec.lua: SIGINT/SIGTERM/SIGUSR1 stop a running script with a
+-- non-zero status (128+N) after the atexit cleanups ran; a script stuck where the
 -- interrupt cannot reach it still ends after the grace period; a second signal
--- ends it at once; a signal that comes after the Lua state was closed (C exit
--- handlers such as MPI_Finalize) acts as without dplhost instead of reaching a
--- handler that uses the freed state.
+-- ends it at once; a signal that lands on a helper thread acts on the Lua thread
+-- (pending there while it blocks it, as the Trainer does); held signals
+-- (dpl.host.hold_signals) are only recorded until released; a signal that comes
+-- after the Lua state was closed (C exit handlers such as MPI_Finalize) acts as
+-- without dplhost instead of reaching a handler that uses the freed state.
 local h = require 'spec.support.helpers'
 
 local function run_and_signal(body, signals, opts)
@@ -26,7 +28,7 @@ local function run_and_signal(body, signals, opts)
   local took = tonumber(took_ms) and tonumber(took_ms) / 1000
   local cleaned = h.read_all(done) == 'cleaned'
   os.remove(script); os.remove(ready); os.remove(done)
-  return tonumber(rc), took, cleaned, err
+  return tonumber(rc), took, cleaned, err, out
 end
 
 describe('signals', function()
@@ -65,6 +67,132 @@ describe('signals', function()
     assert.are.equal(143, rc, err)
     assert.is_true(took < 3, 'took ' .. tostring(took))
   end)
+
+  it('SIGUSR1 ends a running script with 138 after the cleanups, as SIGTERM', function()
+    local rc, _, cleaned, err = run_and_signal(interpreted_loop, { 'USR1' })
+    assert.are.equal(138, rc, err)
+    assert.is_true(cleaned)
+    assert.matches('dplhost: interrupted %(SIGUSR1%)', err)
+  end)
+
+  it('SIGUSR1 ends a script sleeping in C', function()
+    local rc, took, cleaned, err = run_and_signal('require("dpl").C.dpl_sleep(30)', { 'USR1' })
+    assert.are.equal(138, rc, err)
+    assert.is_true(cleaned)
+    assert.is_true(took < 3, 'took ' .. tostring(took))
+  end)
+end)
+
+describe('a signal that lands on a helper thread', function()
+  for _, sig in ipairs({ 'USR1', 'TERM' }) do
+    it(('(SIG%s) stays pending for the Lua thread while it blocks it'):format(sig), function()
+      local ready = h.tmpname('.ready')
+      local out, err = h.sh(([[%s spec/support/host_signal_threads.lua %s & pid=$!
+        i=0; while [ ! -e %s ] && [ $i -lt 300 ]; do sleep 0.05; i=$((i+1)); done
+        sleep 0.2; kill -%s $pid; wait $pid; echo "rc=$?"]]):format(h.q(h.bin), h.q(ready), h.q(ready), sig))
+      os.remove(ready)
+      local threads = tonumber(out:match('threads (%d+)'))
+      assert.is_true(threads and threads > 1, out .. err)
+      assert.matches('pending on the Lua thread: ' .. (sig == 'USR1' and 10 or 15), out, err)
+      assert.matches('rc=0', out)
+    end)
+  end
+
+  it('stops a Trainer (SIGUSR1) at a batch boundary with a checkpoint', function()
+    local dir = require('spec.support.trainer_helpers').tmpdir()
+    local ready = h.tmpname('.ready')
+    local out, err = h.sh(([[%s spec/support/host_signal_trainer.lua %s %s & pid=$!
+      i=0; while [ ! -e %s0 ] && [ $i -lt 300 ]; do sleep 0.05; i=$((i+1)); done
+      kill -USR1 $pid; wait $pid; echo "rc=$?"]]):format(h.q(h.bin), h.q(dir), h.q(ready), h.q(ready)), { timeout = 60 })
+    os.remove(ready .. '0')
+    assert.matches('rc=3', out, err)
+    assert.matches('rank 0 ok=false err=SignalReceived: received signal 10 %(SIGUSR1%) on a rank: every rank stopped ' ..
+      'after global_step %d+; checkpoint saved to DIR/hpc_ckpt_1.ckpt', out)
+    assert.is_true(h.read_all(dir .. '/hpc_ckpt_1.ckpt') ~= '')
+    os.execute('rm -rf ' .. h.q(dir))
+  end)
+end)
+
+describe('held signals (dpl.host.hold_signals)', function()
+  it('are recorded for pending_signal() without interrupting or cutting a sleep short', function()
+    local rc, _, cleaned, err, out = run_and_signal([[
+      local host, C = require 'dpl.host', require('dpl').C
+      assert(host.hold_signals(true) == false)
+      assert(host.pending_signal() == nil)
+      local t0 = C.dpl_clock()
+      local st = C.dpl_sleep(1.0)
+      local slept = C.dpl_clock() - t0
+      while select(2, host.pending_signal()) < 2 and C.dpl_clock() - t0 < 10 do C.dpl_sleep(0.02) end
+      local first, count, last = host.pending_signal()
+      print(('held: first=%s count=%s last=%s received=%d pending=%d sleep=%d slept=%.1f'):format(
+        first, count, last, C.dpl_signal_received(), C.dpl_signal_pending(), st, slept))
+      host.clear_interrupt()
+      print('after clear: ' .. tostring(host.pending_signal()) .. ' ' .. tostring(host.hold_signals(false)))
+    ]], { 'USR1', 'TERM' })
+    assert.are.equal(0, rc, err)
+    assert.is_true(cleaned)
+    assert.matches('held: first=10 count=2 last=15 received=0 pending=138 sleep=0 slept=1.0', out)
+    assert.matches('after clear: nil true', out)
+  end)
+
+  it('a script that ends with one held exits 128+N', function()
+    local rc, _, cleaned, err = run_and_signal([[
+      local host, C = require 'dpl.host', require('dpl').C
+      host.hold_signals(true)
+      local t0 = C.dpl_clock()
+      while not host.pending_signal() and C.dpl_clock() - t0 < 10 do C.dpl_sleep(0.02) end
+    ]], { 'USR1' })
+    assert.are.equal(138, rc, err)
+    assert.is_true(cleaned)
+  end)
+
+  it('releasing with one pending interrupts the script as if it arrived then', function()
+    local rc, _, cleaned, err, out = run_and_signal([[
+      local host, C = require 'dpl.host', require('dpl').C
+      host.hold_signals(true)
+      local t0 = C.dpl_clock()
+      while not host.pending_signal() and C.dpl_clock() - t0 < 10 do C.dpl_sleep(0.02) end
+      print('seen ' .. tostring(host.pending_signal()))
+      io.stdout:flush()
+      host.hold_signals(false)
+      for _ = 1, 1e9 do local _ = {} end
+      print('not reached')
+    ]], { 'TERM' })
+    assert.are.equal(143, rc, err)
+    assert.is_true(cleaned)
+    assert.matches('seen 15', out)
+    assert.is_nil(out:find('not reached', 1, true))
+    assert.matches('dplhost: interrupted %(SIGTERM%)', err)
+  end)
+
+  it('leave SIGINT as it is: it interrupts', function()
+    local rc, _, cleaned, err = run_and_signal([[
+      require('dpl.host').hold_signals(true)
+      while true do collectgarbage('count') end
+    ]], { 'INT' })
+    assert.are.equal(130, rc, err)
+    assert.is_true(cleaned)
+  end)
+
+  it('a forked child starts with none held and none pending', function()
+    local rc, _, _, err = run_and_signal([[
+      local ffi, host, C = require 'ffi', require 'dpl.host', require('dpl').C
+      host.hold_signals(true)
+      local t0 = C.dpl_clock()
+      while not host.pending_signal() and C.dpl_clock() - t0 < 10 do C.dpl_sleep(0.02) end
+      local out = ffi.new('int32_t[1]')
+      assert(C.dpl_proc_fork(out) == 0)
+      if out[0] == 0 then
+        io.stderr:write(('child: held=%s pending=%s\n'):format(tostring(host.hold_signals(false)), tostring(host.pending_signal())))
+        C.dpl_proc_exit(0)
+      end
+      local pid, code = ffi.new('int32_t[1]'), ffi.new('int32_t[1]')
+      assert(C.dpl_proc_wait(out[0], 10, pid, code) == 0)
+      host.clear_interrupt()
+    ]], { 'TERM' })
+    assert.are.equal(0, rc, err)
+    assert.matches('child: held=false pending=nil', err)
+  end)
 end)
 
 describe('a signal after the Lua state was closed', function()
@@ -91,6 +219,11 @@ describe('a signal after the Lua state was closed', function()
     local rc, err = signal_at_exit('TERM')
     assert.are.equal(143, rc, err)
     assert.is_nil(err:find('Segmentation', 1, true))
+  end)
+
+  it('SIGUSR1: the default action (138)', function()
+    local rc, err = signal_at_exit('USR1')
+    assert.are.equal(138, rc, err)
   end)
 
   it('under mpirun: a rank in MPI_Finalize that mpirun stops does not crash', function()

@@ -1,13 +1,15 @@
 /* dpl_host_lib.c: the preloaded Lua module `dpl.host`: what only the host can
  * give Lua because it needs the lua_State — atexit cleanups (also run by
- * os.exit and after SIGINT/SIGTERM), signal handling around running chunks
- * (never touching the state once it is being closed),
+ * os.exit and after SIGINT/SIGTERM/SIGUSR1), signal handling around running
+ * chunks (interrupt, hold, pending signal),
  * the embedded C header text for ffi.cdef, and the REPL's line reader (libedit
  * loaded with dlopen when a terminal asks for it, plain stdio otherwise). */
 #define _GNU_SOURCE
 #include "dpl.h"
 #include "dpl_internal.h"
 #include <dlfcn.h>
+#include <errno.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -19,29 +21,55 @@
 
 /* ---------------------------------------------------------------- signals */
 
+/* SIGINT, SIGTERM and SIGUSR1 stop the running chunk: the handler records the
+ * signal and sets a hook that raises "interrupted" at the next Lua instruction,
+ * with a grace timer for code the hook cannot reach. The handler only ever acts
+ * on the thread that runs Lua: a signal that lands on another thread (a tensor
+ * worker, an MPI progress thread) is passed on to it with pthread_kill, so it
+ * stays pending there while that thread blocks it (the Trainer polls it at a
+ * batch boundary). While the signals are held (hold_signals), SIGTERM and
+ * SIGUSR1 are only recorded, for Lua to read with pending_signal(). Before the
+ * Lua state is closed, the previous dispositions come back (dpl_signals_uninstall):
+ * the handler never touches a freed state. */
+
+static const int handled_sigs[] = {SIGINT, SIGTERM, SIGUSR1};
+#define N_HANDLED ((int)(sizeof handled_sigs / sizeof handled_sigs[0]))
+
 #if ATOMIC_POINTER_LOCK_FREE != 2
 #error "the signal handler needs a lock-free atomic pointer"
 #endif
-/* The running state; NULL once it is being closed. Before lua_close the previous
- * dispositions come back (dpl_signals_uninstall): the handler never touches a
- * freed state, e.g. when MPI_Finalize waits in a C exit handler and mpirun sends
- * SIGTERM. */
-static _Atomic(lua_State *) sigL;
-static struct sigaction saved_actions[2]; /* SIGINT, SIGTERM as dplhost found them */
+static _Atomic(lua_State *) sigL;          /* the running state; NULL once it is closing */
+static pthread_t lua_thread;                /* the thread that runs Lua (main) */
+static struct sigaction saved_actions[N_HANDLED];
 static int installed;
-static volatile sig_atomic_t sig_first;    /* signal number of the first SIGINT/SIGTERM */
-static volatile sig_atomic_t sig_count;
+static volatile sig_atomic_t sig_first;    /* first signal since the last clear, 0: none */
+static volatile sig_atomic_t sig_last;     /* newest signal */
+static volatile sig_atomic_t sig_count;    /* signals received since the last clear */
+static volatile sig_atomic_t sig_armed;    /* the signal that armed the interrupt, 0: none */
+static volatile sig_atomic_t sig_held;     /* SIGTERM/SIGUSR1 are recorded only */
 static volatile sig_atomic_t in_readline;  /* the REPL is waiting for a line */
 static volatile sig_atomic_t readline_interrupted;
 static volatile sig_atomic_t interactive;  /* the REPL runs: never exit on the grace timer */
 static const char atexit_key[] = "dpl.host.atexit";
+
+static const char *signal_label(int sig)
+{
+  switch (sig) {
+  case SIGINT: return "SIGINT";
+  case SIGTERM: return "SIGTERM";
+  case SIGUSR1: return "SIGUSR1";
+  default: return "signal";
+  }
+}
 
 static void interrupt_hook(lua_State *L, lua_Debug *ar)
 {
   (void)ar;
   lua_sethook(L, NULL, 0, 0);
   alarm(0);
-  lua_pushstring(L, sig_first == SIGTERM ? "interrupted (SIGTERM)" : "interrupted");
+  int sig = sig_armed;
+  if (sig == SIGINT || sig == 0) lua_pushstring(L, "interrupted");
+  else lua_pushfstring(L, "interrupted (%s)", signal_label(sig));
   lua_error(L);
 }
 
@@ -55,56 +83,100 @@ static void on_grace_expired(int sig)
   if (interactive) { r = write(STDERR_FILENO, imsg, sizeof imsg - 1); (void)r; return; }
   r = write(STDERR_FILENO, msg, sizeof msg - 1);
   (void)r;
-  _exit(128 + (sig_first ? sig_first : SIGTERM));
+  _exit(128 + (sig_armed ? sig_armed : SIGTERM));
 }
 
-static void on_signal(int sig)
+/* Stops the running chunk (handler context, or normal context with the signals blocked).
+ * The hook fires at the next Lua instruction, call or return: the chunk raises
+ * "interrupted". Code in a compiled loop or a long C call does not see it, so a
+ * watchdog ends the process if nothing happened after a grace period. */
+static void arm_interrupt(int sig)
 {
-  if (in_readline) { readline_interrupted = 1; return; }
-  sig_count++;
-  if (sig_count > 1) _exit(128 + sig); /* second signal: no more waiting */
-  sig_first = sig;
-  /* The hook fires at the next Lua instruction, call or return: the running chunk
-   * raises "interrupted". Code in a compiled loop or a long C call does not see it,
-   * so a watchdog ends the process if nothing happened after a grace period. */
   lua_State *L = atomic_load(&sigL);
   if (!L) _exit(128 + sig); /* the state is being closed: nothing left to stop */
+  sig_armed = sig;
   lua_sethook(L, interrupt_hook, LUA_MASKCALL | LUA_MASKRET | LUA_MASKCOUNT, 1);
   signal(SIGALRM, on_grace_expired);
   alarm(5);
 }
 
+static void on_signal(int sig)
+{
+  int saved_errno = errno;
+  if (!pthread_equal(pthread_self(), lua_thread)) {
+    /* not the Lua thread: hand it over (pending there while it blocks the signal) */
+    pthread_kill(lua_thread, sig);
+    errno = saved_errno;
+    return;
+  }
+  if (in_readline) { readline_interrupted = 1; errno = saved_errno; return; }
+  sig_count++;
+  sig_last = sig;
+  if (!sig_first) sig_first = sig;
+  if (sig_held && sig != SIGINT) { errno = saved_errno; return; }
+  if (sig_armed) _exit(128 + sig); /* second signal: no more waiting */
+  arm_interrupt(sig);
+  errno = saved_errno;
+}
+
+/* Blocks the handled signals on this thread (*old: the mask before), around
+ * state changes that the handler must not see half done. */
+static void block_handled(sigset_t *old)
+{
+  sigset_t set;
+  sigemptyset(&set);
+  for (int i = 0; i < N_HANDLED; i++) sigaddset(&set, handled_sigs[i]);
+  pthread_sigmask(SIG_BLOCK, &set, old);
+}
+
 void dpl_signals_install(lua_State *L)
 {
+  if (!installed) lua_thread = pthread_self(); /* before the handler can read it */
   atomic_store(&sigL, L);
   struct sigaction sa;
   memset(&sa, 0, sizeof sa);
   sa.sa_handler = on_signal;
   sigemptyset(&sa.sa_mask);
-  sigaction(SIGINT, &sa, installed ? NULL : &saved_actions[0]);
-  sigaction(SIGTERM, &sa, installed ? NULL : &saved_actions[1]);
+  for (int i = 0; i < N_HANDLED; i++) sigaddset(&sa.sa_mask, handled_sigs[i]);
+  for (int i = 0; i < N_HANDLED; i++)
+    sigaction(handled_sigs[i], &sa, installed ? NULL : &saved_actions[i]);
   installed = 1;
 }
 
 void dpl_signals_uninstall(void)
 {
   if (!installed) return;
+  sigset_t old;
+  block_handled(&old);
   atomic_store(&sigL, NULL);
-  sigaction(SIGINT, &saved_actions[0], NULL);
-  sigaction(SIGTERM, &saved_actions[1], NULL);
+  for (int i = 0; i < N_HANDLED; i++) sigaction(handled_sigs[i], &saved_actions[i], NULL);
   installed = 0;
+  pthread_sigmask(SIG_SETMASK, &old, NULL); /* one that came meanwhile acts as before dplhost */
 }
 
 void dpl_signals_clear(void)
 {
+  sigset_t old;
+  block_handled(&old);
   alarm(0);
   lua_State *L = atomic_load(&sigL);
   if (L) lua_sethook(L, NULL, 0, 0);
   sig_first = 0;
+  sig_last = 0;
   sig_count = 0;
+  sig_armed = 0;
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
 }
 
-int32_t dpl_signal_received(void) { return sig_first ? 128 + sig_first : 0; }
+void dpl_signals_after_fork(void)
+{
+  sig_held = 0;
+  dpl_signals_clear();
+}
+
+int32_t dpl_signal_received(void) { return sig_armed ? 128 + sig_armed : 0; }
+
+int32_t dpl_signal_pending(void) { return sig_first ? 128 + sig_first : 0; }
 
 /* ---------------------------------------------------------------- atexit */
 
@@ -164,6 +236,39 @@ static int host_clear_interrupt(lua_State *L)
   (void)L;
   dpl_signals_clear();
   return 0;
+}
+
+/* pending_signal() -> signo, count, last | nil, 0: the first SIGINT/SIGTERM/SIGUSR1
+ * received since the last clear_interrupt (held or not), how many came, the newest. */
+static int host_pending_signal(lua_State *L)
+{
+  sigset_t old;
+  block_handled(&old);
+  int first = sig_first, count = sig_count, last = sig_last;
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  if (!first) { lua_pushnil(L); lua_pushinteger(L, 0); return 2; }
+  lua_pushinteger(L, first);
+  lua_pushinteger(L, count);
+  lua_pushinteger(L, last);
+  return 3;
+}
+
+/* hold_signals(flag) -> previous flag: while held, SIGTERM/SIGUSR1 are only
+ * recorded (no interrupt; dpl_signal_received stays 0, so blocking calls go on);
+ * releasing with one pending stops the running chunk as if it arrived then. */
+static int host_hold_signals(lua_State *L)
+{
+  luaL_checkany(L, 1);
+  int hold = lua_toboolean(L, 1);
+  sigset_t old;
+  block_handled(&old);
+  int was = sig_held;
+  sig_held = hold;
+  int arm = !hold && was && sig_first && !sig_armed;
+  if (arm) arm_interrupt(sig_first);
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  lua_pushboolean(L, was);
+  return 1;
 }
 
 /* set_interactive(flag): the REPL is in charge; a stuck chunk waits for a second Ctrl-C. */
@@ -286,6 +391,8 @@ static int host_open_module(lua_State *L)
     {"clear_atexit", host_clear_atexit},
     {"clear_interrupt", host_clear_interrupt},
     {"set_interactive", host_set_interactive},
+    {"pending_signal", host_pending_signal},
+    {"hold_signals", host_hold_signals},
     {"readline", host_readline},
     {"add_history", host_add_history},
     {"read_history", host_read_history},

@@ -17,11 +17,14 @@ extern const char dpl_header_text[];
 struct lua_State;
 /* Registers the preloaded `dpl.host` module (atexit, readline, header text…). */
 void dpl_host_open(struct lua_State *L);
-/* Signal handling around running Lua code (SIGINT, SIGTERM): install, uninstall
- * before lua_close (the previous dispositions come back), clear the pending signal. */
+/* Signal handling around running Lua code (SIGINT, SIGTERM, SIGUSR1): install
+ * (also records the Lua thread), uninstall before lua_close (the previous
+ * dispositions come back), clear the pending signal, and reset a forked child
+ * (no hold, nothing pending). */
 void dpl_signals_install(struct lua_State *L);
 void dpl_signals_uninstall(void);
 void dpl_signals_clear(void);
+void dpl_signals_after_fork(void);
 /* Runs the functions registered with dpl.host.atexit (last registered first). */
 void dpl_host_run_atexit(struct lua_State *L);
 /* Prints the device table of `dplhost --devices`. */

@@ -371,9 +371,9 @@ int main(int argc, char **argv)
   if (status == 0 && interactive) status = dorepl(L);
 
 done:;
-  int sig = dpl_signal_received();
+  int sig = dpl_signal_pending();
   dpl_host_run_atexit(L);
-  if (!sig) sig = dpl_signal_received(); /* one that came during the cleanups */
+  if (!sig) sig = dpl_signal_pending(); /* one that came during the cleanups */
   fflush(stdout);
   /* the handler must never see the closed state: a signal from here on (C exit
    * handlers such as MPI_Finalize still run) acts as it would without dplhost */

@@ -24,6 +24,7 @@ static pid_t fork_tied(void)
   if (pid == 0) {
     prctl(PR_SET_PDEATHSIG, SIGTERM);
     if (getppid() != parent) _exit(1); /* the parent is already gone */
+    dpl_signals_after_fork(); /* the parent's held or pending signal is not the child's */
   }
   return pid;
 }
@@ -89,6 +90,7 @@ int dpl_proc_spawn_self(const char *const *argv, int32_t *pid_out)
   if (pid == 0) {
     signal(SIGINT, SIG_DFL);
     signal(SIGTERM, SIG_DFL);
+    signal(SIGUSR1, SIG_DFL);
     execv("/proc/self/exe", (char *const *)argv);
     fprintf(stderr, "dplhost: cannot start %s: %s\n", argv[0], strerror(errno));
     _exit(127);
