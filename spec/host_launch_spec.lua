@@ -1,7 +1,9 @@
 -- host_launch_spec.lua: `dplhost --nproc N script`: the rank environment, output
 -- prefixed per rank, INFO from rank 0 only, the first failing rank (exit code,
 -- error, signal) stopping the others and being reported, the launcher's death
--- taking its ranks along, and clear errors for bad launcher options.
+-- taking its ranks along, SIGINT/SIGTERM/SIGUSR1 forwarded to the ranks (whose
+-- output and status the launcher still collects), and clear errors for bad
+-- launcher options.
 local h = require 'spec.support.helpers'
 
 local function script(body)
@@ -179,6 +181,75 @@ describe('the launcher', function()
     assert.matches('rc=143', out, err)
     assert.matches('clean 0', m)
     assert.matches('clean 1', m)
+  end)
+
+  -- runs `dplhost --nproc 2 script args`, waits for `ready` lines (or files), sends
+  -- the signals to the launcher; returns its rc, stdout, stderr
+  local function signal_launcher(s, args, signals, wait_for)
+    local outf = h.tmpname('.out')
+    local kills = {}
+    for _, sig in ipairs(signals) do kills[#kills + 1] = 'kill -' .. sig .. ' $lp; sleep 0.3' end
+    local out, err = h.sh(([[%s --nproc 2 %s %s > %s.1 2> %s.2 & lp=$!
+      i=0; while ! { %s; } && [ $i -lt 300 ]; do sleep 0.05; i=$((i+1)); done
+      %s; wait $lp; echo "rc=$?"; cat %s.1; cat %s.2 >&2]]):format(h.q(h.bin), h.q(s), args or '', outf, outf,
+      wait_for or ('[ "$(grep -c ready ' .. outf .. '.1 2>/dev/null)" = 2 ]'), table.concat(kills, '; '), outf, outf),
+      { timeout = 60 })
+    os.remove(outf .. '.1'); os.remove(outf .. '.2')
+    return tonumber(out:match('^rc=(%d+)')), out, err
+  end
+
+  it('forwards SIGUSR1 to its ranks, keeps their output and exits 138 after them', function()
+    local marks = h.tmpname('.marks')
+    local s = script(([[
+      require('dpl').atexit(function() local f = io.open(%q, 'a') f:write('clean ', os.getenv('RANK'), '\n') f:close() end)
+      print('ready') io.stdout:flush()
+      while true do collectgarbage('count') end
+    ]]):format(marks))
+    local rc, out, err = signal_launcher(s, nil, { 'USR1' })
+    local m = h.read_all(marks)
+    os.remove(s); os.remove(marks)
+    assert.are.equal(138, rc, out .. err)
+    assert.matches('%[rank 0%] dplhost: interrupted %(SIGUSR1%)', err)
+    assert.matches('%[rank 1%] dplhost: interrupted %(SIGUSR1%)', err)
+    assert.is_nil(err:find('failed with', 1, true), err)
+    assert.matches('clean 0', m)
+    assert.matches('clean 1', m)
+  end)
+
+  it('forwards each of SIGUSR1 and SIGTERM once; its status is the first one\'s', function()
+    local s = script([[
+      local host, C = require 'dpl.host', require('dpl').C
+      host.hold_signals(true)
+      print('ready') io.stdout:flush()
+      local t0 = C.dpl_clock()
+      while select(2, host.pending_signal()) < 2 and C.dpl_clock() - t0 < 20 do C.dpl_sleep(0.02) end
+      local first, count, last = host.pending_signal()
+      print(('got first=%s count=%s last=%s'):format(first, count, last))
+      host.clear_interrupt()
+    ]])
+    local rc, out, err = signal_launcher(s, nil, { 'USR1', 'TERM' })
+    os.remove(s)
+    assert.are.equal(138, rc, out .. err)
+    assert.matches('%[rank 0%] got first=10 count=2 last=15', out)
+    assert.matches('%[rank 1%] got first=10 count=2 last=15', out)
+  end)
+
+  it('SIGUSR1 stops a Trainer on every rank at the same batch boundary, with a checkpoint', function()
+    local dir = require('spec.support.trainer_helpers').tmpdir()
+    local ready = h.tmpname('.ready')
+    local rc, out, err = signal_launcher('spec/support/host_signal_trainer.lua', h.q(dir) .. ' ' .. h.q(ready), { 'USR1' },
+      ('[ -e %s0 ] && [ -e %s1 ]'):format(h.q(ready), h.q(ready)))
+    os.remove(ready .. '0'); os.remove(ready .. '1')
+    assert.are.equal(138, rc, out .. err)
+    local steps = {}
+    for r = 0, 1 do
+      steps[r] = out:match('%[rank ' .. r .. '%] rank ' .. r .. ' ok=false err=SignalReceived: received signal 10 %(SIGUSR1%) ' ..
+        'on a rank: every rank stopped after global_step (%d+); checkpoint saved to DIR/hpc_ckpt_1.ckpt')
+      assert.truthy(steps[r], out .. err)
+    end
+    assert.are.equal(steps[0], steps[1])
+    assert.is_true(h.read_all(dir .. '/hpc_ckpt_1.ckpt') ~= '')
+    os.execute('rm -rf ' .. h.q(dir))
   end)
 end)
 

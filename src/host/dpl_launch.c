@@ -4,7 +4,8 @@
  * the first rank that fails (exit code or signal) stops the others (SIGTERM,
  * then SIGKILL after a grace period), is reported with the tail of its stderr,
  * and its status becomes the launcher's. Children die with the launcher
- * (PR_SET_PDEATHSIG, SIGTERM) and the launcher forwards SIGINT/SIGTERM to them. */
+ * (PR_SET_PDEATHSIG, SIGTERM) and the launcher forwards SIGINT/SIGTERM/SIGUSR1
+ * to them (each once), still collecting their output and exit status. */
 #define _GNU_SOURCE
 #include "dpl.h"
 #include "dpl_internal.h"
@@ -44,12 +45,20 @@ typedef struct {
   int tail_next, tail_count;
 } child_t;
 
-static volatile sig_atomic_t launcher_signal;
+/* the signals forwarded to the ranks (those the host handles) */
+static const int forwarded_sigs[] = {SIGINT, SIGTERM, SIGUSR1};
+#define N_FORWARDED ((int)(sizeof forwarded_sigs / sizeof forwarded_sigs[0]))
+static volatile sig_atomic_t launcher_signal;          /* the first one: the exit status */
+static volatile sig_atomic_t got_signal[N_FORWARDED];  /* each is forwarded once */
 
 static void on_launcher_signal(int sig)
 {
-  if (launcher_signal) _exit(128 + sig); /* a second signal: leave now (children get PDEATHSIG) */
-  launcher_signal = sig;
+  for (int i = 0; i < N_FORWARDED; i++) {
+    if (forwarded_sigs[i] != sig) continue;
+    if (got_signal[i]) _exit(128 + sig); /* the same signal again: leave now (children get PDEATHSIG) */
+    got_signal[i] = 1;
+  }
+  if (!launcher_signal) launcher_signal = sig;
 }
 
 static double now_s(void)
@@ -180,8 +189,8 @@ int dpl_launch(const dpl_launch_opts *o, char **child_argv)
   memset(&sa, 0, sizeof sa);
   sa.sa_handler = on_launcher_signal;
   sigemptyset(&sa.sa_mask);
-  sigaction(SIGINT, &sa, NULL);
-  sigaction(SIGTERM, &sa, NULL);
+  for (int i = 0; i < N_FORWARDED; i++) sigaddset(&sa.sa_mask, forwarded_sigs[i]);
+  for (int i = 0; i < N_FORWARDED; i++) sigaction(forwarded_sigs[i], &sa, NULL);
   signal(SIGPIPE, SIG_IGN);
   pid_t launcher = getpid();
 
@@ -207,8 +216,7 @@ int dpl_launch(const dpl_launch_opts *o, char **child_argv)
       prctl(PR_SET_PDEATHSIG, SIGTERM); /* cleanups run; the host exits within its grace */
       if (getppid() != launcher) _exit(1);
       setpgid(0, 0); /* a terminal Ctrl-C reaches the launcher, which forwards it once */
-      signal(SIGINT, SIG_DFL);
-      signal(SIGTERM, SIG_DFL);
+      for (int k = 0; k < N_FORWARDED; k++) signal(forwarded_sigs[k], SIG_DFL);
       signal(SIGPIPE, SIG_DFL);
       int devnull = open("/dev/null", O_RDONLY);
       if (devnull >= 0) { dup2(devnull, 0); close(devnull); }
@@ -248,7 +256,7 @@ int dpl_launch(const dpl_launch_opts *o, char **child_argv)
     c->s[1].fd = p_err[0]; c->s[1].out = stderr;
   }
 
-  int first_failed = -1, first_status = 0, alive = n, forwarded = 0;
+  int first_failed = -1, first_status = 0, alive = n, forwarded[N_FORWARDED] = {0};
   double kill_at = 0;
   double drain_until = 0;
   struct pollfd *pfd = calloc((size_t)(2 * n), sizeof *pfd);
@@ -272,10 +280,11 @@ int dpl_launch(const dpl_launch_opts *o, char **child_argv)
         }
       }
     }
-    if (launcher_signal && !forwarded) {
-      signal_all(cs, n, launcher_signal);
-      forwarded = 1;
-      kill_at = now_s() + o->grace_s;
+    for (int k = 0; k < N_FORWARDED; k++) {
+      if (!got_signal[k] || forwarded[k]) continue;
+      signal_all(cs, n, forwarded_sigs[k]);
+      forwarded[k] = 1;
+      if (kill_at == 0) kill_at = now_s() + o->grace_s;
     }
     if (kill_at > 0 && now_s() > kill_at) {
       signal_all(cs, n, SIGKILL);
