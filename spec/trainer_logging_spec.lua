@@ -146,6 +146,62 @@ describe('self:log', function()
     assert.matches('must be a number or a tensor', try(function(s) s:log('a', 'x') end))
     assert.matches('^MisconfigurationException', try(function(s) s:log('a', {}) end))
   end)
+
+  it('logs from on_train_start (module and callback), epoch level, into the first epoch (Lightning 1.9.5)', function()
+    -- Lightning 1.9.5 on the same run: nothing visible in on_train_start or at the first
+    -- on_train_epoch_start; x=1 at epoch 0's end (callback, logged and progress-bar metrics, and
+    -- epoch 0's row of the logger), no x in epoch 1's row; on_step=True raises
+    local dir = th.tmpdir()
+    local seen = {}
+    local CB = dpl.callbacks.Callback:extend('StartLogger')
+    function CB:on_train_start(trainer, pl_module) pl_module:log('from_cb', 2) end
+    local Model = dpl.LightningModule:extend('StartLog')
+    function Model:training_step() return th.loss(1) end
+    function Model:configure_optimizers() return th.Optimizer() end
+    function Model:on_train_start()
+      self:log('x', 1, { prog_bar = true })
+      seen.start = self.trainer.callback_metrics.x
+    end
+    function Model:on_train_epoch_start() seen['start' .. self.current_epoch] = self.trainer.callback_metrics.x end
+    function Model:on_train_epoch_end() seen['end' .. self.current_epoch] = self.trainer.callback_metrics.x end
+    local t = dpl.Trainer{ max_epochs = 2, limit_train_batches = 2, enable_progress_bar = false, enable_model_summary = false,
+      enable_checkpointing = false, callbacks = { CB() }, logger = dpl.loggers.CSVLogger{ save_dir = dir } }
+    t:fit(Model(), th.loader(4))
+    assert.is_nil(seen.start)
+    assert.is_nil(seen.start0)
+    assert.equal(1, seen.end0)
+    assert.equal(1, seen.start1)
+    assert.equal(1, t.callback_metrics.x)
+    assert.equal(2, t.callback_metrics.from_cb)
+    assert.equal(1, t.logged_metrics.x)
+    assert.equal(1, t.progress_bar_metrics.x)
+    local csv = h.read_all(dir .. '/lightning_logs/version_0/metrics.csv')
+    local header = csv:match('^[^\n]+')
+    local rows = {}
+    for line in csv:gmatch('[^\n]+') do rows[#rows + 1] = line end
+    local cols = {}
+    for name in header:gmatch('[^,]+') do cols[#cols + 1] = name end
+    local with_x = {}
+    for r = 2, #rows do
+      local vals = {}
+      for v in (rows[r] .. ','):gmatch('([^,]*),') do vals[#vals + 1] = v end
+      local row = {}
+      for i, name in ipairs(cols) do row[name] = vals[i] end
+      if row.x ~= '' then with_x[#with_x + 1] = row end
+    end
+    assert.equal(1, #with_x)
+    assert.equal(0, tonumber(with_x[1].epoch))
+    assert.equal(1, tonumber(with_x[1].x))
+    assert.equal(2, tonumber(with_x[1].from_cb))
+    -- on_step=true is refused there
+    local Bad = Model:extend('StartLogStep')
+    function Bad:on_train_start() self:log('x', 1, { on_step = true }) end
+    local t2 = dpl.Trainer{ max_epochs = 1, enable_progress_bar = false, enable_model_summary = false, logger = false,
+      enable_checkpointing = false }
+    local ok, e = pcall(t2.fit, t2, Bad(), th.loader(2))
+    assert.is_false(ok)
+    assert.matches("You can't `self:log%(on_step=true%)` inside `on_train_start`, must be one of %(false,%)", tostring(e))
+  end)
 end)
 
 describe('loggers', function()

@@ -472,10 +472,17 @@ function M.run_train(t)
 
   t.training = true
   t._min_not_met_said = false
+  -- self:log in on_train_start (epoch level only) goes into the first epoch's results, as in
+  -- Lightning (its training ResultCollection is live from on_train_start and reset at each
+  -- epoch's end): the values reach callback/logged metrics at that epoch's end
+  rc:set_stage('train')
+  rc:on_epoch_start()
+  rc.batch, rc.batch_size = nil, nil
   t:_call_callback_hooks('on_train_start')
   t:_call_module_hook('on_train_start')
   local st = new_state(t)
   local reload_every, last_reload = t.reload_dataloaders_every_n_epochs, t.current_epoch
+  local first_epoch = true
   while not fit_done(t) do
     local epoch = t.current_epoch
     model.current_epoch = epoch
@@ -491,7 +498,8 @@ function M.run_train(t)
     if ok and type(se) == 'function' then se(loader, epoch) end
     t.accumulate_grad_batches = accumulation_for(t, epoch)
     rc:set_stage('train')
-    rc:on_epoch_start()
+    if not first_epoch then rc:on_epoch_start() end -- the first one started before on_train_start
+    first_epoch = false
     t:_call_callback_hooks('on_train_epoch_start')
     t:_call_module_hook('on_train_epoch_start')
     local outputs = run_train_epoch(t, st, loader, nbatches)

@@ -231,9 +231,9 @@ function M:log(fx, name, value, opts)
        or fx == 'on_fit_start' or fx == 'on_fit_end' or fx:match('^on_sanity_check')
        or fx == 'on_train_end' or fx == 'on_validation_end' or fx == 'on_test_end'
        or fx == 'lr_scheduler_step' or fx == 'on_exception' then
-      misconf("You can't `self:log()` inside `%s`.", fx)
+      misconf("You can't `self:log()` inside `%s`. HINT: You can still log directly to the logger by using `self.logger.experiment`.", fx)
     end
-    misconf('Logging inside `%s` is not implemented.', fx)
+    errors.RuntimeError:raise(('Logging inside `%s` is not implemented.'):format(fx), 0)
   end
   if c == nil then
     misconf('You are trying to `self:log()` but it is not managed by the `Trainer` control flow (%s in %s)', name, fx)
@@ -245,10 +245,10 @@ function M:log(fx, name, value, opts)
   if on_step == nil then on_step = rule[1] end
   if on_epoch == nil then on_epoch = rule[2] end
   if rule[3] ~= nil and on_step ~= rule[3] then
-    misconf("You can't `self:log(on_step=%s)` inside `%s`, must be one of (%s,)", tostring(on_step), fx, tostring(rule[3]))
+    misconf("You can't `self:log(on_step=%s)` inside `%s`, must be one of (%s,).", tostring(on_step), fx, tostring(rule[3]))
   end
   if rule[4] ~= nil and on_epoch ~= rule[4] then
-    misconf("You can't `self:log(on_epoch=%s)` inside `%s`, must be one of (%s,)", tostring(on_epoch), fx, tostring(rule[4]))
+    misconf("You can't `self:log(on_epoch=%s)` inside `%s`, must be one of (%s,).", tostring(on_epoch), fx, tostring(rule[4]))
   end
   if not on_step and not on_epoch then
     misconf('`self:log(%s, on_step=false, on_epoch=false)` is not useful.', name)
