@@ -122,6 +122,33 @@ describe('self:log', function()
     assert.equal(9, t.logged_metrics.val_loss)
   end)
 
+  it('logged_metrics holds the last step values even between log_every_n_steps (Lightning 1.9.5)', function()
+    -- Lightning 1.9.5, 4 steps (< log_every_n_steps=50), with or without a logger:
+    -- logged_metrics == {a_epoch=1.5, a_step=3, d=1}; the logger got only the epoch row
+    for _, with_logger in ipairs({ false, true }) do
+      local dir = th.tmpdir()
+      local Model = dpl.LightningModule:extend('LM')
+      function Model:training_step(batch, i)
+        self:log('a', i, { on_step = true, on_epoch = true })
+        self:log('d', 1)
+        self:log('hidden', 5, { logger = false })
+        return th.loss(1)
+      end
+      function Model:configure_optimizers() return th.Optimizer() end
+      local t = dpl.Trainer{ max_epochs = 1, limit_train_batches = 4, enable_progress_bar = false, enable_model_summary = false,
+        enable_checkpointing = false, logger = with_logger and dpl.loggers.CSVLogger{ save_dir = dir } or false }
+      t:fit(Model(), th.loader(4))
+      assert.same({ a_epoch = 1.5, a_step = 3, d = 1 }, t.logged_metrics)
+      if with_logger then
+        local csv = h.read_all(dir .. '/lightning_logs/version_0/metrics.csv')
+        local _, rows = csv:gsub('\n', '')
+        assert.equal(2, rows) -- the header and the epoch row
+        assert.matches('a_epoch', csv)
+        assert.is_nil(csv:match('a_step'))
+      end
+    end
+  end)
+
   it('checks hooks and arguments as Lightning does', function()
     local function try(fx_body, hook)
       local Model = dpl.LightningModule:extend('Bad')

@@ -182,7 +182,7 @@ function M:flush(extra)
   local q, a = self.lazy, self.acc
   if q[1] == nil and a[1] == nil then return extra and read_back(extra) end
   local t = self.trainer
-  local cbm, pbm = t.callback_metrics, t.progress_bar_metrics
+  local cbm, pbm, lgm = t.callback_metrics, t.progress_bar_metrics, t.logged_metrics
   local ts = {}
   for i = 1, #q do
     local v = q[i].value
@@ -198,6 +198,7 @@ function M:flush(extra)
     e.queued = false
     local v = e.value
     if type(v) ~= 'number' then k = k + 1; v = vals[k]; e.value = v end
+    if e.logger then lgm[e.n_step] = v end
     if e.prog_bar then pbm[e.n_step] = v end
     if e.training then
       cbm[e.n_step] = v
@@ -373,12 +374,14 @@ end
 
 --- Step-level metrics of this batch into the trainer's dicts; returns the
 --- loggers' dict (nil when empty). training: callback_metrics get them too.
+--- logged_metrics gets the logger=true values of every batch, whether or not this
+--- is a step that goes to the loggers (Lightning's LoggerConnector.on_batch_end).
 function M:collect_step(training)
   local c, t = self.current, self.trainer
   if not c then return nil end
   local list, stamp = c.list, self.stamp
   local logd
-  local cbm, pbm = t.callback_metrics, t.progress_bar_metrics
+  local cbm, pbm, lgm = t.callback_metrics, t.progress_bar_metrics, t.logged_metrics
   for i = 1, #list do
     local e = list[i]
     if e.on_step and e.stamp == stamp then
@@ -395,6 +398,7 @@ function M:collect_step(training)
           q[#q + 1] = e
         end
       else
+        if e.logger then lgm[e.n_step] = v end
         if e.prog_bar then pbm[e.n_step] = v end
         if training then
           cbm[e.n_step] = v
