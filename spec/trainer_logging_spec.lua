@@ -172,6 +172,34 @@ describe('self:log', function()
       s:log('a', 1); s:log('a', 1, { prog_bar = true }) end))
     assert.matches('must be a number or a tensor', try(function(s) s:log('a', 'x') end))
     assert.matches('^MisconfigurationException', try(function(s) s:log('a', {}) end))
+    -- a misspelt option is an error naming it and the valid ones (Lightning: TypeError
+    -- "log() got an unexpected keyword argument 'on_stepp'"), also through log_dict
+    local e = try(function(s) s:log('a', 1, { on_stepp = true }) end)
+    assert.matches("^TypeError: self:log%(%) got an unexpected option 'on_stepp'", e)
+    assert.matches('prog_bar, logger, on_step, on_epoch, reduce_fx, enable_graph, sync_dist, sync_dist_group, '
+      .. 'add_dataloader_idx, batch_size, metric_attribute, rank_zero_only', e, 1, true)
+    assert.matches("^TypeError: self:log_dict%(%) got an unexpected option 'metric_attribute'",
+      try(function(s) s:log_dict({ a = 1 }, { metric_attribute = 'm' }) end))
+    assert.matches('^TypeError: self:log%(%): the options must be a table', try(function(s) s:log('a', 1, true) end))
+    -- every valid option is accepted
+    local Model = dpl.LightningModule:extend('AllOpts')
+    function Model:training_step()
+      self:log('a', 1, { prog_bar = true, logger = true, on_step = true, on_epoch = true, reduce_fx = 'mean',
+        enable_graph = false, sync_dist = false, sync_dist_group = nil, add_dataloader_idx = true, batch_size = 2,
+        metric_attribute = 'm', rank_zero_only = false })
+      return th.loss(1)
+    end
+    function Model:configure_optimizers() return th.Optimizer() end
+    local t = dpl.Trainer{ max_epochs = 1, enable_progress_bar = false, enable_model_summary = false, logger = false,
+      enable_checkpointing = false }
+    t:fit(Model(), th.loader(2))
+    assert.equal(1, t.callback_metrics.a_epoch)
+    -- a tensor of more than one element: Lightning's ValueError, naming the metric
+    local T = require 'dpl.tensor'
+    e = try(function(s) s:log('wide', T.tensor({ 1, 2 })) end)
+    assert.matches('^ValueError: `self:log%(wide, tensor%(', e)
+    assert.matches('was called, but the tensor must have a single element. You can try doing `self:log(wide, tensor(', e, 1, true)
+    assert.matches('):mean())`', e, 1, true)
   end)
 
   it('logs from on_train_start (module and callback), epoch level, into the first epoch (Lightning 1.9.5)', function()
@@ -400,5 +428,30 @@ describe('several evaluation dataloaders', function()
     assert.equal(1.5, res[1]['v/dataloader_idx_0'])
     assert.equal(102, res[2]['v/dataloader_idx_1'])
     assert.is_nil(res[1]['v/dataloader_idx_1'])
+  end)
+
+  it('epoch-end values have no dataloader suffix; add_dataloader_idx=false from two dataloaders raises (Lightning 1.9.5)', function()
+    -- Lightning 1.9.5: validate with 2 dataloaders, self.log('e', 5) in on_validation_epoch_end
+    -- gives [{x/dataloader_idx_0, e}, {x/dataloader_idx_1, e}]
+    local Model = dpl.LightningModule:extend('MultiValEnd')
+    function Model:validation_step(batch, i, dl) self:log('x', dl) end
+    function Model:on_validation_epoch_start() self:log('s', 4) end
+    function Model:on_validation_epoch_end() self:log('e', 5) end
+    local t = dpl.Trainer{ enable_progress_bar = false, enable_model_summary = false, logger = false,
+      enable_checkpointing = false }
+    local res = t:validate(Model(), { th.loader(2), th.loader(3) }, { verbose = false })
+    assert.same({ ['x/dataloader_idx_0'] = 0, e = 5, s = 4 }, res[1])
+    assert.same({ ['x/dataloader_idx_1'] = 1, e = 5, s = 4 }, res[2])
+    assert.equal(5, t.callback_metrics.e)
+    assert.is_nil(t.callback_metrics['e/dataloader_idx_1'])
+    -- the same name from both dataloaders without the suffix: one key, two dataloaders
+    local Same = dpl.LightningModule:extend('MultiValSame')
+    function Same:validation_step(batch, i, dl) self:log('x', dl or 0, { add_dataloader_idx = false }) end
+    local ok, e = pcall(t.validate, t, Same(), { th.loader(2), th.loader(3) }, { verbose = false })
+    assert.is_false(ok)
+    assert.matches('^MisconfigurationException: You called `self:log%(x, %.%.%.%)` twice in `validation_step` with different arguments', tostring(e))
+    -- one dataloader: add_dataloader_idx=false changes nothing
+    res = t:validate(Same(), th.loader(2), { verbose = false })
+    assert.same({ x = 0 }, res[1])
   end)
 end)
