@@ -158,6 +158,111 @@ print(sorted(k for k in hd if k != '__metadata__'), json.loads(hd['__metadata__'
   end)
 end)
 
+describe('ckpt_path="best"/"last"/"hpc"/nil (Lightning 1.9.5 _set_ckpt_path)', function()
+  -- expectations from PyTorch Lightning 1.9.5 on the same sequences (py twins: a fresh Trainer's
+  -- "last" searches the ModelCheckpoint directory on disk, newest file whose name holds "last")
+  local loads
+  local function model()
+    return scripted({ 0.5, 0.4, 0.3 }):extend('Loading')
+  end
+  local Loading
+  local function M()
+    if not Loading then
+      Loading = model()
+      function Loading:on_load_checkpoint(ck) loads[#loads + 1] = ('epoch=%d gs=%d'):format(ck.epoch, ck.global_step) end
+    end
+    return Loading()
+  end
+  local function TT(dir, o)
+    local a = { default_root_dir = dir, max_epochs = 1, callbacks = { ModelCheckpoint{ dirpath = dir .. '/ck', monitor = 'val_loss', save_last = true } } }
+    for k, v in pairs(o or {}) do a[k] = v end
+    return T(a)
+  end
+  local function err(f)
+    local ok, e = pcall(f)
+    assert.is_false(ok)
+    return tostring(e)
+  end
+
+  it('"last" on a fresh Trainer: the newest last*.ckpt on disk, or a warning and a fresh start', function()
+    local dir = th.tmpdir()
+    loads = {}
+    -- the first run of a script that always passes "last": nothing there yet
+    local t = TT(dir)
+    t:fit(M(), nil, nil, { ckpt_path = 'last' })
+    assert.same({}, loads)
+    assert.equal(2, t.global_step)
+    assert.equal(dir .. '/ck/last.ckpt', t.checkpoint_callback.last_model_path)
+    -- the second run (a new Trainer, as a new process would have) resumes from it
+    t = TT(dir, { max_epochs = 2 })
+    t:fit(M(), nil, nil, { ckpt_path = 'last' })
+    assert.same({ 'epoch=0 gs=2' }, loads)
+    assert.equal(4, t.global_step)
+    -- the newest file wins, whatever its name: an older copy named zz-last.ckpt is not taken
+    os.execute(('cp %s %s && touch -d 2000-01-01 %s'):format(h.q(dir .. '/ck/last.ckpt'), h.q(dir .. '/ck/zz-last.ckpt'),
+      h.q(dir .. '/ck/zz-last.ckpt')))
+    loads = {}
+    TT(dir):validate(M(), th.loader(2), { ckpt_path = 'last', verbose = false })
+    TT(dir):test(M(), th.loader(2), { ckpt_path = 'last', verbose = false })
+    assert.same({ 'epoch=1 gs=4', 'epoch=1 gs=4' }, loads)
+    -- predict with nothing on disk: a warning, the module as it is
+    loads = {}
+    local out = TT(th.tmpdir()):predict(M(), th.loader(3), { ckpt_path = 'last' })
+    assert.equal(3, #out)
+    assert.same({}, loads)
+  end)
+
+  it('"best", nil and "hpc": Lightning\'s errors and choices', function()
+    local dir = th.tmpdir()
+    loads = {}
+    assert.matches('^ValueError: `%.validate%(ckpt_path="best"%)` is set but `ModelCheckpoint` is not configured to save the best model%.',
+      err(function() TT(dir):validate(M(), th.loader(2), { ckpt_path = 'best', verbose = false }) end))
+    assert.matches('^ValueError: `%.test%(ckpt_path="best"%)` is set but `ModelCheckpoint` is not configured%.$',
+      err(function() T({ enable_checkpointing = false }):test(M(), th.loader(2), { ckpt_path = 'best', verbose = false }) end))
+    -- no model given, one attached: "best" (with a warning), which needs a ModelCheckpoint
+    local t0 = T({ max_epochs = 1, enable_checkpointing = false })
+    t0:fit(M())
+    assert.matches('^ValueError: `%.validate%(ckpt_path="best"%)` is set but `ModelCheckpoint` is not configured%.',
+      err(function() t0:validate(nil, th.loader(2), { verbose = false }) end))
+    local tf = TT(dir, { fast_dev_run = true })
+    tf:fit(M())
+    assert.matches('You cannot execute `%.validate%(ckpt_path="best"%)` with `fast_dev_run=True`',
+      err(function() tf:validate(nil, th.loader(2), { verbose = false }) end))
+    local t = TT(dir, { max_epochs = 3 })
+    t:fit(M())
+    assert.equal(dir .. '/ck/epoch=2-step=6.ckpt', t.checkpoint_callback.best_model_path)
+    loads = {}
+    t:validate(nil, th.loader(2), { verbose = false }) -- the best one
+    t:validate(M(), th.loader(2), { verbose = false }) -- a model given: no checkpoint
+    assert.same({ 'epoch=2 gs=6' }, loads)
+    assert.matches("^ValueError: `%.validate%(%)` found no path for the best weights: ''",
+      err(function() t:validate(M(), th.loader(2), { ckpt_path = '', verbose = false }) end))
+    -- hpc: the largest hpc_ckpt_<n>.ckpt in default_root_dir
+    local hdir = th.tmpdir()
+    assert.matches('^ValueError: `%.validate%(ckpt_path="hpc"%)` is set but no HPC checkpoint was found%.',
+      err(function() TT(hdir):validate(M(), th.loader(2), { ckpt_path = 'hpc', verbose = false }) end))
+    local t1 = TT(th.tmpdir())
+    t1:fit(M())
+    t1:save_checkpoint(hdir .. '/hpc_ckpt_12.ckpt')
+    t:save_checkpoint(hdir .. '/hpc_ckpt_3.ckpt')
+    loads = {}
+    TT(hdir):validate(M(), th.loader(2), { ckpt_path = 'hpc', verbose = false })
+    assert.same({ 'epoch=1 gs=2' }, loads) -- hpc_ckpt_12 (t1's, written after its fit), not hpc_ckpt_3
+    -- under SLURM (srun, not an interactive job) a fit with no ckpt_path resumes from it
+    local C = dpl.C
+    local t2 = TT(hdir, { max_epochs = 2 })
+    loads = {}
+    C.dpl_proc_setenv('SLURM_NTASKS', '1')
+    C.dpl_proc_setenv('SLURM_JOB_NAME', 'train')
+    local ok, e = pcall(t2.fit, t2, M())
+    C.dpl_proc_setenv('SLURM_NTASKS', nil)
+    C.dpl_proc_setenv('SLURM_JOB_NAME', nil)
+    assert(ok, tostring(e))
+    assert.same({ 'epoch=1 gs=2' }, loads)
+    assert.equal(4, t2.global_step)
+  end)
+end)
+
 describe('EarlyStopping', function()
   it('stops after patience checks without improvement', function()
     local es = dpl.callbacks.EarlyStopping{ monitor = 'val_loss', patience = 2 }

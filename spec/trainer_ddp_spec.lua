@@ -99,6 +99,8 @@ describe('Trainer with strategy="ddp" under dplhost --nproc 2', function()
       local M = dpl.LightningModule:extend('M')
       function M:training_step(b, i)
         if mode == 'step' and self.global_rank == 1 and self.global_step == 8 then self.trainer.should_stop = true end
+        -- before min_epochs: the flag stays set on every rank until the minimum is met (Lightning 1.9.5)
+        if mode == 'min' and self.global_rank == 1 and self.global_step == 2 then self.trainer.should_stop = true end
         return th.loss(1)
       end
       function M:validation_step(b, i)
@@ -109,13 +111,14 @@ describe('Trainer with strategy="ddp" under dplhost --nproc 2', function()
         if mode == 'epoch' and self.global_rank == 1 and self.current_epoch == 1 then self.trainer.should_stop = true end
       end
       function M:configure_optimizers() return th.Optimizer() end
-      local t = dpl.Trainer { strategy = 'ddp', max_epochs = 4, logger = false, num_sanity_val_steps = 0,
+      local t = dpl.Trainer { strategy = 'ddp', max_epochs = 4, min_epochs = mode == 'min' and 2 or nil, logger = false, num_sanity_val_steps = 0,
         val_check_interval = 2, enable_checkpointing = false, enable_progress_bar = false, enable_model_summary = false }
       t:fit(M(), th.loader(24), th.loader(4))
       print(('rank %d stopped epoch=%d step=%d'):format(t.global_rank, t.current_epoch, t.global_step))
     ]])
     -- 12 batches per rank and epoch; validation every 2 batches
-    for mode, want in pairs({ step = 'epoch=1 step=9', val = 'epoch=1 step=4', epoch = 'epoch=2 step=24' }) do
+    for mode, want in pairs({ step = 'epoch=1 step=9', val = 'epoch=1 step=4', epoch = 'epoch=2 step=24',
+                              min = 'epoch=2 step=24' }) do
       local out, err, rc = h.dplhost('--nproc 2 ' .. h.q(s) .. ' ' .. mode, { timeout = 60 })
       assert.are.equal(0, rc, mode .. ': ' .. out .. err)
       for r = 0, 1 do assert.matches('%[rank ' .. r .. '%] rank ' .. r .. ' stopped ' .. want .. '\n', out, mode) end

@@ -104,6 +104,38 @@ describe('fit loop', function()
     assert.equal(3, t2.current_epoch)
   end)
 
+  it('should_stop set once before min_epochs/min_steps stays set; validation keeps its points (Lightning 1.9.5)', function()
+    -- expectations from PyTorch Lightning 1.9.5 running the same loop (4 batches an epoch,
+    -- val_check_interval=0.5, should_stop = True once, in epoch 0's first training_step)
+    local function run(extra)
+      local ev = {}
+      local Model = th.recording_model({}, {
+        training_step = function(self, batch, i)
+          if self.current_epoch == 0 and i == 0 then self.trainer.should_stop = true end
+          ev[#ev + 1] = ('T%d.%d'):format(self.current_epoch, i)
+          return { loss = th.loss(1) }
+        end,
+        validation_step = function() ev[#ev + 1] = 'V' end })
+      local a = { max_epochs = 6, limit_train_batches = 4, limit_val_batches = 1, num_sanity_val_steps = 0,
+        val_check_interval = 0.5 }
+      for k, v in pairs(extra) do a[k] = v end
+      local t = T(a)
+      t:fit(Model())
+      return table.concat(ev, ' '), t
+    end
+    local ev, t = run({ min_epochs = 3 })
+    assert.equal('T0.0 T0.1 V T0.2 T0.3 V T1.0 T1.1 V T1.2 T1.3 V T2.0 T2.1 V T2.2 T2.3 V', ev)
+    assert.equal(3, t.current_epoch)
+    assert.equal(12, t.global_step)
+    assert.is_true(t.should_stop)
+    -- min_steps: stops mid-epoch as soon as it is met, validating there
+    ev, t = run({ min_steps = 5 })
+    assert.equal('T0.0 T0.1 V T0.2 T0.3 V T1.0 V', ev)
+    assert.equal(5, t.global_step)
+    assert.equal(2, t.current_epoch)
+    assert.is_true(t.should_stop)
+  end)
+
   it('manual optimisation: the loop does not step; manual_backward runs the hooks', function()
     local calls = {}
     local Model = th.recording_model(calls, {

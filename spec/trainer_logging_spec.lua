@@ -122,6 +122,33 @@ describe('self:log', function()
     assert.equal(9, t.logged_metrics.val_loss)
   end)
 
+  it('logged_metrics holds the last step values even between log_every_n_steps (Lightning 1.9.5)', function()
+    -- Lightning 1.9.5, 4 steps (< log_every_n_steps=50), with or without a logger:
+    -- logged_metrics == {a_epoch=1.5, a_step=3, d=1}; the logger got only the epoch row
+    for _, with_logger in ipairs({ false, true }) do
+      local dir = th.tmpdir()
+      local Model = dpl.LightningModule:extend('LM')
+      function Model:training_step(batch, i)
+        self:log('a', i, { on_step = true, on_epoch = true })
+        self:log('d', 1)
+        self:log('hidden', 5, { logger = false })
+        return th.loss(1)
+      end
+      function Model:configure_optimizers() return th.Optimizer() end
+      local t = dpl.Trainer{ max_epochs = 1, limit_train_batches = 4, enable_progress_bar = false, enable_model_summary = false,
+        enable_checkpointing = false, logger = with_logger and dpl.loggers.CSVLogger{ save_dir = dir } or false }
+      t:fit(Model(), th.loader(4))
+      assert.same({ a_epoch = 1.5, a_step = 3, d = 1 }, t.logged_metrics)
+      if with_logger then
+        local csv = h.read_all(dir .. '/lightning_logs/version_0/metrics.csv')
+        local _, rows = csv:gsub('\n', '')
+        assert.equal(2, rows) -- the header and the epoch row
+        assert.matches('a_epoch', csv)
+        assert.is_nil(csv:match('a_step'))
+      end
+    end
+  end)
+
   it('checks hooks and arguments as Lightning does', function()
     local function try(fx_body, hook)
       local Model = dpl.LightningModule:extend('Bad')
@@ -145,6 +172,90 @@ describe('self:log', function()
       s:log('a', 1); s:log('a', 1, { prog_bar = true }) end))
     assert.matches('must be a number or a tensor', try(function(s) s:log('a', 'x') end))
     assert.matches('^MisconfigurationException', try(function(s) s:log('a', {}) end))
+    -- a misspelt option is an error naming it and the valid ones (Lightning: TypeError
+    -- "log() got an unexpected keyword argument 'on_stepp'"), also through log_dict
+    local e = try(function(s) s:log('a', 1, { on_stepp = true }) end)
+    assert.matches("^TypeError: self:log%(%) got an unexpected option 'on_stepp'", e)
+    assert.matches('prog_bar, logger, on_step, on_epoch, reduce_fx, enable_graph, sync_dist, sync_dist_group, '
+      .. 'add_dataloader_idx, batch_size, metric_attribute, rank_zero_only', e, 1, true)
+    assert.matches("^TypeError: self:log_dict%(%) got an unexpected option 'metric_attribute'",
+      try(function(s) s:log_dict({ a = 1 }, { metric_attribute = 'm' }) end))
+    assert.matches('^TypeError: self:log%(%): the options must be a table', try(function(s) s:log('a', 1, true) end))
+    -- every valid option is accepted
+    local Model = dpl.LightningModule:extend('AllOpts')
+    function Model:training_step()
+      self:log('a', 1, { prog_bar = true, logger = true, on_step = true, on_epoch = true, reduce_fx = 'mean',
+        enable_graph = false, sync_dist = false, sync_dist_group = nil, add_dataloader_idx = true, batch_size = 2,
+        metric_attribute = 'm', rank_zero_only = false })
+      return th.loss(1)
+    end
+    function Model:configure_optimizers() return th.Optimizer() end
+    local t = dpl.Trainer{ max_epochs = 1, enable_progress_bar = false, enable_model_summary = false, logger = false,
+      enable_checkpointing = false }
+    t:fit(Model(), th.loader(2))
+    assert.equal(1, t.callback_metrics.a_epoch)
+    -- a tensor of more than one element: Lightning's ValueError, naming the metric
+    local T = require 'dpl.tensor'
+    e = try(function(s) s:log('wide', T.tensor({ 1, 2 })) end)
+    assert.matches('^ValueError: `self:log%(wide, tensor%(', e)
+    assert.matches('was called, but the tensor must have a single element. You can try doing `self:log(wide, tensor(', e, 1, true)
+    assert.matches('):mean())`', e, 1, true)
+  end)
+
+  it('logs from on_train_start (module and callback), epoch level, into the first epoch (Lightning 1.9.5)', function()
+    -- Lightning 1.9.5 on the same run: nothing visible in on_train_start or at the first
+    -- on_train_epoch_start; x=1 at epoch 0's end (callback, logged and progress-bar metrics, and
+    -- epoch 0's row of the logger), no x in epoch 1's row; on_step=True raises
+    local dir = th.tmpdir()
+    local seen = {}
+    local CB = dpl.callbacks.Callback:extend('StartLogger')
+    function CB:on_train_start(trainer, pl_module) pl_module:log('from_cb', 2) end
+    local Model = dpl.LightningModule:extend('StartLog')
+    function Model:training_step() return th.loss(1) end
+    function Model:configure_optimizers() return th.Optimizer() end
+    function Model:on_train_start()
+      self:log('x', 1, { prog_bar = true })
+      seen.start = self.trainer.callback_metrics.x
+    end
+    function Model:on_train_epoch_start() seen['start' .. self.current_epoch] = self.trainer.callback_metrics.x end
+    function Model:on_train_epoch_end() seen['end' .. self.current_epoch] = self.trainer.callback_metrics.x end
+    local t = dpl.Trainer{ max_epochs = 2, limit_train_batches = 2, enable_progress_bar = false, enable_model_summary = false,
+      enable_checkpointing = false, callbacks = { CB() }, logger = dpl.loggers.CSVLogger{ save_dir = dir } }
+    t:fit(Model(), th.loader(4))
+    assert.is_nil(seen.start)
+    assert.is_nil(seen.start0)
+    assert.equal(1, seen.end0)
+    assert.equal(1, seen.start1)
+    assert.equal(1, t.callback_metrics.x)
+    assert.equal(2, t.callback_metrics.from_cb)
+    assert.equal(1, t.logged_metrics.x)
+    assert.equal(1, t.progress_bar_metrics.x)
+    local csv = h.read_all(dir .. '/lightning_logs/version_0/metrics.csv')
+    local header = csv:match('^[^\n]+')
+    local rows = {}
+    for line in csv:gmatch('[^\n]+') do rows[#rows + 1] = line end
+    local cols = {}
+    for name in header:gmatch('[^,]+') do cols[#cols + 1] = name end
+    local with_x = {}
+    for r = 2, #rows do
+      local vals = {}
+      for v in (rows[r] .. ','):gmatch('([^,]*),') do vals[#vals + 1] = v end
+      local row = {}
+      for i, name in ipairs(cols) do row[name] = vals[i] end
+      if row.x ~= '' then with_x[#with_x + 1] = row end
+    end
+    assert.equal(1, #with_x)
+    assert.equal(0, tonumber(with_x[1].epoch))
+    assert.equal(1, tonumber(with_x[1].x))
+    assert.equal(2, tonumber(with_x[1].from_cb))
+    -- on_step=true is refused there
+    local Bad = Model:extend('StartLogStep')
+    function Bad:on_train_start() self:log('x', 1, { on_step = true }) end
+    local t2 = dpl.Trainer{ max_epochs = 1, enable_progress_bar = false, enable_model_summary = false, logger = false,
+      enable_checkpointing = false }
+    local ok, e = pcall(t2.fit, t2, Bad(), th.loader(2))
+    assert.is_false(ok)
+    assert.matches("You can't `self:log%(on_step=true%)` inside `on_train_start`, must be one of %(false,%)", tostring(e))
   end)
 end)
 
@@ -317,5 +428,30 @@ describe('several evaluation dataloaders', function()
     assert.equal(1.5, res[1]['v/dataloader_idx_0'])
     assert.equal(102, res[2]['v/dataloader_idx_1'])
     assert.is_nil(res[1]['v/dataloader_idx_1'])
+  end)
+
+  it('epoch-end values have no dataloader suffix; add_dataloader_idx=false from two dataloaders raises (Lightning 1.9.5)', function()
+    -- Lightning 1.9.5: validate with 2 dataloaders, self.log('e', 5) in on_validation_epoch_end
+    -- gives [{x/dataloader_idx_0, e}, {x/dataloader_idx_1, e}]
+    local Model = dpl.LightningModule:extend('MultiValEnd')
+    function Model:validation_step(batch, i, dl) self:log('x', dl) end
+    function Model:on_validation_epoch_start() self:log('s', 4) end
+    function Model:on_validation_epoch_end() self:log('e', 5) end
+    local t = dpl.Trainer{ enable_progress_bar = false, enable_model_summary = false, logger = false,
+      enable_checkpointing = false }
+    local res = t:validate(Model(), { th.loader(2), th.loader(3) }, { verbose = false })
+    assert.same({ ['x/dataloader_idx_0'] = 0, e = 5, s = 4 }, res[1])
+    assert.same({ ['x/dataloader_idx_1'] = 1, e = 5, s = 4 }, res[2])
+    assert.equal(5, t.callback_metrics.e)
+    assert.is_nil(t.callback_metrics['e/dataloader_idx_1'])
+    -- the same name from both dataloaders without the suffix: one key, two dataloaders
+    local Same = dpl.LightningModule:extend('MultiValSame')
+    function Same:validation_step(batch, i, dl) self:log('x', dl or 0, { add_dataloader_idx = false }) end
+    local ok, e = pcall(t.validate, t, Same(), { th.loader(2), th.loader(3) }, { verbose = false })
+    assert.is_false(ok)
+    assert.matches('^MisconfigurationException: You called `self:log%(x, %.%.%.%)` twice in `validation_step` with different arguments', tostring(e))
+    -- one dataloader: add_dataloader_idx=false changes nothing
+    res = t:validate(Same(), th.loader(2), { verbose = false })
+    assert.same({ x = 0 }, res[1])
   end)
 end)

@@ -304,9 +304,40 @@ end
 local log_defaults = { prog_bar = false, logger = true, reduce_fx = 'mean', sync_dist = false,
   add_dataloader_idx = true, rank_zero_only = false }
 
+-- the options of self:log and self:log_dict: Lightning's keyword arguments (log_dict has no
+-- metric_attribute); a key not among them is a TypeError there, as here
+local log_order = { 'prog_bar', 'logger', 'on_step', 'on_epoch', 'reduce_fx', 'enable_graph', 'sync_dist',
+  'sync_dist_group', 'add_dataloader_idx', 'batch_size', 'metric_attribute', 'rank_zero_only' }
+local log_keys, log_dict_keys = {}, {}
+for _, k in ipairs(log_order) do log_keys[k] = true; log_dict_keys[k] = k ~= 'metric_attribute' or nil end
+local function list_keys(keys)
+  local out = {}
+  for _, k in ipairs(log_order) do if keys[k] then out[#out + 1] = k end end
+  return table.concat(out, ', ')
+end
+
+-- a cold path: the error for an option that is not one
+local function bad_option(fn, opts, keys)
+  if type(opts) ~= 'table' then
+    errors.TypeError:raise(('%s: the options must be a table ({on_step=true, ...}), got %s'):format(fn, type(opts)), 3)
+  end
+  for k in pairs(opts) do
+    if not keys[k] then
+      errors.TypeError:raise(("%s got an unexpected option '%s' (the options are: %s)"):format(fn, tostring(k), list_keys(keys)), 3)
+    end
+  end
+end
+
 --- self:log(name, value, {on_step=, on_epoch=, prog_bar=false, logger=true,
---- reduce_fx='mean', sync_dist=false, batch_size=, add_dataloader_idx=true}).
+--- reduce_fx='mean', sync_dist=false, sync_dist_group=, batch_size=, add_dataloader_idx=true,
+--- rank_zero_only=false, enable_graph=false, metric_attribute=}).
 function LightningModule:log(name, value, opts)
+  if opts ~= nil then -- (every step: a look at each key of the small table, nothing allocated)
+    if type(opts) ~= 'table' then bad_option('self:log()', opts, log_keys) end
+    for k in next, opts do
+      if not log_keys[k] then bad_option('self:log()', opts, log_keys) end
+    end
+  end
   local trainer = self.trainer
   if trainer == nil then
     -- Lightning warns once and does nothing when no trainer is attached
@@ -328,6 +359,12 @@ end
 function LightningModule:log_dict(dict, opts)
   if type(dict) ~= 'table' then
     Misconfiguration:raise(('self:log_dict expects a table, got %s'):format(type(dict)), 2)
+  end
+  if opts ~= nil then
+    if type(opts) ~= 'table' then bad_option('self:log_dict()', opts, log_dict_keys) end
+    for k in next, opts do
+      if not log_dict_keys[k] then bad_option('self:log_dict()', opts, log_dict_keys) end
+    end
   end
   local keys = {}
   for k in pairs(dict) do keys[#keys + 1] = k end

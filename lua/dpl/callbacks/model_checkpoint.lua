@@ -115,6 +115,19 @@ function ModelCheckpoint:_resolve_ckpt_dir(trainer)
   return trainer.default_root_dir .. '/checkpoints'
 end
 
+--- The files in this callback's checkpoint directory (dirpath, or the one Lightning's rule
+--- gives for this trainer, deciding the logger's version as Lightning's does) whose names
+--- contain CHECKPOINT_NAME_LAST: Lightning 1.9.5's _find_last_checkpoints, which
+--- fit/validate/test/predict(ckpt_path="last") search.
+function ModelCheckpoint:_find_last_checkpoints(trainer)
+  local dir = self:_resolve_ckpt_dir(trainer)
+  local out = {}
+  for _, name in ipairs(require('dpl.loggers.base').listdir(dir)) do
+    if name:find(self.CHECKPOINT_NAME_LAST, 1, true) then out[#out + 1] = dir .. '/' .. name end
+  end
+  return out
+end
+
 --- Formats a filename template with metrics (Lightning's _format_checkpoint_name).
 function ModelCheckpoint._format_checkpoint_name(filename, metrics, prefix, auto_insert_metric_name)
   filename = filename or '{epoch}-{step}'

@@ -359,6 +359,14 @@ local function u64le(n)
 end
 
 --- Writes the checkpoint table to path (safetensors), atomically.
+--- The modification time of a file in nanoseconds, nil when it does not exist.
+function M.mtime(path)
+  local C = require('dpl.capi').C
+  local size, mt = ffi.new('int64_t[1]'), ffi.new('int64_t[1]')
+  if C.dpl_idx_stat(path, size, mt) ~= 0 then return nil end
+  return tonumber(mt[0])
+end
+
 function M.save(ckpt, path)
   local tensors = {}
   local meta_tree = split(ckpt, '', tensors)

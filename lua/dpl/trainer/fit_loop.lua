@@ -115,10 +115,25 @@ local function update_lr_schedulers(t, interval, plateau, stepped)
 end
 M.update_lr_schedulers = update_lr_schedulers
 
+-- Lightning's FitLoop._can_stop_early: the processed epochs (current_epoch while an epoch
+-- runs, and once it is counted) and optimizer steps reach min_epochs / min_steps
 local function can_stop_early(t)
   local met_epochs = t.current_epoch >= (t.min_epochs or 0)
   local met_steps = t.min_steps == nil or t.global_step >= t.min_steps
   return met_epochs and met_steps
+end
+
+-- should_stop is set, may the loop stop now? Not before the minimums: the flag stays set
+-- (Lightning 1.9.5 keeps it; the fit stops as soon as they are met) and the message is
+-- printed once per fit (Lightning's WarningCache)
+local function may_stop(t)
+  if can_stop_early(t) then return true end
+  if not t._min_not_met_said then
+    t._min_not_met_said = true
+    log.info('Trainer was signaled to stop but the required `min_epochs=%s` or `min_steps=%s` has not been met. Training will continue...',
+             tostring(t.min_epochs), t.min_steps == nil and 'None' or tostring(t.min_steps))
+  end
+  return false
 end
 
 local function fit_done(t)
@@ -133,12 +148,7 @@ local function fit_done(t)
   -- should_stop set on one rank at an epoch's end (on_train_epoch_end, ...): every rank
   -- agrees before deciding (one 8-byte all-reduce per epoch)
   if t.world_size > 1 then t.should_stop = reduce_numbers(t.should_stop and 1 or 0, nil, 'max') > 0 end
-  if t.should_stop then
-    if can_stop_early(t) then return true end
-    log.info('Trainer was signaled to stop but the required `min_epochs=%s` or `min_steps=%s` has not been met. Training will continue...',
-             tostring(t.min_epochs), tostring(t.min_steps))
-    t.should_stop = false
-  end
+  if t.should_stop and may_stop(t) then return true end
   return false
 end
 
@@ -148,8 +158,11 @@ local function should_check_val(t, batch_idx, is_last)
   local every = t.check_val_every_n_epoch
   if every ~= nil and (t.current_epoch + 1) % every ~= 0 then return false end
   local vcb = t.val_check_batch
-  if vcb == huge then return is_last end
-  if t.should_stop then return true end
+  if vcb == huge and is_last then return true end
+  -- a stop request runs validation now only once the loop may stop (Lightning 1.9.5,
+  -- PR #16719): before min_epochs/min_steps validation keeps its usual points
+  if t.should_stop and can_stop_early(t) then return true end
+  if vcb == huge then return false end
   local cur = every == nil and t._total_batch_idx or batch_idx
   return (cur + 1) % vcb == 0
 end
@@ -385,7 +398,7 @@ local function run_train_epoch(t, st, loader, nbatches)
     -- SIGTERM/SIGUSR1/SIGINT (also on another rank): every rank stops after this same batch
     if sig ~= 0 then on_signal(t, sig) end
     if t.max_steps ~= -1 and t.global_step >= t.max_steps then break end
-    if t.should_stop and can_stop_early(t) then break end
+    if t.should_stop and may_stop(t) then break end
   end
   return outputs
 end
@@ -458,10 +471,18 @@ function M.run_train(t)
   end
 
   t.training = true
+  t._min_not_met_said = false
+  -- self:log in on_train_start (epoch level only) goes into the first epoch's results, as in
+  -- Lightning (its training ResultCollection is live from on_train_start and reset at each
+  -- epoch's end): the values reach callback/logged metrics at that epoch's end
+  rc:set_stage('train')
+  rc:on_epoch_start()
+  rc.batch, rc.batch_size = nil, nil
   t:_call_callback_hooks('on_train_start')
   t:_call_module_hook('on_train_start')
   local st = new_state(t)
   local reload_every, last_reload = t.reload_dataloaders_every_n_epochs, t.current_epoch
+  local first_epoch = true
   while not fit_done(t) do
     local epoch = t.current_epoch
     model.current_epoch = epoch
@@ -477,7 +498,8 @@ function M.run_train(t)
     if ok and type(se) == 'function' then se(loader, epoch) end
     t.accumulate_grad_batches = accumulation_for(t, epoch)
     rc:set_stage('train')
-    rc:on_epoch_start()
+    if not first_epoch then rc:on_epoch_start() end -- the first one started before on_train_start
+    first_epoch = false
     t:_call_callback_hooks('on_train_epoch_start')
     t:_call_module_hook('on_train_epoch_start')
     local outputs = run_train_epoch(t, st, loader, nbatches)

@@ -401,7 +401,7 @@ function Trainer:fit(model, train_dataloaders, val_dataloaders, opts)
   self.state.fn, self.state.stage = 'fit', 'train'
   self.training = true
   self._loaders = { train = train_dataloaders, val = val_dataloaders }
-  return self:_run(model, opts.ckpt_path)
+  return self:_run(model, self:_set_ckpt_path('fit', opts.ckpt_path, true, self.lightning_module ~= nil))
 end
 
 --- trainer:validate(model, dataloaders, {ckpt_path=, verbose=true}) -> {metrics per dataloader}
@@ -417,27 +417,23 @@ end
 --- trainer:predict(model, dataloaders, {ckpt_path=}) -> predictions (a list per dataloader when several)
 function Trainer:predict(model, dataloaders, opts)
   opts = opts_of(opts)
+  local provided = model ~= nil
   model = self:_model_or_attached(model, 'predict')
   self.state.fn, self.state.stage = 'predict', 'predict'
   self.predicting = true
   self._loaders = { predict = dataloaders }
-  return self:_run(model, self:_resolve_ckpt(opts.ckpt_path, 'predict'))
+  return self:_run(model, self:_set_ckpt_path('predict', opts.ckpt_path, provided, self.lightning_module ~= nil))
 end
 
 function Trainer:_run_eval_entry(fn, stage, model, dataloaders, opts)
   opts = opts_of(opts)
-  if model == nil and opts.ckpt_path == nil and self.checkpoint_callback
-     and (self.checkpoint_callback.best_model_path or '') ~= '' then
-    log.info('`trainer.%s(ckpt_path=nil)` was called without a model. The best model of the previous `fit` call will be used: %s',
-             fn, self.checkpoint_callback.best_model_path)
-    opts.ckpt_path = 'best'
-  end
+  local provided = model ~= nil
   model = self:_model_or_attached(model, fn)
   self.state.fn, self.state.stage = fn, stage == 'val' and 'validate' or 'test'
   if stage == 'val' then self.validating = true else self.testing = true end
   self._loaders = { [stage] = dataloaders }
   self._verbose = opts.verbose ~= false
-  return self:_run(model, self:_resolve_ckpt(opts.ckpt_path, fn))
+  return self:_run(model, self:_set_ckpt_path(fn, opts.ckpt_path, provided, self.lightning_module ~= nil))
 end
 
 function Trainer:_model_or_attached(model, fn)
@@ -451,19 +447,103 @@ function Trainer:_model_or_attached(model, fn)
   return model
 end
 
-function Trainer:_resolve_ckpt(path, fn)
-  if path == 'best' or path == 'last' then
+-- Lightning 1.9.5's SLURMEnvironment.detect(): srun started this process (not an
+-- interactive job: SLURM_JOB_NAME bash or interactive)
+local function slurm_detected()
+  local name = os.getenv('SLURM_JOB_NAME')
+  return os.getenv('SLURM_NTASKS') ~= nil and name ~= 'bash' and name ~= 'interactive'
+end
+
+--- default_root_dir/hpc_ckpt_<n>.ckpt with the largest n among the names holding "hpc_ckpt_"
+--- (the digits after it), nil when there is none: Lightning's _hpc_resume_path.
+function Trainer:_hpc_resume_path()
+  local dir = self.default_root_dir
+  local best
+  for _, name in ipairs(require('dpl.loggers.base').listdir(dir)) do
+    local s, e = name:find('hpc_ckpt_', 1, true)
+    if s then
+      -- (the part after the last "hpc_ckpt_", its digits only)
+      local rest = name:sub(e + 1)
+      while true do
+        local s2, e2 = rest:find('hpc_ckpt_', 1, true)
+        if not s2 then break end
+        rest = rest:sub(e2 + 1)
+      end
+      local n = tonumber((rest:gsub('%D', '')))
+      if n and (best == nil or n > best) then best = n end
+    end
+  end
+  if best == nil then return nil end
+  return ('%s/hpc_ckpt_%d.ckpt'):format(dir, best)
+end
+
+--- The checkpoint an entry point loads, by Lightning 1.9.5's
+--- CheckpointConnector._set_ckpt_path: nil with a model given (on SLURM: the newest
+--- hpc_ckpt_<n>.ckpt in default_root_dir when there is one), "best" when no model is given and
+--- one is attached (warning), "best" the first ModelCheckpoint's best_model_path, "last" the
+--- newest file whose name holds "last" in a ModelCheckpoint's directory on disk (none: a
+--- warning and nothing loaded), "hpc" the newest hpc checkpoint, else the path given.
+function Trainer:_set_ckpt_path(fn, ckpt_path, model_provided, model_connected)
+  if ckpt_path == nil and slurm_detected() and self:_hpc_resume_path() ~= nil then ckpt_path = 'hpc' end
+  if model_provided and ckpt_path == nil then return nil end
+  if model_connected and ckpt_path == nil then
+    ckpt_path = 'best'
+    if self.is_global_zero then log.warn("`.%s(ckpt_path=None)` was called without a model. The best model of the previous `fit` call will be used."
+      .. " You can pass `.%s(ckpt_path='best')` to use the best model or `.%s(ckpt_path='last')` to use the last model."
+      .. ' If you pass a value, this warning will be silenced.', fn, fn, fn) end
+  end
+  if ckpt_path == 'best' then
+    if #(self.checkpoint_callbacks or {}) > 1 and self.is_global_zero then
+      log.warn('`.%s(ckpt_path="best")` is called with Trainer configured with multiple `ModelCheckpoint` callbacks.'
+        .. ' It will use the best checkpoint path from first checkpoint callback.', fn)
+    end
     local cb = self.checkpoint_callback
     if not cb then
-      misconf('`.%s(ckpt_path="%s")` is set but `ModelCheckpoint` is not configured.', fn, path)
+      errors.ValueError:raise(('`.%s(ckpt_path="best")` is set but `ModelCheckpoint` is not configured.'):format(fn), 0)
     end
-    local p = path == 'best' and cb.best_model_path or cb.last_model_path
-    if p == nil or p == '' then
-      misconf('`.%s(ckpt_path="%s")` is set but `ModelCheckpoint` has not saved a %s checkpoint yet.', fn, path, path)
+    if (cb.best_model_path or '') == '' then
+      if self.fast_dev_run then
+        errors.ValueError:raise(('You cannot execute `.%s(ckpt_path="best")` with `fast_dev_run=True`.'
+          .. ' Please pass an exact checkpoint path to `.%s(ckpt_path=...)`'):format(fn, fn), 0)
+      end
+      errors.ValueError:raise(('`.%s(ckpt_path="best")` is set but `ModelCheckpoint` is not configured to save the best model.')
+        :format(fn), 0)
     end
-    return p
+    ckpt_path = cb.best_model_path
+  elseif ckpt_path == 'last' then
+    local ckpt = require 'dpl.trainer.checkpoint'
+    local newest, newest_t
+    for _, cb in ipairs(self.checkpoint_callbacks or {}) do
+      for _, p in ipairs(cb:_find_last_checkpoints(self)) do
+        local mt = ckpt.mtime(p)
+        if mt and (newest_t == nil or mt > newest_t or (mt == newest_t and p > newest)) then newest, newest_t = p, mt end
+      end
+    end
+    if newest == nil then
+      -- not an error, so that it can be set once for the first run too (Lightning)
+      if self.is_global_zero then
+        log.warn('.%s(ckpt_path="last") is set, but there is no fault tolerant or last checkpoint available.'
+          .. ' No checkpoint will be loaded.', fn)
+      end
+      return nil
+    end
+    ckpt_path = newest
+  elseif ckpt_path == 'hpc' then
+    local p = self:_hpc_resume_path()
+    if not p then
+      errors.ValueError:raise(('`.%s(ckpt_path="hpc")` is set but no HPC checkpoint was found.'
+        .. ' Please pass an exact checkpoint path to `.%s(ckpt_path=...)`'):format(fn, fn), 0)
+    end
+    ckpt_path = p
   end
-  return path
+  if ckpt_path == nil or ckpt_path == '' then
+    errors.ValueError:raise(("`.%s()` found no path for the best weights: %s. Please specify a path for a checkpoint"
+      .. ' `.%s(ckpt_path=PATH)`'):format(fn, ckpt_path == nil and 'None' or "''", fn), 0)
+  end
+  if type(ckpt_path) ~= 'string' then
+    misconf('`.%s(ckpt_path=...)` expects a path (a string) or "best", "last", "hpc"; got %s', fn, type(ckpt_path))
+  end
+  return ckpt_path
 end
 
 function Trainer:_run(model, ckpt_path)

@@ -355,6 +355,7 @@ function M.run_evaluation(t, stage, sanity)
   rc:set_stage(stage)
   rc:reset_collection(stage)
   rc.num_dataloaders = #loaders
+  rc:clear_dataloader_idx()
   local model = t.lightning_module
   local strategy = t.strategy
   local ndl = #loaders
@@ -403,6 +404,7 @@ function M.run_evaluation(t, stage, sanity)
     end
     outputs[d] = outs
   end
+  rc:clear_dataloader_idx()
   rc:collect_epoch() -- epoch aggregates visible to the epoch-end hooks
   if keep then
     t:_call_module_hook(H.epoch_end_model, ndl == 1 and outputs[1] or outputs)

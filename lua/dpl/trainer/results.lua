@@ -34,10 +34,20 @@ local reducers = { mean = 'mean', avg = 'mean', sum = 'sum', max = 'max', min = 
 reducers[math.max] = 'max'
 reducers[math.min] = 'min'
 
+local T_is_tensor
+
 local function to_number(v)
   local tv = type(v)
   if tv == 'number' then return v end
   if tv == 'boolean' then return v and 1 or 0 end
+  if tv == 'cdata' then
+    T_is_tensor = T_is_tensor or require('dpl.tensor').is_tensor
+    if T_is_tensor(v) then -- (no closure: this runs for every tensor self:log gets on the CPU)
+      local x = v:item()
+      if type(x) == 'boolean' then return x and 1 or 0 end
+      return x
+    end
+  end
   if (tv == 'cdata' or tv == 'table' or tv == 'userdata') then
     local ok, item = pcall(function() return v.item end)
     if ok and type(item) == 'function' then return item(v) end
@@ -91,9 +101,13 @@ M.reduce_numbers = reduce_numbers
 function M.new(trainer)
   return setmetatable({
     trainer = trainer,
-    collections = { train = { list = {}, map = {} }, val = { list = {}, map = {} },
-      test = { list = {}, map = {} } },
-    current = nil, stamp = 0, batch = nil, batch_size = nil, dataloader_idx = 0, num_dataloaders = 1,
+    -- a collection: its entries in order (list), and by fx then name (map) or, for names
+    -- suffixed with a dataloader index, by fx, index, name (map_dl)
+    collections = { train = { list = {}, map = {}, map_dl = {} }, val = { list = {}, map = {}, map_dl = {} },
+      test = { list = {}, map = {}, map_dl = {} } },
+    -- dataloader_idx: the evaluation dataloader of the batch in flight (nil outside batches,
+    -- e.g. in the epoch-end hooks: no suffix there, as Lightning's dataloader_idx=None)
+    current = nil, stamp = 0, batch = nil, batch_size = nil, dataloader_idx = nil, num_dataloaders = 1,
     scratch_log = {}, scratch_pbar = {},
     lazy = {},  -- entries whose step value (a device tensor) awaits the dicts (M:flush)
     acc = {},   -- epoch aggregation of device values, in order: entry, tensor, batch size, ...
@@ -105,7 +119,7 @@ function M:set_stage(stage) self.current = stage and self.collections[stage] or 
 
 function M:reset_collection(stage)
   local c = self.collections[stage]
-  c.list, c.map = {}, {}
+  c.list, c.map, c.map_dl = {}, {}, {}
 end
 
 --- Clears the trainer's metric dicts (run start, around sanity checking).
@@ -122,6 +136,10 @@ function M:on_batch_start(batch, dataloader_idx)
   self.batch_size = nil
   self.dataloader_idx = dataloader_idx or 0
 end
+
+--- Outside an evaluation's batches (its start and epoch-end hooks) values belong to no
+--- dataloader.
+function M:clear_dataloader_idx() self.dataloader_idx = nil end
 
 --- Starts a new epoch of the current collection: epoch aggregates restart.
 function M:on_epoch_start()
@@ -146,7 +164,6 @@ local function accumulate(e, v, bs)
 end
 
 -- true for a dpl tensor of one element in device memory (not host-backed)
-local T_is_tensor
 local function value_on_device(v)
   T_is_tensor = T_is_tensor or require('dpl.tensor').is_tensor
   return T_is_tensor(v) and v._devtype ~= 0 and tonumber(v._numel) == 1
@@ -182,7 +199,7 @@ function M:flush(extra)
   local q, a = self.lazy, self.acc
   if q[1] == nil and a[1] == nil then return extra and read_back(extra) end
   local t = self.trainer
-  local cbm, pbm = t.callback_metrics, t.progress_bar_metrics
+  local cbm, pbm, lgm = t.callback_metrics, t.progress_bar_metrics, t.logged_metrics
   local ts = {}
   for i = 1, #q do
     local v = q[i].value
@@ -198,6 +215,7 @@ function M:flush(extra)
     e.queued = false
     local v = e.value
     if type(v) ~= 'number' then k = k + 1; v = vals[k]; e.value = v end
+    if e.logger then lgm[e.n_step] = v end
     if e.prog_bar then pbm[e.n_step] = v end
     if e.training then
       cbm[e.n_step] = v
@@ -231,9 +249,9 @@ function M:log(fx, name, value, opts)
        or fx == 'on_fit_start' or fx == 'on_fit_end' or fx:match('^on_sanity_check')
        or fx == 'on_train_end' or fx == 'on_validation_end' or fx == 'on_test_end'
        or fx == 'lr_scheduler_step' or fx == 'on_exception' then
-      misconf("You can't `self:log()` inside `%s`.", fx)
+      misconf("You can't `self:log()` inside `%s`. HINT: You can still log directly to the logger by using `self.logger.experiment`.", fx)
     end
-    misconf('Logging inside `%s` is not implemented.', fx)
+    errors.RuntimeError:raise(('Logging inside `%s` is not implemented.'):format(fx), 0)
   end
   if c == nil then
     misconf('You are trying to `self:log()` but it is not managed by the `Trainer` control flow (%s in %s)', name, fx)
@@ -245,10 +263,10 @@ function M:log(fx, name, value, opts)
   if on_step == nil then on_step = rule[1] end
   if on_epoch == nil then on_epoch = rule[2] end
   if rule[3] ~= nil and on_step ~= rule[3] then
-    misconf("You can't `self:log(on_step=%s)` inside `%s`, must be one of (%s,)", tostring(on_step), fx, tostring(rule[3]))
+    misconf("You can't `self:log(on_step=%s)` inside `%s`, must be one of (%s,).", tostring(on_step), fx, tostring(rule[3]))
   end
   if rule[4] ~= nil and on_epoch ~= rule[4] then
-    misconf("You can't `self:log(on_epoch=%s)` inside `%s`, must be one of (%s,)", tostring(on_epoch), fx, tostring(rule[4]))
+    misconf("You can't `self:log(on_epoch=%s)` inside `%s`, must be one of (%s,).", tostring(on_epoch), fx, tostring(rule[4]))
   end
   if not on_step and not on_epoch then
     misconf('`self:log(%s, on_step=false, on_epoch=false)` is not useful.', name)
@@ -273,6 +291,14 @@ function M:log(fx, name, value, opts)
   local step_sync = sync and on_step and self.trainer.world_size > 1
   local dev, dev_step, v_step = nil, nil, nil -- device copies (this rank's, the step value), the step number
   local v
+  if type(value) == 'cdata' then
+    T_is_tensor = T_is_tensor or require('dpl.tensor').is_tensor
+    if T_is_tensor(value) and value._numel ~= 1 then
+      local shown = tostring(value)
+      errors.ValueError:raise(('`self:log(%s, %s)` was called, but the tensor must have a single element.'
+        .. ' You can try doing `self:log(%s, %s:mean())`'):format(name, shown, name, shown), 0)
+    end
+  end
   if type(value) == 'cdata' and value_on_device(value) then
     local x = value:detach()
     if step_sync then
@@ -295,14 +321,22 @@ function M:log(fx, name, value, opts)
   end
   local prog_bar = opts.prog_bar == true
   local logger = opts.logger ~= false
-  local dl = self.num_dataloaders > 1 and opts.add_dataloader_idx ~= false and self.dataloader_idx or nil
-  -- entries by fx, then name (then dataloader): no key strings built per call
-  local byfx = c.map[fx]
-  if byfx == nil then byfx = {}; c.map[fx] = byfx end
-  local e = byfx[name]
-  if dl and e then
-    e = e.per_dl and e.per_dl[dl]
+  -- Lightning's meta.dataloader_idx (nil with one dataloader, or outside a batch) and the
+  -- index the name is suffixed with (not with add_dataloader_idx=false)
+  local dl_idx = self.num_dataloaders > 1 and self.dataloader_idx or nil
+  local dl = opts.add_dataloader_idx ~= false and dl_idx or nil
+  -- entries by fx (then dataloader), then name: no key strings built per call
+  local byfx
+  if dl then
+    local m = c.map_dl[fx]
+    if m == nil then m = {}; c.map_dl[fx] = m end
+    byfx = m[dl]
+    if byfx == nil then byfx = {}; m[dl] = byfx end
+  else
+    byfx = c.map[fx]
+    if byfx == nil then byfx = {}; c.map[fx] = byfx end
   end
+  local e = byfx[name]
   if e == nil then
     local suffix = dl and ('/dataloader_idx_' .. dl) or ''
     local forked = on_step and on_epoch
@@ -310,18 +344,14 @@ function M:log(fx, name, value, opts)
       logger = logger, reduce = reduce, sync = sync,
       n_step = forked and (name .. '_step' .. suffix) or (name .. suffix),
       n_epoch = forked and (name .. '_epoch' .. suffix) or (name .. suffix),
-      forked = forked, value = 0, stamp = -1, sum = 0, weight = 0, agg = nil, has_epoch = false }
-    if dl then
-      local first = byfx[name]
-      if first == nil then first = { per_dl = {} }; byfx[name] = first end
-      first.per_dl = first.per_dl or {}
-      first.per_dl[dl] = e
-    else
-      byfx[name] = e
-    end
+      forked = forked, value = 0, stamp = -1, sum = 0, weight = 0, agg = nil, has_epoch = false,
+      dl_idx = dl_idx }
+    byfx[name] = e
     c.list[#c.list + 1] = e
   elseif e.on_step ~= on_step or e.on_epoch ~= on_epoch or e.prog_bar ~= prog_bar or e.logger ~= logger
-         or e.reduce ~= reduce or e.sync ~= sync then
+         or e.reduce ~= reduce or e.sync ~= sync or e.dl_idx ~= dl_idx then
+    -- (dl_idx: the same name with add_dataloader_idx=false from two dataloaders, one key in
+    -- Lightning whose metadata differ in dataloader_idx)
     misconf('You called `self:log(%s, ...)` twice in `%s` with different arguments. This is not allowed', name, fx)
   end
   if step_sync and dev_step == nil and v_step == nil then
@@ -373,12 +403,14 @@ end
 
 --- Step-level metrics of this batch into the trainer's dicts; returns the
 --- loggers' dict (nil when empty). training: callback_metrics get them too.
+--- logged_metrics gets the logger=true values of every batch, whether or not this
+--- is a step that goes to the loggers (Lightning's LoggerConnector.on_batch_end).
 function M:collect_step(training)
   local c, t = self.current, self.trainer
   if not c then return nil end
   local list, stamp = c.list, self.stamp
   local logd
-  local cbm, pbm = t.callback_metrics, t.progress_bar_metrics
+  local cbm, pbm, lgm = t.callback_metrics, t.progress_bar_metrics, t.logged_metrics
   for i = 1, #list do
     local e = list[i]
     if e.on_step and e.stamp == stamp then
@@ -395,6 +427,7 @@ function M:collect_step(training)
           q[#q + 1] = e
         end
       else
+        if e.logger then lgm[e.n_step] = v end
         if e.prog_bar then pbm[e.n_step] = v end
         if training then
           cbm[e.n_step] = v
