@@ -120,11 +120,13 @@ local function forwarded_signal()
   return SIGTERM
 end
 
+local function kill_all(pids, sig) for _, p in pairs(pids) do C.dpl_proc_kill(p, sig) end end
+
 -- Sends sig to the workers still running and reaps them, SIGKILL after `grace` seconds.
 -- dpl_proc_wait returns DPL_EINTR at once while the host's signal flag is set: the
 -- loop then sleeps on its own.
 local function stop_workers(pids, sig, grace, pid_out, code_out)
-  for _, p in pairs(pids) do C.dpl_proc_kill(p, sig) end
+  kill_all(pids, sig)
   local kill_at = C.dpl_clock() + grace
   while next(pids) ~= nil do
     local st = C.dpl_proc_wait(-1, 0.1, pid_out, code_out)
@@ -136,7 +138,7 @@ local function stop_workers(pids, sig, grace, pid_out, code_out)
       return -- no children left to wait for
     end
     if kill_at and C.dpl_clock() > kill_at then
-      for _, p in pairs(pids) do C.dpl_proc_kill(p, SIGKILL) end
+      kill_all(pids, SIGKILL)
       kill_at = nil
     end
   end
@@ -198,7 +200,7 @@ function M.spawn(fn, nprocs, opts)
           pids[rank] = nil
           if code_out[0] ~= 0 and not failed then
             failed, failed_code = rank, code_out[0]
-            for _, p in pairs(pids) do C.dpl_proc_kill(p, SIGTERM) end
+            kill_all(pids, SIGTERM)
             kill_at = C.dpl_clock() + (opts.grace or 5)
           end
         end
@@ -210,10 +212,10 @@ function M.spawn(fn, nprocs, opts)
       -- which stop together at a batch boundary
       if pending and not failed then
         local sig = pending()
-        if sig ~= 0 then for _, p in pairs(pids) do C.dpl_proc_kill(p, sig) end end
+        if sig ~= 0 then kill_all(pids, sig) end
       end
       if kill_at and C.dpl_clock() > kill_at then
-        for _, p in pairs(pids) do C.dpl_proc_kill(p, SIGKILL) end
+        kill_all(pids, SIGKILL)
         kill_at = nil
       end
     end

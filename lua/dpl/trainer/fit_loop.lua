@@ -266,6 +266,19 @@ end
 
 ---------------------------------------------------------------- epoch
 
+
+-- This rank's pending signal (0 or 128+N) and should_stop, agreed over the ranks in one
+-- 2-number max all-reduce when there are several: returns the signal; should_stop is set
+-- on every rank when any set it.
+local function agree_signal_and_stop(t, multi)
+  local sig = signal_received()
+  if multi then
+    local stop
+    sig, stop = reduce_numbers(sig, t.should_stop and 1 or 0, 'max')
+    t.should_stop = stop > 0
+  end
+  return sig
+end
 local function run_train_epoch(t, st, loader, nbatches)
   local model = t.lightning_module
   local rc = t._results_connector
@@ -360,12 +373,7 @@ local function run_train_epoch(t, st, loader, nbatches)
     -- SIGUSR1, the host's flag; acted on after the batch) and on should_stop set on any
     -- rank (Lightning's reduce_boolean_decision(any)), before should_stop decides logging,
     -- validation and the end of the epoch: every rank stops after the same batch.
-    local sig = signal_received()
-    if multi then
-      local stop
-      sig, stop = reduce_numbers(sig, t.should_stop and 1 or 0, 'max')
-      t.should_stop = stop > 0
-    end
+    local sig = agree_signal_and_stop(t, multi)
     -- logging (values logged in on_train_batch_end included)
     local logd = rc:collect_step(true)
     if logd then
@@ -383,12 +391,7 @@ local function run_train_epoch(t, st, loader, nbatches)
       run_validation_in_fit(t)
       -- a signal that came during validation, a should_stop set in it on one rank: agreed
       -- again (once per validation, not per batch)
-      local sig2 = signal_received()
-      if multi then
-        local stop
-        sig2, stop = reduce_numbers(sig2, t.should_stop and 1 or 0, 'max')
-        t.should_stop = stop > 0
-      end
+      local sig2 = agree_signal_and_stop(t, multi)
       if sig2 > sig then sig = sig2 end
     end
     if any_step then update_lr_schedulers(t, 'step', true, nil) end
