@@ -115,3 +115,68 @@ describe('dplhost --devices with simulated GPUs', function()
               { busy = '0,1' })
   end)
 end)
+
+describe('the current GPU (simulated GPUs)', function()
+  it("'cuda' without an index is the current GPU: set_device, t:cuda(), constructors, the Trainer's root device", function()
+    local out, err, rc = h.run_chunk([[
+      local dpl = require 'dpl'
+      local r = {}
+      local function add(...) local t = {} for i = 1, select('#', ...) do t[i] = tostring((select(i, ...))) end r[#r + 1] = table.concat(t, ' ') end
+      add(dpl.cuda.current_device(), dpl.device('cuda'))
+      dpl.cuda.set_device(1)
+      add(dpl.cuda.current_device(), dpl.device('cuda'), dpl.zeros(2, { device = 'cuda' }).device, dpl.ones(2):cuda().device,
+        dpl.ones(2):to('cuda').device, dpl.ones(2):cuda(0).device)
+      add(pcall(dpl.cuda.set_device, 5))
+      add(pcall(dpl.cuda.set_device, 'x'))
+      dpl.cuda.set_device('cuda:0')
+      -- a Trainer on cuda:1 makes it current: 'cuda' inside training_step is the model's GPU
+      local M = dpl.LightningModule:extend('M')
+      function M:__init() dpl.LightningModule.__init(self); self.l = dpl.nn.Linear(2, 1) end
+      function M:training_step(b)
+        self.seen = tostring(dpl.zeros(1, { device = 'cuda' }).device)
+        return (self.l(b[1]) + dpl.zeros(1, { device = 'cuda' })):sum()
+      end
+      function M:configure_optimizers() return dpl.optim.SGD(self:parameters(), { lr = 0.1 }) end
+      local ds = dpl.data.TensorDataset(dpl.randn(4, 2))
+      local t = dpl.Trainer{ accelerator = 'gpu', devices = { 1 }, max_epochs = 1, logger = false, enable_checkpointing = false,
+        enable_progress_bar = false, enable_model_summary = false }
+      local m = M()
+      t:fit(m, dpl.data.DataLoader(ds, { batch_size = 2 }))
+      add(m.seen, dpl.cuda.current_device())
+      print(table.concat(r, '\n'))
+    ]], 'DPL_VIRTUAL_GPUS=2 CUDA_VISIBLE_DEVICES=')
+    assert.are.equal(0, rc, err)
+    local lines = {}
+    for l in out:gmatch('[^\n]+') do if not l:match('^INFO') then lines[#lines + 1] = l end end
+    assert.are.equal('0 cuda:0', lines[1])
+    assert.are.equal('1 cuda:1 cuda:1 cuda:1 cuda:1 cuda:0', lines[2])
+    assert.matches('^false .*cuda.set_device: cuda:5 does not exist: this process sees 2 GPUs', lines[3])
+    assert.matches("^false .*cuda.set_device: expected a GPU index, 'cuda:<k>' or a cuda dpl.device, got x", lines[4])
+    assert.are.equal('cuda:1 1', lines[5])
+  end)
+
+  it('an optimizer state saved on the CPU loads onto the GPU of its parameters; masked_select refuses mixed devices', function()
+    local out, err, rc = h.run_chunk([[
+      local dpl = require 'dpl'
+      local w = dpl.ones(3):requires_grad_()
+      local opt = dpl.optim.Adam({ w }, { lr = 0.1 })
+      w.grad = dpl.ones(3); opt:step()
+      local sd = opt:state_dict()
+      local wg = dpl.ones(3):to('cuda:1'):requires_grad_()
+      local og = dpl.optim.Adam({ wg }, { lr = 0.1 })
+      og:load_state_dict(sd)
+      local st = og.state[wg]
+      wg.grad = dpl.ones(3):to('cuda:1')
+      og:step()
+      print(tostring(st.exp_avg.device), tostring(st.exp_avg_sq.device), tostring(wg.device))
+      local x = dpl.ones(3):to('cuda:0')
+      print(select(2, pcall(x.masked_select, x, x:gt(0):to('cuda:1'))))
+      print(select(2, pcall(x.masked_select, x, dpl.ones(3):gt(0))))
+    ]], 'DPL_VIRTUAL_GPUS=2 CUDA_VISIBLE_DEVICES=')
+    assert.are.equal(0, rc, err)
+    local l1, l2, l3 = out:match('^([^\n]*)\n([^\n]*)\n([^\n]*)')
+    assert.are.equal('cuda:1\tcuda:1\tcuda:1', l1)
+    assert.truthy(l2:find('masked_select: expected all tensors on the same device, got cuda:0 and cuda:1', 1, true), l2)
+    assert.truthy(l3:find('masked_select: expected all tensors on the same device, got cuda:0 and cpu', 1, true), l3)
+  end)
+end)

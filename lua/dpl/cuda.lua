@@ -70,7 +70,7 @@ local function index_of(d, what, default)
   if d == nil then return default end
   if type(d) == 'number' and d >= 0 and d % 1 == 0 then return d end
   if type(d) == 'string' then
-    if d == 'cuda' then return 0 end
+    if d == 'cuda' then return require('dpl.devices').current_cuda() end
     local k = d:match('^cuda:(%d+)$')
     if k then return tonumber(k) end
   elseif type(d) == 'table' and d.type == 'cuda' and type(d.index) == 'number' then
@@ -78,6 +78,14 @@ local function index_of(d, what, default)
   end
   fail("%s: expected a GPU index, 'cuda:<k>' or a cuda dpl.device, got %s", what, tostring(d))
 end
+
+--- dpl.cuda.set_device(k | 'cuda:k' | device): the current GPU, what 'cuda' without an index
+--- means (torch.cuda.set_device); the Trainer sets it to its root device on a GPU.
+function M.set_device(d)
+  require('dpl.devices').set_current_cuda(index_of(d, 'cuda.set_device'))
+end
+--- The index of the current GPU (0 until set).
+function M.current_device() return require('dpl.devices').current_cuda() end
 
 local function all_simulated()
   local n = M.device_count()
@@ -102,11 +110,11 @@ end
 
 local stats = ffi.new('dpl_cuda_mem_stats')
 local hstats = ffi.new('dpl_mem_stats_t')
---- Allocator counters of a device (cuda:0 when nil): allocated_bytes,
+--- Allocator counters of a device (the current GPU when nil): allocated_bytes,
 --- reserved_bytes, peak_allocated_bytes, peak_reserved_bytes, allocations,
 --- cache_hits, device_mallocs, device_frees.
 function M.memory_stats(device)
-  local k = index_of(device, 'cuda.memory_stats', 0)
+  local k = index_of(device, 'cuda.memory_stats', require('dpl.devices').current_cuda())
   if all_simulated() then
     if C.dpl_mem_stats(1, k, hstats) ~= 0 then c_fail() end
     return {

@@ -173,12 +173,30 @@ end
 
 local known_types = { cpu = true, cuda = true, tpu = true, xla = true }
 
+-- The current GPU: what 'cuda' without an index means (dpl.device('cuda'), device = 'cuda',
+-- t:cuda(), the dpl.cuda memory queries without a device), as torch.cuda.current_device.
+-- 0 until set; the Trainer sets it to its root device on a GPU (Lightning's
+-- torch.cuda.set_device(root_device)), so 'cuda' on DDP rank k means that rank's GPU. Kept in
+-- the registry: one value per process, also for a module loaded again.
+local REG = debug.getregistry()
+function M.current_cuda() return REG['dpl.cuda.current'] or 0 end
+function M.set_current_cuda(k)
+  if not (is_integer(k) and k >= 0) then
+    raise(ValueError, 'cuda.set_device: expected a GPU index >= 0, got %s', describe(k))
+  end
+  local n = cuda_count()
+  if k >= n then
+    raise(RuntimeError, 'cuda.set_device: cuda:%d does not exist: this process sees %d GPU%s', k, n, n == 1 and '' or 's')
+  end
+  REG['dpl.cuda.current'] = k
+end
+
 --- dpl.device("cpu"), dpl.device("cuda:1"), dpl.device("cuda", 1), dpl.device(dev).
 --- Returns an interned, immutable device object with fields `type` ("cpu" or
 --- "cuda"), `index` (0-based; the CPU is index 0), `is_cuda`, `type_id` (the C
 --- dpl_device_type); tostring gives "cpu" / "cuda:1"; `==` compares devices.
---- "cuda" alone is cuda:0 (dplhost has no "current device"). A GPU must exist
---- in this process (real, or simulated with DPL_VIRTUAL_GPUS).
+--- "cuda" alone is the current GPU (M.current_cuda: cuda:0 until dpl.cuda.set_device). A GPU
+--- must exist in this process (real, or simulated with DPL_VIRTUAL_GPUS).
 function M.device(spec, index)
   if M.is_device(spec) then
     if index == nil or index == spec.index then return spec end
@@ -221,7 +239,7 @@ function M.device(spec, index)
     end
     return intern('cpu', 0)
   end
-  index = index or 0
+  index = index or M.current_cuda()
   local n = cuda_count()
   if index >= n then
     if n == 0 then

@@ -8,6 +8,7 @@ local capi = require 'dpl.capi'
 local C = capi.C
 
 local errors = require 'dpl.errors'
+local registry = debug.getregistry()
 
 local type, tonumber, tostring, select = type, tonumber, tostring, select
 local floor, huge = math.floor, math.huge
@@ -105,7 +106,7 @@ local function parse_device(d, what)
   if d == nil or d == 'cpu' then return 0, 0 end
   local td = type(d)
   if td == 'string' then
-    if d == 'cuda' then return 1, 0 end
+    if d == 'cuda' then return 1, registry['dpl.cuda.current'] or 0 end -- the current GPU (dpl.devices)
     local k = d:match('^cuda:(%d+)$')
     if k then return 1, tonumber(k) end
     if d == 'cpu:0' then return 0, 0 end
@@ -744,7 +745,7 @@ function methods.bool(t) return t:to('bool') end
 function methods.cpu(t) return t:to('cpu') end
 function methods.cuda(t, k)
   if k ~= nil then need_number('cuda', 'device index', k) end
-  return t:to('cuda:' .. (k or 0))
+  return t:to(k and ('cuda:' .. k) or 'cuda')
 end
 
 local getbuf = ffi.new('double[1]')
@@ -1377,7 +1378,6 @@ M.props = props
 -- again (a test runner resetting package.loaded): the metatable dispatches
 -- through a state table kept in the registry, which each load points at its own
 -- methods.
-local registry = debug.getregistry()
 local S = registry['dpl.tensor.state']
 local first_load = S == nil
 if first_load then

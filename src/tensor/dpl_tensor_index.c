@@ -460,7 +460,10 @@ int dpl_masked_select(const dpl_tensor *a, const dpl_tensor *mask, dpl_tensor **
   const char *name = "masked_select";
   if (!out) return dpl_errorf(DPL_EINVAL, "%s: out is NULL", name);
   *out = NULL;
-  if (dpl_is_devmem(a) && mask && dpl_is_devmem(mask)) {
+  DPL_TRY(dpl_check_handle(name, "self", a));
+  DPL_TRY(dpl_check_handle(name, "mask", mask));
+  DPL_TRY(dpl_check_same_device(name, a, mask)); /* before any copy through the host */
+  if (dpl_is_devmem(a)) {
     dpl_tensor *ha = NULL, *hm = NULL, *r = NULL;
     int st = on_host(name, a, &ha);
     if (st == DPL_OK) st = on_host(name, mask, &hm);

@@ -177,7 +177,8 @@ function Optimizer:load_state_dict(sd)
       local s = sd.state and sd.state[sg.params[j]]
       if s then
         local st = {}
-        for k, v in pairs(s) do st[k] = is_tensor(v) and v:clone():to(p.dtype) or v end
+        -- on the parameter's device and in its dtype (a CPU checkpoint resumed on a GPU)
+        for k, v in pairs(s) do st[k] = is_tensor(v) and v:to(p.device):to(p.dtype):clone() or v end
         self.state[p] = st
       else
         self.state[p] = nil

@@ -36,6 +36,13 @@ function Strategy:connect(model)
 end
 
 function Strategy:setup_environment() end
+--- Makes the root device the current GPU ('cuda' without an index means it), as Lightning's
+--- CUDAAccelerator.setup_device calls torch.cuda.set_device; the Trainer calls this before
+--- setup_environment.
+function Strategy:setup_device()
+  local d = self.root_device
+  if d and d.type == 'cuda' then require('dpl.devices').set_current_cuda(d.index) end
+end
 
 --- A launcher module (launch(strategy, trainer, fn, ...)) when the strategy
 --- starts processes itself (ddp_spawn), else nil.

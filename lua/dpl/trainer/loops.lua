@@ -207,6 +207,7 @@ function M.run(t, model, ckpt_path)
   M.verify_loop_configurations(t)
   if t.local_rank == 0 then t:_call_module_hook('prepare_data') end
   rc:reset_metrics()
+  strategy:setup_device()
   strategy:setup_environment()
   -- setup hooks
   local stage = fn
