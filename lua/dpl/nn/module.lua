@@ -1,10 +1,14 @@
 -- dpl.nn.Module: the base class of layers and models.
 --
 -- Parameters and submodules are registered by assignment: `self.weight = nn.Parameter(t)`
--- (any tensor that requires grad) or `self.fc = nn.Linear(4, 2)`. Registration keeps
+-- (nn.Parameter marks the tensor, also with requires_grad=false; any leaf tensor that
+-- requires grad counts as one too) or `self.fc = nn.Linear(4, 2)`. Registration keeps
 -- the assignment order; the value is read back from the field each time, so
--- re-assigning a registered field replaces it. Buffers (running statistics) are
--- registered with `self:register_buffer(name, t)` and go into the state dict.
+-- re-assigning a registered field replaces it. A field that first held a plain tensor
+-- and later a Parameter becomes a parameter (Lua calls __newindex only for a new field,
+-- so plain tensor fields are remembered and looked at again when parameters are listed).
+-- Buffers (running statistics) are registered with `self:register_buffer(name, t)` and go
+-- into the state dict.
 local class = require 'dpl.class'
 local T = require 'dpl.tensor'
 local autograd = require 'dpl.autograd'
@@ -25,6 +29,18 @@ local ZERO_GRAD_KEYS, LOAD_KEYS = options.keys('set_to_none'), options.keys('str
 local function is_module(v) return type(v) == 'table' and rawget(v, '_is_module') == true end
 Module.is_module = is_module
 
+-- the tensors made by nn.Parameter (weak keys; kept in the registry so that a reload of
+-- this module, as a test runner's, keeps the marks)
+local REG = debug.getregistry()
+local param_set = REG['dpl.nn.param_set'] or setmetatable({}, { __mode = 'k' })
+REG['dpl.nn.param_set'] = param_set
+
+--- True for a tensor made by nn.Parameter and for a leaf tensor that requires grad.
+local function is_param(t)
+  return is_tensor(t) and (param_set[t] == true or (t.requires_grad and t.is_leaf))
+end
+Module.is_parameter = is_param
+
 function Module:__init()
   rawset(self, '_is_module', true)
   rawset(self, '_param_names', rawget(self, '_param_names') or {})
@@ -33,21 +49,53 @@ function Module:__init()
   rawset(self, 'training', true)
 end
 
+local function has_name(self, list, k)
+  local l = rawget(self, list)
+  if l then for i = 1, #l do if l[i] == k then return true end end end
+  return false
+end
 local function add_name(self, list, k)
   local l = rawget(self, list)
   if not l then l = {}; rawset(self, list, l) end
   for i = 1, #l do if l[i] == k then return end end
   l[#l + 1] = k
 end
+local function remove_name(self, list, k)
+  local l = rawget(self, list)
+  if l then for i = 1, #l do if l[i] == k then table.remove(l, i) return end end end
+end
 
 function Module:__newindex(k, v)
-  if is_tensor(v) and v.requires_grad then
-    add_name(self, '_param_names', k)
+  if is_tensor(v) then
+    if is_param(v) then
+      remove_name(self, '_attr_names', k)
+      add_name(self, '_param_names', k)
+    elseif not has_name(self, '_param_names', k) and not has_name(self, '_buffer_names', k) then
+      add_name(self, '_attr_names', k) -- a plain tensor field: it may get a Parameter later
+    end
   elseif is_module(v) then
     add_name(self, '_module_names', k)
     if rawget(v, '_name') == nil then rawset(v, '_name', tostring(k)) end
   end
   rawset(self, k, v)
+end
+
+-- plain tensor fields that hold a Parameter now (assigned over a plain tensor, which Lua
+-- does without __newindex) become parameters
+local function promote(m)
+  local a = rawget(m, '_attr_names')
+  if a == nil or a[1] == nil then return end
+  local i = 1
+  while a[i] ~= nil do
+    local k = a[i]
+    local v = rawget(m, k)
+    if is_param(v) and not has_name(m, '_buffer_names', k) then
+      table.remove(a, i)
+      add_name(m, '_param_names', k)
+    else
+      i = i + 1
+    end
+  end
 end
 
 function Module:__call(...) return self:forward(...) end
@@ -56,11 +104,14 @@ function Module:forward()
   error(fmt('%s: forward is not implemented', self.__name), 2)
 end
 
---- nn.Parameter(t): t as a leaf that requires grad (a float tensor).
+--- nn.Parameter(t [, requires_grad=true]): t as a leaf (detached when it is not one),
+--- marked as a parameter: a module field holding it is registered, also when it does not
+--- require grad (a frozen parameter is in parameters() and the state dict, as PyTorch's).
 local function Parameter(t, requires_grad)
   if not is_tensor(t) then error(fmt('Parameter: expected a tensor, got %s', type(t)), 2) end
   if not t.is_leaf then t = t:detach() end
   t.requires_grad = requires_grad ~= false
+  param_set[t] = true
   return t
 end
 Module.Parameter = Parameter
@@ -68,13 +119,15 @@ Module.Parameter = Parameter
 --- Registers a tensor that is state but not a parameter (saved in the state dict).
 function Module:register_buffer(name, t)
   if t ~= nil and not is_tensor(t) then error(fmt('register_buffer: %s must be a tensor or nil', name), 2) end
+  remove_name(self, '_attr_names', name)
   add_name(self, '_buffer_names', name)
   rawset(self, name, t)
 end
 
 --- Registers a parameter under a name computed at run time.
 function Module:register_parameter(name, t)
-  if t ~= nil then t = Parameter(t) end
+  if t ~= nil and not param_set[t] then t = Parameter(t) end
+  remove_name(self, '_attr_names', name)
   add_name(self, '_param_names', name)
   rawset(self, name, t)
 end
@@ -87,8 +140,10 @@ function Module:add_module(name, m)
   rawset(self, name, m)
 end
 
+local EMPTY = {}
 local function names(self, list)
-  return rawget(self, list) or {}
+  if list == '_param_names' then promote(self) end
+  return rawget(self, list) or EMPTY
 end
 
 ---------------------------------------------------------------- traversal
@@ -232,6 +287,7 @@ local function map_tensors(self, f)
         if q ~= p then
           q = autograd.no_grad(function() return q:detach() end)
           q.requires_grad = p.requires_grad
+          if param_set[p] then param_set[q] = true end
           if p.grad then q.grad = f(p.grad) end
           rawset(m, k, q)
         end

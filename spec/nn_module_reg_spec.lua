@@ -1,0 +1,90 @@
+-- nn_module_reg_spec.lua: nn.Module's registration, modes, state dicts, containers and
+-- forward hooks as PyTorch 1.13 has them (spec/fixtures/nn_module_ref.lua from
+-- gen_nn_module_ref.py for the key orders).
+local dpl = require 'dpl'
+local nn = dpl.nn
+
+local function collect(iter)
+  local r = {}
+  for k in iter do r[#r + 1] = k end
+  return r
+end
+local function err_of(f, ...)
+  local ok, e = pcall(f, ...)
+  assert.is_false(ok, 'expected an error')
+  return tostring(e)
+end
+
+-- the fixture's Net (the names are PyTorch's)
+local Block = nn.Module:extend('Block')
+function Block:__init()
+  nn.Module.__init(self)
+  self.conv = nn.Linear(2, 2)
+  self.bn = nn.BatchNorm1d(2)
+  self:register_buffer('cache', dpl.zeros(1), false)
+  self.scale = nn.Parameter(dpl.ones(1), false)
+end
+local Net = nn.Module:extend('Net')
+function Net:__init()
+  nn.Module.__init(self)
+  self.emb = nn.Embedding(5, 2)
+  self.block = Block()
+  self:register_buffer('steps', dpl.zeros({}))
+  self.head = nn.Linear(2, 5, { bias = false })
+  self.head.weight = self.emb.weight -- tied
+  self.alias = self.block
+  self.w = nn.Parameter(dpl.ones(2))
+end
+
+describe('nn.Module registration (PyTorch semantics)', function()
+  it('a Parameter that does not require grad is registered (parameters, state dict)', function()
+    local M = nn.Module:extend('M')
+    function M:__init()
+      nn.Module.__init(self)
+      self.frozen = nn.Parameter(dpl.ones(2), false)
+      self.fc = nn.Linear(2, 2)
+    end
+    local m = M()
+    assert.are.same({ 'frozen', 'fc.weight', 'fc.bias' }, collect(m:named_parameters()))
+    assert.is_false(m.frozen.requires_grad)
+    assert.is_not_nil(m:state_dict().frozen)
+    assert.are.equal(2 + 6, m:num_parameters())
+    assert.are.equal(6, m:num_parameters(true))
+    assert.is_true(nn.Module.is_parameter(m.frozen))
+    assert.is_false(nn.Module.is_parameter(dpl.ones(2)))
+    -- the optimizer takes the list and skips the parameter without a gradient
+    local opt = dpl.optim.SGD(m:parameters(), { lr = 0.1 })
+    m.fc(dpl.ones(1, 2)):sum():backward()
+    opt:step()
+    assert.are.same({ 1, 1 }, m.frozen:totable())
+    -- to() keeps the mark
+    m:to('float64')
+    assert.are.same({ 'frozen', 'fc.weight', 'fc.bias' }, collect(m:named_parameters()))
+    assert.is_true(nn.Module.is_parameter(m.frozen))
+  end)
+
+  it('a field that held a plain tensor and then gets a Parameter is registered', function()
+    local M = nn.Module:extend('M')
+    function M:__init()
+      nn.Module.__init(self)
+      self.w = dpl.zeros(3) -- a plain attribute
+      self.w = nn.Parameter(dpl.ones(3))
+      self.plain = dpl.zeros(1)
+      self.fc = nn.Linear(2, 2)
+    end
+    local m = M()
+    assert.are.same({ 'w', 'fc.weight', 'fc.bias' }, collect(m:named_parameters()))
+    m.plain = nn.Parameter(dpl.ones(1), false) -- later, from outside
+    assert.are.same({ 'w', 'plain', 'fc.weight', 'fc.bias' }, collect(m:named_parameters()))
+    local keys = m:state_dict_keys()
+    assert.are.same({ 'w', 'plain', 'fc.weight', 'fc.bias' }, keys)
+    -- a plain tensor stays an attribute; an activation (not a leaf) is not a parameter
+    local A = nn.Module:extend('A')
+    function A:__init() nn.Module.__init(self); self.fc = nn.Linear(2, 2) end
+    function A:forward(x) self.last = dpl.zeros(1); self.last = self.fc(x); return self.last end
+    local a = A()
+    a(dpl.ones(1, 2))
+    assert.are.same({ 'fc.weight', 'fc.bias' }, collect(a:named_parameters()))
+  end)
+
+end)
