@@ -88,3 +88,30 @@ describe('nn.Module registration (PyTorch semantics)', function()
   end)
 
 end)
+describe('nn.Module train/eval', function()
+  it("a parent's train() calls each child's train, so overrides run (a frozen BatchNorm stays in eval)", function()
+    local Frozen = nn.Module:extend('Frozen')
+    function Frozen:__init() nn.Module.__init(self); self.bn = nn.BatchNorm1d(3); self.fc = nn.Linear(3, 3) end
+    function Frozen:train(mode)
+      nn.Module.train(self, mode)
+      self.bn:eval()
+      return self
+    end
+    local b = Frozen()
+    local net = nn.Sequential(b, nn.ReLU())
+    net:train()
+    assert.is_false(b.bn.training)
+    assert.is_true(b.fc.training and b.training and net.training)
+    net:eval()
+    assert.is_false(b.fc.training or net[2].training)
+    local calls = {}
+    local Spy = nn.Module:extend('Spy')
+    function Spy:train(mode) calls[#calls + 1] = tostring(mode); return nn.Module.train(self, mode) end
+    local s = nn.Sequential(nn.Sequential(Spy()), Spy())
+    s:eval()
+    s:train()
+    assert.are.same({ 'false', 'false', 'true', 'true' }, calls)
+    assert.truthy(err_of(s.train, s, 'yes'):find('boolean'))
+  end)
+end)
+

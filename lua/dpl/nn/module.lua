@@ -147,16 +147,20 @@ local function names(self, list)
 end
 
 ---------------------------------------------------------------- traversal
---- Iterator over (name, child) of the direct submodules.
+--- Iterator over (name, child) of the direct submodules (a module held under two names:
+--- the first).
 function Module:named_children()
-  local l, i = names(self, '_module_names'), 0
+  local l, i, seen = names(self, '_module_names'), 0, {}
   return function()
     while true do
       i = i + 1
       local k = l[i]
       if k == nil then return nil end
       local m = rawget(self, k)
-      if is_module(m) then return k, m end
+      if is_module(m) and not seen[m] then
+        seen[m] = true
+        return k, m
+      end
     end
   end
 end
@@ -244,9 +248,15 @@ function Module:num_parameters(only_trainable)
 end
 
 ---------------------------------------------------------------- modes, grads
+--- Sets `training` on self and calls each child's train(mode), so that a subclass's train
+--- override runs also when a parent switches the mode (PyTorch's recursion).
 function Module:train(mode)
   if mode == nil then mode = true end
-  for _, m in ipairs(self:modules()) do rawset(m, 'training', mode and true or false) end
+  if type(mode) ~= 'boolean' then
+    error(fmt('train: training mode is expected to be a boolean, got %s', type(mode)), 2)
+  end
+  rawset(self, 'training', mode)
+  for _, m in self:named_children() do m:train(mode) end
   return self
 end
 function Module:eval() return self:train(false) end
