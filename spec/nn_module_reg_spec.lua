@@ -3,6 +3,7 @@
 -- gen_nn_module_ref.py for the key orders).
 local dpl = require 'dpl'
 local nn = dpl.nn
+local ref = dofile((os.getenv('DPL_ROOT') or '.') .. '/spec/fixtures/nn_module_ref.lua')
 
 local function collect(iter)
   local r = {}
@@ -87,7 +88,60 @@ describe('nn.Module registration (PyTorch semantics)', function()
     assert.are.same({ 'fc.weight', 'fc.bias' }, collect(a:named_parameters()))
   end)
 
+  it('register_buffer(name, t, false): not in the state dict, not expected when loading', function()
+    local M = nn.Module:extend('M')
+    function M:__init()
+      nn.Module.__init(self)
+      self:register_buffer('cache', dpl.zeros(3), false)
+      self:register_buffer('stat', dpl.zeros(2))
+    end
+    local m = M()
+    assert.are.same({ 'stat' }, m:state_dict_keys())
+    assert.are.same({ 'cache', 'stat' }, collect(m:named_buffers()))
+    m:load_state_dict({ stat = dpl.ones(2) })
+    assert.are.same({ 1, 1 }, m.stat:totable())
+    -- a non-persistent buffer's key in a state dict is unexpected (PyTorch)
+    local e = err_of(m.load_state_dict, m, { stat = dpl.ones(2), cache = dpl.ones(3) })
+    assert.truthy(e:find('Unexpected key%(s%): cache'), e)
+    -- the buffer still moves with the module
+    m:to('float64')
+    assert.are.equal('float64', m.cache.dtype)
+  end)
+
+  it("state_dict: PyTorch's keys and order (module by module; tied weights and shared modules under each name)", function()
+    local net = Net()
+    assert.are.same(ref.sd_keys, net:state_dict_keys())
+    local n = 0
+    for _ in pairs(net:state_dict()) do n = n + 1 end
+    assert.are.equal(#ref.sd_keys, n)
+    assert.are.same(ref.param_names, collect(net:named_parameters()))
+    assert.are.same(ref.module_names, collect(net:named_modules()))
+    -- a state dict with both tied keys loads (strictly); either alone too
+    local src = Net()
+    local sd = src:state_dict()
+    local dst = Net()
+    dst:load_state_dict(sd)
+    assert.are.same(src.emb.weight:totable(), dst.head.weight:totable())
+    assert.is_true(rawequal(dst.emb.weight, dst.head.weight))
+    sd['head.weight'] = nil
+    sd['alias.conv.weight'] = nil
+    local r = Net():load_state_dict(sd)
+    assert.are.same({}, r.missing_keys)
+  end)
+
+  it('load_state_dict: a BatchNorm state dict without num_batches_tracked loads (counter 0)', function()
+    local bn = nn.BatchNorm1d(3)
+    bn.num_batches_tracked:fill_(7)
+    bn:load_state_dict({ weight = dpl.ones(3), bias = dpl.zeros(3), running_mean = dpl.full({ 3 }, 0.5),
+      running_var = dpl.ones(3) })
+    assert.are.equal(0, bn.num_batches_tracked:item())
+    assert.are.same({ 0.5, 0.5, 0.5 }, bn.running_mean:totable())
+    -- other missing keys are still reported
+    local e = err_of(bn.load_state_dict, bn, { weight = dpl.ones(3), running_mean = dpl.zeros(3), running_var = dpl.ones(3) })
+    assert.truthy(e:find('Missing key%(s%): bias$'), e)
+  end)
 end)
+
 describe('nn.Module train/eval', function()
   it("a parent's train() calls each child's train, so overrides run (a frozen BatchNorm stays in eval)", function()
     local Frozen = nn.Module:extend('Frozen')

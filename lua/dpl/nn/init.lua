@@ -280,6 +280,10 @@ local function batchnorm(name, dims)
     return F.batch_norm(x, self.running_mean, self.running_var, self.weight, self.bias, use_batch,
       self.momentum, self.eps)
   end
+  -- a state dict without num_batches_tracked (PyTorch's before 0.4.1) loads it as 0, as PyTorch's
+  function cls:_load_default(key)
+    if key == 'num_batches_tracked' and self.track_running_stats then return T.zeros({}, { dtype = 'int64' }) end
+  end
   function cls:extra_repr()
     return fmt('%d, eps=%g, momentum=%g, affine=%s, track_running_stats=%s', self.num_features, self.eps,
       self.momentum, tostring(self.affine), tostring(self.track_running_stats))

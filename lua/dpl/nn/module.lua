@@ -7,8 +7,8 @@
 -- re-assigning a registered field replaces it. A field that first held a plain tensor
 -- and later a Parameter becomes a parameter (Lua calls __newindex only for a new field,
 -- so plain tensor fields are remembered and looked at again when parameters are listed).
--- Buffers (running statistics) are registered with `self:register_buffer(name, t)` and go
--- into the state dict.
+-- Buffers (running statistics) are registered with `self:register_buffer(name, t
+-- [, persistent=true])` and go into the state dict unless persistent is false.
 local class = require 'dpl.class'
 local T = require 'dpl.tensor'
 local autograd = require 'dpl.autograd'
@@ -116,11 +116,22 @@ local function Parameter(t, requires_grad)
 end
 Module.Parameter = Parameter
 
---- Registers a tensor that is state but not a parameter (saved in the state dict).
-function Module:register_buffer(name, t)
+--- Registers a tensor that is state but not a parameter. persistent=false (default true):
+--- kept out of the state dict (and not expected by load_state_dict), as PyTorch's.
+function Module:register_buffer(name, t, persistent)
   if t ~= nil and not is_tensor(t) then error(fmt('register_buffer: %s must be a tensor or nil', name), 2) end
+  if persistent ~= nil and type(persistent) ~= 'boolean' then
+    error(fmt('register_buffer: persistent must be true or false, got %s', tostring(persistent)), 2)
+  end
   remove_name(self, '_attr_names', name)
   add_name(self, '_buffer_names', name)
+  local np = rawget(self, '_nonpersistent')
+  if persistent == false then
+    if not np then np = {}; rawset(self, '_nonpersistent', np) end
+    np[name] = true
+  elseif np then
+    np[name] = nil
+  end
   rawset(self, name, t)
 end
 
@@ -340,19 +351,41 @@ function Module:cpu() return self:to('cpu') end
 function Module:cuda(k) return self:to('cuda:' .. (k or 0)) end
 
 ---------------------------------------------------------------- state dicts
---- A table 'qualified.name' -> tensor (parameters and buffers, detached, sharing storage).
+-- f(key, tensor, module, local_name) for each state dict entry, module by module as
+-- PyTorch's: a module's parameters, then its persistent buffers, then each child's
+-- entries under 'child.'; a tensor held under two names (tied weights) and a submodule
+-- held under two names appear under each name.
+local function each_entry(m, prefix, f, stack)
+  if stack[m] then return end -- a cycle
+  stack[m] = true
+  for _, k in ipairs(names(m, '_param_names')) do
+    local t = rawget(m, k)
+    if is_tensor(t) then f(prefix .. tostring(k), t, m, k) end
+  end
+  local np = rawget(m, '_nonpersistent')
+  for _, k in ipairs(names(m, '_buffer_names')) do
+    local t = rawget(m, k)
+    if is_tensor(t) and not (np and np[k]) then f(prefix .. tostring(k), t, m, k) end
+  end
+  for _, k in ipairs(names(m, '_module_names')) do
+    local c = rawget(m, k)
+    if is_module(c) then each_entry(c, prefix .. tostring(k) .. '.', f, stack) end
+  end
+  stack[m] = nil
+end
+
+--- A table 'qualified.name' -> tensor (parameters and persistent buffers, detached, sharing
+--- storage). Tied weights are there under each name, as in PyTorch.
 function Module:state_dict()
   local sd = {}
-  for _, e in ipairs(named_tensors(self, '_param_names')) do sd[e[1]] = e[2]:detach() end
-  for _, e in ipairs(named_tensors(self, '_buffer_names')) do sd[e[1]] = e[2]:detach() end
+  each_entry(self, '', function(k, t) sd[k] = t:detach() end, {})
   return sd
 end
 
---- Names of the state dict entries, in order.
+--- Names of the state dict entries, in PyTorch's order (module by module).
 function Module:state_dict_keys()
   local r = {}
-  for _, e in ipairs(named_tensors(self, '_param_names')) do r[#r + 1] = e[1] end
-  for _, e in ipairs(named_tensors(self, '_buffer_names')) do r[#r + 1] = e[1] end
+  each_entry(self, '', function(k) r[#r + 1] = k end, {})
   return r
 end
 
@@ -361,23 +394,40 @@ local function shape_str(t) return '[' .. table.concat(t:size(), ', ') .. ']' en
 --- Copies a state dict into the parameters and buffers. {strict=true} (default) raises an
 --- error listing the missing keys, the unexpected keys and the shape mismatches; with
 --- strict=false, missing/unexpected keys are returned ({missing_keys=, unexpected_keys=}).
---- Shape mismatches are an error in both modes.
+--- Shape mismatches are an error in both modes. A tensor held under several names (tied
+--- weights) is loaded from any of them: a state dict that has one of the names (as
+--- dplhost's before 0.1 wrote) is complete. A module may supply a value for a key the state
+--- dict lacks with _load_default(local_name) (BatchNorm: num_batches_tracked = 0).
 function Module:load_state_dict(sd, opts)
   if type(sd) ~= 'table' then error(fmt('load_state_dict: expected a table, got %s', type(sd)), 2) end
   options.check(opts, LOAD_KEYS, 'load_state_dict')
   local strict = not (opts and opts.strict == false)
-  local targets = {}
-  local order = {}
-  for _, list in ipairs({ '_param_names', '_buffer_names' }) do
-    for _, e in ipairs(named_tensors(self, list)) do targets[e[1]] = e[2]; order[#order + 1] = e[1] end
-  end
-  local missing, unexpected, mismatch = {}, {}, {}
+  local targets, order, owners = {}, {}, {}
+  each_entry(self, '', function(k, t, m, name)
+    targets[k] = t
+    order[#order + 1] = k
+    owners[k] = { m, name }
+  end, {})
+  -- a tensor's value in sd under any of its names
+  local by_tensor = {}
   for _, k in ipairs(order) do
     local v = sd[k]
+    if v ~= nil and by_tensor[targets[k]] == nil then by_tensor[targets[k]] = v end
+  end
+  local values, missing, unexpected, mismatch = {}, {}, {}, {}
+  for _, k in ipairs(order) do
+    local v, t = sd[k], targets[k]
+    if v == nil then v = by_tensor[t] end
+    if v == nil then
+      local m, name = owners[k][1], owners[k][2]
+      if m._load_default then v = m:_load_default(name) end
+    end
     if v == nil then missing[#missing + 1] = k
     elseif not is_tensor(v) then mismatch[#mismatch + 1] = fmt('%s: expected a tensor, got %s', k, type(v))
-    elseif table.concat(v:size(), 'x') ~= table.concat(targets[k]:size(), 'x') then
-      mismatch[#mismatch + 1] = fmt('%s: checkpoint shape %s, model shape %s', k, shape_str(v), shape_str(targets[k]))
+    elseif table.concat(v:size(), 'x') ~= table.concat(t:size(), 'x') then
+      mismatch[#mismatch + 1] = fmt('%s: checkpoint shape %s, model shape %s', k, shape_str(v), shape_str(t))
+    else
+      values[k] = v
     end
   end
   local ukeys = {}
@@ -393,7 +443,7 @@ function Module:load_state_dict(sd, opts)
   end
   autograd.no_grad(function()
     for _, k in ipairs(order) do
-      local v = sd[k]
+      local v = values[k]
       if v ~= nil then targets[k]:copy_(v) end
     end
   end)
