@@ -169,3 +169,87 @@ describe('nn.Module train/eval', function()
   end)
 end)
 
+describe('containers', function()
+  it('Sequential and ModuleList: negative indices, insert, extend, pop', function()
+    local a, b, c = nn.Linear(2, 3), nn.ReLU(), nn.Linear(3, 1)
+    local seq = nn.Sequential(a, b, c)
+    assert.are.equal(c, seq[-1])
+    assert.are.equal(a, seq[-3])
+    assert.is_nil(seq[-4])
+    assert.is_nil(seq[4])
+    local ml = nn.ModuleList { nn.Identity(), nn.Identity() }
+    local t = nn.Tanh()
+    ml:insert(2, t)
+    assert.are.equal(t, ml[2])
+    assert.are.equal(3, #ml)
+    ml:extend({ nn.ReLU(), nn.Sigmoid() })
+    ml:extend(nn.ModuleList { nn.SiLU() })
+    assert.are.equal(6, ml:len())
+    assert.are.equal('SiLU', ml[-1].__name)
+    local names = {}
+    for _, m in ml:ipairs() do names[#names + 1] = m.__name end
+    assert.are.same({ 'Identity', 'Tanh', 'Identity', 'ReLU', 'Sigmoid', 'SiLU' }, names)
+    assert.are.same({ '1', '2', '3', '4', '5', '6' }, (function()
+      local r = {}
+      for k in ml:named_children() do r[#r + 1] = tostring(k) end
+      return r
+    end)())
+    ml:insert(-1, nn.GELU()) -- before the last, as a list's insert
+    assert.are.equal('GELU', ml[6].__name)
+    assert.are.equal('SiLU', ml:pop().__name)
+    assert.are.equal('Tanh', ml:pop(2).__name)
+    assert.are.same({ 'Identity', 'Identity', 'ReLU', 'Sigmoid', 'GELU' },
+      (function() local r = {} for _, m in ml:ipairs() do r[#r + 1] = m.__name end return r end)())
+    -- Sequential insert: the forward follows the new order
+    local s = nn.Sequential(nn.Linear(2, 2))
+    s:insert(1, nn.Flatten())
+    assert.are.same({ 4, 2 }, s(dpl.ones(4, 1, 2)):size())
+    assert.are.equal('Linear', s[-1].__name)
+    -- a subclass keeps the negative indices, and extend on a class still subclasses
+    local MySeq = nn.Sequential:extend('MySeq')
+    local ms = MySeq(nn.ReLU(), nn.Tanh())
+    assert.are.equal('Tanh', ms[-1].__name)
+  end)
+
+  it('ModuleDict: keys may be method names; insertion order for {name, module} pairs; natural order for tables', function()
+    local md = nn.ModuleDict { b = nn.Linear(1, 1), a = nn.ReLU(), ['10'] = nn.Tanh(), ['2'] = nn.Tanh() }
+    assert.are.same({ '2', '10', 'a', 'b' }, md:keys())
+    local pairs_md = nn.ModuleDict { { 'z', nn.ReLU() }, { 'a', nn.Tanh() }, { 'm', nn.Identity() } }
+    assert.are.same({ 'z', 'a', 'm' }, pairs_md:keys())
+    pairs_md.b = nn.Sigmoid() -- assignment appends
+    pairs_md:update({ { 'c', nn.SiLU() } })
+    assert.are.same({ 'z', 'a', 'm', 'b', 'c' }, pairs_md:keys())
+    assert.are.equal('Sigmoid', pairs_md.b.__name)
+    -- keys named as methods
+    local md2 = nn.ModuleDict { train = nn.Linear(1, 1), keys = nn.Linear(1, 1), forward = nn.ReLU() }
+    md2:eval()
+    assert.is_false(md2.training)
+    assert.is_false(md2:get('train').training)
+    assert.are.same({ 'forward', 'keys', 'train' }, md2:keys())
+    assert.are.equal(4, #md2:parameters())
+    assert.are.same({ 'keys.weight', 'keys.bias', 'train.weight', 'train.bias' }, md2:state_dict_keys())
+    assert.are.equal('Linear', md2:get('keys').__name)
+    assert.is_true(md2:contains('train'))
+    local keys = {}
+    for k, m in md2:items() do keys[#keys + 1] = k .. '=' .. m.__name end
+    assert.are.same({ 'forward=ReLU', 'keys=Linear', 'train=Linear' }, keys)
+    assert.are.equal(3, md2:len())
+    assert.are.equal(3, #md2:values())
+    -- pop, nil assignment, clear
+    assert.are.equal('ReLU', md2:pop('forward').__name)
+    md2.keys = nil -- removes the child 'keys' (the method stays)
+    assert.are.same({ 'train' }, md2:keys())
+    md.a = nil
+    assert.are.same({ '2', '10', 'b' }, md:keys())
+    md:clear()
+    assert.are.same({}, md:keys())
+    -- load / state dict through a parent
+    local P = nn.Module:extend('P')
+    function P:__init() nn.Module.__init(self); self.heads = nn.ModuleDict { { 'train', nn.Linear(2, 1) } } end
+    local p1, p2 = P(), P()
+    p2:load_state_dict(p1:state_dict())
+    assert.are.same(p1.heads:get('train').weight:totable(), p2.heads:get('train').weight:totable())
+    assert.truthy(tostring(p1):find('%(train%): Linear'))
+  end)
+end)
+

@@ -357,8 +357,107 @@ function nn.Embedding:extra_repr()
 end
 
 ---------------------------------------------------------------- containers
+-- Sequential and ModuleList keep their children in the fields 1..n (self[i] is a plain
+-- table read, the forward loop's); their __index adds the negative indices, -1 the last.
+local function list_index(cls)
+  return function(t, k)
+    local v = cls[k]
+    if v ~= nil then return v end
+    if type(k) == 'number' and k < 0 then
+      local n = rawget(t, '_n')
+      if n and k >= -n and k == math.floor(k) then return rawget(t, n + 1 + k) end
+    end
+    return nil
+  end
+end
+
+-- the methods Sequential and ModuleList share (PyTorch's append, extend, insert, pop, len)
+local function list_methods(cls, name)
+  cls.__index = list_index(cls)
+  function cls:append(m)
+    if not Module.is_module(m) then error(fmt('%s: append expects a Module, got %s', name, type(m)), 2) end
+    local n = rawget(self, '_n') + 1
+    self:add_module(n, m)
+    rawset(self, '_n', n)
+    return self
+  end
+  --- On an instance: appends the modules of a list (or of a ModuleList / Sequential). On the
+  --- class: a subclass, as every class's extend(name).
+  function cls:extend(x)
+    if rawget(self, '_is_module') ~= true then
+      local sub = Module.extend(self, x)
+      sub.__index = list_index(sub)
+      return sub
+    end
+    if type(x) ~= 'table' then error(fmt('%s: extend expects a list of Modules, got %s', name, type(x)), 2) end
+    local list = {}
+    if Module.is_module(x) then
+      for _, m in x:named_children() do list[#list + 1] = m end
+    else
+      for i, m in ipairs(x) do
+        if not Module.is_module(m) then error(fmt('%s: extend: element %d is not a Module (%s)', name, i, type(m)), 2) end
+        list[i] = m
+      end
+    end
+    for _, m in ipairs(list) do self:append(m) end
+    return self
+  end
+  --- insert(i, m): m becomes element i (1..n+1; -n..-1 count from the end, as a Lua/Python
+  --- list's insert: -1 puts m before the last); the later ones move up.
+  function cls:insert(i, m)
+    local n = rawget(self, '_n')
+    if type(i) ~= 'number' or i ~= math.floor(i) then error(fmt('%s: insert: index must be an integer, got %s', name, tostring(i)), 2) end
+    if not Module.is_module(m) then error(fmt('%s: insert expects a Module, got %s', name, type(m)), 2) end
+    if i < 0 then i = math.max(n + 1 + i, 1) end
+    if i < 1 or i > n + 1 then error(fmt('%s: insert: index %d is out of range (1..%d)', name, i, n + 1), 2) end
+    for j = n, i, -1 do
+      local c = rawget(self, j)
+      if rawget(c, '_name') == tostring(j) then rawset(c, '_name', tostring(j + 1)) end
+      rawset(self, j + 1, c)
+    end
+    rawset(self, '_n', n + 1)
+    local names = rawget(self, '_module_names')
+    names[#names + 1] = n + 1
+    rawset(self, i, nil)
+    if rawget(m, '_name') == nil then rawset(m, '_name', tostring(i)) end
+    rawset(self, i, m)
+    return self
+  end
+  --- pop([i=-1]): removes element i (negative: from the end) and returns it; the later
+  --- ones move down.
+  function cls:pop(i)
+    local n = rawget(self, '_n')
+    i = i or -1
+    if type(i) ~= 'number' or i ~= math.floor(i) then error(fmt('%s: pop: index must be an integer, got %s', name, tostring(i)), 2) end
+    if i < 0 then i = n + 1 + i end
+    if i < 1 or i > n then error(fmt('%s: pop: index out of range (%d elements)', name, n), 2) end
+    local m = rawget(self, i)
+    for j = i, n - 1 do
+      local c = rawget(self, j + 1)
+      if rawget(c, '_name') == tostring(j + 1) then rawset(c, '_name', tostring(j)) end
+      rawset(self, j, c)
+    end
+    rawset(self, n, nil)
+    local names = rawget(self, '_module_names')
+    for k = #names, 1, -1 do if names[k] == n then table.remove(names, k) break end end
+    rawset(self, '_n', n - 1)
+    return m
+  end
+  function cls:__len() return rawget(self, '_n') end
+  function cls:len() return rawget(self, '_n') end
+  --- for i, m in list:ipairs() do ... end
+  function cls:ipairs()
+    local i, n = 0, rawget(self, '_n')
+    return function()
+      i = i + 1
+      if i <= n then return i, rawget(self, i) end
+    end
+  end
+end
+
 nn.Sequential = Module:extend('Sequential')
---- Sequential(m1, m2, ...): children named 1, 2, ...
+list_methods(nn.Sequential, 'Sequential')
+--- Sequential(m1, m2, ...) or Sequential{m1, m2, ...}: children named 1, 2, ...; seq[-1] is the last.
 function nn.Sequential:__init(...)
   Module.__init(self)
   local mods = { ... }
@@ -373,53 +472,164 @@ function nn.Sequential:forward(x)
   for i = 1, rawget(self, '_n') do x = self[i](x) end
   return x
 end
-function nn.Sequential:append(m)
-  local n = rawget(self, '_n') + 1
-  self:add_module(n, m)
-  rawset(self, '_n', n)
-  return self
-end
-function nn.Sequential:__len() return rawget(self, '_n') end
-function nn.Sequential:len() return rawget(self, '_n') end
 
 nn.ModuleList = Module:extend('ModuleList')
+list_methods(nn.ModuleList, 'ModuleList')
 function nn.ModuleList:__init(list)
   Module.__init(self)
   rawset(self, '_n', 0)
-  for _, m in ipairs(list or {}) do self:append(m) end
+  if list ~= nil then self:extend(list) end
 end
-function nn.ModuleList:append(m)
-  if not Module.is_module(m) then error(fmt('ModuleList: append expects a Module, got %s', type(m)), 2) end
-  local n = rawget(self, '_n') + 1
-  self:add_module(n, m)
-  rawset(self, '_n', n)
-  return self
-end
-function nn.ModuleList:len() return rawget(self, '_n') end
---- for i, m in list:ipairs() do ... end
-function nn.ModuleList:ipairs()
-  local i, n = 0, rawget(self, '_n')
-  return function()
-    i = i + 1
-    if i <= n then return i, self[i] end
+
+-- keys in a natural order: numbers first, then strings with digit runs compared as numbers
+-- ('2' < '10' < 'a' < 'b')
+local function natural_lt(a, b)
+  local ta, tb = type(a), type(b)
+  if ta ~= tb then return ta == 'number' end
+  if ta ~= 'string' then return a < b end
+  local i, j = 1, 1
+  while i <= #a and j <= #b do
+    local da, db = a:match('^%d+', i), b:match('^%d+', j)
+    if da and db then
+      local na, nb = tonumber(da), tonumber(db)
+      if na ~= nb then return na < nb end
+      i, j = i + #da, j + #db
+    else
+      local ca, cb = a:sub(i, i), b:sub(j, j)
+      if ca ~= cb then return ca < cb end
+      i, j = i + 1, j + 1
+    end
   end
+  local ra, rb = #a - i, #b - j
+  if ra ~= rb then return ra < rb end
+  return a < b
 end
-nn.Sequential.ipairs = nn.ModuleList.ipairs
 
 nn.ModuleDict = Module:extend('ModuleDict')
-function nn.ModuleDict:__init(dict)
-  Module.__init(self)
-  local keys = {}
-  for k in pairs(dict or {}) do keys[#keys + 1] = k end
-  table.sort(keys, function(a, b) return tostring(a) < tostring(b) end)
-  for _, k in ipairs(keys) do self:add_module(k, dict[k]) end
+local ModuleDict = nn.ModuleDict
+-- The children live in self._store, not in fields of self, so that a key can be the name of
+-- a method ('train', 'keys', 'forward'): md.train is the method, md:get('train') the child
+-- (PyTorch's _modules). md.enc reads the child 'enc' when no method has that name. The store
+-- is marked as a module (and holds nothing else) so that DataParallel replicas copy it.
+function ModuleDict.__index(t, k)
+  local v = ModuleDict[k]
+  if v ~= nil then return v end
+  local s = rawget(t, '_store')
+  if s ~= nil then
+    local c = rawget(s, k)
+    if Module.is_module(c) then return c end
+  end
+  return nil
 end
-function nn.ModuleDict:keys()
+function ModuleDict.__newindex(t, k, v)
+  local s = rawget(t, '_store')
+  if Module.is_module(v) and s ~= nil then return t:add_module(k, v) end
+  if v == nil and s ~= nil and Module.is_module(rawget(s, k)) then t:pop(k) return end
+  return Module.__newindex(t, k, v)
+end
+function ModuleDict:extend(name)
+  if rawget(self, '_is_module') == true then error('ModuleDict: extend is for classes; use update', 2) end
+  local sub = Module.extend(self, name)
+  local idx = function(t, k)
+    local v = sub[k]
+    if v ~= nil then return v end
+    return ModuleDict.__index(t, k)
+  end
+  sub.__index, sub.__newindex = idx, ModuleDict.__newindex
+  return sub
+end
+
+local function check_key(k)
+  if (type(k) ~= 'string' and type(k) ~= 'number') or k == '_is_module' then
+    error(fmt('ModuleDict: a key must be a string or a number (not _is_module), got %s', tostring(k)), 3)
+  end
+end
+
+--- ModuleDict(dict): dict is a table name -> module (keys sorted in a natural order: Lua
+--- tables have no insertion order), a list of {name, module} pairs (kept in that order, as
+--- PyTorch's insertion order) or a ModuleDict.
+function ModuleDict:__init(dict)
+  Module.__init(self)
+  rawset(self, '_store', { _is_module = true })
+  if dict ~= nil then self:update(dict) end
+end
+function ModuleDict:add_module(name, m)
+  check_key(name)
+  if m ~= nil and not Module.is_module(m) then error(fmt('ModuleDict: %s is not a Module', tostring(name)), 2) end
+  if m == nil then
+    if rawget(rawget(self, '_store'), name) ~= nil then self:pop(name) end
+    return
+  end
+  local names = rawget(self, '_module_names')
+  local found = false
+  for i = 1, #names do if names[i] == name then found = true break end end
+  if not found then names[#names + 1] = name end
+  if rawget(m, '_name') == nil then rawset(m, '_name', tostring(name)) end
+  rawset(rawget(self, '_store'), name, m)
+end
+--- update(dict): adds or replaces entries (dict as for the constructor).
+function ModuleDict:update(dict)
+  if type(dict) ~= 'table' then error(fmt('ModuleDict: expected a table of modules, got %s', type(dict)), 2) end
+  if Module.is_module(dict) then
+    for k, m in dict:named_children() do self:add_module(k, m) end
+    return self
+  end
+  if type(dict[1]) == 'table' and not Module.is_module(dict[1]) then -- {{name, module}, ...}
+    for i, e in ipairs(dict) do
+      if type(e) ~= 'table' or e[1] == nil or not Module.is_module(e[2]) then
+        error(fmt('ModuleDict: element %d must be a {name, module} pair', i), 2)
+      end
+      self:add_module(e[1], e[2])
+    end
+    return self
+  end
+  local keys = {}
+  for k in pairs(dict) do keys[#keys + 1] = k end
+  table.sort(keys, natural_lt)
+  for _, k in ipairs(keys) do
+    if not Module.is_module(dict[k]) then error(fmt('ModuleDict: %s is not a Module (%s)', tostring(k), type(dict[k])), 2) end
+    self:add_module(k, dict[k])
+  end
+  return self
+end
+--- get(key): the child (also one whose key is a method's name).
+function ModuleDict:get(k) return Module._get_child(self, k) end
+function ModuleDict:contains(k) return Module._get_child(self, k) ~= nil end
+--- pop(key): removes the child and returns it.
+function ModuleDict:pop(k)
+  local s = rawget(self, '_store')
+  local m = rawget(s, k)
+  if not Module.is_module(m) then error(fmt("ModuleDict: no key '%s'", tostring(k)), 2) end
+  rawset(s, k, nil)
+  local names = rawget(self, '_module_names')
+  for i = 1, #names do if names[i] == k then table.remove(names, i) break end end
+  return m
+end
+function ModuleDict:clear()
+  rawset(self, '_store', { _is_module = true })
+  rawset(self, '_module_names', {})
+end
+--- The keys in insertion order.
+function ModuleDict:keys()
   local r = {}
-  for k in self:named_children() do r[#r + 1] = k end
+  for _, k in ipairs(rawget(self, '_module_names')) do r[#r + 1] = k end
   return r
 end
-function nn.ModuleDict:items() return self:named_children() end
+function ModuleDict:values()
+  local r = {}
+  for _, k in ipairs(rawget(self, '_module_names')) do r[#r + 1] = Module._get_child(self, k) end
+  return r
+end
+--- for key, module in md:items() do ... end
+function ModuleDict:items()
+  local names, i = rawget(self, '_module_names'), 0
+  return function()
+    i = i + 1
+    local k = names[i]
+    if k ~= nil then return k, Module._get_child(self, k) end
+  end
+end
+function ModuleDict:len() return #rawget(self, '_module_names') end
 
 ---------------------------------------------------------------- loss modules
 local function loss_class(name, fname)

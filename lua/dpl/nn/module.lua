@@ -41,6 +41,18 @@ local function is_param(t)
 end
 Module.is_parameter = is_param
 
+-- a child stored by a container in its own table (ModuleDict: `_store`), else a field
+local function get_child(m, k)
+  local s = rawget(m, '_store')
+  if s ~= nil then
+    local c = rawget(s, k)
+    if is_module(c) then return c end
+    return nil
+  end
+  return rawget(m, k)
+end
+Module._get_child = get_child
+
 function Module:__init()
   rawset(self, '_is_module', true)
   rawset(self, '_param_names', rawget(self, '_param_names') or {})
@@ -167,7 +179,7 @@ function Module:named_children()
       i = i + 1
       local k = l[i]
       if k == nil then return nil end
-      local m = rawget(self, k)
+      local m = get_child(self, k)
       if is_module(m) and not seen[m] then
         seen[m] = true
         return k, m
@@ -368,7 +380,7 @@ local function each_entry(m, prefix, f, stack)
     if is_tensor(t) and not (np and np[k]) then f(prefix .. tostring(k), t, m, k) end
   end
   for _, k in ipairs(names(m, '_module_names')) do
-    local c = rawget(m, k)
+    local c = get_child(m, k)
     if is_module(c) then each_entry(c, prefix .. tostring(k) .. '.', f, stack) end
   end
   stack[m] = nil
