@@ -253,3 +253,44 @@ describe('containers', function()
   end)
 end)
 
+describe('forward hooks', function()
+  it('pre-hooks replace arguments, forward hooks replace the output, handles remove them', function()
+    local lin = nn.Linear(2, 2)
+    local seen = {}
+    local h1 = lin:register_forward_pre_hook(function(m, args)
+      seen[#seen + 1] = 'pre:' .. args.n
+      return args[1] * 2
+    end)
+    local h2 = lin:register_forward_hook(function(m, args, out)
+      seen[#seen + 1] = 'post'
+      assert.are.equal(lin, m)
+      return out + 1
+    end)
+    local x = dpl.ones(1, 2)
+    local plain = lin:forward(x * 2) + 1
+    local y = lin(x)
+    assert.are.same(plain:totable(), y:totable())
+    assert.are.same({ 'pre:1', 'post' }, seen)
+    -- the gradient flows through the hooks' ops
+    y:sum():backward()
+    assert.is_not_nil(lin.weight.grad)
+    h1:remove()
+    h2:remove()
+    h2:remove() -- twice: nothing
+    assert.are.same(lin:forward(x):totable(), lin(x):totable())
+    assert.is_nil(rawget(lin, '_has_hooks'))
+    -- a hook that returns nothing only observes; in a Sequential the hooks of a child run
+    local shapes = {}
+    local seq = nn.Sequential(nn.Linear(2, 3), nn.ReLU())
+    seq[1]:register_forward_hook(function(_, _, out) shapes[#shapes + 1] = table.concat(out:size(), 'x') end)
+    seq(dpl.ones(4, 2))
+    assert.are.same({ '4x3' }, shapes)
+    -- a pre-hook may return a list of arguments
+    local Two = nn.Module:extend('Two')
+    function Two:forward(a, b) return a + b end
+    local two = Two()
+    two:register_forward_pre_hook(function(_, args) return { args[2], args[2] } end)
+    assert.are.equal(6, two(dpl.tensor(1.0), dpl.tensor(3.0)):item())
+    assert.truthy(err_of(lin.register_forward_hook, lin, 3):find('expected a function'))
+  end)
+end)

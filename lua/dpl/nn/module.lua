@@ -110,7 +110,79 @@ local function promote(m)
   end
 end
 
-function Module:__call(...) return self:forward(...) end
+---------------------------------------------------------------- calls, hooks
+local unpack, select = unpack, select
+local pack = function(...) return { n = select('#', ...), ... } end
+
+-- __call with forward hooks: pre-hooks may replace the arguments, forward hooks the output
+local function call_hooked(self, ...)
+  local args = pack(...)
+  local pre = rawget(self, '_forward_pre_hooks')
+  if pre then
+    for _, h in ipairs({ unpack(pre) }) do -- (a copy: a hook may remove itself)
+      local r = h.fn(self, args)
+      if r ~= nil then
+        if type(r) == 'table' and getmetatable(r) == nil then
+          args = { n = r.n or #r }
+          for i = 1, args.n do args[i] = r[i] end
+        else
+          args = { n = 1, r }
+        end
+      end
+    end
+  end
+  local out = pack(self:forward(unpack(args, 1, args.n)))
+  local post = rawget(self, '_forward_hooks')
+  if post then
+    for _, h in ipairs({ unpack(post) }) do
+      local r = h.fn(self, args, out[1])
+      if r ~= nil then out[1] = r; if out.n < 1 then out.n = 1 end end
+    end
+  end
+  return unpack(out, 1, out.n)
+end
+
+-- the hot path: one field read when the module has no hooks
+function Module:__call(...)
+  if rawget(self, '_has_hooks') == nil then return self:forward(...) end
+  return call_hooked(self, ...)
+end
+
+local Handle = {}
+Handle.__index = Handle
+--- handle:remove(): unregisters the hook (again: nothing).
+function Handle:remove()
+  local m, list = self.module, rawget(self.module, self.list)
+  if list then
+    for i = 1, #list do if list[i] == self.entry then table.remove(list, i) break end end
+    if #list == 0 then rawset(m, self.list, nil) end
+  end
+  if rawget(m, '_forward_pre_hooks') == nil and rawget(m, '_forward_hooks') == nil then rawset(m, '_has_hooks', nil) end
+end
+
+local function add_hook(self, list, fn, what)
+  if type(fn) ~= 'function' and not (type(fn) == 'table' and getmetatable(fn) and getmetatable(fn).__call) then
+    error(fmt('%s: expected a function, got %s', what, type(fn)), 3)
+  end
+  local l = rawget(self, list)
+  if not l then l = {}; rawset(self, list, l) end
+  local entry = { fn = fn }
+  l[#l + 1] = entry
+  rawset(self, '_has_hooks', true)
+  return setmetatable({ module = self, list = list, entry = entry }, Handle)
+end
+
+--- register_forward_pre_hook(fn): fn(module, args) runs before forward; args is the list
+--- of arguments ({n=, ...}); returning nil keeps them, a plain table replaces the list, any
+--- other value becomes the only argument. Returns a handle with :remove().
+function Module:register_forward_pre_hook(fn)
+  return add_hook(self, '_forward_pre_hooks', fn, 'register_forward_pre_hook')
+end
+--- register_forward_hook(fn): fn(module, args, output) runs after forward; a non-nil result
+--- replaces the output. Returns a handle with :remove().
+function Module:register_forward_hook(fn)
+  return add_hook(self, '_forward_hooks', fn, 'register_forward_hook')
+end
 
 function Module:forward()
   error(fmt('%s: forward is not implemented', self.__name), 2)
