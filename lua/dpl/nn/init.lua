@@ -215,6 +215,7 @@ function nn.GELU:__init(opts)
   Module.__init(self)
   check_opts(opts, F._option_keys.gelu, 'GELU')
   self.approximate = opts and opts.approximate or 'none'
+  F._check_approximate(self.approximate, 'GELU')
 end
 function nn.GELU:forward(x) return F.gelu(x, { approximate = self.approximate }) end
 function nn.GELU:extra_repr() return self.approximate ~= 'none' and ("approximate='" .. self.approximate .. "'") or '' end
@@ -253,7 +254,18 @@ local function batchnorm(name, dims)
     check_opts(opts, BN_KEYS, name)
     opts = opts or {}
     check_int(name, 'num_features', C)
-    self.num_features, self.eps, self.momentum = C, opts.eps or 1e-5, opts.momentum or 0.1
+    -- momentum=false is PyTorch's momentum=None: the running statistics are cumulative
+    -- averages (factor 1/num_batches_tracked)
+    local momentum = opts.momentum
+    if momentum == nil then momentum = 0.1 end
+    if momentum ~= false and (type(momentum) ~= 'number' or momentum ~= momentum) then
+      error(fmt('%s: momentum must be a number or false (a cumulative average, PyTorch\'s None), got %s', name,
+        tostring(momentum)), 2)
+    end
+    if opts.eps ~= nil and type(opts.eps) ~= 'number' then
+      error(fmt('%s: eps must be a number, got %s', name, tostring(opts.eps)), 2)
+    end
+    self.num_features, self.eps, self.momentum = C, opts.eps or 1e-5, momentum
     self.affine = opts.affine ~= false
     self.track_running_stats = opts.track_running_stats ~= false
     local o = opts_dtype(opts)
@@ -274,19 +286,26 @@ local function batchnorm(name, dims)
         self.num_features, shape_str(x), dims.what, self.num_features), 2)
     end
     local use_batch = self.training or not self.track_running_stats
+    if use_batch and x:numel() == self.num_features then -- the variance of one value (PyTorch: an error)
+      error(fmt('%s(%d): expected more than 1 value per channel when training, got input size %s', self:_label(),
+        self.num_features, shape_str(x)), 2)
+    end
+    local factor = self.momentum or 0
     if self.training and self.track_running_stats then
       autograd.no_grad(function() self.num_batches_tracked:add_(1) end)
+      if self.momentum == false then factor = 1 / self.num_batches_tracked:item() end
     end
     return F.batch_norm(x, self.running_mean, self.running_var, self.weight, self.bias, use_batch,
-      self.momentum, self.eps)
+      factor, self.eps)
   end
   -- a state dict without num_batches_tracked (PyTorch's before 0.4.1) loads it as 0, as PyTorch's
   function cls:_load_default(key)
     if key == 'num_batches_tracked' and self.track_running_stats then return T.zeros({}, { dtype = 'int64' }) end
   end
   function cls:extra_repr()
-    return fmt('%d, eps=%g, momentum=%g, affine=%s, track_running_stats=%s', self.num_features, self.eps,
-      self.momentum, tostring(self.affine), tostring(self.track_running_stats))
+    return fmt('%d, eps=%g, momentum=%s, affine=%s, track_running_stats=%s', self.num_features, self.eps,
+      self.momentum == false and 'false' or fmt('%g', self.momentum), tostring(self.affine),
+      tostring(self.track_running_stats))
   end
   return cls
 end

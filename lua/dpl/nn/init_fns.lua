@@ -23,6 +23,9 @@ function M.calculate_gain(nl, param)
   elseif nl == 'tanh' then return 5 / 3
   elseif nl == 'relu' then return math.sqrt(2)
   elseif nl == 'leaky_relu' then
+    if param ~= nil and type(param) ~= 'number' then
+      error(fmt('calculate_gain: negative_slope %s not a valid number', tostring(param)), 2)
+    end
     local s = param or 0.01
     return math.sqrt(2 / (1 + s * s))
   elseif nl == 'selu' then return 3 / 4 end
@@ -37,17 +40,23 @@ function M.constant_(t, v) nograd(function() t:fill_(v) end) return t end
 function M.zeros_(t) return M.constant_(t, 0) end
 function M.ones_(t) return M.constant_(t, 1) end
 
+local function fan_of(t, mode, fn)
+  if mode ~= nil and mode ~= 'fan_in' and mode ~= 'fan_out' then
+    error(fmt('%s: mode %s not supported, please use one of fan_in, fan_out', fn, tostring(mode)), 3)
+  end
+  local fan_in, fan_out = M.calculate_fan_in_and_fan_out(t)
+  return mode == 'fan_out' and fan_out or fan_in
+end
+
 --- kaiming_uniform_(t, a=0, mode='fan_in', nonlinearity='leaky_relu'): U(-b, b), b = gain*sqrt(3/fan).
 function M.kaiming_uniform_(t, a, mode, nl)
-  local fan_in, fan_out = M.calculate_fan_in_and_fan_out(t)
-  local fan = mode == 'fan_out' and fan_out or fan_in
+  local fan = fan_of(t, mode, 'kaiming_uniform_')
   local gain = M.calculate_gain(nl or 'leaky_relu', a or 0)
   local bound = fan > 0 and gain * math.sqrt(3 / fan) or 0
   return M.uniform_(t, -bound, bound)
 end
 function M.kaiming_normal_(t, a, mode, nl)
-  local fan_in, fan_out = M.calculate_fan_in_and_fan_out(t)
-  local fan = mode == 'fan_out' and fan_out or fan_in
+  local fan = fan_of(t, mode, 'kaiming_normal_')
   local std = M.calculate_gain(nl or 'leaky_relu', a or 0) / math.sqrt(fan)
   return M.normal_(t, 0, std)
 end

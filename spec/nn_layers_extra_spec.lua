@@ -1,0 +1,100 @@
+-- nn_layers_extra_spec.lua: GroupNorm, LeakyReLU, SmoothL1Loss, Unflatten, BatchNorm's
+-- edge cases (one value per channel, momentum=false as PyTorch's None), option checks,
+-- and nn.init's trunc_normal_, orthogonal_, eye_ and calculate_gain against PyTorch 1.13
+-- (spec/fixtures/nn_module_ref.lua from gen_nn_module_ref.py).
+local dpl = require 'dpl'
+local nn = dpl.nn
+local ref = dofile((os.getenv('DPL_ROOT') or '.') .. '/spec/fixtures/nn_module_ref.lua')
+
+local function d(t) return dpl.tensor(t, { dtype = 'float64' }) end
+local function flat(v, out)
+  out = out or {}
+  if type(v) == 'table' then for _, x in ipairs(v) do flat(x, out) end else out[#out + 1] = v end
+  return out
+end
+local function near(expected, got, what, tol)
+  if type(got) == 'cdata' then got = got:totable() end
+  local e, g = flat(expected), flat(got)
+  assert.are.equal(#e, #g, what .. ': element count')
+  for i = 1, #e do
+    if math.abs(e[i] - g[i]) > (tol or 1e-10) * (1 + math.abs(e[i])) then
+      error(('%s: element %d: expected %.12g, got %.12g'):format(what, i, e[i], g[i]), 2)
+    end
+  end
+end
+local function err_of(f, ...)
+  local ok, e = pcall(f, ...)
+  assert.is_false(ok, 'expected an error')
+  return tostring(e)
+end
+
+-- runs a module on x (float64) with upstream gradient g; checks against ref[name]
+local function run(name, mod, x, g)
+  mod:to('float64')
+  local xt = d(x):requires_grad_()
+  local y = mod(xt)
+  y:backward(d(g))
+  local r = ref[name]
+  near(r.out, y, name .. ' output')
+  near(r.gx, xt.grad, name .. ' input grad')
+  if r.gw then
+    near(r.gw, mod.weight.grad, name .. ' weight grad')
+    near(r.gb, mod.bias.grad, name .. ' bias grad')
+  end
+end
+
+describe('BatchNorm edge cases', function()
+  it('one value per channel in training is an error (running statistics untouched), as PyTorch', function()
+    local bn = nn.BatchNorm1d(3)
+    local e = err_of(bn, dpl.randn(1, 3))
+    assert.truthy(e:find('expected more than 1 value per channel when training, got input size %[1, 3%]'), e)
+    assert.are.same({ 1, 1, 1 }, bn.running_var:totable())
+    assert.are.equal(0, bn.num_batches_tracked:item())
+    local bn2 = nn.BatchNorm2d(3)
+    e = err_of(bn2, dpl.randn(1, 3, 1, 1))
+    assert.truthy(e:find('got input size %[1, 3, 1, 1%]'), e)
+    -- fine: one sample with several positions, and eval with one sample
+    assert.are.same({ 1, 3, 2, 1 }, bn2(dpl.randn(1, 3, 2, 1)):size())
+    bn:eval()
+    assert.are.same({ 1, 3 }, bn(dpl.randn(1, 3)):size())
+    -- no running statistics: batch statistics also in eval, so the same error
+    local nt = nn.BatchNorm1d(3, { track_running_stats = false })
+    nt:eval()
+    assert.truthy(err_of(nt, dpl.randn(1, 3)):find('more than 1 value per channel'))
+    assert.truthy(err_of(nn.functional.batch_norm, dpl.randn(1, 3), nil, nil, nil, nil, true)
+      :find('more than 1 value per channel'))
+  end)
+
+  it("momentum=false is PyTorch's momentum=None: cumulative averages", function()
+    local bn = nn.BatchNorm1d(3, { momentum = false }):to('float64')
+    for _, b in ipairs(ref.bn_cumulative.batches) do bn(d(b)) end
+    near(ref.bn_cumulative.mean, bn.running_mean, 'running_mean')
+    near(ref.bn_cumulative.var, bn.running_var, 'running_var')
+    assert.are.equal(ref.bn_cumulative.n, bn.num_batches_tracked:item())
+    assert.truthy(tostring(bn):find('momentum=false'))
+    assert.truthy(err_of(nn.BatchNorm1d, 3, { momentum = 'none' }):find('momentum must be a number or false'))
+    assert.truthy(err_of(nn.BatchNorm2d, 3, { momentum = true }):find('momentum must be a number or false'))
+    assert.are.equal(0.1, nn.BatchNorm1d(3).momentum)
+    assert.are.equal(0, nn.BatchNorm1d(3, { momentum = 0 }).momentum)
+  end)
+end)
+
+describe('option checks', function()
+  it("GELU / gelu: approximate other than 'none' or 'tanh' is an error", function()
+    assert.truthy(err_of(nn.GELU, { approximate = 'bad' }):find("approximate must be 'none' or 'tanh', got 'bad'"))
+    assert.truthy(err_of(nn.functional.gelu, dpl.ones(2), { approximate = 'Tanh' }):find("got 'Tanh'"))
+    assert.are.equal("GELU(approximate='tanh')", tostring(nn.GELU({ approximate = 'tanh' })))
+    assert.are.equal('GELU()', tostring(nn.GELU({ approximate = 'none' })))
+  end)
+
+  it('kaiming_*: mode must be fan_in or fan_out; calculate_gain checks its inputs', function()
+    local t = dpl.empty(2, 2)
+    assert.truthy(err_of(nn.init.kaiming_uniform_, t, 0, 'fan_avg')
+      :find('mode fan_avg not supported, please use one of fan_in, fan_out'))
+    assert.truthy(err_of(nn.init.kaiming_normal_, t, 0, 'fan_avg'):find('mode fan_avg not supported'))
+    nn.init.kaiming_uniform_(t, 0, 'fan_out', 'relu')
+    assert.truthy(err_of(nn.init.kaiming_uniform_, t, 0, 'fan_in', 'bad'):find('unsupported nonlinearity bad'))
+    assert.truthy(err_of(nn.init.calculate_gain, 'leaky_relu', true):find('negative_slope true not a valid number'))
+  end)
+end)
+
