@@ -39,6 +39,7 @@ local POOL_KEYS = keys('stride', 'padding', 'ceil_mode')
 local AVGPOOL_KEYS = keys(POOL_KEYS, 'count_include_pad')
 local BN_KEYS = keys(DT, 'eps', 'momentum', 'affine', 'track_running_stats')
 local LN_KEYS = keys(DT, 'eps', 'elementwise_affine')
+local GN_KEYS = keys(DT, 'eps', 'affine')
 local EMB_KEYS = keys(DT, 'padding_idx')
 
 -- an integer or a pair {h, w} of integers >= lo (kernel sizes, strides, padding)
@@ -207,6 +208,17 @@ nn.ReLU = simple('ReLU', function(x) return x:relu() end)
 nn.Tanh = simple('Tanh', function(x) return x:tanh() end)
 nn.Sigmoid = simple('Sigmoid', function(x) return x:sigmoid() end)
 nn.SiLU = simple('SiLU', function(x) return x:silu() end)
+nn.LeakyReLU = Module:extend('LeakyReLU')
+--- LeakyReLU(negative_slope=0.01)
+function nn.LeakyReLU:__init(slope)
+  Module.__init(self)
+  if slope ~= nil and (type(slope) ~= 'number' or slope ~= slope) then
+    error(fmt('LeakyReLU: negative_slope must be a number, got %s', tostring(slope)), 2)
+  end
+  self.negative_slope = slope or 0.01
+end
+function nn.LeakyReLU:forward(x) return F.leaky_relu(x, self.negative_slope) end
+function nn.LeakyReLU:extra_repr() return fmt('negative_slope=%g', self.negative_slope) end
 nn.Identity = Module:extend('Identity')
 function nn.Identity:forward(x) return x end
 
@@ -232,6 +244,59 @@ nn.Flatten = Module:extend('Flatten')
 function nn.Flatten:__init(s, e) Module.__init(self) self.start_dim, self.end_dim = s or 2, e or -1 end
 function nn.Flatten:forward(x) return x:flatten(self.start_dim, self.end_dim) end
 function nn.Flatten:extra_repr() return fmt('start_dim=%d, end_dim=%d', self.start_dim, self.end_dim) end
+
+nn.Unflatten = Module:extend('Unflatten')
+--- Unflatten(dim, sizes): dim (1-based; negative from the end) becomes the dims `sizes`
+--- (a list of sizes; one of them may be -1).
+function nn.Unflatten:__init(dim, sizes)
+  Module.__init(self)
+  if type(dim) ~= 'number' or dim ~= math.floor(dim) or dim == 0 then
+    error(fmt('Unflatten: dim must be a non-zero integer (1-based), got %s', tostring(dim)), 2)
+  end
+  if type(sizes) ~= 'table' or #sizes == 0 then
+    error(fmt('Unflatten: unflattened_size must be a list of sizes, got %s', type(sizes)), 2)
+  end
+  local neg = 0
+  for i, v in ipairs(sizes) do
+    if type(v) ~= 'number' or v ~= math.floor(v) or (v < 0 and v ~= -1) then
+      error(fmt('Unflatten: unflattened_size[%d] must be a size >= 0 or -1, got %s', i, tostring(v)), 2)
+    end
+    if v == -1 then neg = neg + 1 end
+  end
+  if neg > 1 then error('Unflatten: only one size can be -1', 2) end
+  self.dim, self.unflattened_size = dim, { unpack(sizes) }
+end
+function nn.Unflatten:forward(x)
+  check_input(self, x)
+  local nd = x:dim()
+  local d = self.dim < 0 and nd + self.dim + 1 or self.dim
+  if d < 1 or d > nd then
+    error(fmt('%s: dim %d is out of range for an input of shape %s', self:_label(), self.dim, shape_str(x)), 2)
+  end
+  local n, prod, free = x:size(d), 1, nil
+  for i, v in ipairs(self.unflattened_size) do
+    if v == -1 then free = i else prod = prod * v end
+  end
+  local sizes = { unpack(self.unflattened_size) }
+  if free then
+    if prod == 0 or n % prod ~= 0 then
+      error(fmt("%s: provided sizes [%s] don't multiply up to the size of dim %d (%d) in the input %s",
+        self:_label(), table.concat(self.unflattened_size, ', '), d, n, shape_str(x)), 2)
+    end
+    sizes[free] = n / prod
+  elseif prod ~= n then
+    error(fmt("%s: provided sizes [%s] don't multiply up to the size of dim %d (%d) in the input %s",
+      self:_label(), table.concat(self.unflattened_size, ', '), d, n, shape_str(x)), 2)
+  end
+  local shape = {}
+  for i = 1, d - 1 do shape[#shape + 1] = x:size(i) end
+  for _, v in ipairs(sizes) do shape[#shape + 1] = v end
+  for i = d + 1, nd do shape[#shape + 1] = x:size(i) end
+  return x:reshape(shape)
+end
+function nn.Unflatten:extra_repr()
+  return fmt('dim=%d, unflattened_size=(%s)', self.dim, table.concat(self.unflattened_size, ', '))
+end
 
 nn.Dropout = Module:extend('Dropout')
 function nn.Dropout:__init(p)
@@ -311,6 +376,51 @@ local function batchnorm(name, dims)
 end
 nn.BatchNorm1d = batchnorm('BatchNorm1d', { [2] = true, [3] = true, what = '[N, C] or [N, C, L]' })
 nn.BatchNorm2d = batchnorm('BatchNorm2d', { [4] = true, what = '[N, C, H, W]' })
+
+nn.GroupNorm = Module:extend('GroupNorm')
+--- GroupNorm(num_groups, num_channels [, {eps=1e-5, affine=true, dtype=, device=}]): each
+--- sample's channels in num_groups groups, each group normalised over its channels and
+--- positions (biased variance), then a per-channel weight and bias. Composed of tensor ops
+--- (autograd differentiates it).
+function nn.GroupNorm:__init(G, C, opts)
+  Module.__init(self)
+  check_opts(opts, GN_KEYS, 'GroupNorm')
+  opts = opts or {}
+  check_int('GroupNorm', 'num_groups', G)
+  check_int('GroupNorm', 'num_channels', C)
+  if C % G ~= 0 then error(fmt('GroupNorm: num_channels (%d) must be divisible by num_groups (%d)', C, G), 2) end
+  if opts.eps ~= nil and type(opts.eps) ~= 'number' then
+    error(fmt('GroupNorm: eps must be a number, got %s', tostring(opts.eps)), 2)
+  end
+  self.num_groups, self.num_channels, self.eps = G, C, opts.eps or 1e-5
+  self.affine = opts.affine ~= false
+  if self.affine then
+    local o = opts_dtype(opts)
+    self.weight = nn.Parameter(T.ones(C, o))
+    self.bias = nn.Parameter(T.zeros(C, o))
+  end
+end
+function nn.GroupNorm:forward(x)
+  if not is_tensor(x) or x:dim() < 2 or x:size(2) ~= self.num_channels then
+    check_input(self, x)
+    error(fmt('%s(%d, %d): input has shape %s, expected [N, %d, *]', self:_label(), self.num_groups,
+      self.num_channels, shape_str(x), self.num_channels), 2)
+  end
+  local N, nd = x:size(1), x:dim()
+  local xg = x:reshape(N, self.num_groups, -1)
+  local xc = xg - xg:mean(3, true)
+  local var = (xc * xc):mean(3, true)
+  local y = (xc * (var + self.eps):rsqrt()):reshape(x:size())
+  if self.affine then
+    local shape = { 1, self.num_channels }
+    for _ = 3, nd do shape[#shape + 1] = 1 end
+    y = y * self.weight:view(shape) + self.bias:view(shape)
+  end
+  return y
+end
+function nn.GroupNorm:extra_repr()
+  return fmt('%d, %d, eps=%g, affine=%s', self.num_groups, self.num_channels, self.eps, tostring(self.affine))
+end
 
 nn.LayerNorm = Module:extend('LayerNorm')
 --- LayerNorm(normalized_shape [, {eps=1e-5, elementwise_affine=true}])
@@ -668,5 +778,6 @@ nn.MSELoss = loss_class('MSELoss', 'mse_loss')
 nn.L1Loss = loss_class('L1Loss', 'l1_loss')
 nn.BCELoss = loss_class('BCELoss', 'binary_cross_entropy')
 nn.BCEWithLogitsLoss = loss_class('BCEWithLogitsLoss', 'binary_cross_entropy_with_logits')
+nn.SmoothL1Loss = loss_class('SmoothL1Loss', 'smooth_l1_loss')
 
 return nn
