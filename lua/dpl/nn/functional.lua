@@ -55,8 +55,16 @@ end
 ---------------------------------------------------------------- activations
 function F.relu(x) return x:relu() end
 --- gelu(x [, {approximate='none'|'tanh'}])
+local function check_approximate(a, fn)
+  if a ~= nil and a ~= 'none' and a ~= 'tanh' then
+    error(fmt("%s: approximate must be 'none' or 'tanh', got %s", fn,
+      type(a) == 'string' and ("'" .. a .. "'") or tostring(a)), 3)
+  end
+end
+F._check_approximate = check_approximate
 function F.gelu(x, opts)
   check_opts(opts, K.gelu, 'gelu')
+  check_approximate(opts and opts.approximate, 'gelu')
   if opts and opts.approximate == 'tanh' then
     local c = math.sqrt(2 / math.pi)
     return x * 0.5 * ((x + x * x * x * 0.044715) * c):tanh():add(1)
@@ -183,8 +191,14 @@ function F.batch_norm(x, rm, rv, w, b, training, momentum, eps)
   check_opt_tensor(w, 'batch_norm', 'weight')
   check_opt_tensor(b, 'batch_norm', 'bias')
   momentum, eps = momentum or 0.1, eps or 1e-5
+  check_tensor(x, 'batch_norm')
   local nd = x:dim()
+  if nd < 2 then error(fmt('batch_norm: input has shape %s, expected [N, C, ...]', shape_str(x)), 2) end
   local C = x:size(2)
+  if training and x:numel() == C then -- PyTorch's _verify_batch_size: the variance of one value is 0/0
+    error(fmt('batch_norm: expected more than 1 value per channel when training, got input size %s',
+      shape_str(x)), 2)
+  end
   local shape = { 1, C }
   for _ = 3, nd do shape[#shape + 1] = 1 end
   local mean, var

@@ -39,6 +39,7 @@ local POOL_KEYS = keys('stride', 'padding', 'ceil_mode')
 local AVGPOOL_KEYS = keys(POOL_KEYS, 'count_include_pad')
 local BN_KEYS = keys(DT, 'eps', 'momentum', 'affine', 'track_running_stats')
 local LN_KEYS = keys(DT, 'eps', 'elementwise_affine')
+local GN_KEYS = keys(DT, 'eps', 'affine')
 local EMB_KEYS = keys(DT, 'padding_idx')
 
 -- an integer or a pair {h, w} of integers >= lo (kernel sizes, strides, padding)
@@ -207,6 +208,17 @@ nn.ReLU = simple('ReLU', function(x) return x:relu() end)
 nn.Tanh = simple('Tanh', function(x) return x:tanh() end)
 nn.Sigmoid = simple('Sigmoid', function(x) return x:sigmoid() end)
 nn.SiLU = simple('SiLU', function(x) return x:silu() end)
+nn.LeakyReLU = Module:extend('LeakyReLU')
+--- LeakyReLU(negative_slope=0.01)
+function nn.LeakyReLU:__init(slope)
+  Module.__init(self)
+  if slope ~= nil and (type(slope) ~= 'number' or slope ~= slope) then
+    error(fmt('LeakyReLU: negative_slope must be a number, got %s', tostring(slope)), 2)
+  end
+  self.negative_slope = slope or 0.01
+end
+function nn.LeakyReLU:forward(x) return F.leaky_relu(x, self.negative_slope) end
+function nn.LeakyReLU:extra_repr() return fmt('negative_slope=%g', self.negative_slope) end
 nn.Identity = Module:extend('Identity')
 function nn.Identity:forward(x) return x end
 
@@ -215,6 +227,7 @@ function nn.GELU:__init(opts)
   Module.__init(self)
   check_opts(opts, F._option_keys.gelu, 'GELU')
   self.approximate = opts and opts.approximate or 'none'
+  F._check_approximate(self.approximate, 'GELU')
 end
 function nn.GELU:forward(x) return F.gelu(x, { approximate = self.approximate }) end
 function nn.GELU:extra_repr() return self.approximate ~= 'none' and ("approximate='" .. self.approximate .. "'") or '' end
@@ -231,6 +244,59 @@ nn.Flatten = Module:extend('Flatten')
 function nn.Flatten:__init(s, e) Module.__init(self) self.start_dim, self.end_dim = s or 2, e or -1 end
 function nn.Flatten:forward(x) return x:flatten(self.start_dim, self.end_dim) end
 function nn.Flatten:extra_repr() return fmt('start_dim=%d, end_dim=%d', self.start_dim, self.end_dim) end
+
+nn.Unflatten = Module:extend('Unflatten')
+--- Unflatten(dim, sizes): dim (1-based; negative from the end) becomes the dims `sizes`
+--- (a list of sizes; one of them may be -1).
+function nn.Unflatten:__init(dim, sizes)
+  Module.__init(self)
+  if type(dim) ~= 'number' or dim ~= math.floor(dim) or dim == 0 then
+    error(fmt('Unflatten: dim must be a non-zero integer (1-based), got %s', tostring(dim)), 2)
+  end
+  if type(sizes) ~= 'table' or #sizes == 0 then
+    error(fmt('Unflatten: unflattened_size must be a list of sizes, got %s', type(sizes)), 2)
+  end
+  local neg = 0
+  for i, v in ipairs(sizes) do
+    if type(v) ~= 'number' or v ~= math.floor(v) or (v < 0 and v ~= -1) then
+      error(fmt('Unflatten: unflattened_size[%d] must be a size >= 0 or -1, got %s', i, tostring(v)), 2)
+    end
+    if v == -1 then neg = neg + 1 end
+  end
+  if neg > 1 then error('Unflatten: only one size can be -1', 2) end
+  self.dim, self.unflattened_size = dim, { unpack(sizes) }
+end
+function nn.Unflatten:forward(x)
+  check_input(self, x)
+  local nd = x:dim()
+  local d = self.dim < 0 and nd + self.dim + 1 or self.dim
+  if d < 1 or d > nd then
+    error(fmt('%s: dim %d is out of range for an input of shape %s', self:_label(), self.dim, shape_str(x)), 2)
+  end
+  local n, prod, free = x:size(d), 1, nil
+  for i, v in ipairs(self.unflattened_size) do
+    if v == -1 then free = i else prod = prod * v end
+  end
+  local sizes = { unpack(self.unflattened_size) }
+  if free then
+    if prod == 0 or n % prod ~= 0 then
+      error(fmt("%s: provided sizes [%s] don't multiply up to the size of dim %d (%d) in the input %s",
+        self:_label(), table.concat(self.unflattened_size, ', '), d, n, shape_str(x)), 2)
+    end
+    sizes[free] = n / prod
+  elseif prod ~= n then
+    error(fmt("%s: provided sizes [%s] don't multiply up to the size of dim %d (%d) in the input %s",
+      self:_label(), table.concat(self.unflattened_size, ', '), d, n, shape_str(x)), 2)
+  end
+  local shape = {}
+  for i = 1, d - 1 do shape[#shape + 1] = x:size(i) end
+  for _, v in ipairs(sizes) do shape[#shape + 1] = v end
+  for i = d + 1, nd do shape[#shape + 1] = x:size(i) end
+  return x:reshape(shape)
+end
+function nn.Unflatten:extra_repr()
+  return fmt('dim=%d, unflattened_size=(%s)', self.dim, table.concat(self.unflattened_size, ', '))
+end
 
 nn.Dropout = Module:extend('Dropout')
 function nn.Dropout:__init(p)
@@ -253,7 +319,18 @@ local function batchnorm(name, dims)
     check_opts(opts, BN_KEYS, name)
     opts = opts or {}
     check_int(name, 'num_features', C)
-    self.num_features, self.eps, self.momentum = C, opts.eps or 1e-5, opts.momentum or 0.1
+    -- momentum=false is PyTorch's momentum=None: the running statistics are cumulative
+    -- averages (factor 1/num_batches_tracked)
+    local momentum = opts.momentum
+    if momentum == nil then momentum = 0.1 end
+    if momentum ~= false and (type(momentum) ~= 'number' or momentum ~= momentum) then
+      error(fmt('%s: momentum must be a number or false (a cumulative average, PyTorch\'s None), got %s', name,
+        tostring(momentum)), 2)
+    end
+    if opts.eps ~= nil and type(opts.eps) ~= 'number' then
+      error(fmt('%s: eps must be a number, got %s', name, tostring(opts.eps)), 2)
+    end
+    self.num_features, self.eps, self.momentum = C, opts.eps or 1e-5, momentum
     self.affine = opts.affine ~= false
     self.track_running_stats = opts.track_running_stats ~= false
     local o = opts_dtype(opts)
@@ -274,20 +351,76 @@ local function batchnorm(name, dims)
         self.num_features, shape_str(x), dims.what, self.num_features), 2)
     end
     local use_batch = self.training or not self.track_running_stats
+    if use_batch and x:numel() == self.num_features then -- the variance of one value (PyTorch: an error)
+      error(fmt('%s(%d): expected more than 1 value per channel when training, got input size %s', self:_label(),
+        self.num_features, shape_str(x)), 2)
+    end
+    local factor = self.momentum or 0
     if self.training and self.track_running_stats then
       autograd.no_grad(function() self.num_batches_tracked:add_(1) end)
+      if self.momentum == false then factor = 1 / self.num_batches_tracked:item() end
     end
     return F.batch_norm(x, self.running_mean, self.running_var, self.weight, self.bias, use_batch,
-      self.momentum, self.eps)
+      factor, self.eps)
+  end
+  -- a state dict without num_batches_tracked (PyTorch's before 0.4.1) loads it as 0, as PyTorch's
+  function cls:_load_default(key)
+    if key == 'num_batches_tracked' and self.track_running_stats then return T.zeros({}, { dtype = 'int64' }) end
   end
   function cls:extra_repr()
-    return fmt('%d, eps=%g, momentum=%g, affine=%s, track_running_stats=%s', self.num_features, self.eps,
-      self.momentum, tostring(self.affine), tostring(self.track_running_stats))
+    return fmt('%d, eps=%g, momentum=%s, affine=%s, track_running_stats=%s', self.num_features, self.eps,
+      self.momentum == false and 'false' or fmt('%g', self.momentum), tostring(self.affine),
+      tostring(self.track_running_stats))
   end
   return cls
 end
 nn.BatchNorm1d = batchnorm('BatchNorm1d', { [2] = true, [3] = true, what = '[N, C] or [N, C, L]' })
 nn.BatchNorm2d = batchnorm('BatchNorm2d', { [4] = true, what = '[N, C, H, W]' })
+
+nn.GroupNorm = Module:extend('GroupNorm')
+--- GroupNorm(num_groups, num_channels [, {eps=1e-5, affine=true, dtype=, device=}]): each
+--- sample's channels in num_groups groups, each group normalised over its channels and
+--- positions (biased variance), then a per-channel weight and bias. Composed of tensor ops
+--- (autograd differentiates it).
+function nn.GroupNorm:__init(G, C, opts)
+  Module.__init(self)
+  check_opts(opts, GN_KEYS, 'GroupNorm')
+  opts = opts or {}
+  check_int('GroupNorm', 'num_groups', G)
+  check_int('GroupNorm', 'num_channels', C)
+  if C % G ~= 0 then error(fmt('GroupNorm: num_channels (%d) must be divisible by num_groups (%d)', C, G), 2) end
+  if opts.eps ~= nil and type(opts.eps) ~= 'number' then
+    error(fmt('GroupNorm: eps must be a number, got %s', tostring(opts.eps)), 2)
+  end
+  self.num_groups, self.num_channels, self.eps = G, C, opts.eps or 1e-5
+  self.affine = opts.affine ~= false
+  if self.affine then
+    local o = opts_dtype(opts)
+    self.weight = nn.Parameter(T.ones(C, o))
+    self.bias = nn.Parameter(T.zeros(C, o))
+  end
+end
+function nn.GroupNorm:forward(x)
+  if not is_tensor(x) or x:dim() < 2 or x:size(2) ~= self.num_channels then
+    check_input(self, x)
+    error(fmt('%s(%d, %d): input has shape %s, expected [N, %d, *]', self:_label(), self.num_groups,
+      self.num_channels, shape_str(x), self.num_channels), 2)
+  end
+  local N, nd = x:size(1), x:dim()
+  local xg = x:reshape(N, self.num_groups, -1)
+  local xc = xg - xg:mean(3, true)
+  local var = (xc * xc):mean(3, true)
+  local y = (xc * (var + self.eps):rsqrt()):reshape(x:size())
+  if self.affine then
+    local shape = { 1, self.num_channels }
+    for _ = 3, nd do shape[#shape + 1] = 1 end
+    y = y * self.weight:view(shape) + self.bias:view(shape)
+  end
+  return y
+end
+function nn.GroupNorm:extra_repr()
+  return fmt('%d, %d, eps=%g, affine=%s', self.num_groups, self.num_channels, self.eps, tostring(self.affine))
+end
 
 nn.LayerNorm = Module:extend('LayerNorm')
 --- LayerNorm(normalized_shape [, {eps=1e-5, elementwise_affine=true}])
@@ -353,8 +486,107 @@ function nn.Embedding:extra_repr()
 end
 
 ---------------------------------------------------------------- containers
+-- Sequential and ModuleList keep their children in the fields 1..n (self[i] is a plain
+-- table read, the forward loop's); their __index adds the negative indices, -1 the last.
+local function list_index(cls)
+  return function(t, k)
+    local v = cls[k]
+    if v ~= nil then return v end
+    if type(k) == 'number' and k < 0 then
+      local n = rawget(t, '_n')
+      if n and k >= -n and k == math.floor(k) then return rawget(t, n + 1 + k) end
+    end
+    return nil
+  end
+end
+
+-- the methods Sequential and ModuleList share (PyTorch's append, extend, insert, pop, len)
+local function list_methods(cls, name)
+  cls.__index = list_index(cls)
+  function cls:append(m)
+    if not Module.is_module(m) then error(fmt('%s: append expects a Module, got %s', name, type(m)), 2) end
+    local n = rawget(self, '_n') + 1
+    self:add_module(n, m)
+    rawset(self, '_n', n)
+    return self
+  end
+  --- On an instance: appends the modules of a list (or of a ModuleList / Sequential). On the
+  --- class: a subclass, as every class's extend(name).
+  function cls:extend(x)
+    if rawget(self, '_is_module') ~= true then
+      local sub = Module.extend(self, x)
+      sub.__index = list_index(sub)
+      return sub
+    end
+    if type(x) ~= 'table' then error(fmt('%s: extend expects a list of Modules, got %s', name, type(x)), 2) end
+    local list = {}
+    if Module.is_module(x) then
+      for _, m in x:named_children() do list[#list + 1] = m end
+    else
+      for i, m in ipairs(x) do
+        if not Module.is_module(m) then error(fmt('%s: extend: element %d is not a Module (%s)', name, i, type(m)), 2) end
+        list[i] = m
+      end
+    end
+    for _, m in ipairs(list) do self:append(m) end
+    return self
+  end
+  --- insert(i, m): m becomes element i (1..n+1; -n..-1 count from the end, as a Lua/Python
+  --- list's insert: -1 puts m before the last); the later ones move up.
+  function cls:insert(i, m)
+    local n = rawget(self, '_n')
+    if type(i) ~= 'number' or i ~= math.floor(i) then error(fmt('%s: insert: index must be an integer, got %s', name, tostring(i)), 2) end
+    if not Module.is_module(m) then error(fmt('%s: insert expects a Module, got %s', name, type(m)), 2) end
+    if i < 0 then i = math.max(n + 1 + i, 1) end
+    if i < 1 or i > n + 1 then error(fmt('%s: insert: index %d is out of range (1..%d)', name, i, n + 1), 2) end
+    for j = n, i, -1 do
+      local c = rawget(self, j)
+      if rawget(c, '_name') == tostring(j) then rawset(c, '_name', tostring(j + 1)) end
+      rawset(self, j + 1, c)
+    end
+    rawset(self, '_n', n + 1)
+    local names = rawget(self, '_module_names')
+    names[#names + 1] = n + 1
+    rawset(self, i, nil)
+    if rawget(m, '_name') == nil then rawset(m, '_name', tostring(i)) end
+    rawset(self, i, m)
+    return self
+  end
+  --- pop([i=-1]): removes element i (negative: from the end) and returns it; the later
+  --- ones move down.
+  function cls:pop(i)
+    local n = rawget(self, '_n')
+    i = i or -1
+    if type(i) ~= 'number' or i ~= math.floor(i) then error(fmt('%s: pop: index must be an integer, got %s', name, tostring(i)), 2) end
+    if i < 0 then i = n + 1 + i end
+    if i < 1 or i > n then error(fmt('%s: pop: index out of range (%d elements)', name, n), 2) end
+    local m = rawget(self, i)
+    for j = i, n - 1 do
+      local c = rawget(self, j + 1)
+      if rawget(c, '_name') == tostring(j + 1) then rawset(c, '_name', tostring(j)) end
+      rawset(self, j, c)
+    end
+    rawset(self, n, nil)
+    local names = rawget(self, '_module_names')
+    for k = #names, 1, -1 do if names[k] == n then table.remove(names, k) break end end
+    rawset(self, '_n', n - 1)
+    return m
+  end
+  function cls:__len() return rawget(self, '_n') end
+  function cls:len() return rawget(self, '_n') end
+  --- for i, m in list:ipairs() do ... end
+  function cls:ipairs()
+    local i, n = 0, rawget(self, '_n')
+    return function()
+      i = i + 1
+      if i <= n then return i, rawget(self, i) end
+    end
+  end
+end
+
 nn.Sequential = Module:extend('Sequential')
---- Sequential(m1, m2, ...): children named 1, 2, ...
+list_methods(nn.Sequential, 'Sequential')
+--- Sequential(m1, m2, ...) or Sequential{m1, m2, ...}: children named 1, 2, ...; seq[-1] is the last.
 function nn.Sequential:__init(...)
   Module.__init(self)
   local mods = { ... }
@@ -369,53 +601,164 @@ function nn.Sequential:forward(x)
   for i = 1, rawget(self, '_n') do x = self[i](x) end
   return x
 end
-function nn.Sequential:append(m)
-  local n = rawget(self, '_n') + 1
-  self:add_module(n, m)
-  rawset(self, '_n', n)
-  return self
-end
-function nn.Sequential:__len() return rawget(self, '_n') end
-function nn.Sequential:len() return rawget(self, '_n') end
 
 nn.ModuleList = Module:extend('ModuleList')
+list_methods(nn.ModuleList, 'ModuleList')
 function nn.ModuleList:__init(list)
   Module.__init(self)
   rawset(self, '_n', 0)
-  for _, m in ipairs(list or {}) do self:append(m) end
+  if list ~= nil then self:extend(list) end
 end
-function nn.ModuleList:append(m)
-  if not Module.is_module(m) then error(fmt('ModuleList: append expects a Module, got %s', type(m)), 2) end
-  local n = rawget(self, '_n') + 1
-  self:add_module(n, m)
-  rawset(self, '_n', n)
-  return self
-end
-function nn.ModuleList:len() return rawget(self, '_n') end
---- for i, m in list:ipairs() do ... end
-function nn.ModuleList:ipairs()
-  local i, n = 0, rawget(self, '_n')
-  return function()
-    i = i + 1
-    if i <= n then return i, self[i] end
+
+-- keys in a natural order: numbers first, then strings with digit runs compared as numbers
+-- ('2' < '10' < 'a' < 'b')
+local function natural_lt(a, b)
+  local ta, tb = type(a), type(b)
+  if ta ~= tb then return ta == 'number' end
+  if ta ~= 'string' then return a < b end
+  local i, j = 1, 1
+  while i <= #a and j <= #b do
+    local da, db = a:match('^%d+', i), b:match('^%d+', j)
+    if da and db then
+      local na, nb = tonumber(da), tonumber(db)
+      if na ~= nb then return na < nb end
+      i, j = i + #da, j + #db
+    else
+      local ca, cb = a:sub(i, i), b:sub(j, j)
+      if ca ~= cb then return ca < cb end
+      i, j = i + 1, j + 1
+    end
   end
+  local ra, rb = #a - i, #b - j
+  if ra ~= rb then return ra < rb end
+  return a < b
 end
-nn.Sequential.ipairs = nn.ModuleList.ipairs
 
 nn.ModuleDict = Module:extend('ModuleDict')
-function nn.ModuleDict:__init(dict)
-  Module.__init(self)
-  local keys = {}
-  for k in pairs(dict or {}) do keys[#keys + 1] = k end
-  table.sort(keys, function(a, b) return tostring(a) < tostring(b) end)
-  for _, k in ipairs(keys) do self:add_module(k, dict[k]) end
+local ModuleDict = nn.ModuleDict
+-- The children live in self._store, not in fields of self, so that a key can be the name of
+-- a method ('train', 'keys', 'forward'): md.train is the method, md:get('train') the child
+-- (PyTorch's _modules). md.enc reads the child 'enc' when no method has that name. The store
+-- is marked as a module (and holds nothing else) so that DataParallel replicas copy it.
+function ModuleDict.__index(t, k)
+  local v = ModuleDict[k]
+  if v ~= nil then return v end
+  local s = rawget(t, '_store')
+  if s ~= nil then
+    local c = rawget(s, k)
+    if Module.is_module(c) then return c end
+  end
+  return nil
 end
-function nn.ModuleDict:keys()
+function ModuleDict.__newindex(t, k, v)
+  local s = rawget(t, '_store')
+  if Module.is_module(v) and s ~= nil then return t:add_module(k, v) end
+  if v == nil and s ~= nil and Module.is_module(rawget(s, k)) then t:pop(k) return end
+  return Module.__newindex(t, k, v)
+end
+function ModuleDict:extend(name)
+  if rawget(self, '_is_module') == true then error('ModuleDict: extend is for classes; use update', 2) end
+  local sub = Module.extend(self, name)
+  local idx = function(t, k)
+    local v = sub[k]
+    if v ~= nil then return v end
+    return ModuleDict.__index(t, k)
+  end
+  sub.__index, sub.__newindex = idx, ModuleDict.__newindex
+  return sub
+end
+
+local function check_key(k)
+  if (type(k) ~= 'string' and type(k) ~= 'number') or k == '_is_module' then
+    error(fmt('ModuleDict: a key must be a string or a number (not _is_module), got %s', tostring(k)), 3)
+  end
+end
+
+--- ModuleDict(dict): dict is a table name -> module (keys sorted in a natural order: Lua
+--- tables have no insertion order), a list of {name, module} pairs (kept in that order, as
+--- PyTorch's insertion order) or a ModuleDict.
+function ModuleDict:__init(dict)
+  Module.__init(self)
+  rawset(self, '_store', { _is_module = true })
+  if dict ~= nil then self:update(dict) end
+end
+function ModuleDict:add_module(name, m)
+  check_key(name)
+  if m ~= nil and not Module.is_module(m) then error(fmt('ModuleDict: %s is not a Module', tostring(name)), 2) end
+  if m == nil then
+    if rawget(rawget(self, '_store'), name) ~= nil then self:pop(name) end
+    return
+  end
+  local names = rawget(self, '_module_names')
+  local found = false
+  for i = 1, #names do if names[i] == name then found = true break end end
+  if not found then names[#names + 1] = name end
+  if rawget(m, '_name') == nil then rawset(m, '_name', tostring(name)) end
+  rawset(rawget(self, '_store'), name, m)
+end
+--- update(dict): adds or replaces entries (dict as for the constructor).
+function ModuleDict:update(dict)
+  if type(dict) ~= 'table' then error(fmt('ModuleDict: expected a table of modules, got %s', type(dict)), 2) end
+  if Module.is_module(dict) then
+    for k, m in dict:named_children() do self:add_module(k, m) end
+    return self
+  end
+  if type(dict[1]) == 'table' and not Module.is_module(dict[1]) then -- {{name, module}, ...}
+    for i, e in ipairs(dict) do
+      if type(e) ~= 'table' or e[1] == nil or not Module.is_module(e[2]) then
+        error(fmt('ModuleDict: element %d must be a {name, module} pair', i), 2)
+      end
+      self:add_module(e[1], e[2])
+    end
+    return self
+  end
+  local keys = {}
+  for k in pairs(dict) do keys[#keys + 1] = k end
+  table.sort(keys, natural_lt)
+  for _, k in ipairs(keys) do
+    if not Module.is_module(dict[k]) then error(fmt('ModuleDict: %s is not a Module (%s)', tostring(k), type(dict[k])), 2) end
+    self:add_module(k, dict[k])
+  end
+  return self
+end
+--- get(key): the child (also one whose key is a method's name).
+function ModuleDict:get(k) return Module._get_child(self, k) end
+function ModuleDict:contains(k) return Module._get_child(self, k) ~= nil end
+--- pop(key): removes the child and returns it.
+function ModuleDict:pop(k)
+  local s = rawget(self, '_store')
+  local m = rawget(s, k)
+  if not Module.is_module(m) then error(fmt("ModuleDict: no key '%s'", tostring(k)), 2) end
+  rawset(s, k, nil)
+  local names = rawget(self, '_module_names')
+  for i = 1, #names do if names[i] == k then table.remove(names, i) break end end
+  return m
+end
+function ModuleDict:clear()
+  rawset(self, '_store', { _is_module = true })
+  rawset(self, '_module_names', {})
+end
+--- The keys in insertion order.
+function ModuleDict:keys()
   local r = {}
-  for k in self:named_children() do r[#r + 1] = k end
+  for _, k in ipairs(rawget(self, '_module_names')) do r[#r + 1] = k end
   return r
 end
-function nn.ModuleDict:items() return self:named_children() end
+function ModuleDict:values()
+  local r = {}
+  for _, k in ipairs(rawget(self, '_module_names')) do r[#r + 1] = Module._get_child(self, k) end
+  return r
+end
+--- for key, module in md:items() do ... end
+function ModuleDict:items()
+  local names, i = rawget(self, '_module_names'), 0
+  return function()
+    i = i + 1
+    local k = names[i]
+    if k ~= nil then return k, Module._get_child(self, k) end
+  end
+end
+function ModuleDict:len() return #rawget(self, '_module_names') end
 
 ---------------------------------------------------------------- loss modules
 local function loss_class(name, fname)
@@ -435,5 +778,6 @@ nn.MSELoss = loss_class('MSELoss', 'mse_loss')
 nn.L1Loss = loss_class('L1Loss', 'l1_loss')
 nn.BCELoss = loss_class('BCELoss', 'binary_cross_entropy')
 nn.BCEWithLogitsLoss = loss_class('BCEWithLogitsLoss', 'binary_cross_entropy_with_logits')
+nn.SmoothL1Loss = loss_class('SmoothL1Loss', 'smooth_l1_loss')
 
 return nn

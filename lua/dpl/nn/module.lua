@@ -1,10 +1,14 @@
 -- dpl.nn.Module: the base class of layers and models.
 --
 -- Parameters and submodules are registered by assignment: `self.weight = nn.Parameter(t)`
--- (any tensor that requires grad) or `self.fc = nn.Linear(4, 2)`. Registration keeps
+-- (nn.Parameter marks the tensor, also with requires_grad=false; any leaf tensor that
+-- requires grad counts as one too) or `self.fc = nn.Linear(4, 2)`. Registration keeps
 -- the assignment order; the value is read back from the field each time, so
--- re-assigning a registered field replaces it. Buffers (running statistics) are
--- registered with `self:register_buffer(name, t)` and go into the state dict.
+-- re-assigning a registered field replaces it. A field that first held a plain tensor
+-- and later a Parameter becomes a parameter (Lua calls __newindex only for a new field,
+-- so plain tensor fields are remembered and looked at again when parameters are listed).
+-- Buffers (running statistics) are registered with `self:register_buffer(name, t
+-- [, persistent=true])` and go into the state dict unless persistent is false.
 local class = require 'dpl.class'
 local T = require 'dpl.tensor'
 local autograd = require 'dpl.autograd'
@@ -25,6 +29,30 @@ local ZERO_GRAD_KEYS, LOAD_KEYS = options.keys('set_to_none'), options.keys('str
 local function is_module(v) return type(v) == 'table' and rawget(v, '_is_module') == true end
 Module.is_module = is_module
 
+-- the tensors made by nn.Parameter (weak keys; kept in the registry so that a reload of
+-- this module, as a test runner's, keeps the marks)
+local REG = debug.getregistry()
+local param_set = REG['dpl.nn.param_set'] or setmetatable({}, { __mode = 'k' })
+REG['dpl.nn.param_set'] = param_set
+
+--- True for a tensor made by nn.Parameter and for a leaf tensor that requires grad.
+local function is_param(t)
+  return is_tensor(t) and (param_set[t] == true or (t.requires_grad and t.is_leaf))
+end
+Module.is_parameter = is_param
+
+-- a child stored by a container in its own table (ModuleDict: `_store`), else a field
+local function get_child(m, k)
+  local s = rawget(m, '_store')
+  if s ~= nil then
+    local c = rawget(s, k)
+    if is_module(c) then return c end
+    return nil
+  end
+  return rawget(m, k)
+end
+Module._get_child = get_child
+
 function Module:__init()
   rawset(self, '_is_module', true)
   rawset(self, '_param_names', rawget(self, '_param_names') or {})
@@ -33,16 +61,30 @@ function Module:__init()
   rawset(self, 'training', true)
 end
 
+local function has_name(self, list, k)
+  local l = rawget(self, list)
+  if l then for i = 1, #l do if l[i] == k then return true end end end
+  return false
+end
 local function add_name(self, list, k)
   local l = rawget(self, list)
   if not l then l = {}; rawset(self, list, l) end
   for i = 1, #l do if l[i] == k then return end end
   l[#l + 1] = k
 end
+local function remove_name(self, list, k)
+  local l = rawget(self, list)
+  if l then for i = 1, #l do if l[i] == k then table.remove(l, i) return end end end
+end
 
 function Module:__newindex(k, v)
-  if is_tensor(v) and v.requires_grad then
-    add_name(self, '_param_names', k)
+  if is_tensor(v) then
+    if is_param(v) then
+      remove_name(self, '_attr_names', k)
+      add_name(self, '_param_names', k)
+    elseif not has_name(self, '_param_names', k) and not has_name(self, '_buffer_names', k) then
+      add_name(self, '_attr_names', k) -- a plain tensor field: it may get a Parameter later
+    end
   elseif is_module(v) then
     add_name(self, '_module_names', k)
     if rawget(v, '_name') == nil then rawset(v, '_name', tostring(k)) end
@@ -50,31 +92,137 @@ function Module:__newindex(k, v)
   rawset(self, k, v)
 end
 
-function Module:__call(...) return self:forward(...) end
+-- plain tensor fields that hold a Parameter now (assigned over a plain tensor, which Lua
+-- does without __newindex) become parameters
+local function promote(m)
+  local a = rawget(m, '_attr_names')
+  if a == nil or a[1] == nil then return end
+  local i = 1
+  while a[i] ~= nil do
+    local k = a[i]
+    local v = rawget(m, k)
+    if is_param(v) and not has_name(m, '_buffer_names', k) then
+      table.remove(a, i)
+      add_name(m, '_param_names', k)
+    else
+      i = i + 1
+    end
+  end
+end
+
+---------------------------------------------------------------- calls, hooks
+local unpack, select = unpack, select
+local pack = function(...) return { n = select('#', ...), ... } end
+
+-- __call with forward hooks: pre-hooks may replace the arguments, forward hooks the output
+local function call_hooked(self, ...)
+  local args = pack(...)
+  local pre = rawget(self, '_forward_pre_hooks')
+  if pre then
+    for _, h in ipairs({ unpack(pre) }) do -- (a copy: a hook may remove itself)
+      local r = h.fn(self, args)
+      if r ~= nil then
+        if type(r) == 'table' and getmetatable(r) == nil then
+          args = { n = r.n or #r }
+          for i = 1, args.n do args[i] = r[i] end
+        else
+          args = { n = 1, r }
+        end
+      end
+    end
+  end
+  local out = pack(self:forward(unpack(args, 1, args.n)))
+  local post = rawget(self, '_forward_hooks')
+  if post then
+    for _, h in ipairs({ unpack(post) }) do
+      local r = h.fn(self, args, out[1])
+      if r ~= nil then out[1] = r; if out.n < 1 then out.n = 1 end end
+    end
+  end
+  return unpack(out, 1, out.n)
+end
+
+-- the hot path: one field read when the module has no hooks
+function Module:__call(...)
+  if rawget(self, '_has_hooks') == nil then return self:forward(...) end
+  return call_hooked(self, ...)
+end
+
+local Handle = {}
+Handle.__index = Handle
+--- handle:remove(): unregisters the hook (again: nothing).
+function Handle:remove()
+  local m, list = self.module, rawget(self.module, self.list)
+  if list then
+    for i = 1, #list do if list[i] == self.entry then table.remove(list, i) break end end
+    if #list == 0 then rawset(m, self.list, nil) end
+  end
+  if rawget(m, '_forward_pre_hooks') == nil and rawget(m, '_forward_hooks') == nil then rawset(m, '_has_hooks', nil) end
+end
+
+local function add_hook(self, list, fn, what)
+  if type(fn) ~= 'function' and not (type(fn) == 'table' and getmetatable(fn) and getmetatable(fn).__call) then
+    error(fmt('%s: expected a function, got %s', what, type(fn)), 3)
+  end
+  local l = rawget(self, list)
+  if not l then l = {}; rawset(self, list, l) end
+  local entry = { fn = fn }
+  l[#l + 1] = entry
+  rawset(self, '_has_hooks', true)
+  return setmetatable({ module = self, list = list, entry = entry }, Handle)
+end
+
+--- register_forward_pre_hook(fn): fn(module, args) runs before forward; args is the list
+--- of arguments ({n=, ...}); returning nil keeps them, a plain table replaces the list, any
+--- other value becomes the only argument. Returns a handle with :remove().
+function Module:register_forward_pre_hook(fn)
+  return add_hook(self, '_forward_pre_hooks', fn, 'register_forward_pre_hook')
+end
+--- register_forward_hook(fn): fn(module, args, output) runs after forward; a non-nil result
+--- replaces the output. Returns a handle with :remove().
+function Module:register_forward_hook(fn)
+  return add_hook(self, '_forward_hooks', fn, 'register_forward_hook')
+end
 
 function Module:forward()
   error(fmt('%s: forward is not implemented', self.__name), 2)
 end
 
---- nn.Parameter(t): t as a leaf that requires grad (a float tensor).
+--- nn.Parameter(t [, requires_grad=true]): t as a leaf (detached when it is not one),
+--- marked as a parameter: a module field holding it is registered, also when it does not
+--- require grad (a frozen parameter is in parameters() and the state dict, as PyTorch's).
 local function Parameter(t, requires_grad)
   if not is_tensor(t) then error(fmt('Parameter: expected a tensor, got %s', type(t)), 2) end
   if not t.is_leaf then t = t:detach() end
   t.requires_grad = requires_grad ~= false
+  param_set[t] = true
   return t
 end
 Module.Parameter = Parameter
 
---- Registers a tensor that is state but not a parameter (saved in the state dict).
-function Module:register_buffer(name, t)
+--- Registers a tensor that is state but not a parameter. persistent=false (default true):
+--- kept out of the state dict (and not expected by load_state_dict), as PyTorch's.
+function Module:register_buffer(name, t, persistent)
   if t ~= nil and not is_tensor(t) then error(fmt('register_buffer: %s must be a tensor or nil', name), 2) end
+  if persistent ~= nil and type(persistent) ~= 'boolean' then
+    error(fmt('register_buffer: persistent must be true or false, got %s', tostring(persistent)), 2)
+  end
+  remove_name(self, '_attr_names', name)
   add_name(self, '_buffer_names', name)
+  local np = rawget(self, '_nonpersistent')
+  if persistent == false then
+    if not np then np = {}; rawset(self, '_nonpersistent', np) end
+    np[name] = true
+  elseif np then
+    np[name] = nil
+  end
   rawset(self, name, t)
 end
 
 --- Registers a parameter under a name computed at run time.
 function Module:register_parameter(name, t)
-  if t ~= nil then t = Parameter(t) end
+  if t ~= nil and not param_set[t] then t = Parameter(t) end
+  remove_name(self, '_attr_names', name)
   add_name(self, '_param_names', name)
   rawset(self, name, t)
 end
@@ -87,21 +235,27 @@ function Module:add_module(name, m)
   rawset(self, name, m)
 end
 
+local EMPTY = {}
 local function names(self, list)
-  return rawget(self, list) or {}
+  if list == '_param_names' then promote(self) end
+  return rawget(self, list) or EMPTY
 end
 
 ---------------------------------------------------------------- traversal
---- Iterator over (name, child) of the direct submodules.
+--- Iterator over (name, child) of the direct submodules (a module held under two names:
+--- the first).
 function Module:named_children()
-  local l, i = names(self, '_module_names'), 0
+  local l, i, seen = names(self, '_module_names'), 0, {}
   return function()
     while true do
       i = i + 1
       local k = l[i]
       if k == nil then return nil end
-      local m = rawget(self, k)
-      if is_module(m) then return k, m end
+      local m = get_child(self, k)
+      if is_module(m) and not seen[m] then
+        seen[m] = true
+        return k, m
+      end
     end
   end
 end
@@ -189,9 +343,15 @@ function Module:num_parameters(only_trainable)
 end
 
 ---------------------------------------------------------------- modes, grads
+--- Sets `training` on self and calls each child's train(mode), so that a subclass's train
+--- override runs also when a parent switches the mode (PyTorch's recursion).
 function Module:train(mode)
   if mode == nil then mode = true end
-  for _, m in ipairs(self:modules()) do rawset(m, 'training', mode and true or false) end
+  if type(mode) ~= 'boolean' then
+    error(fmt('train: training mode is expected to be a boolean, got %s', type(mode)), 2)
+  end
+  rawset(self, 'training', mode)
+  for _, m in self:named_children() do m:train(mode) end
   return self
 end
 function Module:eval() return self:train(false) end
@@ -232,6 +392,7 @@ local function map_tensors(self, f)
         if q ~= p then
           q = autograd.no_grad(function() return q:detach() end)
           q.requires_grad = p.requires_grad
+          if param_set[p] then param_set[q] = true end
           if p.grad then q.grad = f(p.grad) end
           rawset(m, k, q)
         end
@@ -274,19 +435,41 @@ function Module:cpu() return self:to('cpu') end
 function Module:cuda(k) return self:to('cuda:' .. (k or 0)) end
 
 ---------------------------------------------------------------- state dicts
---- A table 'qualified.name' -> tensor (parameters and buffers, detached, sharing storage).
+-- f(key, tensor, module, local_name) for each state dict entry, module by module as
+-- PyTorch's: a module's parameters, then its persistent buffers, then each child's
+-- entries under 'child.'; a tensor held under two names (tied weights) and a submodule
+-- held under two names appear under each name.
+local function each_entry(m, prefix, f, stack)
+  if stack[m] then return end -- a cycle
+  stack[m] = true
+  for _, k in ipairs(names(m, '_param_names')) do
+    local t = rawget(m, k)
+    if is_tensor(t) then f(prefix .. tostring(k), t, m, k) end
+  end
+  local np = rawget(m, '_nonpersistent')
+  for _, k in ipairs(names(m, '_buffer_names')) do
+    local t = rawget(m, k)
+    if is_tensor(t) and not (np and np[k]) then f(prefix .. tostring(k), t, m, k) end
+  end
+  for _, k in ipairs(names(m, '_module_names')) do
+    local c = get_child(m, k)
+    if is_module(c) then each_entry(c, prefix .. tostring(k) .. '.', f, stack) end
+  end
+  stack[m] = nil
+end
+
+--- A table 'qualified.name' -> tensor (parameters and persistent buffers, detached, sharing
+--- storage). Tied weights are there under each name, as in PyTorch.
 function Module:state_dict()
   local sd = {}
-  for _, e in ipairs(named_tensors(self, '_param_names')) do sd[e[1]] = e[2]:detach() end
-  for _, e in ipairs(named_tensors(self, '_buffer_names')) do sd[e[1]] = e[2]:detach() end
+  each_entry(self, '', function(k, t) sd[k] = t:detach() end, {})
   return sd
 end
 
---- Names of the state dict entries, in order.
+--- Names of the state dict entries, in PyTorch's order (module by module).
 function Module:state_dict_keys()
   local r = {}
-  for _, e in ipairs(named_tensors(self, '_param_names')) do r[#r + 1] = e[1] end
-  for _, e in ipairs(named_tensors(self, '_buffer_names')) do r[#r + 1] = e[1] end
+  each_entry(self, '', function(k) r[#r + 1] = k end, {})
   return r
 end
 
@@ -295,23 +478,40 @@ local function shape_str(t) return '[' .. table.concat(t:size(), ', ') .. ']' en
 --- Copies a state dict into the parameters and buffers. {strict=true} (default) raises an
 --- error listing the missing keys, the unexpected keys and the shape mismatches; with
 --- strict=false, missing/unexpected keys are returned ({missing_keys=, unexpected_keys=}).
---- Shape mismatches are an error in both modes.
+--- Shape mismatches are an error in both modes. A tensor held under several names (tied
+--- weights) is loaded from any of them: a state dict that has one of the names (as
+--- dplhost's before 0.1 wrote) is complete. A module may supply a value for a key the state
+--- dict lacks with _load_default(local_name) (BatchNorm: num_batches_tracked = 0).
 function Module:load_state_dict(sd, opts)
   if type(sd) ~= 'table' then error(fmt('load_state_dict: expected a table, got %s', type(sd)), 2) end
   options.check(opts, LOAD_KEYS, 'load_state_dict')
   local strict = not (opts and opts.strict == false)
-  local targets = {}
-  local order = {}
-  for _, list in ipairs({ '_param_names', '_buffer_names' }) do
-    for _, e in ipairs(named_tensors(self, list)) do targets[e[1]] = e[2]; order[#order + 1] = e[1] end
-  end
-  local missing, unexpected, mismatch = {}, {}, {}
+  local targets, order, owners = {}, {}, {}
+  each_entry(self, '', function(k, t, m, name)
+    targets[k] = t
+    order[#order + 1] = k
+    owners[k] = { m, name }
+  end, {})
+  -- a tensor's value in sd under any of its names
+  local by_tensor = {}
   for _, k in ipairs(order) do
     local v = sd[k]
+    if v ~= nil and by_tensor[targets[k]] == nil then by_tensor[targets[k]] = v end
+  end
+  local values, missing, unexpected, mismatch = {}, {}, {}, {}
+  for _, k in ipairs(order) do
+    local v, t = sd[k], targets[k]
+    if v == nil then v = by_tensor[t] end
+    if v == nil then
+      local m, name = owners[k][1], owners[k][2]
+      if m._load_default then v = m:_load_default(name) end
+    end
     if v == nil then missing[#missing + 1] = k
     elseif not is_tensor(v) then mismatch[#mismatch + 1] = fmt('%s: expected a tensor, got %s', k, type(v))
-    elseif table.concat(v:size(), 'x') ~= table.concat(targets[k]:size(), 'x') then
-      mismatch[#mismatch + 1] = fmt('%s: checkpoint shape %s, model shape %s', k, shape_str(v), shape_str(targets[k]))
+    elseif table.concat(v:size(), 'x') ~= table.concat(t:size(), 'x') then
+      mismatch[#mismatch + 1] = fmt('%s: checkpoint shape %s, model shape %s', k, shape_str(v), shape_str(t))
+    else
+      values[k] = v
     end
   end
   local ukeys = {}
@@ -327,7 +527,7 @@ function Module:load_state_dict(sd, opts)
   end
   autograd.no_grad(function()
     for _, k in ipairs(order) do
-      local v = sd[k]
+      local v = values[k]
       if v ~= nil then targets[k]:copy_(v) end
     end
   end)
