@@ -838,9 +838,17 @@ local function run_hooks(hooks, g)
   return g
 end
 
-local function accumulate_leaf(t, g, taken)
+-- the gradient g that node n computed for its input i, leaf t: in t's dtype, summed down
+-- to t's shape
+local function fit_leaf(t, g)
   if g._dtype ~= t._dtype then g = g:to(t.dtype) end
   if not same_shape(g, t) then g = sum_to(g, size_of(t)) end
+  return g
+end
+
+-- the whole gradient g of leaf t in this backward: t's hooks run on it, then it is added
+-- to t.grad (PyTorch's AccumulateGrad)
+local function accumulate_leaf(t, g, taken)
   local hooks = lhooks[t]
   if hooks and #hooks > 0 then g = run_hooks(hooks, g) end
   local old = grads[t]
@@ -854,6 +862,10 @@ local function accumulate_leaf(t, g, taken)
   end
 end
 
+-- Runs the graph below root_t with gradient grad. deps counts the edges into each node and
+-- each leaf reachable from the root; a node runs when all its gradients arrived (count 0),
+-- and a leaf used by several nodes gets the sum of its gradients (pend) before its hooks
+-- and .grad see it once.
 local function run_backward(root_t, grad, retain)
   local root = cur_gfn(root_t)
   local taken = {}
@@ -862,7 +874,7 @@ local function run_backward(root_t, grad, retain)
     accumulate_leaf(root_t, grad, taken)
     return
   end
-  -- count the edges into each node reachable from root
+  -- count the edges into each node and leaf reachable from root
   local deps = { [root] = 0 }
   local stack, sp = { root }, 1
   while sp > 0 do
@@ -871,12 +883,14 @@ local function run_backward(root_t, grad, retain)
     sp = sp - 1
     for i = 1, n.n do
       local e = n[i]
-      if type(e) == 'table' then
+      if e then
         local c = deps[e]
         if c == nil then
           deps[e] = 1
-          sp = sp + 1
-          stack[sp] = e
+          if type(e) == 'table' then
+            sp = sp + 1
+            stack[sp] = e
+          end
         else
           deps[e] = c + 1
         end
@@ -884,6 +898,7 @@ local function run_backward(root_t, grad, retain)
     end
   end
   root.g = grad
+  local pend -- leaf -> the sum of its gradients so far, when it has more to come
   local ready, rp = { root }, 1
   while rp > 0 do
     local n = ready[rp]
@@ -928,8 +943,25 @@ local function run_backward(root_t, grad, retain)
             rp = rp + 1
             ready[rp] = e
           end
-        elseif gi ~= nil then
-          accumulate_leaf(e, gi, taken)
+        else
+          if gi ~= nil then gi = fit_leaf(e, gi) end
+          local c = deps[e] - 1
+          deps[e] = c
+          local p = pend and pend[e]
+          if c == 0 then -- the leaf's last gradient: the common case of a leaf used once
+            if p ~= nil then
+              pend[e] = nil
+              gi = gi == nil and p or p + gi
+            end
+            if gi ~= nil then accumulate_leaf(e, gi, taken) end
+          elseif gi ~= nil then
+            if p ~= nil then
+              pend[e] = p + gi
+            else
+              if not pend then pend = {} end
+              pend[e] = gi
+            end
+          end
         end
       end
     end
