@@ -1,4 +1,5 @@
--- autograd_grad_spec.lua: leaf hooks on the summed gradient (AccumulateGrad).
+-- autograd_grad_spec.lua: autograd.grad (no .grad side effects, non-leaf inputs, only the
+-- needed part of the graph) and leaf hooks on the summed gradient (AccumulateGrad).
 -- Expected values from PyTorch 1.13.
 local dpl = require 'dpl'
 local errors = require 'dpl.errors'
@@ -24,6 +25,117 @@ local function fails(cls, msg, f)
   assert.truthy(tostring(e):find(msg, 1, true), tostring(e))
   return e
 end
+
+describe('autograd.grad', function()
+  it('touches no .grad: not the inputs, not the other leaves of the graph', function()
+    local a = d({ 1, 2 }):requires_grad_()
+    local w = d({ 3, 4 }):requires_grad_()
+    a.grad = d({ 10, 10 })
+    local g = A.grad((a * w):sum(), { a })
+    near(g[1], { 3, 4 }) -- torch: (tensor([3., 4.]),)
+    assert.is_nil(w.grad) -- torch: None
+    near(a.grad, { 10, 10 })
+    -- gradient penalty: the gradient with respect to a model's input leaves its parameters alone
+    local lin = dpl.nn.Linear(2, 1, { dtype = 'float64' })
+    local x = dpl.randn(4, 2, { dtype = 'float64' }):requires_grad_()
+    local gx = A.grad(lin(x):sum(), { x })
+    assert.is_nil(lin.weight.grad)
+    assert.is_nil(lin.bias.grad)
+    local wt = lin.weight:detach():totable()[1]
+    near(gx[1], { wt, wt, wt, wt })
+  end)
+
+  it('runs only the part of the graph that leads to the inputs', function()
+    local a = d({ 1, 2 }):requires_grad_()
+    local b = d({ 1, 2 }):requires_grad_()
+    local z = b * 5
+    local seen = 0
+    z:register_hook(function() seen = seen + 1 end)
+    local g = A.grad((a * z):sum(), { a })
+    near(g[1], { 5, 10 })
+    assert.are.equal(0, seen) -- torch: the hook of z does not run
+    assert.is_nil(b.grad)
+    -- a non-leaf that retains its gradient and lies on the way gets it, as in PyTorch
+    local y = a * 2
+    y:retain_grad()
+    near(A.grad((y * y):sum(), { a })[1], { 8, 16 })
+    near(y.grad, { 4, 8 })
+  end)
+
+  it('gradients with respect to non-leaf tensors', function()
+    local a = d({ 1, 2 }):requires_grad_()
+    local b = a * 3
+    near(A.grad((b * b):sum(), { b })[1], { 6, 12 }) -- torch: 2b
+    b = a * 3
+    local r = A.grad((b * b):sum(), { b, a })
+    near(r[1], { 6, 12 })
+    near(r[2], { 18, 36 })
+    -- a tensor listed twice gets its gradient twice
+    b = a * 3
+    r = A.grad((b * b):sum(), { b, a, b })
+    near(r[1], { 6, 12 })
+    near(r[2], { 18, 36 })
+    near(r[3], { 6, 12 })
+    r = A.grad((a * a):sum(), { a, a })
+    near(r[1], { 2, 4 })
+    near(r[2], { 2, 4 })
+    -- the output itself
+    local y = a * 2
+    near(A.grad(y, { y }, d({ 3, 3 }))[1], { 3, 3 })
+    near(A.grad(a, { a }, d({ 1, 1 }))[1], { 1, 1 })
+  end)
+
+  it('hooks: an input\'s own hooks do not run (PyTorch 1.13); hooks on the way do', function()
+    local x = d({ 1, 2 }):requires_grad_()
+    local seen = {}
+    x:register_hook(function(g) seen[#seen + 1] = g:totable() return g * 10 end)
+    near(A.grad((x * 3):sum() + (x * 4):sum(), { x })[1], { 7, 7 })
+    assert.are.same({}, seen)
+    x = d({ 1, 2 }):requires_grad_()
+    local y = x * 2
+    y:register_hook(function(g) seen[#seen + 1] = g:totable() return g * 10 end)
+    near(A.grad((y * 3):sum(), { y })[1], { 3, 3 })
+    assert.are.same({}, seen)
+    near(A.grad((y * 3):sum(), { x })[1], { 60, 60 })
+    near(seen, { { 3, 3 } })
+  end)
+
+  it('an unused input is an error unless allow_unused (nil then); inputs must require grad', function()
+    local a = d({ 1, 2 }):requires_grad_()
+    local c = d({ 5, 6 }):requires_grad_()
+    fails(errors.RuntimeError, 'grad: inputs[2] appears not to have been used in the graph',
+      function() A.grad((a * 2):sum(), { a, c }) end)
+    local r = A.grad((a * 2):sum(), { a, c }, { allow_unused = true })
+    near(r[1], { 2, 2 })
+    assert.is_nil(r[2])
+    fails(errors.RuntimeError, 'grad: inputs[2] does not require grad',
+      function() A.grad((a * 2):sum(), { a, d({ 1, 1 }) }) end)
+    fails(errors.RuntimeError, 'grad: the tensor does not require grad',
+      function() A.grad(d({ 1, 1 }):sum(), { a }) end)
+    fails(errors.RuntimeError, 'grad can be implicitly created only for scalar outputs',
+      function() A.grad(a * 2, { a }) end)
+  end)
+
+  it('a single tensor as inputs gives a one-element list; the graph is freed unless retained', function()
+    local a = d({ 1, 2 }):requires_grad_()
+    local r = A.grad((a * 2):sum(), a)
+    assert.are.equal(1, #r)
+    near(r[1], { 2, 2 })
+    local y = (a * a):sum()
+    near(A.grad(y, { a }, { retain_graph = true })[1], { 2, 4 })
+    near(A.grad(y, { a })[1], { 2, 4 })
+    fails(errors.RuntimeError, 'backward through the graph a second time', function() A.grad(y, { a }) end)
+  end)
+
+  it('gradcheck leaves .grad alone', function()
+    local a = d({ 1, 2 }):requires_grad_()
+    local w = d({ 3, 4 }):requires_grad_()
+    a.grad = d({ 7, 7 })
+    assert.is_true(A.gradcheck(function(x) return x * w end, { a }))
+    near(a.grad, { 7, 7 })
+    assert.is_nil(w.grad)
+  end)
+end)
 
 describe('leaf hooks and accumulation', function()
   it('a leaf used several times: its hook runs once, on the summed gradient', function()

@@ -862,37 +862,88 @@ local function accumulate_leaf(t, g, taken)
   end
 end
 
+-- autograd.grad: cap = {leaf = {[leaf] = k}, node = {[node] = k}, res = {}}, the inputs
+-- (a non-leaf input by its node) and their gradients. plan() fills cap.exec with the nodes
+-- to run: those with an edge to an input or to a node that leads to one (PyTorch's
+-- exec_info); returns whether the root leads to an input at all.
+local function plan(root, cap)
+  local exec, capn, capl = {}, cap.node, cap.leaf
+  local reach = { [root] = false } -- node -> leads to an input (false while on the stack)
+  local stack, idx, sp = { root }, { 1 }, 1
+  while sp > 0 do
+    local n, i = stack[sp], idx[sp]
+    if i <= n.n then
+      idx[sp] = i + 1
+      local e = n[i]
+      if type(e) == 'table' then
+        local r = reach[e]
+        if r == nil then
+          reach[e] = false
+          sp = sp + 1
+          stack[sp], idx[sp] = e, 1
+        elseif r then
+          exec[n] = true
+        end
+      elseif e and capl[e] then
+        exec[n] = true
+      end
+    else
+      stack[sp], idx[sp] = nil, nil
+      sp = sp - 1
+      local r = exec[n] or capn[n] ~= nil
+      reach[n] = r
+      if r and sp > 0 then exec[stack[sp]] = true end
+    end
+  end
+  cap.exec = exec
+  return reach[root]
+end
+
 -- Runs the graph below root_t with gradient grad. deps counts the edges into each node and
 -- each leaf reachable from the root; a node runs when all its gradients arrived (count 0),
 -- and a leaf used by several nodes gets the sum of its gradients (pend) before its hooks
--- and .grad see it once.
-local function run_backward(root_t, grad, retain)
+-- and .grad see it once. With cap (autograd.grad), only the nodes of cap.exec run and the
+-- gradients of the inputs go to cap.res, not to .grad.
+local function run_backward(root_t, grad, retain, cap)
   local root = cur_gfn(root_t)
   local taken = {}
   if grad then taken[skey(grad)] = true end
   if not root then
-    accumulate_leaf(root_t, grad, taken)
+    if cap then
+      local k = cap.leaf[root_t]
+      if k then cap.res[k] = grad end
+    else
+      accumulate_leaf(root_t, grad, taken)
+    end
     return
   end
-  -- count the edges into each node and leaf reachable from root
+  local exec, capl
+  if cap then
+    if not plan(root, cap) then return end
+    exec, capl = cap.exec, cap.leaf
+  end
+  -- count the edges into each node and leaf reachable from root (with cap: from the nodes
+  -- that run)
   local deps = { [root] = 0 }
   local stack, sp = { root }, 1
   while sp > 0 do
     local n = stack[sp]
     stack[sp] = nil
     sp = sp - 1
-    for i = 1, n.n do
-      local e = n[i]
-      if e then
-        local c = deps[e]
-        if c == nil then
-          deps[e] = 1
-          if type(e) == 'table' then
-            sp = sp + 1
-            stack[sp] = e
+    if exec == nil or exec[n] then
+      for i = 1, n.n do
+        local e = n[i]
+        if e then
+          local c = deps[e]
+          if c == nil then
+            deps[e] = 1
+            if type(e) == 'table' then
+              sp = sp + 1
+              stack[sp] = e
+            end
+          else
+            deps[e] = c + 1
           end
-        else
-          deps[e] = c + 1
         end
       end
     end
@@ -906,114 +957,176 @@ local function run_backward(root_t, grad, retain)
     rp = rp - 1
     local g = n.g
     n.g = nil
-    if n.bw == freed_bw then freed_bw() end
-    local vs = n.vers
-    if vs then
-      for i = 1, #vs, 3 do
-        local vt = vs[i]
-        if vt[1] ~= vs[i + 1] then
-          local t = vs[i + 2]
-          error(fmt('backward: one of the variables needed for gradient computation has been modified by an '
-            .. 'inplace operation: the %s tensor of shape [%s] saved by %s is at version %d; expected version %d '
-            .. 'instead (last modified by %s). Use an out-of-place op, or clone() the tensor before modifying it',
-            t.dtype, table.concat(size_of(t), ', '), n.op or n.name, vt[1], vs[i + 1], vt.op or 'an in-place op'), 0)
+    local run = true
+    if cap then
+      local k = cap.node[n]
+      if k then cap.res[k] = g end -- (before n's hooks, as PyTorch 1.13)
+      run = exec[n] == true
+    end
+    if run then
+      if n.bw == freed_bw then freed_bw() end
+      local vs = n.vers
+      if vs then
+        for i = 1, #vs, 3 do
+          local vt = vs[i]
+          if vt[1] ~= vs[i + 1] then
+            local t = vs[i + 2]
+            error(fmt('backward: one of the variables needed for gradient computation has been modified by an '
+              .. 'inplace operation: the %s tensor of shape [%s] saved by %s is at version %d; expected version %d '
+              .. 'instead (last modified by %s). Use an out-of-place op, or clone() the tensor before modifying it',
+              t.dtype, table.concat(size_of(t), ', '), n.op or n.name, vt[1], vs[i + 1], vt.op or 'an in-place op'), 0)
+          end
         end
       end
-    end
-    if n.hooks and g ~= nil then g = run_hooks(n.hooks, g) end
-    if n.retain and n.retain[1] then
-      local t = n.retain[1]
-      grads[t] = grads[t] and grads[t] + g or g
-    end
-    local gs
-    if g ~= nil then gs = { n.bw(n, g) } else gs = {} end
-    for i = 1, n.n do
-      local e = n[i]
-      if e then
-        local gi = gs[i]
-        if type(e) == 'table' then
-          if gi ~= nil then
-            if gi._dtype ~= e.dt then gi = gi:to(T.dtype_names[e.dt]) end
-            local cur = e.g
-            e.g = cur == nil and gi or cur + gi
-          end
-          local c = deps[e] - 1
-          deps[e] = c
-          if c == 0 then
-            rp = rp + 1
-            ready[rp] = e
-          end
-        else
-          if gi ~= nil then gi = fit_leaf(e, gi) end
-          local c = deps[e] - 1
-          deps[e] = c
-          local p = pend and pend[e]
-          if c == 0 then -- the leaf's last gradient: the common case of a leaf used once
-            if p ~= nil then
-              pend[e] = nil
-              gi = gi == nil and p or p + gi
+      if n.hooks and g ~= nil then g = run_hooks(n.hooks, g) end
+      if n.retain and n.retain[1] then
+        local t = n.retain[1]
+        grads[t] = grads[t] and grads[t] + g or g
+      end
+      local gs
+      if g ~= nil then gs = { n.bw(n, g) } else gs = {} end
+      for i = 1, n.n do
+        local e = n[i]
+        if e then
+          local gi = gs[i]
+          if type(e) == 'table' then
+            if gi ~= nil then
+              if gi._dtype ~= e.dt then gi = gi:to(T.dtype_names[e.dt]) end
+              local cur = e.g
+              e.g = cur == nil and gi or cur + gi
             end
-            if gi ~= nil then accumulate_leaf(e, gi, taken) end
-          elseif gi ~= nil then
-            if p ~= nil then
-              pend[e] = p + gi
-            else
-              if not pend then pend = {} end
-              pend[e] = gi
+            local c = deps[e] - 1
+            deps[e] = c
+            if c == 0 then
+              rp = rp + 1
+              ready[rp] = e
+            end
+          elseif capl == nil or capl[e] then
+            if gi ~= nil then gi = fit_leaf(e, gi) end
+            local c = deps[e] - 1
+            deps[e] = c
+            local p = pend and pend[e]
+            if c == 0 then -- the leaf's last gradient: the common case of a leaf used once
+              if p ~= nil then
+                pend[e] = nil
+                gi = gi == nil and p or p + gi
+              end
+              if gi ~= nil then
+                if cap then cap.res[capl[e]] = gi else accumulate_leaf(e, gi, taken) end
+              end
+            elseif gi ~= nil then
+              if p ~= nil then
+                pend[e] = p + gi
+              else
+                if not pend then pend = {} end
+                pend[e] = gi
+              end
             end
           end
         end
       end
-    end
-    if not retain then
-      for k in pairs(n) do
-        if type(k) ~= 'number' and k ~= 'n' and k ~= 'dt' and k ~= 'name' and k ~= 'bep' then
-          n[k] = nil
+      if not retain then
+        for k in pairs(n) do
+          if type(k) ~= 'number' and k ~= 'n' and k ~= 'dt' and k ~= 'name' and k ~= 'bep' then
+            n[k] = nil
+          end
         end
+        n.bw = freed_bw
       end
-      n.bw = freed_bw
     end
   end
+end
+
+-- runs run_backward with recording off (and the view hook quiet)
+local function backward_mode(t, grad, retain, cap)
+  local prev, prev_bw = S.grad_on, S.in_bw
+  S.grad_on, S.in_bw = false, true
+  local ok, err = pcall(run_backward, t, grad, retain, cap)
+  S.grad_on, S.in_bw = prev, prev_bw
+  if not ok then lua_error(err, 0) end
+end
+
+-- the gradient of output t to start from: grad (a tensor of t's shape, converted to its
+-- dtype) or ones for a one-element t
+local function root_grad(t, grad, fn)
+  if not is_tensor(t) then
+    error(fmt('%s: expected a tensor output, got %s', fn, type(t)), errors.ValueError)
+  end
+  if not rg[t] then
+    error(fmt('%s: the tensor does not require grad and has no grad_fn '
+      .. '(did you compute it under no_grad, or from tensors without requires_grad?)', fn))
+  end
+  if grad == nil then
+    if t._numel ~= 1 then
+      error(fmt('%s: grad can be implicitly created only for scalar outputs; this tensor has shape [%s] '
+        .. '(pass a gradient of the same shape)', fn, table.concat(size_of(t), ', ')))
+    end
+    return T.ones_like(t)
+  end
+  if not is_tensor(grad) then error(fmt('%s: gradient must be a tensor, got %s', fn, type(grad)), errors.ValueError) end
+  if not same_shape(grad, t) then
+    error(fmt('%s: gradient has shape [%s], the tensor has shape [%s]', fn, table.concat(size_of(grad), ', '),
+      table.concat(size_of(t), ', ')))
+  end
+  if grad._dtype ~= t._dtype then grad = grad:to(t.dtype) end
+  return grad
 end
 
 local function install_backward()
 --- t:backward([gradient] [, {retain_graph=}]): accumulates d(t)/d(leaf) into leaf.grad.
 function methods.backward(t, grad, opts)
   if type(grad) == 'table' and not is_tensor(grad) then grad, opts = nil, grad end
-  if not rg[t] then
-    error('backward: the tensor does not require grad and has no grad_fn '
-      .. '(did you compute it under no_grad, or from tensors without requires_grad?)', 2)
-  end
-  if grad == nil then
-    if t._numel ~= 1 then
-      error(fmt('backward: grad can be implicitly created only for scalar outputs; this tensor has shape [%s] '
-        .. '(pass a gradient of the same shape)', table.concat(size_of(t), ', ')), 2)
-    end
-    grad = T.ones_like(t)
-  else
-    if not is_tensor(grad) then error(fmt('backward: gradient must be a tensor, got %s', type(grad)), errors.ValueError) end
-    if not same_shape(grad, t) then
-      error(fmt('backward: gradient has shape [%s], the tensor has shape [%s]', table.concat(size_of(grad), ', '),
-        table.concat(size_of(t), ', ')), 2)
-    end
-    if grad._dtype ~= t._dtype then grad = grad:to(t.dtype) end
-  end
-  local prev, prev_bw = S.grad_on, S.in_bw
-  S.grad_on, S.in_bw = false, true
-  local ok, err = pcall(run_backward, t, grad, opts and opts.retain_graph)
-  S.grad_on, S.in_bw = prev, prev_bw
-  if not ok then lua_error(err, 0) end
+  grad = root_grad(t, grad, 'backward')
+  backward_mode(t, grad, opts and opts.retain_graph)
 end
 end
 
---- dpl.autograd.grad(outputs, inputs [, grad_outputs]): gradients of a scalar output
---- w.r.t. inputs, returned as a list, without touching their .grad.
+--- dpl.autograd.grad(output, inputs [, grad_output] [, {retain_graph=, allow_unused=}]): the
+--- gradients of output with respect to inputs (a tensor or a list of tensors, leaves or not),
+--- returned as a list; no .grad is touched, and only the part of the graph between output
+--- and inputs runs.
 function M.grad(output, inputs, grad_output, opts)
-  local saved = {}
-  for i, x in ipairs(inputs) do saved[i] = grads[x]; grads[x] = nil end
-  methods.backward(output, grad_output, opts)
-  local r = {}
-  for i, x in ipairs(inputs) do r[i] = grads[x]; grads[x] = saved[i] end
+  if type(grad_output) == 'table' and not is_tensor(grad_output) then
+    if opts ~= nil then
+      error(fmt('grad: grad_output must be a tensor, got %s', type(grad_output)), errors.ValueError)
+    end
+    grad_output, opts = nil, grad_output
+  end
+  if is_tensor(inputs) then inputs = { inputs } end
+  if type(inputs) ~= 'table' then
+    error(fmt('grad: inputs must be a tensor or a list of tensors, got %s', type(inputs)), errors.ValueError)
+  end
+  local ni = #inputs
+  if ni == 0 then error('grad: inputs must be a non-empty list of tensors', errors.ValueError) end
+  local cap = { leaf = {}, node = {}, res = {} }
+  local first = {} -- tensor -> index of its first place in inputs (a tensor listed twice)
+  for i = 1, ni do
+    local x = inputs[i]
+    if not is_tensor(x) then
+      error(fmt('grad: inputs[%d] must be a tensor, got %s', i, type(x)), errors.ValueError)
+    end
+    if not rg[x] then error(fmt('grad: inputs[%d] does not require grad', i)) end
+    if not first[x] then
+      local n = gfn[x]
+      if n == nil then
+        cap.leaf[x] = i
+      elseif cap.node[n] == nil then
+        cap.node[n] = i
+      end
+      first[x] = n and cap.node[n] or i -- (two handles of one non-leaf share its node)
+    end
+  end
+  grad_output = root_grad(output, grad_output, 'grad')
+  backward_mode(output, grad_output, opts and opts.retain_graph, cap)
+  local r = cap.res
+  for i = 1, ni do
+    local k = first[inputs[i]]
+    if k ~= i then r[i] = r[k] end
+    if r[i] == nil and not (opts and opts.allow_unused) then
+      error(fmt('grad: inputs[%d] appears not to have been used in the graph (or got no gradient); pass '
+        .. '{allow_unused = true} to get nil for it', i))
+    end
+  end
   return r
 end
 
