@@ -1,5 +1,6 @@
 -- autograd_grad_spec.lua: autograd.grad (no .grad side effects, non-leaf inputs, only the
--- needed part of the graph) and leaf hooks on the summed gradient (AccumulateGrad).
+-- needed part of the graph), leaf hooks on the summed gradient (AccumulateGrad), checks of
+-- gradients from hooks and custom rules (shape, dtype), and M.record under no_grad.
 -- Expected values from PyTorch 1.13.
 local dpl = require 'dpl'
 local errors = require 'dpl.errors'
@@ -180,3 +181,97 @@ describe('leaf hooks and accumulation', function()
   end)
 end)
 
+describe('gradient checks', function()
+  it('a hook may not change the shape or the dtype of the gradient', function()
+    local x = dpl.ones(2, { dtype = 'float64' }):requires_grad_()
+    x:register_hook(function() return dpl.ones(5, { dtype = 'float64' }) end)
+    fails(errors.RuntimeError, 'has changed the size of value (was [2], got [5])', function() (x * 2):sum():backward() end)
+    assert.is_nil(x.grad)
+    x = dpl.ones(2, { dtype = 'float64' }):requires_grad_()
+    x:register_hook(function() return dpl.ones(1, { dtype = 'float64' }) * 5 end)
+    fails(errors.RuntimeError, 'has changed the size of value (was [2], got [1])', function() (x * 2):sum():backward() end)
+    x = dpl.ones(2, { dtype = 'float64' }):requires_grad_()
+    local y = x * 2
+    y:register_hook(function() return dpl.ones(5, { dtype = 'float64' }) end)
+    fails(errors.RuntimeError, 'has changed the size of value', function() y:sum():backward() end)
+    x = dpl.ones(2, { dtype = 'float64' }):requires_grad_()
+    x:register_hook(function(g) return g:to('float32') end)
+    fails(errors.RuntimeError, 'has changed the type of value (was float64, got float32)',
+      function() (x * 2):sum():backward() end)
+    y = dpl.ones(2, { dtype = 'float64' }):requires_grad_() * 2
+    y:register_hook(function(g) return g:to('float32') end)
+    fails(errors.RuntimeError, 'has changed the type of value', function() y:sum():backward() end)
+    x = dpl.ones(2, { dtype = 'float64' }):requires_grad_()
+    x:register_hook(function() return 5 end)
+    fails(errors.TypeError, 'returned a number; expected a tensor or nil', function() (x * 2):sum():backward() end)
+  end)
+
+  it('a failed backward leaves nothing behind in a retained graph', function()
+    local x = d({ 1, 2 }):requires_grad_()
+    local a = x * 2
+    local b, c = a * 3, a * 4
+    local h = b:register_hook(function() error('boom') end)
+    local y = (b + c):sum()
+    assert.has_error(function() y:backward({ retain_graph = true }) end)
+    h:remove()
+    x.grad = nil
+    y:backward()
+    near(x.grad, { 14, 14 })
+  end)
+
+  it('an assigned .grad must have the tensor\'s dtype (and shape)', function()
+    local x = d({ 1, 2 }):requires_grad_()
+    fails(errors.RuntimeError, 'grad: assigned grad has data of a different type (float32; the tensor is float64)',
+      function() x.grad = dpl.ones(2) end)
+    fails(errors.RuntimeError, 'grad: assigned grad has shape 3, the tensor has shape 2',
+      function() x.grad = d({ 1, 2, 3 }) end)
+    x.grad = d({ 5, 6 })
+    near(x.grad, { 5, 6 })
+  end)
+
+  local function custom(grad_of)
+    local rule = { nin = 1, name = 'custom', save = function() end, bw = function(n, g) return grad_of(g) end }
+    return function(a) return A.record(rule, dpl.no_grad(function() return a * 1 end), a) end
+  end
+
+  it('a custom rule\'s gradient must have its input\'s shape, or one that sums down to it', function()
+    local bad = custom(function() return dpl.ones(5, { dtype = 'float64' }) end)
+    local a = dpl.ones(2, { dtype = 'float64' }):requires_grad_()
+    fails(errors.RuntimeError, 'function custom returned an invalid gradient for input 1 - got [5] but expected shape '
+      .. 'compatible with [2]', function() bad(a):sum():backward() end)
+    fails(errors.RuntimeError, 'got [5] but expected shape compatible with [2]', function() bad(a * 1):sum():backward() end)
+    local col = custom(function() return dpl.ones(2, 1, { dtype = 'float64' }) end)
+    fails(errors.RuntimeError, 'got [2, 1] but expected shape compatible with [2]', function() col(a):sum():backward() end)
+    fails(errors.RuntimeError, 'got [2, 1]', function() col(a * 1):sum():backward() end)
+    local one = custom(function() return dpl.ones(1, { dtype = 'float64' }) end)
+    fails(errors.RuntimeError, 'got [1] but expected shape compatible with [2]', function() one(a):sum():backward() end)
+    assert.is_nil(a.grad)
+    -- a broadcast gradient is summed down (torch: [3, 3])
+    local wide = custom(function() return dpl.ones(3, 2, { dtype = 'float64' }) end)
+    wide(a):sum():backward()
+    near(a.grad, { 3, 3 })
+    a.grad = nil
+    wide(a * 1):sum():backward()
+    near(a.grad, { 3, 3 })
+    -- another dtype is converted to the input's
+    a.grad = nil
+    custom(function(g) return g:to('float32') end)(a):sum():backward()
+    assert.are.equal('float64', a.grad.dtype)
+    near(a.grad, { 1, 1 })
+    local nt = custom(function() return 1 end)
+    fails(errors.TypeError, 'function custom returned a number for input 1', function() nt(a):sum():backward() end)
+  end)
+
+  it('record: nothing is recorded under no_grad or when no input requires grad', function()
+    local rule = { nin = 1, bw = function(n, g) return g end }
+    local a = d({ 1, 2 }):requires_grad_()
+    local y = dpl.no_grad(function() return A.record(rule, a * 2, a) end)
+    assert.is_false(y.requires_grad) -- torch: False
+    assert.is_nil(y.grad_fn)
+    local c = d({ 1, 2 })
+    assert.is_false(A.record(rule, c * 2, c).requires_grad)
+    assert.is_true(A.record(rule, dpl.no_grad(function() return a * 2 end), a).requires_grad)
+    fails(errors.ValueError, 'record: rule must be a table with a bw function', function() A.record({}, c, a) end)
+    fails(errors.ValueError, 'record: rule.nin must be a positive integer', function() A.record({ nin = 0, bw = print }, c, a) end)
+  end)
+end)

@@ -115,6 +115,27 @@ local function same_shape(a, b)
   return true
 end
 
+local function shape_str(s)
+  if type(s) ~= 'table' then s = size_of(s) end
+  return '[' .. table.concat(s, ', ') .. ']'
+end
+
+-- true when g's shape is a broadcast of `shape` (a size table): g sums down to it
+local function expandable(shape, g)
+  local nd, gd = #shape, g._ndim
+  if nd > gd then return false end
+  for i = 1, nd do
+    local s = shape[nd + 1 - i]
+    if s ~= 1 and s ~= g._shape[gd - i] then return false end
+  end
+  return true
+end
+
+local function bad_grad(n, i, g, shape)
+  error(fmt('backward: function %s returned an invalid gradient for input %d - got %s but expected shape '
+    .. 'compatible with %s', n.name or '?', i, shape_str(g), shape_str(shape)), 0)
+end
+
 -- g summed down to `shape` (a size table) after broadcasting
 local function sum_to(g, shape)
   if shape == nil then return g end
@@ -615,9 +636,71 @@ end
 
 
 ---------------------------------------------------------------- custom functions
---- Records a function with a hand-written backward: `autograd.apply(rule, out, ...)`
---- where rule = {nin=, save=function(n, out, ...), bw=function(n, g) -> grads}.
-function M.record(rule, out, ...) return record(rule, out, ...) end
+-- the backward of a node made by M.record: the rule's gradients, each checked against
+-- its input's shape (summed down when it is a broadcast of it, an error otherwise)
+local function record_bw(n, g)
+  local r = { n.rule_bw(n, g) }
+  local shapes = n.in_shapes
+  for i = 1, n.n do
+    local gi = r[i]
+    if gi ~= nil and n[i] then
+      if not is_tensor(gi) then
+        error(fmt('backward: function %s returned a %s for input %d; expected a tensor or nil', n.name, type(gi), i),
+          errors.TypeError)
+      end
+      local s = shapes[i]
+      local same = gi._ndim == #s
+      if same then
+        for d = 1, #s do if gi._shape[d - 1] ~= s[d] then same = false break end end
+      end
+      if not same then
+        if not expandable(s, gi) then bad_grad(n, i, gi, s) end
+        r[i] = sum_to(gi, s)
+      end
+    end
+  end
+  return unpack(r, 1, n.n)
+end
+
+--- Records a function with a hand-written backward: `autograd.record(rule, out, ...)`
+--- where rule = {nin=, save=function(n, out, ...), bw=function(n, g) -> grads, name=}: the
+--- first nin arguments after out are its tensor inputs. Under no_grad, or when no input
+--- requires grad, out is returned as it is (no history).
+function M.record(rule, out, ...)
+  if type(rule) ~= 'table' or type(rule.bw) ~= 'function' then
+    error(fmt('record: rule must be a table with a bw function, got %s', type(rule)), errors.ValueError)
+  end
+  local nin = rule.nin or 1
+  if type(nin) ~= 'number' or nin < 1 or nin % 1 ~= 0 then
+    error(fmt('record: rule.nin must be a positive integer, got %s', tostring(nin)), errors.ValueError)
+  end
+  if rule.save ~= nil and type(rule.save) ~= 'function' then
+    error(fmt('record: rule.save must be a function, got %s', type(rule.save)), errors.ValueError)
+  end
+  if not is_tensor(out) then error(fmt('record: out must be a tensor, got %s', type(out)), errors.ValueError) end
+  if not S.grad_on or not is_float(out) then return out end
+  local any = false
+  for i = 1, nin do
+    if rg[select(i, ...)] then any = true break end
+  end
+  if not any then return out end
+  local n = { bw = record_bw, rule_bw = rule.bw, n = nin, dt = out._dtype, name = rule.name or 'record' }
+  local shapes = {}
+  for i = 1, nin do
+    local x = select(i, ...)
+    local e = false
+    if is_tensor(x) then
+      e = edge(x)
+      if e then shapes[i] = size_of(x) end
+    end
+    n[i] = e
+  end
+  n.in_shapes = shapes
+  if rule.save then rule.save(n, out, ...) end
+  rg[out] = true
+  gfn[out] = n
+  return out
+end
 
 local function raw_linear(x, w, b)
   -- hide the recording wrappers: compute with grad mode off
@@ -775,6 +858,13 @@ setters.grad = function(t, g)
       error(fmt('grad: assigned grad has shape %s, the tensor has shape %s',
         table.concat(size_of(g), 'x'), table.concat(size_of(t), 'x')), 3)
     end
+    if g._dtype ~= t._dtype then
+      error(fmt('grad: assigned grad has data of a different type (%s; the tensor is %s)', g.dtype, t.dtype))
+    end
+    if g._devtype ~= t._devtype or g._devindex ~= t._devindex then
+      error(fmt('grad: assigned grad has data located on a different device (%s; the tensor is on %s)',
+        like(g).device, like(t).device))
+    end
   end
   grads[t] = g
 end
@@ -830,19 +920,44 @@ local function freed_bw()
     .. 'they were freed); pass {retain_graph = true} to the first backward', 0)
 end
 
+-- where a hook was defined, for error messages
+local function hook_name(fn)
+  local d = debug.getinfo(fn, 'S')
+  return d and fmt('function at %s:%d', d.short_src, d.linedefined) or tostring(fn)
+end
+
+-- runs a tensor's hooks on its gradient g; a non-nil result replaces g and must have
+-- g's shape and dtype (as PyTorch checks)
 local function run_hooks(hooks, g)
   for i = 1, #hooks do
-    local r = hooks[i](g)
-    if r ~= nil then g = r end
+    local h = hooks[i]
+    local r = h and h(g)
+    if r ~= nil then
+      if not is_tensor(r) then
+        error(fmt('backward: hook (%s) returned a %s; expected a tensor or nil', hook_name(h), type(r)), errors.TypeError)
+      end
+      if not same_shape(r, g) then
+        error(fmt('backward: hook (%s) has changed the size of value (was %s, got %s)', hook_name(h), shape_str(g),
+          shape_str(r)), 0)
+      end
+      if r._dtype ~= g._dtype then
+        error(fmt('backward: hook (%s) has changed the type of value (was %s, got %s)', hook_name(h), g.dtype, r.dtype), 0)
+      end
+      g = r
+    end
   end
   return g
 end
 
 -- the gradient g that node n computed for its input i, leaf t: in t's dtype, summed down
--- to t's shape
-local function fit_leaf(t, g)
+-- to t's shape when it is a broadcast of it, an error when it is not
+local function fit_leaf(t, g, n, i)
   if g._dtype ~= t._dtype then g = g:to(t.dtype) end
-  if not same_shape(g, t) then g = sum_to(g, size_of(t)) end
+  if not same_shape(g, t) then
+    local shape = size_of(t)
+    if not expandable(shape, g) then bad_grad(n, i, g, shape) end
+    g = sum_to(g, shape)
+  end
   return g
 end
 
@@ -904,7 +1019,7 @@ end
 -- and a leaf used by several nodes gets the sum of its gradients (pend) before its hooks
 -- and .grad see it once. With cap (autograd.grad), only the nodes of cap.exec run and the
 -- gradients of the inputs go to cap.res, not to .grad.
-local function run_backward(root_t, grad, retain, cap)
+local function run_backward(root_t, grad, retain, cap, deps)
   local root = cur_gfn(root_t)
   local taken = {}
   if grad then taken[skey(grad)] = true end
@@ -924,7 +1039,7 @@ local function run_backward(root_t, grad, retain, cap)
   end
   -- count the edges into each node and leaf reachable from root (with cap: from the nodes
   -- that run)
-  local deps = { [root] = 0 }
+  deps[root] = 0
   local stack, sp = { root }, 1
   while sp > 0 do
     local n = stack[sp]
@@ -1002,7 +1117,7 @@ local function run_backward(root_t, grad, retain, cap)
               ready[rp] = e
             end
           elseif capl == nil or capl[e] then
-            if gi ~= nil then gi = fit_leaf(e, gi) end
+            if gi ~= nil then gi = fit_leaf(e, gi, n, i) end
             local c = deps[e] - 1
             deps[e] = c
             local p = pend and pend[e]
@@ -1041,9 +1156,17 @@ end
 local function backward_mode(t, grad, retain, cap)
   local prev, prev_bw = S.grad_on, S.in_bw
   S.grad_on, S.in_bw = false, true
-  local ok, err = pcall(run_backward, t, grad, retain, cap)
+  local deps = {}
+  local ok, err = pcall(run_backward, t, grad, retain, cap, deps)
   S.grad_on, S.in_bw = prev, prev_bw
-  if not ok then lua_error(err, 0) end
+  if not ok then
+    -- a failed pass (a hook's error, a bad gradient) leaves no partial sums on the nodes it
+    -- did not reach: a retained graph can run again
+    for n in pairs(deps) do
+      if type(n) == 'table' then n.g = nil end
+    end
+    lua_error(err, 0)
+  end
 end
 
 -- the gradient of output t to start from: grad (a tensor of t's shape, converted to its
