@@ -1,7 +1,7 @@
 -- autograd_grad_spec.lua: autograd.grad (no .grad side effects, non-leaf inputs, only the
 -- needed part of the graph), leaf hooks on the summed gradient (AccumulateGrad), checks of
--- gradients from hooks and custom rules (shape, dtype), and M.record under no_grad.
--- Expected values from PyTorch 1.13.
+-- gradients from hooks and custom rules (shape, dtype), M.record under no_grad, and the
+-- options and arguments of backward / autograd.grad. Expected values from PyTorch 1.13.
 local dpl = require 'dpl'
 local errors = require 'dpl.errors'
 local A = dpl.autograd
@@ -273,5 +273,36 @@ describe('gradient checks', function()
     assert.is_true(A.record(rule, dpl.no_grad(function() return a * 2 end), a).requires_grad)
     fails(errors.ValueError, 'record: rule must be a table with a bw function', function() A.record({}, c, a) end)
     fails(errors.ValueError, 'record: rule.nin must be a positive integer', function() A.record({ nin = 0, bw = print }, c, a) end)
+  end)
+end)
+
+describe('backward and autograd.grad arguments', function()
+  it('unknown options are errors; create_graph is not implemented', function()
+    local a = d({ 0.5, 1.5 }):requires_grad_()
+    fails(errors.ValueError, "backward: unknown option 'bogus'", function() (a * a):sum():backward(nil, { bogus = 1 }) end)
+    fails(errors.ValueError, "backward: unknown option 'retain_grap' (did you mean 'retain_graph'?)",
+      function() (a * a):sum():backward({ retain_grap = true }) end)
+    fails(errors.ValueError, "grad: unknown option 'bogus'", function() A.grad((a * a):sum(), { a }, { bogus = 1 }) end)
+    fails(errors.NotImplementedError, 'backward: create_graph=true', function()
+      (a * a):sum():backward({ create_graph = true })
+    end)
+    fails(errors.NotImplementedError, 'grad: create_graph=true', function()
+      A.grad((a * a):sum(), { a }, { create_graph = true })
+    end)
+    assert.is_nil(a.grad)
+    ;(a * a):sum():backward({ create_graph = false, retain_graph = false })
+    near(a.grad, { 1, 3 })
+    near(A.grad((a * a):sum(), { a }, d(2), { retain_graph = true, allow_unused = false })[1], { 2, 6 })
+  end)
+
+  it('bad arguments are clear errors', function()
+    local p = dpl.zeros(2):requires_grad_()
+    fails(errors.ValueError, 'backward: options must be a table, got number', function() (p * 2):sum():backward(nil, 5) end)
+    fails(errors.ValueError, 'backward: gradient must be a tensor, got string', function() (p * 2):sum():backward('x') end)
+    fails(errors.ValueError, 'grad: inputs must be a tensor or a list of tensors, got number',
+      function() A.grad((p * 2):sum(), 3) end)
+    fails(errors.ValueError, 'grad: inputs[1] must be a tensor, got string', function() A.grad((p * 2):sum(), { 'x' }) end)
+    fails(errors.ValueError, 'grad: inputs must be a non-empty list', function() A.grad((p * 2):sum(), {}) end)
+    fails(errors.ValueError, 'grad: expected a tensor output, got table', function() A.grad({ (p * 2):sum() }, { p }) end)
   end)
 end)

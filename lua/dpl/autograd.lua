@@ -36,6 +36,7 @@ local fmt = string.format
 -- Errors are objects whose tostring reads "ClassName: message" (DESIGN.md): misuse of
 -- autograd is a RuntimeError (as PyTorch), a bad argument a ValueError.
 local errors = require 'dpl.errors'
+local options = require 'dpl.options'
 local lua_error = error
 local error = errors.raiser(errors.RuntimeError)
 
@@ -1169,6 +1170,17 @@ local function backward_mode(t, grad, retain, cap)
   end
 end
 
+local bw_keys = options.keys('retain_graph', 'create_graph')
+local grad_keys = options.keys(bw_keys, 'allow_unused')
+
+local function check_opts(opts, keys, fn)
+  options.check(opts, keys, fn)
+  if opts and opts.create_graph then
+    lua_error(errors.NotImplementedError(fn .. ': create_graph=true (a differentiable gradient, for higher-order '
+      .. 'derivatives) is not implemented'), 0)
+  end
+end
+
 -- the gradient of output t to start from: grad (a tensor of t's shape, converted to its
 -- dtype) or ones for a one-element t
 local function root_grad(t, grad, fn)
@@ -1199,6 +1211,7 @@ local function install_backward()
 --- t:backward([gradient] [, {retain_graph=}]): accumulates d(t)/d(leaf) into leaf.grad.
 function methods.backward(t, grad, opts)
   if type(grad) == 'table' and not is_tensor(grad) then grad, opts = nil, grad end
+  check_opts(opts, bw_keys, 'backward')
   grad = root_grad(t, grad, 'backward')
   backward_mode(t, grad, opts and opts.retain_graph)
 end
@@ -1215,6 +1228,7 @@ function M.grad(output, inputs, grad_output, opts)
     end
     grad_output, opts = nil, grad_output
   end
+  check_opts(opts, grad_keys, 'grad')
   if is_tensor(inputs) then inputs = { inputs } end
   if type(inputs) ~= 'table' then
     error(fmt('grad: inputs must be a tensor or a list of tensors, got %s', type(inputs)), errors.ValueError)
