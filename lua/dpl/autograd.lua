@@ -36,6 +36,7 @@ local fmt = string.format
 -- Errors are objects whose tostring reads "ClassName: message" (DESIGN.md): misuse of
 -- autograd is a RuntimeError (as PyTorch), a bad argument a ValueError.
 local errors = require 'dpl.errors'
+local options = require 'dpl.options'
 local lua_error = error
 local error = errors.raiser(errors.RuntimeError)
 
@@ -113,6 +114,27 @@ local function same_shape(a, b)
     if a._shape[i] ~= b._shape[i] then return false end
   end
   return true
+end
+
+local function shape_str(s)
+  if type(s) ~= 'table' then s = size_of(s) end
+  return '[' .. table.concat(s, ', ') .. ']'
+end
+
+-- true when g's shape is a broadcast of `shape` (a size table): g sums down to it
+local function expandable(shape, g)
+  local nd, gd = #shape, g._ndim
+  if nd > gd then return false end
+  for i = 1, nd do
+    local s = shape[nd + 1 - i]
+    if s ~= 1 and s ~= g._shape[gd - i] then return false end
+  end
+  return true
+end
+
+local function bad_grad(n, i, g, shape)
+  error(fmt('backward: function %s returned an invalid gradient for input %d - got %s but expected shape '
+    .. 'compatible with %s', n.name or '?', i, shape_str(g), shape_str(shape)), 0)
 end
 
 -- g summed down to `shape` (a size table) after broadcasting
@@ -615,9 +637,71 @@ end
 
 
 ---------------------------------------------------------------- custom functions
---- Records a function with a hand-written backward: `autograd.apply(rule, out, ...)`
---- where rule = {nin=, save=function(n, out, ...), bw=function(n, g) -> grads}.
-function M.record(rule, out, ...) return record(rule, out, ...) end
+-- the backward of a node made by M.record: the rule's gradients, each checked against
+-- its input's shape (summed down when it is a broadcast of it, an error otherwise)
+local function record_bw(n, g)
+  local r = { n.rule_bw(n, g) }
+  local shapes = n.in_shapes
+  for i = 1, n.n do
+    local gi = r[i]
+    if gi ~= nil and n[i] then
+      if not is_tensor(gi) then
+        error(fmt('backward: function %s returned a %s for input %d; expected a tensor or nil', n.name, type(gi), i),
+          errors.TypeError)
+      end
+      local s = shapes[i]
+      local same = gi._ndim == #s
+      if same then
+        for d = 1, #s do if gi._shape[d - 1] ~= s[d] then same = false break end end
+      end
+      if not same then
+        if not expandable(s, gi) then bad_grad(n, i, gi, s) end
+        r[i] = sum_to(gi, s)
+      end
+    end
+  end
+  return unpack(r, 1, n.n)
+end
+
+--- Records a function with a hand-written backward: `autograd.record(rule, out, ...)`
+--- where rule = {nin=, save=function(n, out, ...), bw=function(n, g) -> grads, name=}: the
+--- first nin arguments after out are its tensor inputs. Under no_grad, or when no input
+--- requires grad, out is returned as it is (no history).
+function M.record(rule, out, ...)
+  if type(rule) ~= 'table' or type(rule.bw) ~= 'function' then
+    error(fmt('record: rule must be a table with a bw function, got %s', type(rule)), errors.ValueError)
+  end
+  local nin = rule.nin or 1
+  if type(nin) ~= 'number' or nin < 1 or nin % 1 ~= 0 then
+    error(fmt('record: rule.nin must be a positive integer, got %s', tostring(nin)), errors.ValueError)
+  end
+  if rule.save ~= nil and type(rule.save) ~= 'function' then
+    error(fmt('record: rule.save must be a function, got %s', type(rule.save)), errors.ValueError)
+  end
+  if not is_tensor(out) then error(fmt('record: out must be a tensor, got %s', type(out)), errors.ValueError) end
+  if not S.grad_on or not is_float(out) then return out end
+  local any = false
+  for i = 1, nin do
+    if rg[select(i, ...)] then any = true break end
+  end
+  if not any then return out end
+  local n = { bw = record_bw, rule_bw = rule.bw, n = nin, dt = out._dtype, name = rule.name or 'record' }
+  local shapes = {}
+  for i = 1, nin do
+    local x = select(i, ...)
+    local e = false
+    if is_tensor(x) then
+      e = edge(x)
+      if e then shapes[i] = size_of(x) end
+    end
+    n[i] = e
+  end
+  n.in_shapes = shapes
+  if rule.save then rule.save(n, out, ...) end
+  rg[out] = true
+  gfn[out] = n
+  return out
+end
 
 local function raw_linear(x, w, b)
   -- hide the recording wrappers: compute with grad mode off
@@ -775,6 +859,13 @@ setters.grad = function(t, g)
       error(fmt('grad: assigned grad has shape %s, the tensor has shape %s',
         table.concat(size_of(g), 'x'), table.concat(size_of(t), 'x')), 3)
     end
+    if g._dtype ~= t._dtype then
+      error(fmt('grad: assigned grad has data of a different type (%s; the tensor is %s)', g.dtype, t.dtype))
+    end
+    if g._devtype ~= t._devtype or g._devindex ~= t._devindex then
+      error(fmt('grad: assigned grad has data located on a different device (%s; the tensor is on %s)',
+        like(g).device, like(t).device))
+    end
   end
   grads[t] = g
 end
@@ -830,17 +921,50 @@ local function freed_bw()
     .. 'they were freed); pass {retain_graph = true} to the first backward', 0)
 end
 
+-- where a hook was defined, for error messages
+local function hook_name(fn)
+  local d = debug.getinfo(fn, 'S')
+  return d and fmt('function at %s:%d', d.short_src, d.linedefined) or tostring(fn)
+end
+
+-- runs a tensor's hooks on its gradient g; a non-nil result replaces g and must have
+-- g's shape and dtype (as PyTorch checks)
 local function run_hooks(hooks, g)
   for i = 1, #hooks do
-    local r = hooks[i](g)
-    if r ~= nil then g = r end
+    local h = hooks[i]
+    local r = h and h(g)
+    if r ~= nil then
+      if not is_tensor(r) then
+        error(fmt('backward: hook (%s) returned a %s; expected a tensor or nil', hook_name(h), type(r)), errors.TypeError)
+      end
+      if not same_shape(r, g) then
+        error(fmt('backward: hook (%s) has changed the size of value (was %s, got %s)', hook_name(h), shape_str(g),
+          shape_str(r)), 0)
+      end
+      if r._dtype ~= g._dtype then
+        error(fmt('backward: hook (%s) has changed the type of value (was %s, got %s)', hook_name(h), g.dtype, r.dtype), 0)
+      end
+      g = r
+    end
   end
   return g
 end
 
-local function accumulate_leaf(t, g, taken)
+-- the gradient g that node n computed for its input i, leaf t: in t's dtype, summed down
+-- to t's shape when it is a broadcast of it, an error when it is not
+local function fit_leaf(t, g, n, i)
   if g._dtype ~= t._dtype then g = g:to(t.dtype) end
-  if not same_shape(g, t) then g = sum_to(g, size_of(t)) end
+  if not same_shape(g, t) then
+    local shape = size_of(t)
+    if not expandable(shape, g) then bad_grad(n, i, g, shape) end
+    g = sum_to(g, shape)
+  end
+  return g
+end
+
+-- the whole gradient g of leaf t in this backward: t's hooks run on it, then it is added
+-- to t.grad (PyTorch's AccumulateGrad)
+local function accumulate_leaf(t, g, taken)
   local hooks = lhooks[t]
   if hooks and #hooks > 0 then g = run_hooks(hooks, g) end
   local old = grads[t]
@@ -854,36 +978,94 @@ local function accumulate_leaf(t, g, taken)
   end
 end
 
-local function run_backward(root_t, grad, retain)
+-- autograd.grad: cap = {leaf = {[leaf] = k}, node = {[node] = k}, res = {}}, the inputs
+-- (a non-leaf input by its node) and their gradients. plan() fills cap.exec with the nodes
+-- to run: those with an edge to an input or to a node that leads to one (PyTorch's
+-- exec_info); returns whether the root leads to an input at all.
+local function plan(root, cap)
+  local exec, capn, capl = {}, cap.node, cap.leaf
+  local reach = { [root] = false } -- node -> leads to an input (false while on the stack)
+  local stack, idx, sp = { root }, { 1 }, 1
+  while sp > 0 do
+    local n, i = stack[sp], idx[sp]
+    if i <= n.n then
+      idx[sp] = i + 1
+      local e = n[i]
+      if type(e) == 'table' then
+        local r = reach[e]
+        if r == nil then
+          reach[e] = false
+          sp = sp + 1
+          stack[sp], idx[sp] = e, 1
+        elseif r then
+          exec[n] = true
+        end
+      elseif e and capl[e] then
+        exec[n] = true
+      end
+    else
+      stack[sp], idx[sp] = nil, nil
+      sp = sp - 1
+      local r = exec[n] or capn[n] ~= nil
+      reach[n] = r
+      if r and sp > 0 then exec[stack[sp]] = true end
+    end
+  end
+  cap.exec = exec
+  return reach[root]
+end
+
+-- Runs the graph below root_t with gradient grad. deps counts the edges into each node and
+-- each leaf reachable from the root; a node runs when all its gradients arrived (count 0),
+-- and a leaf used by several nodes gets the sum of its gradients (pend) before its hooks
+-- and .grad see it once. With cap (autograd.grad), only the nodes of cap.exec run and the
+-- gradients of the inputs go to cap.res, not to .grad.
+local function run_backward(root_t, grad, retain, cap, deps)
   local root = cur_gfn(root_t)
   local taken = {}
   if grad then taken[skey(grad)] = true end
   if not root then
-    accumulate_leaf(root_t, grad, taken)
+    if cap then
+      local k = cap.leaf[root_t]
+      if k then cap.res[k] = grad end
+    else
+      accumulate_leaf(root_t, grad, taken)
+    end
     return
   end
-  -- count the edges into each node reachable from root
-  local deps = { [root] = 0 }
+  local exec, capl
+  if cap then
+    if not plan(root, cap) then return end
+    exec, capl = cap.exec, cap.leaf
+  end
+  -- count the edges into each node and leaf reachable from root (with cap: from the nodes
+  -- that run)
+  deps[root] = 0
   local stack, sp = { root }, 1
   while sp > 0 do
     local n = stack[sp]
     stack[sp] = nil
     sp = sp - 1
-    for i = 1, n.n do
-      local e = n[i]
-      if type(e) == 'table' then
-        local c = deps[e]
-        if c == nil then
-          deps[e] = 1
-          sp = sp + 1
-          stack[sp] = e
-        else
-          deps[e] = c + 1
+    if exec == nil or exec[n] then
+      for i = 1, n.n do
+        local e = n[i]
+        if e then
+          local c = deps[e]
+          if c == nil then
+            deps[e] = 1
+            if type(e) == 'table' then
+              sp = sp + 1
+              stack[sp] = e
+            end
+          else
+            deps[e] = c + 1
+          end
         end
       end
     end
   end
   root.g = grad
+  local pend -- leaf -> the sum of its gradients so far, when it has more to come
   local ready, rp = { root }, 1
   while rp > 0 do
     local n = ready[rp]
@@ -891,97 +1073,197 @@ local function run_backward(root_t, grad, retain)
     rp = rp - 1
     local g = n.g
     n.g = nil
-    if n.bw == freed_bw then freed_bw() end
-    local vs = n.vers
-    if vs then
-      for i = 1, #vs, 3 do
-        local vt = vs[i]
-        if vt[1] ~= vs[i + 1] then
-          local t = vs[i + 2]
-          error(fmt('backward: one of the variables needed for gradient computation has been modified by an '
-            .. 'inplace operation: the %s tensor of shape [%s] saved by %s is at version %d; expected version %d '
-            .. 'instead (last modified by %s). Use an out-of-place op, or clone() the tensor before modifying it',
-            t.dtype, table.concat(size_of(t), ', '), n.op or n.name, vt[1], vs[i + 1], vt.op or 'an in-place op'), 0)
-        end
-      end
+    local run = true
+    if cap then
+      local k = cap.node[n]
+      if k then cap.res[k] = g end -- (before n's hooks, as PyTorch 1.13)
+      run = exec[n] == true
     end
-    if n.hooks and g ~= nil then g = run_hooks(n.hooks, g) end
-    if n.retain and n.retain[1] then
-      local t = n.retain[1]
-      grads[t] = grads[t] and grads[t] + g or g
-    end
-    local gs
-    if g ~= nil then gs = { n.bw(n, g) } else gs = {} end
-    for i = 1, n.n do
-      local e = n[i]
-      if e then
-        local gi = gs[i]
-        if type(e) == 'table' then
-          if gi ~= nil then
-            if gi._dtype ~= e.dt then gi = gi:to(T.dtype_names[e.dt]) end
-            local cur = e.g
-            e.g = cur == nil and gi or cur + gi
+    if run then
+      if n.bw == freed_bw then freed_bw() end
+      local vs = n.vers
+      if vs then
+        for i = 1, #vs, 3 do
+          local vt = vs[i]
+          if vt[1] ~= vs[i + 1] then
+            local t = vs[i + 2]
+            error(fmt('backward: one of the variables needed for gradient computation has been modified by an '
+              .. 'inplace operation: the %s tensor of shape [%s] saved by %s is at version %d; expected version %d '
+              .. 'instead (last modified by %s). Use an out-of-place op, or clone() the tensor before modifying it',
+              t.dtype, table.concat(size_of(t), ', '), n.op or n.name, vt[1], vs[i + 1], vt.op or 'an in-place op'), 0)
           end
-          local c = deps[e] - 1
-          deps[e] = c
-          if c == 0 then
-            rp = rp + 1
-            ready[rp] = e
+        end
+      end
+      if n.hooks and g ~= nil then g = run_hooks(n.hooks, g) end
+      if n.retain and n.retain[1] then
+        local t = n.retain[1]
+        grads[t] = grads[t] and grads[t] + g or g
+      end
+      local gs
+      if g ~= nil then gs = { n.bw(n, g) } else gs = {} end
+      for i = 1, n.n do
+        local e = n[i]
+        if e then
+          local gi = gs[i]
+          if type(e) == 'table' then
+            if gi ~= nil then
+              if gi._dtype ~= e.dt then gi = gi:to(T.dtype_names[e.dt]) end
+              local cur = e.g
+              e.g = cur == nil and gi or cur + gi
+            end
+            local c = deps[e] - 1
+            deps[e] = c
+            if c == 0 then
+              rp = rp + 1
+              ready[rp] = e
+            end
+          elseif capl == nil or capl[e] then
+            if gi ~= nil then gi = fit_leaf(e, gi, n, i) end
+            local c = deps[e] - 1
+            deps[e] = c
+            local p = pend and pend[e]
+            if c == 0 then -- the leaf's last gradient: the common case of a leaf used once
+              if p ~= nil then
+                pend[e] = nil
+                gi = gi == nil and p or p + gi
+              end
+              if gi ~= nil then
+                if cap then cap.res[capl[e]] = gi else accumulate_leaf(e, gi, taken) end
+              end
+            elseif gi ~= nil then
+              if p ~= nil then
+                pend[e] = p + gi
+              else
+                if not pend then pend = {} end
+                pend[e] = gi
+              end
+            end
           end
-        elseif gi ~= nil then
-          accumulate_leaf(e, gi, taken)
         end
       end
-    end
-    if not retain then
-      for k in pairs(n) do
-        if type(k) ~= 'number' and k ~= 'n' and k ~= 'dt' and k ~= 'name' and k ~= 'bep' then
-          n[k] = nil
+      if not retain then
+        for k in pairs(n) do
+          if type(k) ~= 'number' and k ~= 'n' and k ~= 'dt' and k ~= 'name' and k ~= 'bep' then
+            n[k] = nil
+          end
         end
+        n.bw = freed_bw
       end
-      n.bw = freed_bw
     end
   end
+end
+
+-- runs run_backward with recording off (and the view hook quiet)
+local function backward_mode(t, grad, retain, cap)
+  local prev, prev_bw = S.grad_on, S.in_bw
+  S.grad_on, S.in_bw = false, true
+  local deps = {}
+  local ok, err = pcall(run_backward, t, grad, retain, cap, deps)
+  S.grad_on, S.in_bw = prev, prev_bw
+  if not ok then
+    -- a failed pass (a hook's error, a bad gradient) leaves no partial sums on the nodes it
+    -- did not reach: a retained graph can run again
+    for n in pairs(deps) do
+      if type(n) == 'table' then n.g = nil end
+    end
+    lua_error(err, 0)
+  end
+end
+
+local bw_keys = options.keys('retain_graph', 'create_graph')
+local grad_keys = options.keys(bw_keys, 'allow_unused')
+
+local function check_opts(opts, keys, fn)
+  options.check(opts, keys, fn)
+  if opts and opts.create_graph then
+    lua_error(errors.NotImplementedError(fn .. ': create_graph=true (a differentiable gradient, for higher-order '
+      .. 'derivatives) is not implemented'), 0)
+  end
+end
+
+-- the gradient of output t to start from: grad (a tensor of t's shape, converted to its
+-- dtype) or ones for a one-element t
+local function root_grad(t, grad, fn)
+  if not is_tensor(t) then
+    error(fmt('%s: expected a tensor output, got %s', fn, type(t)), errors.ValueError)
+  end
+  if not rg[t] then
+    error(fmt('%s: the tensor does not require grad and has no grad_fn '
+      .. '(did you compute it under no_grad, or from tensors without requires_grad?)', fn))
+  end
+  if grad == nil then
+    if t._numel ~= 1 then
+      error(fmt('%s: grad can be implicitly created only for scalar outputs; this tensor has shape [%s] '
+        .. '(pass a gradient of the same shape)', fn, table.concat(size_of(t), ', ')))
+    end
+    return T.ones_like(t)
+  end
+  if not is_tensor(grad) then error(fmt('%s: gradient must be a tensor, got %s', fn, type(grad)), errors.ValueError) end
+  if not same_shape(grad, t) then
+    error(fmt('%s: gradient has shape [%s], the tensor has shape [%s]', fn, table.concat(size_of(grad), ', '),
+      table.concat(size_of(t), ', ')))
+  end
+  if grad._dtype ~= t._dtype then grad = grad:to(t.dtype) end
+  return grad
 end
 
 local function install_backward()
 --- t:backward([gradient] [, {retain_graph=}]): accumulates d(t)/d(leaf) into leaf.grad.
 function methods.backward(t, grad, opts)
   if type(grad) == 'table' and not is_tensor(grad) then grad, opts = nil, grad end
-  if not rg[t] then
-    error('backward: the tensor does not require grad and has no grad_fn '
-      .. '(did you compute it under no_grad, or from tensors without requires_grad?)', 2)
-  end
-  if grad == nil then
-    if t._numel ~= 1 then
-      error(fmt('backward: grad can be implicitly created only for scalar outputs; this tensor has shape [%s] '
-        .. '(pass a gradient of the same shape)', table.concat(size_of(t), ', ')), 2)
-    end
-    grad = T.ones_like(t)
-  else
-    if not is_tensor(grad) then error(fmt('backward: gradient must be a tensor, got %s', type(grad)), errors.ValueError) end
-    if not same_shape(grad, t) then
-      error(fmt('backward: gradient has shape [%s], the tensor has shape [%s]', table.concat(size_of(grad), ', '),
-        table.concat(size_of(t), ', ')), 2)
-    end
-    if grad._dtype ~= t._dtype then grad = grad:to(t.dtype) end
-  end
-  local prev, prev_bw = S.grad_on, S.in_bw
-  S.grad_on, S.in_bw = false, true
-  local ok, err = pcall(run_backward, t, grad, opts and opts.retain_graph)
-  S.grad_on, S.in_bw = prev, prev_bw
-  if not ok then lua_error(err, 0) end
+  check_opts(opts, bw_keys, 'backward')
+  grad = root_grad(t, grad, 'backward')
+  backward_mode(t, grad, opts and opts.retain_graph)
 end
 end
 
---- dpl.autograd.grad(outputs, inputs [, grad_outputs]): gradients of a scalar output
---- w.r.t. inputs, returned as a list, without touching their .grad.
+--- dpl.autograd.grad(output, inputs [, grad_output] [, {retain_graph=, allow_unused=}]): the
+--- gradients of output with respect to inputs (a tensor or a list of tensors, leaves or not),
+--- returned as a list; no .grad is touched, and only the part of the graph between output
+--- and inputs runs.
 function M.grad(output, inputs, grad_output, opts)
-  local saved = {}
-  for i, x in ipairs(inputs) do saved[i] = grads[x]; grads[x] = nil end
-  methods.backward(output, grad_output, opts)
-  local r = {}
-  for i, x in ipairs(inputs) do r[i] = grads[x]; grads[x] = saved[i] end
+  if type(grad_output) == 'table' and not is_tensor(grad_output) then
+    if opts ~= nil then
+      error(fmt('grad: grad_output must be a tensor, got %s', type(grad_output)), errors.ValueError)
+    end
+    grad_output, opts = nil, grad_output
+  end
+  check_opts(opts, grad_keys, 'grad')
+  if is_tensor(inputs) then inputs = { inputs } end
+  if type(inputs) ~= 'table' then
+    error(fmt('grad: inputs must be a tensor or a list of tensors, got %s', type(inputs)), errors.ValueError)
+  end
+  local ni = #inputs
+  if ni == 0 then error('grad: inputs must be a non-empty list of tensors', errors.ValueError) end
+  local cap = { leaf = {}, node = {}, res = {} }
+  local first = {} -- tensor -> index of its first place in inputs (a tensor listed twice)
+  for i = 1, ni do
+    local x = inputs[i]
+    if not is_tensor(x) then
+      error(fmt('grad: inputs[%d] must be a tensor, got %s', i, type(x)), errors.ValueError)
+    end
+    if not rg[x] then error(fmt('grad: inputs[%d] does not require grad', i)) end
+    if not first[x] then
+      local n = gfn[x]
+      if n == nil then
+        cap.leaf[x] = i
+      elseif cap.node[n] == nil then
+        cap.node[n] = i
+      end
+      first[x] = n and cap.node[n] or i -- (two handles of one non-leaf share its node)
+    end
+  end
+  grad_output = root_grad(output, grad_output, 'grad')
+  backward_mode(output, grad_output, opts and opts.retain_graph, cap)
+  local r = cap.res
+  for i = 1, ni do
+    local k = first[inputs[i]]
+    if k ~= i then r[i] = r[k] end
+    if r[i] == nil and not (opts and opts.allow_unused) then
+      error(fmt('grad: inputs[%d] appears not to have been used in the graph (or got no gradient); pass '
+        .. '{allow_unused = true} to get nil for it', i))
+    end
+  end
   return r
 end
 
