@@ -20,6 +20,19 @@ local RANDOM_KEYS = keys('seed')
 local DIST_KEYS = keys('dataset', 'size', 'num_replicas', 'rank', 'shuffle', 'seed', 'drop_last')
 local WRAPPER_KEYS = keys('sampler', 'num_replicas', 'rank', 'shuffle', 'seed', 'drop_last')
 
+local function describe(v)
+  if type(v) == 'string' then return ("string '%s'"):format(v) end
+  if type(v) == 'number' then
+    if v ~= v then return 'nan' end
+    if v == math.huge or v == -math.huge then return tostring(v) end
+    if v == math.floor(v) and math.abs(v) < 2 ^ 63 then return ('%.0f'):format(v) end
+    local s = ('%.14g'):format(v)
+    return tonumber(s) == v and s or ('%.17g'):format(v)
+  end
+  if v == nil then return 'nil' end
+  return ('%s %s'):format(type(v), tostring(v))
+end
+
 local function check_int(name, v, lo)
   if type(v) ~= 'number' or v ~= math.floor(v) or v < lo then
     misconf('%s must be an integer >= %d, got %s', name, lo, tostring(v))
@@ -27,16 +40,61 @@ local function check_int(name, v, lo)
 end
 
 -- ------------------------------------------------------------------ random permutations
--- splitmix64: a tiny counter-based generator, so a (seed, epoch) pair always gives the
--- same order, independent of any global random state.
+-- A permutation comes from a splitmix64 stream whose start is a key mixed from a
+-- (seed, epoch) pair in 64-bit integer arithmetic: for a given epoch every seed gives its own
+-- key, and for a given seed every epoch does (the mixing is a bijection of each while the
+-- other is fixed), so negative seeds, seeds past 2^32 and consecutive epochs all give their
+-- own orders. Nothing here touches the global random state; a sampler without seed= draws
+-- its seed from dpl's global generator at each pass (as PyTorch's RandomSampler).
 local U64 = ffi.typeof('uint64_t')
-local function splitmix(state)
-  local z = state + 0x9E3779B97F4A7C15ULL
-  local x = z
+local I64 = ffi.typeof('int64_t')
+local GOLDEN = 0x9E3779B97F4A7C15ULL
+
+-- splitmix64's finalizer: a bijection of the 64-bit integers
+local function mix64(x)
   x = bit.bxor(x, bit.rshift(x, 30)) * 0xBF58476D1CE4E5B9ULL
   x = bit.bxor(x, bit.rshift(x, 27)) * 0x94D049BB133111EBULL
-  x = bit.bxor(x, bit.rshift(x, 31))
-  return z, x
+  return bit.bxor(x, bit.rshift(x, 31))
+end
+
+local function splitmix(state)
+  local z = state + GOLDEN
+  return z, mix64(z)
+end
+
+local SAFE_INT = 2 ^ 53
+
+--- The 64-bit pattern of an integer seed (or epoch): a Lua number that is an integer in
+--- [-2^53, 2^53] (doubles past that are not all integers there: 2^53 + 1 does not exist),
+--- or an int64_t / uint64_t cdata (any 64-bit value). Negatives are two's complement.
+local function to_u64(name, v)
+  if type(v) == 'number' then
+    if v == math.floor(v) and v >= -SAFE_INT and v <= SAFE_INT then
+      if v < 0 then return ffi.cast(U64, I64(v)) end
+      return U64(v)
+    end
+    misconf('%s must be an integer in [-2^53, 2^53] (or an int64_t/uint64_t cdata), got %s', name, describe(v))
+  elseif type(v) == 'cdata' and (ffi.istype(I64, v) or ffi.istype(U64, v)) then
+    return ffi.cast(U64, v)
+  end
+  misconf('%s must be an integer, got %s', name, describe(v))
+end
+
+--- check_seed(v [, name]): v is nil or a valid seed (see to_u64); returns v.
+function M.check_seed(v, name)
+  if v ~= nil then to_u64(name or 'seed', v) end
+  return v
+end
+
+-- the stream key of (seed, epoch), both uint64
+local function stream_key(seed, epoch)
+  return mix64(bit.bxor(mix64(seed + GOLDEN), epoch * 0xD1B54A32D192ED03ULL))
+end
+
+--- A seed drawn from dpl's global generator (dpl.manual_seed makes it reproducible): an
+--- integer in [0, 2^53), one draw.
+function M.draw_seed()
+  return require('dpl.tensor').randint(0, SAFE_INT, { 1 }, { dtype = 'int64', device = 'cpu' }):item()
 end
 
 -- An epoch's order lives in an int32 array (slot k-1 holds the k-th position), outside
@@ -51,11 +109,11 @@ local function order_array(n)
   return I32A(math.max(n, 1))
 end
 
--- a random permutation of 1..n from seed (Fisher-Yates) as an order array
-local function perm_array(n, seed)
+-- a random permutation of 1..n (Fisher-Yates) from a stream key, as an order array
+local function perm_array(n, key)
   local p = order_array(n)
   for i = 0, n - 1 do p[i] = i + 1 end
-  local state = U64(seed or 0)
+  local state = key
   for i = n, 2, -1 do
     local r
     state, r = splitmix(state)
@@ -71,10 +129,13 @@ local function array_to_list(a, n)
   return t
 end
 
---- A random permutation of 1..n from seed (Fisher-Yates), as a list.
+--- randperm(n [, seed]): a random permutation of 1..n (Fisher-Yates), as a list; the order
+--- a RandomSampler{seed=seed} gives at epoch 0. Without seed, the seed is drawn from dpl's
+--- global generator.
 function M.randperm(n, seed)
   check_int('randperm size', n, 0)
-  return array_to_list(perm_array(n, seed), n)
+  if seed == nil then seed = M.draw_seed() end
+  return array_to_list(perm_array(n, stream_key(to_u64('randperm seed', seed), U64(0))), n)
 end
 
 -- ------------------------------------------------------------------ datasets
@@ -185,7 +246,15 @@ end
 --- (a list). The built-in samplers also have `sampler:_order()` -> (int32 array, count),
 --- the same positions outside the Lua heap, which the DataLoader reads when present.
 M.Sampler = class.Object:extend('Sampler')
-function M.Sampler:set_epoch(epoch) self.epoch = epoch end
+local function check_epoch(epoch)
+  if type(epoch) ~= 'number' or epoch ~= math.floor(epoch) or epoch < 0 or epoch > SAFE_INT then
+    misconf('set_epoch: epoch must be an integer >= 0, got %s', describe(epoch))
+  end
+end
+function M.Sampler:set_epoch(epoch)
+  check_epoch(epoch)
+  self.epoch = epoch
+end
 function M.Sampler:__len() return #self:indices() end
 local function indices_from_order(self) return array_to_list(self:_order()) end
 
@@ -203,25 +272,42 @@ function M.SequentialSampler:_order()
 end
 M.SequentialSampler.indices = indices_from_order
 
+--- RandomSampler(n, {seed=}): a new order of 1..n at every pass. With seed, the order of a
+--- pass is a function of (seed, epoch) once set_epoch was called, else of (seed, the pass
+--- number counted from 0), so pass k of a fresh sampler is epoch k. Without seed, each pass
+--- draws its seed from dpl's global generator (PyTorch's RandomSampler without a
+--- generator): dpl.manual_seed / dpl.seed_everything make the passes reproducible, and
+--- set_epoch does not change them.
 M.RandomSampler = M.Sampler:extend('RandomSampler')
 function M.RandomSampler:__init(n, opts)
   check_int('RandomSampler size', n, 0)
   check_opts(opts, RANDOM_KEYS, 'RandomSampler')
   opts = opts or {}
-  self.n, self.seed, self.epoch, self.draws = n, opts.seed or os.time(), 0, 0
+  self.n, self.seed, self.epoch, self.draws = n, M.check_seed(opts.seed, 'RandomSampler seed'), 0, 0
+  if self.seed ~= nil then self._seed64 = to_u64('seed', self.seed) end
 end
 function M.RandomSampler:__len() return self.n end
 function M.RandomSampler:_order()
-  -- a new order on every pass, reproducible from (seed, epoch or pass number)
-  self.draws = self.draws + 1
-  return perm_array(self.n, self.seed * 1000003 + (self.epoch_set and self.epoch or self.draws)), self.n
+  local pass = self.draws
+  self.draws = pass + 1
+  local key
+  if self._seed64 then
+    key = stream_key(self._seed64, to_u64('epoch', self.epoch_set and self.epoch or pass))
+  else
+    key = stream_key(U64(M.draw_seed()), U64(0))
+  end
+  return perm_array(self.n, key), self.n
 end
 M.RandomSampler.indices = indices_from_order
-function M.RandomSampler:set_epoch(epoch) self.epoch, self.epoch_set = epoch, true end
+function M.RandomSampler:set_epoch(epoch)
+  check_epoch(epoch)
+  self.epoch, self.epoch_set = epoch, true
+end
 
 --- DistributedSampler{dataset=|size=, num_replicas=, rank=, shuffle=true, seed=0, drop_last=false}:
 --- PyTorch's rules: each rank gets ceil(n / replicas) positions (padding by repeating the
---- first ones), or floor with drop_last; with shuffle the order depends on seed + epoch.
+--- first ones), or floor with drop_last; with shuffle the order is a function of (seed, epoch),
+--- the same on every rank (seed: an integer, see randperm; the ranks must agree on it).
 M.DistributedSampler = M.Sampler:extend('DistributedSampler')
 function M.DistributedSampler:__init(opts)
   if type(opts) ~= 'table' then misconf('DistributedSampler expects an options table') end
@@ -239,7 +325,8 @@ function M.DistributedSampler:__init(opts)
   end
   self.n, self.num_replicas, self.rank = n, replicas, rank
   self.shuffle = opts.shuffle ~= false
-  self.seed = opts.seed or 0
+  self.seed = M.check_seed(opts.seed, 'DistributedSampler seed') or 0
+  self._seed64 = to_u64('seed', self.seed)
   self.drop_last = opts.drop_last and true or false
   self.epoch = 0
   if self.drop_last and n % replicas ~= 0 then
@@ -253,7 +340,7 @@ function M.DistributedSampler:__len() return self.num_samples end
 function M.DistributedSampler:_order()
   local n, total = self.n, self.total_size
   local all
-  if self.shuffle then all = perm_array(n, self.seed + self.epoch)
+  if self.shuffle then all = perm_array(n, stream_key(self._seed64, to_u64('epoch', self.epoch)))
   else
     all = order_array(n)
     for i = 0, n - 1 do all[i] = i + 1 end
@@ -272,7 +359,7 @@ M.DistributedSampler.indices = indices_from_order
 --- Lightning's wrapper of a custom sampler for distributed runs: each pass takes the
 --- positions the wrapped sampler yields (len(sampler) of them) and gives this rank its
 --- share of that list by DistributedSampler's rules (every num_replicas-th entry from
---- rank, padded by repeating the first ones; with shuffle, in an order from seed + epoch).
+--- rank, padded by repeating the first ones; with shuffle, in an order from (seed, epoch)).
 --- set_epoch reaches the wrapped sampler too.
 M.DistributedSamplerWrapper = M.DistributedSampler:extend('DistributedSamplerWrapper')
 function M.DistributedSamplerWrapper:__init(opts)
@@ -290,6 +377,7 @@ function M.DistributedSamplerWrapper:__init(opts)
   self.sampler = s
 end
 function M.DistributedSamplerWrapper:set_epoch(epoch)
+  check_epoch(epoch)
   self.epoch = epoch
   if type(self.sampler.set_epoch) == 'function' then self.sampler:set_epoch(epoch) end
 end
@@ -358,6 +446,8 @@ Loader.__index = Loader
 
 --- DataLoader(dataset, {batch_size=1, shuffle=false, drop_last=false, sampler=, collate_fn=, seed=}).
 --- Iterate with `for batch in loader:iter() do ... end`; `#loader` is the number of batches.
+--- shuffle=true makes a RandomSampler(#dataset, {seed=seed}): without seed, each pass draws its
+--- seed from dpl's global generator (dpl.manual_seed makes the order reproducible).
 function M.DataLoader(ds, opts)
   opts = opts or {}
   if type(opts) ~= 'table' then misconf('DataLoader options must be a table, got %s', type(opts)) end
@@ -365,6 +455,7 @@ function M.DataLoader(ds, opts)
   local n = M.len(ds)
   local bs = opts.batch_size or 1
   check_int('batch_size', bs, 1)
+  M.check_seed(opts.seed, 'DataLoader seed')
   if opts.sampler and opts.shuffle then
     misconf('sampler option is mutually exclusive with shuffle')
   end
