@@ -1,8 +1,8 @@
 -- data_seed_spec.lua: the shuffling seeds of dpl.data. A (seed, epoch) pair is mixed in
 -- 64-bit integer arithmetic, so negative seeds, seeds past 2^32 and every epoch give their
 -- own orders; seeds must be integers; a shuffling DataLoader without seed= draws its seed
--- from dpl's global generator at each pass (dpl.manual_seed makes it reproducible, as
--- torch.manual_seed does for PyTorch's DataLoader).
+-- from dpl's global generator at each pass (dpl.manual_seed / dpl.seed_everything make it
+-- reproducible, as torch.manual_seed does for PyTorch's DataLoader); dpl.seed_everything.
 local ffi = require 'ffi'
 local dpl = require 'dpl'
 local data = dpl.data
@@ -110,5 +110,43 @@ describe('shuffle seeds', function()
     local p = data.randperm(20)
     dpl.manual_seed(3)
     assert.are.same(p, data.randperm(20))
+  end)
+end)
+
+describe('dpl.seed_everything', function()
+  local C = dpl.C
+  local saved = {}
+  before_each(function()
+    for _, k in ipairs({ 'PL_GLOBAL_SEED', 'PL_SEED_WORKERS' }) do saved[k] = os.getenv(k) end
+  end)
+  after_each(function()
+    for _, k in ipairs({ 'PL_GLOBAL_SEED', 'PL_SEED_WORKERS' }) do C.dpl_proc_setenv(k, saved[k]) end
+  end)
+
+  it('seeds the generator and the shuffling, sets PL_GLOBAL_SEED, returns the seed', function()
+    assert.are.equal(42, dpl.seed_everything(42))
+    assert.are.equal('42', os.getenv('PL_GLOBAL_SEED'))
+    assert.are.equal('0', os.getenv('PL_SEED_WORKERS'))
+    local x = dpl.randn(3):totable()
+    local o = order_of(loader(nil))
+    local m = math.random()
+    dpl.seed_everything(42, true)
+    assert.are.equal('1', os.getenv('PL_SEED_WORKERS'))
+    assert.are.same(x, dpl.randn(3):totable())
+    assert.are.equal(o, order_of(loader(nil)))
+    assert.are.equal(m, math.random())
+  end)
+
+  it('without a seed: PL_GLOBAL_SEED, else a random one; out of bounds seeds are replaced', function()
+    C.dpl_proc_setenv('PL_GLOBAL_SEED', '7')
+    assert.are.equal(7, dpl.seed_everything())
+    C.dpl_proc_setenv('PL_GLOBAL_SEED', nil)
+    local s = dpl.seed_everything()
+    assert.is_true(s >= 0 and s <= 4294967295 and s == math.floor(s))
+    assert.are.equal(tostring(s), os.getenv('PL_GLOBAL_SEED'))
+    local r = dpl.seed_everything(-5)
+    assert.is_true(r >= 0 and r <= 4294967295)
+    assert.are.equal(3, dpl.seed_everything(3.7)) -- Python's int()
+    assert.has_error(function() dpl.seed_everything('abc') end)
   end)
 end)
