@@ -33,9 +33,10 @@ local function describe(v)
   return ('%s %s'):format(type(v), tostring(v))
 end
 
+-- v is an integer >= lo (and at most 2^53: math.huge, NaN and strings are errors)
 local function check_int(name, v, lo)
-  if type(v) ~= 'number' or v ~= math.floor(v) or v < lo then
-    misconf('%s must be an integer >= %d, got %s', name, lo, tostring(v))
+  if type(v) ~= 'number' or v ~= math.floor(v) or v < lo or v > 2 ^ 53 then
+    misconf('%s must be an integer >= %d, got %s', name, lo, describe(v))
   end
 end
 
@@ -151,16 +152,25 @@ function M.Dataset:get(i)
   error(('%s must define get(i)'):format(self.__name), 2)
 end
 
---- Number of items of a dataset (calls its __len; Lua 5.1 tables ignore #'s __len).
-function M.len(ds)
-  local f = type(ds) == 'table' and ds.__len
+-- the length of a dataset or a sampler (what: 'a dataset', 'the sampler', ...)
+local function len_of(obj, what)
+  local f = type(obj) == 'table' and obj.__len
   if type(f) ~= 'function' then
-    misconf('a dataset must have a __len method, got %s', type(ds))
+    if type(obj) == 'table' then
+      misconf('%s must have a __len method, got a table without one%s', what,
+        obj.__name and (' (%s)'):format(obj.__name) or '')
+    end
+    misconf('%s must have a __len method, got %s', what, type(obj))
   end
-  local n = f(ds)
-  check_int('len(dataset)', n, 0)
+  local n = f(obj)
+  if type(n) ~= 'number' or n ~= math.floor(n) or n < 0 or n > SAFE_INT then
+    misconf('len(%s) must be an integer >= 0, got %s', what:gsub('^an? ', ''):gsub('^the ', ''), describe(n))
+  end
   return n
 end
+
+--- Number of items of a dataset (calls its __len; Lua 5.1 tables ignore #'s __len).
+function M.len(ds) return len_of(ds, 'a dataset') end
 
 --- TensorDataset(t1, t2, ...): item i is {t1[i], t2[i], ...}; all share their first dim.
 M.TensorDataset = M.Dataset:extend('TensorDataset')
@@ -211,7 +221,11 @@ function M.Subset:__init(ds, indices)
   if type(indices) ~= 'table' then misconf('Subset: indices must be a list of positions, got %s', type(indices)) end
   for k = 1, #indices do
     local i = indices[k]
-    if type(i) ~= 'number' or i ~= math.floor(i) or i < 1 or i > n then
+    if type(i) ~= 'number' then
+      errors.TypeError:raise(('Subset: indices must be integers (positions 1..%d), got %s at position %d')
+        :format(n, describe(i), k), 2)
+    end
+    if i ~= math.floor(i) or i < 1 or i > n then
       misconf('Subset: index %s (at position %d) is out of range 1..%d', tostring(i), k, n)
     end
   end
@@ -371,7 +385,7 @@ function M.DistributedSamplerWrapper:__init(opts)
   end
   local o = {}
   for k, v in pairs(opts) do o[k] = v end
-  o.dataset, o.size, o.sampler = nil, M.len(s), nil
+  o.dataset, o.size, o.sampler = nil, len_of(s, 'the wrapped sampler'), nil
   if o.shuffle == nil then o.shuffle = false end
   M.DistributedSampler.__init(self, o)
   self.sampler = s
@@ -444,6 +458,19 @@ end
 local Loader = {}
 Loader.__index = Loader
 
+local function check_sampler(s)
+  local ok = (type(s) == 'table' or type(s) == 'userdata')
+  if ok then
+    local okf, f, g = pcall(function() return s._order, s.indices end)
+    ok = okf and (type(f) == 'function' or type(g) == 'function')
+  end
+  if not ok then
+    misconf('DataLoader: sampler must be a sampler (an object with indices() and __len(), e.g. a '
+      .. 'data.Sampler:extend(...) subclass), got %s', type(s) == 'table' and 'a table without indices()'
+      or describe(s))
+  end
+end
+
 --- DataLoader(dataset, {batch_size=1, shuffle=false, drop_last=false, sampler=, collate_fn=, seed=}).
 --- Iterate with `for batch in loader:iter() do ... end`; `#loader` is the number of batches.
 --- shuffle=true makes a RandomSampler(#dataset, {seed=seed}): without seed, each pass draws its
@@ -455,7 +482,13 @@ function M.DataLoader(ds, opts)
   local n = M.len(ds)
   local bs = opts.batch_size or 1
   check_int('batch_size', bs, 1)
+  for _, k in ipairs({ 'shuffle', 'drop_last' }) do
+    if opts[k] ~= nil and type(opts[k]) ~= 'boolean' then
+      misconf('%s must be a boolean, got %s', k, describe(opts[k]))
+    end
+  end
   M.check_seed(opts.seed, 'DataLoader seed')
+  if opts.sampler ~= nil then check_sampler(opts.sampler) end
   if opts.sampler and opts.shuffle then
     misconf('sampler option is mutually exclusive with shuffle')
   end
@@ -475,7 +508,8 @@ function M.DataLoader(ds, opts)
   mt.__newindex = impl
   mt.__len = function() return impl:num_batches() end
   mt.__tostring = function()
-    return ('DataLoader(%d batches of %d)'):format(impl:num_batches(), bs)
+    local ok, nb = pcall(impl.num_batches, impl)
+    return ('DataLoader(%s batches of %d)'):format(ok and tostring(nb) or '?', bs)
   end
   return proxy
 end
@@ -495,7 +529,7 @@ function Loader:with_sampler(sampler)
 end
 
 function Loader:num_batches()
-  local n = M.len(self.sampler)
+  local n = len_of(self.sampler, 'the sampler')
   if self.drop_last then return math.floor(n / self.batch_size) end
   return math.ceil(n / self.batch_size)
 end
@@ -525,14 +559,23 @@ function Loader:iter()
   end
   local bs = self.batch_size
   local stop = self.drop_last and (total - total % bs) or total
-  local pos = 1
+  local pos, nb = 1, 0
   return function()
     if pos > stop then return nil end
     local last = math.min(pos + bs - 1, stop)
     local idx = {}
     for k = pos, last do idx[k - pos + 1] = order[k - off] end
     pos = last + 1
-    return self:batch(idx)
+    nb = nb + 1
+    local b = self:batch(idx)
+    if b == nil then
+      -- nil would end the caller's for loop early, the rest of the epoch silently skipped
+      local ds = self.dataset
+      local who = self.collate_fn and 'collate_fn'
+        or (ds.get_batch and ('%s:get_batch'):format(tostring(ds.__name or 'dataset'))) or 'default_collate'
+      errors.TypeError:raise(('DataLoader: %s returned nil for batch %d (a batch cannot be nil)'):format(who, nb), 2)
+    end
+    return b
   end
 end
 
