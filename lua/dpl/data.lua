@@ -255,6 +255,195 @@ function M.Subset:get_batch(positions)
   return M.default_collate(items)
 end
 
+--- ConcatDataset(datasets): the items of datasets[1], then those of datasets[2], ... (torch's
+--- ConcatDataset); `cumulative_sizes[k]` is the number of items in datasets 1..k. get_batch
+--- uses the datasets' own get_batch when they all have one (a batch spanning several of them
+--- is gathered back into the asked order), else their items and default_collate.
+M.ConcatDataset = M.Dataset:extend('ConcatDataset')
+
+function M.ConcatDataset:__init(datasets)
+  if type(datasets) ~= 'table' or getmetatable(datasets) ~= nil then
+    errors.raise(('ConcatDataset expects a list of datasets {ds1, ds2, ...}, got %s')
+      :format(type(datasets) == 'table' and 'a ' .. tostring(datasets.__name or 'table with a metatable')
+        or describe(datasets)))
+  end
+  if #datasets == 0 then errors.raise('ConcatDataset: datasets should not be an empty list') end
+  local cum, total = {}, 0
+  for k = 1, #datasets do
+    local d = datasets[k]
+    total = total + len_of(d, ('ConcatDataset: dataset %d'):format(k))
+    if type(d.get) ~= 'function' then
+      misconf('ConcatDataset: dataset %d has no get(i) method', k)
+    end
+    cum[k] = total
+  end
+  self.datasets, self.cumulative_sizes, self.n = datasets, cum, total
+end
+
+function M.ConcatDataset:__len() return self.n end
+
+-- dataset number and position in it of the i-th item (binary search over cumulative_sizes)
+function M.ConcatDataset:_locate(i)
+  if type(i) ~= 'number' or i ~= math.floor(i) or i < 1 or i > self.n then
+    misconf('ConcatDataset: index %s out of range 1..%d', describe(i), self.n)
+  end
+  local cum = self.cumulative_sizes
+  local lo, hi = 1, #cum
+  while lo < hi do
+    local mid = math.floor((lo + hi) / 2)
+    if cum[mid] >= i then hi = mid else lo = mid + 1 end
+  end
+  return lo, i - (cum[lo - 1] or 0)
+end
+
+function M.ConcatDataset:get(i)
+  local d, j = self:_locate(i)
+  return self.datasets[d]:get(j)
+end
+
+-- tensors, and plain tables of them: what get_batch parts can be merged as
+local function mergeable(b)
+  if M.is_tensor(b) then return true end
+  if type(b) ~= 'table' or getmetatable(b) ~= nil then return false end
+  for _, v in pairs(b) do if not mergeable(v) then return false end end
+  return true
+end
+
+-- parts (batches of the same structure) concatenated on dim 1, then rows gathered by perm
+local function merge(parts, perm)
+  local first = parts[1]
+  if M.is_tensor(first) then
+    for k = 2, #parts do if not M.is_tensor(parts[k]) then return nil end end
+    return require('dpl').cat(parts, 1):index_select(1, perm)
+  end
+  local out = {}
+  for key in pairs(first) do
+    local col = {}
+    for k = 1, #parts do
+      if type(parts[k]) ~= 'table' or parts[k][key] == nil then return nil end
+      col[k] = parts[k][key]
+    end
+    local m = merge(col, perm)
+    if m == nil then return nil end
+    out[key] = m
+  end
+  for k = 2, #parts do
+    for key in pairs(parts[k]) do if out[key] == nil then return nil end end
+  end
+  return out
+end
+
+function M.ConcatDataset:get_batch(positions)
+  if type(positions) ~= 'table' then positions = positions:totable() end
+  local dss = self.datasets
+  local which, local_pos, groups, order = {}, {}, {}, {}
+  local fast = true
+  for k = 1, #positions do
+    local d, j = self:_locate(positions[k])
+    which[k], local_pos[k] = d, j
+    if not groups[d] then
+      groups[d] = {}
+      order[#order + 1] = d
+      if type(dss[d].get_batch) ~= 'function' then fast = false end
+    end
+    local g = groups[d]
+    g[#g + 1] = j
+  end
+  if fast and #order == 1 then return dss[order[1]]:get_batch(groups[order[1]]) end
+  if fast and #order > 1 then
+    -- each dataset's batch, concatenated in `order`; row k of the answer is row at[k] of that
+    local start, parts = {}, {}
+    local base = 0
+    for g = 1, #order do
+      local d = order[g]
+      start[d] = base
+      base = base + #groups[d]
+      parts[g] = dss[d]:get_batch(groups[d])
+    end
+    local ok_parts = true
+    for g = 1, #parts do if not mergeable(parts[g]) then ok_parts = false break end end
+    if ok_parts then
+      local seen, at = {}, {}
+      for k = 1, #positions do
+        local d = which[k]
+        seen[d] = (seen[d] or 0) + 1
+        at[k] = start[d] + seen[d]
+      end
+      local merged = merge(parts, require('dpl').tensor(at, { dtype = 'int64' }))
+      if merged ~= nil then return merged end
+    end
+  end
+  local items = {}
+  for k = 1, #positions do items[k] = dss[which[k]]:get(local_pos[k]) end
+  return M.default_collate(items)
+end
+
+--- random_split(dataset, lengths [, {seed=}]): torch.utils.data.random_split (1.13): Subsets
+--- of non-overlapping random positions, lengths[k] items in the k-th; lengths are counts that
+--- sum to #dataset, or fractions that sum to 1 (floor(n * f) items each, the remainder handed
+--- out one by one from the first split). The positions are a randperm(#dataset, seed):
+--- without seed, one drawn from dpl's global generator.
+local SPLIT_KEYS = keys('seed')
+function M.random_split(ds, lengths, opts)
+  check_opts(opts, SPLIT_KEYS, 'random_split')
+  opts = opts or {}
+  M.check_seed(opts.seed, 'random_split seed')
+  local n = M.len(ds)
+  if type(lengths) ~= 'table' or #lengths == 0 then
+    errors.raise(('random_split: lengths must be a non-empty list of counts or fractions, got %s')
+      :format(type(lengths) == 'table' and 'an empty table' or describe(lengths)))
+  end
+  local sum = 0
+  for k = 1, #lengths do
+    local v = lengths[k]
+    if type(v) ~= 'number' or v ~= v or v < 0 or v == math.huge then
+      errors.raise(('random_split: lengths[%d] must be a count or a fraction >= 0, got %s'):format(k, describe(v)))
+    end
+    sum = sum + v
+  end
+  local counts = {}
+  if math.abs(sum - 1) <= 1e-9 and sum <= 1 then -- math.isclose(sum, 1): fractions
+    local given = 0
+    for k = 1, #lengths do
+      if lengths[k] > 1 then errors.raise(('random_split: fraction at index %d is not between 0 and 1'):format(k)) end
+      counts[k] = math.floor(n * lengths[k])
+      given = given + counts[k]
+    end
+    for i = 0, n - given - 1 do
+      local k = i % #counts + 1
+      counts[k] = counts[k] + 1
+    end
+    for k = 1, #counts do
+      if counts[k] == 0 then
+        require('dpl.log').warn('Length of split at index %d is 0. This might result in an empty dataset.', k)
+      end
+    end
+  else
+    for k = 1, #lengths do
+      if lengths[k] ~= math.floor(lengths[k]) then
+        errors.raise(('random_split: lengths[%d] is %s: lengths are counts (integers) summing to len(dataset) = %d, '
+          .. 'or fractions summing to 1 (these sum to %s)'):format(k, tostring(lengths[k]), n, tostring(sum)))
+      end
+      counts[k] = lengths[k]
+    end
+  end
+  local total = 0
+  for k = 1, #counts do total = total + counts[k] end
+  if total ~= n then
+    errors.raise(('Sum of input lengths does not equal the length of the input dataset! (%s != %d)')
+      :format(tostring(total), n))
+  end
+  local perm = M.randperm(n, opts.seed)
+  local out, off = {}, 0
+  for k = 1, #counts do
+    local idx = {}
+    for i = 1, counts[k] do idx[i] = perm[off + i] end
+    off = off + counts[k]
+    out[k] = M.Subset(ds, idx)
+  end
+  return out
+end
+
 -- ------------------------------------------------------------------ samplers
 --- A sampler yields dataset positions; `sampler:indices()` returns them for this epoch
 --- (a list). The built-in samplers also have `sampler:_order()` -> (int32 array, count),
