@@ -214,4 +214,70 @@ describe('DataLoader', function()
     assert.has_error(function() data.DataLoader({}, {}) end)
     assert.has_error(function() data.DataLoader(Squares(3), { collate_fn = 5 }) end)
   end)
+
+  it('batch_size must be a positive integer: math.huge, NaN and strings are errors', function()
+    for _, bs in ipairs({ math.huge, 0 / 0, 2 ^ 60, 1.5, -1 }) do
+      local ok, e = pcall(data.DataLoader, Squares(3), { batch_size = bs })
+      assert.is_false(ok, tostring(bs))
+      assert.is_true(errors.is(e, errors.MisconfigurationException))
+      assert.truthy(tostring(e):find('batch_size must be an integer >= 1, got'), tostring(e))
+    end
+    assert.has_error(function() data.DataLoader(Squares(3), { batch_size = '4' }) end,
+      errors.MisconfigurationException("batch_size must be an integer >= 1, got string '4'"))
+    -- a batch larger than the dataset is one batch, and #loader says so
+    local l = data.DataLoader(Squares(3), { batch_size = 2 ^ 40, collate_fn = list_collate })
+    assert.are.equal(1, #l)
+    assert.are.equal(1, #collect(l))
+    assert.are.equal('DataLoader(1 batches of 1099511627776)', tostring(l))
+  end)
+
+  it('shuffle and drop_last must be booleans', function()
+    assert.has_error(function() data.DataLoader(Squares(3), { shuffle = 'yes' }) end,
+      errors.MisconfigurationException("shuffle must be a boolean, got string 'yes'"))
+    assert.has_error(function() data.DataLoader(Squares(3), { drop_last = 1 }) end,
+      errors.MisconfigurationException('drop_last must be a boolean, got 1'))
+  end)
+
+  it('checks sampler= when the loader is made, and names the sampler when it has no __len', function()
+    assert.has_error(function() data.DataLoader(Squares(3), { sampler = 5 }) end,
+      errors.MisconfigurationException('DataLoader: sampler must be a sampler (an object with indices() and '
+        .. '__len(), e.g. a data.Sampler:extend(...) subclass), got 5'))
+    assert.has_error(function() data.DataLoader(Squares(3), { sampler = {} }) end)
+    -- a sampler with indices() but no __len: iterating works, #loader says what is missing
+    local l = data.DataLoader(Squares(3), { sampler = { indices = function() return { 3, 2, 1 } end },
+      collate_fn = list_collate })
+    assert.are.same({ { { 3, 9 } }, { { 2, 4 } }, { { 1, 1 } } }, collect(l))
+    assert.has_error(function() return #l end,
+      errors.MisconfigurationException('the sampler must have a __len method, got a table without one'))
+    assert.are.equal('DataLoader(? batches of 1)', tostring(l))
+  end)
+
+  it('a collate_fn (or get_batch) returning nil is an error, not the end of the epoch', function()
+    local l = data.DataLoader(Squares(10), { batch_size = 4, collate_fn = function() return nil end })
+    assert.are.equal(3, #l)
+    local ok, e = pcall(function() for _ in l:iter() do end end)
+    assert.is_false(ok)
+    assert.is_true(errors.is(e, errors.TypeError))
+    assert.are.equal('TypeError: DataLoader: collate_fn returned nil for batch 1 (a batch cannot be nil)', tostring(e))
+    local Nil = data.Dataset:extend('NilBatches')
+    function Nil:__len() return 4 end
+    function Nil:get(i) return i end
+    function Nil:get_batch(idx) if idx[1] > 2 then return nil end return idx end
+    local ok2, e2 = pcall(function() for _ in data.DataLoader(Nil(), { batch_size = 2 }):iter() do end end)
+    assert.is_false(ok2)
+    assert.are.equal('TypeError: DataLoader: NilBatches:get_batch returned nil for batch 2 (a batch cannot be nil)',
+      tostring(e2))
+  end)
+end)
+
+describe('Subset', function()
+  it('a non-number index is a TypeError; out of range is a MisconfigurationException', function()
+    local ok, e = pcall(data.Subset, Squares(10), { 1, '2' })
+    assert.is_false(ok)
+    assert.is_true(errors.is(e, errors.TypeError))
+    assert.are.equal("TypeError: Subset: indices must be integers (positions 1..10), got string '2' at position 2",
+      tostring(e))
+    assert.has_error(function() data.Subset(Squares(10), { 11 }) end,
+      errors.MisconfigurationException('Subset: index 11 (at position 1) is out of range 1..10'))
+  end)
 end)

@@ -187,6 +187,41 @@ describe('datasets.FashionMNIST', function()
     assert.has_error(function() sub:get(1001) end)
   end)
 
+  it('checks its options: an unknown key, a wrong type, a bad dtype are errors', function()
+    local errors = require 'dpl.errors'
+    local ok, e = pcall(datasets.FashionMNIST, { trian = false })
+    assert.is_false(ok)
+    assert.is_true(errors.is(e, errors.ValueError))
+    assert.truthy(tostring(e):find("FashionMNIST: unknown option 'trian' %(did you mean 'train'%?%)"), tostring(e))
+    assert.has_error(function() datasets.FashionMNIST { train = 'no' } end,
+      errors.MisconfigurationException("FashionMNIST: train must be a boolean, got string 'no'"))
+    assert.has_error(function() datasets.FashionMNIST { train = false, transform = 5 } end,
+      errors.MisconfigurationException('FashionMNIST: transform must be a function, got number'))
+    assert.has_error(function() datasets.FashionMNIST { train = false, dtype = 'int64' } end)
+    -- download is accepted (the files are local); when they are missing the error says it fetched nothing
+    assert.are.equal(10000, dpl.data.len(datasets.FashionMNIST { train = false, download = true }))
+    local ok2, e2 = pcall(datasets.FashionMNIST, { root = '/nonexistent', train = false, download = true })
+    assert.is_false(ok2)
+    assert.truthy(tostring(e2):find('download=true cannot fetch them'), tostring(e2))
+  end)
+
+  it('transform and target_transform apply per item, in get and in the DataLoader\'s batches', function()
+    local ds = datasets.FashionMNIST { train = false, transform = function(x) return x:mul(2) end,
+      target_transform = function(y) return y - 1 end }
+    local it = ds:get(1)
+    assert.is_true(it[1]:eq(test.images[1]:mul(2)):all():item())
+    assert.are.equal(9, it[2]) -- label 10 (1-based) - 1
+    local b = dpl.data.DataLoader(ds, { batch_size = 3 }):iter()()
+    assert.are.same({ 3, 1, 28, 28 }, b[1]:size())
+    assert.is_true(b[1]:eq(test.images:narrow(1, 1, 3):mul(2)):all():item())
+    assert.are.same({ 9, 2, 1 }, b[2]:totable())
+    -- through a Subset as well
+    local sb = dpl.data.Subset(ds, { 3, 1 }):get_batch({ 1, 2 })
+    assert.are.same({ 1, 9 }, sb[2]:totable())
+    -- without transforms the raw images come back
+    assert.is_true(datasets.FashionMNIST({ train = false }):get_batch({ 1 })[1]:eq(test.images:narrow(1, 1, 1)):all():item())
+  end)
+
   it('a small CNN trained for 150 steps on a subset beats chance by far', function()
     dpl.manual_seed(0)
     local nn, F = dpl.nn, dpl.nn.functional

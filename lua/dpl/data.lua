@@ -20,23 +20,82 @@ local RANDOM_KEYS = keys('seed')
 local DIST_KEYS = keys('dataset', 'size', 'num_replicas', 'rank', 'shuffle', 'seed', 'drop_last')
 local WRAPPER_KEYS = keys('sampler', 'num_replicas', 'rank', 'shuffle', 'seed', 'drop_last')
 
+local function describe(v)
+  if type(v) == 'string' then return ("string '%s'"):format(v) end
+  if type(v) == 'number' then
+    if v ~= v then return 'nan' end
+    if v == math.huge or v == -math.huge then return tostring(v) end
+    if v == math.floor(v) and math.abs(v) < 2 ^ 63 then return ('%.0f'):format(v) end
+    local s = ('%.14g'):format(v)
+    return tonumber(s) == v and s or ('%.17g'):format(v)
+  end
+  if v == nil then return 'nil' end
+  return ('%s %s'):format(type(v), tostring(v))
+end
+
+-- v is an integer >= lo (and at most 2^53: math.huge, NaN and strings are errors)
 local function check_int(name, v, lo)
-  if type(v) ~= 'number' or v ~= math.floor(v) or v < lo then
-    misconf('%s must be an integer >= %d, got %s', name, lo, tostring(v))
+  if type(v) ~= 'number' or v ~= math.floor(v) or v < lo or v > 2 ^ 53 then
+    misconf('%s must be an integer >= %d, got %s', name, lo, describe(v))
   end
 end
 
 -- ------------------------------------------------------------------ random permutations
--- splitmix64: a tiny counter-based generator, so a (seed, epoch) pair always gives the
--- same order, independent of any global random state.
+-- A permutation comes from a splitmix64 stream whose start is a key mixed from a
+-- (seed, epoch) pair in 64-bit integer arithmetic: for a given epoch every seed gives its own
+-- key, and for a given seed every epoch does (the mixing is a bijection of each while the
+-- other is fixed), so negative seeds, seeds past 2^32 and consecutive epochs all give their
+-- own orders. Nothing here touches the global random state; a sampler without seed= draws
+-- its seed from dpl's global generator at each pass (as PyTorch's RandomSampler).
 local U64 = ffi.typeof('uint64_t')
-local function splitmix(state)
-  local z = state + 0x9E3779B97F4A7C15ULL
-  local x = z
+local I64 = ffi.typeof('int64_t')
+local GOLDEN = 0x9E3779B97F4A7C15ULL
+
+-- splitmix64's finalizer: a bijection of the 64-bit integers
+local function mix64(x)
   x = bit.bxor(x, bit.rshift(x, 30)) * 0xBF58476D1CE4E5B9ULL
   x = bit.bxor(x, bit.rshift(x, 27)) * 0x94D049BB133111EBULL
-  x = bit.bxor(x, bit.rshift(x, 31))
-  return z, x
+  return bit.bxor(x, bit.rshift(x, 31))
+end
+
+local function splitmix(state)
+  local z = state + GOLDEN
+  return z, mix64(z)
+end
+
+local SAFE_INT = 2 ^ 53
+
+--- The 64-bit pattern of an integer seed (or epoch): a Lua number that is an integer in
+--- [-2^53, 2^53] (doubles past that are not all integers there: 2^53 + 1 does not exist),
+--- or an int64_t / uint64_t cdata (any 64-bit value). Negatives are two's complement.
+local function to_u64(name, v)
+  if type(v) == 'number' then
+    if v == math.floor(v) and v >= -SAFE_INT and v <= SAFE_INT then
+      if v < 0 then return ffi.cast(U64, I64(v)) end
+      return U64(v)
+    end
+    misconf('%s must be an integer in [-2^53, 2^53] (or an int64_t/uint64_t cdata), got %s', name, describe(v))
+  elseif type(v) == 'cdata' and (ffi.istype(I64, v) or ffi.istype(U64, v)) then
+    return ffi.cast(U64, v)
+  end
+  misconf('%s must be an integer, got %s', name, describe(v))
+end
+
+--- check_seed(v [, name]): v is nil or a valid seed (see to_u64); returns v.
+function M.check_seed(v, name)
+  if v ~= nil then to_u64(name or 'seed', v) end
+  return v
+end
+
+-- the stream key of (seed, epoch), both uint64
+local function stream_key(seed, epoch)
+  return mix64(bit.bxor(mix64(seed + GOLDEN), epoch * 0xD1B54A32D192ED03ULL))
+end
+
+--- A seed drawn from dpl's global generator (dpl.manual_seed makes it reproducible): an
+--- integer in [0, 2^53), one draw.
+function M.draw_seed()
+  return require('dpl.tensor').randint(0, SAFE_INT, { 1 }, { dtype = 'int64', device = 'cpu' }):item()
 end
 
 -- An epoch's order lives in an int32 array (slot k-1 holds the k-th position), outside
@@ -51,11 +110,11 @@ local function order_array(n)
   return I32A(math.max(n, 1))
 end
 
--- a random permutation of 1..n from seed (Fisher-Yates) as an order array
-local function perm_array(n, seed)
+-- a random permutation of 1..n (Fisher-Yates) from a stream key, as an order array
+local function perm_array(n, key)
   local p = order_array(n)
   for i = 0, n - 1 do p[i] = i + 1 end
-  local state = U64(seed or 0)
+  local state = key
   for i = n, 2, -1 do
     local r
     state, r = splitmix(state)
@@ -71,10 +130,13 @@ local function array_to_list(a, n)
   return t
 end
 
---- A random permutation of 1..n from seed (Fisher-Yates), as a list.
+--- randperm(n [, seed]): a random permutation of 1..n (Fisher-Yates), as a list; the order
+--- a RandomSampler{seed=seed} gives at epoch 0. Without seed, the seed is drawn from dpl's
+--- global generator.
 function M.randperm(n, seed)
   check_int('randperm size', n, 0)
-  return array_to_list(perm_array(n, seed), n)
+  if seed == nil then seed = M.draw_seed() end
+  return array_to_list(perm_array(n, stream_key(to_u64('randperm seed', seed), U64(0))), n)
 end
 
 -- ------------------------------------------------------------------ datasets
@@ -90,16 +152,25 @@ function M.Dataset:get(i)
   error(('%s must define get(i)'):format(self.__name), 2)
 end
 
---- Number of items of a dataset (calls its __len; Lua 5.1 tables ignore #'s __len).
-function M.len(ds)
-  local f = type(ds) == 'table' and ds.__len
+-- the length of a dataset or a sampler (what: 'a dataset', 'the sampler', ...)
+local function len_of(obj, what)
+  local f = type(obj) == 'table' and obj.__len
   if type(f) ~= 'function' then
-    misconf('a dataset must have a __len method, got %s', type(ds))
+    if type(obj) == 'table' then
+      misconf('%s must have a __len method, got a table without one%s', what,
+        obj.__name and (' (%s)'):format(obj.__name) or '')
+    end
+    misconf('%s must have a __len method, got %s', what, type(obj))
   end
-  local n = f(ds)
-  check_int('len(dataset)', n, 0)
+  local n = f(obj)
+  if type(n) ~= 'number' or n ~= math.floor(n) or n < 0 or n > SAFE_INT then
+    misconf('len(%s) must be an integer >= 0, got %s', what:gsub('^an? ', ''):gsub('^the ', ''), describe(n))
+  end
   return n
 end
+
+--- Number of items of a dataset (calls its __len; Lua 5.1 tables ignore #'s __len).
+function M.len(ds) return len_of(ds, 'a dataset') end
 
 --- TensorDataset(t1, t2, ...): item i is {t1[i], t2[i], ...}; all share their first dim.
 M.TensorDataset = M.Dataset:extend('TensorDataset')
@@ -150,7 +221,11 @@ function M.Subset:__init(ds, indices)
   if type(indices) ~= 'table' then misconf('Subset: indices must be a list of positions, got %s', type(indices)) end
   for k = 1, #indices do
     local i = indices[k]
-    if type(i) ~= 'number' or i ~= math.floor(i) or i < 1 or i > n then
+    if type(i) ~= 'number' then
+      errors.TypeError:raise(('Subset: indices must be integers (positions 1..%d), got %s at position %d')
+        :format(n, describe(i), k), 2)
+    end
+    if i ~= math.floor(i) or i < 1 or i > n then
       misconf('Subset: index %s (at position %d) is out of range 1..%d', tostring(i), k, n)
     end
   end
@@ -180,12 +255,209 @@ function M.Subset:get_batch(positions)
   return M.default_collate(items)
 end
 
+--- ConcatDataset(datasets): the items of datasets[1], then those of datasets[2], ... (torch's
+--- ConcatDataset); `cumulative_sizes[k]` is the number of items in datasets 1..k. get_batch
+--- uses the datasets' own get_batch when they all have one (a batch spanning several of them
+--- is gathered back into the asked order), else their items and default_collate.
+M.ConcatDataset = M.Dataset:extend('ConcatDataset')
+
+function M.ConcatDataset:__init(datasets)
+  if type(datasets) ~= 'table' or getmetatable(datasets) ~= nil then
+    errors.raise(('ConcatDataset expects a list of datasets {ds1, ds2, ...}, got %s')
+      :format(type(datasets) == 'table' and 'a ' .. tostring(datasets.__name or 'table with a metatable')
+        or describe(datasets)))
+  end
+  if #datasets == 0 then errors.raise('ConcatDataset: datasets should not be an empty list') end
+  local cum, total = {}, 0
+  for k = 1, #datasets do
+    local d = datasets[k]
+    total = total + len_of(d, ('ConcatDataset: dataset %d'):format(k))
+    if type(d.get) ~= 'function' then
+      misconf('ConcatDataset: dataset %d has no get(i) method', k)
+    end
+    cum[k] = total
+  end
+  self.datasets, self.cumulative_sizes, self.n = datasets, cum, total
+end
+
+function M.ConcatDataset:__len() return self.n end
+
+-- dataset number and position in it of the i-th item (binary search over cumulative_sizes)
+function M.ConcatDataset:_locate(i)
+  if type(i) ~= 'number' or i ~= math.floor(i) or i < 1 or i > self.n then
+    misconf('ConcatDataset: index %s out of range 1..%d', describe(i), self.n)
+  end
+  local cum = self.cumulative_sizes
+  local lo, hi = 1, #cum
+  while lo < hi do
+    local mid = math.floor((lo + hi) / 2)
+    if cum[mid] >= i then hi = mid else lo = mid + 1 end
+  end
+  return lo, i - (cum[lo - 1] or 0)
+end
+
+function M.ConcatDataset:get(i)
+  local d, j = self:_locate(i)
+  return self.datasets[d]:get(j)
+end
+
+-- tensors, and plain tables of them: what get_batch parts can be merged as
+local function mergeable(b)
+  if M.is_tensor(b) then return true end
+  if type(b) ~= 'table' or getmetatable(b) ~= nil then return false end
+  for _, v in pairs(b) do if not mergeable(v) then return false end end
+  return true
+end
+
+-- parts (batches of the same structure) concatenated on dim 1, then rows gathered by perm
+local function merge(parts, perm)
+  local first = parts[1]
+  if M.is_tensor(first) then
+    for k = 2, #parts do if not M.is_tensor(parts[k]) then return nil end end
+    return require('dpl').cat(parts, 1):index_select(1, perm)
+  end
+  local out = {}
+  for key in pairs(first) do
+    local col = {}
+    for k = 1, #parts do
+      if type(parts[k]) ~= 'table' or parts[k][key] == nil then return nil end
+      col[k] = parts[k][key]
+    end
+    local m = merge(col, perm)
+    if m == nil then return nil end
+    out[key] = m
+  end
+  for k = 2, #parts do
+    for key in pairs(parts[k]) do if out[key] == nil then return nil end end
+  end
+  return out
+end
+
+function M.ConcatDataset:get_batch(positions)
+  if type(positions) ~= 'table' then positions = positions:totable() end
+  local dss = self.datasets
+  local which, local_pos, groups, order = {}, {}, {}, {}
+  local fast = true
+  for k = 1, #positions do
+    local d, j = self:_locate(positions[k])
+    which[k], local_pos[k] = d, j
+    if not groups[d] then
+      groups[d] = {}
+      order[#order + 1] = d
+      if type(dss[d].get_batch) ~= 'function' then fast = false end
+    end
+    local g = groups[d]
+    g[#g + 1] = j
+  end
+  if fast and #order == 1 then return dss[order[1]]:get_batch(groups[order[1]]) end
+  if fast and #order > 1 then
+    -- each dataset's batch, concatenated in `order`; row k of the answer is row at[k] of that
+    local start, parts = {}, {}
+    local base = 0
+    for g = 1, #order do
+      local d = order[g]
+      start[d] = base
+      base = base + #groups[d]
+      parts[g] = dss[d]:get_batch(groups[d])
+    end
+    local ok_parts = true
+    for g = 1, #parts do if not mergeable(parts[g]) then ok_parts = false break end end
+    if ok_parts then
+      local seen, at = {}, {}
+      for k = 1, #positions do
+        local d = which[k]
+        seen[d] = (seen[d] or 0) + 1
+        at[k] = start[d] + seen[d]
+      end
+      local merged = merge(parts, require('dpl').tensor(at, { dtype = 'int64' }))
+      if merged ~= nil then return merged end
+    end
+  end
+  local items = {}
+  for k = 1, #positions do items[k] = dss[which[k]]:get(local_pos[k]) end
+  return M.default_collate(items)
+end
+
+--- random_split(dataset, lengths [, {seed=}]): torch.utils.data.random_split (1.13): Subsets
+--- of non-overlapping random positions, lengths[k] items in the k-th; lengths are counts that
+--- sum to #dataset, or fractions that sum to 1 (floor(n * f) items each, the remainder handed
+--- out one by one from the first split). The positions are a randperm(#dataset, seed):
+--- without seed, one drawn from dpl's global generator.
+local SPLIT_KEYS = keys('seed')
+function M.random_split(ds, lengths, opts)
+  check_opts(opts, SPLIT_KEYS, 'random_split')
+  opts = opts or {}
+  M.check_seed(opts.seed, 'random_split seed')
+  local n = M.len(ds)
+  if type(lengths) ~= 'table' or #lengths == 0 then
+    errors.raise(('random_split: lengths must be a non-empty list of counts or fractions, got %s')
+      :format(type(lengths) == 'table' and 'an empty table' or describe(lengths)))
+  end
+  local sum = 0
+  for k = 1, #lengths do
+    local v = lengths[k]
+    if type(v) ~= 'number' or v ~= v or v < 0 or v == math.huge then
+      errors.raise(('random_split: lengths[%d] must be a count or a fraction >= 0, got %s'):format(k, describe(v)))
+    end
+    sum = sum + v
+  end
+  local counts = {}
+  if math.abs(sum - 1) <= 1e-9 and sum <= 1 then -- math.isclose(sum, 1): fractions
+    local given = 0
+    for k = 1, #lengths do
+      if lengths[k] > 1 then errors.raise(('random_split: fraction at index %d is not between 0 and 1'):format(k)) end
+      counts[k] = math.floor(n * lengths[k])
+      given = given + counts[k]
+    end
+    for i = 0, n - given - 1 do
+      local k = i % #counts + 1
+      counts[k] = counts[k] + 1
+    end
+    for k = 1, #counts do
+      if counts[k] == 0 then
+        require('dpl.log').warn('Length of split at index %d is 0. This might result in an empty dataset.', k)
+      end
+    end
+  else
+    for k = 1, #lengths do
+      if lengths[k] ~= math.floor(lengths[k]) then
+        errors.raise(('random_split: lengths[%d] is %s: lengths are counts (integers) summing to len(dataset) = %d, '
+          .. 'or fractions summing to 1 (these sum to %s)'):format(k, tostring(lengths[k]), n, tostring(sum)))
+      end
+      counts[k] = lengths[k]
+    end
+  end
+  local total = 0
+  for k = 1, #counts do total = total + counts[k] end
+  if total ~= n then
+    errors.raise(('Sum of input lengths does not equal the length of the input dataset! (%s != %d)')
+      :format(tostring(total), n))
+  end
+  local perm = M.randperm(n, opts.seed)
+  local out, off = {}, 0
+  for k = 1, #counts do
+    local idx = {}
+    for i = 1, counts[k] do idx[i] = perm[off + i] end
+    off = off + counts[k]
+    out[k] = M.Subset(ds, idx)
+  end
+  return out
+end
+
 -- ------------------------------------------------------------------ samplers
 --- A sampler yields dataset positions; `sampler:indices()` returns them for this epoch
 --- (a list). The built-in samplers also have `sampler:_order()` -> (int32 array, count),
 --- the same positions outside the Lua heap, which the DataLoader reads when present.
 M.Sampler = class.Object:extend('Sampler')
-function M.Sampler:set_epoch(epoch) self.epoch = epoch end
+local function check_epoch(epoch)
+  if type(epoch) ~= 'number' or epoch ~= math.floor(epoch) or epoch < 0 or epoch > SAFE_INT then
+    misconf('set_epoch: epoch must be an integer >= 0, got %s', describe(epoch))
+  end
+end
+function M.Sampler:set_epoch(epoch)
+  check_epoch(epoch)
+  self.epoch = epoch
+end
 function M.Sampler:__len() return #self:indices() end
 local function indices_from_order(self) return array_to_list(self:_order()) end
 
@@ -203,25 +475,42 @@ function M.SequentialSampler:_order()
 end
 M.SequentialSampler.indices = indices_from_order
 
+--- RandomSampler(n, {seed=}): a new order of 1..n at every pass. With seed, the order of a
+--- pass is a function of (seed, epoch) once set_epoch was called, else of (seed, the pass
+--- number counted from 0), so pass k of a fresh sampler is epoch k. Without seed, each pass
+--- draws its seed from dpl's global generator (PyTorch's RandomSampler without a
+--- generator): dpl.manual_seed / dpl.seed_everything make the passes reproducible, and
+--- set_epoch does not change them.
 M.RandomSampler = M.Sampler:extend('RandomSampler')
 function M.RandomSampler:__init(n, opts)
   check_int('RandomSampler size', n, 0)
   check_opts(opts, RANDOM_KEYS, 'RandomSampler')
   opts = opts or {}
-  self.n, self.seed, self.epoch, self.draws = n, opts.seed or os.time(), 0, 0
+  self.n, self.seed, self.epoch, self.draws = n, M.check_seed(opts.seed, 'RandomSampler seed'), 0, 0
+  if self.seed ~= nil then self._seed64 = to_u64('seed', self.seed) end
 end
 function M.RandomSampler:__len() return self.n end
 function M.RandomSampler:_order()
-  -- a new order on every pass, reproducible from (seed, epoch or pass number)
-  self.draws = self.draws + 1
-  return perm_array(self.n, self.seed * 1000003 + (self.epoch_set and self.epoch or self.draws)), self.n
+  local pass = self.draws
+  self.draws = pass + 1
+  local key
+  if self._seed64 then
+    key = stream_key(self._seed64, to_u64('epoch', self.epoch_set and self.epoch or pass))
+  else
+    key = stream_key(U64(M.draw_seed()), U64(0))
+  end
+  return perm_array(self.n, key), self.n
 end
 M.RandomSampler.indices = indices_from_order
-function M.RandomSampler:set_epoch(epoch) self.epoch, self.epoch_set = epoch, true end
+function M.RandomSampler:set_epoch(epoch)
+  check_epoch(epoch)
+  self.epoch, self.epoch_set = epoch, true
+end
 
 --- DistributedSampler{dataset=|size=, num_replicas=, rank=, shuffle=true, seed=0, drop_last=false}:
 --- PyTorch's rules: each rank gets ceil(n / replicas) positions (padding by repeating the
---- first ones), or floor with drop_last; with shuffle the order depends on seed + epoch.
+--- first ones), or floor with drop_last; with shuffle the order is a function of (seed, epoch),
+--- the same on every rank (seed: an integer, see randperm; the ranks must agree on it).
 M.DistributedSampler = M.Sampler:extend('DistributedSampler')
 function M.DistributedSampler:__init(opts)
   if type(opts) ~= 'table' then misconf('DistributedSampler expects an options table') end
@@ -239,7 +528,8 @@ function M.DistributedSampler:__init(opts)
   end
   self.n, self.num_replicas, self.rank = n, replicas, rank
   self.shuffle = opts.shuffle ~= false
-  self.seed = opts.seed or 0
+  self.seed = M.check_seed(opts.seed, 'DistributedSampler seed') or 0
+  self._seed64 = to_u64('seed', self.seed)
   self.drop_last = opts.drop_last and true or false
   self.epoch = 0
   if self.drop_last and n % replicas ~= 0 then
@@ -253,7 +543,7 @@ function M.DistributedSampler:__len() return self.num_samples end
 function M.DistributedSampler:_order()
   local n, total = self.n, self.total_size
   local all
-  if self.shuffle then all = perm_array(n, self.seed + self.epoch)
+  if self.shuffle then all = perm_array(n, stream_key(self._seed64, to_u64('epoch', self.epoch)))
   else
     all = order_array(n)
     for i = 0, n - 1 do all[i] = i + 1 end
@@ -272,7 +562,7 @@ M.DistributedSampler.indices = indices_from_order
 --- Lightning's wrapper of a custom sampler for distributed runs: each pass takes the
 --- positions the wrapped sampler yields (len(sampler) of them) and gives this rank its
 --- share of that list by DistributedSampler's rules (every num_replicas-th entry from
---- rank, padded by repeating the first ones; with shuffle, in an order from seed + epoch).
+--- rank, padded by repeating the first ones; with shuffle, in an order from (seed, epoch)).
 --- set_epoch reaches the wrapped sampler too.
 M.DistributedSamplerWrapper = M.DistributedSampler:extend('DistributedSamplerWrapper')
 function M.DistributedSamplerWrapper:__init(opts)
@@ -284,12 +574,13 @@ function M.DistributedSamplerWrapper:__init(opts)
   end
   local o = {}
   for k, v in pairs(opts) do o[k] = v end
-  o.dataset, o.size, o.sampler = nil, M.len(s), nil
+  o.dataset, o.size, o.sampler = nil, len_of(s, 'the wrapped sampler'), nil
   if o.shuffle == nil then o.shuffle = false end
   M.DistributedSampler.__init(self, o)
   self.sampler = s
 end
 function M.DistributedSamplerWrapper:set_epoch(epoch)
+  check_epoch(epoch)
   self.epoch = epoch
   if type(self.sampler.set_epoch) == 'function' then self.sampler:set_epoch(epoch) end
 end
@@ -356,8 +647,23 @@ end
 local Loader = {}
 Loader.__index = Loader
 
+local function check_sampler(s)
+  local ok = (type(s) == 'table' or type(s) == 'userdata')
+  if ok then
+    local okf, f, g = pcall(function() return s._order, s.indices end)
+    ok = okf and (type(f) == 'function' or type(g) == 'function')
+  end
+  if not ok then
+    misconf('DataLoader: sampler must be a sampler (an object with indices() and __len(), e.g. a '
+      .. 'data.Sampler:extend(...) subclass), got %s', type(s) == 'table' and 'a table without indices()'
+      or describe(s))
+  end
+end
+
 --- DataLoader(dataset, {batch_size=1, shuffle=false, drop_last=false, sampler=, collate_fn=, seed=}).
 --- Iterate with `for batch in loader:iter() do ... end`; `#loader` is the number of batches.
+--- shuffle=true makes a RandomSampler(#dataset, {seed=seed}): without seed, each pass draws its
+--- seed from dpl's global generator (dpl.manual_seed makes the order reproducible).
 function M.DataLoader(ds, opts)
   opts = opts or {}
   if type(opts) ~= 'table' then misconf('DataLoader options must be a table, got %s', type(opts)) end
@@ -365,6 +671,13 @@ function M.DataLoader(ds, opts)
   local n = M.len(ds)
   local bs = opts.batch_size or 1
   check_int('batch_size', bs, 1)
+  for _, k in ipairs({ 'shuffle', 'drop_last' }) do
+    if opts[k] ~= nil and type(opts[k]) ~= 'boolean' then
+      misconf('%s must be a boolean, got %s', k, describe(opts[k]))
+    end
+  end
+  M.check_seed(opts.seed, 'DataLoader seed')
+  if opts.sampler ~= nil then check_sampler(opts.sampler) end
   if opts.sampler and opts.shuffle then
     misconf('sampler option is mutually exclusive with shuffle')
   end
@@ -384,7 +697,8 @@ function M.DataLoader(ds, opts)
   mt.__newindex = impl
   mt.__len = function() return impl:num_batches() end
   mt.__tostring = function()
-    return ('DataLoader(%d batches of %d)'):format(impl:num_batches(), bs)
+    local ok, nb = pcall(impl.num_batches, impl)
+    return ('DataLoader(%s batches of %d)'):format(ok and tostring(nb) or '?', bs)
   end
   return proxy
 end
@@ -404,7 +718,7 @@ function Loader:with_sampler(sampler)
 end
 
 function Loader:num_batches()
-  local n = M.len(self.sampler)
+  local n = len_of(self.sampler, 'the sampler')
   if self.drop_last then return math.floor(n / self.batch_size) end
   return math.ceil(n / self.batch_size)
 end
@@ -434,14 +748,23 @@ function Loader:iter()
   end
   local bs = self.batch_size
   local stop = self.drop_last and (total - total % bs) or total
-  local pos = 1
+  local pos, nb = 1, 0
   return function()
     if pos > stop then return nil end
     local last = math.min(pos + bs - 1, stop)
     local idx = {}
     for k = pos, last do idx[k - pos + 1] = order[k - off] end
     pos = last + 1
-    return self:batch(idx)
+    nb = nb + 1
+    local b = self:batch(idx)
+    if b == nil then
+      -- nil would end the caller's for loop early, the rest of the epoch silently skipped
+      local ds = self.dataset
+      local who = self.collate_fn and 'collate_fn'
+        or (ds.get_batch and ('%s:get_batch'):format(tostring(ds.__name or 'dataset'))) or 'default_collate'
+      errors.TypeError:raise(('DataLoader: %s returned nil for batch %d (a batch cannot be nil)'):format(who, nb), 2)
+    end
+    return b
   end
 end
 

@@ -1,8 +1,11 @@
 -- dpl.datasets: ready-made datasets.
---   datasets.FashionMNIST{root=, train=true, dtype='float32', lazy=true, cache=true}: the IDX
---     .gz files of Debian's dataset-fashion-mnist. get(i) -> {image [1, 28, 28], label (a
---     number)}; get_batch(indices) -> {images [B, 1, 28, 28], labels [B]} (the DataLoader's
---     fast path): images float32 in [0, 1], labels 1-based int64 (1..10). Construction reads
+--   datasets.FashionMNIST{root=, train=true, dtype='float32', lazy=true, cache=true, transform=,
+--     target_transform=, download=}: the IDX .gz files of Debian's dataset-fashion-mnist (an
+--     unknown option is an error; download= is accepted and fetches nothing). get(i) -> {image
+--     [1, 28, 28], label (a number)}; get_batch(indices) -> {images [B, 1, 28, 28], labels [B]}
+--     (the DataLoader's fast path): images float32 in [0, 1], labels 1-based int64 (1..10);
+--     transform(image) / target_transform(label) are applied per item in get(i), and then
+--     get_batch collates get(i)'s items (the gather is skipped). Construction reads
 --     the headers and the labels and checks the image file's size; the images are loaded on
 --     first use (lazy=false: at once) as uint8 and converted per batch. `ds.images` (all
 --     images as floats, [N, 1, 28, 28]) and `ds.raw_images` (uint8 [N, 28, 28]) are
@@ -167,11 +170,32 @@ M.FashionMNIST = FashionMNIST
 
 local function msg_of(e) return type(e) == 'table' and tostring(e.message) or tostring(e) end
 
---- FashionMNIST{root='/usr/share/datasets/fashion-mnist', train=true, dtype='float32', lazy=true, cache=true}
+local FMNIST_KEYS = require('dpl.options').keys('root', 'train', 'dtype', 'lazy', 'cache', 'transform',
+  'target_transform', 'download')
+local FMNIST_TYPES = { root = 'string', train = 'boolean', dtype = 'string', lazy = 'boolean', cache = 'boolean',
+  transform = 'function', target_transform = 'function', download = 'boolean' }
+
+--- FashionMNIST{root='/usr/share/datasets/fashion-mnist', train=true, dtype='float32', lazy=true, cache=true,
+--- transform=, target_transform=, download=false}
 function FashionMNIST:__init(opts)
   opts = opts or {}
   if type(opts) ~= 'table' then
     errors.MisconfigurationException:raise(fmt('FashionMNIST: expected an options table, got %s', type(opts)), 2)
+  end
+  require('dpl.options').check(opts, FMNIST_KEYS, 'FashionMNIST')
+  for k, want in pairs(FMNIST_TYPES) do
+    local v = opts[k]
+    if v ~= nil and type(v) ~= want then
+      errors.MisconfigurationException:raise(fmt('FashionMNIST: %s must be a %s, got %s', k, want,
+        type(v) == 'string' and fmt("string '%s'", v) or type(v)), 2)
+    end
+  end
+  if opts.dtype ~= nil then
+    local ok, probe = pcall(T.empty, { 0 }, { dtype = opts.dtype })
+    if not ok or not probe:is_floating_point() then
+      errors.MisconfigurationException:raise(fmt("FashionMNIST: dtype must be a floating-point dtype "
+        .. "('float32', 'float64', ...), got '%s'", opts.dtype), 2)
+    end
   end
   local root = opts.root or M.FASHION_MNIST_ROOT
   local train = opts.train ~= false
@@ -180,8 +204,10 @@ function FashionMNIST:__init(opts)
   local lp = find(root, split .. '-labels-idx1-ubyte')
   if not ip or not lp then
     error(fmt("FashionMNIST: %s-images-idx3-ubyte(.gz) and %s-labels-idx1-ubyte(.gz) not found under '%s' "
-      .. "(install Debian's dataset-fashion-mnist, or pass root=)", split, split, root), 2)
+      .. "(install Debian's dataset-fashion-mnist, or pass root=)%s", split, split, root,
+      opts.download and '; download=true cannot fetch them: dplhost reads local files only' or ''), 2)
   end
+  self.transform, self.target_transform = opts.transform, opts.target_transform
   local ok, hd = pcall(read_header_u8, ip, 3)
   if not ok then error('FashionMNIST: ' .. msg_of(hd), 2) end
   local ok2, labels = pcall(M.load_idx_u8, lp, 1, { cache = opts.cache })
@@ -252,10 +278,24 @@ function FashionMNIST:get(i)
   if type(i) ~= 'number' or i < 1 or i > self.n or i ~= math.floor(i) then
     error(fmt('FashionMNIST: index %s out of range 1..%d', tostring(i), self.n), 2)
   end
-  local b = self:get_batch({ i })
-  return { b[1][1], self.labels[i]:item() }
+  local b = self:_batch({ i })
+  local x, y = b[1][1], self.labels[i]:item()
+  if self.transform then x = self.transform(x) end
+  if self.target_transform then y = self.target_transform(y) end
+  return { x, y }
 end
+-- with transform= or target_transform=, a batch is its items (get(i): the functions are
+-- per sample) collated by data.default_collate; without, the images are gathered at once
 function FashionMNIST:get_batch(indices)
+  if self.transform or self.target_transform then
+    if T.is_tensor(indices) then indices = indices:totable() end
+    local items = {}
+    for k = 1, #indices do items[k] = self:get(indices[k]) end
+    return data.default_collate(items)
+  end
+  return self:_batch(indices)
+end
+function FashionMNIST:_batch(indices)
   local raw = rawget(self, '_raw') or self.raw_images
   local lut = rawget(self, '_lut')
   if lut and not T.is_tensor(indices) then
