@@ -60,8 +60,12 @@ describe('lr_scheduler sequences match PyTorch', function()
     local st = s:state_dict()
     local opt2 = optim.SGD({ p }, { lr = 1 })
     local s2 = optim.lr_scheduler.StepLR(opt2, { step_size = 2, gamma = 0.5 })
-    local s3 = optim.lr_scheduler.StepLR(optim.SGD({ p }, { lr = 1 }), { step_size = 2, gamma = 0.5 })
+    local opt3 = optim.SGD({ p }, { lr = 1 })
+    local s3 = optim.lr_scheduler.StepLR(opt3, { step_size = 2, gamma = 0.5 })
     for _ = 1, 3 do s2:step() end
+    -- the schedules are chainable (the next lr comes from the group's): the optimizer's state
+    -- (its lrs) is restored with the scheduler's, as in PyTorch
+    opt3:load_state_dict(opt2:state_dict())
     s3:load_state_dict(s2:state_dict())
     s2:step(); s3:step()
     assert.are.equal(s2:get_last_lr()[1], s3:get_last_lr()[1])
