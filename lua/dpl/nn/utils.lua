@@ -57,15 +57,27 @@ function M._clip_grad_norm(params, max_norm, norm_type, want_total)
       end
     end
     if not host then return clip_on_device(grads, max_norm, norm_type, inf, want_total) end
+    -- PyTorch's total: the norm_type-norm of the per-gradient norms (a NaN anywhere is NaN;
+    -- norm_type 0 counts the gradients whose norm is not 0)
     local total = 0
     if inf then
-      for _, g in ipairs(grads) do total = math.max(total, g:abs():max():item()) end
+      for _, g in ipairs(grads) do
+        local n = g:numel() > 0 and g:abs():max():item() or 0
+        if n ~= n or n > total then total = n end
+        if total ~= total then break end
+      end
+    elseif norm_type == 0 then
+      for _, g in ipairs(grads) do
+        if g:norm(0):item() ~= 0 then total = total + 1 end
+      end
     else
-      for _, g in ipairs(grads) do total = total + g:norm(norm_type):item() ^ norm_type end
+      for _, g in ipairs(grads) do total = total + math.abs(g:norm(norm_type):item()) ^ norm_type end
       total = total ^ (1 / norm_type)
     end
+    -- the scale min(1, max_norm / (total + 1e-6)); a NaN total makes every gradient NaN, as
+    -- PyTorch's multiplication by the clamped (NaN) coefficient
     local coef = max_norm / (total + 1e-6)
-    if coef < 1 then
+    if coef < 1 or coef ~= coef then
       for _, g in ipairs(grads) do g:mul_(coef) end
     end
     return total
@@ -80,6 +92,9 @@ function M.clip_grad_norm_(params, max_norm, norm_type)
   params = param_list(params, 'clip_grad_norm_')
   norm_type = norm_type or 2
   if type(max_norm) ~= 'number' then error('clip_grad_norm_: max_norm must be a number', 2) end
+  if not ((type(norm_type) == 'number' and norm_type == norm_type) or norm_type == 'inf') then
+    error(fmt("clip_grad_norm_: norm_type must be a number or 'inf', got %s", tostring(norm_type)), 2)
+  end
   return M._clip_grad_norm(params, max_norm, norm_type, true)
 end
 

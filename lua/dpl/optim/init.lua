@@ -3,6 +3,10 @@
 --   optim.Adam(params, {lr=1e-3, betas={0.9, 0.999}, eps=1e-8, weight_decay=0, amsgrad=false})
 --   optim.AdamW(params, {... weight_decay=1e-2})
 --   optim.RMSprop(params, {lr=1e-2, alpha=0.99, eps=1e-8, weight_decay=0, momentum=0, centered=false})
+--   optim.Adagrad(params, {lr=1e-2, lr_decay=0, weight_decay=0, initial_accumulator_value=0, eps=1e-10})
+--   optim.Adamax(params, {lr=2e-3, betas={0.9, 0.999}, eps=1e-8, weight_decay=0})
+--   optim.NAdam(params, {lr=2e-3, betas={0.9, 0.999}, eps=1e-8, weight_decay=0, momentum_decay=4e-3})
+--   optim.RAdam(params, {lr=1e-3, betas={0.9, 0.999}, eps=1e-8, weight_decay=0})
 -- params: a list of tensors, a module (its parameters()), or a list of groups
 -- {{params={...}, lr=...}, ...}. Steps run without recording gradients.
 -- SGD, Adam and AdamW also take foreach = nil | true | false (kept on the optimizer, not in the
@@ -11,7 +15,10 @@
 -- GPU a few kernel launches, on the CPU one vectorized pass over each tensor instead of two to
 -- five: the MLP's SGD-momentum step 42 -> 30 us, Adam 257 -> 80 us); false always updates one
 -- tensor at a time. Groups that do not qualify (mixed dtypes or devices, float16/bfloat16,
--- non-contiguous tensors or states) take the per-tensor path.
+-- non-contiguous tensors or states) take the per-tensor path. RMSprop, Adagrad, Adamax, NAdam and
+-- RAdam always update one tensor at a time (tensor ops).
+-- A group's options are checked when it is added and at every step (a value set by hand in
+-- param_groups included): a bad one is a MisconfigurationException naming the group and option.
 local ffi = require 'ffi'
 local bit = require 'bit'
 local class = require 'dpl.class'
@@ -40,9 +47,38 @@ local check_opts, keys = options.check, options.keys
 local SGD_KEYS = keys('lr', 'momentum', 'dampening', 'weight_decay', 'nesterov', 'maximize', 'foreach')
 local ADAM_KEYS = keys('lr', 'betas', 'eps', 'weight_decay', 'amsgrad', 'maximize', 'foreach')
 local RMSPROP_KEYS = keys('lr', 'alpha', 'eps', 'weight_decay', 'momentum', 'centered', 'maximize')
+local ADAGRAD_KEYS = keys('lr', 'lr_decay', 'weight_decay', 'initial_accumulator_value', 'eps', 'maximize', 'foreach')
+local ADAMAX_KEYS = keys('lr', 'betas', 'eps', 'weight_decay', 'maximize', 'foreach')
+local NADAM_KEYS = keys('lr', 'betas', 'eps', 'weight_decay', 'momentum_decay', 'foreach')
+local RADAM_KEYS = keys('lr', 'betas', 'eps', 'weight_decay', 'foreach')
 local ZERO_GRAD_KEYS = keys('set_to_none')
 
 local function misconf(msg, ...) errors.MisconfigurationException:raise(fmt(msg, ...), 4) end
+
+local function show(v)
+  if type(v) == 'string' then return fmt("'%s'", v) end
+  if type(v) == 'table' then
+    local parts = {}
+    for i = 1, math.max(#v, 1) do parts[i] = show(v[i]) end
+    return '{' .. table.concat(parts, ', ') .. '}'
+  end
+  return tostring(v)
+end
+
+local function is_num(v) return type(v) == 'number' and v == v end
+
+-- A group's option checks (the class's _group_checks: a list of {key, kind}); kinds:
+-- 'num' a number, 'nonneg' a number >= 0, 'bool' a boolean, 'betas' a pair of numbers in [0, 1).
+local WHAT = { num = 'a number', nonneg = 'a non-negative number', bool = 'true or false',
+  betas = 'a pair {beta1, beta2} of numbers in [0, 1)' }
+local function value_ok(kind, v)
+  if kind == 'bool' then return type(v) == 'boolean' end
+  if kind == 'betas' then
+    return type(v) == 'table' and is_num(v[1]) and is_num(v[2]) and v[1] >= 0 and v[1] < 1 and v[2] >= 0 and v[2] < 1
+  end
+  if kind == 'num' then return is_num(v) end
+  return is_num(v) and v >= 0
+end
 
 local function copy_table(t)
   local r = {}
@@ -90,19 +126,40 @@ function Optimizer:add_param_group(g)
   if type(group.lr) ~= 'number' or group.lr < 0 then
     misconf('%s: lr must be a non-negative number, got %s', self.__name, tostring(group.lr))
   end
+  self:_check_group(group, #self.param_groups + 1)
   self.param_groups[#self.param_groups + 1] = group
 end
 
---- zero_grad({set_to_none=true}): clears the gradients of every parameter.
-function Optimizer:zero_grad(opts)
-  check_opts(opts, ZERO_GRAD_KEYS, 'zero_grad')
-  local to_none = not (opts and opts.set_to_none == false)
-  for _, g in ipairs(self.param_groups) do
-    for _, p in ipairs(g.params) do
-      if to_none then p.grad = nil
-      elseif p.grad then p.grad = T.zeros_like(p.grad) end
+--- _check_group(g, i): the group's options are of the kinds the class lists in _group_checks.
+function Optimizer:_check_group(g, gi)
+  local checks = self._group_checks
+  if not checks then return end
+  for _, c in ipairs(checks) do
+    local k, kind = c[1], c[2]
+    if not value_ok(kind, g[k]) then
+      misconf('%s: param_groups[%d].%s must be %s, got %s', self.__name, gi, k, WHAT[kind], show(g[k]))
     end
   end
+end
+
+--- zero_grad({set_to_none=true}) (or zero_grad(false), as Module:zero_grad): clears the
+--- gradients of every parameter; set_to_none=false zeroes them in place (detached), as PyTorch.
+function Optimizer:zero_grad(opts)
+  local to_none
+  if type(opts) == 'boolean' then
+    to_none = opts
+  else
+    check_opts(opts, ZERO_GRAD_KEYS, 'zero_grad')
+    to_none = not (opts and opts.set_to_none == false)
+  end
+  autograd.no_grad(function()
+    for _, g in ipairs(self.param_groups) do
+      for _, p in ipairs(g.params) do
+        if to_none then p.grad = nil
+        elseif p.grad then p.grad:detach_():zero_() end
+      end
+    end
+  end)
 end
 
 --- step([closure]): one update; closure (re-evaluating the loss) is called first with grad on.
@@ -117,7 +174,10 @@ function Optimizer:step(closure)
 end
 
 function Optimizer:_update()
-  for _, g in ipairs(self.param_groups) do self:_update_group(g) end
+  for gi, g in ipairs(self.param_groups) do
+    self:_check_group(g, gi)
+    self:_update_group(g)
+  end
 end
 
 --- The per-tensor update of one group.
@@ -160,18 +220,42 @@ function Optimizer:load_state_dict(sd)
   if type(sd) ~= 'table' or type(sd.param_groups) ~= 'table' then
     error('load_state_dict: expected {state=, param_groups=}', 2)
   end
+  if sd.state ~= nil and type(sd.state) ~= 'table' then
+    error(fmt('load_state_dict: state must be a table (parameter number -> its state), got %s', type(sd.state)), 2)
+  end
   if #sd.param_groups ~= #self.param_groups then
     error(fmt('load_state_dict: the state dict has %d param groups, the optimizer %d', #sd.param_groups,
       #self.param_groups), 2)
   end
-  local i = 0
+  -- everything checked before anything is changed
+  local groups = {}
   for gi, g in ipairs(self.param_groups) do
     local sg = sd.param_groups[gi]
+    if type(sg) ~= 'table' or type(sg.params) ~= 'table' then
+      error(fmt('load_state_dict: param_groups[%d] must be a table with params = {...}, got %s', gi,
+        type(sg) == 'table' and 'no params list' or type(sg)), 2)
+    end
     if #sg.params ~= #g.params then
       error(fmt('load_state_dict: param group %d has %d params in the state dict, %d in the optimizer', gi,
         #sg.params, #g.params), 2)
     end
-    for k, v in pairs(sg) do if k ~= 'params' then g[k] = type(v) == 'table' and copy_table(v) or v end end
+    for j = 1, #g.params do
+      local s = sd.state and sd.state[sg.params[j]]
+      if s ~= nil and type(s) ~= 'table' then
+        error(fmt('load_state_dict: the state of parameter %s (param_groups[%d].params[%d]) must be a table, got %s',
+          tostring(sg.params[j]), gi, j, type(s)), 2)
+      end
+    end
+    local ng = { params = g.params }
+    for k, v in pairs(g) do if k ~= 'params' then ng[k] = v end end
+    for k, v in pairs(sg) do if k ~= 'params' then ng[k] = type(v) == 'table' and copy_table(v) or v end end
+    self:_check_group(ng, gi)
+    groups[gi] = ng
+  end
+  local i = 0
+  for gi, g in ipairs(self.param_groups) do
+    local sg = sd.param_groups[gi]
+    for k, v in pairs(groups[gi]) do if k ~= 'params' then g[k] = v end end
     for j, p in ipairs(g.params) do
       i = i + 1
       local s = sd.state and sd.state[sg.params[j]]
@@ -206,9 +290,15 @@ end
 
 local function check_range(name, opt, v, lo, hi)
   if type(v) ~= 'number' or v < lo or (hi and v >= hi) then
-    misconf('%s: invalid %s value: %s', name, opt, tostring(v))
+    misconf('%s: invalid %s value: %s', name, opt, show(v))
   end
 end
+local function check_betas(name, b)
+  if type(b) ~= 'table' then misconf('%s: betas must be a pair {beta1, beta2}, got %s', name, show(b)) end
+  check_range(name, 'beta parameter at index 1', b[1], 0, 1)
+  check_range(name, 'beta parameter at index 2', b[2], 0, 1)
+end
+local ADAM_CHECKS = { { 'lr', 'nonneg' }, { 'betas', 'betas' }, { 'eps', 'nonneg' }, { 'weight_decay', 'nonneg' } }
 
 ---------------------------------------------------------------- multi-tensor steps
 local DEVMEM = 2 -- DPL_DEVMEM (src/tensor/dpl_tensor_internal.h): storage in GPU memory
@@ -279,6 +369,8 @@ function optim.SGD:__init(params, opts)
   self.foreach = check_foreach('SGD', opts.foreach)
   Optimizer.__init(self, params, d)
 end
+optim.SGD._group_checks = { { 'lr', 'nonneg' }, { 'momentum', 'nonneg' }, { 'dampening', 'num' },
+  { 'weight_decay', 'nonneg' }, { 'nesterov', 'bool' }, { 'maximize', 'bool' } }
 -- One multi-tensor step for the group; false (nothing changed) when its tensors do not qualify.
 local function sgd_multi(self, o, ps, gs)
   local n, m = #ps, o.momentum
@@ -336,8 +428,7 @@ local function adam_init(self, name, params, opts, wd_default, decoupled)
     weight_decay = opts.weight_decay or wd_default, amsgrad = opts.amsgrad or false, maximize = opts.maximize or false }
   check_range(name, 'lr', d.lr, 0)
   check_range(name, 'eps', d.eps, 0)
-  check_range(name, 'beta parameter at index 1', d.betas[1], 0, 1)
-  check_range(name, 'beta parameter at index 2', d.betas[2], 0, 1)
+  check_betas(name, d.betas)
   check_range(name, 'weight_decay', d.weight_decay, 0)
   self.decoupled = decoupled
   self.foreach = check_foreach(name, opts.foreach)
@@ -412,10 +503,13 @@ optim.Adam = Optimizer:extend('Adam')
 function optim.Adam:__init(params, opts) adam_init(self, 'Adam', params, opts, 0, false) end
 optim.Adam.update_param = adam_update
 optim.Adam._update_group = adam_update_group
+optim.Adam._group_checks = { ADAM_CHECKS[1], ADAM_CHECKS[2], ADAM_CHECKS[3], ADAM_CHECKS[4], { 'amsgrad', 'bool' },
+  { 'maximize', 'bool' } }
 optim.AdamW = Optimizer:extend('AdamW')
 function optim.AdamW:__init(params, opts) adam_init(self, 'AdamW', params, opts, 1e-2, true) end
 optim.AdamW.update_param = adam_update
 optim.AdamW._update_group = adam_update_group
+optim.AdamW._group_checks = optim.Adam._group_checks
 
 ---------------------------------------------------------------- RMSprop
 optim.RMSprop = Optimizer:extend('RMSprop')
@@ -426,10 +520,14 @@ function optim.RMSprop:__init(params, opts)
     weight_decay = opts.weight_decay or 0, momentum = opts.momentum or 0, centered = opts.centered or false,
     maximize = opts.maximize or false }
   check_range('RMSprop', 'lr', d.lr, 0)
-  check_range('RMSprop', 'alpha', d.alpha, 0)
+  check_range('RMSprop', 'eps', d.eps, 0)
   check_range('RMSprop', 'momentum', d.momentum, 0)
+  check_range('RMSprop', 'weight_decay', d.weight_decay, 0)
+  check_range('RMSprop', 'alpha', d.alpha, 0)
   Optimizer.__init(self, params, d)
 end
+optim.RMSprop._group_checks = { { 'lr', 'nonneg' }, { 'alpha', 'nonneg' }, { 'eps', 'nonneg' },
+  { 'weight_decay', 'nonneg' }, { 'momentum', 'nonneg' }, { 'centered', 'bool' }, { 'maximize', 'bool' } }
 function optim.RMSprop:update_param(p, g, o, st)
   if o.maximize then g = -g end
   if not st.step then
@@ -454,6 +552,140 @@ function optim.RMSprop:update_param(p, g, o, st)
     p:add_(st.momentum_buffer, -o.lr)
   else
     p:add_(g / avg, -o.lr)
+  end
+end
+
+---------------------------------------------------------------- Adagrad
+-- Adagrad, Adamax, NAdam and RAdam: PyTorch 1.13's single-tensor formulas (the step count is a
+-- number in the state, as Adam's); no multi-tensor path (foreach is accepted and checked, as
+-- PyTorch's keyword, and changes nothing).
+optim.Adagrad = Optimizer:extend('Adagrad')
+function optim.Adagrad:__init(params, opts)
+  check_opts(opts, ADAGRAD_KEYS, 'Adagrad')
+  opts = opts or {}
+  local d = { lr = opts.lr or 1e-2, lr_decay = opts.lr_decay or 0, weight_decay = opts.weight_decay or 0,
+    initial_accumulator_value = opts.initial_accumulator_value or 0, eps = opts.eps or 1e-10,
+    maximize = opts.maximize or false }
+  check_range('Adagrad', 'lr', d.lr, 0)
+  check_range('Adagrad', 'lr_decay', d.lr_decay, 0)
+  check_range('Adagrad', 'weight_decay', d.weight_decay, 0)
+  check_range('Adagrad', 'initial_accumulator_value', d.initial_accumulator_value, 0)
+  check_range('Adagrad', 'eps', d.eps, 0)
+  self.foreach = check_foreach('Adagrad', opts.foreach)
+  Optimizer.__init(self, params, d)
+  -- PyTorch makes the state of every parameter in the constructor (step 0, sum filled)
+  for _, g in ipairs(self.param_groups) do
+    for _, p in ipairs(g.params) do
+      self.state[p] = { step = 0, sum = T.full_like(p, g.initial_accumulator_value) }
+    end
+  end
+end
+optim.Adagrad._group_checks = { { 'lr', 'nonneg' }, { 'lr_decay', 'nonneg' }, { 'weight_decay', 'nonneg' },
+  { 'initial_accumulator_value', 'nonneg' }, { 'eps', 'nonneg' }, { 'maximize', 'bool' } }
+function optim.Adagrad:update_param(p, g, o, st)
+  if not st.step then -- a parameter of a group added later
+    st.step, st.sum = 0, T.full_like(p, o.initial_accumulator_value)
+  end
+  st.step = st.step + 1
+  if o.maximize then g = -g end
+  if o.weight_decay ~= 0 then g = g:add(p, o.weight_decay) end
+  local clr = o.lr / (1 + (st.step - 1) * o.lr_decay)
+  st.sum:add_(g * g)
+  local std = st.sum:sqrt():add_(o.eps)
+  p:add_(g / std, -clr)
+end
+
+-- the options of Adamax, NAdam and RAdam: Adam's (betas, eps, weight_decay) and extras
+local function adam_like(self, name, params, opts, allowed, lr, extra)
+  check_opts(opts, allowed, name)
+  opts = opts or {}
+  local d = { lr = opts.lr or lr, betas = opts.betas or { 0.9, 0.999 }, eps = opts.eps or 1e-8,
+    weight_decay = opts.weight_decay or 0 }
+  check_range(name, 'lr', d.lr, 0)
+  check_range(name, 'eps', d.eps, 0)
+  check_betas(name, d.betas)
+  check_range(name, 'weight_decay', d.weight_decay, 0)
+  for k, v in pairs(extra or {}) do
+    d[k] = opts[k]
+    if d[k] == nil then d[k] = v end
+  end
+  self.foreach = check_foreach(name, opts.foreach)
+  return d
+end
+
+---------------------------------------------------------------- Adamax
+optim.Adamax = Optimizer:extend('Adamax')
+function optim.Adamax:__init(params, opts)
+  local d = adam_like(self, 'Adamax', params, opts, ADAMAX_KEYS, 2e-3, { maximize = false })
+  Optimizer.__init(self, params, d)
+end
+optim.Adamax._group_checks = { ADAM_CHECKS[1], ADAM_CHECKS[2], ADAM_CHECKS[3], ADAM_CHECKS[4], { 'maximize', 'bool' } }
+function optim.Adamax:update_param(p, g, o, st)
+  if not st.step then st.step, st.exp_avg, st.exp_inf = 0, T.zeros_like(p), T.zeros_like(p) end
+  if o.maximize then g = -g end
+  st.step = st.step + 1
+  local b1, b2 = o.betas[1], o.betas[2]
+  if o.weight_decay ~= 0 then g = g:add(p, o.weight_decay) end
+  st.exp_avg:mul_(b1):add_(g, 1 - b1)
+  -- the exponentially weighted infinity norm: max(b2 * exp_inf, |g| + eps)
+  st.exp_inf:copy_(st.exp_inf:mul_(b2):maximum(g:abs():add_(o.eps)))
+  local clr = o.lr / (1 - b1 ^ st.step)
+  p:add_(st.exp_avg / st.exp_inf, -clr)
+end
+
+---------------------------------------------------------------- NAdam
+optim.NAdam = Optimizer:extend('NAdam')
+function optim.NAdam:__init(params, opts)
+  local d = adam_like(self, 'NAdam', params, opts, NADAM_KEYS, 2e-3, { momentum_decay = 4e-3 })
+  check_range('NAdam', 'momentum_decay', d.momentum_decay, 0)
+  Optimizer.__init(self, params, d)
+end
+optim.NAdam._group_checks = { ADAM_CHECKS[1], ADAM_CHECKS[2], ADAM_CHECKS[3], ADAM_CHECKS[4],
+  { 'momentum_decay', 'nonneg' } }
+function optim.NAdam:update_param(p, g, o, st)
+  if not st.step then st.step, st.mu_product, st.exp_avg, st.exp_avg_sq = 0, 1, T.zeros_like(p), T.zeros_like(p) end
+  st.step = st.step + 1
+  local t, b1, b2 = st.step, o.betas[1], o.betas[2]
+  local bc2 = 1 - b2 ^ t
+  if o.weight_decay ~= 0 then g = g:add(p, o.weight_decay) end
+  -- the momentum cache mu_t and mu_{t+1}
+  local mu = b1 * (1 - 0.5 * 0.96 ^ (t * o.momentum_decay))
+  local mu_next = b1 * (1 - 0.5 * 0.96 ^ ((t + 1) * o.momentum_decay))
+  st.mu_product = st.mu_product * mu
+  -- PyTorch 1.13's product for the next step (mu counted twice; later versions drop it)
+  local mu_product_next = st.mu_product * mu * mu_next
+  st.exp_avg:mul_(b1):add_(g, 1 - b1)
+  st.exp_avg_sq:mul_(b2):add_(g * g, 1 - b2)
+  local denom = st.exp_avg_sq:div(bc2):sqrt():add_(o.eps)
+  p:add_(g / denom, -o.lr * (1 - mu) / (1 - st.mu_product))
+  p:add_(st.exp_avg / denom, -o.lr * mu_next / (1 - mu_product_next))
+end
+
+---------------------------------------------------------------- RAdam
+optim.RAdam = Optimizer:extend('RAdam')
+function optim.RAdam:__init(params, opts)
+  local d = adam_like(self, 'RAdam', params, opts, RADAM_KEYS, 1e-3)
+  Optimizer.__init(self, params, d)
+end
+optim.RAdam._group_checks = ADAM_CHECKS
+function optim.RAdam:update_param(p, g, o, st)
+  if not st.step then st.step, st.exp_avg, st.exp_avg_sq = 0, T.zeros_like(p), T.zeros_like(p) end
+  st.step = st.step + 1
+  local t, b1, b2 = st.step, o.betas[1], o.betas[2]
+  local bc1, bc2 = 1 - b1 ^ t, 1 - b2 ^ t
+  if o.weight_decay ~= 0 then g = g:add(p, o.weight_decay) end
+  st.exp_avg:mul_(b1):add_(g, 1 - b1)
+  st.exp_avg_sq:mul_(b2):add_(g * g, 1 - b2)
+  local corrected = st.exp_avg / bc1
+  -- the length of the approximated simple moving average, its maximum, the rectification
+  local rho_inf = 2 / (1 - b2) - 1
+  local rho_t = rho_inf - 2 * t * (b2 ^ t) / bc2
+  if rho_t > 5 then
+    local rect = math.sqrt((rho_t - 4) * (rho_t - 2) * rho_inf / ((rho_inf - 4) * (rho_inf - 2) * rho_t))
+    local adaptive = st.exp_avg_sq:sqrt():add_(o.eps):reciprocal():mul_(math.sqrt(bc2))
+    p:add_(corrected * o.lr * adaptive * rect, -1)
+  else
+    p:add_(corrected * o.lr, -1)
   end
 end
 
