@@ -16,7 +16,7 @@ local ok, failed = 0, 0
 for i, c in ipairs(ref.clip) do
   local ps = {}
   for j, g in ipairs(c.grads) do
-    ps[j] = dpl.zeros(#g, { dtype = 'float64' }):requires_grad_()
+    ps[j] = dpl.zeros(#g, { dtype = 'float64' }):to(dev):requires_grad_()
     ps[j].grad = dpl.tensor(g, { dtype = 'float64' }):to(dev)
   end
   local nt = c.norm_type
