@@ -179,4 +179,18 @@ describe('the current GPU (simulated GPUs)', function()
     assert.truthy(l2:find('masked_select: expected all tensors on the same device, got cuda:0 and cuda:1', 1, true), l2)
     assert.truthy(l3:find('masked_select: expected all tensors on the same device, got cuda:0 and cpu', 1, true), l3)
   end)
+
+  it('backward refuses a gradient on another device (it used to leave a CPU .grad on a GPU leaf)', function()
+    local out, err, rc = h.run_chunk([[
+      local dpl = require 'dpl'
+      local w = dpl.ones(3):to('cuda:0'):requires_grad_()
+      print(select(2, pcall(function() (w * 2):backward(dpl.ones(3)) end)), tostring(w.grad))
+      ;(w * 2):backward(dpl.ones(3, { dtype = 'float64' }):to('cuda:0')) -- another dtype: converted, as PyTorch
+      print(tostring(w.grad.device), w.grad.dtype)
+    ]], 'DPL_VIRTUAL_GPUS=1 CUDA_VISIBLE_DEVICES=')
+    assert.are.equal(0, rc, err)
+    local l1, l2 = out:match('^([^\n]*)\n([^\n]*)')
+    assert.truthy(l1:find('backward: invalid gradient - expected device cuda:0 but got cpu\tnil', 1, true), l1)
+    assert.are.equal('cuda:0\tfloat32', l2)
+  end)
 end)

@@ -68,6 +68,27 @@ describe('Trainer with strategy="ddp" under dplhost --nproc 2', function()
     assert.matches('rank 0 epoch0=2,4,6,8,10,12,14,16,18,20 epoch1=2,4,6,8,10,12,14,16,18,20\n', out)
   end)
 
+  it("the DistributedSampler the Trainer puts in shuffles from seed_everything's seed (PL_GLOBAL_SEED), else 0", function()
+    local s = h.write_file(h.tmpname('.lua'), [[
+      local dpl = require 'dpl'
+      local th = require 'spec.support.trainer_helpers'
+      local M = dpl.LightningModule:extend('M')
+      function M:training_step() return th.loss(1) end
+      function M:configure_optimizers() return th.Optimizer() end
+      local ds = th.loader(8).dataset
+      local t = dpl.Trainer{ strategy = 'ddp', max_steps = 1, logger = false, enable_checkpointing = false,
+        enable_progress_bar = false, enable_model_summary = false }
+      t:fit(M(), dpl.data.DataLoader(ds, { batch_size = 2, shuffle = true }))
+      print(('seed %s %s'):format(t.train_dataloader.sampler.__name, tostring(t.train_dataloader.sampler.seed)))
+    ]])
+    local out, err, rc = h.sh('PL_GLOBAL_SEED=7 ' .. h.q(h.bin) .. ' --nproc 2 ' .. h.q(s), { timeout = 60 })
+    assert.are.equal(0, rc, out .. err)
+    assert.matches('%[rank 1%] seed DistributedSampler 7\n', out)
+    out, err, rc = h.sh('env -u PL_GLOBAL_SEED ' .. h.q(h.bin) .. ' --nproc 2 ' .. h.q(s), { timeout = 60 })
+    assert.are.equal(0, rc, out .. err)
+    assert.matches('%[rank 1%] seed DistributedSampler 0\n', out)
+  end)
+
   it('refuses ddp2 with two processes on one node, and devices that do not match the processes started', function()
     local s = h.write_file(h.tmpname('.lua'), [[
       local dpl = require 'dpl'

@@ -1203,6 +1203,9 @@ local function root_grad(t, grad, fn)
     error(fmt('%s: gradient has shape [%s], the tensor has shape [%s]', fn, table.concat(size_of(grad), ', '),
       table.concat(size_of(t), ', ')))
   end
+  if grad._devtype ~= t._devtype or grad._devindex ~= t._devindex then
+    error(fmt('%s: invalid gradient - expected device %s but got %s', fn, tostring(t.device), tostring(grad.device)))
+  end
   if grad._dtype ~= t._dtype then grad = grad:to(t.dtype) end
   return grad
 end

@@ -127,14 +127,16 @@ function M.load_loaders(t, stage)
         -- the dataset (shuffled as the loader was); any other sampler is wrapped, each rank
         -- taking its share of the positions it yields (DistributedSamplerWrapper)
         local kw = t.strategy:distributed_sampler_kwargs()
+        -- the seed of the shuffle: seed_everything's (PL_GLOBAL_SEED), else 0, as Lightning
+        local seed = math.floor(tonumber(os.getenv('PL_GLOBAL_SEED') or '') or 0)
         local random = s.__name == 'RandomSampler' or class.is_instance(s, data.RandomSampler)
         local ds
         if random or s.__name == 'SequentialSampler' or class.is_instance(s, data.SequentialSampler) then
           ds = data.DistributedSampler{ dataset = l.dataset, num_replicas = kw.num_replicas, rank = kw.rank,
-            shuffle = random }
+            shuffle = random, seed = seed }
         else
           ds = data.DistributedSamplerWrapper{ sampler = s, num_replicas = kw.num_replicas, rank = kw.rank,
-            shuffle = false }
+            shuffle = false, seed = seed }
         end
         l = with_sampler(l, ds)
       end
