@@ -48,7 +48,6 @@ local noop_hooks = {
   'on_before_backward', 'on_after_backward', 'on_before_optimizer_step', 'on_before_zero_grad',
   'on_save_checkpoint', 'on_load_checkpoint',
   'training_epoch_end', 'validation_epoch_end', 'test_epoch_end',
-  'toggle_optimizer', 'untoggle_optimizer',
 }
 for _, name in ipairs(noop_hooks) do
   LightningModule[name] = function() end
@@ -56,6 +55,83 @@ end
 
 --- The hooks a LightningModule can define, in a stable order (used by tests and docs).
 LightningModule._hook_names = noop_hooks
+noop_hooks[#noop_hooks + 1] = 'toggle_optimizer'
+noop_hooks[#noop_hooks + 1] = 'untoggle_optimizer'
+
+-- the parameters of an optimizer (a LightningOptimizer too), group by group
+local function each_param(opt, f)
+  for _, g in ipairs(opt.param_groups or {}) do
+    for _, p in ipairs(g.params or {}) do f(p) end
+  end
+end
+
+--- self:toggle_optimizer(optimizer, optimizer_idx): Lightning 1.9's. The parameters of every
+--- other optimizer get requires_grad = false (their previous state is remembered), those of
+--- `optimizer` keep the state they had, so only its parameters receive gradients. The loop
+--- calls it around each optimizer's step in automatic optimisation with several optimizers.
+function LightningModule:toggle_optimizer(optimizer, optimizer_idx)
+  local state, order = {}, {}
+  local trainer = self.trainer
+  for _, opt in ipairs(trainer and trainer.optimizers or {}) do
+    each_param(opt, function(p)
+      if state[p] == nil then
+        state[p] = p.requires_grad and true or false
+        order[#order + 1] = p
+        p.requires_grad = false
+      end
+    end)
+  end
+  each_param(optimizer, function(p)
+    if state[p] ~= nil then p.requires_grad = state[p] end
+  end)
+  self._param_requires_grad_state = state
+end
+
+--- self:untoggle_optimizer(optimizer_idx): gives the parameters of the optimizers other than
+--- `optimizer_idx` back the requires_grad they had before toggle_optimizer.
+function LightningModule:untoggle_optimizer(optimizer_idx)
+  local state = self._param_requires_grad_state or {}
+  local trainer = self.trainer
+  for i, opt in ipairs(trainer and trainer.optimizers or {}) do
+    if i - 1 ~= optimizer_idx then
+      each_param(opt, function(p)
+        if state[p] ~= nil then p.requires_grad = state[p] end
+      end)
+    end
+  end
+  self._param_requires_grad_state = {}
+end
+
+--- self:all_gather(data, group, sync_grads): Lightning's. Numbers become tensors (on the
+--- module's device), then each tensor of `data` (a tensor, or a table of them, nested) is
+--- gathered from every process through the strategy: with several processes a tensor of
+--- shape (world_size, ...); in one process the tensor itself. `sync_grads` is accepted (the
+--- gather is not recorded by autograd).
+function LightningModule:all_gather(data, group, sync_grads)
+  local dpl = require 'dpl'
+  local trainer = self.trainer
+  local strategy = trainer and trainer.strategy
+  local function gather(x)
+    if type(x) == 'number' or type(x) == 'boolean' then
+      x = dpl.tensor(type(x) == 'boolean' and (x and 1 or 0) or x)
+      if self.device ~= nil and self.device.type ~= 'cpu' then x = x:to(self.device) end
+    end
+    if dpl.is_tensor(x) then
+      if strategy == nil then return x end
+      local r = strategy:all_gather(x, group, sync_grads)
+      -- dist.all_gather gives one tensor per rank: Lightning stacks them
+      if type(r) == 'table' and not dpl.is_tensor(r) then return dpl.stack(r) end
+      return r
+    end
+    if type(x) == 'table' and getmetatable(x) == nil then
+      local out = {}
+      for k, v in pairs(x) do out[k] = gather(v) end
+      return out
+    end
+    return x
+  end
+  return gather(data)
+end
 
 function LightningModule:configure_callbacks() return {} end
 

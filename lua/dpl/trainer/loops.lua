@@ -200,6 +200,8 @@ function M.run(t, model, ckpt_path)
   local rc = t._results_connector
   t.lightning_module = model
   model.trainer = t
+  -- self.logger / self.loggers: the trainer's (Lightning's properties)
+  model.logger, model.loggers = t.logger, t.loggers
   model.global_rank, model.local_rank = t.global_rank, t.local_rank
   strategy:connect(model)
   t.model = strategy.model
@@ -496,6 +498,7 @@ function M.run_predict(t)
   t:_call_callback_hooks('on_predict_epoch_start')
   t:_call_module_hook('on_predict_epoch_start')
   local results = {}
+  local keep = t._return_predictions ~= false
   for d = 1, ndl do
     local dl_idx = d - 1
     local preds = {}
@@ -512,7 +515,7 @@ function M.run_predict(t)
       else out = t:_call_strategy_step('predict_step', batch, i) end
       t:_call_callback_hooks('on_predict_batch_end', out, batch, i, dl_idx)
       t:_call_module_hook('on_predict_batch_end', out, batch, i, dl_idx)
-      preds[#preds + 1] = out
+      if keep then preds[#preds + 1] = out end
       i = i + 1
     end
     results[d] = preds
@@ -522,6 +525,7 @@ function M.run_predict(t)
   t:_call_callback_hooks('on_predict_end')
   t:_call_module_hook('on_predict_end')
   if grad_prev ~= nil then M.set_grad_enabled(grad_prev) end
+  if not keep then return nil end
   if ndl == 1 then return results[1] end
   return results
 end
