@@ -159,8 +159,9 @@ function Timer:on_train_epoch_end(trainer)
 end
 
 function Timer:state_dict()
-  return { time_elapsed = { train = self:time_elapsed('train'), validate = self:time_elapsed('validate'),
-    test = self:time_elapsed('test'), predict = self:time_elapsed('predict') } }
+  -- Lightning 1.9.5: every RunningStage but tune (sanity_check is never timed: 0)
+  return { time_elapsed = { train = self:time_elapsed('train'), sanity_check = self:time_elapsed('sanity_check'),
+    validate = self:time_elapsed('validate'), test = self:time_elapsed('test'), predict = self:time_elapsed('predict') } }
 end
 function Timer:load_state_dict(s) self._offset = s.time_elapsed and s.time_elapsed.train or 0 end
 

@@ -177,7 +177,7 @@ function M.dump(t, weights_only)
   local ckpt = {
     epoch = t.current_epoch,
     global_step = t.global_step,
-    ['pytorch-lightning_version'] = '1.9.0',
+    ['pytorch-lightning_version'] = '1.9.5',
     dplhost_version = require('dpl.capi').version,
     state_dict = t.strategy:lightning_module_state_dict(),
     loops = { fit_loop = { epoch = t.current_epoch, batch_idx = fl.batch_idx, epoch_done = fl.epoch_done,

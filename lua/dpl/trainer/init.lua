@@ -15,6 +15,16 @@ local LightningModule -- loaded on first use
 
 local Trainer = class.Object:extend('Trainer')
 
+-- Lightning's computed properties (trainer.estimated_stepping_batches, ...): read as fields,
+-- computed when read (an instance field of the same name is never set)
+local properties = {}
+Trainer._properties = properties
+Trainer.__index = function(self, k)
+  local p = properties[k]
+  if p ~= nil then return p(self) end
+  return Trainer[k]
+end
+
 local function misconf(fmt, ...)
   error(Misconfiguration(select('#', ...) > 0 and fmt:format(...) or fmt), 0)
 end
@@ -28,7 +38,9 @@ function Trainer:__init(user_args)
   self._args = a
   -- the arguments, readable under Lightning's names
   for _, k in ipairs(args_mod.order) do self[k] = a[k] end
-  self.max_epochs, self.min_epochs, self.max_steps, self.min_steps = a.max_epochs, a.min_epochs, a.max_steps, a.min_steps
+  self.max_epochs, self.max_steps, self.min_steps = a.max_epochs, a.max_steps, a.min_steps
+  -- Lightning keeps min_epochs None when not given (the loop uses a.min_epochs)
+  self.min_epochs = user_args and user_args.min_epochs or nil
   self.num_sanity_val_steps = a.num_sanity_val_steps
   self.accumulate_grad_batches = type(a._accumulate) == 'number' and a._accumulate or 1
   self._accumulate = a._accumulate
@@ -165,6 +177,28 @@ function Trainer:_setup_callbacks(user)
   if a.enable_checkpointing and not has_ckpt then list[#list + 1] = C.ModelCheckpoint() end
   self.callbacks = self:_reorder_callbacks(list)
   self:_refresh_callback_refs()
+  self:_validate_callbacks_list()
+end
+
+-- Lightning's _validate_callbacks_list: two stateful callbacks (state_dict overridden) with the
+-- same state_key would overwrite each other in a checkpoint
+function Trainer:_validate_callbacks_list()
+  local Cb = require 'dpl.callbacks.callback'
+  local seen = {}
+  for _, cb in ipairs(self.callbacks) do
+    if cb.state_dict ~= Cb.state_dict then
+      local key = type(cb.state_key) == 'function' and cb:state_key() or cb.state_key
+      if seen[key] then
+        local name = getmetatable(cb).__name or 'Callback'
+        error(errors.RuntimeError(('Found more than one stateful callback of type `%s`. In the current'
+          .. ' configuration, this callback does not support being saved alongside other instances of the same type.'
+          .. ' Please consult the documentation of `%s` regarding valid settings for'
+          .. ' the callback state to be checkpointable.'
+          .. ' HINT: The `callback.state_key` must be unique among all callbacks in the Trainer.'):format(name, name)), 0)
+      end
+      seen[key] = true
+    end
+  end
 end
 
 -- checkpoint callbacks run last (Lightning's _reorder_callbacks)
@@ -258,9 +292,22 @@ function Trainer:_call_module_hook(name, ...)
   if (rc.lazy[1] ~= nil or rc.acc[1] ~= nil) and self:_is_overridden(name, model) then rc:flush() end
   local prev = model._current_fx_name
   model._current_fx_name = name
-  local r = model[name](model, ...)
+  local r, r2 = model[name](model, ...)
   model._current_fx_name = prev
+  if r2 ~= nil and name == 'configure_optimizers' then r = Trainer._optimizers_pair(r, r2) end
   return r
+end
+
+-- configure_optimizers returning two values, `return {opt, ...}, {sched, ...}` (Lua's form of
+-- Lightning's `return [opts], [scheds]`): the pair of lists (a single optimizer or scheduler
+-- is a list of one)
+function Trainer._optimizers_pair(opts, scheds)
+  local function as_list(x)
+    if type(x) == 'table' and getmetatable(x) == nil and x[1] ~= nil then return x end
+    if type(x) == 'table' and getmetatable(x) == nil and next(x) == nil then return x end
+    return { x }
+  end
+  return { as_list(opts), as_list(scheds) }
 end
 
 --- Step dispatch through the strategy (strategy:training_step(...) etc.); with
@@ -389,16 +436,31 @@ local function check_model(model, fn)
   end
 end
 
-local function opts_of(x)
+local options = require 'dpl.options'
+-- the options each entry point takes (Lightning's keyword arguments; datamodule has no
+-- counterpart): a key not among them is an error, not silently dropped
+local entry_keys = {
+  fit = options.keys('ckpt_path'),
+  validate = options.keys('ckpt_path', 'verbose'),
+  test = options.keys('ckpt_path', 'verbose'),
+  predict = options.keys('ckpt_path', 'return_predictions'),
+}
+
+local function opts_of(x, fn)
   if type(x) == 'string' then return { ckpt_path = x } end
+  if fn == 'predict' and type(x) == 'boolean' then return { return_predictions = x } end
+  options.check(x, entry_keys[fn], ('Trainer.%s'):format(fn))
   return x or {}
 end
 
 --- trainer:fit(model, train_dataloaders, val_dataloaders, {ckpt_path=})
 function Trainer:fit(model, train_dataloaders, val_dataloaders, opts)
   check_model(model, 'fit')
-  opts = opts_of(opts)
+  opts = opts_of(opts, 'fit')
   self.state.fn, self.state.stage = 'fit', 'train'
+  rawset(self, 'train_dataloader', nil) -- (Lightning's attach_dataloaders)
+  -- Lightning's _parse_loop_limits: min_epochs becomes 0 (1 with min_steps) once fit starts
+  self.min_epochs = self._args.min_epochs
   self.training = true
   self._loaders = { train = train_dataloaders, val = val_dataloaders }
   return self:_run(model, self:_set_ckpt_path('fit', opts.ckpt_path, true, self.lightning_module ~= nil))
@@ -414,9 +476,12 @@ function Trainer:test(model, dataloaders, opts)
   return self:_run_eval_entry('test', 'test', model, dataloaders, opts)
 end
 
---- trainer:predict(model, dataloaders, {ckpt_path=}) -> predictions (a list per dataloader when several)
+--- trainer:predict(model, dataloaders, {ckpt_path=, return_predictions=true}) -> predictions (a list per
+--- dataloader when several; nil with return_predictions=false)
 function Trainer:predict(model, dataloaders, opts)
-  opts = opts_of(opts)
+  opts = opts_of(opts, 'predict')
+  -- return_predictions=false: nothing is kept, nil is returned (Lightning)
+  self._return_predictions = opts.return_predictions ~= false
   local provided = model ~= nil
   model = self:_model_or_attached(model, 'predict')
   self.state.fn, self.state.stage = 'predict', 'predict'
@@ -426,7 +491,7 @@ function Trainer:predict(model, dataloaders, opts)
 end
 
 function Trainer:_run_eval_entry(fn, stage, model, dataloaders, opts)
-  opts = opts_of(opts)
+  opts = opts_of(opts, fn)
   local provided = model ~= nil
   model = self:_model_or_attached(model, fn)
   self.state.fn, self.state.stage = fn, stage == 'val' and 'validate' or 'test'
@@ -585,6 +650,7 @@ function Trainer:_run(model, ckpt_path)
   pcall(self._results_connector.flush, self._results_connector)
   if not ok then
     self.state.status = 'interrupted'
+    self.state.stage = nil
     if self.lightning_module then
       pcall(self._call_callback_hooks, self, 'on_exception', res)
     end
@@ -593,6 +659,7 @@ function Trainer:_run(model, ckpt_path)
     error(res, 0)
   end
   self.state.status = 'finished'
+  self.state.stage = nil -- Lightning's _teardown leaves the stage None
   return res
 end
 
@@ -622,6 +689,48 @@ function Trainer:save_checkpoint(path, weights_only)
 end
 
 ---------------------------------------------------------------- properties
+
+--- trainer.interrupted: the last run ended with an exception (Lightning's property).
+function properties.interrupted(self)
+  return self.state.status == 'interrupted'
+end
+
+--- trainer.estimated_stepping_batches: Lightning 1.9.5's estimate of the optimizer steps of
+--- the whole fit (what OneCycleLR's total_steps wants, readable in configure_optimizers):
+--- max_epochs -1 → max_steps (math.huge when -1 too); else ceil(num_training_batches /
+--- accumulate_grad_batches) × max(max_epochs, 1), capped by max_steps when set. The training
+--- loader is loaded first when the fit has not loaded it yet (its hook is called again by the
+--- loop, as in Lightning); num_training_batches is per rank (after limit_train_batches and
+--- the distributed sampler), so several devices divide it.
+function properties.estimated_stepping_batches(self)
+  local acc = self._accumulate
+  if type(acc) == 'table' then
+    for e in pairs(acc) do
+      if e ~= 0 then
+        misconf('Estimated stepping batches cannot be computed with different `accumulate_grad_batches` at different epochs.')
+      end
+    end
+  end
+  local max_epochs, max_steps = self.max_epochs, self.max_steps
+  if max_epochs == -1 then
+    return max_steps == -1 and math.huge or max_steps
+  end
+  if rawget(self, 'train_dataloader') == nil then
+    if self.lightning_module == nil or self._loaders == nil then
+      misconf('`trainer.estimated_stepping_batches` needs a model and a training dataloader: read it during `fit`')
+    end
+    if self.is_global_zero then log.info('Loading `train_dataloader` to estimate number of stepping batches.') end
+    local loaders, counts = require('dpl.trainer.loops').load_loaders(self, 'train')
+    rawset(self, 'train_dataloader', loaders[1])
+    self.num_training_batches = counts[1] or 0
+  end
+  local total = self.num_training_batches
+  if total == math.huge then return max_steps end
+  local k = type(acc) == 'table' and (acc[0] or 1) or (acc or 1)
+  local steps = math.ceil(total / k) * math.max(max_epochs, 1)
+  if max_steps ~= -1 then steps = math.min(steps, max_steps) end
+  return steps
+end
 
 --- The directory of the first logger's version (or default_root_dir).
 function Trainer:log_dir()

@@ -1,0 +1,286 @@
+-- Trainer / LightningModule behaviours checked against PyTorch Lightning 1.9.5 runs (the
+-- expectations are what Lightning printed for the same scripts): estimated_stepping_batches,
+-- all_gather, self.logger, predict's return_predictions, the entry points' options,
+-- toggle_optimizer, configure_optimizers' two-value form, duplicate stateful callbacks, and
+-- small state details.
+local dpl = require 'dpl'
+local nn, F = dpl.nn, dpl.nn.functional
+
+local tmp = os.getenv('DPL_TEST_TMP') or '/tmp'
+local function fresh_dir(name)
+  local d = ('%s/compat_%s_%d'):format(tmp, name, math.random(1, 1e9))
+  os.execute('rm -rf ' .. d .. ' && mkdir -p ' .. d)
+  return d
+end
+
+local function loader(n, bs)
+  dpl.manual_seed(0)
+  local x = dpl.randn(n, 4)
+  local y = x:sum(2):gt(0):long():add(1)
+  return dpl.data.DataLoader(dpl.data.TensorDataset(x, y), { batch_size = bs or 4 })
+end
+
+local Model = dpl.LightningModule:extend('CompatModel')
+function Model:__init()
+  dpl.LightningModule.__init(self)
+  self.net = nn.Linear(4, 2)
+end
+function Model:forward(x) return self.net(x) end
+function Model:training_step(b)
+  local loss = F.cross_entropy(self(b[1]), b[2])
+  self:log('train_loss', loss)
+  return loss
+end
+function Model:validation_step(b) self:log('val_loss', F.cross_entropy(self(b[1]), b[2])) end
+function Model:test_step(b) self:log('test_loss', F.cross_entropy(self(b[1]), b[2])) end
+function Model:predict_step(b) return self(b[1]):sum():item() end
+function Model:configure_optimizers() return dpl.optim.SGD(self:parameters(), { lr = 0.1 }) end
+
+local function quiet(o)
+  local a = { enable_progress_bar = false, enable_model_summary = false, logger = false, enable_checkpointing = false }
+  for k, v in pairs(o or {}) do a[k] = v end
+  return a
+end
+
+describe('trainer.estimated_stepping_batches (Lightning 1.9.5)', function()
+  it('epochs x ceil(batches / accumulation), limit_train_batches applied, read in training_step', function()
+    local seen
+    local M = Model:extend('EstM')
+    function M:training_step(b, i)
+      if seen == nil then seen = self.trainer.estimated_stepping_batches end
+      return Model.training_step(self, b, i)
+    end
+    -- Lightning: max_epochs=2, limit_train_batches=3, accumulate_grad_batches=2 -> 4
+    local t = dpl.Trainer(quiet{ max_epochs = 2, limit_train_batches = 3, accumulate_grad_batches = 2 })
+    t:fit(M(), loader(16))
+    assert.equal(4, seen)
+    assert.equal(4, t.estimated_stepping_batches)
+    assert.equal(4, t.global_step)
+  end)
+
+  it('is readable in configure_optimizers (OneCycleLR total_steps): the training loader is loaded for it', function()
+    local total
+    local M = Model:extend('EstCO')
+    local calls = 0
+    function M:train_dataloader() calls = calls + 1; return loader(20, 4) end
+    function M:configure_optimizers()
+      total = self.trainer.estimated_stepping_batches
+      return Model.configure_optimizers(self)
+    end
+    local t = dpl.Trainer(quiet{ max_epochs = 3 })
+    t:fit(M())
+    assert.equal(15, total)
+    assert.equal(2, calls) -- once for the estimate, once by the loop (as Lightning)
+  end)
+
+  it('max_steps caps it; max_epochs=-1 gives max_steps or infinity', function()
+    local t = dpl.Trainer(quiet{ max_epochs = 5, max_steps = 7 })
+    t:fit(Model(), loader(16))
+    assert.equal(7, t.estimated_stepping_batches)
+    local t2 = dpl.Trainer(quiet{ max_epochs = -1, max_steps = 3 })
+    assert.equal(3, t2.estimated_stepping_batches)
+    local t3 = dpl.Trainer(quiet{ max_epochs = -1 })
+    assert.equal(math.huge, t3.estimated_stepping_batches)
+  end)
+
+  it('refuses an accumulation schedule that changes with the epoch', function()
+    local t = dpl.Trainer(quiet{ max_epochs = 2, accumulate_grad_batches = { [0] = 1, [1] = 2 } })
+    t:fit(Model(), loader(8))
+    assert.has_error(function() return t.estimated_stepping_batches end,
+      'MisconfigurationException: Estimated stepping batches cannot be computed with different `accumulate_grad_batches` at different epochs.')
+  end)
+end)
+
+describe('LightningModule:all_gather / self.logger', function()
+  it('returns the tensor in one process; a number becomes a tensor; tables are gathered item by item', function()
+    local got
+    local M = Model:extend('AG')
+    function M:training_step(b, i)
+      got = { self:all_gather(dpl.tensor({ 1.5, 2 })), self:all_gather(3.5), self:all_gather({ a = dpl.tensor(1.0) }) }
+      return Model.training_step(self, b, i)
+    end
+    dpl.Trainer(quiet{ max_epochs = 1, limit_train_batches = 1 }):fit(M(), loader(8))
+    assert.is_true(dpl.is_tensor(got[1]))
+    assert.same({ 1.5, 2 }, got[1]:tolist())
+    assert.is_true(dpl.is_tensor(got[2]))
+    assert.equal(0, got[2]:dim())
+    assert.equal(3.5, got[2]:item())
+    assert.is_true(dpl.is_tensor(got[3].a))
+  end)
+
+  it('self.logger and self.loggers are the trainer\'s inside training_step', function()
+    local lg, lgs
+    local M = Model:extend('LG')
+    function M:training_step(b, i)
+      lg, lgs = self.logger, self.loggers
+      return Model.training_step(self, b, i)
+    end
+    local t = dpl.Trainer{ max_epochs = 1, limit_train_batches = 1, enable_progress_bar = false,
+      enable_model_summary = false, enable_checkpointing = false, default_root_dir = fresh_dir('lg') }
+    t:fit(M(), loader(8))
+    assert.is_not_nil(lg)
+    assert.equal(t.logger, lg)
+    assert.equal(t.loggers, lgs)
+  end)
+end)
+
+describe('entry point options', function()
+  it('predict with return_predictions=false returns nil (Lightning)', function()
+    local t = dpl.Trainer(quiet{})
+    local m = Model()
+    assert.equal(2, #t:predict(m, loader(8)))
+    assert.is_nil(t:predict(m, loader(8), { return_predictions = false }))
+    assert.is_nil(t:predict(m, { loader(8), loader(4) }, { return_predictions = false }))
+    assert.equal(2, #t:predict(m, loader(8), { return_predictions = true }))
+  end)
+
+  it('an unknown option key is an error naming it, for each entry point', function()
+    local t = dpl.Trainer(quiet{ max_epochs = 1 })
+    local m = Model()
+    assert.has_error(function() t:predict(m, loader(8), { return_prediction = false }) end)
+    local ok, e = pcall(t.predict, t, m, loader(8), { return_prediction = false })
+    assert.is_false(ok)
+    assert.matches("Trainer.predict: unknown option 'return_prediction' %(did you mean 'return_predictions'%?%)", tostring(e))
+    ok, e = pcall(t.fit, t, m, loader(8), nil, { ckpt = 'x' })
+    assert.matches("Trainer.fit: unknown option 'ckpt'", tostring(e))
+    ok, e = pcall(t.validate, t, m, loader(8), { verbos = false })
+    assert.matches("Trainer.validate: unknown option 'verbos'", tostring(e))
+    ok, e = pcall(t.test, t, m, loader(8), { return_predictions = false })
+    assert.matches("Trainer.test: unknown option 'return_predictions'", tostring(e))
+    -- the accepted ones still work
+    assert.equal(1, #t:validate(m, loader(8), { verbose = false }))
+  end)
+end)
+
+describe('toggle_optimizer / untoggle_optimizer (Lightning 1.9)', function()
+  local Two = dpl.LightningModule:extend('TwoOpt')
+  function Two:__init()
+    dpl.LightningModule.__init(self)
+    self.a = nn.Linear(4, 4)
+    self.b = nn.Linear(4, 2)
+  end
+  function Two:forward(x) return self.b(self.a(x)) end
+  function Two:configure_optimizers()
+    return { dpl.optim.SGD(self.a:parameters(), { lr = 0.1 }), dpl.optim.SGD(self.b:parameters(), { lr = 0.1 }) }
+  end
+
+  it('automatic optimisation with two optimizers: only the active one\'s parameters require grad', function()
+    local seen = {}
+    local M = Two:extend('TwoAuto')
+    function M:training_step(batch, i, oi)
+      seen[#seen + 1] = ('%d %s %s'):format(oi, tostring(self.a.weight.requires_grad), tostring(self.b.weight.requires_grad))
+      return F.cross_entropy(self(batch[1]), batch[2])
+    end
+    local m = M()
+    dpl.Trainer(quiet{ max_epochs = 1, limit_train_batches = 1 }):fit(m, loader(8))
+    -- Lightning 1.9.5: opt_idx=0 a=True b=False; opt_idx=1 a=False b=True
+    assert.same({ '0 true false', '1 false true' }, seen)
+    assert.is_true(m.a.weight.requires_grad)
+    assert.is_true(m.b.weight.requires_grad)
+  end)
+
+  it('manual: toggle freezes the other optimizer\'s parameters, untoggle restores them (a frozen one stays frozen)', function()
+    local log = {}
+    local M = Two:extend('TwoManual')
+    function M:__init()
+      Two.__init(self)
+      self.automatic_optimization = false
+      self.b.bias.requires_grad = false -- set by the user: kept through toggle/untoggle
+    end
+    function M:training_step(batch)
+      local o1 = self:optimizers()[1]
+      self:toggle_optimizer(o1, 0)
+      log[#log + 1] = ('%s %s %s'):format(tostring(self.a.weight.requires_grad), tostring(self.b.weight.requires_grad),
+        tostring(self.b.bias.requires_grad))
+      local loss = F.cross_entropy(self(batch[1]), batch[2])
+      o1:zero_grad(); self:manual_backward(loss); o1:step()
+      log[#log + 1] = tostring(self.b.weight.grad ~= nil)
+      self:untoggle_optimizer(0)
+      log[#log + 1] = ('%s %s %s'):format(tostring(self.a.weight.requires_grad), tostring(self.b.weight.requires_grad),
+        tostring(self.b.bias.requires_grad))
+    end
+    dpl.Trainer(quiet{ max_epochs = 1, limit_train_batches = 1 }):fit(M(), loader(8))
+    assert.same({ 'true false false', 'false', 'true true false' }, log)
+  end)
+end)
+
+describe('configure_optimizers returning two values', function()
+  it('`return {opts}, {scheds}` is the pair of lists: the schedulers are kept', function()
+    local M = Model:extend('MultiRet')
+    function M:configure_optimizers()
+      local o = dpl.optim.SGD(self:parameters(), { lr = 0.1 })
+      return { o }, { dpl.optim.lr_scheduler.StepLR(o, { step_size = 1, gamma = 0.5 }) }
+    end
+    local t = dpl.Trainer(quiet{ max_epochs = 2, limit_train_batches = 1 })
+    t:fit(M(), loader(8))
+    assert.equal(1, #t.lr_scheduler_configs)
+    assert.near(0.025, t.optimizers[1].param_groups[1].lr, 1e-12)
+  end)
+
+  it('a single optimizer and scheduler as two values work too', function()
+    local M = Model:extend('MultiRet1')
+    function M:configure_optimizers()
+      local o = dpl.optim.SGD(self:parameters(), { lr = 0.1 })
+      return o, dpl.optim.lr_scheduler.StepLR(o, { step_size = 1, gamma = 0.5 })
+    end
+    local t = dpl.Trainer(quiet{ max_epochs = 1, limit_train_batches = 1 })
+    t:fit(M(), loader(8))
+    assert.equal(1, #t.lr_scheduler_configs)
+    assert.near(0.05, t.optimizers[1].param_groups[1].lr, 1e-12)
+  end)
+end)
+
+describe('duplicate stateful callbacks', function()
+  it('raise Lightning 1.9.5\'s RuntimeError when the Trainer is built', function()
+    local CB = dpl.callbacks.Callback:extend('DupCB')
+    function CB:__init(k) self.k = k end
+    function CB:state_dict() return { k = self.k } end
+    local ok, e = pcall(dpl.Trainer, quiet{ callbacks = { CB(1), CB(2) } })
+    assert.is_false(ok)
+    assert.equal('Found more than one stateful callback of type `DupCB`. In the current configuration, this callback'
+      .. ' does not support being saved alongside other instances of the same type. Please consult the documentation'
+      .. ' of `DupCB` regarding valid settings for the callback state to be checkpointable. HINT: The'
+      .. ' `callback.state_key` must be unique among all callbacks in the Trainer.', e.message)
+    assert.is_true(require('dpl.errors').is(e, require('dpl.errors').RuntimeError))
+    -- stateless ones may repeat
+    local Plain = dpl.callbacks.Callback:extend('PlainCB')
+    assert.is_not_nil(dpl.Trainer(quiet{ callbacks = { Plain(), Plain() } }))
+  end)
+end)
+
+describe('trainer state as Lightning 1.9.5', function()
+  it('min_epochs nil until fit, state.stage nil after it, interrupted', function()
+    local t = dpl.Trainer(quiet{ max_epochs = 1, limit_train_batches = 1 })
+    assert.is_nil(t.min_epochs)
+    assert.is_false(t.interrupted)
+    t:fit(Model(), loader(8))
+    assert.equal(0, t.min_epochs)
+    assert.equal('fit', t.state.fn)
+    assert.equal('finished', t.state.status)
+    assert.is_nil(t.state.stage)
+    assert.is_false(t.interrupted)
+    local Bad = Model:extend('Bad')
+    function Bad:training_step() error('boom') end
+    local t2 = dpl.Trainer(quiet{ max_epochs = 1, limit_train_batches = 1 })
+    assert.is_false(pcall(t2.fit, t2, Bad(), loader(8)))
+    assert.is_true(t2.interrupted)
+    assert.equal('interrupted', t2.state.status)
+    assert.is_nil(t2.state.stage)
+  end)
+
+  it('checkpoints say pytorch-lightning_version 1.9.5; the Timer state has every stage but tune', function()
+    local dir = fresh_dir('ver')
+    local timer = dpl.callbacks.Timer{ duration = 1000 }
+    local t = dpl.Trainer(quiet{ max_epochs = 1, limit_train_batches = 1, callbacks = { timer } })
+    t:fit(Model(), loader(8))
+    t:save_checkpoint(dir .. '/a.ckpt')
+    local ck = require('dpl.trainer.checkpoint').load(dir .. '/a.ckpt')
+    assert.equal('1.9.5', ck['pytorch-lightning_version'])
+    local te = timer:state_dict().time_elapsed
+    local keys = {}
+    for k in pairs(te) do keys[#keys + 1] = k end
+    table.sort(keys)
+    assert.same({ 'predict', 'sanity_check', 'test', 'train', 'validate' }, keys)
+    assert.equal(0, te.sanity_check)
+  end)
+end)
