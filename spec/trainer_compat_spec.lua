@@ -284,3 +284,83 @@ describe('trainer state as Lightning 1.9.5', function()
     assert.equal(0, te.sanity_check)
   end)
 end)
+
+describe('loggers as Lightning 1.9.5', function()
+  local function read(path)
+    local f = assert(io.open(path, 'rb'))
+    local s = f:read('*a')
+    f:close()
+    return s
+  end
+  local HP = dpl.LightningModule:extend('HPModel')
+  function HP:__init()
+    dpl.LightningModule.__init(self)
+    self.net = nn.Linear(4, 2)
+    self:save_hyperparameters({ lr = 0.5 })
+  end
+  function HP:forward(x) return self.net(x) end
+  function HP:validation_step(b, i) self:log('vs', i + 0.5, { on_step = true }) end
+  function HP:test_step(b, i) self:log('ts', i + 0.5) end
+
+  it('evaluation step rows have no epoch; validate on a fresh trainer writes hparams.yaml (t15)', function()
+    local root = fresh_dir('valonly')
+    local t = dpl.Trainer{ default_root_dir = root, enable_progress_bar = false,
+      logger = dpl.loggers.CSVLogger{ save_dir = root } }
+    t:validate(HP(), loader(12), { verbose = false })
+    -- Lightning 1.9.5 (0.0, 1.0, 2.0 logged): vs_step,step,vs_epoch,epoch / 0.0,0,, / ... / ,0,1.0,0
+    assert.equal('vs_step,step,vs_epoch,epoch\n0.5,0,,\n1.5,1,,\n2.5,2,,\n,0,1.5,0\n',
+      read(root .. '/lightning_logs/version_0/metrics.csv'))
+    assert.equal('lr: 0.5\n', read(root .. '/lightning_logs/version_0/hparams.yaml'))
+  end)
+
+  it('trainer:log_dir() is a CSVLogger\'s save_dir, a TensorBoardLogger\'s version directory', function()
+    local root = fresh_dir('logdir')
+    local t = dpl.Trainer(quiet{ logger = dpl.loggers.CSVLogger{ save_dir = root .. '/csv' } })
+    assert.equal(root .. '/csv', t:log_dir())
+    local t2 = dpl.Trainer(quiet{ logger = dpl.loggers.TensorBoardLogger{ save_dir = root .. '/tb' } })
+    assert.equal(root .. '/tb/lightning_logs/version_0', t2:log_dir())
+    local t3 = dpl.Trainer(quiet{ default_root_dir = root })
+    assert.equal(root, t3:log_dir())
+  end)
+
+  it('TensorBoard: test after fit logs the hyper-parameters again into its own event file', function()
+    local root = fresh_dir('tb2')
+    local M = HP:extend('HPFit')
+    function M:training_step(b) return F.cross_entropy(self(b[1]), b[2]) end
+    function M:configure_optimizers() return dpl.optim.SGD(self:parameters(), { lr = 0.1 }) end
+    local t = dpl.Trainer{ max_epochs = 1, limit_train_batches = 2, limit_val_batches = 0, default_root_dir = root,
+      enable_progress_bar = false, enable_model_summary = false, enable_checkpointing = false }
+    local m = M()
+    t:fit(m, loader(8))
+    t:test(m, loader(8), { verbose = false })
+    local dir = root .. '/lightning_logs/version_0'
+    local files = {}
+    for _, n in ipairs(require('dpl.loggers.base').listdir(dir)) do
+      if n:find('^events') then files[#files + 1] = n end
+    end
+    assert.equal(2, #files)
+    for _, n in ipairs(files) do
+      local s = read(dir .. '/' .. n)
+      assert.truthy(s:find('_hparams_/session_start_info', 1, true), n)
+      assert.truthy(s:find('hp_metric', 1, true), n)
+    end
+  end)
+
+  it('TensorBoard hparams: a list is one string as Python prints it, a boolean a FLOAT64 number', function()
+    local TB = require 'dpl.loggers.tensorboard'
+    local flat = TB.flatten_hparams({ flag = true, list = { 1, 2, 3 }, names = { 'a', 'b' }, nested = { a = 1, b = { c = 0.5 } }, empty = {} })
+    assert.same({ { 'flag', true }, { 'list', '[1, 2, 3]' }, { 'names', "['a', 'b']" }, { 'nested/a', 1 }, { 'nested/b/c', 0.5 } }, flat)
+    local s = TB.hparams_summaries({ { 'flag', true } }, {})
+    -- experiment: HParamInfo{name "flag", type DATA_TYPE_FLOAT64 (3)}
+    assert.truthy(s[1]:find('\010\004flag\032\003', 1, true))
+    -- session_start_info: hparams["flag"] = Value{number_value 1.0}
+    assert.truthy(s[2]:find('\017\000\000\000\000\000\000\240\063', 1, true))
+  end)
+
+  it('version_N counts directories only (t14)', function()
+    local root = fresh_dir('ver')
+    os.execute(('mkdir -p %s/lightning_logs/version_0 %s/lightning_logs/version_2 && touch %s/lightning_logs/version_7')
+      :format(root, root, root))
+    assert.equal(3, dpl.loggers.CSVLogger{ save_dir = root }:version())
+  end)
+end)

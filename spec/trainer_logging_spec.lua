@@ -266,10 +266,12 @@ describe('loggers', function()
     local csv = h.read_all(dir .. '/lightning_logs/version_0/metrics.csv')
     local lines = {}
     for l in csv:gmatch('[^\n]+') do lines[#lines + 1] = l end
-    assert.equal('both_epoch,both_step,epoch,step,total,train_loss,val_loss', lines[1])
-    assert.equal(',1,0,1,,1.5,', lines[2])
-    assert.equal(',,0,4,,,9', lines[4])
-    assert.equal('2,,0,4,5,,', lines[5])
+    -- Lightning 1.9.5's columns: first-appearance order, each row's metrics in first-logged
+    -- order, then epoch, then step
+    assert.equal('train_loss,both_step,epoch,step,val_loss,both_epoch,total', lines[1])
+    assert.equal('1.5,1,0,1,,,', lines[2])
+    assert.equal(',,0,4,9,,', lines[4])
+    assert.equal(',,0,4,,2,5', lines[5])
     assert.equal('hidden: 64\nlr: 0.1\nname: mlp\n', h.read_all(dir .. '/lightning_logs/version_0/hparams.yaml'))
     -- a second logger in the same place takes the next version
     local lg = dpl.loggers.CSVLogger(dir)

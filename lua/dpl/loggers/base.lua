@@ -38,8 +38,20 @@ function M.mkdir_p(dir)
   end
 end
 
---- Names in a directory ({} when it does not exist), without . and ..
-function M.listdir(dir)
+local function is_dir(path)
+  if have_fs then
+    local d = ffi.C.opendir(path)
+    if d == nil then return false end
+    ffi.C.closedir(d)
+    return true
+  end
+  return os.execute('test -d ' .. sh_quote(path)) == 0
+end
+M.is_dir = is_dir
+
+--- Names in a directory ({} when it does not exist), without . and ..; with dirs_only, only
+--- the directories (symbolic links to directories included, as Python's os.path.isdir).
+function M.listdir(dir, dirs_only)
   local out = {}
   if have_fs then
     local d = ffi.C.opendir(dir)
@@ -48,10 +60,22 @@ function M.listdir(dir)
       local e = ffi.C.readdir(d)
       if e == nil then break end
       local name = ffi.string(e.d_name)
-      if name ~= '.' and name ~= '..' then out[#out + 1] = name end
+      if name ~= '.' and name ~= '..' then
+        -- d_type: 4 directory, 0 unknown and 10 a link (looked at)
+        local ty = e.d_type
+        if not dirs_only or ty == 4 or ((ty == 0 or ty == 10) and is_dir(dir .. '/' .. name)) then
+          out[#out + 1] = name
+        end
+      end
     end
     ffi.C.closedir(d)
     table.sort(out)
+    return out
+  end
+  if dirs_only then
+    for _, name in ipairs(M.listdir(dir)) do
+      if is_dir(dir .. '/' .. name) then out[#out + 1] = name end
+    end
     return out
   end
   local p = io.popen('ls -1A ' .. sh_quote(dir) .. ' 2>/dev/null')
@@ -61,10 +85,11 @@ function M.listdir(dir)
   return out
 end
 
---- The next version number under root: 1 + the largest version_<digits>, else 0.
+--- The next version number under root: 1 + the largest version_<digits> directory (files
+--- do not count, as Lightning's _get_next_version), else 0.
 function M.next_version(root)
   local best = -1
-  for _, name in ipairs(M.listdir(root)) do
+  for _, name in ipairs(M.listdir(root, true)) do
     local n = name:match('^version_(%d+)$')
     if n and tonumber(n) > best then best = tonumber(n) end
   end

@@ -1,7 +1,8 @@
 -- dpl.loggers.csv: CSVLogger with Lightning's layout:
--- <save_dir>/<name>/version_N/metrics.csv (header: the sorted union of every
--- key logged so far, `step` included; one row per log_metrics call; the file
--- is rewritten when new keys appear) and hparams.yaml.
+-- <save_dir>/<name>/version_N/metrics.csv (header: every key logged so far in
+-- first-appearance order, as Lightning's dict of the rows' keys, `step` after each row's
+-- metrics; one row per log_metrics call; the file is rewritten when new keys appear) and
+-- hparams.yaml.
 local B = require 'dpl.loggers.base'
 
 local CSVLogger = B.Logger:extend('CSVLogger')
@@ -22,7 +23,8 @@ function CSVLogger:__init(o, rest)
   end
   self._flush_logs_every_n_steps = n
   self.rows = {}       -- pending rows
-  self.keys = {}       -- sorted header keys
+  self.keys = {}       -- header keys, in first-appearance order
+  self.row_keys = {}   -- the pending rows' keys, in order
   self.keyset = {}
   self.written = 0     -- rows on disk
   self.all_rows = {}   -- every row (for rewrites)
@@ -30,14 +32,27 @@ end
 
 function CSVLogger:metrics_file_path() return self:log_dir() .. '/metrics.csv' end
 
-function CSVLogger:log_metrics(metrics, step)
-  local row = {}
-  for k, v in pairs(metrics) do
-    local key = self.prefix ~= '' and (self.prefix .. '-' .. k) or k
-    row[key] = v
+--- log_metrics(metrics, step, order): `order` (the Trainer passes it) lists the keys of
+--- metrics in the order they were first logged; without it the row's keys are sorted.
+function CSVLogger:log_metrics(metrics, step, order)
+  local row, keys = {}, {}
+  if order == nil then
+    order = {}
+    for k in pairs(metrics) do order[#order + 1] = k end
+    table.sort(order, function(a, b) return tostring(a) < tostring(b) end)
   end
+  for _, k in ipairs(order) do
+    local v = metrics[k]
+    if v ~= nil then
+      local key = self.prefix ~= '' and (self.prefix .. '-' .. k) or k
+      row[key] = v
+      keys[#keys + 1] = key
+    end
+  end
+  if row.step == nil then keys[#keys + 1] = 'step' end
   row.step = step
   self.rows[#self.rows + 1] = row
+  self.row_keys[#self.rows] = keys
   -- Lightning writes every flush_logs_every_n_steps steps (the Trainer also saves after its own logging)
   if step ~= nil and (step + 1) % self._flush_logs_every_n_steps == 0 then self:save() end
 end
@@ -59,12 +74,17 @@ end
 function CSVLogger:save()
   if #self.rows == 0 then return end
   local new = false
-  for _, row in ipairs(self.rows) do
-    for k in pairs(row) do
+  for i, row in ipairs(self.rows) do
+    local keys = self.row_keys[i]
+    if keys == nil then -- (a row added by hand)
+      keys = {}
+      for k in pairs(row) do keys[#keys + 1] = k end
+      table.sort(keys, function(a, b) return tostring(a) < tostring(b) end)
+    end
+    for _, k in ipairs(keys) do
       if not self.keyset[k] then self.keyset[k] = true; self.keys[#self.keys + 1] = k; new = true end
     end
   end
-  table.sort(self.keys)
   B.mkdir_p(self:log_dir())
   local path = self:metrics_file_path()
   for _, row in ipairs(self.rows) do self.all_rows[#self.all_rows + 1] = row end
@@ -78,7 +98,7 @@ function CSVLogger:save()
     f:close()
   end
   self.written = #self.all_rows
-  self.rows = {}
+  self.rows, self.row_keys = {}, {}
 end
 
 function CSVLogger:finalize() self:save() end

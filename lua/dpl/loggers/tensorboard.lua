@@ -100,13 +100,41 @@ end
 
 ---------------------------------------------------------------- hparams plugin
 
--- google.protobuf.Value: number_value (2), string_value (3), bool_value (4)
+-- google.protobuf.Value: number_value (2), string_value (3). A boolean is a number (1 or 0)
+-- with DATA_TYPE_FLOAT64, as torch's hparams() makes it (bool is an int in Python, and its
+-- int/float branch comes first)
 local function pb_value(v)
+  if type(v) == 'boolean' then v = v and 1 or 0 end
   if type(v) == 'number' then return '\017' .. f64(v) end
-  if type(v) == 'boolean' then return '\032' .. (v and '\001' or '\000') end
   return len_field(0x1a, tostring(v))
 end
-local DATA_TYPE = { number = 3, boolean = 2 } -- DATA_TYPE_FLOAT64, _BOOL; else _STRING (1)
+local DATA_TYPE = { number = 3, boolean = 3 } -- DATA_TYPE_FLOAT64; else _STRING (1)
+
+-- Python's str() of a value that is not a dict (a Lua list prints as a Python list: "[1, 2, 3]")
+local function py_str(v, nested)
+  local tv = type(v)
+  if tv == 'boolean' then return v and 'True' or 'False' end
+  if tv == 'number' then return B.num(v) end
+  if tv == 'string' then return nested and ("'" .. v:gsub("\\", "\\\\"):gsub("'", "\\'") .. "'") or v end
+  if tv == 'table' and getmetatable(v) == nil then
+    local n = 0
+    for _ in pairs(v) do n = n + 1 end
+    if n == #v then
+      local parts = {}
+      for i = 1, #v do parts[i] = py_str(v[i], true) end
+      return '[' .. table.concat(parts, ', ') .. ']'
+    end
+  end
+  return tostring(v)
+end
+M._py_str = py_str
+
+-- a list (1..n keys only; an empty table is not one: it is an empty dict, which flattens to nothing)
+local function is_list(t)
+  local n = 0
+  for _ in pairs(t) do n = n + 1 end
+  return n > 0 and n == #t
+end
 
 -- a Summary with one value: tag + SummaryMetadata{plugin_data{plugin_name "hparams", content}}
 local function hparams_summary(tag, content)
@@ -115,16 +143,17 @@ local function hparams_summary(tag, content)
   return len_field(0x0a, value)
 end
 
---- Flattens nested tables with '/' (Lightning's _flatten_dict) and turns values that are
---- not numbers, booleans or strings into strings (its _sanitize_params). Sorted pairs.
+--- Flattens nested tables with '/' (Lightning's _flatten_dict; a list is a value, not a table
+--- to flatten) and turns values that are not numbers, booleans or strings into strings (its
+--- _sanitize_params: a list becomes Python's str of it, "[1, 2, 3]"). Sorted pairs.
 function M.flatten_hparams(params)
   local flat = {}
   local function walk(prefix, t)
     for k, v in pairs(t) do
       local key = prefix and (prefix .. '/' .. tostring(k)) or tostring(k)
-      if type(v) == 'table' and getmetatable(v) == nil and next(v) ~= nil then walk(key, v)
+      if type(v) == 'table' and getmetatable(v) == nil and not is_list(v) then walk(key, v)
       elseif type(v) == 'number' or type(v) == 'boolean' or type(v) == 'string' then flat[key] = v
-      else flat[key] = tostring(v) end
+      else flat[key] = py_str(v) end
     end
   end
   walk(nil, params or {})

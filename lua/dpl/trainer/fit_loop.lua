@@ -379,7 +379,7 @@ local function run_train_epoch(t, st, loader, nbatches)
     if logd then
       if not (accumulating and automatic)
          and ((t.fit_loop.batches_that_stepped + 1) % log_every == 0 or t.should_stop) then
-        rc:log_metrics(logd, t.fit_loop.batches_that_stepped)
+        rc:log_metrics(logd, t.fit_loop.batches_that_stepped, true)
       end
       rc:release(logd)
     end
@@ -517,7 +517,7 @@ function M.run_train(t)
     t:_call_callback_hooks('on_train_epoch_end')
     t:_call_module_hook('on_train_epoch_end')
     local logd = rc:collect_epoch()
-    rc:log_metrics(logd, max(0, t.fit_loop.batches_that_stepped - 1))
+    rc:log_metrics(logd, max(0, t.fit_loop.batches_that_stepped - 1), true)
     update_lr_schedulers(t, 'epoch', true, nil)
     t.current_epoch = epoch + 1
     model.current_epoch = t.current_epoch

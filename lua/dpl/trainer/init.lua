@@ -732,11 +732,15 @@ function properties.estimated_stepping_batches(self)
   return steps
 end
 
---- The directory of the first logger's version (or default_root_dir).
+--- Lightning's trainer.log_dir: the first logger's version directory when it is a
+--- TensorBoardLogger, its save_dir for any other logger, default_root_dir without one.
 function Trainer:log_dir()
   local lg = self.logger
-  if lg and lg.log_dir then return lg:log_dir() end
-  return self.default_root_dir
+  if lg == nil then return self.default_root_dir end
+  if class.is_instance(lg, require('dpl.loggers').TensorBoardLogger) and lg.log_dir then return lg:log_dir() end
+  local sd = lg.save_dir
+  if type(sd) == 'function' then sd = sd(lg) end
+  return sd
 end
 
 --- The seed's batch transfer: to cuda:<gpu_id> (nil: the root GPU), through the

@@ -235,8 +235,8 @@ function M.run(t, model, ckpt_path)
     t:_call_callback_hooks('on_fit_start')
     t:_call_module_hook('on_fit_start')
   end
-  -- hyper-parameters to the loggers
-  if t.is_global_zero and fn == 'fit' then
+  -- hyper-parameters to the loggers, at the start of every entry point (Lightning's _log_hyperparams)
+  if t.is_global_zero then
     for _, lg in ipairs(t.loggers) do lg:log_hyperparams(model.hparams or {}) end
   end
   if ckpt and fn == 'fit' then require('dpl.trainer.checkpoint').restore_training_state(t, ckpt) end

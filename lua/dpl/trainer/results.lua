@@ -111,6 +111,7 @@ function M.new(trainer)
     scratch_log = {}, scratch_pbar = {},
     lazy = {},  -- entries whose step value (a device tensor) awaits the dicts (M:flush)
     acc = {},   -- epoch aggregation of device values, in order: entry, tensor, batch size, ...
+    key_seq = {}, nseq = 0, -- metric name -> rank in first-logged order (for the loggers' columns)
   }, M)
 end
 
@@ -348,6 +349,10 @@ function M:log(fx, name, value, opts)
       dl_idx = dl_idx }
     byfx[name] = e
     c.list[#c.list + 1] = e
+    -- the order the loggers see the keys in (Lightning's dicts keep first-logged order)
+    local seq = self.key_seq
+    if seq[e.n_step] == nil then self.nseq = self.nseq + 1; seq[e.n_step] = self.nseq end
+    if seq[e.n_epoch] == nil then self.nseq = self.nseq + 1; seq[e.n_epoch] = self.nseq end
   elseif e.on_step ~= on_step or e.on_epoch ~= on_epoch or e.prog_bar ~= prog_bar or e.logger ~= logger
          or e.reduce ~= reduce or e.sync ~= sync or e.dl_idx ~= dl_idx then
     -- (dl_idx: the same name with add_dataloader_idx=false from two dataloaders, one key in
@@ -460,9 +465,12 @@ function M:collect_epoch()
   return logd
 end
 
---- Sends metrics to the loggers (rank 0), adding `epoch`; step defaults to the
---- number of optimizer-stepped batches. Updates trainer.logged_metrics.
-function M:log_metrics(metrics, step)
+--- Sends metrics to the loggers (rank 0); step defaults to the number of optimizer-stepped
+--- batches. As Lightning's LoggerConnector.log_metrics, `epoch` is added when no step is
+--- given (Lightning's training rows, which pass step=None, say so with `with_epoch`; the
+--- evaluation step rows, logged at their batch index, get none). Updates
+--- trainer.logged_metrics. The loggers also get the keys in first-logged order (then `epoch`).
+function M:log_metrics(metrics, step, with_epoch)
   local t = self.trainer
   if metrics == nil or next(metrics) == nil then return end
   local out, keys, devs = {}, nil, nil
@@ -480,12 +488,20 @@ function M:log_metrics(metrics, step)
     for i, k in ipairs(keys) do out[k] = vals[i] end
   end
   for k, v in pairs(out) do t.logged_metrics[k] = v end
-  if out.epoch == nil then out.epoch = t.current_epoch end
+  if (step == nil or with_epoch) and out.epoch == nil then out.epoch = t.current_epoch end
   if step == nil then step = t.fit_loop.batches_that_stepped end
   if not t.is_global_zero then return end
   local loggers = t.loggers
+  if loggers[1] == nil then return end
+  local order, seq = {}, self.key_seq
+  for k in pairs(out) do order[#order + 1] = k end
+  table.sort(order, function(a, b)
+    local x, y = seq[a] or (a == 'epoch' and 2 ^ 53 or 2 ^ 52), seq[b] or (b == 'epoch' and 2 ^ 53 or 2 ^ 52)
+    if x ~= y then return x < y end
+    return tostring(a) < tostring(b)
+  end)
   for i = 1, #loggers do
-    loggers[i]:log_metrics(out, step)
+    loggers[i]:log_metrics(out, step, order)
     loggers[i]:save()
   end
 end
