@@ -364,3 +364,62 @@ describe('loggers as Lightning 1.9.5', function()
     assert.equal(3, dpl.loggers.CSVLogger{ save_dir = root }:version())
   end)
 end)
+
+describe('ModelSummary as Lightning 1.9.5', function()
+  local S = dpl.LightningModule:extend('SumM')
+  function S:__init()
+    dpl.LightningModule.__init(self)
+    self.encoder = nn.Sequential(nn.Linear(4, 16), nn.ReLU(), nn.Linear(16, 8))
+    self.head = nn.Linear(8, 2)
+    self.frozen = nn.Linear(8, 3)
+    for _, p in ipairs(self.frozen:parameters()) do p.requires_grad = false end
+  end
+  function S:forward(x) return self.head(self.encoder(x)) end
+  function S:training_step(b) return F.cross_entropy(self(b[1]), b[2]) end
+  function S:configure_optimizers() return dpl.optim.SGD(self:parameters(), { lr = 0.1 }) end
+
+  local function summary(depth)
+    local buf = {}
+    local stream = { write = function(_, ...) for i = 1, select('#', ...) do buf[#buf + 1] = select(i, ...) end end,
+      flush = function() end }
+    local t = dpl.Trainer{ max_epochs = 1, limit_train_batches = 1, enable_progress_bar = false, logger = false,
+      enable_checkpointing = false, callbacks = { dpl.callbacks.ModelSummary{ max_depth = depth, stream = stream } } }
+    t:fit(S(), loader(8))
+    return table.concat(buf)
+  end
+  local tail = '234       Trainable params\n27        Non-trainable params\n261       Total params\n'
+    .. '0.001     Total estimated model params size (MB)\n'
+
+  it('max_depth 1: the table, separators, padded columns and the size line (Lightning\'s text)', function()
+    assert.equal('\n  | Name    | Type       | Params\n'
+      .. '---------------------------------------\n'
+      .. '0 | encoder | Sequential | 216   \n'
+      .. '1 | head    | Linear     | 18    \n'
+      .. '2 | frozen  | Linear     | 27    \n'
+      .. '---------------------------------------\n' .. tail, summary(1))
+  end)
+
+  it('max_depth 2 and -1 list the submodules (dplhost names Sequential children 1, 2, 3)', function()
+    local want = '\n  | Name      | Type       | Params\n'
+      .. '-----------------------------------------\n'
+      .. '0 | encoder   | Sequential | 216   \n'
+      .. '1 | encoder.1 | Linear     | 80    \n'
+      .. '2 | encoder.2 | ReLU       | 0     \n'
+      .. '3 | encoder.3 | Linear     | 136   \n'
+      .. '4 | head      | Linear     | 18    \n'
+      .. '5 | frozen    | Linear     | 27    \n'
+      .. '-----------------------------------------\n' .. tail
+    assert.equal(want, summary(2))
+    assert.equal(want, summary(-1))
+  end)
+
+  it('counts read as Lightning\'s get_human_readable_count', function()
+    local h = dpl.callbacks.ModelSummary._human
+    assert.equal('0  ', h(0))
+    assert.equal('216  ', h(216))
+    assert.equal('1.2 K', h(1234))
+    assert.equal('123 K', h(123456))
+    assert.equal('1.2 M', h(1234567))
+    assert.equal('235 K', h(235146))
+  end)
+end)

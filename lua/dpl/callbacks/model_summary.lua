@@ -1,5 +1,6 @@
 -- dpl.callbacks.model_summary: ModelSummary. At fit start (rank 0) prints the
--- model's direct submodules with their parameter counts, and the totals.
+-- model's submodules down to max_depth with their parameter counts, and the totals, in
+-- Lightning 1.9.5's table layout.
 local Callback = require 'dpl.callbacks.callback'
 
 local ModelSummary = Callback:extend('ModelSummary')
@@ -54,40 +55,87 @@ local function children_of(model)
   return out
 end
 
---- Rows {name, type, params} and totals.
-function ModelSummary.summarize(model)
+--- Rows {name, type, params} and totals, Lightning 1.9.5's ModelSummary(max_depth): depth 1
+--- the direct submodules; n > 1 every submodule (pre-order, dotted names like `encoder.0`,
+--- each module once) down to n levels; -1 all of them; 0 none.
+function ModelSummary.summarize(model, max_depth)
+  max_depth = max_depth or 1
   local rows = {}
   local sum_total, sum_trainable = 0, 0
-  for _, c in ipairs(children_of(model)) do
-    local name, mod = c[1], c[2]
-    local mt = getmetatable(mod)
-    local n, tr = count_params(mod)
-    rows[#rows + 1] = { name, mt and mt.__name or type(mod), n or 0 }
-    sum_total, sum_trainable = sum_total + (n or 0), sum_trainable + (tr or 0)
+  local seen = {}
+  local function walk(mod, prefix, depth)
+    for _, c in ipairs(children_of(mod)) do
+      local name, child = prefix .. tostring(c[1]), c[2]
+      if not seen[child] then
+        seen[child] = true
+        local mt = getmetatable(child)
+        local n, tr = count_params(child)
+        rows[#rows + 1] = { name, mt and mt.__name or type(child), n or 0 }
+        if depth == 1 then sum_total, sum_trainable = sum_total + (n or 0), sum_trainable + (tr or 0) end
+        if max_depth < 0 or depth < max_depth then walk(child, name .. '.', depth + 1) end
+      end
+    end
   end
+  if max_depth ~= 0 then walk(model, '', 1) end
   local total, trainable = count_params(model)
   if total == nil then total, trainable = sum_total, sum_trainable end
   return rows, total, trainable
 end
 
+--- Lightning's get_human_readable_count: 216 → "216  ", 1234 → "1.2 K", 123456 → "123 K".
 local function human(n)
-  if n >= 1e9 then return ('%.1f B'):format(n / 1e9) end
-  if n >= 1e6 then return ('%.1f M'):format(n / 1e6) end
-  if n >= 1e3 then return ('%.1f K'):format(n / 1e3) end
-  return tostring(n)
+  local labels = { ' ', 'K', 'M', 'B', 'T' }
+  local digits = n > 0 and math.floor(math.log10(n)) + 1 or 1
+  local groups = math.min(math.ceil(digits / 3), #labels)
+  local x = n * 10 ^ (-3 * (groups - 1))
+  local function commas(s)
+    local int, rest = s:match('^(%d+)(.*)$')
+    int = int:reverse():gsub('(%d%d%d)', '%1,'):reverse():gsub('^,', '')
+    return int .. rest
+  end
+  if groups - 1 < 1 or x >= 100 then return commas(('%d'):format(math.floor(x))) .. ' ' .. labels[groups] end
+  return commas(('%.1f'):format(x)) .. ' ' .. labels[groups]
+end
+ModelSummary._human = human
+
+--- Lightning 1.9.5's _format_summary_table (no In/Out sizes columns: no example_input_array).
+function ModelSummary.format_table(rows, total, trainable, precision)
+  local cols = { { ' ', {} }, { 'Name', {} }, { 'Type', {} }, { 'Params', {} } }
+  for i, r in ipairs(rows) do
+    cols[1][2][i], cols[2][2][i], cols[3][2][i], cols[4][2][i] = tostring(i - 1), r[1], r[2], human(r[3])
+  end
+  local widths, total_width = {}, 3 * (1 + #cols)
+  for j, c in ipairs(cols) do
+    local w = #c[1]
+    for _, v in ipairs(c[2]) do if #v > w then w = #v end end
+    widths[j] = w
+    total_width = total_width + w
+  end
+  local function pad(v, w) return v .. string.rep(' ', w - #v) end
+  local head = {}
+  for j, c in ipairs(cols) do head[j] = pad(c[1], widths[j]) end
+  local rule = string.rep('-', total_width)
+  local out = { table.concat(head, ' | '), rule }
+  for i = 1, #rows do
+    local line = {}
+    for j, c in ipairs(cols) do line[j] = pad(c[2][i], widths[j]) end
+    out[#out + 1] = table.concat(line, ' | ')
+  end
+  out[#out + 1] = rule
+  -- params size: 4 bytes a parameter (8 with precision 64; mixed precision counts as 32, as Lightning)
+  local bytes = (type(precision) == 'number' and precision or 32) / 8
+  out[#out + 1] = pad(human(trainable), 10) .. 'Trainable params'
+  out[#out + 1] = pad(human(total - trainable), 10) .. 'Non-trainable params'
+  out[#out + 1] = pad(human(total), 10) .. 'Total params'
+  out[#out + 1] = pad(('%.3f'):format(total * bytes * 1e-6), 10) .. 'Total estimated model params size (MB)'
+  return table.concat(out, '\n')
 end
 
 function ModelSummary:on_fit_start(trainer, model)
   if not trainer.is_global_zero or self.max_depth == 0 then return end
-  local rows, total, trainable = ModelSummary.summarize(model)
-  local out = { ('  | %-12s | %-20s | %s'):format('Name', 'Type', 'Params') }
-  for i, r in ipairs(rows) do
-    out[#out + 1] = ('%d | %-12s | %-20s | %s'):format(i - 1, r[1], r[2], human(r[3]))
-  end
-  out[#out + 1] = ('%s     Trainable params'):format(human(trainable))
-  out[#out + 1] = ('%s     Non-trainable params'):format(human(total - trainable))
-  out[#out + 1] = ('%s     Total params'):format(human(total))
-  self.stream:write(table.concat(out, '\n'), '\n')
+  local rows, total, trainable = ModelSummary.summarize(model, self.max_depth)
+  -- (Lightning logs "\n" .. table)
+  self.stream:write('\n', ModelSummary.format_table(rows, total, trainable, trainer.precision), '\n')
   self.stream:flush()
 end
 
