@@ -459,7 +459,7 @@ describe('ProgressBar, Timer, LearningRateMonitor, ModelSummary, custom callback
     function MyCb:on_train_epoch_end(trainer, module) seen[#seen + 1] = trainer.current_epoch end
     T({ max_epochs = 2, enable_model_summary = true, callbacks = { dpl.callbacks.ModelSummary{ stream = out }, MyCb() },
       enable_checkpointing = false }):fit(Model())
-    assert.matches('3     Total params', out:text())
+    assert.matches('\n3         Total params\n', out:text()) -- (Lightning pads the count to 10)
     assert.same({ 0, 1 }, seen)
   end)
 end)
