@@ -15,27 +15,71 @@ local nn, optim, F = dpl.nn, dpl.optim, dpl.nn.functional
 
 -- Trainer flags from the command line; the rest are this script's own
 local defaults = { max_epochs = 10, default_root_dir = 'fashion_mnist_runs' }
+local USAGE = 'usage: dplhost examples/fashion_mnist.lua [Trainer flags] [--batch N] [--lr X] [--seed N]'
+  .. ' [--hidden N] [--logger csv|tensorboard|false] [--root DIR]'
+
+-- a bad flag: one line on stderr, exit status 2 (as argparse)
+local function fail(msg)
+  msg = tostring(msg):gsub('\nstack traceback:.*$', '')
+  msg = msg:gsub('\n.*$', '')
+  io.stderr:write('fashion_mnist.lua: ', msg, ' (--help lists the flags)\n')
+  os.exit(2)
+end
+
+local function help()
+  local names = {}
+  for _, k in ipairs(require('dpl.trainer.args').order) do
+    if k ~= 'callbacks' and k ~= 'logger' then names[#names + 1] = '--' .. k end
+  end
+  local lines, line = {}, ' '
+  for _, n in ipairs(names) do
+    if #line + #n + 1 > 96 then lines[#lines + 1] = line; line = ' ' end
+    line = line .. ' ' .. n
+  end
+  lines[#lines + 1] = line
+  io.stdout:write(USAGE, '\n\nTrains an MLP on Fashion-MNIST with dpl.Trainer, then tests the best checkpoint.\n\n',
+    'Script flags:\n',
+    '  --batch N        batch size (64)\n  --lr X           SGD learning rate (0.01)\n',
+    '  --seed N         seed (0)\n  --hidden N       hidden units (256)\n',
+    '  --logger KIND    csv (default), tensorboard, or false (no logger)\n',
+    '  --root DIR       the Fashion-MNIST IDX files (default: the system data set)\n\n',
+    'Trainer flags (--name value or --name=value, Lightning 1.9\'s arguments; defaults: --max_epochs 10',
+    ' --default_root_dir fashion_mnist_runs):\n', table.concat(lines, '\n'), '\n')
+  os.exit(0)
+end
+
 local argv, logger_kind = {}, 'csv'
-do -- --logger csv|tensorboard is this script's (the Trainer's own --logger takes true/false)
+do -- --logger csv|tensorboard|false is this script's (the Trainer's own --logger takes true/false)
   local a, i = { ... }, 1
+  local kinds = { csv = 'csv', tensorboard = 'tensorboard', ['false'] = false, none = false, ['true'] = 'csv' }
   while i <= #a do
+    if a[i] == '--help' or a[i] == '-h' then help() end
     local v = a[i]:match('^%-%-logger=(.*)$')
-    if v then logger_kind = v
-    elseif a[i] == '--logger' and (a[i + 1] == 'csv' or a[i + 1] == 'tensorboard') then logger_kind = a[i + 1]; i = i + 1
+    if v == nil and a[i] == '--logger' then v = a[i + 1] or ''; i = i + 1 end
+    if v ~= nil then
+      if kinds[v] == nil then fail(("--logger must be csv, tensorboard or false, got '%s'"):format(v)) end
+      logger_kind = kinds[v]
     else argv[#argv + 1] = a[i] end
     i = i + 1
   end
 end
-local targs, rest = dpl.Trainer.parse_argv(argv)
+local ok_args, targs, rest = pcall(dpl.Trainer.parse_argv, argv)
+if not ok_args then fail(targs) end
 local opts = { batch = 64, lr = 0.01, seed = 0, hidden = 256, logger = logger_kind, root = nil }
+local numeric = { batch = 'an integer', lr = 'a number', seed = 'an integer', hidden = 'an integer' }
 for i = 1, #rest, 2 do
   local k = rest[i]:match('^%-%-([%w_]+)$')
-  if not k or rest[i + 1] == nil or opts[k] == nil and k ~= 'root' then
-    io.stderr:write('usage: fashion_mnist.lua [Trainer flags] [--batch N] [--lr X] [--seed N] [--hidden N]'
-      .. ' [--logger csv|tensorboard] [--root DIR]\n')
-    os.exit(2)
+  if not k or (opts[k] == nil and k ~= 'root') then fail(("unknown flag '%s'"):format(rest[i])) end
+  if rest[i + 1] == nil then fail(('--%s needs a value'):format(k)) end
+  local v = rest[i + 1]
+  if numeric[k] then
+    local x = tonumber(v)
+    if x == nil or (numeric[k] == 'an integer' and x ~= math.floor(x)) or x <= 0 and k ~= 'seed' then
+      fail(("--%s must be %s, got '%s'"):format(k, k == 'seed' and numeric[k] or ('a positive ' .. numeric[k]:gsub('^an? ', '')), v))
+    end
+    v = x
   end
-  opts[k] = tonumber(rest[i + 1]) or rest[i + 1]
+  opts[k] = v
 end
 for k, v in pairs(defaults) do if targs[k] == nil then targs[k] = v end end
 
@@ -75,6 +119,24 @@ function MLP:configure_optimizers()
   return opt
 end
 
+---------------------------------------------------------------- the trainer
+-- (built before the data sets: a bad Trainer flag is reported first)
+
+dpl.manual_seed(opts.seed)
+local root = targs.default_root_dir
+if opts.logger == false then targs.logger = false
+else
+  targs.logger = opts.logger == 'tensorboard' and dpl.loggers.TensorBoardLogger{ save_dir = root }
+    or dpl.loggers.CSVLogger{ save_dir = root }
+end
+targs.callbacks = {
+  dpl.callbacks.ModelCheckpoint{ monitor = 'val_loss', mode = 'min', save_top_k = 1, save_last = true,
+    filename = '{epoch}-{val_loss:.3f}-{val_acc:.3f}' },
+  dpl.callbacks.EarlyStopping{ monitor = 'val_loss', patience = 3 },
+}
+local ok_trainer, trainer = pcall(dpl.Trainer, targs) -- a bad Trainer flag: one line, exit 2
+if not ok_trainer then fail(trainer) end
+
 ---------------------------------------------------------------- data
 
 -- (the images are read on first use, uint8, and made floats per batch; the test set is not
@@ -91,16 +153,6 @@ local test_loader = dpl.data.DataLoader(test, { batch_size = 1000 })
 
 ---------------------------------------------------------------- the run
 
-dpl.manual_seed(opts.seed)
-local root = targs.default_root_dir
-targs.logger = opts.logger == 'tensorboard' and dpl.loggers.TensorBoardLogger{ save_dir = root }
-  or dpl.loggers.CSVLogger{ save_dir = root }
-targs.callbacks = {
-  dpl.callbacks.ModelCheckpoint{ monitor = 'val_loss', mode = 'min', save_top_k = 1, save_last = true,
-    filename = '{epoch}-{val_loss:.3f}-{val_acc:.3f}' },
-  dpl.callbacks.EarlyStopping{ monitor = 'val_loss', patience = 3 },
-}
-local trainer = dpl.Trainer(targs)
 local model = MLP(opts.hidden, opts.lr)
 trainer:fit(model, train_loader, val_loader)
 if trainer.is_global_zero then

@@ -9,19 +9,49 @@ local dpl = require 'dpl'
 local nn, optim, F = dpl.nn, dpl.optim, dpl.nn.functional
 
 local args = { model = 'both', epochs = 3, batch = 64, opt = 'sgd', seed = 0, threads = 1 }
+local USAGE = 'usage: dplhost examples/fashion_mnist_loop.lua [--model mlp|cnn|both] [--epochs N] [--batch N]'
+  .. ' [--opt sgd|adam] [--lr X] [--seed N] [--limit N] [--threads N] [--root DIR]'
 do
+  -- a bad flag: one line on stderr, exit status 2 (as argparse)
+  local function fail(fmt, ...)
+    io.stderr:write('fashion_mnist_loop.lua: ', fmt:format(...), ' (--help lists the flags)\n')
+    os.exit(2)
+  end
+  -- flag -> kind of value: a choice list, 'int' (> 0), 'int0' (>= 0), 'num' (> 0), 'dir'
+  local kinds = { model = { mlp = true, cnn = true, both = true }, opt = { sgd = true, adam = true },
+    epochs = 'int', batch = 'int', lr = 'num', seed = 'int0', limit = 'int', threads = 'int', root = 'dir' }
   local a = { ... }
   local i = 1
   while i <= #a do
-    local k = a[i]:match('^%-%-([%w_]+)$')
-    if not k or a[i + 1] == nil then
-      io.stderr:write('usage: fashion_mnist_loop.lua [--model mlp|cnn|both] [--epochs N] [--batch N] '
-        .. '[--opt sgd|adam] [--lr X] [--seed N] [--limit N] [--threads N] [--root DIR]\n')
-      os.exit(2)
+    if a[i] == '--help' or a[i] == '-h' then io.stdout:write(USAGE, '\n'); os.exit(0) end
+    local word = a[i]
+    local k, v = word:match('^%-%-([%w_]+)=(.*)$')
+    if not k then
+      k = a[i]:match('^%-%-([%w_]+)$')
+      v = a[i + 1]
+      i = i + 1
     end
-    local v = a[i + 1]
-    args[k] = tonumber(v) or v
-    i = i + 2
+    if not k or kinds[k] == nil then fail("unknown flag '%s'", word) end
+    if v == nil then fail('--%s needs a value', k) end
+    local kind = kinds[k]
+    if type(kind) == 'table' then
+      if not kind[v] then
+        local names = {}
+        for n in pairs(kind) do names[#names + 1] = n end
+        table.sort(names)
+        fail("--%s must be one of %s, got '%s'", k, table.concat(names, ', '), v)
+      end
+    elseif kind ~= 'dir' then
+      local x = tonumber(v)
+      local int = kind == 'int' or kind == 'int0'
+      if x == nil or (int and x ~= math.floor(x)) or (kind == 'int0' and x < 0) or (kind ~= 'int0' and x <= 0) then
+        fail("--%s must be %s, got '%s'", k, kind == 'int0' and 'an integer >= 0' or (int and 'a positive integer'
+          or 'a positive number'), v)
+      end
+      v = x
+    end
+    args[k] = v
+    i = i + 1
   end
 end
 dpl.set_num_threads(args.threads)
