@@ -20,9 +20,11 @@ local Trainer = class.Object:extend('Trainer')
 local properties = {}
 Trainer._properties = properties
 Trainer.__index = function(self, k)
+  local v = Trainer[k] -- (methods first: they are what is looked up on the step path)
+  if v ~= nil then return v end
   local p = properties[k]
   if p ~= nil then return p(self) end
-  return Trainer[k]
+  return nil
 end
 
 local function misconf(fmt, ...)
