@@ -3,7 +3,7 @@
 -- then tested on the test set with the best checkpoint.
 --
 --   dplhost examples/fashion_mnist.lua [Trainer flags: --max_epochs 10 --limit_train_batches 0.1
---       --strategy ddp --accelerator cpu --devices 2 ...] [--batch 64] [--lr 0.01] [--seed 0]
+--       --strategy ddp --accelerator cpu --devices 2 ...] [--batch 64] [--lr 0.03] [--seed 0]
 --       [--root DIR] [--hidden 256] [--logger csv|tensorboard]
 --   dplhost --nproc 2 examples/fashion_mnist.lua --strategy ddp
 --   dplhost examples/fashion_mnist.lua --strategy ddp_spawn --accelerator cpu --devices 2
@@ -39,7 +39,7 @@ local function help()
   lines[#lines + 1] = line
   io.stdout:write(USAGE, '\n\nTrains an MLP on Fashion-MNIST with dpl.Trainer, then tests the best checkpoint.\n\n',
     'Script flags:\n',
-    '  --batch N        batch size (64)\n  --lr X           SGD learning rate (0.01)\n',
+    '  --batch N        batch size (64)\n  --lr X           SGD learning rate (0.03; cosine-annealed to 0 over max_epochs)\n',
     '  --seed N         seed (0)\n  --hidden N       hidden units (256)\n',
     '  --logger KIND    csv (default), tensorboard, or false (no logger)\n',
     '  --root DIR       the Fashion-MNIST IDX files (default: the system data set)\n\n',
@@ -65,7 +65,7 @@ do -- --logger csv|tensorboard|false is this script's (the Trainer's own --logge
 end
 local ok_args, targs, rest = pcall(dpl.Trainer.parse_argv, argv)
 if not ok_args then fail(targs) end
-local opts = { batch = 64, lr = 0.01, seed = 0, hidden = 256, logger = logger_kind, root = nil }
+local opts = { batch = 64, lr = 0.03, seed = 0, hidden = 256, logger = logger_kind, root = nil }
 local numeric = { batch = 'an integer', lr = 'a number', seed = 'an integer', hidden = 'an integer' }
 for i = 1, #rest, 2 do
   local k = rest[i]:match('^%-%-([%w_]+)$')
@@ -116,7 +116,8 @@ function MLP:test_step(batch) evaluate(self, batch, 'test') end
 
 function MLP:configure_optimizers()
   local opt = optim.SGD(self:parameters(), { lr = self.hparams.lr, momentum = 0.9 })
-  return opt
+  local T = math.max(1, self.trainer.max_epochs)
+  return { optimizer = opt, lr_scheduler = { scheduler = optim.lr_scheduler.CosineAnnealingLR(opt, { T_max = T }), interval = 'epoch' } }
 end
 
 ---------------------------------------------------------------- the trainer
