@@ -496,6 +496,8 @@ int32_t dpl_comm_backend_of(const dpl_comm *c);
 /* Collectives issued so far on this group. */
 int64_t dpl_comm_seq(const dpl_comm *c);
 int dpl_comm_set_timeout(dpl_comm *c, double seconds);
+/* The group's timeout in seconds (0 for NULL). */
+double dpl_comm_timeout(const dpl_comm *c);
 /* on = 1 (DPL_COMM_CHECK): ranks compare every call's descriptor before data moves. The shm
  * backend always does (within the call's first synchronisation); mpi adds an MPI_Allgather. */
 int dpl_comm_set_check(dpl_comm *c, int32_t on);

@@ -64,7 +64,7 @@ describe('dist API', function()
     for line in out:gmatch('[^\n]+') do l[#l + 1] = line end
     assert.are.equal('1 2 3', l[1])
     assert.are.equal('4 5 6', l[2])
-    assert.matches('ValueError: dist: scatter: count=3 but the tensor has 2 elements', l[3], 1, true)
+    assert.matches('ValueError: dist: scatter: scatter_list[1] is float32 x 2, expected float32 x 3', l[3], 1, true)
     assert.matches('reduce_scatter: input_list%[1%] is float64 x 3, expected float32 x 3', l[4])
     assert.matches('reduce_scatter: input_list has 2 entries, the group 1 ranks', l[5])
   end)

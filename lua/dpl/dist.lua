@@ -19,10 +19,13 @@ M.DistError = DistError
 
 local status_names = capi.status_names
 
--- Raises DistError (or ValueError for EINVAL) with the C side's message.
-local function check(st, level)
+-- Raises DistError (or ValueError for EINVAL) with the C side's message; call: the
+-- user's function when it runs the C collective under another name (broadcast_object
+-- runs broadcasts): "dist: broadcast_object: rank 0 timed out ... in broadcast #1 ...".
+local function check(st, level, call)
   if st == 0 then return end
   local msg = ffi.string(C.dpl_last_error())
+  if call then msg = 'dist: ' .. call .. ': ' .. msg:gsub('^dist: ', '') end
   local cls = st == -1 and errors.ValueError or DistError
   local e = cls(msg)
   e.status = status_names[st] or st
@@ -94,8 +97,11 @@ local function device_ok(tt, level)
   end
 end
 
--- Returns pointer, count, dtype id for a tensor or a raw buffer with opts.
-local function buffer_of(x, opts, what, level)
+-- Returns pointer, count, dtype id for a tensor or a raw buffer with opts. With a
+-- tensor, opts.count/opts.dtype must agree with it; `label` (a buffer the call sizes
+-- itself: "output 2", "the output tensor") words the error as "<label> is float64 x 4,
+-- expected float32 x 4", else the user's options are named.
+local function buffer_of(x, opts, what, level, label)
   level = (level or 1) + 1
   local tt = tensor_of(x)
   if tt then
@@ -103,8 +109,20 @@ local function buffer_of(x, opts, what, level)
       verr(('dist: %s needs a contiguous tensor (call :contiguous() first)'):format(what), level)
     end
     device_ok(tt, level)
-    if opts and opts.count and opts.count ~= tonumber(tt._numel) then
-      verr(('dist: %s: count=%d but the tensor has %d elements'):format(what, opts.count, tonumber(tt._numel)), level)
+    if opts then
+      local n, d = opts.count, opts.dtype
+      if d ~= nil then d = dtype_id(d, level) end
+      if (n ~= nil and n ~= tonumber(tt._numel)) or (d ~= nil and d ~= tt._dtype) then
+        if label then
+          verr(('dist: %s: %s is %s x %d, expected %s x %d'):format(what, label, dtype_names[tt._dtype],
+            tonumber(tt._numel), dtype_names[d or tt._dtype], n or tonumber(tt._numel)), level)
+        elseif n ~= nil and n ~= tonumber(tt._numel) then
+          verr(('dist: %s: count=%s but the tensor has %d elements'):format(what, tostring(n), tonumber(tt._numel)), level)
+        else
+          verr(('dist: %s: dtype=%s but the tensor is %s (leave dtype= out with a tensor)'):format(what,
+            dtype_names[d], dtype_names[tt._dtype]), level)
+        end
+      end
     end
     return tt._data, tonumber(tt._numel), tt._dtype, tt
   end
@@ -165,15 +183,38 @@ local function env(name)
   return v
 end
 
-local function envnum(...)
+-- The first of the variables that is set, as an integer, and its name; a value that
+-- is not an integer is a MisconfigurationException naming the variable (who: the
+-- function reporting it).
+local function envint(who, level, ...)
   for _, n in ipairs({ ... }) do
     local v = env(n)
     if v then
       local x = tonumber(v)
-      if x then return x, n end
+      if not x or x % 1 ~= 0 then
+        cfgerr(("%s: %s='%s' is not an integer"):format(who, n, v), level + 1)
+      end
+      return x, n
     end
   end
   return nil
+end
+
+-- Timeouts are finite numbers of seconds > 0 (NaN, math.huge, 0 and below are refused:
+-- there is no "wait forever").
+local function seconds_ok(x) return type(x) == 'number' and x > 0 and x < math.huge end
+local function check_timeout(v, who, level)
+  if v ~= nil and not seconds_ok(v) then
+    cfgerr(('%s: timeout must be a number of seconds > 0, got %s%s'):format(who, tostring(v),
+      type(v) == 'number' and v > 0 and ' (it must be finite)' or ''), level + 1)
+  end
+end
+-- DPL_COMM_TIMEOUT, when set, must be such a number too (C would fall back to 1800 s)
+local function check_env_timeout(who, level)
+  local v = env('DPL_COMM_TIMEOUT')
+  if v and not seconds_ok(tonumber(v)) then
+    cfgerr(("%s: DPL_COMM_TIMEOUT must be a finite number of seconds > 0, got '%s'"):format(who, v), level + 1)
+  end
 end
 
 local function sanitize(s)
@@ -255,7 +296,9 @@ end
 -- Global rank -> rank in group g.
 local function group_rank(g, r, what, level)
   if type(r) ~= 'number' or r % 1 ~= 0 then
-    verr(('dist: %s must be an integer rank, got %s'):format(what, tostring(r)), (level or 1) + 1)
+    verr(('dist: %s must be an integer rank, got %s'):format(what,
+      type(r) == 'string' and ("'%s' (a string)"):format(r) or type(r) == 'number' and tostring(r)
+      or ('%s (a %s)'):format(tostring(r), type(r))), (level or 1) + 1)
   end
   if g == world then
     if r < 0 or r >= g.size then
@@ -308,6 +351,7 @@ function M.init_process_group(opts)
   if type(opts) ~= 'table' then terr('dist.init_process_group expects an options table', 2) end
   if world then error(DistError('dist: init_process_group was already called in this process (destroy_process_group first)'), 2) end
   local backend = opts.backend or default_backend()
+  if type(backend) == 'string' then backend = backend:lower() end
   -- nccl: a host backend for the group itself (barriers, objects, host tensors, the
   -- bootstrap: shm, or mpi under mpirun or with host_backend='mpi'), plus an NCCL
   -- communicator for GPU tensors (through the CUDA plugin)
@@ -316,6 +360,7 @@ function M.init_process_group(opts)
     local why = ffi.string(C.dpl_nccl_unavailable_reason())
     if why ~= '' then cfgerr(("init_process_group: backend='nccl' is not available: %s"):format(why), 2) end
     backend = opts.host_backend or ((env('OMPI_COMM_WORLD_SIZE') and not env('RANK')) and 'mpi' or 'shm')
+    if type(backend) == 'string' then backend = backend:lower() end
     if backend ~= 'shm' and backend ~= 'mpi' then
       cfgerr(("init_process_group: host_backend='%s' for nccl must be 'shm' or 'mpi'"):format(tostring(backend)), 2)
     end
@@ -324,12 +369,11 @@ function M.init_process_group(opts)
     if backend == 'gloo' then
       cfgerr(("init_process_group: backend='%s' is not available in this build (use 'shm', 'mpi' or 'nccl')"):format(backend), 2)
     end
-    cfgerr(("init_process_group: unknown backend='%s' (shm, mpi)"):format(tostring(backend)), 2)
+    cfgerr(("init_process_group: unknown backend='%s' (shm, mpi, nccl)"):format(tostring(backend)), 2)
   end
   local timeout = opts.timeout
-  if timeout ~= nil and (type(timeout) ~= 'number' or timeout <= 0) then
-    cfgerr(('init_process_group: timeout must be a number of seconds > 0, got %s'):format(tostring(timeout)), 2)
-  end
+  check_timeout(timeout, 'init_process_group', 2)
+  if timeout == nil then check_env_timeout('init_process_group', 2) end
   local out = ffi.new('dpl_comm *[1]')
   local g = setmetatable({ backend = backend, member = true }, Group)
   if backend == 'mpi' then
@@ -346,9 +390,9 @@ function M.init_process_group(opts)
     end
   else
     local size, size_src = opts.world_size, 'world_size'
-    if size == nil then size, size_src = envnum('WORLD_SIZE', 'OMPI_COMM_WORLD_SIZE', 'PMI_SIZE', 'SLURM_NTASKS') end
+    if size == nil then size, size_src = envint('init_process_group', 2, 'WORLD_SIZE', 'OMPI_COMM_WORLD_SIZE', 'PMI_SIZE', 'SLURM_NTASKS') end
     local rank, rank_src = opts.rank, 'rank'
-    if rank == nil then rank, rank_src = envnum('RANK', 'OMPI_COMM_WORLD_RANK', 'PMI_RANK', 'SLURM_PROCID') end
+    if rank == nil then rank, rank_src = envint('init_process_group', 2, 'RANK', 'OMPI_COMM_WORLD_RANK', 'PMI_RANK', 'SLURM_PROCID') end
     size = size or 1
     rank = rank or 0
     if type(size) ~= 'number' or size < 1 or size % 1 ~= 0 then
@@ -376,7 +420,7 @@ function M.init_process_group(opts)
     local dev = opts.device
     if type(dev) == 'string' then dev = tonumber(dev:match('^cuda:(%d+)$') or '') end
     if type(dev) == 'table' and dev.type == 'cuda' then dev = dev.index end
-    if dev == nil then dev = (envnum('LOCAL_RANK', 'OMPI_COMM_WORLD_LOCAL_RANK', 'SLURM_LOCALID') or g.rank) % ngpu end
+    if dev == nil then dev = (envint('init_process_group', 2, 'LOCAL_RANK', 'OMPI_COMM_WORLD_LOCAL_RANK', 'SLURM_LOCALID') or g.rank) % ngpu end
     local nc, msg = nccl_bootstrap(g, dev)
     if not nc then
       C.dpl_comm_destroy(g.comm)
@@ -434,13 +478,15 @@ function M.get_backend(group) return get_group(group, 2).backend end
 function M.new_group(ranks, opts)
   local w = get_group(nil, 2)
   opts = opts or {}
+  if type(opts) ~= 'table' then terr('dist.new_group: opts must be a table ({timeout=})', 2) end
+  check_timeout(opts.timeout, 'dist.new_group', 2)
   local list = {}
   if ranks == nil then
     for i = 0, w.size - 1 do list[#list + 1] = i end
   else
     if type(ranks) ~= 'table' then terr('dist.new_group: ranks must be a list of 0-based ranks', 2) end
     for _, r in ipairs(ranks) do
-      if type(r) ~= 'number' then verr(('dist.new_group: rank %s is not a number'):format(tostring(r)), 2) end
+      if type(r) ~= 'number' then verr(('dist.new_group: rank %s is not a number'):format(type(r) == 'string' and ("'" .. r .. "' (a string)") or tostring(r)), 2) end
       list[#list + 1] = r
     end
     table.sort(list)
@@ -460,7 +506,7 @@ function M.new_group(ranks, opts)
   if g.member then
     g.comm = out[0]
     g.rank, g.size = C.dpl_comm_rank(g.comm), C.dpl_comm_size(g.comm)
-    if opts.timeout then check(C.dpl_comm_set_timeout(g.comm, opts.timeout), 2) end
+    if opts.timeout ~= nil then check(C.dpl_comm_set_timeout(g.comm, opts.timeout), 2) end
     groups[#groups + 1] = g
   else
     g.size = #list
@@ -497,6 +543,33 @@ function M._group(group) return get_group(group, 2) end
 
 ---------------------------------------------------------------- collectives
 
+-- async_op=true: the collectives run synchronously (the shm and mpi backends have no
+-- progress thread; NCCL work is queued on the device's stream, as without it); the
+-- call returns a completed work handle (torch's Work): wait() returns true at once.
+local Work = {}
+Work.__index = Work
+Work.__name = 'Work'
+function Work:wait() return true end
+function Work:is_completed() return true end
+function Work:is_success() return true end
+function Work:result() return self._result end
+function Work:__tostring() return 'Work(completed)' end
+M.Work = Work
+
+-- f(args..., opts without async_op), its result kept in a completed Work
+local function async_call(f, opts, ...)
+  local r
+  if f then
+    local o = {}
+    for k, v in pairs(opts) do if k ~= 'async_op' then o[k] = v end end
+    local n = select('#', ...)
+    local args = { ... }
+    args[n + 1] = o
+    r = f(unpack(args, 1, n + 1))
+  end
+  return setmetatable({ _result = r }, Work)
+end
+
 -- Options table is the last argument when it is a plain table with known keys.
 local function split_opts(o)
   if type(o) == 'table' and getmetatable(o) == nil and not tensor_of(o) then return o end
@@ -509,6 +582,7 @@ function M.barrier(group)
   local g
   if o then g = get_group(o.group, 2) else g = get_group(group, 2) end
   check(C.dpl_comm_barrier(g.comm), 2)
+  if o and o.async_op then return async_call(nil, o) end
 end
 
 -- GPU tensors. A tensor in GPU memory (a real GPU) runs as an NCCL collective when
@@ -673,6 +747,7 @@ end
 function M.all_reduce(t, op, opts)
   if type(op) == 'table' then opts, op = op, nil end
   opts = split_opts(opts) or {}
+  if opts.async_op then return async_call(M.all_reduce, opts, t, op) end
   local g = get_group(opts.group, 2)
   local nt = nccl_tensor(g, t)
   if nt then
@@ -693,6 +768,7 @@ end
 function M.reduce(t, dst, op, opts)
   if type(op) == 'table' then opts, op = op, nil end
   opts = split_opts(opts) or {}
+  if opts.async_op then return async_call(M.reduce, opts, t, dst, op) end
   local g = get_group(opts.group, 2)
   local root = group_rank(g, dst or 0, 'dst', 2)
   local nt = nccl_tensor(g, t)
@@ -713,6 +789,7 @@ end
 --- broadcast(t, src, opts): t takes rank src's values on every rank.
 function M.broadcast(t, src, opts)
   opts = split_opts(opts) or {}
+  if opts.async_op then return async_call(M.broadcast, opts, t, src) end
   local g = get_group(opts.group, 2)
   local root = group_rank(g, src or 0, 'src', 2)
   local nt = nccl_tensor(g, t)
@@ -731,7 +808,7 @@ end
 local function copy_blocks_out(list, tmp, n, d, what)
   local es = dtype_sizes[d]
   for i, x in ipairs(list) do
-    local p, m, xd = buffer_of(x, { count = n, dtype = d }, what, 3)
+    local p, m, xd = buffer_of(x, { count = n, dtype = d }, what, 3, 'output ' .. i)
     if m ~= n or xd ~= d then
       verr(('dist: %s: output %d is %s x %d, expected %s x %d'):format(what, i, dtype_names[xd], m, dtype_names[d], n), 3)
     end
@@ -764,7 +841,7 @@ local function host_all_gather(g, a, b, opts)
     copy_blocks_out(a, tmp, n, d, 'all_gather')
     return a
   end
-  local rp = buffer_of(a, { count = n * g.size, dtype = d }, 'all_gather', 3)
+  local rp = buffer_of(a, { count = n * g.size, dtype = d }, 'all_gather', 3, 'the output tensor')
   check(C.dpl_comm_all_gather(g.comm, p, rp, n, d), 3)
   return a
 end
@@ -775,6 +852,7 @@ end
 function M.all_gather(a, b, opts)
   if opts == nil and split_opts(b) then opts, b = b, nil end
   opts = split_opts(opts) or {}
+  if opts.async_op then return async_call(M.all_gather, opts, a, b) end
   local g = get_group(opts.group, 2)
   local st = nccl_tensor(g, b == nil and a or b)
   if st then
@@ -804,7 +882,7 @@ local function host_gather(g, t, list, root, opts)
   local es = dtype_sizes[d]
   local me = g.rank == root
   if me and list ~= nil and type(list) == 'cdata' then
-    local rp = buffer_of(list, { count = n * g.size, dtype = d }, 'gather', 3)
+    local rp = buffer_of(list, { count = n * g.size, dtype = d }, 'gather', 3, 'the output tensor')
     check(C.dpl_comm_gather(g.comm, p, rp, n, d, root), 3)
     return list
   end
@@ -826,6 +904,7 @@ end
 -- (nil there: a list of new tensors is returned). Raw: gather(send, recv, dst, {count=, dtype=}).
 function M.gather(t, list, dst, opts)
   opts = split_opts(opts) or {}
+  if opts.async_op then return async_call(M.gather, opts, t, list, dst) end
   local g = get_group(opts.group, 2)
   local root = group_rank(g, dst or 0, 'dst', 2)
   local me = g.rank == root
@@ -864,7 +943,7 @@ local function pack_list(list, n, d, what, list_name)
   local es = dtype_sizes[d]
   local sp = ffi.new('uint8_t[?]', math.max(1, n * es * #list))
   for i, x in ipairs(list) do
-    local xp, m, xd = buffer_of(x, { count = n, dtype = d }, what, 4)
+    local xp, m, xd = buffer_of(x, { count = n, dtype = d }, what, 4, ('%s[%d]'):format(list_name, i))
     if m ~= n or xd ~= d then
       verr(('dist: %s: %s[%d] is %s x %d, expected %s x %d'):format(what, list_name, i, dtype_names[xd], m,
         dtype_names[d], n), 4)
@@ -878,8 +957,8 @@ local function host_scatter(g, t, list, root, opts)
   local p, n, d = buffer_of(t, opts, 'scatter', 3)
   local sp = nil
   if g.rank == root then
-    if type(list) == 'cdata' and not tensor_of(list) then
-      sp = buffer_of(list, { count = n * g.size, dtype = d }, 'scatter', 3)
+    if type(list) == 'cdata' or tensor_of(list) then -- a flat tensor or raw buffer of size blocks
+      sp = buffer_of(list, { count = n * g.size, dtype = d }, 'scatter', 3, 'the input tensor')
     else
       if type(list) ~= 'table' or #list ~= g.size then
         verr(('dist: scatter: rank %d (src) needs a scatter_list of %d entries'):format(g.rank, g.size), 3)
@@ -894,6 +973,7 @@ end
 -- Raw: scatter(recv, send, src, {count=, dtype=}) with send of size*count on src.
 function M.scatter(t, list, src, opts)
   opts = split_opts(opts) or {}
+  if opts.async_op then return async_call(M.scatter, opts, t, list, src) end
   local g = get_group(opts.group, 2)
   local root = group_rank(g, src or 0, 'src', 2)
   local rt = nccl_tensor(g, t)
@@ -930,7 +1010,7 @@ local function host_reduce_scatter(g, out, inputs, op, opts)
     end
     sp = pack_list(inputs, n, d, 'reduce_scatter', 'input_list')
   else
-    sp = buffer_of(inputs, { count = n * g.size, dtype = d }, 'reduce_scatter', 3)
+    sp = buffer_of(inputs, { count = n * g.size, dtype = d }, 'reduce_scatter', 3, 'the input tensor')
   end
   check(C.dpl_comm_reduce_scatter(g.comm, sp, p, n, d, op_id(op or opts.op, 3)), 3)
 end
@@ -940,6 +1020,7 @@ end
 function M.reduce_scatter(out, inputs, op, opts)
   if type(op) == 'table' then opts, op = op, nil end
   opts = split_opts(opts) or {}
+  if opts.async_op then return async_call(M.reduce_scatter, opts, out, inputs, op) end
   local g = get_group(opts.group, 2)
   local rt = nccl_tensor(g, out)
   if rt then
@@ -969,52 +1050,60 @@ end
 
 -- The host backends' all_to_all over flat host tensors of size equal blocks: one
 -- scatter per rank (rank r's input scattered into block r of every output).
-local function host_all_to_all(g, out, inp, what)
-  local p, n, d = buffer_of(out, nil, what, 3)
-  local ip, m, id = buffer_of(inp, nil, what, 3)
+local function host_all_to_all(g, out, inp, what, level)
+  local p, n, d = buffer_of(out, nil, what, level)
+  local ip, m, id = buffer_of(inp, nil, what, level)
   if m ~= n or id ~= d then
-    verr(('dist: %s: input is %s x %d, output %s x %d (they must match)'):format(what, dtype_names[id], m, dtype_names[d], n), 3)
+    verr(('dist: %s: input is %s x %d, output %s x %d (they must match)'):format(what, dtype_names[id], m, dtype_names[d], n), level)
   end
   if n % g.size ~= 0 then
-    verr(('dist: %s: %d elements do not split into %d equal blocks'):format(what, n, g.size), 3)
+    verr(('dist: %s: %d elements do not split into %d equal blocks'):format(what, n, g.size), level)
   end
   local b, es = n / g.size, dtype_sizes[d]
   for r = 0, g.size - 1 do
-    check(C.dpl_comm_scatter(g.comm, g.rank == r and ip or nil, ffi.cast('uint8_t *', p) + r * b * es, b, d, r), 3)
+    check(C.dpl_comm_scatter(g.comm, g.rank == r and ip or nil, ffi.cast('uint8_t *', p) + r * b * es, b, d, r), level, what)
   end
 end
 
 --- all_to_all_single(output, input, opts): input and output hold `size` equal blocks
 --- (split along the first dimension, as torch's without split sizes); block k of
 --- rank j's input lands in block j of rank k's output.
+local all_to_all_flat -- below
 function M.all_to_all_single(out, inp, opts)
   opts = split_opts(opts) or {}
+  if opts.async_op then return async_call(M.all_to_all_single, opts, out, inp) end
   if opts.output_split_sizes ~= nil or opts.input_split_sizes ~= nil then
     verr('dist: all_to_all_single: uneven split sizes are not supported (equal blocks only)', 2)
   end
-  local g = get_group(opts.group, 2)
+  all_to_all_flat(out, inp, opts.group, 'all_to_all_single')
+  return out
+end
+
+-- all_to_all_single's work (what: the user's call; errors at the level of its caller)
+function all_to_all_flat(out, inp, group, what)
+  local g = get_group(group, 3)
   local ot, it = tensor_of(out), tensor_of(inp)
-  if not ot or not it then terr('dist: all_to_all_single expects two tensors (output, input)', 2) end
+  if not ot or not it then terr('dist: ' .. what .. ' expects two tensors (output, input)', 3) end
   local st = nccl_tensor(g, inp)
   if st then
-    nccl_contig(st, 'all_to_all_single', 2)
+    nccl_contig(st, what, 3)
     local n = tonumber(st._numel)
     if tonumber(ot._numel) ~= n or ot._dtype ~= st._dtype then
-      verr(('dist: all_to_all_single: input is %s x %d, output %s x %d (they must match)'):format(
-        dtype_names[st._dtype], n, dtype_names[ot._dtype], tonumber(ot._numel)), 2)
+      verr(('dist: %s: input is %s x %d, output %s x %d (they must match)'):format(what,
+        dtype_names[st._dtype], n, dtype_names[ot._dtype], tonumber(ot._numel)), 3)
     end
     if n % g.size ~= 0 then
-      verr(('dist: all_to_all_single: %d elements do not split into %d equal blocks'):format(n, g.size), 2)
+      verr(('dist: %s: %d elements do not split into %d equal blocks'):format(what, n, g.size), 3)
     end
     local rt = direct(out, st, n)
     local flat = rt or new_flat(st, n)
-    check(nccl_api.dpl_nccl_all_to_all(g.nccl, st, tensor_of(flat)), 2)
-    if not rt then flat_to({ out }, flat, n, 'all_to_all_single', 2) end
+    check(nccl_api.dpl_nccl_all_to_all(g.nccl, st, tensor_of(flat)), 3, what ~= 'all_to_all_single' and what or nil)
+    if not rt then flat_to({ out }, flat, n, what, 3) end
     return out
   end
   local back = {}
   local o2, i2 = stage(out, back, true), stage(inp, back, false)
-  host_all_to_all(g, o2, i2, 'all_to_all_single')
+  host_all_to_all(g, o2, i2, what, 4)
   unstage(back)
   return out
 end
@@ -1023,6 +1112,7 @@ end
 --- lands in output_list[rank+1]. Every tensor has one size and dtype.
 function M.all_to_all(outs, inps, opts)
   opts = split_opts(opts) or {}
+  if opts.async_op then return async_call(M.all_to_all, opts, outs, inps) end
   local g = get_group(opts.group, 2)
   for _, l in ipairs({ { outs, 'output_list' }, { inps, 'input_list' } }) do
     if type(l[1]) ~= 'table' or tensor_of(l[1]) or #l[1] ~= g.size then
@@ -1035,7 +1125,7 @@ function M.all_to_all(outs, inps, opts)
   -- through flat tensors of `size` blocks on the first input's device
   local flat_in = flat_from(inps, lead, n, 'all_to_all', 2)
   local flat_out = new_flat(lead, n * g.size)
-  M.all_to_all_single(flat_out, flat_in, { group = opts.group })
+  all_to_all_flat(flat_out, flat_in, opts.group, 'all_to_all')
   flat_to(outs, flat_out, n, 'all_to_all', 2)
   return outs
 end
@@ -1065,7 +1155,7 @@ function M.broadcast_object(obj, src, opts)
     s, why = encode(obj)
     len[0] = s and #s or -1
   end
-  check(C.dpl_comm_broadcast(g.comm, len, 1, 5, root), 2)
+  check(C.dpl_comm_broadcast(g.comm, len, 1, 5, root), 2, 'broadcast_object')
   local n = tonumber(len[0])
   if n < 0 then
     error(DistError(('dist: broadcast_object: rank %d (src) could not encode its object%s'):format(
@@ -1073,7 +1163,7 @@ function M.broadcast_object(obj, src, opts)
   end
   local buf = ffi.new('uint8_t[?]', math.max(1, n))
   if g.rank == root then ffi.copy(buf, s, n) end
-  check(C.dpl_comm_broadcast(g.comm, buf, n, 6, root), 2)
+  check(C.dpl_comm_broadcast(g.comm, buf, n, 6, root), 2, 'broadcast_object')
   if g.rank == root then return obj end
   return decode(ffi.string(buf, n), src or 0)
 end
@@ -1083,7 +1173,7 @@ local function gather_objects(obj, g, root, what)
   local lens = ffi.new('int64_t[?]', g.size)
   local mine = ffi.new('int64_t[1]', s and #s or -1)
   -- every rank learns every length: the padded size, and who could not encode
-  check(C.dpl_comm_all_gather(g.comm, mine, lens, 1, 5), 3)
+  check(C.dpl_comm_all_gather(g.comm, mine, lens, 1, 5), 3, what)
   local recv = not root or g.rank == root
   local maxlen, bad = 0, {}
   for i = 0, g.size - 1 do
@@ -1097,8 +1187,8 @@ local function gather_objects(obj, g, root, what)
   local send = ffi.new('uint8_t[?]', math.max(1, maxlen))
   ffi.copy(send, s, #s)
   local all = recv and ffi.new('uint8_t[?]', math.max(1, maxlen * g.size)) or nil
-  if root then check(C.dpl_comm_gather(g.comm, send, all, maxlen, 6, root), 3)
-  else check(C.dpl_comm_all_gather(g.comm, send, all, maxlen, 6), 3) end
+  if root then check(C.dpl_comm_gather(g.comm, send, all, maxlen, 6, root), 3, what)
+  else check(C.dpl_comm_all_gather(g.comm, send, all, maxlen, 6), 3, what) end
   if not recv then return nil end
   local out = {}
   for i = 0, g.size - 1 do
@@ -1120,6 +1210,102 @@ function M.gather_object(obj, dst, opts)
   return gather_objects(obj, g, group_rank(g, dst or 0, 'dst', 2), 'gather_object')
 end
 
+--- broadcast_object_list(list, src, opts): torch's in-place form: on every rank the
+--- entries of list become those of src's list (list[1..n], n = #list on src).
+function M.broadcast_object_list(list, src, opts)
+  if type(list) ~= 'table' then terr('dist.broadcast_object_list: object_list must be a list', 2) end
+  opts = split_opts(opts) or {}
+  local g = get_group(opts.group, 2)
+  local root = group_rank(g, src or 0, 'src', 2)
+  local mine = g.rank == root and { n = #list, unpack(list, 1, #list) } or nil
+  local got = M.broadcast_object(mine, src or 0, { group = opts.group })
+  if g.rank ~= root then
+    for i = #list, got.n + 1, -1 do list[i] = nil end
+    for i = 1, got.n do list[i] = got[i] end
+  end
+  return list
+end
+
+--- scatter_object_list(out_list, in_list, src, opts): out_list[1] becomes in_list[rank+1]
+--- of rank src (in_list: one object per rank of the group, on src only). Returns out_list
+--- (a new list when it is nil).
+function M.scatter_object_list(out_list, in_list, src, opts)
+  if out_list ~= nil and type(out_list) ~= 'table' then
+    terr('dist.scatter_object_list: scatter_object_output_list must be a list', 2)
+  end
+  opts = split_opts(opts) or {}
+  local g = get_group(opts.group, 2)
+  local root = group_rank(g, src or 0, 'src', 2)
+  -- src's lengths go round first (-1: an entry that could not be encoded, -2: a bad list)
+  local lens = ffi.new('int64_t[?]', g.size)
+  local enc, why = {}, nil
+  if g.rank == root then
+    if type(in_list) ~= 'table' or #in_list ~= g.size then
+      why = ('scatter_object_input_list must hold %d objects (one per rank), got %s'):format(g.size,
+        type(in_list) == 'table' and #in_list or type(in_list))
+      for i = 0, g.size - 1 do lens[i] = -2 end
+    else
+      for i = 1, g.size do
+        local e, w = encode(in_list[i])
+        if not e and not why then why = ('entry %d: %s'):format(i, w) end
+        enc[i] = e
+        lens[i - 1] = e and #e or -1
+      end
+    end
+  end
+  check(C.dpl_comm_broadcast(g.comm, lens, g.size, 5, root), 2, 'scatter_object_list')
+  local maxlen = 0
+  for i = 0, g.size - 1 do
+    local l = tonumber(lens[i])
+    if l < 0 then
+      local e = DistError(('dist: scatter_object_list: rank %d (src) %s'):format(src or 0,
+        l == -2 and 'was not given a valid scatter_object_input_list' or 'could not encode an object')
+        .. (why and (': ' .. why) or ''))
+      error(e, 2)
+    end
+    if l > maxlen then maxlen = l end
+  end
+  local send = nil
+  if g.rank == root then
+    send = ffi.new('uint8_t[?]', math.max(1, maxlen * g.size))
+    for i = 1, g.size do ffi.copy(send + (i - 1) * maxlen, enc[i], #enc[i]) end
+  end
+  local recv = ffi.new('uint8_t[?]', math.max(1, maxlen))
+  check(C.dpl_comm_scatter(g.comm, send, recv, maxlen, 6, root), 2, 'scatter_object_list')
+  out_list = out_list or {}
+  out_list[1] = decode(ffi.string(recv, tonumber(lens[g.rank])), src or 0)
+  return out_list
+end
+
+--- monitored_barrier(opts) (opts: a group, or {group=, timeout=}): a barrier that waits
+--- at most timeout seconds (default: the group's timeout); on the shm backend the
+--- error names the ranks that did not arrive. A timeout fails the group, as any other.
+--- On mpi a barrier cannot time out by itself: the watchdog ends the job instead.
+function M.monitored_barrier(opts, timeout)
+  local o = split_opts(opts) or {}
+  if timeout == nil then timeout = o.timeout end
+  if getmetatable(opts) == Group then o = { group = opts } end
+  check_timeout(timeout, 'dist.monitored_barrier', 2)
+  local g = get_group(o.group, 2)
+  local old = C.dpl_comm_timeout(g.comm)
+  if timeout then check(C.dpl_comm_set_timeout(g.comm, timeout), 2) end
+  local st = C.dpl_comm_barrier(g.comm)
+  if timeout then C.dpl_comm_set_timeout(g.comm, old) end
+  check(st, 2, 'monitored_barrier')
+end
+
+-- Point-to-point: the shm backend's protocol synchronises whole groups (every call
+-- publishes and waits on per-rank steps), and the mpi backend follows it.
+local function no_p2p(name)
+  return function()
+    error(errors.NotImplementedError(('dist.%s: point-to-point send/recv is not supported by dpl.dist '
+      .. '(shm, mpi); use a collective instead: broadcast(t, src, {group = dist.new_group({src, dst})}) '
+      .. 'moves a tensor from src to dst, scatter/gather and the *_object functions too'):format(name)), 2)
+  end
+end
+M.send, M.recv, M.isend, M.irecv = no_p2p('send'), no_p2p('recv'), no_p2p('isend'), no_p2p('irecv')
+M.batch_isend_irecv = no_p2p('batch_isend_irecv')
+
 ---------------------------------------------------------------- store
 
 local Store = {}
@@ -1133,13 +1319,12 @@ M.TCPStore = setmetatable({}, { __call = function(_, opts) return M.store(opts) 
 function M.store(opts)
   opts = opts or {}
   local host = opts.host or env('MASTER_ADDR') or '127.0.0.1'
-  local port = opts.port or tonumber(env('MASTER_PORT') or '')
+  local port = opts.port or envint('TCPStore', 2, 'MASTER_PORT')
   local is_master = opts.is_master
-  if is_master == nil then is_master = (envnum('RANK', 'OMPI_COMM_WORLD_RANK', 'SLURM_PROCID') or 0) == 0 end
+  if is_master == nil then is_master = (envint('TCPStore', 2, 'RANK', 'OMPI_COMM_WORLD_RANK', 'SLURM_PROCID') or 0) == 0 end
   if port == nil then cfgerr('TCPStore: needs port= or MASTER_PORT', 2) end
-  if opts.timeout ~= nil and (type(opts.timeout) ~= 'number' or opts.timeout <= 0) then
-    cfgerr(('TCPStore: timeout must be a number of seconds > 0, got %s'):format(tostring(opts.timeout)), 2)
-  end
+  check_timeout(opts.timeout, 'TCPStore', 2)
+  if opts.timeout == nil then check_env_timeout('TCPStore', 2) end
   local out = ffi.new('dpl_store *[1]')
   check(C.dpl_store_create(host, port, is_master and 1 or 0, opts.timeout or 0, out), 2)
   return setmetatable({ h = ffi.gc(out[0], C.dpl_store_destroy) }, Store)

@@ -4,15 +4,16 @@
  * to a backend (shm: dpl_comm_shm_*.c, mpi: dpl_comm_mpi.c). */
 #define _GNU_SOURCE
 #include "dpl_comm_internal.h"
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 static const char *kind_names[] = { "?", "barrier", "all_reduce", "reduce", "broadcast", "all_gather",
-                                    "gather", "scatter", "reduce_scatter" };
+                                    "gather", "scatter", "reduce_scatter", "new_group" };
 const char *dpl_comm_kind_name(int32_t kind)
 {
-  return (kind >= 1 && kind <= DPL_K_REDUCE_SCATTER) ? kind_names[kind] : "?";
+  return (kind >= 1 && kind <= DPL_K_NEW_GROUP) ? kind_names[kind] : "?";
 }
 
 const char *dpl_comm_op_name(int32_t op)
@@ -25,7 +26,7 @@ const char *dpl_comm_desc_str(const dpl_coll_desc *d, char *buf, size_t n)
 {
   int k = snprintf(buf, n, "%s #%llu", dpl_comm_kind_name(d->kind), (unsigned long long)d->seq);
   if (k < 0 || (size_t)k >= n) return buf;
-  if (d->kind == DPL_K_BARRIER) return buf;
+  if (d->kind == DPL_K_BARRIER || d->kind == DPL_K_NEW_GROUP) return buf;
   int m = snprintf(buf + k, n - (size_t)k, " (%s x %lld", dpl_comm_dtype_name(d->dtype), (long long)d->count);
   if (m < 0 || (size_t)(k + m) >= n) return buf;
   k += m;
@@ -56,7 +57,7 @@ double dpl_comm_env_timeout(void)
   if (e && *e) {
     char *end;
     double v = strtod(e, &end);
-    if (end != e && v > 0) return v;
+    if (end != e && *end == 0 && v > 0 && isfinite(v)) return v;
   }
   return 1800.0;
 }
@@ -70,7 +71,7 @@ dpl_comm *dpl_comm_alloc(const dpl_comm_ops *ops, int32_t backend, int32_t rank,
   c->backend = backend;
   c->rank = rank;
   c->size = size;
-  c->timeout_s = timeout_s > 0 ? timeout_s : dpl_comm_env_timeout();
+  c->timeout_s = timeout_s > 0 && isfinite(timeout_s) ? timeout_s : dpl_comm_env_timeout();
   if (check < 0) {
     const char *e = getenv("DPL_COMM_CHECK");
     check = (e && *e && strcmp(e, "0") != 0) ? 1 : 0;
@@ -110,6 +111,68 @@ int dpl_comm_init_mpi(double timeout_s, dpl_comm **out)
   return dpl_comm_mpi_create(timeout_s, -1, out);
 }
 
+static int begin(dpl_comm *c, dpl_coll_desc *d, int32_t kind, int64_t count, int32_t dtype, int32_t op,
+                 int32_t root);
+static int finish(dpl_comm *c, int st);
+
+/* What a rank passed to new_group, as exchanged with the others. */
+enum { LIST_SHOWN = 12 };
+typedef struct list_rec {
+  int32_t n, pad;
+  uint64_t hash;
+  int32_t first[LIST_SHOWN];
+} list_rec;
+
+static uint64_t list_hash(const int32_t *r, int32_t n)
+{
+  uint64_t h = 1469598103934665603ULL;
+  for (int32_t i = 0; i < n; i++) { h ^= (uint64_t)(uint32_t)r[i]; h *= 1099511628211ULL; }
+  return h;
+}
+
+static void list_str(const list_rec *r, char *buf, size_t len)
+{
+  size_t k = 0;
+  int m = snprintf(buf, len, "[");
+  if (m > 0) k = (size_t)m;
+  int32_t shown = r->n < LIST_SHOWN ? r->n : LIST_SHOWN;
+  for (int32_t i = 0; i < shown && k < len; i++) {
+    m = snprintf(buf + k, len - k, "%s%d", i ? "," : "", r->first[i]);
+    if (m > 0) k += (size_t)m;
+  }
+  if (k < len) snprintf(buf + k, len - k, r->n > LIST_SHOWN ? ",... (%d ranks)]" : "]", r->n);
+}
+
+/* Every rank of parent must pass the same list (torch's rule): the lists' hashes go
+ * round the parent (a collective, "new_group #k" in messages), and every rank raises
+ * the same error, naming two ranks and their lists, when they differ. The parent stays
+ * usable: the exchange itself succeeded. */
+static int same_lists(dpl_comm *parent, int32_t n, const int32_t *ranks)
+{
+  list_rec mine;
+  memset(&mine, 0, sizeof mine);
+  mine.n = n;
+  mine.hash = list_hash(ranks, n);
+  for (int32_t i = 0; i < n && i < LIST_SHOWN; i++) mine.first[i] = ranks[i];
+  list_rec *all = calloc((size_t)parent->size, sizeof *all);
+  if (!all) return dpl_errorf(DPL_ENOMEM, "dist: new_group: out of memory");
+  dpl_coll_desc d;
+  int st = begin(parent, &d, DPL_K_NEW_GROUP, (int64_t)sizeof mine, DPL_UINT8, -1, -1);
+  if (!st) st = parent->ops->all_gather(parent, &d, &mine, all);
+  st = finish(parent, st);
+  for (int32_t j = 1; st == DPL_OK && j < parent->size; j++) {
+    if (all[j].n == all[0].n && all[j].hash == all[0].hash) continue;
+    char a[160], b[160];
+    list_str(&all[0], a, sizeof a);
+    list_str(&all[j], b, sizeof b);
+    st = dpl_errorf(DPL_EINVAL, "dist: new_group: the ranks passed different lists: rank 0 passed %s but rank %d "
+                    "passed %s (every rank must call new_group with the same ranks, also the ranks outside the "
+                    "list, as in torch.distributed)", a, (int)j, b);
+  }
+  free(all);
+  return st;
+}
+
 int dpl_comm_new_group(dpl_comm *parent, int32_t n, const int32_t *ranks, dpl_comm **out)
 {
   if (!out) return dpl_errorf(DPL_EINVAL, "dist: out is NULL");
@@ -125,6 +188,10 @@ int dpl_comm_new_group(dpl_comm *parent, int32_t n, const int32_t *ranks, dpl_co
     if (i > 0 && ranks[i] <= ranks[i - 1])
       return dpl_errorf(DPL_EINVAL, "dist: new_group: ranks must be increasing without repeats");
     if (ranks[i] == parent->rank) me = i;
+  }
+  if (parent->size > 1) {
+    int st = same_lists(parent, n, ranks);
+    if (st) return st;
   }
   parent->groups++;
   return parent->ops->new_group(parent, n, ranks, me, out);
@@ -148,10 +215,13 @@ int32_t dpl_comm_size(const dpl_comm *c) { return c ? c->size : 0; }
 int32_t dpl_comm_backend_of(const dpl_comm *c) { return c ? c->backend : -1; }
 int64_t dpl_comm_seq(const dpl_comm *c) { return c ? (int64_t)c->seq : 0; }
 
+double dpl_comm_timeout(const dpl_comm *c) { return c ? c->timeout_s : 0; }
+
 int dpl_comm_set_timeout(dpl_comm *c, double seconds)
 {
   if (!c) return dpl_errorf(DPL_EINVAL, "dist: no group");
-  if (!(seconds > 0)) return dpl_errorf(DPL_EINVAL, "dist: timeout must be > 0 seconds, got %g", seconds);
+  if (!(seconds > 0) || !isfinite(seconds))
+    return dpl_errorf(DPL_EINVAL, "dist: timeout must be a finite number of seconds > 0, got %g", seconds);
   c->timeout_s = seconds;
   return DPL_OK;
 }

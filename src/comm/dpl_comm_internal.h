@@ -11,7 +11,8 @@
 /* Kinds of collective, as recorded in descriptors and error messages. */
 enum {
   DPL_K_BARRIER = 1, DPL_K_ALL_REDUCE, DPL_K_REDUCE, DPL_K_BROADCAST, DPL_K_ALL_GATHER,
-  DPL_K_GATHER, DPL_K_SCATTER, DPL_K_REDUCE_SCATTER
+  DPL_K_GATHER, DPL_K_SCATTER, DPL_K_REDUCE_SCATTER,
+  DPL_K_NEW_GROUP /* the exchange of the ranks' lists before a subgroup is made (an all_gather) */
 };
 
 /* One collective call as this rank sees it (compared across ranks). */

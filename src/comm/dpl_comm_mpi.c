@@ -45,9 +45,11 @@ static struct {
   int (*Gather)(const void *, int, MType, void *, int, MType, int, MComm);
   int (*Scatter)(const void *, int, MType, void *, int, MType, int, MComm);
   int (*Reduce_scatter_block)(const void *, void *, int, MType, MOp, MComm);
+  int (*Op_create)(void (*)(void *, void *, int *, MType *), int, MOp *);
   void *world, *comm_null, *errors_return;
   void *t_float, *t_double, *t_u16, *t_i32, *t_i64, *t_u8;
   void *o_sum, *o_max, *o_min, *o_prod;
+  MOp o_fmax, o_fmin; /* max/min of float/double that propagate NaN (made after MPI_Init) */
 } M;
 
 static int load(void)
@@ -75,7 +77,7 @@ static int load(void)
   SYM(Comm_set_errhandler, "MPI_Comm_set_errhandler"); SYM(Error_string, "MPI_Error_string");
   SYM(Barrier, "MPI_Barrier"); SYM(Bcast, "MPI_Bcast"); SYM(Allreduce, "MPI_Allreduce"); SYM(Reduce, "MPI_Reduce");
   SYM(Allgather, "MPI_Allgather"); SYM(Gather, "MPI_Gather"); SYM(Scatter, "MPI_Scatter");
-  SYM(Reduce_scatter_block, "MPI_Reduce_scatter_block");
+  SYM(Reduce_scatter_block, "MPI_Reduce_scatter_block"); SYM(Op_create, "MPI_Op_create");
   SYM(world, "ompi_mpi_comm_world"); SYM(comm_null, "ompi_mpi_comm_null"); SYM(errors_return, "ompi_mpi_errors_return");
   SYM(t_float, "ompi_mpi_float"); SYM(t_double, "ompi_mpi_double"); SYM(t_u16, "ompi_mpi_uint16_t");
   SYM(t_i32, "ompi_mpi_int32_t"); SYM(t_i64, "ompi_mpi_int64_t"); SYM(t_u8, "ompi_mpi_uint8_t");
@@ -183,9 +185,37 @@ static MType mtype(int32_t dtype)
   }
 }
 
+/* MPI_MAX/MPI_MIN drop a NaN depending on the operand order; torch (and the shm
+ * backend) give NaN when any rank has one: user ops for float and double (half
+ * types reduce through float). Commutative; a NaN in either operand wins. */
+#define NAN_OP(name, T, CMP)                                                        \
+  static void name(T *in, T *io, int n)                                             \
+  {                                                                                 \
+    for (int i = 0; i < n; i++) {                                                   \
+      T a = in[i], b = io[i];                                                       \
+      if (a != a) io[i] = a;                                                        \
+      else if (b == b && a CMP b) io[i] = a;                                        \
+    }                                                                               \
+  }
+NAN_OP(fmax_f, float, >)
+NAN_OP(fmin_f, float, <)
+NAN_OP(fmax_d, double, >)
+NAN_OP(fmin_d, double, <)
+static void user_max(void *in, void *io, int *len, MType *t)
+{
+  if (*t == M.t_double) fmax_d(in, io, *len); else fmax_f(in, io, *len);
+}
+static void user_min(void *in, void *io, int *len, MType *t)
+{
+  if (*t == M.t_double) fmin_d(in, io, *len); else fmin_f(in, io, *len);
+}
+
 static MOp mop(int32_t op, int32_t dtype)
 {
   if (dtype == DPL_BOOL) return (op == DPL_COMM_SUM || op == DPL_COMM_MAX) ? M.o_max : M.o_min;
+  int fl = dtype == DPL_FLOAT32 || dtype == DPL_FLOAT64 || dtype == DPL_FLOAT16 || dtype == DPL_BFLOAT16;
+  if (fl && op == DPL_COMM_MAX && M.o_fmax) return M.o_fmax;
+  if (fl && op == DPL_COMM_MIN && M.o_fmin) return M.o_fmin;
   switch (op) {
   case DPL_COMM_MAX: return M.o_max;
   case DPL_COMM_MIN: return M.o_min;
@@ -447,6 +477,11 @@ int dpl_comm_mpi_create(double timeout_s, int32_t check, dpl_comm **out)
     on_exit(at_process_exit, NULL);
   }
   M.Comm_set_errhandler(M.world, M.errors_return);
+  if (!M.o_fmax) {
+    MOp a = NULL, b = NULL;
+    if (M.Op_create(user_max, 1, &a) == 0 && M.Op_create(user_min, 1, &b) == 0) { M.o_fmax = a; M.o_fmin = b; }
+    else return dpl_errorf(DPL_ECOMM, "dist: MPI_Op_create failed (the NaN-propagating max/min)");
+  }
   int rank = 0, size = 1;
   M.Comm_rank(M.world, &rank);
   M.Comm_size(M.world, &size);

@@ -66,6 +66,11 @@ static int rank_alive(const shm_rank_ctl *r)
 
 static double now(void) { return dpl_clock(); }
 
+static void unlink_name(shm_impl *s)
+{
+  if (s->named) { shm_unlink(s->name); s->named = 0; }
+}
+
 /* ---------------------------------------------------------------- abort */
 
 void shm_set_abort(dpl_comm *c, const char *msg)
@@ -85,8 +90,9 @@ void shm_set_abort(dpl_comm *c, const char *msg)
 }
 
 /* The abort message another rank left (spins briefly while it is written). */
-static int abort_error(dpl_comm *c)
+int shm_abort_error(dpl_comm *c)
 {
+  unlink_name(SHM(c));
   shm_impl *s = SHM(c);
   for (int i = 0; i < 100000 && atomic_load(&s->hdr->abort_flag) == 1; i++) CPU_RELAX();
   const char *m = atomic_load(&s->hdr->abort_flag) == 2 ? s->hdr->abort_msg : "dist: the group was aborted";
@@ -94,10 +100,6 @@ static int abort_error(dpl_comm *c)
   return dpl_errorf(DPL_ECOMM, "%s (reported by rank %d)", m, s->hdr->abort_rank);
 }
 
-static void unlink_name(shm_impl *s)
-{
-  if (s->named) { shm_unlink(s->name); s->named = 0; }
-}
 
 /* Fails the call: records msg as the group's abort reason, returns status. */
 static int fail(dpl_comm *c, int status, const char *msg)
@@ -127,11 +129,35 @@ static const char *last_call_of(dpl_comm *c, int j, char *buf, size_t n)
   return dpl_comm_desc_str(&d, buf, n);
 }
 
-/* Checks everything a waiter must notice; DPL_OK to keep waiting. */
-static int check_peers(dpl_comm *c, int waiting_for, int force)
+static inline int reached(uint32_t v, uint32_t target) { return (int32_t)(v - target) >= 0; }
+
+/* ", ranks 1,3 have not arrived" when more ranks than the one waited for are missing. */
+static void missing_ranks(dpl_comm *c, uint32_t target, char *buf, size_t n)
 {
   shm_impl *s = SHM(c);
-  if (atomic_load(&s->hdr->abort_flag)) { unlink_name(s); return abort_error(c); }
+  size_t k = 0;
+  int count = 0;
+  buf[0] = 0;
+  for (int j = 0; j < c->size; j++)
+    if (j != c->rank && !reached(atomic_load(&s->ctl[j].step), target)) count++;
+  if (count < 2) return;
+  int m = snprintf(buf, n, "; ranks not arrived: ");
+  if (m > 0) k = (size_t)m;
+  int first = 1;
+  for (int j = 0; j < c->size && k + 16 < n; j++) {
+    if (j == c->rank || reached(atomic_load(&s->ctl[j].step), target)) continue;
+    m = snprintf(buf + k, n - k, "%s%d", first ? "" : ",", j);
+    if (m > 0) k += (size_t)m;
+    first = 0;
+  }
+}
+
+/* Checks everything a waiter must notice; DPL_OK to keep waiting. target: the step
+ * waited for (names every rank still missing in a timeout message). */
+static int check_peers(dpl_comm *c, int waiting_for, uint32_t target, int force)
+{
+  shm_impl *s = SHM(c);
+  if (atomic_load(&s->hdr->abort_flag)) { unlink_name(s); return shm_abort_error(c); }
   int32_t sig = dpl_signal_received();
   if (sig) {
     char w[160], msg[400];
@@ -142,11 +168,13 @@ static int check_peers(dpl_comm *c, int waiting_for, int force)
   }
   double t = now();
   if (t >= s->deadline) {
-    char w[160], l[160], msg[512];
-    if (waiting_for >= 0)
+    char w[160], l[160], miss[160], msg[512];
+    if (waiting_for >= 0) {
+      missing_ranks(c, target, miss, sizeof miss);
       snprintf(msg, sizeof msg, "dist: rank %d timed out after %g s in %s waiting for rank %d, whose last call "
-               "is %s (timeout: init_process_group{timeout=} or DPL_COMM_TIMEOUT)", c->rank, c->timeout_s,
-               where(c, w, sizeof w), waiting_for, last_call_of(c, waiting_for, l, sizeof l));
+               "is %s%s (timeout: init_process_group{timeout=} or DPL_COMM_TIMEOUT)", c->rank, c->timeout_s,
+               where(c, w, sizeof w), waiting_for, last_call_of(c, waiting_for, l, sizeof l), miss);
+    }
     else
       snprintf(msg, sizeof msg, "dist: rank %d timed out after %g s in %s", c->rank, c->timeout_s, where(c, w, sizeof w));
     return fail(c, DPL_ETIMEOUT, msg);
@@ -190,8 +218,6 @@ void shm_signal(dpl_comm *c)
     syscall(SYS_futex, &me->step, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
 }
 
-static inline int reached(uint32_t v, uint32_t target) { return (int32_t)(v - target) >= 0; }
-
 int shm_wait_rank(dpl_comm *c, int j, uint32_t target)
 {
   shm_impl *s = SHM(c);
@@ -227,7 +253,7 @@ int shm_wait_rank(dpl_comm *c, int j, uint32_t target)
     syscall(SYS_futex, &r->step, FUTEX_WAIT, v, &ts, NULL, 0);
     atomic_fetch_sub(&r->waiters, 1);
     if (reached(atomic_load_explicit(&r->step, memory_order_acquire), target)) return DPL_OK;
-    int st = check_peers(c, j, 0);
+    int st = check_peers(c, j, target, 0);
     if (st) return st;
     if (reached(atomic_load_explicit(&r->step, memory_order_acquire), target)) return DPL_OK;
   }
@@ -448,10 +474,17 @@ static int attach_segment(shm_impl *s, dpl_comm *c, uint64_t members_hash, size_
           uint64_t mh = h->members_hash, tb = h->total_bytes, sb = h->slot_bytes;
           munmap(p, sizeof(shm_header));
           if (ok && !stale) {
-            if (ws != (uint32_t)c->size || mh != members_hash) {
+            if (members_hash != 0 && (ws != (uint32_t)c->size || mh != members_hash)) {
+              /* a subgroup (new_group checks the lists first: only the C API gets here) */
+              close(fd);
+              return dpl_errorf(DPL_EINVAL, "dist: new_group: rank %d of the new group (%d ranks) passed another "
+                                "list of ranks than its rank 0 (%u ranks): every rank must call new_group with the "
+                                "same ranks", c->rank, c->size, ws);
+            }
+            if (ws != (uint32_t)c->size) {
               close(fd);
               return dpl_errorf(DPL_EINVAL, "dist: rank %d was started with world_size %d but rank 0 created the "
-                                "group with %u ranks%s", c->rank, c->size, ws, mh != members_hash ? " (or other members)" : "");
+                                "group with %u ranks", c->rank, c->size, ws);
             }
             if (sb != s->slot_bytes || tb != total || (size_t)stt.st_size < tb) {
               close(fd);
@@ -517,8 +550,8 @@ static int join(dpl_comm *c)
       syscall(SYS_futex, &s->hdr->ready, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
     }
     if (atomic_load(&s->hdr->ready)) { s->named = 0; return DPL_OK; }
-    if (atomic_load(&s->hdr->abort_flag)) return abort_error(c);
-    int st = check_peers(c, -1, 0);
+    if (atomic_load(&s->hdr->abort_flag)) return shm_abort_error(c);
+    int st = check_peers(c, -1, 0, 0);
     if (st) return st;
     if (!s->creator) {
       shm_rank_ctl fake = { 0 };

@@ -95,6 +95,8 @@ void shm_start(dpl_comm *c, const dpl_coll_desc *d);
 void shm_put_desc(dpl_comm *c, const dpl_coll_desc *d);
 int shm_verify_descs(dpl_comm *c, const dpl_coll_desc *d);
 /* Sets the group's abort flag with msg (first one wins) and wakes everyone. */
+/* DPL_ECOMM with the abort message another rank left in the segment. */
+int shm_abort_error(dpl_comm *c);
 void shm_set_abort(dpl_comm *c, const char *msg);
 /* Buffer handling per chunk. */
 int shm_begin_chunk(dpl_comm *c, int *buf);

@@ -56,13 +56,18 @@ static inline void copy(void *dst, const void *src, size_t n)
   if (n && dst != src) memmove(dst, src, n);
 }
 
-/* First phase of every call: publish d, signal, wait for all, compare. */
+/* First phase of every call: publish d, signal, wait for all, compare. A rank
+ * that arrives after a peer gave up on this call (a timeout) finds the peer's
+ * step already there, so the wait alone would succeed (and the small paths,
+ * whose only synchronisation this is, would complete with the peer's data):
+ * the group's abort flag, read once the wait is over, fails it too. */
 static int first_sync(dpl_comm *c, const dpl_coll_desc *d)
 {
   shm_put_desc(c, d);
   shm_signal(c);
   int st = shm_wait_all(c, SHM(c)->my_step);
   if (st) return st;
+  if (atomic_load_explicit(&SHM(c)->hdr->abort_flag, memory_order_acquire)) return shm_abort_error(c);
   return shm_verify_descs(c, d);
 }
 
