@@ -84,6 +84,38 @@ describe('the launcher', function()
     assert.matches('%[rank 1%] 5\n', out)
   end)
 
+  it('forwards a line of any length as one line with one prefix, stdout and stderr', function()
+    local s = script([[
+      print(string.rep('x', 5000))
+      io.stderr:write(string.rep('y', 3000000), '\n')
+      io.write(string.rep('z', 70000)) -- no newline at the end
+    ]])
+    local out, err, rc = h.dplhost('--nproc 1 ' .. h.q(s))
+    os.remove(s)
+    assert.are.equal(0, rc, err)
+    assert.are.equal('[rank 0] ' .. string.rep('x', 5000) .. '\n' .. '[rank 0] ' .. string.rep('z', 70000) .. '\n', out)
+    assert.are.equal('[rank 0] ' .. string.rep('y', 3000000) .. '\n', err)
+  end)
+
+  it('forwards bytes, NULs included', function()
+    local s = script([[io.write('a\0b\n') io.stderr:write('c\0\0d\n')]])
+    local out, err, rc = h.dplhost('--nproc 1 ' .. h.q(s))
+    os.remove(s)
+    assert.are.equal(0, rc, err)
+    assert.are.equal('[rank 0] a\0b\n', out)
+    assert.are.equal('[rank 0] c\0\0d\n', err)
+  end)
+
+  it('stops the ranks and exits 141 when its stdout is closed (| head)', function()
+    local s = script([[for i = 1, 200000 do print(os.getenv('RANK'), i) end]])
+    local out, err = h.sh(('{ %s --nproc 2 %s; echo "rc=$?" >&2; } | head -2'):format(h.q(h.bin), h.q(s)),
+      { timeout = 60 })
+    os.remove(s)
+    assert.are.equal(2, select(2, out:gsub('\n', '')), out)
+    assert.matches('rc=141', err)
+    assert.matches("dplhost: the launcher's stdout was closed %(broken pipe%); stopping the ranks", err)
+  end)
+
   it('prints INFO from rank 0 only unless asked', function()
     local s = script('require("dpl.log").info("hello from %s", os.getenv("RANK"))')
     local out, err, rc = h.dplhost('--nproc 2 ' .. h.q(s))
