@@ -14,6 +14,14 @@ local function alive(pid)
   return os.execute('kill -0 ' .. pid .. ' 2>/dev/null') == 0
 end
 
+-- alive and not a zombie (an orphan's zombie stays until init reaps it)
+local function running(pid)
+  local f = io.open('/proc/' .. pid .. '/stat')
+  local st = f and f:read('*l')
+  if f then f:close() end
+  return st ~= nil and st:match('^%d+ %b() (%a)') ~= 'Z'
+end
+
 describe('the launcher', function()
   it('starts N ranks with the rank environment and prefixes their output', function()
     local s = script([[
@@ -264,6 +272,53 @@ describe('the launcher', function()
     assert.are.equal(138, rc, out .. err)
     assert.matches('%[rank 0%] got first=10 count=2 last=15', out)
     assert.matches('%[rank 1%] got first=10 count=2 last=15', out)
+  end)
+
+  it('SIGINT reaches ranks looping over os.execute: they stop with their cleanups, at once', function()
+    local marks = h.tmpname('.marks')
+    local s = script(([[
+      require('dpl').atexit(function() local f = io.open(%q, 'a') f:write('clean ', os.getenv('RANK'), '\n') f:close() end)
+      print('ready') io.stdout:flush()
+      while true do os.execute('sleep 0.05') end
+    ]]):format(marks))
+    local t0 = require('dpl').C.dpl_clock()
+    local rc, out, err = signal_launcher(s, nil, { 'INT' })
+    local took = require('dpl').C.dpl_clock() - t0
+    local m = h.read_all(marks)
+    os.remove(s); os.remove(marks)
+    assert.are.equal(130, rc, out .. err)
+    assert.matches('clean 0', m)
+    assert.matches('clean 1', m)
+    assert.matches('%[rank 0%] dplhost: interrupted\n', err)
+    assert.is_nil(err:find('SIGKILL', 1, true), err)
+    assert.is_true(took < 4.5, 'took ' .. took)
+  end)
+
+  it('signals what the ranks started too (their process groups)', function()
+    local pids = h.tmpname('.pids')
+    local s = script(([[
+      os.execute('sh -c "echo \\$\\$ >> %s; exec sleep 60" & wait')
+    ]]):format(pids))
+    local rc, out, err = signal_launcher(s, nil, { 'TERM' },
+      ('[ "$(wc -l < %s 2>/dev/null || echo 0)" -ge 2 ]'):format(h.q(pids)))
+    local left = {}
+    for pid in h.read_all(pids):gmatch('%d+') do if running(pid) then left[#left + 1] = pid end end
+    os.remove(s); os.remove(pids)
+    assert.are.equal(143, rc, out .. err)
+    assert.are.same({}, left)
+  end)
+
+  it('says which ranks it killed after the grace period', function()
+    local s = script([[
+      require('dpl.host').hold_signals(true) -- SIGTERM is only recorded: the rank goes on
+      print('ready') io.stdout:flush()
+      while true do require('dpl').C.dpl_sleep(0.05) end
+    ]])
+    local rc, out, err = signal_launcher(s, nil, { 'TERM' })
+    os.remove(s)
+    assert.are.equal(143, rc, out .. err)
+    assert.matches('dplhost: rank 0 %(pid %d+%) did not stop within 5 s; killing it %(SIGKILL%)', err)
+    assert.matches('dplhost: rank 1 %(pid %d+%) did not stop within 5 s; killing it %(SIGKILL%)', err)
   end)
 
   it('SIGUSR1 stops a Trainer on every rank at the same batch boundary, with a checkpoint', function()

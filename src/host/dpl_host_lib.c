@@ -3,7 +3,8 @@
  * os.exit and after SIGINT/SIGTERM/SIGUSR1), signal handling around running
  * chunks (interrupt, hold, pending signal),
  * the embedded C header text for ffi.cdef, and the REPL's line reader (libedit
- * loaded with dlopen when a terminal asks for it, plain stdio otherwise). */
+ * loaded with dlopen when a terminal asks for it, plain stdio otherwise), and
+ * os.execute, whose command dying of SIGINT interrupts the script. */
 #define _GNU_SOURCE
 #include "dpl.h"
 #include "dpl_internal.h"
@@ -15,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <lua.h>
 #include <lauxlib.h>
@@ -230,6 +232,36 @@ static int host_os_exit(lua_State *L)
   return lua_error(L);
 }
 
+/* os.execute replacement. libc's system() ignores SIGINT in the caller while the
+ * command runs, so a Ctrl-C (which the terminal sends to the whole foreground
+ * job, and the launcher to each rank's process group) stopped only the command
+ * and a script looping over os.execute went on. As a shell does, a command that
+ * died of SIGINT now counts as SIGINT for the script: it is raised here, after
+ * system() has put the handler back, and stops the script as usual. Results are
+ * the original's. */
+static int child_died_of_sigint(lua_State *L, int base, int nres)
+{
+  if (nres == 1 && lua_type(L, base) == LUA_TNUMBER) { /* Lua 5.1: the wait status */
+    int st = (int)lua_tointeger(L, base);
+    return st != -1 && WIFSIGNALED(st) && WTERMSIG(st) == SIGINT;
+  }
+  if (nres == 3 && lua_type(L, base + 1) == LUA_TSTRING) /* 5.2 mode: nil, "signal", N */
+    return strcmp(lua_tostring(L, base + 1), "signal") == 0 && lua_tointeger(L, base + 2) == SIGINT;
+  return 0;
+}
+
+static int host_os_execute(lua_State *L)
+{
+  int nargs = lua_gettop(L);
+  int has_cmd = !lua_isnoneornil(L, 1);
+  lua_pushvalue(L, lua_upvalueindex(1));
+  lua_insert(L, 1);
+  lua_call(L, nargs, LUA_MULTRET);
+  int nres = lua_gettop(L);
+  if (has_cmd && child_died_of_sigint(L, 1, nres)) raise(SIGINT);
+  return nres;
+}
+
 /* Clears a pending interrupt (the REPL calls it after reporting one). */
 static int host_clear_interrupt(lua_State *L)
 {
@@ -426,5 +458,9 @@ void dpl_host_open(lua_State *L)
   lua_getfield(L, -1, "exit");
   lua_pushcclosure(L, host_os_exit, 1);
   lua_setfield(L, -2, "exit");
+  /* os.execute: a command killed by SIGINT interrupts the script */
+  lua_getfield(L, -1, "execute");
+  lua_pushcclosure(L, host_os_execute, 1);
+  lua_setfield(L, -2, "execute");
   lua_pop(L, 1);
 }

@@ -5,7 +5,10 @@
  * then SIGKILL after a grace period), is reported with the tail of its stderr,
  * and its status becomes the launcher's. Children die with the launcher
  * (PR_SET_PDEATHSIG, SIGTERM) and the launcher forwards SIGINT/SIGTERM/SIGUSR1
- * to them (each once), still collecting their output and exit status. */
+ * to their process groups (each once), still collecting their output and exit
+ * status. Output is forwarded as bytes, a whole line at a time, whatever its
+ * length; when the launcher's own stdout/stderr is closed it stops the ranks and
+ * exits 128+SIGPIPE. */
 #define _GNU_SOURCE
 #include "dpl.h"
 #include "dpl_internal.h"
@@ -215,10 +218,13 @@ static void setenv_int(const char *k, long v)
   setenv(k, b, 1);
 }
 
+/* Signals each running rank's process group (each rank leads its own), so what
+ * the rank started (os.execute, io.popen, spawned workers) gets it too, as the
+ * members of a terminal's foreground job all get its Ctrl-C. */
 static void signal_all(child_t *cs, int n, int sig)
 {
   for (int i = 0; i < n; i++)
-    if (cs[i].running) kill(cs[i].pid, sig);
+    if (cs[i].running && kill(-cs[i].pid, sig) != 0) kill(cs[i].pid, sig);
 }
 
 int dpl_launch(const dpl_launch_opts *o, char **child_argv)
@@ -307,6 +313,7 @@ int dpl_launch(const dpl_launch_opts *o, char **child_argv)
       fprintf(stderr, "dplhost: cannot exec the host for rank %d: %s\n", c->rank, strerror(errno));
       _exit(127);
     }
+    setpgid(pid, pid); /* as the child does: no signal can reach it before its group exists */
     c->pid = pid;
     c->running = 1;
     close(p_out[1]);
@@ -358,6 +365,10 @@ int dpl_launch(const dpl_launch_opts *o, char **child_argv)
       }
     }
     if (kill_at > 0 && now_s() > kill_at) {
+      for (int i = 0; i < n; i++)
+        if (cs[i].running)
+          fprintf(stderr, "dplhost: rank %d (pid %d) did not stop within %g s; killing it (SIGKILL)\n",
+                  cs[i].rank, (int)cs[i].pid, o->grace_s);
       signal_all(cs, n, SIGKILL);
       kill_at = 0;
     }
