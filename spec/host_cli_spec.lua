@@ -13,6 +13,30 @@ describe('dplhost command line', function()
     os.remove(s)
   end)
 
+  it('sets arg as luajit does without a script: arg[0] nil, the command line below it', function()
+    local out, err, rc = h.dplhost([[-e 'print(arg[0], arg[-1], arg[-2], arg[-3] == ]] .. h.q(h.bin):gsub("'", '"') ..
+      [[, #arg)']])
+    assert.are.equal(0, rc, err)
+    assert.are.equal('nil\tprint(arg[0], arg[-1], arg[-2], arg[-3] == "' .. h.bin .. '", #arg)\t-e\ttrue\t0\n', out)
+    -- a script read from stdin because none is named
+    out, err, rc = h.dplhost('', { stdin = 'print(arg[0], arg[-1] == ' .. ('%q'):format(h.bin) .. ', arg[-2])' })
+    assert.are.equal(0, rc, err)
+    assert.are.equal('nil\ttrue\tnil\n', out)
+  end)
+
+  it('matches luajit\'s arg table where luajit is installed', function()
+    if not h.has_command('luajit') then return pending('luajit is not installed') end
+    local code = [[local t = {} for i = -4, #arg do t[#t + 1] = i .. '=' .. tostring(arg[i]) end print(table.concat(t, ' '))]]
+    local s = h.write_file(h.tmpname('.lua'), code)
+    for _, args in ipairs({ "-e " .. h.q(code), "-e 'x = 1' " .. h.q(s) .. ' a b', "-e 'x = 1' -- " .. h.q(s) .. ' a',
+                            '- p q' }) do
+      local want = h.sh('luajit ' .. args, { stdin = code })
+      local got = h.dplhost(args, { stdin = code })
+      assert.are.equal(want:gsub('luajit', 'BIN'), (got:gsub(h.bin:gsub('%p', '%%%0'), 'BIN')), args)
+    end
+    os.remove(s)
+  end)
+
   it('runs -e chunks and -l libraries in order', function()
     local out, err, rc = h.dplhost([[-e 'x = 40' -e 'print(x + 2)']])
     assert.are.equal(0, rc, err)
@@ -52,6 +76,16 @@ describe('dplhost command line', function()
                             'DPL_PATH', 'DPL_VIRTUAL_GPUS', 'CUDA_VISIBLE_DEVICES' }) do
       assert.truthy(out:find(word, 1, true), 'help lacks ' .. word)
     end
+  end)
+
+  it('prints its version before running -e and the script, as luajit -v does', function()
+    local out, err, rc = h.dplhost([[-v -e 'print("ran")']])
+    assert.are.equal(0, rc, err)
+    assert.matches('^dplhost %d+%.%d+%.%d+ [^\n]*\nran\n$', out)
+    -- alone it only prints the version: no REPL, stdin is not run
+    out, err, rc = h.dplhost('-v', { stdin = 'print("ran")' })
+    assert.are.equal(0, rc, err)
+    assert.matches('^dplhost %d+%.%d+%.%d+ [^\n]*\n$', out)
   end)
 
   it('lists devices: the CPU with its cores, and CUDA or why there is none', function()

@@ -124,6 +124,17 @@ describe('the launcher', function()
     assert.matches("dplhost: the launcher's stdout was closed %(broken pipe%); stopping the ranks", err)
   end)
 
+  it('prints its version once with -v and runs the script', function()
+    local s = script('print("ran")')
+    local out, err, rc = h.dplhost('--nproc 2 -v ' .. h.q(s))
+    os.remove(s)
+    assert.are.equal(0, rc, err)
+    assert.matches('^dplhost %d+%.%d+%.%d+ [^\n]*\n', out)
+    assert.are.equal(1, select(2, out:gsub('dplhost %d', '')), out)
+    assert.matches('%[rank 0%] ran\n', out)
+    assert.matches('%[rank 1%] ran\n', out)
+  end)
+
   it('prints INFO from rank 0 only unless asked', function()
     local s = script('require("dpl.log").info("hello from %s", os.getenv("RANK"))')
     local out, err, rc = h.dplhost('--nproc 2 ' .. h.q(s))
@@ -354,6 +365,30 @@ describe('launcher bad input', function()
     _, err, rc = h.dplhost('--nproc 2 --nnodes 2 --node-rank 2 x.lua')
     assert.are.equal(2, rc)
     assert.matches('%-%-node%-rank must be below %-%-nnodes', err)
+  end)
+
+  it('says what is missing or wrong about a launcher option', function()
+    local cases = {
+      { '--nproc', "dplhost: option '--nproc' needs an argument" },
+      { '--nproc 2 --master-addr', "dplhost: option '--master-addr' needs an argument" },
+      { '--nproc 2 --master-addr= x.lua', "dplhost: --master-addr expects a host name or address, got ''" },
+      { '--log-all-ranks x.lua', 'dplhost: --log-all-ranks needs --nproc N (the launcher)' },
+      { '--master-port=5 x.lua', 'dplhost: --master-port needs --nproc N (the launcher)' },
+      { '--nproc 2 --devices', 'dplhost: --devices takes no other arguments' },
+      { '--devices extra', 'dplhost: --devices takes no other arguments' },
+    }
+    for _, c in ipairs(cases) do
+      local _, err, rc = h.dplhost(c[1])
+      assert.are.equal(2, rc, c[1])
+      assert.are.equal(c[2] .. "\n(try 'dplhost --help')\n", err, c[1])
+    end
+  end)
+
+  it('refuses a script from stdin: the ranks read /dev/null', function()
+    local out, err, rc = h.dplhost('--nproc 2 -', { stdin = 'print("from stdin")' })
+    assert.are.equal(2, rc)
+    assert.are.equal('', out)
+    assert.matches("^dplhost: %-%-nproc cannot run a script from stdin %('%-'%)", err)
   end)
 
   it('reports a missing script once per rank and fails', function()
