@@ -88,6 +88,18 @@ describe('dplhost command line', function()
     assert.matches('^dplhost %d+%.%d+%.%d+ [^\n]*\n$', out)
   end)
 
+  it('lists in --help every DPL_ variable the code reads', function()
+    local help = h.dplhost('--help')
+    local f = io.popen('cd ' .. h.q(h.root) .. [[ && grep -rhoE "getenv\(['\"]DPL_[A-Z0-9_]+" src lua]])
+    local names = {}
+    for name in f:read('*a'):gmatch('DPL_[A-Z0-9_]+') do names[name] = true end
+    f:close()
+    assert.truthy(names.DPL_PATH and names.DPL_NUM_THREADS and names.DPL_COMM_TIMEOUT, 'the scan found nothing')
+    for name in pairs(names) do
+      assert.truthy(help:find(name .. '[^%w_]'), '--help lacks ' .. name)
+    end
+  end)
+
   it('lists devices: the CPU with its cores, and CUDA or why there is none', function()
     local out, _, rc = h.sh('DPL_VIRTUAL_GPUS= ' .. h.q(h.bin) .. ' --devices')
     assert.are.equal(0, rc)
@@ -107,6 +119,39 @@ describe('dplhost command line', function()
     local _, err, rc = h.sh('DPL_VIRTUAL_GPUS=abc ' .. h.q(h.bin) .. ' --devices')
     assert.are.equal(1, rc)
     assert.matches("DPL_VIRTUAL_GPUS must be an integer .-got 'abc'", err)
+  end)
+end)
+
+describe('dplhost environment variables with bad values', function()
+  it('warns about a DPL_NUM_THREADS that is no thread count, naming the value', function()
+    for _, v in ipairs({ 'abc', '0', '-3' }) do
+      local out, err, rc = h.sh('DPL_NUM_THREADS=' .. v .. ' ' .. h.q(h.bin) .. [[ -e 'print(require("dpl").get_num_threads() > 0)']])
+      assert.are.equal(0, rc, err)
+      assert.are.equal('true\n', out)
+      assert.are.equal("dplhost: warning: DPL_NUM_THREADS='" .. v .. "' is not a thread count (an integer from 1 to 256); ignored\n", err)
+    end
+    local out, err = h.sh('DPL_NUM_THREADS=100000 ' .. h.q(h.bin) .. [[ -e 'print(require("dpl").get_num_threads())']])
+    assert.are.equal('256\n', out)
+    assert.are.equal('dplhost: warning: DPL_NUM_THREADS=100000 is more than 256 threads; using 256\n', err)
+  end)
+
+  it('rejects a DPL_COMM_TIMEOUT that is not seconds > 0', function()
+    for _, v in ipairs({ 'abc', '-5', '0' }) do
+      local out, err, rc = h.sh('DPL_COMM_TIMEOUT=' .. v .. ' ' .. h.q(h.bin) ..
+        [[ -e 'local d = require("dpl.dist") print(select(2, pcall(d.init_process_group))) print(select(2, pcall(d.TCPStore, {port = 0, is_master = true})))']])
+      assert.are.equal(0, rc, err)
+      assert.are.equal(("MisconfigurationException: init_process_group: DPL_COMM_TIMEOUT must be a number of seconds > 0, got '%s'\n" ..
+        "MisconfigurationException: TCPStore: DPL_COMM_TIMEOUT must be a number of seconds > 0, got '%s'\n"):format(v, v), out)
+    end
+    local out, err, rc = h.sh('DPL_COMM_TIMEOUT=7.5 ' .. h.q(h.bin) .. [[ -e 'print(require("dpl.dist").init_process_group())']])
+    assert.are.equal(0, rc, err)
+    assert.matches('ProcessGroup', out)
+  end)
+
+  it('rejects DPL_VIRTUAL_GPUS_BUSY naming a GPU that is not simulated', function()
+    local _, err, rc = h.sh('DPL_VIRTUAL_GPUS=2 DPL_VIRTUAL_GPUS_BUSY=1,5 ' .. h.q(h.bin) .. ' --devices')
+    assert.are.equal(1, rc)
+    assert.matches("DPL_VIRTUAL_GPUS_BUSY names GPU 5, but DPL_VIRTUAL_GPUS=2 simulates cuda:0 to cuda:1 %(got '1,5'%)", err)
   end)
 end)
 

@@ -165,6 +165,15 @@ local function env(name)
   return v
 end
 
+-- DPL_COMM_TIMEOUT, when set, must be seconds > 0 (C would fall back to 1800 s)
+local function check_env_timeout(who, level)
+  local v = env('DPL_COMM_TIMEOUT')
+  local x = v and tonumber(v)
+  if v and not (x and x > 0) then
+    cfgerr(("%s: DPL_COMM_TIMEOUT must be a number of seconds > 0, got '%s'"):format(who, v), level + 1)
+  end
+end
+
 local function envnum(...)
   for _, n in ipairs({ ... }) do
     local v = env(n)
@@ -330,6 +339,7 @@ function M.init_process_group(opts)
   if timeout ~= nil and (type(timeout) ~= 'number' or timeout <= 0) then
     cfgerr(('init_process_group: timeout must be a number of seconds > 0, got %s'):format(tostring(timeout)), 2)
   end
+  if timeout == nil then check_env_timeout('init_process_group', 2) end
   local out = ffi.new('dpl_comm *[1]')
   local g = setmetatable({ backend = backend, member = true }, Group)
   if backend == 'mpi' then
@@ -1140,6 +1150,7 @@ function M.store(opts)
   if opts.timeout ~= nil and (type(opts.timeout) ~= 'number' or opts.timeout <= 0) then
     cfgerr(('TCPStore: timeout must be a number of seconds > 0, got %s'):format(tostring(opts.timeout)), 2)
   end
+  if opts.timeout == nil then check_env_timeout('TCPStore', 2) end
   local out = ffi.new('dpl_store *[1]')
   check(C.dpl_store_create(host, port, is_master and 1 or 0, opts.timeout or 0, out), 2)
   return setmetatable({ h = ffi.gc(out[0], C.dpl_store_destroy) }, Store)
