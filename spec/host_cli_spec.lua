@@ -182,6 +182,46 @@ describe('dplhost exit codes', function()
     assert.matches('^dplhost: ValueError: bad\n', err)
   end)
 
+  it('describes an error object whose __tostring fails or returns no string', function()
+    local _, err, rc = h.dplhost([[-e 'error(setmetatable({}, {__tostring = function() error("broken tostring") end}))']])
+    assert.are.equal(1, rc)
+    assert.matches('^dplhost: %(error object is a table value; its __tostring failed: %(command line%):1: broken tostring%)\n' ..
+      'stack traceback:\n', err)
+    _, err, rc = h.dplhost([[-e 'error(setmetatable({}, {__tostring = function() return 42 end}))']])
+    assert.are.equal(1, rc)
+    assert.matches('^dplhost: 42\n', err)
+    _, err, rc = h.dplhost([[-e 'error(setmetatable({}, {__tostring = function() return {} end}))']])
+    assert.are.equal(1, rc)
+    assert.matches('^dplhost: %(error object is a table value; its __tostring returned a table%)\n', err)
+    _, err, rc = h.dplhost([[-e 'error({})']])
+    assert.are.equal(1, rc)
+    assert.matches('^dplhost: %(error object is a table value%)\n', err)
+  end)
+
+  it('runs cleanups registered by a running cleanup, newest first', function()
+    local out, err, rc = h.dplhost([[-e 'local d = require "dpl"
+      d.atexit(function() print("a") d.atexit(function() print("nested") end) end)
+      d.atexit(function() print("b") end)']])
+    assert.are.equal(0, rc, err)
+    assert.are.equal('b\na\nnested\n', out)
+    -- and under os.exit from a cleanup, the rest still runs, once
+    out, err, rc = h.dplhost([[-e 'local d = require "dpl"
+      d.atexit(function() print("first") end)
+      d.atexit(function() print("exits") os.exit(5) end)
+      d.atexit(function() print("last") d.atexit(function() print("nested") end) end)']])
+    assert.are.equal(5, rc, err)
+    assert.are.equal('last\nnested\nexits\nfirst\n', out)
+  end)
+
+  it('reports a cleanup that fails through its error object, and runs the others', function()
+    local out, err, rc = h.dplhost([[-e 'local d = require "dpl"
+      d.atexit(function() print("still") end)
+      d.atexit(function() error(setmetatable({}, {__tostring = function() return "CleanupError" end})) end)']])
+    assert.are.equal(0, rc, err)
+    assert.are.equal('still\n', out)
+    assert.are.equal('dplhost: error in atexit handler: CleanupError\n', err)
+  end)
+
   it('runs atexit cleanups on normal exit, on os.exit and after an error, once, newest first', function()
     local reg = [[local dpl = require "dpl"; dpl.atexit(function() print("first") end); ]] ..
                 [[dpl.atexit(function() print("second") end); ]]

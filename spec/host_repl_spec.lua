@@ -109,6 +109,12 @@ describe('the REPL without a terminal', function()
     assert.are.equal(0, rc, err)
     assert.matches('^3\nbad\nnext\n"s"\n$', out)
   end)
+  it('describes an error object whose __tostring fails', function()
+    local out, err, rc = h.dplhost('-i', { stdin = 'error(setmetatable({}, {__tostring = function() error("no text") end}))\n' })
+    assert.are.equal(0, rc, err)
+    assert.matches('^%(error object is a table value; its __tostring failed: stdin:1: no text%)\n', out)
+  end)
+
 end)
 
 describe('repl.compile', function()

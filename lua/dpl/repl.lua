@@ -40,7 +40,13 @@ local function handler(e)
   local msg = e
   if type(e) ~= 'string' then
     local ok, s = pcall(tostring, e)
-    msg = ok and s or ('(error object is a ' .. type(e) .. ' value)')
+    if not ok then
+      msg = ('(error object is a %s value; its __tostring failed: %s)'):format(type(e), tostring(s))
+    elseif type(s) ~= 'string' then
+      msg = ('(error object is a %s value)'):format(type(e))
+    else
+      msg = s
+    end
   end
   local tb = debug.traceback(msg, 2)
   -- keep the frames of the user's chunk, drop the REPL's own

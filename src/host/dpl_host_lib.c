@@ -180,6 +180,39 @@ int32_t dpl_signal_received(void) { return sig_armed ? 128 + sig_armed : 0; }
 
 int32_t dpl_signal_pending(void) { return sig_first ? 128 + sig_first : 0; }
 
+/* ---------------------------------------------------------------- error text */
+
+static int call_tostring_meta(lua_State *L)
+{
+  if (!luaL_callmeta(L, 1, "__tostring")) lua_pushnil(L);
+  return 1;
+}
+
+const char *dpl_host_error_text(lua_State *L, int idx)
+{
+  if (idx < 0 && idx > LUA_REGISTRYINDEX) idx = lua_gettop(L) + idx + 1;
+  int t = lua_type(L, idx);
+  if (t == LUA_TSTRING || t == LUA_TNUMBER) {
+    lua_pushvalue(L, idx);
+    return lua_tostring(L, -1);
+  }
+  const char *tname = luaL_typename(L, idx);
+  lua_pushcfunction(L, call_tostring_meta);
+  lua_pushvalue(L, idx);
+  if (lua_pcall(L, 1, 1, 0) == 0) {
+    int rt = lua_type(L, -1);
+    if (rt == LUA_TSTRING || rt == LUA_TNUMBER) return lua_tostring(L, -1);
+    lua_pop(L, 1);
+    if (rt == LUA_TNIL) return lua_pushfstring(L, "(error object is a %s value)", tname);
+    return lua_pushfstring(L, "(error object is a %s value; its __tostring returned a %s)", tname,
+                           lua_typename(L, rt));
+  }
+  const char *why = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : luaL_typename(L, -1);
+  const char *text = lua_pushfstring(L, "(error object is a %s value; its __tostring failed: %s)", tname, why);
+  lua_remove(L, -2);
+  return text;
+}
+
 /* ---------------------------------------------------------------- atexit */
 
 static int host_atexit(lua_State *L)
@@ -192,23 +225,26 @@ static int host_atexit(lua_State *L)
   return 0;
 }
 
+/* The list is a stack: each cleanup is taken off before it runs, so one that
+ * exits (os.exit runs the rest) or fails never reruns, and one registered by a
+ * running cleanup runs next (newest first, as always). */
 void dpl_host_run_atexit(lua_State *L)
 {
-  /* Take the list out first, so a cleanup that exits or fails never reruns. */
-  lua_getfield(L, LUA_REGISTRYINDEX, atexit_key);
-  if (!lua_istable(L, -1)) { lua_pop(L, 1); return; }
-  lua_newtable(L);
-  lua_setfield(L, LUA_REGISTRYINDEX, atexit_key);
   dpl_signals_clear();
-  for (int i = (int)lua_objlen(L, -1); i >= 1; i--) {
-    lua_rawgeti(L, -1, i);
+  for (;;) {
+    lua_getfield(L, LUA_REGISTRYINDEX, atexit_key);
+    if (!lua_istable(L, -1)) { lua_pop(L, 1); return; }
+    int n = (int)lua_objlen(L, -1);
+    if (n == 0) { lua_pop(L, 1); return; }
+    lua_rawgeti(L, -1, n);
+    lua_pushnil(L);
+    lua_rawseti(L, -3, n);
+    lua_remove(L, -2);
     if (lua_pcall(L, 0, 0, 0) != 0) {
-      fprintf(stderr, "dplhost: error in atexit handler: %s\n",
-              lua_tostring(L, -1) ? lua_tostring(L, -1) : "(non-string error)");
-      lua_pop(L, 1);
+      fprintf(stderr, "dplhost: error in atexit handler: %s\n", dpl_host_error_text(L, -1));
+      lua_pop(L, 2);
     }
   }
-  lua_pop(L, 1);
 }
 
 /* Drops every registered cleanup (a forked worker must not run its parent's). */

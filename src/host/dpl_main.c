@@ -84,15 +84,12 @@ static const char usage_text[] =
 
 static lua_State *globalL;
 
-/* Message handler: traceback for runtime errors; nil (busted's quiet exit) passes. */
+/* Message handler: traceback for runtime errors; nil (busted's quiet exit) passes.
+ * An error object prints through its __tostring (one that fails is described). */
 static int traceback_handler(lua_State *L)
 {
   if (lua_isnoneornil(L, 1)) return 1;
-  const char *msg = lua_tostring(L, 1);
-  if (!msg) {
-    if (luaL_callmeta(L, 1, "__tostring") && lua_isstring(L, -1)) msg = lua_tostring(L, -1);
-    else msg = lua_pushfstring(L, "(error object is a %s value)", luaL_typename(L, 1));
-  }
+  const char *msg = dpl_host_error_text(L, 1);
   luaL_traceback(L, L, msg, 1);
   return 1;
 }
