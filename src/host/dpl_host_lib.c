@@ -79,8 +79,8 @@ static void on_grace_expired(int sig)
 {
   (void)sig;
   static const char msg[] = "dplhost: the script did not stop within 5 s of the signal; exiting\n";
-  static const char imsg[] = "\ndplhost: the running chunk cannot be interrupted (a compiled loop or a long C "
-                             "call); press Ctrl-C again to quit\n";
+  static const char imsg[] = "\ndplhost: the running chunk cannot be interrupted (a loop LuaJIT compiled to "
+                             "machine code, or a long C call); press Ctrl-C again to quit\n";
   ssize_t r;
   if (interactive) { r = write(STDERR_FILENO, imsg, sizeof imsg - 1); (void)r; return; }
   r = write(STDERR_FILENO, msg, sizeof msg - 1);
