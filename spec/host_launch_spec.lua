@@ -292,17 +292,14 @@ describe('the launcher', function()
       print('ready') io.stdout:flush()
       while true do os.execute('sleep 0.05') end
     ]]):format(marks))
-    local t0 = require('dpl').C.dpl_clock()
     local rc, out, err = signal_launcher(s, nil, { 'INT' })
-    local took = require('dpl').C.dpl_clock() - t0
     local m = h.read_all(marks)
     os.remove(s); os.remove(marks)
     assert.are.equal(130, rc, out .. err)
     assert.matches('clean 0', m)
     assert.matches('clean 1', m)
     assert.matches('%[rank 0%] dplhost: interrupted\n', err)
-    assert.is_nil(err:find('SIGKILL', 1, true), err)
-    assert.is_true(took < 4.5, 'took ' .. took)
+    assert.is_nil(err:find('SIGKILL', 1, true), err) -- not stopped by the grace period's SIGKILL
   end)
 
   it('signals what the ranks started too (their process groups)', function()

@@ -129,6 +129,7 @@ describe('the REPL without a terminal', function()
       'three()',
       '=three()',
       'print("printed")',
+      '2 + 3;',
       '', }, '\n') })
     assert.are.equal(0, rc, err)
     local frames, inside = {}, false -- the matmul error's traceback
@@ -139,7 +140,7 @@ describe('the REPL without a terminal', function()
     end
     assert.are.equal('\tstdin:1: in main chunk', frames[#frames], table.concat(frames, '\n'))
     assert.matches('stdin:1: deep\nstack traceback:\n\tstdin:1: in function \'g\'\n\tstdin:1: in main chunk\n', out)
-    assert.matches('\n1\tnil\t3\n1\tnil\t3\nprinted\n$', out)
+    assert.matches('\n1\tnil\t3\n1\tnil\t3\nprinted\n5\n$', out)
   end)
 
   it('describes an error object whose __tostring fails', function()
@@ -149,8 +150,12 @@ describe('the REPL without a terminal', function()
   end)
 
   it('interrupts a loop LuaJIT would compile, typed at the prompt, and goes on', function()
-    local out, err = h.sh(([[(echo 's = 0 for i = 1, 1e12 do s = s + i end'; sleep 2; echo 'print("alive", s > 0)') |
-      %s -i & pid=$!; sleep 1; kill -INT $pid; wait $pid; echo "rc=$?"]]):format(h.q(h.bin)), { timeout = 20 })
+    local ready = h.tmpname('.ready')
+    local out, err = h.sh(([[printf '%%s\n' 'io.open(%q, "w"):close() s = 0 for i = 1, 1e12 do s = s + i end' \
+        'print("alive", s > 0)' | %s -i & pid=$!
+      i=0; while [ ! -e %s ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i+1)); done
+      sleep 0.3; kill -INT $pid; wait $pid; echo "rc=$?"]]):format(ready, h.q(h.bin), h.q(ready)), { timeout = 20 })
+    os.remove(ready)
     assert.are.equal('interrupted\nalive\ttrue\nrc=0\n', out, err)
   end)
 

@@ -115,7 +115,7 @@ describe('os.execute and SIGINT', function()
     local out, err = h.sh(([[setsid %s %s & pid=$!
       i=0; while [ ! -e %s ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i+1)); done
       sleep 0.3; kill -INT -$pid
-      i=0; while kill -0 $pid 2>/dev/null && [ $i -lt 40 ]; do sleep 0.05; i=$((i+1)); done
+      i=0; while kill -0 $pid 2>/dev/null && [ $i -lt 80 ]; do sleep 0.05; i=$((i+1)); done
       kill -0 $pid 2>/dev/null && { echo "still running"; kill -KILL -$pid; }
       wait $pid; echo "rc=$?"]]):format(h.q(h.bin), h.q(script), h.q(ready)))
     local cleaned = io.open(done) ~= nil

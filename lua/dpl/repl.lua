@@ -39,7 +39,8 @@ end
 function M.compile(src)
   local body = src
   if body:sub(1, 1) == '=' then body = body:sub(2) end
-  local fn = loadstring('return (function(...) return ... end)(' .. body .. '\n)', '=stdin')
+  local list = body:match('^(.-);%s*$') or body -- `return x;` is valid: so is `x;` here
+  local fn = loadstring('return (function(...) return ... end)(' .. list .. '\n)', '=stdin')
   if fn then return interpreted(fn) end
   if src:sub(1, 1) == '=' then body = 'return ' .. body end
   local err
