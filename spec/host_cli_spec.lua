@@ -13,6 +13,30 @@ describe('dplhost command line', function()
     os.remove(s)
   end)
 
+  it('sets arg as luajit does without a script: arg[0] nil, the command line below it', function()
+    local out, err, rc = h.dplhost([[-e 'print(arg[0], arg[-1], arg[-2], arg[-3] == ]] .. h.q(h.bin):gsub("'", '"') ..
+      [[, #arg)']])
+    assert.are.equal(0, rc, err)
+    assert.are.equal('nil\tprint(arg[0], arg[-1], arg[-2], arg[-3] == "' .. h.bin .. '", #arg)\t-e\ttrue\t0\n', out)
+    -- a script read from stdin because none is named
+    out, err, rc = h.dplhost('', { stdin = 'print(arg[0], arg[-1] == ' .. ('%q'):format(h.bin) .. ', arg[-2])' })
+    assert.are.equal(0, rc, err)
+    assert.are.equal('nil\ttrue\tnil\n', out)
+  end)
+
+  it('matches luajit\'s arg table where luajit is installed', function()
+    if not h.has_command('luajit') then return pending('luajit is not installed') end
+    local code = [[local t = {} for i = -4, #arg do t[#t + 1] = i .. '=' .. tostring(arg[i]) end print(table.concat(t, ' '))]]
+    local s = h.write_file(h.tmpname('.lua'), code)
+    for _, args in ipairs({ "-e " .. h.q(code), "-e 'x = 1' " .. h.q(s) .. ' a b', "-e 'x = 1' -- " .. h.q(s) .. ' a',
+                            '- p q' }) do
+      local want = h.sh('luajit ' .. args, { stdin = code })
+      local got = h.dplhost(args, { stdin = code })
+      assert.are.equal(want:gsub('luajit', 'BIN'), (got:gsub(h.bin:gsub('%p', '%%%0'), 'BIN')), args)
+    end
+    os.remove(s)
+  end)
+
   it('runs -e chunks and -l libraries in order', function()
     local out, err, rc = h.dplhost([[-e 'x = 40' -e 'print(x + 2)']])
     assert.are.equal(0, rc, err)
@@ -54,6 +78,28 @@ describe('dplhost command line', function()
     end
   end)
 
+  it('prints its version before running -e and the script, as luajit -v does', function()
+    local out, err, rc = h.dplhost([[-v -e 'print("ran")']])
+    assert.are.equal(0, rc, err)
+    assert.matches('^dplhost %d+%.%d+%.%d+ [^\n]*\nran\n$', out)
+    -- alone it only prints the version: no REPL, stdin is not run
+    out, err, rc = h.dplhost('-v', { stdin = 'print("ran")' })
+    assert.are.equal(0, rc, err)
+    assert.matches('^dplhost %d+%.%d+%.%d+ [^\n]*\n$', out)
+  end)
+
+  it('lists in --help every DPL_ variable the code reads', function()
+    local help = h.dplhost('--help')
+    local f = io.popen('cd ' .. h.q(h.root) .. [[ && grep -rhoE "getenv\(['\"]DPL_[A-Z0-9_]+" src lua]])
+    local names = {}
+    for name in f:read('*a'):gmatch('DPL_[A-Z0-9_]+') do names[name] = true end
+    f:close()
+    assert.truthy(names.DPL_PATH and names.DPL_NUM_THREADS and names.DPL_COMM_TIMEOUT, 'the scan found nothing')
+    for name in pairs(names) do
+      assert.truthy(help:find(name .. '[^%w_]'), '--help lacks ' .. name)
+    end
+  end)
+
   it('lists devices: the CPU with its cores, and CUDA or why there is none', function()
     local out, _, rc = h.sh('DPL_VIRTUAL_GPUS= ' .. h.q(h.bin) .. ' --devices')
     assert.are.equal(0, rc)
@@ -73,6 +119,39 @@ describe('dplhost command line', function()
     local _, err, rc = h.sh('DPL_VIRTUAL_GPUS=abc ' .. h.q(h.bin) .. ' --devices')
     assert.are.equal(1, rc)
     assert.matches("DPL_VIRTUAL_GPUS must be an integer .-got 'abc'", err)
+  end)
+end)
+
+describe('dplhost environment variables with bad values', function()
+  it('warns about a DPL_NUM_THREADS that is no thread count, naming the value', function()
+    for _, v in ipairs({ 'abc', '0', '-3' }) do
+      local out, err, rc = h.sh('DPL_NUM_THREADS=' .. v .. ' ' .. h.q(h.bin) .. [[ -e 'print(require("dpl").get_num_threads() > 0)']])
+      assert.are.equal(0, rc, err)
+      assert.are.equal('true\n', out)
+      assert.are.equal("dplhost: warning: DPL_NUM_THREADS='" .. v .. "' is not a thread count (an integer from 1 to 256); ignored\n", err)
+    end
+    local out, err = h.sh('DPL_NUM_THREADS=100000 ' .. h.q(h.bin) .. [[ -e 'print(require("dpl").get_num_threads())']])
+    assert.are.equal('256\n', out)
+    assert.are.equal('dplhost: warning: DPL_NUM_THREADS=100000 is more than 256 threads; using 256\n', err)
+  end)
+
+  it('rejects a DPL_COMM_TIMEOUT that is not seconds > 0', function()
+    for _, v in ipairs({ 'abc', '-5', '0' }) do
+      local out, err, rc = h.sh('DPL_COMM_TIMEOUT=' .. v .. ' ' .. h.q(h.bin) ..
+        [[ -e 'local d = require("dpl.dist") print(select(2, pcall(d.init_process_group))) print(select(2, pcall(d.TCPStore, {port = 0, is_master = true})))']])
+      assert.are.equal(0, rc, err)
+      assert.are.equal(("MisconfigurationException: init_process_group: DPL_COMM_TIMEOUT must be a number of seconds > 0, got '%s'\n" ..
+        "MisconfigurationException: TCPStore: DPL_COMM_TIMEOUT must be a number of seconds > 0, got '%s'\n"):format(v, v), out)
+    end
+    local out, err, rc = h.sh('DPL_COMM_TIMEOUT=7.5 ' .. h.q(h.bin) .. [[ -e 'print(require("dpl.dist").init_process_group())']])
+    assert.are.equal(0, rc, err)
+    assert.matches('ProcessGroup', out)
+  end)
+
+  it('rejects DPL_VIRTUAL_GPUS_BUSY naming a GPU that is not simulated', function()
+    local _, err, rc = h.sh('DPL_VIRTUAL_GPUS=2 DPL_VIRTUAL_GPUS_BUSY=1,5 ' .. h.q(h.bin) .. ' --devices')
+    assert.are.equal(1, rc)
+    assert.matches("DPL_VIRTUAL_GPUS_BUSY names GPU 5, but DPL_VIRTUAL_GPUS=2 simulates cuda:0 to cuda:1 %(got '1,5'%)", err)
   end)
 end)
 
@@ -101,6 +180,46 @@ describe('dplhost exit codes', function()
       [[-e 'error(setmetatable({}, {__tostring = function() return "ValueError: bad" end}))']])
     assert.are.equal(1, rc)
     assert.matches('^dplhost: ValueError: bad\n', err)
+  end)
+
+  it('describes an error object whose __tostring fails or returns no string', function()
+    local _, err, rc = h.dplhost([[-e 'error(setmetatable({}, {__tostring = function() error("broken tostring") end}))']])
+    assert.are.equal(1, rc)
+    assert.matches('^dplhost: %(error object is a table value; its __tostring failed: %(command line%):1: broken tostring%)\n' ..
+      'stack traceback:\n', err)
+    _, err, rc = h.dplhost([[-e 'error(setmetatable({}, {__tostring = function() return 42 end}))']])
+    assert.are.equal(1, rc)
+    assert.matches('^dplhost: 42\n', err)
+    _, err, rc = h.dplhost([[-e 'error(setmetatable({}, {__tostring = function() return {} end}))']])
+    assert.are.equal(1, rc)
+    assert.matches('^dplhost: %(error object is a table value; its __tostring returned a table%)\n', err)
+    _, err, rc = h.dplhost([[-e 'error({})']])
+    assert.are.equal(1, rc)
+    assert.matches('^dplhost: %(error object is a table value%)\n', err)
+  end)
+
+  it('runs cleanups registered by a running cleanup, newest first', function()
+    local out, err, rc = h.dplhost([[-e 'local d = require "dpl"
+      d.atexit(function() print("a") d.atexit(function() print("nested") end) end)
+      d.atexit(function() print("b") end)']])
+    assert.are.equal(0, rc, err)
+    assert.are.equal('b\na\nnested\n', out)
+    -- and under os.exit from a cleanup, the rest still runs, once
+    out, err, rc = h.dplhost([[-e 'local d = require "dpl"
+      d.atexit(function() print("first") end)
+      d.atexit(function() print("exits") os.exit(5) end)
+      d.atexit(function() print("last") d.atexit(function() print("nested") end) end)']])
+    assert.are.equal(5, rc, err)
+    assert.are.equal('last\nnested\nexits\nfirst\n', out)
+  end)
+
+  it('reports a cleanup that fails through its error object, and runs the others', function()
+    local out, err, rc = h.dplhost([[-e 'local d = require "dpl"
+      d.atexit(function() print("still") end)
+      d.atexit(function() error(setmetatable({}, {__tostring = function() return "CleanupError" end})) end)']])
+    assert.are.equal(0, rc, err)
+    assert.are.equal('still\n', out)
+    assert.are.equal('dplhost: error in atexit handler: CleanupError\n', err)
   end)
 
   it('runs atexit cleanups on normal exit, on os.exit and after an error, once, newest first', function()

@@ -14,6 +14,14 @@ local function alive(pid)
   return os.execute('kill -0 ' .. pid .. ' 2>/dev/null') == 0
 end
 
+-- alive and not a zombie (an orphan's zombie stays until init reaps it)
+local function running(pid)
+  local f = io.open('/proc/' .. pid .. '/stat')
+  local st = f and f:read('*l')
+  if f then f:close() end
+  return st ~= nil and st:match('^%d+ %b() (%a)') ~= 'Z'
+end
+
 describe('the launcher', function()
   it('starts N ranks with the rank environment and prefixes their output', function()
     local s = script([[
@@ -82,6 +90,49 @@ describe('the launcher', function()
     assert.are.equal(0, rc, err)
     assert.matches('%[rank 0%] 5\n', out)
     assert.matches('%[rank 1%] 5\n', out)
+  end)
+
+  it('forwards a line of any length as one line with one prefix, stdout and stderr', function()
+    local s = script([[
+      print(string.rep('x', 5000))
+      io.stderr:write(string.rep('y', 3000000), '\n')
+      io.write(string.rep('z', 70000)) -- no newline at the end
+    ]])
+    local out, err, rc = h.dplhost('--nproc 1 ' .. h.q(s))
+    os.remove(s)
+    assert.are.equal(0, rc, err)
+    assert.are.equal('[rank 0] ' .. string.rep('x', 5000) .. '\n' .. '[rank 0] ' .. string.rep('z', 70000) .. '\n', out)
+    assert.are.equal('[rank 0] ' .. string.rep('y', 3000000) .. '\n', err)
+  end)
+
+  it('forwards bytes, NULs included', function()
+    local s = script([[io.write('a\0b\n') io.stderr:write('c\0\0d\n')]])
+    local out, err, rc = h.dplhost('--nproc 1 ' .. h.q(s))
+    os.remove(s)
+    assert.are.equal(0, rc, err)
+    assert.are.equal('[rank 0] a\0b\n', out)
+    assert.are.equal('[rank 0] c\0\0d\n', err)
+  end)
+
+  it('stops the ranks and exits 141 when its stdout is closed (| head)', function()
+    local s = script([[for i = 1, 200000 do print(os.getenv('RANK'), i) end]])
+    local out, err = h.sh(('{ %s --nproc 2 %s; echo "rc=$?" >&2; } | head -2'):format(h.q(h.bin), h.q(s)),
+      { timeout = 60 })
+    os.remove(s)
+    assert.are.equal(2, select(2, out:gsub('\n', '')), out)
+    assert.matches('rc=141', err)
+    assert.matches("dplhost: the launcher's stdout was closed %(broken pipe%); stopping the ranks", err)
+  end)
+
+  it('prints its version once with -v and runs the script', function()
+    local s = script('print("ran")')
+    local out, err, rc = h.dplhost('--nproc 2 -v ' .. h.q(s))
+    os.remove(s)
+    assert.are.equal(0, rc, err)
+    assert.matches('^dplhost %d+%.%d+%.%d+ [^\n]*\n', out)
+    assert.are.equal(1, select(2, out:gsub('dplhost %d', '')), out)
+    assert.matches('%[rank 0%] ran\n', out)
+    assert.matches('%[rank 1%] ran\n', out)
   end)
 
   it('prints INFO from rank 0 only unless asked', function()
@@ -234,6 +285,50 @@ describe('the launcher', function()
     assert.matches('%[rank 1%] got first=10 count=2 last=15', out)
   end)
 
+  it('SIGINT reaches ranks looping over os.execute: they stop with their cleanups, at once', function()
+    local marks = h.tmpname('.marks')
+    local s = script(([[
+      require('dpl').atexit(function() local f = io.open(%q, 'a') f:write('clean ', os.getenv('RANK'), '\n') f:close() end)
+      print('ready') io.stdout:flush()
+      while true do os.execute('sleep 0.05') end
+    ]]):format(marks))
+    local rc, out, err = signal_launcher(s, nil, { 'INT' })
+    local m = h.read_all(marks)
+    os.remove(s); os.remove(marks)
+    assert.are.equal(130, rc, out .. err)
+    assert.matches('clean 0', m)
+    assert.matches('clean 1', m)
+    assert.matches('%[rank 0%] dplhost: interrupted\n', err)
+    assert.is_nil(err:find('SIGKILL', 1, true), err) -- not stopped by the grace period's SIGKILL
+  end)
+
+  it('signals what the ranks started too (their process groups)', function()
+    local pids = h.tmpname('.pids')
+    local s = script(([[
+      os.execute('sh -c "echo \\$\\$ >> %s; exec sleep 60" & wait')
+    ]]):format(pids))
+    local rc, out, err = signal_launcher(s, nil, { 'TERM' },
+      ('[ "$(wc -l < %s 2>/dev/null || echo 0)" -ge 2 ]'):format(h.q(pids)))
+    local left = {}
+    for pid in h.read_all(pids):gmatch('%d+') do if running(pid) then left[#left + 1] = pid end end
+    os.remove(s); os.remove(pids)
+    assert.are.equal(143, rc, out .. err)
+    assert.are.same({}, left)
+  end)
+
+  it('says which ranks it killed after the grace period', function()
+    local s = script([[
+      require('dpl.host').hold_signals(true) -- SIGTERM is only recorded: the rank goes on
+      print('ready') io.stdout:flush()
+      while true do require('dpl').C.dpl_sleep(0.05) end
+    ]])
+    local rc, out, err = signal_launcher(s, nil, { 'TERM' })
+    os.remove(s)
+    assert.are.equal(143, rc, out .. err)
+    assert.matches('dplhost: rank 0 %(pid %d+%) did not stop within 5 s; killing it %(SIGKILL%)', err)
+    assert.matches('dplhost: rank 1 %(pid %d+%) did not stop within 5 s; killing it %(SIGKILL%)', err)
+  end)
+
   it('SIGUSR1 stops a Trainer on every rank at the same batch boundary, with a checkpoint', function()
     local dir = require('spec.support.trainer_helpers').tmpdir()
     local ready = h.tmpname('.ready')
@@ -267,6 +362,30 @@ describe('launcher bad input', function()
     _, err, rc = h.dplhost('--nproc 2 --nnodes 2 --node-rank 2 x.lua')
     assert.are.equal(2, rc)
     assert.matches('%-%-node%-rank must be below %-%-nnodes', err)
+  end)
+
+  it('says what is missing or wrong about a launcher option', function()
+    local cases = {
+      { '--nproc', "dplhost: option '--nproc' needs an argument" },
+      { '--nproc 2 --master-addr', "dplhost: option '--master-addr' needs an argument" },
+      { '--nproc 2 --master-addr= x.lua', "dplhost: --master-addr expects a host name or address, got ''" },
+      { '--log-all-ranks x.lua', 'dplhost: --log-all-ranks needs --nproc N (the launcher)' },
+      { '--master-port=5 x.lua', 'dplhost: --master-port needs --nproc N (the launcher)' },
+      { '--nproc 2 --devices', 'dplhost: --devices takes no other arguments' },
+      { '--devices extra', 'dplhost: --devices takes no other arguments' },
+    }
+    for _, c in ipairs(cases) do
+      local _, err, rc = h.dplhost(c[1])
+      assert.are.equal(2, rc, c[1])
+      assert.are.equal(c[2] .. "\n(try 'dplhost --help')\n", err, c[1])
+    end
+  end)
+
+  it('refuses a script from stdin: the ranks read /dev/null', function()
+    local out, err, rc = h.dplhost('--nproc 2 -', { stdin = 'print("from stdin")' })
+    assert.are.equal(2, rc)
+    assert.are.equal('', out)
+    assert.matches("^dplhost: %-%-nproc cannot run a script from stdin %('%-'%)", err)
   end)
 
   it('reports a missing script once per rank and fails', function()

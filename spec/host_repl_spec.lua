@@ -82,6 +82,16 @@ describe('the REPL on a terminal #repl', function()
     term:wait_for('alive%s+true')
   end)
 
+  it('interrupts a loop LuaJIT would compile, typed at the prompt', function()
+    term:line('s = 0 for i = 1, 1e12 do s = s + i end')
+    sleep(0.5)
+    term:key('C-c')
+    term:wait_for('%^Cinterrupted\n', 3)
+    term:line('print("alive", s > 0)')
+    term:wait_for('alive%s+true')
+    assert.is_nil(term:screen():find('cannot be interrupted', 1, true))
+  end)
+
   it('clears a half-typed line with Ctrl-C at the prompt', function()
     term:type('this is not lua')
     term:key('C-c')
@@ -107,8 +117,48 @@ describe('the REPL without a terminal', function()
   it('reads lines from stdin with -i and prints values without prompts', function()
     local out, err, rc = h.dplhost('-i', { stdin = '=1+2\nerror("bad")\nprint("next")\n"s"\n' })
     assert.are.equal(0, rc, err)
-    assert.matches('^3\nbad\nnext\n"s"\n$', out)
+    assert.are.equal('3\nstdin:1: bad\nstack traceback:\n\tstdin:1: in main chunk\nnext\n"s"\n', out)
   end)
+
+  it('shows the prompt\'s frame when an expression\'s call fails (no tail call hides it)', function()
+    local out, err, rc = h.dplhost('-l dpl -i', { stdin = table.concat({
+      'function f(x) return x:matmul(dpl.ones(5, 5)) end',
+      'f(dpl.ones(2, 3))',
+      'local function g() error("deep") end g()',
+      'function three() return 1, nil, 3 end',
+      'three()',
+      '=three()',
+      'print("printed")',
+      '2 + 3;',
+      '', }, '\n') })
+    assert.are.equal(0, rc, err)
+    local frames, inside = {}, false -- the matmul error's traceback
+    for line in out:gmatch('[^\n]*') do
+      if line:find('matmul: inner dims do not match', 1, true) then inside = true
+      elseif inside and line:sub(1, 1) == '\t' then frames[#frames + 1] = line
+      elseif inside and line ~= 'stack traceback:' and line ~= '' then break end
+    end
+    assert.are.equal('\tstdin:1: in main chunk', frames[#frames], table.concat(frames, '\n'))
+    assert.matches('stdin:1: deep\nstack traceback:\n\tstdin:1: in function \'g\'\n\tstdin:1: in main chunk\n', out)
+    assert.matches('\n1\tnil\t3\n1\tnil\t3\nprinted\n5\n$', out)
+  end)
+
+  it('describes an error object whose __tostring fails', function()
+    local out, err, rc = h.dplhost('-i', { stdin = 'error(setmetatable({}, {__tostring = function() error("no text") end}))\n' })
+    assert.are.equal(0, rc, err)
+    assert.matches('^%(error object is a table value; its __tostring failed: stdin:1: no text%)\n', out)
+  end)
+
+  it('interrupts a loop LuaJIT would compile, typed at the prompt, and goes on', function()
+    local ready = h.tmpname('.ready')
+    local out, err = h.sh(([[printf '%%s\n' 'io.open(%q, "w"):close() s = 0 for i = 1, 1e12 do s = s + i end' \
+        'print("alive", s > 0)' | %s -i & pid=$!
+      i=0; while [ ! -e %s ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i+1)); done
+      sleep 0.3; kill -INT $pid; wait $pid; echo "rc=$?"]]):format(ready, h.q(h.bin), h.q(ready)), { timeout = 20 })
+    os.remove(ready)
+    assert.are.equal('interrupted\nalive\ttrue\nrc=0\n', out, err)
+  end)
+
 end)
 
 describe('repl.compile', function()

@@ -83,6 +83,49 @@ describe('signals', function()
   end)
 end)
 
+describe('os.execute and SIGINT', function()
+  -- libc's system() ignores SIGINT in the caller while the command runs: the
+  -- command decides, and one that died of it now stops the script (as in a shell)
+  it('a command killed by SIGINT interrupts the script, with the cleanups', function()
+    local rc, _, cleaned, err, out = run_and_signal([[
+      local st = os.execute('kill -INT $$')
+      print('not reached', st)
+    ]], {})
+    assert.are.equal(130, rc, err)
+    assert.is_true(cleaned)
+    assert.matches('dplhost: interrupted\n', err)
+    assert.is_nil(out:find('not reached', 1, true))
+  end)
+
+  it('a command that fails otherwise returns its status as before', function()
+    local out, err, rc = h.dplhost([[-e 'print(os.execute("exit 3"), os.execute("kill -TERM $$"), os.execute())']])
+    assert.are.equal(0, rc, err)
+    assert.are.equal('768\t15\t1\n', out)
+  end)
+
+  it('Ctrl-C to the process group stops a script looping over os.execute', function()
+    if not h.has_command('setsid') then return pending('setsid is not installed') end
+    local ready, done = h.tmpname('.ready'), h.tmpname('.done')
+    local script = h.write_file(h.tmpname('.lua'), ([[
+      require('dpl').atexit(function() io.open(%q, 'w'):close() end)
+      io.open(%q, 'w'):close()
+      while true do os.execute('sleep 0.05') end
+    ]]):format(done, ready))
+    -- setsid: the host leads its own process group, as a terminal's foreground job
+    local out, err = h.sh(([[setsid %s %s & pid=$!
+      i=0; while [ ! -e %s ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i+1)); done
+      sleep 0.3; kill -INT -$pid
+      i=0; while kill -0 $pid 2>/dev/null && [ $i -lt 80 ]; do sleep 0.05; i=$((i+1)); done
+      kill -0 $pid 2>/dev/null && { echo "still running"; kill -KILL -$pid; }
+      wait $pid; echo "rc=$?"]]):format(h.q(h.bin), h.q(script), h.q(ready)))
+    local cleaned = io.open(done) ~= nil
+    os.remove(script); os.remove(ready); os.remove(done)
+    assert.matches('rc=130', out, err)
+    assert.is_nil(out:find('still running', 1, true))
+    assert.is_true(cleaned)
+  end)
+end)
+
 describe('a signal that lands on a helper thread', function()
   for _, sig in ipairs({ 'USR1', 'TERM' }) do
     it(('(SIG%s) stays pending for the Lua thread while it blocks it'):format(sig), function()

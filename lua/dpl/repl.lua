@@ -21,16 +21,31 @@ local function incomplete(msg)
   return type(msg) == 'string' and msg:sub(-7) == "'<eof>'"
 end
 
+-- Code typed at the prompt runs in the interpreter, never as machine code: LuaJIT
+-- checks hooks only between interpreted instructions, so Ctrl-C could not stop a
+-- loop it had compiled (`for i = 1, 1e12 do s = s + i end`). Functions defined at
+-- the prompt run interpreted too; library code (dpl, required modules) is compiled
+-- as usual.
+local function interpreted(fn)
+  if jit and jit.off then jit.off(fn, true) end
+  return fn
+end
+
 --- Compiles the text of one REPL entry. Returns fn, or nil and 'incomplete',
---- or nil and the syntax error message.
+--- or nil and the syntax error message. An expression compiles to
+--- `return (function(...) return ... end)(<expr>)`: with `return <expr>`, a call
+--- would be a tail call that leaves no frame of the chunk for the traceback
+--- (`error('bad')` printed `bad` without `stdin:1:`).
 function M.compile(src)
   local body = src
-  if body:sub(1, 1) == '=' then body = 'return ' .. body:sub(2) end
-  local fn = loadstring('return ' .. body, '=stdin')
-  if fn then return fn end
+  if body:sub(1, 1) == '=' then body = body:sub(2) end
+  local list = body:match('^(.-);%s*$') or body -- `return x;` is valid: so is `x;` here
+  local fn = loadstring('return (function(...) return ... end)(' .. list .. '\n)', '=stdin')
+  if fn then return interpreted(fn) end
+  if src:sub(1, 1) == '=' then body = 'return ' .. body end
   local err
   fn, err = loadstring(body, '=stdin')
-  if fn then return fn end
+  if fn then return interpreted(fn) end
   if incomplete(err) then return nil, 'incomplete' end
   return nil, err
 end
@@ -40,7 +55,13 @@ local function handler(e)
   local msg = e
   if type(e) ~= 'string' then
     local ok, s = pcall(tostring, e)
-    msg = ok and s or ('(error object is a ' .. type(e) .. ' value)')
+    if not ok then
+      msg = ('(error object is a %s value; its __tostring failed: %s)'):format(type(e), tostring(s))
+    elseif type(s) ~= 'string' then
+      msg = ('(error object is a %s value)'):format(type(e))
+    else
+      msg = s
+    end
   end
   local tb = debug.traceback(msg, 2)
   -- keep the frames of the user's chunk, drop the REPL's own

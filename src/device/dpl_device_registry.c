@@ -89,6 +89,15 @@ static int probe_virtual(const char *nstr)
                  "DPL_VIRTUAL_GPUS_BUSY must be a comma-separated list of GPU ids, got '%s'", busy);
         return DPL_EINVAL;
       }
+      if (k >= n) {
+        char range[48];
+        if (n > 0) snprintf(range, sizeof range, "cuda:0 to cuda:%ld", n - 1);
+        else snprintf(range, sizeof range, "none");
+        snprintf(probe_error, sizeof probe_error,
+                 "DPL_VIRTUAL_GPUS_BUSY names GPU %ld, but DPL_VIRTUAL_GPUS=%ld simulates %s (got '%s')", k, n,
+                 range, busy);
+        return DPL_EINVAL;
+      }
       busy_mask[k] = 1;
     }
   }

@@ -3,7 +3,8 @@
  * os.exit and after SIGINT/SIGTERM/SIGUSR1), signal handling around running
  * chunks (interrupt, hold, pending signal),
  * the embedded C header text for ffi.cdef, and the REPL's line reader (libedit
- * loaded with dlopen when a terminal asks for it, plain stdio otherwise). */
+ * loaded with dlopen when a terminal asks for it, plain stdio otherwise), and
+ * os.execute, whose command dying of SIGINT interrupts the script. */
 #define _GNU_SOURCE
 #include "dpl.h"
 #include "dpl_internal.h"
@@ -15,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <lua.h>
 #include <lauxlib.h>
@@ -77,8 +79,8 @@ static void on_grace_expired(int sig)
 {
   (void)sig;
   static const char msg[] = "dplhost: the script did not stop within 5 s of the signal; exiting\n";
-  static const char imsg[] = "\ndplhost: the running chunk cannot be interrupted (a compiled loop or a long C "
-                             "call); press Ctrl-C again to quit\n";
+  static const char imsg[] = "\ndplhost: the running chunk cannot be interrupted (a loop LuaJIT compiled to "
+                             "machine code, or a long C call); press Ctrl-C again to quit\n";
   ssize_t r;
   if (interactive) { r = write(STDERR_FILENO, imsg, sizeof imsg - 1); (void)r; return; }
   r = write(STDERR_FILENO, msg, sizeof msg - 1);
@@ -178,6 +180,39 @@ int32_t dpl_signal_received(void) { return sig_armed ? 128 + sig_armed : 0; }
 
 int32_t dpl_signal_pending(void) { return sig_first ? 128 + sig_first : 0; }
 
+/* ---------------------------------------------------------------- error text */
+
+static int call_tostring_meta(lua_State *L)
+{
+  if (!luaL_callmeta(L, 1, "__tostring")) lua_pushnil(L);
+  return 1;
+}
+
+const char *dpl_host_error_text(lua_State *L, int idx)
+{
+  if (idx < 0 && idx > LUA_REGISTRYINDEX) idx = lua_gettop(L) + idx + 1;
+  int t = lua_type(L, idx);
+  if (t == LUA_TSTRING || t == LUA_TNUMBER) {
+    lua_pushvalue(L, idx);
+    return lua_tostring(L, -1);
+  }
+  const char *tname = luaL_typename(L, idx);
+  lua_pushcfunction(L, call_tostring_meta);
+  lua_pushvalue(L, idx);
+  if (lua_pcall(L, 1, 1, 0) == 0) {
+    int rt = lua_type(L, -1);
+    if (rt == LUA_TSTRING || rt == LUA_TNUMBER) return lua_tostring(L, -1);
+    lua_pop(L, 1);
+    if (rt == LUA_TNIL) return lua_pushfstring(L, "(error object is a %s value)", tname);
+    return lua_pushfstring(L, "(error object is a %s value; its __tostring returned a %s)", tname,
+                           lua_typename(L, rt));
+  }
+  const char *why = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : luaL_typename(L, -1);
+  const char *text = lua_pushfstring(L, "(error object is a %s value; its __tostring failed: %s)", tname, why);
+  lua_remove(L, -2);
+  return text;
+}
+
 /* ---------------------------------------------------------------- atexit */
 
 static int host_atexit(lua_State *L)
@@ -190,23 +225,26 @@ static int host_atexit(lua_State *L)
   return 0;
 }
 
+/* The list is a stack: each cleanup is taken off before it runs, so one that
+ * exits (os.exit runs the rest) or fails never reruns, and one registered by a
+ * running cleanup runs next (newest first, as always). */
 void dpl_host_run_atexit(lua_State *L)
 {
-  /* Take the list out first, so a cleanup that exits or fails never reruns. */
-  lua_getfield(L, LUA_REGISTRYINDEX, atexit_key);
-  if (!lua_istable(L, -1)) { lua_pop(L, 1); return; }
-  lua_newtable(L);
-  lua_setfield(L, LUA_REGISTRYINDEX, atexit_key);
   dpl_signals_clear();
-  for (int i = (int)lua_objlen(L, -1); i >= 1; i--) {
-    lua_rawgeti(L, -1, i);
+  for (;;) {
+    lua_getfield(L, LUA_REGISTRYINDEX, atexit_key);
+    if (!lua_istable(L, -1)) { lua_pop(L, 1); return; }
+    int n = (int)lua_objlen(L, -1);
+    if (n == 0) { lua_pop(L, 1); return; }
+    lua_rawgeti(L, -1, n);
+    lua_pushnil(L);
+    lua_rawseti(L, -3, n);
+    lua_remove(L, -2);
     if (lua_pcall(L, 0, 0, 0) != 0) {
-      fprintf(stderr, "dplhost: error in atexit handler: %s\n",
-              lua_tostring(L, -1) ? lua_tostring(L, -1) : "(non-string error)");
-      lua_pop(L, 1);
+      fprintf(stderr, "dplhost: error in atexit handler: %s\n", dpl_host_error_text(L, -1));
+      lua_pop(L, 2);
     }
   }
-  lua_pop(L, 1);
 }
 
 /* Drops every registered cleanup (a forked worker must not run its parent's). */
@@ -228,6 +266,36 @@ static int host_os_exit(lua_State *L)
   lua_pcall(L, lua_gettop(L) - 1, 0, 0); /* returns only on a bad argument */
   dpl_signals_install(L);
   return lua_error(L);
+}
+
+/* os.execute replacement. libc's system() ignores SIGINT in the caller while the
+ * command runs, so a Ctrl-C (which the terminal sends to the whole foreground
+ * job, and the launcher to each rank's process group) stopped only the command
+ * and a script looping over os.execute went on. As a shell does, a command that
+ * died of SIGINT now counts as SIGINT for the script: it is raised here, after
+ * system() has put the handler back, and stops the script as usual. Results are
+ * the original's. */
+static int child_died_of_sigint(lua_State *L, int base, int nres)
+{
+  if (nres == 1 && lua_type(L, base) == LUA_TNUMBER) { /* Lua 5.1: the wait status */
+    int st = (int)lua_tointeger(L, base);
+    return st != -1 && WIFSIGNALED(st) && WTERMSIG(st) == SIGINT;
+  }
+  if (nres == 3 && lua_type(L, base + 1) == LUA_TSTRING) /* 5.2 mode: nil, "signal", N */
+    return strcmp(lua_tostring(L, base + 1), "signal") == 0 && lua_tointeger(L, base + 2) == SIGINT;
+  return 0;
+}
+
+static int host_os_execute(lua_State *L)
+{
+  int nargs = lua_gettop(L);
+  int has_cmd = !lua_isnoneornil(L, 1);
+  lua_pushvalue(L, lua_upvalueindex(1));
+  lua_insert(L, 1);
+  lua_call(L, nargs, LUA_MULTRET);
+  int nres = lua_gettop(L);
+  if (has_cmd && child_died_of_sigint(L, 1, nres)) raise(SIGINT);
+  return nres;
 }
 
 /* Clears a pending interrupt (the REPL calls it after reporting one). */
@@ -426,5 +494,9 @@ void dpl_host_open(lua_State *L)
   lua_getfield(L, -1, "exit");
   lua_pushcclosure(L, host_os_exit, 1);
   lua_setfield(L, -2, "exit");
+  /* os.execute: a command killed by SIGINT interrupts the script */
+  lua_getfield(L, -1, "execute");
+  lua_pushcclosure(L, host_os_execute, 1);
+  lua_setfield(L, -2, "execute");
   lua_pop(L, 1);
 }

@@ -25,8 +25,14 @@ void dpl_signals_install(struct lua_State *L);
 void dpl_signals_uninstall(void);
 void dpl_signals_clear(void);
 void dpl_signals_after_fork(void);
-/* Runs the functions registered with dpl.host.atexit (last registered first). */
+/* Runs the functions registered with dpl.host.atexit (last registered first,
+ * including those registered meanwhile by a running one). */
 void dpl_host_run_atexit(struct lua_State *L);
+/* Pushes the text of the error object at idx and returns it: strings and numbers
+ * as they are, other values through __tostring (called in protected mode), else
+ * "(error object is a T value)"; a __tostring that fails or returns no string is
+ * described instead of raising. */
+const char *dpl_host_error_text(struct lua_State *L, int idx);
 /* Prints the device table of `dplhost --devices`. */
 int dpl_print_devices(void);
 #endif

@@ -5,7 +5,10 @@
  * then SIGKILL after a grace period), is reported with the tail of its stderr,
  * and its status becomes the launcher's. Children die with the launcher
  * (PR_SET_PDEATHSIG, SIGTERM) and the launcher forwards SIGINT/SIGTERM/SIGUSR1
- * to them (each once), still collecting their output and exit status. */
+ * to their process groups (each once), still collecting their output and exit
+ * status. Output is forwarded as bytes, a whole line at a time, whatever its
+ * length; when the launcher's own stdout/stderr is closed it stops the ranks and
+ * exits 128+SIGPIPE. */
 #define _GNU_SOURCE
 #include "dpl.h"
 #include "dpl_internal.h"
@@ -21,18 +24,23 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #define TAIL_LINES 12
-#define LINE_MAX_BYTES 4096
+#define TAIL_BYTES 256
+#define READ_CHUNK 65536
+/* a line longer than this goes out in pieces: the prefix once, the rest as it comes */
+#define LINE_HELD_MAX (1u << 20)
 
 typedef struct {
-  char buf[LINE_MAX_BYTES];
-  size_t len;
+  char *buf;         /* the current (incomplete) line */
+  size_t len, cap;
   int fd;            /* read end of the pipe, -1 when closed */
-  FILE *out;         /* where its lines go */
+  int out;           /* where its lines go: STDOUT_FILENO or STDERR_FILENO */
+  int mid_line;      /* part of the current line went out already (no second prefix) */
 } stream_t;
 
 typedef struct {
@@ -41,7 +49,8 @@ typedef struct {
   int running;
   int status;        /* waitpid status */
   stream_t s[2];     /* stdout, stderr */
-  char tail[TAIL_LINES][256];
+  char tail[TAIL_LINES][TAIL_BYTES];
+  size_t tail_len[TAIL_LINES];
   int tail_next, tail_count;
 } child_t;
 
@@ -50,6 +59,7 @@ static const int forwarded_sigs[] = {SIGINT, SIGTERM, SIGUSR1};
 #define N_FORWARDED ((int)(sizeof forwarded_sigs / sizeof forwarded_sigs[0]))
 static volatile sig_atomic_t launcher_signal;          /* the first one: the exit status */
 static volatile sig_atomic_t got_signal[N_FORWARDED];  /* each is forwarded once */
+static int output_broken[3];                           /* by fd: a write failed with EPIPE */
 
 static void on_launcher_signal(int sig)
 {
@@ -84,47 +94,99 @@ static int free_port(void)
   return port;
 }
 
-static void emit_line(child_t *c, int which, const char *line, size_t n)
+/* Writes every byte of iov[0..n) to fd (bytes, NULs included), through short
+ * writes and EINTR. A write that fails with EPIPE marks fd's output broken; its
+ * later output is dropped. */
+static void write_all(int fd, struct iovec *iov, int n)
 {
-  stream_t *s = &c->s[which];
-  fprintf(s->out, "[rank %d] %.*s\n", c->rank, (int)n, line);
-  fflush(s->out);
-  if (which == 1) {
-    snprintf(c->tail[c->tail_next], sizeof c->tail[0], "%.*s", (int)n, line);
-    c->tail_next = (c->tail_next + 1) % TAIL_LINES;
-    if (c->tail_count < TAIL_LINES) c->tail_count++;
+  if (output_broken[fd]) return;
+  while (n > 0) {
+    ssize_t w = writev(fd, iov, n);
+    if (w < 0) {
+      if (errno == EINTR || errno == EAGAIN) continue;
+      if (errno == EPIPE) output_broken[fd] = 1;
+      return;
+    }
+    size_t left = (size_t)w;
+    while (n > 0 && left >= iov->iov_len) { left -= iov->iov_len; iov++; n--; }
+    if (n > 0) { iov->iov_base = (char *)iov->iov_base + left; iov->iov_len -= left; }
   }
 }
 
-/* Reads what is available; emits complete lines (and the rest at EOF). */
+/* Forwards a piece of a rank's output: the prefix when a line starts, then the
+ * bytes, then the newline when the line is complete. */
+static void emit(child_t *c, int which, const char *data, size_t n, int complete)
+{
+  stream_t *s = &c->s[which];
+  char prefix[32];
+  int plen = snprintf(prefix, sizeof prefix, "[rank %d] ", c->rank);
+  struct iovec iov[3];
+  int k = 0;
+  if (!s->mid_line) { iov[k].iov_base = prefix; iov[k].iov_len = (size_t)plen; k++; }
+  if (n) { iov[k].iov_base = (void *)data; iov[k].iov_len = n; k++; }
+  if (complete) { iov[k].iov_base = "\n"; iov[k].iov_len = 1; k++; }
+  write_all(s->out, iov, k);
+  if (which == 1 && !s->mid_line) { /* the start of each stderr line, for the failure report */
+    size_t m = n < TAIL_BYTES ? n : TAIL_BYTES;
+    memcpy(c->tail[c->tail_next], data, m);
+    c->tail_len[c->tail_next] = m;
+    c->tail_next = (c->tail_next + 1) % TAIL_LINES;
+    if (c->tail_count < TAIL_LINES) c->tail_count++;
+  }
+  s->mid_line = !complete;
+}
+
+static void close_stream(stream_t *s)
+{
+  if (s->fd >= 0) close(s->fd);
+  s->fd = -1;
+  free(s->buf);
+  s->buf = NULL;
+  s->len = s->cap = 0;
+}
+
+/* Reads what is available; emits complete lines (and the rest at EOF). A line
+ * longer than LINE_HELD_MAX goes out in pieces, prefixed once. */
 static void drain(child_t *c, int which)
 {
   stream_t *s = &c->s[which];
   if (s->fd < 0) return;
-  ssize_t r = read(s->fd, s->buf + s->len, sizeof s->buf - s->len);
-  if (r < 0 && (errno == EINTR || errno == EAGAIN)) return;
-  if (r <= 0) {
-    if (s->len) emit_line(c, which, s->buf, s->len);
-    s->len = 0;
-    close(s->fd);
-    s->fd = -1;
-    return;
-  }
-  s->len += (size_t)r;
-  size_t start = 0;
-  for (size_t i = 0; i < s->len; i++) {
-    if (s->buf[i] == '\n') {
-      emit_line(c, which, s->buf + start, i - start);
-      start = i + 1;
+  if (s->cap - s->len < READ_CHUNK) {
+    size_t cap = s->len + READ_CHUNK;
+    char *nb = realloc(s->buf, cap);
+    if (!nb) { /* no memory for more: what is held goes out as a piece */
+      emit(c, which, s->buf, s->len, 0);
+      s->len = 0;
+      if (!s->buf) return;
+    } else {
+      s->buf = nb;
+      s->cap = cap;
     }
   }
-  if (start == 0 && s->len == sizeof s->buf) { /* a very long line: emit it in pieces */
-    emit_line(c, which, s->buf, s->len);
-    s->len = 0;
+  ssize_t r = read(s->fd, s->buf + s->len, s->cap - s->len);
+  if (r < 0 && (errno == EINTR || errno == EAGAIN)) return;
+  if (r <= 0) {
+    if (s->len || s->mid_line) emit(c, which, s->buf, s->len, 1);
+    close_stream(s);
     return;
   }
-  memmove(s->buf, s->buf + start, s->len - start);
-  s->len -= start;
+  size_t start = s->len; /* no newline before the bytes just read */
+  s->len += (size_t)r;
+  size_t line = 0;
+  char *nl;
+  while (start < s->len && (nl = memchr(s->buf + start, '\n', s->len - start)) != NULL) {
+    size_t i = (size_t)(nl - s->buf);
+    emit(c, which, s->buf + line, i - line, 1);
+    line = start = i + 1;
+  }
+  size_t rest = s->len - line;
+  if (rest >= LINE_HELD_MAX) {
+    emit(c, which, s->buf + line, rest, 0);
+    rest = 0;
+  } else if (line > 0) {
+    memmove(s->buf, s->buf + line, rest);
+  }
+  s->len = rest;
 }
 
 static void describe_status(int status, char *buf, size_t n)
@@ -156,10 +218,13 @@ static void setenv_int(const char *k, long v)
   setenv(k, b, 1);
 }
 
+/* Signals each running rank's process group (each rank leads its own), so what
+ * the rank started (os.execute, io.popen, spawned workers) gets it too, as the
+ * members of a terminal's foreground job all get its Ctrl-C. */
 static void signal_all(child_t *cs, int n, int sig)
 {
   for (int i = 0; i < n; i++)
-    if (cs[i].running) kill(cs[i].pid, sig);
+    if (cs[i].running && kill(-cs[i].pid, sig) != 0) kill(cs[i].pid, sig);
 }
 
 int dpl_launch(const dpl_launch_opts *o, char **child_argv)
@@ -248,15 +313,17 @@ int dpl_launch(const dpl_launch_opts *o, char **child_argv)
       fprintf(stderr, "dplhost: cannot exec the host for rank %d: %s\n", c->rank, strerror(errno));
       _exit(127);
     }
+    setpgid(pid, pid); /* as the child does: no signal can reach it before its group exists */
     c->pid = pid;
     c->running = 1;
     close(p_out[1]);
     close(p_err[1]);
-    c->s[0].fd = p_out[0]; c->s[0].out = stdout;
-    c->s[1].fd = p_err[0]; c->s[1].out = stderr;
+    c->s[0].fd = p_out[0]; c->s[0].out = STDOUT_FILENO;
+    c->s[1].fd = p_err[0]; c->s[1].out = STDERR_FILENO;
   }
 
   int first_failed = -1, first_status = 0, alive = n, forwarded[N_FORWARDED] = {0};
+  int broken_pipe = 0; /* the launcher's stdout or stderr was closed: the ranks were stopped */
   double kill_at = 0;
   double drain_until = 0;
   struct pollfd *pfd = calloc((size_t)(2 * n), sizeof *pfd);
@@ -272,7 +339,7 @@ int dpl_launch(const dpl_launch_opts *o, char **child_argv)
         cs[i].status = st;
         alive--;
         int failed = !(WIFEXITED(st) && WEXITSTATUS(st) == 0);
-        if (failed && first_failed < 0 && !launcher_signal) {
+        if (failed && first_failed < 0 && !launcher_signal && !broken_pipe) {
           first_failed = i;
           first_status = st;
           signal_all(cs, n, SIGTERM);
@@ -286,7 +353,22 @@ int dpl_launch(const dpl_launch_opts *o, char **child_argv)
       forwarded[k] = 1;
       if (kill_at == 0) kill_at = now_s() + o->grace_s;
     }
+    if (!broken_pipe && (output_broken[STDOUT_FILENO] || output_broken[STDERR_FILENO])) {
+      /* as a lone process dies of SIGPIPE: the output has nowhere to go; the ranks
+       * stop (with their cleanups) and the launcher exits 128+SIGPIPE */
+      broken_pipe = 1;
+      if (first_failed < 0 && !launcher_signal) {
+        fprintf(stderr, "dplhost: the launcher's %s was closed (broken pipe); stopping the ranks\n",
+                output_broken[STDOUT_FILENO] ? "stdout" : "stderr");
+        signal_all(cs, n, SIGTERM);
+        if (kill_at == 0) kill_at = now_s() + o->grace_s;
+      }
+    }
     if (kill_at > 0 && now_s() > kill_at) {
+      for (int i = 0; i < n; i++)
+        if (cs[i].running)
+          fprintf(stderr, "dplhost: rank %d (pid %d) did not stop within %g s; killing it (SIGKILL)\n",
+                  cs[i].rank, (int)cs[i].pid, o->grace_s);
       signal_all(cs, n, SIGKILL);
       kill_at = 0;
     }
@@ -325,14 +407,19 @@ int dpl_launch(const dpl_launch_opts *o, char **child_argv)
       fprintf(stderr, "dplhost: last lines of rank %d's stderr:\n", c->rank);
       for (int k = 0; k < c->tail_count; k++) {
         int idx = (c->tail_next - c->tail_count + k + TAIL_LINES) % TAIL_LINES;
-        fprintf(stderr, "  | %s\n", c->tail[idx]);
+        fputs("  | ", stderr);
+        fwrite(c->tail[idx], 1, c->tail_len[idx], stderr);
+        fputc('\n', stderr);
       }
     }
     rc = status_code(first_status);
     if (rc == 0) rc = 1;
   } else if (launcher_signal) {
     rc = 128 + launcher_signal;
+  } else if (broken_pipe) {
+    rc = 128 + SIGPIPE;
   }
+  for (int i = 0; i < n; i++) { close_stream(&cs[i].s[0]); close_stream(&cs[i].s[1]); }
   free(cs);
   return rc;
 }

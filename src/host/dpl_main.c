@@ -42,27 +42,54 @@ static const char usage_text[] =
   "  --              Stop handling options.\n"
   "  -               Execute stdin and stop handling options.\n"
   "\n"
-  "Environment:\n"
+  "Environment (docs/ has the details):\n"
+  " host\n"
   "  DPL_PATH               Directories (':'-separated) holding the dpl Lua library; default:\n"
   "                         <bindir>/lua, then <bindir>/../share/dplhost/lua.\n"
-  "  DPL_HISTORY            REPL history file (default ~/.dplhost_history; empty: none).\n"
-  "  DPL_VIRTUAL_GPUS       Simulate N GPUs cuda:0..N-1 backed by host memory.\n"
-  "  DPL_VIRTUAL_GPUS_BUSY  Comma-separated simulated GPU ids whose allocations fail (busy).\n"
-  "  CUDA_VISIBLE_DEVICES   Which real GPUs are visible, and their order.\n"
   "  LUA_PATH, LUA_CPATH    Extra Lua module paths (';;' expands to the default).\n"
-  "  DPL_LINE_BUFFERED      Line-buffer stdout (the launcher sets it for its ranks).\n";
+  "  DPL_HISTORY            REPL history file (default ~/.dplhost_history; empty: none).\n"
+  "  DPL_NO_LINEEDIT        Set: the REPL reads plain lines (no libedit).\n"
+  "  DPL_LINE_BUFFERED      Line-buffer stdout (the launcher sets it for its ranks).\n"
+  " threads and memory\n"
+  "  DPL_NUM_THREADS        Kernel threads (1-256; default OMP_NUM_THREADS, else the cores;\n"
+  "                         the launcher gives each rank cores/N unless one of them is set).\n"
+  "  OMP_NUM_THREADS        Kernel and OpenBLAS threads when DPL_NUM_THREADS is not set.\n"
+  "  DPL_SPIN_US            How long idle kernel threads spin before sleeping (default 200).\n"
+  "  DPL_GC_BYTES           Tensor bytes between full Lua collections.\n"
+  "  DPL_GC_HANDLES         Tensor handles between full Lua collections (default 8192).\n"
+  "  DPL_GC_SOFT_LIMIT      Bytes of growth at which dpl.maybe_collect() collects (512 MiB).\n"
+  "  DPL_WARM_BYTES         Large blocks freed more recently than this are written cache-warm.\n"
+  "  DPL_SGEMM, DPL_GEMM_PAR_MIN, DPL_CONV_CHUNK_KB\n"
+  "                         GEMM choice (blas: OpenBLAS only), parallel GEMM threshold, conv chunk.\n"
+  " data, logging\n"
+  "  DPL_DATA_CACHE         Dataset cache directory (0: none; default $XDG_CACHE_HOME/dplhost or\n"
+  "                         ~/.cache/dplhost).\n"
+  "  DPL_LOG_ALL_RANKS      1: INFO output from every rank, not only rank 0 (--log-all-ranks).\n"
+  " distributed\n"
+  "  RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, NODE_RANK, MASTER_ADDR, MASTER_PORT\n"
+  "                         The rank environment (set by --nproc, torchrun-style).\n"
+  "  DPL_JOB_ID             Names the job's shared memory (set by --nproc).\n"
+  "  DPL_DIST_BACKEND       Default backend of dist.init_process_group (shm, mpi, nccl).\n"
+  "  DPL_COMM_TIMEOUT       Collective and store timeout in seconds (default 1800).\n"
+  "  DPL_COMM_CHECK         1: check that every rank calls the same collective.\n"
+  "  DPL_COMM_SHM_SLOT, DPL_COMM_SPIN_US, DPL_COMM_YIELD_US   shm backend tuning.\n"
+  "  DPL_LIBMPI, DPL_LIBNCCL  Which libmpi / libnccl to load.\n"
+  " devices\n"
+  "  CUDA_VISIBLE_DEVICES   Which real GPUs are visible, and their order.\n"
+  "  DPL_CUDA_PLUGIN        Path of the CUDA plugin (off: none; default dpl_cuda.so beside dplhost).\n"
+  "  DPL_CUDA_SYNC_CHECKS   1 (or CUDA_LAUNCH_BLOCKING=1): GPU index checks raise at their op.\n"
+  "  DPL_CUDA_POISON        1: fill new GPU allocations with 0xff bytes (NaN): unwritten outputs show.\n"
+  "  DPL_VIRTUAL_GPUS       Simulate N GPUs cuda:0..N-1 backed by host memory.\n"
+  "  DPL_VIRTUAL_GPUS_BUSY  Comma-separated simulated GPU ids whose allocations fail (busy).\n";
 
 static lua_State *globalL;
 
-/* Message handler: traceback for runtime errors; nil (busted's quiet exit) passes. */
+/* Message handler: traceback for runtime errors; nil (busted's quiet exit) passes.
+ * An error object prints through its __tostring (one that fails is described). */
 static int traceback_handler(lua_State *L)
 {
   if (lua_isnoneornil(L, 1)) return 1;
-  const char *msg = lua_tostring(L, 1);
-  if (!msg) {
-    if (luaL_callmeta(L, 1, "__tostring") && lua_isstring(L, -1)) msg = lua_tostring(L, -1);
-    else msg = lua_pushfstring(L, "(error object is a %s value)", luaL_typename(L, 1));
-  }
+  const char *msg = dpl_host_error_text(L, 1);
   luaL_traceback(L, L, msg, 1);
   return 1;
 }
@@ -202,6 +229,9 @@ static void set_paths(lua_State *L)
   lua_pop(L, 1);
 }
 
+/* The global `arg` as luajit sets it: the script at 0, its arguments from 1,
+ * the interpreter and the options before it at negative indices; with no script
+ * (argf == argc) arg[0] is nil and everything is negative. */
 static void create_arg_table(lua_State *L, char **argv, int argc, int argf)
 {
   lua_createtable(L, argc - argf, argf);
@@ -225,17 +255,17 @@ static int int_option(const char *name, const char *v, long lo, long hi)
 {
   char *end = NULL;
   errno = 0;
-  long n = v ? strtol(v, &end, 10) : 0;
-  if (!v || !*v || *end || errno || n < lo || n > hi) {
+  long n = strtol(v, &end, 10);
+  if (!*v || *end || errno || n < lo || n > hi) {
     fprintf(stderr, "dplhost: %s expects an integer from %ld to %ld, got '%s'\n(try 'dplhost --help')\n",
-            name, lo, hi, v ? v : "");
+            name, lo, hi, v);
     return -1;
   }
   return (int)n;
 }
 
 /* Launcher options: "--name value" or "--name=value". Returns 1 when a[i] is one
- * (i advanced past its value), 0 when not, -1 on a bad value. */
+ * (i advanced past its value), 0 when not, -1 on a bad or missing value. */
 static int launcher_option(int argc, char **argv, int *i, dpl_launch_opts *o)
 {
   static const char *names[] = {"--nproc", "--nnodes", "--node-rank", "--master-addr", "--master-port"};
@@ -245,7 +275,8 @@ static int launcher_option(int argc, char **argv, int *i, dpl_launch_opts *o)
     size_t len = strlen(names[k]);
     const char *v;
     if (strcmp(a, names[k]) == 0) {
-      v = *i + 1 < argc ? argv[++*i] : NULL;
+      if (*i + 1 >= argc) { usage_error("option '%s' needs an argument", names[k]); return -1; }
+      v = argv[++*i];
     } else if (strncmp(a, names[k], len) == 0 && a[len] == '=') {
       v = a + len + 1;
     } else {
@@ -256,8 +287,8 @@ static int launcher_option(int argc, char **argv, int *i, dpl_launch_opts *o)
     case 1: o->nnodes = int_option(names[k], v, 1, 100000); return o->nnodes < 0 ? -1 : 1;
     case 2: o->node_rank = int_option(names[k], v, 0, 99999); return o->node_rank < 0 ? -1 : 1;
     case 3:
-      if (!v || !*v) {
-        fprintf(stderr, "dplhost: --master-addr expects a host name or address\n");
+      if (!*v) {
+        usage_error("%s", "--master-addr expects a host name or address, got ''");
         return -1;
       }
       o->master_addr = v;
@@ -268,9 +299,63 @@ static int launcher_option(int argc, char **argv, int *i, dpl_launch_opts *o)
   return 0;
 }
 
+static void print_version(void)
+{
+  printf("dplhost %s (%s, %s)\n", dpl_version(), LUAJIT_VERSION, "GC64 LuaJIT embedded");
+  fflush(stdout);
+}
+
+static int is_version_option(const char *a)
+{
+  return strcmp(a, "-v") == 0 || strcmp(a, "--version") == 0;
+}
+
+/* Runs the launcher: each rank's command line is argv[0], the host options but
+ * the launcher's own (and -v: the launcher printed the version), the script and
+ * its args. */
+static int launch(const dpl_launch_opts *lo, int argc, char **argv, int script, const char *launcher_first,
+                  int version)
+{
+  if (lo->nproc < 1) {
+    char name[64];
+    snprintf(name, sizeof name, "%.*s", (int)strcspn(launcher_first, "="), launcher_first);
+    fprintf(stderr, "dplhost: %s needs --nproc N (the launcher)\n(try 'dplhost --help')\n", name);
+    return 2;
+  }
+  if (!script) return usage_error("%s", "--nproc needs a script to run");
+  if (strcmp(argv[script], "-") == 0 && strcmp(argv[script - 1], "--") != 0)
+    return usage_error("%s", "--nproc cannot run a script from stdin ('-'): the ranks read /dev/null; "
+                             "give a script file");
+  if (lo->node_rank >= lo->nnodes)
+    return usage_error("%s", "--node-rank must be below --nnodes (node ranks are 0-based)");
+  if (version) print_version();
+  char **cargv = calloc((size_t)argc + 1, sizeof *cargv);
+  if (!cargv) { fprintf(stderr, "dplhost: out of memory\n"); return 1; }
+  int k = 0;
+  cargv[k++] = argv[0];
+  for (int j = 1; j < script; j++) {
+    dpl_launch_opts scratch = *lo;
+    int jj = j;
+    if (strcmp(argv[j], "-e") == 0 || strcmp(argv[j], "-l") == 0) { /* and its value, whatever it is */
+      cargv[k++] = argv[j++];
+      cargv[k++] = argv[j];
+      continue;
+    }
+    if (is_version_option(argv[j])) continue;
+    if (launcher_option(argc, argv, &jj, &scratch) > 0) { j = jj; continue; }
+    cargv[k++] = argv[j];
+  }
+  for (int j = script; j < argc; j++) cargv[k++] = argv[j];
+  cargv[k] = NULL;
+  int rc = dpl_launch(lo, cargv);
+  free(cargv);
+  return rc;
+}
+
 int main(int argc, char **argv)
 {
-  int script = 0, interactive = 0, has_e = 0, busted = 0, launcher_args = 0;
+  int script = 0, interactive = 0, has_e = 0, busted = 0, version = 0;
+  const char *launcher_first = NULL; /* the first launcher option given */
   dpl_launch_opts lo = {0, 1, 0, NULL, 0, 0, 5.0};
   /* First pass: validate options; the actions run in order once the state exists. */
   int i;
@@ -278,7 +363,7 @@ int main(int argc, char **argv)
     const char *a = argv[i];
     int lr = launcher_option(argc, argv, &i, &lo);
     if (lr < 0) return 2;
-    if (lr > 0) { launcher_args = 1; continue; }
+    if (lr > 0) { if (!launcher_first) launcher_first = a; continue; }
     if (a[0] != '-') { script = i; break; }
     if (strcmp(a, "-") == 0) { script = i; break; }
     if (strcmp(a, "--") == 0) { if (i + 1 < argc) script = i + 1; break; }
@@ -290,13 +375,13 @@ int main(int argc, char **argv)
       if (a[1] == 'e') has_e = 1;
     } else if (strcmp(a, "-i") == 0) {
       interactive = 1;
-    } else if (strcmp(a, "-v") == 0 || strcmp(a, "--version") == 0) {
-      printf("dplhost %s (%s, %s)\n", dpl_version(), LUAJIT_VERSION, "GC64 LuaJIT embedded");
-      return 0;
+    } else if (is_version_option(a)) {
+      version = 1; /* as luajit: printed before anything runs, then the rest goes on */
     } else if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
       fputs(usage_text, stdout);
       return 0;
     } else if (strcmp(a, "--devices") == 0) {
+      if (argc != 2) return usage_error("%s", "--devices takes no other arguments");
       return dpl_print_devices();
     } else if (strcmp(a, "--busted") == 0) {
       busted = i;
@@ -306,27 +391,10 @@ int main(int argc, char **argv)
     }
   }
 
-  if (launcher_args) {
-    if (lo.nproc < 1) return usage_error("%s", "--nnodes/--node-rank/--master-* need --nproc N");
-    if (!script) return usage_error("%s", "--nproc needs a script to run");
-    if (lo.node_rank >= lo.nnodes)
-      return usage_error("%s", "--node-rank must be below --nnodes (node ranks are 0-based)");
-    /* each rank runs: argv[0], the non-launcher options, the script and its args */
-    char **cargv = calloc((size_t)argc + 1, sizeof *cargv);
-    if (!cargv) { fprintf(stderr, "dplhost: out of memory\n"); return 1; }
-    int k = 0;
-    cargv[k++] = argv[0];
-    for (int j = 1; j < script; j++) {
-      dpl_launch_opts scratch = lo;
-      int jj = j;
-      if (launcher_option(argc, argv, &jj, &scratch) > 0) { j = jj; continue; }
-      cargv[k++] = argv[j];
-    }
-    for (int j = script; j < argc; j++) cargv[k++] = argv[j];
-    cargv[k] = NULL;
-    int rc = dpl_launch(&lo, cargv);
-    free(cargv);
-    return rc;
+  if (launcher_first) return launch(&lo, argc, argv, script, launcher_first, version);
+  if (version) {
+    print_version();
+    if (!script && !has_e && !interactive && !busted) return 0; /* luajit -v: no REPL, no stdin */
   }
   if (getenv("DPL_LINE_BUFFERED")) setvbuf(stdout, NULL, _IOLBF, 0);
 
@@ -351,7 +419,7 @@ int main(int argc, char **argv)
     goto done;
   }
 
-  create_arg_table(L, argv, argc, script ? script : argc - 1);
+  create_arg_table(L, argv, argc, script ? script : argc);
   /* Second pass: run -e and -l in the order given. */
   for (i = 1; i < argc && (!script || i < script) && status == 0; i++) {
     const char *a = argv[i];

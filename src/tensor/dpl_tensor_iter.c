@@ -16,20 +16,32 @@
 static pthread_once_t nt_once = PTHREAD_ONCE_INIT;
 static _Atomic int num_threads = 1;
 
-static int env_threads(const char *name)
+/* A thread count from the environment; 0 when unset. DPL_NUM_THREADS that is no
+ * count or too big is reported (OMP_NUM_THREADS may hold OpenMP's lists). */
+static int env_threads(const char *name, int warn)
 {
   const char *v = getenv(name);
   if (!v || !*v) return 0;
   char *end = NULL;
   long n = strtol(v, &end, 10);
-  if (*end != 0 || n < 1) return 0;
-  return n > MAX_THREADS ? MAX_THREADS : (int)n;
+  if (*end != 0 || n < 1) {
+    if (warn)
+      fprintf(stderr, "dplhost: warning: %s='%s' is not a thread count (an integer from 1 to %d); ignored\n",
+              name, v, MAX_THREADS);
+    return 0;
+  }
+  if (n > MAX_THREADS) {
+    if (warn) fprintf(stderr, "dplhost: warning: %s=%ld is more than %d threads; using %d\n", name, n,
+                      MAX_THREADS, MAX_THREADS);
+    return MAX_THREADS;
+  }
+  return (int)n;
 }
 
 static void init_threads(void)
 {
-  int n = env_threads("DPL_NUM_THREADS");
-  if (!n) n = env_threads("OMP_NUM_THREADS");
+  int n = env_threads("DPL_NUM_THREADS", 1);
+  if (!n) n = env_threads("OMP_NUM_THREADS", 0);
   if (!n) {
     long c = sysconf(_SC_NPROCESSORS_ONLN);
     n = c > 0 ? (int)(c > MAX_THREADS ? MAX_THREADS : c) : 1;
