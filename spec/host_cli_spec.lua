@@ -136,12 +136,12 @@ describe('dplhost environment variables with bad values', function()
   end)
 
   it('rejects a DPL_COMM_TIMEOUT that is not seconds > 0', function()
-    for _, v in ipairs({ 'abc', '-5', '0' }) do
+    for _, v in ipairs({ 'abc', '-5', '0', 'inf' }) do
       local out, err, rc = h.sh('DPL_COMM_TIMEOUT=' .. v .. ' ' .. h.q(h.bin) ..
         [[ -e 'local d = require("dpl.dist") print(select(2, pcall(d.init_process_group))) print(select(2, pcall(d.TCPStore, {port = 0, is_master = true})))']])
       assert.are.equal(0, rc, err)
-      assert.are.equal(("MisconfigurationException: init_process_group: DPL_COMM_TIMEOUT must be a number of seconds > 0, got '%s'\n" ..
-        "MisconfigurationException: TCPStore: DPL_COMM_TIMEOUT must be a number of seconds > 0, got '%s'\n"):format(v, v), out)
+      assert.are.equal(("MisconfigurationException: init_process_group: DPL_COMM_TIMEOUT must be a finite number of seconds > 0, got '%s'\n" ..
+        "MisconfigurationException: TCPStore: DPL_COMM_TIMEOUT must be a finite number of seconds > 0, got '%s'\n"):format(v, v), out)
     end
     local out, err, rc = h.sh('DPL_COMM_TIMEOUT=7.5 ' .. h.q(h.bin) .. [[ -e 'print(require("dpl.dist").init_process_group())']])
     assert.are.equal(0, rc, err)
