@@ -26,27 +26,9 @@ function M:configure_optimizers()
   return { { opt }, { { scheduler = seq, interval = 'step' }, S.ExponentialLR(opt, { gamma = 0.7 }) } }
 end
 
-dpl.manual_seed(1)
-local ds = dpl.data.TensorDataset(dpl.randn({ 40, 4 }), dpl.randint(1, 4, { 40 }))
-local function loader() return dpl.data.DataLoader(ds, { batch_size = 8, shuffle = true, seed = 5 }) end
-local function trainer(epochs, ckpt)
-  return dpl.Trainer{ max_epochs = epochs, enable_progress_bar = false, enable_model_summary = false, logger = false,
-    enable_checkpointing = ckpt or false, default_root_dir = dir, deterministic = true }
-end
-local function flat(m)
-  local parts = {}
-  for _, p in ipairs(m:parameters()) do
-    for _, v in ipairs(p:view(-1):tolist()) do parts[#parts + 1] = ('%.9g'):format(v) end
-  end
-  return table.concat(parts, ' ')
-end
-local a = M()
-trainer(2):fit(a, loader())
-local b = M()
-local t1 = trainer(1, true)
-t1:fit(b, loader())
-local c = M()
-trainer(2):fit(c, loader(), nil, { ckpt_path = t1.checkpoint_callback.best_model_path })
+local th = require 'spec.support.trainer_helpers'
+local flat = th.flat_params
+local a, b, c = th.resume_runs(M, dir)
 -- the lrs of the resumed run's second epoch follow the first run's
 local lrs = {}
 for _, v in ipairs(b.lrs) do lrs[#lrs + 1] = v end

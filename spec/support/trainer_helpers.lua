@@ -138,4 +138,35 @@ function M.tmpdir()
   return d
 end
 
+-- The weights of a module as one string of %.9g numbers (to compare two runs exactly).
+function M.flat_params(m)
+  local parts = {}
+  for _, p in ipairs(m:parameters()) do
+    for _, v in ipairs(p:view(-1):tolist()) do parts[#parts + 1] = ('%.9g'):format(v) end
+  end
+  return table.concat(parts, ' ')
+end
+
+--- Resume equality runs of the LightningModule class Model on a shuffled 40-sample dataset
+--- (deterministic, checkpoints in dir): a = 2 epochs straight, b = 1 epoch with a checkpoint,
+--- c = a fresh model resumed from b's checkpoint to 2 epochs. Returns a, b, c.
+function M.resume_runs(Model, dir)
+  local dpl = require 'dpl'
+  dpl.manual_seed(1)
+  local ds = dpl.data.TensorDataset(dpl.randn({ 40, 4 }), dpl.randint(1, 4, { 40 }))
+  local function loader() return dpl.data.DataLoader(ds, { batch_size = 8, shuffle = true, seed = 5 }) end
+  local function trainer(epochs, ckpt)
+    return dpl.Trainer{ max_epochs = epochs, enable_progress_bar = false, enable_model_summary = false, logger = false,
+      enable_checkpointing = ckpt or false, default_root_dir = dir, deterministic = true }
+  end
+  local a = Model()
+  trainer(2):fit(a, loader())
+  local b = Model()
+  local t1 = trainer(1, true)
+  t1:fit(b, loader())
+  local c = Model()
+  trainer(2):fit(c, loader(), nil, { ckpt_path = t1.checkpoint_callback.best_model_path })
+  return a, b, c
+end
+
 return M
