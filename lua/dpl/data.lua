@@ -584,16 +584,20 @@ function M.DistributedSamplerWrapper:set_epoch(epoch)
   self.epoch = epoch
   if type(self.sampler.set_epoch) == 'function' then self.sampler:set_epoch(epoch) end
 end
+-- A sampler's positions for one pass: (order, count, off) with order[k - off] the k-th
+-- position (1-based k): an int32 array outside the Lua heap from _order() (off 1), or the
+-- Lua list from indices() (off 0).
+local function sampler_order(s)
+  if s._order then
+    local order, count = s:_order()
+    return order, count, 1
+  end
+  local list = s:indices()
+  return list, #list, 0
+end
 function M.DistributedSamplerWrapper:_order()
   local s = self.sampler
-  local src, count, off
-  if s._order then
-    src, count = s:_order()
-    off = 1
-  else
-    src = s:indices()
-    count, off = #src, 0
-  end
+  local src, count, off = sampler_order(s)
   if count ~= self.n then
     misconf('DistributedSamplerWrapper: the wrapped %s yielded %d positions in this pass, its length is %d',
       tostring(s.__name or s), count, self.n)
@@ -738,14 +742,7 @@ end
 --- Iterator over the batches of one pass (one epoch).
 function Loader:iter()
   local sampler = self.sampler
-  local order, total, off -- order[k - off] is the k-th position (1-based k)
-  if sampler._order then
-    order, total = sampler:_order()
-    off = 1
-  else
-    order = sampler:indices()
-    total, off = #order, 0
-  end
+  local order, total, off = sampler_order(sampler) -- order[k - off] is the k-th position (1-based k)
   local bs = self.batch_size
   local stop = self.drop_last and (total - total % bs) or total
   local pos, nb = 1, 0
