@@ -135,6 +135,19 @@ rules.remainder = {
     return ga, gb
   end,
 }
+-- fmod: a - trunc(a / b) * b
+rules.fmod = {
+  nin = 2, inplace_input = true,
+  save = function(n, out, a, b)
+    n.sa, n.sb = bshape(a, out), bshape(b, out)
+    if n[2] then n.a, n.b = sv(n, a), sv(n, b) end
+  end,
+  bw = function(n, g)
+    local ga = needs(n, 1) and sum_to(g, n.sa) or nil
+    local gb = needs(n, 2) and sum_to(-g * (n.a / n.b):trunc(), n.sb) or nil
+    return ga, gb
+  end,
+}
 rules.atan2 = {
   nin = 2, inplace_input = true,
   save = function(n, out, a, b)

@@ -480,17 +480,19 @@ local function scan_nested(data)
   local function walk(v, d)
     if d > #shape then
       local tv = type(v)
+      if is_tensor(v) and v._ndim == 0 then -- a 0-d tensor counts as its value, of its dtype's kind
+        local fl = v._dtype <= 3
+        v = v:item()
+        tv = type(v)
+        if fl and kind ~= 'bool' then kind = 'float' end
+      end
       if tv == 'number' then
-        if kind ~= 'float' and (v ~= floor(v) or v ~= v or v == huge or v == -huge) then kind = 'float' end
         if kind == 'bool' then error('tensor: mixed booleans and numbers', 5) end
+        if kind ~= 'float' and (v ~= floor(v) or v ~= v or v == huge or v == -huge) then kind = 'float' end
       elseif tv == 'boolean' then
         if n > 0 and kind ~= 'bool' then error('tensor: mixed booleans and numbers', 5) end
         kind = 'bool'
         v = v and 1 or 0
-      elseif is_tensor(v) and v._ndim == 0 then
-        v = v:item()
-        if type(v) == 'boolean' then v = v and 1 or 0 end
-        if v ~= floor(v) then kind = 'float' end
       else
         error(fmt('tensor: expected numbers or booleans, got %s', tv), 5)
       end
@@ -522,7 +524,7 @@ function M.tensor(data, opts)
   local shape, flat, n, kind
   if td == 'number' or td == 'boolean' then
     shape, flat, n = {}, { td == 'boolean' and (data and 1 or 0) or data }, 1
-    kind = td == 'boolean' and 'bool' or (data == floor(data) and 'int' or 'float')
+    kind = td == 'boolean' and 'bool' or ((data == floor(data) and data ~= huge and data ~= -huge) and 'int' or 'float')
   elseif td == 'table' then
     shape, flat, n, kind = scan_nested(data)
   else
@@ -884,7 +886,7 @@ end
 
 ---------------------------------------------------------------- elementwise
 local OP = {
-  add = 0, sub = 1, mul = 2, div = 3, pow = 4, maximum = 5, minimum = 6, remainder = 7, atan2 = 8,
+  add = 0, sub = 1, mul = 2, div = 3, pow = 4, maximum = 5, minimum = 6, remainder = 7, atan2 = 8, fmod = 9,
   eq = 16, ne = 17, lt = 18, le = 19, gt = 20, ge = 21, logical_and = 24, logical_or = 25, logical_xor = 26,
 }
 M.binary_ops = OP
@@ -985,8 +987,30 @@ function methods.sub_(a, b, alpha)
   return methods.add_(a, b, -alpha)
 end
 M.add, M.sub = methods.add, methods.sub
+-- integer remainder/fmod by zero: PyTorch raises ZeroDivisionError (a RuntimeError)
+local is_int_dt = { [4] = true, [5] = true, [6] = true, [7] = true }
+local function int_zero_div(name, a, b)
+  local ta = is_tensor(a) and a or nil
+  if type(b) == 'number' then
+    if b ~= 0 or not (ta and is_int_dt[ta._dtype]) then return end
+  elseif type(a) == 'number' then
+    if a ~= floor(a) or not (is_tensor(b) and is_int_dt[b._dtype]) then return end
+    if not methods.any(binop(16, b, 0)):item() then return end
+  elseif is_tensor(a) and is_tensor(b) then
+    if not (is_int_dt[a._dtype] and is_int_dt[b._dtype]) then return end
+    if not methods.any(binop(16, b, 0)):item() then return end
+  else
+    return
+  end
+  lua_error(RuntimeError(name .. ': ZeroDivisionError (integer division by zero)'), 0)
+end
+for _, name in ipairs({ 'remainder', 'fmod' }) do
+  local f, f_ = methods[name], methods[name .. '_']
+  methods[name] = function(a, b) int_zero_div(name, a, b) return f(a, b) end
+  methods[name .. '_'] = function(a, b) int_zero_div(name .. '_', a, b) return f_(a, b) end
+  M[name] = methods[name]
+end
 methods.mod = methods.remainder
-methods.fmod = methods.remainder
 methods.max_elementwise = methods.maximum
 
 local unary, unary_ = C.dpl_unary, C.dpl_unary_
