@@ -122,7 +122,7 @@ function M.body(t, indent)
     local parts = {}
     for _, i in ipairs(idx[d]) do
       if not i then
-        parts[#parts + 1] = '...'
+        parts[#parts + 1] = d == nd and ' ...' or '...' -- PyTorch: ",  ..., " within a row
       elseif d == nd then
         parts[#parts + 1] = f(get(t, base + i * strides[d], isint))
       else
