@@ -480,7 +480,7 @@ local function scan_nested(data)
   local function walk(v, d)
     if d > #shape then
       local tv = type(v)
-      if is_tensor(v) and v._ndim == 0 then -- a 0-d tensor counts as its value, of its dtype's kind
+      if tv == 'cdata' and is_tensor(v) and v._ndim == 0 then -- a 0-d tensor: its value, its dtype's kind
         local fl = v._dtype <= 3
         v = v:item()
         tv = type(v)
