@@ -1011,6 +1011,55 @@ for _, name in ipairs({ 'remainder', 'fmod' }) do
   M[name] = methods[name]
 end
 methods.mod = methods.remainder
+
+-- div(other [, {rounding_mode = 'floor'|'trunc'}]) as torch.div: rounded quotients keep an
+-- integer dtype (computed in float64: exact below 2^53); integers by zero raise ZeroDivisionError
+local ROUNDING = { floor = UOP.floor, trunc = UOP.trunc }
+local function rounding_of(name, opts)
+  if opts == nil then return nil end
+  if type(opts) ~= 'table' then error(('%s: expected {rounding_mode = ...} as third argument, got %s'):format(name, type(opts)), 3) end
+  for k in pairs(opts) do
+    if k ~= 'rounding_mode' then error(("%s: unknown option '%s' (expected rounding_mode)"):format(name, tostring(k)), 3) end
+  end
+  local m = opts.rounding_mode
+  if m == nil then return nil end
+  if not ROUNDING[m] then error(("%s: rounding_mode must be 'floor', 'trunc' or nil, got %s"):format(name, tostring(m)), 3) end
+  return ROUNDING[m]
+end
+local function rounded_div(name, a, b, rop)
+  int_zero_div(name, a, b)
+  local want = binop(0, a, b)._dtype -- the dtype of the promoted operands
+  if want == 7 then want = 5 end
+  local q
+  if is_int_dt[want] then
+    local da = is_tensor(a) and methods.to(a, 'float64') or a
+    local db = is_tensor(b) and methods.to(b, 'float64') or b
+    q = binop(3, da, db)
+  else
+    q = binop(3, a, b)
+  end
+  if C.dpl_unary_(rop, q) ~= 0 then fail(3) end
+  if q._dtype ~= want then q = methods.to(q, dtype_names[want]) end
+  return q
+end
+local div, div_ = methods.div, methods.div_
+function methods.div(a, b, opts)
+  if opts == nil then return div(a, b) end
+  local rop = rounding_of('div', opts)
+  if rop == nil then return div(a, b) end
+  return rounded_div('div', a, b, rop)
+end
+function methods.div_(a, b, opts)
+  if opts == nil then return div_(a, b) end
+  local rop = rounding_of('div_', opts)
+  if rop == nil then return div_(a, b) end
+  if not is_tensor(a) then need_tensor('div_', 'self', a) end
+  return methods.copy_(a, rounded_div('div_', a, b, rop))
+end
+M.div = methods.div
+--- floor_divide(other): div with rounding_mode = 'floor' (PyTorch 1.13's floor_divide)
+function methods.floor_divide(a, b) return rounded_div('floor_divide', a, b, UOP.floor) end
+M.floor_divide = methods.floor_divide
 methods.max_elementwise = methods.maximum
 
 local unary, unary_ = C.dpl_unary, C.dpl_unary_
