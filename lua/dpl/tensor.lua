@@ -471,6 +471,9 @@ local function scan_nested(data)
   local shape = {}
   local x = data
   while type(x) == 'table' do
+    if #x == 0 and next(x) ~= nil then
+      error(fmt('tensor: expected a list (keys 1..n), got a table with key %s', tostring((next(x)))), 4)
+    end
     shape[#shape + 1] = #x
     if #shape > 8 then error('tensor: at most 8 dims', 4) end
     x = x[1]
