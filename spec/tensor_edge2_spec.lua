@@ -123,3 +123,16 @@ describe('printing as PyTorch', function()
     assert.are.equal('tensor([1.0000e+09, 1.0000e+07]', body(dpl.tensor({ 1e9, 1e7 }, { dtype = 'float32' })))
   end)
 end)
+
+describe('PyTorch methods dplhost lacks', function()
+  it('raise NotImplementedError naming the method, not "attempt to call a nil value"', function()
+    local t = dpl.zeros(3)
+    for _, name in ipairs({ 'cumsum', 'sort', 'topk', 'flip', 'roll', 'tril', 'chunk', 'split', 'unbind', 'repeat' }) do
+      local ok, e = pcall(function() return t[name](t, 1) end)
+      assert.is_false(ok)
+      assert.are.equal('NotImplementedError', e.class_name or tostring(e):match('^(%w+):'))
+      assert.truthy(tostring(e):find('tensor:' .. name .. '() is not implemented', 1, true), tostring(e))
+    end
+    assert.is_nil(t.no_such_field) -- other unknown keys still read as nil
+  end)
+end)

@@ -1462,6 +1462,24 @@ if first_load then
 end
 S.methods, S.props, S.setters, S.M, S.tostring = methods, props, setters, M, tostring_tensor
 
+-- PyTorch Tensor methods dplhost does not have: calling one raises NotImplementedError naming
+-- it (instead of Lua's "attempt to call method 'cumsum' (a nil value)")
+local missing = {}
+for name in ([[sort argsort topk kthvalue median mode cumsum cumprod cummax cummin flip fliplr flipud roll
+  rot90 repeat_interleave tile chunk split unbind tril triu diag diagonal trace unique bincount histc
+  sum_to_size new_zeros new_ones new_full new_empty new_tensor numpy index_fill_ index_copy_ index_put_
+  scatter scatter_ masked_scatter_ take put_ unfold movedim swapaxes moveaxis bitwise_and bitwise_or
+  bitwise_xor bitwise_not true_divide lerp addcmul addcdiv baddbmm outer cross kron isinf isfinite
+  nan_to_num isclose allclose equal count_nonzero amax amin aminmax nansum nanmean log10 exp2 sinh cosh
+  asin acos atan tan asinh acosh atanh frac hardtanh softplus elu leaky_relu mish hardswish
+  fill_diagonal_ repeat type_as std_mean var_mean]]):gmatch('%S+') do
+  missing[name] = function()
+    lua_error(errors.NotImplementedError(fmt("tensor:%s() is not implemented in dplhost (PyTorch's Tensor.%s); "
+      .. 'see docs/tensors.md for the operations there are', name, name)), 2)
+  end
+end
+S.missing = missing
+
 local mt = registry['dpl.tensor.mt'] or {
   __index = function(t, k)
     local m = S.methods[k]
@@ -1469,6 +1487,8 @@ local mt = registry['dpl.tensor.mt'] or {
     local p = S.props[k]
     if p ~= nil then return p(t) end
     if type(k) == 'number' then return S.M.get_item(t, k) end
+    local miss = S.missing and S.missing[k]
+    if miss ~= nil then return miss end
     return nil
   end,
   __newindex = function(t, k, v)
