@@ -293,7 +293,7 @@ int dpl_tensor_bernoulli_(dpl_tensor *t, double p);
 /* Elementwise. Binary ops broadcast; results follow PyTorch's type promotion. */
 typedef enum dpl_binop {
   DPL_OP_ADD = 0, DPL_OP_SUB = 1, DPL_OP_MUL = 2, DPL_OP_DIV = 3, DPL_OP_POW = 4,
-  DPL_OP_MAXIMUM = 5, DPL_OP_MINIMUM = 6, DPL_OP_REMAINDER = 7, DPL_OP_ATAN2 = 8,
+  DPL_OP_MAXIMUM = 5, DPL_OP_MINIMUM = 6, DPL_OP_REMAINDER = 7, DPL_OP_ATAN2 = 8, DPL_OP_FMOD = 9,
   DPL_OP_EQ = 16, DPL_OP_NE = 17, DPL_OP_LT = 18, DPL_OP_LE = 19, DPL_OP_GT = 20, DPL_OP_GE = 21,
   DPL_OP_LOGICAL_AND = 24, DPL_OP_LOGICAL_OR = 25, DPL_OP_LOGICAL_XOR = 26
 } dpl_binop;

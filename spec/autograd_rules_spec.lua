@@ -25,6 +25,7 @@ local cases = {
   maximum = { function(a, b) return a:maximum(b) end, { rs(1, 5), rs(2, 5) } },
   minimum = { function(a, b) return a:minimum(b) end, { rs(1, 5), rs(2, 5) } },
   remainder = { function(a, b) return a:remainder(b) end, { (pos(1, 5) * 3):detach():requires_grad_(), pos(2, 5) } },
+  fmod = { function(a, b) return a:fmod(b) end, { (pos(1, 5) * 3):detach():requires_grad_(), pos(2, 5) } },
   atan2 = { function(a, b) return a:atan2(b) end, { rs(1, 5), pos(2, 5) } },
   clamp = { function(a) return a:clamp(-0.5, 0.5) end, { away0(3, 6) } },
   where = { function(a, b) return dpl.where(a:gt(0), a, b) end, { rs(1, 6), rs(2, 6) } },

@@ -475,7 +475,7 @@ end
 
 local function install_wrappers()
 -- binary elementwise
-for _, k in ipairs({ 'add', 'sub', 'mul', 'div', 'pow', 'maximum', 'minimum', 'remainder', 'atan2' }) do
+for _, k in ipairs({ 'add', 'sub', 'mul', 'div', 'pow', 'maximum', 'minimum', 'remainder', 'fmod', 'atan2' }) do
   wrap_method(k)
   wrap_inplace(k .. '_', rules[k])
 end
@@ -487,7 +487,7 @@ for _, k in ipairs({ 'neg', 'abs', 'exp', 'log', 'sqrt', 'rsqrt', 'tanh', 'sigmo
 end
 methods.negative = methods.neg
 methods.max_elementwise = methods.maximum
-methods.mod, methods.fmod = methods.remainder, methods.remainder
+methods.mod = methods.remainder
 wrap_method('clamp')
 methods.clip = methods.clamp
 T.clamp = methods.clamp

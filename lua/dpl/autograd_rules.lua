@@ -62,12 +62,17 @@ rules.mul = {
 }
 rules.div = {
   nin = 2, inplace_input = true,
-  save = function(n, out, a, b)
+  save = function(n, out, a, b, opts)
     n.sa, n.sb = bshape(a, out), bshape(b, out)
+    if type(opts) == 'table' and opts.rounding_mode ~= nil then n.rounded = true return end -- floor/trunc: zero gradients
     n.b = is_tensor(b) and save(n, b) or b
     if n[2] then n.a = is_tensor(a) and save(n, a) or a end
   end,
   bw = function(n, g)
+    if n.rounded then
+      local z = g * 0
+      return needs(n, 1) and sum_to(z, n.sa) or nil, needs(n, 2) and sum_to(z, n.sb) or nil
+    end
     local ga = needs(n, 1) and sum_to(g / n.b, n.sa) or nil
     local gb = needs(n, 2) and sum_to(-g * n.a / (n.b * n.b), n.sb) or nil
     return ga, gb
@@ -132,6 +137,19 @@ rules.remainder = {
   bw = function(n, g)
     local ga = needs(n, 1) and sum_to(g, n.sa) or nil
     local gb = needs(n, 2) and sum_to(-g * (n.a / n.b):floor(), n.sb) or nil
+    return ga, gb
+  end,
+}
+-- fmod: a - trunc(a / b) * b
+rules.fmod = {
+  nin = 2, inplace_input = true,
+  save = function(n, out, a, b)
+    n.sa, n.sb = bshape(a, out), bshape(b, out)
+    if n[2] then n.a, n.b = sv(n, a), sv(n, b) end
+  end,
+  bw = function(n, g)
+    local ga = needs(n, 1) and sum_to(g, n.sa) or nil
+    local gb = needs(n, 2) and sum_to(-g * (n.a / n.b):trunc(), n.sb) or nil
     return ga, gb
   end,
 }

@@ -471,6 +471,9 @@ local function scan_nested(data)
   local shape = {}
   local x = data
   while type(x) == 'table' do
+    if #x == 0 and next(x) ~= nil then
+      error(fmt('tensor: expected a list (keys 1..n), got a table with key %s', tostring((next(x)))), 4)
+    end
     shape[#shape + 1] = #x
     if #shape > 8 then error('tensor: at most 8 dims', 4) end
     x = x[1]
@@ -480,17 +483,19 @@ local function scan_nested(data)
   local function walk(v, d)
     if d > #shape then
       local tv = type(v)
+      if tv == 'cdata' and is_tensor(v) and v._ndim == 0 then -- a 0-d tensor: its value, its dtype's kind
+        local fl = v._dtype <= 3
+        v = v:item()
+        tv = type(v)
+        if fl and kind ~= 'bool' then kind = 'float' end
+      end
       if tv == 'number' then
-        if kind ~= 'float' and (v ~= floor(v) or v ~= v or v == huge or v == -huge) then kind = 'float' end
         if kind == 'bool' then error('tensor: mixed booleans and numbers', 5) end
+        if kind ~= 'float' and (v ~= floor(v) or v ~= v or v == huge or v == -huge) then kind = 'float' end
       elseif tv == 'boolean' then
         if n > 0 and kind ~= 'bool' then error('tensor: mixed booleans and numbers', 5) end
         kind = 'bool'
         v = v and 1 or 0
-      elseif is_tensor(v) and v._ndim == 0 then
-        v = v:item()
-        if type(v) == 'boolean' then v = v and 1 or 0 end
-        if v ~= floor(v) then kind = 'float' end
       else
         error(fmt('tensor: expected numbers or booleans, got %s', tv), 5)
       end
@@ -522,7 +527,7 @@ function M.tensor(data, opts)
   local shape, flat, n, kind
   if td == 'number' or td == 'boolean' then
     shape, flat, n = {}, { td == 'boolean' and (data and 1 or 0) or data }, 1
-    kind = td == 'boolean' and 'bool' or (data == floor(data) and 'int' or 'float')
+    kind = td == 'boolean' and 'bool' or ((data == floor(data) and data ~= huge and data ~= -huge) and 'int' or 'float')
   elseif td == 'table' then
     shape, flat, n, kind = scan_nested(data)
   else
@@ -884,7 +889,7 @@ end
 
 ---------------------------------------------------------------- elementwise
 local OP = {
-  add = 0, sub = 1, mul = 2, div = 3, pow = 4, maximum = 5, minimum = 6, remainder = 7, atan2 = 8,
+  add = 0, sub = 1, mul = 2, div = 3, pow = 4, maximum = 5, minimum = 6, remainder = 7, atan2 = 8, fmod = 9,
   eq = 16, ne = 17, lt = 18, le = 19, gt = 20, ge = 21, logical_and = 24, logical_or = 25, logical_xor = 26,
 }
 M.binary_ops = OP
@@ -985,8 +990,79 @@ function methods.sub_(a, b, alpha)
   return methods.add_(a, b, -alpha)
 end
 M.add, M.sub = methods.add, methods.sub
+-- integer remainder/fmod by zero: PyTorch raises ZeroDivisionError (a RuntimeError)
+local is_int_dt = { [4] = true, [5] = true, [6] = true, [7] = true }
+local function int_zero_div(name, a, b)
+  local ta = is_tensor(a) and a or nil
+  if type(b) == 'number' then
+    if b ~= 0 or not (ta and is_int_dt[ta._dtype]) then return end
+  elseif type(a) == 'number' then
+    if a ~= floor(a) or not (is_tensor(b) and is_int_dt[b._dtype]) then return end
+    if not methods.any(binop(16, b, 0)):item() then return end
+  elseif is_tensor(a) and is_tensor(b) then
+    if not (is_int_dt[a._dtype] and is_int_dt[b._dtype]) then return end
+    if not methods.any(binop(16, b, 0)):item() then return end
+  else
+    return
+  end
+  lua_error(RuntimeError(name .. ': ZeroDivisionError (integer division by zero)'), 0)
+end
+for _, name in ipairs({ 'remainder', 'fmod' }) do
+  local f, f_ = methods[name], methods[name .. '_']
+  methods[name] = function(a, b) int_zero_div(name, a, b) return f(a, b) end
+  methods[name .. '_'] = function(a, b) int_zero_div(name .. '_', a, b) return f_(a, b) end
+  M[name] = methods[name]
+end
 methods.mod = methods.remainder
-methods.fmod = methods.remainder
+
+-- div(other [, {rounding_mode = 'floor'|'trunc'}]) as torch.div: rounded quotients keep an
+-- integer dtype (computed in float64: exact below 2^53); integers by zero raise ZeroDivisionError
+local ROUNDING = { floor = UOP.floor, trunc = UOP.trunc }
+local function rounding_of(name, opts)
+  if opts == nil then return nil end
+  if type(opts) ~= 'table' then error(('%s: expected {rounding_mode = ...} as third argument, got %s'):format(name, type(opts)), 3) end
+  for k in pairs(opts) do
+    if k ~= 'rounding_mode' then error(("%s: unknown option '%s' (expected rounding_mode)"):format(name, tostring(k)), 3) end
+  end
+  local m = opts.rounding_mode
+  if m == nil then return nil end
+  if not ROUNDING[m] then error(("%s: rounding_mode must be 'floor', 'trunc' or nil, got %s"):format(name, tostring(m)), 3) end
+  return ROUNDING[m]
+end
+local function rounded_div(name, a, b, rop)
+  int_zero_div(name, a, b)
+  local want = binop(0, a, b)._dtype -- the dtype of the promoted operands
+  if want == 7 then want = 5 end
+  local q
+  if is_int_dt[want] then
+    local da = is_tensor(a) and methods.to(a, 'float64') or a
+    local db = is_tensor(b) and methods.to(b, 'float64') or b
+    q = binop(3, da, db)
+  else
+    q = binop(3, a, b)
+  end
+  if C.dpl_unary_(rop, q) ~= 0 then fail(3) end
+  if q._dtype ~= want then q = methods.to(q, dtype_names[want]) end
+  return q
+end
+local div, div_ = methods.div, methods.div_
+function methods.div(a, b, opts)
+  if opts == nil then return div(a, b) end
+  local rop = rounding_of('div', opts)
+  if rop == nil then return div(a, b) end
+  return rounded_div('div', a, b, rop)
+end
+function methods.div_(a, b, opts)
+  if opts == nil then return div_(a, b) end
+  local rop = rounding_of('div_', opts)
+  if rop == nil then return div_(a, b) end
+  if not is_tensor(a) then need_tensor('div_', 'self', a) end
+  return methods.copy_(a, rounded_div('div_', a, b, rop))
+end
+M.div = methods.div
+--- floor_divide(other): div with rounding_mode = 'floor' (PyTorch 1.13's floor_divide)
+function methods.floor_divide(a, b) return rounded_div('floor_divide', a, b, UOP.floor) end
+M.floor_divide = methods.floor_divide
 methods.max_elementwise = methods.maximum
 
 local unary, unary_ = C.dpl_unary, C.dpl_unary_
@@ -1386,6 +1462,24 @@ if first_load then
 end
 S.methods, S.props, S.setters, S.M, S.tostring = methods, props, setters, M, tostring_tensor
 
+-- PyTorch Tensor methods dplhost does not have: calling one raises NotImplementedError naming
+-- it (instead of Lua's "attempt to call method 'cumsum' (a nil value)")
+local missing = {}
+for name in ([[sort argsort topk kthvalue median mode cumsum cumprod cummax cummin flip fliplr flipud roll
+  rot90 repeat_interleave tile chunk split unbind tril triu diag diagonal trace unique bincount histc
+  sum_to_size new_zeros new_ones new_full new_empty new_tensor numpy index_fill_ index_copy_ index_put_
+  scatter scatter_ masked_scatter_ take put_ unfold movedim swapaxes moveaxis bitwise_and bitwise_or
+  bitwise_xor bitwise_not true_divide lerp addcmul addcdiv baddbmm outer cross kron isinf isfinite
+  nan_to_num isclose allclose equal count_nonzero amax amin aminmax nansum nanmean log10 exp2 sinh cosh
+  asin acos atan tan asinh acosh atanh frac hardtanh softplus elu leaky_relu mish hardswish
+  fill_diagonal_ repeat type_as std_mean var_mean]]):gmatch('%S+') do
+  missing[name] = function()
+    lua_error(errors.NotImplementedError(fmt("tensor:%s() is not implemented in dplhost (PyTorch's Tensor.%s); "
+      .. 'see docs/tensors.md for the operations there are', name, name)), 2)
+  end
+end
+S.missing = missing
+
 local mt = registry['dpl.tensor.mt'] or {
   __index = function(t, k)
     local m = S.methods[k]
@@ -1393,6 +1487,8 @@ local mt = registry['dpl.tensor.mt'] or {
     local p = S.props[k]
     if p ~= nil then return p(t) end
     if type(k) == 'number' then return S.M.get_item(t, k) end
+    local miss = S.missing and S.missing[k]
+    if miss ~= nil then return miss end
     return nil
   end,
   __newindex = function(t, k, v)

@@ -49,39 +49,36 @@ local function number_formatter(vals, kind)
     for i = 1, #vals do w = max(w, #istr(vals[i])) end
     return function(v) local s = istr(v) return (' '):rep(w - #s) .. s end, w
   end
-  local all_int, maxa, mina = true, 0, huge
-  local finite = 0
+  -- PyTorch's _Formatter: the mode and the width come from the nonzero finite values only
+  -- (nan, inf and 0 take their own widths); scientific when max / min > 1000 or max > 1e8,
+  -- or (values not all integral) min < 1e-4
+  local int_mode, maxa, mina = true, 0, huge
   for i = 1, #vals do
     local v = vals[i]
-    if v == v and v ~= huge and v ~= -huge then
-      finite = finite + 1
-      if v ~= floor(v) then all_int = false end
+    if v == v and v ~= huge and v ~= -huge and v ~= 0 then
+      if v ~= floor(v) then int_mode = false end
       local a = abs(v)
       if a > maxa then maxa = a end
-      if a ~= 0 and a < mina then mina = a end
+      if a < mina then mina = a end
     end
   end
-  local f
-  if finite == 0 then
-    f = function(v) return tostring(v) end
-  elseif all_int and maxa < 1e8 then
-    f = function(v)
-      if v ~= v then return 'nan' elseif v == huge then return 'inf' elseif v == -huge then return '-inf' end
-      return fmt('%.0f.', v)
-    end
-  elseif maxa >= 1e8 or (mina < 1e-4 and mina ~= huge) or maxa / (mina == huge and 1 or mina) > 1e3 and maxa >= 1e4 then
-    f = function(v)
-      if v ~= v then return 'nan' elseif v == huge then return 'inf' elseif v == -huge then return '-inf' end
-      return fmt('%.4e', v)
-    end
+  local special = function(v)
+    if v ~= v then return 'nan' elseif v == huge then return 'inf' elseif v == -huge then return '-inf' end
+  end
+  local f, w = nil, 1
+  if mina == huge then -- no nonzero finite value
+    f = function(v) return special(v) or fmt('%.0f.', v) end
+  elseif maxa / mina > 1e3 or maxa > 1e8 or (not int_mode and mina < 1e-4) then
+    f = function(v) return special(v) or fmt('%.4e', v) end
+  elseif int_mode then
+    f = function(v) return special(v) or fmt('%.0f.', v) end
   else
-    f = function(v)
-      if v ~= v then return 'nan' elseif v == huge then return 'inf' elseif v == -huge then return '-inf' end
-      return fmt('%.4f', v)
-    end
+    f = function(v) return special(v) or fmt('%.4f', v) end
   end
-  local w = 1
-  for i = 1, #vals do w = max(w, #f(vals[i])) end
+  for i = 1, #vals do
+    local v = vals[i]
+    if v == v and v ~= huge and v ~= -huge and v ~= 0 then w = max(w, #f(v)) end
+  end
   return function(v)
     local s = f(v)
     return (' '):rep(w - #s) .. s
@@ -125,7 +122,7 @@ function M.body(t, indent)
     local parts = {}
     for _, i in ipairs(idx[d]) do
       if not i then
-        parts[#parts + 1] = '...'
+        parts[#parts + 1] = d == nd and ' ...' or '...' -- PyTorch: ",  ..., " within a row
       elseif d == nd then
         parts[#parts + 1] = f(get(t, base + i * strides[d], isint))
       else

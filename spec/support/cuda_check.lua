@@ -129,7 +129,7 @@ add('item/totable via host', function() return { randn(3, 4) } end, function(dev
 end)
 
 -- binary ops with broadcasting, on several kernel dtypes
-local binops = { 'add', 'sub', 'mul', 'div', 'pow', 'maximum', 'minimum', 'remainder', 'atan2', 'eq', 'ne', 'lt',
+local binops = { 'add', 'sub', 'mul', 'div', 'pow', 'maximum', 'minimum', 'remainder', 'fmod', 'atan2', 'eq', 'ne', 'lt',
   'le', 'gt', 'ge', 'logical_and', 'logical_or', 'logical_xor' }
 for _, dt in ipairs({ 'float32', 'float64', 'bfloat16', 'float16', 'int32', 'int64' }) do
   for _, op in ipairs(binops) do
@@ -138,7 +138,10 @@ for _, dt in ipairs({ 'float32', 'float64', 'bfloat16', 'float16', 'int32', 'int
       add(('binary %s %s'):format(op, dt), function()
         local a, b = sample(dt, 4, 1, 5), sample(dt, 3, 5)
         if op == 'pow' then a = a:abs() + 0.5 end
-        if op == 'remainder' and int then b = b:clamp(1, 9) end
+        if (op == 'remainder' or op == 'fmod') and int then -- no zero divisors (ZeroDivisionError)
+          b = b:clamp(1, 9)
+          a = a:masked_fill(a:eq(0), 3)
+        end
         return { a, b }
       end, function(_, a, b) return { a[op](a, b), a[op](a, a:transpose(1, 3):transpose(1, 3)) } end)
     end

@@ -62,7 +62,7 @@ __global__ void k_fill(dpl_cu_geom g, T *dst, T v)
 }
 
 /* ---- binary ---- */
-enum { ADD = 0, SUB = 1, MUL = 2, DIV = 3, POW = 4, MAXIMUM = 5, MINIMUM = 6, REMAINDER = 7, ATAN2 = 8, EQ = 16, NE = 17,
+enum { ADD = 0, SUB = 1, MUL = 2, DIV = 3, POW = 4, MAXIMUM = 5, MINIMUM = 6, REMAINDER = 7, ATAN2 = 8, FMOD = 9, EQ = 16, NE = 17,
        LT = 18, LE = 19, GT = 20, GE = 21, LAND = 24, LOR = 25, LXOR = 26 };
 
 __device__ __forceinline__ double py_fmod(double x, double y)
@@ -78,6 +78,7 @@ __device__ __forceinline__ int64_t py_imod(int64_t x, int64_t y)
   if (r != 0 && ((r < 0) != (y < 0))) r += y;
   return r;
 }
+__device__ __forceinline__ int64_t c_imod(int64_t x, int64_t y) { return (y == 0 || y == -1) ? 0 : x % y; }
 __device__ __forceinline__ int64_t ipow(int64_t b, int64_t e)
 {
   if (e < 0) return b == 1 ? 1 : b == -1 ? ((e & 1) ? -1 : 1) : 0;
@@ -107,6 +108,7 @@ __device__ __forceinline__ T arith_f(int op, T x, T y)
   case MAXIMUM: return (x != x || x > y) ? x : y;
   case MINIMUM: return (x != x || x < y) ? x : y;
   case REMAINDER: return (T)py_fmod((double)x, (double)y);
+  case FMOD: return (T)fmod((double)x, (double)y);
   default: return fatan2(x, y);
   }
 }
@@ -121,6 +123,7 @@ __device__ __forceinline__ T arith_i(int op, T x, T y)
   case MAXIMUM: return x > y ? x : y;
   case MINIMUM: return x < y ? x : y;
   case REMAINDER: return (T)py_imod(x, y);
+  case FMOD: return (T)c_imod(x, y);
   default: return 0; /* div/atan2 run in float (the core converts) */
   }
 }

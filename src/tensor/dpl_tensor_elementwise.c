@@ -18,7 +18,7 @@ static const char *binop_name(int op)
   switch (op) {
   case DPL_OP_ADD: return "add"; case DPL_OP_SUB: return "sub"; case DPL_OP_MUL: return "mul";
   case DPL_OP_DIV: return "div"; case DPL_OP_POW: return "pow"; case DPL_OP_MAXIMUM: return "maximum";
-  case DPL_OP_MINIMUM: return "minimum"; case DPL_OP_REMAINDER: return "remainder"; case DPL_OP_ATAN2: return "atan2";
+  case DPL_OP_MINIMUM: return "minimum"; case DPL_OP_REMAINDER: return "remainder"; case DPL_OP_ATAN2: return "atan2"; case DPL_OP_FMOD: return "fmod";
   case DPL_OP_EQ: return "eq"; case DPL_OP_NE: return "ne"; case DPL_OP_LT: return "lt"; case DPL_OP_LE: return "le";
   case DPL_OP_GT: return "gt"; case DPL_OP_GE: return "ge"; case DPL_OP_LOGICAL_AND: return "logical_and";
   case DPL_OP_LOGICAL_OR: return "logical_or"; case DPL_OP_LOGICAL_XOR: return "logical_xor";
@@ -68,6 +68,8 @@ static inline int64_t py_imod(int64_t x, int64_t y)
   if (r != 0 && ((r < 0) != (y < 0))) r += y;
   return r;
 }
+/* C's % (the sign of the dividend), as torch.fmod on integers; y == 0 is refused before */
+static inline int64_t c_imod(int64_t x, int64_t y) { return (y == 0 || y == -1) ? 0 : x % y; }
 static inline int64_t ipow(int64_t b, int64_t e)
 {
   if (e < 0) return b == 1 ? 1 : b == -1 ? ((e & 1) ? -1 : 1) : 0;
@@ -88,6 +90,7 @@ static inline int64_t ipow(int64_t b, int64_t e)
     case DPL_OP_MAXIMUM: BIN_LOOP(T, T, (x != x || x > y) ? x : y); break;                 \
     case DPL_OP_MINIMUM: BIN_LOOP(T, T, (x != x || x < y) ? x : y); break;                 \
     case DPL_OP_REMAINDER: BIN_LOOP(T, T, (T)py_fmod(x, y)); break;                        \
+    case DPL_OP_FMOD: BIN_LOOP(T, T, FMODF(x, y)); break;                                  \
     case DPL_OP_ATAN2: BIN_LOOP(T, T, ATAN2F(x, y)); break;                                \
     case DPL_OP_EQ: BIN_LOOP(uint8_t, T, x == y); break;                                   \
     case DPL_OP_NE: BIN_LOOP(uint8_t, T, x != y); break;                                   \
@@ -99,7 +102,6 @@ static inline int64_t ipow(int64_t b, int64_t e)
     case DPL_OP_LOGICAL_OR: BIN_LOOP(uint8_t, T, (x != 0) || (y != 0)); break;             \
     case DPL_OP_LOGICAL_XOR: BIN_LOOP(uint8_t, T, (x != 0) != (y != 0)); break;            \
     }                                                                                      \
-    (void)FMODF;                                                                           \
   }
 FLOAT_BINARY(bin_f32_plain, float, powf, fmodf, atan2f)
 
@@ -159,6 +161,7 @@ FLOAT_BINARY(bin_f64, double, pow, fmod, atan2)
     case DPL_OP_MAXIMUM: BIN_LOOP(T, T, x > y ? x : y); break;                             \
     case DPL_OP_MINIMUM: BIN_LOOP(T, T, x < y ? x : y); break;                             \
     case DPL_OP_REMAINDER: BIN_LOOP(T, T, (T)py_imod(x, y)); break;                        \
+    case DPL_OP_FMOD: BIN_LOOP(T, T, (T)c_imod(x, y)); break;                              \
     case DPL_OP_EQ: BIN_LOOP(uint8_t, T, x == y); break;                                   \
     case DPL_OP_NE: BIN_LOOP(uint8_t, T, x != y); break;                                   \
     case DPL_OP_LT: BIN_LOOP(uint8_t, T, x < y); break;                                    \
