@@ -128,31 +128,27 @@ local function minmax_rule(gtop)
 end
 rules.maximum = minmax_rule(function(a, b) return a:gt(b) end)
 rules.minimum = minmax_rule(function(a, b) return a:lt(b) end)
-rules.remainder = {
-  nin = 2, inplace_input = true,
-  save = function(n, out, a, b)
-    n.sa, n.sb = bshape(a, out), bshape(b, out)
-    if n[2] then n.a, n.b = sv(n, a), sv(n, b) end
-  end,
-  bw = function(n, g)
-    local ga = needs(n, 1) and sum_to(g, n.sa) or nil
-    local gb = needs(n, 2) and sum_to(-g * (n.a / n.b):floor(), n.sb) or nil
-    return ga, gb
-  end,
-}
--- fmod: a - trunc(a / b) * b
-rules.fmod = {
-  nin = 2, inplace_input = true,
-  save = function(n, out, a, b)
-    n.sa, n.sb = bshape(a, out), bshape(b, out)
-    if n[2] then n.a, n.b = sv(n, a), sv(n, b) end
-  end,
-  bw = function(n, g)
-    local ga = needs(n, 1) and sum_to(g, n.sa) or nil
-    local gb = needs(n, 2) and sum_to(-g * (n.a / n.b):trunc(), n.sb) or nil
-    return ga, gb
-  end,
-}
+-- remainder: a - floor(a / b) * b; fmod: a - trunc(a / b) * b (round: 'floor' or 'trunc')
+local function mod_rule(round)
+  return {
+    nin = 2, inplace_input = true,
+    save = function(n, out, a, b)
+      n.sa, n.sb = bshape(a, out), bshape(b, out)
+      if n[2] then n.a, n.b = sv(n, a), sv(n, b) end
+    end,
+    bw = function(n, g)
+      local ga = needs(n, 1) and sum_to(g, n.sa) or nil
+      local gb
+      if needs(n, 2) then
+        local q = n.a / n.b
+        gb = sum_to(-g * q[round](q), n.sb)
+      end
+      return ga, gb
+    end,
+  }
+end
+rules.remainder = mod_rule('floor')
+rules.fmod = mod_rule('trunc')
 rules.atan2 = {
   nin = 2, inplace_input = true,
   save = function(n, out, a, b)
