@@ -14,11 +14,7 @@ local function same(t, dtype, values)
     else assert.is_true(g == v or math.abs(g - v) < 1e-12, ('%d: %s vs %s'):format(i, tostring(g), tostring(v))) end
   end
 end
-local function raises(f, pattern)
-  local ok, e = pcall(f)
-  assert.is_false(ok)
-  assert.truthy(tostring(e):find(pattern, 1, true), tostring(e))
-end
+local raises = require('spec.support.helpers').raises
 
 describe('fmod and remainder', function()
   it('fmod takes the sign of the dividend (C fmod), remainder the sign of the divisor', function()

@@ -18,11 +18,7 @@ local function same(t, dtype, values)
     else assert.is_true(math.abs(got[i] - values[i]) < 1e-12, ('%d: %s vs %s'):format(i, tostring(got[i]), values[i])) end
   end
 end
-local function raises(f, pattern)
-  local ok, e = pcall(f)
-  assert.is_false(ok)
-  assert.truthy(tostring(e):find(pattern, 1, true), tostring(e))
-end
+local raises = require('spec.support.helpers').raises
 
 describe('type promotion', function()
   it('where and clamp with a fractional scalar promote an integer tensor to float32', function()

@@ -77,4 +77,11 @@ function M.has_command(name)
   return os.execute('command -v ' .. name .. ' >/dev/null 2>&1') == 0
 end
 
+--- Asserts that f() raises an error whose text contains `text` (plain, not a pattern).
+function M.raises(f, text)
+  local ok, e = pcall(f)
+  assert(not ok, 'expected an error containing: ' .. text)
+  assert(tostring(e):find(text, 1, true), ('expected an error containing %q, got %q'):format(text, tostring(e)))
+end
+
 return M
