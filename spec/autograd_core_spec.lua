@@ -5,16 +5,7 @@ local dpl = require 'dpl'
 local A = dpl.autograd
 
 local function d(t) return dpl.tensor(t, { dtype = 'float64' }) end
-local function near(a, b, tol)
-  if type(a) == 'cdata' then a = a:totable() end
-  if type(b) == 'cdata' then b = b:totable() end
-  assert.are.same(type(a), type(b))
-  if type(a) == 'number' then
-    assert.is_true(math.abs(a - b) <= (tol or 1e-9), ('%.12g vs %.12g'):format(a, b))
-    return
-  end
-  for i = 1, #a do near(a[i], b[i], tol) end
-end
+local near = require('spec.support.helpers').near
 
 describe('autograd basics', function()
   it('requires_grad is a settable property; leaves and grad_fn', function()

@@ -7,17 +7,7 @@ local errors = require 'dpl.errors'
 local A = dpl.autograd
 
 local function d(t) return dpl.tensor(t, { dtype = 'float64' }) end
-local function near(a, b, tol)
-  if type(a) == 'cdata' then a = a:totable() end
-  if type(b) == 'cdata' then b = b:totable() end
-  assert.are.same(type(a), type(b))
-  if type(a) == 'number' then
-    assert.is_true(math.abs(a - b) <= (tol or 1e-9), ('%.12g vs %.12g'):format(a, b))
-    return
-  end
-  assert.are.equal(#b, #a)
-  for i = 1, #a do near(a[i], b[i], tol) end
-end
+local near = require('spec.support.helpers').near
 -- pcall(f) must fail with an error of class cls whose text contains msg (plain)
 local function fails(cls, msg, f)
   local ok, e = pcall(f)

@@ -84,4 +84,18 @@ function M.raises(f, text)
   assert(tostring(e):find(text, 1, true), ('expected an error containing %q, got %q'):format(text, tostring(e)))
 end
 
+--- Asserts that a and b (numbers, nested lists, or tensors read with totable) have the same
+--- shape and agree within tol (1e-9 by default) elementwise.
+function M.near(a, b, tol)
+  if type(a) == 'cdata' then a = a:totable() end
+  if type(b) == 'cdata' then b = b:totable() end
+  assert(type(a) == type(b), ('expected a %s, got a %s'):format(type(b), type(a)))
+  if type(a) == 'number' then
+    assert(math.abs(a - b) <= (tol or 1e-9), ('%.12g vs %.12g'):format(a, b))
+    return
+  end
+  assert(#a == #b, ('expected %d elements, got %d'):format(#b, #a))
+  for i = 1, #a do M.near(a[i], b[i], tol) end
+end
+
 return M
