@@ -112,7 +112,7 @@ describe('Trainer with strategy="ddp" under dplhost --nproc 2', function()
     os.remove(s)
   end)
 
-  it('trainer.should_stop set on one rank stops every rank after the same batch (or epoch)', function()
+  it('trainer.should_stop set on one rank, or on_train_batch_start returning -1 on one rank, stops every rank after the same batch (or epoch)', function()
     local s = h.write_file(h.tmpname('.lua'), [[
       local dpl = require 'dpl'
       local th = require 'spec.support.trainer_helpers'
@@ -131,6 +131,10 @@ describe('Trainer with strategy="ddp" under dplhost --nproc 2', function()
       function M:on_train_epoch_end()
         if mode == 'epoch' and self.global_rank == 1 and self.current_epoch == 1 then self.trainer.should_stop = true end
       end
+      -- -1 on one rank only: every rank ends that epoch after the same batch
+      function M:on_train_batch_start(b, i)
+        if mode == 'skip' and self.global_rank == 1 and self.current_epoch == 0 and i == 3 then return -1 end
+      end
       function M:configure_optimizers() return th.Optimizer() end
       local t = dpl.Trainer { strategy = 'ddp', max_epochs = 4, min_epochs = mode == 'min' and 2 or nil, logger = false, num_sanity_val_steps = 0,
         val_check_interval = 2, enable_checkpointing = false, enable_progress_bar = false, enable_model_summary = false }
@@ -139,7 +143,7 @@ describe('Trainer with strategy="ddp" under dplhost --nproc 2', function()
     ]])
     -- 12 batches per rank and epoch; validation every 2 batches
     for mode, want in pairs({ step = 'epoch=1 step=9', val = 'epoch=1 step=4', epoch = 'epoch=2 step=24',
-                              min = 'epoch=2 step=24' }) do
+                              min = 'epoch=2 step=24', skip = 'epoch=4 step=39' }) do
       local out, err, rc = h.dplhost('--nproc 2 ' .. h.q(s) .. ' ' .. mode, { timeout = 60 })
       assert.are.equal(0, rc, mode .. ': ' .. out .. err)
       for r = 0, 1 do assert.matches('%[rank ' .. r .. '%] rank ' .. r .. ' stopped ' .. want .. '\n', out, mode) end

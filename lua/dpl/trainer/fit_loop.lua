@@ -298,6 +298,7 @@ local function run_train_epoch(t, st, loader, nbatches)
   st.n_opts = n_opts
   st.accumulate = t.accumulate_grad_batches
   local multi = t.world_size > 1
+  local agree_skip = multi and t:_is_overridden('on_train_batch_start')
 
   local it = loader:iter()
   local start = t.fit_loop.batch_idx
@@ -318,6 +319,10 @@ local function run_train_epoch(t, st, loader, nbatches)
     batch = loops.transfer(t, batch, 0)
     t:_call_callback_hooks('on_train_batch_start', batch, i)
     local r = t:_call_module_hook('on_train_batch_start', batch, i)
+    -- -1 ends the epoch; with several ranks they agree first (a max all-reduce, only when
+    -- the module overrides the hook), so one rank's -1 ends every rank's epoch here
+    -- instead of leaving the others in a gradient all-reduce it never joins
+    if agree_skip and reduce_numbers(r == -1 and 1 or 0, nil, 'max') > 0 then r = -1 end
     if r == -1 then
       t.fit_loop.batch_idx = i + 1
       break
