@@ -269,7 +269,7 @@ static void sort_range(int64_t lo, int64_t hi, void *vj)
 static int along_dim(int kind, const dpl_tensor *a, int32_t dim, int64_t K, int64_t k, int desc, int keepdim,
                      dpl_tensor **values, dpl_tensor **indices)
 {
-  const char *name = kind_name[kind];
+  const char *name = kind == K_SORT && !values ? "argsort" : kind_name[kind];
   if (!indices) return dpl_errorf(DPL_EINVAL, "%s: indices is NULL", name);
   if (values) *values = NULL;
   *indices = NULL;
