@@ -69,6 +69,22 @@ static void load_keys(const char *p, int64_t rs, int64_t n, int32_t dt, int desc
     for (int64_t j = 0; j < n; j++) it[j].k -= mn;
 }
 
+/* the key of one element (raw: no subtraction), descending flipped */
+static inline uint64_t elem_key(const char *q, int32_t dt, int desc)
+{
+  uint64_t k;
+  switch (dt) {
+  case DPL_FLOAT32: k = key_f32(*(const float *)q); break;
+  case DPL_FLOAT64: k = key_f64(*(const double *)q); break;
+  case DPL_FLOAT16: k = key_f32(dpl_h2f(*(const uint16_t *)q)); break;
+  case DPL_BFLOAT16: k = key_f32(dpl_bf2f(*(const uint16_t *)q)); break;
+  case DPL_INT32: k = (uint32_t)*(const int32_t *)q ^ 0x80000000u; break;
+  case DPL_INT64: k = (uint64_t)*(const int64_t *)q ^ 0x8000000000000000ull; break;
+  default: k = *(const uint8_t *)q; break;
+  }
+  return desc ? ~k : k;
+}
+
 /* stable insertion sort by key */
 static void insertion_sort(sort_item *a, int64_t n)
 {
@@ -164,6 +180,42 @@ static void select_rank(sort_item *a, sort_item *tmp, int64_t n, int64_t r)
   lex_insertion(a + lo, hi - lo + 1);
 }
 
+/* The k first items of row p in (key, position) order, with a heap of k items (the
+ * largest on top): for k much smaller than the row, one pass that keeps nothing else.
+ * h: scratch of k items; the result is left sorted in h[0..k). */
+static void heap_topk(const char *p, int64_t rs, int64_t n, int32_t dt, int desc, int64_t k, sort_item *h, sort_item *tmp)
+{
+  int64_t m = 0;
+  for (int64_t j = 0; j < n; j++) {
+    sort_item x = {elem_key(p + j * rs, dt, desc), j};
+    int64_t c;
+    if (m < k) { /* push: sift up */
+      c = m++;
+      while (c > 0) {
+        int64_t up = (c - 1) / 2;
+        if (!lex_lt(&h[up], &x)) break;
+        h[c] = h[up];
+        c = up;
+      }
+      h[c] = x;
+      continue;
+    }
+    if (!lex_lt(&x, &h[0])) continue; /* not among the k first (a later position never wins a tie) */
+    c = 0; /* replace the top: sift down */
+    for (;;) {
+      int64_t l = 2 * c + 1, big = c;
+      const sort_item *bv = &x;
+      if (l < k && lex_lt(bv, &h[l])) { big = l; bv = &h[l]; }
+      if (l + 1 < k && lex_lt(bv, &h[l + 1])) { big = l + 1; bv = &h[l + 1]; }
+      if (big == c) break;
+      h[c] = h[big];
+      c = big;
+    }
+    h[c] = x;
+  }
+  lex_sort(h, tmp, m);
+}
+
 /* ---- rows along a dim ---- */
 enum { K_SORT = 0, K_TOPK = 1, K_KTH = 2, K_MEDIAN = 3, K_MODE = 4 };
 static const char *const kind_name[] = {"sort", "topk", "kthvalue", "median", "mode"};
@@ -207,6 +259,13 @@ static void one_row(const sort_job *j, sort_item *a, sort_item *b, const char *p
 {
   int64_t R = j->R, fn;
   int kind = j->kind;
+  if (kind == K_TOPK && j->k * 16 <= R) { /* a few of many: a heap, no keys of the whole row */
+    if (j->k > 0) {
+      heap_topk(pin, j->ra, R, j->dt, j->desc, j->k, a, b);
+      put_row(j, a, j->k, pin, pv, pi);
+    }
+    return;
+  }
   load_keys(pin, j->ra, R, j->dt, j->desc, a, &fn);
   switch (kind) {
   case K_SORT: put_row(j, radix_sort(a, b, R), R, pin, pv, pi); break;
