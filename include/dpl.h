@@ -359,6 +359,34 @@ int dpl_reduce(int32_t op, const dpl_tensor *a, int32_t dim, int32_t keepdim, do
 int dpl_reduce_index(int32_t op, const dpl_tensor *a, int32_t dim, int32_t keepdim,
                      dpl_tensor **values, dpl_tensor **indices);
 
+/* Sorting, selection and counting (src/tensor/dpl_tensor_sort.c, dpl_tensor_count.c).
+ * Along dim (0-based; a 0-d tensor takes dim 0); indices are 0-based int64 positions
+ * along dim. Order: NaN above +inf (last ascending, first descending), -0.0 equal to
+ * 0.0, equal values in the order of their positions (a stable sort); any dtype.
+ * sort: values and indices of a's shape; values may be NULL (argsort). */
+int dpl_sort(const dpl_tensor *a, int32_t dim, int32_t descending, dpl_tensor **values, dpl_tensor **indices);
+/* The k largest (largest = 1) or smallest elements along dim, in that order (0 <= k <= size). */
+int dpl_topk(const dpl_tensor *a, int64_t k, int32_t dim, int32_t largest, dpl_tensor **values,
+             dpl_tensor **indices);
+/* The k-th smallest element along dim, k in 1..size (PyTorch's k: a count, not a position). */
+int dpl_kthvalue(const dpl_tensor *a, int64_t k, int32_t dim, int32_t keepdim, dpl_tensor **values,
+                 dpl_tensor **indices);
+/* The lower median along dim; NaN (the first one) when the slice has a NaN. dim = -1: over
+ * all elements, 0-d results (the index into the flattened tensor; NaN when a is empty). */
+int dpl_median(const dpl_tensor *a, int32_t dim, int32_t keepdim, dpl_tensor **values, dpl_tensor **indices);
+/* The most frequent value along dim (the smallest of several; NaNs never equal), at its last position. */
+int dpl_mode(const dpl_tensor *a, int32_t dim, int32_t keepdim, dpl_tensor **values, dpl_tensor **indices);
+/* Sorted distinct values of all elements (dim = -1: 1-d out, inverse of a's shape) or distinct
+ * slices along dim (sorted lexicographically; inverse [size of dim]); inverse: 0-based
+ * positions in out; counts: occurrences. inverse and counts may be NULL (not computed). */
+int dpl_unique(const dpl_tensor *a, int32_t dim, dpl_tensor **out, dpl_tensor **inverse, dpl_tensor **counts);
+/* Occurrences of each value 0..max of a 1-d integer tensor (at least minlength bins), int64;
+ * with weights (1-d, a's length, or NULL): their sums, float32 for float32 weights, else float64. */
+int dpl_bincount(const dpl_tensor *a, const dpl_tensor *weights, int64_t minlength, dpl_tensor **out);
+/* Histogram of a floating tensor in bins equal bins over [min, max] (min = max: the data's
+ * range); elements outside it and NaNs are not counted; a's dtype. */
+int dpl_histc(const dpl_tensor *a, int64_t bins, double min, double max, dpl_tensor **out);
+
 /* Softmax family over dim. log = 1: log_softmax. Backward takes the forward's output. */
 int dpl_softmax(const dpl_tensor *a, int32_t dim, int32_t log, dpl_tensor **out);
 int dpl_softmax_backward(const dpl_tensor *grad, const dpl_tensor *output, int32_t dim, int32_t log,

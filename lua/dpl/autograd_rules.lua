@@ -351,6 +351,38 @@ rules.amax_dim = {
   end,
 }
 
+---------------------------------------------------------------- sorting and selection (dpl.tensor_sort)
+-- values selected along a dim (sort, topk, kthvalue, median(dim), mode): the gradient goes
+-- back to the selected positions. dpl.tensor_sort records them with autograd.record(rule,
+-- values, x, d, keepdim, indices): d the 1-based dim (nil for a 0-d x), indices 1-based
+-- (saved: modifying them in place before backward is an error, as in PyTorch).
+local function selected_rule()
+  return {
+    nin = 1,
+    save = function(n, out, a, d, keepdim, idx)
+      n.shape, n.dtype, n.d, n.keep, n.idx = size_of(a), like(a), d, keepdim, save(n, idx)
+    end,
+    bw = function(n, g)
+      if n.d == nil then return g:clone() end -- a 0-d input
+      local idx = n.idx
+      if not n.keep then g, idx = g:unsqueeze(n.d), idx:unsqueeze(n.d) end
+      return T.zeros(n.shape, n.dtype):scatter_add_(n.d, idx, g)
+    end,
+  }
+end
+for _, k in ipairs({ 'sort', 'topk', 'kthvalue', 'median', 'mode' }) do rules[k] = selected_rule() end
+-- median() of all elements: the gradient split evenly among the elements equal to the
+-- median (among the NaNs when it is NaN), as PyTorch
+rules.median_all = {
+  nin = 1,
+  save = function(n, out, a) n.x, n.y = save(n, a), save(n, raw_alias(out)) end,
+  bw = function(n, g)
+    local y = n.y
+    local m = (y:isnan():item() and n.x:isnan() or n.x:eq(y)):to(g.dtype)
+    return m * (g / m:sum())
+  end,
+}
+
 ---------------------------------------------------------------- softmax, losses
 rules.softmax = {
   nin = 1,
