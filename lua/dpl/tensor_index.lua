@@ -39,8 +39,10 @@ return function(M, H)
   local function need_tensor(name, what, v)
     if not is_tensor(v) then error(fmt('%s: %s must be a tensor, got %s', name, what, got(v))) end
   end
-  -- tensors in GPU memory: "<op>: not implemented on cuda", before any work on them
+  -- tensors in GPU memory: "<op>: not implemented on cuda", before any work on them (and
+  -- a freed tensor, whose zeroed handle would look 0-d)
   local function host(name, t, what)
+    if t._storage == nil then lua_error(errors.RuntimeError(fmt('%s: %s was freed with :free()', name, what)), 0) end
     if bit.band(t._flags, 2) ~= 0 then
       lua_error(errors.NotImplementedError(fmt('%s: not implemented on cuda (%s is on cuda:%d; move it with :to("cpu"))',
         name, what, t._devindex)), 0)
@@ -99,8 +101,9 @@ return function(M, H)
   -- an index argument (a tensor, a table or a number) as a 0-based int64 tensor; integer
   -- dtypes only (PyTorch's index is int64; int32 is accepted as elsewhere in dplhost).
   -- len: the size of the indexed dim when negative indices count from its end.
-  local function idx0(name, idx, len)
-    if type(idx) == 'table' or type(idx) == 'number' then idx = M.tensor(idx, { dtype = 'int64' }) end
+  local function on(like) return like._devtype == 0 and 'cpu' or ('cuda:' .. like._devindex) end
+  local function idx0(name, idx, like, len)
+    if type(idx) == 'table' or type(idx) == 'number' then idx = M.tensor(idx, { dtype = 'int64', device = on(like) }) end
     if not is_tensor(idx) then error(fmt('%s: index must be a tensor (or a table) of integers, got %s', name, got(idx))) end
     host(name, idx, 'index')
     local dt = idx._dtype
@@ -142,7 +145,7 @@ return function(M, H)
     local red = reduce_of(name, reduce)
     host(name, t, 'self')
     local cd, tv = dim_of(name, t, d)
-    local i0 = idx0(name, idx)
+    local i0 = idx0(name, idx, t)
     local iv = i0
     if tv ~= t and i0._ndim == 0 then iv = raw_view(i0, 1) end
     local s
@@ -171,6 +174,7 @@ return function(M, H)
   end
   function methods.scatter(t, d, idx, src, reduce)
     need_tensor('scatter', 'self', t)
+    host('scatter', t, 'self')
     return scatter_into('scatter', raw_clone(t), d, idx, src, reduce)
   end
 
@@ -178,7 +182,7 @@ return function(M, H)
   local function index_fill_into(name, t, d, idx, value)
     host(name, t, 'self')
     local cd, tv = dim_of(name, t, d)
-    local i0 = idx0(name, idx, tonumber(tv._shape[cd]))
+    local i0 = idx0(name, idx, t, tonumber(tv._shape[cd]))
     local vt
     if is_tensor(value) then
       host(name, value, 'value')
@@ -205,6 +209,7 @@ return function(M, H)
   end
   function methods.index_fill(t, d, idx, value)
     need_tensor('index_fill', 'self', t)
+    host('index_fill', t, 'self')
     return index_fill_into('index_fill', raw_clone(t), d, idx, value)
   end
 
@@ -213,7 +218,7 @@ return function(M, H)
     host(name, t, 'self')
     host(name, src, 'source')
     local cd, tv = dim_of(name, t, d)
-    local i0 = idx0(name, idx, tonumber(tv._shape[cd]))
+    local i0 = idx0(name, idx, t, tonumber(tv._shape[cd]))
     local s = src
     if tv ~= t and s._ndim == 0 then s = raw_view(s, 1) end
     local st = C.dpl_index_copy_(tv, cd, i0, s)
@@ -228,6 +233,7 @@ return function(M, H)
   end
   function methods.index_copy(t, d, idx, src)
     need_tensor('index_copy', 'self', t)
+    host('index_copy', t, 'self')
     return index_copy_into('index_copy', raw_clone(t), d, idx, src)
   end
 
@@ -274,7 +280,7 @@ return function(M, H)
     local list, pos = {}, 0 -- pos: the dims of t indexed so far
     for i = 1, n do
       local ix = indices[i]
-      if type(ix) == 'table' or type(ix) == 'number' or type(ix) == 'boolean' then ix = M.tensor(ix) end
+      if type(ix) == 'table' or type(ix) == 'number' or type(ix) == 'boolean' then ix = M.tensor(ix, { device = on(t) }) end
       if not is_tensor(ix) then
         error(fmt('%s: indices[%d] must be a tensor of indices (int64, int32) or a mask (bool, uint8), got %s', name, i,
           got(ix)))
@@ -367,6 +373,7 @@ return function(M, H)
   end
   function methods.index_put(t, indices, values, acc)
     need_tensor('index_put', 'self', t)
+    host('index_put', t, 'self')
     return index_put_into('index_put', raw_clone(t), indices, values, acc)
   end
   --- (autograd) t[indices] read at the positions index_put_ writes: the gradient of its values.
@@ -420,8 +427,9 @@ return function(M, H)
 
   ---------------------------------------------------------------- put_
   -- flat 1-based indices (negative from the end) of a tensor of numel elements -> 0-based
-  local function flat0(name, idx, numel)
-    if type(idx) == 'table' or type(idx) == 'number' then idx = M.tensor(idx, { dtype = 'int64' }) end
+  local function flat0(name, idx, like)
+    local numel = tonumber(like._numel)
+    if type(idx) == 'table' or type(idx) == 'number' then idx = M.tensor(idx, { dtype = 'int64', device = on(like) }) end
     if not is_tensor(idx) then error(fmt('%s: index must be a tensor (or a table) of integers, got %s', name, got(idx))) end
     host(name, idx, 'index')
     if idx._dtype ~= 4 and idx._dtype ~= 5 then
@@ -444,7 +452,7 @@ return function(M, H)
     local a = accumulate_of(name, acc)
     host(name, t, 'self')
     host(name, src, 'source')
-    local i0 = flat0(name, idx, tonumber(t._numel))
+    local i0 = flat0(name, idx, t)
     local st = C.dpl_put_(t, i0, src, a)
     if st ~= 0 then free(i0) cfail(st, name, 'put_') end
     free(i0)
@@ -459,11 +467,12 @@ return function(M, H)
   end
   function methods.put(t, idx, src, acc)
     need_tensor('put', 'self', t)
+    host('put', t, 'self')
     return put_into('put', raw_clone(t), idx, src, acc)
   end
   --- (autograd) t's elements at flat 1-based indices, shaped as the index (the gradient of put_'s source).
   function M._take_flat(t, idx)
-    local i0 = flat0('put_backward', idx, tonumber(t._numel))
+    local i0 = flat0('put_backward', idx, t)
     local flat = t._ndim == 1 and t or methods.reshape(t, -1)
     local st = C.dpl_index_select(flat, 0, raw_view(i0, -1), out1)
     if st ~= 0 then free(i0) cfail(st, 'put_backward', 'index_select') end

@@ -156,6 +156,17 @@ static void combine(int32_t dt, int mode, char *dst, const char *src, int64_t n,
   }
 }
 
+/* one element stored: dst = src (es bytes); inlined in the per-element loops */
+static inline void store1(int64_t es, char *dst, const char *src)
+{
+  switch (es) {
+  case 1: *(uint8_t *)dst = *(const uint8_t *)src; break;
+  case 2: memcpy(dst, src, 2); break;
+  case 4: memcpy(dst, src, 4); break;
+  default: memcpy(dst, src, 8); break;
+  }
+}
+
 static void split3(const dpl_tensor *t, int32_t dim, int64_t *outer, int64_t *D, int64_t *inner)
 {
   *outer = 1;
@@ -208,7 +219,8 @@ int dpl_scatter_(dpl_tensor *a, int32_t dim, const dpl_tensor *idx, const dpl_te
     const char *ps = (const char *)src->_data;
     int64_t sdim = a->_stride[dim];
     for (int64_t k = 0; k < ix->_numel; k++) {
-      combine(a->_dtype, reduce, pa + (oa + ip[k] * sdim) * es, ps + os * es, 1, 0);
+      if (reduce == MODE_STORE) store1(es, pa + (oa + ip[k] * sdim) * es, ps + os * es);
+      else combine(a->_dtype, reduce, pa + (oa + ip[k] * sdim) * es, ps + os * es, 1, 0);
       for (int d = nd - 1; d >= 0; d--) {
         if (++pos[d] < idx->_shape[d]) {
           if (d != dim) oa += a->_stride[d];
@@ -254,8 +266,12 @@ int dpl_index_fill_(dpl_tensor *a, int32_t dim, const dpl_tensor *idx, const dpl
     split3(a, dim, &outer, &D, &inner);
     const int64_t *ip = ix->_data;
     char *w = (char *)work->_data;
-    for (int64_t o = 0; o < outer; o++)
-      for (int64_t j = 0; j < n; j++) combine(a->_dtype, MODE_STORE, w + (o * D + ip[j]) * inner * es, v, inner, 0);
+    if (inner == 1) /* the last dim: one element per index */
+      for (int64_t o = 0; o < outer; o++)
+        for (int64_t j = 0; j < n; j++) store1(es, w + (o * D + ip[j]) * es, v);
+    else
+      for (int64_t o = 0; o < outer; o++)
+        for (int64_t j = 0; j < n; j++) combine(a->_dtype, MODE_STORE, w + (o * D + ip[j]) * inner * es, v, inner, 0);
   }
   end_contig(a, work, st);
   dpl_tensor_release(ix);
@@ -299,9 +315,13 @@ int dpl_index_copy_(dpl_tensor *a, int32_t dim, const dpl_tensor *idx, const dpl
     const int64_t *ip = ix->_data;
     char *w = (char *)work->_data;
     const char *s = (const char *)cs->_data;
-    for (int64_t o = 0; o < outer; o++)
-      for (int64_t j = 0; j < n; j++)
-        combine(a->_dtype, MODE_STORE, w + (o * D + ip[j]) * inner * es, s + (o * n + j) * inner * es, inner, 1);
+    if (inner == 1)
+      for (int64_t o = 0; o < outer; o++)
+        for (int64_t j = 0; j < n; j++) store1(es, w + (o * D + ip[j]) * es, s + (o * n + j) * es);
+    else
+      for (int64_t o = 0; o < outer; o++)
+        for (int64_t j = 0; j < n; j++)
+          combine(a->_dtype, MODE_STORE, w + (o * D + ip[j]) * inner * es, s + (o * n + j) * inner * es, inner, 1);
   }
   end_contig(a, work, st);
   dpl_release_n(3, (dpl_tensor *[]){ix, tmp, cs});
@@ -379,7 +399,11 @@ int dpl_index_put_(dpl_tensor *a, int32_t n, dpl_tensor *const *indices, const d
     char *w = (char *)work->_data;
     const char *v = (const char *)cv->_data;
     int mode = accumulate ? MODE_ADD : MODE_STORE;
-    for (int64_t b = 0; b < nb; b++) combine(a->_dtype, mode, w + put_offset(a, n, ix, b, inner) * es, v + b * inner * es, inner, 1);
+    if (inner == 1 && mode == MODE_STORE)
+      for (int64_t b = 0; b < nb; b++) store1(es, w + put_offset(a, n, ix, b, 1) * es, v + b * es);
+    else
+      for (int64_t b = 0; b < nb; b++)
+        combine(a->_dtype, mode, w + put_offset(a, n, ix, b, inner) * es, v + b * inner * es, inner, 1);
   }
   end_contig(a, work, st);
   dpl_release_n(DPL_MAX_DIMS, ix);
@@ -455,7 +479,7 @@ int dpl_masked_scatter_(dpl_tensor *a, const dpl_tensor *mask, const dpl_tensor 
     char *w = (char *)work->_data;
     const char *s = (const char *)cs->_data;
     for (int64_t i = 0; i < cm->_numel; i++)
-      if (m[i]) { memcpy(w + i * es, s + k * es, (size_t)es); k++; }
+      if (m[i]) { store1(es, w + i * es, s + k * es); k++; }
   }
   end_contig(a, work, st);
   dpl_release_n(4, (dpl_tensor *[]){em, cm, tmp, cs});
@@ -497,7 +521,8 @@ int dpl_put_(dpl_tensor *a, const dpl_tensor *idx, const dpl_tensor *src, int32_
     int mode = accumulate ? MODE_ADD : MODE_STORE;
     char *w = (char *)work->_data;
     const char *s = (const char *)cs->_data;
-    for (int64_t i = 0; i < n; i++) combine(a->_dtype, mode, w + ip[i] * es, s + i * es, 1, 0);
+    if (mode == MODE_STORE) for (int64_t i = 0; i < n; i++) store1(es, w + ip[i] * es, s + i * es);
+    else for (int64_t i = 0; i < n; i++) combine(a->_dtype, mode, w + ip[i] * es, s + i * es, 1, 0);
   }
   end_contig(a, work, st);
   dpl_release_n(3, (dpl_tensor *[]){ix, tmp, cs});
