@@ -102,8 +102,14 @@ return function(M, H)
   -- dtypes only (PyTorch's index is int64; int32 is accepted as elsewhere in dplhost).
   -- len: the size of the indexed dim when negative indices count from its end.
   local function on(like) return like._devtype == 0 and 'cpu' or ('cuda:' .. like._devindex) end
+  -- a table (or a number) of indices as a tensor on like's device: int64 when integral (a
+  -- fraction makes it float32, refused by the dtype check; {} is an empty int64 tensor)
+  local function as_tensor(x, like)
+    if type(x) == 'table' and next(x) == nil then return M.tensor(x, { dtype = 'int64', device = on(like) }) end
+    return M.tensor(x, { device = on(like) })
+  end
   local function idx0(name, idx, like, len)
-    if type(idx) == 'table' or type(idx) == 'number' then idx = M.tensor(idx, { dtype = 'int64', device = on(like) }) end
+    if type(idx) == 'table' or type(idx) == 'number' then idx = as_tensor(idx, like) end
     if not is_tensor(idx) then error(fmt('%s: index must be a tensor (or a table) of integers, got %s', name, got(idx))) end
     host(name, idx, 'index')
     local dt = idx._dtype
@@ -280,7 +286,7 @@ return function(M, H)
     local list, pos = {}, 0 -- pos: the dims of t indexed so far
     for i = 1, n do
       local ix = indices[i]
-      if type(ix) == 'table' or type(ix) == 'number' or type(ix) == 'boolean' then ix = M.tensor(ix, { device = on(t) }) end
+      if type(ix) == 'table' or type(ix) == 'number' or type(ix) == 'boolean' then ix = as_tensor(ix, t) end
       if not is_tensor(ix) then
         error(fmt('%s: indices[%d] must be a tensor of indices (int64, int32) or a mask (bool, uint8), got %s', name, i,
           got(ix)))
@@ -429,7 +435,7 @@ return function(M, H)
   -- flat 1-based indices (negative from the end) of a tensor of numel elements -> 0-based
   local function flat0(name, idx, like)
     local numel = tonumber(like._numel)
-    if type(idx) == 'table' or type(idx) == 'number' then idx = M.tensor(idx, { dtype = 'int64', device = on(like) }) end
+    if type(idx) == 'table' or type(idx) == 'number' then idx = as_tensor(idx, like) end
     if not is_tensor(idx) then error(fmt('%s: index must be a tensor (or a table) of integers, got %s', name, got(idx))) end
     host(name, idx, 'index')
     if idx._dtype ~= 4 and idx._dtype ~= 5 then
