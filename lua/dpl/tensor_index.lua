@@ -451,7 +451,6 @@ return function(M, H)
     end
     return raw_sub(idx, 1)
   end
-  M._flat0 = flat0
 
   local function put_into(name, t, idx, src, acc)
     need_tensor(name, 'source', src)
