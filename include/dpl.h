@@ -454,6 +454,32 @@ int dpl_masked_select(const dpl_tensor *a, const dpl_tensor *mask, dpl_tensor **
 /* 0-based int64 coordinates [nnz, ndim] of the non-zero elements. */
 int dpl_nonzero(const dpl_tensor *a, dpl_tensor **out);
 
+/* Index/scatter writes (dpl_tensor_scatter.c; dpl.tensor_index). Indices are int64 or int32,
+ * 0-based; sources have self's dtype; self is written through any strides. reduce /
+ * accumulate: 0 store (the last of duplicate positions wins), 1 add, 2 multiply (scatter_).
+ * Host memory only ("<op>: not implemented on cuda"). */
+/* a[..., idx[p], ...] (op)= src[p] for every position p of idx (a's ndim; dim takes idx's
+ * value); a 0-d src is one value for every position */
+int dpl_scatter_(dpl_tensor *a, int32_t dim, const dpl_tensor *idx, const dpl_tensor *src, int32_t reduce);
+/* the slices idx[j] (idx 0-d or 1-d) of a along dim set to value (one element, converted) */
+int dpl_index_fill_(dpl_tensor *a, int32_t dim, const dpl_tensor *idx, const dpl_tensor *value);
+/* slice idx[j] of a along dim = slice j of src (a's shape with dim's size = idx's length) */
+int dpl_index_copy_(dpl_tensor *a, int32_t dim, const dpl_tensor *idx, const dpl_tensor *src);
+/* advanced indexing over a's first n dims: n index tensors of one shape B; values broadcast
+ * to B + a.shape[n:] are stored (accumulate 0) or added (1) at a[idx0[b], ..., idx{n-1}[b]] */
+int dpl_index_put_(dpl_tensor *a, int32_t n, dpl_tensor *const *indices, const dpl_tensor *values,
+                   int32_t accumulate);
+/* the read of the same positions: a new tensor of shape B + a.shape[n:] */
+int dpl_index_get(const dpl_tensor *a, int32_t n, dpl_tensor *const *indices, dpl_tensor **out);
+/* the positions where mask (bool or uint8, broadcast to a's shape) is true, in row-major
+ * order, get src's first elements (src has at least as many) */
+int dpl_masked_scatter_(dpl_tensor *a, const dpl_tensor *mask, const dpl_tensor *src);
+/* a viewed as 1-d in row-major order: a[idx[i]] = (or +=) src[i]; idx and src of one numel */
+int dpl_put_(dpl_tensor *a, const dpl_tensor *idx, const dpl_tensor *src, int32_t accumulate);
+/* the main diagonal of a (2-d, or all dims of one size) set to value; wrap: a tall 2-d
+ * matrix's diagonal starts again every w + 1 rows, as PyTorch's */
+int dpl_fill_diagonal_(dpl_tensor *a, const dpl_tensor *value, int32_t wrap);
+
 /* Convolution and pooling, NCHW. params: stride h, w, padding h, w, dilation h, w. */
 int dpl_conv2d(const dpl_tensor *x, const dpl_tensor *w, const dpl_tensor *bias, const int32_t *params,
                int32_t groups, dpl_tensor **out);

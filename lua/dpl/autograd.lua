@@ -444,7 +444,7 @@ local function wrap_inplace(name, rule)
     w = function(t, b, c, d, ...)
       if S.live then
         if S.grad_on then
-          if rg[t] or rg[b] or rg[d] then return rec(t, b, c, d, ...) end
+          if rg[t] or rg[b] or rg[c] or rg[d] then return rec(t, b, c, d, ...) end
           local vb = viewbase[t]
           if vb ~= nil and rg[vb] then return rec(t, b, c, d, ...) end
         end
@@ -542,6 +542,12 @@ for _, k in ipairs({ 'eq_', 'ne_', 'lt_', 'le_', 'gt_', 'ge_', 'logical_and_', '
   'logical_not_', 'isnan_' }) do
   if methods[k] then wrap_inplace(k, rules.fill_) end
 end
+-- index/scatter writes (dpl.tensor_index): the out-of-place form records the rule of the in-place one
+for _, k in ipairs({ 'scatter', 'index_fill', 'index_copy', 'index_put', 'masked_scatter', 'put' }) do
+  wrap_method(k, rules[k .. '_'])
+  wrap_inplace(k .. '_', rules[k .. '_'])
+end
+wrap_inplace('fill_diagonal_', rules.fill_diagonal_)
 wrap_method('embedding', nil, T)
 wrap_method('conv2d', nil, T)
 wrap_method('avg_pool2d', nil, T)

@@ -566,6 +566,121 @@ rules.embedding = {
   bw = function(n, g) return T.embedding_backward(g, n.idx, n.V) end,
 }
 
+-- index/scatter writes (dpl.tensor_index): one rule per op for the in-place form and the
+-- out-of-place one (its out is a copy of self, written). n.zd: a 0-d self (dim 1 or -1),
+-- computed on the 1-d tensor of its one element.
+local function as_index(idx)
+  if is_tensor(idx) then return idx end
+  return T.tensor(idx, { dtype = 'int64' })
+end
+local function flat1(n, g, idx)
+  if not n.zd then return g, idx end
+  idx = as_index(idx)
+  return g:reshape(1), idx._ndim == 0 and idx:reshape(1) or idx
+end
+local function unflat(n, x, shape) return x and n.zd and x:reshape(shape or {}) or x end
+rules.scatter_ = { -- t:scatter_(d, idx, src_or_value [, reduce])
+  nin = 4,
+  save = function(n, out, a, d, idx, src, reduce)
+    n.d, n.idx, n.zd = d, idx, a._ndim == 0
+    n.red = T._scatter_reduce_of('scatter_', reduce)
+    if is_tensor(src) then n.ss = size_of(src) end
+  end,
+  bw = function(n, g)
+    if n.red == 2 then
+      error(require('dpl.errors').NotImplementedError("scatter_: the gradient of reduce='multiply' is not implemented (nor in PyTorch 1.13)"), 0)
+    end
+    local g1, idx = flat1(n, g, n.idx)
+    local d = n.zd and 1 or n.d
+    local ga, gs
+    if needs(n, 1) then ga = n.red == 1 and g or unflat(n, g1:scatter(d, idx, 0)) end
+    if n.ss and needs(n, 4) then -- grad gathered at index; zeros where src is larger than index
+      local sel = g1:gather(d, idx)
+      local ss = n.ss
+      if #ss == 0 then gs = sel:reshape({})
+      else
+        gs = T.zeros(ss, like(g))
+        local region = gs
+        for k = 1, #ss do region = region:narrow(k, 1, tonumber(sel._shape[k - 1])) end
+        region:copy_(sel)
+      end
+    end
+    return ga, nil, nil, gs
+  end,
+}
+rules.index_fill_ = { -- t:index_fill_(d, idx, value): value a number or a 0-d tensor
+  nin = 4,
+  save = function(n, out, a, d, idx) n.d, n.idx, n.zd = d, idx, a._ndim == 0 end,
+  bw = function(n, g)
+    local g1, idx = flat1(n, g, n.idx)
+    local ga = unflat(n, g1:index_fill(n.zd and 1 or n.d, idx, 0))
+    return needs(n, 1) and ga or nil, nil, nil, needs(n, 4) and (g - ga):sum() or nil
+  end,
+}
+rules.index_copy_ = { -- t:index_copy_(d, idx, source)
+  nin = 4,
+  save = function(n, out, a, d, idx, src) n.d, n.idx, n.zd, n.ss = d, idx, a._ndim == 0, size_of(src) end,
+  bw = function(n, g)
+    local g1, idx = flat1(n, g, n.idx)
+    local d = n.zd and 1 or n.d
+    local ga = needs(n, 1) and unflat(n, g1:index_fill(d, idx, 0)) or nil
+    local gs = needs(n, 4) and unflat(n, g1:index_select(d, idx), n.ss) or nil
+    return ga, nil, nil, gs
+  end,
+}
+rules.index_put_ = { -- t:index_put_(indices, values [, accumulate])
+  nin = 3,
+  save = function(n, out, a, indices, values, acc)
+    n.indices, n.acc = indices, T._accumulate_of('index_put_', acc) == 1
+    if is_tensor(values) then n.vs = size_of(values) end
+  end,
+  bw = function(n, g)
+    local ga = needs(n, 1) and (n.acc and g or g:index_put(n.indices, 0)) or nil
+    local gv = n.vs and needs(n, 3) and sum_to(T._index_get(g, n.indices), n.vs) or nil
+    return ga, nil, gv
+  end,
+}
+rules.masked_scatter_ = { -- t:masked_scatter_(mask, source); out-of-place, t and mask broadcast
+  nin = 3,
+  save = function(n, out, a, mask, src) n.mask, n.sa, n.ss = mask, bshape(a, out), size_of(src) end,
+  bw = function(n, g)
+    local ga = needs(n, 1) and sum_to(g:masked_fill(n.mask, 0), n.sa) or nil
+    local gs
+    if needs(n, 3) then -- the selected gradient into source's first elements
+      local sel = g:masked_select(n.mask)
+      local cnt = 1
+      for k = 1, #n.ss do cnt = cnt * n.ss[k] end
+      gs = T.zeros({ cnt }, like(g))
+      if sel:numel() > 0 then gs:narrow(1, 1, sel:numel()):copy_(sel) end
+      gs = gs:reshape(n.ss)
+    end
+    return ga, nil, gs
+  end,
+}
+rules.put_ = { -- t:put_(idx, source [, accumulate]): flat indices
+  nin = 3,
+  save = function(n, out, a, idx, src, acc)
+    n.idx, n.acc, n.ss = idx, T._accumulate_of('put_', acc) == 1, size_of(src)
+  end,
+  bw = function(n, g)
+    local ga, gs
+    if needs(n, 1) then
+      ga = g
+      if not n.acc then
+        local idx = as_index(n.idx)
+        ga = g:put(idx, T.zeros({ idx:numel() }, like(g)))
+      end
+    end
+    if needs(n, 3) then gs = T._take_flat(g, n.idx):reshape(n.ss) end
+    return ga, nil, gs
+  end,
+}
+rules.fill_diagonal_ = { -- t:fill_diagonal_(value [, wrap])
+  nin = 1,
+  save = function(n, out, a, value, wrap) n.wrap = wrap end,
+  bw = function(n, g) return g:clone():fill_diagonal_(0, n.wrap) end,
+}
+
 ---------------------------------------------------------------- conv, pooling
 rules.conv2d = {
   nin = 3,
