@@ -1465,14 +1465,14 @@ S.methods, S.props, S.setters, S.M, S.tostring = methods, props, setters, M, tos
 -- PyTorch Tensor methods dplhost does not have: calling one raises NotImplementedError naming
 -- it (instead of Lua's "attempt to call method 'cumsum' (a nil value)")
 local missing = {}
-for name in ([[sort argsort topk kthvalue median mode cumsum cumprod cummax cummin flip fliplr flipud roll
-  rot90 repeat_interleave tile chunk split unbind tril triu diag diagonal trace unique bincount histc
-  sum_to_size new_zeros new_ones new_full new_empty new_tensor numpy index_fill_ index_copy_ index_put_
-  scatter scatter_ masked_scatter_ take put_ unfold movedim swapaxes moveaxis bitwise_and bitwise_or
+for name in ([[sort argsort topk kthvalue median mode
+  unique bincount histc
+  numpy index_fill_ index_copy_ index_put_
+  scatter scatter_ masked_scatter_ put_ bitwise_and bitwise_or
   bitwise_xor bitwise_not true_divide lerp addcmul addcdiv baddbmm outer cross kron isinf isfinite
   nan_to_num isclose allclose equal count_nonzero amax amin aminmax nansum nanmean log10 exp2 sinh cosh
   asin acos atan tan asinh acosh atanh frac hardtanh softplus elu leaky_relu mish hardswish
-  fill_diagonal_ repeat type_as std_mean var_mean]]):gmatch('%S+') do
+  fill_diagonal_ std_mean var_mean]]):gmatch('%S+') do
   missing[name] = function()
     lua_error(errors.NotImplementedError(fmt("tensor:%s() is not implemented in dplhost (PyTorch's Tensor.%s); "
       .. 'see docs/tensors.md for the operations there are', name, name)), 2)
@@ -1538,6 +1538,10 @@ require("dpl.tensor_nn")(M, {
   reduction_id = reduction_id, index0 = index0, need_tensor = need_tensor, need_opts = need_opts,
   need_number = need_number, release = release, out1 = out1, out2 = out2, error = error,
 })
+
+-- the shape group (cumsum, flip, roll, tril, diagonal, chunk, repeat/tile, new_zeros, ...): dpl.tensor_shape
+require('dpl.tensor_shape')(M, { view1 = view1, fail = fail, cdim = cdim, parse_sizes = parse_sizes,
+  need_tensor = need_tensor, error = error, out1 = out1, out2 = out2 })
 
 -- dpl.tensor(data, opts) calls the constructor; dpl.tensor.zeros etc. are the module's functions
 setmetatable(M, { __call = function(_, ...) return M.tensor(...) end })
