@@ -123,7 +123,12 @@ end)
 describe('PyTorch methods dplhost lacks', function()
   it('raise NotImplementedError naming the method, not "attempt to call a nil value"', function()
     local t = dpl.zeros(3)
-    for _, name in ipairs({ 'cumsum', 'sort', 'topk', 'flip', 'roll', 'tril', 'chunk', 'split', 'unbind', 'repeat' }) do
+    -- the names still missing (groups of them get implemented over time); numpy() stays missing
+    local names = {}
+    for name in pairs(debug.getregistry()['dpl.tensor.state'].missing) do names[#names + 1] = name end
+    table.sort(names)
+    assert.truthy(debug.getregistry()['dpl.tensor.state'].missing.numpy)
+    for _, name in ipairs(names) do
       local ok, e = pcall(function() return t[name](t, 1) end)
       assert.is_false(ok)
       assert.are.equal('NotImplementedError', e.class_name or tostring(e):match('^(%w+):'))
