@@ -85,9 +85,56 @@ typedef struct scan_job {
   int64_t *idx; /* cummax / cummin */
 } scan_job;
 
+/* 1 when v takes over from the running extreme acc (cummax: mx = 1) */
+static inline int takes_d(double v, double acc, int mx)
+{
+  return v != v || (acc == acc && (mx ? v >= acc : v <= acc));
+}
+static inline int takes_i(int64_t v, int64_t acc, int mx) { return mx ? v >= acc : v <= acc; }
+
+/* inner == 1: each task scans one contiguous slice, SCAN_CHUNK elements at a time */
+static void scan_rows(const scan_job *j, int64_t lo, int64_t hi)
+{
+  double vd[SCAN_CHUNK];
+  int64_t vi[SCAN_CHUNK], bi[SCAN_CHUNK];
+  int fl = dpl_is_float(j->dt), mx = j->op == DPL_SCAN_MAX;
+  for (int64_t o = lo; o < hi; o++) {
+    double ad = 0;
+    int64_t ai = 0, best = 0;
+    for (int64_t k0 = 0; k0 < j->D; k0 += SCAN_CHUNK) {
+      int64_t n = j->D - k0 < SCAN_CHUNK ? j->D - k0 : SCAN_CHUNK;
+      int64_t start = j->reverse ? j->D - k0 - n : k0; /* the chunk's first element */
+      int64_t off = o * j->D + start;
+      if (fl) load_d(j->src + off * j->es, j->dt, n, vd); else load_i(j->src + off * j->es, j->dt, n, vi);
+      for (int64_t s = 0; s < n; s++) {
+        int64_t e = j->reverse ? n - 1 - s : s;
+        int first = k0 == 0 && s == 0;
+        switch (j->op) {
+        case DPL_SCAN_SUM:
+          if (fl) vd[e] = ad = first ? vd[e] : ad + vd[e];
+          else vi[e] = ai = first ? vi[e] : (int64_t)((uint64_t)ai + (uint64_t)vi[e]);
+          break;
+        case DPL_SCAN_PROD:
+          if (fl) vd[e] = ad = first ? vd[e] : ad * vd[e];
+          else vi[e] = ai = first ? vi[e] : (int64_t)((uint64_t)ai * (uint64_t)vi[e]);
+          break;
+        default:
+          if (fl) { if (first || takes_d(vd[e], ad, mx)) { ad = vd[e]; best = start + e; } vd[e] = ad; }
+          else { if (first || takes_i(vi[e], ai, mx)) { ai = vi[e]; best = start + e; } vi[e] = ai; }
+          bi[e] = best;
+          break;
+        }
+      }
+      if (fl) store_d(j->dst + off * j->es, j->dt, n, vd); else store_i(j->dst + off * j->es, j->dt, n, vi);
+      if (j->idx) memcpy(j->idx + off, bi, (size_t)n * sizeof(int64_t));
+    }
+  }
+}
+
 static void scan_range(int64_t lo, int64_t hi, void *ctx)
 {
   const scan_job *j = ctx;
+  if (j->inner == 1) { scan_rows(j, lo, hi); return; }
   double accd[SCAN_CHUNK], vd[SCAN_CHUNK];
   int64_t acci[SCAN_CHUNK], vi[SCAN_CHUNK], best[SCAN_CHUNK];
   int fl = dpl_is_float(j->dt);
@@ -112,10 +159,7 @@ static void scan_range(int64_t lo, int64_t hi, void *ctx)
       default: { /* PyTorch's rule: a NaN always takes over; ties move to the later index */
         int mx = j->op == DPL_SCAN_MAX;
         for (int64_t i = 0; i < n; i++) {
-          int take;
-          if (s == 0) take = 1;
-          else if (fl) take = vd[i] != vd[i] || (accd[i] == accd[i] && (mx ? vd[i] >= accd[i] : vd[i] <= accd[i]));
-          else take = mx ? vi[i] >= acci[i] : vi[i] <= acci[i];
+          int take = s == 0 || (fl ? takes_d(vd[i], accd[i], mx) : takes_i(vi[i], acci[i], mx));
           if (take) {
             if (fl) accd[i] = vd[i]; else acci[i] = vi[i];
             best[i] = k;
