@@ -83,14 +83,16 @@ return function(M, H)
   end
   -- a list argument: a table, or one value (nil: an empty list)
   local function as_list(v) if type(v) == 'table' then return v elseif v == nil then return {} end return { v } end
-  -- (a, b, ...) or ({a, b, ...}) -> a list
-  local function args_list(name, a, ...)
+  -- (a, b, ...) or ({a, b, ...}) -> a list (fixed arguments, no vararg read: see parse_sizes
+  -- in dpl.tensor on Debian's LuaJIT recording varargs)
+  local function args_list(name, a, b, c, d, e, f, g, h, i)
     if type(a) == 'table' then
-      if select('#', ...) > 0 and (...) ~= nil then error(name .. ': expected a list or several integers, not both') end
+      if b ~= nil then error(name .. ': expected a list or several integers, not both') end
       return a
     end
     if a == nil then return {} end
-    return { a, ... }
+    if i ~= nil then error(name .. ': at most 8 dims, got more than 8 arguments') end
+    return { a, b, c, d, e, f, g, h }
   end
 
   ---------------------------------------------------------------- scans
