@@ -153,6 +153,20 @@ describe('shape ops: methods and functions', function()
     dpl.set_num_threads(threads)
   end)
 
+  it('repeat and repeat_interleave on up to 8 dims (paths that do not double the dims)', function()
+    local x = dpl.arange(6):view(1, 1, 1, 1, 1, 1, 2, 3):double():requires_grad_()
+    local r = x['repeat'](x, 1, 1, 1, 1, 1, 2, 1, 1)
+    assert.are.same({ 1, 1, 1, 1, 1, 2, 2, 3 }, r.shape)
+    assert.are.same(x:view(2, 3):totable(), r:view(2, 2, 3)[2]:totable())
+    assert.are.same({ 1, 1, 1, 1, 1, 0, 2, 3 }, x['repeat'](x, 1, 1, 1, 1, 1, 0, 1, 1).shape)
+    r:sum():backward()
+    assert.are.same({ 2, 2, 2, 2, 2, 2 }, x.grad:view(6):totable())
+    local ri = x:repeat_interleave(2, -1)
+    assert.are.same({ 1, 1, 1, 1, 1, 1, 2, 6 }, ri.shape)
+    assert.are.same({ { 0, 0, 1, 1, 2, 2 }, { 3, 3, 4, 4, 5, 5 } }, ri:view(2, 6):totable())
+    assert.are.same({ 0, 1, 1, 2, 3, 4, 5, 5 }, x:repeat_interleave({ 1, 2, 1, 1, 1, 2 }):totable())
+  end)
+
   it('cumprod of integers wraps around in int64, as PyTorch', function()
     assert.are.same({ 2 ^ 31, 2 ^ 62, -2 ^ 63, 0 }, dpl.tensor({ 2 ^ 31, 2 ^ 31, 2, 2 }):cumprod(1):totable())
   end)
@@ -385,6 +399,10 @@ describe('shape ops: errors', function()
       function() return x:repeat_interleave('2', 1) end)
     fails('ValueError', 'repeat_interleave: repeats must be an integer tensor (int64 or int32), got float32',
       function() return dpl.repeat_interleave(dpl.ones(3)) end)
+    fails('ValueError', 'repeat_interleave: the repeats alone must be a 1-d tensor, got a 0-d tensor',
+      function() return dpl.repeat_interleave(dpl.tensor(3)) end)
+    fails('ValueError', 'repeat_interleave: dim 1 out of range: the tensor has no dims (0-d)',
+      function() return dpl.tensor(3.5):repeat_interleave(2, 1) end)
   end)
 
   it('chunk, split, unbind', function()

@@ -305,6 +305,9 @@ return function(M, H)
     if repeats == nil then
       if d ~= nil then error('repeat_interleave: repeats is required') end
       local rt = repeats_tensor(t)
+      if rt._ndim ~= 1 then
+        error(fmt('repeat_interleave: the repeats alone must be a 1-d tensor, got a %d-d tensor', rt._ndim))
+      end
       local idx = c1(C.dpl_repeat_interleave_index, rt._devtype == 0 and rt or methods.cpu(rt), out1)
       idx = methods.to(idx, like(rt).device)
       C.dpl_binary_scalar_(0, idx, 1)
@@ -312,8 +315,7 @@ return function(M, H)
       return idx
     end
     local x = t
-    if d == nil then x, d = methods.reshape(t, -1), 1
-    elseif t._ndim == 0 then sdim(t, d, 'repeat_interleave') x, d = methods.reshape(t, -1), 1 end
+    if d == nil then x, d = methods.reshape(t, -1), 1 end -- (a 0-d tensor takes no dim, as in PyTorch)
     local cd = cdim(x, d, 'repeat_interleave')
     local size = tonumber(x._shape[cd])
     if is_tensor(repeats) or type(repeats) == 'table' then
