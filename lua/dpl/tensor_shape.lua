@@ -127,7 +127,7 @@ return function(M, H)
     if st ~= 0 then fail(3, st) end
     local v = wrap(out1)
     local i = wrap(out2)
-    C.dpl_binary_scalar_(0, i, 1) -- 1-based indices
+    cdo(C.dpl_binary_scalar_(0, i, 1)) -- 1-based indices
     return v, i
   end
   --- t:cummax(dim) -> values, indices (1-based int64): the running maximum and where it was
@@ -310,7 +310,7 @@ return function(M, H)
       end
       local idx = c1(C.dpl_repeat_interleave_index, rt._devtype == 0 and rt or methods.cpu(rt), out1)
       idx = methods.to(idx, like(rt).device)
-      C.dpl_binary_scalar_(0, idx, 1)
+      cdo(C.dpl_binary_scalar_(0, idx, 1))
       check_output_size(opts, tonumber(idx._numel))
       return idx
     end
@@ -332,7 +332,7 @@ return function(M, H)
         end
         -- the index list is made on the CPU, then moved to x's device
         local idx = c1(C.dpl_repeat_interleave_index, rt._devtype == 0 and rt or methods.cpu(rt), out1)
-        C.dpl_binary_scalar_(0, idx, 1)
+        cdo(C.dpl_binary_scalar_(0, idx, 1))
         check_output_size(opts, tonumber(idx._numel))
         return methods.index_select(x, cd + 1, methods.to(idx, like(x).device))
       end
