@@ -479,6 +479,33 @@ int dpl_put_(dpl_tensor *a, const dpl_tensor *idx, const dpl_tensor *src, int32_
 /* the main diagonal of a (2-d, or all dims of one size) set to value; wrap: a tall 2-d
  * matrix's diagonal starts again every w + 1 rows, as PyTorch's */
 int dpl_fill_diagonal_(dpl_tensor *a, const dpl_tensor *value, int32_t wrap);
+/* Shape group (src/tensor/dpl_tensor_scan.c; Lua: dpl.tensor_shape): scans along a dim,
+ * flip, roll, tril/triu. Host memory only ("<op>: not implemented on cuda"). A 0-d
+ * input counts as one dim of size 1 (dim 0). Results are new contiguous tensors. */
+typedef enum dpl_scanop {
+  DPL_SCAN_SUM = 0, DPL_SCAN_PROD = 1, DPL_SCAN_MAX = 2, DPL_SCAN_MIN = 3
+} dpl_scanop;
+/* cumsum (SUM) or cumprod (PROD) along dim, in dtype (-1: int64 for integer and bool
+ * inputs, else a's dtype; a is converted first, floating dtypes accumulate in double);
+ * reverse = 1 scans from the end (cumsum's gradient). */
+int dpl_cumulative(int32_t op, const dpl_tensor *a, int32_t dim, int32_t dtype, int32_t reverse, dpl_tensor **out);
+/* cummax (MAX) or cummin (MIN) along dim: values (a's dtype) and 0-based int64 indices;
+ * a NaN takes over, ties go to the later index (PyTorch's rule). */
+int dpl_cumulative_index(int32_t op, const dpl_tensor *a, int32_t dim, dpl_tensor **values, dpl_tensor **indices);
+/* Gradient of result = cumprod(a, dim) for grad (floating; all three of a's shape), zeros
+ * in a included (PyTorch's formula); in grad's dtype, computed in float64. */
+int dpl_cumprod_backward(const dpl_tensor *grad, const dpl_tensor *a, const dpl_tensor *result, int32_t dim,
+                         dpl_tensor **out);
+/* a reversed along the n dims listed (distinct). */
+int dpl_flip(const dpl_tensor *a, int32_t n, const int32_t *dims, dpl_tensor **out);
+/* a rolled by shifts[k] along dims[k] (elements leaving at the end come back first). */
+int dpl_roll(const dpl_tensor *a, int32_t n, const int64_t *shifts, const int32_t *dims, dpl_tensor **out);
+/* tril (upper = 0) or triu (upper = 1) over the last two dims: row i keeps the columns j
+ * with j - i <= diagonal (tril) or j - i >= diagonal (triu), the rest is 0. */
+int dpl_tril(const dpl_tensor *a, int64_t diagonal, int32_t upper, dpl_tensor **out);
+int dpl_tril_(dpl_tensor *a, int64_t diagonal, int32_t upper);
+/* The int64 list 0,..,0, 1,..,1, ...: i repeated repeats[i] times (0-d or 1-d, >= 0). */
+int dpl_repeat_interleave_index(const dpl_tensor *repeats, dpl_tensor **out);
 
 /* Convolution and pooling, NCHW. params: stride h, w, padding h, w, dilation h, w. */
 int dpl_conv2d(const dpl_tensor *x, const dpl_tensor *w, const dpl_tensor *bias, const int32_t *params,

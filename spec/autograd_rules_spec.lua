@@ -91,6 +91,18 @@ local cases = {
   to = { function(a) return a:to('float32'):to('float64') * 2 end, { rs(1, 3) }, { eps = 1e-3, atol = 1e-3 } },
   cat = { function(a, b) return dpl.cat({ a, b }, 2) end, { rs(1, 2, 3), rs(2, 2, 1) } },
   stack = { function(a, b) return dpl.stack({ a, b }, 1) end, { rs(1, 2, 3), rs(2, 2, 3) } },
+  -- shape ops (more in spec/tensor_shape_spec.lua)
+  cumsum = { function(a) return a:cumsum(2) end, { rs(1, 3, 4) } },
+  cumprod = { function(a) return (a * i64({ 1, 0, 1, 1 }):double()):cumprod(2) + a:cumprod(1) end, { rs(1, 3, 4) } },
+  cummax = { function(a) return (a:cummax(2)) end, { rs(1, 3, 4) } },
+  cummin = { function(a) return (a:cummin(-2)) end, { rs(1, 3, 4) } },
+  flip = { function(a) return a:flip(1, 2) * dpl.arange(12):double():view(3, 4) end, { rs(1, 3, 4) } },
+  roll = { function(a) return a:roll({ 1, -2 }, { 1, 2 }) * dpl.arange(12):double():view(3, 4) end, { rs(1, 3, 4) } },
+  tril = { function(a) return a:tril(1) + (a * 1):tril_(-1) end, { rs(1, 3, 4) } },
+  triu = { function(a) return a:triu(-1) + (a * 1):triu_(2) end, { rs(1, 3, 4) } },
+  diag = { function(a, b) return a:diag(1):sum(1) + b:diag(-1) end, { rs(1, 3), rs(2, 5, 4) } },
+  diagonal = { function(a) return a:diagonal(1, 3, 1) end, { rs(1, 3, 2, 4) } },
+  unfold = { function(a) return a:unfold(2, 3, 2) * 1 + a:unfold(1, 2, 1):sum(3):sum() end, { rs(1, 2, 7) } },
 }
 -- unary rules
 local unary_inputs = {

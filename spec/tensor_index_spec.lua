@@ -592,8 +592,7 @@ end)
 
 describe('index/scatter writes: memory', function()
   it('returns every byte after collectgarbage(): results, temporaries, gradients, errors', function()
-    collectgarbage(); collectgarbage()
-    local before = dpl.memory_stats('cpu')
+    local before = h.settle_memory()
     for _ = 1, 3 do
       for _, c in ipairs(ref) do
         if not c.grads then run_case(c) end
@@ -605,8 +604,7 @@ describe('index/scatter writes: memory', function()
       y:scatter(1, { { 1 } }, 1):index_fill(2, { 2 }, 0):put({ 1 }, v:narrow(1, 1, 1)):sum():backward()
       a, v, y = nil, nil, nil
     end
-    collectgarbage(); collectgarbage()
-    local after = dpl.memory_stats('cpu')
+    local after = h.settle_memory()
     assert(after.current_bytes <= before.current_bytes, ('%d bytes leaked'):format(after.current_bytes - before.current_bytes))
     assert(after.live_storages <= before.live_storages, ('%d storages leaked'):format(after.live_storages - before.live_storages))
   end)

@@ -592,6 +592,24 @@ do
   end
 end
 
+-- the shape ops of dpl.tensor_shape with rules of their own (the others are made of recorded ops)
+for _, k in ipairs({ 'cumsum', 'cumprod', 'flip', 'roll', 'tril', 'triu', 'diag', 'diagonal', 'unfold' }) do
+  wrap_method(k)
+end
+wrap_inplace('tril_', rules.tril)
+wrap_inplace('triu_', rules.triu)
+for _, k in ipairs({ 'cummax', 'cummin' }) do -- values and indices
+  local raw = methods[k]
+  methods[k] = function(t, d)
+    if not (S.live and S.grad_on and rg[t]) then return raw(t, d) end
+    local ok, v, i = pcall(raw, t, d)
+    if not ok then rethrow(v) end
+    if is_float(v) then record(rules[k], v, t, d, i) end
+    return v, i
+  end
+  if T[k] == raw then T[k] = methods[k] end
+end
+
 -- cat / stack take a list
 local function list_op(name, rule_bw)
   local raw = T[name]

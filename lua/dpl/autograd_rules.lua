@@ -771,4 +771,99 @@ rules.to = {
   bw = function(n, g) return g:to(n.dtype) end,
 }
 
+---------------------------------------------------------------- shape ops (dpl.tensor_shape)
+-- (chunk, split, unbind, repeat, tile, repeat_interleave, rot90, trace, movedim, take, ...
+-- are made of recorded ops and need no rule)
+-- (with a dtype option, the gradient is converted to the input's dtype first, as PyTorch)
+rules.cumsum = { -- t:cumsum(d [, opts]): the gradient summed from the end
+  nin = 1,
+  save = function(n, out, a, d) n.d, n.in_dtype = d, a.dtype end,
+  bw = function(n, g) return T._cumsum_reverse(g.dtype == n.in_dtype and g or g:to(n.in_dtype), n.d) end,
+}
+rules.cumprod = { -- zeros in the input included (dpl_cumprod_backward)
+  nin = 1,
+  save = function(n, out, a, d) n.x, n.y, n.d = save(n, a), save(n, raw_alias(out)), d end,
+  bw = function(n, g)
+    local x = n.x
+    return T._cumprod_backward(g._dtype == x._dtype and g or g:to(x.dtype), x, n.y, n.d)
+  end,
+}
+local function cumext_rule() -- cummax / cummin: the gradient goes to the (1-based) indices
+  return {
+    nin = 1,
+    save = function(n, out, a, d, idx) n.shape, n.d, n.idx, n.dtype = size_of(a), d, save(n, idx), like(a) end,
+    bw = function(n, g)
+      if #n.shape == 0 then return g:clone() end
+      return T.zeros(n.shape, n.dtype):scatter_add_(n.d, n.idx, g)
+    end,
+  }
+end
+rules.cummax, rules.cummin = cumext_rule(), cumext_rule()
+rules.flip = {
+  nin = 1,
+  save = function(n, out, a, d1, ...) n.dims = type(d1) == 'table' and d1 or { d1, ... } end,
+  bw = function(n, g) return g:flip(n.dims) end,
+}
+rules.roll = {
+  nin = 1,
+  save = function(n, out, a, shifts, dims)
+    local neg = {}
+    for i, s in ipairs(type(shifts) == 'table' and shifts or { shifts }) do neg[i] = -s end
+    n.shifts, n.dims = neg, dims
+  end,
+  bw = function(n, g) return g:roll(n.dims == nil and n.shifts[1] or n.shifts, n.dims) end,
+}
+local function tri_rule(name)
+  return {
+    nin = 1,
+    save = function(n, out, a, k) n.k = k end,
+    bw = function(n, g) return g[name](g, n.k) end,
+  }
+end
+rules.tril, rules.triu = tri_rule('tril'), tri_rule('triu')
+rules.diag = { -- 1-d -> the diagonal of a matrix, or a matrix's diagonal (a copy)
+  nin = 1,
+  save = function(n, out, a, k) n.shape, n.k, n.dtype = size_of(a), k or 0, like(a) end,
+  bw = function(n, g)
+    if #n.shape == 1 then return g:diagonal(n.k):contiguous() end
+    local z = T.zeros(n.shape, n.dtype)
+    z:diagonal(n.k):copy_(g)
+    return z
+  end,
+}
+rules.diagonal = {
+  nin = 1, view = true,
+  save = function(n, out, a, off, d1, d2) n.shape, n.off, n.d1, n.d2, n.dtype = size_of(a), off, d1, d2, like(a) end,
+  bw = function(n, g)
+    local z = T.zeros(n.shape, n.dtype)
+    z:diagonal(n.off, n.d1, n.d2):copy_(g)
+    return z
+  end,
+}
+rules.unfold = { -- windows may overlap (step < size): their gradients add up
+  nin = 1, view = true,
+  save = function(n, out, a, d, size, step)
+    n.shape, n.dtype, n.size, n.step = size_of(a), like(a), size, step
+    n.d = a._ndim == 0 and 1 or (d < 0 and a._ndim + d + 1 or d) -- 1-based
+    n.nw = tonumber(out._shape[a._ndim == 0 and 0 or n.d - 1])
+  end,
+  bw = function(n, g)
+    local z = T.zeros(n.shape, n.dtype)
+    if #n.shape == 0 then
+      if n.size == 1 then z:copy_(g:reshape({})) end
+      return z
+    end
+    if z:numel() == 0 or n.size == 0 then return z end
+    local d, st = n.d, z:stride()
+    if n.size <= n.nw then -- one strided view of z per position in the window
+      local vshape, vstride = z:size(), z:stride()
+      vshape[d], vstride[d] = n.nw, st[d] * n.step
+      for j = 1, n.size do z:as_strided(vshape, vstride, (j - 1) * st[d]):add_(g:select(-1, j)) end
+    else -- one narrow of z per window
+      for w = 1, n.nw do z:narrow(d, (w - 1) * n.step + 1, n.size):add_(g:select(d, w):movedim(-1, d)) end
+    end
+    return z
+  end,
+}
+
 return R

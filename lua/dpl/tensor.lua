@@ -1465,14 +1465,11 @@ S.methods, S.props, S.setters, S.M, S.tostring = methods, props, setters, M, tos
 -- PyTorch Tensor methods dplhost does not have: calling one raises NotImplementedError naming
 -- it (instead of Lua's "attempt to call method 'cumsum' (a nil value)")
 local missing = {}
-for name in ([[cumsum cumprod cummax cummin flip fliplr flipud roll
-  rot90 repeat_interleave tile chunk split unbind tril triu diag diagonal trace
-  sum_to_size new_zeros new_ones new_full new_empty new_tensor
-  take unfold movedim swapaxes moveaxis bitwise_and bitwise_or
+for name in ([[bitwise_and bitwise_or
   bitwise_xor bitwise_not true_divide lerp addcmul addcdiv baddbmm outer cross kron isinf isfinite
   nan_to_num isclose allclose equal amax amin aminmax nansum nanmean log10 exp2 sinh cosh
   asin acos atan tan asinh acosh atanh frac hardtanh softplus elu leaky_relu mish hardswish
-  repeat type_as std_mean var_mean]]):gmatch('%S+') do
+  std_mean var_mean]]):gmatch('%S+') do
   missing[name] = function()
     lua_error(errors.NotImplementedError(fmt("tensor:%s() is not implemented in dplhost (PyTorch's Tensor.%s); "
       .. 'see docs/tensors.md for the operations there are', name, name)), 2)
@@ -1544,6 +1541,10 @@ require('dpl.tensor_sort')(M, { fail = fail, need_tensor = need_tensor, error = 
 
 -- PyTorch's index/scatter writes (scatter_, index_fill_, index_copy_, index_put_, masked_scatter_, put_, ...)
 require("dpl.tensor_index")(M, { cdim = cdim, index0 = index0, call1 = call1, out1 = out1, error = error })
+
+-- the shape group (cumsum, flip, roll, tril, diagonal, chunk, repeat/tile, new_zeros, ...): dpl.tensor_shape
+require('dpl.tensor_shape')(M, { view1 = view1, fail = fail, cdim = cdim, parse_sizes = parse_sizes,
+  need_tensor = need_tensor, error = error, out1 = out1, out2 = out2 })
 
 -- dpl.tensor(data, opts) calls the constructor; dpl.tensor.zeros etc. are the module's functions
 setmetatable(M, { __call = function(_, ...) return M.tensor(...) end })

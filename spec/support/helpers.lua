@@ -98,4 +98,19 @@ function M.near(a, b, tol)
   for i = 1, #a do M.near(a[i], b[i], tol) end
 end
 
+--- Collects garbage until the CPU byte and storage counters stop moving (a dead tensor's
+--- gradient and saved tensors sit in autograd's weak tables one or two collections
+--- longer); returns the stable dpl.memory_stats('cpu').
+function M.settle_memory()
+  local dpl = require 'dpl'
+  local prev
+  for _ = 1, 20 do
+    collectgarbage()
+    local s = dpl.memory_stats('cpu')
+    if prev and prev.current_bytes == s.current_bytes and prev.live_storages == s.live_storages then return s end
+    prev = s
+  end
+  return prev
+end
+
 return M
