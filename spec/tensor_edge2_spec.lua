@@ -141,3 +141,26 @@ describe('PyTorch methods dplhost lacks', function()
     assert.is_nil(t.no_such_field) -- other unknown keys still read as nil
   end)
 end)
+
+describe('existing ops on a tensor in GPU memory without the CUDA plugin', function()
+  it('raise NotImplementedError (not RuntimeError) naming the op', function()
+    local run = require 'spec.support.devices_run'
+    local setup = [[
+dpl.C.dpl_proc_setenv('DPL_CUDA_PLUGIN', 'off')
+local bit = require 'bit'
+local function devmem(t) local v = t:view(t:size()) v._flags = bit.bor(v._flags, 2) return v end
+local function undo(v) v._flags = bit.band(v._flags, bit.bnot(2)) end
+function try(f) local v = {} local ok, e = pcall(f, v) for _, t in ipairs(v) do undo(t) end if ok then return 'no error' end error(e, 0) end
+function dev(v, t) local x = devmem(t) v[#v + 1] = x return x end
+]]
+    local cases = {}
+    for _, c in ipairs({ { 'exp', 'dev(v, dpl.randn(4, 3)):exp_()' }, { 'mul', 'dev(v, dpl.randn(4, 3)):mul_(2)' },
+      { 'sum', 'dev(v, dpl.randn(4, 3)):sum(1)' }, { 'index_select', 'dev(v, dpl.randn(4, 3)):index_select(1, {1})' },
+      { 'cross_entropy', 'dpl.cross_entropy(dev(v, dpl.randn(4, 3)), dev(v, dpl.tensor({1, 2, 3, 1})))' },
+      { 'max_pool2d', 'dpl.max_pool2d(dev(v, dpl.randn(1, 1, 4, 4)), 2)' },
+      { 'conv2d', 'dpl.tensor.conv2d(dev(v, dpl.randn(1, 2, 5, 5)), dpl.randn(3, 2, 3, 3))' } }) do
+      cases[#cases + 1] = { ('try(function(v) return %s end)'):format(c[2]), 'err NotImplementedError: ' .. c[1] }
+    end
+    run.check(nil, cases, { setup = setup })
+  end)
+end)

@@ -207,7 +207,7 @@ local function new_empty(shape_n, dt, devt, devi)
       collectgarbage()
       st = C.dpl_tensor_empty(dt, shape_n, shp, devt, devi, out1)
     end
-    if st ~= 0 then fail(3) end
+    if st ~= 0 then fail(3, st) end
   end
   return wrap(out1)
 end
@@ -220,7 +220,7 @@ local function call1(fn, ...)
       collectgarbage()
       st = fn(...)
     end
-    if st ~= 0 then fail(3) end
+    if st ~= 0 then fail(3, st) end
   end
   return wrap(out1)
 end
@@ -237,7 +237,7 @@ local function view1(fn, t, ...)
       collectgarbage()
       st = fn(t, ...)
     end
-    if st ~= 0 then fail(3) end
+    if st ~= 0 then fail(3, st) end
   end
   local r = wrap(out1)
   if view_hook then view_hook(r, t) end
@@ -245,7 +245,7 @@ local function view1(fn, t, ...)
 end
 
 local function check(st)
-  if st ~= 0 then fail(3) end
+  if st ~= 0 then fail(3, st) end
 end
 
 ---------------------------------------------------------------- memory pressure
@@ -931,7 +931,7 @@ local function binop(op, a, b)
   end
   if st ~= 0 then
     if st == ENOMEM then collectgarbage() return binop(op, a, b) end
-    fail(3)
+    fail(3, st)
   end
   return gc_wrap1()
 end
@@ -945,7 +945,7 @@ local function binop_(op, a, b)
     if not is_tensor(b) then bad_operand(op, b, true) end
     st = binary_(op, a, b)
   end
-  if st ~= 0 then fail(3) end
+  if st ~= 0 then fail(3, st) end
   return a
 end
 
@@ -1041,7 +1041,8 @@ local function rounded_div(name, a, b, rop)
   else
     q = binop(3, a, b)
   end
-  if C.dpl_unary_(rop, q) ~= 0 then fail(3) end
+  local st = C.dpl_unary_(rop, q)
+  if st ~= 0 then fail(3, st) end
   if q._dtype ~= want then q = methods.to(q, dtype_names[want]) end
   return q
 end
@@ -1070,11 +1071,12 @@ for name, op in pairs(UOP) do
   methods[name] = function(t)
     if not is_tensor(t) then need_tensor(name, 'input', t) end
     local st = unary(op, t, out1)
-    if st ~= 0 then fail(2) end
+    if st ~= 0 then fail(2, st) end
     return gc_wrap1()
   end
   methods[name .. '_'] = function(t)
-    if unary_(op, t) ~= 0 then fail(2) end
+    local st = unary_(op, t)
+    if st ~= 0 then fail(2, st) end
     return t
   end
   M[name] = methods[name]
@@ -1185,7 +1187,7 @@ local function reduce(name, t, d, keepdim, param)
   local cd = -1
   if d ~= nil and not scalar_dim(t, d) then cd = cdim(t, d, name) end
   local st = C.dpl_reduce(RED[name], t, cd, keepdim and 1 or 0, param or 0, out1)
-  if st ~= 0 then fail(3) end
+  if st ~= 0 then fail(3, st) end
   return gc_wrap1()
 end
 
@@ -1220,7 +1222,7 @@ local function minmax(name, t, d, keepdim)
     return reduce(name, t, nil, false), i
   end
   local st = C.dpl_reduce_index(RED[name], t, cdim(t, d, name), keepdim and 1 or 0, out1, out2)
-  if st ~= 0 then fail(3) end
+  if st ~= 0 then fail(3, st) end
   local v = ffi.gc(out1[0][0], release)
   local i = ffi.gc(out2[0][0], release)
   binary_scalar_(0, i, 1) -- 1-based indices
@@ -1281,9 +1283,9 @@ local function zero_based(target, name)
 end
 M._zero_based = zero_based
 
-local function fix_msg(level)
+local function fix_msg(level, st)
   -- C speaks 0-based; say it in Lua's terms (capi.last_error)
-  lua_error(RuntimeError(capi.last_error()), 0)
+  lua_error((status_class[st] or RuntimeError)(capi.last_error()), 0)
 end
 
 ---------------------------------------------------------------- linear algebra
@@ -1338,7 +1340,8 @@ M._index0 = index0
 function methods.index_select(t, d, idx)
   local cd = cdim(t, d, 'index_select')
   local i0 = index0(idx, 'index_select', tonumber(t._shape[cd]))
-  if C.dpl_index_select(t, cd, i0, out1) ~= 0 then fix_msg(2) end
+  local st = C.dpl_index_select(t, cd, i0, out1)
+  if st ~= 0 then fix_msg(2, st) end
   return done_tmp(i0)
 end
 --- t:index_add_(dim, index, source [, alpha]): t[index[i]] += alpha * source[i] along dim
@@ -1351,20 +1354,23 @@ function methods.index_add_(t, d, idx, src, alpha)
   end
   local cd = cdim(t, d, 'index_add_')
   local i0 = index0(idx, 'index_add_', tonumber(t._shape[cd]))
-  if C.dpl_index_add_(t, cd, i0, src) ~= 0 then fix_msg(2) end
+  local st = C.dpl_index_add_(t, cd, i0, src)
+  if st ~= 0 then fix_msg(2, st) end
   C.dpl_tensor_free_data(i0)
   return t
 end
 function methods.gather(t, d, idx)
   local cd = cdim(t, d, 'gather')
   local i0 = index0(idx, 'gather')
-  if C.dpl_gather(t, cd, i0, out1) ~= 0 then fix_msg(2) end
+  local st = C.dpl_gather(t, cd, i0, out1)
+  if st ~= 0 then fix_msg(2, st) end
   return done_tmp(i0)
 end
 function methods.scatter_add_(t, d, idx, src)
   local cd = cdim(t, d, 'scatter_add_')
   local i0 = index0(idx, 'scatter_add_')
-  if C.dpl_scatter_add_(t, cd, i0, src) ~= 0 then fix_msg(2) end
+  local st = C.dpl_scatter_add_(t, cd, i0, src)
+  if st ~= 0 then fix_msg(2, st) end
   C.dpl_tensor_free_data(i0)
   return t
 end

@@ -37,7 +37,8 @@ return function(M, H)
     M[name] = function(x, target, opts)
       need_tensor(name, 'input', x)
       local t0, red, ign = class_target_args(name, target, opts)
-      if cfn(x, t0, red, ign, out1) ~= 0 then fix_msg(2) end
+      local st = cfn(x, t0, red, ign, out1)
+      if st ~= 0 then fix_msg(2, st) end
       return done_tmp(t0)
     end
     local bname = name .. '_backward'
@@ -45,7 +46,8 @@ return function(M, H)
       need_tensor(bname, 'grad_output', grad_out)
       need_tensor(bname, 'input', x)
       local t0, red, ign = class_target_args(bname, target, opts)
-      if cfn_b(grad_out, x, t0, red, ign, out1) ~= 0 then fix_msg(2) end
+      local st = cfn_b(grad_out, x, t0, red, ign, out1)
+      if st ~= 0 then fix_msg(2, st) end
       return done_tmp(t0)
     end
   end
@@ -72,14 +74,16 @@ return function(M, H)
     need_tensor('embedding', 'input', weight)
     need_tensor('embedding', 'idx', idx)
     local i0 = index0(idx, 'embedding')
-    if C.dpl_embedding(weight, i0, out1) ~= 0 then fix_msg(2) end
+    local st = C.dpl_embedding(weight, i0, out1)
+    if st ~= 0 then fix_msg(2, st) end
     return done_tmp(i0)
   end
   function M.embedding_backward(grad, idx, num_weights)
     need_tensor('embedding_backward', 'grad', grad)
     need_number('embedding_backward', 'num_weights', num_weights)
     local i0 = index0(idx, 'embedding_backward')
-    if C.dpl_embedding_backward(grad, i0, num_weights, out1) ~= 0 then fix_msg(2) end
+    local st = C.dpl_embedding_backward(grad, i0, num_weights, out1)
+    if st ~= 0 then fix_msg(2, st) end
     return done_tmp(i0)
   end
 
@@ -124,7 +128,7 @@ return function(M, H)
     needs = needs or { x = true, w = true, b = true }
     local st = C.dpl_conv2d_backward(grad_out, x, w, params6, groups, needs.x and out1 or nil, needs.w and out2 or nil,
       needs.b and out3 or nil)
-    if st ~= 0 then fail(2) end
+    if st ~= 0 then fail(2, st) end
     local gx = needs.x and ffi.gc(out1[0][0], release) or nil
     local gw = needs.w and ffi.gc(out2[0][0], release) or nil
     local gb = needs.b and ffi.gc(out3[0][0], release) or nil
@@ -141,7 +145,7 @@ return function(M, H)
     need_number('layer_norm', 'eps', eps)
     local st = C.dpl_layer_norm(x, w, b, n, eps, out1, out2, out3)
     if st == ENOMEM then collectgarbage(); st = C.dpl_layer_norm(x, w, b, n, eps, out1, out2, out3) end
-    if st ~= 0 then fail(2) end
+    if st ~= 0 then fail(2, st) end
     return ffi.gc(out1[0][0], release), ffi.gc(out2[0][0], release), ffi.gc(out3[0][0], release)
   end
   --- Gradients of layer_norm: grad_x, grad_w, grad_b (needs: {w=, b=} booleans; grad_w only with a weight).
@@ -158,7 +162,7 @@ return function(M, H)
     end
     local st = go()
     if st == ENOMEM then collectgarbage(); st = go() end
-    if st ~= 0 then fail(2) end
+    if st ~= 0 then fail(2, st) end
     local gx = ffi.gc(out1[0][0], release)
     local gw = nw and ffi.gc(out2[0][0], release) or nil
     local gb = nb and ffi.gc(out3[0][0], release) or nil
@@ -186,7 +190,8 @@ return function(M, H)
   function M.max_pool2d(x, kernel, opts)
     need_tensor('max_pool2d', 'input', x)
     pool_params(kernel, opts, 'max_pool2d', MAXPOOL_KEYS)
-    if C.dpl_max_pool2d(x, params7, out1, out2) ~= 0 then fail(2) end
+    local st = C.dpl_max_pool2d(x, params7, out1, out2)
+    if st ~= 0 then fail(2, st) end
     return ffi.gc(out1[0][0], release), ffi.gc(out2[0][0], release)
   end
   function M.max_pool2d_backward(grad_out, x, indices)
