@@ -164,3 +164,21 @@ function dev(v, t) local x = devmem(t) v[#v + 1] = x return x end
     run.check(nil, cases, { setup = setup })
   end)
 end)
+
+describe('index arguments', function()
+  it('a fraction in an index table or number is an error, not truncated', function()
+    local x = dpl.randn(3, 2)
+    raises(function() return x:index_select(1, { 1.7 }) end,
+      'index_select: index must hold integers (1-based), got a non-integer value in the table')
+    raises(function() return x:index_select(1, 2.5) end, 'index_select: index must be an integer (1-based), got 2.5')
+    raises(function() return x:gather(1, { { 1, 1.5 } }) end, 'gather: index must hold integers')
+    assert.are.same({ 0, 2 }, x:index_select(1, {}).shape) -- an empty table selects nothing
+    assert.are.same({ 2, 2 }, x:index_select(1, { 3, -1 }).shape)
+  end)
+  it("index_add_ / scatter_add_ shape errors name the dim 1-based", function()
+    raises(function() return dpl.zeros(3, 4):index_add_(2, { 1 }, dpl.zeros(3, 2)) end,
+      'index_add_: source shape [3, 2] does not match self [3, 4] with dim 2 of size 1 (the index length)')
+    raises(function() return dpl.zeros(3, 4):scatter_add_(2, dpl.ones(3, 5):long(), dpl.zeros(3, 4)) end,
+      'scatter_add_: index shape [3, 5] is larger than src [3, 4] at dim 2')
+  end)
+end)

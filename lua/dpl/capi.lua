@@ -28,6 +28,9 @@ function M.last_error()
     function(v, d, n)
       return ('index %d is out of range for dim %d of size %s (expected 1..%s)'):format(v + 1, d + 1, n, n)
     end)
+  -- index_add_ / scatter_add_'s shape checks name a dim
+  msg = msg:gsub('(does not match self %b[] with dim )(%d+)( of size)', function(p, d, q) return p .. (d + 1) .. q end)
+  msg = msg:gsub('(is larger than %a+ %b[] at dim )(%d+)', function(p, d) return p .. (d + 1) end)
   -- the tensors of a list (cat, stack) and their dims, numbered from 1
   msg = msg:gsub('tensor (%d+) has (%d+) dims, tensor 0 has (%d+)', function(i, a, b)
     return ('tensor %d has %s dims, tensor 1 has %s'):format(i + 1, a, b)

@@ -1313,8 +1313,18 @@ M.matmul, M.mm, M.bmm = methods.matmul, methods.mm, methods.bmm
 
 ---------------------------------------------------------------- indexing
 local function index0(idx, name, len)
-  if type(idx) == 'table' then idx = M.tensor(idx, { dtype = 'int64' }) end
-  if type(idx) == 'number' then idx = M.tensor({ idx }, { dtype = 'int64' }) end
+  if type(idx) == 'table' then
+    -- inferred: int64 when every entry is an integer (a fraction is an error, not truncated)
+    local t = M.tensor(idx)
+    if t._dtype <= 3 then
+      if t._numel > 0 then error(fmt('%s: index must hold integers (1-based), got a non-integer value in the table', name), 3) end
+      t = M.tensor(idx, { dtype = 'int64' })
+    end
+    idx = t
+  elseif type(idx) == 'number' then
+    if idx % 1 ~= 0 then error(fmt('%s: index must be an integer (1-based), got %s', name, tostring(idx)), 3) end
+    idx = M.tensor({ idx }, { dtype = 'int64' })
+  end
   if not is_tensor(idx) then error(fmt('%s: index must be a tensor or a table of integers', name), 3) end
   if idx._dtype <= 3 or idx._dtype == 7 then
     error(fmt('%s: expected an integer index tensor (1-based), got %s', name, dtype_names[idx._dtype]), 3)
