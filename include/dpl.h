@@ -295,7 +295,9 @@ typedef enum dpl_binop {
   DPL_OP_ADD = 0, DPL_OP_SUB = 1, DPL_OP_MUL = 2, DPL_OP_DIV = 3, DPL_OP_POW = 4,
   DPL_OP_MAXIMUM = 5, DPL_OP_MINIMUM = 6, DPL_OP_REMAINDER = 7, DPL_OP_ATAN2 = 8, DPL_OP_FMOD = 9,
   DPL_OP_EQ = 16, DPL_OP_NE = 17, DPL_OP_LT = 18, DPL_OP_LE = 19, DPL_OP_GT = 20, DPL_OP_GE = 21,
-  DPL_OP_LOGICAL_AND = 24, DPL_OP_LOGICAL_OR = 25, DPL_OP_LOGICAL_XOR = 26
+  DPL_OP_LOGICAL_AND = 24, DPL_OP_LOGICAL_OR = 25, DPL_OP_LOGICAL_XOR = 26,
+  /* integer and bool operands only (a floating one is an error); CPU only */
+  DPL_OP_BITWISE_AND = 27, DPL_OP_BITWISE_OR = 28, DPL_OP_BITWISE_XOR = 29
 } dpl_binop;
 typedef enum dpl_unop {
   DPL_OP_NEG = 0, DPL_OP_ABS = 1, DPL_OP_EXP = 2, DPL_OP_LOG = 3, DPL_OP_SQRT = 4, DPL_OP_RSQRT = 5,
@@ -303,7 +305,12 @@ typedef enum dpl_unop {
   DPL_OP_COS = 11, DPL_OP_FLOOR = 12, DPL_OP_CEIL = 13, DPL_OP_ROUND = 14, DPL_OP_SIGN = 15,
   DPL_OP_RECIPROCAL = 16, DPL_OP_SQUARE = 17, DPL_OP_LOG1P = 18, DPL_OP_EXPM1 = 19,
   DPL_OP_LOGICAL_NOT = 20, DPL_OP_SILU = 21, DPL_OP_ERF = 22, DPL_OP_TRUNC = 23,
-  DPL_OP_LOG2 = 24, DPL_OP_ISNAN = 25
+  DPL_OP_LOG2 = 24, DPL_OP_ISNAN = 25,
+  /* CPU only (a tensor in GPU memory: "<op>: not implemented on cuda"). FRAC takes floating
+   * tensors, BITWISE_NOT integer and bool ones; ISINF and ISFINITE give bool. */
+  DPL_OP_LOG10 = 26, DPL_OP_EXP2 = 27, DPL_OP_SINH = 28, DPL_OP_COSH = 29, DPL_OP_TAN = 30,
+  DPL_OP_ASIN = 31, DPL_OP_ACOS = 32, DPL_OP_ATAN = 33, DPL_OP_ASINH = 34, DPL_OP_ACOSH = 35,
+  DPL_OP_ATANH = 36, DPL_OP_FRAC = 37, DPL_OP_ISINF = 38, DPL_OP_ISFINITE = 39, DPL_OP_BITWISE_NOT = 40
 } dpl_unop;
 int dpl_binary(int32_t op, const dpl_tensor *a, const dpl_tensor *b, dpl_tensor **out);
 /* a = a op b (b broadcast to a's shape; the result must fit a's dtype). */
@@ -346,6 +353,37 @@ int dpl_clamp(const dpl_tensor *a, double lo, double hi, int32_t has_lo, int32_t
 int dpl_clamp_(dpl_tensor *a, double lo, double hi, int32_t has_lo, int32_t has_hi);
 int dpl_where(const dpl_tensor *cond, const dpl_tensor *a, const dpl_tensor *b, dpl_tensor **out);
 int dpl_masked_fill_(dpl_tensor *a, const dpl_tensor *mask, double value);
+
+/* The math group (src/tensor/dpl_tensor_math.c; Lua: dpl.tensor_math). CPU kernels only: a
+ * tensor in GPU memory fails with "<op>: not implemented on cuda". Activations of floating
+ * tensors (float16/bfloat16 computed in float32), PyTorch's formulas: HARDTANH clamps to
+ * [p0, p1] (gradient 0 at and beyond the bounds), SOFTPLUS log1p(exp(p0 * x)) / p0 (x where
+ * p0 * x > p1), ELU x or p0 * expm1(x), LEAKY_RELU x or p0 * x, MISH x * tanh(softplus(x)),
+ * HARDSWISH x * clamp(x + 3, 0, 6) / 6. dpl_act_backward: grad * f'(x), of x's shape. */
+typedef enum dpl_actop {
+  DPL_ACT_HARDTANH = 0, DPL_ACT_SOFTPLUS = 1, DPL_ACT_ELU = 2, DPL_ACT_LEAKY_RELU = 3, DPL_ACT_MISH = 4,
+  DPL_ACT_HARDSWISH = 5
+} dpl_actop;
+int dpl_act(int32_t op, const dpl_tensor *x, double p0, double p1, dpl_tensor **out);
+int dpl_act_(int32_t op, dpl_tensor *x, double p0, double p1);
+int dpl_act_backward(int32_t op, const dpl_tensor *grad, const dpl_tensor *x, double p0, double p1, dpl_tensor **out);
+/* NaN -> nan, +inf -> posinf, -inf -> neginf in floating tensors (values past the dtype's range
+ * become infinities); other dtypes are copied unchanged. */
+int dpl_nan_to_num(const dpl_tensor *a, double nan, double posinf, double neginf, dpl_tensor **out);
+int dpl_nan_to_num_(dpl_tensor *a, double nan, double posinf, double neginf);
+/* bool: a == b, or |a - b| <= atol + rtol * |b| (finite), or both NaN when equal_nan; a and b of
+ * one dtype, broadcast; rtol, atol >= 0. */
+int dpl_isclose(const dpl_tensor *a, const dpl_tensor *b, double rtol, double atol, int32_t equal_nan, dpl_tensor **out);
+/* start + weight * (end - start) (PyTorch's two-sided formula), floating operands of one dtype,
+ * broadcast; weight a tensor, or NULL for the number w. In place: the broadcast shape is self's. */
+int dpl_lerp(const dpl_tensor *start, const dpl_tensor *end, const dpl_tensor *weight, double w, dpl_tensor **out);
+int dpl_lerp_(dpl_tensor *self, const dpl_tensor *end, const dpl_tensor *weight, double w);
+/* self + value * t1 * t2 (div = 0: addcmul) or self + value * t1 / t2 (div = 1: addcdiv), broadcast,
+ * PyTorch's result type (not bool; value an integer for integer results; addcdiv refuses two
+ * integer divisor operands). In place: the result must fit self's dtype and shape. */
+int dpl_addcmul(int32_t div, const dpl_tensor *self, const dpl_tensor *t1, const dpl_tensor *t2, double value,
+                dpl_tensor **out);
+int dpl_addcmul_(int32_t div, dpl_tensor *self, const dpl_tensor *t1, const dpl_tensor *t2, double value);
 
 /* Reductions over one dim (0-based) or all dims (dim = -1). param: VAR/STD
  * correction (1 = unbiased), NORM p. Indices (ARGMAX, dpl_reduce_index) are 0-based int64. */

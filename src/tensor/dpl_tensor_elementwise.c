@@ -22,11 +22,14 @@ static const char *binop_name(int op)
   case DPL_OP_EQ: return "eq"; case DPL_OP_NE: return "ne"; case DPL_OP_LT: return "lt"; case DPL_OP_LE: return "le";
   case DPL_OP_GT: return "gt"; case DPL_OP_GE: return "ge"; case DPL_OP_LOGICAL_AND: return "logical_and";
   case DPL_OP_LOGICAL_OR: return "logical_or"; case DPL_OP_LOGICAL_XOR: return "logical_xor";
+  case DPL_OP_BITWISE_AND: return "bitwise_and"; case DPL_OP_BITWISE_OR: return "bitwise_or";
+  case DPL_OP_BITWISE_XOR: return "bitwise_xor";
   default: return NULL;
   }
 }
 static int is_cmp(int op) { return op >= DPL_OP_EQ && op <= DPL_OP_LOGICAL_XOR; }
 static int needs_float(int op) { return op == DPL_OP_DIV || op == DPL_OP_ATAN2; }
+static int is_bitwise(int op) { return op >= DPL_OP_BITWISE_AND && op <= DPL_OP_BITWISE_XOR; }
 
 static int32_t kernel_dtype(int32_t d)
 {
@@ -171,6 +174,9 @@ FLOAT_BINARY(bin_f64, double, pow, fmod, atan2)
     case DPL_OP_LOGICAL_AND: BIN_LOOP(uint8_t, T, (x != 0) && (y != 0)); break;            \
     case DPL_OP_LOGICAL_OR: BIN_LOOP(uint8_t, T, (x != 0) || (y != 0)); break;             \
     case DPL_OP_LOGICAL_XOR: BIN_LOOP(uint8_t, T, (x != 0) != (y != 0)); break;            \
+    case DPL_OP_BITWISE_AND: BIN_LOOP(T, T, x & y); break;                                 \
+    case DPL_OP_BITWISE_OR: BIN_LOOP(T, T, x | y); break;                                  \
+    case DPL_OP_BITWISE_XOR: BIN_LOOP(T, T, x ^ y); break;                                 \
     }                                                                                      \
   }
 INT_BINARY(bin_i32, int32_t, uint32_t)
@@ -243,6 +249,13 @@ static int binary_core(const char *name, int op, const dpl_tensor *a, const dpl_
   int32_t kd = kernel_dtype((needs_float(op) && !dpl_is_float(pd)) ? DPL_FLOAT32 : pd);
   if (!is_cmp(op) && (op == DPL_OP_SUB) && pd == DPL_BOOL)
     return dpl_errorf(DPL_EINVAL, "%s: subtracting bool tensors is not supported; use logical_xor or convert first", name);
+  if (is_bitwise(op)) { /* integer kernels only, on the CPU */
+    if (dpl_is_float(pd))
+      return dpl_errorf(DPL_EINVAL, "%s: expected integer or bool operands, got %s (the promoted type of %s and %s)", name,
+                        dpl_dtype_name(pd), dpl_dtype_name(a->_dtype), dpl_dtype_name(bdt_for_promo));
+    DPL_TRY(dpl_check_tensor(name, "self", a));
+    DPL_TRY(dpl_check_tensor(name, "other", b));
+  }
   int64_t shape[DPL_MAX_DIMS];
   int32_t nd;
   DPL_TRY(dpl_broadcast_shapes(name, a->_ndim, a->_shape, b->_ndim, b->_shape, &nd, shape));
@@ -471,7 +484,9 @@ static const char *unop_name(int op)
 {
   static const char *names[] = {"neg", "abs", "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "relu", "gelu",
                                 "sin", "cos", "floor", "ceil", "round", "sign", "reciprocal", "square", "log1p",
-                                "expm1", "logical_not", "silu", "erf", "trunc", "log2", "isnan"};
+                                "expm1", "logical_not", "silu", "erf", "trunc", "log2", "isnan", "log10", "exp2",
+                                "sinh", "cosh", "tan", "asin", "acos", "atan", "asinh", "acosh", "atanh", "frac",
+                                "isinf", "isfinite", "bitwise_not"};
   return op >= 0 && op < (int)(sizeof names / sizeof names[0]) ? names[op] : NULL;
 }
 static int un_float_only(int op)
@@ -480,10 +495,13 @@ static int un_float_only(int op)
   case DPL_OP_EXP: case DPL_OP_LOG: case DPL_OP_SQRT: case DPL_OP_RSQRT: case DPL_OP_TANH: case DPL_OP_SIGMOID:
   case DPL_OP_GELU: case DPL_OP_SIN: case DPL_OP_COS: case DPL_OP_RECIPROCAL: case DPL_OP_LOG1P: case DPL_OP_EXPM1:
   case DPL_OP_SILU: case DPL_OP_ERF: case DPL_OP_LOG2: return 1;
-  default: return 0;
+  default: return op >= DPL_OP_LOG10 && op <= DPL_OP_ATANH;
   }
 }
-static int un_bool_out(int op) { return op == DPL_OP_LOGICAL_NOT || op == DPL_OP_ISNAN; }
+static int un_bool_out(int op)
+{
+  return op == DPL_OP_LOGICAL_NOT || op == DPL_OP_ISNAN || op == DPL_OP_ISINF || op == DPL_OP_ISFINITE;
+}
 
 #define UN_LOOP(OT, T, EXPR)                                                               \
   do {                                                                                     \
@@ -527,6 +545,20 @@ static int un_bool_out(int op) { return op == DPL_OP_LOGICAL_NOT || op == DPL_OP
     case DPL_OP_LOG2: UN_LOOP(T, T, log2##S(x)); break;                                             \
     case DPL_OP_LOGICAL_NOT: UN_LOOP(uint8_t, T, x == 0); break;                                    \
     case DPL_OP_ISNAN: UN_LOOP(uint8_t, T, x != x); break;                                          \
+    case DPL_OP_LOG10: UN_LOOP(T, T, log10##S(x)); break;                                           \
+    case DPL_OP_EXP2: UN_LOOP(T, T, exp2##S(x)); break;                                             \
+    case DPL_OP_SINH: UN_LOOP(T, T, sinh##S(x)); break;                                             \
+    case DPL_OP_COSH: UN_LOOP(T, T, cosh##S(x)); break;                                             \
+    case DPL_OP_TAN: UN_LOOP(T, T, tan##S(x)); break;                                               \
+    case DPL_OP_ASIN: UN_LOOP(T, T, asin##S(x)); break;                                             \
+    case DPL_OP_ACOS: UN_LOOP(T, T, acos##S(x)); break;                                             \
+    case DPL_OP_ATAN: UN_LOOP(T, T, atan##S(x)); break;                                             \
+    case DPL_OP_ASINH: UN_LOOP(T, T, asinh##S(x)); break;                                           \
+    case DPL_OP_ACOSH: UN_LOOP(T, T, acosh##S(x)); break;                                           \
+    case DPL_OP_ATANH: UN_LOOP(T, T, atanh##S(x)); break;                                           \
+    case DPL_OP_FRAC: UN_LOOP(T, T, x - trunc##S(x)); break;                                        \
+    case DPL_OP_ISINF: UN_LOOP(uint8_t, T, isinf(x) != 0); break;                                   \
+    case DPL_OP_ISFINITE: UN_LOOP(uint8_t, T, isfinite(x) != 0); break;                             \
     }                                                                                               \
   }
 FLOAT_UNARY(un_f32_plain, float, f)
@@ -566,7 +598,9 @@ static inline int isneg(int64_t x) { return x < 0; }
     case DPL_OP_SQUARE: UN_LOOP(T, T, (T)((U)x * (U)x)); break;                                     \
     case DPL_OP_FLOOR: case DPL_OP_CEIL: case DPL_OP_ROUND: case DPL_OP_TRUNC: UN_LOOP(T, T, x); break; \
     case DPL_OP_LOGICAL_NOT: UN_LOOP(uint8_t, T, x == 0); break;                                    \
-    case DPL_OP_ISNAN: UN_LOOP(uint8_t, T, 0 * x); break;                                           \
+    case DPL_OP_ISNAN: case DPL_OP_ISINF: UN_LOOP(uint8_t, T, 0 * x); break;                        \
+    case DPL_OP_ISFINITE: UN_LOOP(uint8_t, T, 1 + 0 * x); break;                                    \
+    case DPL_OP_BITWISE_NOT: UN_LOOP(T, T, (T)~x); break;                                           \
     }                                                                                               \
   }
 INT_UNARY(un_i32, int32_t, uint32_t)
@@ -580,6 +614,14 @@ static int unary_core(int32_t op, const dpl_tensor *a, dpl_tensor *dst, dpl_tens
   const char *name = unop_name(op);
   if (!name) return dpl_errorf(DPL_EINVAL, "unary: unknown op id %d", (int)op);
   DPL_TRY(dpl_check_handle(name, "self", a));
+  if (op >= DPL_OP_LOG10) { /* the ops of the math group: CPU kernels only */
+    DPL_TRY(dpl_check_tensor(name, "self", a));
+    if (op == DPL_OP_FRAC && !dpl_is_float(a->_dtype))
+      return dpl_errorf(DPL_EINVAL, "frac: expected a floating-point tensor, got %s", dpl_dtype_name(a->_dtype));
+    if (op == DPL_OP_BITWISE_NOT && dpl_is_float(a->_dtype))
+      return dpl_errorf(DPL_EINVAL, "bitwise_not: expected an integer or bool tensor, got %s", dpl_dtype_name(a->_dtype));
+    if (op == DPL_OP_BITWISE_NOT && a->_dtype == DPL_BOOL) op = DPL_OP_LOGICAL_NOT; /* (~ on 0/1 bytes would give 255) */
+  }
   int32_t rd = un_bool_out(op) ? DPL_BOOL : (un_float_only(op) && !dpl_is_float(a->_dtype)) ? DPL_FLOAT32 : a->_dtype;
   int32_t kd = kernel_dtype(un_float_only(op) && !dpl_is_float(a->_dtype) ? DPL_FLOAT32 : a->_dtype);
   if (op == DPL_OP_NEG && a->_dtype == DPL_BOOL)
