@@ -610,6 +610,13 @@ for _, k in ipairs({ 'cummax', 'cummin' }) do -- values and indices
   if T[k] == raw then T[k] = methods[k] end
 end
 
+-- the math group (dpl.tensor_math): the ops with a rule, their in-place forms
+for _, k in ipairs(R.math_ops) do
+  wrap_method(k)
+  if methods[k .. '_'] and rules[k].inplace ~= false then wrap_inplace(k .. '_', rules[k]) end
+end
+for _, k in ipairs(R.math_int_inplace) do wrap_inplace(k, rules.fill_) end
+
 -- cat / stack take a list
 local function list_op(name, rule_bw)
   local raw = T[name]

@@ -711,6 +711,124 @@ rules.avg_pool2d = {
   bw = function(n, g) return T.avg_pool2d_backward(g, n.x, n.k, n.o) end,
 }
 
+---------------------------------------------------------------- math group (dpl.tensor_math)
+-- the unary math functions, the activations with parameters, nan_to_num, lerp, addcmul,
+-- addcdiv, baddbmm, amax, amin: dpl.autograd wraps R.math_ops and their in-place forms (the
+-- group's other ops compose differentiable ones)
+local LN10 = math.log(10)
+rules.log10 = unary('x', function(g, x) return g / (x * LN10) end)
+rules.exp2 = unary('y', function(g, y) return g * y * LN2 end)
+rules.sinh = unary('x', function(g, x) return g * x:cosh() end)
+rules.cosh = unary('x', function(g, x) return g * x:sinh() end)
+rules.tan = unary('y', function(g, y) return g * (y * y + 1) end)
+rules.asin = unary('x', function(g, x) return g * (-(x * x) + 1):rsqrt() end)
+rules.acos = unary('x', function(g, x) return -g * (-(x * x) + 1):rsqrt() end)
+rules.atan = unary('x', function(g, x) return g / (x * x + 1) end)
+rules.asinh = unary('x', function(g, x) return g * (x * x + 1):rsqrt() end)
+rules.acosh = unary('x', function(g, x) return g * (x * x - 1):rsqrt() end)
+rules.atanh = unary('x', function(g, x) return g / (-(x * x) + 1) end)
+rules.frac = unary(nil, function(g) return g end)
+-- activations: grad * f'(x) by the C kernel (dpl_act_backward), with the parameters of the call
+local function act_rule(name)
+  return {
+    nin = 1, inplace_input = true,
+    save = function(n, out, x, a1, a2, a3)
+      n.x = save(n, x)
+      n.p0, n.p1 = T._act_params(name, a1, a2, a3)
+    end,
+    bw = function(n, g) return T.act_backward(name, g, n.x, n.p0, n.p1) end,
+  }
+end
+for _, k in ipairs({ 'hardtanh', 'softplus', 'elu', 'leaky_relu', 'mish', 'hardswish' }) do rules[k] = act_rule(k) end
+rules.nan_to_num = unary('x', function(g, x) return g * x:isfinite() end)
+rules.lerp = { -- start:lerp(end, weight)
+  nin = 3, inplace_input = true,
+  save = function(n, out, s, e, w)
+    n.ss, n.se, n.sw = bshape(s, out), bshape(e, out), bshape(w, out)
+    n.w = sv(n, w)
+    if n[3] then n.s, n.e = save(n, s), save(n, e) end
+  end,
+  bw = function(n, g)
+    local w = n.w
+    local gs = needs(n, 1) and sum_to(g * (-w + 1), n.ss) or nil
+    local ge = needs(n, 2) and sum_to(g * w, n.se) or nil
+    local gw = needs(n, 3) and sum_to(g * (n.e - n.s), n.sw) or nil
+    return gs, ge, gw
+  end,
+}
+local function addc_rule(div)
+  return {
+    nin = 3,
+    save = function(n, out, s, t1, t2, v, extra)
+      n.ss, n.s1, n.s2 = bshape(s, out), bshape(t1, out), bshape(t2, out)
+      n.v = T._addc_value('addcmul', v, extra)
+      if n[2] or (div and n[3]) then n.t2 = save(n, t2) end
+      if n[3] then n.t1 = save(n, t1) end
+    end,
+    bw = function(n, g)
+      local gs = needs(n, 1) and sum_to(g, n.ss) or nil
+      local gv = n.v == 1 and g or g * n.v
+      local g1, g2
+      if div then
+        if needs(n, 2) then g1 = sum_to(gv / n.t2, n.s1) end
+        if needs(n, 3) then g2 = sum_to(-gv * n.t1 / (n.t2 * n.t2), n.s2) end
+      else
+        if needs(n, 2) then g1 = sum_to(gv * n.t2, n.s1) end
+        if needs(n, 3) then g2 = sum_to(gv * n.t1, n.s2) end
+      end
+      return gs, g1, g2
+    end,
+  }
+end
+rules.addcmul = addc_rule(false)
+rules.addcdiv = addc_rule(true)
+rules.baddbmm = { -- dpl.baddbmm(c, a, b, {beta=, alpha=}); baddbmm_ composes baddbmm and copy_
+  nin = 3, inplace = false,
+  save = function(n, out, c, a, b, opts)
+    n.sc = bshape(c, out)
+    n.beta, n.alpha = opts and opts.beta or 1, opts and opts.alpha or 1
+    if n[3] then n.a = save(n, a) end
+    if n[2] then n.b = save(n, b) end
+  end,
+  bw = function(n, g)
+    local gc, ga, gb
+    if needs(n, 1) then gc = sum_to(n.beta == 1 and g or g * n.beta, n.sc) end
+    if needs(n, 2) then ga = g:bmm(tr(n.b)); if n.alpha ~= 1 then ga = ga * n.alpha end end
+    if needs(n, 3) then gb = tr(n.a):bmm(g); if n.alpha ~= 1 then gb = gb * n.alpha end end
+    return gc, ga, gb
+  end,
+}
+-- amax/amin over dims: the gradient split evenly between the elements equal to the result
+local function amax_rule(name)
+  return {
+    nin = 1,
+    save = function(n, out, x, d, keepdim)
+      n.x, n.y = save(n, x), save(n, raw_alias(out))
+      n.dims, n.keep = T._norm_dims(name, x, d), keepdim
+      n.ks = T._kept_shape(x, n.dims)
+    end,
+    bw = function(n, g)
+      local x = n.x
+      local y, gk = n.y, g
+      if not n.keep then y, gk = y:reshape(n.ks), g:reshape(n.ks) end
+      local m = x:eq(y):to(g.dtype)
+      local cnt
+      if n.dims == nil then cnt = m:sum() else
+        cnt = m
+        for _, c in ipairs(n.dims) do cnt = cnt:sum(c + 1, true) end
+      end
+      return m * (gk / cnt)
+    end,
+  }
+end
+rules.amax = amax_rule('amax')
+rules.amin = amax_rule('amin')
+R.math_ops = { 'log10', 'exp2', 'sinh', 'cosh', 'tan', 'asin', 'acos', 'atan', 'asinh', 'acosh', 'atanh', 'frac',
+  'hardtanh', 'softplus', 'elu', 'leaky_relu', 'mish', 'hardswish', 'nan_to_num', 'lerp', 'addcmul', 'addcdiv',
+  'baddbmm', 'amax', 'amin' }
+-- in-place ops of integer and bool tensors: no gradient, a version bump
+R.math_int_inplace = { 'bitwise_and_', 'bitwise_or_', 'bitwise_xor_', 'bitwise_not_' }
+
 ---------------------------------------------------------------- views, copies, conversions
 local function shape_rule()
   return { nin = 1, view = true, save = function(n, out, a) n.shape = size_of(a) end,
