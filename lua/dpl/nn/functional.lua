@@ -74,9 +74,42 @@ end
 function F.tanh(x) return x:tanh() end
 function F.sigmoid(x) return x:sigmoid() end
 function F.silu(x) return x:silu() end
-function F.leaky_relu(x, slope)
-  slope = slope or 0.01
-  return x:relu() - (-x):relu() * slope
+-- the activations of dpl.tensor_math (C kernels, their own gradients), PyTorch's signatures:
+-- F.elu(x, alpha, inplace) or F.elu(x, {alpha=, inplace=}); inplace = true runs x:elu_()
+local ACTS = {
+  hardtanh = { 'min_val', 'max_val' }, softplus = { 'beta', 'threshold', no_inplace = true }, elu = { 'alpha' },
+  leaky_relu = { 'negative_slope' }, mish = {}, hardswish = {},
+}
+for name, ps in pairs(ACTS) do
+  local np = #ps
+  local accepted = keys(ps[1] or {}, ps[2] or {}, ps.no_inplace and {} or 'inplace')
+  F._option_keys[name] = accepted
+  F[name] = function(x, a1, a2, a3, a4)
+    check_tensor(x, name)
+    local p1, p2, inplace
+    if type(a1) == 'table' and not is_tensor(a1) then
+      if a2 ~= nil then error(fmt('%s: the options table must be the last argument', name), 2) end
+      check_opts(a1, accepted, name)
+      p1, p2, inplace = a1[ps[1] or 1], a1[ps[2] or 1], a1.inplace
+    else
+      local args = { a1, a2, a3 }
+      p1, p2, inplace = np >= 1 and a1 or nil, np >= 2 and a2 or nil, args[np + 1]
+      if a4 ~= nil or args[np + 2] ~= nil then error(fmt('%s: too many arguments', name), 2) end
+      if ps.no_inplace and inplace ~= nil then error(fmt('%s: too many arguments (expected %s)', name,
+        table.concat(ps, ', ')), 2) end
+    end
+    if inplace ~= nil and type(inplace) ~= 'boolean' then
+      error(fmt('%s: inplace must be a boolean, got %s', name, type(inplace)), 2)
+    end
+    if inplace then return x[name .. '_'](x, p1, p2) end
+    return x[name](x, p1, p2)
+  end
+  if not ps.no_inplace then
+    F[name .. '_'] = function(x, a1, a2)
+      check_tensor(x, name .. '_')
+      return x[name .. '_'](x, a1, a2)
+    end
+  end
 end
 function F.softmax(x, dim) return x:softmax(dim or -1) end
 function F.log_softmax(x, dim) return x:log_softmax(dim or -1) end

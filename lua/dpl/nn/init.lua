@@ -219,6 +219,60 @@ function nn.LeakyReLU:__init(slope)
 end
 function nn.LeakyReLU:forward(x) return F.leaky_relu(x, self.negative_slope) end
 function nn.LeakyReLU:extra_repr() return fmt('negative_slope=%g', self.negative_slope) end
+-- the activation modules of dpl.tensor_math's ops: positional arguments as PyTorch's, or one
+-- options table with its keyword names (nn.ELU(0.5), nn.ELU{alpha = 0.5, inplace = true})
+local function act_module(cname, fname, ps, defaults, repr)
+  local cls = Module:extend(cname)
+  local accepted = F._option_keys[fname]
+  cls.__init = function(self, a1, a2, a3)
+    Module.__init(self)
+    local v = {}
+    if type(a1) == 'table' then
+      check_opts(a1, accepted, cname)
+      for i, k in ipairs(ps) do v[i] = a1[k] end
+      v.inplace = a1.inplace
+    else
+      local args = { a1, a2, a3 }
+      for i = 1, #ps do v[i] = args[i] end
+      v.inplace = args[#ps + 1]
+    end
+    for i, k in ipairs(ps) do
+      if v[i] == nil then v[i] = defaults[i] end
+      if type(v[i]) ~= 'number' or v[i] ~= v[i] then
+        error(fmt('%s: %s must be a number, got %s', cname, k, tostring(v[i])), 3)
+      end
+      self[k] = v[i]
+    end
+    if v.inplace ~= nil and (type(v.inplace) ~= 'boolean' or not accepted.inplace) then
+      error(fmt('%s: inplace must be a boolean%s, got %s', cname, accepted.inplace and '' or ' (not accepted here)',
+        tostring(v.inplace)), 3)
+    end
+    self.inplace = v.inplace or false
+    if cname == 'Hardtanh' and not (self.max_val > self.min_val) then
+      error(fmt('Hardtanh: max_val (%g) must be greater than min_val (%g)', self.max_val, self.min_val), 3)
+    end
+  end
+  local np = #ps
+  cls.forward = function(self, x)
+    local ip = self.inplace or nil
+    if np == 0 then return F[fname](x, ip) end
+    if np == 1 then return F[fname](x, self[ps[1]], ip) end
+    return F[fname](x, self[ps[1]], self[ps[2]], ip)
+  end
+  cls.extra_repr = function(self)
+    local r = repr(self)
+    if self.inplace then r = r .. (r ~= '' and ', ' or '') .. 'inplace=true' end
+    return r
+  end
+  return cls
+end
+nn.ELU = act_module('ELU', 'elu', { 'alpha' }, { 1 }, function(m) return fmt('alpha=%g', m.alpha) end)
+nn.Hardtanh = act_module('Hardtanh', 'hardtanh', { 'min_val', 'max_val' }, { -1, 1 },
+  function(m) return fmt('min_val=%g, max_val=%g', m.min_val, m.max_val) end)
+nn.Softplus = act_module('Softplus', 'softplus', { 'beta', 'threshold' }, { 1, 20 },
+  function(m) return fmt('beta=%g, threshold=%g', m.beta, m.threshold) end)
+nn.Mish = act_module('Mish', 'mish', {}, {}, function() return '' end)
+nn.Hardswish = act_module('Hardswish', 'hardswish', {}, {}, function() return '' end)
 nn.Identity = Module:extend('Identity')
 function nn.Identity:forward(x) return x end
 
