@@ -114,6 +114,30 @@ for name, mk in pairs(unary_inputs) do
   cases[name] = { function(a) return a[name](a) end, { mk(11, 2, 3) } }
 end
 
+-- the math group (dpl.tensor_math); values and gradients against PyTorch: spec/tensor_math_spec.lua
+do
+  local function unit(seed, ...) dpl.manual_seed(seed) return (dpl.rand(...):double() * 1.6 - 0.8):requires_grad_() end
+  local function above1(seed, ...) dpl.manual_seed(seed) return (dpl.rand(...):double() + 1.5):requires_grad_() end
+  local function half(seed, ...) dpl.manual_seed(seed) return (dpl.rand(...):double() * 0.5 + 0.25):requires_grad_() end
+  local math_unary = { log10 = pos, exp2 = rs, sinh = rs, cosh = rs, tan = away0, asin = unit, acos = unit, atan = rs,
+    asinh = rs, acosh = above1, atanh = unit, frac = half, mish = rs, hardswish = rs, nan_to_num = rs }
+  for name, mk in pairs(math_unary) do
+    cases[name] = { function(a) return a[name](a) end, { mk(11, 2, 3) } }
+  end
+  cases.hardtanh = { function(a) return a:hardtanh(-0.5, 0.7) + a:hardtanh() end, { away0(3, 6) } }
+  cases.softplus = { function(a) return a:softplus(2, 1.5) + a:softplus() end, { rs(4, 8) } }
+  cases.elu = { function(a) return a:elu(0.7) end, { away0(5, 6) } }
+  cases.leaky_relu = { function(a) return a:leaky_relu(0.2) end, { away0(6, 6) } }
+  cases.lerp = { function(s, e, w) return s:lerp(e, w) + s:lerp(e, 0.75) end, { rs(1, 2, 3), rs(2, 3), rs(3, 2, 1) } }
+  cases.addcmul = { function(s, a, b) return s:addcmul(a, b, 0.5) end, { rs(1, 3), rs(2, 2, 3), rs(3, 2, 1) } }
+  cases.addcdiv = { function(s, a, b) return s:addcdiv(a, b, { value = -2 }) end, { rs(1, 3), rs(2, 2, 3), pos(3, 2, 1) } }
+  cases.baddbmm = { function(c, a, b) return dpl.baddbmm(c, a, b, { beta = 0.5, alpha = 2 }) end,
+    { rs(1, 3, 1), rs(2, 2, 3, 4), rs(3, 2, 4, 2) } }
+  cases.amax = { function(a) return a:amax(2) + a:amax({ 1, 2 }, true) + a:amax() end, { rs(1, 3, 4) } }
+  cases.amin = { function(a) return a:amin(-1, true) + a:amin({ 2, 1 }) end, { rs(2, 3, 4) } }
+  cases.nansum = { function(a) return a:nansum(1) + a:nansum({ 1, 2 }, true) + a:nanmean(1) end, { rs(3, 3, 4) } }
+end
+
 describe('gradcheck of every backward rule', function()
   local names = {}
   for k in pairs(cases) do names[#names + 1] = k end

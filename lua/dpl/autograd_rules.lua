@@ -823,9 +823,22 @@ local function amax_rule(name)
 end
 rules.amax = amax_rule('amax')
 rules.amin = amax_rule('amin')
+rules.nansum = { -- the gradient times the not-NaN mask (PyTorch's: inf * 0 is NaN)
+  nin = 1,
+  save = function(n, out, x, d, keepdim)
+    n.x, n.keep = save(n, x), keepdim
+    n.ks = T._kept_shape(x, T._norm_dims('nansum', x, d))
+  end,
+  bw = function(n, g)
+    local x = n.x
+    if not n.keep then g = g:reshape(n.ks) end
+    if x._dtype > 3 then return g:expand(size_of(x)) end
+    return g * x:isnan():logical_not()
+  end,
+}
 R.math_ops = { 'log10', 'exp2', 'sinh', 'cosh', 'tan', 'asin', 'acos', 'atan', 'asinh', 'acosh', 'atanh', 'frac',
   'hardtanh', 'softplus', 'elu', 'leaky_relu', 'mish', 'hardswish', 'nan_to_num', 'lerp', 'addcmul', 'addcdiv',
-  'baddbmm', 'amax', 'amin' }
+  'baddbmm', 'amax', 'amin', 'nansum' }
 -- in-place ops of integer and bool tensors: no gradient, a version bump
 R.math_int_inplace = { 'bitwise_and_', 'bitwise_or_', 'bitwise_xor_', 'bitwise_not_' }
 

@@ -54,7 +54,8 @@ return function(M, H)
   -- the raw view and copy ops (autograd wraps methods later; the ops with a rule of their own
   -- use these so that their insides are not recorded)
   local raw = { reshape = methods.reshape, clamp = methods.clamp, bmm = methods.bmm, mul_ = methods.mul_,
-    add_ = methods.add_, add = methods.add, to = methods.to, copy_ = methods.copy_ }
+    add_ = methods.add_, add = methods.add, to = methods.to, copy_ = methods.copy_, where = M.where,
+    isnan = methods.isnan, sum = methods.sum }
 
   local function got(v) return type(v) == 'cdata' and (is_tensor(v) and 'a tensor' or 'cdata') or type(v) end
   local function not_impl(msg) error(errors.NotImplementedError(msg)) end
@@ -536,15 +537,15 @@ return function(M, H)
   end
   M.aminmax = methods.aminmax
 
-  -- sum over dims (nil: all) through the (differentiable) sum method
-  local function sum_dims(t, dims, keepdim)
+  -- sum over dims (nil: all), with the given sum and reshape (raw, or autograd's)
+  local function sum_dims(t, dims, keepdim, sum, reshape)
     if dims == nil then
-      local r = methods.sum(t)
-      if keepdim and t._ndim > 0 then r = methods.reshape(r, kept_shape(t, nil)) end
+      local r = sum(t)
+      if keepdim and t._ndim > 0 then r = reshape(r, kept_shape(t, nil)) end
       return r
     end
     local r = t
-    for i = #dims, 1, -1 do r = methods.sum(r, dims[i] + 1, keepdim) end
+    for i = #dims, 1, -1 do r = sum(r, dims[i] + 1, keepdim) end
     return r
   end
   local function no_dtype(name, extra)
@@ -552,17 +553,19 @@ return function(M, H)
       not_impl(fmt('%s: the dtype argument is not implemented (convert the input with :to() first)', name))
     end
   end
-  --- nansum(dim, keepdim=false): sum treating NaN as 0 (integers: sum; results int64 as sum's)
+  --- nansum(dim, keepdim=false): sum treating NaN as 0 (integers: sum; results int64 as sum's).
+  --- Raw (its rule multiplies the gradient by the not-NaN mask, as PyTorch: an infinite
+  --- gradient gives NaN there, not 0)
   function methods.nansum(t, d, keepdim, extra)
     need_tensor('nansum', 'input', t)
     need_bool('nansum', 'keepdim', keepdim)
     no_dtype('nansum', extra)
     local dims = norm_dims('nansum', t, d)
     local x = t
-    if is_float(t) then x = M.where(methods.isnan(t), 0, t) end
-    return sum_dims(x, dims, keepdim)
+    if is_float(t) then x = raw.where(raw.isnan(t), 0, t) end
+    return sum_dims(x, dims, keepdim, raw.sum, raw.reshape)
   end
-  --- nanmean(dim, keepdim=false): mean of the non-NaN values (NaN where there are none)
+  --- nanmean(dim, keepdim=false): nansum / the count of non-NaN values (NaN where there are none)
   function methods.nanmean(t, d, keepdim, extra)
     need_tensor('nanmean', 'input', t)
     if not is_float(t) then
@@ -571,9 +574,8 @@ return function(M, H)
     need_bool('nanmean', 'keepdim', keepdim)
     no_dtype('nanmean', extra)
     local dims = norm_dims('nanmean', t, d)
-    local nan = methods.isnan(t)
-    local count = sum_dims(methods.logical_not(nan), dims, keepdim)
-    return methods.div(sum_dims(M.where(nan, 0, t), dims, keepdim), count)
+    local count = sum_dims(methods.logical_not(raw.isnan(t)), dims, keepdim, raw.sum, raw.reshape)
+    return methods.div(methods.nansum(t, d, keepdim), count)
   end
   M.nansum, M.nanmean = methods.nansum, methods.nanmean
 

@@ -76,6 +76,7 @@ function F.sigmoid(x) return x:sigmoid() end
 function F.silu(x) return x:silu() end
 -- the activations of dpl.tensor_math (C kernels, their own gradients), PyTorch's signatures:
 -- F.elu(x, alpha, inplace) or F.elu(x, {alpha=, inplace=}); inplace = true runs x:elu_()
+F._act_keys = {} -- (the modules check their options with these)
 local ACTS = {
   hardtanh = { 'min_val', 'max_val' }, softplus = { 'beta', 'threshold', no_inplace = true }, elu = { 'alpha' },
   leaky_relu = { 'negative_slope' }, mish = {}, hardswish = {},
@@ -83,7 +84,7 @@ local ACTS = {
 for name, ps in pairs(ACTS) do
   local np = #ps
   local accepted = keys(ps[1] or {}, ps[2] or {}, ps.no_inplace and {} or 'inplace')
-  F._option_keys[name] = accepted
+  F._act_keys[name] = accepted
   F[name] = function(x, a1, a2, a3, a4)
     check_tensor(x, name)
     local p1, p2, inplace

@@ -223,7 +223,7 @@ function nn.LeakyReLU:extra_repr() return fmt('negative_slope=%g', self.negative
 -- options table with its keyword names (nn.ELU(0.5), nn.ELU{alpha = 0.5, inplace = true})
 local function act_module(cname, fname, ps, defaults, repr)
   local cls = Module:extend(cname)
-  local accepted = F._option_keys[fname]
+  local accepted = F._act_keys[fname]
   cls.__init = function(self, a1, a2, a3)
     Module.__init(self)
     local v = {}
