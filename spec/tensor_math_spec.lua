@@ -745,7 +745,6 @@ describe('the math group as a whole', function()
       'bitwise_and_', 'bitwise_not_', 'true_divide_', 'lerp_', 'addcmul_', 'addcdiv_', 'baddbmm_' }) do
       assert.are.equal('function', type(T.methods[name]), name)
     end
-    raises(function() return dpl.ones(2):cumsum(1) end, 'NotImplementedError: tensor:cumsum() is not implemented')
   end)
 
   it('in-place forms bump the version counter (a saved tensor modified is an error in backward)', function()
@@ -761,7 +760,7 @@ describe('the math group as a whole', function()
     assert.is_false(i.requires_grad)
   end)
 
-  it('tensors in GPU memory raise "<op>: not implemented on cuda", never a crash', function()
+  it('tensors in GPU memory raise NotImplementedError "<op>: not implemented on cuda", never a crash', function()
     local calls = {
       { 'x:log10()', 'log10' }, { 'x:atanh_()', 'atanh' }, { 'x:isinf()', 'isinf' }, { 'x:frac()', 'frac' },
       { 'x:elu()', 'elu' }, { 'x:hardswish_()', 'hardswish' }, { 'x:nan_to_num()', 'nan_to_num' },
@@ -790,7 +789,7 @@ end
     for k, c in ipairs(calls) do
       local line = out:match('\n?(' .. k .. '\tfalse\t[^\n]*)')
       assert(line, ('case %d (%s): no error line in\n%s%s'):format(k, c[1], out, err))
-      assert(line:find(c[2] .. ': not implemented on cuda', 1, true), line)
+      assert(line:find('NotImplementedError: ' .. c[2] .. ': not implemented on cuda', 1, true), line)
     end
   end)
 

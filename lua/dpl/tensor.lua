@@ -1559,8 +1559,8 @@ require('dpl.tensor_shape')(M, { view1 = view1, fail = fail, cdim = cdim, parse_
   need_tensor = need_tensor, error = error, out1 = out1, out2 = out2 })
 
 -- the math group (unary math, activations, predicates, bitwise, lerp/addcmul, amax, nansum, ...)
-require("dpl.tensor_math")(M, { call1 = call1, fail = fail, check = check, error = error, binop = binop,
-  binop_ = binop_, reduce = reduce, cdim = cdim, need_tensor = need_tensor, need_number = need_number, out1 = out1 })
+require("dpl.tensor_math")(M, { fail = fail, error = error, binop = binop, reduce = reduce, cdim = cdim,
+  need_tensor = need_tensor, need_number = need_number, out1 = out1 })
 
 -- dpl.tensor(data, opts) calls the constructor; dpl.tensor.zeros etc. are the module's functions
 setmetatable(M, { __call = function(_, ...) return M.tensor(...) end })

@@ -46,11 +46,21 @@ local K_MM = keys('beta', 'alpha')
 local K_AMM = keys('dim', 'keepdim')
 
 return function(M, H)
-  local call1, fail, check, error = H.call1, H.fail, H.check, H.error
-  local binop, binop_, reduce, cdim = H.binop, H.binop_, H.reduce, H.cdim
+  local fail, error = H.fail, H.error
+  local binop, reduce, cdim = H.binop, H.reduce, H.cdim
   local need_tensor, need_number = H.need_tensor, H.need_number
   local is_tensor, methods, dtype_names = M.is_tensor, M.methods, M.dtype_names
-  local out1 = H.out1
+  local out1, wrap = H.out1, M._wrap
+  local ENOMEM = -2
+  -- C fn(args..., out1) -> the new tensor; a failure raises its status's class (a tensor in GPU
+  -- memory: NotImplementedError "<op>: not implemented on cuda", as PyTorch's missing kernels)
+  local function call1(fn, ...)
+    local st = fn(...)
+    if st == ENOMEM then collectgarbage() st = fn(...) end
+    if st ~= 0 then fail(2, st) end
+    return wrap(out1)
+  end
+  local function check(st) if st ~= 0 then fail(2, st) end end
   -- the raw view and copy ops (autograd wraps methods later; the ops with a rule of their own
   -- use these so that their insides are not recorded)
   local raw = { reshape = methods.reshape, clamp = methods.clamp, bmm = methods.bmm, mul_ = methods.mul_,
@@ -87,7 +97,7 @@ return function(M, H)
     if not NO_INPLACE[name] then
       methods[name .. '_'] = function(t)
         if not is_tensor(t) then need_tensor(name .. '_', 'self', t) end
-        if C.dpl_unary_(op, t) ~= 0 then fail(2) end
+        check(C.dpl_unary_(op, t))
         return t
       end
     end
@@ -236,12 +246,17 @@ return function(M, H)
     --- bitwise_and(other) etc.: integer and bool tensors (a floating operand is an error, as in PyTorch)
     methods[name] = function(a, b)
       a, b = bit_operand(name, a, b)
-      return binop(op, a, b)
+      if type(b) == 'boolean' then b = M.tensor(b, { device = a.device }) end
+      if type(b) == 'number' then return call1(C.dpl_binary_scalar, op, a, b, 0, out1) end
+      if type(a) == 'number' then return call1(C.dpl_binary_scalar, op, b, a, 1, out1) end
+      return call1(C.dpl_binary, op, a, b, out1)
     end
     methods[name .. '_'] = function(a, b)
       if not is_tensor(a) then need_tensor(name .. '_', 'self', a) end
       a, b = bit_operand(name .. '_', a, b)
-      return binop_(op, a, b)
+      if type(b) == 'boolean' then b = M.tensor(b, { device = a.device }) end
+      if type(b) == 'number' then check(C.dpl_binary_scalar_(op, a, b)) else check(C.dpl_binary_(op, a, b)) end
+      return a
     end
     M[name] = methods[name]
   end
