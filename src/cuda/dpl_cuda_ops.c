@@ -30,8 +30,18 @@ static int operand(const char *name, const dpl_tensor *t, int32_t kd, const void
   return DPL_OK;
 }
 
+/* The elementwise ops the kernels of dpl_cuda_elementwise.cu know: a newer core's op id
+ * (appended to the stable enums) is refused here instead of reaching a kernel's default */
+static int known_binop(int32_t op)
+{
+  return (op >= DPL_OP_ADD && op <= DPL_OP_FMOD) || (op >= DPL_OP_EQ && op <= DPL_OP_GE) ||
+         (op >= DPL_OP_LOGICAL_AND && op <= DPL_OP_LOGICAL_XOR);
+}
+static int known_unop(int32_t op) { return op >= DPL_OP_NEG && op <= DPL_OP_ISNAN; }
+
 static int binary(const dpl_bk_args *a, dpl_cu_dev *d, int32_t dev, const char *name)
 {
+  if (!known_binop(a->sub)) return dpl_errorf(DPL_ENOTIMPL, "%s: not implemented on cuda", name);
   dpl_tensor *out = a->inout;
   int32_t kd = a->i[3];
   const void *pa, *pb;
@@ -62,6 +72,7 @@ int dpl_cu_op_elementwise(const dpl_bk_args *a)
   switch (a->op) {
   case DPL_BK_BINARY: return binary(a, d, dev, name);
   case DPL_BK_UNARY: {
+    if (!known_unop(a->sub)) return dpl_errorf(DPL_ENOTIMPL, "%s: not implemented on cuda", name);
     DPL_TRY(need_dev(name, a->in[0]));
     const dpl_tensor *ops[2] = {out, a->in[0]};
     dpl_cu_geom_init(&g, 2, ops, out->_ndim, out->_shape);
