@@ -623,11 +623,15 @@ function L.multilabel_margin_loss(x, t, o, who)
     end
   end
   local N = x2:size(1)
-  local valid = t2:gt(0):long():cumprod(2):bool()           -- the entries before the first 0
-  local safe = T.where(valid, t2, 1)
+  local valid = t2:gt(0):long():cumprod(2)                  -- the entries before the first 0
+  -- only the first J columns hold targets (J: the longest list): [N, J, C] below, not [N, C, C]
+  local J = N > 0 and valid:sum(2):max():item() or 0
+  if J == 0 then J = 1 end
+  valid = valid:narrow(2, 1, J):bool()
+  local safe = T.where(valid, t2:narrow(2, 1, J), 1)
   local vf = valid:to(x2.dtype)
   local is_target = T.zeros({ N, C }, { dtype = x2.dtype, device = x2.device }):scatter_add_(2, safe, vf):gt(0)
-  local xt = x2:gather(2, safe)                              -- [N, C]: x at the j-th target
+  local xt = x2:gather(2, safe)                              -- [N, J]: x at the j-th target
   local z = (x2:unsqueeze(2) - xt:unsqueeze(3) + 1):relu()   -- [N, j, i]
   local mask = vf:unsqueeze(3) * is_target:logical_not():to(x2.dtype):unsqueeze(2)
   local loss = (z * mask):sum(3):sum(2) / C
