@@ -11,9 +11,9 @@
 -- keyword names, checked by dpl.options (an unknown key is a ValueError); the deprecated
 -- size_average / reduce and the options dplhost lacks raise NotImplementedError. Everything
 -- is composed of tensor ops (so it runs wherever they do, and autograd differentiates it), with
--- four small hand-written backward rules where PyTorch's gradient is not that of the obvious
+-- three small hand-written backward rules where PyTorch's gradient is not that of the obvious
 -- composition (logsigmoid at 0, the clamped norms of cosine_similarity, the clamped variance
--- of gaussian_nll_loss) and ctc_loss on a C kernel (src/tensor/dpl_tensor_ctc.c).
+-- of gaussian_nll_loss), and ctc_loss on a C kernel (src/tensor/dpl_tensor_ctc.c).
 local T = require 'dpl.tensor'
 local autograd = require 'dpl.autograd'
 local amp = require 'dpl.amp'
@@ -40,9 +40,8 @@ local function q(v) return type(v) == 'string' and ("'" .. v .. "'") or tostring
 
 ---------------------------------------------------------------- option specs
 -- A spec lists a function's options as {name, default, check}; parse() checks the table
--- (unknown keys: ValueError; size_average / reduce and the `unsupported` PyTorch keys:
--- NotImplementedError) and returns the values, defaults filled in, in `into` (a new
--- table, or a module: the modules keep their options as fields, as PyTorch's).
+-- (unknown keys: ValueError; size_average / reduce: NotImplementedError) and returns the
+-- values, defaults filled in (the modules keep them as fields, as PyTorch's).
 local V = {}
 function V.reduction(v, who, k)
   if v ~= 'mean' and v ~= 'sum' and v ~= 'none' then
@@ -97,34 +96,28 @@ function V.p12(v, who, k)
 end
 
 local SPECS = {}
-local function spec(name, list, unsupported)
-  local s = { list = list, unsupported = unsupported }
+local function spec(name, list)
+  local s = { list = list }
   local ks = {}
   for _, e in ipairs(list) do ks[#ks + 1] = e[1] end
-  for _, u in ipairs(unsupported or {}) do ks[#ks + 1] = u end
   s.keys = keys(unpack(ks))
   SPECS[name] = s
   return s
 end
 
-local function parse(opts, s, who, into)
-  if type(opts) == 'table' then
-    if opts.size_average ~= nil or opts.reduce ~= nil then
-      not_impl(fmt("%s: size_average and reduce (deprecated in PyTorch) are not supported; use reduction = "
-        .. "'none' | 'mean' | 'sum'", who))
-    end
-    for _, u in ipairs(s.unsupported or {}) do
-      if opts[u] ~= nil then not_impl(fmt('%s: option %s is not supported in dplhost', who, u)) end
-    end
+local function parse(opts, s, who)
+  if type(opts) == 'table' and (opts.size_average ~= nil or opts.reduce ~= nil) then
+    not_impl(fmt("%s: size_average and reduce (deprecated in PyTorch) are not supported; use reduction = "
+      .. "'none' | 'mean' | 'sum'", who))
   end
   check_opts(opts, s.keys, who)
-  into = into or {}
+  local o = {}
   for _, e in ipairs(s.list) do
     local v = opts and opts[e[1]]
     if v == nil then v = e[2] else v = e[3](v, who, e[1]) end
-    into[e[1]] = v
+    o[e[1]] = v
   end
-  return into
+  return o
 end
 
 local RED = { 'reduction', 'mean', V.reduction }
@@ -623,11 +616,14 @@ function L.multilabel_margin_loss(x, t, o, who)
     end
   end
   local N = x2:size(1)
-  local valid = t2:gt(0):long():cumprod(2)                  -- the entries before the first 0
+  -- the entries before the first 0 (no scan: argmax finds the first 0, and runs on GPUs too)
+  local zero = t2:eq(0):long()
+  local ends = T.where(zero:sum(2, true):gt(0), zero:argmax(2, true), C + 1) -- [N, 1]
+  local valid = T.arange(1, C + 1, { device = x2.device }):view(1, C):lt(ends)
   -- only the first J columns hold targets (J: the longest list): [N, J, C] below, not [N, C, C]
-  local J = N > 0 and valid:sum(2):max():item() or 0
+  local J = N > 0 and ends:max():item() - 1 or 0
   if J == 0 then J = 1 end
-  valid = valid:narrow(2, 1, J):bool()
+  valid = valid:narrow(2, 1, J)
   local safe = T.where(valid, t2:narrow(2, 1, J), 1)
   local vf = valid:to(x2.dtype)
   local is_target = T.zeros({ N, C }, { dtype = x2.dtype, device = x2.device }):scatter_add_(2, safe, vf):gt(0)
@@ -1032,22 +1028,25 @@ end
 -- last argument: args(who, names, defaults, accepted, a1, a2, ...) -> values
 local function args(who, names, accepted, a1, a2, a3, a4, a5)
   local list = { a1, a2, a3, a4, a5 }
-  local np = #names
+  local np, last = #names, 0
+  for i = 1, 5 do if list[i] ~= nil then last = i end end
   local v = {}
-  for i = 1, np + 1 do
+  for i = 1, last do
     local a = list[i]
     if type(a) == 'table' and not is_tensor(a) then
-      for j = i + 1, 5 do
-        if list[j] ~= nil then error(fmt('%s: the options table must be the last argument', who)) end
-      end
+      if i ~= last then error(fmt('%s: the options table must be the last argument', who)) end
       check_opts(a, accepted, who)
-      for j = i, np do v[j] = a[names[j]] end
-      for j = 1, i - 1 do if a[names[j]] ~= nil then
-        error(fmt('%s: %s given both as an argument and as an option', who, names[j])) end end
+      for j = 1, np do
+        local x = a[names[j]]
+        if x ~= nil then
+          if j < i then error(fmt('%s: %s given both as an argument and as an option', who, names[j])) end
+          v[j] = x
+        end
+      end
       return v
     end
-    if i <= np then v[i] = a
-    elseif a ~= nil then error(fmt('%s: too many arguments (expected at most %d after the input)', who, np)) end
+    if i > np then error(fmt('%s: too many arguments (expected at most %d after the input)', who, np)) end
+    v[i] = a
   end
   return v
 end
@@ -1104,10 +1103,8 @@ return function(F)
   --- normalize(x, p=2, dim=2, eps=1e-12) (or {p=, dim=, eps=})
   F.normalize = function(x, a, b, c, d)
     local v = args('normalize', NZ, NZ_K, a, b, c, d)
-    if type(a) == 'table' and a.out ~= nil or type(b) == 'table' and b.out ~= nil or type(c) == 'table' and c.out ~= nil
-      or type(d) == 'table' and d.out ~= nil then
-      not_impl('normalize: option out is not supported in dplhost')
-    end
+    local last = d or c or b or a -- (args checked that an options table comes last)
+    if type(last) == 'table' and last.out ~= nil then not_impl('normalize: option out is not supported in dplhost') end
     local p, dim, eps = v[1] or 2, v[2] or 2, v[3] or 1e-12
     V.number(p, 'normalize', 'p')
     V.number(eps, 'normalize', 'eps')
