@@ -460,6 +460,20 @@ int dpl_mse_loss(const dpl_tensor *a, const dpl_tensor *b, int32_t reduction, dp
 int dpl_mse_loss_backward(const dpl_tensor *grad_out, const dpl_tensor *a, const dpl_tensor *b,
                           int32_t reduction, dpl_tensor **grad_a);
 
+/* The CTC loss (src/tensor/dpl_tensor_ctc.c; Lua: nn.functional.ctc_loss), PyTorch 1.13's CPU
+ * algorithm, CPU only. log_probs [T, N, C] float32/float64 (any strides); targets int64, 0-based,
+ * contiguous: [N, S] (row b holds target_lengths[b] labels) or 1-d (the targets concatenated);
+ * input_lengths, target_lengths: contiguous int64 [N] (0 <= input length <= T); blank 0-based.
+ * nll: [N] negative log likelihoods (inf where the target cannot be aligned; 0 / inf for an
+ * input length of 0); log_alpha [N, T, 2 * max target length + 1], kept for backward, which
+ * returns PyTorch's gradient with respect to log_probs ([T, N, C], contiguous) for grad [N]
+ * (or 0-d); zero_infinity: sequences whose nll is inf get a zero gradient. */
+int dpl_ctc_loss(const dpl_tensor *log_probs, const dpl_tensor *targets, const dpl_tensor *input_lengths,
+                 const dpl_tensor *target_lengths, int64_t blank, dpl_tensor **nll, dpl_tensor **log_alpha);
+int dpl_ctc_loss_backward(const dpl_tensor *grad, const dpl_tensor *log_probs, const dpl_tensor *targets,
+                          const dpl_tensor *input_lengths, const dpl_tensor *target_lengths, const dpl_tensor *nll,
+                          const dpl_tensor *log_alpha, int64_t blank, int32_t zero_infinity, dpl_tensor **grad_lp);
+
 /* Linear algebra through OpenBLAS (loaded on first use). matmul follows
  * torch.matmul (1-D operands, broadcast batch dims); transposed operands are
  * handed to BLAS as such, without a copy. */

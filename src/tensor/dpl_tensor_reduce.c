@@ -515,25 +515,72 @@ static int class_inputs(const char *name, const dpl_tensor *x, const dpl_tensor 
   return DPL_OK;
 }
 
-/* per-sample losses into l (N doubles); returns the count of non-ignored samples */
-static int64_t class_loss_rows(int ce, const double *x, const int64_t *t, int64_t N, int64_t C, int64_t ignore, double *l)
+/* the rows of the class losses, split across the thread pool (each row on its own: the same
+ * values whatever the thread count) */
+typedef struct class_rows {
+  int ce;
+  const double *x;
+  const int64_t *t;
+  int64_t C, ignore;
+  double *l;        /* forward: per-sample losses */
+  const double *g;  /* backward: per-sample gradient scales */
+  double *r;        /* backward: the gradient rows */
+} class_rows;
+
+static void class_loss_range(int64_t lo, int64_t hi, void *ctx)
 {
-  int64_t cnt = 0;
-  for (int64_t i = 0; i < N; i++) {
-    const double *row = x + i * C;
-    if (t[i] == ignore) { l[i] = 0; continue; }
-    cnt++;
-    if (ce) {
+  const class_rows *j = ctx;
+  int64_t C = j->C;
+  for (int64_t i = lo; i < hi; i++) {
+    const double *row = j->x + i * C;
+    int64_t ti = j->t[i];
+    if (ti == j->ignore) { j->l[i] = 0; continue; }
+    if (j->ce) {
       double m = -INFINITY;
       for (int64_t k = 0; k < C; k++) if (row[k] > m) m = row[k];
       double s = 0;
       for (int64_t k = 0; k < C; k++) s += exp(row[k] - m);
-      l[i] = m + log(s) - row[t[i]];
+      j->l[i] = m + log(s) - row[ti];
     } else {
-      l[i] = -row[t[i]];
+      j->l[i] = -row[ti];
     }
   }
+}
+
+/* rows per task: about 64K elements of work each */
+static int64_t class_grain(int64_t C) { return 65536 / (C + 1) + 1; }
+
+/* per-sample losses into l (N doubles); returns the count of non-ignored samples */
+static int64_t class_loss_rows(int ce, const double *x, const int64_t *t, int64_t N, int64_t C, int64_t ignore, double *l)
+{
+  int64_t cnt = 0;
+  for (int64_t i = 0; i < N; i++) cnt += t[i] != ignore;
+  class_rows j = {.ce = ce, .x = x, .t = t, .C = C, .ignore = ignore, .l = l};
+  dpl_parallel_for(N, class_grain(C), class_loss_range, &j);
   return cnt;
+}
+
+/* gradient rows: softmax(row) * g - g at the target (cross_entropy), -g at the target (nll_loss) */
+static void class_grad_range(int64_t lo, int64_t hi, void *ctx)
+{
+  const class_rows *j = ctx;
+  int64_t C = j->C;
+  for (int64_t i = lo; i < hi; i++) {
+    const double *row = j->x + i * C;
+    double *gr = j->r + i * C, gi = j->g[i];
+    int64_t ti = j->t[i];
+    if (ti == j->ignore) { for (int64_t k = 0; k < C; k++) gr[k] = 0; continue; }
+    if (j->ce) {
+      double m = -INFINITY, s = 0;
+      for (int64_t k = 0; k < C; k++) if (row[k] > m) m = row[k];
+      for (int64_t k = 0; k < C; k++) s += gr[k] = exp(row[k] - m); /* (one exp per element) */
+      for (int64_t k = 0; k < C; k++) gr[k] = gi * gr[k] / s;
+      gr[ti] -= gi;
+    } else {
+      for (int64_t k = 0; k < C; k++) gr[k] = 0;
+      gr[ti] = -gi;
+    }
+  }
 }
 
 static int finish_loss(const char *name, const dpl_tensor *x, const double *l, int64_t N, int64_t cnt, int32_t reduction,
@@ -637,23 +684,8 @@ static int class_loss_backward(const char *name, int ce, const dpl_tensor *grad_
   int st = g ? grad_scales(name, grad_out, reduction, N, cnt, g) : dpl_errorf(DPL_ENOMEM, "%s: out of memory", name);
   if (st == DPL_OK) st = dpl_new(name, DPL_FLOAT64, x->_ndim, x->_shape, x, &res);
   if (st == DPL_OK) {
-    const double *xs = xd->_data;
-    double *r = res->_data;
-    for (int64_t i = 0; i < N; i++) {
-      const double *row = xs + i * C;
-      double *gr = r + i * C;
-      if (t[i] == ignore) { for (int64_t k = 0; k < C; k++) gr[k] = 0; continue; }
-      if (ce) {
-        double m = -INFINITY, s = 0;
-        for (int64_t k = 0; k < C; k++) if (row[k] > m) m = row[k];
-        for (int64_t k = 0; k < C; k++) s += exp(row[k] - m);
-        for (int64_t k = 0; k < C; k++) gr[k] = g[i] * exp(row[k] - m) / s;
-        gr[t[i]] -= g[i];
-      } else {
-        for (int64_t k = 0; k < C; k++) gr[k] = 0;
-        gr[t[i]] = -g[i];
-      }
-    }
+    class_rows j = {.ce = ce, .x = xd->_data, .t = t, .C = C, .ignore = ignore, .g = g, .r = res->_data};
+    dpl_parallel_for(N, class_grain(C), class_grad_range, &j);
     st = dpl_retype(name, &res, x->_dtype);
   }
   free(g);

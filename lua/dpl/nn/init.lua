@@ -814,24 +814,10 @@ function ModuleDict:items()
 end
 function ModuleDict:len() return #rawget(self, '_module_names') end
 
----------------------------------------------------------------- loss modules
-local function loss_class(name, fname)
-  local cls = Module:extend(name)
-  local fn, accepted = F[fname], F._option_keys[fname]
-  function cls:__init(opts)
-    Module.__init(self)
-    check_opts(opts, accepted, name)
-    self.opts = opts or {}
-  end
-  function cls:forward(a, b) return fn(a, b, self.opts) end
-  return cls
-end
-nn.CrossEntropyLoss = loss_class('CrossEntropyLoss', 'cross_entropy')
-nn.NLLLoss = loss_class('NLLLoss', 'nll_loss')
-nn.MSELoss = loss_class('MSELoss', 'mse_loss')
-nn.L1Loss = loss_class('L1Loss', 'l1_loss')
-nn.BCELoss = loss_class('BCELoss', 'binary_cross_entropy')
-nn.BCEWithLogitsLoss = loss_class('BCEWithLogitsLoss', 'binary_cross_entropy_with_logits')
-nn.SmoothL1Loss = loss_class('SmoothL1Loss', 'smooth_l1_loss')
+---------------------------------------------------------------- the loss group (lua/dpl/nn/loss.lua)
+-- losses, distances, LogSigmoid, Softmin, Softsign, Tanhshrink, Hardsigmoid, ReLU6, PReLU, SELU,
+-- CELU, GLU, Threshold, Softmax2d, LocalResponseNorm, InstanceNorm1d/2d/3d
+nn.BatchNorm3d = batchnorm('BatchNorm3d', { [5] = true, what = '[N, C, D, H, W]' })
+for name, cls in pairs(require 'dpl.nn.loss') do nn[name] = cls end
 
 return nn
