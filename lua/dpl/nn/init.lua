@@ -834,4 +834,7 @@ nn.BCELoss = loss_class('BCELoss', 'binary_cross_entropy')
 nn.BCEWithLogitsLoss = loss_class('BCEWithLogitsLoss', 'binary_cross_entropy_with_logits')
 nn.SmoothL1Loss = loss_class('SmoothL1Loss', 'smooth_l1_loss')
 
+-- the sequence group: RNN/LSTM/GRU and their cells, MultiheadAttention, the Transformer modules
+require('dpl.nn.seq')(nn)
+
 return nn
