@@ -13,6 +13,10 @@
 #include "dpl_tensor_internal.h"
 #include <math.h>
 
+/* no FP traps are ever enabled: GCC may then compute both sides of the selects in the gate
+ * functions below (if-conversion), which lets the row loops vectorize; results are unchanged */
+#pragma GCC optimize("no-trapping-math")
+
 /* rows per task: at least ~16K gate values */
 #define GATE_GRAIN 16384
 
@@ -53,8 +57,8 @@ static int lead(const char *op, const char *what, const dpl_tensor *t, int64_t k
 typedef struct rnn_job {
   int64_t H;
   int relu;
-  const void *a, *b, *c, *d, *e; /* inputs, as each kernel names them */
-  void *o1, *o2, *o3;            /* outputs */
+  const void *a, *b, *c, *d; /* inputs, as each kernel names them */
+  void *o1, *o2, *o3;        /* outputs */
 } rnn_job;
 
 static int64_t grain_rows(int64_t width)
@@ -63,112 +67,180 @@ static int64_t grain_rows(int64_t width)
   return g < 1 ? 1 : g;
 }
 
-/* the kernels for one element type T (math functions with suffix S) */
-#define RNN_KERNELS(T, S)                                                                                   \
-  static inline T sig_##T(T x) { return (T)1 / ((T)1 + exp##S(-x)); }                                       \
-  /* pre [B, 4H], c_prev [B, H] -> h, c [B, H], act [B, 4H] (i, f, g, o) or NULL */                        \
-  static void lstm_fwd_##T(int64_t lo, int64_t hi, void *vj)                                                \
-  {                                                                                                         \
-    const rnn_job *j = vj;                                                                                  \
-    int64_t H = j->H;                                                                                       \
-    for (int64_t r = lo; r < hi; r++) {                                                                     \
-      const T *p = (const T *)j->a + r * 4 * H, *cp = (const T *)j->b + r * H;                              \
-      T *h = (T *)j->o1 + r * H, *c = (T *)j->o2 + r * H, *a = j->o3 ? (T *)j->o3 + r * 4 * H : NULL;      \
-      for (int64_t k = 0; k < H; k++) {                                                                     \
-        T i = sig_##T(p[k]), f = sig_##T(p[H + k]), g = tanh##S(p[2 * H + k]), o = sig_##T(p[3 * H + k]);   \
-        T cn = f * cp[k] + i * g;                                                                           \
-        c[k] = cn;                                                                                          \
-        h[k] = o * tanh##S(cn);                                                                             \
-        if (a) { a[k] = i; a[H + k] = f; a[2 * H + k] = g; a[3 * H + k] = o; }                              \
-      }                                                                                                     \
-    }                                                                                                       \
-  }                                                                                                         \
-  /* dh [B, H], dc [B, H] (in: of c, out: of c_prev), act [B, 4H], c, c_prev [B, H] -> dpre [B, 4H] */      \
-  static void lstm_bwd_##T(int64_t lo, int64_t hi, void *vj)                                                \
-  {                                                                                                         \
-    const rnn_job *j = vj;                                                                                  \
-    int64_t H = j->H;                                                                                       \
-    for (int64_t r = lo; r < hi; r++) {                                                                     \
-      const T *dh = (const T *)j->a + r * H, *a = (const T *)j->b + r * 4 * H;                              \
-      const T *c = (const T *)j->c + r * H, *cp = (const T *)j->d + r * H;                                  \
-      T *dc = (T *)j->o1 + r * H, *dp = (T *)j->o2 + r * 4 * H;                                             \
-      for (int64_t k = 0; k < H; k++) {                                                                     \
-        T i = a[k], f = a[H + k], g = a[2 * H + k], o = a[3 * H + k];                                       \
-        T tc = tanh##S(c[k]);                                                                               \
-        T dck = dc[k] + dh[k] * o * ((T)1 - tc * tc);                                                       \
-        dp[k] = dck * g * i * ((T)1 - i);                                                                   \
-        dp[H + k] = dck * cp[k] * f * ((T)1 - f);                                                           \
-        dp[2 * H + k] = dck * i * ((T)1 - g * g);                                                           \
-        dp[3 * H + k] = dh[k] * tc * o * ((T)1 - o);                                                        \
-        dc[k] = dck * f;                                                                                    \
-      }                                                                                                     \
-    }                                                                                                       \
-  }                                                                                                         \
-  /* xp [B, 3H] (x W_ih^T + b_ih), hh [B, 3H] (h W_hh^T + b_hh), h_prev [B, H] -> h [B, H],               \
-   * act [B, 4H] (r, z, n, hh_n) or NULL */                                                                 \
-  static void gru_fwd_##T(int64_t lo, int64_t hi, void *vj)                                                 \
-  {                                                                                                         \
-    const rnn_job *j = vj;                                                                                  \
-    int64_t H = j->H;                                                                                       \
-    for (int64_t r = lo; r < hi; r++) {                                                                     \
-      const T *x = (const T *)j->a + r * 3 * H, *hh = (const T *)j->b + r * 3 * H;                          \
-      const T *hp = (const T *)j->c + r * H;                                                                \
-      T *h = (T *)j->o1 + r * H, *a = j->o2 ? (T *)j->o2 + r * 4 * H : NULL;                                \
-      for (int64_t k = 0; k < H; k++) {                                                                     \
-        T rg = sig_##T(x[k] + hh[k]), z = sig_##T(x[H + k] + hh[H + k]), hn = hh[2 * H + k];               \
-        T n = tanh##S(x[2 * H + k] + rg * hn);                                                              \
-        h[k] = (hp[k] - n) * z + n;                                                                         \
-        if (a) { a[k] = rg; a[H + k] = z; a[2 * H + k] = n; a[3 * H + k] = hn; }                            \
-      }                                                                                                     \
-    }                                                                                                       \
-  }                                                                                                         \
-  /* dh [B, H], act [B, 4H], h_prev [B, H], gy [B, H] or NULL -> dxp, dhh [B, 3H],                          \
-   * dh_prev [B, H] (without the hidden product's part: dh * z + gy) */                                     \
-  static void gru_bwd_##T(int64_t lo, int64_t hi, void *vj)                                                 \
-  {                                                                                                         \
-    const rnn_job *j = vj;                                                                                  \
-    int64_t H = j->H;                                                                                       \
-    for (int64_t r = lo; r < hi; r++) {                                                                     \
-      const T *dh = (const T *)j->a + r * H, *a = (const T *)j->b + r * 4 * H;                              \
-      const T *hp = (const T *)j->c + r * H, *gy = j->d ? (const T *)j->d + r * H : NULL;                   \
-      T *dx = (T *)j->o1 + r * 3 * H, *dhh = (T *)j->o2 + r * 3 * H, *dprev = (T *)j->o3 + r * H;           \
-      for (int64_t k = 0; k < H; k++) {                                                                     \
-        T rg = a[k], z = a[H + k], n = a[2 * H + k], hn = a[3 * H + k], d = dh[k];                          \
-        T dn = d * ((T)1 - z) * ((T)1 - n * n);                                                             \
-        T dr = dn * hn * rg * ((T)1 - rg);                                                                  \
-        T dz = d * (hp[k] - n) * z * ((T)1 - z);                                                            \
-        dx[k] = dr; dx[H + k] = dz; dx[2 * H + k] = dn;                                                     \
-        dhh[k] = dr; dhh[H + k] = dz; dhh[2 * H + k] = dn * rg;                                             \
-        dprev[k] = d * z + (gy ? gy[k] : (T)0);                                                             \
-      }                                                                                                     \
-    }                                                                                                       \
-  }                                                                                                         \
-  /* pre [B, H] -> h = tanh(pre) or relu(pre) (h may be pre) */                                             \
-  static void rnn_fwd_##T(int64_t lo, int64_t hi, void *vj)                                                 \
-  {                                                                                                         \
-    const rnn_job *j = vj;                                                                                  \
-    int64_t H = j->H;                                                                                       \
-    for (int64_t r = lo; r < hi; r++) {                                                                     \
-      const T *p = (const T *)j->a + r * H;                                                                 \
-      T *h = (T *)j->o1 + r * H;                                                                            \
-      if (j->relu) for (int64_t k = 0; k < H; k++) h[k] = p[k] > (T)0 ? p[k] : (T)0;                         \
-      else for (int64_t k = 0; k < H; k++) h[k] = tanh##S(p[k]);                                            \
-    }                                                                                                       \
-  }                                                                                                         \
-  /* dh, h [B, H] -> dpre [B, H] */                                                                         \
-  static void rnn_bwd_##T(int64_t lo, int64_t hi, void *vj)                                                 \
-  {                                                                                                         \
-    const rnn_job *j = vj;                                                                                  \
-    int64_t H = j->H;                                                                                       \
-    for (int64_t r = lo; r < hi; r++) {                                                                     \
-      const T *dh = (const T *)j->a + r * H, *h = (const T *)j->b + r * H;                                  \
-      T *dp = (T *)j->o1 + r * H;                                                                           \
-      if (j->relu) for (int64_t k = 0; k < H; k++) dp[k] = h[k] > (T)0 ? dh[k] : (T)0;                       \
-      else for (int64_t k = 0; k < H; k++) dp[k] = dh[k] * ((T)1 - h[k] * h[k]);                            \
-    }                                                                                                       \
+/* float32 exp, sigmoid and tanh without calls or branches, so that the loops below vectorize
+ * (libm's expf and tanhf are scalar calls; tanhf alone cost ~12 ns an element). exp: Cephes'
+ * expf (the argument reduced by ln 2 in two parts, a degree-5 polynomial, 2^n made from its
+ * bits), within 2 ulp; the argument is clamped to [-87.3, 88.3] (the results there are ~0 and
+ * ~2e38: the same sigmoid and tanh); NaN passes through. tanh: Cephes' odd polynomial below
+ * |x| = 0.625, else 1 - 2 / (exp(2|x|) + 1) with x's sign; within a few ulp. float64 uses libm. */
+static inline float exp_f(float x)
+{
+  float y = x != x ? 0.0f : x;
+  y = y < -87.3f ? -87.3f : y;
+  y = y > 88.3f ? 88.3f : y;
+  float n = (y * 1.44269504088896341f + 12582912.0f) - 12582912.0f; /* rounded (1.5 * 2^23) */
+  float r = y - n * 0.693359375f + n * 2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  union { int32_t i; float f; } sc;
+  sc.i = ((int32_t)n + 127) * 8388608; /* << 23 */
+  float e = p * sc.f;
+  return x != x ? x : e;
+}
+static inline float sig_f(float x) { return 1.0f / (1.0f + exp_f(-x)); }
+static inline float tanh_f(float x)
+{
+  float ax = x < 0 ? -x : x, z = x * x;
+  float small = ((((-5.70498872745e-3f * z + 2.06390887954e-2f) * z - 5.37397155531e-2f) * z + 1.33314422036e-1f) * z
+                 - 3.33332819422e-1f) * z * x + x;
+  float big = 1.0f - 2.0f / (exp_f(2.0f * ax) + 1.0f);
+  big = x < 0 ? -big : big;
+  return ax < 0.625f ? small : big;
+}
+static inline double sig_d(double x) { return 1.0 / (1.0 + exp(-x)); }
+static inline double tanh_d(double x) { return tanh(x); }
+
+/* the row loops of one element type T, with SIG and TANH its sigmoid and tanh; the operands
+ * of a row never overlap (ivdep: no alias checks, which made GCC give up on these loops) */
+#define IVDEP _Pragma("GCC ivdep")
+#define RNN_KERNELS(T, SIG, TANH)                                                                          \
+  /* pre [B, 4H], c_prev [B, H] -> h, c [B, H] and act [B, 4H] (i, f, g, o) when not NULL */              \
+  DPL_CLONES static void lstm_fwd_##T(int64_t lo, int64_t hi, void *vj)                                     \
+  {                                                                                                        \
+    const rnn_job *j = vj;                                                                                 \
+    int64_t H = j->H;                                                                                      \
+    for (int64_t r = lo; r < hi; r++) {                                                                    \
+      const T *p = (const T *)j->a + r * 4 * H, *cp = (const T *)j->b + r * H;                             \
+      T *h = (T *)j->o1 + r * H, *c = (T *)j->o2 + r * H;                                                  \
+      if (j->o3) {                                                                                         \
+        T *a = (T *)j->o3 + r * 4 * H;                                                                     \
+        IVDEP for (int64_t k = 0; k < H; k++) {                                                            \
+          T i = SIG(p[k]), f = SIG(p[H + k]), g = TANH(p[2 * H + k]), o = SIG(p[3 * H + k]);               \
+          T cn = f * cp[k] + i * g;                                                                        \
+          c[k] = cn;                                                                                       \
+          h[k] = o * TANH(cn);                                                                             \
+          a[k] = i; a[H + k] = f; a[2 * H + k] = g; a[3 * H + k] = o;                                      \
+        }                                                                                                  \
+      } else {                                                                                             \
+        IVDEP for (int64_t k = 0; k < H; k++) {                                                            \
+          T i = SIG(p[k]), f = SIG(p[H + k]), g = TANH(p[2 * H + k]), o = SIG(p[3 * H + k]);               \
+          T cn = f * cp[k] + i * g;                                                                        \
+          c[k] = cn;                                                                                       \
+          h[k] = o * TANH(cn);                                                                             \
+        }                                                                                                  \
+      }                                                                                                    \
+    }                                                                                                      \
+  }                                                                                                        \
+  /* dh [B, H], dc [B, H] (in: of c; out: of c_prev), act [B, 4H], c, c_prev [B, H] -> dpre [B, 4H] */     \
+  DPL_CLONES static void lstm_bwd_##T(int64_t lo, int64_t hi, void *vj)                                     \
+  {                                                                                                        \
+    const rnn_job *j = vj;                                                                                 \
+    int64_t H = j->H;                                                                                      \
+    for (int64_t r = lo; r < hi; r++) {                                                                    \
+      const T *dh = (const T *)j->a + r * H, *a = (const T *)j->b + r * 4 * H;                             \
+      const T *c = (const T *)j->c + r * H, *cp = (const T *)j->d + r * H;                                 \
+      T *dc = (T *)j->o1 + r * H, *dp = (T *)j->o2 + r * 4 * H;                                            \
+      IVDEP for (int64_t k = 0; k < H; k++) {                                                              \
+        T i = a[k], f = a[H + k], g = a[2 * H + k], o = a[3 * H + k];                                      \
+        T tc = TANH(c[k]);                                                                                 \
+        T dck = dc[k] + dh[k] * o * ((T)1 - tc * tc);                                                      \
+        dp[k] = dck * g * i * ((T)1 - i);                                                                  \
+        dp[H + k] = dck * cp[k] * f * ((T)1 - f);                                                          \
+        dp[2 * H + k] = dck * i * ((T)1 - g * g);                                                          \
+        dp[3 * H + k] = dh[k] * tc * o * ((T)1 - o);                                                       \
+        dc[k] = dck * f;                                                                                   \
+      }                                                                                                    \
+    }                                                                                                      \
+  }                                                                                                        \
+  /* xp [B, 3H] (x W_ih^T + b_ih), hh [B, 3H] (h W_hh^T + b_hh), h_prev [B, H] -> h [B, H] and            \
+   * act [B, 4H] (r, z, n, hh_n) when not NULL; PyTorch's h = (h_prev - n) * z + n */                      \
+  DPL_CLONES static void gru_fwd_##T(int64_t lo, int64_t hi, void *vj)                                      \
+  {                                                                                                        \
+    const rnn_job *j = vj;                                                                                 \
+    int64_t H = j->H;                                                                                      \
+    for (int64_t r = lo; r < hi; r++) {                                                                    \
+      const T *x = (const T *)j->a + r * 3 * H, *hh = (const T *)j->b + r * 3 * H;                         \
+      const T *hp = (const T *)j->c + r * H;                                                               \
+      T *h = (T *)j->o1 + r * H;                                                                           \
+      if (j->o2) {                                                                                         \
+        T *a = (T *)j->o2 + r * 4 * H;                                                                     \
+        IVDEP for (int64_t k = 0; k < H; k++) {                                                            \
+          T rg = SIG(x[k] + hh[k]), z = SIG(x[H + k] + hh[H + k]), hn = hh[2 * H + k];                     \
+          T n = TANH(x[2 * H + k] + rg * hn);                                                              \
+          h[k] = (hp[k] - n) * z + n;                                                                      \
+          a[k] = rg; a[H + k] = z; a[2 * H + k] = n; a[3 * H + k] = hn;                                    \
+        }                                                                                                  \
+      } else {                                                                                             \
+        IVDEP for (int64_t k = 0; k < H; k++) {                                                            \
+          T rg = SIG(x[k] + hh[k]), z = SIG(x[H + k] + hh[H + k]);                                         \
+          T n = TANH(x[2 * H + k] + rg * hh[2 * H + k]);                                                   \
+          h[k] = (hp[k] - n) * z + n;                                                                      \
+        }                                                                                                  \
+      }                                                                                                    \
+    }                                                                                                      \
+  }                                                                                                        \
+  /* dh [B, H], act [B, 4H], h_prev [B, H], gy [B, H] or NULL -> dxp, dhh [B, 3H] and                       \
+   * dh_prev [B, H] without the hidden product's part: dh * z + gy */                                      \
+  DPL_CLONES static void gru_bwd_##T(int64_t lo, int64_t hi, void *vj)                                      \
+  {                                                                                                        \
+    const rnn_job *j = vj;                                                                                 \
+    int64_t H = j->H;                                                                                      \
+    for (int64_t r = lo; r < hi; r++) {                                                                    \
+      const T *dh = (const T *)j->a + r * H, *a = (const T *)j->b + r * 4 * H;                             \
+      const T *hp = (const T *)j->c + r * H;                                                               \
+      T *dx = (T *)j->o1 + r * 3 * H, *dhh = (T *)j->o2 + r * 3 * H, *dprev = (T *)j->o3 + r * H;          \
+      IVDEP for (int64_t k = 0; k < H; k++) {                                                              \
+        T rg = a[k], z = a[H + k], n = a[2 * H + k], hn = a[3 * H + k], d = dh[k];                         \
+        T dn = d * ((T)1 - z) * ((T)1 - n * n);                                                            \
+        T dr = dn * hn * rg * ((T)1 - rg);                                                                 \
+        T dz = d * (hp[k] - n) * z * ((T)1 - z);                                                           \
+        dx[k] = dr; dx[H + k] = dz; dx[2 * H + k] = dn;                                                    \
+        dhh[k] = dr; dhh[H + k] = dz; dhh[2 * H + k] = dn * rg;                                            \
+        dprev[k] = d * z;                                                                                  \
+      }                                                                                                    \
+      if (j->d) {                                                                                          \
+        const T *gy = (const T *)j->d + r * H;                                                             \
+        IVDEP for (int64_t k = 0; k < H; k++) dprev[k] += gy[k];                                           \
+      }                                                                                                    \
+    }                                                                                                      \
+  }                                                                                                        \
+  /* pre [B, H] -> h = tanh(pre) or relu(pre) */                                                           \
+  DPL_CLONES static void rnn_fwd_##T(int64_t lo, int64_t hi, void *vj)                                      \
+  {                                                                                                        \
+    const rnn_job *j = vj;                                                                                 \
+    int64_t H = j->H;                                                                                      \
+    for (int64_t r = lo; r < hi; r++) {                                                                    \
+      const T *p = (const T *)j->a + r * H;                                                                \
+      T *h = (T *)j->o1 + r * H;                                                                           \
+      if (j->relu) {                                                                                       \
+        IVDEP for (int64_t k = 0; k < H; k++) h[k] = p[k] > (T)0 ? p[k] : (T)0;                            \
+      } else {                                                                                             \
+        IVDEP for (int64_t k = 0; k < H; k++) h[k] = TANH(p[k]);                                           \
+      }                                                                                                    \
+    }                                                                                                      \
+  }                                                                                                        \
+  /* dh, h [B, H] -> dpre [B, H] */                                                                        \
+  DPL_CLONES static void rnn_bwd_##T(int64_t lo, int64_t hi, void *vj)                                      \
+  {                                                                                                        \
+    const rnn_job *j = vj;                                                                                 \
+    int64_t H = j->H;                                                                                      \
+    for (int64_t r = lo; r < hi; r++) {                                                                    \
+      const T *dh = (const T *)j->a + r * H, *h = (const T *)j->b + r * H;                                 \
+      T *dp = (T *)j->o1 + r * H;                                                                          \
+      if (j->relu) {                                                                                       \
+        IVDEP for (int64_t k = 0; k < H; k++) dp[k] = h[k] > (T)0 ? dh[k] : (T)0;                          \
+      } else {                                                                                             \
+        IVDEP for (int64_t k = 0; k < H; k++) dp[k] = dh[k] * ((T)1 - h[k] * h[k]);                        \
+      }                                                                                                    \
+    }                                                                                                      \
   }
-RNN_KERNELS(float, f)
-RNN_KERNELS(double, )
+RNN_KERNELS(float, sig_f, tanh_f)
+RNN_KERNELS(double, sig_d, tanh_d)
 
 static void run(int64_t B, int64_t width, int32_t dt, dpl_range_fn f32, dpl_range_fn f64, rnn_job *j)
 {
