@@ -515,15 +515,21 @@ return function(F)
       if kpm ~= nil then kpm = pad_last(kpm) end
     end
     S = k:size(2)
-    -- merge the masks into one additive mask
-    local mask = amask and additive(amask, dt) or nil
+    -- merge the masks into one additive mask, as PyTorch 1.13: a boolean attn_mask is or-ed with
+    -- the key padding mask (a float one read as nonzero = padding), a float one gets -inf where a
+    -- boolean key padding mask is true; two float masks are added (1.13 fails there; torch 2.x adds)
+    local mask = amask
     if kpm ~= nil then
       if kpm:size(2) ~= S then
         error(fmt('%s: expected key_padding_mask of shape [%d, %d], got %s', fn, N, S, shape_str(kpm)), 2)
       end
-      local km = additive(kpm, dt):view(N, 1, 1, S):expand(N, nh, 1, S):reshape(N * nh, 1, S)
-      mask = mask and mask + km or km
+      local km = kpm:view(N, 1, 1, S):expand(N, nh, 1, S):reshape(N * nh, 1, S)
+      if mask == nil then mask = km
+      elseif mask.dtype == 'bool' then mask = mask:logical_or(km)
+      elseif km.dtype == 'bool' then mask = mask:to(dt):expand(N * nh, L, S):masked_fill(km, -math.huge)
+      else mask = mask:to(dt) + km:to(dt) end
     end
+    if mask ~= nil then mask = additive(mask, dt) end
     if not training then p = 0 end
     local qs = q / math.sqrt(hd)
     local kt = k:transpose(2, 3)

@@ -145,14 +145,14 @@ return function(nn)
   end
 
   -- the initial state tensor hx (or nil) checked: [L * D, B, H] (unbatched: [L * D, H])
-  local function check_state(self, hx, what, batched, B, x)
+  local function check_state(self, hx, what, batched, B, x, nd)
     local LD = self.num_layers * (self.bidirectional and 2 or 1)
     if hx == nil then return T.zeros({ LD, B, self.hidden_size }, { dtype = x.dtype, device = x.device }) end
     tensor_arg(self, what, hx)
     local want = batched and { LD, B, self.hidden_size } or { LD, self.hidden_size }
     if hx:dim() ~= #want then
       error(fmt('%s: for %s %d-d input, %s should be %d-d %s, got shape %s', self:_label(), batched and 'batched' or
-        'unbatched', x:dim(), what, #want, list_str(want), shape_str(hx)))
+        'unbatched', nd, what, #want, list_str(want), shape_str(hx)))
     end
     if not same_size(hx, want) then
       error(fmt('%s: expected %s of shape %s, got %s', self:_label(), what, list_str(want), shape_str(hx)))
@@ -202,10 +202,10 @@ return function(nn)
       if hx ~= nil and (type(hx) ~= 'table' or #hx ~= 2 or not is_tensor(hx[1]) or not is_tensor(hx[2])) then
         error(fmt('%s: hx must be a list {h_0, c_0} of two tensors, got %s', lbl, is_tensor(hx) and 'a tensor' or type(hx)))
       end
-      h0 = check_state(self, hx and hx[1], 'hx[1] (h_0)', batched, B, x)
-      c0 = check_state(self, hx and hx[2], 'hx[2] (c_0)', batched, B, x)
+      h0 = check_state(self, hx and hx[1], 'hx[1] (h_0)', batched, B, x, nd)
+      c0 = check_state(self, hx and hx[2], 'hx[2] (c_0)', batched, B, x, nd)
     else
-      h0 = check_state(self, hx, 'hx', batched, B, x)
+      h0 = check_state(self, hx, 'hx', batched, B, x, nd)
     end
     local D = self.bidirectional and 2 or 1
     local hs, cs = {}, {}
@@ -472,6 +472,11 @@ return function(nn)
       v = value == key and k or value:transpose(1, 2)
     end
     local E = self.embed_dim
+    local pdt = self.out_proj.weight.dtype
+    if not amp.dtype and (query.dtype ~= pdt or key.dtype ~= pdt or value.dtype ~= pdt) then
+      error(fmt("%s: query, key and value must have dtype %s (the parameters'), got %s, %s and %s", lbl, pdt,
+        query.dtype, key.dtype, value.dtype))
+    end
     if q:dim() >= 1 and q:size(-1) ~= E then
       error(fmt('%s(embed_dim=%d): query has shape %s, expected the last dim to be %d', lbl, E, shape_str(query), E))
     end
