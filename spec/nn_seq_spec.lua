@@ -479,6 +479,70 @@ describe('behaviour', function()
     assert.truthy(tostring(c):find('GELU'))
   end)
 
+  it('runs on a GPU (the CUDA plugin under the CPU emulator: the composed loop) as on the CPU', function()
+    local emu = h.root .. '/build/cuda-emu/dpl_cuda_emu.so'
+    local fh = io.open(emu, 'rb')
+    if not fh then pending('the CUDA emulator is not built (make cuda-emu; spec/cuda_emu_spec.lua builds it)') return end
+    fh:close()
+    local f = h.write_file(h.tmpname('.lua'), [==[
+local dpl = require 'dpl'
+local nn, F = dpl.nn, dpl.nn.functional
+dpl.manual_seed(1)
+-- module m (CPU) and a copy on cuda:0: the same outputs and gradients (inputs, every parameter)
+local function check(name, mk, call, ...)
+  local args = { ... }
+  local m, md = mk(), mk()
+  md:load_state_dict(m:state_dict())
+  md:to('cuda:0')
+  local ca, ga = {}, {}
+  for i, a in ipairs(args) do
+    ca[i] = a:is_floating_point() and a:clone():requires_grad_() or a
+    ga[i] = a:is_floating_point() and a:to('cuda:0'):requires_grad_() or a:to('cuda:0')
+  end
+  local y = call(m, unpack(ca))
+  local g = dpl.randn(y:size())
+  ;(y * g):sum():backward()
+  local ok, err = pcall(function()
+    local yd = call(md, unpack(ga))
+    assert(tostring(yd.device) == 'cuda:0', tostring(yd.device))
+    ;(yd * g:to('cuda:0')):sum():backward()
+    local d = (yd:cpu() - y):abs():max():item()
+    d = math.max(d, (ga[1].grad:cpu() - ca[1].grad):abs():max():item())
+    local p1, p2 = m:parameters(), md:parameters()
+    for i = 1, #p1 do d = math.max(d, (p2[i].grad:cpu() - p1[i].grad):abs():max():item()) end
+    return d
+  end)
+  print(name, ok and 'ok' or 'error', err)
+end
+local q = dpl.randn(4, 2, 8)
+local function call1(m, x) return (m(x)) end
+check('LSTM', function() return nn.LSTM(8, 6, 2, { bidirectional = true }) end, call1, q)
+check('GRU', function() return nn.GRU(8, 6, { batch_first = true }) end, call1, q)
+check('RNN', function() return nn.RNN(8, 6, { nonlinearity = 'relu' }) end, call1, q)
+check('LSTMCell', function() return nn.LSTMCell(8, 6) end, call1, q:select(1, 1))
+check('GRUCell', function() return nn.GRUCell(8, 6) end, call1, q:select(1, 1))
+check('MultiheadAttention', function() return nn.MultiheadAttention(8, 2, { add_bias_kv = true }) end, function(m, x, k)
+  return (m(x, x, x, { attn_mask = nn.Transformer.generate_square_subsequent_mask(4, x.device), key_padding_mask = k }))
+end, q, dpl.tensor({ { false, false, false, true }, { false, false, false, false } }))
+check('TransformerEncoderLayer', function() return nn.TransformerEncoderLayer(8, 2, { dim_feedforward = 8, dropout = 0 }) end, call1, q)
+check('Transformer', function() return nn.Transformer({ d_model = 8, nhead = 2, num_encoder_layers = 1,
+  num_decoder_layers = 1, dim_feedforward = 8, dropout = 0 }) end, function(m, x) return m(x, x:narrow(1, 1, 3)) end, q)
+local qd = q:to('cuda:0')
+local y = F.scaled_dot_product_attention(qd, qd, qd, { is_causal = true })
+print('sdpa', 'ok', (y:cpu() - F.scaled_dot_product_attention(q, q, q, { is_causal = true })):abs():max():item())
+]==])
+    local out, err, rc = h.sh(h.q(h.root .. '/scripts/cuda-emu/run-ops.sh') .. ' ' .. h.q(f), { timeout = 300 })
+    os.remove(f)
+    assert.are.equal(0, rc, out .. err)
+    local n = 0
+    for name, status, d in out:gmatch('([%w_]+)\t(%a+)\t([^\n]*)') do
+      assert.are.equal('ok', status, name .. ': ' .. d)
+      assert(tonumber(d) and tonumber(d) < 1e-5, name .. ': ' .. d)
+      n = n + 1
+    end
+    assert.are.equal(9, n, out .. err)
+  end)
+
   it('runs on a simulated GPU (host memory, the fused loop) as on the CPU', function()
     local out, err, rc = h.run_chunk([[
 local dpl = require 'dpl'

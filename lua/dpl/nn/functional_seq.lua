@@ -301,7 +301,7 @@ return function(F)
     scale = scale or 1 / math.sqrt(q:size(-1))
     local scores = q:matmul(k:transpose(-2, -1)) * scale
     if opts.is_causal then
-      mask = T.ones({ L, S }, { dtype = 'bool', device = q.device }):tril()
+      mask = T.ones({ L, S }, { dtype = 'bool' }):tril():to(q.device) -- (tril has no GPU kernel)
     end
     if mask ~= nil then
       if mask.dtype == 'bool' then
@@ -388,6 +388,12 @@ return function(F)
       error(fmt('%s: query should be unbatched 2-d [L, E] or batched 3-d [L, N, E], got shape %s', fn, shape_str(query)), 2)
     end
     local batched = qd == 3
+    local qdev = tostring(query.device)
+    for _, e in ipairs({ { 'key', key }, { 'value', value }, { 'key_padding_mask', kpm }, { 'attn_mask', amask } }) do
+      if e[2] ~= nil and tostring(e[2].device) ~= qdev then
+        error(fmt('%s: %s is on %s, query on %s', fn, e[1], tostring(e[2].device), qdev), 2)
+      end
+    end
     if key:dim() ~= qd or value:dim() ~= qd then
       error(fmt('%s: for %s (%d-d) query %s, expected key and value to be %d-d, got %s and %s', fn,
         batched and 'batched' or 'unbatched', qd, shape_str(query), qd, shape_str(key), shape_str(value)), 2)

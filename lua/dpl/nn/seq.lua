@@ -821,7 +821,8 @@ return function(nn)
   --- -inf above the diagonal, 0 elsewhere (a causal attn_mask).
   function TR.generate_square_subsequent_mask(sz, device)
     check_int('generate_square_subsequent_mask', 'sz', sz, 0)
-    local o = type(device) == 'table' and device or { device = device }
-    return T.full({ sz, sz }, -math.huge, { dtype = o.dtype or 'float32', device = o.device }):triu(1)
+    local o = (type(device) == 'table' and getmetatable(device) == nil) and device or { device = device }
+    local m = T.full({ sz, sz }, -math.huge, { dtype = o.dtype or 'float32' }):triu(1) -- (triu has no GPU kernel)
+    return o.device and m:to(o.device) or m
   end
 end
