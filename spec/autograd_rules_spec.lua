@@ -139,11 +139,13 @@ do
 end
 
 -- the seq group: one recurrent layer's time loop (dpl.nn.functional_seq), both directions
-cases.lstm_seq = { function(xp, h0, c0, w)
+cases.lstm_seq = { function(xp, h0, c0, w, hp, wp, whr) -- (hp, wp, whr: proj_size 1)
   local y, hn, cn = F._lstm_layer(xp, h0, c0, w, false)
   local yr, _, cr = F._lstm_layer(xp, h0, c0, w, true)
-  return dpl.cat({ y:reshape(-1), hn:reshape(-1), cn:reshape(-1) * 2, yr:reshape(-1), cr:reshape(-1) })
-end, { rs(1, 3, 2, 8), rs(2, 2, 2), rs(3, 2, 2), rs(4, 8, 2) } }
+  local yp, _, cp = F._lstm_layer(xp, hp, c0, wp, true, whr)
+  return dpl.cat({ y:reshape(-1), hn:reshape(-1), cn:reshape(-1) * 2, yr:reshape(-1), cr:reshape(-1), yp:reshape(-1),
+    cp:reshape(-1) })
+end, { rs(1, 3, 2, 8), rs(2, 2, 2), rs(3, 2, 2), rs(4, 8, 2), rs(5, 2, 1), rs(6, 8, 1), rs(7, 1, 2) } }
 cases.gru_seq = { function(xp, h0, w, b)
   local y, hn = F._gru_layer(xp, h0, w, b, false)
   return dpl.cat({ y:reshape(-1), hn:reshape(-1), F._gru_layer(xp, h0, w, b, true):reshape(-1) })

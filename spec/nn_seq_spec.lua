@@ -199,6 +199,7 @@ describe('nn sequence modules match PyTorch 1.13', function()
   it('state dict keys, their order and shapes are PyTorch\'s', function()
     local mods = {
       LSTM = nn.LSTM(10, 20, 2, { bidirectional = true }), GRU = nn.GRU(10, 20, { bias = false }),
+      ['LSTM proj_size'] = nn.LSTM(10, 20, 2, { proj_size = 5, bidirectional = true }),
       RNN = nn.RNN(10, 20, 3), LSTMCell = nn.LSTMCell(10, 20), GRUCell = nn.GRUCell(10, 20),
       RNNCell = nn.RNNCell(10, 20, { bias = false }), MultiheadAttention = nn.MultiheadAttention(16, 4),
       ['MultiheadAttention kdim add_bias_kv'] = nn.MultiheadAttention(16, 4, { kdim = 5, vdim = 7, add_bias_kv = true }),
@@ -217,7 +218,7 @@ describe('nn sequence modules match PyTorch 1.13', function()
       for _, e in ipairs(want) do assert.are.same(e[2], sd[dkey(e[1])]:size(), name .. ' ' .. e[1]) end
       n = n + 1
     end
-    assert.are.equal(11, n)
+    assert.are.equal(12, n)
     -- PyTorch's names for the layers of a recurrent net
     local lstm = nn.LSTM(3, 4, 2, { bidirectional = true })
     assert.are.equal(lstm.weight_hh_l1_reverse, lstm:all_weights()[4][2])
@@ -585,9 +586,7 @@ describe('errors name the module, the expected and the received value', function
     raises(function() nn.LSTM(10, 20, { bidirectional = 'yes' }) end, 'LSTM: bidirectional must be true or false, got yes')
     raises(function() nn.LSTM(10, 20, { proj_size = 20 }) end, 'LSTM: proj_size has to be smaller than hidden_size')
     raises(function() nn.LSTM(10, 20, { proj_size = -1 }) end, 'proj_size should be a positive integer or zero')
-    local ok, e = pcall(nn.LSTM, 10, 20, { proj_size = 5 })
-    assert.is_false(ok)
-    assert.truthy(tostring(e):find('^NotImplementedError: LSTM: proj_size'), tostring(e))
+    raises(function() nn.GRU(10, 20, { proj_size = 5 }) end, "GRU: unknown option 'proj_size'")
     raises(function() nn.LSTMCell(4, 5, { nonlinearity = 'tanh' }) end, "LSTMCell: unknown option 'nonlinearity'")
     raises(function() nn.RNNCell(4, 5, { nonlinearity = 'x' }) end, "RNNCell: unknown nonlinearity 'x'")
   end)
@@ -611,6 +610,9 @@ describe('errors name the module, the expected and the received value', function
       'for batched 3-d input, hx[2] (c_0) should be 3-d [1, 3, 20], got shape [3, 20]')
     raises(function() m(dpl.randn(5, 10), { dpl.randn(1, 3, 20), dpl.randn(1, 3, 20) }) end,
       'for unbatched 2-d input, hx[1] (h_0) should be 2-d [1, 20], got shape [1, 3, 20]')
+    local p = nn.LSTM(10, 20, { proj_size = 4 })
+    raises(function() p(dpl.randn(5, 3, 10), { dpl.randn(1, 3, 20), dpl.randn(1, 3, 20) }) end,
+      'expected hx[1] (h_0) of shape [1, 3, 4], got [1, 3, 20]')
     local g = nn.GRU(4, 5, { batch_first = true })
     raises(function() g(dpl.randn(2, 3, 4), dpl.randn(1, 3, 5)) end, 'GRU: expected hx of shape [1, 2, 5], got [1, 3, 5]')
     raises(function() g(dpl.randn(2, 3, 4), dpl.randn(1, 2, 5):double()) end, "hx must have dtype float32 (the input's), got float64")

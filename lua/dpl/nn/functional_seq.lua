@@ -56,53 +56,68 @@ return function(F)
   end
 
   ---------------------------------------------------------------- LSTM
-  -- the backward of lstm_seq (ctx: the forward's buffers), g the gradient of [y; c_n] [T+1, B, H]
-  local function lstm_backward(ctx, g, need_xp, need_h0, need_c0, need_w)
-    local Tn, B, H, rev, w = ctx.T, ctx.B, ctx.H, ctx.reverse, ctx.w
-    local Hall, Call, A = ctx.Hall, ctx.Call, ctx.A
+  -- The node's output is flat: y [T, B, P] then c_n [B, H] (P = H, or proj_size with w_hr [P, H]:
+  -- h = (o * tanh(c)) w_hr^T). Buffers (processing order): Hall [T + 1, B, P] the states h fed to
+  -- each step, Call [T + 1, B, H] the cells, A [T, B, 4H] the gates, R [T, B, H] o * tanh(c) (proj).
+  local function lstm_backward(ctx, g, need_xp, need_h0, need_c0, need_w, need_whr)
+    local Tn, B, H, P, rev, w, whr = ctx.T, ctx.B, ctx.H, ctx.P, ctx.reverse, ctx.w, ctx.w_hr
+    local Hall, Call, A, R = ctx.Hall, ctx.Call, ctx.A, ctx.R
     g = g:contiguous()
-    local function gy(k) return g:select(1, rev and Tn + 1 - k or k) end
-    local dpre = T.empty({ Tn, B, 4 * H }, like(A))
+    local gY = g:narrow(1, 1, Tn * B * P):view(Tn, B, P)
+    local function gy(k) return gY:select(1, rev and Tn + 1 - k or k) end
+    local o = like(A)
+    local dpre = T.empty({ Tn, B, 4 * H }, o)
+    local dH = whr and T.empty({ Tn, B, P }, o) or nil
     local dh = gy(Tn)
-    local dc = g:select(1, Tn + 1):clone()
+    local dc = g:narrow(1, Tn * B * P + 1, B * H):view(B, H):clone()
     for k = Tn, 1, -1 do
       local dp = dpre:select(1, k)
-      ok(C.dpl_lstm_cell_backward(dh, dc, A:select(1, k), Call:select(1, k + 1), Call:select(1, k), dp))
+      local dr = dh
+      if whr then
+        dH:select(1, k):copy_(dh)
+        dr = dh:mm(whr)
+      end
+      ok(C.dpl_lstm_cell_backward(dr, dc, A:select(1, k), Call:select(1, k + 1), Call:select(1, k), dp))
       if k > 1 then dh = T.addmm(gy(k - 1), dp, w)
       elseif need_h0 then dh = dp:mm(w) end
     end
     local gxp = need_xp and (rev and dpre:flip(1) or dpre) or nil
-    local gw = need_w and dpre:view(Tn * B, 4 * H):t():mm(Hall:narrow(1, 1, Tn):view(Tn * B, H)) or nil
-    return gxp, need_h0 and dh or nil, need_c0 and dc or nil, gw
+    local gw = need_w and dpre:view(Tn * B, 4 * H):t():mm(Hall:narrow(1, 1, Tn):view(Tn * B, P)) or nil
+    local gwr = whr and need_whr and dH:view(Tn * B, P):t():mm(R:view(Tn * B, H)) or nil
+    return gxp, need_h0 and dh or nil, need_c0 and dc or nil, gw, gwr
   end
 
-  local function lstm_fused(xp, h0, c0, w, rev)
-    local Tn, B, H = xp:size(1), xp:size(2), w:size(2)
-    local rec = any_grad(xp, h0, c0, w)
-    local ctx = { T = Tn, B = B, H = H, reverse = rev, w = w, backward = lstm_backward }
+  local function lstm_fused(xp, h0, c0, w, rev, whr)
+    local Tn, B, H = xp:size(1), xp:size(2), c0:size(2)
+    local P = whr and whr:size(1) or H
+    local rec = any_grad(xp, h0, c0, w, whr)
+    local ctx = { T = Tn, B = B, H = H, P = P, reverse = rev, w = w, w_hr = whr, backward = lstm_backward }
     local out = autograd.no_grad(function()
       local o = like(xp)
-      local Hall, Call = T.empty({ Tn + 1, B, H }, o), T.empty({ Tn + 1, B, H }, o)
+      local Hall, Call = T.empty({ Tn + 1, B, P }, o), T.empty({ Tn + 1, B, H }, o)
       Hall:select(1, 1):copy_(h0)
       Call:select(1, 1):copy_(c0)
       local A = rec and T.empty({ Tn, B, 4 * H }, o) or nil
-      local wt = w:t()
+      local R = whr and T.empty({ Tn, B, H }, o) or nil
+      local wt = w:t():contiguous()
+      local wrt = whr and whr:t():contiguous()
       for k = 1, Tn do
         local pre = T.addmm(xp:select(1, rev and Tn + 1 - k or k), Hall:select(1, k), wt)
-        ok(C.dpl_lstm_cell_forward(pre, Call:select(1, k), Hall:select(1, k + 1), Call:select(1, k + 1),
-          A and A:select(1, k) or nil))
+        local hk = R and R:select(1, k) or Hall:select(1, k + 1)
+        ok(C.dpl_lstm_cell_forward(pre, Call:select(1, k), hk, Call:select(1, k + 1), A and A:select(1, k) or nil))
+        if R then Hall:select(1, k + 1):copy_(hk:mm(wrt)) end
       end
-      ctx.Hall, ctx.Call, ctx.A = Hall, Call, A
+      ctx.Hall, ctx.Call, ctx.A, ctx.R = Hall, Call, A, R
       local hs = Hall:narrow(1, 2, Tn)
       if rev then hs = hs:flip(1) end
-      return T.cat({ hs, Call:narrow(1, Tn + 1, 1) }, 1) -- [y; c_n], a new tensor
+      return T.cat({ hs:reshape(-1), Call:select(1, Tn + 1):reshape(-1) }, 1) -- [y; c_n], a new tensor
     end)
-    if rec then autograd.record(autograd.rules.lstm_seq, out, xp, h0, c0, w, ctx) end
-    local y = out:narrow(1, 1, Tn)
-    return y, y:select(1, rev and 1 or Tn), out:select(1, Tn + 1)
+    if rec then autograd.record(autograd.rules.lstm_seq, out, xp, h0, c0, w, whr, ctx) end
+    local y = out:narrow(1, 1, Tn * B * P):view(Tn, B, P)
+    return y, y:select(1, rev and 1 or Tn), out:narrow(1, Tn * B * P + 1, B * H):view(B, H)
   end
 
-  local function lstm_composed(xp, h0, c0, w, rev)
+  local function lstm_composed(xp, h0, c0, w, rev, whr)
     local Tn = xp:size(1)
     local wt, h, c, hs = w:t(), h0, c0, {}
     for k = 1, Tn do
@@ -110,15 +125,17 @@ return function(F)
       local gates = T.addmm(xp:select(1, t), h, wt):chunk(4, 2)
       c = gates[2]:sigmoid() * c + gates[1]:sigmoid() * gates[3]:tanh()
       h = gates[4]:sigmoid() * c:tanh()
+      if whr then h = h:mm(whr:t()) end
       hs[t] = h
     end
     return T.stack(hs, 1), h, c
   end
 
-  --- F._lstm_layer(xp [T, B, 4H], h0 [B, H], c0 [B, H], w_hh [4H, H], reverse) -> y [T, B, H], h_n, c_n
-  function FS._lstm_layer(xp, h0, c0, w, rev)
-    if fusable(xp, h0, c0, w) then return lstm_fused(xp, h0, c0, w, rev) end
-    return lstm_composed(xp, h0, c0, w, rev)
+  --- F._lstm_layer(xp [T, B, 4H], h0 [B, P], c0 [B, H], w_hh [4H, P], reverse [, w_hr [P, H]])
+  --- -> y [T, B, P], h_n [B, P], c_n [B, H] (P = H without w_hr, LSTM's proj_size with it)
+  function FS._lstm_layer(xp, h0, c0, w, rev, whr)
+    if fusable(xp, h0, c0, w, whr) then return lstm_fused(xp, h0, c0, w, rev, whr) end
+    return lstm_composed(xp, h0, c0, w, rev, whr)
   end
 
   ---------------------------------------------------------------- GRU
@@ -151,7 +168,7 @@ return function(F)
       local Hall = T.empty({ Tn + 1, B, H }, o)
       Hall:select(1, 1):copy_(h0)
       local A = rec and T.empty({ Tn, B, 4 * H }, o) or nil
-      local wt = w:t()
+      local wt = w:t():contiguous()
       for k = 1, Tn do
         local hp = Hall:select(1, k)
         local hh = b and T.addmm(b, hp, wt) or hp:mm(wt)
@@ -215,7 +232,7 @@ return function(F)
     local out = autograd.no_grad(function()
       local Hall = T.empty({ Tn + 1, B, H }, like(xp))
       Hall:select(1, 1):copy_(h0)
-      local wt = w:t()
+      local wt = w:t():contiguous()
       for k = 1, Tn do
         local pre = T.addmm(xp:select(1, rev and Tn + 1 - k or k), Hall:select(1, k), wt)
         ok(C.dpl_rnn_cell_forward(r, pre, Hall:select(1, k + 1)))

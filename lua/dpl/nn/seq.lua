@@ -18,7 +18,6 @@ local check_opts, keys = options.check, options.keys
 
 local function shape_str(t) return '[' .. table.concat(t:size(), ', ') .. ']' end
 local function list_str(l) return '[' .. table.concat(l, ', ') .. ']' end
-local function not_impl(msg) error(msg, errors.NotImplementedError) end
 local function same_size(t, s)
   local sz = t:size()
   if #sz ~= #s then return false end
@@ -88,7 +87,6 @@ return function(nn)
         error(fmt('LSTM: proj_size should be a positive integer or zero to disable projections, got %s', tostring(proj)))
       end
       if proj >= hidden_size then error(fmt('LSTM: proj_size has to be smaller than hidden_size, got %d >= %d', proj, hidden_size)) end
-      if proj > 0 then not_impl('LSTM: proj_size > 0 (projections, weight_hr_l*) is not implemented in dplhost') end
     end
     self.mode, self.input_size, self.hidden_size, self.num_layers = mode, input_size, hidden_size, num_layers
     self.bias = opts.bias ~= false
@@ -98,19 +96,28 @@ return function(nn)
     self.proj_size = proj
     local D = self.bidirectional and 2 or 1
     local G = GATES[mode] * hidden_size
+    local P = proj > 0 and proj or hidden_size -- (the size of h: proj_size with projections)
     local o = opts_dtype(opts)
     local names = {}
     for layer = 0, num_layers - 1 do
       for dir = 0, D - 1 do
         local sfx = fmt('_l%d%s', layer, dir == 1 and '_reverse' or '')
-        local in_l = layer == 0 and input_size or hidden_size * D
-        local nm = { 'weight_ih' .. sfx, 'weight_hh' .. sfx }
-        self:register_parameter(nm[1], nn.Parameter(T.empty(G, in_l, o)))
-        self:register_parameter(nm[2], nn.Parameter(T.empty(G, hidden_size, o)))
+        local in_l = layer == 0 and input_size or P * D
+        -- (the names in PyTorch's order, and by role: ih, hh, bih, bhh, hr)
+        local nm = { ih = 'weight_ih' .. sfx, hh = 'weight_hh' .. sfx }
+        nm[1], nm[2] = nm.ih, nm.hh
+        self:register_parameter(nm.ih, nn.Parameter(T.empty(G, in_l, o)))
+        self:register_parameter(nm.hh, nn.Parameter(T.empty(G, P, o)))
         if self.bias then
-          nm[3], nm[4] = 'bias_ih' .. sfx, 'bias_hh' .. sfx
-          self:register_parameter(nm[3], nn.Parameter(T.empty(G, o)))
-          self:register_parameter(nm[4], nn.Parameter(T.empty(G, o)))
+          nm.bih, nm.bhh = 'bias_ih' .. sfx, 'bias_hh' .. sfx
+          nm[3], nm[4] = nm.bih, nm.bhh
+          self:register_parameter(nm.bih, nn.Parameter(T.empty(G, o)))
+          self:register_parameter(nm.bhh, nn.Parameter(T.empty(G, o)))
+        end
+        if proj > 0 then
+          nm.hr = 'weight_hr' .. sfx
+          nm[#nm + 1] = nm.hr
+          self:register_parameter(nm.hr, nn.Parameter(T.empty(P, hidden_size, o)))
         end
         names[#names + 1] = nm
       end
@@ -123,7 +130,7 @@ return function(nn)
     local stdv = 1 / math.sqrt(self.hidden_size)
     for _, p in ipairs(self:parameters()) do init.uniform_(p, -stdv, stdv) end
   end
-  --- The parameters per layer and direction: {{weight_ih_l0, weight_hh_l0, bias_ih_l0, bias_hh_l0}, ...}.
+  --- The parameters per layer and direction: {{weight_ih_l0, weight_hh_l0, bias_ih_l0, bias_hh_l0[, weight_hr_l0]}, ...}.
   function RNNBase:all_weights()
     local r = {}
     for i, nm in ipairs(self._all_weights) do
@@ -135,6 +142,7 @@ return function(nn)
   function RNNBase:flatten_parameters() end -- (PyTorch's cuDNN weight packing: nothing to do here)
   function RNNBase:extra_repr()
     local s = fmt('%d, %d', self.input_size, self.hidden_size)
+    if self.proj_size ~= 0 then s = s .. ', proj_size=' .. self.proj_size end
     if self.num_layers ~= 1 then s = s .. ', num_layers=' .. self.num_layers end
     if self.nonlinearity and self.nonlinearity ~= 'tanh' then s = s .. ", nonlinearity='" .. self.nonlinearity .. "'" end
     if not self.bias then s = s .. ', bias=false' end
@@ -144,12 +152,12 @@ return function(nn)
     return s
   end
 
-  -- the initial state tensor hx (or nil) checked: [L * D, B, H] (unbatched: [L * D, H])
-  local function check_state(self, hx, what, batched, B, x, nd)
+  -- the initial state tensor hx (or nil) checked: [L * D, B, size] (unbatched: [L * D, size])
+  local function check_state(self, hx, what, batched, B, x, nd, size)
     local LD = self.num_layers * (self.bidirectional and 2 or 1)
-    if hx == nil then return T.zeros({ LD, B, self.hidden_size }, { dtype = x.dtype, device = x.device }) end
+    if hx == nil then return T.zeros({ LD, B, size }, { dtype = x.dtype, device = x.device }) end
     tensor_arg(self, what, hx)
-    local want = batched and { LD, B, self.hidden_size } or { LD, self.hidden_size }
+    local want = batched and { LD, B, size } or { LD, size }
     if hx:dim() ~= #want then
       error(fmt('%s: for %s %d-d input, %s should be %d-d %s, got shape %s', self:_label(), batched and 'batched' or
         'unbatched', nd, what, #want, list_str(want), shape_str(hx)))
@@ -167,12 +175,13 @@ return function(nn)
   end
 
   --- forward(input [, hx]): input [T, B, input_size] ([B, T, input_size] with batch_first; unbatched
-  --- [T, input_size]); hx [num_layers * num_directions, B, hidden_size] (LSTM: a list {h_0, c_0}),
-  --- zeros when nil. Returns output [T, B, num_directions * hidden_size] and h_n (LSTM: {h_n, c_n}).
+  --- [T, input_size]); hx [num_layers * num_directions, B, hidden_size] (LSTM: a list {h_0, c_0}; h_0's
+  --- last dim is proj_size when it is > 0), zeros when nil. Returns output [T, B, num_directions *
+  --- hidden_size (or proj_size)] and h_n (LSTM: {h_n, c_n}).
   function RNNBase:forward(input, hx)
     local lbl = self:_label()
     tensor_arg(self, 'input', input)
-    local w0 = self[self._all_weights[1][1]]
+    local w0 = self[self._all_weights[1].ih]
     if amp.dtype then input = amp.fp32(input) end
     if input.dtype ~= w0.dtype then
       error(fmt('%s: input must have dtype %s (the parameters\'), got %s', lbl, w0.dtype, input.dtype))
@@ -202,10 +211,11 @@ return function(nn)
       if hx ~= nil and (type(hx) ~= 'table' or #hx ~= 2 or not is_tensor(hx[1]) or not is_tensor(hx[2])) then
         error(fmt('%s: hx must be a list {h_0, c_0} of two tensors, got %s', lbl, is_tensor(hx) and 'a tensor' or type(hx)))
       end
-      h0 = check_state(self, hx and hx[1], 'hx[1] (h_0)', batched, B, x, nd)
-      c0 = check_state(self, hx and hx[2], 'hx[2] (c_0)', batched, B, x, nd)
+      local P = self.proj_size > 0 and self.proj_size or self.hidden_size
+      h0 = check_state(self, hx and hx[1], 'hx[1] (h_0)', batched, B, x, nd, P)
+      c0 = check_state(self, hx and hx[2], 'hx[2] (c_0)', batched, B, x, nd, self.hidden_size)
     else
-      h0 = check_state(self, hx, 'hx', batched, B, x, nd)
+      h0 = check_state(self, hx, 'hx', batched, B, x, nd, self.hidden_size)
     end
     local D = self.bidirectional and 2 or 1
     local hs, cs = {}, {}
@@ -215,7 +225,7 @@ return function(nn)
       for dir = 0, D - 1 do
         local idx = layer * D + dir + 1
         local nm = self._all_weights[idx]
-        local wih, whh, bih, bhh = self[nm[1]], self[nm[2]], nm[3] and self[nm[3]], nm[4] and self[nm[4]]
+        local wih, whh, bih, bhh = self[nm.ih], self[nm.hh], nm.bih and self[nm.bih], nm.bhh and self[nm.bhh]
         local rev = dir == 1
         local y, hn, cn
         if self.mode == 'GRU' then
@@ -224,7 +234,7 @@ return function(nn)
         else
           local xp = F.linear(layer_in, wih, bih and bih + bhh)
           if lstm then
-            y, hn, cn = F._lstm_layer(xp, h0:select(1, idx), c0:select(1, idx), whh, rev)
+            y, hn, cn = F._lstm_layer(xp, h0:select(1, idx), c0:select(1, idx), whh, rev, nm.hr and self[nm.hr])
             cs[idx] = cn
           else
             y, hn = F._rnn_layer(xp, h0:select(1, idx), whh, self.mode == 'RNN_RELU', rev)
