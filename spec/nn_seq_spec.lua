@@ -677,7 +677,14 @@ describe('errors name the module, the expected and the received value', function
     raises(function() nn.TransformerEncoder(layer, 0) end, 'TransformerEncoder: num_layers must be an integer >= 1, got 0')
     raises(function() nn.TransformerEncoder(layer, 2, { norm = 'ln' }) end, 'TransformerEncoder: norm must be a module')
     raises(function() nn.TransformerDecoder(layer, 2, { mask_check = false }) end, "TransformerDecoder: unknown option 'mask_check'")
-    raises(function() layer(dpl.randn(3, 2, 6)) end, "MultiheadAttention 'self_attn'(embed_dim=8): query has shape [3, 2, 6]")
+    raises(function() layer(dpl.randn(3, 2, 6)) end,
+      'TransformerEncoderLayer(d_model=8): src has shape [3, 2, 6], expected [S, N, 8] or unbatched [S, 8]')
+    raises(function() layer(dpl.randn(1, 3, 2, 8)) end, 'src has shape [1, 3, 2, 8], expected [S, N, 8]')
+    raises(function() layer(dpl.randn(3, 2, 8):double()) end, "TransformerEncoderLayer: src must have dtype float32 (the parameters'), got float64")
+    local dl = nn.TransformerDecoderLayer(8, 2, { dim_feedforward = 8, batch_first = true })
+    raises(function() dl(dpl.randn(2, 3, 8), dpl.randn(2, 3, 4)) end,
+      'TransformerDecoderLayer(d_model=8): memory has shape [2, 3, 4], expected [N, S, 8] or unbatched [S, 8]')
+    raises(function() dl(dpl.randn(2, 3, 8), dpl.randn(3, 3, 8)) end, 'must have the same batch size')
     raises(function() layer(dpl.randn(3, 2, 8), { mask = dpl.zeros(3, 3) }) end,
       "TransformerEncoderLayer.forward: unknown option 'mask'")
     local enc = nn.TransformerEncoder(layer, 1)

@@ -565,6 +565,21 @@ return function(nn)
     return o
   end
 
+  -- a Transformer layer's input: [S, N, d] ([N, S, d] with batch_first) or unbatched [S, d], the
+  -- parameters' dtype
+  local function check_seq(self, what, x)
+    tensor_arg(self, what, x)
+    local d, nd = self.self_attn.embed_dim, x:dim()
+    if (nd ~= 2 and nd ~= 3) or x:size(-1) ~= d then
+      error(fmt('%s(d_model=%d): %s has shape %s, expected %s or unbatched [S, %d]', self:_label(), d, what, shape_str(x),
+        self.batch_first and fmt('[N, S, %d]', d) or fmt('[S, N, %d]', d), d))
+    end
+    local pdt = self.linear1.weight.dtype
+    if not amp.dtype and x.dtype ~= pdt then
+      error(fmt("%s: %s must have dtype %s (the parameters'), got %s", self:_label(), what, pdt, x.dtype))
+    end
+  end
+
   local LAYER_KEYS = keys('dim_feedforward', 'dropout', 'activation', 'layer_norm_eps', 'batch_first', 'norm_first',
     'dtype', 'device')
   local function layer_init(self, cls, d_model, nhead, opts)
@@ -613,7 +628,7 @@ return function(nn)
   --- forward(src [, {src_mask=, src_key_padding_mask=}]) (or positionally: src_mask, src_key_padding_mask)
   function TEL:forward(src, ...)
     local o = fwd_opts(self, TEL_FWD, { 'src_mask', 'src_key_padding_mask' }, ...)
-    tensor_arg(self, 'src', src)
+    check_seq(self, 'src', src)
     local x = src
     if self.norm_first then
       x = x + self:_sa_block(self.norm1(x), o.src_mask, o.src_key_padding_mask)
@@ -658,8 +673,8 @@ return function(nn)
   --- forward(tgt, memory [, {tgt_mask=, memory_mask=, tgt_key_padding_mask=, memory_key_padding_mask=}])
   function TDL:forward(tgt, memory, ...)
     local o = fwd_opts(self, TDL_FWD, TDL_NAMES, ...)
-    tensor_arg(self, 'tgt', tgt)
-    tensor_arg(self, 'memory', memory)
+    check_seq(self, 'tgt', tgt)
+    check_seq(self, 'memory', memory)
     local x = tgt
     if self.norm_first then
       x = x + self:_sa_block(self.norm1(x), o.tgt_mask, o.tgt_key_padding_mask)
