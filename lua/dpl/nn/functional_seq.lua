@@ -37,22 +37,15 @@ return function(F)
   -- false: always compose the step of tensor ops (the path of GPU tensors; the specs compare both)
   FS.fused = true
 
-  -- the C kernels take contiguous float32/float64 tensors in host memory
-  local function fusable(...)
-    if not FS.fused then return false end
-    for i = 1, select('#', ...) do
-      local t = select(i, ...)
-      if t ~= nil and (bit.band(t._flags, 2) ~= 0 or t._dtype > 1) then return false end
-    end
-    return true
+  -- the C kernels take float32/float64 tensors in host memory (fixed arguments, no vararg loops:
+  -- Debian's LuaJIT can mis-record those, docs/tensors.md)
+  local function host_f(t) return t == nil or (bit.band(t._flags, 2) == 0 and t._dtype <= 1) end
+  local function fusable(a, b, c, d, e)
+    return FS.fused and host_f(a) and host_f(b) and host_f(c) and host_f(d) and host_f(e)
   end
-  local function any_grad(...)
-    if not autograd.is_grad_enabled() then return false end
-    for i = 1, select('#', ...) do
-      local t = select(i, ...)
-      if t ~= nil and t.requires_grad then return true end
-    end
-    return false
+  local function rg(t) return t ~= nil and t.requires_grad end
+  local function any_grad(a, b, c, d, e)
+    return autograd.is_grad_enabled() and (rg(a) or rg(b) or rg(c) or rg(d) or rg(e))
   end
 
   ---------------------------------------------------------------- LSTM
