@@ -300,6 +300,11 @@ return function(F)
     need_bool(fn, 'is_causal', opts.is_causal)
     local mask = opts.attn_mask
     if mask ~= nil and not is_tensor(mask) then error(fmt('%s: attn_mask must be a tensor, got %s', fn, type(mask)), 2) end
+    for _, e in ipairs({ { 'key', k }, { 'value', v }, { 'attn_mask', mask } }) do
+      if e[2] ~= nil and tostring(e[2].device) ~= tostring(q.device) then
+        error(fmt('%s: %s is on %s, query on %s', fn, e[1], tostring(e[2].device), tostring(q.device)), 2)
+      end
+    end
     if opts.is_causal and mask ~= nil then
       error(fmt('%s: attn_mask and is_causal cannot both be given (is_causal makes the mask)', fn), 2)
     end
