@@ -49,6 +49,7 @@ return function(nn)
 
   ---------------------------------------------------------------- RNN, LSTM, GRU
   local RNN_KEYS = keys('num_layers', 'bias', 'batch_first', 'dropout', 'bidirectional', 'dtype', 'device')
+  local RNN_ACCEPTED = { RNN = keys(RNN_KEYS, 'nonlinearity'), LSTM = keys(RNN_KEYS, 'proj_size'), GRU = RNN_KEYS }
   local GATES = { LSTM = 4, GRU = 3, RNN_TANH = 1, RNN_RELU = 1 }
 
   local RNNBase = Module:extend('RNNBase')
@@ -57,9 +58,7 @@ return function(nn)
   function RNNBase:__init(mode, cls, input_size, hidden_size, num_layers, opts)
     Module.__init(self)
     if type(num_layers) == 'table' and opts == nil then num_layers, opts = nil, num_layers end
-    local accepted = cls == 'RNN' and keys(RNN_KEYS, 'nonlinearity') or cls == 'LSTM' and keys(RNN_KEYS, 'proj_size')
-      or RNN_KEYS
-    check_opts(opts, accepted, cls)
+    check_opts(opts, RNN_ACCEPTED[cls], cls)
     opts = opts or {}
     if num_layers ~= nil and opts.num_layers ~= nil then
       error(fmt('%s: num_layers given twice (positionally and in the options)', cls))
@@ -276,6 +275,7 @@ return function(nn)
 
   ---------------------------------------------------------------- cells
   local CELL_KEYS = keys('bias', 'dtype', 'device')
+  local RNNCELL_KEYS = keys(CELL_KEYS, 'nonlinearity')
   local RNNCellBase = Module:extend('RNNCellBase')
   nn.RNNCellBase = RNNCellBase
   function RNNCellBase:__init(cls, gates, input_size, hidden_size, opts, accepted)
@@ -349,7 +349,7 @@ return function(nn)
     local nl = type(opts) == 'table' and opts.nonlinearity or 'tanh'
     if nl ~= 'tanh' and nl ~= 'relu' then error(fmt("RNNCell: unknown nonlinearity '%s' (expected 'tanh' or 'relu')", tostring(nl))) end
     self.nonlinearity = nl
-    RNNCellBase.__init(self, 'RNNCell', 1, input_size, hidden_size, opts, keys(CELL_KEYS, 'nonlinearity'))
+    RNNCellBase.__init(self, 'RNNCell', 1, input_size, hidden_size, opts, RNNCELL_KEYS)
   end
   function nn.RNNCell:forward(input, hx)
     local x, batched = self:_input(input)
