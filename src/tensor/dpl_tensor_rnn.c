@@ -15,7 +15,9 @@
 
 /* no FP traps are ever enabled: GCC may then compute both sides of the selects in the gate
  * functions below (if-conversion), which lets the row loops vectorize; results are unchanged */
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC optimize("no-trapping-math")
+#endif
 
 /* rows per task: at least ~16K gate values */
 #define GATE_GRAIN 16384
@@ -107,7 +109,11 @@ static inline double tanh_d(double x) { return tanh(x); }
 
 /* the row loops of one element type T, with SIG and TANH its sigmoid and tanh; the operands
  * of a row never overlap (ivdep: no alias checks, which made GCC give up on these loops) */
+#if defined(__GNUC__) && !defined(__clang__)
 #define IVDEP _Pragma("GCC ivdep")
+#else
+#define IVDEP
+#endif
 #define RNN_KERNELS(T, SIG, TANH)                                                                          \
   /* pre [B, 4H], c_prev [B, H] -> h, c [B, H] and act [B, 4H] (i, f, g, o) when not NULL */              \
   DPL_CLONES static void lstm_fwd_##T(int64_t lo, int64_t hi, void *vj)                                     \
