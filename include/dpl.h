@@ -385,6 +385,28 @@ int dpl_addcmul(int32_t div, const dpl_tensor *self, const dpl_tensor *t1, const
                 dpl_tensor **out);
 int dpl_addcmul_(int32_t div, dpl_tensor *self, const dpl_tensor *t1, const dpl_tensor *t2, double value);
 
+/* The recurrent cells' pointwise step (src/tensor/dpl_tensor_rnn.c; Lua: dpl.nn.functional_seq,
+ * the time loops of nn.LSTM/GRU/RNN). The caller makes the GEMMs; these fuse the gates. Every
+ * tensor is 2-d [B, k * H], contiguous, float32 or float64 (one dtype), in host memory (else
+ * "<op>: not implemented on cuda"); results go into the tensors passed (written, not allocated).
+ * LSTM, gates i, f, g, o: pre = x W_ih^T + b_ih + h W_hh^T + b_hh [B, 4H]; c = f * c_prev + i * g,
+ * h = o * tanh(c); act [B, 4H] (or NULL) keeps i, f, g, o for the backward, which takes dh and dc
+ * (the gradients of h and c; dc is overwritten with that of c_prev) and writes dpre [B, 4H].
+ * GRU, gates r, z, n: xp = x W_ih^T + b_ih, hh = h W_hh^T + b_hh [B, 3H]; n = tanh(xp_n + r * hh_n),
+ * h = (h_prev - n) * z + n; act [B, 4H] (or NULL): r, z, n, hh_n. Backward: dxp, dhh [B, 3H] and
+ * dh_prev = dh * z + gy (gy may be NULL), the hidden product's part (dhh W_hh) left to the caller.
+ * RNN: h = tanh(pre) or relu(pre) (relu = 1); backward dpre = dh * f'(pre) from h. */
+int dpl_lstm_cell_forward(const dpl_tensor *pre, const dpl_tensor *c_prev, dpl_tensor *h, dpl_tensor *c,
+                          dpl_tensor *act);
+int dpl_lstm_cell_backward(const dpl_tensor *dh, dpl_tensor *dc, const dpl_tensor *act, const dpl_tensor *c,
+                           const dpl_tensor *c_prev, dpl_tensor *dpre);
+int dpl_gru_cell_forward(const dpl_tensor *xp, const dpl_tensor *hh, const dpl_tensor *h_prev, dpl_tensor *h,
+                         dpl_tensor *act);
+int dpl_gru_cell_backward(const dpl_tensor *dh, const dpl_tensor *act, const dpl_tensor *h_prev, const dpl_tensor *gy,
+                          dpl_tensor *dxp, dpl_tensor *dhh, dpl_tensor *dh_prev);
+int dpl_rnn_cell_forward(int32_t relu, const dpl_tensor *pre, dpl_tensor *h);
+int dpl_rnn_cell_backward(int32_t relu, const dpl_tensor *dh, const dpl_tensor *h, dpl_tensor *dpre);
+
 /* Reductions over one dim (0-based) or all dims (dim = -1). param: VAR/STD
  * correction (1 = unbiased), NORM p. Indices (ARGMAX, dpl_reduce_index) are 0-based int64. */
 typedef enum dpl_redop {

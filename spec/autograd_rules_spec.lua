@@ -138,6 +138,23 @@ do
   cases.nansum = { function(a) return a:nansum(1) + a:nansum({ 1, 2 }, true) + a:nanmean(1) end, { rs(3, 3, 4) } }
 end
 
+-- the seq group: one recurrent layer's time loop (dpl.nn.functional_seq), both directions
+cases.lstm_seq = { function(xp, h0, c0, w, hp, wp, whr) -- (hp, wp, whr: proj_size 1)
+  local y, hn, cn = F._lstm_layer(xp, h0, c0, w, false)
+  local yr, _, cr = F._lstm_layer(xp, h0, c0, w, true)
+  local yp, _, cp = F._lstm_layer(xp, hp, c0, wp, true, whr)
+  return dpl.cat({ y:reshape(-1), hn:reshape(-1), cn:reshape(-1) * 2, yr:reshape(-1), cr:reshape(-1), yp:reshape(-1),
+    cp:reshape(-1) })
+end, { rs(1, 3, 2, 8), rs(2, 2, 2), rs(3, 2, 2), rs(4, 8, 2), rs(5, 2, 1), rs(6, 8, 1), rs(7, 1, 2) } }
+cases.gru_seq = { function(xp, h0, w, b)
+  local y, hn = F._gru_layer(xp, h0, w, b, false)
+  return dpl.cat({ y:reshape(-1), hn:reshape(-1), F._gru_layer(xp, h0, w, b, true):reshape(-1) })
+end, { rs(1, 3, 2, 6), rs(2, 2, 2), rs(3, 6, 2), rs(4, 6) } }
+cases.rnn_seq = { function(xp, h0, w)
+  local y, hn = F._rnn_layer(xp, h0, w, false, false)
+  return dpl.cat({ y:reshape(-1), hn:reshape(-1), F._rnn_layer(xp, h0, w, true, true):reshape(-1) })
+end, { rs(1, 3, 2, 2), rs(2, 2, 2), rs(3, 2, 2) } }
+
 describe('gradcheck of every backward rule', function()
   local names = {}
   for k in pairs(cases) do names[#names + 1] = k end

@@ -842,6 +842,28 @@ R.math_ops = { 'log10', 'exp2', 'sinh', 'cosh', 'tan', 'asin', 'acos', 'atan', '
 -- in-place ops of integer and bool tensors: no gradient, a version bump
 R.math_int_inplace = { 'bitwise_and_', 'bitwise_or_', 'bitwise_xor_', 'bitwise_not_' }
 
+---------------------------------------------------------------- seq group (dpl.nn.functional_seq)
+-- the time loop of one recurrent layer and direction, one node: lstm_seq(xp, h0, c0, w_hh, w_hr),
+-- gru_seq(xp, h0, w_hh, b_hh), rnn_seq(xp, h0, w_hh), recorded by dpl.nn.functional_seq with
+-- a context after the inputs: its per-step buffers and the function that runs the loop back
+-- through time (ctx.backward(ctx, g, needs...)). The hidden weights (LSTM's projection w_hr
+-- (proj_size) or nil, GRU's b_hh) are saved:
+-- changing them in place before backward is an error, as for every op.
+local function seq_rule(nin, nw)
+  return {
+    nin = nin,
+    save = function(n, out, ...)
+      local a = { ... }
+      for i = nin - nw + 1, nin do if is_tensor(a[i]) then save(n, a[i]) end end
+      n.ctx = a[nin + 1]
+    end,
+    bw = function(n, g)
+      return n.ctx.backward(n.ctx, g, needs(n, 1), needs(n, 2), needs(n, 3), needs(n, 4), needs(n, 5))
+    end,
+  }
+end
+rules.lstm_seq, rules.gru_seq, rules.rnn_seq = seq_rule(5, 2), seq_rule(4, 2), seq_rule(3, 1)
+
 ---------------------------------------------------------------- views, copies, conversions
 local function shape_rule()
   return { nin = 1, view = true, save = function(n, out, a) n.shape = size_of(a) end,

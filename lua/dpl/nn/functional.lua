@@ -316,6 +316,9 @@ function F.one_hot(labels, num_classes)
   return out:scatter_add_(nd, labels:unsqueeze(nd), T.ones_like(labels:unsqueeze(nd), { dtype = 'int64' }))
 end
 
+-- the sequence group: scaled_dot_product_attention, multi_head_attention_forward, the RNN time loops
+require('dpl.nn.functional_seq')(F)
+
 -- Every function here takes a tensor first: a wrong one is named at the entry (it used to
 -- surface as "attempt to call method 'dim' (a nil value)" or an FFI conversion error).
 do

@@ -820,4 +820,7 @@ function ModuleDict:len() return #rawget(self, '_module_names') end
 nn.BatchNorm3d = batchnorm('BatchNorm3d', { [5] = true, what = '[N, C, D, H, W]' })
 for name, cls in pairs(require 'dpl.nn.loss') do nn[name] = cls end
 
+-- the sequence group: RNN/LSTM/GRU and their cells, MultiheadAttention, the Transformer modules
+require('dpl.nn.seq')(nn)
+
 return nn
