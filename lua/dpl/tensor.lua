@@ -1171,7 +1171,27 @@ function methods.masked_fill_(t, mask, v)
   check(C.dpl_masked_fill_(t, mask, v))
   return t
 end
-function methods.masked_fill(t, mask, v) return methods.masked_fill_(methods.clone(t), mask, v) end
+-- out of place, self broadcasts against the mask (PyTorch's): a [1, L, S] tensor with an
+-- [N, 1, S] mask gives [N, L, S]
+function methods.masked_fill(t, mask, v)
+  need_tensor('masked_fill', 'self', t)
+  need_tensor('masked_fill', 'mask', mask)
+  local nt, nm = t._ndim, mask._ndim
+  local n = nt > nm and nt or nm
+  local shape, grow = {}, false
+  for i = 1, n do
+    local a = i > n - nt and tonumber(t._shape[i - 1 - (n - nt)]) or 1
+    local b = i > n - nm and tonumber(mask._shape[i - 1 - (n - nm)]) or 1
+    if a ~= b and a ~= 1 and b ~= 1 then
+      error(fmt('masked_fill: the mask of shape [%s] does not broadcast with self of shape [%s]',
+        table.concat(methods.size(mask), ", "), table.concat(methods.size(t), ", ")), 2)
+    end
+    shape[i] = a == 1 and b or a
+    if shape[i] ~= a then grow = true end
+  end
+  if grow or n > nt then t = t:expand(shape) end
+  return methods.masked_fill_(methods.clone(t), mask, v)
+end
 function methods.masked_select(t, mask)
   need_tensor('masked_select', 'mask', mask)
   return call1(C.dpl_masked_select, t, mask, out1)
