@@ -558,6 +558,10 @@ function F.one_hot(labels, num_classes)
   return out:scatter_add_(nd, labels:unsqueeze(nd), T.ones_like(labels:unsqueeze(nd), { dtype = 'int64' }))
 end
 
+-- the conv group (conv1d, conv_transpose1d/2d, 1-d and adaptive pooling, dropout1d/2d, pad, interpolate,
+-- pixel_shuffle, unfold/fold): dpl.nn.functional_conv
+require('dpl.nn.functional_conv').install(F)
+
 -- Every function here takes a tensor first: a wrong one is named at the entry (it used to
 -- surface as "attempt to call method 'dim' (a nil value)" or an FFI conversion error).
 do
