@@ -91,6 +91,8 @@ local cases = {
     { rs(1, 2, 2, 5, 4) } },
   adaptive_max_pool2d = { function(x) return F.adaptive_max_pool2d(x, { 2, 3 }) end, { rs(1, 2, 2, 5, 4) } },
   max_pool1d = { function(x) return F.max_pool1d(x, 3, { stride = 2, padding = 1, dilation = 2 }) end, { rs(1, 2, 3, 9) } },
+  pixel_shuffle = { function(x) return F.pixel_shuffle(x, 2) end, { rs(1, 2, 1, 8, 2, 3) } },
+  pixel_unshuffle = { function(x) return F.pixel_unshuffle(x:transpose(3, 4), 2) end, { rs(1, 1, 2, 6, 4) } },
   view = { function(a) return a:view(4, 3) * dpl.arange(12):double():view(4, 3) end, { rs(1, 3, 4) } },
   reshape = { function(a) return a:t():reshape(12) end, { rs(1, 3, 4) } },
   squeeze = { function(a) return a:squeeze(2) end, { rs(1, 3, 1, 2) } },

@@ -711,7 +711,7 @@ rules.avg_pool2d = {
   bw = function(n, g) return T.avg_pool2d_backward(g, n.x, n.k, n.o) end,
 }
 -- the conv group (dpl.nn.functional_conv records these with autograd.record; its raw C
--- wrappers do the work; conv1d, avg_pool1d, dropout1d/2d, pixel_shuffle compose recorded ops)
+-- wrappers do the work; conv1d, avg_pool1d, dropout1d/2d compose recorded ops)
 local function CK() return package.loaded['dpl.nn.functional_conv'] or require('dpl.nn.functional_conv') end
 rules.conv_transpose2d = { -- (x, w, b, geom): conv2d's input gradient forward, conv2d's kernels backward
   nin = 3,
@@ -750,6 +750,16 @@ rules.adaptive_max_pool2d = { -- (x, indices): max_pool2d's backward scatters to
   nin = 1,
   save = function(n, out, x, idx) n.x, n.idx = save(n, x), idx end,
   bw = function(n, g) return T.max_pool2d_backward(g, n.x, n.idx) end,
+}
+rules.pixel_shuffle = { -- (x, r): the gradient unshuffled
+  nin = 1,
+  save = function(n, out, x, r) n.r = r end,
+  bw = function(n, g) return CK().pixel_unshuffle_raw(g, n.r) end,
+}
+rules.pixel_unshuffle = { -- (x, r): the gradient shuffled
+  nin = 1,
+  save = function(n, out, x, r) n.r = r end,
+  bw = function(n, g) return CK().pixel_shuffle_raw(g, n.r) end,
 }
 rules.max_pool1d = { -- (x [N, C, L], indices): as a [N, C, 1, L] max_pool2d
   nin = 1,

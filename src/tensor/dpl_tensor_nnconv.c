@@ -669,24 +669,42 @@ static inline int64_t ad_end(int64_t o, int64_t n, int64_t c) { return 1 + ((o +
 
 typedef struct ad_job { const char *x; char *o; int64_t *ix; int64_t H, W, OH, OW; int32_t kd; } ad_job;
 
+/* global average pooling (output 1x1): planes p0..p1 of n elements each, summed in 8 partial
+ * sums of the input's type over blocks of at most 4096 terms, each block's total added in double */
+#define GLOBAL_AVG(T)                                                                                   \
+  DPL_CLONES static void global_avg_##T(const T *x, T *o, int64_t n, int64_t p0, int64_t p1)           \
+  {                                                                                                     \
+    const double inv = 1.0 / (double)n;                                                                 \
+    for (int64_t p = p0; p < p1; p++) {                                                                 \
+      const T *r = x + p * n;                                                                           \
+      double s = 0;                                                                                     \
+      int64_t i = 0;                                                                                    \
+      while (i + 8 <= n) {                                                                              \
+        T acc[8] = {0};                                                                                 \
+        int64_t end = i + 4096 < n - 7 ? i + 4096 : n - 7;                                              \
+        for (; i < end; i += 8)                                                                         \
+          for (int q = 0; q < 8; q++) acc[q] += r[i + q];                                               \
+        s += ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));          \
+      }                                                                                                 \
+      for (; i < n; i++) s += r[i];                                                                     \
+      o[p] = (T)(s * inv);                                                                              \
+    }                                                                                                   \
+  }                                                                                                     \
+  /* its gradient: each plane filled with its gradient / n */                                          \
+  DPL_CLONES static void global_avg_back_##T(const T *g, T *gx, int64_t n, int64_t p0, int64_t p1)     \
+  {                                                                                                     \
+    for (int64_t p = p0; p < p1; p++) {                                                                 \
+      T v = (T)((double)g[p] / (double)n), *r = gx + p * n;                                             \
+      for (int64_t i = 0; i < n; i++) r[i] = v;                                                         \
+    }                                                                                                   \
+  }
+GLOBAL_AVG(float)
+GLOBAL_AVG(double)
+
 #define ADAPTIVE(T)                                                                                     \
   static void adavg_plane_##T(const ad_job *jb, const T *x, T *o)                                       \
   {                                                                                                     \
     const int64_t H = jb->H, W = jb->W, OH = jb->OH, OW = jb->OW;                                       \
-    if (OH == 1 && OW == 1) { /* global average pooling: one pass over the plane */                    \
-      double s = 0;                                                                                     \
-      int64_t n = H * W, i = 0;                                                                         \
-      T acc[8] = {0};                                                                                   \
-      for (; i + 8 <= n; i += 8) /* partial sums of up to 8 * 512 terms before they reach s */        \
-      {                                                                                                 \
-        for (int q = 0; q < 8; q++) acc[q] += x[i + q];                                                 \
-        if ((i & 4095) == 4088) { for (int q = 0; q < 8; q++) { s += acc[q]; acc[q] = 0; } }            \
-      }                                                                                                 \
-      for (int q = 0; q < 8; q++) s += acc[q];                                                          \
-      for (; i < n; i++) s += x[i];                                                                     \
-      o[0] = (T)(s / (double)n);                                                                        \
-      return;                                                                                           \
-    }                                                                                                   \
     for (int64_t oh = 0; oh < OH; oh++) {                                                               \
       int64_t h0 = ad_start(oh, OH, H), h1 = ad_end(oh, OH, H);                                         \
       for (int64_t ow = 0; ow < OW; ow++) {                                                             \
@@ -738,6 +756,11 @@ static void adavg_range(int64_t lo, int64_t hi, void *ctx)
 {
   const ad_job *jb = ctx;
   int64_t pi = jb->H * jb->W, po = jb->OH * jb->OW;
+  if (po == 1) {
+    if (jb->kd == DPL_FLOAT32) global_avg_float((const float *)jb->x, (float *)jb->o, pi, lo, hi);
+    else global_avg_double((const double *)jb->x, (double *)jb->o, pi, lo, hi);
+    return;
+  }
   for (int64_t p = lo; p < hi; p++) {
     if (jb->kd == DPL_FLOAT32) adavg_plane_float(jb, (const float *)jb->x + p * pi, (float *)jb->o + p * po);
     else adavg_plane_double(jb, (const double *)jb->x + p * pi, (double *)jb->o + p * po);
@@ -747,6 +770,11 @@ static void adavg_back_range(int64_t lo, int64_t hi, void *ctx)
 {
   const ad_job *jb = ctx;
   int64_t pi = jb->H * jb->W, po = jb->OH * jb->OW;
+  if (po == 1) {
+    if (jb->kd == DPL_FLOAT32) global_avg_back_float((const float *)jb->x, (float *)jb->o, pi, lo, hi);
+    else global_avg_back_double((const double *)jb->x, (double *)jb->o, pi, lo, hi);
+    return;
+  }
   for (int64_t p = lo; p < hi; p++) {
     if (jb->kd == DPL_FLOAT32) adavg_back_plane_float(jb, (const float *)jb->x + p * po, (float *)jb->o + p * pi);
     else adavg_back_plane_double(jb, (const double *)jb->x + p * po, (double *)jb->o + p * pi);
@@ -811,7 +839,8 @@ int dpl_adaptive_avg_pool2d_backward(const dpl_tensor *grad, int64_t H, int64_t 
   dpl_tensor *cg = NULL, *res = NULL;
   DPL_TRY(float_in(name, "grad", grad, &kd, &cg));
   int64_t ishape[4] = {grad->_shape[0], grad->_shape[1], H, W};
-  int st = new_zeros(name, kd, 4, ishape, grad, &res);
+  int global = grad->_shape[2] == 1 && grad->_shape[3] == 1; /* (every element written: no zeroing) */
+  int st = global ? dpl_new(name, kd, 4, ishape, grad, &res) : new_zeros(name, kd, 4, ishape, grad, &res);
   if (st == DPL_OK) {
     ad_job jb = {cg->_data, res->_data, NULL, H, W, grad->_shape[2], grad->_shape[3], kd};
     dpl_parallel_for(ishape[0] * ishape[1], grain_for(H * W), adavg_back_range, &jb);

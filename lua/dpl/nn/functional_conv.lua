@@ -7,7 +7,7 @@
 -- Dims given as arguments are 1-based; indices returned (return_indices) are 1-based int64.
 -- C kernels (src/tensor/dpl_tensor_nnconv.c) do im2col/col2im, padding, interpolation,
 -- adaptive pooling and 1-d max pooling, CPU only ("<op>: not implemented on cuda" for a
--- tensor in GPU memory); conv1d, avg_pool1d and adaptive_max_pool1d run the 2-d kernels on
+-- tensor in GPU memory); conv1d, avg_pool1d, adaptive_avg/max_pool1d run the 2-d kernels on
 -- [N, C, 1, L] views; conv_transpose runs conv2d's input-gradient kernel forward and
 -- conv2d's kernels backward (so it works wherever conv2d does). The backward rules are in
 -- dpl.autograd_rules ("conv group"); they call the raw functions M.* here.
@@ -830,52 +830,67 @@ M.upsample_nearest = upsample2('upsample_nearest', 'nearest', nil)
 M.upsample_bilinear = upsample2('upsample_bilinear', 'bilinear', true)
 
 ---------------------------------------------------------------- pixel shuffle
+-- the leading dims of x (all but the last 3) and their count
+local function lead_of(x)
+  local lead = {}
+  for i = 1, x:dim() - 3 do lead[i] = x:size(i) end
+  return lead, #lead
+end
+local function cat(a, ...)
+  local r = { unpack(a) }
+  for i = 1, select('#', ...) do r[#r + 1] = select(i, ...) end
+  return r
+end
+--- the raw ops (no recording; each the other's gradient). pixel_shuffle writes through a
+--- permuted view of its output, so that the copy runs along contiguous rows of the input
+function M.pixel_shuffle_raw(x, r)
+  local lead, b = lead_of(x)
+  local c, h, w = x:size(-3), x:size(-2), x:size(-1)
+  local oc = c / (r * r)
+  local y = T.empty(cat(lead, oc, h * r, w * r), { dtype = x.dtype, device = x.device })
+  local perm = {}
+  for i = 1, b do perm[i] = i end
+  for _, v in ipairs({ 1, 3, 5, 2, 4 }) do perm[#perm + 1] = b + v end
+  y:view(cat(lead, oc, h, r, w, r)):permute(perm):copy_(x:reshape(cat(lead, oc, r, r, h, w)))
+  return y
+end
+function M.pixel_unshuffle_raw(x, r)
+  local lead, b = lead_of(x)
+  local c, h, w = x:size(-3), x:size(-2), x:size(-1)
+  local perm = {}
+  for i = 1, b do perm[i] = i end
+  for _, v in ipairs({ 1, 3, 5, 2, 4 }) do perm[#perm + 1] = b + v end
+  return x:reshape(cat(lead, c, h / r, r, w / r, r)):permute(perm):reshape(cat(lead, c * r * r, h / r, w / r))
+end
+local function shuffle_op(raw, rule, x, r)
+  if not grad_on(x) then return raw(x, r) end
+  local y = autograd.no_grad(raw, x, r)
+  return record(rule, y, x, r)
+end
+
 --- pixel_shuffle(x [*, C*r*r, H, W], r) -> [*, C, H*r, W*r]
 function M.pixel_shuffle(x, r)
   local fn = 'pixel_shuffle'
   if not is_int(r) or r < 1 then error(fmt('%s: upscale_factor must be an integer >= 1, got %s', fn, got(r)), 2) end
-  local nd = x:dim()
-  if nd < 3 then error(fmt('%s: expected an input of at least 3 dims [*, C, H, W], got shape %s', fn, shape_str(x)), 2) end
-  local c, h, w = x:size(-3), x:size(-2), x:size(-1)
+  if x:dim() < 3 then error(fmt('%s: expected an input of at least 3 dims [*, C, H, W], got shape %s', fn, shape_str(x)), 2) end
+  local c = x:size(-3)
   if c % (r * r) ~= 0 then
     error(fmt("%s: expects its input's channel dim to be divisible by the square of upscale_factor, but input "
       .. "of shape %s has %d channels, not divisible by %d", fn, shape_str(x), c, r * r), 2)
   end
-  local lead = {}
-  for i = 1, nd - 3 do lead[i] = x:size(i) end
-  local oc = c / (r * r)
-  local s = { unpack(lead) }
-  for _, v in ipairs({ oc, r, r, h, w }) do s[#s + 1] = v end
-  local b = #lead
-  local perm = {}
-  for i = 1, b do perm[i] = i end
-  for _, v in ipairs({ 1, 4, 2, 5, 3 }) do perm[#perm + 1] = b + v end
-  local o = { unpack(lead) }
-  for _, v in ipairs({ oc, h * r, w * r }) do o[#o + 1] = v end
-  return x:reshape(s):permute(perm):reshape(o)
+  return shuffle_op(M.pixel_shuffle_raw, rules.pixel_shuffle, x, r)
 end
 --- pixel_unshuffle(x [*, C, H*r, W*r], r) -> [*, C*r*r, H, W]
 function M.pixel_unshuffle(x, r)
   local fn = 'pixel_unshuffle'
   if not is_int(r) or r < 1 then error(fmt('%s: downscale_factor must be an integer >= 1, got %s', fn, got(r)), 2) end
-  local nd = x:dim()
-  if nd < 3 then error(fmt('%s: expected an input of at least 3 dims [*, C, H, W], got shape %s', fn, shape_str(x)), 2) end
-  local c, h, w = x:size(-3), x:size(-2), x:size(-1)
+  if x:dim() < 3 then error(fmt('%s: expected an input of at least 3 dims [*, C, H, W], got shape %s', fn, shape_str(x)), 2) end
+  local h, w = x:size(-2), x:size(-1)
   if h % r ~= 0 or w % r ~= 0 then
     error(fmt('%s: expects height and width to be divisible by downscale_factor %d, got input of shape %s', fn, r,
       shape_str(x)), 2)
   end
-  local lead = {}
-  for i = 1, nd - 3 do lead[i] = x:size(i) end
-  local s = { unpack(lead) }
-  for _, v in ipairs({ c, h / r, r, w / r, r }) do s[#s + 1] = v end
-  local b = #lead
-  local perm = {}
-  for i = 1, b do perm[i] = i end
-  for _, v in ipairs({ 1, 3, 5, 2, 4 }) do perm[#perm + 1] = b + v end
-  local o = { unpack(lead) }
-  for _, v in ipairs({ c * r * r, h / r, w / r }) do o[#o + 1] = v end
-  return x:reshape(s):permute(perm):reshape(o)
+  return shuffle_op(M.pixel_unshuffle_raw, rules.pixel_unshuffle, x, r)
 end
 
 ---------------------------------------------------------------- unfold / fold
