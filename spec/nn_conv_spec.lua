@@ -219,6 +219,24 @@ describe('the conv group beyond the fixtures', function()
     near({ (y * u):sum():item() }, { (x * xt):sum():item() }, 'adjoint', 1e-10)
   end)
 
+  it('unbatched inputs give the batched result without the batch dim (padding modes too)', function()
+    dpl.manual_seed(4)
+    local x3, x4 = dpl.randn(3, 9), dpl.randn(3, 6, 6)
+    for _, m in ipairs({ nn.Conv1d(3, 2, 3, { padding = 1, padding_mode = 'circular' }),
+      nn.Conv1d(3, 2, 3, { padding = 'same', padding_mode = 'reflect' }), nn.ConvTranspose1d(3, 2, 3, { stride = 2 }),
+      nn.MaxPool1d(2), nn.AvgPool1d(3), nn.AdaptiveMaxPool1d(4), nn.ReplicationPad1d(2) }) do
+      near(flat(m(x3:unsqueeze(1)):squeeze(1):totable()), m(x3), tostring(m), 1e-6)
+    end
+    for _, m in ipairs({ nn.ConvTranspose2d(3, 2, 2), nn.AdaptiveAvgPool2d({ 4, 5 }), nn.ReflectionPad2d(2),
+      nn.Unfold(2), nn.Upsample({ scale_factor = 2, mode = 'bilinear' }) }) do
+      local ok = pcall(m, x4)
+      if m.__name ~= 'Upsample' then
+        assert(ok, tostring(m))
+        near(flat(m(x4:unsqueeze(1)):squeeze(1):totable()), m(x4), tostring(m), 1e-6)
+      end
+    end
+  end)
+
   it('F functions check their first argument; modules name themselves in errors', function()
     h.raises(function() F.pad('x', { 1, 1 }) end, 'F.pad: input must be a tensor, got string')
     h.raises(function() F.interpolate(nil, { size = 2 }) end, 'F.interpolate: input must be a tensor, got nil')

@@ -160,10 +160,13 @@ return function(nn)
   end
   function nn.Conv1d:forward(x)
     conv_check(self, x, 1)
-    if self.padding_mode ~= 'zeros' then
+    if self.padding_mode ~= 'zeros' then -- F.pad first (an unbatched input too: circular needs a batch dim)
       return relabel(self, pcall(function()
-        return CF.conv1d(CF.pad(x, self._reversed_padding_repeated_twice, self.padding_mode), self.weight, self.bias,
+        local unb = x:dim() == 2
+        local y = CF.conv1d(CF.pad(unb and x:unsqueeze(1) or x, self._reversed_padding_repeated_twice,
+          self.padding_mode), self.weight, self.bias,
           { stride = self.stride[1], padding = 0, dilation = self.dilation[1], groups = self.groups })
+        return unb and y:squeeze(1) or y
       end))
     end
     return relabel(self, pcall(CF.conv1d, x, self.weight, self.bias, { stride = self.stride[1],
