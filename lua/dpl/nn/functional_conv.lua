@@ -242,8 +242,7 @@ local function ct_geom(opts, fn, nd)
   check_opts(opts, K.conv_transpose, fn)
   opts = opts or {}
   local g = {}
-  local get = nd == 1 and function(v, what, lo) return 1, int1(v, fn, what, lo) end
-    or function(v, what, lo) return int2(v, fn, what, lo) end
+  local function get(v, what, lo) return int2(v, fn, what, lo) end
   if nd == 1 then -- the 2-d kernels run with a dim of 1 first
     g.stride = { 1, int1(opts.stride or 1, fn, 'stride', 1) }
     g.padding = { 0, int1(opts.padding or 0, fn, 'padding', 0) }
@@ -271,13 +270,13 @@ M.ct_geom = ct_geom
 -- the output size of a transposed conv along one dim
 local function ct_size(n, k, s, p, op, d) return (n - 1) * s - 2 * p + d * (k - 1) + op + 1 end
 
--- x [N, Cin, H, W] padded at the end so that conv2d over the output gives exactly x's
--- shape back (when output_padding >= stride, conv2d over the output has extra rows)
-local function ct_padded(x, w, g, OH, OW)
+-- x [N, Cin, H, W] padded with zeros at the end to the size conv2d over the output gives
+-- (output_padding >= stride, possible with a dilation above it, adds floor(op/stride) rows)
+local function ct_padded(x, g)
   local eh = floor(g.output_padding[1] / g.stride[1])
   local ew = floor(g.output_padding[2] / g.stride[2])
   if eh == 0 and ew == 0 then return x end
-  return M.pad_raw(x, { 0, eh, 0, ew }, 'constant', 0)
+  return M.pad(x, { 0, ew, 0, eh })
 end
 
 --- the raw forward: conv2d's input gradient with x as the output gradient, plus the bias
@@ -290,7 +289,7 @@ function M.conv_transpose2d_raw(x, w, b, g)
   -- (conv2d_backward reads its input only for the weight's gradient: an empty tensor of the
   -- output's shape stands for it)
   local like = T.empty({ N, Cout, OH, OW }, { dtype = x.dtype, device = x.device })
-  local y = T.conv2d_backward(ct_padded(x, w, g, OH, OW), like, w, g.conv, { x = true })
+  local y = T.conv2d_backward(ct_padded(x, g), like, w, g.conv, { x = true })
   if b then y:add_(b:view(1, Cout, 1, 1)) end
   return y
 end
@@ -306,7 +305,7 @@ function M.conv_transpose2d_backward(gy, x, w, g, nx, nw, nb)
   end
   if nw then
     local _
-    _, gw = T.conv2d_backward(ct_padded(x, w, g), gy, w, g.conv, { w = true })
+    _, gw = T.conv2d_backward(ct_padded(x, g), gy, w, g.conv, { w = true })
   end
   if nb then gb = gy:sum(4):sum(3):sum(1) end
   return gx, gw, gb
