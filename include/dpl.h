@@ -597,6 +597,39 @@ int dpl_avg_pool2d(const dpl_tensor *x, const int32_t *params, int32_t count_inc
 int dpl_avg_pool2d_backward(const dpl_tensor *grad_out, const dpl_tensor *x, const int32_t *params,
                             int32_t count_include_pad, dpl_tensor **grad_x);
 
+/* The conv group of nn (src/tensor/dpl_tensor_nnconv.c; Lua: dpl.nn.functional_conv): unfold/fold,
+ * padding, interpolation, adaptive pooling, 1-d max pooling. Host memory only ("<op>: not
+ * implemented on cuda"). Floating inputs (float16/bfloat16 computed in float32), except
+ * dpl_pad and nearest interpolation, which move elements of any dtype. Results are new
+ * contiguous tensors in the input's dtype.
+ * im2col (F.unfold): x [N, C, H, W] -> [N, C*kh*kw, L] (row c*kh*kw + i*kw + j, L = OH*OW blocks);
+ * col2im (F.fold): [N, C*kh*kw, L] summed back into [N, C, H, W]. params (8): kernel h, w,
+ * dilation h, w, padding h, w, stride h, w. */
+int dpl_im2col(const dpl_tensor *x, const int32_t *params, dpl_tensor **out);
+int dpl_col2im(const dpl_tensor *cols, int64_t H, int64_t W, const int32_t *params, dpl_tensor **out);
+/* The last n dims (1..3) of x padded: pads[2k], pads[2k+1] before and after padded dim k (in
+ * dim order; negative crops). mode: 0 constant (value), 1 reflect, 2 replicate, 3 circular.
+ * The backward takes the padded gradient and the same pads (the input sizes follow). */
+int dpl_pad(const dpl_tensor *x, int32_t n, const int64_t *pads, int32_t mode, double value, dpl_tensor **out);
+int dpl_pad_backward(const dpl_tensor *grad, int32_t n, const int64_t *pads, int32_t mode, dpl_tensor **out);
+/* x [N, C, W] (nsp 1) or [N, C, H, W] (nsp 2) resized to size[0..nsp-1]. mode: 0 nearest, 1
+ * nearest-exact, 2 linear (bilinear for 2 dims). scales[k] > 0: the scale factor given for
+ * spatial dim k (PyTorch maps coordinates with 1/scale), else in/out; align_corners for linear.
+ * The backward takes the output's gradient and the input's spatial sizes. */
+int dpl_interpolate(const dpl_tensor *x, int32_t nsp, const int64_t *size, const double *scales, int32_t mode,
+                    int32_t align_corners, dpl_tensor **out);
+int dpl_interpolate_backward(const dpl_tensor *grad, int32_t nsp, const int64_t *in_size, const double *scales,
+                             int32_t mode, int32_t align_corners, dpl_tensor **out);
+/* Adaptive pooling of x [N, C, H, W] to [N, C, oh, ow], PyTorch's windows [floor(i*H/oh),
+ * ceil((i+1)*H/oh)); max: indices are 0-based positions in each H*W plane (backward:
+ * dpl_max_pool2d_backward). */
+int dpl_adaptive_avg_pool2d(const dpl_tensor *x, int64_t oh, int64_t ow, dpl_tensor **out);
+int dpl_adaptive_avg_pool2d_backward(const dpl_tensor *grad, int64_t H, int64_t W, dpl_tensor **out);
+int dpl_adaptive_max_pool2d(const dpl_tensor *x, int64_t oh, int64_t ow, dpl_tensor **out, dpl_tensor **indices);
+/* x [N, C, L]; params (5): kernel, stride, padding, dilation, ceil_mode. indices: 0-based
+ * positions in L (backward: dpl_max_pool2d_backward on [N, C, 1, *] views). */
+int dpl_max_pool1d(const dpl_tensor *x, const int32_t *params, dpl_tensor **out, dpl_tensor **indices);
+
 /* safetensors files: read through mmap (tensors share the mapping), written
  * atomically (temp file, fsync, rename). */
 typedef struct dpl_st_file dpl_st_file;

@@ -76,6 +76,23 @@ local cases = {
   max_pool2d = { function(x) return F.max_pool2d(x, 2) end, { rs(1, 1, 2, 4, 4) } },
   layer_norm = { function(x, w, b) return F.layer_norm(x, { 2, 3 }, w, b) + F.layer_norm(x, 3) end, { rs(1, 2, 2, 3), rs(2, 2, 3), rs(3, 2, 3) } },
   avg_pool2d = { function(x) return F.avg_pool2d(x, 2, { stride = 1 }) end, { rs(1, 1, 2, 4, 4) } },
+  -- the conv group (dpl.nn.functional_conv; against PyTorch: spec/nn_conv_spec.lua)
+  conv_transpose2d = { function(x, w, b) return F.conv_transpose2d(x, w, b, { stride = 2, padding = 1, output_padding = 1,
+    groups = 2 }) end, { rs(1, 2, 4, 3, 3), rs(2, 4, 1, 3, 2), rs(3, 2) } },
+  im2col = { function(x) return F.unfold(x, { 2, 3 }, { padding = 1, stride = { 2, 1 }, dilation = { 1, 2 } }) end,
+    { rs(1, 2, 2, 4, 5) } },
+  col2im = { function(x) return F.fold(x, { 4, 5 }, 2, { stride = { 2, 1 } }) end, { rs(1, 2, 8, 8) } },
+  pad = { function(x) return F.pad(x, { 2, 1, -1, 2 }, 'reflect') + F.pad(x, { 1, 2, 0, 1 }, 'replicate')
+    + F.pad(x, { 1, 2, -1, 2 }, 'circular') + F.pad(x, { 3, 0, 0, 1 }, 'constant', 2) end, { rs(1, 2, 2, 4, 3) } },
+  interpolate = { function(x) return F.interpolate(x, { scale_factor = 1.7, mode = 'bilinear' })
+    + F.interpolate(x, { size = { 6, 5 }, mode = 'bilinear', align_corners = true })
+    + F.interpolate(x, { size = { 6, 5 }, mode = 'nearest' }) end, { rs(1, 1, 2, 4, 3) } },
+  adaptive_avg_pool2d = { function(x) return F.adaptive_avg_pool2d(x, { 3, 2 }) + F.adaptive_avg_pool2d(x, 1) end,
+    { rs(1, 2, 2, 5, 4) } },
+  adaptive_max_pool2d = { function(x) return F.adaptive_max_pool2d(x, { 2, 3 }) end, { rs(1, 2, 2, 5, 4) } },
+  max_pool1d = { function(x) return F.max_pool1d(x, 3, { stride = 2, padding = 1, dilation = 2 }) end, { rs(1, 2, 3, 9) } },
+  pixel_shuffle = { function(x) return F.pixel_shuffle(x, 2) end, { rs(1, 2, 1, 8, 2, 3) } },
+  pixel_unshuffle = { function(x) return F.pixel_unshuffle(x:transpose(3, 4), 2) end, { rs(1, 1, 2, 6, 4) } },
   view = { function(a) return a:view(4, 3) * dpl.arange(12):double():view(4, 3) end, { rs(1, 3, 4) } },
   reshape = { function(a) return a:t():reshape(12) end, { rs(1, 3, 4) } },
   squeeze = { function(a) return a:squeeze(2) end, { rs(1, 3, 1, 2) } },

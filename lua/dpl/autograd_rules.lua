@@ -710,6 +710,64 @@ rules.avg_pool2d = {
   save = function(n, out, x, k, opts) n.x, n.k, n.o = save(n, x), k, opts end,
   bw = function(n, g) return T.avg_pool2d_backward(g, n.x, n.k, n.o) end,
 }
+-- the conv group (dpl.nn.functional_conv records these with autograd.record; its raw C
+-- wrappers do the work; conv1d, avg_pool1d, dropout1d/2d compose recorded ops)
+local function CK() return package.loaded['dpl.nn.functional_conv'] or require('dpl.nn.functional_conv') end
+rules.conv_transpose2d = { -- (x, w, b, geom): conv2d's input gradient forward, conv2d's kernels backward
+  nin = 3,
+  save = function(n, out, x, w, b, geom) n.x, n.w, n.geom = save(n, x), save(n, w), geom end,
+  bw = function(n, g) return CK().conv_transpose2d_backward(g, n.x, n.w, n.geom, needs(n, 1), needs(n, 2), needs(n, 3)) end,
+}
+rules.im2col = { -- F.unfold (x, params): the gradient folded back
+  nin = 1,
+  save = function(n, out, x, p) n.p, n.H, n.W = p, tonumber(x._shape[2]), tonumber(x._shape[3]) end,
+  bw = function(n, g) return CK().col2im(g, n.H, n.W, n.p) end,
+}
+rules.col2im = { -- F.fold (cols, H, W, params): the gradient unfolded
+  nin = 1,
+  save = function(n, out, c, H, W, p) n.p = p end,
+  bw = function(n, g) return CK().im2col(g, n.p) end,
+}
+rules.pad = { -- (x, pads, mode, value): the padded positions' gradients summed into their sources
+  nin = 1,
+  save = function(n, out, x, pads, mode) n.pads, n.mode = pads, mode end,
+  bw = function(n, g) return CK().pad_backward(g, n.pads, n.mode) end,
+}
+rules.interpolate = { -- (x, geom)
+  nin = 1,
+  save = function(n, out, x, geom)
+    local s = size_of(x)
+    n.geom, n.in_size = geom, { s[3], s[4] }
+  end,
+  bw = function(n, g) return CK().interpolate_backward(g, n.in_size, n.geom) end,
+}
+rules.adaptive_avg_pool2d = {
+  nin = 1,
+  save = function(n, out, x) n.H, n.W = tonumber(x._shape[2]), tonumber(x._shape[3]) end,
+  bw = function(n, g) return CK().adaptive_avg_pool2d_backward(g, n.H, n.W) end,
+}
+rules.adaptive_max_pool2d = { -- (x, indices): max_pool2d's backward scatters to the 0-based indices
+  nin = 1,
+  save = function(n, out, x, idx) n.x, n.idx = save(n, x), idx end,
+  bw = function(n, g) return T.max_pool2d_backward(g, n.x, n.idx) end,
+}
+rules.pixel_shuffle = { -- (x, r): the gradient unshuffled
+  nin = 1,
+  save = function(n, out, x, r) n.r = r end,
+  bw = function(n, g) return CK().pixel_unshuffle_raw(g, n.r) end,
+}
+rules.pixel_unshuffle = { -- (x, r): the gradient shuffled
+  nin = 1,
+  save = function(n, out, x, r) n.r = r end,
+  bw = function(n, g) return CK().pixel_shuffle_raw(g, n.r) end,
+}
+rules.max_pool1d = { -- (x [N, C, L], indices): as a [N, C, 1, L] max_pool2d
+  nin = 1,
+  save = function(n, out, x, idx) n.x, n.idx = save(n, x), idx end,
+  bw = function(n, g)
+    return T.max_pool2d_backward(g:unsqueeze(3), n.x:unsqueeze(3), n.idx:unsqueeze(3)):squeeze(3)
+  end,
+}
 
 ---------------------------------------------------------------- math group (dpl.tensor_math)
 -- the unary math functions, the activations with parameters, nan_to_num, lerp, addcmul,

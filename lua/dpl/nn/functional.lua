@@ -318,6 +318,9 @@ end
 
 -- the sequence group: scaled_dot_product_attention, multi_head_attention_forward, the RNN time loops
 require('dpl.nn.functional_seq')(F)
+-- the conv group (conv1d, conv_transpose1d/2d, 1-d and adaptive pooling, dropout1d/2d, pad, interpolate,
+-- pixel_shuffle, unfold/fold): dpl.nn.functional_conv
+require('dpl.nn.functional_conv').install(F)
 
 -- Every function here takes a tensor first: a wrong one is named at the entry (it used to
 -- surface as "attempt to call method 'dim' (a nil value)" or an FFI conversion error).

@@ -196,6 +196,9 @@ local function pool_class(name, fn, accepted)
 end
 nn.MaxPool2d = pool_class('MaxPool2d', F.max_pool2d, POOL_KEYS)
 nn.AvgPool2d = pool_class('AvgPool2d', T.avg_pool2d, AVGPOOL_KEYS)
+-- the conv group (Conv1d, ConvTranspose1d/2d, 1-d and adaptive pooling, Dropout1d/2d, padding layers,
+-- Upsample, PixelShuffle/Unshuffle, Unfold/Fold): dpl.nn.conv
+require('dpl.nn.conv')(nn)
 
 ---------------------------------------------------------------- simple layers
 local function simple(name, f, repr)
