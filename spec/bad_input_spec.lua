@@ -154,7 +154,7 @@ describe('bad input', function()
     errs(function() nn.Linear(2, 3, { biass = false }) end, "ValueError: Linear: unknown option 'biass' (did you mean 'bias'?)")
     errs(function() nn.Conv2d(1, 1, 3, { strides = 2 }) end, "Conv2d: unknown option 'strides' (did you mean 'stride'?)")
     errs(function() nn.MaxPool2d(2, { count_include_pad = false }) end,
-      "MaxPool2d: unknown option 'count_include_pad'; accepted options: ceil_mode, padding, stride")
+      "MaxPool2d: unknown option 'count_include_pad'; accepted options: ceil_mode, padding, return_indices, stride")
     errs(function() nn.AvgPool2d(2, { dilation = 1 }) end, "AvgPool2d: unknown option 'dilation'")
     errs(function() nn.BatchNorm1d(3, { momentom = 0.1 }) end, "BatchNorm1d: unknown option 'momentom'")
     errs(function() nn.LayerNorm(3, { bias = false }) end, "LayerNorm: unknown option 'bias'")

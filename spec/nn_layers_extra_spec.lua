@@ -212,3 +212,23 @@ describe('nn.init', function()
     assert.truthy(err_of(nn.init.eye_, dpl.empty(2, 2, 2)):find('only tensors with 2 dimensions'))
   end)
 end)
+
+describe('max pooling indices', function()
+  it('F.max_pool2d and nn.MaxPool2d return 1-based positions in each plane (PyTorch + 1)', function()
+    local dpl = require 'dpl'
+    local x = dpl.tensor({ { { { 1, 5, 0, 0 }, { 3, 2, 0, 9 } } } }):float()
+    local v, i = dpl.nn.functional.max_pool2d(x, 2, { return_indices = true })
+    assert.are.same({ { { { 5, 9 } } } }, v:totable())
+    assert.are.same({ { { { 2, 8 } } } }, i:totable())
+    assert.are.equal('int64', i.dtype)
+    local m = dpl.nn.MaxPool2d(2, { return_indices = true })
+    local v2, i2 = m(x)
+    assert.are.same(v:totable(), v2:totable())
+    assert.are.same(i:totable(), i2:totable())
+    local _, iu = m(x[1]) -- unbatched [C, H, W]
+    assert.are.same({ { { 2, 8 } } }, iu:totable())
+    assert.are.equal(1, select('#', dpl.nn.MaxPool2d(2)(x)))
+    require('spec.support.helpers').raises(function() dpl.nn.MaxPool2d(2, { return_indices = 1 }) end,
+      'MaxPool2d: return_indices must be true or false, got 1')
+  end)
+end)

@@ -144,7 +144,8 @@ function F.max_pool2d(x, k, opts)
     end
   end
   local v, i = T.max_pool2d(x, k, opts)
-  if opts and opts.return_indices then return v, i end
+  -- the positions in each H x W plane, 1-based (dplhost's index convention; PyTorch's + 1)
+  if opts and opts.return_indices then return v, i + 1 end
   return v
 end
 --- avg_pool2d(x, kernel_size, {stride=kernel_size, padding=0, ceil_mode=false, count_include_pad=true})

@@ -174,6 +174,10 @@ local function pool_class(name, fn, accepted)
     self.kernel_size, self.stride, self.padding = k, opts.stride or k, opts.padding or 0
     self.ceil_mode = opts.ceil_mode or false
     self.count_include_pad = opts.count_include_pad
+    if opts.return_indices ~= nil and type(opts.return_indices) ~= 'boolean' then
+      error(fmt('%s: return_indices must be true or false, got %s', name, tostring(opts.return_indices)))
+    end
+    self.return_indices = opts.return_indices or nil
   end
   function cls:forward(x)
     if not is_tensor(x) or (x:dim() ~= 4 and x:dim() ~= 3) then
@@ -182,9 +186,10 @@ local function pool_class(name, fn, accepted)
     end
     local unb = x:dim() == 3
     if unb then x = x:unsqueeze(1) end
-    local y = (fn(x, self.kernel_size, { stride = self.stride, padding = self.padding, ceil_mode = self.ceil_mode,
-      count_include_pad = self.count_include_pad }))
+    local y, idx = fn(x, self.kernel_size, { stride = self.stride, padding = self.padding, ceil_mode = self.ceil_mode,
+      count_include_pad = self.count_include_pad, return_indices = self.return_indices })
     if unb then y = y:squeeze(1) end
+    if self.return_indices then return y, unb and idx:squeeze(1) or idx end -- (1-based positions in each plane)
     return y
   end
   function cls:extra_repr()
@@ -194,7 +199,7 @@ local function pool_class(name, fn, accepted)
   end
   return cls
 end
-nn.MaxPool2d = pool_class('MaxPool2d', F.max_pool2d, POOL_KEYS)
+nn.MaxPool2d = pool_class('MaxPool2d', F.max_pool2d, keys(POOL_KEYS, 'return_indices'))
 nn.AvgPool2d = pool_class('AvgPool2d', T.avg_pool2d, AVGPOOL_KEYS)
 -- the conv group (Conv1d, ConvTranspose1d/2d, 1-d and adaptive pooling, Dropout1d/2d, padding layers,
 -- Upsample, PixelShuffle/Unshuffle, Unfold/Fold): dpl.nn.conv
