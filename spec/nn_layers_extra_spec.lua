@@ -232,3 +232,35 @@ describe('max pooling indices', function()
       'MaxPool2d: return_indices must be true or false, got 1')
   end)
 end)
+
+describe("nn.Conv2d padding='same'/'valid' and padding_mode", function()
+  local dpl = require 'dpl'
+  local h = require 'spec.support.helpers'
+  local ref = dofile('spec/fixtures/conv2d_pad_ref.lua')
+  for i, c in ipairs(ref) do
+    it(('matches PyTorch (case %d): output and gradients'):format(i), function()
+      local o = { dtype = 'float64' }
+      for k, v in pairs(c.opts) do o[k] = v end
+      local m = dpl.nn.Conv2d(2, 3, c.k, o)
+      dpl.no_grad(function()
+        m.weight:copy_(dpl.tensor(c.w, { dtype = 'float64' }))
+        m.bias:copy_(dpl.tensor(c.b, { dtype = 'float64' }))
+      end)
+      local x = dpl.tensor(c.x, { dtype = 'float64' }):requires_grad_()
+      local y = m(x)
+      y:backward(dpl.ones_like(y))
+      h.near(y, dpl.tensor(c.y, { dtype = 'float64' }), 1e-10)
+      h.near(x.grad, dpl.tensor(c.gx, { dtype = 'float64' }), 1e-10)
+      h.near(m.weight.grad, dpl.tensor(c.gw, { dtype = 'float64' }), 1e-10)
+    end)
+  end
+  it('checks the padding string and mode', function()
+    h.raises(function() dpl.nn.Conv2d(2, 3, 3, { padding = 'full' }) end,
+      "Conv2d: invalid padding string 'full', should be one of 'valid', 'same'")
+    h.raises(function() dpl.nn.Conv2d(2, 3, 3, { padding = 'same', stride = 2 }) end,
+      "Conv2d: padding='same' is not supported for strided convolutions")
+    h.raises(function() dpl.nn.Conv2d(2, 3, 3, { padding_mode = 'mirror' }) end,
+      "Conv2d: padding_mode must be one of 'zeros', 'reflect', 'replicate', 'circular', but got mirror")
+    assert.truthy(tostring(dpl.nn.Conv2d(2, 3, 3, { padding = 1, padding_mode = 'circular' })):find("padding_mode='circular'", 1, true))
+  end)
+end)

@@ -34,7 +34,7 @@ end
 local check_opts, keys, int_or_pair = options.check, options.keys, options.int_or_pair
 local DT = keys('dtype', 'device')
 local LINEAR_KEYS = keys(DT, 'bias')
-local CONV_KEYS = keys(DT, 'stride', 'padding', 'dilation', 'groups', 'bias')
+local CONV_KEYS = keys(DT, 'stride', 'padding', 'dilation', 'groups', 'bias', 'padding_mode')
 local POOL_KEYS = keys('stride', 'padding', 'ceil_mode')
 local AVGPOOL_KEYS = keys(POOL_KEYS, 'count_include_pad')
 local BN_KEYS = keys(DT, 'eps', 'momentum', 'affine', 'track_running_stats')
@@ -98,7 +98,8 @@ end
 local function pair(v) if type(v) == 'table' then return v[1], v[2] end return v, v end
 
 nn.Conv2d = Module:extend('Conv2d')
---- Conv2d(in_channels, out_channels, kernel_size [, {stride=1, padding=0, dilation=1, groups=1, bias=true}])
+--- Conv2d(in_channels, out_channels, kernel_size [, {stride=1, padding=0 | 'same' | 'valid', dilation=1, groups=1,
+--- bias=true, padding_mode='zeros'}])
 function nn.Conv2d:__init(cin, cout, k, opts)
   Module.__init(self)
   check_opts(opts, CONV_KEYS, 'Conv2d')
@@ -107,8 +108,24 @@ function nn.Conv2d:__init(cin, cout, k, opts)
   check_int('Conv2d', 'out_channels', cout)
   check_pair('Conv2d', 'kernel_size', k, 1)
   if opts.stride ~= nil then check_pair('Conv2d', 'stride', opts.stride, 1) end
-  if opts.padding ~= nil then check_pair('Conv2d', 'padding', opts.padding, 0) end
+  local padding = opts.padding
+  if type(padding) == 'string' then
+    if padding ~= 'same' and padding ~= 'valid' then
+      error(fmt("Conv2d: invalid padding string '%s', should be one of 'valid', 'same'", padding), 2)
+    end
+    local sh, sw = pair(opts.stride or 1)
+    if padding == 'same' and (sh ~= 1 or sw ~= 1) then
+      error("Conv2d: padding='same' is not supported for strided convolutions", 2)
+    end
+  elseif padding ~= nil then
+    check_pair('Conv2d', 'padding', padding, 0)
+  end
   if opts.dilation ~= nil then check_pair('Conv2d', 'dilation', opts.dilation, 1) end
+  local pm = opts.padding_mode or 'zeros'
+  if pm ~= 'zeros' and pm ~= 'reflect' and pm ~= 'replicate' and pm ~= 'circular' then
+    error(fmt("Conv2d: padding_mode must be one of 'zeros', 'reflect', 'replicate', 'circular', but got %s",
+      tostring(pm)), 2)
+  end
   local groups = opts.groups or 1
   check_int('Conv2d', 'groups', groups)
   if cin % groups ~= 0 or cout % groups ~= 0 then
@@ -117,6 +134,23 @@ function nn.Conv2d:__init(cin, cout, k, opts)
   local kh, kw = pair(k)
   self.in_channels, self.out_channels, self.kernel_size = cin, cout, { kh, kw }
   self.stride, self.padding, self.dilation, self.groups = opts.stride or 1, opts.padding or 0, opts.dilation or 1, groups
+  self.padding_mode = pm
+  -- the explicit padding of F.pad (left, right, top, bottom), when the conv cannot pad itself:
+  -- a padding_mode other than 'zeros', or 'same' with an even extent (more on the right/bottom)
+  local dh, dw = pair(self.dilation)
+  local ph, pw
+  if padding == 'same' then
+    local th, tw = dh * (kh - 1), dw * (kw - 1)
+    self._pad4 = { math.floor(tw / 2), tw - math.floor(tw / 2), math.floor(th / 2), th - math.floor(th / 2) }
+    ph, pw = th % 2 == 0 and th / 2 or nil, tw % 2 == 0 and tw / 2 or nil
+    if ph and pw then self._conv_padding = { ph, pw } end
+  elseif padding == 'valid' then
+    self._pad4, self._conv_padding = { 0, 0, 0, 0 }, 0
+  else
+    ph, pw = pair(self.padding)
+    self._pad4, self._conv_padding = { pw, pw, ph, ph }, self.padding
+  end
+  if pm ~= 'zeros' then self._conv_padding = nil end
   local o = opts_dtype(opts)
   self.weight = nn.Parameter(T.empty(cout, cin / groups, kh, kw, o))
   if opts.bias ~= false then self.bias = nn.Parameter(T.empty(cout, o)) end
@@ -141,8 +175,13 @@ function nn.Conv2d:forward(x)
   if unb then x = x:unsqueeze(1) end
   local w, b = self.weight, self.bias
   if amp.dtype then x, w, b = amp.cast(x), amp.cast(w), amp.cast(b) end
+  local padding = self._conv_padding
+  if padding == nil then -- F.pad first: padding_mode, or an uneven 'same'
+    x = F.pad(x, self._pad4, self.padding_mode == 'zeros' and 'constant' or self.padding_mode)
+    padding = 0
+  end
   local y = T.conv2d(x, w, b,
-    { stride = self.stride, padding = self.padding, dilation = self.dilation, groups = self.groups })
+    { stride = self.stride, padding = padding, dilation = self.dilation, groups = self.groups })
   if unb then y = y:squeeze(1) end
   return y
 end
@@ -151,10 +190,12 @@ function nn.Conv2d:extra_repr()
     self.kernel_size[2])
   local function p(v) if type(v) == 'table' then return fmt('(%d, %d)', v[1], v[2]) end return fmt('(%d, %d)', v, v) end
   if self.stride ~= 1 then s = s .. ', stride=' .. p(self.stride) end
-  if self.padding ~= 0 then s = s .. ', padding=' .. p(self.padding) end
+  if type(self.padding) == 'string' then s = s .. ", padding='" .. self.padding .. "'"
+  elseif self.padding ~= 0 then s = s .. ', padding=' .. p(self.padding) end
   if self.dilation ~= 1 then s = s .. ', dilation=' .. p(self.dilation) end
   if self.groups ~= 1 then s = s .. ', groups=' .. self.groups end
   if not self.bias then s = s .. ', bias=false' end
+  if self.padding_mode ~= 'zeros' then s = s .. ", padding_mode='" .. self.padding_mode .. "'" end
   return s
 end
 
