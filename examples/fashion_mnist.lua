@@ -1,10 +1,11 @@
--- fashion_mnist.lua: an MLP LightningModule on Fashion-MNIST, trained by dpl.Trainer
--- with validation, ModelCheckpoint, EarlyStopping, a CSV logger and the progress bar,
--- then tested on the test set with the best checkpoint.
+-- fashion_mnist.lua: an MLP LightningModule on Fashion-MNIST (or a small CNN, or an LSTM
+-- reading the image row by row: --model cnn|lstm), trained by dpl.Trainer with validation,
+-- ModelCheckpoint, EarlyStopping, a CSV logger and the progress bar, then tested on the test
+-- set with the best checkpoint.
 --
 --   dplhost examples/fashion_mnist.lua [Trainer flags: --max_epochs 10 --limit_train_batches 0.1
 --       --strategy ddp --accelerator cpu --devices 2 ...] [--batch 64] [--lr 0.03] [--seed 0]
---       [--root DIR] [--hidden 256] [--logger csv|tensorboard]
+--       [--root DIR] [--hidden 256] [--model mlp|cnn|lstm] [--logger csv|tensorboard]
 --   dplhost --nproc 2 examples/fashion_mnist.lua --strategy ddp
 --   dplhost examples/fashion_mnist.lua --strategy ddp_spawn --accelerator cpu --devices 2
 --
@@ -16,7 +17,7 @@ local nn, optim, F = dpl.nn, dpl.optim, dpl.nn.functional
 -- Trainer flags from the command line; the rest are this script's own
 local defaults = { max_epochs = 10, default_root_dir = 'fashion_mnist_runs' }
 local USAGE = 'usage: dplhost examples/fashion_mnist.lua [Trainer flags] [--batch N] [--lr X] [--seed N]'
-  .. ' [--hidden N] [--logger csv|tensorboard|false] [--root DIR]'
+  .. ' [--hidden N] [--model mlp|cnn|lstm] [--logger csv|tensorboard|false] [--root DIR]'
 
 -- a bad flag: one line on stderr, exit status 2 (as argparse)
 local function fail(msg)
@@ -37,10 +38,12 @@ local function help()
     line = line .. ' ' .. n
   end
   lines[#lines + 1] = line
-  io.stdout:write(USAGE, '\n\nTrains an MLP on Fashion-MNIST with dpl.Trainer, then tests the best checkpoint.\n\n',
+  io.stdout:write(USAGE, '\n\nTrains an MLP (or a CNN, an LSTM) on Fashion-MNIST with dpl.Trainer, then tests the best checkpoint.\n\n',
     'Script flags:\n',
-    '  --batch N        batch size (64)\n  --lr X           SGD learning rate (0.03; cosine-annealed to 0 over max_epochs)\n',
+    '  --batch N        batch size (64)\n  --lr X           SGD learning rate (0.03, 0.2 for lstm; cosine-annealed to 0 over max_epochs)\n',
     '  --seed N         seed (0)\n  --hidden N       hidden units (256)\n',
+    '  --model KIND     mlp (default); cnn: two 3x3 conv blocks (BatchNorm, max pooling), then the\n',
+    '                   hidden layer; lstm: an LSTM of --hidden units reading the 28 rows in turn\n',
     '  --logger KIND    csv (default), tensorboard, or false (no logger)\n',
     '  --root DIR       the Fashion-MNIST IDX files (default: the system data set)\n\n',
     'Trainer flags (--name value or --name=value, Lightning 1.9\'s arguments; defaults: --max_epochs 10',
@@ -65,8 +68,9 @@ do -- --logger csv|tensorboard|false is this script's (the Trainer's own --logge
 end
 local ok_args, targs, rest = pcall(dpl.Trainer.parse_argv, argv)
 if not ok_args then fail(targs) end
-local opts = { batch = 64, lr = 0.03, seed = 0, hidden = 256, logger = logger_kind, root = nil }
+local opts = { batch = 64, lr = 0.03, seed = 0, hidden = 256, model = 'mlp', logger = logger_kind, root = nil }
 local numeric = { batch = 'an integer', lr = 'a number', seed = 'an integer', hidden = 'an integer' }
+local lr_given = false
 for i = 1, #rest, 2 do
   local k = rest[i]:match('^%-%-([%w_]+)$')
   if not k or (opts[k] == nil and k ~= 'root') then fail(("unknown flag '%s'"):format(rest[i])) end
@@ -79,22 +83,45 @@ for i = 1, #rest, 2 do
     end
     v = x
   end
+  if k == 'model' and v ~= 'mlp' and v ~= 'cnn' and v ~= 'lstm' then
+    fail(("--model must be one of cnn, lstm, mlp, got '%s'"):format(v))
+  end
   opts[k] = v
+  if k == 'lr' then lr_given = true end
 end
+-- an LSTM learns faster with a larger step (0.2 reaches ~71% in 200 batches, 0.03 ~49%)
+if not lr_given and opts.model == 'lstm' then opts.lr = 0.2 end
 for k, v in pairs(defaults) do if targs[k] == nil then targs[k] = v end end
 
 ---------------------------------------------------------------- the model
 
 local MLP = dpl.LightningModule:extend('FashionMLP')
 
-function MLP:__init(hidden, lr)
+function MLP:__init(hidden, lr, kind)
   dpl.LightningModule.__init(self)
-  self:save_hyperparameters({ hidden = hidden, lr = lr, batch_size = opts.batch })
-  self.net = nn.Sequential(nn.Flatten(), nn.Linear(784, hidden), nn.ReLU(), nn.Linear(hidden, 128), nn.ReLU(),
-    nn.Linear(128, 10))
+  self:save_hyperparameters({ hidden = hidden, lr = lr, batch_size = opts.batch, model = kind })
+  self.kind = kind
+  if kind == 'cnn' then
+    self.net = nn.Sequential(nn.Unflatten(2, { 1, 28 }),
+      nn.Conv2d(1, 32, 3, { padding = 'same' }), nn.BatchNorm2d(32), nn.ReLU(), nn.MaxPool2d(2),
+      nn.Conv2d(32, 64, 3, { padding = 'same' }), nn.BatchNorm2d(64), nn.ReLU(), nn.MaxPool2d(2),
+      nn.Flatten(), nn.Dropout(0.25), nn.Linear(64 * 7 * 7, hidden), nn.ReLU(), nn.Linear(hidden, 10))
+  elseif kind == 'lstm' then
+    self.rnn = nn.LSTM(28, hidden, { batch_first = true })
+    self.head = nn.Linear(hidden, 10)
+  else
+    self.net = nn.Sequential(nn.Flatten(), nn.Linear(784, hidden), nn.ReLU(), nn.Linear(hidden, 128), nn.ReLU(),
+      nn.Linear(128, 10))
+  end
 end
 
-function MLP:forward(x) return self.net(x) end
+function MLP:forward(x)
+  if self.kind == 'lstm' then -- [N, 28, 28]: 28 steps of one row each; the last hidden state decides
+    local _, state = self.rnn(x:reshape(-1, 28, 28))
+    return self.head(state[1][1])
+  end
+  return self.net(x:reshape(-1, 28, 28))
+end
 
 function MLP:training_step(batch)
   local loss = F.cross_entropy(self(batch[1]), batch[2])
@@ -154,13 +181,16 @@ local test_loader = dpl.data.DataLoader(test, { batch_size = 1000 })
 
 ---------------------------------------------------------------- the run
 
-local model = MLP(opts.hidden, opts.lr)
+local model = MLP(opts.hidden, opts.lr, opts.model)
 trainer:fit(model, train_loader, val_loader)
-if trainer.is_global_zero then
+if trainer.is_global_zero and not trainer.fast_dev_run then
   print(('best checkpoint: %s (val_loss %s)'):format(trainer.checkpoint_callback.best_model_path,
     tostring(trainer.checkpoint_callback.best_model_score)))
 end
-local results = trainer:test(model, test_loader, { ckpt_path = 'best' })
+-- (a fast_dev_run writes no checkpoint: it tests the weights as they are, as Lightning asks)
+local ckpt = 'best'
+if trainer.fast_dev_run then ckpt = nil end
+local results = trainer:test(model, test_loader, { ckpt_path = ckpt })
 if trainer.is_global_zero and results[1] then
   print(('test accuracy: %.2f%%'):format(100 * results[1].test_acc))
 end

@@ -29,6 +29,7 @@ describe('examples/fashion_mnist.lua flags', function()
     { '--strategy nonsense', "fashion_mnist.lua: MisconfigurationException: You selected an invalid strategy name: `strategy='nonsense'`" },
     { '--bogus 1', "fashion_mnist.lua: unknown flag '%-%-bogus'" },
     { '--batch x', "fashion_mnist.lua: %-%-batch must be a positive integer, got 'x'" },
+    { '--model rnn', "fashion_mnist.lua: %-%-model must be one of cnn, lstm, mlp, got 'rnn'" },
   }) do
     it(case[1] .. ': one line, exit 2', function()
       local _, e, rc = h.dplhost(ex .. ' ' .. case[1], { timeout = 60 })
@@ -37,6 +38,19 @@ describe('examples/fashion_mnist.lua flags', function()
       assert.equal(1, #lines, e)
       assert.matches(case[2], lines[1])
       assert.is_nil(e:find('stack traceback', 1, true))
+    end)
+  end
+end)
+
+describe('examples/fashion_mnist.lua --model', function()
+  for _, m in ipairs({ 'cnn', 'lstm' }) do
+    it(m .. ': a fast_dev_run trains, validates and tests one batch', function()
+      local dir = h.tmpname('-ex')
+      local o, e, rc = h.dplhost(ex .. ' --model ' .. m .. ' --fast_dev_run 1 --default_root_dir ' .. h.q(dir)
+        .. ' --enable_progress_bar false --hidden 32 --batch 16', { timeout = 120 })
+      assert.equal(0, rc, o .. e)
+      assert.matches('test accuracy: %d+%.%d+%%', o)
+      os.execute('rm -rf ' .. h.q(dir))
     end)
   end
 end)
