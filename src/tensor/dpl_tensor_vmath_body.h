@@ -1,0 +1,652 @@
+/* dpl_tensor_vmath_body.h: the float32 vector math kernels themselves, written once
+ * with GCC vector extensions and included by dpl_tensor_vmath.c once per instruction
+ * set. The includer defines VM_W (lanes: 16 for AVX-512, 8 for AVX2, 1 for the scalar
+ * path), VM_SFX (the suffix of every name made here), VM_TARGET (a target attribute or
+ * nothing), VM_SQRT(v) and VM_ANY(m) (any lane of an int mask set).
+ *
+ * Only IEEE operations whose results the standard fixes are used (add, sub, mul, div,
+ * sqrt, compares, bit operations; no fused multiply-add, no approximate reciprocal),
+ * so every path gives the same bits for every element; the file is compiled with
+ * -ffp-contract=off so that the compiler does not fuse them either. Arguments where a
+ * polynomial cannot reach the accuracy (sin/cos/tan beyond |x| > 1.5e6) go to libm
+ * lane by lane, on every path alike. */
+
+#define VM_CAT2(a, b) a##_##b
+#define VM_CAT(a, b) VM_CAT2(a, b)
+#define VM(name) VM_CAT(name, VM_SFX)
+#define VM_INL static inline __attribute__((always_inline)) VM_TARGET
+
+typedef float VM(vf) __attribute__((vector_size(VM_W * 4)));
+typedef int32_t VM(vi) __attribute__((vector_size(VM_W * 4)));
+typedef double VM(vd) __attribute__((vector_size(VM_W * 8)));
+typedef uint32_t VM(vu) __attribute__((vector_size(VM_W * 4)));
+typedef int64_t VM(vl) __attribute__((vector_size(VM_W * 8)));
+#define vf VM(vf)
+#define vi VM(vi)
+#define vu VM(vu)
+#define vd VM(vd)
+#define vl VM(vl)
+
+/* ---- helpers ---- */
+VM_INL vf VM(load)(const float *p) { vf v; memcpy(&v, p, sizeof v); return v; }
+VM_INL void VM(store)(float *p, vf v) { memcpy(p, &v, sizeof v); }
+VM_INL vf VM(sel)(vi m, vf a, vf b) { return (vf)((m & (vi)a) | (~m & (vi)b)); }
+VM_INL vi VM(seli)(vi m, vi a, vi b) { return (m & a) | (~m & b); }
+VM_INL vf VM(fabs)(vf x) { return (vf)((vi)x & 0x7fffffff); }
+VM_INL vi VM(signbit)(vf x) { return (vi)x & INT32_MIN; }
+VM_INL vf VM(orsign)(vf x, vi s) { return (vf)((vi)x | s); }
+/* 2^k for integer lanes k in [-126, 127] */
+VM_INL vf VM(pow2i)(vi k) { return (vf)((vu)(k + 127) << 23); }
+/* round to nearest (ties to even) for |x| < 2^22: the float value and the integer */
+VM_INL vf VM(rint)(vf x, vi *k)
+{
+  vf t = x + 0x1.8p23f;
+  *k = (vi)t - 0x4B400000;
+  return t - 0x1.8p23f;
+}
+#define sel VM(sel)
+#define vfabs VM(fabs)
+
+/* ---- exp family ---- */
+/* ln2 = LN2_HI + LN2_LO; LN2_HI has 16 significant bits, so n * LN2_HI is exact for |n| < 256 */
+#define LN2_HI 0x1.62e4p-1f
+#define LN2_LO 0x1.7f7d1cp-20f
+#define LOG2E 0x1.715476p+0f
+
+/* e^r - 1 - r over r^2 on |r| <= ln2/2 (weighted fit error 0.007 x 2^-24) */
+VM_INL vf VM(exp_poly)(vf r)
+{
+  vf p = (vf){} + 0x1.9e7d96p-13f;
+  p = p * r + 0x1.6d3aacp-10f;
+  p = p * r + 0x1.1112d4p-7f;
+  p = p * r + 0x1.5554f8p-5f;
+  p = p * r + 0x1.555554p-3f;
+  p = p * r + 0x1p-1f;
+  return p;
+}
+
+/* p * 2^n for p in [2^-40, 2^40] and n in [-162, 128]: two exact steps, then one rounding
+ * (into the subnormals or to infinity) */
+VM_INL vf VM(scale2)(vf p, vi n)
+{
+  vi n1 = n >> 1;
+  return p * VM(pow2i)(n1) * VM(pow2i)(n - n1);
+}
+
+/* x clamped to [-112, 89], the range of exp_parts (NaN stays NaN) */
+VM_INL vf VM(exp_clamp)(vf x)
+{
+  x = sel(x < -112.0f, (vf){} - 112.0f, x);
+  return sel(x > 89.0f, (vf){} + 89.0f, x);
+}
+/* e^x as p 2^k with p in [0.7, 1.5] and k in [-162, 128], for x = exp_clamp(x) */
+VM_INL vf VM(exp_parts)(vf x, vi *k)
+{
+  vf n = VM(rint)(x * LOG2E, k);
+  vf r = x - n * LN2_HI; /* exact */
+  r = r - n * LN2_LO;
+  return 1.0f + (r + r * r * VM(exp_poly)(r));
+}
+/* e^x; x > 88.72 gives +inf, x < -103.97 gives 0 (subnormals between) */
+VM_INL vf VM(exp)(vf x)
+{
+  vi k;
+  vf p = VM(exp_parts)(VM(exp_clamp)(x), &k);
+  return VM(scale2)(p, k);
+}
+
+/* 2^x, the same polynomial at r ln2 */
+VM_INL vf VM(exp2)(vf x)
+{
+  x = sel(x < -152.0f, (vf){} - 152.0f, x);
+  x = sel(x > 129.0f, (vf){} + 129.0f, x);
+  vi k;
+  vf n = VM(rint)(x, &k);
+  vf r = (x - n) * 0x1.62e430p-1f; /* x - n exact */
+  vf p = 1.0f + (r + r * r * VM(exp_poly)(r));
+  return VM(scale2)(p, k);
+}
+
+/* e^x - 1: no reduction for |x| < ln2 (its own polynomial there, 0.025 x 2^-24), else
+ * 2^n (expm1(r) + 1) - 1 with |r| <= ln2/2, where no term cancels another badly */
+VM_INL vf VM(expm1)(vf x0)
+{
+  vf x = sel(x0 < -30.0f, (vf){} - 30.0f, x0);
+  x = sel(x > 89.0f, (vf){} + 89.0f, x);
+  vi k;
+  vf n = VM(rint)(x * LOG2E, &k);
+  vi small = vfabs(x) < 0x1.62e42ep-1f;
+  n = sel(small, (vf){}, n);
+  k = k & ~small;
+  vf r = x - n * LN2_HI;
+  r = r - n * LN2_LO;
+  vf p = (vf){} + 0x1.a0d16cp-16f;
+  p = p * r + 0x1.a558b6p-13f;
+  p = p * r + 0x1.6c1c64p-10f;
+  p = p * r + 0x1.110b6cp-7f;
+  p = p * r + 0x1.55554ap-5f;
+  p = p * r + 0x1.55555cp-3f;
+  p = p * r + 0x1p-1f;
+  vf q = r + r * r * p; /* expm1(r) */
+  vi big = k > 127; /* 2^128 (e^x near FLT_MAX): scale by 2^127, then by 2 */
+  vf s = VM(pow2i)(VM(seli)(big, (vi){} + 127, k));
+  vf res = (q * s + (s - 1.0f)) * sel(big, (vf){} + 2.0f, (vf){} + 1.0f);
+  return sel(vfabs(x0) < 0x1p-25f, x0, res); /* -0 and tiny x: x itself */
+}
+
+/* ---- log family ---- */
+/* log(1 + f) - f + f^2/2 over f^3 on sqrt(1/2)-1 <= f <= sqrt(2)-1 (0.098 x 2^-24) */
+VM_INL vf VM(log_poly)(vf f)
+{
+  vf p = (vf){} + -0x1.38dd5ep-4f;
+  p = p * f + 0x1.056c32p-3f;
+  p = p * f - 0x1.0d852ap-3f;
+  p = p * f + 0x1.22d790p-3f;
+  p = p * f - 0x1.54720ep-3f;
+  p = p * f + 0x1.99a028p-3f;
+  p = p * f - 0x1.000228p-2f;
+  p = p * f + 0x1.555554p-2f;
+  return p;
+}
+/* u (> 0, normal, finite) as 2^e m with m in [sqrt(1/2), sqrt(2)) */
+VM_INL vf VM(split)(vf u, vi *e)
+{
+  vi iu = (vi)u;
+  *e = (iu - 0x3f3504f3) >> 23;
+  return (vf)(iu - (vi)((vu)*e << 23));
+}
+/* log(1 + f), the |f| < 0.42 part of the logarithms */
+VM_INL vf VM(log1pf_red)(vf f)
+{
+  vf z = f * f;
+  return f + (z * f * VM(log_poly)(f) - 0.5f * z);
+}
+/* log(2^e (1 + f)) */
+VM_INL vf VM(log_join)(vi e, vf f)
+{
+  vf ef = __builtin_convertvector(e, vf);
+  vf z = f * f;
+  vf y = z * f * VM(log_poly)(f) + ef * LN2_LO;
+  y = y - 0.5f * z;
+  return (f + y) + ef * LN2_HI;
+}
+/* the special values of log-like functions of x: x < 0 NaN, x == 0 -inf, +inf and NaN themselves */
+VM_INL vf VM(log_special)(vf x, vf res)
+{
+  res = sel(x == __builtin_inff(), x, res);
+  res = sel(x == 0.0f, (vf){} - __builtin_inff(), res);
+  res = sel(x < 0.0f, (vf){} + __builtin_nanf(""), res);
+  return sel(x != x, x, res);
+}
+/* x normalised: subnormals scaled by 2^23, *eadj = -23 for them */
+VM_INL vf VM(unsub)(vf x, vi *eadj)
+{
+  vi sub = x < 0x1p-126f;
+  *eadj = sub & -23;
+  return sel(sub, x * 0x1p23f, x);
+}
+
+VM_INL vf VM(log)(vf x)
+{
+  vi ea, e;
+  vf m = VM(split)(VM(unsub)(x, &ea), &e);
+  return VM(log_special)(x, VM(log_join)(e + ea, m - 1.0f));
+}
+
+VM_INL vf VM(log2)(vf x)
+{
+  vi ea, e;
+  vf m = VM(split)(VM(unsub)(x, &ea), &e);
+  vf l = VM(log1pf_red)(m - 1.0f);
+  vf res = __builtin_convertvector(e + ea, vf) + l * LOG2E;
+  return VM(log_special)(x, res);
+}
+
+VM_INL vf VM(log10)(vf x)
+{
+  vi ea, e;
+  vf m = VM(split)(VM(unsub)(x, &ea), &e);
+  vf l = VM(log1pf_red)(m - 1.0f);
+  vf ef = __builtin_convertvector(e + ea, vf);
+  /* log10(2) = 0x1.344p-2 (exact times e) + 0x1.3509f8p-18; log10(e) */
+  vf res = ef * 0x1.344p-2f + (l * 0x1.bcb7b2p-2f + ef * 0x1.3509f8p-18f);
+  return VM(log_special)(x, res);
+}
+
+/* log(1 + x) for x > -1 (no special cases): u = 1 + x rounded, c its rounding error,
+ * 1 + x = 2^e (m + c 2^-e) */
+VM_INL vf VM(log1p_core)(vf x)
+{
+  vf u = 1.0f + x;
+  vf c = x - (u - 1.0f);
+  vi e;
+  vf m = VM(split)(u, &e);
+  vi far = e > 24; /* u - 1 may be rounded there; c does not matter */
+  vf sc = VM(pow2i)(((vi){} + 0) - (e & ~far));
+  vf f = (m - 1.0f) + (vf)((vi)(c * sc) & ~far);
+  return VM(log_join)(e, f);
+}
+VM_INL vf VM(log1p)(vf x)
+{
+  vf res = VM(log1p_core)(x);
+  res = sel(x == __builtin_inff(), x, res);
+  res = sel(x == -1.0f, (vf){} - __builtin_inff(), res);
+  res = sel(x < -1.0f, (vf){} + __builtin_nanf(""), res);
+  res = sel(vfabs(x) < 0x1p-25f, x, res);
+  return sel(x != x, x, res);
+}
+
+/* ---- hyperbolic ---- */
+VM_INL vf VM(tanh)(vf x)
+{
+  vf a = vfabs(x);
+  /* |x| < 0.625: x + x^3 P(x^2) (0.076 x 2^-24) */
+  vf z = a * a;
+  vf p = (vf){} + -0x1.750ce2p-8f;
+  p = p * z + 0x1.51f8cep-6f;
+  p = p * z - 0x1.b835a4p-5f;
+  p = p * z + 0x1.1106f6p-3f;
+  p = p * z - 0x1.555532p-2f;
+  vf small = a + a * z * p;
+  /* else 1 - 2 / (e^2|x| + 1); 1 from |x| > 9.1 */
+  vf e = VM(exp)(sel(a > 9.5f, (vf){} + 19.0f, a + a));
+  vf big = 1.0f - 2.0f / (e + 1.0f);
+  vf res = sel(a < 0.625f, small, big);
+  res = sel(a != a, a, res);
+  return VM(orsign)(res, VM(signbit)(x));
+}
+
+VM_INL vf VM(sinh)(vf x)
+{
+  vf a = vfabs(x);
+  vi big = a > 88.5f; /* e^|x| / 2 as (e^(|x|/2) / 2) e^(|x|/2) */
+  vf em = VM(expm1)(sel(big, a * 0.5f, a));
+  vf e1 = em + 1.0f;
+  vf res = sel(big, (0.5f * e1) * e1, 0.5f * (em + em / e1));
+  return VM(orsign)(res, VM(signbit)(x));
+}
+
+VM_INL vf VM(cosh)(vf x)
+{
+  vf a = vfabs(x);
+  vi big = a > 88.5f;
+  vf e = VM(exp)(sel(big, a * 0.5f, a));
+  return sel(big, (0.5f * e) * e, 0.5f * e + 0.5f / e);
+}
+
+VM_INL vf VM(asinh)(vf x)
+{
+  vf a = vfabs(x);
+  vi big = a > 4096.0f; /* log(2|x|): 1/(4x^2) is below half an ulp */
+  vf z = a * a;
+  vf arg = sel(big, a - 1.0f, a + z / (1.0f + VM_SQRT(1.0f + z)));
+  vf res = VM(log1p_core)(arg) + sel(big, (vf){} + 0x1.62e430p-1f, (vf){});
+  res = sel(a == __builtin_inff(), a, res);
+  res = sel(a < 0x1p-25f, a, res);
+  res = sel(a != a, a, res);
+  return VM(orsign)(res, VM(signbit)(x));
+}
+
+VM_INL vf VM(acosh)(vf x)
+{
+  vi big = x > 4096.0f;
+  vf t = x - 1.0f;
+  vf arg = sel(big, t, t + VM_SQRT(t + t + t * t));
+  vf res = VM(log1p_core)(arg) + sel(big, (vf){} + 0x1.62e430p-1f, (vf){});
+  res = sel(x == __builtin_inff(), x, res);
+  res = sel(x == 1.0f, (vf){}, res);
+  res = sel(x < 1.0f, (vf){} + __builtin_nanf(""), res);
+  return sel(x != x, x, res);
+}
+
+VM_INL vf VM(atanh)(vf x)
+{
+  vf a = vfabs(x);
+  vf d = (a + a) / (1.0f - a);
+  vf arg = sel(a < 0.5f, (a + a) + a * d, d);
+  vf res = 0.5f * VM(log1p_core)(arg);
+  res = sel(a == 1.0f, (vf){} + __builtin_inff(), res);
+  res = sel(a > 1.0f, (vf){} + __builtin_nanf(""), res);
+  res = sel(a < 0x1p-25f, a, res);
+  res = sel(a != a, a, res);
+  return VM(orsign)(res, VM(signbit)(x));
+}
+
+/* ---- erf ---- */
+VM_INL vf VM(erf)(vf x)
+{
+  vf a = vfabs(x);
+  /* |x| < 1: x + x P(x^2) (0.024 x 2^-24) */
+  vf z = a * a;
+  vf p = (vf){} + 0x1.4771fcp-14f;
+  p = p * z - 0x1.a3515ep-11f;
+  p = p * z + 0x1.53f224p-8f;
+  p = p * z - 0x1.b7f71ap-6f;
+  p = p * z + 0x1.ce2ce6p-4f;
+  p = p * z - 0x1.81273ep-2f;
+  p = p * z + 0x1.06eba8p-3f;
+  vf small = a + a * p;
+  /* 1 <= |x| < 3.95: 1 - exp(Q(|x| - 2.5)), Q ~ log(erfc); 1 from there on */
+  vf t = sel(a > 3.95f, (vf){} + 3.95f, a) - 2.5f;
+  vf q = (vf){} + -0x1.734ae4p-16f;
+  q = q * t + 0x1.ed6df0p-15f;
+  q = q * t - 0x1.cc3d46p-12f;
+  q = q * t + 0x1.1a95eap-9f;
+  q = q * t - 0x1.63dea0p-7f;
+  q = q * t - 0x1.e345fap-1f;
+  q = q * t - 0x1.569250p+2f;
+  q = q * t - 0x1.f3a2dcp+2f;
+  vf big = 1.0f - VM(exp)(q);
+  vf res = sel(a < 1.0f, small, big);
+  res = sel(a != a, a, res);
+  return VM(orsign)(res, VM(signbit)(x));
+}
+
+/* ---- trigonometric ---- */
+/* |x| = n pi/2 + r with |r| <= pi/4 (in double: exact enough for |x| < 1.5e6, where n
+ * fits 21 bits and n * PIO2_1 (32 bits) is exact); *big marks the lanes beyond */
+VM_INL vf VM(trig_reduce)(vf a, vi *n, vi *big)
+{
+  vd ad = __builtin_convertvector(a, vd);
+  vd t = ad * 0x1.45f306dc9c883p-1 + 0x1.8p52;
+  vd nd = t - 0x1.8p52;
+  vd rd = (ad - nd * 0x1.921fb544p+0) - nd * 0x1.0b4611a626331p-34;
+  *n = __builtin_convertvector((vl)t, vi);
+  *big = a > 1.5e6f;
+  return __builtin_convertvector(rd, vf);
+}
+/* sin r and cos r for |r| <= pi/4 */
+VM_INL vf VM(sin_poly)(vf r)
+{
+  vf z = r * r;
+  vf p = (vf){} + 0x1.7c2c4ep-19f;
+  p = p * z - 0x1.a05954p-13f;
+  p = p * z + 0x1.111174p-7f;
+  p = p * z - 0x1.555556p-3f;
+  return r + r * z * p;
+}
+VM_INL vf VM(cos_poly)(vf r)
+{
+  vf z = r * r;
+  vf p = (vf){} + -0x1.361b34p-22f;
+  p = p * z + 0x1.a071c4p-16f;
+  p = p * z - 0x1.6c175ep-10f;
+  p = p * z + 0x1.555556p-5f;
+  return 1.0f + (z * z * p - 0.5f * z);
+}
+/* lanes of res where big is set, recomputed by the scalar libm function f */
+#define VM_LIBM_LANES(res, x, big, f)                                                 \
+  do {                                                                               \
+    if (VM_ANY(big))                                                                 \
+      for (int k_ = 0; k_ < VM_W; k_++)                                              \
+        if ((big)[k_]) (res)[k_] = f((x)[k_]);                                       \
+  } while (0)
+
+VM_INL vf VM(sin)(vf x)
+{
+  vf a = vfabs(x);
+  vi n, big;
+  vf r = VM(trig_reduce)(a, &n, &big);
+  vf s = VM(sin_poly)(r), c = VM(cos_poly)(r);
+  vf res = sel((n & 1) != 0, c, s);
+  res = (vf)((vi)res ^ (vi)((vu)(n & 2) << 30) ^ VM(signbit)(x));
+  VM_LIBM_LANES(res, x, big, sinf);
+  return res;
+}
+
+VM_INL vf VM(cos)(vf x)
+{
+  vf a = vfabs(x);
+  vi n, big;
+  vf r = VM(trig_reduce)(a, &n, &big);
+  vf s = VM(sin_poly)(r), c = VM(cos_poly)(r);
+  vf res = sel((n & 1) != 0, s, c);
+  res = (vf)((vi)res ^ (vi)((vu)((n + 1) & 2) << 30));
+  VM_LIBM_LANES(res, x, big, cosf);
+  return res;
+}
+
+VM_INL vf VM(tan)(vf x)
+{
+  vf a = vfabs(x);
+  vi n, big;
+  vf r = VM(trig_reduce)(a, &n, &big);
+  vf s = VM(sin_poly)(r), c = VM(cos_poly)(r);
+  vi odd = (n & 1) != 0;
+  vf res = sel(odd, (vf){} - c, s) / sel(odd, s, c);
+  res = (vf)((vi)res ^ VM(signbit)(x));
+  VM_LIBM_LANES(res, x, big, tanf);
+  return res;
+}
+
+#define PIO2_HI 0x1.921fb6p+0f
+#define PIO2_LO -0x1.777a5cp-25f
+#define PIO4_HI 0x1.921fb6p-1f
+#define PIO4_LO -0x1.777a5cp-26f
+
+VM_INL vf VM(atan)(vf x)
+{
+  vf a = vfabs(x);
+  vi big = a > 0x1.3504f4p+1f, mid = (a > 0x1.a827ap-2f) & ~big; /* tan(3pi/8), tan(pi/8) */
+  vf num = sel(big, (vf){} - 1.0f, sel(mid, a - 1.0f, a));
+  vf den = sel(big, a, sel(mid, a + 1.0f, (vf){} + 1.0f));
+  vf t = num / den;
+  vf hi = sel(big, (vf){} + PIO2_HI, sel(mid, (vf){} + PIO4_HI, (vf){}));
+  vf lo = sel(big, (vf){} + PIO2_LO, sel(mid, (vf){} + PIO4_LO, (vf){}));
+  vf z = t * t;
+  vf p = (vf){} + -0x1.f2e012p-5f;
+  p = p * z + 0x1.b2239ap-4f;
+  p = p * z - 0x1.23b99cp-3f;
+  p = p * z + 0x1.9991e2p-3f;
+  p = p * z - 0x1.55554ap-2f;
+  vf res = hi + (t + (t * z * p + lo));
+  res = sel(a != a, a, res);
+  return VM(orsign)(res, VM(signbit)(x));
+}
+
+/* asin(s) - s over s^3 for s <= 0.5, times s^3 */
+VM_INL vf VM(asin_tail)(vf s, vf z)
+{
+  vf p = (vf){} + 0x1.596d5cp-5f;
+  p = p * z + 0x1.8c2d86p-6f;
+  p = p * z + 0x1.747d06p-5f;
+  p = p * z + 0x1.3301fcp-4f;
+  p = p * z + 0x1.5555c8p-3f;
+  return s * z * p;
+}
+/* asin(|x|) = |x| + tail for |x| <= 0.5; pi/2 - 2 asin(sqrt((1 - |x|)/2)) beyond */
+VM_INL vf VM(asin)(vf x)
+{
+  vf a = vfabs(x);
+  vi hi = a > 0.5f;
+  vf z = sel(hi, (1.0f - a) * 0.5f, a * a);
+  vf s = sel(hi, VM_SQRT(z), a);
+  vf tl = VM(asin_tail)(s, z);
+  vf res = sel(hi, PIO2_HI - ((s + s) + ((tl + tl) - PIO2_LO)), s + tl);
+  res = sel(a > 1.0f, (vf){} + __builtin_nanf(""), res);
+  res = sel(a != a, a, res);
+  return VM(orsign)(res, VM(signbit)(x));
+}
+VM_INL vf VM(acos)(vf x)
+{
+  vf a = vfabs(x);
+  vi hi = a > 0.5f, neg = x < 0.0f;
+  vf z = sel(hi, (1.0f - a) * 0.5f, a * a);
+  vf s = sel(hi, VM_SQRT(z), x);
+  vf tl = VM(asin_tail)(s, z);
+  /* x > 0.5: 2 asin(s); x < -0.5: pi - 2 asin(s); else pi/2 - asin(x) */
+  vf two = (s + s) + (tl + tl);
+  vf res = sel(hi, sel(neg, (2.0f * PIO2_HI) - (two - 2.0f * PIO2_LO), two), PIO2_HI - (s + (tl - PIO2_LO)));
+  res = sel(a > 1.0f, (vf){} + __builtin_nanf(""), res);
+  return sel(a != a, x, res);
+}
+
+/* ---- activations ---- */
+/* sigmoid: 1 / (1 + e^-x), and e^x / (1 + e^x) for x < 0 (no overflow, subnormal results kept) */
+VM_INL vf VM(sigmoid)(vf x)
+{
+  vf e = VM(exp)((vf)((vi)x | INT32_MIN)); /* e^-|x| */
+  return sel(x < 0.0f, e, (vf){} + 1.0f) / (1.0f + e);
+}
+/* silu: x / (1 + e^-x); x e^x / (1 + e^x) for x < 0, with x e^x scaled once (subnormals) */
+VM_INL vf VM(silu)(vf x)
+{
+  vi k;
+  vf xn = VM(exp_clamp)((vf)((vi)x | INT32_MIN));
+  vf p = VM(exp_parts)(xn, &k);
+  vf e = VM(scale2)(p, k);
+  vf res = sel(x < 0.0f, VM(scale2)(xn * p, k), x) / (1.0f + e);
+  return sel(x == -__builtin_inff(), (vf){} + __builtin_nanf(""), res); /* -inf / inf, as x / (1 + e^-x) */
+}
+VM_INL vf VM(gelu)(vf x) { return 0.5f * x * (1.0f + VM(erf)(x * 0x1.6a09e6p-1f)); }
+VM_INL vf VM(softplus)(vf x, float beta, float thr)
+{
+  vf z = x * beta;
+  vf res = VM(log1p)(VM(exp)(z)) / beta;
+  return sel(z > thr, x, res);
+}
+VM_INL vf VM(elu)(vf x, float alpha) { return sel(x <= 0.0f, VM(expm1)(x) * alpha, x); }
+/* tanh(log1p(e^x)) = n / (n + 2) with n = e^x (e^x + 2); mish(x) = x e^x (e^x + 2) / (n + 2),
+ * x e^x scaled once; x itself from x > 20 */
+VM_INL vf VM(mish)(vf x)
+{
+  vf xc = VM(exp_clamp)(sel(x > 20.0f, (vf){} + 20.0f, x));
+  vi k;
+  vf p = VM(exp_parts)(xc, &k);
+  vf e = VM(scale2)(p, k), e2 = e + 2.0f;
+  vf res = VM(scale2)(xc * p, k) * e2 / (e * e2 + 2.0f);
+  res = sel(x > 20.0f, x, res);
+  return sel(x == -__builtin_inff(), (vf){} + __builtin_nanf(""), res); /* -inf * tanh(0), as PyTorch */
+}
+
+/* gradients: g f'(x), the formulas of dpl_tensor_elementwise.c / dpl_tensor_math.c */
+VM_INL vf VM(d_gelu)(vf g, vf x)
+{
+  vf cdf = 0.5f * (1.0f + VM(erf)(x * 0x1.6a09e6p-1f));
+  vf pdf = VM(exp)(-0.5f * x * x) * 0x1.988454p-2f;
+  return g * (cdf + x * pdf);
+}
+/* s = sigmoid(x) and 1 - s, both from e^-|x| without cancellation */
+VM_INL vf VM(d_silu)(vf g, vf x)
+{
+  vf e = VM(exp)((vf)((vi)x | INT32_MIN));
+  vf d = 1.0f / (1.0f + e), ed = e * d;
+  vi neg = x < 0.0f;
+  vf s = sel(neg, ed, d), oms = sel(neg, d, ed);
+  return g * s * (1.0f + x * oms);
+}
+VM_INL vf VM(d_softplus)(vf g, vf x, float beta, float thr)
+{
+  vf z = VM(exp)(x * beta);
+  return sel(x * beta > thr, g, g * z / (z + 1.0f));
+}
+VM_INL vf VM(d_elu)(vf g, vf x, float alpha) { return sel(x <= 0.0f, g * alpha * VM(exp)(x), g); }
+VM_INL vf VM(d_mish)(vf g, vf x)
+{
+  vf e = VM(exp)(sel(x > 20.0f, (vf){} + 20.0f, x));
+  vf n = e * (e + 2.0f);
+  vf q = 1.0f / (n + 2.0f);
+  vf ts = n * q;
+  vf sg = e / (e + 1.0f);
+  vf res = g * (ts + x * sg * ((q + q) * (1.0f + ts))); /* 1 - ts^2 = (1 - ts)(1 + ts), 1 - ts = 2 q */
+  return sel(x > 20.0f, g, res);                         /* tanh(softplus(x)) is 1 there */
+}
+
+/* ---- loops over arrays ---- */
+#define VM_LOOP1(EXPR)                                                                        \
+  do {                                                                                        \
+    int64_t i = 0;                                                                            \
+    for (; i + VM_W <= n; i += VM_W) {                                                        \
+      vf v = VM(load)(x + i);                                                                 \
+      VM(store)(y + i, (EXPR));                                                               \
+    }                                                                                         \
+    if (i < n) { /* the tail through a padded vector: the same bits as in the body */        \
+      float buf[VM_W] = {0};                                                                  \
+      memcpy(buf, x + i, (size_t)(n - i) * sizeof(float));                                    \
+      vf v = VM(load)(buf);                                                                   \
+      VM(store)(buf, (EXPR));                                                                 \
+      memcpy(y + i, buf, (size_t)(n - i) * sizeof(float));                                    \
+    }                                                                                         \
+  } while (0)
+#define VM_LOOP2(EXPR)                                                                        \
+  do {                                                                                        \
+    int64_t i = 0;                                                                            \
+    for (; i + VM_W <= n; i += VM_W) {                                                        \
+      vf gv = VM(load)(g + i), v = VM(load)(x + i);                                           \
+      VM(store)(y + i, (EXPR));                                                               \
+    }                                                                                         \
+    if (i < n) {                                                                              \
+      float bg[VM_W] = {0}, bx[VM_W] = {0};                                                   \
+      memcpy(bg, g + i, (size_t)(n - i) * sizeof(float));                                     \
+      memcpy(bx, x + i, (size_t)(n - i) * sizeof(float));                                     \
+      vf gv = VM(load)(bg), v = VM(load)(bx);                                                 \
+      VM(store)(bx, (EXPR));                                                                  \
+      memcpy(y + i, bx, (size_t)(n - i) * sizeof(float));                                    \
+    }                                                                                         \
+  } while (0)
+
+/* y[i] = f(x[i]), contiguous (y == x allowed) */
+VM_TARGET static void VM(map)(int fn, float *y, const float *x, int64_t n, float p0, float p1)
+{
+  switch (fn) {
+  case DPL_VM_EXP: VM_LOOP1(VM(exp)(v)); break;
+  case DPL_VM_EXPM1: VM_LOOP1(VM(expm1)(v)); break;
+  case DPL_VM_EXP2: VM_LOOP1(VM(exp2)(v)); break;
+  case DPL_VM_LOG: VM_LOOP1(VM(log)(v)); break;
+  case DPL_VM_LOG1P: VM_LOOP1(VM(log1p)(v)); break;
+  case DPL_VM_LOG2: VM_LOOP1(VM(log2)(v)); break;
+  case DPL_VM_LOG10: VM_LOOP1(VM(log10)(v)); break;
+  case DPL_VM_SIN: VM_LOOP1(VM(sin)(v)); break;
+  case DPL_VM_COS: VM_LOOP1(VM(cos)(v)); break;
+  case DPL_VM_TAN: VM_LOOP1(VM(tan)(v)); break;
+  case DPL_VM_ASIN: VM_LOOP1(VM(asin)(v)); break;
+  case DPL_VM_ACOS: VM_LOOP1(VM(acos)(v)); break;
+  case DPL_VM_ATAN: VM_LOOP1(VM(atan)(v)); break;
+  case DPL_VM_SINH: VM_LOOP1(VM(sinh)(v)); break;
+  case DPL_VM_COSH: VM_LOOP1(VM(cosh)(v)); break;
+  case DPL_VM_TANH: VM_LOOP1(VM(tanh)(v)); break;
+  case DPL_VM_ASINH: VM_LOOP1(VM(asinh)(v)); break;
+  case DPL_VM_ACOSH: VM_LOOP1(VM(acosh)(v)); break;
+  case DPL_VM_ATANH: VM_LOOP1(VM(atanh)(v)); break;
+  case DPL_VM_ERF: VM_LOOP1(VM(erf)(v)); break;
+  case DPL_VM_SIGMOID: VM_LOOP1(VM(sigmoid)(v)); break;
+  case DPL_VM_SILU: VM_LOOP1(VM(silu)(v)); break;
+  case DPL_VM_GELU: VM_LOOP1(VM(gelu)(v)); break;
+  case DPL_VM_SOFTPLUS: VM_LOOP1(VM(softplus)(v, p0, p1)); break;
+  case DPL_VM_ELU: VM_LOOP1(VM(elu)(v, p0)); break;
+  case DPL_VM_MISH: VM_LOOP1(VM(mish)(v)); break;
+  default: break;
+  }
+}
+
+/* y[i] = g[i] f'(x[i]), contiguous */
+VM_TARGET static void VM(grad)(int fn, float *y, const float *g, const float *x, int64_t n, float p0, float p1)
+{
+  switch (fn) {
+  case DPL_VM_D_GELU: VM_LOOP2(VM(d_gelu)(gv, v)); break;
+  case DPL_VM_D_SILU: VM_LOOP2(VM(d_silu)(gv, v)); break;
+  case DPL_VM_D_SOFTPLUS: VM_LOOP2(VM(d_softplus)(gv, v, p0, p1)); break;
+  case DPL_VM_D_ELU: VM_LOOP2(VM(d_elu)(gv, v, p0)); break;
+  case DPL_VM_D_MISH: VM_LOOP2(VM(d_mish)(gv, v)); break;
+  default: break;
+  }
+}
+
+#undef vf
+#undef vi
+#undef vu
+#undef vd
+#undef vl
+#undef sel
+#undef vfabs
+#undef VM_INL
+#undef VM_LOOP1
+#undef VM_LOOP2
+#undef VM_LIBM_LANES
+#undef LN2_HI
+#undef LN2_LO
+#undef LOG2E
+#undef PIO2_HI
+#undef PIO2_LO
+#undef PIO4_HI
+#undef PIO4_LO
