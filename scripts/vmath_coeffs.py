@@ -92,15 +92,12 @@ ts = cheb_points(1e-4, 0.625, N)
 fit("tanh: P(x^2) = (tanh x - x) / x^3", ts, lambda t: t * t,
     lambda t: (mp.tanh(m(t)) - m(t)) / m(t) ** 3, lambda t: m(t) ** 3 / mp.tanh(m(t)), 4, lo=0)
 
-# erf for |x| < 1: erf(x) = x + x P(x^2) (P(0) = 2/sqrt(pi) - 1: a float 2/sqrt(pi) would be 0.9 ulp off)
-ts = cheb_points(1e-4, 1.0, N)
-fit("erf, |x| < 1: P(x^2) = erf(x) / x - 1", ts, lambda t: t * t,
-    lambda t: mp.erf(m(t)) / m(t) - 1, lambda t: m(t) / mp.erf(m(t)), 6, lo=0)
-
-# erf for 1 <= x < 4: erf(x) = 1 - exp(P(x - 2.5)), P ~ log(erfc(x)); the error of erf is erfc * |dP|
-ts = cheb_points(1.0, 3.95, N)
-fit("erfc, 1 <= x < 3.95: P(x - 2.5) = log(erfc(x))", ts, lambda t: t - 2.5,
-    lambda t: mp.log(mp.erfc(m(t))), lambda t: mp.erfc(m(t)) / mp.erf(m(t)), 7, lo=0)
+# erf: erf(x) = -expm1(Q(x)), Q = log(erfc(x)) = x (c0 + x P(x)) on [0, 3.95], c0 = -2/sqrt(pi) exact
+# (split in two floats by the kernel); the error of erf is erfc * |dQ|
+ts = cheb_points(1e-4, 3.95, N)
+fit("erf: Q(x)/x = log(erfc(x))/x, c0 = -2/sqrt(pi) fixed", ts, lambda t: t,
+    lambda t: mp.log(mp.erfc(m(t))) / m(t), lambda t: m(t) * mp.erfc(m(t)) / mp.erf(m(t)), 8, lo=0,
+    fixed={0: float(-2 / mp.sqrt(mp.pi))})
 
 # sin / cos on |r| <= pi/4
 PI4 = float(mp.pi / 4) + 1e-4

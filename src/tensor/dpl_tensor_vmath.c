@@ -22,6 +22,9 @@
 #define VM_SFX scalar
 #define VM_TARGET
 #define VM_SQRT(v) ((__typeof__(v)){sqrtf((v)[0])})
+#define VM_FMA(a, b, c) ((__typeof__(a)){fmaf((a)[0], (b)[0], (c)[0])})
+#define VM_MAXC(x, c) ((__typeof__(x)){(c)[0] > (x)[0] ? (c)[0] : (x)[0]})
+#define VM_MINC(x, c) ((__typeof__(x)){(c)[0] < (x)[0] ? (c)[0] : (x)[0]})
 #define VM_ANY(m) ((m)[0] != 0)
 #include "dpl_tensor_vmath_body.h"
 #undef VM_W
@@ -29,12 +32,18 @@
 #undef VM_TARGET
 #undef VM_SQRT
 #undef VM_ANY
+#undef VM_MINC
+#undef VM_MAXC
+#undef VM_FMA
 
 #ifdef VM_HAVE_X86
 #define VM_W 8
 #define VM_SFX avx2
-#define VM_TARGET __attribute__((target("avx2")))
+#define VM_TARGET __attribute__((target("avx2,fma")))
 #define VM_SQRT(v) ((__typeof__(v))_mm256_sqrt_ps((__m256)(v)))
+#define VM_FMA(a, b, c) ((__typeof__(a))_mm256_fmadd_ps((__m256)(a), (__m256)(b), (__m256)(c)))
+#define VM_MAXC(x, c) ((__typeof__(x))_mm256_max_ps((__m256)(c), (__m256)(x)))
+#define VM_MINC(x, c) ((__typeof__(x))_mm256_min_ps((__m256)(c), (__m256)(x)))
 #define VM_ANY(m) (!_mm256_testz_si256((__m256i)(m), (__m256i)(m)))
 #include "dpl_tensor_vmath_body.h"
 #undef VM_W
@@ -42,11 +51,17 @@
 #undef VM_TARGET
 #undef VM_SQRT
 #undef VM_ANY
+#undef VM_MINC
+#undef VM_MAXC
+#undef VM_FMA
 
 #define VM_W 16
 #define VM_SFX avx512
-#define VM_TARGET __attribute__((target("avx512f")))
+#define VM_TARGET __attribute__((target("avx512f,fma")))
 #define VM_SQRT(v) ((__typeof__(v))_mm512_sqrt_ps((__m512)(v)))
+#define VM_FMA(a, b, c) ((__typeof__(a))_mm512_fmadd_ps((__m512)(a), (__m512)(b), (__m512)(c)))
+#define VM_MAXC(x, c) ((__typeof__(x))_mm512_max_ps((__m512)(c), (__m512)(x)))
+#define VM_MINC(x, c) ((__typeof__(x))_mm512_min_ps((__m512)(c), (__m512)(x)))
 #define VM_ANY(m) (_mm512_test_epi32_mask((__m512i)(m), (__m512i)(m)) != 0)
 #include "dpl_tensor_vmath_body.h"
 #undef VM_W
@@ -54,6 +69,9 @@
 #undef VM_TARGET
 #undef VM_SQRT
 #undef VM_ANY
+#undef VM_MINC
+#undef VM_MAXC
+#undef VM_FMA
 #endif
 
 typedef void (*map_fn)(int fn, float *y, const float *x, int64_t n, float p0, float p1);
@@ -66,15 +84,20 @@ static const map_fn maps[3] = {map_scalar, map_scalar, map_scalar};
 static const grad_fn grads[3] = {grad_scalar, grad_scalar, grad_scalar};
 #endif
 
+/* the fastest path this CPU runs; without FMA (before 2013's AVX2 CPUs) the scalar path
+ * would run fmaf in software, slower than libm: the default there is "off" */
 static int best_isa(void)
 {
 #ifdef VM_HAVE_X86
   __builtin_cpu_init();
+  if (!__builtin_cpu_supports("fma")) return DPL_VM_OFF;
   if (__builtin_cpu_supports("avx512f")) return DPL_VM_AVX512;
   if (__builtin_cpu_supports("avx2")) return DPL_VM_AVX2;
 #endif
   return DPL_VM_SCALAR;
 }
+/* the fastest path with the kernels (scalar at least) */
+static int top_isa(void) { int b = best_isa(); return b < DPL_VM_SCALAR ? DPL_VM_SCALAR : b; }
 
 static _Atomic int isa_now = -2; /* -2: not chosen yet */
 
@@ -99,8 +122,8 @@ int dpl_vm_parse_isa(const char *name)
 
 int dpl_vm_set_isa(int isa)
 {
-  int best = best_isa();
-  if (isa < DPL_VM_OFF || isa > best) isa = best;
+  if (isa < DPL_VM_OFF) isa = best_isa();
+  else if (isa > top_isa()) isa = top_isa();
   atomic_store_explicit(&isa_now, isa, memory_order_relaxed);
   return isa;
 }

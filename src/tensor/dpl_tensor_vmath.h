@@ -18,7 +18,7 @@ enum { DPL_VM_D_GELU, DPL_VM_D_SILU, DPL_VM_D_SOFTPLUS, DPL_VM_D_ELU, DPL_VM_D_M
 
 /* the path in effect: DPL_VM_OFF (callers keep their libm loops), or the kernels'.
  * The first call reads DPL_VMATH (off, scalar, avx2, avx512; unset or auto: the best
- * this CPU runs; a path the CPU lacks falls back to the best it has). */
+ * this CPU runs, "off" without FMA; a path the CPU lacks falls back to the best it has). */
 enum { DPL_VM_OFF = -1, DPL_VM_SCALAR = 0, DPL_VM_AVX2 = 1, DPL_VM_AVX512 = 2 };
 int dpl_vm_isa(void);
 /* sets the path (DPL_VM_*, or -2: the best for this CPU); returns the one in effect */

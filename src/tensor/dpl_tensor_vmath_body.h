@@ -5,9 +5,10 @@
  * nothing), VM_SQRT(v) and VM_ANY(m) (any lane of an int mask set).
  *
  * Only IEEE operations whose results the standard fixes are used (add, sub, mul, div,
- * sqrt, compares, bit operations; no fused multiply-add, no approximate reciprocal),
- * so every path gives the same bits for every element; the file is compiled with
- * -ffp-contract=off so that the compiler does not fuse them either. Arguments where a
+ * sqrt, fused multiply-add written out (VM_FMA: the scalar path calls fmaf), compares,
+ * bit operations; no approximate reciprocal), so every path gives the same bits for
+ * every element; the file is compiled with -ffp-contract=off so that the compiler fuses
+ * nothing on its own. VM_MAXC / VM_MINC are (c > x ? c : x) and (c < x ? c : x). Arguments where a
  * polynomial cannot reach the accuracy (sin/cos/tan beyond |x| > 1.5e6) go to libm
  * lane by lane, on every path alike. */
 
@@ -35,34 +36,41 @@ VM_INL vi VM(seli)(vi m, vi a, vi b) { return (m & a) | (~m & b); }
 VM_INL vf VM(fabs)(vf x) { return (vf)((vi)x & 0x7fffffff); }
 VM_INL vi VM(signbit)(vf x) { return (vi)x & INT32_MIN; }
 VM_INL vf VM(orsign)(vf x, vi s) { return (vf)((vi)x | s); }
+VM_INL vf VM(fma)(vf a, vf b, vf c) { return VM_FMA(a, b, c); }
+/* c > x ? c : x and c < x ? c : x (NaN x stays NaN) */
+VM_INL vf VM(maxc)(vf x, float c) { return VM_MAXC(x, ((vf){} + c)); }
+VM_INL vf VM(minc)(vf x, float c) { return VM_MINC(x, ((vf){} + c)); }
 /* 2^k for integer lanes k in [-126, 127] */
 VM_INL vf VM(pow2i)(vi k) { return (vf)((vu)(k + 127) << 23); }
-/* round to nearest (ties to even) for |x| < 2^22: the float value and the integer */
-VM_INL vf VM(rint)(vf x, vi *k)
+/* x * m rounded to the nearest integer (ties to even), for |x * m| < 2^22: the value and the integer */
+VM_INL vf VM(rint_mul)(vf x, float m, vi *k)
 {
-  vf t = x + 0x1.8p23f;
+  vf t = VM(fma)(x, (vf){} + m, (vf){} + 0x1.8p23f);
   *k = (vi)t - 0x4B400000;
   return t - 0x1.8p23f;
 }
 #define sel VM(sel)
 #define vfabs VM(fabs)
+#define FMA VM(fma)
+#define K(c) ((vf){} + (c))
 
 /* ---- exp family ---- */
-/* ln2 = LN2_HI + LN2_LO; LN2_HI has 16 significant bits, so n * LN2_HI is exact for |n| < 256 */
-#define LN2_HI 0x1.62e4p-1f
-#define LN2_LO 0x1.7f7d1cp-20f
+/* ln2 = LN2F + LN2F_LO (LN2F: ln2 rounded to float) */
+#define LN2F 0x1.62e430p-1f
+#define LN2F_LO -0x1.05c610p-29f
 #define LOG2E 0x1.715476p+0f
 
-/* e^r - 1 - r over r^2 on |r| <= ln2/2 (weighted fit error 0.007 x 2^-24) */
+/* e^r for |r| <= ln2/2 + a little: 1 + r + r^2 P(r) (weighted fit error 0.007 x 2^-24), in Horner form */
 VM_INL vf VM(exp_poly)(vf r)
 {
-  vf p = (vf){} + 0x1.9e7d96p-13f;
-  p = p * r + 0x1.6d3aacp-10f;
-  p = p * r + 0x1.1112d4p-7f;
-  p = p * r + 0x1.5554f8p-5f;
-  p = p * r + 0x1.555554p-3f;
-  p = p * r + 0x1p-1f;
-  return p;
+  vf p = K(0x1.9e7d96p-13f);
+  p = FMA(p, r, K(0x1.6d3aacp-10f));
+  p = FMA(p, r, K(0x1.1112d4p-7f));
+  p = FMA(p, r, K(0x1.5554f8p-5f));
+  p = FMA(p, r, K(0x1.555554p-3f));
+  p = FMA(p, r, K(0x1p-1f));
+  p = FMA(p, r, K(1.0f));
+  return FMA(p, r, K(1.0f));
 }
 
 /* p * 2^n for p in [2^-40, 2^40] and n in [-162, 128]: two exact steps, then one rounding
@@ -74,18 +82,15 @@ VM_INL vf VM(scale2)(vf p, vi n)
 }
 
 /* x clamped to [-112, 89], the range of exp_parts (NaN stays NaN) */
-VM_INL vf VM(exp_clamp)(vf x)
-{
-  x = sel(x < -112.0f, (vf){} - 112.0f, x);
-  return sel(x > 89.0f, (vf){} + 89.0f, x);
-}
-/* e^x as p 2^k with p in [0.7, 1.5] and k in [-162, 128], for x = exp_clamp(x) */
+VM_INL vf VM(exp_clamp)(vf x) { return VM(minc)(VM(maxc)(x, -112.0f), 89.0f); }
+/* e^x as p 2^k with p in [0.7, 1.5] and k in [-162, 128], for x = exp_clamp(x):
+ * n = round(x / ln2), r = x - n ln2 (the first step exact) */
 VM_INL vf VM(exp_parts)(vf x, vi *k)
 {
-  vf n = VM(rint)(x * LOG2E, k);
-  vf r = x - n * LN2_HI; /* exact */
-  r = r - n * LN2_LO;
-  return 1.0f + (r + r * r * VM(exp_poly)(r));
+  vf n = VM(rint_mul)(x, LOG2E, k);
+  vf r = FMA(n, K(-LN2F), x);
+  r = FMA(n, K(-LN2F_LO), r);
+  return VM(exp_poly)(r);
 }
 /* e^x; x > 88.72 gives +inf, x < -103.97 gives 0 (subnormals between) */
 VM_INL vf VM(exp)(vf x)
@@ -98,12 +103,12 @@ VM_INL vf VM(exp)(vf x)
 /* 2^x, the same polynomial at r ln2 */
 VM_INL vf VM(exp2)(vf x)
 {
-  x = sel(x < -152.0f, (vf){} - 152.0f, x);
-  x = sel(x > 129.0f, (vf){} + 129.0f, x);
+  x = VM(minc)(VM(maxc)(x, -152.0f), 129.0f);
   vi k;
-  vf n = VM(rint)(x, &k);
-  vf r = (x - n) * 0x1.62e430p-1f; /* x - n exact */
-  vf p = 1.0f + (r + r * r * VM(exp_poly)(r));
+  vf n = VM(rint_mul)(x, 1.0f, &k);
+  vf r = x - n; /* exact */
+  vf rl = r * LN2F;
+  vf p = VM(exp_poly)(rl + FMA(r, K(LN2F), -rl)); /* r ln2, the product's rounding error put back */
   return VM(scale2)(p, k);
 }
 
@@ -111,42 +116,41 @@ VM_INL vf VM(exp2)(vf x)
  * 2^n (expm1(r) + 1) - 1 with |r| <= ln2/2, where no term cancels another badly */
 VM_INL vf VM(expm1)(vf x0)
 {
-  vf x = sel(x0 < -30.0f, (vf){} - 30.0f, x0);
-  x = sel(x > 89.0f, (vf){} + 89.0f, x);
+  vf x = VM(minc)(VM(maxc)(x0, -30.0f), 89.0f);
   vi k;
-  vf n = VM(rint)(x * LOG2E, &k);
+  vf n = VM(rint_mul)(x, LOG2E, &k);
   vi small = vfabs(x) < 0x1.62e42ep-1f;
   n = sel(small, (vf){}, n);
   k = k & ~small;
-  vf r = x - n * LN2_HI;
-  r = r - n * LN2_LO;
-  vf p = (vf){} + 0x1.a0d16cp-16f;
-  p = p * r + 0x1.a558b6p-13f;
-  p = p * r + 0x1.6c1c64p-10f;
-  p = p * r + 0x1.110b6cp-7f;
-  p = p * r + 0x1.55554ap-5f;
-  p = p * r + 0x1.55555cp-3f;
-  p = p * r + 0x1p-1f;
-  vf q = r + r * r * p; /* expm1(r) */
-  vi big = k > 127; /* 2^128 (e^x near FLT_MAX): scale by 2^127, then by 2 */
+  vf r = FMA(n, K(-LN2F), x);
+  r = FMA(n, K(-LN2F_LO), r);
+  vf p = K(0x1.a0d16cp-16f);
+  p = FMA(p, r, K(0x1.a558b6p-13f));
+  p = FMA(p, r, K(0x1.6c1c64p-10f));
+  p = FMA(p, r, K(0x1.110b6cp-7f));
+  p = FMA(p, r, K(0x1.55554ap-5f));
+  p = FMA(p, r, K(0x1.55555cp-3f));
+  p = FMA(p, r, K(0x1p-1f));
+  vf q = FMA(r * r, p, r); /* expm1(r) */
+  vi big = k > 127;        /* 2^128 (e^x near FLT_MAX): scale by 2^127, then by 2 */
   vf s = VM(pow2i)(VM(seli)(big, (vi){} + 127, k));
-  vf res = (q * s + (s - 1.0f)) * sel(big, (vf){} + 2.0f, (vf){} + 1.0f);
+  vf res = FMA(q, s, s - 1.0f) * sel(big, K(2.0f), K(1.0f));
   return sel(vfabs(x0) < 0x1p-25f, x0, res); /* -0 and tiny x: x itself */
 }
 
 /* ---- log family ---- */
-/* log(1 + f) - f + f^2/2 over f^3 on sqrt(1/2)-1 <= f <= sqrt(2)-1 (0.098 x 2^-24) */
-VM_INL vf VM(log_poly)(vf f)
+/* log(1 + f) for sqrt(1/2)-1 <= f <= sqrt(2)-1: f - f^2/2 + f^3 P(f) (0.098 x 2^-24) */
+VM_INL vf VM(log1p_red)(vf f)
 {
-  vf p = (vf){} + -0x1.38dd5ep-4f;
-  p = p * f + 0x1.056c32p-3f;
-  p = p * f - 0x1.0d852ap-3f;
-  p = p * f + 0x1.22d790p-3f;
-  p = p * f - 0x1.54720ep-3f;
-  p = p * f + 0x1.99a028p-3f;
-  p = p * f - 0x1.000228p-2f;
-  p = p * f + 0x1.555554p-2f;
-  return p;
+  vf p = K(-0x1.38dd5ep-4f);
+  p = FMA(p, f, K(0x1.056c32p-3f));
+  p = FMA(p, f, K(-0x1.0d852ap-3f));
+  p = FMA(p, f, K(0x1.22d790p-3f));
+  p = FMA(p, f, K(-0x1.54720ep-3f));
+  p = FMA(p, f, K(0x1.99a028p-3f));
+  p = FMA(p, f, K(-0x1.000228p-2f));
+  p = FMA(p, f, K(0x1.555554p-2f));
+  return FMA(f * f, FMA(f, p, K(-0.5f)), f);
 }
 /* u (> 0, normal, finite) as 2^e m with m in [sqrt(1/2), sqrt(2)) */
 VM_INL vf VM(split)(vf u, vi *e)
@@ -155,27 +159,19 @@ VM_INL vf VM(split)(vf u, vi *e)
   *e = (iu - 0x3f3504f3) >> 23;
   return (vf)(iu - (vi)((vu)*e << 23));
 }
-/* log(1 + f), the |f| < 0.42 part of the logarithms */
-VM_INL vf VM(log1pf_red)(vf f)
-{
-  vf z = f * f;
-  return f + (z * f * VM(log_poly)(f) - 0.5f * z);
-}
-/* log(2^e (1 + f)) */
+/* log(2^e (1 + f)) = e ln2 + log(1 + f), one rounding for the sum */
 VM_INL vf VM(log_join)(vi e, vf f)
 {
   vf ef = __builtin_convertvector(e, vf);
-  vf z = f * f;
-  vf y = z * f * VM(log_poly)(f) + ef * LN2_LO;
-  y = y - 0.5f * z;
-  return (f + y) + ef * LN2_HI;
+  vf y = VM(log1p_red)(f);
+  return FMA(ef, K(LN2F), FMA(ef, K(LN2F_LO), y));
 }
 /* the special values of log-like functions of x: x < 0 NaN, x == 0 -inf, +inf and NaN themselves */
 VM_INL vf VM(log_special)(vf x, vf res)
 {
   res = sel(x == __builtin_inff(), x, res);
-  res = sel(x == 0.0f, (vf){} - __builtin_inff(), res);
-  res = sel(x < 0.0f, (vf){} + __builtin_nanf(""), res);
+  res = sel(x == 0.0f, K(-__builtin_inff()), res);
+  res = sel(x < 0.0f, K(__builtin_nanf("")), res);
   return sel(x != x, x, res);
 }
 /* x normalised: subnormals scaled by 2^23, *eadj = -23 for them */
@@ -193,24 +189,25 @@ VM_INL vf VM(log)(vf x)
   return VM(log_special)(x, VM(log_join)(e + ea, m - 1.0f));
 }
 
+#define LOG2E_LO 0x1.4ae0c0p-26f
 VM_INL vf VM(log2)(vf x)
 {
   vi ea, e;
   vf m = VM(split)(VM(unsub)(x, &ea), &e);
-  vf l = VM(log1pf_red)(m - 1.0f);
-  vf res = __builtin_convertvector(e + ea, vf) + l * LOG2E;
-  return VM(log_special)(x, res);
+  vf l = VM(log1p_red)(m - 1.0f);
+  vf ef = __builtin_convertvector(e + ea, vf);
+  return VM(log_special)(x, FMA(l, K(LOG2E), FMA(l, K(LOG2E_LO), ef)));
 }
 
 VM_INL vf VM(log10)(vf x)
 {
   vi ea, e;
   vf m = VM(split)(VM(unsub)(x, &ea), &e);
-  vf l = VM(log1pf_red)(m - 1.0f);
+  vf l = VM(log1p_red)(m - 1.0f);
   vf ef = __builtin_convertvector(e + ea, vf);
-  /* log10(2) = 0x1.344p-2 (exact times e) + 0x1.3509f8p-18; log10(e) */
-  vf res = ef * 0x1.344p-2f + (l * 0x1.bcb7b2p-2f + ef * 0x1.3509f8p-18f);
-  return VM(log_special)(x, res);
+  /* log10(2) = 0x1.344136p-2 - 0x1.ec10c0p-27, log10(e) = 0x1.bcb7b2p-2 - 0x1.5b235ep-27 */
+  vf lo = FMA(ef, K(-0x1.ec10c0p-27f), l * -0x1.5b235ep-27f);
+  return VM(log_special)(x, FMA(ef, K(0x1.344136p-2f), FMA(l, K(0x1.bcb7b2p-2f), lo)));
 }
 
 /* log(1 + x) for x > -1 (no special cases): u = 1 + x rounded, c its rounding error,
@@ -230,8 +227,8 @@ VM_INL vf VM(log1p)(vf x)
 {
   vf res = VM(log1p_core)(x);
   res = sel(x == __builtin_inff(), x, res);
-  res = sel(x == -1.0f, (vf){} - __builtin_inff(), res);
-  res = sel(x < -1.0f, (vf){} + __builtin_nanf(""), res);
+  res = sel(x == -1.0f, K(-__builtin_inff()), res);
+  res = sel(x < -1.0f, K(__builtin_nanf("")), res);
   res = sel(vfabs(x) < 0x1p-25f, x, res);
   return sel(x != x, x, res);
 }
@@ -242,14 +239,14 @@ VM_INL vf VM(tanh)(vf x)
   vf a = vfabs(x);
   /* |x| < 0.625: x + x^3 P(x^2) (0.076 x 2^-24) */
   vf z = a * a;
-  vf p = (vf){} + -0x1.750ce2p-8f;
-  p = p * z + 0x1.51f8cep-6f;
-  p = p * z - 0x1.b835a4p-5f;
-  p = p * z + 0x1.1106f6p-3f;
-  p = p * z - 0x1.555532p-2f;
-  vf small = a + a * z * p;
+  vf p = K(-0x1.750ce2p-8f);
+  p = FMA(p, z, K(0x1.51f8cep-6f));
+  p = FMA(p, z, K(-0x1.b835a4p-5f));
+  p = FMA(p, z, K(0x1.1106f6p-3f));
+  p = FMA(p, z, K(-0x1.555532p-2f));
+  vf small = FMA(a * z, p, a);
   /* else 1 - 2 / (e^2|x| + 1); 1 from |x| > 9.1 */
-  vf e = VM(exp)(sel(a > 9.5f, (vf){} + 19.0f, a + a));
+  vf e = VM(exp)(VM(minc)(a + a, 19.0f));
   vf big = 1.0f - 2.0f / (e + 1.0f);
   vf res = sel(a < 0.625f, small, big);
   res = sel(a != a, a, res);
@@ -280,7 +277,7 @@ VM_INL vf VM(asinh)(vf x)
   vi big = a > 4096.0f; /* log(2|x|): 1/(4x^2) is below half an ulp */
   vf z = a * a;
   vf arg = sel(big, a - 1.0f, a + z / (1.0f + VM_SQRT(1.0f + z)));
-  vf res = VM(log1p_core)(arg) + sel(big, (vf){} + 0x1.62e430p-1f, (vf){});
+  vf res = VM(log1p_core)(arg) + sel(big, K(LN2F), (vf){});
   res = sel(a == __builtin_inff(), a, res);
   res = sel(a < 0x1p-25f, a, res);
   res = sel(a != a, a, res);
@@ -291,11 +288,11 @@ VM_INL vf VM(acosh)(vf x)
 {
   vi big = x > 4096.0f;
   vf t = x - 1.0f;
-  vf arg = sel(big, t, t + VM_SQRT(t + t + t * t));
-  vf res = VM(log1p_core)(arg) + sel(big, (vf){} + 0x1.62e430p-1f, (vf){});
+  vf arg = sel(big, t, t + VM_SQRT(FMA(t, t, t + t)));
+  vf res = VM(log1p_core)(arg) + sel(big, K(LN2F), (vf){});
   res = sel(x == __builtin_inff(), x, res);
   res = sel(x == 1.0f, (vf){}, res);
-  res = sel(x < 1.0f, (vf){} + __builtin_nanf(""), res);
+  res = sel(x < 1.0f, K(__builtin_nanf("")), res);
   return sel(x != x, x, res);
 }
 
@@ -303,42 +300,51 @@ VM_INL vf VM(atanh)(vf x)
 {
   vf a = vfabs(x);
   vf d = (a + a) / (1.0f - a);
-  vf arg = sel(a < 0.5f, (a + a) + a * d, d);
+  vf arg = sel(a < 0.5f, FMA(a, d, a + a), d);
   vf res = 0.5f * VM(log1p_core)(arg);
-  res = sel(a == 1.0f, (vf){} + __builtin_inff(), res);
-  res = sel(a > 1.0f, (vf){} + __builtin_nanf(""), res);
+  res = sel(a == 1.0f, K(__builtin_inff()), res);
+  res = sel(a > 1.0f, K(__builtin_nanf("")), res);
   res = sel(a < 0x1p-25f, a, res);
   res = sel(a != a, a, res);
   return VM(orsign)(res, VM(signbit)(x));
 }
 
 /* ---- erf ---- */
+/* expm1(q) for q in [-18, 0] (NaN passes): expm1's kernel without its range handling */
+VM_INL vf VM(expm1_neg)(vf q)
+{
+  vi k;
+  vf n = VM(rint_mul)(q, LOG2E, &k);
+  vi small = q > -0x1.62e42ep-1f;
+  n = sel(small, (vf){}, n);
+  k = k & ~small;
+  vf r = FMA(n, K(-LN2F), q);
+  r = FMA(n, K(-LN2F_LO), r);
+  vf p = K(0x1.a0d16cp-16f);
+  p = FMA(p, r, K(0x1.a558b6p-13f));
+  p = FMA(p, r, K(0x1.6c1c64p-10f));
+  p = FMA(p, r, K(0x1.110b6cp-7f));
+  p = FMA(p, r, K(0x1.55554ap-5f));
+  p = FMA(p, r, K(0x1.55555cp-3f));
+  p = FMA(p, r, K(0x1p-1f));
+  vf s = VM(pow2i)(k);
+  return FMA(FMA(r * r, p, r), s, s - 1.0f);
+}
+/* erf(|x|) = -expm1(Q(|x|)), Q = log(erfc) = |x| (C0 + |x| P(|x|)) on [0, 3.95] (fit error 0.071 x
+ * 2^-24 relative to erf; C0 = -2/sqrt(pi) in two parts); 1 from 3.95 on */
 VM_INL vf VM(erf)(vf x)
 {
-  vf a = vfabs(x);
-  /* |x| < 1: x + x P(x^2) (0.024 x 2^-24) */
-  vf z = a * a;
-  vf p = (vf){} + 0x1.4771fcp-14f;
-  p = p * z - 0x1.a3515ep-11f;
-  p = p * z + 0x1.53f224p-8f;
-  p = p * z - 0x1.b7f71ap-6f;
-  p = p * z + 0x1.ce2ce6p-4f;
-  p = p * z - 0x1.81273ep-2f;
-  p = p * z + 0x1.06eba8p-3f;
-  vf small = a + a * p;
-  /* 1 <= |x| < 3.95: 1 - exp(Q(|x| - 2.5)), Q ~ log(erfc); 1 from there on */
-  vf t = sel(a > 3.95f, (vf){} + 3.95f, a) - 2.5f;
-  vf q = (vf){} + -0x1.734ae4p-16f;
-  q = q * t + 0x1.ed6df0p-15f;
-  q = q * t - 0x1.cc3d46p-12f;
-  q = q * t + 0x1.1a95eap-9f;
-  q = q * t - 0x1.63dea0p-7f;
-  q = q * t - 0x1.e345fap-1f;
-  q = q * t - 0x1.569250p+2f;
-  q = q * t - 0x1.f3a2dcp+2f;
-  vf big = 1.0f - VM(exp)(q);
-  vf res = sel(a < 1.0f, small, big);
-  res = sel(a != a, a, res);
+  vf a = VM(minc)(vfabs(x), 3.95f);
+  vf p = K(0x1.386292p-17f);
+  p = FMA(p, a, K(-0x1.efb4ccp-14f));
+  p = FMA(p, a, K(0x1.4cef5cp-11f));
+  p = FMA(p, a, K(-0x1.b62cd6p-10f));
+  p = FMA(p, a, K(0x1.5ae85cp-13f));
+  p = FMA(p, a, K(0x1.39c0e6p-6f));
+  p = FMA(p, a, K(-0x1.a4f95ep-4f));
+  p = FMA(p, a, K(-0x1.45f2fep-1f));
+  p = FMA(p, a, K(0x1.f7ac92p-25f));
+  vf res = -VM(expm1_neg)(FMA(a, K(-0x1.20dd76p+0f), a * p));
   return VM(orsign)(res, VM(signbit)(x));
 }
 
@@ -359,20 +365,20 @@ VM_INL vf VM(trig_reduce)(vf a, vi *n, vi *big)
 VM_INL vf VM(sin_poly)(vf r)
 {
   vf z = r * r;
-  vf p = (vf){} + 0x1.7c2c4ep-19f;
-  p = p * z - 0x1.a05954p-13f;
-  p = p * z + 0x1.111174p-7f;
-  p = p * z - 0x1.555556p-3f;
-  return r + r * z * p;
+  vf p = K(0x1.7c2c4ep-19f);
+  p = FMA(p, z, K(-0x1.a05954p-13f));
+  p = FMA(p, z, K(0x1.111174p-7f));
+  p = FMA(p, z, K(-0x1.555556p-3f));
+  return FMA(r * z, p, r);
 }
 VM_INL vf VM(cos_poly)(vf r)
 {
   vf z = r * r;
-  vf p = (vf){} + -0x1.361b34p-22f;
-  p = p * z + 0x1.a071c4p-16f;
-  p = p * z - 0x1.6c175ep-10f;
-  p = p * z + 0x1.555556p-5f;
-  return 1.0f + (z * z * p - 0.5f * z);
+  vf p = K(-0x1.361b34p-22f);
+  p = FMA(p, z, K(0x1.a071c4p-16f));
+  p = FMA(p, z, K(-0x1.6c175ep-10f));
+  p = FMA(p, z, K(0x1.555556p-5f));
+  return FMA(z, FMA(z, p, K(-0.5f)), K(1.0f));
 }
 /* lanes of res where big is set, recomputed by the scalar libm function f */
 #define VM_LIBM_LANES(res, x, big, f)                                                 \
@@ -413,7 +419,7 @@ VM_INL vf VM(tan)(vf x)
   vf r = VM(trig_reduce)(a, &n, &big);
   vf s = VM(sin_poly)(r), c = VM(cos_poly)(r);
   vi odd = (n & 1) != 0;
-  vf res = sel(odd, (vf){} - c, s) / sel(odd, s, c);
+  vf res = sel(odd, -c, s) / sel(odd, s, c);
   res = (vf)((vi)res ^ VM(signbit)(x));
   VM_LIBM_LANES(res, x, big, tanf);
   return res;
@@ -427,19 +433,19 @@ VM_INL vf VM(tan)(vf x)
 VM_INL vf VM(atan)(vf x)
 {
   vf a = vfabs(x);
-  vi big = a > 0x1.3504f4p+1f, mid = (a > 0x1.a827ap-2f) & ~big; /* tan(3pi/8), tan(pi/8) */
-  vf num = sel(big, (vf){} - 1.0f, sel(mid, a - 1.0f, a));
-  vf den = sel(big, a, sel(mid, a + 1.0f, (vf){} + 1.0f));
+  vi big = a > 0x1.3504f4p+1f, mid = (a > 0x1.a827a0p-2f) & ~big; /* tan(3pi/8), tan(pi/8) */
+  vf num = sel(big, K(-1.0f), sel(mid, a - 1.0f, a));
+  vf den = sel(big, a, sel(mid, a + 1.0f, K(1.0f)));
   vf t = num / den;
-  vf hi = sel(big, (vf){} + PIO2_HI, sel(mid, (vf){} + PIO4_HI, (vf){}));
-  vf lo = sel(big, (vf){} + PIO2_LO, sel(mid, (vf){} + PIO4_LO, (vf){}));
+  vf hi = sel(big, K(PIO2_HI), sel(mid, K(PIO4_HI), (vf){}));
+  vf lo = sel(big, K(PIO2_LO), sel(mid, K(PIO4_LO), (vf){}));
   vf z = t * t;
-  vf p = (vf){} + -0x1.f2e012p-5f;
-  p = p * z + 0x1.b2239ap-4f;
-  p = p * z - 0x1.23b99cp-3f;
-  p = p * z + 0x1.9991e2p-3f;
-  p = p * z - 0x1.55554ap-2f;
-  vf res = hi + (t + (t * z * p + lo));
+  vf p = K(-0x1.f2e012p-5f);
+  p = FMA(p, z, K(0x1.b2239ap-4f));
+  p = FMA(p, z, K(-0x1.23b99cp-3f));
+  p = FMA(p, z, K(0x1.9991e2p-3f));
+  p = FMA(p, z, K(-0x1.55554ap-2f));
+  vf res = hi + (t + FMA(t * z, p, lo));
   res = sel(a != a, a, res);
   return VM(orsign)(res, VM(signbit)(x));
 }
@@ -447,11 +453,11 @@ VM_INL vf VM(atan)(vf x)
 /* asin(s) - s over s^3 for s <= 0.5, times s^3 */
 VM_INL vf VM(asin_tail)(vf s, vf z)
 {
-  vf p = (vf){} + 0x1.596d5cp-5f;
-  p = p * z + 0x1.8c2d86p-6f;
-  p = p * z + 0x1.747d06p-5f;
-  p = p * z + 0x1.3301fcp-4f;
-  p = p * z + 0x1.5555c8p-3f;
+  vf p = K(0x1.596d5cp-5f);
+  p = FMA(p, z, K(0x1.8c2d86p-6f));
+  p = FMA(p, z, K(0x1.747d06p-5f));
+  p = FMA(p, z, K(0x1.3301fcp-4f));
+  p = FMA(p, z, K(0x1.5555c8p-3f));
   return s * z * p;
 }
 /* asin(|x|) = |x| + tail for |x| <= 0.5; pi/2 - 2 asin(sqrt((1 - |x|)/2)) beyond */
@@ -463,7 +469,7 @@ VM_INL vf VM(asin)(vf x)
   vf s = sel(hi, VM_SQRT(z), a);
   vf tl = VM(asin_tail)(s, z);
   vf res = sel(hi, PIO2_HI - ((s + s) + ((tl + tl) - PIO2_LO)), s + tl);
-  res = sel(a > 1.0f, (vf){} + __builtin_nanf(""), res);
+  res = sel(a > 1.0f, K(__builtin_nanf("")), res);
   res = sel(a != a, a, res);
   return VM(orsign)(res, VM(signbit)(x));
 }
@@ -477,7 +483,7 @@ VM_INL vf VM(acos)(vf x)
   /* x > 0.5: 2 asin(s); x < -0.5: pi - 2 asin(s); else pi/2 - asin(x) */
   vf two = (s + s) + (tl + tl);
   vf res = sel(hi, sel(neg, (2.0f * PIO2_HI) - (two - 2.0f * PIO2_LO), two), PIO2_HI - (s + (tl - PIO2_LO)));
-  res = sel(a > 1.0f, (vf){} + __builtin_nanf(""), res);
+  res = sel(a > 1.0f, K(__builtin_nanf("")), res);
   return sel(a != a, x, res);
 }
 
@@ -486,7 +492,7 @@ VM_INL vf VM(acos)(vf x)
 VM_INL vf VM(sigmoid)(vf x)
 {
   vf e = VM(exp)((vf)((vi)x | INT32_MIN)); /* e^-|x| */
-  return sel(x < 0.0f, e, (vf){} + 1.0f) / (1.0f + e);
+  return sel(x < 0.0f, e, K(1.0f)) / (1.0f + e);
 }
 /* silu: x / (1 + e^-x); x e^x / (1 + e^x) for x < 0, with x e^x scaled once (subnormals) */
 VM_INL vf VM(silu)(vf x)
@@ -496,9 +502,15 @@ VM_INL vf VM(silu)(vf x)
   vf p = VM(exp_parts)(xn, &k);
   vf e = VM(scale2)(p, k);
   vf res = sel(x < 0.0f, VM(scale2)(xn * p, k), x) / (1.0f + e);
-  return sel(x == -__builtin_inff(), (vf){} + __builtin_nanf(""), res); /* -inf / inf, as x / (1 + e^-x) */
+  return sel(x == -__builtin_inff(), K(__builtin_nanf("")), res); /* -inf / inf, as x / (1 + e^-x) */
 }
-VM_INL vf VM(gelu)(vf x) { return 0.5f * x * (1.0f + VM(erf)(x * 0x1.6a09e6p-1f)); }
+/* gelu(x) = x/2 (1 + erf(x/sqrt(2))), PyTorch's formula: few ulps down to x ~ -1.5, below an
+ * absolute error of ~2^-25 |x| (1 + erf cancels), as PyTorch's */
+VM_INL vf VM(gelu)(vf x)
+{
+  vf res = 0.5f * x * (1.0f + VM(erf)(x * 0x1.6a09e6p-1f));
+  return sel(x != x, x, res);
+}
 VM_INL vf VM(softplus)(vf x, float beta, float thr)
 {
   vf z = x * beta;
@@ -510,13 +522,13 @@ VM_INL vf VM(elu)(vf x, float alpha) { return sel(x <= 0.0f, VM(expm1)(x) * alph
  * x e^x scaled once; x itself from x > 20 */
 VM_INL vf VM(mish)(vf x)
 {
-  vf xc = VM(exp_clamp)(sel(x > 20.0f, (vf){} + 20.0f, x));
+  vf xc = VM(exp_clamp)(VM(minc)(x, 20.0f));
   vi k;
   vf p = VM(exp_parts)(xc, &k);
   vf e = VM(scale2)(p, k), e2 = e + 2.0f;
-  vf res = VM(scale2)(xc * p, k) * e2 / (e * e2 + 2.0f);
+  vf res = VM(scale2)(xc * p, k) * e2 / FMA(e, e2, K(2.0f));
   res = sel(x > 20.0f, x, res);
-  return sel(x == -__builtin_inff(), (vf){} + __builtin_nanf(""), res); /* -inf * tanh(0), as PyTorch */
+  return sel(x == -__builtin_inff(), K(__builtin_nanf("")), res); /* -inf * tanh(0), as PyTorch */
 }
 
 /* gradients: g f'(x), the formulas of dpl_tensor_elementwise.c / dpl_tensor_math.c */
@@ -524,7 +536,7 @@ VM_INL vf VM(d_gelu)(vf g, vf x)
 {
   vf cdf = 0.5f * (1.0f + VM(erf)(x * 0x1.6a09e6p-1f));
   vf pdf = VM(exp)(-0.5f * x * x) * 0x1.988454p-2f;
-  return g * (cdf + x * pdf);
+  return g * FMA(x, pdf, cdf);
 }
 /* s = sigmoid(x) and 1 - s, both from e^-|x| without cancellation */
 VM_INL vf VM(d_silu)(vf g, vf x)
@@ -533,7 +545,7 @@ VM_INL vf VM(d_silu)(vf g, vf x)
   vf d = 1.0f / (1.0f + e), ed = e * d;
   vi neg = x < 0.0f;
   vf s = sel(neg, ed, d), oms = sel(neg, d, ed);
-  return g * s * (1.0f + x * oms);
+  return g * s * FMA(x, oms, K(1.0f));
 }
 VM_INL vf VM(d_softplus)(vf g, vf x, float beta, float thr)
 {
@@ -543,19 +555,27 @@ VM_INL vf VM(d_softplus)(vf g, vf x, float beta, float thr)
 VM_INL vf VM(d_elu)(vf g, vf x, float alpha) { return sel(x <= 0.0f, g * alpha * VM(exp)(x), g); }
 VM_INL vf VM(d_mish)(vf g, vf x)
 {
-  vf e = VM(exp)(sel(x > 20.0f, (vf){} + 20.0f, x));
+  vf e = VM(exp)(VM(minc)(x, 20.0f));
   vf n = e * (e + 2.0f);
   vf q = 1.0f / (n + 2.0f);
   vf ts = n * q;
   vf sg = e / (e + 1.0f);
-  vf res = g * (ts + x * sg * ((q + q) * (1.0f + ts))); /* 1 - ts^2 = (1 - ts)(1 + ts), 1 - ts = 2 q */
+  vf res = g * FMA(x * sg, (q + q) * (1.0f + ts), ts); /* 1 - ts^2 = (1 - ts)(1 + ts), 1 - ts = 2 q */
   return sel(x > 20.0f, g, res);                         /* tanh(softplus(x)) is 1 there */
 }
 
 /* ---- loops over arrays ---- */
+/* two vectors an iteration: two independent dependency chains for the out-of-order core */
 #define VM_LOOP1(EXPR)                                                                        \
   do {                                                                                        \
     int64_t i = 0;                                                                            \
+    for (; i + 2 * VM_W <= n; i += 2 * VM_W) {                                                \
+      vf r0, r1;                                                                              \
+      { vf v = VM(load)(x + i); r0 = (EXPR); }                                                \
+      { vf v = VM(load)(x + i + VM_W); r1 = (EXPR); }                                         \
+      VM(store)(y + i, r0);                                                                   \
+      VM(store)(y + i + VM_W, r1);                                                            \
+    }                                                                                         \
     for (; i + VM_W <= n; i += VM_W) {                                                        \
       vf v = VM(load)(x + i);                                                                 \
       VM(store)(y + i, (EXPR));                                                               \
@@ -571,6 +591,13 @@ VM_INL vf VM(d_mish)(vf g, vf x)
 #define VM_LOOP2(EXPR)                                                                        \
   do {                                                                                        \
     int64_t i = 0;                                                                            \
+    for (; i + 2 * VM_W <= n; i += 2 * VM_W) {                                                \
+      vf r0, r1;                                                                              \
+      { vf gv = VM(load)(g + i), v = VM(load)(x + i); r0 = (EXPR); }                          \
+      { vf gv = VM(load)(g + i + VM_W), v = VM(load)(x + i + VM_W); r1 = (EXPR); }             \
+      VM(store)(y + i, r0);                                                                   \
+      VM(store)(y + i + VM_W, r1);                                                            \
+    }                                                                                         \
     for (; i + VM_W <= n; i += VM_W) {                                                        \
       vf gv = VM(load)(g + i), v = VM(load)(x + i);                                           \
       VM(store)(y + i, (EXPR));                                                               \
@@ -638,13 +665,16 @@ VM_TARGET static void VM(grad)(int fn, float *y, const float *g, const float *x,
 #undef vd
 #undef vl
 #undef sel
+#undef FMA
+#undef K
+#undef LN2F
+#undef LN2F_LO
+#undef LOG2E_LO
 #undef vfabs
 #undef VM_INL
 #undef VM_LOOP1
 #undef VM_LOOP2
 #undef VM_LIBM_LANES
-#undef LN2_HI
-#undef LN2_LO
 #undef LOG2E
 #undef PIO2_HI
 #undef PIO2_LO
