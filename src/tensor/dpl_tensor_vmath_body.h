@@ -92,6 +92,13 @@ VM_INL vf VM(exp_parts)(vf x, vi *k)
   r = FMA(n, K(-LN2F_LO), r);
   return VM(exp_poly)(r);
 }
+/* e^x for x in [-87, 88] (normal results; NaN passes): no clamps, one scaling */
+VM_INL vf VM(exp_mid)(vf x)
+{
+  vi k;
+  vf p = VM(exp_parts)(x, &k);
+  return p * VM(pow2i)(k);
+}
 /* e^x; x > 88.72 gives +inf, x < -103.97 gives 0 (subnormals between) */
 VM_INL vf VM(exp)(vf x)
 {
@@ -246,7 +253,7 @@ VM_INL vf VM(tanh)(vf x)
   p = FMA(p, z, K(-0x1.555532p-2f));
   vf small = FMA(a * z, p, a);
   /* else 1 - 2 / (e^2|x| + 1); 1 from |x| > 9.1 */
-  vf e = VM(exp)(VM(minc)(a + a, 19.0f));
+  vf e = VM(exp_mid)(VM(minc)(a + a, 19.0f));
   vf big = 1.0f - 2.0f / (e + 1.0f);
   vf res = sel(a < 0.625f, small, big);
   res = sel(a != a, a, res);
@@ -330,21 +337,26 @@ VM_INL vf VM(expm1_neg)(vf q)
   vf s = VM(pow2i)(k);
   return FMA(FMA(r * r, p, r), s, s - 1.0f);
 }
-/* erf(|x|) = -expm1(Q(|x|)), Q = log(erfc) = |x| (C0 + |x| P(|x|)) on [0, 3.95] (fit error 0.071 x
- * 2^-24 relative to erf; C0 = -2/sqrt(pi) in two parts); 1 from 3.95 on */
+/* log(erfc(a)) = a (C0 + a P(a)) for a in [0, 3.95] (fit error 0.62 x 2^-24 relative to erf and
+ * to erfc; C0 = -2/sqrt(pi) in two parts); erf(|x|) = -expm1 of it, 1 from 3.95 on */
+VM_INL vf VM(erfc_log)(vf a)
+{
+  vf p = K(0x1.8e25c8p-24f);
+  p = FMA(p, a, K(-0x1.3f0ef0p-19f));
+  p = FMA(p, a, K(0x1.c7230ep-16f));
+  p = FMA(p, a, K(-0x1.79bc04p-13f));
+  p = FMA(p, a, K(0x1.882fb2p-11f));
+  p = FMA(p, a, K(-0x1.d25092p-10f));
+  p = FMA(p, a, K(0x1.b50bdep-13f));
+  p = FMA(p, a, K(0x1.39ce6ep-6f));
+  p = FMA(p, a, K(-0x1.a5001ap-4f));
+  p = FMA(p, a, K(-0x1.45f2dep-1f));
+  p = FMA(p, a, K(0x1.f7ac92p-25f));
+  return FMA(a, K(-0x1.20dd76p+0f), a * p);
+}
 VM_INL vf VM(erf)(vf x)
 {
-  vf a = VM(minc)(vfabs(x), 3.95f);
-  vf p = K(0x1.386292p-17f);
-  p = FMA(p, a, K(-0x1.efb4ccp-14f));
-  p = FMA(p, a, K(0x1.4cef5cp-11f));
-  p = FMA(p, a, K(-0x1.b62cd6p-10f));
-  p = FMA(p, a, K(0x1.5ae85cp-13f));
-  p = FMA(p, a, K(0x1.39c0e6p-6f));
-  p = FMA(p, a, K(-0x1.a4f95ep-4f));
-  p = FMA(p, a, K(-0x1.45f2fep-1f));
-  p = FMA(p, a, K(0x1.f7ac92p-25f));
-  vf res = -VM(expm1_neg)(FMA(a, K(-0x1.20dd76p+0f), a * p));
+  vf res = -VM(expm1_neg)(VM(erfc_log)(VM(minc)(vfabs(x), 3.95f)));
   return VM(orsign)(res, VM(signbit)(x));
 }
 
@@ -504,11 +516,29 @@ VM_INL vf VM(silu)(vf x)
   vf res = sel(x < 0.0f, VM(scale2)(xn * p, k), x) / (1.0f + e);
   return sel(x == -__builtin_inff(), K(__builtin_nanf("")), res); /* -inf / inf, as x / (1 + e^-x) */
 }
-/* gelu(x) = x/2 (1 + erf(x/sqrt(2))), PyTorch's formula: few ulps down to x ~ -1.5, below an
- * absolute error of ~2^-25 |x| (1 + erf cancels), as PyTorch's */
+/* gelu(x) = x Phi(x), Phi(x) = 1 - E/2 for x >= 0 and E/2 for x < 0, E = erfc(|x|/sqrt(2)) =
+ * exp(log(erfc)): no 1 + erf cancelling for x < 0 (the error grows with log(erfc)'s size, to
+ * ~40 ulps at x = -5.5), x from x > 5.59 on and -0 below -5.59 (|gelu| < 1e-7 there; PyTorch's
+ * 1 + erf gives 0 there too) */
+/* log(erfc(|x|/sqrt(2))), and a = |x|/sqrt(2) clamped to 3.95 */
+VM_INL vf VM(gelu_q)(vf x, vf *a)
+{
+  *a = VM(minc)(vfabs(x) * 0x1.6a09e6p-1f, 3.95f);
+  return VM(erfc_log)(*a);
+}
+VM_INL vf VM(gelu_cdf)(vf x, vi *far)
+{
+  vf a;
+  vf e = 0.5f * VM(exp_mid)(VM(gelu_q)(x, &a));
+  *far = a == 3.95f;
+  return sel(x < 0.0f, e, 1.0f - e);
+}
 VM_INL vf VM(gelu)(vf x)
 {
-  vf res = 0.5f * x * (1.0f + VM(erf)(x * 0x1.6a09e6p-1f));
+  vf a;
+  vf h = 0.5f * x * VM(exp_mid)(VM(gelu_q)(x, &a)); /* x E / 2 */
+  vf res = sel(x < 0.0f, h, x - h);
+  res = sel(a == 3.95f, sel(x < 0.0f, x * 0.0f, x), res);
   return sel(x != x, x, res);
 }
 VM_INL vf VM(softplus)(vf x, float beta, float thr)
@@ -534,7 +564,9 @@ VM_INL vf VM(mish)(vf x)
 /* gradients: g f'(x), the formulas of dpl_tensor_elementwise.c / dpl_tensor_math.c */
 VM_INL vf VM(d_gelu)(vf g, vf x)
 {
-  vf cdf = 0.5f * (1.0f + VM(erf)(x * 0x1.6a09e6p-1f));
+  vi far;
+  vf cdf = VM(gelu_cdf)(x, &far);
+  cdf = sel(far, sel(x < 0.0f, (vf){}, K(1.0f)), cdf);
   vf pdf = VM(exp)(-0.5f * x * x) * 0x1.988454p-2f;
   return g * FMA(x, pdf, cdf);
 }
