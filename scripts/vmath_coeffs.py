@@ -92,12 +92,17 @@ ts = cheb_points(1e-4, 0.625, N)
 fit("tanh: P(x^2) = (tanh x - x) / x^3", ts, lambda t: t * t,
     lambda t: (mp.tanh(m(t)) - m(t)) / m(t) ** 3, lambda t: m(t) ** 3 / mp.tanh(m(t)), 4, lo=0)
 
-# erf: erf(x) = -expm1(Q(x)), Q = log(erfc(x)) = x (c0 + x P(x)) on [0, 3.95], c0 = -2/sqrt(pi) exact
-# (split in two floats by the kernel); the error of erf is erfc * |dQ|
-ts = cheb_points(1e-4, 3.95, N)
-fit("erf: Q(x)/x = log(erfc(x))/x, c0 = -2/sqrt(pi) fixed", ts, lambda t: t,
-    lambda t: mp.log(mp.erfc(m(t))) / m(t), lambda t: m(t) * mp.erfc(m(t)) / mp.erf(m(t)), 8, lo=0,
-    fixed={0: float(-2 / mp.sqrt(mp.pi))})
+# erf and gelu's erfc: R(a) = log(erfc(a)) + a^2 = log(erfcx(a)) = a (c0 + a P(a - 2)) on [0, 3.95],
+# c0 = -2/sqrt(pi) exact (split in two floats by the kernel; P in a - 2 keeps Horner's sums small);
+# erf(a) = -expm1(R - a^2), erfc(a) = exp(R - a^2) with a^2 carried exactly. The relative error of
+# erf is erfc/erf * |dR|, that of erfc |dR|
+C0 = -2 / mp.sqrt(mp.pi)
+ts = cheb_points(1e-3, 3.95, N)
+fit("erf/erfc: P(a - 2) = ((log(erfc(a)) + a^2)/a - c0)/a", ts, lambda t: t - 2,
+    lambda t: ((mp.log(mp.erfc(m(t))) + m(t) ** 2) / m(t) - C0) / m(t),
+    lambda t: m(t) ** 2 * max(1, mp.erfc(m(t)) / mp.erf(m(t))), 9, lo=0)
+print(f"/* c0 = -2/sqrt(pi) = {float.hex(float(np.float32(float(C0))))} + "
+      f"{float.hex(float(np.float32(float(C0 - mp.mpf(float(np.float32(float(C0))))))))} */")
 
 # sin / cos on |r| <= pi/4
 PI4 = float(mp.pi / 4) + 1e-4

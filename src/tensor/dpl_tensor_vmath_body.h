@@ -337,26 +337,30 @@ VM_INL vf VM(expm1_neg)(vf q)
   vf s = VM(pow2i)(k);
   return FMA(FMA(r * r, p, r), s, s - 1.0f);
 }
-/* log(erfc(a)) = a (C0 + a P(a)) for a in [0, 3.95] (fit error 0.62 x 2^-24 relative to erf and
- * to erfc; C0 = -2/sqrt(pi) in two parts); erf(|x|) = -expm1 of it, 1 from 3.95 on */
-VM_INL vf VM(erfc_log)(vf a)
+/* R(a) = log(erfc(a)) + a^2 = a (C0 + a P(a - 2)) for a in [0, 3.95] (fit error 0.57 x 2^-24
+ * relative to erf and to erfc; C0 = -2/sqrt(pi) in two parts; P in a - 2 keeps Horner's terms
+ * small); erf(a) = -expm1(R - a^2), 1 from 3.95 on */
+VM_INL vf VM(erfcx_log)(vf a)
 {
-  vf p = K(0x1.8e25c8p-24f);
-  p = FMA(p, a, K(-0x1.3f0ef0p-19f));
-  p = FMA(p, a, K(0x1.c7230ep-16f));
-  p = FMA(p, a, K(-0x1.79bc04p-13f));
-  p = FMA(p, a, K(0x1.882fb2p-11f));
-  p = FMA(p, a, K(-0x1.d25092p-10f));
-  p = FMA(p, a, K(0x1.b50bdep-13f));
-  p = FMA(p, a, K(0x1.39ce6ep-6f));
-  p = FMA(p, a, K(-0x1.a5001ap-4f));
-  p = FMA(p, a, K(-0x1.45f2dep-1f));
+  vf t = a - 2.0f;
+  vf p = K(0x1.8eb086p-24f);
+  p = FMA(p, t, K(-0x1.7c5392p-21f));
+  p = FMA(p, t, K(0x1.479966p-19f));
+  p = FMA(p, t, K(-0x1.1e9086p-18f));
+  p = FMA(p, t, K(-0x1.a99434p-17f));
+  p = FMA(p, t, K(0x1.a6fd46p-13f));
+  p = FMA(p, t, K(-0x1.867732p-10f));
+  p = FMA(p, t, K(0x1.1dd882p-7f));
+  p = FMA(p, t, K(-0x1.73ea18p-5f));
+  p = FMA(p, t, K(0x1.c89c40p-3f));
   p = FMA(p, a, K(0x1.f7ac92p-25f));
   return FMA(a, K(-0x1.20dd76p+0f), a * p);
 }
 VM_INL vf VM(erf)(vf x)
 {
-  vf res = -VM(expm1_neg)(VM(erfc_log)(VM(minc)(vfabs(x), 3.95f)));
+  vf a = VM(minc)(vfabs(x), 3.95f);
+  vf q = FMA(-a, a, VM(erfcx_log)(a));                   /* log(erfc(a)) */
+  vf res = vfabs(VM(expm1_neg)(q));                     /* -expm1, +0 at 0 */
   return VM(orsign)(res, VM(signbit)(x));
 }
 
@@ -516,28 +520,35 @@ VM_INL vf VM(silu)(vf x)
   vf res = sel(x < 0.0f, VM(scale2)(xn * p, k), x) / (1.0f + e);
   return sel(x == -__builtin_inff(), K(__builtin_nanf("")), res); /* -inf / inf, as x / (1 + e^-x) */
 }
-/* gelu(x) = x Phi(x), Phi(x) = 1 - E/2 for x >= 0 and E/2 for x < 0, E = erfc(|x|/sqrt(2)) =
- * exp(log(erfc)): no 1 + erf cancelling for x < 0 (the error grows with log(erfc)'s size, to
- * ~40 ulps at x = -5.5), x from x > 5.59 on and -0 below -5.59 (|gelu| < 1e-7 there; PyTorch's
- * 1 + erf gives 0 there too) */
-/* log(erfc(|x|/sqrt(2))), and a = |x|/sqrt(2) clamped to 3.95 */
-VM_INL vf VM(gelu_q)(vf x, vf *a)
+/* gelu(x) = x Phi(x), Phi(x) = 1 - E/2 for x >= 0 and E/2 for x < 0, E = erfc(|x|/sqrt(2)):
+ * no 1 + erf cancelling for x < 0; x from x > 5.586 on and -0 below -5.586 (|gelu| < 1.1e-7
+ * there; PyTorch's 1 + erf gives 0 there too) */
+/* erfc(|x|/sqrt(2)) = exp(-x^2/2 + R(a)), a = |x|/sqrt(2) clamped to 3.95 (*a): x^2/2 = (h + l)/2
+ * exactly, -h/2 kept apart from the small rest through exp's reduction, so that the result keeps
+ * its relative accuracy down to 1e-7 (the rounding of a moves R by at most an ulp) */
+VM_INL vf VM(gelu_erfc)(vf x, vf *a)
 {
   *a = VM(minc)(vfabs(x) * 0x1.6a09e6p-1f, 3.95f);
-  return VM(erfc_log)(*a);
+  vf h = x * x, l = FMA(x, x, -h);
+  vf yh = -0.5f * h, yl = FMA(l, K(-0.5f), VM(erfcx_log)(*a)); /* the exponent is yh + yl */
+  vi k;
+  vf n = VM(rint_mul)(yh + yl, LOG2E, &k);
+  vf r = FMA(n, K(-LN2F), yh) + yl;
+  r = FMA(n, K(-LN2F_LO), r);
+  return VM(exp_poly)(r) * VM(pow2i)(k);
 }
 VM_INL vf VM(gelu_cdf)(vf x, vi *far)
 {
   vf a;
-  vf e = 0.5f * VM(exp_mid)(VM(gelu_q)(x, &a));
+  vf e = 0.5f * VM(gelu_erfc)(x, &a);
   *far = a == 3.95f;
-  return sel(x < 0.0f, e, 1.0f - e);
+  return sel(x <= 0.0f, e, 1.0f - e);
 }
 VM_INL vf VM(gelu)(vf x)
 {
   vf a;
-  vf h = 0.5f * x * VM(exp_mid)(VM(gelu_q)(x, &a)); /* x E / 2 */
-  vf res = sel(x < 0.0f, h, x - h);
+  vf h = 0.5f * x * VM(gelu_erfc)(x, &a); /* x E / 2 */
+  vf res = sel(x <= 0.0f, h, x - h); /* (-0 stays -0) */
   res = sel(a == 3.95f, sel(x < 0.0f, x * 0.0f, x), res);
   return sel(x != x, x, res);
 }
@@ -593,7 +604,8 @@ VM_INL vf VM(d_mish)(vf g, vf x)
   vf ts = n * q;
   vf sg = e / (e + 1.0f);
   vf res = g * FMA(x * sg, (q + q) * (1.0f + ts), ts); /* 1 - ts^2 = (1 - ts)(1 + ts), 1 - ts = 2 q */
-  return sel(x > 20.0f, g, res);                         /* tanh(softplus(x)) is 1 there */
+  res = sel(x > 20.0f, g, res);                          /* tanh(softplus(x)) is 1 there */
+  return sel(x == __builtin_inff(), K(__builtin_nanf("")), res); /* inf * 0, as the formula gives */
 }
 
 /* ---- loops over arrays ---- */
