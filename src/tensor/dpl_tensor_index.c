@@ -255,12 +255,20 @@ static int gather_checks(const char *name, const dpl_tensor *a, int32_t dim, con
 #define GS_LOOP(T, U)                                                                                 \
   do {                                                                                                \
     T *A = (T *)a->_data;                                                                             \
-    if (scatter) {                                                                                    \
+    if (scatter && sd == 1 && sj == 0 && ssj == 1) { /* along contiguous rows: the common case */     \
+      T *Ar = A + ba;                                                                                 \
+      const T *Sr = (const T *)cs->_data + bs;                                                        \
+      for (int64_t j = 0; j < inner; j++) Ar[ipr[j]] = (T)((U)Ar[ipr[j]] + (U)Sr[j]);                 \
+    } else if (scatter) {                                                                             \
       const T *S = (const T *)cs->_data;                                                              \
       for (int64_t j = 0; j < inner; j++) {                                                           \
         T *d = A + ba + ipr[j] * sd + j * sj;                                                         \
         *d = (T)((U)*d + (U)S[bs + j * ssj]);                                                         \
       }                                                                                               \
+    } else if (sd == 1 && sj == 0) {                                                                  \
+      T *R = (T *)res->_data + o * inner;                                                             \
+      const T *Ar = A + ba;                                                                           \
+      for (int64_t j = 0; j < inner; j++) R[j] = Ar[ipr[j]];                                          \
     } else {                                                                                          \
       T *R = (T *)res->_data + o * inner;                                                             \
       for (int64_t j = 0; j < inner; j++) R[j] = A[ba + ipr[j] * sd + j * sj];                        \
