@@ -41,12 +41,12 @@ VM_INL vf VM(fma)(vf a, vf b, vf c) { return VM_FMA(a, b, c); }
 VM_INL vf VM(maxc)(vf x, float c) { return VM_MAXC(x, ((vf){} + c)); }
 VM_INL vf VM(minc)(vf x, float c) { return VM_MINC(x, ((vf){} + c)); }
 /* 2^k for integer lanes k in [-126, 127] */
-VM_INL vf VM(pow2i)(vi k) { return (vf)((vu)(k + 127) << 23); }
+VM_INL vf VM(pow2i)(vi k) { return (vf)(((vu)k + 127u) << 23); }
 /* x * m rounded to the nearest integer (ties to even), for |x * m| < 2^22: the value and the integer */
 VM_INL vf VM(rint_mul)(vf x, float m, vi *k)
 {
   vf t = VM(fma)(x, (vf){} + m, (vf){} + 0x1.8p23f);
-  *k = (vi)t - 0x4B400000;
+  *k = (vi)((vu)t - 0x4B400000u); /* (unsigned: lanes of NaN or out of range give garbage, not overflow) */
   return t - 0x1.8p23f;
 }
 #define sel VM(sel)
@@ -162,9 +162,9 @@ VM_INL vf VM(log1p_red)(vf f)
 /* u (> 0, normal, finite) as 2^e m with m in [sqrt(1/2), sqrt(2)) */
 VM_INL vf VM(split)(vf u, vi *e)
 {
-  vi iu = (vi)u;
-  *e = (iu - 0x3f3504f3) >> 23;
-  return (vf)(iu - (vi)((vu)*e << 23));
+  vu iu = (vu)u;
+  *e = (vi)(iu - 0x3f3504f3u) >> 23;
+  return (vf)(iu - ((vu)*e << 23));
 }
 /* log(2^e (1 + f)) = e ln2 + log(1 + f), one rounding for the sum */
 VM_INL vf VM(log_join)(vi e, vf f)
@@ -411,7 +411,7 @@ VM_INL vf VM(sin)(vf x)
   vf r = VM(trig_reduce)(a, &n, &big);
   vf s = VM(sin_poly)(r), c = VM(cos_poly)(r);
   vf res = sel((n & 1) != 0, c, s);
-  res = (vf)((vi)res ^ (vi)((vu)(n & 2) << 30) ^ VM(signbit)(x));
+  res = (vf)((vu)res ^ (((vu)n & 2u) << 30) ^ (vu)VM(signbit)(x));
   VM_LIBM_LANES(res, x, big, sinf);
   return res;
 }
@@ -423,7 +423,7 @@ VM_INL vf VM(cos)(vf x)
   vf r = VM(trig_reduce)(a, &n, &big);
   vf s = VM(sin_poly)(r), c = VM(cos_poly)(r);
   vf res = sel((n & 1) != 0, s, c);
-  res = (vf)((vi)res ^ (vi)((vu)((n + 1) & 2) << 30));
+  res = (vf)((vu)res ^ ((((vu)n + 1u) & 2u) << 30));
   VM_LIBM_LANES(res, x, big, cosf);
   return res;
 }
