@@ -2,15 +2,16 @@
  * with GCC vector extensions and included by dpl_tensor_vmath.c once per instruction
  * set. The includer defines VM_W (lanes: 16 for AVX-512, 8 for AVX2, 1 for the scalar
  * path), VM_SFX (the suffix of every name made here), VM_TARGET (a target attribute or
- * nothing), VM_SQRT(v) and VM_ANY(m) (any lane of an int mask set).
+ * nothing), VM_SQRT(v), VM_FMA(a, b, c), VM_MAXC(x, c), VM_MINC(x, c) and VM_ANY(m) (any
+ * lane of an int mask set).
  *
  * Only IEEE operations whose results the standard fixes are used (add, sub, mul, div,
  * sqrt, fused multiply-add written out (VM_FMA: the scalar path calls fmaf), compares,
  * bit operations; no approximate reciprocal), so every path gives the same bits for
  * every element; the file is compiled with -ffp-contract=off so that the compiler fuses
- * nothing on its own. VM_MAXC / VM_MINC are (c > x ? c : x) and (c < x ? c : x). Arguments where a
- * polynomial cannot reach the accuracy (sin/cos/tan beyond |x| > 1.5e6) go to libm
- * lane by lane, on every path alike. */
+ * nothing on its own. VM_MAXC / VM_MINC are (c > x ? c : x) and (c < x ? c : x), as
+ * maxps / minps with c first. Arguments where a polynomial cannot reach the accuracy
+ * (sin/cos/tan beyond |x| > 1.5e6) go to libm lane by lane, on every path alike. */
 
 #define VM_CAT2(a, b) a##_##b
 #define VM_CAT(a, b) VM_CAT2(a, b)
@@ -114,9 +115,7 @@ VM_INL vf VM(exp2)(vf x)
   vi k;
   vf n = VM(rint_mul)(x, 1.0f, &k);
   vf r = x - n; /* exact */
-  vf rl = r * LN2F;
-  vf p = VM(exp_poly)(rl + FMA(r, K(LN2F), -rl)); /* r ln2, the product's rounding error put back */
-  return VM(scale2)(p, k);
+  return VM(scale2)(VM(exp_poly)(r * LN2F), k);
 }
 
 /* e^x - 1: no reduction for |x| < ln2 (its own polynomial there, 0.025 x 2^-24), else
