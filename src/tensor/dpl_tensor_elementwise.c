@@ -5,7 +5,9 @@
  * dtypes float32, float64, int32, int64 and uint8; float16/bfloat16 compute in
  * float32 and bool in uint8, through converted temporaries. Tensors in device
  * memory share all of the dtype and shape logic here; only the loop itself runs
- * in the backend (DPL_BK_BINARY, _UNARY, ... with the kernel dtype in i[3]). */
+ * in the backend (DPL_BK_BINARY, _UNARY, ... with the kernel dtype in i[3]). The
+ * float32 transcendental ops and the gelu/silu gradients run the vector kernels of
+ * dpl_tensor_vmath.c (dpl_vmath() chooses their path; "off": libm as before). */
 #include "dpl_tensor_internal.h"
 #include "dpl_tensor_vmath.h"
 #include <stdio.h>

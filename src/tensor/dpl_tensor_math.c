@@ -3,7 +3,8 @@
  * leaky_relu (with their parameters), mish and hardswish, and their gradients;
  * nan_to_num; isclose; lerp; addcmul and addcdiv. Operands broadcast through
  * the shared element iterator; float16/bfloat16 compute in float32 through
- * converted temporaries. A tensor in GPU memory fails with "<op>: not
+ * converted temporaries; float32 softplus, elu and mish (and their gradients) run
+ * the vector kernels of dpl_tensor_vmath.c. A tensor in GPU memory fails with "<op>: not
  * implemented on cuda" (dpl_check_tensor), never reaching the plugin. */
 #include "dpl_tensor_internal.h"
 #include "dpl_tensor_vmath.h"
