@@ -120,8 +120,13 @@ local function inputs(lo)
   return X:masked_select(X:ge(lo)) -- (NaNs drop out here; the sweep without lo keeps them)
 end
 
+local INITIAL = dpl.vmath() -- (DPL_VMATH may have set it; the spec tests the kernels whatever it says)
+
 describe('vectorised float32 math', function()
-  after_each(function() dpl.vmath('auto') end)
+  before_each(function()
+    if dpl.vmath('auto') == 'off' then dpl.vmath('scalar') end -- (a CPU without FMA: the scalar kernels)
+  end)
+  after_each(function() dpl.vmath(INITIAL) end)
 
   it('stays within the ulps each op claims over a dense sweep, against the float64 op', function()
     local report = {}
@@ -201,8 +206,7 @@ describe('vectorised float32 math', function()
       for _, o in ipairs(GRADS) do r[#r + 1] = o[2](G1, X) end
       return r
     end
-    local best = dpl.vmath('auto')
-    assert.are_not.equal('off', best, 'this CPU runs no vector path')
+    local best = dpl.vmath() -- the reference: the best path this CPU runs
     local want = results()
     local tried = {}
     for _, path in ipairs({ 'scalar', 'avx2', 'avx512' }) do
@@ -218,7 +222,10 @@ describe('vectorised float32 math', function()
         end
       end
     end
-    assert.is_true(#tried >= 2, 'expected the scalar path and at least one vector path, tried ' .. table.concat(tried, ', '))
+    assert.are.equal('scalar', tried[1], 'the scalar path runs everywhere')
+    if best ~= 'scalar' then
+      assert.is_true(#tried >= 2, 'expected the scalar path and ' .. best .. ', tried ' .. table.concat(tried, ', '))
+    end
   end)
 
   it('gives the same bits for any thread count, stride, tail length or split of the work', function()
@@ -248,8 +255,9 @@ describe('vectorised float32 math', function()
   end)
 
   it('dpl.vmath names, sets and restores the path; off goes back to libm per element', function()
-    local best = dpl.vmath()
+    local best = dpl.vmath('auto')
     assert.is_true(best == 'avx512' or best == 'avx2' or best == 'scalar' or best == 'off', best)
+    assert.are.equal(best, dpl.vmath())
     assert.are.equal('scalar', dpl.vmath('scalar'))
     assert.are.equal('scalar', dpl.vmath())
     assert.are.equal('off', dpl.vmath('off'))
