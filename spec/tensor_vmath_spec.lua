@@ -86,7 +86,7 @@ local OPS = {
   { 'erf', function(x) return x:erf() end, 2.5 },
   { 'sigmoid', function(x) return x:sigmoid() end, 3 },
   { 'silu', function(x) return dpl.nn.functional.silu(x) end, 3.5 },
-  { 'gelu', function(x) return x:gelu() end, 8, -5.5861 },
+  { 'gelu', function(x) return x:gelu() end, 9, -5.5861 },
   { 'softplus', function(x) return x:softplus() end, 2 },
   { 'softplus beta 2 threshold 5', function(x) return x:softplus(2, 5) end, 2 },
   { 'elu', function(x) return x:elu() end, 1 },
