@@ -95,6 +95,9 @@ $(BUILD)/tensor/%.o: src/tensor/%.c include/dpl.h src/host/dpl_internal.h src/te
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(TENSOR_CFLAGS) -c -o $@ $<
 
+# the vector math kernels rely on IEEE operations not being fused (the same bits on every path)
+$(BUILD)/tensor/dpl_tensor_vmath.o: TENSOR_CFLAGS += -ffp-contract=off
+
 # the collectives' reduction loops and the batch assembly: the same flags (at -O2
 # they stay scalar)
 $(BUILD)/comm/dpl_comm_kernels.o $(BUILD)/data/dpl_idx.o: $(BUILD)/%.o: src/%.c include/dpl.h src/host/dpl_internal.h

@@ -60,3 +60,9 @@ print(('topk10_1M_us %.1f'):format(time_us(function() return s1:topk(10) end, 10
 print(('cumsum_1000x1000_us %.1f'):format(time_us(function() return m2:cumsum(2) end, 20, 3)))
 print(('scatter_add_1000x1000_us %.1f'):format(time_us(function() return m2:clone():scatter_add_(2, idx, m2) end, 10, 3)))
 print(('softplus_1M_us %.1f'):format(time_us(function() return s1:softplus() end, 50, 3)))
+
+-- transcendental elementwise ops on 1M float32 (randn; log1p on rand in [0, 1))
+for _, op in ipairs({ 'exp', 'tanh', 'gelu', 'elu', 'mish' }) do
+  print(('%s_1M_us %.1f'):format(op, time_us(function() return s1[op](s1) end, 50, 3)))
+end
+print(('log1p_1M_us %.1f'):format(time_us(function() return x:log1p() end, 50, 3)))

@@ -50,3 +50,6 @@ print('topk10_1M_us %.1f' % time_us(lambda: s1.topk(10), 10, 3))
 print('cumsum_1000x1000_us %.1f' % time_us(lambda: m2.cumsum(1), 20, 3))
 print('scatter_add_1000x1000_us %.1f' % time_us(lambda: m2.clone().scatter_add_(1, idx, m2), 10, 3))
 print('softplus_1M_us %.1f' % time_us(lambda: torch.nn.functional.softplus(s1), 50, 3))
+for name, f in [('exp', torch.exp), ('tanh', torch.tanh), ('gelu', F.gelu), ('elu', F.elu), ('mish', F.mish)]:
+    print('%s_1M_us %.1f' % (name, time_us(lambda: f(s1), 50, 3)))
+print('log1p_1M_us %.1f' % time_us(lambda: torch.log1p(x), 50, 3))

@@ -507,6 +507,12 @@ int dpl_addmm(const dpl_tensor *c, const dpl_tensor *a, const dpl_tensor *b, dou
               dpl_tensor **out);
 /* OpenBLAS name and core ("OpenBLAS 0.3.21 ... Haswell"), loading it if needed. */
 const char *dpl_blas_info(void);
+/* The path of the vectorised float32 math kernels (exp, log, tanh, erf, sin, ...):
+ * "avx512", "avx2", "scalar" or "off" (libm per element). isa NULL: returns the path in
+ * effect; else sets it ("auto": the best this CPU runs; a path the CPU lacks falls back
+ * to the best it has) and returns the one now in effect; NULL for an unknown name.
+ * Initially from DPL_VMATH. Every path gives the same bits. */
+const char *dpl_vmath(const char *isa);
 /* Threads used by kernels and OpenBLAS (DPL_NUM_THREADS, else OMP_NUM_THREADS, else cores). */
 int dpl_set_num_threads(int32_t n);
 int32_t dpl_get_num_threads(void);

@@ -648,6 +648,16 @@ function M.share_cores(nprocs)
   return n
 end
 function M.blas_info() return ffi.string(C.dpl_blas_info()) end
+--- The path of the vectorised float32 math kernels: 'avx512', 'avx2', 'scalar' or 'off'.
+--- vmath(name) sets it ('auto' for the best this CPU runs) and returns the one in effect.
+function M.vmath(name)
+  if name ~= nil and type(name) ~= 'string' then
+    error(('vmath: expected a path name (string), got %s'):format(type(name)), 2)
+  end
+  local r = C.dpl_vmath(name)
+  if r == nil then check(C.DPL_EINVAL) end
+  return ffi.string(r)
+end
 
 ---------------------------------------------------------------- metadata
 local props = {}

@@ -5,8 +5,11 @@
  * dtypes float32, float64, int32, int64 and uint8; float16/bfloat16 compute in
  * float32 and bool in uint8, through converted temporaries. Tensors in device
  * memory share all of the dtype and shape logic here; only the loop itself runs
- * in the backend (DPL_BK_BINARY, _UNARY, ... with the kernel dtype in i[3]). */
+ * in the backend (DPL_BK_BINARY, _UNARY, ... with the kernel dtype in i[3]). The
+ * float32 transcendental ops and the gelu/silu gradients run the vector kernels of
+ * dpl_tensor_vmath.c (dpl_vmath() chooses their path; "off": libm as before). */
 #include "dpl_tensor_internal.h"
+#include "dpl_tensor_vmath.h"
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -113,7 +116,7 @@ FLOAT_BINARY(bin_f32_plain, float, powf, fmodf, atan2f)
  * in cache anyway; a warm result (a block freed lately) takes plain stores. The
  * loops' ctx is an ew_ctx (op first: loops that only need the op read an int). */
 #define STREAM_MIN (256 * 1024) /* elements */
-typedef struct ew_ctx { int op; int stream; } ew_ctx;
+typedef struct ew_ctx { int op; int stream; int vm1; /* unary float32: the dpl_tensor_vmath function + 1, 0: libm */ } ew_ctx;
 #if defined(__SSE2__)
 #include <immintrin.h>
 #define STREAM_LOOP(VEXPR, SEXPR)                                                          \
@@ -302,14 +305,14 @@ static int binary_core(const char *name, int op, const dpl_tensor *a, const dpl_
     /* small, same shape, contiguous: one run, no iterator */
     char *ptrs[3] = {target->_data, ua->_data, ub->_data};
     int64_t sts[3] = {dpl_elsize(target->_dtype), dpl_elsize(kd), dpl_elsize(kd)};
-    ew_ctx c = {op, 0};
+    ew_ctx c = {op, 0, 0};
     loop_for(kd, bin_loops)(ptrs, sts, target->_numel, &c);
     if (tmp) dpl_copy_raw(dst ? dst : res, tmp);
   } else if (st == DPL_OK) {
     dpl_tensor *ops[3] = {target, (dpl_tensor *)ua, (dpl_tensor *)ub};
     dpl_iter it;
     dpl_iter_init(&it, 3, ops, nd, shape);
-    ew_ctx c = {op, target != dst && dpl_storage_cold(target)};
+    ew_ctx c = {op, target != dst && dpl_storage_cold(target), 0};
     dpl_iter_run(&it, loop_for(kd, bin_loops), &c, GRAIN);
     if (tmp) dpl_copy_raw(dst ? dst : res, tmp);
   }
@@ -565,8 +568,9 @@ FLOAT_UNARY(un_f32_plain, float, f)
 
 static void un_f32(char **p, const int64_t *st, int64_t n, void *ctx)
 {
-#if defined(__SSE2__)
   const ew_ctx *c = ctx;
+  if (c->vm1) { dpl_vm_map(c->vm1 - 1, p[0], st[0], p[1], st[1], n, 0, 0); return; }
+#if defined(__SSE2__)
   if (n >= STREAM_MIN && c->stream && st[0] == 4 && st[1] == 4 && p[0] != p[1] && c->op == DPL_OP_RELU) {
     float *o = (float *)p[0];
     const float *A = (const float *)p[1];
@@ -608,6 +612,37 @@ INT_UNARY(un_i64, int64_t, uint64_t)
 INT_UNARY(un_u8, uint8_t, uint32_t)
 
 static const dpl_loop_fn un_loops[5] = {un_f32, un_f64, un_i32, un_i64, un_u8};
+
+/* the vectorised float32 kernel of a unary op (dpl_tensor_vmath.c), -1 for none or when
+ * DPL_VMATH=off */
+static int vm_of_unary(int op)
+{
+  static const int8_t map[] = {
+    [DPL_OP_EXP] = DPL_VM_EXP + 1, [DPL_OP_LOG] = DPL_VM_LOG + 1, [DPL_OP_TANH] = DPL_VM_TANH + 1,
+    [DPL_OP_SIGMOID] = DPL_VM_SIGMOID + 1, [DPL_OP_GELU] = DPL_VM_GELU + 1, [DPL_OP_SIN] = DPL_VM_SIN + 1,
+    [DPL_OP_COS] = DPL_VM_COS + 1, [DPL_OP_LOG1P] = DPL_VM_LOG1P + 1, [DPL_OP_EXPM1] = DPL_VM_EXPM1 + 1,
+    [DPL_OP_SILU] = DPL_VM_SILU + 1, [DPL_OP_ERF] = DPL_VM_ERF + 1, [DPL_OP_LOG2] = DPL_VM_LOG2 + 1,
+    [DPL_OP_LOG10] = DPL_VM_LOG10 + 1, [DPL_OP_EXP2] = DPL_VM_EXP2 + 1, [DPL_OP_SINH] = DPL_VM_SINH + 1,
+    [DPL_OP_COSH] = DPL_VM_COSH + 1, [DPL_OP_TAN] = DPL_VM_TAN + 1, [DPL_OP_ASIN] = DPL_VM_ASIN + 1,
+    [DPL_OP_ACOS] = DPL_VM_ACOS + 1, [DPL_OP_ATAN] = DPL_VM_ATAN + 1, [DPL_OP_ASINH] = DPL_VM_ASINH + 1,
+    [DPL_OP_ACOSH] = DPL_VM_ACOSH + 1, [DPL_OP_ATANH] = DPL_VM_ATANH + 1,
+  };
+  if (op < 0 || op >= (int)sizeof map || dpl_vm_isa() == DPL_VM_OFF) return -1;
+  return map[op] - 1;
+}
+
+const char *dpl_vmath(const char *isa)
+{
+  if (isa) {
+    int v = dpl_vm_parse_isa(isa);
+    if (v == -2) {
+      dpl_errorf(DPL_EINVAL, "vmath: unknown path '%s' (expected auto, avx512, avx2, scalar or off)", isa);
+      return NULL;
+    }
+    dpl_vm_set_isa(v < DPL_VM_OFF ? -2 : v);
+  }
+  return dpl_vm_isa_name(dpl_vm_isa());
+}
 
 static int unary_core(int32_t op, const dpl_tensor *a, dpl_tensor *dst, dpl_tensor **out)
 {
@@ -654,7 +689,7 @@ static int unary_core(int32_t op, const dpl_tensor *a, dpl_tensor *dst, dpl_tens
     dpl_tensor *ops[2] = {target, (dpl_tensor *)ua};
     dpl_iter it;
     dpl_iter_init(&it, 2, ops, a->_ndim, a->_shape);
-    ew_ctx c = {op, target != dst && dpl_storage_cold(target)};
+    ew_ctx c = {op, target != dst && dpl_storage_cold(target), kd == DPL_FLOAT32 ? vm_of_unary(op) + 1 : 0};
     dpl_iter_run(&it, loop_for(kd, un_loops), &c, GRAIN / 4);
     if (tmp) dpl_copy_raw(dst ? dst : res, tmp);
   }
@@ -711,8 +746,16 @@ int dpl_unary_(int32_t op, dpl_tensor *a) { return unary_core(op, a, a, NULL); }
     default: ACT_LOOP(T, NAME##_silu(g, x)); break;                                                   \
     }                                                                                                 \
   }
-ACT_BWD(act_f32, float, f)
+ACT_BWD(act_f32_plain, float, f)
 ACT_BWD(act_f64, double, )
+/* gelu and silu in float32: the vectorised kernels (ctx: the op, then the dpl_tensor_vmath
+ * gradient + 1, 0 for libm) */
+static void act_f32(char **p, const int64_t *st, int64_t n, void *ctx)
+{
+  const int *c = ctx;
+  if (c[1]) dpl_vm_grad(c[1] - 1, p[0], st[0], p[1], st[1], p[2], st[2], n, 0, 0);
+  else act_f32_plain(p, st, n, ctx);
+}
 
 int dpl_activation_backward(int32_t op, const dpl_tensor *grad, const dpl_tensor *x, const dpl_tensor *y,
                             dpl_tensor **out)
@@ -747,8 +790,10 @@ int dpl_activation_backward(int32_t op, const dpl_tensor *grad, const dpl_tensor
       dpl_tensor *ops[3] = {res, (dpl_tensor *)ug, (dpl_tensor *)ux};
       dpl_iter it;
       dpl_iter_init(&it, 3, ops, grad->_ndim, grad->_shape);
-      int opv = op;
-      dpl_iter_run(&it, kd == DPL_FLOAT32 ? act_f32 : act_f64, &opv, GRAIN / 4);
+      int c[2] = {op, 0};
+      if (kd == DPL_FLOAT32 && dpl_vm_isa() != DPL_VM_OFF && (op == DPL_OP_GELU || op == DPL_OP_SILU))
+        c[1] = (op == DPL_OP_GELU ? DPL_VM_D_GELU : DPL_VM_D_SILU) + 1;
+      dpl_iter_run(&it, kd == DPL_FLOAT32 ? act_f32 : act_f64, c, GRAIN / 4);
     }
     if (st == DPL_OK) st = dpl_retype(name, &res, rd);
   }

@@ -3,9 +3,11 @@
  * leaky_relu (with their parameters), mish and hardswish, and their gradients;
  * nan_to_num; isclose; lerp; addcmul and addcdiv. Operands broadcast through
  * the shared element iterator; float16/bfloat16 compute in float32 through
- * converted temporaries. A tensor in GPU memory fails with "<op>: not
+ * converted temporaries; float32 softplus, elu and mish (and their gradients) run
+ * the vector kernels of dpl_tensor_vmath.c. A tensor in GPU memory fails with "<op>: not
  * implemented on cuda" (dpl_check_tensor), never reaching the plugin. */
 #include "dpl_tensor_internal.h"
+#include "dpl_tensor_vmath.h"
 #include <float.h>
 #include <stdio.h>
 
@@ -18,7 +20,7 @@ static const char *act_name(int32_t op)
   return op >= 0 && op < (int32_t)(sizeof names / sizeof names[0]) ? names[op] : NULL;
 }
 
-typedef struct act_ctx { int op; double p0, p1; } act_ctx;
+typedef struct act_ctx { int op; double p0, p1; int vm1; /* float32: dpl_tensor_vmath's function + 1, 0: libm */ } act_ctx;
 
 /* forward f(x) and gradient g * f'(x), PyTorch 1.13's formulas (CPU kernels) */
 #define ACT_FUNCS(T, S)                                                                                     \
@@ -117,6 +119,31 @@ ACT_FUNCS(double, )
 ACT_LOOPS(float)
 ACT_LOOPS(double)
 
+/* softplus, elu and mish in float32 go to the vectorised kernels (dpl_tensor_vmath.c) */
+static void act_fwd_f32(char **p, const int64_t *st, int64_t n, void *vctx)
+{
+  const act_ctx *c = vctx;
+  if (c->vm1) dpl_vm_map(c->vm1 - 1, p[0], st[0], p[1], st[1], n, (float)c->p0, (float)c->p1);
+  else act_fwd_float(p, st, n, vctx);
+}
+static void act_bwd_f32(char **p, const int64_t *st, int64_t n, void *vctx)
+{
+  const act_ctx *c = vctx;
+  if (c->vm1) dpl_vm_grad(c->vm1 - 1, p[0], st[0], p[1], st[1], p[2], st[2], n, (float)c->p0, (float)c->p1);
+  else act_bwd_float(p, st, n, vctx);
+}
+/* the dpl_tensor_vmath function (+ 1) of an activation or its gradient, 0 for none */
+static int act_vm1(int32_t op, int grad)
+{
+  if (dpl_vm_isa() == DPL_VM_OFF) return 0;
+  switch (op) {
+  case DPL_ACT_SOFTPLUS: return 1 + (grad ? DPL_VM_D_SOFTPLUS : DPL_VM_SOFTPLUS);
+  case DPL_ACT_ELU: return 1 + (grad ? DPL_VM_D_ELU : DPL_VM_ELU);
+  case DPL_ACT_MISH: return 1 + (grad ? DPL_VM_D_MISH : DPL_VM_MISH);
+  default: return 0;
+  }
+}
+
 /* the kernel dtype of a floating dtype */
 static int32_t float_kd(int32_t dt) { return dt == DPL_FLOAT64 ? DPL_FLOAT64 : DPL_FLOAT32; }
 
@@ -164,8 +191,8 @@ static int act_core(int32_t op, const dpl_tensor *x, double p0, double p1, dpl_t
     dpl_tensor *ops[2] = {target, (dpl_tensor *)ux};
     dpl_iter it;
     dpl_iter_init(&it, 2, ops, x->_ndim, x->_shape);
-    act_ctx c = {op, p0, p1};
-    dpl_iter_run(&it, kd == DPL_FLOAT32 ? act_fwd_float : act_fwd_double, &c, GRAIN);
+    act_ctx c = {op, p0, p1, act_vm1(op, 0)};
+    dpl_iter_run(&it, kd == DPL_FLOAT32 ? act_fwd_f32 : act_fwd_double, &c, GRAIN);
     st = finish(name, dst, &res, x->_dtype);
   }
   dpl_tensor_release(tx);
@@ -212,8 +239,8 @@ int dpl_act_backward(int32_t op, const dpl_tensor *grad, const dpl_tensor *x, do
     dpl_tensor *ops[3] = {res, (dpl_tensor *)ug, (dpl_tensor *)ux};
     dpl_iter it;
     dpl_iter_init(&it, 3, ops, x->_ndim, x->_shape);
-    act_ctx c = {op, p0, p1};
-    dpl_iter_run(&it, kd == DPL_FLOAT32 ? act_bwd_float : act_bwd_double, &c, GRAIN);
+    act_ctx c = {op, p0, p1, act_vm1(op, 1)};
+    dpl_iter_run(&it, kd == DPL_FLOAT32 ? act_bwd_f32 : act_bwd_double, &c, GRAIN);
     st = dpl_retype(name, &res, rd);
   }
   dpl_release_n(2, (dpl_tensor *[]){tg, tx});

@@ -131,9 +131,42 @@ static void scan_rows(const scan_job *j, int64_t lo, int64_t hi)
   }
 }
 
+/* cumsum of float32 / float64 rows (inner == 1, forward): ROWS rows at a time, each with its
+ * double accumulator, so that the additions of different rows overlap (one row alone is a
+ * chain of dependent additions); the first element is copied (-0 stays -0), as scan_rows does */
+enum { ROWS = 8 };
+#define CUMSUM_ROWS(T)                                                                                \
+  do {                                                                                                \
+    const T *x = (const T *)j->src;                                                                   \
+    T *y = (T *)j->dst;                                                                               \
+    int64_t o = lo, D = j->D;                                                                         \
+    for (; o + ROWS <= hi; o += ROWS) {                                                               \
+      double acc[ROWS];                                                                               \
+      for (int r = 0; r < ROWS; r++) { acc[r] = x[(o + r) * D]; y[(o + r) * D] = x[(o + r) * D]; }   \
+      for (int64_t k = 1; k < D; k++)                                                                 \
+        for (int r = 0; r < ROWS; r++) {                                                              \
+          acc[r] += x[(o + r) * D + k];                                                               \
+          y[(o + r) * D + k] = (T)acc[r];                                                             \
+        }                                                                                             \
+    }                                                                                                 \
+    for (; o < hi; o++) {                                                                             \
+      double acc = x[o * D];                                                                          \
+      y[o * D] = x[o * D];                                                                            \
+      for (int64_t k = 1; k < D; k++) { acc += x[o * D + k]; y[o * D + k] = (T)acc; }                 \
+    }                                                                                                 \
+  } while (0)
+static void cumsum_rows(const scan_job *j, int64_t lo, int64_t hi)
+{
+  if (j->dt == DPL_FLOAT32) CUMSUM_ROWS(float);
+  else CUMSUM_ROWS(double);
+}
+#undef CUMSUM_ROWS
+
 static void scan_range(int64_t lo, int64_t hi, void *ctx)
 {
   const scan_job *j = ctx;
+  if (j->inner == 1 && j->op == DPL_SCAN_SUM && !j->reverse && j->D > 0 &&
+      (j->dt == DPL_FLOAT32 || j->dt == DPL_FLOAT64)) { cumsum_rows(j, lo, hi); return; }
   if (j->inner == 1) { scan_rows(j, lo, hi); return; }
   double accd[SCAN_CHUNK], vd[SCAN_CHUNK];
   int64_t acci[SCAN_CHUNK], vi[SCAN_CHUNK], best[SCAN_CHUNK];

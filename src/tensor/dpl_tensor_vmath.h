@@ -1,0 +1,35 @@
+/* dpl_tensor_vmath.h: the interface of dpl_tensor_vmath.c, vectorised float32 math
+ * (exp, log, tanh, erf, sin, ... and the activations built on them) for the
+ * elementwise and activation kernels. Results are the same bits on every path
+ * (AVX-512, AVX2, scalar) and for every split of the work. */
+#ifndef DPL_TENSOR_VMATH_H
+#define DPL_TENSOR_VMATH_H
+#include <stdint.h>
+
+/* functions y = f(x); SOFTPLUS takes p0 = beta, p1 = threshold, ELU p0 = alpha */
+enum {
+  DPL_VM_EXP, DPL_VM_EXPM1, DPL_VM_EXP2, DPL_VM_LOG, DPL_VM_LOG1P, DPL_VM_LOG2, DPL_VM_LOG10,
+  DPL_VM_SIN, DPL_VM_COS, DPL_VM_TAN, DPL_VM_ASIN, DPL_VM_ACOS, DPL_VM_ATAN,
+  DPL_VM_SINH, DPL_VM_COSH, DPL_VM_TANH, DPL_VM_ASINH, DPL_VM_ACOSH, DPL_VM_ATANH, DPL_VM_ERF,
+  DPL_VM_SIGMOID, DPL_VM_SILU, DPL_VM_GELU, DPL_VM_SOFTPLUS, DPL_VM_ELU, DPL_VM_MISH, DPL_VM_NFN
+};
+/* gradients y = g f'(x) (the parameters as above) */
+enum { DPL_VM_D_GELU, DPL_VM_D_SILU, DPL_VM_D_SOFTPLUS, DPL_VM_D_ELU, DPL_VM_D_MISH, DPL_VM_D_NFN };
+
+/* the path in effect: DPL_VM_OFF (callers keep their libm loops), or the kernels'.
+ * The first call reads DPL_VMATH (off, scalar, avx2, avx512; unset or auto: the best
+ * this CPU runs, "off" without FMA; a path the CPU lacks falls back to the best it has). */
+enum { DPL_VM_OFF = -1, DPL_VM_SCALAR = 0, DPL_VM_AVX2 = 1, DPL_VM_AVX512 = 2 };
+int dpl_vm_isa(void);
+/* sets the path (DPL_VM_*, or -2: the best for this CPU); returns the one in effect */
+int dpl_vm_set_isa(int isa);
+/* "off", "scalar", "avx2", "avx512"; -2 for an unknown name, -3 for "auto" */
+int dpl_vm_parse_isa(const char *name);
+const char *dpl_vm_isa_name(int isa);
+
+/* y[i] = f(x[i]) for n float32 elements, strides in bytes (y == x allowed) */
+void dpl_vm_map(int fn, char *y, int64_t sy, const char *x, int64_t sx, int64_t n, float p0, float p1);
+/* y[i] = g[i] f'(x[i]) */
+void dpl_vm_grad(int fn, char *y, int64_t sy, const char *g, int64_t sg, const char *x, int64_t sx, int64_t n,
+                 float p0, float p1);
+#endif
