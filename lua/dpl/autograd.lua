@@ -593,7 +593,7 @@ do
 end
 
 -- the shape ops of dpl.tensor_shape with rules of their own (the others are made of recorded ops)
-for _, k in ipairs({ 'cumsum', 'cumprod', 'flip', 'roll', 'tril', 'triu', 'diag', 'diagonal', 'unfold' }) do
+for _, k in ipairs({ 'cumsum', 'cumprod', 'flip', 'roll', 'tril', 'triu', 'diag', 'diagonal', 'unfold', 'take' }) do
   wrap_method(k)
 end
 wrap_inplace('tril_', rules.tril)
