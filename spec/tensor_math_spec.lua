@@ -834,3 +834,29 @@ print(start, before, dpl.memory_stats('cpu').current_bytes)
     assert.are.equal(tonumber(start), tonumber(after), 'bytes left by 6 rounds: ' .. out)
   end)
 end)
+
+-- Cases found by the randomized differential test against PyTorch 1.13
+-- (scripts/difftest/difftest.py); torch's values inline.
+describe('math group: differential test findings', function()
+  it("lerp takes the first side of PyTorch 1.13's formula for every weight below 0.5, negative ones too", function()
+    local inf = math.huge
+    local r = dpl.tensor({ 0.3, 0.3, 1 }):lerp(dpl.tensor({ -inf, inf, 2 }), dpl.tensor({ -0.7, -0.7, -1.5 }))
+    assert.are.same({ inf, -inf, -0.5 }, r:totable()) -- (|w| >= 0.5 on the second side gave nan, nan)
+    assert.are.equal(inf, dpl.tensor({ 0.3 }):lerp(dpl.tensor({ -inf }), -2):item())
+    local a = dpl.tensor({ 0.3 }, { dtype = 'float64' })
+    a:lerp_(dpl.tensor({ -inf }, { dtype = 'float64' }), -0.7)
+    assert.are.equal(inf, a:item())
+  end)
+  it('addcmul / addcdiv take a boolean value (a Python bool is a Scalar in PyTorch)', function()
+    assert.are.same({ 16, 26 }, dpl.tensor({ 1, 2 }):addcmul(dpl.tensor({ 3, 4 }), dpl.tensor({ 5, 6 }), true):totable())
+    local f = { dtype = 'float32' }
+    assert.are.same({ 1, 2 },
+      dpl.tensor({ 1, 2 }, f):addcdiv(dpl.tensor({ 3, 4 }, f), dpl.tensor({ 2, 8 }, f), { value = false }):totable())
+  end)
+  it('hardtanh of uint8 with a negative bound is an error, as PyTorch (the bounds truncated first)', function()
+    local u = dpl.tensor({ 1, 2 }, { dtype = 'uint8' })
+    raises(function() return u:hardtanh() end, 'cannot do hardtanh on an unsigned type')
+    raises(function() return u:clone():hardtanh_(0, -1) end, 'negative limits')
+    assert.are.same({ 1, 1 }, u:hardtanh(-0.5, 1):totable())
+  end)
+end)

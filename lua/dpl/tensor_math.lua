@@ -129,6 +129,10 @@ return function(M, H)
   local function int_hardtanh(name, t, lo, hi, inplace)
     if t._dtype == 7 then error(fmt('%s: bool tensors are not supported', name)) end
     local function tr(v) return v < 0 and math.ceil(v) or floor(v) end
+    if t._dtype == 6 and (tr(lo) < 0 or tr(hi) < 0) then -- (PyTorch's check, on the truncated bounds)
+      error(fmt('%s: cannot do hardtanh on an unsigned type (uint8) with negative limits, got min_val %s, max_val %s',
+        name, tostring(lo), tostring(hi)))
+    end
     if inplace then return methods.clamp_(t, tr(lo), tr(hi)) end
     return raw.clamp(t, tr(lo), tr(hi))
   end
@@ -300,6 +304,7 @@ return function(M, H)
       v = v.value
     end
     if v == nil then return 1 end
+    if type(v) == 'boolean' then return v and 1 or 0 end -- (a Python bool is a Scalar in PyTorch)
     need_number(name, 'value', v)
     return v
   end

@@ -347,11 +347,12 @@ int dpl_isclose(const dpl_tensor *a, const dpl_tensor *b, double rtol, double at
 }
 
 /* ---- lerp ---- */
-/* PyTorch's two-sided formula (exact at weight 0 and 1) */
+/* PyTorch 1.13's two-sided formula (exact at weight 0 and 1): the first side for every weight
+ * below 0.5, negative ones included (not |weight| < 0.5: with an infinite end the sides differ) */
 #define LERP(T, S)                                                                                          \
   static inline T lerp_##T(T s, T e, T w)                                                                   \
   {                                                                                                         \
-    return fabs##S(w) < (T)0.5 ? s + w * (e - s) : e - (e - s) * ((T)1 - w);                                \
+    return w < (T)0.5 ? s + w * (e - s) : e - (e - s) * ((T)1 - w);                                          \
   }                                                                                                         \
   DPL_CLONES static void lerp_sw_##T(char **p, const int64_t *st, int64_t n, void *vctx)                    \
   {                                                                                                         \
