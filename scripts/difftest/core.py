@@ -278,6 +278,11 @@ class R(random.Random):
                 steps.append(('permute', tuple(perm)))
             cur = prev
         steps.reverse()
+        n = 1
+        for x in cur:
+            n *= x
+        if n > 60000:  # (diagonal and stepped views of a large tensor: too large a base)
+            return list(shape), []
         return cur, steps
 
     def tensor(self, dtype=None, shape=None, kind=None, views=True, expand=True, big=False, maxnd=4, maxsize=5,

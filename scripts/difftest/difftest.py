@@ -17,6 +17,7 @@ import argparse
 import collections
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -38,7 +39,7 @@ def emit(case):
     bases = ', '.join(i.lua_base() for i in case.inputs)
     views = ', '.join('V(b[%d], %s)' % (k + 1, i.lua_chain()) for k, i in enumerate(case.inputs))
     body = case.lua_expr if getattr(case, 'lua_body', False) else 'return ' + case.lua_expr
-    s = ['C[#C + 1] = {  -- %d %s' % (case.id, case.op),
+    s = ['C[#C + 1] = { id = %d,  -- %s' % (case.id, case.op),
          '  mk = function() return { %s } end,' % bases,
          '  vw = function(b) return %s end,' % (views or ''),
          '  fn = function(%s)\n    %s\n  end,' % (', '.join(names), body)]
@@ -68,20 +69,30 @@ def prepare(case, rng):
         case.grad_ref = grad_reference(case)
 
 
-def run_dplhost(cases, keep=None, timeout=600):
-    """Runs the cases in ./dplhost; -> {id: result dict} (a crash: 'crash' for that case, the rest rerun)."""
+def run_dplhost(cases, keep=None, timeout=600, batch=250):
+    """Runs the cases in ./dplhost, batch by batch (a Lua chunk holds at most 65536 constants);
+    -> {id: result dict}. A crash is reported for its case, and the rest of the batch reruns."""
+    results = {}
+    for k in range(0, len(cases), batch):
+        results.update(run_batch(cases[k:k + batch], keep, timeout))
+    return results
+
+
+def run_batch(cases, keep=None, timeout=600):
     d = keep or tempfile.mkdtemp(prefix='difftest-')
     os.makedirs(d, exist_ok=True)
     path = os.path.join(d, 'batch.lua')
     with open(path, 'w') as f:
-        f.write('dofile(%s)\nlocal dpl = require \'dpl\'\nlocal nan, inf, nz = 0/0, math.huge, -1/math.huge\nlocal C = {}\n' % lua(RUNNER))
+        f.write('dofile(%s)\nlocal dpl = require \'dpl\'\nlocal nan, inf, nz = 0/0, math.huge, -1/math.huge\n'
+                'local C = {}\n' % lua(RUNNER))
         for c in cases:
             f.write(emit(c) + '\n')
         f.write('RUN(C)\n')
     results = {}
-    start = 1
-    while start <= len(cases):
-        env = dict(os.environ, DIFF_START=str(start), DPL_NUM_THREADS=os.environ.get('DPL_NUM_THREADS', '2'))
+    pos = {c.id: i for i, c in enumerate(cases)}
+    start = 0  # 0-based position in the batch
+    while start < len(cases):
+        env = dict(os.environ, DIFF_START=str(start + 1), DPL_NUM_THREADS=os.environ.get('DPL_NUM_THREADS', '2'))
         try:
             p = subprocess.run([os.path.join(ROOT, 'dplhost'), path], cwd=ROOT, env=env, capture_output=True,
                                timeout=timeout)
@@ -97,15 +108,17 @@ def run_dplhost(cases, keep=None, timeout=600):
             except ValueError:
                 continue
             results[j['id']] = j
-            last = j['id']
-        if last >= len(cases):
+            last = pos[j['id']]
+        if last >= len(cases) - 1:
             break
-        if rc == 0 and last < len(cases):
-            # the batch itself failed to load
-            raise RuntimeError('dplhost failed on %s: %s' % (path, err[-3000:]))
+        if last == start - 1 and ('batch.lua:' in err.split('\n')[0] and 'constants' in err or rc == 0):
+            raise RuntimeError('dplhost failed to run %s: %s' % (path, err[-3000:]))
         crashed = last + 1
-        results[crashed] = {'id': crashed, 'crash': 'exit %s: %s' % (rc, err[-2000:])}
+        cid = cases[crashed].id
+        results[cid] = {'id': cid, 'crash': 'exit %s: %s' % (rc, err[-2000:])}
         start = crashed + 1
+    if not keep:
+        shutil.rmtree(d, ignore_errors=True)
     return results
 
 
@@ -147,6 +160,8 @@ def judge(case, res):
     doc = case.doc(case, ref if terr else None, res) if case.doc else None
     if terr and not derr and not doc:
         doc = groups.doc_torch_bug(case, ref, res)
+    if not doc:
+        doc = groups.doc_torch_output_bug(case, ref if terr else None, res)
     if (terr or case.ref_upcast) and derr:
         return 'err-agree', ''
     if derr:
@@ -201,6 +216,7 @@ def judge(case, res):
                 m = cmp_one(dec(d), r, 1e-7, 'grad%d' % (k + 1))
                 if m:
                     gd = case.grad_doc(case) if case.grad_doc else None
+                    gd = gd or groups.grad_doc_torch_bug(case, gref)
                     if gd:
                         return 'doc', gd
                     return 'MISMATCH', m

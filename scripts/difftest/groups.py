@@ -71,6 +71,26 @@ def pos_or_opts(rng, names, values, nreq=0):
     return ', '.join(lua(v) for v in vals)
 
 
+def doc_torch_output_bug(case, terr, res):
+    """torch 1.13 results that are wrong or inconsistent, where dplhost is right."""
+    x = case.inputs[0]
+    if case.op == 'median' and any(c[0] == 'expand' for c in x.chain) and terr is None:
+        return 'torch 1.13 median(dim) of an expanded tensor reads garbage'
+    if case.op == 'unique' and x.dtype in ('float16', 'bfloat16') and any(
+            isinstance(v, float) and v == 0 and math.copysign(1, v) < 0 for v in x.vals):
+        return 'unique: -0.0 and 0.0 are one value (torch 1.13 keeps both for 16-bit floats)'
+    if case.op == 'aminmax' and not shape_of(x) and 'keepdim=True' in case.py_expr:
+        return 'aminmax of a 0-d tensor with keepdim is 0-d, as amax (torch 1.13: 1-d)'
+    if case.op in ('sinh', 'cosh', 'sinh_', 'cosh_') and terr is None and 'out' in res and x.dtype == 'float32':
+        return 'sinh/cosh of float32 near its largest value: finite (torch 1.13 overflows to inf early)'
+    if case.op == 'fill_diagonal_' and terr is not None and 'setStorage' in str(terr):
+        return 'torch 1.13 fill_diagonal_(wrap) fails on a transposed tensor'
+    if case.op.startswith('baddbmm') and terr is None and 'err' in res and any(is_empty(i) for i in case.inputs):
+        return 'dtypes are checked for empty batches too (torch 1.13 skips the check)'
+    if case.op == 'new_tensor' and terr is not None and 'cannot be converted' in str(terr):
+        return 'new_tensor converts the data as dpl.tensor does (float -> int truncates, wraps)'
+
+
 def doc_torch_bug(case, terr, res):
     """torch 1.13 failures on valid input, where dplhost computes."""
     m = str(terr)
@@ -84,6 +104,14 @@ def doc_torch_bug(case, terr, res):
 
 def grad_doc_torch_bug(case, gref):
     m = str(gref)
+    if getattr(case, 'alias', False) and 'invalid gradient' in m:
+        return "scatter_'s gradient with src (self) larger than index (torch 1.13 fails)"
+    if gref is not None and not isinstance(gref, Exception) and case.op.startswith('addcmul') and \
+            (case.inputs[1].dtype in ('float16', 'bfloat16') or case.inputs[2].dtype in ('float16', 'bfloat16')):
+        return "addcmul's gradient with a 16-bit operand (torch 1.13 computes in its dtype)"
+    if gref is not None and not isinstance(gref, Exception) and case.op.startswith('addcdiv') and \
+            case.inputs[2].dtype in ('float16', 'bfloat16'):
+        return "addcdiv's gradient with a 16-bit tensor2 (torch 1.13 computes value / tensor2 in its dtype)"
     if 'derivative for aten::aminmax is not implemented' in m:
         return 'aminmax is differentiable (torch 1.13 is not)'
     if "can't be cast to the desired output type" in m and case.op.startswith('addc'):
@@ -559,6 +587,8 @@ def doc_expanded_inplace(case, terr, res):
 def doc_0d_dim(case, terr, res):
     if terr is None and 'err' in res and not shape_of(case.inputs[0]) and 'for a 0-d tensor' in res['err']['msg']:
         return 'a 0-d tensor takes dim 1 or -1 (torch 1.13 does not check the dim of %s)' % case.op
+    if terr is None and 'err' in res and is_empty(case.inputs[0]) and 'out of range' in res['err']['msg']:
+        return 'the dim is checked for an empty tensor too (torch 1.13 does not check it in %s)' % case.op
 
 
 def shape_tri(rng, op):
@@ -1219,11 +1249,19 @@ def doc_half_int_operand(case, terr, res):
 
 
 def doc_welford_mean(case, terr, res):
+    if 'dim=()' in case.py_expr and terr is None and 'out' in res and False:
+        return None
     if any(isinstance(v, float) and abs(v) == math.inf for v in case.inputs[0].vals):
         return "std_mean/var_mean's mean is mean()'s (torch 1.13's Welford mean gives NaN with infinities)"
 
 
 def grad_doc_dof(case):
+    if 'dim=()' in case.py_expr:
+        return 'var_mean/std_mean backward with dim {} (torch 1.13 takes it as no dims: inf)'
+    return grad_doc_dof2(case)
+
+
+def grad_doc_dof2(case):
     # unbiased var/std of one element (or none) is NaN; its gradient is NaN or inf
     x = case.inputs[0].torch()
     import torch
@@ -1559,7 +1597,9 @@ def ag_version(rng, op):
     P = rng.choice(PRODUCERS)
     Q = rng.choice(INPLACE)
     tl, tp = rng.choice(TARGETS)
-    x = Inp('float64', [3, 4], [0.1 + abs(rng.gauss(0, 0.6)) * rng.choice([1, -1]) for _ in range(12)])
+    # positive values: log10 and the activations' kinks stay away from NaN (torch 1.13's vectorized
+    # and scalar kernels disagree on the gradient at NaN)
+    x = Inp('float64', [3, 4], [0.1 + abs(rng.gauss(0, 0.6)) for _ in range(12)])
     lua_d, py_d = _idx_defs()
     lua_b = (lua_d + "a:requires_grad_()\nlocal b = a * 1\nlocal y = %s\nlocal y2 = y:view(-1):narrow(1, 1, 1)\n"
              "local t = %s\nlocal ok, e = pcall(function() return %s end)\nif not ok then return 'noop' end\n"

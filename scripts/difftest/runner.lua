@@ -192,10 +192,10 @@ function RUN(cases)
   local start = tonumber(os.getenv('DIFF_START') or '1')
   for i = start, #cases do
     local c = cases[i]
-    c.id = i
+    c.id = c.id or i
     local ok, e = pcall(run_case, c)
     if not ok then
-      out:write(fmt('{"id":%d,"runner_err":%s}\n', i, enc_err(e)))
+      out:write(fmt('{"id":%d,"runner_err":%s}\n', c.id, enc_err(e)))
       out:flush()
     end
     if i % 50 == 0 then collectgarbage() end
