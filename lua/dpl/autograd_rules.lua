@@ -300,7 +300,9 @@ rules.std = {
   bw = function(n, g)
     local x = n.x
     local mu = n.d and x:mean(n.d, true) or x:mean()
-    return unreduce(g / n.y, n) * (x - mu) / (n.count - n.ddof)
+    -- 0 where the std is 0 (constant input), as PyTorch's std_backward (not 0 / 0)
+    local gy = (g / n.y):masked_fill(n.y:eq(0), 0)
+    return unreduce(gy, n) * (x - mu) / (n.count - n.ddof)
   end,
 }
 rules.norm = {
