@@ -730,7 +730,9 @@ def shape_type_as(rng, op):
     dt, kind, grad = grad_dtype(rng)
     x = rng.tensor(dt, kind=kind)
     y = rng.tensor(views=False, maxnd=2)
-    return Case('shape', op, [x, y], 'a:type_as(b)', 'a.type_as(b)', grad=maybe_grad(grad and y.dtype == 'float64'))
+    return Case('shape', op, [x, y], 'a:type_as(b)', 'a.type_as(b)', grad=maybe_grad(grad and y.dtype == 'float64'),
+                doc=lambda c, t, r: 'float -> int conversion saturates, NaN -> 0' if x.dtype in FLOATS and
+                y.dtype in INTS and any(v != v or abs(v) == math.inf or abs(v) >= 2 ** 31 for v in x.vals) else None)
 
 
 def shape_take(rng, op):
@@ -788,6 +790,8 @@ def doc_negative_index(case, terr, res):
 
 
 def grad_doc_negative_index(case):
+    if case.op.startswith('index_fill') and not case.inputs[1].vals:
+        return "index_fill's value gradient with an empty index (torch 1.13 is flaky: uninitialized memory)"
     if any(v < 0 for v in case.inputs[1].vals):
         return "%s's gradient with negative indices (torch 1.13's backward fails)" % case.op
 
@@ -1242,6 +1246,15 @@ def doc_int_scalar(case, terr, res):
         return 'integer tensors need integer beta/alpha/value (torch 1.13 truncates)'
 
 
+def doc_16bit_operand(case, terr, res):
+    """torch casts every operand to a 16-bit result dtype first; dplhost computes from the
+    operands' own values in float32 (an int beyond 65504, or a 0-d float64, is not rounded first)"""
+    dts = [i.dtype for i in case.inputs]
+    if any(d in ('float16', 'bfloat16') for d in dts) and any(d in ('float32', 'float64', 'int32', 'int64')
+                                                            for d in dts) and terr is None:
+        return 'a 16-bit op with a wider operand computes from its value (torch rounds it to 16 bits first)'
+
+
 def doc_half_int_operand(case, terr, res):
     dts = [i.dtype for i in case.inputs]
     if any(d in ('float16', 'bfloat16') for d in dts) and any(d in ('int32', 'int64') for d in dts):
@@ -1379,7 +1392,7 @@ def math_addc(rng, op):
     gl = [k for k in range(3) if ins[k].dtype == 'float64'] if grad else None
     return Case('math', op, ins, 'a:%s(b, c%s)' % (op, la), 'a.%s(b, c%s)' % (op, pa), inplace=inplace,
                 grad=gl or None, grad_clone=inplace,
-                doc=lambda c, t, r: doc_expanded_inplace(c, t, r) or doc_int_scalar(c, t, r))
+                doc=lambda c, t, r: doc_expanded_inplace(c, t, r) or doc_int_scalar(c, t, r) or doc_16bit_operand(c, t, r))
 
 
 def math_outer(rng, op):
