@@ -627,3 +627,11 @@ describe('index writes: differential test findings', function()
     h.raises(function() return dpl.zeros(2, { dtype = 'int32' }):index_fill(1, { 1 }, 2.5e9) end, 'int32 without overflow')
   end)
 end)
+
+describe('index writes: differential test findings (floating self)', function()
+  it("index_fill checks a 0-d tensor value against a floating self's range too, as PyTorch", function()
+    h.raises(function() return dpl.zeros(1, { dtype = 'float16' }):index_fill_(1, { 1 }, dpl.tensor(199551495, { dtype = 'int32' })) end,
+      'cannot be converted to float16 without overflow')
+    assert.are.same({ 7 }, dpl.zeros(1, { dtype = 'float16' }):index_fill_(1, { 1 }, dpl.tensor(7)):totable())
+  end)
+end)

@@ -626,7 +626,7 @@ describe('outer, cross, kron, baddbmm', function()
       'baddbmm: beta and alpha must be integers for int64 tensors, got beta=0.5, alpha=1')
     raises(function() return dpl.ones(5):baddbmm_(m1, m2) end, "baddbmm_: the result shape [2, 3, 5] does not match the in-place tensor's shape [5]")
     raises(function() return dpl.ones(2, 3, 5, { dtype = 'int64' }):baddbmm_(m1, m2) end,
-      'baddbmm_: the result type float32 cannot be stored in place in a int64 tensor')
+      "baddbmm_: self's dtype int64 must be the batches' (float32)")
   end)
 end)
 
@@ -870,5 +870,26 @@ describe('math group: differential test findings (std)', function()
     local y = dpl.tensor({ 3, 3 }, { dtype = 'float64' }):requires_grad_()
     y:std():backward()
     assert.are.same({ 0, 0 }, y.grad:totable())
+  end)
+end)
+
+describe('math group: differential test findings (baddbmm dtypes)', function()
+  it("baddbmm's result has the batches' dtype, input converted to it; baddbmm_ needs self of that dtype", function()
+    local function b1(dt) return dpl.ones({ 2, 2, 3 }, { dtype = dt }) end
+    local function b2(dt) return dpl.ones({ 2, 3, 2 }, { dtype = dt }) end
+    -- torch: (input dtype, batch dtype) -> result dtype, element
+    for _, c in ipairs({ { 'float64', 'float32', 'float32', 4.5 }, { 'int64', 'float32', 'float32', 4 },
+      { 'float16', 'float32', 'float32', 4.5 }, { 'float32', 'int64', 'int64', 4 }, { 'float32', 'float64', 'float64', 4.5 } }) do
+      local r = dpl.baddbmm(dpl.full({ 1 }, 1.5, { dtype = c[1] }), b1(c[2]), b2(c[2]))
+      assert.are.equal(c[3], r.dtype)
+      assert.are.equal(c[4], r[1][1][1]:item())
+      raises(function() return dpl.full({ 2, 2, 2 }, 1.5, { dtype = c[1] }):baddbmm_(b1(c[2]), b2(c[2])) end,
+        "must be the batches'")
+    end
+    local x = dpl.ones({ 2, 2, 2 }, { dtype = 'float64' }):requires_grad_()
+    local y = dpl.baddbmm(x, b1('float32'), b2('float32'))
+    y:sum():backward()
+    assert.are.equal('float64', x.grad.dtype)
+    h.near(x.grad, dpl.ones({ 2, 2, 2 }, { dtype = 'float64' }))
   end)
 end)
