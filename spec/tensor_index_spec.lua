@@ -633,5 +633,6 @@ describe('index writes: differential test findings (floating self)', function()
     h.raises(function() return dpl.zeros(1, { dtype = 'float16' }):index_fill_(1, { 1 }, dpl.tensor(199551495, { dtype = 'int32' })) end,
       'cannot be converted to float16 without overflow')
     assert.are.same({ 7 }, dpl.zeros(1, { dtype = 'float16' }):index_fill_(1, { 1 }, dpl.tensor(7)):totable())
+    assert.are.same({ 1, 0 }, dpl.zeros(2, { dtype = 'uint8' }):index_fill_(1, { 1 }, dpl.tensor(true)):totable())
   end)
 end)

@@ -201,7 +201,9 @@ return function(M, H)
         error(fmt('%s: value must be a number or a 0-d tensor, got a tensor with %d dims', name, value._ndim))
       end
       if INT_RANGE[t._dtype] or FLOAT_MAX[t._dtype] then -- (its value converted to self's dtype, as PyTorch checks it)
-        local ok, e = pcall(check_value, name, value:item(), t._dtype, value._dtype <= 3)
+        local v = value:item()
+        if type(v) == 'boolean' then v = v and 1 or 0 end
+        local ok, e = pcall(check_value, name, v, t._dtype, value._dtype <= 3)
         if not ok then free(i0) lua_error(e, 0) end
       end
       vt = value
