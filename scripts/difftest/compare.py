@@ -180,11 +180,14 @@ def close(a, b, dt, tol=None):
             return 'NaN mismatch at %s: %s vs %s' % (i, a64[tuple(i)].item(), b64[tuple(i)].item())
         a64, b64 = a64.masked_fill(na, 0), b64.masked_fill(nb, 0)
         inf_a, inf_b = torch.isinf(a64), torch.isinf(b64)
+        at_abs = 0.0
+        if isinstance(tol, tuple):  # (rtol, absolute tolerance): sums with cancellation
+            tol, at_abs = tol
         rt = tol or RTOL[dt]
         fin = ~(inf_a | inf_b)
         bad = (inf_a | inf_b) & (a64 != b64)
         scale = b64[fin].abs().max().item() if fin.any() else 1.0
-        at = rt * max(scale, 1e-30) * 1e-3 + (1e-300 if dt == 'float64' else 0)
+        at = rt * max(scale, 1e-30) * 1e-3 + (1e-300 if dt == 'float64' else 0) + at_abs
         diff = (a64 - b64).abs()
         bad |= fin & (diff > at + rt * b64.abs())
         if bad.any():

@@ -176,8 +176,11 @@ def judge(case, res):
     if len(outs) != len(ref):
         return 'MISMATCH', '%d outputs vs %d' % (len(outs), len(ref))
     status = 'upcast-ok' if case.ref_upcast else 'ok'
+    tol = case.tol
+    if case.ref_upcast and tol is None:
+        tol = 3e-2  # (torch computed in float32 and rounded once; dplhost may round each step to 16 bits)
     for k, (d, r) in enumerate(zip(outs, ref)):
-        m = cmp_one(dec(d), r, case.tol, 'out%d' % (k + 1))
+        m = cmp_one(dec(d), r, tol, 'out%d' % (k + 1))
         if m:
             if case.select:
                 _, _, ins = torch_inputs(case)

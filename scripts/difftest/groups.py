@@ -85,7 +85,19 @@ def doc_torch_output_bug(case, terr, res):
         return 'aminmax of a 0-d tensor with keepdim is 0-d, as amax (torch 1.13: 1-d)'
     if terr is None and 'out' in res and case.group == 'math' and doc_16bit_operand(case, terr, res):
         return doc_16bit_operand(case, terr, res)
-    if case.op.startswith('elu') and x.dtype == 'float32' and terr is None:
+    if case.op in ('cumsum', 'cumprod', 'nansum', 'nanmean') and x.dtype in ('float16', 'bfloat16') and terr is None:
+        return '%s of a 16-bit tensor accumulates in double (torch 1.13: in float32, or the 16-bit type)' % case.op
+    if case.op.startswith('baddbmm') and 'beta=0' in case.py_expr and terr is None:
+        return 'baddbmm with beta 0 ignores input (torch 1.13 baddbmm_ propagates its NaN/inf, and reads garbage)'
+    if case.op.startswith('std_mean') or case.op.startswith('var_mean'):
+        if any(c[0] == 'expand' for c in x.chain) and terr is None:
+            return 'std/var of a constant slice: two-pass in double (about 1e-16), torch Welford (exactly 0)'
+    if case.op.startswith('fill_diagonal_') and terr is None and 'wrap=True' in case.py_expr and \
+            not x.torch().is_contiguous():
+        return 'torch 1.13 fill_diagonal_(wrap) of a non-contiguous tensor misses the wrapped diagonals'
+    if case.op.startswith('put') and 'accumulate=True' in case.py_expr and x.dtype in ('float16', 'bfloat16'):
+        return 'put_ accumulating duplicates in a 16-bit tensor: rounding differs (torch rounds every add)'
+    if case.op.startswith('elu') and x.dtype in FLOATS and x.dtype != 'float64' and terr is None:
         return 'elu of float32 near 0: expm1 (torch 1.13 computes exp(x) - 1, losing digits)'
     if case.op in ('isclose', 'allclose') and terr is not None and "doesn't match the broadcast shape" in str(terr):
         return 'torch 1.13 isclose fails when self is the smaller operand'
@@ -118,7 +130,7 @@ def grad_doc_torch_bug(case, gref):
     if getattr(case, 'alias', False) and 'invalid gradient' in m:
         return "scatter_'s gradient with src (self) larger than index (torch 1.13 fails)"
     if gref is not None and not isinstance(gref, Exception) and case.op.startswith('addc') and \
-            any(i.dtype in ('float32', 'float16', 'bfloat16') for i in case.inputs):
+            any(i.dtype != 'float64' for i in case.inputs):
         return "addcmul/addcdiv gradients with a narrower operand (torch 1.13 computes them in its dtype)"
     if gref is not None and not isinstance(gref, Exception) and case.op.startswith('addcmul') and \
             (case.inputs[1].dtype in ('float16', 'bfloat16') or case.inputs[2].dtype in ('float16', 'bfloat16')):
@@ -355,7 +367,8 @@ def sort_bincount(rng, op):
     else:
         args = '' if minlength is None else rng.choice(['nil, %d' % minlength, lua({'minlength': minlength})])
     py = 'torch.bincount(a, weights=%s, minlength=%d)' % (wexpr, minlength or 0)
-    return Case('sort', op, ins, 'a:bincount(%s)' % args, py, doc=doc_bincount_empty)
+    # (float32 weights: torch sums in float32, dplhost in double: an absolute tolerance)
+    return Case('sort', op, ins, 'a:bincount(%s)' % args, py, doc=doc_bincount_empty, tol=(2e-5, 1e-4))
 
 
 def sort_histc(rng, op):
