@@ -89,9 +89,6 @@ def doc_torch_output_bug(case, terr, res):
         return '%s of a 16-bit tensor accumulates in double (torch 1.13: in float32, or the 16-bit type)' % case.op
     if case.op.startswith('baddbmm') and 'beta=0' in case.py_expr and terr is None:
         return 'baddbmm with beta 0 ignores input (torch 1.13 baddbmm_ propagates its NaN/inf, and reads garbage)'
-    if case.op.startswith('std_mean') or case.op.startswith('var_mean'):
-        if any(c[0] == 'expand' for c in x.chain) and terr is None:
-            return 'std/var of a constant slice: two-pass in double (about 1e-16), torch Welford (exactly 0)'
     if case.op.startswith('fill_diagonal_') and terr is None and 'wrap=True' in case.py_expr and \
             not x.torch().is_contiguous():
         return 'torch 1.13 fill_diagonal_(wrap) of a non-contiguous tensor misses the wrapped diagonals'
