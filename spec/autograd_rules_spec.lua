@@ -118,6 +118,7 @@ local cases = {
   tril = { function(a) return a:tril(1) + (a * 1):tril_(-1) end, { rs(1, 3, 4) } },
   triu = { function(a) return a:triu(-1) + (a * 1):triu_(2) end, { rs(1, 3, 4) } },
   diag = { function(a, b) return a:diag(1):sum(1) + b:diag(-1) end, { rs(1, 3), rs(2, 5, 4) } },
+  take = { function(a) return a:take({ { 1, -1 }, { 5, 1 } }) end, { rs(1, 2, 3) } },
   diagonal = { function(a) return a:diagonal(1, 3, 1) end, { rs(1, 3, 2, 4) } },
   unfold = { function(a) return a:unfold(2, 3, 2) * 1 + a:unfold(1, 2, 1):sum(3):sum() end, { rs(1, 2, 7) } },
 }

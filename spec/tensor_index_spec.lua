@@ -609,3 +609,30 @@ describe('index/scatter writes: memory', function()
     assert(after.live_storages <= before.live_storages, ('%d storages leaked'):format(after.live_storages - before.live_storages))
   end)
 end)
+
+-- Cases found by the randomized differential test against PyTorch 1.13
+-- (scripts/difftest/difftest.py); torch's behaviour inline.
+describe('index writes: differential test findings', function()
+  it("a fraction (or a floating 0-d tensor's value) for an integer self follows PyTorch's rule for floats", function()
+    local t = dpl.zeros(3, { dtype = 'uint8' })
+    -- torch: -2.5, -0.5, 255.5 and a tensor(-2.8) overflow uint8; -3 and tensor(-3) wrap to 253
+    for _, v in ipairs({ -2.5, -0.5, 255.5, dpl.tensor(-2.8) }) do
+      h.raises(function() return t:clone():index_fill_(1, { 1 }, v) end, 'cannot be converted to uint8 without overflow')
+    end
+    h.raises(function() return t:clone():index_fill(1, { 1 }, dpl.tensor(300)) end, 'without overflow')
+    assert.are.same({ 253, 0, 0 }, t:clone():index_fill_(1, { 1 }, -3):totable())
+    assert.are.same({ 253, 0, 0 }, t:clone():index_fill_(1, { 1 }, dpl.tensor(-3)):totable())
+    assert.are.same({ 7, 0, 0 }, t:clone():index_fill_(1, { 1 }, 7.0):totable())
+    h.raises(function() return t:clone():scatter_(1, dpl.tensor({ 1 }), -0.5) end, 'without overflow')
+    h.raises(function() return dpl.zeros(2, { dtype = 'int32' }):index_fill(1, { 1 }, 2.5e9) end, 'int32 without overflow')
+  end)
+end)
+
+describe('index writes: differential test findings (floating self)', function()
+  it("index_fill checks a 0-d tensor value against a floating self's range too, as PyTorch", function()
+    h.raises(function() return dpl.zeros(1, { dtype = 'float16' }):index_fill_(1, { 1 }, dpl.tensor(199551495, { dtype = 'int32' })) end,
+      'cannot be converted to float16 without overflow')
+    assert.are.same({ 7 }, dpl.zeros(1, { dtype = 'float16' }):index_fill_(1, { 1 }, dpl.tensor(7)):totable())
+    assert.are.same({ 1, 0 }, dpl.zeros(2, { dtype = 'uint8' }):index_fill_(1, { 1 }, dpl.tensor(true)):totable())
+  end)
+end)

@@ -626,7 +626,7 @@ describe('outer, cross, kron, baddbmm', function()
       'baddbmm: beta and alpha must be integers for int64 tensors, got beta=0.5, alpha=1')
     raises(function() return dpl.ones(5):baddbmm_(m1, m2) end, "baddbmm_: the result shape [2, 3, 5] does not match the in-place tensor's shape [5]")
     raises(function() return dpl.ones(2, 3, 5, { dtype = 'int64' }):baddbmm_(m1, m2) end,
-      'baddbmm_: the result type float32 cannot be stored in place in a int64 tensor')
+      "baddbmm_: self's dtype int64 must be the batches' (float32)")
   end)
 end)
 
@@ -832,5 +832,75 @@ print(start, before, dpl.memory_stats('cpu').current_bytes)
     assert(after, out .. err)
     assert.are.equal(tonumber(start), tonumber(before), 'bytes left by one round: ' .. out)
     assert.are.equal(tonumber(start), tonumber(after), 'bytes left by 6 rounds: ' .. out)
+  end)
+end)
+
+-- Cases found by the randomized differential test against PyTorch 1.13
+-- (scripts/difftest/difftest.py); torch's values inline.
+describe('math group: differential test findings', function()
+  it("lerp takes the first side of PyTorch 1.13's formula for every weight below 0.5, negative ones too", function()
+    local inf = math.huge
+    local r = dpl.tensor({ 0.3, 0.3, 1 }):lerp(dpl.tensor({ -inf, inf, 2 }), dpl.tensor({ -0.7, -0.7, -1.5 }))
+    assert.are.same({ inf, -inf, -0.5 }, r:totable()) -- (|w| >= 0.5 on the second side gave nan, nan)
+    assert.are.equal(inf, dpl.tensor({ 0.3 }):lerp(dpl.tensor({ -inf }), -2):item())
+    local a = dpl.tensor({ 0.3 }, { dtype = 'float64' })
+    a:lerp_(dpl.tensor({ -inf }, { dtype = 'float64' }), -0.7)
+    assert.are.equal(inf, a:item())
+  end)
+  it('addcmul / addcdiv take a boolean value (a Python bool is a Scalar in PyTorch)', function()
+    assert.are.same({ 16, 26 }, dpl.tensor({ 1, 2 }):addcmul(dpl.tensor({ 3, 4 }), dpl.tensor({ 5, 6 }), true):totable())
+    local f = { dtype = 'float32' }
+    assert.are.same({ 1, 2 },
+      dpl.tensor({ 1, 2 }, f):addcdiv(dpl.tensor({ 3, 4 }, f), dpl.tensor({ 2, 8 }, f), { value = false }):totable())
+  end)
+  it('hardtanh of uint8 with a negative bound is an error, as PyTorch (the bounds truncated first)', function()
+    local u = dpl.tensor({ 1, 2 }, { dtype = 'uint8' })
+    raises(function() return u:hardtanh() end, 'cannot do hardtanh on an unsigned type')
+    raises(function() return u:clone():hardtanh_(0, -1) end, 'negative limits')
+    assert.are.same({ 1, 1 }, u:hardtanh(-0.5, 1):totable())
+  end)
+end)
+
+describe('math group: differential test findings (std)', function()
+  it("std_mean's (and std's) gradient is 0 where the std is 0, as PyTorch's std_backward", function()
+    local x = dpl.tensor({ { 1, 1, 1 }, { 1, 2, 4 } }, { dtype = 'float64' }):requires_grad_()
+    local s = x:std_mean(2)
+    ;(s * dpl.tensor({ 1, 2 }, { dtype = 'float64' })):sum():backward()
+    h.near(x.grad, { { 0, 0, 0 }, { -0.8728715609439697, -0.2182178902359925, 1.0910894511799618 } }, 1e-12)
+    local y = dpl.tensor({ 3, 3 }, { dtype = 'float64' }):requires_grad_()
+    y:std():backward()
+    assert.are.same({ 0, 0 }, y.grad:totable())
+  end)
+end)
+
+describe('math group: differential test findings (baddbmm dtypes)', function()
+  it("baddbmm's result has the batches' dtype, input converted to it; baddbmm_ needs self of that dtype", function()
+    local function b1(dt) return dpl.ones({ 2, 2, 3 }, { dtype = dt }) end
+    local function b2(dt) return dpl.ones({ 2, 3, 2 }, { dtype = dt }) end
+    -- torch: (input dtype, batch dtype) -> result dtype, element
+    for _, c in ipairs({ { 'float64', 'float32', 'float32', 4.5 }, { 'int64', 'float32', 'float32', 4 },
+      { 'float16', 'float32', 'float32', 4.5 }, { 'float32', 'int64', 'int64', 4 }, { 'float32', 'float64', 'float64', 4.5 } }) do
+      local r = dpl.baddbmm(dpl.full({ 1 }, 1.5, { dtype = c[1] }), b1(c[2]), b2(c[2]))
+      assert.are.equal(c[3], r.dtype)
+      assert.are.equal(c[4], r[1][1][1]:item())
+      raises(function() return dpl.full({ 2, 2, 2 }, 1.5, { dtype = c[1] }):baddbmm_(b1(c[2]), b2(c[2])) end,
+        "must be the batches'")
+    end
+    local x = dpl.ones({ 2, 2, 2 }, { dtype = 'float64' }):requires_grad_()
+    local y = dpl.baddbmm(x, b1('float32'), b2('float32'))
+    y:sum():backward()
+    assert.are.equal('float64', x.grad.dtype)
+    h.near(x.grad, dpl.ones({ 2, 2, 2 }, { dtype = 'float64' }))
+  end)
+end)
+
+describe('math group: differential test findings (isclose of 16-bit floats)', function()
+  it('isclose of float16 rounds each step to float16, as PyTorch (rtol and atol too)', function()
+    local a = dpl.tensor({ 1.9501953125, 1.0, 100.0 }, { dtype = 'float16' })
+    local b = dpl.tensor({ 1.9521484375, 1.0009765625, 100.125 }, { dtype = 'float16' })
+    -- torch: [True, True, False]; in float32 arithmetic the first would be false
+    assert.are.same({ true, true, false }, a:isclose(b, 0.001, 1e-8):totable())
+    assert.are.same({ false, true, false }, a:float():isclose(b:float(), 0.001, 1e-8):totable())
+    assert.is_true(a:narrow(1, 1, 2):allclose(b:narrow(1, 1, 2), 0.001, 1e-8))
   end)
 end)

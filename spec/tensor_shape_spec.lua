@@ -576,3 +576,56 @@ describe('shape ops: memory', function()
     assert(after.live_storages <= before.live_storages, ('%d storages leaked'):format(after.live_storages - before.live_storages))
   end)
 end)
+
+-- Cases found by the randomized differential test against PyTorch 1.13
+-- (scripts/difftest/difftest.py); torch's values inline.
+describe('shape ops: differential test findings', function()
+  local raises = h.raises
+  it('swapaxes / swapdims of a 0-d tensor take dims 1 and -1 (PyTorch: 0 / -1)', function()
+    local t = dpl.tensor(1.5)
+    for _, f in ipairs({ 'swapaxes', 'swapdims' }) do
+      local r = t[f](t, 1, -1)
+      assert.are.same({}, r.shape)
+      assert.are.equal(1.5, r:item())
+      assert.are.equal(1.5, t[f](t, -1, -1):item())
+      raises(function() return t[f](t, 2, 1) end, 'out of range')
+    end
+  end)
+  it('sum_to_size() to no dims sums, as PyTorch: a 0-d bool or int32 tensor gives int64', function()
+    local b = dpl.tensor(true):sum_to_size({})
+    assert.are.equal('int64', b.dtype)
+    assert.are.equal(1, b:item())
+    assert.are.equal('int64', dpl.tensor(3, { dtype = 'int32' }):sum_to_size({}).dtype)
+    local f = dpl.tensor(2.5)
+    local r = f:sum_to_size({})
+    assert.are.equal(2.5, r:item())
+    assert.are.equal('float32', r.dtype)
+    assert.are.equal(10, dpl.tensor({ 1, 2, 3, 4 }):sum_to_size({}):item())
+  end)
+  it('cummax, cummin and take save their input, as PyTorch: changing it in place before backward is an error',
+    function()
+      for _, op in ipairs({ 'cummax', 'cummin' }) do
+        local x = dpl.tensor({ 1, 3, 2 }, { dtype = 'float64' }):requires_grad_()
+        local b = x * 1
+        local v = b[op](b, 1)
+        b:add_(1)
+        raises(function() v:sum():backward() end, 'modified by an inplace operation')
+      end
+      local x = dpl.tensor({ { 1, 3 }, { 2, 4 } }, { dtype = 'float64' }):requires_grad_()
+      local b = x * 1
+      local v = b:take({ 1, 1, -1 })
+      b:mul_(2)
+      raises(function() v:sum():backward() end, 'modified by an inplace operation')
+    end)
+  it("take's gradient adds up at repeated positions (one recorded op)", function()
+    local x = dpl.tensor({ { 1, 3 }, { 2, 4 } }, { dtype = 'float64' }):requires_grad_()
+    local v = x:take(dpl.tensor({ 1, 1, -1 }))
+    assert.are.equal('take', v.grad_fn.name)
+    ;(v * dpl.tensor({ 1, 2, 3 }, { dtype = 'float64' })):sum():backward()
+    h.near(x.grad, { { 3, 0 }, { 0, 3 } })
+    -- its result is a tensor of its own: in-place ops on it are fine
+    local y = x:take({ 2, 3 })
+    y:mul_(2)
+    assert.are.same({ 6, 4 }, y:totable())
+  end)
+end)

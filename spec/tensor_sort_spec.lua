@@ -507,3 +507,22 @@ describe('memory', function()
     assert(after <= before, ('%d bytes leaked'):format(after - before))
   end)
 end)
+
+-- Cases found by the randomized differential test against PyTorch 1.13
+-- (scripts/difftest/difftest.py); torch's values inline.
+describe('sort group: differential test findings', function()
+  it("unique(dim) orders slices as PyTorch 1.13: lexicographically in a:transpose(dim, 1)'s layout", function()
+    -- slice 1 = a[:, :, 1], slice 2 = a[:, :, 2]; in t:movedim(3, 1)'s layout slice 2 sorts first,
+    -- in t:transpose(3, 1)'s slice 1 does (torch: output a itself, inverse {1, 2})
+    local a = dpl.tensor({ { { 0, 0 }, { 1, 0 } }, { { 0, 1 }, { 0, 0 } } })
+    local u, i, c = a:unique(true, true, true, 3)
+    assert.are.same(a:totable(), u:totable())
+    assert.are.same({ 1, 2 }, i:totable())
+    assert.are.same({ 1, 1 }, c:totable())
+    local b = dpl.cat({ a, a:narrow(3, 1, 1) }, 3)
+    u, i, c = b:unique({ dim = -1, return_inverse = true, return_counts = true })
+    assert.are.same(a:totable(), u:totable())
+    assert.are.same({ 1, 2, 1 }, i:totable())
+    assert.are.same({ 2, 1 }, c:totable())
+  end)
+end)

@@ -178,10 +178,12 @@ local function geom(n, v, b)
 end
 
 local function overlapping(shape, stride)
+  local over = false
   for i = 1, #shape do
-    if stride[i] == 0 and shape[i] > 1 then return true end
+    if shape[i] == 0 then return false end -- (an empty tensor's other dims may have stride 0)
+    if stride[i] == 0 and shape[i] > 1 then over = true end
   end
-  return false
+  return over
 end
 
 -- a zero buffer over b's elements; returns it and b's view of it
@@ -393,6 +395,18 @@ local function copy_slices_bw(n, g)
   return bv, g2, g3, g4
 end
 
+-- true when t's history is a chain of view nodes from a leaf that requires grad and is a
+-- view of base
+local function leaf_view_source(t, base)
+  local n = cur_gfn(t)
+  while type(n) == 'table' and n.bep ~= nil do
+    local e = n[1]
+    if is_tensor(e) then return viewbase[e] == base end
+    n = e
+  end
+  return false
+end
+
 local function wrap_inplace(name, rule)
   local raw = methods[name]
   assert(raw, name)
@@ -400,8 +414,13 @@ local function wrap_inplace(name, rule)
     local base = viewbase[t]
     local old
     if base ~= nil then
-      if rg[base] and cur_gfn(base) == nil then leaf_error(name, true) end
+      local bg = cur_gfn(base)
+      if rg[base] and bg == nil then leaf_error(name, true) end
       if rg[t] and not rg[base] and cur_gfn(t) == nil then leaf_error(name, false) end
+      -- a view of a leaf that is itself a view of a base without history (x =
+      -- flat:view(3, 4):requires_grad_(); x:t():mul_(2)): PyTorch refuses it too (the view's
+      -- base is a leaf, and the view requires grad)
+      if bg == nil and not rg[base] and leaf_view_source(t, base) then leaf_error(name, true) end
       if overlapping(size_of(t), stride_of(t)) then
         error(fmt('%s: unsupported operation: more than one element of the written-to tensor refers to a '
           .. 'single memory location (an expanded view); clone() it before the in-place operation', name))
@@ -593,7 +612,7 @@ do
 end
 
 -- the shape ops of dpl.tensor_shape with rules of their own (the others are made of recorded ops)
-for _, k in ipairs({ 'cumsum', 'cumprod', 'flip', 'roll', 'tril', 'triu', 'diag', 'diagonal', 'unfold' }) do
+for _, k in ipairs({ 'cumsum', 'cumprod', 'flip', 'roll', 'tril', 'triu', 'diag', 'diagonal', 'unfold', 'take' }) do
   wrap_method(k)
 end
 wrap_inplace('tril_', rules.tril)

@@ -300,7 +300,9 @@ rules.std = {
   bw = function(n, g)
     local x = n.x
     local mu = n.d and x:mean(n.d, true) or x:mean()
-    return unreduce(g / n.y, n) * (x - mu) / (n.count - n.ddof)
+    -- 0 where the std is 0 (constant input), as PyTorch's std_backward (not 0 / 0)
+    local gy = (g / n.y):masked_fill(n.y:eq(0), 0)
+    return unreduce(gy, n) * (x - mu) / (n.count - n.ddof)
   end,
 }
 rules.norm = {
@@ -983,7 +985,7 @@ rules.to = {
 }
 
 ---------------------------------------------------------------- shape ops (dpl.tensor_shape)
--- (chunk, split, unbind, repeat, tile, repeat_interleave, rot90, trace, movedim, take, ...
+-- (chunk, split, unbind, repeat, tile, repeat_interleave, rot90, trace, movedim, ...
 -- are made of recorded ops and need no rule)
 -- (with a dtype option, the gradient is converted to the input's dtype first, as PyTorch)
 rules.cumsum = { -- t:cumsum(d [, opts]): the gradient summed from the end
@@ -1002,7 +1004,10 @@ rules.cumprod = { -- zeros in the input included (dpl_cumprod_backward)
 local function cumext_rule() -- cummax / cummin: the gradient goes to the (1-based) indices
   return {
     nin = 1,
-    save = function(n, out, a, d, idx) n.shape, n.d, n.idx, n.dtype = size_of(a), d, save(n, idx), like(a) end,
+    save = function(n, out, a, d, idx)
+      n.shape, n.d, n.idx, n.dtype = size_of(a), d, save(n, idx), like(a)
+      save(n, a) -- (PyTorch saves the input: changing it in place before backward is an error)
+    end,
     bw = function(n, g)
       if #n.shape == 0 then return g:clone() end
       return T.zeros(n.shape, n.dtype):scatter_add_(n.d, n.idx, g)
@@ -1032,6 +1037,16 @@ local function tri_rule(name)
   }
 end
 rules.tril, rules.triu = tri_rule('tril'), tri_rule('triu')
+rules.take = { -- t:take(index): the gradient put back at the (1-based, flat) positions, adding up
+  nin = 1,
+  save = function(n, out, a, idx)
+    n.shape, n.numel, n.dtype, n.idx = size_of(a), a:numel(), like(a), idx
+    save(n, a) -- (PyTorch saves the input: changing it in place before backward is an error)
+  end,
+  bw = function(n, g)
+    return T.zeros({ n.numel }, n.dtype):put_(n.idx, g:reshape(-1), true):view(n.shape)
+  end,
+}
 rules.diag = { -- 1-d -> the diagonal of a matrix, or a matrix's diagonal (a copy)
   nin = 1,
   save = function(n, out, a, k) n.shape, n.k, n.dtype = size_of(a), k or 0, like(a) end,

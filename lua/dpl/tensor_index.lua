@@ -77,11 +77,15 @@ return function(M, H)
     if type(v) ~= 'number' then error(fmt('%s: %s must be a number, got %s', name, what, got(v))) end
     return v
   end
-  -- PyTorch refuses a value its dtype cannot hold ("value cannot be converted to type uint8_t without overflow")
-  local function check_value(name, v, dt)
+  -- PyTorch refuses a value its dtype cannot hold ("value cannot be converted to type uint8_t without overflow").
+  -- A fraction (or a value from a floating tensor: float_src) is a float, as in Python: PyTorch's
+  -- rule for floats applies, the integer dtype's own range (uint8: 0..255, no wrapping)
+  local function check_value(name, v, dt, float_src)
     local bad = false
     local r = INT_RANGE[dt]
-    if r then
+    if r and (float_src or v ~= math.floor(v)) then
+      bad = v ~= v or v < (dt == 6 and 0 or r[1]) or v > (dt == 6 and 255 or r[2]) or (dt == 5 and v >= 2 ^ 63)
+    elseif r then
       bad = v ~= v or v < r[1] or v > r[2] or (dt == 5 and v >= 2 ^ 63)
     elseif FLOAT_MAX[dt] then
       bad = v == v and v ~= huge and v ~= -huge and (v > FLOAT_MAX[dt] or v < -FLOAT_MAX[dt])
@@ -195,6 +199,12 @@ return function(M, H)
       if value._ndim ~= 0 then
         free(i0)
         error(fmt('%s: value must be a number or a 0-d tensor, got a tensor with %d dims', name, value._ndim))
+      end
+      if INT_RANGE[t._dtype] or FLOAT_MAX[t._dtype] then -- (its value converted to self's dtype, as PyTorch checks it)
+        local v = value:item()
+        if type(v) == 'boolean' then v = v and 1 or 0 end
+        local ok, e = pcall(check_value, name, v, t._dtype, value._dtype <= 3)
+        if not ok then free(i0) lua_error(e, 0) end
       end
       vt = value
     else

@@ -129,6 +129,10 @@ return function(M, H)
   local function int_hardtanh(name, t, lo, hi, inplace)
     if t._dtype == 7 then error(fmt('%s: bool tensors are not supported', name)) end
     local function tr(v) return v < 0 and math.ceil(v) or floor(v) end
+    if t._dtype == 6 and (tr(lo) < 0 or tr(hi) < 0) then -- (PyTorch's check, on the truncated bounds)
+      error(fmt('%s: cannot do hardtanh on an unsigned type (uint8) with negative limits, got min_val %s, max_val %s',
+        name, tostring(lo), tostring(hi)))
+    end
     if inplace then return methods.clamp_(t, tr(lo), tr(hi)) end
     return raw.clamp(t, tr(lo), tr(hi))
   end
@@ -300,6 +304,7 @@ return function(M, H)
       v = v.value
     end
     if v == nil then return 1 end
+    if type(v) == 'boolean' then return v and 1 or 0 end -- (a Python bool is a Scalar in PyTorch)
     need_number(name, 'value', v)
     return v
   end
@@ -444,13 +449,18 @@ return function(M, H)
     local r = raw.bmm(a, b)
     if alpha ~= 1 then raw.mul_(r, alpha) end
     if beta == 0 then return r end
-    if c._dtype == r._dtype then return raw.add_(r, c, beta) end
-    return raw.add(r, c, beta) -- (promoted as add promotes: a 0-d input of the same kind does not)
+    -- the result has the batches' dtype, input converted to it (PyTorch's: a float64 input with
+    -- float32 batches gives float32, an int64 one with float32 batches float32)
+    if c._dtype ~= r._dtype then c = raw.to(c, dtype_names[r._dtype]) end
+    return raw.add_(r, c, beta)
   end
   methods.baddbmm = M.baddbmm
   --- baddbmm_(batch1, batch2 [, opts]): in place, the result must fit self's dtype and shape
   function methods.baddbmm_(c, a, b, opts, extra)
     need_tensor('baddbmm_', 'self', c)
+    if is_tensor(a) and c._dtype ~= a._dtype then -- (PyTorch: "Bad in-place call")
+      error(fmt("baddbmm_: self's dtype %s must be the batches' (%s)", dtype_names[c._dtype], dtype_names[a._dtype]))
+    end
     local r = methods.baddbmm(c, a, b, opts, extra)
     local same = r._ndim == c._ndim
     for i = 0, r._ndim - 1 do same = same and r._shape[i] == c._shape[i] end

@@ -36,6 +36,10 @@ return function(M, H)
   local dims = ffi.new('int32_t[8]')
   local shifts = ffi.new('int64_t[8]')
 
+  -- the raw ops (dpl.autograd wraps the methods later): take is one recorded op (its rule
+  -- saves the input, as PyTorch's), so it computes with these
+  local raw_index_select, raw_reshape = methods.index_select, methods.reshape
+
   local function not_implemented(msg) lua_error(errors.NotImplementedError(msg), 0) end
 
   -- calls C fn(...) that fills out1 (one GC-and-retry on ENOMEM); a failure raises with the
@@ -540,6 +544,11 @@ return function(M, H)
   local function swap(name)
     return function(t, d0, d1)
       need_tensor(name, 'input', t)
+      if t._ndim == 0 then -- dims 1 / -1, as PyTorch's 0 / -1: the tensor itself, as a view
+        sdim(t, d0, name)
+        sdim(t, d1, name)
+        return methods.permute(t, {})
+      end
       cdim(t, d0, name)
       cdim(t, d1, name)
       return methods.transpose(t, d0, d1)
@@ -592,6 +601,7 @@ return function(M, H)
     if not ok then
       error(fmt('sum_to_size: size %s is not expandable to the size of the tensor %s', list_str(sizes), shape_str(t)))
     end
+    if n == 0 then return methods.sum(t) end -- as PyTorch's sum_to: () sums, a 0-d t too (int64 for integers)
     local r = t
     for _ = 1, nd - n do r = methods.sum(r, 1) end
     for i = 1, n do
@@ -692,8 +702,11 @@ return function(M, H)
       end
       if mn < 0 then idx = M.where(methods.lt(idx, 0), methods.add(idx, N + 1), idx) end
     end
-    local r = methods.index_select(methods.reshape(t, -1), 1, methods.reshape(idx, -1))
-    return methods.view(r, size_of(idx))
+    local r = raw_index_select(raw_reshape(t, -1), 1, raw_reshape(idx, -1))
+    -- shaped as index by a raw C view: the result is a tensor of its own, not a view of r
+    local nd = idx._ndim
+    for i = 0, nd - 1 do shp[i] = idx._shape[i] end
+    return c1(C.dpl_tensor_view, r, nd, shp, out1)
   end
 
   for _, k in ipairs({ 'cumsum', 'cumprod', 'cummax', 'cummin', 'flip', 'fliplr', 'flipud', 'roll', 'rot90', 'repeat',

@@ -315,7 +315,7 @@ int dpl_nan_to_num_(dpl_tensor *a, double vnan, double posinf, double neginf)
 }
 
 /* ---- isclose ---- */
-typedef struct close_ctx { double rtol, atol; int equal_nan; } close_ctx;
+typedef struct close_ctx { double rtol, atol; int equal_nan; int32_t dt; } close_ctx;
 /* PyTorch's: a == b, or both NaN (equal_nan), or |a - b| finite and <= atol + |rtol * b|,
  * the error computed in the tensors' floating dtype (float32 for integers) */
 #define CLOSE_LOOP(NAME, T, F, FABS, ISFIN)                                                                 \
@@ -339,6 +339,25 @@ typedef struct close_ctx { double rtol, atol; int equal_nan; } close_ctx;
 CLOSE_LOOP(close_f32, float, float, fabsf, ISFINITE_)
 CLOSE_LOOP(close_f64, double, double, fabs, ISFINITE_)
 CLOSE_LOOP(close_i64, int64_t, float, fabsf, ISFINITE_)
+/* float16 / bfloat16 (loaded as float32): each step of PyTorch's tensor arithmetic rounded to the
+ * 16-bit dtype, as its kernels round every op's result (self - other, rtol * other, atol + ...) */
+static inline float round16(float v, int32_t dt) { return dt == DPL_FLOAT16 ? dpl_h2f(dpl_f2h(v)) : dpl_bf2f(dpl_f2bf(v)); }
+DPL_CLONES static void close_r16(char **p, const int64_t *st, int64_t n, void *vctx)
+{
+  const close_ctx *c = vctx;
+  const int32_t dt = c->dt;
+  const float rtol = round16((float)c->rtol, dt), atol = round16((float)c->atol, dt); /* (as PyTorch's scalars) */
+  const int en = c->equal_nan;
+  for (int64_t i = 0; i < n; i++) {
+    float x = *(const float *)(p[1] + i * st[1]), y = *(const float *)(p[2] + i * st[2]);
+    int close = x == y || (en && x != x && y != y);
+    if (!close) {
+      float err = fabsf(round16(x - y, dt));
+      close = isfinite(err) && err <= round16(atol + fabsf(round16(rtol * y, dt)), dt);
+    }
+    *(uint8_t *)(p[0] + i * st[0]) = (uint8_t)close;
+  }
+}
 
 int dpl_isclose(const dpl_tensor *a, const dpl_tensor *b, double rtol, double atol, int32_t equal_nan, dpl_tensor **out)
 {
@@ -366,19 +385,22 @@ int dpl_isclose(const dpl_tensor *a, const dpl_tensor *b, double rtol, double at
     dpl_tensor *ops[3] = {res, (dpl_tensor *)ua, (dpl_tensor *)ub};
     dpl_iter it;
     dpl_iter_init(&it, 3, ops, nd, shape);
-    close_ctx c = {rtol, atol, equal_nan != 0};
-    dpl_iter_run(&it, kd == DPL_FLOAT32 ? close_f32 : kd == DPL_FLOAT64 ? close_f64 : close_i64, &c, GRAIN);
+    close_ctx c = {rtol, atol, equal_nan != 0, a->_dtype};
+    int r16 = a->_dtype == DPL_FLOAT16 || a->_dtype == DPL_BFLOAT16;
+    dpl_iter_run(&it, r16 ? close_r16 : kd == DPL_FLOAT32 ? close_f32 : kd == DPL_FLOAT64 ? close_f64 : close_i64, &c,
+                 GRAIN);
   }
   dpl_release_n(2, (dpl_tensor *[]){ta, tb});
   return dpl_hand_over(st, 1, &res, &out);
 }
 
 /* ---- lerp ---- */
-/* PyTorch's two-sided formula (exact at weight 0 and 1) */
+/* PyTorch 1.13's two-sided formula (exact at weight 0 and 1): the first side for every weight
+ * below 0.5, negative ones included (not |weight| < 0.5: with an infinite end the sides differ) */
 #define LERP(T, S)                                                                                          \
   static inline T lerp_##T(T s, T e, T w)                                                                   \
   {                                                                                                         \
-    return fabs##S(w) < (T)0.5 ? s + w * (e - s) : e - (e - s) * ((T)1 - w);                                \
+    return w < (T)0.5 ? s + w * (e - s) : e - (e - s) * ((T)1 - w);                                          \
   }                                                                                                         \
   DPL_CLONES static void lerp_sw_##T(char **p, const int64_t *st, int64_t n, void *vctx)                    \
   {                                                                                                         \

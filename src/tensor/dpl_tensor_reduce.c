@@ -80,10 +80,15 @@ DPL_CLONES static double red_float_row(const red_ctx *c, const char *p, int64_t 
   }
   case DPL_RED_VAR: case DPL_RED_STD: {
     double m = 0;
-    for (int64_t j = 0; j < R; j++) m += LD(j);
+    int same = 1; /* a constant slice: exactly 0, as PyTorch's Welford gives (the mean's rounding
+                   * would leave ~1e-16, and std's gradient there is 0 only at an exact 0) */
+    double x0 = R > 0 ? LD(0) : 0;
+    for (int64_t j = 0; j < R; j++) { double x = LD(j); m += x; same &= x == x0; }
     m /= (double)R;
+    if (!(x0 - x0 == 0)) same = 0; /* (infinities and NaN: inf - inf is NaN, as before) */
     double s = 0;
-    for (int64_t j = 0; j < R; j++) { double d = LD(j) - m; s += d * d; }
+    if (!same)
+      for (int64_t j = 0; j < R; j++) { double d = LD(j) - m; s += d * d; }
     double den = (double)R - c->param;
     double v = den > 0 ? s / den : NAN;
     return c->op == DPL_RED_STD ? sqrt(v) : v;

@@ -473,7 +473,10 @@ static void slice_sort(const slice_cmp *c, int64_t *a, int64_t *tmp, int64_t n)
   while (i < h) a[o++] = tmp[i++];
 }
 
-/* unique along dim: slices of a contiguous copy with dim first (c: [n, m]) */
+/* unique along dim: slices of a contiguous copy with dim first (c: [n, m]). The slices are
+ * ordered as PyTorch 1.13 orders them: lexicographically in the layout of a.transpose(dim, 0)
+ * (dim 0 takes dim's place), which differs from c's for dim >= 2 (keys then come from a
+ * second copy in that layout). */
 static int unique_dim(const char *name, const dpl_tensor *a, int32_t dim, dpl_tensor **out, dpl_tensor **inverse,
                       dpl_tensor **counts)
 {
@@ -493,8 +496,17 @@ static int unique_dim(const char *name, const dpl_tensor *a, int32_t dim, dpl_te
   uint64_t *keys = NULL;
   int64_t *ord = NULL;
   sort_item *it = NULL;
+  dpl_tensor *kv = NULL, *kc = NULL; /* (dim >= 2: the keys' layout, transpose(dim, 0)) */
   int st = dpl_make_view(a, nd, pshape, pstride, a->_offset, &pv);
   if (st == DPL_OK) st = dpl_contig_as(name, pv, a->_dtype, &c);
+  if (st == DPL_OK && dim >= 2) {
+    int64_t tshape[DPL_MAX_DIMS], tstride[DPL_MAX_DIMS];
+    for (int i = 0; i < nd; i++) { tshape[i] = a->_shape[i]; tstride[i] = a->_stride[i]; }
+    tshape[0] = a->_shape[dim]; tstride[0] = a->_stride[dim];
+    tshape[dim] = a->_shape[0]; tstride[dim] = a->_stride[0];
+    st = dpl_make_view(a, nd, tshape, tstride, a->_offset, &kv);
+    if (st == DPL_OK) st = dpl_contig_as(name, kv, a->_dtype, &kc);
+  }
   int64_t total = n * m, fn = -1, nu = 0;
   if (st == DPL_OK) {
     keys = malloc((size_t)(total > 0 ? total : 1) * sizeof *keys);
@@ -504,7 +516,7 @@ static int unique_dim(const char *name, const dpl_tensor *a, int32_t dim, dpl_te
   }
   slice_cmp sc = {keys, m, 0};
   if (st == DPL_OK) {
-    load_keys(c->_data, es, total, c->_dtype, 0, it, &fn);
+    load_keys(kc ? kc->_data : c->_data, es, total, c->_dtype, 0, it, &fn);
     for (int64_t t = 0; t < total; t++) keys[t] = it[t].k;
     sc.has_nan = fn >= 0;
     for (int64_t x = 0; x < n; x++) ord[x] = x;
@@ -536,7 +548,7 @@ static int unique_dim(const char *name, const dpl_tensor *a, int32_t dim, dpl_te
   free(keys);
   free(it);
   free(ord);
-  dpl_release_n(2, (dpl_tensor *[]){pv, c});
+  dpl_release_n(4, (dpl_tensor *[]){pv, c, kv, kc});
   return dpl_hand_over(st, 3, (dpl_tensor *[]){res, inv, cnt}, (dpl_tensor **[]){out, inverse, counts});
 }
 
