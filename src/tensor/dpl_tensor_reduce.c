@@ -5,6 +5,7 @@
  * depend on the thread count (each output is reduced by one thread, in order).
  * Tensors in device memory go to the backend as whole ops (DPL_BK_REDUCE, ...). */
 #include "dpl_tensor_internal.h"
+#include "dpl_tensor_vmath.h"
 #include <float.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -363,7 +364,36 @@ static void sm_range(int64_t lo, int64_t hi, void *vj)
     int64_t si = j->gi.rs * es, so = j->go.rs * es, sg = j->backward ? j->gg.rs * es : 0;
 #define RD(p, s, k) (isf ? (double)*(const float *)((p) + (k) * (s)) : *(const double *)((p) + (k) * (s)))
 #define WR(p, s, k, v) do { if (isf) *(float *)((p) + (k) * (s)) = (float)(v); else *(double *)((p) + (k) * (s)) = (v); } while (0)
-    if (!j->backward) {
+    if (!j->backward && isf && si == 4 && so == 4 && dpl_vm_isa() != DPL_VM_OFF) {
+      /* float32 rows: max, then exp(x - m) by the vectorised kernel into the output row
+       * (the sum in double), then the scaling (softmax) or x - m - log(sum) (log_softmax) */
+      const float *x = (const float *)pi;
+      float *y = (float *)po;
+      float mx[8] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY};
+      int nan = 0;
+      int64_t k = 0;
+      for (; k + 8 <= R; k += 8) /* eight running maxima (a NaN is noted apart) */
+        for (int u = 0; u < 8; u++) { float v = x[k + u]; nan |= v != v; mx[u] = v > mx[u] ? v : mx[u]; }
+      for (; k < R; k++) { float v = x[k]; nan |= v != v; mx[0] = v > mx[0] ? v : mx[0]; }
+      float m = mx[0];
+      for (int u = 1; u < 8; u++) m = mx[u] > m ? mx[u] : m;
+      if (nan) m = NAN;
+      if (isinf(m) && m < 0) m = 0;
+      for (k = 0; k < R; k++) y[k] = x[k] - m;
+      dpl_vm_map(DPL_VM_EXP, (char *)y, 4, (const char *)y, 4, R, 0, 0);
+      double sp[4] = {0, 0, 0, 0}; /* four partial sums in double (a fixed order: deterministic) */
+      for (k = 0; k + 4 <= R; k += 4)
+        for (int u = 0; u < 4; u++) sp[u] += y[k + u];
+      for (; k < R; k++) sp[0] += y[k];
+      double s = (sp[0] + sp[1]) + (sp[2] + sp[3]);
+      if (j->log) {
+        double ls = log(s) + m;
+        for (int64_t k = 0; k < R; k++) y[k] = (float)((double)x[k] - ls);
+      } else {
+        float r = (float)(1.0 / s);
+        for (int64_t k = 0; k < R; k++) y[k] *= r;
+      }
+    } else if (!j->backward) {
       double m = -INFINITY;
       for (int64_t k = 0; k < R; k++) { double v = RD(pi, si, k); if (v > m || v != v) m = v; }
       double s = 0;
