@@ -1181,25 +1181,39 @@ function methods.masked_fill_(t, mask, v)
   check(C.dpl_masked_fill_(t, mask, v))
   return t
 end
+--- The broadcast shape of a list of tensors (a Lua list of sizes), nil when they do not
+--- broadcast together (masked_fill here; index_put_ and masked_scatter in dpl.tensor_index).
+local function broadcast_shape(list)
+  local nd = 0
+  for i = 1, #list do if list[i]._ndim > nd then nd = list[i]._ndim end end
+  local shape = {}
+  for k = 1, nd do shape[k] = 1 end
+  for i = 1, #list do
+    local t = list[i]
+    local lead = nd - t._ndim
+    for k = 1, t._ndim do
+      local s = tonumber(t._shape[k - 1])
+      local cur = shape[lead + k]
+      if cur == 1 then shape[lead + k] = s elseif s ~= 1 and s ~= cur then return nil end
+    end
+  end
+  return shape
+end
+M._broadcast_shape = broadcast_shape
+
 -- out of place, self broadcasts against the mask (PyTorch's): a [1, L, S] tensor with an
 -- [N, 1, S] mask gives [N, L, S]
 function methods.masked_fill(t, mask, v)
   need_tensor('masked_fill', 'self', t)
   need_tensor('masked_fill', 'mask', mask)
-  local nt, nm = t._ndim, mask._ndim
-  local n = nt > nm and nt or nm
-  local shape, grow = {}, false
-  for i = 1, n do
-    local a = i > n - nt and tonumber(t._shape[i - 1 - (n - nt)]) or 1
-    local b = i > n - nm and tonumber(mask._shape[i - 1 - (n - nm)]) or 1
-    if a ~= b and a ~= 1 and b ~= 1 then
-      error(fmt('masked_fill: the mask of shape [%s] does not broadcast with self of shape [%s]',
-        table.concat(methods.size(mask), ", "), table.concat(methods.size(t), ", ")), 2)
-    end
-    shape[i] = a == 1 and b or a
-    if shape[i] ~= a then grow = true end
+  local shape = broadcast_shape({ t, mask })
+  if not shape then
+    error(fmt('masked_fill: the mask of shape [%s] does not broadcast with self of shape [%s]',
+      table.concat(methods.size(mask), ", "), table.concat(methods.size(t), ", ")), 2)
   end
-  if grow or n > nt then t = t:expand(shape) end
+  local same = #shape == t._ndim
+  for k = 1, #shape do same = same and t._shape[k - 1] == shape[k] end
+  if not same then t = t:expand(shape) end
   return methods.masked_fill_(methods.clone(t), mask, v)
 end
 function methods.masked_select(t, mask)

@@ -260,23 +260,8 @@ return function(M, H)
     for i = 1, t._ndim do r[i] = tonumber(t._shape[i - 1]) end
     return r
   end
-  -- the broadcast shape of the index tensors (nil when they do not broadcast)
-  local function broadcast(list)
-    local nd = 0
-    for i = 1, #list do if list[i]._ndim > nd then nd = list[i]._ndim end end
-    local shape = {}
-    for k = 1, nd do shape[k] = 1 end
-    for i = 1, #list do
-      local t = list[i]
-      local lead = nd - t._ndim
-      for k = 1, t._ndim do
-        local s = tonumber(t._shape[k - 1])
-        local cur = shape[lead + k]
-        if cur == 1 then shape[lead + k] = s elseif s ~= 1 and s ~= cur then return nil end
-      end
-    end
-    return shape
-  end
+  -- the broadcast shape of tensors (nil when they do not broadcast)
+  local broadcast = M._broadcast_shape
 
   -- indices (a list of index tensors or masks, one per leading dim of t; a mask covers as
   -- many dims as it has) -> a C array of 0-based int64 tensors of one shape, their count,
