@@ -53,3 +53,9 @@ print('softplus_1M_us %.1f' % time_us(lambda: torch.nn.functional.softplus(s1), 
 for name, f in [('exp', torch.exp), ('tanh', torch.tanh), ('gelu', F.gelu), ('elu', F.elu), ('mish', F.mish)]:
     print('%s_1M_us %.1f' % (name, time_us(lambda: f(s1), 50, 3)))
 print('log1p_1M_us %.1f' % time_us(lambda: torch.log1p(x), 50, 3))
+# cross_entropy forward + backward over 1000 classes (256 rows of float32 logits)
+ce_x, ce_t = torch.randn(256, 1000, requires_grad=True), torch.randint(0, 1000, (256,))
+with torch.no_grad():
+    print('cross_entropy_256x1000_fwd_us %.1f' % time_us(lambda: F.cross_entropy(ce_x, ce_t), 50, 3))
+ce_l = F.cross_entropy(ce_x, ce_t)
+print('cross_entropy_256x1000_bwd_us %.1f' % time_us(lambda: torch.autograd.grad(ce_l, ce_x, retain_graph=True), 50, 3))

@@ -77,6 +77,47 @@ describe('cross_entropy and nll_loss on [N, C, d1, ...] and [C] inputs match PyT
     assert.is_true(math.abs(F.cross_entropy(x, t):item() - F.cross_entropy(rows, t:reshape(-1)):item()) < 1e-6)
   end)
 
+  it('float32 logits (the vectorised-exp rows) match the float64 computation: loss and gradient, '
+    .. 'wide rows, extreme and -inf logits, NaN rows, ignored samples', function()
+    dpl.manual_seed(7)
+    for _, C in ipairs({ 3, 10, 1000, 1500 }) do -- 1500: past the kernel's stack scratch row
+      local x = dpl.randn(9, C) * 4
+      x[2][1] = 85; x[3][C] = -85; x[4][2] = -math.huge; x[5]:fill_(-1e30)
+      local t = dpl.randint(1, C + 1, { 9 }, { dtype = 'int64' })
+      t[6] = -100 -- ignored
+      for _, red in ipairs({ 'none', 'mean', 'sum' }) do
+        for _, loss in ipairs({ 'cross_entropy', 'nll_loss' }) do
+          local what = ('%s C=%d %s'):format(loss, C, red)
+          local x32 = x:clone():requires_grad_()
+          local x64 = x:double():requires_grad_()
+          local l32 = F[loss](x32, t, { reduction = red })
+          local l64 = F[loss](x64, t, { reduction = red })
+          assert.are.equal('float32', l32.dtype, what)
+          local a, b = flat(l32:double()), flat(l64)
+          for i = 1, #b do
+            assert.is_true(math.abs(a[i] - b[i]) <= 2e-5 * math.max(1, math.abs(b[i])),
+              ('%s, loss %d: %.9g vs %.9g'):format(what, i, a[i], b[i]))
+          end
+          (red == 'none' and l32:sum() or l32):backward()
+          ;(red == 'none' and l64:sum() or l64):backward()
+          assert.are.equal('float32', x32.grad.dtype, what)
+          local g, h = flat(x32.grad:double()), flat(x64.grad)
+          for i = 1, #h do
+            assert.is_true(math.abs(g[i] - h[i]) <= 1e-6 + 2e-5 * math.abs(h[i]),
+              ('%s, grad %d: %.9g vs %.9g'):format(what, i, g[i], h[i]))
+          end
+          for k = 1, C, math.max(1, math.floor(C / 7)) do assert.are.equal(0, x32.grad[6][k]:item(), what .. ': ignored row') end
+        end
+      end
+      -- a NaN logit makes that sample's loss and gradient row NaN, and no other
+      local xn = x:clone(); xn[7][math.floor(C / 2) + 1] = 0 / 0
+      local ln = F.cross_entropy(xn, t, { reduction = 'none' })
+      local v = ln[7]:item()
+      assert.is_true(v ~= v, 'NaN row, C=' .. C)
+      assert.is_true(ln[8]:item() == ln[8]:item(), 'the next row, C=' .. C)
+    end
+  end)
+
   it('nn.CrossEntropyLoss and nn.NLLLoss pass weight, ignore_index and label_smoothing through', function()
     local W = dpl.tensor(ref.W, { dtype = 'float64' })
     local t = dpl.tensor({ { { 1, 3 }, { 2, 1 } }, { { 3, 3 }, { 2, 2 } } }, { dtype = 'int64' })

@@ -7,6 +7,9 @@
 #include "dpl_tensor_internal.h"
 #include "dpl_tensor_vmath.h"
 #include <float.h>
+#if defined(__SSE2__)
+#include <immintrin.h>
+#endif
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -337,6 +340,55 @@ int dpl_reduce_index(int32_t op, const dpl_tensor *a, int32_t dim, int32_t keepd
 }
 
 /* ---- softmax ---- */
+/* One contiguous float32 row x[0..R): m = its max (NaN when it holds a NaN, 0 when every
+ * value is -inf), e[k] = exp(x[k] - m) by the vectorised kernel (e may be another row or
+ * scratch, not x), and the sum of e in double: four partial sums in a fixed order, so
+ * the result does not depend on the thread count. Used by softmax and cross_entropy. */
+static double row_exp_f32(const float *x, float *e, int64_t R, float *m_out)
+{
+  int64_t k = 0;
+  float m = -INFINITY;
+  int nan = 0;
+#if defined(__SSE2__)
+  /* eight running maxima in two registers (maxps keeps the running value when x is NaN:
+   * a NaN is noted apart), the partial sums of e as two pairs of doubles */
+  __m128 m0 = _mm_set1_ps(-INFINITY), m1 = m0, un = _mm_setzero_ps();
+  for (; k + 8 <= R; k += 8) {
+    __m128 a = _mm_loadu_ps(x + k), b = _mm_loadu_ps(x + k + 4);
+    un = _mm_or_ps(un, _mm_or_ps(_mm_cmpunord_ps(a, a), _mm_cmpunord_ps(b, b)));
+    m0 = _mm_max_ps(a, m0);
+    m1 = _mm_max_ps(b, m1);
+  }
+  float mv[8];
+  _mm_storeu_ps(mv, m0);
+  _mm_storeu_ps(mv + 4, m1);
+  nan = _mm_movemask_ps(un) != 0;
+  for (int u = 0; u < 8; u++) m = mv[u] > m ? mv[u] : m;
+#endif
+  for (; k < R; k++) { float v = x[k]; nan |= v != v; m = v > m ? v : m; }
+  if (nan) m = NAN;
+  if (isinf(m) && m < 0) m = 0;
+  for (k = 0; k < R; k++) e[k] = x[k] - m;
+  dpl_vm_map(DPL_VM_EXP, (char *)e, 4, (const char *)e, 4, R, 0, 0);
+  double sp[4] = {0, 0, 0, 0}; /* sp[u] sums e[k + u], k = 0, 4, 8, ...: a fixed order */
+  k = 0;
+#if defined(__SSE2__)
+  __m128d s01 = _mm_setzero_pd(), s23 = _mm_setzero_pd();
+  for (; k + 4 <= R; k += 4) {
+    __m128 v = _mm_loadu_ps(e + k);
+    s01 = _mm_add_pd(s01, _mm_cvtps_pd(v));
+    s23 = _mm_add_pd(s23, _mm_cvtps_pd(_mm_movehl_ps(v, v)));
+  }
+  _mm_storeu_pd(sp, s01);
+  _mm_storeu_pd(sp + 2, s23);
+#endif
+  for (; k + 4 <= R; k += 4)
+    for (int u = 0; u < 4; u++) sp[u] += e[k + u];
+  for (; k < R; k++) sp[0] += e[k];
+  *m_out = m;
+  return (sp[0] + sp[1]) + (sp[2] + sp[3]);
+}
+
 typedef struct sm_job {
   along gi, go, gg; /* input (or y), output, grad */
   char *in, *out, *grad;
@@ -365,27 +417,12 @@ static void sm_range(int64_t lo, int64_t hi, void *vj)
 #define RD(p, s, k) (isf ? (double)*(const float *)((p) + (k) * (s)) : *(const double *)((p) + (k) * (s)))
 #define WR(p, s, k, v) do { if (isf) *(float *)((p) + (k) * (s)) = (float)(v); else *(double *)((p) + (k) * (s)) = (v); } while (0)
     if (!j->backward && isf && si == 4 && so == 4 && dpl_vm_isa() != DPL_VM_OFF) {
-      /* float32 rows: max, then exp(x - m) by the vectorised kernel into the output row
-       * (the sum in double), then the scaling (softmax) or x - m - log(sum) (log_softmax) */
+      /* float32 rows: exp(x - m) by the vectorised kernel into the output row (the sum in
+       * double), then the scaling (softmax) or x - m - log(sum) (log_softmax) */
       const float *x = (const float *)pi;
       float *y = (float *)po;
-      float mx[8] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY};
-      int nan = 0;
-      int64_t k = 0;
-      for (; k + 8 <= R; k += 8) /* eight running maxima (a NaN is noted apart) */
-        for (int u = 0; u < 8; u++) { float v = x[k + u]; nan |= v != v; mx[u] = v > mx[u] ? v : mx[u]; }
-      for (; k < R; k++) { float v = x[k]; nan |= v != v; mx[0] = v > mx[0] ? v : mx[0]; }
-      float m = mx[0];
-      for (int u = 1; u < 8; u++) m = mx[u] > m ? mx[u] : m;
-      if (nan) m = NAN;
-      if (isinf(m) && m < 0) m = 0;
-      for (k = 0; k < R; k++) y[k] = x[k] - m;
-      dpl_vm_map(DPL_VM_EXP, (char *)y, 4, (const char *)y, 4, R, 0, 0);
-      double sp[4] = {0, 0, 0, 0}; /* four partial sums in double (a fixed order: deterministic) */
-      for (k = 0; k + 4 <= R; k += 4)
-        for (int u = 0; u < 4; u++) sp[u] += y[k + u];
-      for (; k < R; k++) sp[0] += y[k];
-      double s = (sp[0] + sp[1]) + (sp[2] + sp[3]);
+      float m;
+      double s = row_exp_f32(x, y, R, &m);
       if (j->log) {
         double ls = log(s) + m;
         for (int64_t k = 0; k < R; k++) y[k] = (float)((double)x[k] - ls);
@@ -526,7 +563,9 @@ int dpl_class_loss_dims(const char *name, const dpl_tensor *x, const dpl_tensor 
   return DPL_OK;
 }
 
-/* the CPU's: dims checked, contiguous float64 and int64 copies of the input and the target */
+/* the CPU's: dims checked, the input contiguous in its kernel dtype (float32 stays float32
+ * when the vectorised exp is on: no float64 copy; others become float64) and the target
+ * as contiguous int64 */
 static int class_inputs(const char *name, const dpl_tensor *x, const dpl_tensor *target, int64_t ignore,
                         int64_t *N, int64_t *C, dpl_tensor **xd, dpl_tensor **td)
 {
@@ -534,7 +573,8 @@ static int class_inputs(const char *name, const dpl_tensor *x, const dpl_tensor 
   DPL_TRY(dpl_check_tensor(name, "target", target));
   DPL_TRY(dpl_check_same_device(name, x, target));
   DPL_TRY(dpl_class_loss_dims(name, x, target, N, C));
-  DPL_TRY(dpl_contig_as(name, x, DPL_FLOAT64, xd));
+  int32_t kd = x->_dtype == DPL_FLOAT32 && dpl_vm_isa() != DPL_VM_OFF ? DPL_FLOAT32 : DPL_FLOAT64;
+  DPL_TRY(dpl_contig_as(name, x, kd, xd));
   int st = dpl_contig_as(name, target, DPL_INT64, td);
   if (st != DPL_OK) { dpl_tensor_release(*xd); return st; }
   const int64_t *t = (*td)->_data;
@@ -551,25 +591,48 @@ static int class_inputs(const char *name, const dpl_tensor *x, const dpl_tensor 
 }
 
 /* the rows of the class losses, split across the thread pool (each row on its own: the same
- * values whatever the thread count) */
+ * values whatever the thread count). x and r are float32 when f32, else float64. */
 typedef struct class_rows {
-  int ce;
-  const double *x;
+  int ce, f32;
+  const void *x;
   const int64_t *t;
   int64_t C, ignore;
   double *l;        /* forward: per-sample losses */
   const double *g;  /* backward: per-sample gradient scales */
-  double *r;        /* backward: the gradient rows */
+  void *r;          /* backward: the gradient rows */
 } class_rows;
+
+/* m + log(sum exp(row - m)) of a float32 row, the exps into e (C floats) when it is
+ * given, else by libm one at a time (no scratch memory) */
+static double lse_f32(const float *row, int64_t C, float *e)
+{
+  float m;
+  if (e) {
+    double s = row_exp_f32(row, e, C, &m);
+    return m + log(s);
+  }
+  double dm = -INFINITY, s = 0;
+  for (int64_t k = 0; k < C; k++) if (row[k] > dm || row[k] != row[k]) dm = row[k];
+  if (isinf(dm) && dm < 0) dm = 0;
+  for (int64_t k = 0; k < C; k++) s += exp((double)row[k] - dm);
+  return dm + log(s);
+}
 
 static void class_loss_range(int64_t lo, int64_t hi, void *ctx)
 {
   const class_rows *j = ctx;
   int64_t C = j->C;
+  float stack[1024], *e = NULL;
+  if (j->ce && j->f32) e = C <= 1024 ? stack : malloc((size_t)C * sizeof(float));
   for (int64_t i = lo; i < hi; i++) {
-    const double *row = j->x + i * C;
     int64_t ti = j->t[i];
     if (ti == j->ignore) { j->l[i] = 0; continue; }
+    if (j->f32) {
+      const float *row = (const float *)j->x + i * C;
+      j->l[i] = j->ce ? lse_f32(row, C, e) - row[ti] : -(double)row[ti];
+      continue;
+    }
+    const double *row = (const double *)j->x + i * C;
     if (j->ce) {
       double m = -INFINITY;
       for (int64_t k = 0; k < C; k++) if (row[k] > m) m = row[k];
@@ -580,17 +643,19 @@ static void class_loss_range(int64_t lo, int64_t hi, void *ctx)
       j->l[i] = -row[ti];
     }
   }
+  if (e != stack) free(e);
 }
 
 /* rows per task: about 64K elements of work each */
 static int64_t class_grain(int64_t C) { return 65536 / (C + 1) + 1; }
 
 /* per-sample losses into l (N doubles); returns the count of non-ignored samples */
-static int64_t class_loss_rows(int ce, const double *x, const int64_t *t, int64_t N, int64_t C, int64_t ignore, double *l)
+static int64_t class_loss_rows(int ce, const dpl_tensor *x, const int64_t *t, int64_t N, int64_t C, int64_t ignore,
+                               double *l)
 {
   int64_t cnt = 0;
   for (int64_t i = 0; i < N; i++) cnt += t[i] != ignore;
-  class_rows j = {.ce = ce, .x = x, .t = t, .C = C, .ignore = ignore, .l = l};
+  class_rows j = {.ce = ce, .f32 = x->_dtype == DPL_FLOAT32, .x = x->_data, .t = t, .C = C, .ignore = ignore, .l = l};
   dpl_parallel_for(N, class_grain(C), class_loss_range, &j);
   return cnt;
 }
@@ -601,9 +666,26 @@ static void class_grad_range(int64_t lo, int64_t hi, void *ctx)
   const class_rows *j = ctx;
   int64_t C = j->C;
   for (int64_t i = lo; i < hi; i++) {
-    const double *row = j->x + i * C;
-    double *gr = j->r + i * C, gi = j->g[i];
+    double gi = j->g[i];
     int64_t ti = j->t[i];
+    if (j->f32) {
+      const float *row = (const float *)j->x + i * C;
+      float *gr = (float *)j->r + i * C;
+      if (ti == j->ignore) { memset(gr, 0, (size_t)C * sizeof(float)); continue; }
+      if (j->ce) {
+        float m;
+        double s = row_exp_f32(row, gr, C, &m);
+        float sc = (float)(gi / s);
+        for (int64_t k = 0; k < C; k++) gr[k] *= sc;
+        gr[ti] = (float)((double)gr[ti] - gi);
+      } else {
+        memset(gr, 0, (size_t)C * sizeof(float));
+        gr[ti] = (float)-gi;
+      }
+      continue;
+    }
+    const double *row = (const double *)j->x + i * C;
+    double *gr = (double *)j->r + i * C;
     if (ti == j->ignore) { for (int64_t k = 0; k < C; k++) gr[k] = 0; continue; }
     if (j->ce) {
       double m = -INFINITY, s = 0;
@@ -661,7 +743,7 @@ static int class_loss(const char *name, int ce, const dpl_tensor *x, const dpl_t
   int st = DPL_OK;
   if (!l) st = dpl_errorf(DPL_ENOMEM, "%s: out of memory", name);
   else {
-    int64_t cnt = class_loss_rows(ce, xd->_data, td->_data, N, C, ignore, l);
+    int64_t cnt = class_loss_rows(ce, xd, td->_data, N, C, ignore, l);
     st = finish_loss(name, x, l, N, cnt, reduction, x->_ndim == 2, out);
   }
   free(l);
@@ -717,9 +799,10 @@ static int class_loss_backward(const char *name, int ce, const dpl_tensor *grad_
   int64_t cnt = 0;
   for (int64_t i = 0; i < N; i++) cnt += t[i] != ignore;
   int st = g ? grad_scales(name, grad_out, reduction, N, cnt, g) : dpl_errorf(DPL_ENOMEM, "%s: out of memory", name);
-  if (st == DPL_OK) st = dpl_new(name, DPL_FLOAT64, x->_ndim, x->_shape, x, &res);
+  if (st == DPL_OK) st = dpl_new(name, xd->_dtype, x->_ndim, x->_shape, x, &res);
   if (st == DPL_OK) {
-    class_rows j = {.ce = ce, .x = xd->_data, .t = t, .C = C, .ignore = ignore, .g = g, .r = res->_data};
+    class_rows j = {.ce = ce, .f32 = xd->_dtype == DPL_FLOAT32, .x = xd->_data, .t = t, .C = C, .ignore = ignore,
+                    .g = g, .r = res->_data};
     dpl_parallel_for(N, class_grain(C), class_grad_range, &j);
     st = dpl_retype(name, &res, x->_dtype);
   }
