@@ -200,6 +200,19 @@ describe('nn layers', function()
       assert.truthy(tostring(err):find('Embedding: padding_idx must be an integer in 1..5', 1, true), tostring(err))
     end
   end)
+  it('Softmax and LogSoftmax check dim when built: a nonzero integer or nil (the last dim)', function()
+    local x = dpl.tensor({ { 1, 2, 3 }, { 1, 1, 1 } })
+    assert.are.same(x:softmax(2):totable(), nn.Softmax()(x):totable())
+    assert.are.same(x:log_softmax(1):totable(), nn.LogSoftmax(1)(x):totable())
+    assert.are.same(x:softmax(1):totable(), nn.Softmax(-2)(x):totable())
+    for _, layer in ipairs({ 'Softmax', 'LogSoftmax' }) do
+      for _, bad in ipairs({ 0, 1.5, 'x', true }) do
+        local ok, err = pcall(nn[layer], bad)
+        assert.is_false(ok)
+        assert.truthy(tostring(err):find(layer .. ': dim must be a nonzero integer', 1, true), tostring(err))
+      end
+    end
+  end)
   it('a small MLP learns separable synthetic data', function()
     dpl.manual_seed(1)
     local ds = dpl.datasets.SyntheticClassification { n = 512, features = 8, classes = 4, seed = 2 }

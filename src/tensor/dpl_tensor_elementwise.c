@@ -224,7 +224,10 @@ static void make_scalar(scalar_t *s, int32_t dt, double v, const dpl_tensor *lik
   s->t._data = &s->v;
   s->t._flags = DPL_CONTIG;
   s->t._storage = (dpl_storage *)&s->v; /* never dereferenced: passes dpl_check_tensor */
-  dpl_store_f64(&s->v, dt, v);
+  /* an integer scalar wraps into a narrower integer dtype, as PyTorch's does
+   * (int32 + 3e9 adds -1294967296), where a float-to-int cast saturates */
+  if (dt == DPL_INT32 || dt == DPL_UINT8) dpl_store_i64(&s->v, dt, dpl_d2i64(v));
+  else dpl_store_f64(&s->v, dt, v);
 }
 
 static int temp_convert(const char *op, const dpl_tensor *t, int32_t kd, dpl_tensor **tmp, const dpl_tensor **use)

@@ -335,11 +335,19 @@ end
 function nn.GELU:forward(x) return F.gelu(x, { approximate = self.approximate }) end
 function nn.GELU:extra_repr() return self.approximate ~= 'none' and ("approximate='" .. self.approximate .. "'") or '' end
 
+-- dim: 1-based, negative from the end; nil is the last (PyTorch's implicit dim=None)
+local function softmax_dim(layer, dim)
+  if dim ~= nil and (type(dim) ~= 'number' or dim ~= math.floor(dim) or dim == 0) then
+    error(fmt('%s: dim must be a nonzero integer (1-based, negative from the end) or nil, got %s', layer,
+      type(dim) == 'string' and ("'" .. dim .. "'") or tostring(dim)), 3)
+  end
+  return dim or -1
+end
 nn.Softmax = Module:extend('Softmax')
-function nn.Softmax:__init(dim) Module.__init(self) self.dim = dim or -1 end
+function nn.Softmax:__init(dim) Module.__init(self) self.dim = softmax_dim('Softmax', dim) end
 function nn.Softmax:forward(x) return x:softmax(self.dim) end
 nn.LogSoftmax = Module:extend('LogSoftmax')
-function nn.LogSoftmax:__init(dim) Module.__init(self) self.dim = dim or -1 end
+function nn.LogSoftmax:__init(dim) Module.__init(self) self.dim = softmax_dim('LogSoftmax', dim) end
 function nn.LogSoftmax:forward(x) return x:log_softmax(self.dim) end
 
 nn.Flatten = Module:extend('Flatten')
