@@ -84,6 +84,49 @@ describe('DDP equivalence (real tensors)', function()
   end)
 end)
 
+describe('sync_batchnorm=true: SyncBatchNorm over the ranks', function()
+  local script = 'spec/support/trainer_equiv_script.lua'
+  local ref
+  local function get_ref()
+    if not ref then
+      local out, err, rc = h.dplhost(script .. ' single 4 5 bn', { timeout = 60 })
+      assert.equal(0, rc, err)
+      assert.truthy(out:find('rank 0 norm BatchNorm1d', 1, true), out)
+      ref = weights(out)
+    end
+    return ref
+  end
+  it('ddp (2 ranks x batch b) gives the weights and running statistics of 1 rank x 2b with BatchNorm', function()
+    local out, err, rc = h.dplhost('--nproc 2 ' .. script .. ' ddp 4 5 bn', { timeout = 60 })
+    assert.equal(0, rc, err)
+    assert.truthy(out:find('[rank 1] rank 1 norm SyncBatchNorm', 1, true), out)
+    close(get_ref(), weights(out))
+  end)
+  it('ddp_spawn (2 forked workers)', function()
+    local out, err, rc = h.dplhost(script .. ' ddp_spawn 4 5 bn', { timeout = 60 })
+    assert.equal(0, rc, err)
+    close(get_ref(), weights(out))
+  end)
+  it('horovod under mpirun -np 2', function()
+    if not h.has_command('mpirun') then pending('mpirun is not installed') return end
+    local out, err, rc = h.sh(('ASAN_OPTIONS=detect_leaks=0 mpirun --allow-run-as-root --oversubscribe -np 2 %s %s horovod 4 5 bn')
+      :format(h.q(h.bin), script), { timeout = 60 })
+    assert.equal(0, rc, err)
+    close(get_ref(), weights(out))
+  end)
+  it('dp and ddp2 refuse it (one process has no group to sync its replicas through)', function()
+    for _, s in ipairs({ 'dp', 'ddp2' }) do
+      local code = ("local dpl = require 'dpl'; local ok, e = pcall(dpl.Trainer, { strategy = '%s', accelerator = 'gpu', "
+        .. "devices = 2, sync_batchnorm = true, logger = false }); print(ok, require('dpl.errors').is(e, "
+        .. "require('dpl.errors').NotImplementedError), tostring(e))"):format(s)
+      local out, err, rc = h.sh(('DPL_VIRTUAL_GPUS=2 CUDA_VISIBLE_DEVICES= %s -e %s'):format(h.q(h.bin), h.q(code)), { timeout = 60 })
+      assert.equal(0, rc, err)
+      assert.truthy(out:find('false\ttrue\t', 1, true), out)
+      assert.truthy(out:find(('sync_batchnorm=true with strategy="%s"'):format(s), 1, true), out)
+    end
+  end)
+end)
+
 describe('resume (real tensors)', function()
   it('1 epoch + resume for 1 epoch gives the same weights as 2 epochs straight, bitwise', function()
     local ok = pcall(function() local dpl = require 'dpl'; return dpl.nn.Linear and dpl.optim.SGD end)

@@ -317,8 +317,18 @@ end
 for k, r in pairs(rules) do r.name = k end
 -- a node of rule whose output has dtype dt: e1 is its first input's edge, b, c, d the
 -- other tensor arguments (as many as rule.nin says)
+-- anomaly mode (M.set_detect_anomaly): each node keeps the traceback of the forward call
+-- that made it, and backward checks every gradient for NaN
+local function forward_trace(n)
+  local lines = {}
+  for l in debug.traceback('', 3):gmatch('[^\n]+') do
+    if l:find('^%s') and not l:find('dpl/autograd%.lua:') then lines[#lines + 1] = l end
+  end
+  n.trace = table.concat(lines, '\n')
+end
 local function new_node(rule, dt, e1, b, c, d)
   local n = { bw = rule.bw, n = rule.nin, dt = dt, name = rule.name }
+  if S.anomaly then forward_trace(n) end
   n[1] = e1
   local k = rule.nin
   if k >= 2 then
@@ -646,7 +656,8 @@ local function list_op(name, rule_bw)
       if any then
         local ok, out = pcall(raw, list, d)
         if not ok then rethrow(out) end
-        local n = { bw = rule_bw, n = #list, dt = out._dtype, d = d or 1 }
+        local n = { bw = rule_bw, n = #list, dt = out._dtype, d = d or 1, name = name }
+        if S.anomaly then forward_trace(n) end
         local sizes = {}
         for i = 1, #list do
           n[i] = edge(list[i])
@@ -736,6 +747,7 @@ function M.record(rule, out, ...)
   end
   if not any then return out end
   local n = { bw = record_bw, rule_bw = rule.bw, n = nin, dt = out._dtype, name = rule.name or 'record' }
+  if S.anomaly then forward_trace(n) end
   local shapes = {}
   for i = 1, nin do
     local x = select(i, ...)
@@ -864,6 +876,29 @@ function M.set_grad_enabled(on)
   local prev = S.grad_on
   S.grad_on = on and true or false
   return prev
+end
+
+--- Anomaly detection on (true) or off: nodes recorded while it is on keep the traceback
+--- of their forward call, and backward raises on the first gradient holding a NaN, naming
+--- the function and that traceback (torch.autograd.set_detect_anomaly). Slow: debugging only.
+--- Returns the previous setting.
+function M.set_detect_anomaly(on)
+  local prev = S.anomaly or false
+  S.anomaly = on and true or nil
+  return prev
+end
+function M.is_anomaly_enabled() return S.anomaly or false end
+--- dpl.autograd.detect_anomaly(fn, ...): runs fn with anomaly detection on; returns its results.
+function M.detect_anomaly(fn, ...)
+  if type(fn) ~= 'function' then
+    error(fmt('detect_anomaly: expected a function, got %s', type(fn)), errors.ValueError)
+  end
+  local prev = S.anomaly
+  S.anomaly = true
+  local r = { pcall(fn, ...) }
+  S.anomaly = prev
+  if not r[1] then lua_error(r[2], 0) end
+  return unpack(r, 2, table.maxn(r))
 end
 
 local function with_mode(mode, fn, ...)
@@ -1070,6 +1105,20 @@ end
 -- and a leaf used by several nodes gets the sum of its gradients (pend) before its hooks
 -- and .grad see it once. With cap (autograd.grad), only the nodes of cap.exec run and the
 -- gradients of the inputs go to cap.res, not to .grad.
+-- anomaly mode: a NaN in a gradient a node's backward returned stops backward, naming the
+-- node and the forward call that made it (PyTorch's "Function 'XBackward0' returned nan
+-- values in its 0th output", with the traceback it prints as a warning)
+local function check_anomaly(n, gs)
+  for i = 1, n.n do
+    local gi = gs[i]
+    if gi ~= nil and n[i] and is_float(gi) and T.isnan(gi):any():item() then
+      error(fmt("backward: function '%s' returned nan values in its output %d (the gradient of its input %d)%s",
+        n.op or n.name or 'backward', i, i, n.trace and ('\nTraceback of the forward call that made it:\n' .. n.trace)
+          or ' (made before anomaly detection was on: no forward traceback)'), 0)
+    end
+  end
+end
+
 local function run_backward(root_t, grad, retain, cap, deps)
   local root = cur_gfn(root_t)
   local taken = {}
@@ -1151,6 +1200,7 @@ local function run_backward(root_t, grad, retain, cap, deps)
       end
       local gs
       if g ~= nil then gs = { n.bw(n, g) } else gs = {} end
+      if S.anomaly then check_anomaly(n, gs) end
       for i = 1, n.n do
         local e = n[i]
         if e then

@@ -8,12 +8,18 @@ local mode, b, k = arg[1], tonumber(arg[2]), tonumber(arg[3])
 -- arg[4] = "deep": two layers and a parameter no step uses; ddp then runs with
 -- buckets of ~20 bytes (one or two parameters each), .grad as bucket views
 local deep = arg[4] == 'deep'
+-- arg[4] = "bn": a BatchNorm1d between the layers; the ddp modes run with sync_batchnorm=true,
+-- so their batch statistics cover the 2b items as the single process's do (running stats
+-- are printed too)
+local bn = arg[4] == 'bn'
 
 local M = dpl.LightningModule:extend('Equiv')
 function M:__init()
   dpl.LightningModule.__init(self)
   dpl.manual_seed(0)
-  if deep then
+  if bn then
+    self.net = nn.Sequential(nn.Linear(4, 8), nn.BatchNorm1d(8), nn.Tanh(), nn.Linear(8, 3))
+  elseif deep then
     self.net = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 3))
     self.unused = nn.Linear(2, 2)
   else
@@ -41,12 +47,19 @@ local t = dpl.Trainer{ strategy = strategy, max_steps = k, enable_progress_bar =
   enable_model_summary = false, logger = false, enable_checkpointing = false,
   accelerator = mode == 'ddp_spawn' and 'cpu' or (mode == 'dp' or mode == 'ddp2') and 'gpu' or nil,
   devices = (mode == 'ddp_spawn' or mode == 'dp' or mode == 'ddp2') and 2 or nil,
-  num_nodes = mode == 'ddp2' and 2 or nil }
+  num_nodes = mode == 'ddp2' and 2 or nil, sync_batchnorm = bn and mode ~= 'single' or nil }
 local m = M()
 t:fit(m, loader)
 local parts = {}
 for _, p in ipairs(m:parameters()) do
   for _, v in ipairs(p:view(-1):tolist()) do parts[#parts + 1] = ('%.7g'):format(v) end
+end
+if bn then
+  local norm = m.net[2]
+  for _, b in ipairs({ norm.running_mean, norm.running_var }) do
+    for _, v in ipairs(b:view(-1):tolist()) do parts[#parts + 1] = ('%.7g'):format(v) end
+  end
+  print(('rank %d norm %s'):format(t.global_rank, getmetatable(norm).__name))
 end
 if t.is_global_zero then print('weights ' .. table.concat(parts, ' ')) end
 print(('rank %d steps %d'):format(t.global_rank, t.global_step))

@@ -422,12 +422,12 @@ function nn.Dropout:forward(x) return F.dropout(x, self.p, self.training) end
 function nn.Dropout:extra_repr() return fmt('p=%g', self.p) end
 
 ---------------------------------------------------------------- normalisation
-local function batchnorm(name, dims)
+local function batchnorm(name, dims, opt_keys)
   local cls = Module:extend(name)
   --- (num_features [, {eps=1e-5, momentum=0.1, affine=true, track_running_stats=true}])
   function cls:__init(C, opts)
     Module.__init(self)
-    check_opts(opts, BN_KEYS, name)
+    check_opts(opts, opt_keys or BN_KEYS, name)
     opts = opts or {}
     check_int(name, 'num_features', C)
     -- momentum=false is PyTorch's momentum=None: the running statistics are cumulative
@@ -876,6 +876,10 @@ function ModuleDict:len() return #rawget(self, '_module_names') end
 -- CELU, GLU, Threshold, Softmax2d, LocalResponseNorm, InstanceNorm1d/2d/3d
 nn.BatchNorm3d = batchnorm('BatchNorm3d', { [5] = true, what = '[N, C, D, H, W]' })
 for name, cls in pairs(require 'dpl.nn.loss') do nn[name] = cls end
+
+-- SyncBatchNorm (lua/dpl/nn/syncbn.lua): batch statistics over the ranks of dpl.dist
+nn._batchnorm, nn._BN_KEYS = batchnorm, BN_KEYS
+require('dpl.nn.syncbn')(nn)
 
 -- the sequence group: RNN/LSTM/GRU and their cells, MultiheadAttention, the Transformer modules
 require('dpl.nn.seq')(nn)

@@ -173,6 +173,11 @@ end
 function DDPStrategy:setup(trainer)
   self:model_to_device()
   if trainer.state.fn == 'fit' then
+    -- sync_batchnorm=true: the BatchNorm layers become SyncBatchNorm, sharing their parameters
+    -- and buffers (Lightning's TorchSyncBatchNorm layer sync, applied before DDP wraps the model)
+    if trainer.sync_batchnorm then
+      require('dpl.nn').SyncBatchNorm.convert_sync_batchnorm(self.lightning_module)
+    end
     -- every rank starts from rank 0's parameters (DDP's constructor)
     if self.world_size > 1 then
       local dist = require 'dpl.dist'

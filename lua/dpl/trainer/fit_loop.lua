@@ -301,6 +301,11 @@ local function run_train_epoch(t, st, loader, nbatches)
   local agree_skip = multi and t:_is_overridden('on_train_batch_start')
 
   local it = loader:iter()
+  local prof = t._prof
+  if prof then
+    local raw_it = it
+    it = function() return prof:profile('[_TrainingEpochLoop].train_dataloader_next', raw_it) end
+  end
   local start = t.fit_loop.batch_idx
   for _ = 1, start do -- resumed mid-epoch: the batches already trained on
     if it() == nil then break end
@@ -330,6 +335,7 @@ local function run_train_epoch(t, st, loader, nbatches)
     local accumulating = (i + 1) % st.accumulate ~= 0 and not (is_last and not handles_acc)
     st.batch, st.batch_idx, st.out = batch, i, nil
     local any_step = false
+    if prof then prof:start('run_training_batch') end
     if automatic then
       local o_first, o_last = 1, n_opts
       if freqs then
@@ -364,6 +370,7 @@ local function run_train_epoch(t, st, loader, nbatches)
       st.out = t.strategy:training_step_end(out)
       any_step = t.global_step > gs
     end
+    if prof then prof:stop('run_training_batch') end
     local out = st.out
     if any_step then
       update_lr_schedulers(t, 'step', false, stepped)
@@ -510,7 +517,9 @@ function M.run_train(t)
     first_epoch = false
     t:_call_callback_hooks('on_train_epoch_start')
     t:_call_module_hook('on_train_epoch_start')
-    local outputs = run_train_epoch(t, st, loader, nbatches)
+    local outputs
+    if t._prof then outputs = t._prof:profile('run_training_epoch', run_train_epoch, t, st, loader, nbatches)
+    else outputs = run_train_epoch(t, st, loader, nbatches) end
     t.fit_loop.epoch_done = t.fit_loop.batch_idx >= nbatches
     -- the epoch aggregates are visible in callback_metrics from here on (Lightning's
     -- epoch_end_reached: ModelCheckpoint/EarlyStopping read them in on_train_epoch_end)

@@ -62,10 +62,26 @@ function Trainer:__init(user_args)
   if a.deterministic == true or a.deterministic == 'warn' then
     self.deterministic = a.deterministic
   end
+  -- profiler: nil -> a PassThroughProfiler (and no timing at all: self._prof stays nil),
+  -- "simple" or a dpl.profilers.Profiler; the others raise (dpl.profilers.from_arg)
+  self._prof = false
+  if a.profiler ~= nil then
+    local profilers = require 'dpl.profilers'
+    self.profiler = profilers.from_arg(a.profiler)
+    if not class.is_instance(self.profiler, profilers.PassThroughProfiler) then self._prof = self.profiler end
+  else
+    self.profiler = nil -- (made on first read: see properties.profiler)
+  end
 
   -- accelerator, devices, strategy
   local sel = connector.select(a)
   self.strategy = sel.strategy
+  local sname = sel.strategy.strategy_name
+  if a.sync_batchnorm and (sname == 'dp' or sname == 'ddp2') then
+    errors.NotImplementedError:raise(('sync_batchnorm=true with strategy=%q: the device replicas of one process have no'
+      .. ' process group to synchronise their batch statistics through; dplhost\'s SyncBatchNorm works across the'
+      .. ' processes of ddp, ddp_spawn and horovod'):format(sname), 0)
+  end
   self.accelerator = sel.accelerator
   self.precision = sel.precision
   self.strategy.precision = sel.precision
@@ -265,10 +281,28 @@ function Trainer:_callbacks_for(name)
   return list
 end
 
+-- the action names of SimpleProfiler's report (Lightning's), cached per object and hook
+local prof_keys = setmetatable({}, { __mode = 'k' })
+local function prof_key(kind, obj, label, name)
+  local per = prof_keys[obj]
+  if per == nil then per = {} prof_keys[obj] = per end
+  local k = per[name]
+  if k == nil then
+    k = '[' .. kind .. ']' .. label .. '.' .. name
+    per[name] = k
+  end
+  return k
+end
+local function class_name(obj)
+  local mt = getmetatable(obj)
+  return mt and mt.__name or tostring(obj)
+end
+
 function Trainer:_call_callback_hooks(name, ...)
   local list = self._cb_hooks[name] or self:_callbacks_for(name)
   local n = #list
   if n == 0 then return end
+  if self._prof then return self:_call_callback_hooks_profiled(list, name, ...) end
   local rc = self._results_connector
   if rc.lazy[1] ~= nil or rc.acc[1] ~= nil then
     -- logged device values reach the metric dicts before a callback that may read them
@@ -288,8 +322,36 @@ function Trainer:_call_callback_hooks(name, ...)
   model._current_fx_name = prev
 end
 
+-- the same with each callback's hook timed
+function Trainer:_call_callback_hooks_profiled(list, name, ...)
+  local prof = self._prof
+  local rc = self._results_connector
+  if rc.lazy[1] ~= nil or rc.acc[1] ~= nil then rc:flush() end
+  local model = self.lightning_module
+  local prev = model._current_fx_name
+  model._current_fx_name = name
+  for i = 1, #list do
+    local cb = list[i]
+    local key = prof_key('Callback', cb, type(cb.state_key) == 'function' and cb:state_key() or class_name(cb), name)
+    prof:profile(key, cb[name], cb, self, model, ...)
+  end
+  model._current_fx_name = prev
+end
+
 function Trainer:_call_module_hook(name, ...)
   local model = self.lightning_module
+  if self._prof then
+    local key = prof_key('LightningModule', model, class_name(model), name)
+    self._prof:start(key)
+    local ok, r = pcall(self._call_module_hook_raw, self, model, name, ...)
+    self._prof:stop(key)
+    if not ok then error(r, 0) end
+    return r
+  end
+  return self:_call_module_hook_raw(model, name, ...)
+end
+
+function Trainer:_call_module_hook_raw(model, name, ...)
   local rc = self._results_connector
   if (rc.lazy[1] ~= nil or rc.acc[1] ~= nil) and self:_is_overridden(name, model) then rc:flush() end
   local prev = model._current_fx_name
@@ -322,13 +384,28 @@ function Trainer:_call_strategy_step(name, ...)
   model._current_fx_name = name
   local strategy = self.strategy
   local r
+  local prof, key = self._prof, nil
+  if prof then
+    key = prof_key('Strategy', strategy, class_name(strategy), name)
+    prof:start(key)
+    local ok, e = pcall(self._strategy_step_raw, self, strategy, name, ...)
+    prof:stop(key)
+    model._current_fx_name = prev
+    if not ok then error(e, 0) end
+    return e
+  end
+  r = self:_strategy_step_raw(strategy, name, ...)
+  model._current_fx_name = prev
+  return r
+end
+function Trainer:_strategy_step_raw(strategy, name, ...)
+  local r
   if self.precision == 'bf16' or self.precision == 16 then
     amp = amp or require 'dpl.amp'
     r = amp.autocast(self.precision == 16 and 'float16' or 'bfloat16', strategy[name], strategy, ...)
   else
     r = strategy[name](strategy, ...)
   end
-  model._current_fx_name = prev
   return r
 end
 
@@ -631,6 +708,12 @@ function Trainer:_run(model, ckpt_path)
   -- runs the loop; with a launcher (ddp_spawn) the launcher holds them around the fork, so
   -- that each worker starts with them held, and forwards them to the workers
   local sigmask = (not launcher and self.state.fn == 'fit') and fit_loop._block_signals() or nil
+  -- detect_anomaly=true: fit runs with autograd's anomaly detection (Lightning wraps its fit
+  -- loop in torch.autograd.set_detect_anomaly); the setting before is restored afterwards
+  local anomaly_prev
+  if self.state.fn == 'fit' and self.detect_anomaly then
+    anomaly_prev = require('dpl.autograd').set_detect_anomaly(true)
+  end
   if launcher then
     -- the workers run everything; the parent gets rank 0's results back. The module is
     -- attached here too (Lightning's fit sets strategy._lightning_module before launching):
@@ -648,6 +731,7 @@ function Trainer:_run(model, ckpt_path)
   self.training, self.validating, self.testing, self.predicting, self.sanity_checking = false, false, false, false, false
   if grad_mode ~= nil then loops.set_grad_enabled(grad_mode) end -- also after an error mid-evaluation
   fit_loop._restore_signals(sigmask)
+  if anomaly_prev ~= nil then require('dpl.autograd').set_detect_anomaly(anomaly_prev) end
   -- logged GPU values still queued (a run that stopped mid-epoch) into the metric dicts
   pcall(self._results_connector.flush, self._results_connector)
   if not ok then
@@ -691,6 +775,14 @@ function Trainer:save_checkpoint(path, weights_only)
 end
 
 ---------------------------------------------------------------- properties
+
+--- trainer.profiler without a profiler argument: a PassThroughProfiler (Lightning's default),
+--- made when first read.
+function properties.profiler(self)
+  local p = require('dpl.profilers').PassThroughProfiler()
+  rawset(self, 'profiler', p)
+  return p
+end
 
 --- trainer.interrupted: the last run ended with an exception (Lightning's property).
 function properties.interrupted(self)

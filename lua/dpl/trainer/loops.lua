@@ -209,6 +209,27 @@ function M.run(t, model, ckpt_path)
 
   t:_attach_model_callbacks()
   M.verify_loop_configurations(t)
+  -- the profiler (SimpleProfiler, ...) of this run: set up in the process that runs the
+  -- loop (a ddp_spawn worker too), its report at the end (on an error as well)
+  local prof = t._prof
+  if prof then
+    prof:setup(fn, t.world_size > 1 and t.local_rank or nil, t:log_dir())
+    local ok, res = xpcall(M._run_stages, function(e)
+      if type(e) == 'string' then return debug.traceback(e, 2) end
+      return e
+    end, t, model, ckpt_path)
+    local dok, derr = pcall(prof.describe, prof)
+    if not ok then error(res, 0) end
+    if not dok then error(derr, 0) end
+    return res
+  end
+  return M._run_stages(t, model, ckpt_path)
+end
+
+function M._run_stages(t, model, ckpt_path)
+  local strategy = t.strategy
+  local fn = t.state.fn
+  local rc = t._results_connector
   if t.local_rank == 0 then t:_call_module_hook('prepare_data') end
   rc:reset_metrics()
   strategy:setup_device()
