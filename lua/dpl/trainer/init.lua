@@ -338,20 +338,7 @@ function Trainer:_call_callback_hooks_profiled(list, name, ...)
   model._current_fx_name = prev
 end
 
-function Trainer:_call_module_hook(name, ...)
-  local model = self.lightning_module
-  if self._prof then
-    local key = prof_key('LightningModule', model, class_name(model), name)
-    self._prof:start(key)
-    local ok, r = pcall(self._call_module_hook_raw, self, model, name, ...)
-    self._prof:stop(key)
-    if not ok then error(r, 0) end
-    return r
-  end
-  return self:_call_module_hook_raw(model, name, ...)
-end
-
-function Trainer:_call_module_hook_raw(model, name, ...)
+local function module_hook_raw(self, model, name, ...)
   local rc = self._results_connector
   if (rc.lazy[1] ~= nil or rc.acc[1] ~= nil) and self:_is_overridden(name, model) then rc:flush() end
   local prev = model._current_fx_name
@@ -361,6 +348,20 @@ function Trainer:_call_module_hook_raw(model, name, ...)
   if r2 ~= nil and name == 'configure_optimizers' then r = Trainer._optimizers_pair(r, r2) end
   return r
 end
+
+function Trainer:_call_module_hook(name, ...)
+  local model = self.lightning_module
+  if self._prof then
+    local key = prof_key('LightningModule', model, class_name(model), name)
+    self._prof:start(key)
+    local ok, r = pcall(module_hook_raw, self, model, name, ...)
+    self._prof:stop(key)
+    if not ok then error(r, 0) end
+    return r
+  end
+  return module_hook_raw(self, model, name, ...)
+end
+
 
 -- configure_optimizers returning two values, `return {opt, ...}, {sched, ...}` (Lua's form of
 -- Lightning's `return [opts], [scheds]`): the pair of lists (a single optimizer or scheduler
@@ -378,6 +379,16 @@ end
 --- precision "bf16" the step runs under dpl.amp.autocast('bfloat16') (Lightning's
 --- MixedPrecisionPlugin.forward_context).
 local amp -- dpl.amp, loaded for bf16 only
+local function strategy_step_raw(self, strategy, name, ...)
+  local r
+  if self.precision == 'bf16' or self.precision == 16 then
+    amp = amp or require 'dpl.amp'
+    r = amp.autocast(self.precision == 16 and 'float16' or 'bfloat16', strategy[name], strategy, ...)
+  else
+    r = strategy[name](strategy, ...)
+  end
+  return r
+end
 function Trainer:_call_strategy_step(name, ...)
   local model = self.lightning_module
   local prev = model._current_fx_name
@@ -388,24 +399,14 @@ function Trainer:_call_strategy_step(name, ...)
   if prof then
     key = prof_key('Strategy', strategy, class_name(strategy), name)
     prof:start(key)
-    local ok, e = pcall(self._strategy_step_raw, self, strategy, name, ...)
+    local ok, e = pcall(strategy_step_raw, self, strategy, name, ...)
     prof:stop(key)
     model._current_fx_name = prev
     if not ok then error(e, 0) end
     return e
   end
-  r = self:_strategy_step_raw(strategy, name, ...)
+  r = strategy_step_raw(self, strategy, name, ...)
   model._current_fx_name = prev
-  return r
-end
-function Trainer:_strategy_step_raw(strategy, name, ...)
-  local r
-  if self.precision == 'bf16' or self.precision == 16 then
-    amp = amp or require 'dpl.amp'
-    r = amp.autocast(self.precision == 16 and 'float16' or 'bfloat16', strategy[name], strategy, ...)
-  else
-    r = strategy[name](strategy, ...)
-  end
   return r
 end
 
