@@ -68,6 +68,32 @@ describe('Trainer arguments', function()
     assert.matches('No TPU devices were found', err_of(T, { strategy = 'tpu_spawn' }))
   end)
 
+  it('plugins are refused (not implemented) instead of ignored; weights_save_path must be a path', function()
+    assert.truthy(err_of(T, { plugins = { 'ddp_find_unused_parameters_false' } })
+      :find("NotImplementedError: Trainer(plugins={'ddp_find_unused_parameters_false'}): plugins", 1, true))
+    assert.truthy(err_of(T, { plugins = 'x' }):find('NotImplementedError', 1, true))
+    T({ plugins = {} }) -- an empty list: nothing asked for
+    assert.truthy(err_of(T, { weights_save_path = 3 }):find('`weights_save_path` must be a path (string), got 3', 1, true))
+  end)
+
+  it('weights_save_path: ModelCheckpoint saves there instead of the logger dir / default_root_dir', function()
+    local th = require 'spec.support.trainer_helpers'
+    local root, w = th.tmpdir(), th.tmpdir()
+    local M = dpl.LightningModule:extend('W')
+    function M:__init() dpl.LightningModule.__init(self) self.net = dpl.nn.Linear(2, 2) end
+    function M:training_step(b) return self.net(b[1]):sum() end
+    function M:configure_optimizers() return dpl.optim.SGD(self:parameters(), { lr = 0.1 }) end
+    local loader = dpl.data.DataLoader(dpl.data.TensorDataset(dpl.randn(8, 2)), { batch_size = 4 })
+    local t = T({ max_epochs = 1, default_root_dir = root, weights_save_path = w, enable_checkpointing = true })
+    t:fit(M(), loader)
+    assert.are.equal(w .. '/checkpoints/epoch=0-step=2.ckpt', t.checkpoint_callback.best_model_path)
+    t = T({ max_epochs = 1, default_root_dir = root, weights_save_path = w, enable_checkpointing = true,
+      logger = dpl.loggers.CSVLogger(root) })
+    t:fit(M(), loader)
+    assert.are.equal(w .. '/lightning_logs/version_0/checkpoints/epoch=0-step=2.ckpt', t.checkpoint_callback.best_model_path)
+    assert.truthy(io.open(root .. '/lightning_logs/version_0/metrics.csv') or io.open(root .. '/lightning_logs/version_0/hparams.yaml'))
+  end)
+
   it('limits: an integer is batches, a fraction is a share', function()
     local args = require 'dpl.trainer.args'
     assert.same({ kind = 'count', value = 1 }, args.parse_limit('x', 1))

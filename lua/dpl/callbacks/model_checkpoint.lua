@@ -106,13 +106,17 @@ end
 function ModelCheckpoint:_resolve_ckpt_dir(trainer)
   if self.dirpath then return self.dirpath end
   local lg = trainer.loggers[1]
+  -- Trainer(weights_save_path=) (Lightning 1.7's, since removed there): checkpoints under it
+  -- instead of the logger's save_dir / default_root_dir
+  local wsp = trainer.weights_save_path
+  if wsp == trainer.default_root_dir then wsp = nil end
   if lg then
-    local save_dir = lg.save_dir or trainer.default_root_dir
+    local save_dir = wsp or lg.save_dir or trainer.default_root_dir
     local version = lg:version()
     if type(version) == 'number' then version = 'version_' .. version end
     return ('%s/%s/%s/checkpoints'):format(save_dir, lg:name(), version)
   end
-  return trainer.default_root_dir .. '/checkpoints'
+  return (wsp or trainer.default_root_dir) .. '/checkpoints'
 end
 
 --- The files in this callback's checkpoint directory (dirpath, or the one Lightning's rule

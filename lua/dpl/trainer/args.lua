@@ -213,6 +213,17 @@ function M.validate(user)
     a.gradient_clip_algorithm = alg
   end
 
+  -- plugins: Lightning's precision/cluster/checkpoint-IO plugin objects have no dplhost
+  -- counterparts; refused rather than ignored (precision= and strategy= cover what they set)
+  if a.plugins ~= nil and not (type(a.plugins) == 'table' and getmetatable(a.plugins) == nil and next(a.plugins) == nil) then
+    error(errors.NotImplementedError(('Trainer(plugins=%s): plugins (precision, cluster environment, checkpoint IO)'
+      .. ' are not implemented in dplhost; set precision= and strategy= (a strategy object for its options)'
+      .. ' instead'):format(repr(a.plugins))), 0)
+  end
+  if a.weights_save_path ~= nil and type(a.weights_save_path) ~= 'string' then
+    misconf('`weights_save_path` must be a path (string), got %s', repr(a.weights_save_path))
+  end
+
   -- overfit_batches: the first n (or a fraction of the) training batches, unshuffled, for
   -- training and validation alike
   local ob = a.overfit_batches
