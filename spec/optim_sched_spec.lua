@@ -234,6 +234,55 @@ describe('lr scheduler options: clear errors naming the option', function()
   end)
 end)
 
+describe("PyTorch's positional forms of optimizers and schedulers", function()
+  local function p1() return { dpl.zeros(2):requires_grad_() } end
+  -- the lrs of n steps of a scheduler
+  local function lrs(s, n)
+    local r = {}
+    for i = 1, n do s.optimizer:step() s:step() r[i] = s:get_last_lr()[1] end
+    return r
+  end
+  it('give the same optimizer and schedule as the options table', function()
+    local a, b = optim.SGD(p1(), 0.1, 0.9, 0, 1e-4, true), optim.SGD(p1(), { lr = 0.1, momentum = 0.9, weight_decay = 1e-4, nesterov = true })
+    for _, k in ipairs({ 'lr', 'momentum', 'dampening', 'weight_decay', 'nesterov' }) do
+      assert.are.equal(b.param_groups[1][k], a.param_groups[1][k], k)
+    end
+    assert.are.same({ 0.8, 0.9 }, optim.Adam(p1(), 0.01, { 0.8, 0.9 }).param_groups[1].betas)
+    assert.are.equal(0.5, optim.RMSprop(p1(), 0.01, 0.5).param_groups[1].alpha)
+    assert.are.equal(0.9, optim.SGD(p1(), 0.1, { momentum = 0.9 }).param_groups[1].momentum)
+    local cases = {
+      { function(o) return S.StepLR(o, 2, 0.5) end, function(o) return S.StepLR(o, { step_size = 2, gamma = 0.5 }) end },
+      { function(o) return S.StepLR(o, 2, { gamma = 0.5 }) end, function(o) return S.StepLR(o, { step_size = 2, gamma = 0.5 }) end },
+      { function(o) return S.MultiStepLR(o, { 1, 3 }, 0.1) end, function(o) return S.MultiStepLR(o, { milestones = { 1, 3 }, gamma = 0.1 }) end },
+      { function(o) return S.CosineAnnealingLR(o, 5, 0.01) end, function(o) return S.CosineAnnealingLR(o, { T_max = 5, eta_min = 0.01 }) end },
+      { function(o) return S.LambdaLR(o, function(e) return 1 / (e + 1) end) end,
+        function(o) return S.LambdaLR(o, { lr_lambda = function(e) return 1 / (e + 1) end }) end },
+      { function(o) return S.OneCycleLR(o, 1.0, 10) end, function(o) return S.OneCycleLR(o, { max_lr = 1.0, total_steps = 10 }) end },
+      { function(o) return S.LinearLR(o, 0.5, 1, 3) end, function(o) return S.LinearLR(o, { start_factor = 0.5, end_factor = 1, total_iters = 3 }) end },
+    }
+    for i, c in ipairs(cases) do
+      local x, y = c[1](optim.SGD(p1(), 0.1, 0.9)), c[2](optim.SGD(p1(), 0.1, 0.9))
+      assert.are.same(lrs(y, 6), lrs(x, 6), 'case ' .. i)
+    end
+    local o = optim.SGD(p1(), 0.1)
+    local q = S.SequentialLR(o, { S.ConstantLR(o, 0.5, 2), S.ExponentialLR(o, 0.9) }, { 2 })
+    assert.are.equal(2, #q._schedulers)
+    assert.are.equal('max', S.ReduceLROnPlateau(optim.SGD(p1(), 0.1), 'max', 0.5).mode)
+  end)
+  it('too many values, or a value given twice, are errors naming the function', function()
+    local ok, e = pcall(optim.SGD, p1(), 0.1, { lr = 0.2 })
+    assert.is_false(ok)
+    assert.truthy(tostring(e):find("SGD: got two values for 'lr'", 1, true), tostring(e))
+    ok, e = pcall(S.StepLR, optim.SGD(p1(), 0.1), 1, 0.5, -1, 7)
+    assert.is_false(ok)
+    assert.truthy(tostring(e):find('StepLR: takes at most 3 positional values (step_size, gamma, last_epoch)', 1, true),
+      tostring(e))
+    ok, e = pcall(S.StepLR, optim.SGD(p1(), 0.1), 'x')
+    assert.is_false(ok)
+    assert.truthy(tostring(e):find('StepLR: step_size must be a positive integer', 1, true), tostring(e))
+  end)
+end)
+
 describe('the Trainer resumes a scheduled run', function()
   it('1 epoch + resume gives the lrs and weights of 2 epochs straight, bitwise', function()
     local h = require 'spec.support.helpers'

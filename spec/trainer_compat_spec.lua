@@ -423,3 +423,22 @@ describe('ModelSummary as Lightning 1.9.5', function()
     assert.equal('235 K', h(235146))
   end)
 end)
+
+describe('LightningModule:freeze / unfreeze', function()
+  it('turn requires_grad off and eval on for every parameter and submodule, and back', function()
+    local dpl = require 'dpl'
+    local M = dpl.LightningModule:extend('F')
+    function M:__init()
+      dpl.LightningModule.__init(self)
+      self.net = dpl.nn.Sequential(dpl.nn.Linear(2, 3), dpl.nn.Dropout(0.5), dpl.nn.Linear(3, 1))
+    end
+    local m = M()
+    m:freeze()
+    for _, p in ipairs(m:parameters()) do assert.is_false(p.requires_grad) end
+    assert.is_false(m.training)
+    assert.is_false(m.net[2].training)
+    m:unfreeze()
+    for _, p in ipairs(m:parameters()) do assert.is_true(p.requires_grad) end
+    assert.is_true(m.net[2].training)
+  end)
+end)

@@ -370,6 +370,17 @@ function LightningModule.load_from_checkpoint(cls, checkpoint_path, opts)
   return obj
 end
 
+--- self:freeze(): every parameter stops requiring gradients and the module goes to eval mode
+--- (Lightning's, for inference); self:unfreeze() undoes both.
+function LightningModule:freeze()
+  self:requires_grad_(false)
+  self:eval()
+end
+function LightningModule:unfreeze()
+  self:requires_grad_(true)
+  self:train()
+end
+
 --- self:print(...): prints on global rank 0 only.
 function LightningModule:print(...)
   if (self.trainer and self.trainer.global_rank or 0) == 0 then print(...) end

@@ -69,6 +69,41 @@ function M.check(opts, accepted, fn)
   end
 end
 
+-- a keyword table: a table with named keys only (a list such as {30, 60} is a value)
+local function is_kw(v) return type(v) == 'table' and getmetatable(v) == nil and v[1] == nil and next(v) ~= nil end
+
+--- positional(fn, names, ...): PyTorch's calling forms for a constructor whose options
+--- table follows its required arguments: f(x, opts) as it is, or the values in the order
+--- of names (PyTorch's parameter order) with an optional options table after them
+--- (StepLR(opt, 30, 0.1), StepLR(opt, 30, {gamma = 0.1}), SGD(params, 0.1, {momentum = 0.9})).
+--- Returns the options table (the keys are still to be checked by the caller).
+function M.positional(fn, names, ...)
+  local n = select('#', ...)
+  local a1 = select(1, ...)
+  if n == 0 or (n == 1 and (a1 == nil or (type(a1) == 'table' and getmetatable(a1) == nil and a1[1] == nil))) then
+    return a1
+  end
+  while n > 0 and select(n, ...) == nil do n = n - 1 end
+  local last = select(n, ...)
+  local npos = is_kw(last) and n - 1 or n
+  if npos > #names then
+    raise(fmt('%s: takes at most %d positional values (%s) before its options table, got %d', fn, #names,
+      table.concat(names, ', '), npos))
+  end
+  local o = {}
+  if npos < n then for k, v in pairs(last) do o[k] = v end end
+  for i = 1, npos do
+    local v = select(i, ...)
+    if v ~= nil then
+      if o[names[i]] ~= nil then
+        raise(fmt("%s: got two values for '%s' (value %d and the options table)", fn, names[i], i))
+      end
+      o[names[i]] = v
+    end
+  end
+  return o
+end
+
 --- int_or_pair(v, fn, what): v is an integer or a pair {h, w} of integers; returns h, w.
 function M.int_or_pair(v, fn, what)
   local h, w

@@ -52,6 +52,17 @@ local ADAMAX_KEYS = keys('lr', 'betas', 'eps', 'weight_decay', 'maximize', 'fore
 local NADAM_KEYS = keys('lr', 'betas', 'eps', 'weight_decay', 'momentum_decay', 'foreach')
 local RADAM_KEYS = keys('lr', 'betas', 'eps', 'weight_decay', 'foreach')
 local ZERO_GRAD_KEYS = keys('set_to_none')
+-- PyTorch's parameter order after params: the positional forms (SGD(params, 0.1, 0.9))
+local POS = {
+  SGD = { 'lr', 'momentum', 'dampening', 'weight_decay', 'nesterov' },
+  Adam = { 'lr', 'betas', 'eps', 'weight_decay', 'amsgrad' },
+  AdamW = { 'lr', 'betas', 'eps', 'weight_decay', 'amsgrad' },
+  RMSprop = { 'lr', 'alpha', 'eps', 'weight_decay', 'momentum', 'centered' },
+  Adagrad = { 'lr', 'lr_decay', 'weight_decay', 'initial_accumulator_value', 'eps' },
+  Adamax = { 'lr', 'betas', 'eps', 'weight_decay' },
+  NAdam = { 'lr', 'betas', 'eps', 'weight_decay', 'momentum_decay' },
+  RAdam = { 'lr', 'betas', 'eps', 'weight_decay' },
+}
 
 local function misconf(msg, ...) errors.MisconfigurationException:raise(fmt(msg, ...), 4) end
 
@@ -355,7 +366,8 @@ optim._multi_steps = 0 -- group updates taken by the multi-tensor entry points (
 
 ---------------------------------------------------------------- SGD
 optim.SGD = Optimizer:extend('SGD')
-function optim.SGD:__init(params, opts)
+function optim.SGD:__init(params, ...)
+  local opts = options.positional('SGD', POS.SGD, ...)
   check_opts(opts, SGD_KEYS, 'SGD')
   opts = opts or {}
   if opts.lr == nil then misconf('SGD: lr is required') end
@@ -500,20 +512,25 @@ local function adam_update_group(self, g)
   if not (ps and adam_multi(self, g, ps, gs)) then Optimizer._update_group(self, g) end
 end
 optim.Adam = Optimizer:extend('Adam')
-function optim.Adam:__init(params, opts) adam_init(self, 'Adam', params, opts, 0, false) end
+function optim.Adam:__init(params, ...)
+  adam_init(self, 'Adam', params, options.positional('Adam', POS.Adam, ...), 0, false)
+end
 optim.Adam.update_param = adam_update
 optim.Adam._update_group = adam_update_group
 optim.Adam._group_checks = { ADAM_CHECKS[1], ADAM_CHECKS[2], ADAM_CHECKS[3], ADAM_CHECKS[4], { 'amsgrad', 'bool' },
   { 'maximize', 'bool' } }
 optim.AdamW = Optimizer:extend('AdamW')
-function optim.AdamW:__init(params, opts) adam_init(self, 'AdamW', params, opts, 1e-2, true) end
+function optim.AdamW:__init(params, ...)
+  adam_init(self, 'AdamW', params, options.positional('AdamW', POS.AdamW, ...), 1e-2, true)
+end
 optim.AdamW.update_param = adam_update
 optim.AdamW._update_group = adam_update_group
 optim.AdamW._group_checks = optim.Adam._group_checks
 
 ---------------------------------------------------------------- RMSprop
 optim.RMSprop = Optimizer:extend('RMSprop')
-function optim.RMSprop:__init(params, opts)
+function optim.RMSprop:__init(params, ...)
+  local opts = options.positional('RMSprop', POS.RMSprop, ...)
   check_opts(opts, RMSPROP_KEYS, 'RMSprop')
   opts = opts or {}
   local d = { lr = opts.lr or 1e-2, alpha = opts.alpha or 0.99, eps = opts.eps or 1e-8,
@@ -560,7 +577,8 @@ end
 -- number in the state, as Adam's); no multi-tensor path (foreach is accepted and checked, as
 -- PyTorch's keyword, and changes nothing).
 optim.Adagrad = Optimizer:extend('Adagrad')
-function optim.Adagrad:__init(params, opts)
+function optim.Adagrad:__init(params, ...)
+  local opts = options.positional('Adagrad', POS.Adagrad, ...)
   check_opts(opts, ADAGRAD_KEYS, 'Adagrad')
   opts = opts or {}
   local d = { lr = opts.lr or 1e-2, lr_decay = opts.lr_decay or 0, weight_decay = opts.weight_decay or 0,
@@ -615,7 +633,8 @@ end
 
 ---------------------------------------------------------------- Adamax
 optim.Adamax = Optimizer:extend('Adamax')
-function optim.Adamax:__init(params, opts)
+function optim.Adamax:__init(params, ...)
+  local opts = options.positional('Adamax', POS.Adamax, ...)
   local d = adam_like(self, 'Adamax', params, opts, ADAMAX_KEYS, 2e-3, { maximize = false })
   Optimizer.__init(self, params, d)
 end
@@ -635,7 +654,8 @@ end
 
 ---------------------------------------------------------------- NAdam
 optim.NAdam = Optimizer:extend('NAdam')
-function optim.NAdam:__init(params, opts)
+function optim.NAdam:__init(params, ...)
+  local opts = options.positional('NAdam', POS.NAdam, ...)
   local d = adam_like(self, 'NAdam', params, opts, NADAM_KEYS, 2e-3, { momentum_decay = 4e-3 })
   check_range('NAdam', 'momentum_decay', d.momentum_decay, 0)
   Optimizer.__init(self, params, d)
@@ -663,7 +683,8 @@ end
 
 ---------------------------------------------------------------- RAdam
 optim.RAdam = Optimizer:extend('RAdam')
-function optim.RAdam:__init(params, opts)
+function optim.RAdam:__init(params, ...)
+  local opts = options.positional('RAdam', POS.RAdam, ...)
   local d = adam_like(self, 'RAdam', params, opts, RADAM_KEYS, 1e-3)
   Optimizer.__init(self, params, d)
 end

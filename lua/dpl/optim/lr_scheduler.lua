@@ -216,7 +216,28 @@ local KEYS = {
     'cycle_momentum', 'base_momentum', 'max_momentum', 'last_epoch'),
   ReduceLROnPlateau = keys('mode', 'factor', 'patience', 'threshold', 'threshold_mode', 'cooldown', 'min_lr', 'eps'),
 }
-local function opts_of(o, name)
+-- PyTorch's parameter order after the optimizer: the positional forms (StepLR(opt, 30, 0.1))
+local POS = {
+  StepLR = { 'step_size', 'gamma', 'last_epoch' },
+  MultiStepLR = { 'milestones', 'gamma', 'last_epoch' },
+  ConstantLR = { 'factor', 'total_iters', 'last_epoch' },
+  LinearLR = { 'start_factor', 'end_factor', 'total_iters', 'last_epoch' },
+  ExponentialLR = { 'gamma', 'last_epoch' },
+  PolynomialLR = { 'total_iters', 'power', 'last_epoch' },
+  CosineAnnealingLR = { 'T_max', 'eta_min', 'last_epoch' },
+  CosineAnnealingWarmRestarts = { 'T_0', 'T_mult', 'eta_min', 'last_epoch' },
+  LambdaLR = { 'lr_lambda', 'last_epoch' },
+  MultiplicativeLR = { 'lr_lambda', 'last_epoch' },
+  SequentialLR = { 'schedulers', 'milestones', 'last_epoch' },
+  OneCycleLR = { 'max_lr', 'total_steps', 'epochs', 'steps_per_epoch', 'pct_start', 'anneal_strategy',
+    'cycle_momentum', 'base_momentum', 'max_momentum', 'div_factor', 'final_div_factor', 'three_phase', 'last_epoch' },
+  CyclicLR = { 'base_lr', 'max_lr', 'step_size_up', 'step_size_down', 'mode', 'gamma', 'scale_fn', 'scale_mode',
+    'cycle_momentum', 'base_momentum', 'max_momentum', 'last_epoch' },
+  ReduceLROnPlateau = { 'mode', 'factor', 'patience', 'threshold', 'threshold_mode', 'cooldown', 'min_lr', 'eps' },
+}
+-- the options of schedule name: one table, or PyTorch's positional values (then a table)
+local function opts_of(name, ...)
+  local o = options.positional(name, POS[name], ...)
   options.check(o, KEYS[name], name)
   return o or {}
 end
@@ -224,8 +245,8 @@ end
 ---------------------------------------------------------------- StepLR, MultiStepLR
 M.StepLR = LRScheduler:extend('StepLR')
 --- StepLR(opt, {step_size=, gamma=0.1})
-function M.StepLR:__init(opt, o)
-  o = opts_of(o, 'StepLR')
+function M.StepLR:__init(opt, ...)
+  local o = opts_of('StepLR', ...)
   self.step_size = check_int('StepLR', 'step_size', o.step_size, 1, 'a positive integer')
   self.gamma = check_num('StepLR', 'gamma', o.gamma == nil and 0.1 or o.gamma)
   LRScheduler.__init(self, opt, o.last_epoch)
@@ -242,8 +263,8 @@ end
 
 M.MultiStepLR = LRScheduler:extend('MultiStepLR')
 --- MultiStepLR(opt, {milestones={...}, gamma=0.1}): a milestone listed twice decays twice
-function M.MultiStepLR:__init(opt, o)
-  o = opts_of(o, 'MultiStepLR')
+function M.MultiStepLR:__init(opt, ...)
+  local o = opts_of('MultiStepLR', ...)
   local ms = o.milestones
   if type(ms) ~= 'table' then misconf('MultiStepLR: milestones must be a list of epochs, got %s', show(ms)) end
   local list = {}
@@ -270,8 +291,8 @@ end
 ---------------------------------------------------------------- ConstantLR, LinearLR
 M.ConstantLR = LRScheduler:extend('ConstantLR')
 --- ConstantLR(opt, {factor=1/3, total_iters=5}): lr * factor until epoch total_iters
-function M.ConstantLR:__init(opt, o)
-  o = opts_of(o, 'ConstantLR')
+function M.ConstantLR:__init(opt, ...)
+  local o = opts_of('ConstantLR', ...)
   -- PyTorch accepts factor = 0 and then divides by it at total_iters
   self.factor = check_num('ConstantLR', 'factor', o.factor == nil and 1 / 3 or o.factor, nil, nil, 'in (0, 1]')
   if self.factor <= 0 or self.factor > 1 then misconf('ConstantLR: factor must be in (0, 1], got %s', show(self.factor)) end
@@ -292,8 +313,8 @@ end
 
 M.LinearLR = LRScheduler:extend('LinearLR')
 --- LinearLR(opt, {start_factor=1/3, end_factor=1, total_iters=5}): linear warmup (or decay)
-function M.LinearLR:__init(opt, o)
-  o = opts_of(o, 'LinearLR')
+function M.LinearLR:__init(opt, ...)
+  local o = opts_of('LinearLR', ...)
   -- start_factor = 0 (accepted by PyTorch) divides by zero at the first step
   self.start_factor = check_num('LinearLR', 'start_factor', o.start_factor == nil and 1 / 3 or o.start_factor)
   if self.start_factor <= 0 or self.start_factor > 1 then
@@ -322,8 +343,8 @@ end
 ---------------------------------------------------------------- ExponentialLR, PolynomialLR
 M.ExponentialLR = LRScheduler:extend('ExponentialLR')
 --- ExponentialLR(opt, {gamma=})
-function M.ExponentialLR:__init(opt, o)
-  o = opts_of(o, 'ExponentialLR')
+function M.ExponentialLR:__init(opt, ...)
+  local o = opts_of('ExponentialLR', ...)
   if o.gamma == nil then misconf('ExponentialLR: gamma is required') end
   self.gamma = check_num('ExponentialLR', 'gamma', o.gamma)
   LRScheduler.__init(self, opt, o.last_epoch)
@@ -340,8 +361,8 @@ end
 
 M.PolynomialLR = LRScheduler:extend('PolynomialLR')
 --- PolynomialLR(opt, {total_iters=5, power=1}): lr * (1 - t/total_iters)^power
-function M.PolynomialLR:__init(opt, o)
-  o = opts_of(o, 'PolynomialLR')
+function M.PolynomialLR:__init(opt, ...)
+  local o = opts_of('PolynomialLR', ...)
   self.total_iters = check_int('PolynomialLR', 'total_iters', o.total_iters == nil and 5 or o.total_iters, 0,
     'a non-negative integer')
   self.power = check_num('PolynomialLR', 'power', o.power == nil and 1 or o.power)
@@ -363,8 +384,8 @@ end
 M.CosineAnnealingLR = LRScheduler:extend('CosineAnnealingLR')
 --- CosineAnnealingLR(opt, {T_max=, eta_min=0}): PyTorch's recursive form (it follows an lr
 --- changed outside the scheduler)
-function M.CosineAnnealingLR:__init(opt, o)
-  o = opts_of(o, 'CosineAnnealingLR')
+function M.CosineAnnealingLR:__init(opt, ...)
+  local o = opts_of('CosineAnnealingLR', ...)
   if not is_num(o.T_max) or o.T_max <= 0 then misconf('CosineAnnealingLR: T_max must be a positive number, got %s', show(o.T_max)) end
   self.T_max = o.T_max
   self.eta_min = check_num('CosineAnnealingLR', 'eta_min', o.eta_min == nil and 0 or o.eta_min)
@@ -391,8 +412,8 @@ end
 M.CosineAnnealingWarmRestarts = LRScheduler:extend('CosineAnnealingWarmRestarts')
 --- CosineAnnealingWarmRestarts(opt, {T_0=, T_mult=1, eta_min=0}): cosine from the base lr to
 --- eta_min over T_i epochs, then a restart; T_i = T_0 * T_mult^k. step([epoch]).
-function M.CosineAnnealingWarmRestarts:__init(opt, o)
-  o = opts_of(o, 'CosineAnnealingWarmRestarts')
+function M.CosineAnnealingWarmRestarts:__init(opt, ...)
+  local o = opts_of('CosineAnnealingWarmRestarts', ...)
   local C = 'CosineAnnealingWarmRestarts'
   self.T_0 = check_int(C, 'T_0', o.T_0, 1, 'a positive integer')
   self.T_i = self.T_0
@@ -443,9 +464,8 @@ end
 
 ---------------------------------------------------------------- LambdaLR, MultiplicativeLR
 -- lr_lambda: one callable for every group, or a list of them, one per group
-local function lambdas_of(cls, opt, o)
-  if is_callable(o) then o = { lr_lambda = o } end
-  o = opts_of(o, cls)
+local function lambdas_of(cls, opt, ...)
+  local o = opts_of(cls, ...)
   check_optimizer(cls, opt)
   local f, n = o.lr_lambda, #opt.param_groups
   local list = {}
@@ -475,9 +495,8 @@ end
 
 M.LambdaLR = LRScheduler:extend('LambdaLR')
 --- LambdaLR(opt, {lr_lambda=function(epoch) ... end} or a list, one per group): base_lr * f(epoch)
-function M.LambdaLR:__init(opt, o)
-  local list
-  list, o = lambdas_of('LambdaLR', opt, o)
+function M.LambdaLR:__init(opt, ...)
+  local list, o = lambdas_of('LambdaLR', opt, ...)
   self.lr_lambdas = list
   LRScheduler.__init(self, opt, o.last_epoch)
 end
@@ -493,9 +512,8 @@ end
 
 M.MultiplicativeLR = LRScheduler:extend('MultiplicativeLR')
 --- MultiplicativeLR(opt, {lr_lambda=function(epoch) ... end} or a list): lr * f(epoch) each step
-function M.MultiplicativeLR:__init(opt, o)
-  local list
-  list, o = lambdas_of('MultiplicativeLR', opt, o)
+function M.MultiplicativeLR:__init(opt, ...)
+  local list, o = lambdas_of('MultiplicativeLR', opt, ...)
   self.lr_lambdas = list
   LRScheduler.__init(self, opt, o.last_epoch)
 end
@@ -552,8 +570,8 @@ end
 M.SequentialLR = LRScheduler:extend('SequentialLR')
 --- SequentialLR(opt, {schedulers={s1, s2, ...}, milestones={m1, ...}}): s1 until epoch m1,
 --- then s2 (started from its closed form at epoch 0), ...
-function M.SequentialLR:__init(opt, o)
-  o = opts_of(o, 'SequentialLR')
+function M.SequentialLR:__init(opt, ...)
+  local o = opts_of('SequentialLR', ...)
   check_optimizer('SequentialLR', opt)
   check_schedulers('SequentialLR', o.schedulers, opt)
   local ms = o.milestones
@@ -617,9 +635,9 @@ local ANNEAL = { cos = true, linear = true }
 --- OneCycleLR(opt, {max_lr=, total_steps= | epochs= and steps_per_epoch=, pct_start=0.3,
 --- anneal_strategy='cos'|'linear', div_factor=25, final_div_factor=1e4, three_phase=false,
 --- cycle_momentum=true, base_momentum=0.85, max_momentum=0.95}). Not chainable (PyTorch's).
-function M.OneCycleLR:__init(opt, o)
+function M.OneCycleLR:__init(opt, ...)
   local C = 'OneCycleLR'
-  o = opts_of(o, C)
+  local o = opts_of(C, ...)
   check_optimizer(C, opt)
   if o.max_lr == nil then misconf('OneCycleLR: max_lr is required') end
   local total
@@ -717,9 +735,9 @@ local CYCLIC_MODES = { triangular = true, triangular2 = true, exp_range = true }
 --- CyclicLR(opt, {base_lr=, max_lr=, step_size_up=2000, step_size_down=step_size_up,
 --- mode='triangular'|'triangular2'|'exp_range', gamma=1, scale_fn=, scale_mode='cycle'|'iterations',
 --- cycle_momentum=true, base_momentum=0.8, max_momentum=0.9}): step() after every batch.
-function M.CyclicLR:__init(opt, o)
+function M.CyclicLR:__init(opt, ...)
   local C = 'CyclicLR'
-  o = opts_of(o, C)
+  local o = opts_of(C, ...)
   check_optimizer(C, opt)
   if o.base_lr == nil then misconf('CyclicLR: base_lr is required') end
   if o.max_lr == nil then misconf('CyclicLR: max_lr is required') end
@@ -801,9 +819,9 @@ end
 M.ReduceLROnPlateau = class.Object:extend('ReduceLROnPlateau')
 --- ReduceLROnPlateau(opt, {mode='min', factor=0.1, patience=10, threshold=1e-4,
 --- threshold_mode='rel', cooldown=0, min_lr=0, eps=1e-8}); step(metric)
-function M.ReduceLROnPlateau:__init(opt, o)
+function M.ReduceLROnPlateau:__init(opt, ...)
   local C = 'ReduceLROnPlateau'
-  o = opts_of(o, C)
+  local o = opts_of(C, ...)
   check_optimizer(C, opt)
   self.optimizer = opt
   self.factor = check_num(C, 'factor', o.factor == nil and 0.1 or o.factor)
