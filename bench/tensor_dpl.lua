@@ -50,6 +50,11 @@ local gy = dpl.randn(64, 64, 14, 14)
 print(('conv2d_fwd_us %.1f'):format(time_us(function() return dpl.conv2d(cx, cw, cb, { padding = 1 }) end, 5, 3)))
 print(('conv2d_bwd_us %.1f'):format(time_us(function() return dpl.conv2d_backward(gy, cx, cw, { padding = 1 }) end, 3, 3)))
 print(('max_pool2d_us %.1f'):format(time_us(function() return dpl.max_pool2d(gy, 2) end, 20, 3)))
+-- the CNN's first convolution: one input channel, 28x28
+local c1x, c1w, c1b = dpl.randn(64, 1, 28, 28), dpl.randn(32, 1, 3, 3), dpl.randn(32)
+local c1gy = dpl.randn(64, 32, 28, 28)
+print(('conv2d_c1_fwd_us %.1f'):format(time_us(function() return dpl.conv2d(c1x, c1w, c1b, { padding = 1 }) end, 10, 3)))
+print(('conv2d_c1_bwd_us %.1f'):format(time_us(function() return dpl.conv2d_backward(c1gy, c1x, c1w, { padding = 1 }) end, 5, 3)))
 
 -- the PyTorch methods added later: sorting, scans, index writes, math (1M floats / a 1000x1000 matrix)
 local s1 = dpl.randn(1000000)

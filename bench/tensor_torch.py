@@ -42,6 +42,11 @@ with torch.no_grad():
     print('conv2d_fwd_us %.1f' % time_us(lambda: F.conv2d(cx, cw, cb, padding=1), 5, 3))
 print('conv2d_bwd_us %.1f' % time_us(lambda: torch.autograd.grad(F.conv2d(cx, cw, cb, padding=1), (cx, cw, cb), gy), 3, 3))
 print('max_pool2d_us %.1f' % time_us(lambda: F.max_pool2d(gy, 2), 20, 3))
+c1x, c1w, c1b = torch.randn(64, 1, 28, 28, requires_grad=True), torch.randn(32, 1, 3, 3, requires_grad=True), torch.randn(32, requires_grad=True)
+c1gy = torch.randn(64, 32, 28, 28)
+with torch.no_grad():
+    print('conv2d_c1_fwd_us %.1f' % time_us(lambda: F.conv2d(c1x, c1w, c1b, padding=1), 10, 3))
+print('conv2d_c1_bwd_us %.1f' % time_us(lambda: torch.autograd.grad(F.conv2d(c1x, c1w, c1b, padding=1), (c1x, c1w, c1b), c1gy), 5, 3))
 s1 = torch.randn(1000000)
 m2 = torch.randn(1000, 1000)
 idx = torch.randint(0, 1000, (1000, 1000))

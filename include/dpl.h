@@ -590,6 +590,12 @@ int dpl_repeat_interleave_index(const dpl_tensor *repeats, dpl_tensor **out);
 /* Convolution and pooling, NCHW. params: stride h, w, padding h, w, dilation h, w. */
 int dpl_conv2d(const dpl_tensor *x, const dpl_tensor *w, const dpl_tensor *bias, const int32_t *params,
                int32_t groups, dpl_tensor **out);
+/* The host float32 conv2d algorithm: DPL_CONV_AUTO (Winograd F(2x2, 3x3) for 3x3 stride-1
+ * undilated kernels with at least 8 input and output channels per group, im2col + GEMM
+ * otherwise) or DPL_CONV_IM2COL (always im2col + GEMM). Returns the previous setting;
+ * a negative algo only reads it. The environment's DPL_CONV_ALGO=im2col sets it at start. */
+enum { DPL_CONV_AUTO = 0, DPL_CONV_IM2COL = 1 };
+int32_t dpl_conv2d_algo(int32_t algo);
 /* Any of the out-pointers may be NULL to skip that gradient. */
 int dpl_conv2d_backward(const dpl_tensor *grad_out, const dpl_tensor *x, const dpl_tensor *w,
                         const int32_t *params, int32_t groups, dpl_tensor **grad_x,

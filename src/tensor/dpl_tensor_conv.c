@@ -3,7 +3,9 @@
  * and backward, all NCHW, computed in float32 or float64. The im2col columns
  * of a chunk of samples (sized to stay in L2) go through one GEMM; im2col and
  * col2im are split across threads; max pooling has vector 2x2 kernels. Tensors
- * in device memory are validated here and then handed to the backend whole. */
+ * in device memory are validated here and then handed to the backend whole.
+ * float32 3x3 stride-1 forwards with enough channels go to Winograd F(2x2, 3x3)
+ * (dpl_tensor_winograd.c) on AVX-512 CPUs; dpl_conv2d_algo picks. */
 #include "dpl_tensor_internal.h"
 #include <stdio.h>
 #include <stdlib.h>
@@ -259,6 +261,20 @@ static int conv_fwd_direct(const conv_geom *g, int64_t K, int64_t L, const float
   return 1;
 }
 
+static _Atomic int32_t conv_algo = -1; /* DPL_CONV_AUTO or DPL_CONV_IM2COL; -1 until read from the environment */
+
+int32_t dpl_conv2d_algo(int32_t algo)
+{
+  int32_t prev = atomic_load(&conv_algo);
+  if (prev < 0) {
+    const char *e = getenv("DPL_CONV_ALGO");
+    prev = e && strcmp(e, "im2col") == 0 ? DPL_CONV_IM2COL : DPL_CONV_AUTO;
+  }
+  if (algo == DPL_CONV_AUTO || algo == DPL_CONV_IM2COL) atomic_store(&conv_algo, algo);
+  else if (atomic_load(&conv_algo) < 0) atomic_store(&conv_algo, prev);
+  return prev;
+}
+
 int dpl_conv2d(const dpl_tensor *x, const dpl_tensor *w, const dpl_tensor *bias, const int32_t *params, int32_t groups,
                dpl_tensor **out)
 {
@@ -284,6 +300,17 @@ int dpl_conv2d(const dpl_tensor *x, const dpl_tensor *w, const dpl_tensor *bias,
   dpl_tensor *cx, *cw, *res = NULL, *cb = NULL;
   DPL_TRY(conv_inputs(name, x, w, &kd, &cx, &cw));
   int64_t oshape[4] = {g.N, g.O, g.OH, g.OW};
+  if (kd == DPL_FLOAT32 && dpl_conv_winograd_fits(g.Cg, g.Og, g.kh, g.kw, g.sh, g.sw, g.dh, g.dw) &&
+      dpl_conv2d_algo(-1) == DPL_CONV_AUTO) {
+    int st = dpl_new(name, kd, 4, oshape, x, &res);
+    if (st == DPL_OK && bias) st = dpl_contig_as(name, bias, kd, &cb);
+    if (st == DPL_OK)
+      st = dpl_conv_winograd_f32(g.N, g.C, g.H, g.W, g.O, g.groups, g.ph, g.pw, cx->_data, cw->_data,
+                                 cb ? cb->_data : NULL, res->_data);
+    if (st == DPL_OK) st = dpl_retype(name, &res, x->_dtype);
+    dpl_release_n(3, (dpl_tensor *[]){cx, cw, cb});
+    return dpl_hand_over(st, 1, &res, &out);
+  }
   int64_t K = g.Cg * g.kh * g.kw, L = g.OH * g.OW, es = dpl_elsize(kd);
   int64_t nb = chunk_samples(&g, K, L, es);
   void *cols = malloc(CF(K * nb * L * es));

@@ -301,6 +301,15 @@ int dpl_sgemm_avx512(int transa, int transb, int64_t m, int64_t n, int64_t k, fl
 int dpl_sgemm_avx512_bias(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const float *b, int64_t ldb,
                           const float *bias, float *c, int64_t ldc);
 
+/* ---- Winograd F(2x2, 3x3) convolution (dpl_tensor_winograd.c) ---- */
+/* 1 when conv2d with these per-group channels, kernel, stride and dilation should
+ * take the Winograd path (float32 only; the caller checks the dtype). */
+int dpl_conv_winograd_fits(int64_t Cg, int64_t Og, int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t dh, int64_t dw);
+/* out [N, O, OH, OW] = conv2d(x [N, C, H, W], w [O, C/groups, 3, 3]) + bias (may be
+ * NULL), stride 1, padding (ph, pw), all contiguous float32; DPL_OK or DPL_ENOMEM. */
+int dpl_conv_winograd_f32(int64_t N, int64_t C, int64_t H, int64_t W, int64_t O, int64_t groups, int64_t ph, int64_t pw,
+                          const float *x, const float *w, const float *bias, float *out);
+
 /* ---- random ---- */
 /* Reserves n counters of the global generator; returns the key and first counter. */
 void dpl_rng_reserve(uint64_t n, uint64_t *key, uint64_t *start);

@@ -1,0 +1,107 @@
+-- tensor_conv_winograd_spec.lua: conv2d's float32 Winograd F(2x2, 3x3) path
+-- (src/tensor/dpl_tensor_winograd.c) against the im2col path and a float64 reference:
+-- the shapes that take it (padding 0/1/2 and uneven, odd sizes, groups, batch 1, rows of
+-- more than 16 tiles, batches of many chunks, no bias, strided input) and the ones that do
+-- not (stride 2, dilation, 5x5, few channels, float64), the same bits for 1 and 2 threads,
+-- and dpl_conv2d_algo.
+local dpl = require 'dpl'
+local C = dpl.C
+
+local function has_avx512()
+  local f = io.open('/proc/cpuinfo')
+  if not f then return false end
+  local s = f:read('*a')
+  f:close()
+  return s:match('avx512f') ~= nil
+end
+local avx512 = has_avx512()
+
+local function maxabs(t) return t:double():abs():max():item() end
+local function conv_with(algo, x, w, b, opts)
+  local prev = C.dpl_conv2d_algo(algo)
+  local ok, y = pcall(dpl.conv2d, x, w, b, opts)
+  C.dpl_conv2d_algo(prev)
+  assert(ok, y)
+  return y
+end
+
+-- one case: Winograd (auto) and im2col results, each within float32 rounding of the
+-- float64 result; on AVX-512 CPUs the two differ in the bits exactly when the shape takes
+-- the Winograd path
+local function check(N, Cin, H, W, O, opts, takes, noncontig, nobias)
+  opts = opts or {}
+  local g = opts.groups or 1
+  local kh, kw = opts.kh or 3, opts.kw or 3
+  local x = dpl.randn(N, Cin, H, W)
+  if noncontig then x = x:transpose(3, 4):contiguous():transpose(3, 4) end
+  local w, b = dpl.randn(O, Cin / g, kh, kw), (not nobias) and dpl.randn(O) or nil
+  local o = { padding = opts.padding, stride = opts.stride, dilation = opts.dilation, groups = opts.groups }
+  local ref = dpl.conv2d(x:double(), w:double(), b and b:double(), o)
+  local auto = conv_with(C.DPL_CONV_AUTO, x, w, b, o)
+  local im2col = conv_with(C.DPL_CONV_IM2COL, x, w, b, o)
+  assert.are.same(ref:size(), auto:size())
+  assert.are.equal('float32', auto.dtype)
+  local what = ('N=%d C=%d %dx%d O=%d'):format(N, Cin, H, W, O)
+  local scale = maxabs(ref)
+  local tol = 2e-6 * scale + 1e-6
+  local e_auto, e_im2col = maxabs(auto:double() - ref), maxabs(im2col:double() - ref)
+  assert(e_auto <= tol, ('%s: Winograd error %g > %g'):format(what, e_auto, tol))
+  assert(e_im2col <= tol, ('%s: im2col error %g > %g'):format(what, e_im2col, tol))
+  if avx512 then
+    local differ = maxabs(auto - im2col) > 0
+    assert(differ == takes, ('%s: expected the %s path'):format(what, takes and 'Winograd' or 'im2col'))
+  end
+  return x, w, b, o, auto
+end
+
+describe('conv2d float32 Winograd path', function()
+  it('matches the float64 result on the shapes that take it', function()
+    dpl.manual_seed(1)
+    check(64, 32, 14, 14, 64, { padding = 1 }, true) -- the CNN's second conv: many chunks
+    check(1, 8, 5, 5, 32, { padding = 1 }, true)     -- batch 1, odd size (a half tile at the edges)
+    check(3, 16, 7, 6, 16, { padding = 0 }, true)    -- no padding, odd height
+    check(2, 16, 9, 11, 24, { padding = 2 }, true)   -- wide padding, O not a multiple of 8
+    check(2, 12, 8, 13, 24, { padding = { 0, 1 } }, true)
+    check(2, 8, 6, 40, 32, { padding = 1 }, true)    -- 20 tiles a row: more than one vector
+    check(2, 32, 10, 10, 32, { padding = 1, groups = 2 }, true)
+    check(2, 16, 5, 5, 16, { padding = 1 }, true, false, true) -- no bias
+    check(2, 16, 9, 7, 16, { padding = 1 }, true, true)        -- strided input
+    check(1, 16, 3, 3, 16, { padding = 0 }, true)    -- a 1x1 output
+  end)
+
+  it('leaves the other shapes to im2col', function()
+    dpl.manual_seed(2)
+    check(64, 1, 28, 28, 32, { padding = 1 }, false)                 -- the CNN's first conv: one channel
+    check(2, 16, 9, 9, 16, { padding = 1, stride = 2 }, false)
+    check(2, 16, 9, 9, 16, { padding = 2, dilation = 2 }, false)
+    check(2, 16, 9, 9, 16, { padding = 2, kh = 5, kw = 5 }, false)
+    check(2, 4, 9, 9, 64, { padding = 1 }, false)                    -- 4 input channels
+    check(2, 16, 9, 9, 16, { padding = 1, groups = 4 }, false)       -- 4 per group
+    -- float64 keeps the exact path whatever the algorithm
+    local x, w, b = dpl.randn(2, 16, 6, 6):double(), dpl.randn(16, 16, 3, 3):double(), dpl.randn(16):double()
+    local a = conv_with(C.DPL_CONV_AUTO, x, w, b, { padding = 1 })
+    local i = conv_with(C.DPL_CONV_IM2COL, x, w, b, { padding = 1 })
+    assert.are.equal(0, maxabs(a - i))
+  end)
+
+  it('gives the same bits for 1 and 2 threads', function()
+    dpl.manual_seed(3)
+    local x, w, b = dpl.randn(16, 32, 14, 14), dpl.randn(64, 32, 3, 3), dpl.randn(64)
+    local prev = dpl.get_num_threads and dpl.get_num_threads() or 1
+    dpl.set_num_threads(1)
+    local y1 = conv_with(C.DPL_CONV_AUTO, x, w, b, { padding = 1 })
+    dpl.set_num_threads(2)
+    local y2 = conv_with(C.DPL_CONV_AUTO, x, w, b, { padding = 1 })
+    dpl.set_num_threads(prev)
+    assert.are.equal(0, maxabs(y1 - y2))
+  end)
+
+  it('dpl_conv2d_algo sets and reads the algorithm', function()
+    local prev = C.dpl_conv2d_algo(-1)
+    assert.are.equal(prev, C.dpl_conv2d_algo(C.DPL_CONV_IM2COL))
+    assert.are.equal(C.DPL_CONV_IM2COL, C.dpl_conv2d_algo(-1))
+    assert.are.equal(C.DPL_CONV_IM2COL, C.dpl_conv2d_algo(7)) -- an unknown value only reads
+    assert.are.equal(C.DPL_CONV_IM2COL, C.dpl_conv2d_algo(prev))
+    assert.are.equal(prev, C.dpl_conv2d_algo(-1))
+  end)
+end)

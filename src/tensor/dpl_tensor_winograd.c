@@ -1,0 +1,326 @@
+/* dpl_tensor_winograd.c: float32 2-d convolution by Winograd's F(2x2, 3x3) for
+ * 3x3 kernels, stride 1, dilation 1, any padding and groups (NCHW), on CPUs with
+ * AVX-512F. Each 2x2 output tile comes from a 4x4 input tile: V = B^T d B, M = U V
+ * summed over the input channels (16 products [Og, Cg] @ [Cg, tiles], one per
+ * position in the tile), Y = A^T M A, with U = G g G^T the transformed kernels:
+ * 16 multiply-adds per 4 outputs and input channel instead of 36. The tiles of the
+ * batch are numbered sample by sample, row by row, and go through in chunks sized
+ * for L2 (V and M of a chunk), chunks split across threads (the results do not
+ * depend on the count). dpl_conv2d calls it where dpl_conv_winograd_fits says so;
+ * the im2col path of dpl_tensor_conv.c does everything else. */
+#include "dpl_tensor_internal.h"
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(DPL_NO_AVX512)
+#include <immintrin.h>
+
+typedef struct wino {
+  int64_t N, C, H, W, O, groups, Cg, Og, ph, pw, OH, OW, TH, TW, T1, TB;
+  int64_t ld; /* row length of V and M: TB rounded up to 32 (whole column blocks) and 16 floats of slack */
+  int64_t vs, ms; /* distance between the 16 matrices of V and of M: not a multiple of 4 KiB, whose
+                     16 rows read together would share one L1 set */
+  const float *x, *bias;
+  float *out;
+  float *u8;       /* transformed kernels: [groups][16][Og/8][Cg][8], Og rounded up with zero rows */
+  atomic_int fail; /* a thread could not get its buffers */
+} wino;
+
+static int have_avx512(void)
+{
+  static _Atomic int v = -1;
+  int r = atomic_load_explicit(&v, memory_order_relaxed);
+  if (r < 0) { __builtin_cpu_init(); r = __builtin_cpu_supports("avx512f") ? 1 : 0; atomic_store(&v, r); }
+  return r;
+}
+
+int dpl_conv_winograd_fits(int64_t Cg, int64_t Og, int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t dh, int64_t dw)
+{
+  /* the transforms cost O(Cg + Og) per tile, the products O(Cg * Og): few channels
+   * leave too little product to win back the transforms */
+  return kh == 3 && kw == 3 && sh == 1 && sw == 1 && dh == 1 && dw == 1 && Cg >= 8 && Og >= 8 && Cg * Og >= 256 &&
+         have_avx512();
+}
+
+/* U = G g G^T for every kernel, G = [1 0 0; 1/2 1/2 1/2; 1/2 -1/2 1/2; 0 0 1] (in
+ * float64, rounded once) */
+static void kernel_transform(const wino *g, const float *w)
+{
+  const int64_t OB = (g->Og + 7) / 8;
+  for (int64_t gr = 0; gr < g->groups; gr++)
+    for (int64_t o = 0; o < g->Og; o++)
+      for (int64_t c = 0; c < g->Cg; c++) {
+        const float *k = w + ((gr * g->Og + o) * g->Cg + c) * 9;
+        double t[4][3], u[4][4];
+        for (int q = 0; q < 3; q++) {
+          double a = k[q], b = k[3 + q], d = k[6 + q];
+          t[0][q] = a;
+          t[1][q] = 0.5 * (a + b + d);
+          t[2][q] = 0.5 * (a - b + d);
+          t[3][q] = d;
+        }
+        for (int r = 0; r < 4; r++) {
+          u[r][0] = t[r][0];
+          u[r][1] = 0.5 * (t[r][0] + t[r][1] + t[r][2]);
+          u[r][2] = 0.5 * (t[r][0] - t[r][1] + t[r][2]);
+          u[r][3] = t[r][2];
+        }
+        for (int xi = 0; xi < 16; xi++)
+          g->u8[(((gr * 16 + xi) * OB + o / 8) * g->Cg + c) * 8 + o % 8] = (float)u[xi / 4][xi % 4];
+      }
+}
+
+/* A run of tiles in one tile row: sample s, tile row th, tile columns [tw, tw + n),
+ * the first at column j of the chunk's buffers */
+typedef struct seg { int64_t s, th, tw, n, j; } seg;
+/* the runs of tiles [t0, t0 + nt), in order; returns how many (at most nt) */
+static int64_t chunk_segs(const wino *g, int64_t t0, int64_t nt, seg *out)
+{
+  int64_t k = 0;
+  for (int64_t t = t0; t < t0 + nt; k++) {
+    seg *r = out + k;
+    int64_t q = t % g->T1;
+    r->s = t / g->T1;
+    r->th = q / g->TW;
+    r->tw = q % g->TW;
+    r->n = g->TW - r->tw < t0 + nt - t ? g->TW - r->tw : t0 + nt - t;
+    r->j = t - t0;
+    t += r->n;
+  }
+  return k;
+}
+
+/* software prefetch distances, in channels: the input rows the next runs read, the output
+ * rows they write (stores that miss in cache stall the transforms) */
+#define PF_C 2
+#define PF_O 2
+
+/* lanes q of a 16-float load from column s0 that fall in [0, W) */
+static inline __mmask16 cols_mask(int64_t s0, int64_t W)
+{
+  int64_t lo = s0 < 0 ? -s0 : 0, hi = W - s0 < 16 ? W - s0 : 16;
+  if (hi <= lo) return 0;
+  return (__mmask16)(((1u << hi) - 1) & ~((1u << lo) - 1));
+}
+
+/* Up to 16 tiles of one tile row at once, lane i the tile i: the 4x4 input values
+ * come from masked loads of the four input rows (the padding reads as zero, the
+ * masked-off lanes are never touched) split into even and odd columns by permutes.
+ * v: v[xi][c][j0] of the piece's first tile (rows vs apart); all 16 lanes are
+ * stored (the buffer rows have the slack). */
+__attribute__((target("avx512f"))) static void input_piece_512(const float *xc, int64_t H, int64_t W, int64_t h0,
+                                                               int64_t s0, float *v, int64_t vs)
+{
+  const __m512i ev = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+  const __m512i od = _mm512_set_epi32(31, 29, 27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
+  const __mmask16 m0 = cols_mask(s0, W), m1 = cols_mask(s0 + 16, W), m2 = cols_mask(s0 + 2, W),
+                  m3 = cols_mask(s0 + 18, W);
+  __m512 d[4][4]; /* d[k][l], lane i: input row h0 + k, column s0 + 2i + l */
+  for (int k = 0; k < 4; k++) {
+    int64_t h = h0 + k;
+    if (h < 0 || h >= H) { d[k][0] = d[k][1] = d[k][2] = d[k][3] = _mm512_setzero_ps(); continue; }
+    const float *xr = xc + h * W + s0; /* the masks keep every access inside the row */
+    __m512 p0 = _mm512_maskz_loadu_ps(m0, xr), p1 = _mm512_maskz_loadu_ps(m1, xr + 16);
+    __m512 q0 = _mm512_maskz_loadu_ps(m2, xr + 2), q1 = _mm512_maskz_loadu_ps(m3, xr + 18);
+    d[k][0] = _mm512_permutex2var_ps(p0, ev, p1);
+    d[k][1] = _mm512_permutex2var_ps(p0, od, p1);
+    d[k][2] = _mm512_permutex2var_ps(q0, ev, q1);
+    d[k][3] = _mm512_permutex2var_ps(q0, od, q1);
+  }
+  for (int l = 0; l < 4; l++) { /* B^T d, in place: rows 0..3 become e0..e3 */
+    __m512 a0 = d[0][l], a1 = d[1][l], a2 = d[2][l], a3 = d[3][l];
+    d[0][l] = _mm512_sub_ps(a0, a2);
+    d[1][l] = _mm512_add_ps(a1, a2);
+    d[2][l] = _mm512_sub_ps(a2, a1);
+    d[3][l] = _mm512_sub_ps(a1, a3);
+  }
+  for (int a = 0; a < 4; a++) { /* (B^T d) B */
+    float *va = v + 4 * a * vs;
+    _mm512_storeu_ps(va, _mm512_sub_ps(d[a][0], d[a][2]));
+    _mm512_storeu_ps(va + vs, _mm512_add_ps(d[a][1], d[a][2]));
+    _mm512_storeu_ps(va + 2 * vs, _mm512_sub_ps(d[a][2], d[a][1]));
+    _mm512_storeu_ps(va + 3 * vs, _mm512_sub_ps(d[a][1], d[a][3]));
+  }
+}
+
+/* channel by channel (each plane read in order, each row of V written in order) */
+__attribute__((target("avx512f"))) static void input_transform_512(const wino *g, int64_t gr, const seg *segs, int64_t ns,
+                                                                   float *v)
+{
+  const int64_t LD = g->ld, Cg = g->Cg, vs = g->vs;
+  for (int64_t c = 0; c < Cg; c++)
+    for (int64_t k = 0; k < ns; k++) {
+      const seg sg = segs[k];
+      const float *xc = g->x + ((sg.s * g->C + gr * Cg + c) * g->H) * g->W;
+      if (c + PF_C < Cg) /* the rows this run reads PF_C channels on */
+        for (int64_t h = 2 * sg.th - g->ph; h < 2 * sg.th - g->ph + 4; h++)
+          if (h >= 0 && h < g->H) {
+            const char *p = (const char *)(xc + (PF_C * g->H + h) * g->W);
+            __builtin_prefetch(p, 0, 3);
+            __builtin_prefetch(p + (g->W * 4 - 1), 0, 3);
+          }
+      for (int64_t i = 0; i < sg.n; i += 16)
+        input_piece_512(xc, g->H, g->W, 2 * sg.th - g->ph, 2 * (sg.tw + i) - g->pw, v + c * LD + sg.j + i, vs);
+    }
+}
+
+/* lanes q < n, n clamped to [0, 16] */
+static inline __mmask16 first_lanes(int64_t n) { return n <= 0 ? 0 : n >= 16 ? 0xFFFF : (__mmask16)((1u << n) - 1); }
+
+/* output channel by output channel (each row of M read in order, each output plane
+ * written in order); the stores are masked to the output's columns */
+__attribute__((target("avx512f"))) static void output_transform_512(const wino *g, int64_t gr, const seg *segs, int64_t ns,
+                                                                    const float *m)
+{
+  const int64_t LD = g->ld, Og = g->Og, OH = g->OH, OW = g->OW, st = g->ms;
+  const __m512i lo = _mm512_set_epi32(23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+  const __m512i hi = _mm512_set_epi32(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8);
+  for (int64_t o = 0; o < Og; o++) {
+    const __m512 bv = _mm512_set1_ps(g->bias ? g->bias[gr * Og + o] : 0.0f);
+    const float *mo = m + o * LD;
+    for (int64_t k = 0; k < ns; k++) {
+      const seg sg = segs[k];
+      const int64_t oh = 2 * sg.th, row1 = oh + 1 < OH;
+      float *dst = g->out + ((sg.s * g->O + gr * Og + o) * OH + oh) * OW;
+      if (o + PF_O < Og) { /* the rows this run writes PF_O channels on: ask for them now (stores that miss stall) */
+        const char *p = (const char *)(dst + PF_O * OH * OW + 2 * sg.tw), *e = (const char *)(dst + PF_O * OH * OW + (1 + row1) * OW);
+        for (; p < e; p += 64) __builtin_prefetch(p, 1, 3);
+        __builtin_prefetch(e - 1, 1, 3);
+      }
+      for (int64_t i = 0; i < sg.n; i += 16) {
+        const int64_t ow = 2 * (sg.tw + i), nw = 2 * (sg.n - i) < OW - ow ? 2 * (sg.n - i) : OW - ow;
+        const __mmask16 k0 = first_lanes(nw), k1 = first_lanes(nw - 16);
+        const float *mp = mo + sg.j + i;
+        __m512 s[4], df[4];
+        for (int b = 0; b < 4; b++) {
+          __m512 m0 = _mm512_loadu_ps(mp + b * st), m1 = _mm512_loadu_ps(mp + (4 + b) * st);
+          __m512 m2 = _mm512_loadu_ps(mp + (8 + b) * st), m3 = _mm512_loadu_ps(mp + (12 + b) * st);
+          s[b] = _mm512_add_ps(_mm512_add_ps(m0, m1), m2);
+          df[b] = _mm512_sub_ps(_mm512_sub_ps(m1, m2), m3);
+        }
+        __m512 y00 = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(s[0], s[1]), s[2]), bv);
+        __m512 y01 = _mm512_add_ps(_mm512_sub_ps(_mm512_sub_ps(s[1], s[2]), s[3]), bv);
+        __m512 y10 = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(df[0], df[1]), df[2]), bv);
+        __m512 y11 = _mm512_add_ps(_mm512_sub_ps(_mm512_sub_ps(df[1], df[2]), df[3]), bv);
+        _mm512_mask_storeu_ps(dst + ow, k0, _mm512_permutex2var_ps(y00, lo, y01));
+        _mm512_mask_storeu_ps(dst + ow + 16, k1, _mm512_permutex2var_ps(y00, hi, y01));
+        if (row1) {
+          _mm512_mask_storeu_ps(dst + OW + ow, k0, _mm512_permutex2var_ps(y10, lo, y11));
+          _mm512_mask_storeu_ps(dst + OW + ow + 16, k1, _mm512_permutex2var_ps(y10, hi, y11));
+        }
+      }
+    }
+  }
+}
+
+/* M[xi] = U[xi] @ V[xi] for the nt tiles of a chunk, all 16 products: 8 output
+ * channels by 32 tiles at a time in 16 accumulators, U packed as [xi][Og/8][Cg][8]
+ * (rows past Og zero) so that the 8 broadcasts of a step read one line. V's columns
+ * up to nt rounded up to 32 are read (the buffer has them); only rows < Og of M are
+ * written, each in whole 32-column blocks. */
+__attribute__((target("avx512f"))) static void products_512(const wino *g, const float *u8, const float *v, float *m,
+                                                            int64_t nt)
+{
+  const int64_t Cg = g->Cg, Og = g->Og, LD = g->ld, OB = (Og + 7) / 8;
+  for (int xi = 0; xi < 16; xi++) {
+    const float *vx = v + xi * g->vs;
+    float *mx = m + xi * g->ms;
+    for (int64_t j = 0; j < nt; j += 32)
+      for (int64_t ob = 0; ob < OB; ob++) {
+        const float *up = u8 + (xi * OB + ob) * Cg * 8, *vp = vx + j;
+        __m512 c0[8], c1[8];
+#pragma GCC unroll 8
+        for (int r = 0; r < 8; r++) c0[r] = c1[r] = _mm512_setzero_ps();
+        for (int64_t p = 0; p < Cg; p++, up += 8, vp += LD) {
+          __m512 b0 = _mm512_loadu_ps(vp), b1 = _mm512_loadu_ps(vp + 16);
+#pragma GCC unroll 8
+          for (int r = 0; r < 8; r++) {
+            __m512 a = _mm512_set1_ps(up[r]);
+            c0[r] = _mm512_fmadd_ps(a, b0, c0[r]);
+            c1[r] = _mm512_fmadd_ps(a, b1, c1[r]);
+          }
+        }
+        float *mp = mx + ob * 8 * LD + j;
+        int64_t rows = Og - ob * 8 < 8 ? Og - ob * 8 : 8;
+#pragma GCC unroll 8
+        for (int r = 0; r < 8; r++)
+          if (r < rows) {
+            _mm512_storeu_ps(mp + r * LD, c0[r]);
+            _mm512_storeu_ps(mp + r * LD + 16, c1[r]);
+          }
+      }
+  }
+}
+
+static void chunks_range(int64_t lo, int64_t hi, void *ctx)
+{
+  wino *g = ctx;
+  const int64_t TB = g->TB, Cg = g->Cg, Og = g->Og, total = g->N * g->T1;
+  float *v = calloc((size_t)(16 * g->vs), sizeof(float)); /* zeros: the products read whole 32-column blocks */
+  float *m = malloc((size_t)(16 * g->ms) * sizeof(float));
+  seg *segs = malloc((size_t)TB * sizeof(seg));
+  if (!v || !m || !segs) atomic_store(&g->fail, 1);
+  else
+    for (int64_t ch = lo; ch < hi; ch++) {
+      int64_t t0 = ch * TB, nt = total - t0 < TB ? total - t0 : TB;
+      int64_t ns = chunk_segs(g, t0, nt, segs);
+      for (int64_t gr = 0; gr < g->groups; gr++) {
+        input_transform_512(g, gr, segs, ns, v);
+        products_512(g, g->u8 + gr * 16 * ((Og + 7) / 8 * 8) * Cg, v, m, nt);
+        output_transform_512(g, gr, segs, ns, m);
+      }
+    }
+  free(v);
+  free(m);
+  free(segs);
+}
+
+static int64_t wino_chunk_bytes(void)
+{
+  static int64_t v;
+  if (!v) { const char *e = getenv("DPL_WINOGRAD_CHUNK_KB"); v = (e && atoll(e) > 0 ? atoll(e) : 384) << 10; }
+  return v;
+}
+
+int dpl_conv_winograd_f32(int64_t N, int64_t C, int64_t H, int64_t W, int64_t O, int64_t groups, int64_t ph, int64_t pw,
+                          const float *x, const float *w, const float *bias, float *out)
+{
+  wino g = {0};
+  g.N = N; g.C = C; g.H = H; g.W = W; g.O = O; g.groups = groups; g.ph = ph; g.pw = pw;
+  g.Cg = C / groups; g.Og = O / groups;
+  g.OH = H + 2 * ph - 2; g.OW = W + 2 * pw - 2;
+  if (N == 0 || O == 0 || g.OH <= 0 || g.OW <= 0) return DPL_OK;
+  g.TH = (g.OH + 1) / 2; g.TW = (g.OW + 1) / 2; g.T1 = g.TH * g.TW;
+  /* tiles per chunk: the chunk's V and M in the L2 budget, whole 32-column panels */
+  int64_t per = 16 * (g.Cg + g.Og) * (int64_t)sizeof(float);
+  int64_t tb = wino_chunk_bytes() / per / 32 * 32, total = N * g.T1;
+  if (tb < 32) tb = 32;
+  if (tb > total) tb = total;
+  g.TB = tb;
+  g.ld = (tb + 31) / 32 * 32 + 16; /* whole 32-column blocks for the products, and slack */
+  g.vs = g.Cg * g.ld + 16;
+  g.ms = g.Og * g.ld + 16;
+  g.x = x; g.bias = bias; g.out = out;
+  g.u8 = calloc((size_t)(groups * 16 * ((g.Og + 7) / 8) * 8 * g.Cg), sizeof(float));
+  if (!g.u8) return dpl_errorf(DPL_ENOMEM, "conv2d: out of memory for the Winograd kernels");
+  kernel_transform(&g, w);
+  dpl_parallel_for((total + tb - 1) / tb, 1, chunks_range, &g);
+  free(g.u8);
+  if (atomic_load(&g.fail)) return dpl_errorf(DPL_ENOMEM, "conv2d: out of memory for the Winograd buffers");
+  return DPL_OK;
+}
+
+#else
+int dpl_conv_winograd_fits(int64_t Cg, int64_t Og, int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t dh, int64_t dw)
+{
+  (void)Cg; (void)Og; (void)kh; (void)kw; (void)sh; (void)sw; (void)dh; (void)dw;
+  return 0;
+}
+int dpl_conv_winograd_f32(int64_t N, int64_t C, int64_t H, int64_t W, int64_t O, int64_t groups, int64_t ph, int64_t pw,
+                          const float *x, const float *w, const float *bias, float *out)
+{
+  (void)N; (void)C; (void)H; (void)W; (void)O; (void)groups; (void)ph; (void)pw; (void)x; (void)w; (void)bias; (void)out;
+  return dpl_errorf(DPL_EINVAL, "conv2d: the Winograd path needs AVX-512");
+}
+#endif
