@@ -12,6 +12,18 @@ local function weights(out)
   return w
 end
 
+-- the weights of a one-process reference run of the script (args after its name), run once
+local ref_runs = {}
+local function reference(args, check)
+  if not ref_runs[args] then
+    local out, err, rc = h.dplhost('spec/support/trainer_equiv_script.lua ' .. args, { timeout = 60 })
+    assert.equal(0, rc, err)
+    if check then check(out) end
+    ref_runs[args] = weights(out)
+  end
+  return ref_runs[args]
+end
+
 local function close(a, b)
   assert.equal(#a, #b)
   for i = 1, #a do
@@ -22,15 +34,7 @@ end
 describe('DDP equivalence (real tensors)', function()
   local have = pcall(function() local dpl = require 'dpl'; return dpl.nn.Linear and dpl.optim.SGD end)
   local script = 'spec/support/trainer_equiv_script.lua'
-  local single
-  local function get_single()
-    if not single then
-      local out, err, rc = h.dplhost(script .. ' single 4 5', { timeout = 60 })
-      assert.equal(0, rc, err)
-      single = weights(out)
-    end
-    return single
-  end
+  local function get_single() return reference('single 4 5') end
 
   it('ddp under dplhost --nproc 2', function()
     if not have then pending('dpl.nn / dpl.optim not available') return end
@@ -86,15 +90,8 @@ end)
 
 describe('sync_batchnorm=true: SyncBatchNorm over the ranks', function()
   local script = 'spec/support/trainer_equiv_script.lua'
-  local ref
   local function get_ref()
-    if not ref then
-      local out, err, rc = h.dplhost(script .. ' single 4 5 bn', { timeout = 60 })
-      assert.equal(0, rc, err)
-      assert.truthy(out:find('rank 0 norm BatchNorm1d', 1, true), out)
-      ref = weights(out)
-    end
-    return ref
+    return reference('single 4 5 bn', function(out) assert.truthy(out:find('rank 0 norm BatchNorm1d', 1, true), out) end)
   end
   it('ddp (2 ranks x batch b) gives the weights and running statistics of 1 rank x 2b with BatchNorm', function()
     local out, err, rc = h.dplhost('--nproc 2 ' .. script .. ' ddp 4 5 bn', { timeout = 60 })

@@ -888,29 +888,24 @@ function M.set_detect_anomaly(on)
   return prev
 end
 function M.is_anomaly_enabled() return S.anomaly or false end
---- dpl.autograd.detect_anomaly(fn, ...): runs fn with anomaly detection on; returns its results.
-function M.detect_anomaly(fn, ...)
+-- runs fn(...) with S[key] = value, the previous value restored afterwards (after an error
+-- too); name is the caller's, for the error when fn is not a function
+local function with_state(key, value, name, fn, ...)
   if type(fn) ~= 'function' then
-    error(fmt('detect_anomaly: expected a function, got %s', type(fn)), errors.ValueError)
+    error(fmt('%s: expected a function, got %s', name, type(fn)), errors.ValueError)
   end
-  local prev = S.anomaly
-  S.anomaly = true
+  local prev = S[key]
+  S[key] = value
   local r = { pcall(fn, ...) }
-  S.anomaly = prev
+  S[key] = prev
   if not r[1] then lua_error(r[2], 0) end
   return unpack(r, 2, table.maxn(r))
 end
+--- dpl.autograd.detect_anomaly(fn, ...): runs fn with anomaly detection on; returns its results.
+function M.detect_anomaly(fn, ...) return with_state('anomaly', true, 'detect_anomaly', fn, ...) end
 
 local function with_mode(mode, fn, ...)
-  if type(fn) ~= 'function' then
-    error(fmt('%s: expected a function, got %s', mode and 'enable_grad' or 'no_grad', type(fn)), errors.ValueError)
-  end
-  local prev = S.grad_on
-  S.grad_on = mode
-  local r = { pcall(fn, ...) }
-  S.grad_on = prev
-  if not r[1] then lua_error(r[2], 0) end
-  return unpack(r, 2, table.maxn(r))
+  return with_state('grad_on', mode, mode and 'enable_grad' or 'no_grad', fn, ...)
 end
 --- dpl.no_grad(fn, ...): runs fn with gradient recording off; returns its results.
 function M.no_grad(fn, ...) return with_mode(false, fn, ...) end
