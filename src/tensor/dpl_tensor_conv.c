@@ -4,8 +4,9 @@
  * of a chunk of samples (sized to stay in L2) go through one GEMM; im2col and
  * col2im are split across threads; max pooling has vector 2x2 kernels. Tensors
  * in device memory are validated here and then handed to the backend whole.
- * float32 3x3 stride-1 forwards with enough channels go to Winograd F(2x2, 3x3)
- * (dpl_tensor_winograd.c) on AVX-512 CPUs; dpl_conv2d_algo picks. */
+ * float32 3x3 stride-1 convs with enough channels go to Winograd F(2x2, 3x3)
+ * (dpl_tensor_winograd.c) on AVX-512 CPUs, forward and grad_input (a conv of
+ * grad_out with the flipped kernels); dpl_conv2d_algo picks. */
 #include "dpl_tensor_internal.h"
 #include <stdio.h>
 #include <stdlib.h>
@@ -352,6 +353,27 @@ int dpl_conv2d(const dpl_tensor *x, const dpl_tensor *w, const dpl_tensor *bias,
   return dpl_hand_over(st, 1, &res, &out);
 }
 
+/* grad_input of a 3x3 stride-1 float32 conv by the Winograd forward kernel: a conv of
+ * grad_out [N, O, OH, OW] with the kernels flipped in space and the input and output
+ * channels of each group swapped ([C, Og, 3, 3]), padding 2 - p (negative: rows of
+ * grad_out that reach no input are skipped), whose output is H + 2p - 2 + 2(2 - p) - 2 = H
+ * rows (the same for the columns); every element of gx is written. */
+static int conv_bwd_input_winograd(const char *name, const conv_geom *g, const float *gy, const float *w, float *gx)
+{
+  float *wf = malloc(CF(g->C * g->Og * 9) * sizeof(float));
+  if (!wf) return dpl_errorf(DPL_ENOMEM, "%s: out of memory for the flipped kernels", name);
+  for (int64_t gr = 0; gr < g->groups; gr++)
+    for (int64_t o = 0; o < g->Og; o++)
+      for (int64_t c = 0; c < g->Cg; c++) {
+        const float *k = w + ((gr * g->Og + o) * g->Cg + c) * 9;
+        float *f = wf + ((gr * g->Cg + c) * g->Og + o) * 9;
+        for (int q = 0; q < 9; q++) f[q] = k[8 - q];
+      }
+  int st = dpl_conv_winograd_f32(g->N, g->O, g->OH, g->OW, g->C, g->groups, 2 - g->ph, 2 - g->pw, gy, wf, NULL, gx);
+  free(wf);
+  return st;
+}
+
 int dpl_conv2d_backward(const dpl_tensor *grad_out, const dpl_tensor *x, const dpl_tensor *w, const int32_t *params,
                         int32_t groups, dpl_tensor **grad_x, dpl_tensor **grad_w, dpl_tensor **grad_bias)
 {
@@ -390,7 +412,6 @@ int dpl_conv2d_backward(const dpl_tensor *grad_out, const dpl_tensor *x, const d
   if (st == DPL_OK) st = dpl_contig_as(name, grad_out, kd, &cg);
   if (st == DPL_OK && grad_x) {
     st = dpl_new(name, kd, 4, x->_shape, x, &gx);
-    if (st == DPL_OK) memset(gx->_data, 0, (size_t)(gx->_numel * es));
   }
   if (st == DPL_OK && grad_w) {
     st = dpl_new(name, kd, 4, w->_shape, w, &gw);
@@ -400,7 +421,14 @@ int dpl_conv2d_backward(const dpl_tensor *grad_out, const dpl_tensor *x, const d
     st = dpl_new(name, kd, 1, &g.O, w, &gb);
     if (st == DPL_OK) memset(gb->_data, 0, (size_t)(gb->_numel * es));
   }
-  if (st == DPL_OK) {
+  /* float32 3x3 stride-1 convs that the forward runs by Winograd: grad_input by the
+   * same kernel (below), only grad_weight and grad_bias through im2col */
+  int wino_gx = gx && kd == DPL_FLOAT32 && dpl_conv_winograd_fits(g.Cg, g.Og, g.kh, g.kw, g.sh, g.sw, g.dh, g.dw) &&
+                dpl_conv2d_algo(-1) == DPL_CONV_AUTO;
+  if (st == DPL_OK && gx && !wino_gx) memset(gx->_data, 0, (size_t)(gx->_numel * es)); /* col2im adds into it */
+  if (st == DPL_OK && wino_gx) st = conv_bwd_input_winograd(name, &g, (const float *)cg->_data, (const float *)cw->_data,
+                                                            (float *)gx->_data);
+  if (st == DPL_OK && (gw || gb || (gx && !wino_gx))) {
     for (int64_t n0 = 0; n0 < g.N; n0 += nb) {
       int64_t m = g.N - n0 < nb ? g.N - n0 : nb, ld = m * L;
       for (int64_t gr = 0; gr < g.groups; gr++) {
@@ -414,7 +442,7 @@ int dpl_conv2d_backward(const dpl_tensor *grad_out, const dpl_tensor *x, const d
           im2col_m(kd, &g, (const char *)cx->_data + ((n0 * g.C + gr * g.Cg) * g.H * g.W) * es, cols, ld, m);
           dpl_gemm(kd, 0, 1, g.Og, K, ld, 1.0, gyc, ld, cols, ld, 1.0, (char *)gw->_data + gr * g.Og * K * es, K);
         }
-        if (gx) {
+        if (gx && !wino_gx) {
           dpl_gemm(kd, 1, 0, K, ld, g.Og, 1.0, ws, K, gyc, ld, 0.0, cols, ld);
           col2im_m(kd, &g, cols, (char *)gx->_data + ((n0 * g.C + gr * g.Cg) * g.H * g.W) * es, ld, m);
         }
