@@ -5,8 +5,8 @@
  * col2im are split across threads; max pooling has vector 2x2 kernels. Tensors
  * in device memory are validated here and then handed to the backend whole.
  * float32 3x3 stride-1 convs with enough channels go to Winograd F(2x2, 3x3)
- * (dpl_tensor_winograd.c) on AVX-512 CPUs, forward and grad_input (a conv of
- * grad_out with the flipped kernels); dpl_conv2d_algo picks. */
+ * (dpl_tensor_winograd.c) on AVX-512 CPUs, forward and backward (grad_input as a
+ * conv of grad_out with the flipped kernels); dpl_conv2d_algo picks. */
 #include "dpl_tensor_internal.h"
 #include <stdio.h>
 #include <stdlib.h>
@@ -405,30 +405,36 @@ int dpl_conv2d_backward(const dpl_tensor *grad_out, const dpl_tensor *x, const d
   dpl_tensor *cx, *cw, *cg = NULL, *gx = NULL, *gw = NULL, *gb = NULL;
   DPL_TRY(conv_inputs(name, x, w, &kd, &cx, &cw));
   int64_t K = g.Cg * g.kh * g.kw, L = g.OH * g.OW, es = dpl_elsize(kd);
-  int64_t nb = chunk_samples(&g, K, L, es);
-  void *cols = malloc(CF(K * nb * L * es));
-  void *gyc = malloc(CF(g.Og * nb * L * es));
-  int st = cols && gyc ? DPL_OK : dpl_errorf(DPL_ENOMEM, "%s: out of memory for the im2col buffer", name);
-  if (st == DPL_OK) st = dpl_contig_as(name, grad_out, kd, &cg);
-  if (st == DPL_OK && grad_x) {
-    st = dpl_new(name, kd, 4, x->_shape, x, &gx);
-  }
-  if (st == DPL_OK && grad_w) {
-    st = dpl_new(name, kd, 4, w->_shape, w, &gw);
-    if (st == DPL_OK) memset(gw->_data, 0, (size_t)(gw->_numel * es));
-  }
-  if (st == DPL_OK && grad_bias) {
-    st = dpl_new(name, kd, 1, &g.O, w, &gb);
-    if (st == DPL_OK) memset(gb->_data, 0, (size_t)(gb->_numel * es));
-  }
   /* float32 3x3 stride-1 convs that the forward runs by Winograd: grad_input by the
-   * same kernel (below), only grad_weight and grad_bias through im2col */
-  int wino_gx = gx && kd == DPL_FLOAT32 && dpl_conv_winograd_fits(g.Cg, g.Og, g.kh, g.kw, g.sh, g.sw, g.dh, g.dw) &&
-                dpl_conv2d_algo(-1) == DPL_CONV_AUTO;
-  if (st == DPL_OK && gx && !wino_gx) memset(gx->_data, 0, (size_t)(gx->_numel * es)); /* col2im adds into it */
-  if (st == DPL_OK && wino_gx) st = conv_bwd_input_winograd(name, &g, (const float *)cg->_data, (const float *)cw->_data,
-                                                            (float *)gx->_data);
-  if (st == DPL_OK && (gw || gb || (gx && !wino_gx))) {
+   * same kernel (a conv of grad_out), grad_weight by Winograd's transforms, grad_bias
+   * straight from grad_out; everything else through im2col + GEMM (the loop below) */
+  int wino = kd == DPL_FLOAT32 && dpl_conv_winograd_fits(g.Cg, g.Og, g.kh, g.kw, g.sh, g.sw, g.dh, g.dw) &&
+             dpl_conv2d_algo(-1) == DPL_CONV_AUTO;
+  int loop = !wino && (grad_x || grad_w || grad_bias);
+  int64_t nb = chunk_samples(&g, K, L, es);
+  void *cols = loop ? malloc(CF(K * nb * L * es)) : NULL;
+  void *gyc = loop ? malloc(CF(g.Og * nb * L * es)) : NULL;
+  int st = !loop || (cols && gyc) ? DPL_OK : dpl_errorf(DPL_ENOMEM, "%s: out of memory for the im2col buffer", name);
+  if (st == DPL_OK) st = dpl_contig_as(name, grad_out, kd, &cg);
+  /* the im2col loop adds into the gradients: zeros first (the Winograd path writes them whole) */
+  if (st == DPL_OK && grad_x) st = dpl_new(name, kd, 4, x->_shape, x, &gx);
+  if (st == DPL_OK && gx && loop) memset(gx->_data, 0, (size_t)(gx->_numel * es));
+  if (st == DPL_OK && grad_w) st = dpl_new(name, kd, 4, w->_shape, w, &gw);
+  if (st == DPL_OK && gw && loop) memset(gw->_data, 0, (size_t)(gw->_numel * es));
+  if (st == DPL_OK && grad_bias) st = dpl_new(name, kd, 1, &g.O, w, &gb);
+  if (st == DPL_OK && gb && loop) memset(gb->_data, 0, (size_t)(gb->_numel * es));
+  if (st == DPL_OK && wino && gx)
+    st = conv_bwd_input_winograd(name, &g, (const float *)cg->_data, (const float *)cw->_data, (float *)gx->_data);
+  if (st == DPL_OK && wino && gw)
+    st = dpl_conv_winograd_wgrad_f32(g.N, g.C, g.H, g.W, g.O, g.groups, g.ph, g.pw, (const float *)cx->_data,
+                                     (const float *)cg->_data, (float *)gw->_data);
+  if (st == DPL_OK && wino && gb)
+    for (int64_t o = 0; o < g.O; o++) {
+      double sum = 0;
+      for (int64_t n = 0; n < g.N; n++) sum += sum_f32((const float *)cg->_data + (n * g.O + o) * L, L);
+      ((float *)gb->_data)[o] = (float)sum;
+    }
+  if (st == DPL_OK && loop) {
     for (int64_t n0 = 0; n0 < g.N; n0 += nb) {
       int64_t m = g.N - n0 < nb ? g.N - n0 : nb, ld = m * L;
       for (int64_t gr = 0; gr < g.groups; gr++) {
@@ -442,7 +448,7 @@ int dpl_conv2d_backward(const dpl_tensor *grad_out, const dpl_tensor *x, const d
           im2col_m(kd, &g, (const char *)cx->_data + ((n0 * g.C + gr * g.Cg) * g.H * g.W) * es, cols, ld, m);
           dpl_gemm(kd, 0, 1, g.Og, K, ld, 1.0, gyc, ld, cols, ld, 1.0, (char *)gw->_data + gr * g.Og * K * es, K);
         }
-        if (gx && !wino_gx) {
+        if (gx) {
           dpl_gemm(kd, 1, 0, K, ld, g.Og, 1.0, ws, K, gyc, ld, 0.0, cols, ld);
           col2im_m(kd, &g, cols, (char *)gx->_data + ((n0 * g.C + gr * g.Cg) * g.H * g.W) * es, ld, m);
         }
@@ -456,10 +462,10 @@ int dpl_conv2d_backward(const dpl_tensor *grad_out, const dpl_tensor *x, const d
           }
       }
     }
-    if (st == DPL_OK) st = dpl_retype(name, &gx, x->_dtype);
-    if (st == DPL_OK) st = dpl_retype(name, &gw, x->_dtype);
-    if (st == DPL_OK) st = dpl_retype(name, &gb, x->_dtype);
   }
+  if (st == DPL_OK) st = dpl_retype(name, &gx, x->_dtype);
+  if (st == DPL_OK) st = dpl_retype(name, &gw, x->_dtype);
+  if (st == DPL_OK) st = dpl_retype(name, &gb, x->_dtype);
   free(cols);
   free(gyc);
   dpl_release_n(3, (dpl_tensor *[]){cx, cw, cg});
