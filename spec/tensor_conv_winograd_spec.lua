@@ -54,6 +54,49 @@ local function check(N, Cin, H, W, O, opts, takes, noncontig, nobias)
   return x, w, b, o, auto
 end
 
+-- conv2d_backward with the algorithm set to algo (needs: which gradients, all by default)
+local function bwd_with(algo, gy, x, w, opts, needs)
+  local prev = C.dpl_conv2d_algo(algo)
+  local ok, gx, gw, gb = pcall(dpl.conv2d_backward, gy, x, w, opts, needs)
+  C.dpl_conv2d_algo(prev)
+  assert(ok, gx)
+  return gx, gw, gb
+end
+
+-- one backward case: grad_input, grad_weight and grad_bias of the auto path and of im2col,
+-- each within float32 rounding of the float64 result; on AVX-512 CPUs grad_input and
+-- grad_weight differ from im2col's bits exactly when the shape takes the Winograd path.
+-- noncontig: grad_out strided (transposed in memory). Returns the three auto gradients.
+local function check_bwd(N, Cin, H, W, O, opts, takes, noncontig)
+  opts = opts or {}
+  local g = opts.groups or 1
+  local kh, kw = opts.kh or 3, opts.kw or 3
+  local o = { padding = opts.padding, stride = opts.stride, dilation = opts.dilation, groups = opts.groups }
+  local x, w = dpl.randn(N, Cin, H, W), dpl.randn(O, Cin / g, kh, kw)
+  local y = dpl.conv2d(x, w, nil, o)
+  local gy = dpl.randn(y:size())
+  if noncontig then gy = gy:transpose(3, 4):contiguous():transpose(3, 4) end
+  local r = { dpl.conv2d_backward(gy:double(), x:double(), w:double(), o) }
+  local a = { bwd_with(C.DPL_CONV_AUTO, gy, x, w, o) }
+  local i = { bwd_with(C.DPL_CONV_IM2COL, gy, x, w, o) }
+  local what = ('bwd N=%d C=%d %dx%d O=%d'):format(N, Cin, H, W, O)
+  for k, name in ipairs({ 'grad_input', 'grad_weight', 'grad_bias' }) do
+    assert.are.same(r[k]:size(), a[k]:size())
+    assert.are.equal('float32', a[k].dtype)
+    -- the sums run over N*OH*OW (grad_weight, grad_bias) or O*9 terms: a bound that grows with them
+    local terms = k == 1 and O / g * kh * kw or N * y:size(3) * y:size(4)
+    local tol = 1e-6 * math.sqrt(terms) * maxabs(r[k]) + 1e-5
+    local ea, ei = maxabs(a[k]:double() - r[k]), maxabs(i[k]:double() - r[k])
+    assert(ea <= tol, ('%s: %s error %g > %g (auto)'):format(what, name, ea, tol))
+    assert(ei <= tol, ('%s: %s error %g > %g (im2col)'):format(what, name, ei, tol))
+    if avx512 and k < 3 then
+      local differ = maxabs(a[k] - i[k]) > 0
+      assert(differ == takes, ('%s: expected the %s path for %s'):format(what, takes and 'Winograd' or 'im2col', name))
+    end
+  end
+  return gy, x, w, o, a
+end
+
 describe('conv2d float32 Winograd path', function()
   it('matches the float64 result on the shapes that take it', function()
     dpl.manual_seed(1)
@@ -94,6 +137,56 @@ describe('conv2d float32 Winograd path', function()
     local y2 = conv_with(C.DPL_CONV_AUTO, x, w, b, { padding = 1 })
     dpl.set_num_threads(prev)
     assert.are.equal(0, maxabs(y1 - y2))
+  end)
+
+  it('backward matches the float64 result on the shapes that take it', function()
+    dpl.manual_seed(4)
+    check_bwd(64, 32, 14, 14, 64, { padding = 1 }, true) -- the CNN's second conv
+    check_bwd(1, 8, 5, 5, 32, { padding = 1 }, true)     -- batch 1, odd size
+    check_bwd(3, 16, 7, 6, 16, { padding = 0 }, true)    -- no padding (grad_input padding 2)
+    check_bwd(2, 16, 9, 11, 24, { padding = 2 }, true)   -- grad_input padding 0
+    check_bwd(2, 16, 6, 7, 16, { padding = 3 }, true)    -- grad_input padding -1
+    check_bwd(2, 12, 8, 13, 24, { padding = { 0, 1 } }, true)
+    check_bwd(2, 8, 6, 40, 32, { padding = 1 }, true)    -- rows of more than 16 tiles
+    check_bwd(2, 32, 10, 10, 32, { padding = 1, groups = 2 }, true)
+    check_bwd(2, 16, 9, 7, 16, { padding = 1 }, true, true) -- strided grad_out
+    check_bwd(1, 16, 3, 3, 16, { padding = 0 }, true)    -- a 1x1 output
+    check_bwd(5, 40, 9, 9, 48, { padding = 1 }, true)    -- channels past one 32-wide panel
+    -- one gradient at a time
+    local gy, x, w, o, a = check_bwd(3, 16, 8, 8, 16, { padding = 1 }, true)
+    local gx = bwd_with(C.DPL_CONV_AUTO, gy, x, w, o, { x = true })
+    local _, gw = bwd_with(C.DPL_CONV_AUTO, gy, x, w, o, { w = true })
+    local _, _, gb = bwd_with(C.DPL_CONV_AUTO, gy, x, w, o, { b = true })
+    assert.are.equal(0, maxabs(gx - a[1]))
+    assert.are.equal(0, maxabs(gw - a[2]))
+    assert.are.equal(0, maxabs(gb - a[3]))
+  end)
+
+  it('backward leaves the other shapes to im2col', function()
+    dpl.manual_seed(5)
+    check_bwd(64, 1, 28, 28, 32, { padding = 1 }, false) -- the CNN's first conv
+    check_bwd(2, 16, 9, 9, 16, { padding = 1, stride = 2 }, false)
+    check_bwd(2, 16, 9, 9, 16, { padding = 2, dilation = 2 }, false)
+    check_bwd(2, 16, 9, 9, 16, { padding = 2, kh = 5, kw = 5 }, false)
+    check_bwd(2, 4, 9, 9, 64, { padding = 1 }, false)
+    check_bwd(2, 16, 9, 9, 16, { padding = 1, groups = 4 }, false)
+    local x, w = dpl.randn(2, 16, 6, 6):double(), dpl.randn(16, 16, 3, 3):double()
+    local gy = dpl.randn(2, 16, 6, 6):double()
+    local a = { bwd_with(C.DPL_CONV_AUTO, gy, x, w, { padding = 1 }) }
+    local i = { bwd_with(C.DPL_CONV_IM2COL, gy, x, w, { padding = 1 }) }
+    for k = 1, 3 do assert.are.equal(0, maxabs(a[k] - i[k])) end
+  end)
+
+  it('backward gives the same bits for 1 and 2 threads', function()
+    dpl.manual_seed(6)
+    local x, w, gy = dpl.randn(16, 32, 14, 14), dpl.randn(64, 32, 3, 3), dpl.randn(16, 64, 14, 14)
+    local prev = dpl.get_num_threads and dpl.get_num_threads() or 1
+    dpl.set_num_threads(1)
+    local r1 = { bwd_with(C.DPL_CONV_AUTO, gy, x, w, { padding = 1 }) }
+    dpl.set_num_threads(2)
+    local r2 = { bwd_with(C.DPL_CONV_AUTO, gy, x, w, { padding = 1 }) }
+    dpl.set_num_threads(prev)
+    for k = 1, 3 do assert.are.equal(0, maxabs(r1[k] - r2[k])) end
   end)
 
   it('dpl_conv2d_algo sets and reads the algorithm', function()

@@ -4,8 +4,9 @@
  * of a chunk of samples (sized to stay in L2) go through one GEMM; im2col and
  * col2im are split across threads; max pooling has vector 2x2 kernels. Tensors
  * in device memory are validated here and then handed to the backend whole.
- * float32 3x3 stride-1 forwards with enough channels go to Winograd F(2x2, 3x3)
- * (dpl_tensor_winograd.c) on AVX-512 CPUs; dpl_conv2d_algo picks. */
+ * float32 3x3 stride-1 convs with enough channels go to Winograd F(2x2, 3x3)
+ * (dpl_tensor_winograd.c) on AVX-512 CPUs, forward and backward (grad_input as a
+ * conv of grad_out with the flipped kernels); dpl_conv2d_algo picks. */
 #include "dpl_tensor_internal.h"
 #include <stdio.h>
 #include <stdlib.h>
@@ -352,6 +353,27 @@ int dpl_conv2d(const dpl_tensor *x, const dpl_tensor *w, const dpl_tensor *bias,
   return dpl_hand_over(st, 1, &res, &out);
 }
 
+/* grad_input of a 3x3 stride-1 float32 conv by the Winograd forward kernel: a conv of
+ * grad_out [N, O, OH, OW] with the kernels flipped in space and the input and output
+ * channels of each group swapped ([C, Og, 3, 3]), padding 2 - p (negative: rows of
+ * grad_out that reach no input are skipped), whose output is H + 2p - 2 + 2(2 - p) - 2 = H
+ * rows (the same for the columns); every element of gx is written. */
+static int conv_bwd_input_winograd(const char *name, const conv_geom *g, const float *gy, const float *w, float *gx)
+{
+  float *wf = malloc(CF(g->C * g->Og * 9) * sizeof(float));
+  if (!wf) return dpl_errorf(DPL_ENOMEM, "%s: out of memory for the flipped kernels", name);
+  for (int64_t gr = 0; gr < g->groups; gr++)
+    for (int64_t o = 0; o < g->Og; o++)
+      for (int64_t c = 0; c < g->Cg; c++) {
+        const float *k = w + ((gr * g->Og + o) * g->Cg + c) * 9;
+        float *f = wf + ((gr * g->Cg + c) * g->Og + o) * 9;
+        for (int q = 0; q < 9; q++) f[q] = k[8 - q];
+      }
+  int st = dpl_conv_winograd_f32(g->N, g->O, g->OH, g->OW, g->C, g->groups, 2 - g->ph, 2 - g->pw, gy, wf, NULL, gx);
+  free(wf);
+  return st;
+}
+
 int dpl_conv2d_backward(const dpl_tensor *grad_out, const dpl_tensor *x, const dpl_tensor *w, const int32_t *params,
                         int32_t groups, dpl_tensor **grad_x, dpl_tensor **grad_w, dpl_tensor **grad_bias)
 {
@@ -383,24 +405,36 @@ int dpl_conv2d_backward(const dpl_tensor *grad_out, const dpl_tensor *x, const d
   dpl_tensor *cx, *cw, *cg = NULL, *gx = NULL, *gw = NULL, *gb = NULL;
   DPL_TRY(conv_inputs(name, x, w, &kd, &cx, &cw));
   int64_t K = g.Cg * g.kh * g.kw, L = g.OH * g.OW, es = dpl_elsize(kd);
+  /* float32 3x3 stride-1 convs that the forward runs by Winograd: grad_input by the
+   * same kernel (a conv of grad_out), grad_weight by Winograd's transforms, grad_bias
+   * straight from grad_out; everything else through im2col + GEMM (the loop below) */
+  int wino = kd == DPL_FLOAT32 && dpl_conv_winograd_fits(g.Cg, g.Og, g.kh, g.kw, g.sh, g.sw, g.dh, g.dw) &&
+             dpl_conv2d_algo(-1) == DPL_CONV_AUTO;
+  int loop = !wino && (grad_x || grad_w || grad_bias);
   int64_t nb = chunk_samples(&g, K, L, es);
-  void *cols = malloc(CF(K * nb * L * es));
-  void *gyc = malloc(CF(g.Og * nb * L * es));
-  int st = cols && gyc ? DPL_OK : dpl_errorf(DPL_ENOMEM, "%s: out of memory for the im2col buffer", name);
+  void *cols = loop ? malloc(CF(K * nb * L * es)) : NULL;
+  void *gyc = loop ? malloc(CF(g.Og * nb * L * es)) : NULL;
+  int st = !loop || (cols && gyc) ? DPL_OK : dpl_errorf(DPL_ENOMEM, "%s: out of memory for the im2col buffer", name);
   if (st == DPL_OK) st = dpl_contig_as(name, grad_out, kd, &cg);
-  if (st == DPL_OK && grad_x) {
-    st = dpl_new(name, kd, 4, x->_shape, x, &gx);
-    if (st == DPL_OK) memset(gx->_data, 0, (size_t)(gx->_numel * es));
-  }
-  if (st == DPL_OK && grad_w) {
-    st = dpl_new(name, kd, 4, w->_shape, w, &gw);
-    if (st == DPL_OK) memset(gw->_data, 0, (size_t)(gw->_numel * es));
-  }
-  if (st == DPL_OK && grad_bias) {
-    st = dpl_new(name, kd, 1, &g.O, w, &gb);
-    if (st == DPL_OK) memset(gb->_data, 0, (size_t)(gb->_numel * es));
-  }
-  if (st == DPL_OK) {
+  /* the im2col loop adds into the gradients: zeros first (the Winograd path writes them whole) */
+  if (st == DPL_OK && grad_x) st = dpl_new(name, kd, 4, x->_shape, x, &gx);
+  if (st == DPL_OK && gx && loop) memset(gx->_data, 0, (size_t)(gx->_numel * es));
+  if (st == DPL_OK && grad_w) st = dpl_new(name, kd, 4, w->_shape, w, &gw);
+  if (st == DPL_OK && gw && loop) memset(gw->_data, 0, (size_t)(gw->_numel * es));
+  if (st == DPL_OK && grad_bias) st = dpl_new(name, kd, 1, &g.O, w, &gb);
+  if (st == DPL_OK && gb && loop) memset(gb->_data, 0, (size_t)(gb->_numel * es));
+  if (st == DPL_OK && wino && gx)
+    st = conv_bwd_input_winograd(name, &g, (const float *)cg->_data, (const float *)cw->_data, (float *)gx->_data);
+  if (st == DPL_OK && wino && gw)
+    st = dpl_conv_winograd_wgrad_f32(g.N, g.C, g.H, g.W, g.O, g.groups, g.ph, g.pw, (const float *)cx->_data,
+                                     (const float *)cg->_data, (float *)gw->_data);
+  if (st == DPL_OK && wino && gb)
+    for (int64_t o = 0; o < g.O; o++) {
+      double sum = 0;
+      for (int64_t n = 0; n < g.N; n++) sum += sum_f32((const float *)cg->_data + (n * g.O + o) * L, L);
+      ((float *)gb->_data)[o] = (float)sum;
+    }
+  if (st == DPL_OK && loop) {
     for (int64_t n0 = 0; n0 < g.N; n0 += nb) {
       int64_t m = g.N - n0 < nb ? g.N - n0 : nb, ld = m * L;
       for (int64_t gr = 0; gr < g.groups; gr++) {
@@ -428,10 +462,10 @@ int dpl_conv2d_backward(const dpl_tensor *grad_out, const dpl_tensor *x, const d
           }
       }
     }
-    if (st == DPL_OK) st = dpl_retype(name, &gx, x->_dtype);
-    if (st == DPL_OK) st = dpl_retype(name, &gw, x->_dtype);
-    if (st == DPL_OK) st = dpl_retype(name, &gb, x->_dtype);
   }
+  if (st == DPL_OK) st = dpl_retype(name, &gx, x->_dtype);
+  if (st == DPL_OK) st = dpl_retype(name, &gw, x->_dtype);
+  if (st == DPL_OK) st = dpl_retype(name, &gb, x->_dtype);
   free(cols);
   free(gyc);
   dpl_release_n(3, (dpl_tensor *[]){cx, cw, cg});

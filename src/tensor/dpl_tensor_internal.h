@@ -309,6 +309,10 @@ int dpl_conv_winograd_fits(int64_t Cg, int64_t Og, int64_t kh, int64_t kw, int64
  * NULL), stride 1, padding (ph, pw), all contiguous float32; DPL_OK or DPL_ENOMEM. */
 int dpl_conv_winograd_f32(int64_t N, int64_t C, int64_t H, int64_t W, int64_t O, int64_t groups, int64_t ph, int64_t pw,
                           const float *x, const float *w, const float *bias, float *out);
+/* gw [O, C/groups, 3, 3] = the weight gradient of that conv for grad_out gy [N, O, OH, OW]
+ * (overwritten, not added to), all contiguous float32; DPL_OK or DPL_ENOMEM. */
+int dpl_conv_winograd_wgrad_f32(int64_t N, int64_t C, int64_t H, int64_t W, int64_t O, int64_t groups, int64_t ph,
+                                int64_t pw, const float *x, const float *gy, float *gw);
 
 /* ---- random ---- */
 /* Reserves n counters of the global generator; returns the key and first counter. */

@@ -6,8 +6,13 @@
  * 16 multiply-adds per 4 outputs and input channel instead of 36. The tiles of the
  * batch are numbered sample by sample, row by row, and go through in chunks sized
  * for L2 (V and M of a chunk), chunks split across threads (the results do not
- * depend on the count). dpl_conv2d calls it where dpl_conv_winograd_fits says so;
- * the im2col path of dpl_tensor_conv.c does everything else. */
+ * depend on the count). dpl_conv2d calls it where dpl_conv_winograd_fits says so,
+ * and dpl_conv2d_backward for grad_input (a conv of grad_out with flipped kernels).
+ * The weight gradient (dpl_conv_winograd_wgrad_f32) runs the same tiles: dL/dU[xi] =
+ * sum over tiles of Z V^T (Z = A dY A^T of the 2x2 grad_out tiles), 16 products
+ * [Og, tiles] @ [tiles, Cg] per chunk summed into a fixed number of slots (fixed by
+ * the shape: the sums do not depend on the thread count), then dL/dg = G^T dL/dU G.
+ * The im2col path of dpl_tensor_conv.c does everything else. */
 #include "dpl_tensor_internal.h"
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -25,6 +30,11 @@ typedef struct wino {
   float *out;
   float *u8;       /* transformed kernels: [groups][16][Og/8][Cg][8], Og rounded up with zero rows */
   atomic_int fail; /* a thread could not get its buffers */
+  /* the weight gradient only: */
+  const float *gy;     /* grad_out [N, O, OH, OW] */
+  int64_t CP, OP;      /* Cg rounded up to 32 (panels), Og up to 8 (row blocks) */
+  int64_t nch, slots;  /* chunks, and slots: slot k sums chunks [k*nch/slots, (k+1)*nch/slots) */
+  float *acc;          /* [slots][groups][16][OP][CP] partial sums of dL/dU */
 } wino;
 
 static int have_avx512(void)
@@ -276,6 +286,250 @@ static void chunks_range(int64_t lo, int64_t hi, void *ctx)
   free(segs);
 }
 
+/* ---- the weight gradient: dL/dU[xi] = sum over tiles of Z[xi] V[xi] (Z = A dY A^T
+ * of the 2x2 grad_out tile, V = B^T d B of the input tile as in the forward), then
+ * dL/dg = G^T (dL/dU) G ---- */
+
+/* Up to 16 tiles of one tile row, lane i the tile i: grad_out rows oh and oh + 1 from
+ * column ow0 (masked: outside the output reads as zero), Z = A dY A^T with
+ * A = [1 0; 1 1; 1 -1; 0 -1], stored as z[xi][j0] (rows zs apart), all 16 lanes */
+__attribute__((target("avx512f"))) static void gout_piece_512(const float *gc, int64_t OH, int64_t OW, int64_t oh,
+                                                              int64_t ow0, float *z, int64_t zs)
+{
+  const __m512i ev = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+  const __m512i od = _mm512_set_epi32(31, 29, 27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
+  const __mmask16 m0 = cols_mask(ow0, OW), m1 = cols_mask(ow0 + 16, OW);
+  __m512 e[2][4]; /* e[a][s]: row a of dY times A^T's columns: y0, y0 + y1, y0 - y1, -y1 */
+  for (int a = 0; a < 2; a++) {
+    __m512 y0 = _mm512_setzero_ps(), y1 = _mm512_setzero_ps();
+    if (oh + a < OH) {
+      const float *r = gc + (oh + a) * OW + ow0;
+      __m512 p0 = _mm512_maskz_loadu_ps(m0, r), p1 = _mm512_maskz_loadu_ps(m1, r + 16);
+      y0 = _mm512_permutex2var_ps(p0, ev, p1);
+      y1 = _mm512_permutex2var_ps(p0, od, p1);
+    }
+    e[a][0] = y0;
+    e[a][1] = _mm512_add_ps(y0, y1);
+    e[a][2] = _mm512_sub_ps(y0, y1);
+    e[a][3] = _mm512_sub_ps(_mm512_setzero_ps(), y1);
+  }
+  for (int q = 0; q < 4; q++) {
+    _mm512_storeu_ps(z + q * zs, e[0][q]);
+    _mm512_storeu_ps(z + (4 + q) * zs, _mm512_add_ps(e[0][q], e[1][q]));
+    _mm512_storeu_ps(z + (8 + q) * zs, _mm512_sub_ps(e[0][q], e[1][q]));
+    _mm512_storeu_ps(z + (12 + q) * zs, _mm512_sub_ps(_mm512_setzero_ps(), e[1][q]));
+  }
+}
+
+/* z[xi][o][j] for the runs of a chunk, output channel by output channel */
+__attribute__((target("avx512f"))) static void gout_transform_512(const wino *g, int64_t gr, const seg *segs, int64_t ns,
+                                                                  float *z)
+{
+  const int64_t LD = g->ld, Og = g->Og, OH = g->OH, OW = g->OW;
+  for (int64_t o = 0; o < Og; o++)
+    for (int64_t k = 0; k < ns; k++) {
+      const seg sg = segs[k];
+      const float *gc = g->gy + (sg.s * g->O + gr * Og + o) * OH * OW;
+      if (o + PF_C < Og) { /* the two rows this run reads PF_C channels on */
+        const char *p = (const char *)(gc + PF_C * OH * OW + 2 * sg.th * OW);
+        __builtin_prefetch(p, 0, 3);
+        __builtin_prefetch(p + (2 * OW * 4 - 1), 0, 3);
+      }
+      for (int64_t i = 0; i < sg.n; i += 16)
+        gout_piece_512(gc, OH, OW, 2 * sg.th, 2 * (sg.tw + i), z + o * LD + sg.j + i, g->ms);
+    }
+}
+
+/* rows [c0, c0 + 8) x columns [j0, j0 + 8) of v (stride ldv) -> p[j][c] (stride 32) */
+__attribute__((target("avx512f"))) static inline void transpose_8x8(const float *v, int64_t ldv, float *p)
+{
+  __m256 r[8], t[8];
+  for (int q = 0; q < 8; q++) r[q] = _mm256_loadu_ps(v + q * ldv);
+  for (int q = 0; q < 4; q++) {
+    t[2 * q] = _mm256_unpacklo_ps(r[2 * q], r[2 * q + 1]);     /* c 2q, 2q+1 interleaved: j 0 1 | 4 5 */
+    t[2 * q + 1] = _mm256_unpackhi_ps(r[2 * q], r[2 * q + 1]); /* j 2 3 | 6 7 */
+  }
+  for (int h = 0; h < 2; h++) { /* h: the pair of columns j within each 128-bit half (0 1, 2 3) */
+    __m256 a = t[h], b = t[2 + h], c = t[4 + h], d = t[6 + h];
+    __m256 u0 = _mm256_shuffle_ps(a, b, _MM_SHUFFLE(1, 0, 1, 0)), u1 = _mm256_shuffle_ps(a, b, _MM_SHUFFLE(3, 2, 3, 2));
+    __m256 u2 = _mm256_shuffle_ps(c, d, _MM_SHUFFLE(1, 0, 1, 0)), u3 = _mm256_shuffle_ps(c, d, _MM_SHUFFLE(3, 2, 3, 2));
+    /* u0: column 2h, c 0..3 | column 2h + 4, c 0..3; u2 the same for c 4..7 */
+    _mm256_storeu_ps(p + (2 * h) * 32, _mm256_permute2f128_ps(u0, u2, 0x20));
+    _mm256_storeu_ps(p + (2 * h + 1) * 32, _mm256_permute2f128_ps(u1, u3, 0x20));
+    _mm256_storeu_ps(p + (2 * h + 4) * 32, _mm256_permute2f128_ps(u0, u2, 0x31));
+    _mm256_storeu_ps(p + (2 * h + 5) * 32, _mm256_permute2f128_ps(u1, u3, 0x31));
+  }
+}
+
+/* V[xi] ([Cg, nt], rows LD apart) -> panels of 32 channels, pk[panel][j][32]; lanes
+ * past Cg are never written (the buffer starts zeroed) */
+__attribute__((target("avx512f"))) static void pack_v(const wino *g, const float *vx, int64_t nt, float *pk)
+{
+  const int64_t Cg = g->Cg, LD = g->ld, n8 = nt / 8 * 8;
+  for (int64_t c0 = 0; c0 < Cg; c0 += 8) {
+    float *pp = pk + (c0 / 32) * 32 * nt + c0 % 32;
+    const float *vr = vx + c0 * LD;
+    if (c0 + 8 <= Cg) {
+      for (int64_t j = 0; j < n8; j += 8) transpose_8x8(vr + j, LD, pp + j * 32);
+      for (int64_t c = 0; c < 8; c++)
+        for (int64_t j = n8; j < nt; j++) pp[j * 32 + c] = vr[c * LD + j];
+    } else
+      for (int64_t c = 0; c < Cg - c0; c++)
+        for (int64_t j = 0; j < nt; j++) pp[j * 32 + c] = vr[c * LD + j];
+  }
+}
+
+/* acc[xi][o][c] += sum over j < nt of z[xi][o][j] * V[xi][c][j]: 8 output channels by
+ * a 32-channel panel at a time in 16 accumulators (the packed panel as vectors, Z
+ * broadcast from 8 rows; rows past Og repeat the last one and land in the padding) */
+__attribute__((target("avx512f"))) static void wgrad_products_512(const wino *g, const float *v, const float *z,
+                                                                  float *pk, float *acc, int64_t nt)
+{
+  const int64_t Og = g->Og, LD = g->ld, CP = g->CP, OP = g->OP;
+  for (int xi = 0; xi < 16; xi++) {
+    pack_v(g, v + xi * g->vs, nt, pk);
+    const float *zx = z + xi * g->ms;
+    float *ax = acc + xi * OP * CP;
+    for (int64_t ob = 0; ob < OP; ob += 8)
+      for (int64_t cp = 0; cp < CP; cp += 32) {
+        const float *zr[8];
+        for (int r = 0; r < 8; r++) zr[r] = zx + (ob + r < Og ? ob + r : Og - 1) * LD;
+        const float *bp = pk + cp * nt;
+        __m512 c0[8], c1[8];
+#pragma GCC unroll 8
+        for (int r = 0; r < 8; r++) c0[r] = c1[r] = _mm512_setzero_ps();
+        for (int64_t j = 0; j < nt; j++, bp += 32) {
+          __m512 b0 = _mm512_loadu_ps(bp), b1 = _mm512_loadu_ps(bp + 16);
+#pragma GCC unroll 8
+          for (int r = 0; r < 8; r++) {
+            __m512 a = _mm512_set1_ps(zr[r][j]);
+            c0[r] = _mm512_fmadd_ps(a, b0, c0[r]);
+            c1[r] = _mm512_fmadd_ps(a, b1, c1[r]);
+          }
+        }
+#pragma GCC unroll 8
+        for (int r = 0; r < 8; r++) {
+          float *ap = ax + (ob + r) * CP + cp;
+          _mm512_storeu_ps(ap, _mm512_add_ps(_mm512_loadu_ps(ap), c0[r]));
+          _mm512_storeu_ps(ap + 16, _mm512_add_ps(_mm512_loadu_ps(ap + 16), c1[r]));
+        }
+      }
+  }
+}
+
+/* the chunks of slots [lo, hi), each slot's in order into its own sums */
+static void wgrad_slots_range(int64_t lo, int64_t hi, void *ctx)
+{
+  wino *g = ctx;
+  const int64_t TB = g->TB, total = g->N * g->T1, per_slot = g->groups * 16 * g->OP * g->CP;
+  float *v = malloc((size_t)(16 * g->vs) * sizeof(float));
+  float *z = malloc((size_t)(16 * g->ms) * sizeof(float));
+  float *pk = calloc((size_t)(g->CP * TB), sizeof(float));
+  seg *segs = malloc((size_t)TB * sizeof(seg));
+  if (!v || !z || !pk || !segs) atomic_store(&g->fail, 1);
+  else
+    for (int64_t sl = lo; sl < hi; sl++) {
+      float *acc = g->acc + sl * per_slot;
+      memset(acc, 0, (size_t)per_slot * sizeof(float));
+      for (int64_t ch = sl * g->nch / g->slots; ch < (sl + 1) * g->nch / g->slots; ch++) {
+        int64_t t0 = ch * TB, nt = total - t0 < TB ? total - t0 : TB;
+        int64_t ns = chunk_segs(g, t0, nt, segs);
+        for (int64_t gr = 0; gr < g->groups; gr++) {
+          input_transform_512(g, gr, segs, ns, v);
+          gout_transform_512(g, gr, segs, ns, z);
+          wgrad_products_512(g, v, z, pk, acc + gr * 16 * g->OP * g->CP, nt);
+        }
+      }
+    }
+  free(v);
+  free(z);
+  free(pk);
+  free(segs);
+}
+
+typedef struct wgrad_fin { const wino *g; float *gw; atomic_int fail; } wgrad_fin;
+/* rows [lo, hi) of (group, output channel): the slots summed in order (float64, along
+ * the rows of the sums), then dL/dg = G^T (dL/dU) G, rounded once */
+static void wgrad_finish_range(int64_t lo, int64_t hi, void *ctx)
+{
+  wgrad_fin *f = ctx;
+  const wino *g = f->g;
+  const int64_t OP = g->OP, CP = g->CP, Cg = g->Cg, per_slot = g->groups * 16 * OP * CP;
+  double *du = malloc((size_t)(16 * Cg) * sizeof(double)); /* du[xi][c] */
+  if (!du) { atomic_store(&f->fail, 1); return; }
+  for (int64_t row = lo; row < hi; row++) {
+    int64_t gr = row / g->Og, o = row % g->Og;
+    for (int xi = 0; xi < 16; xi++) {
+      double *d = du + xi * Cg;
+      const float *a = g->acc + ((gr * 16 + xi) * OP + o) * CP;
+      for (int64_t c = 0; c < Cg; c++) d[c] = a[c];
+      for (int64_t sl = 1; sl < g->slots; sl++) {
+        const float *as = a + sl * per_slot;
+        for (int64_t c = 0; c < Cg; c++) d[c] += as[c];
+      }
+    }
+    for (int64_t c = 0; c < Cg; c++) {
+      double t[4][3];
+      for (int r = 0; r < 4; r++) {
+        double d0 = du[(4 * r) * Cg + c], d1 = du[(4 * r + 1) * Cg + c], d2 = du[(4 * r + 2) * Cg + c],
+               d3 = du[(4 * r + 3) * Cg + c];
+        t[r][0] = d0 + 0.5 * (d1 + d2);
+        t[r][1] = 0.5 * (d1 - d2);
+        t[r][2] = 0.5 * (d1 + d2) + d3;
+      }
+      float *k = f->gw + (row * Cg + c) * 9;
+      for (int q = 0; q < 3; q++) {
+        k[q] = (float)(t[0][q] + 0.5 * (t[1][q] + t[2][q]));
+        k[3 + q] = (float)(0.5 * (t[1][q] - t[2][q]));
+        k[6 + q] = (float)(0.5 * (t[1][q] + t[2][q]) + t[3][q]);
+      }
+    }
+  }
+  free(du);
+}
+
+static int64_t wino_chunk_bytes(void);
+
+int dpl_conv_winograd_wgrad_f32(int64_t N, int64_t C, int64_t H, int64_t W, int64_t O, int64_t groups, int64_t ph,
+                                int64_t pw, const float *x, const float *gy, float *gw)
+{
+  wino g = {0};
+  g.N = N; g.C = C; g.H = H; g.W = W; g.O = O; g.groups = groups; g.ph = ph; g.pw = pw;
+  g.Cg = C / groups; g.Og = O / groups;
+  g.OH = H + 2 * ph - 2; g.OW = W + 2 * pw - 2;
+  if (O == 0 || g.Cg == 0) return DPL_OK;
+  if (N == 0 || g.OH <= 0 || g.OW <= 0) { memset(gw, 0, (size_t)(O * g.Cg * 9) * sizeof(float)); return DPL_OK; }
+  g.TH = (g.OH + 1) / 2; g.TW = (g.OW + 1) / 2; g.T1 = g.TH * g.TW;
+  int64_t per = 16 * (g.Cg + g.Og) * (int64_t)sizeof(float);
+  int64_t tb = wino_chunk_bytes() / per / 32 * 32, total = N * g.T1;
+  if (tb < 32) tb = 32;
+  if (tb > total) tb = total;
+  g.TB = tb;
+  g.ld = (tb + 15) / 16 * 16 + 16; /* whole 16-lane pieces, and slack */
+  g.vs = g.Cg * g.ld + 16;
+  g.ms = g.Og * g.ld + 16;
+  g.x = x; g.gy = gy;
+  g.CP = (g.Cg + 31) / 32 * 32; g.OP = (g.Og + 7) / 8 * 8;
+  g.nch = (total + tb - 1) / tb;
+  /* the slots depend on the shape only (never on the thread count): up to 16, and no
+   * more than 16 MiB of sums */
+  int64_t slot_bytes = groups * 16 * g.OP * g.CP * (int64_t)sizeof(float);
+  g.slots = g.nch < 16 ? g.nch : 16;
+  if (g.slots * slot_bytes > (INT64_C(16) << 20)) g.slots = (INT64_C(16) << 20) / slot_bytes;
+  if (g.slots < 1) g.slots = 1;
+  g.acc = malloc((size_t)(g.slots * slot_bytes));
+  if (!g.acc) return dpl_errorf(DPL_ENOMEM, "conv2d_backward: out of memory for the Winograd sums");
+  dpl_parallel_for(g.slots, 1, wgrad_slots_range, &g);
+  if (!atomic_load(&g.fail)) {
+    wgrad_fin f = {&g, gw, 0};
+    dpl_parallel_for(groups * g.Og, 8, wgrad_finish_range, &f);
+    if (atomic_load(&f.fail)) atomic_store(&g.fail, 1);
+  }
+  free(g.acc);
+  if (atomic_load(&g.fail)) return dpl_errorf(DPL_ENOMEM, "conv2d_backward: out of memory for the Winograd buffers");
+  return DPL_OK;
+}
+
 static int64_t wino_chunk_bytes(void)
 {
   static int64_t v;
@@ -322,5 +576,11 @@ int dpl_conv_winograd_f32(int64_t N, int64_t C, int64_t H, int64_t W, int64_t O,
 {
   (void)N; (void)C; (void)H; (void)W; (void)O; (void)groups; (void)ph; (void)pw; (void)x; (void)w; (void)bias; (void)out;
   return dpl_errorf(DPL_EINVAL, "conv2d: the Winograd path needs AVX-512");
+}
+int dpl_conv_winograd_wgrad_f32(int64_t N, int64_t C, int64_t H, int64_t W, int64_t O, int64_t groups, int64_t ph,
+                                int64_t pw, const float *x, const float *gy, float *gw)
+{
+  (void)N; (void)C; (void)H; (void)W; (void)O; (void)groups; (void)ph; (void)pw; (void)x; (void)gy; (void)gw;
+  return dpl_errorf(DPL_EINVAL, "conv2d_backward: the Winograd path needs AVX-512");
 }
 #endif
