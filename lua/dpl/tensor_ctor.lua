@@ -1,0 +1,287 @@
+-- dpl.tensor_ctor: the constructors of dpl.tensor and the module-level state functions that go
+-- with them: empty/zeros/ones/full, arange/linspace/eye, dpl.tensor(nested table or number)
+-- with PyTorch's dtype inference, the *_like forms, rand/randn/randint, manual_seed and the
+-- generator state, set/get_num_threads, share_cores, blas_info and vmath. dpl.tensor installs
+-- them (require('dpl.tensor_ctor')(M, helpers)) where they used to be defined, so everything
+-- after them in dpl.tensor sees them as before.
+local ffi = require 'ffi'
+local C = require('dpl.capi').C
+local bit = require 'bit'
+
+local type, tostring, tonumber, ipairs, next = type, tostring, tonumber, ipairs, next
+local floor, huge = math.floor, math.huge
+local fmt = string.format
+
+return function(M, H)
+  local call1, check, dtype_id, error, got, is_opts = H.call1, H.check, H.dtype_id, H.error, H.got, H.is_opts
+  local is_tensor, need_count, need_number, need_opts = H.is_tensor, H.need_count, H.need_number, H.need_opts
+  local need_tensor, new_empty, opts_dtype_device, out1 = H.need_tensor, H.new_empty, H.opts_dtype_device, H.out1
+  local parse_device, parse_sizes, shp = H.parse_device, H.parse_sizes, H.shp
+
+  function M.empty(...)
+    local n, opts = parse_sizes('empty', shp, ...)
+    local dt, devt, devi = opts_dtype_device(opts, 'empty')
+    return new_empty(n, dt, devt, devi)
+  end
+
+  function M.zeros(...)
+    local n, opts = parse_sizes('zeros', shp, ...)
+    local dt, devt, devi = opts_dtype_device(opts, 'zeros')
+    local t = new_empty(n, dt, devt, devi)
+    if bit.band(t._flags, 2) ~= 0 then check(C.dpl_tensor_fill_(t, 0)) -- device memory (a real GPU)
+    else ffi.fill(t._data, tonumber(t._numel) * tonumber(C.dpl_dtype_size(dt))) end
+    return t
+  end
+
+  function M.ones(...)
+    local n, opts = parse_sizes('ones', shp, ...)
+    local dt, devt, devi = opts_dtype_device(opts, 'ones')
+    local t = new_empty(n, dt, devt, devi)
+    check(C.dpl_tensor_fill_(t, 1))
+    return t
+  end
+
+  --- full(size, value [, opts]) with size a table (or a number for 1-d).
+  function M.full(size, value, opts)
+    if type(size) == 'number' then size = { size } end
+    if type(size) ~= 'table' then error('full: expected a size table as the first argument', 2) end
+    if type(value) ~= 'number' and type(value) ~= 'boolean' then
+      error(fmt('full: expected a number as fill value, got %s', type(value)), 2)
+    end
+    local n = parse_sizes('full', shp, size)
+    local def = type(value) == 'boolean' and 7 or (value == floor(value) and 5 or 0)
+    local dt, devt, devi = opts_dtype_device(opts, 'full', def)
+    local t = new_empty(n, dt, devt, devi)
+    if type(value) == 'boolean' then value = value and 1 or 0 end
+    check(C.dpl_tensor_fill_(t, value))
+    return t
+  end
+
+  function M.arange(a, b, c, opts)
+    if is_opts(b) then opts, b = b, nil elseif is_opts(c) then opts, c = c, nil end
+    local start, stop, step
+    if b == nil then start, stop, step = 0, a, 1 else start, stop, step = a, b, c or 1 end
+    for _, v in ipairs({ start, stop, step }) do
+      if type(v) ~= 'number' or v ~= v then error('arange: start, end and step must be numbers', 2) end
+      if v == huge or v == -huge then error(fmt('arange: start, end and step must be finite, got %g', v), 2) end
+    end
+    if step == 0 then error('arange: step must be nonzero', 2) end
+    if (step > 0 and stop < start) or (step < 0 and stop > start) then
+      error(fmt('arange: upper bound and step sign are inconsistent (start=%g, end=%g, step=%g)', start, stop, step), 2)
+    end
+    local n = math.ceil((stop - start) / step)
+    if n < 0 then n = 0 end
+    local allint = start == floor(start) and stop == floor(stop) and step == floor(step)
+    local dt, devt, devi = opts_dtype_device(opts, 'arange', allint and 5 or 0)
+    return call1(C.dpl_tensor_arange, start, step, n, dt, devt, devi, out1)
+  end
+
+  function M.linspace(start, stop, steps, opts)
+    if type(start) ~= 'number' or type(stop) ~= 'number' or type(steps) ~= 'number' then
+      error('linspace: expected (start, end, steps)', 2)
+    end
+    local dt, devt, devi = opts_dtype_device(opts, 'linspace')
+    return call1(C.dpl_tensor_linspace, start, stop, steps, dt, devt, devi, out1)
+  end
+
+  function M.eye(n, m, opts)
+    if is_opts(m) then opts, m = m, nil end
+    m = m or n
+    if type(n) ~= 'number' or type(m) ~= 'number' then error('eye: expected (n [, m])', 2) end
+    local dt, devt, devi = opts_dtype_device(opts, 'eye')
+    return call1(C.dpl_tensor_eye, n, m, dt, devt, devi, out1)
+  end
+
+  -- nested Lua table -> shape, flat values, kind ('int', 'float', 'bool')
+  local function scan_nested(data)
+    local shape = {}
+    local x = data
+    while type(x) == 'table' do
+      if #x == 0 and next(x) ~= nil then
+        error(fmt('tensor: expected a list (keys 1..n), got a table with key %s', tostring((next(x)))), 4)
+      end
+      shape[#shape + 1] = #x
+      if #shape > 8 then error('tensor: at most 8 dims', 4) end
+      x = x[1]
+    end
+    local flat, n = {}, 0
+    local kind = 'int'
+    local function walk(v, d)
+      if d > #shape then
+        local tv = type(v)
+        if tv == 'cdata' and is_tensor(v) and v._ndim == 0 then -- a 0-d tensor: its value, its dtype's kind
+          local fl = v._dtype <= 3
+          v = v:item()
+          tv = type(v)
+          if fl and kind ~= 'bool' then kind = 'float' end
+        end
+        if tv == 'number' then
+          if kind == 'bool' then error('tensor: mixed booleans and numbers', 5) end
+          if kind ~= 'float' and (v ~= floor(v) or v ~= v or v == huge or v == -huge) then kind = 'float' end
+        elseif tv == 'boolean' then
+          if n > 0 and kind ~= 'bool' then error('tensor: mixed booleans and numbers', 5) end
+          kind = 'bool'
+          v = v and 1 or 0
+        else
+          error(fmt('tensor: expected numbers or booleans, got %s', tv), 5)
+        end
+        n = n + 1
+        flat[n] = v
+        return
+      end
+      if type(v) ~= 'table' or #v ~= shape[d] then
+        error(fmt('tensor: ragged nested table: expected a list of %d at depth %d, got %s', shape[d], d,
+          type(v) == 'table' and ('a list of ' .. #v) or type(v)), 5)
+      end
+      for i = 1, shape[d] do walk(v[i], d + 1) end
+    end
+    walk(data, 1)
+    return shape, flat, n, kind
+  end
+
+  --- dpl.tensor(data [, {dtype=, device=}]): data is a number, a boolean, a nested
+  --- table of them, or a tensor (copied).
+  function M.tensor(data, opts)
+    need_opts('tensor', opts)
+    if is_tensor(data) then
+      local dt = opts and opts.dtype and dtype_id(opts.dtype, 'tensor') or data._dtype
+      local devt, devi = data._devtype, data._devindex
+      if opts and opts.device then devt, devi = parse_device(opts.device, 'tensor') end
+      return call1(C.dpl_tensor_to, data, dt, devt, devi, out1)
+    end
+    local td = type(data)
+    local shape, flat, n, kind
+    if td == 'number' or td == 'boolean' then
+      shape, flat, n = {}, { td == 'boolean' and (data and 1 or 0) or data }, 1
+      kind = td == 'boolean' and 'bool' or ((data == floor(data) and data ~= huge and data ~= -huge) and 'int' or 'float')
+    elseif td == 'table' then
+      shape, flat, n, kind = scan_nested(data)
+    else
+      error(fmt('tensor: expected a number, a boolean, a nested table or a tensor, got %s', td), 2)
+    end
+    local def = kind == 'bool' and 7 or (kind == 'int' and n > 0) and 5 or 0 -- {} is float32, as in PyTorch
+    local dt, devt, devi = opts_dtype_device(opts, 'tensor', def)
+    for i = 1, #shape do shp[i - 1] = shape[i] end
+    local t = new_empty(#shape, dt, devt, devi)
+    if n > 0 then
+      local buf = ffi.new('double[?]', n)
+      for i = 1, n do buf[i - 1] = flat[i] end
+      check(C.dpl_tensor_set_from_f64(t, buf, n))
+    end
+    return t
+  end
+  M.as_tensor = M.tensor
+
+  local function like_opts(t, opts)
+    need_tensor('*_like', 'input', t)
+    need_opts('*_like', opts)
+    local dt = opts and opts.dtype and dtype_id(opts.dtype, 'like') or t._dtype
+    local devt, devi = t._devtype, t._devindex
+    if opts and opts.device then devt, devi = parse_device(opts.device, 'like') end
+    for i = 0, t._ndim - 1 do shp[i] = t._shape[i] end
+    return t._ndim, dt, devt, devi
+  end
+
+  function M.empty_like(t, opts) local n, dt, a, b = like_opts(t, opts) return new_empty(n, dt, a, b) end
+  function M.zeros_like(t, opts)
+    local r = M.empty_like(t, opts)
+    if bit.band(r._flags, 2) ~= 0 then check(C.dpl_tensor_fill_(r, 0)) -- device memory (a real GPU)
+    else ffi.fill(r._data, tonumber(r._numel) * tonumber(C.dpl_dtype_size(r._dtype))) end
+    return r
+  end
+  function M.ones_like(t, opts) local r = M.empty_like(t, opts) check(C.dpl_tensor_fill_(r, 1)) return r end
+  function M.full_like(t, v, opts)
+    if type(v) == 'boolean' then v = v and 1 or 0 end
+    need_number('full_like', 'fill_value', v)
+    local r = M.empty_like(t, opts)
+    check(C.dpl_tensor_fill_(r, v))
+    return r
+  end
+  function M.rand_like(t, opts) local r = M.empty_like(t, opts) check(C.dpl_tensor_uniform_(r, 0, 1)) return r end
+  function M.randn_like(t, opts) local r = M.empty_like(t, opts) check(C.dpl_tensor_normal_(r, 0, 1)) return r end
+
+  function M.rand(...)
+    local n, opts = parse_sizes('rand', shp, ...)
+    local dt, devt, devi = opts_dtype_device(opts, 'rand')
+    local t = new_empty(n, dt, devt, devi)
+    check(C.dpl_tensor_uniform_(t, 0, 1))
+    return t
+  end
+
+  function M.randn(...)
+    local n, opts = parse_sizes('randn', shp, ...)
+    local dt, devt, devi = opts_dtype_device(opts, 'randn')
+    local t = new_empty(n, dt, devt, devi)
+    check(C.dpl_tensor_normal_(t, 0, 1))
+    return t
+  end
+
+  --- randint(high, size [, opts]) or randint(low, high, size [, opts]): integers in [low, high).
+  function M.randint(a, b, c, opts)
+    local low, high, size
+    if type(b) == 'table' and not is_opts(b) then low, high, size, opts = 0, a, b, c
+    else low, high, size = a, b, c end
+    if type(low) ~= 'number' or type(high) ~= 'number' or type(size) ~= 'table' then
+      error('randint: expected (high, size) or (low, high, size) with size a table', 2)
+    end
+    local n = parse_sizes('randint', shp, size)
+    local dt, devt, devi = opts_dtype_device(opts, 'randint', 5)
+    local t = new_empty(n, dt, devt, devi)
+    check(C.dpl_tensor_randint_(t, low, high))
+    return t
+  end
+
+  function M.manual_seed(s)
+    if type(s) ~= 'number' or s ~= floor(s) or s < 0 then
+      error(fmt('manual_seed: expected a non-negative integer, got %s', tostring(s)), 2)
+    end
+    C.dpl_manual_seed(s)
+  end
+  local rngbuf = ffi.new('uint64_t[2]')
+  function M.get_rng_state()
+    C.dpl_rng_get_state(rngbuf, rngbuf + 1)
+    return { seed = rngbuf[0], offset = rngbuf[1] }
+  end
+  function M.set_rng_state(s)
+    local function num(v) return type(v) == 'number' or (type(v) == 'cdata' and tonumber(v) ~= nil) end
+    if type(s) ~= 'table' or not num(s.seed) or not num(s.offset) then
+      error(('set_rng_state: expected a state from get_rng_state() ({seed=, offset=}), got %s'):format(got(s)))
+    end
+    C.dpl_rng_set_state(s.seed, s.offset)
+  end
+
+  function M.set_num_threads(n)
+    need_count('set_num_threads', 'n', n)
+    check(C.dpl_set_num_threads(n))
+  end
+  function M.get_num_threads() return C.dpl_get_num_threads() end
+  --- For one of nprocs processes started together on this machine (ddp_spawn, the
+  --- subprocess launcher; `dplhost --nproc` does the same in C): unless the user set
+  --- DPL_NUM_THREADS or OMP_NUM_THREADS, kernels get max(1, cores // nprocs) threads,
+  --- so that the ranks' threads do not outnumber the cores (torchrun sets 1). Also
+  --- exported as DPL_NUM_THREADS for processes started from here. Returns the count
+  --- set, or nil when the user's setting stands.
+  local devinfo = ffi.new('dpl_device_info')
+  function M.share_cores(nprocs)
+    need_count('share_cores', 'nprocs', nprocs)
+    local function set(v) return v ~= nil and v ~= '' end
+    if set(os.getenv('DPL_NUM_THREADS')) or set(os.getenv('OMP_NUM_THREADS')) then return nil end
+    local cores = 1
+    if C.dpl_device_get_info(0, 0, devinfo) == 0 and devinfo.cores > 0 then cores = devinfo.cores end
+    local n = math.max(1, math.floor(cores / math.max(1, nprocs)))
+    check(C.dpl_set_num_threads(n))
+    C.dpl_proc_setenv('DPL_NUM_THREADS', tostring(n))
+    return n
+  end
+  function M.blas_info() return ffi.string(C.dpl_blas_info()) end
+  --- The path of the vectorised float32 math kernels: 'avx512', 'avx2', 'scalar' or 'off'.
+  --- vmath(name) sets it ('auto' for the best this CPU runs) and returns the one in effect.
+  function M.vmath(name)
+    if name ~= nil and type(name) ~= 'string' then
+      error(('vmath: expected a path name (string), got %s'):format(type(name)), 2)
+    end
+    local r = C.dpl_vmath(name)
+    if r == nil then check(C.DPL_EINVAL) end
+    return ffi.string(r)
+  end
+end
