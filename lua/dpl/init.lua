@@ -20,7 +20,7 @@ local lazy = {
   devices = 'dpl.devices',
   cuda = 'dpl.cuda',
   Trainer = 'dpl.trainer', LightningModule = 'dpl.lightning', callbacks = 'dpl.callbacks',
-  loggers = 'dpl.loggers', strategies = 'dpl.strategies', profilers = 'dpl.profilers',
+  loggers = 'dpl.loggers', strategies = 'dpl.strategies', profilers = 'dpl.profilers', tuner = 'dpl.tuner',
   dist = 'dpl.dist',
   amp = 'dpl.amp',
   autograd = 'dpl.autograd', nn = 'dpl.nn', optim = 'dpl.optim', datasets = 'dpl.datasets', data = 'dpl.data',

@@ -38,6 +38,9 @@ end
 function Trainer:__init(user_args)
   local a = args_mod.validate(user_args)
   self._args = a
+  -- the arguments as given (dpl.tuner builds its own Trainer from them)
+  self._user_args = {}
+  for k, v in pairs(user_args or {}) do self._user_args[k] = v end
   -- the arguments, readable under Lightning's names
   for _, k in ipairs(args_mod.order) do self[k] = a[k] end
   self.max_epochs, self.max_steps, self.min_steps = a.max_epochs, a.max_steps, a.min_steps
@@ -783,6 +786,13 @@ function properties.profiler(self)
   local p = require('dpl.profilers').PassThroughProfiler()
   rawset(self, 'profiler', p)
   return p
+end
+
+--- trainer.tuner: a dpl.tuner.Tuner for this trainer (trainer.tuner:lr_find(model, ...)).
+function properties.tuner(self)
+  local t = require('dpl.tuner').Tuner(self)
+  rawset(self, 'tuner', t)
+  return t
 end
 
 --- trainer.interrupted: the last run ended with an exception (Lightning's property).

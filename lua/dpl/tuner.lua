@@ -1,0 +1,231 @@
+-- dpl.tuner: Lightning's learning-rate range test. `trainer.tuner:lr_find(model, train_loader,
+-- val_loader, {min_lr=1e-8, max_lr=1, num_training=100, mode='exponential', early_stop_threshold=4,
+-- update_attr=false})` (or `dpl.tuner.Tuner(trainer):lr_find(...)`) trains for up to num_training
+-- steps with the learning rate growing from min_lr to max_lr, records the smoothed loss at each
+-- step, stops early when it diverges, puts the model's weights back as they were, and returns an
+-- LRFinder whose `results` ({lr = {...}, loss = {...}}) and `suggestion()` (the lr of the steepest
+-- loss decrease) are Lightning 1.9's. The run uses a Trainer of its own made from the user's
+-- arguments (no logger, checkpoints, progress bar or sanity check; validation off), so the user's
+-- Trainer keeps its state.
+local class = require 'dpl.class'
+local errors = require 'dpl.errors'
+local options = require 'dpl.options'
+local log = require 'dpl.log'
+
+local fmt = string.format
+local M = {}
+
+local LR_FIND_KEYS = options.keys('min_lr', 'max_lr', 'num_training', 'mode', 'early_stop_threshold', 'update_attr')
+
+local function misconf(msg, ...) errors.MisconfigurationException:raise(fmt(msg, ...), 3) end
+
+---------------------------------------------------------------- LRFinder
+local LRFinder = class.Object:extend('LRFinder')
+M.LRFinder = LRFinder
+
+function LRFinder:__init(mode, lr_min, lr_max, num_training)
+  self.mode, self.lr_min, self.lr_max, self.num_training = mode, lr_min, lr_max, num_training
+  self.results = { lr = {}, loss = {} }
+end
+
+-- numpy.gradient of a list: one-sided differences at the ends, central ones inside
+local function gradient(y)
+  local n, g = #y, {}
+  g[1] = y[2] - y[1]
+  for i = 2, n - 1 do g[i] = (y[i + 1] - y[i - 1]) / 2 end
+  g[n] = y[n] - y[n - 1]
+  return g
+end
+
+--- The lr at the steepest decrease of the recorded (smoothed) loss, leaving out skip_begin points
+--- at the start and skip_end at the end (Lightning's); nil (and a logged error) when fewer than
+--- two points remain.
+function LRFinder:suggestion(skip_begin, skip_end)
+  skip_begin, skip_end = skip_begin or 10, skip_end or 1
+  local loss = {}
+  local all = self.results.loss
+  for i = skip_begin + 1, #all - skip_end do
+    local v = all[i]
+    if v == v and v ~= math.huge and v ~= -math.huge then loss[#loss + 1] = v end
+  end
+  if #loss < 2 then
+    log.error('Failed to compute suggesting for `lr`. There might not be enough points.')
+    self._optimal_idx = nil
+    return nil
+  end
+  local g = gradient(loss)
+  local best = 1
+  for i = 2, #g do if g[i] < g[best] then best = i end end
+  -- (as Lightning: the index into the unfiltered list, which a non-finite loss shifts)
+  self._optimal_idx = best + skip_begin
+  return self.results.lr[self._optimal_idx]
+end
+
+function LRFinder:plot()
+  errors.NotImplementedError:raise('LRFinder:plot needs a plotting library, which dplhost does not have: plot '
+    .. 'lr_finder.results.lr against lr_finder.results.loss (log-scale lr) with your own tools', 2)
+end
+
+---------------------------------------------------------------- the callback that records
+local Callback = require 'dpl.callbacks.callback'
+local LRCallback = Callback:extend('LRFinderCallback')
+
+function LRCallback:__init(finder, early_stop_threshold, beta)
+  self.finder, self.early_stop_threshold, self.beta = finder, early_stop_threshold, beta or 0.98
+  self.avg_loss, self.best_loss = 0, 0
+end
+
+local function stepping(trainer)
+  return (trainer.fit_loop.batch_idx + 1) % trainer.accumulate_grad_batches == 0
+end
+
+function LRCallback:on_train_batch_start(trainer)
+  if not stepping(trainer) then return end
+  local lrs = self.finder.results.lr
+  lrs[#lrs + 1] = trainer.optimizers[1].param_groups[1].lr
+end
+
+function LRCallback:on_train_batch_end(trainer, model, outputs)
+  if not stepping(trainer) then return end
+  local loss = outputs
+  if type(loss) == 'table' and getmetatable(loss) == nil then loss = loss.loss end
+  if loss == nil then return end
+  local v = type(loss) == 'number' and loss or loss:item()
+  local step = trainer.global_step
+  self.avg_loss = self.beta * self.avg_loss + (1 - self.beta) * v
+  local smoothed = self.avg_loss / (1 - self.beta ^ (step + 1))
+  if self.early_stop_threshold ~= false and step > 1 and smoothed > self.early_stop_threshold * self.best_loss then
+    trainer.should_stop = true -- diverging: this step is the last
+  end
+  if smoothed < self.best_loss or step == 1 then self.best_loss = smoothed end
+  local losses = self.finder.results.loss
+  losses[#losses + 1] = smoothed
+end
+
+---------------------------------------------------------------- Tuner
+local Tuner = class.Object:extend('Tuner')
+M.Tuner = Tuner
+
+function Tuner:__init(trainer)
+  if type(trainer) ~= 'table' or type(trainer.fit) ~= 'function' then
+    errors.ValueError:raise(fmt('Tuner: expected a dpl.Trainer, got %s', type(trainer)), 3)
+  end
+  self.trainer = trainer
+end
+
+-- the model's attribute that holds its learning rate: "lr" or "learning_rate", on the model or
+-- in its hparams (Lightning's lightning_hasattr)
+local function lr_attr(model)
+  for _, k in ipairs({ 'lr', 'learning_rate' }) do
+    if type(rawget(model, k)) == 'number' then return k, false end
+    if type(model.hparams) == 'table' and type(model.hparams[k]) == 'number' then return k, true end
+  end
+  misconf('When `update_attr=true`, either `model` or `model.hparams` should have one of these fields: '
+    .. "('lr', 'learning_rate') overridden.")
+end
+
+--- tuner:lr_find(model [, train_dataloaders [, val_dataloaders]] [, opts]): the range test (see
+--- the top of this file). Returns an LRFinder, or nil with fast_dev_run (as Lightning).
+function Tuner:lr_find(model, ...)
+  local n = select('#', ...)
+  local opts = n > 0 and select(n, ...) or nil
+  if type(opts) == 'table' and getmetatable(opts) == nil and (opts[1] == nil) and next(opts) ~= nil then
+    n = n - 1
+  else
+    opts = nil
+  end
+  local train_loaders, val_loaders = select(1, ...), select(2, ...)
+  if n < 1 then train_loaders = nil end
+  if n < 2 then val_loaders = nil end
+  options.check(opts, LR_FIND_KEYS, 'lr_find')
+  opts = opts or {}
+  local min_lr, max_lr = opts.min_lr or 1e-8, opts.max_lr or 1
+  local num_training = opts.num_training or 100
+  local mode = opts.mode or 'exponential'
+  local threshold = opts.early_stop_threshold
+  if threshold == nil then threshold = 4.0 end
+  if type(min_lr) ~= 'number' or type(max_lr) ~= 'number' or not (min_lr > 0) or not (max_lr > min_lr) then
+    misconf('lr_find: expected 0 < min_lr < max_lr, got min_lr=%s, max_lr=%s', tostring(min_lr), tostring(max_lr))
+  end
+  if type(num_training) ~= 'number' or num_training < 1 or num_training % 1 ~= 0 then
+    misconf('lr_find: num_training must be a positive integer, got %s', tostring(num_training))
+  end
+  if mode ~= 'exponential' and mode ~= 'linear' then
+    misconf("lr_find: mode should be either 'linear' or 'exponential', got %s", tostring(mode))
+  end
+  if threshold ~= false and type(threshold) ~= 'number' then
+    misconf('lr_find: early_stop_threshold must be a number or false (no early stop), got %s', tostring(threshold))
+  end
+  local trainer = self.trainer
+  if trainer.fast_dev_run then
+    log.warn('Skipping learning rate finder since fast_dev_run is enabled.')
+    return nil
+  end
+  local name = trainer.strategy.strategy_name or ''
+  if name:match('spawn') or name:match('fork') or name:match('notebook') then
+    errors.NotImplementedError:raise(fmt("lr_find with strategy '%s': the search would run in forked workers whose"
+      .. " results do not come back; run it with the default strategy (or under dplhost --nproc with 'ddp') and"
+      .. ' pass the lr it suggests to the spawned fit', name), 2)
+  end
+  local attr, in_hparams
+  if opts.update_attr then attr, in_hparams = lr_attr(model) end
+
+  -- the weights and the module fields a fit sets, to put back afterwards
+  local saved = {}
+  for k, v in pairs(model:state_dict()) do saved[k] = v:clone() end
+  local fields = {}
+  for _, k in ipairs({ 'trainer', 'logger', 'loggers', 'global_rank', 'local_rank', 'current_epoch', 'global_step' }) do
+    fields[k] = rawget(model, k)
+  end
+
+  local finder = LRFinder(mode, min_lr, max_lr, num_training)
+  local a = {}
+  for k, v in pairs(trainer._user_args or {}) do a[k] = v end
+  a.callbacks = { LRCallback(finder, threshold) }
+  a.logger, a.enable_checkpointing, a.enable_progress_bar, a.enable_model_summary = false, false, false, false
+  a.num_sanity_val_steps, a.limit_val_batches = 0, 0
+  a.max_steps, a.max_epochs, a.max_time, a.min_epochs, a.min_steps = num_training, -1, nil, nil, nil
+  a.profiler, a.val_check_interval, a.check_val_every_n_epoch = nil, nil, 1
+  local inner = require('dpl.trainer')(a)
+  -- the user's optimizer at min_lr, with a scheduler that raises the lr every step
+  local setup = inner.strategy.setup_optimizers
+  inner.strategy.setup_optimizers = function(strategy, t)
+    setup(strategy, t)
+    if #strategy.optimizers ~= 1 then
+      misconf('`model.configure_optimizers()` returned %d optimizers, but learning rate finder only works with a'
+        .. ' single optimizer', #strategy.optimizers)
+    end
+    local opt = strategy.optimizers[1]
+    for _, g in ipairs(opt.param_groups) do g.lr, g.initial_lr = min_lr, min_lr end
+    local ratio, n_it = max_lr / min_lr, num_training
+    local f = mode == 'exponential'
+      and function(e) return e > 0 and ratio ^ ((e + 1) / n_it) or 1 end
+      or function(e) return e > 0 and 1 + (e + 1) / n_it * (ratio - 1) or 1 end
+    local sched = require('dpl.optim').lr_scheduler.LambdaLR(opt, f)
+    strategy.lr_scheduler_configs = { { scheduler = sched, interval = 'step', frequency = 1, opt_idx = 0,
+      reduce_on_plateau = false, strict = true } }
+    strategy.optimizer_frequencies = {}
+  end
+  local ok, err = pcall(inner.fit, inner, model, train_loaders, val_loaders)
+  -- the weights and fields back, whatever happened
+  model:load_state_dict(saved)
+  for k, v in pairs(fields) do rawset(model, k, v) end
+  for _, k in ipairs({ 'trainer', 'logger', 'loggers', 'global_rank', 'local_rank', 'current_epoch', 'global_step' }) do
+    if fields[k] == nil then rawset(model, k, nil) end
+  end
+  if not ok then error(err, 0) end
+  if inner.global_step ~= num_training then
+    log.info('LR finder stopped early after %d steps due to diverging loss.', inner.global_step)
+  end
+  if attr then
+    local lr = finder:suggestion()
+    if lr ~= nil then
+      if in_hparams then model.hparams[attr] = lr else model[attr] = lr end
+      if not in_hparams and type(model.hparams) == 'table' and model.hparams[attr] ~= nil then model.hparams[attr] = lr end
+      log.info('Learning rate set to %s', tostring(lr))
+    end
+  end
+  return finder
+end
+
+return M
