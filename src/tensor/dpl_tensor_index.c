@@ -257,6 +257,8 @@ static int gather_checks(const char *name, const dpl_tensor *a, int32_t dim, con
  * (one compare: (uint64)(ix - base) < D); the loop stops at the first bad one and returns its
  * position (-1: none), so scatter_add's additions before it stay, as in PyTorch's kernel.
  * Duplicate indices accumulate in order; a may have any strides. */
+/* an index read from base as an offset: (unsigned) so that one compare with the dim's size checks both ends */
+static inline uint64_t ix_off(int64_t x, int64_t base) { return (uint64_t)x - (uint64_t)base; }
 #define GS_LOOP(T, U, I)                                                                               \
   do {                                                                                                 \
     T *A = (T *)a->_data;                                                                              \
@@ -265,21 +267,21 @@ static int gather_checks(const char *name, const dpl_tensor *a, int32_t dim, con
       T *Ar = A + ba;                                                                                  \
       const T *Sr = (const T *)cs->_data + bs;                                                         \
       for (j = 0; j + 2 <= inner; j += 2) {                                                            \
-        uint64_t v0 = (uint64_t)((int64_t)ir[j] - base), v1 = (uint64_t)((int64_t)ir[j + 1] - base);  \
+        uint64_t v0 = ix_off(ir[j], base), v1 = ix_off(ir[j + 1], base);                               \
         if ((v0 >= D) | (v1 >= D)) break;                                                              \
         T s0 = Sr[j], s1 = Sr[j + 1];                                                                  \
         Ar[v0] = (T)((U)Ar[v0] + (U)s0);                                                               \
         Ar[v1] = (T)((U)Ar[v1] + (U)s1);                                                               \
       }                                                                                                \
       for (; j < inner; j++) {                                                                         \
-        uint64_t v = (uint64_t)((int64_t)ir[j] - base);                                                \
+        uint64_t v = ix_off(ir[j], base);                                                              \
         if (v >= D) goto bad;                                                                          \
         Ar[v] = (T)((U)Ar[v] + (U)Sr[j]);                                                              \
       }                                                                                                \
     } else if (scatter) {                                                                              \
       const T *S = (const T *)cs->_data;                                                               \
       for (j = 0; j < inner; j++) {                                                                    \
-        uint64_t v = (uint64_t)((int64_t)ir[j] - base);                                                \
+        uint64_t v = ix_off(ir[j], base);                                                              \
         if (v >= D) goto bad;                                                                          \
         T *d = A + ba + (int64_t)v * sd + j * sj;                                                      \
         *d = (T)((U)*d + (U)S[bs + j * ssj]);                                                          \
@@ -288,7 +290,7 @@ static int gather_checks(const char *name, const dpl_tensor *a, int32_t dim, con
       T *R = (T *)res->_data + o * inner;                                                              \
       const T *Ar = A + ba;                                                                            \
       for (j = 0; j < inner; j++) {                                                                    \
-        uint64_t v = (uint64_t)((int64_t)ir[j] - base);                                                \
+        uint64_t v = ix_off(ir[j], base);                                                              \
         if (v >= D) goto bad;                                                                          \
         R[j] = Ar[(int64_t)v * sd + j * sj];                                                           \
       }                                                                                                \
@@ -302,7 +304,7 @@ static int gather_checks(const char *name, const dpl_tensor *a, int32_t dim, con
   case DPL_INT32: GS_LOOP(int32_t, uint32_t, I); break;                                                \
   default:                                                                                             \
     for (j = 0; j < inner; j++) {                                                                      \
-      uint64_t v = (uint64_t)((int64_t)((const I *)ix->_data)[o * inner + j] - base);                  \
+      uint64_t v = ix_off(((const I *)ix->_data)[o * inner + j], base);                                \
       if (v >= D) goto bad;                                                                            \
       char *pa = (char *)a->_data + (ba + (int64_t)v * sd + j * sj) * es;                              \
       if (scatter) add_into(a->_dtype, pa, (const char *)cs->_data + (bs + j * ssj) * es, 1);          \
@@ -348,8 +350,8 @@ bad:
   /* the bad index: row o's first one from j on */
   for (;; j++) {
     int64_t k = o * inner + j;
-    int64_t v = (ix->_dtype == DPL_INT32 ? ((const int32_t *)ix->_data)[k] : ((const int64_t *)ix->_data)[k]) - base;
-    if ((uint64_t)v >= D) return k;
+    if (ix_off(ix->_dtype == DPL_INT32 ? ((const int32_t *)ix->_data)[k] : ((const int64_t *)ix->_data)[k], base) >= D)
+      return k;
   }
 }
 #undef GS_TYPES
@@ -388,7 +390,7 @@ static int gather_scatter(const char *name, int scatter, dpl_tensor *a, int32_t 
   if (st == DPL_OK && ix->_numel > 0) {
     int64_t k = gs_loop(scatter, a, dim, ix, base, cs, res);
     if (k >= 0) {
-      int64_t v = (idt == DPL_INT32 ? ((const int32_t *)ix->_data)[k] : ((const int64_t *)ix->_data)[k]) - base;
+      int64_t v = (int64_t)ix_off(idt == DPL_INT32 ? ((const int32_t *)ix->_data)[k] : ((const int64_t *)ix->_data)[k], base);
       int64_t bound = a->_shape[dim];
       st = dpl_errorf(DPL_EINVAL, "%s: index %lld is out of range for dim %d of size %lld (expected 0..%lld, 0-based)",
                       name, (long long)v, (int)dim, (long long)bound, (long long)bound - 1);

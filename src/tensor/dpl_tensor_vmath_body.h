@@ -566,7 +566,7 @@ VM_INL vf VM(gelu)(vf x)
   e = FMA(e, s, K(0x1.fffffcp-4f));
   e = FMA(e, s, K(-0.5f));
   e = FMA(e, s, K(1.0f));
-  e = (vf)((vi)e - ((vi)t << 23)); /* e^(-x^2/2) = e^(-s/2) 2^-n */
+  e = (vf)((vu)e - ((vu)t << 23)); /* e^(-x^2/2) = e^(-s/2) 2^-n (unsigned: far lanes wrap, masked below) */
   vf p = FMA(u, FMA(u2, FMA(u, K(0x1.999c0cp-20f), K(0x1.60f550p-7f)), FMA(u, K(0x1.72bc18p-4f), K(0x1.386de6p-2f))), K(0.5f));
   vf q = FMA(u, FMA(u2, FMA(u, K(0x1.bc391ep-6f), K(0x1.cd822cp-3f)), FMA(u, K(0x1.9beb2ep-1f), K(0x1.687914p+0f))), K(1.0f));
   vf g = (vf)((vi)(e * (p / q)) & (u < GELU_FAR)); /* Phi(-|x|), +0 from GELU_FAR on (NaN: +0) */
