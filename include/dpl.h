@@ -523,6 +523,11 @@ int dpl_index_select(const dpl_tensor *a, int32_t dim, const dpl_tensor *idx, dp
 int dpl_index_add_(dpl_tensor *a, int32_t dim, const dpl_tensor *idx, const dpl_tensor *src);
 int dpl_gather(const dpl_tensor *a, int32_t dim, const dpl_tensor *idx, dpl_tensor **out);
 int dpl_scatter_add_(dpl_tensor *a, int32_t dim, const dpl_tensor *idx, const dpl_tensor *src);
+/* gather / scatter_add_ with idx counted from base (0 or 1: Lua's 1-based indices need no shifted
+ * copy). Each index is checked as it is used: an out-of-range one fails the call (scatter_add_: the
+ * additions before it stay, as in PyTorch's kernel), the message naming idx - base (0-based). */
+int dpl_gather_base(const dpl_tensor *a, int32_t dim, const dpl_tensor *idx, int64_t base, dpl_tensor **out);
+int dpl_scatter_add_base(dpl_tensor *a, int32_t dim, const dpl_tensor *idx, const dpl_tensor *src, int64_t base);
 int dpl_cat(int32_t n, dpl_tensor *const *tensors, int32_t dim, dpl_tensor **out);
 int dpl_stack(int32_t n, dpl_tensor *const *tensors, int32_t dim, dpl_tensor **out);
 /* weight [V, D] gathered by idx of any shape: idx.shape + [D]. */

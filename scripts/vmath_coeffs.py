@@ -121,3 +121,61 @@ fit("atan: P(t^2) = (atan t - t) / t^3", ts, lambda t: t * t,
 ts = cheb_points(1e-4, 0.5 + 1e-4, N)
 fit("asin: P(z^2) = (asin z - z) / z^3", ts, lambda t: t * t,
     lambda t: (mp.asin(m(t)) - m(t)) / m(t) ** 3, lambda t: m(t) ** 3 / mp.asin(m(t)), 4, lo=0)
+
+# gelu: e^(-x^2/2) = e^(-s/2) 2^-n with s = x^2 - 2 n ln2 in [-ln2, ln2]: e^(-s/2) = 1 + s Q(s), Q(0) = -1/2
+S = 0.6932 + 2e-3
+ts = cheb_points(-S, S, N)
+fit("gelu: Q(s) = (e^(-s/2) - 1) / s", ts, lambda t: t,
+    lambda t: mp.expm1(-m(t) / 2) / m(t), lambda t: abs(m(t)) / mp.exp(-m(t) / 2), 5, lo=0, fixed={0: -0.5})
+
+
+def fit_rational(name, us, f, p, q, p0, iters=40):
+    """P(u)/Q(u) (degrees p, q; Q(0) = 1, P(0) = p0) minimising the relative error to f on the
+    points us: Loeb's linearised iteration (|P - f Q| / (f Q_prev)) with Lawson's reweighting; the
+    coefficients rounded to float32 one at a time (P's, then Q's, lowest first), the rest refitted"""
+    us = np.asarray(us, dtype=float)
+    fm = np.array([float(f(u)) for u in us])
+    names = [('p', j) for j in range(p + 1)] + [('q', j) for j in range(1, q + 1)]
+
+    def col(n):
+        return us ** n[1] if n[0] == 'p' else -fm * us ** n[1]
+
+    def value(vals):
+        P = sum(vals[('p', j)] * us ** j for j in range(p + 1))
+        Q = 1 + sum(vals[('q', j)] * us ** j for j in range(1, q + 1))
+        return np.max(np.abs(P / Q - fm) / fm)
+
+    def solve(fixed):
+        free = [n for n in names if n not in fixed]
+        rhs = fm - sum(fixed[n] * col(n) for n in fixed)
+        Qprev, w, best = np.ones(len(us)), np.ones(len(us)) / len(us), None
+        for _ in range(iters):
+            A = np.stack([col(n) for n in free], 1) / (fm * Qprev)[:, None]
+            b = rhs / (fm * Qprev)
+            for _ in range(40):
+                sw = np.sqrt(w)
+                c, *_ = np.linalg.lstsq(A * sw[:, None], b * sw, rcond=None)
+                w = w * np.abs(A @ c - b) + 1e-300
+                w /= w.sum()
+            vals = dict(fixed)
+            vals.update(zip(free, c))
+            err = value(vals)
+            if best is None or err < best[0]:
+                best = (err, vals)
+            Qprev = 1 + sum(vals[('q', j)] * us ** j for j in range(1, q + 1))
+        return best[1]
+
+    fixed = {('p', 0): p0}
+    for n in names[1:]:
+        fixed[n] = float(np.float32(solve(fixed)[n]))
+    err = value(fixed)
+    print(f"/* {name}: P/Q of degrees {p}/{q}, relative max error {err:.3g} ({err / 2.0 ** -24:.3f} x 2^-24) */")
+    for n in names:
+        print(f"  {n[0].upper()}{n[1]} = {float.hex(fixed[n])}")
+
+
+# gelu: H(u) = erfcx(u/sqrt(2))/2 = e^(u^2/2) Phi(-u) on [0, 5.59] (u = |x|; GELU_FAR = 5.586), a
+# rational function in u itself
+ts = cheb_points(0, 5.59, N)
+fit_rational("gelu: H(u) = erfcx(u/sqrt(2))/2", ts,
+             lambda u: mp.erfc(m(u) / mp.sqrt(2)) * mp.exp(m(u) ** 2 / 2) / 2, 4, 4, 0.5)

@@ -232,6 +232,58 @@ describe('large inputs (radix sort, selection, threads)', function()
     assert.are.equal(last, mi:item())
   end)
 
+  it('topk of a few among many (the heap with its block filter) equals the first k of a stable sort', function()
+    -- float32 and float64 rows read contiguously (the filter) and strided (element by element), both
+    -- directions, k from 1 up to the row's sixteenth; NaNs (first, last, inside, all), infinities,
+    -- -0.0 beside 0.0, long runs of ties, and the best values at the start, the end and a block's edge
+    local INF, NAN = math.huge, 0 / 0
+    local function check(x, k, label)
+      for _, largest in ipairs({ true, false }) do
+        local sv, si = x:sort(2, largest)
+        local tv, ti = x:topk(k, 2, largest)
+        local want_v, got_v = sv:narrow(2, 1, k):totable(), tv:totable()
+        for r = 1, #want_v do
+          for c = 1, k do
+            local a, b = got_v[r][c], want_v[r][c]
+            assert(a == b or (a ~= a and b ~= b), ('%s k=%d largest=%s: row %d slot %d: %s vs %s'):format(label, k,
+              tostring(largest), r, c, tostring(a), tostring(b)))
+          end
+        end
+        assert.are.same(si:narrow(2, 1, k):totable(), ti:totable(), ('%s k=%d largest=%s: indices'):format(label, k, tostring(largest)))
+      end
+    end
+    dpl.manual_seed(3)
+    local n = 1000
+    for _, dtype in ipairs({ 'float32', 'float64' }) do
+      local rows = {}
+      local function row(f) local t = {} for j = 1, n do t[j] = f(j) end rows[#rows + 1] = t end
+      local rnd = dpl.randn(n):to(dtype):totable()
+      row(function(j) return rnd[j] end)
+      row(function(j) return (j == 1 or j == 500 or j == n) and NAN or rnd[j] end)
+      row(function(j) return j % 97 == 0 and NAN or (j % 89 == 0 and -INF or rnd[j]) end)
+      row(function() return NAN end)
+      row(function(j) return j % 3 == 0 and 0.0 or -0.0 end)
+      row(function(j) return math.floor(rnd[j] * 2) end) -- long runs of ties
+      row(function(j) return j <= 20 and 100 + j or rnd[j] end) -- the best at the start
+      row(function(j) return j > n - 20 and 100 + j or rnd[j] end) -- and at the end
+      row(function(j) return (j == 16 or j == 17 or j == 33 or j == 48) and INF or rnd[j] end)
+      row(function(j) return j end) -- each value better than all before it
+      row(function(j) return -j end)
+      local x = dpl.tensor(rows, { dtype = dtype })
+      for _, k in ipairs({ 1, 2, 10, 62 }) do
+        check(x, k, dtype .. ' contiguous')
+        check(x:t():contiguous():t(), k, dtype .. ' strided')
+      end
+    end
+    -- the 1-d case of the bench: 1M values
+    local big = dpl.randn(1000000)
+    big[777] = 0 / 0
+    local v, i = big:topk(10)
+    assert.is_true(v[1]:item() ~= v[1]:item() and i[1]:item() == 777)
+    local sv, si = big:sort(1, true)
+    assert.are.same(si:narrow(1, 1, 10):totable(), i:totable())
+  end)
+
   it('the same results with one thread as with several, over many rows', function()
     local x = noisy(3000 * 40, 'float32', 50):view(3000, 40)
     local n = dpl.get_num_threads()

@@ -532,8 +532,25 @@ rules.index_add_ = { -- t:index_add_(d, idx, src [, alpha])
 }
 rules.scatter_add_ = {
   nin = 4,
-  save = function(n, out, a, d, idx) n.d, n.idx = d, idx end,
-  bw = function(n, g) return g, nil, nil, needs(n, 4) and g:gather(n.d, n.idx) or nil end,
+  save = function(n, out, a, d, idx, src)
+    n.d, n.idx = d, idx
+    -- src may be larger than the index (its other elements are not read): their gradient is 0
+    if is_tensor(src) and is_tensor(idx) then
+      local ss, is = size_of(src), size_of(idx)
+      for i = 1, #ss do if ss[i] ~= is[i] then n.sshape, n.slike = ss, like(src) break end end
+    end
+  end,
+  bw = function(n, g)
+    local gs = needs(n, 4) and g:gather(n.d, n.idx) or nil
+    if gs and n.sshape then
+      local z = T.zeros(n.sshape, n.slike)
+      local v = z
+      for i = 1, gs:dim() do v = v:narrow(i, 1, gs:size(i)) end
+      v:copy_(gs)
+      gs = z
+    end
+    return g, nil, nil, gs
+  end,
 }
 rules.masked_fill_ = {
   nin = 1,

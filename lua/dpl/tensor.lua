@@ -1096,23 +1096,31 @@ function methods.addmm(c, a, b, opts) return M.addmm(c, a, b, opts) end
 M.matmul, M.mm, M.bmm = methods.matmul, methods.mm, methods.bmm
 
 ---------------------------------------------------------------- indexing
-local function index0(idx, name, len)
+-- an index argument as an integer tensor, its values as the user wrote them (1-based); a table or
+-- a number becomes an int64 tensor. lvl: the error level of the user's call.
+local function index_arg(idx, name, lvl)
   if type(idx) == 'table' then
     -- inferred: int64 when every entry is an integer (a fraction is an error, not truncated)
     local t = M.tensor(idx)
     if t._dtype <= 3 then
-      if t._numel > 0 then error(fmt('%s: index must hold integers (1-based), got a non-integer value in the table', name), 3) end
+      if t._numel > 0 then error(fmt('%s: index must hold integers (1-based), got a non-integer value in the table', name), lvl) end
       t = M.tensor(idx, { dtype = 'int64' })
     end
     idx = t
   elseif type(idx) == 'number' then
-    if idx % 1 ~= 0 then error(fmt('%s: index must be an integer (1-based), got %s', name, tostring(idx)), 3) end
+    if idx % 1 ~= 0 then error(fmt('%s: index must be an integer (1-based), got %s', name, tostring(idx)), lvl) end
     idx = M.tensor({ idx }, { dtype = 'int64' })
   end
-  if not is_tensor(idx) then error(fmt('%s: index must be a tensor or a table of integers', name), 3) end
+  if not is_tensor(idx) then error(fmt('%s: index must be a tensor or a table of integers', name), lvl) end
   if idx._dtype <= 3 or idx._dtype == 7 then
-    error(fmt('%s: expected an integer index tensor (1-based), got %s', name, dtype_names[idx._dtype]), 3)
+    error(fmt('%s: expected an integer index tensor (1-based), got %s', name, dtype_names[idx._dtype]), lvl)
   end
+  return idx
+end
+
+-- the index as a 0-based int64 tensor for C (negative values, with len, count from the end)
+local function index0(idx, name, len)
+  idx = index_arg(idx, name, 4)
   if len and idx._numel > 0 then
     -- negative indices count from the end. In GPU memory, always through where: reading
     -- the minimum back would make the host wait for the GPU at every call
@@ -1153,19 +1161,17 @@ function methods.index_add_(t, d, idx, src, alpha)
   C.dpl_tensor_free_data(i0)
   return t
 end
+-- gather and scatter_add_ hand C the 1-based index as it is (C subtracts the base as it reads)
 function methods.gather(t, d, idx)
   local cd = cdim(t, d, 'gather')
-  local i0 = index0(idx, 'gather')
-  local st = C.dpl_gather(t, cd, i0, out1)
+  local st = C.dpl_gather_base(t, cd, index_arg(idx, 'gather', 3), 1, out1)
   if st ~= 0 then fix_msg(2, st) end
-  return done_tmp(i0)
+  return wrap(out1)
 end
 function methods.scatter_add_(t, d, idx, src)
   local cd = cdim(t, d, 'scatter_add_')
-  local i0 = index0(idx, 'scatter_add_')
-  local st = C.dpl_scatter_add_(t, cd, i0, src)
+  local st = C.dpl_scatter_add_base(t, cd, index_arg(idx, 'scatter_add_', 3), src, 1)
   if st ~= 0 then fix_msg(2, st) end
-  C.dpl_tensor_free_data(i0)
   return t
 end
 function methods.scatter_add(t, d, idx, src) return methods.scatter_add_(methods.clone(t), d, idx, src) end

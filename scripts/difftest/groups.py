@@ -1148,11 +1148,46 @@ def idx_fill_diagonal(rng, op):
                 inplace=True, grad=[0] if grad else None, grad_clone=True)
 
 
+def idx_gather_scatter_add(rng, op):
+    """gather / scatter_add(_): dplhost reads the 1-based index in place and checks each entry as it goes"""
+    dt, kind, grad = grad_dtype(rng)
+    inplace = op.endswith('_')
+    x = rng.tensor(dt, kind=kind, expand=not inplace or rng.chance(0.1), maxsize=5, minnd=1)
+    sh = shape_of(x)
+    nd = len(sh)
+    td = rng.tdim(nd, 0.03)
+    tdim = td if dim_ok(nd, td) and td >= 0 else (td + nd if dim_ok(nd, td) else 0)
+    n = sh[tdim]
+    ish = [rng.randint(0, s) for s in sh]
+    ish[tdim] = rng.randint(0, n + 2)
+    idx = rng.index(ish, 0, n if n else 1)
+    if rng.chance(0.05):
+        idx.vals = [v + rng.choice([n, -n - 1]) for v in idx.vals]  # out of range (size + 1, or 0 and below)
+    ins = [x, idx]
+    if op == 'gather':
+        call, py = 'a:gather(%d, b)' % ldim(td), 'a.gather(%d, b)' % td
+        gl = [0] if grad else None
+    else:
+        ssh = [s + rng.choice([0, 0, 1]) for s in ish]
+        ins.append(rng.tensor(dt, shape=ssh, kind=kind))
+        call, py = 'a:%s(%d, b, c)' % (op, ldim(td)), 'a.%s(%d, b, c)' % (op, td)
+        gl = [0, 2] if grad else None
+    return Case('index', op, ins, call, py, inplace=inplace, grad=gl, grad_clone=inplace, grad_doc=grad_doc_scatter_add,
+                doc=lambda c, t, r: doc_expanded_inplace(c, t, r) or doc_empty_index(c, t, r) or
+                doc_empty_self(c, t, r))
+
+
+def grad_doc_scatter_add(case):
+    if len(case.inputs) > 2 and case.inputs[2].out_shape() != case.inputs[1].out_shape():
+        return "scatter_add's gradient with src larger than index (torch 1.13 fails)"
+
+
 INDEX_OPS = {'scatter': idx_scatter, 'scatter_': idx_scatter, 'index_fill': idx_index_fill,
              'index_fill_': idx_index_fill, 'index_copy': idx_index_copy, 'index_copy_': idx_index_copy,
              'index_put': idx_index_put, 'index_put_': idx_index_put, 'masked_scatter': idx_masked_scatter,
              'masked_scatter_': idx_masked_scatter, 'put': idx_put, 'put_': idx_put,
-             'fill_diagonal_': idx_fill_diagonal}
+             'fill_diagonal_': idx_fill_diagonal, 'gather': idx_gather_scatter_add,
+             'scatter_add': idx_gather_scatter_add, 'scatter_add_': idx_gather_scatter_add}
 GEN['index'] = g_index
 
 

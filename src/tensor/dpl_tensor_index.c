@@ -1,7 +1,9 @@
 /* dpl_tensor_index.c: indexing kernels: index_select, index_add_, gather,
  * scatter_add_, cat, stack, embedding and its gradient, masked_select and
- * nonzero. Index tensors are integers, 0-based, range-checked before any
- * write (a bad index is an error naming the op, the value and the bound).
+ * nonzero. Index tensors are integers, 0-based (gather and scatter_add_ also
+ * from a base of 1, Lua's, read in place), range-checked (a bad index is an
+ * error naming the op, the value and the bound): before any write, except in
+ * scatter_add_, which checks each index as it adds (as PyTorch's kernel).
  * Device tensors go to the backend after the shape checks that need no data. */
 #include "dpl_tensor_internal.h"
 #include <stdio.h>
@@ -248,84 +250,152 @@ static int gather_checks(const char *name, const dpl_tensor *a, int32_t dim, con
   return DPL_OK;
 }
 
-/* The element loop of gather (res[k] = a[.., ix[k], ..]) and scatter_add (a[.., ix[k], ..] +=
- * cs[..]): the outer positions walk idx's leading dims; along its last dim one typed loop runs
- * with fixed strides (a's offset: base + ix[j] * stride[dim] + j * stride[last] unless dim is the
- * last). Duplicate indices accumulate in order; a may have any strides. */
-#define GS_LOOP(T, U)                                                                                 \
-  do {                                                                                                \
-    T *A = (T *)a->_data;                                                                             \
-    if (scatter && sd == 1 && sj == 0 && ssj == 1) { /* along contiguous rows: the common case */     \
-      T *Ar = A + ba;                                                                                 \
-      const T *Sr = (const T *)cs->_data + bs;                                                        \
-      for (int64_t j = 0; j < inner; j++) Ar[ipr[j]] = (T)((U)Ar[ipr[j]] + (U)Sr[j]);                 \
-    } else if (scatter) {                                                                             \
-      const T *S = (const T *)cs->_data;                                                              \
-      for (int64_t j = 0; j < inner; j++) {                                                           \
-        T *d = A + ba + ipr[j] * sd + j * sj;                                                         \
-        *d = (T)((U)*d + (U)S[bs + j * ssj]);                                                         \
-      }                                                                                               \
-    } else if (sd == 1 && sj == 0) {                                                                  \
-      T *R = (T *)res->_data + o * inner;                                                             \
-      const T *Ar = A + ba;                                                                           \
-      for (int64_t j = 0; j < inner; j++) R[j] = Ar[ipr[j]];                                          \
-    } else {                                                                                          \
-      T *R = (T *)res->_data + o * inner;                                                             \
-      for (int64_t j = 0; j < inner; j++) R[j] = A[ba + ipr[j] * sd + j * sj];                        \
-    }                                                                                                 \
+/* The element loops of gather (res[k] = a[.., ix[k] - base, ..]) and scatter_add (a[.., ix[k] -
+ * base, ..] += cs[..]): the outer positions walk idx's leading dims; along its last dim one typed
+ * loop runs with fixed strides (a's offset: ba + v * stride[dim] + j * stride[last] unless dim is
+ * the last), idx read as it is (int64 or int32, contiguous). Each index is checked as it is used
+ * (one compare: (uint64)(ix - base) < D); the loop stops at the first bad one and returns its
+ * position (-1: none), so scatter_add's additions before it stay, as in PyTorch's kernel.
+ * Duplicate indices accumulate in order; a may have any strides. */
+/* an index read from base as an offset: (unsigned) so that one compare with the dim's size checks both ends */
+static inline uint64_t ix_off(int64_t x, int64_t base) { return (uint64_t)x - (uint64_t)base; }
+#define GS_LOOP(T, U, I)                                                                               \
+  do {                                                                                                 \
+    T *A = (T *)a->_data;                                                                              \
+    const I *ir = (const I *)ix->_data + o * inner;                                                    \
+    if (scatter && sd == 1 && sj == 0 && ssj == 1) { /* along contiguous rows: the common case */      \
+      T *Ar = A + ba;                                                                                  \
+      const T *Sr = (const T *)cs->_data + bs;                                                         \
+      for (j = 0; j + 2 <= inner; j += 2) {                                                            \
+        uint64_t v0 = ix_off(ir[j], base), v1 = ix_off(ir[j + 1], base);                               \
+        if ((v0 >= D) | (v1 >= D)) break;                                                              \
+        T s0 = Sr[j], s1 = Sr[j + 1];                                                                  \
+        Ar[v0] = (T)((U)Ar[v0] + (U)s0);                                                               \
+        Ar[v1] = (T)((U)Ar[v1] + (U)s1);                                                               \
+      }                                                                                                \
+      for (; j < inner; j++) {                                                                         \
+        uint64_t v = ix_off(ir[j], base);                                                              \
+        if (v >= D) goto bad;                                                                          \
+        Ar[v] = (T)((U)Ar[v] + (U)Sr[j]);                                                              \
+      }                                                                                                \
+    } else if (scatter) {                                                                              \
+      const T *S = (const T *)cs->_data;                                                               \
+      for (j = 0; j < inner; j++) {                                                                    \
+        uint64_t v = ix_off(ir[j], base);                                                              \
+        if (v >= D) goto bad;                                                                          \
+        T *d = A + ba + (int64_t)v * sd + j * sj;                                                      \
+        *d = (T)((U)*d + (U)S[bs + j * ssj]);                                                          \
+      }                                                                                                \
+    } else {                                                                                           \
+      T *R = (T *)res->_data + o * inner;                                                              \
+      const T *Ar = A + ba;                                                                            \
+      for (j = 0; j < inner; j++) {                                                                    \
+        uint64_t v = ix_off(ir[j], base);                                                              \
+        if (v >= D) goto bad;                                                                          \
+        R[j] = Ar[(int64_t)v * sd + j * sj];                                                           \
+      }                                                                                                \
+    }                                                                                                  \
   } while (0)
-static void gs_loop(int scatter, dpl_tensor *a, int32_t dim, const dpl_tensor *ix, const dpl_tensor *cs, dpl_tensor *res)
+#define GS_TYPES(I)                                                                                    \
+  switch (a->_dtype) {                                                                                 \
+  case DPL_FLOAT32: GS_LOOP(float, float, I); break;                                                   \
+  case DPL_FLOAT64: GS_LOOP(double, double, I); break;                                                 \
+  case DPL_INT64: GS_LOOP(int64_t, uint64_t, I); break;                                                \
+  case DPL_INT32: GS_LOOP(int32_t, uint32_t, I); break;                                                \
+  default:                                                                                             \
+    for (j = 0; j < inner; j++) {                                                                      \
+      uint64_t v = ix_off(((const I *)ix->_data)[o * inner + j], base);                                \
+      if (v >= D) goto bad;                                                                            \
+      char *pa = (char *)a->_data + (ba + (int64_t)v * sd + j * sj) * es;                              \
+      if (scatter) add_into(a->_dtype, pa, (const char *)cs->_data + (bs + j * ssj) * es, 1);          \
+      else memcpy((char *)res->_data + (o * inner + j) * es, pa, (size_t)es);                          \
+    }                                                                                                  \
+    break;                                                                                             \
+  }
+enum { GS_PF = 2 };
+static int64_t gs_loop(int scatter, dpl_tensor *a, int32_t dim, const dpl_tensor *ix, int64_t base,
+                       const dpl_tensor *cs, dpl_tensor *res)
 {
   int nd = a->_ndim, last = nd - 1;
   int64_t es = dpl_elsize(a->_dtype);
   int64_t inner = ix->_shape[last], outer = ix->_numel / inner;
   int64_t sd = a->_stride[dim], sj = dim == last ? 0 : a->_stride[last], ssj = scatter ? cs->_stride[last] : 0;
-  int64_t pos[DPL_MAX_DIMS] = {0};
-  const int64_t *ip = ix->_data;
-  for (int64_t o = 0; o < outer; o++) {
+  uint64_t D = (uint64_t)a->_shape[dim];
+  int64_t pos[DPL_MAX_DIMS] = {0}, ppf[DPL_MAX_DIMS] = {0};
+  int64_t o = 0, j = 0;
+  /* scatter along contiguous rows: self's row GS_PF rows ahead is prefetched for writing (its
+   * elements are read and written in random order, which the hardware prefetchers do not
+   * follow; a freshly allocated self is often out of cache) */
+  int pf = scatter && sd == 1 && sj == 0 && a->_shape[dim] * es >= 1024;
+  for (int k = 0; pf && k < GS_PF && k < outer; k++)
+    for (int d = last - 1; d >= 0; d--) { if (++ppf[d] < ix->_shape[d]) break; ppf[d] = 0; }
+  for (; o < outer; o++) {
     int64_t ba = 0, bs = 0;
     for (int d = 0; d < last; d++) {
       if (d != dim) ba += pos[d] * a->_stride[d];
       if (scatter) bs += pos[d] * cs->_stride[d];
     }
-    const int64_t *ipr = ip + o * inner;
-    switch (a->_dtype) {
-    case DPL_FLOAT32: GS_LOOP(float, float); break;
-    case DPL_FLOAT64: GS_LOOP(double, double); break;
-    case DPL_INT64: GS_LOOP(int64_t, uint64_t); break;
-    case DPL_INT32: GS_LOOP(int32_t, uint32_t); break;
-    default:
-      for (int64_t j = 0; j < inner; j++) {
-        char *pa = (char *)a->_data + (ba + ipr[j] * sd + j * sj) * es;
-        if (scatter) add_into(a->_dtype, pa, (const char *)cs->_data + (bs + j * ssj) * es, 1);
-        else memcpy((char *)res->_data + (o * inner + j) * es, pa, (size_t)es);
-      }
-      break;
+    if (pf && o + GS_PF < outer) {
+      int64_t bp = 0;
+      for (int d = 0; d < last; d++) if (d != dim) bp += ppf[d] * a->_stride[d];
+      const char *row = (const char *)a->_data + bp * es;
+      for (int64_t q = 0; q < a->_shape[dim] * es; q += 64) __builtin_prefetch(row + q, 1, 3);
+      for (int d = last - 1; d >= 0; d--) { if (++ppf[d] < ix->_shape[d]) break; ppf[d] = 0; }
     }
+    if (ix->_dtype == DPL_INT32) GS_TYPES(int32_t) else GS_TYPES(int64_t)
     for (int d = last - 1; d >= 0; d--) { if (++pos[d] < ix->_shape[d]) break; pos[d] = 0; }
   }
+  return -1;
+bad:
+  /* the bad index: row o's first one from j on */
+  for (;; j++) {
+    int64_t k = o * inner + j;
+    if (ix_off(ix->_dtype == DPL_INT32 ? ((const int32_t *)ix->_data)[k] : ((const int64_t *)ix->_data)[k], base) >= D)
+      return k;
+  }
 }
+#undef GS_TYPES
 #undef GS_LOOP
 
+/* gather (out) / scatter_add (src) with indices counted from base; device tensors go to the
+ * backend with 0-based indices (idx - base made there when base is not 0) */
 static int gather_scatter(const char *name, int scatter, dpl_tensor *a, int32_t dim, const dpl_tensor *idx,
-                          const dpl_tensor *src, dpl_tensor **out)
+                          const dpl_tensor *src, int64_t base, dpl_tensor **out)
 {
   DPL_TRY(gather_checks(name, a, dim, idx, src));
+  if (base != 0 && base != 1) return dpl_errorf(DPL_EINVAL, "%s: index base must be 0 or 1, got %lld", name, (long long)base);
   if (dpl_is_devmem(a)) {
-    dpl_bk_args k = {.op = scatter ? DPL_BK_SCATTER_ADD : DPL_BK_GATHER, .in = {idx, src}, .i = {dim},
+    dpl_tensor *i0 = NULL;
+    if (base != 0) DPL_TRY(dpl_binary_scalar(DPL_OP_SUB, idx, (double)base, 0, &i0));
+    dpl_bk_args k = {.op = scatter ? DPL_BK_SCATTER_ADD : DPL_BK_GATHER, .in = {i0 ? i0 : idx, src}, .i = {dim},
                      .name = name};
     if (scatter) k.inout = a;
     else { k.inout = a; k.out[0] = out; }
-    return dpl_bk_call(&k);
+    int st = dpl_bk_call(&k);
+    dpl_tensor_release(i0);
+    return st;
   }
   DPL_TRY(dpl_check_tensor(name, "self", a)); /* host memory from here on */
   if (src) DPL_TRY(dpl_check_tensor(name, "src", src));
+  DPL_TRY(dpl_check_tensor(name, "index", idx));
+  if (dpl_is_float(idx->_dtype) || idx->_dtype == DPL_BOOL)
+    return dpl_errorf(DPL_EINVAL, "%s: expected an integer index tensor (int64 or int32), got %s", name,
+                      dpl_dtype_name(idx->_dtype));
   dpl_tensor *ix = NULL, *cs = NULL, *res = NULL;
-  DPL_TRY(index_tensor(name, "index", idx, &ix));
-  int st = check_range(name, ix->_data, ix->_numel, a->_shape[dim], dim);
-  if (st == DPL_OK && scatter) st = dpl_contig_as(name, src, a->_dtype, &cs); /* contiguous: walk with idx's positions */
+  int32_t idt = idx->_dtype == DPL_INT32 ? DPL_INT32 : DPL_INT64; /* (as it is when contiguous: no copy) */
+  DPL_TRY(dpl_contig_as(name, idx, idt, &ix));
+  int st = DPL_OK;
+  if (scatter) st = dpl_contig_as(name, src, a->_dtype, &cs); /* contiguous: walk with idx's positions */
   if (st == DPL_OK && !scatter) st = dpl_new(name, a->_dtype, idx->_ndim, idx->_shape, a, &res);
-  if (st == DPL_OK && ix->_numel > 0) gs_loop(scatter, a, dim, ix, cs, res);
+  if (st == DPL_OK && ix->_numel > 0) {
+    int64_t k = gs_loop(scatter, a, dim, ix, base, cs, res);
+    if (k >= 0) {
+      int64_t v = (int64_t)ix_off(idt == DPL_INT32 ? ((const int32_t *)ix->_data)[k] : ((const int64_t *)ix->_data)[k], base);
+      int64_t bound = a->_shape[dim];
+      st = dpl_errorf(DPL_EINVAL, "%s: index %lld is out of range for dim %d of size %lld (expected 0..%lld, 0-based)",
+                      name, (long long)v, (int)dim, (long long)bound, (long long)bound - 1);
+    }
+  }
   dpl_tensor_release(ix);
   dpl_tensor_release(cs);
   if (st != DPL_OK) { dpl_tensor_release(res); return st; }
@@ -333,23 +403,32 @@ static int gather_scatter(const char *name, int scatter, dpl_tensor *a, int32_t 
   return DPL_OK;
 }
 
-int dpl_gather(const dpl_tensor *a, int32_t dim, const dpl_tensor *idx, dpl_tensor **out)
+int dpl_gather_base(const dpl_tensor *a, int32_t dim, const dpl_tensor *idx, int64_t base, dpl_tensor **out)
 {
   if (!out) return dpl_errorf(DPL_EINVAL, "gather: out is NULL");
   *out = NULL;
-  return gather_scatter("gather", 0, (dpl_tensor *)a, dim, idx, NULL, out);
+  return gather_scatter("gather", 0, (dpl_tensor *)a, dim, idx, NULL, base, out);
+}
+int dpl_gather(const dpl_tensor *a, int32_t dim, const dpl_tensor *idx, dpl_tensor **out)
+{
+  return dpl_gather_base(a, dim, idx, 0, out);
 }
 
-int dpl_scatter_add_(dpl_tensor *a, int32_t dim, const dpl_tensor *idx, const dpl_tensor *src)
+int dpl_scatter_add_base(dpl_tensor *a, int32_t dim, const dpl_tensor *idx, const dpl_tensor *src, int64_t base)
 {
   if (!src) return dpl_errorf(DPL_EINVAL, "scatter_add_: src is NULL (expected a tensor)");
   DPL_TRY(dpl_check_handle("scatter_add_", "self", a));
   DPL_TRY(dpl_check_handle("scatter_add_", "src", src));
+  DPL_TRY(dpl_check_writable("scatter_add_", "", a)); /* (an expanded self: several elements, one location) */
   dpl_tensor *tmp;
   DPL_TRY(src_apart("scatter_add_", a, &src, &tmp));
-  int st = gather_scatter("scatter_add_", 1, a, dim, idx, src, NULL);
+  int st = gather_scatter("scatter_add_", 1, a, dim, idx, src, base, NULL);
   dpl_tensor_release(tmp);
   return st;
+}
+int dpl_scatter_add_(dpl_tensor *a, int32_t dim, const dpl_tensor *idx, const dpl_tensor *src)
+{
+  return dpl_scatter_add_base(a, dim, idx, src, 0);
 }
 
 int dpl_cat(int32_t n, dpl_tensor *const *ts, int32_t dim, dpl_tensor **out)

@@ -1,5 +1,6 @@
 /* dpl_tensor_sort.c: sorting and selection along a dim: sort / argsort (a stable LSD
- * radix sort on order-preserving 64-bit keys, insertion sort for short rows), topk,
+ * radix sort on order-preserving 64-bit keys, insertion sort for short rows), topk (a
+ * heap for a few of many, fed through a vector block filter on contiguous float rows),
  * kthvalue and median (quickselect on the total order (value, position), a merge sort
  * when it degenerates), mode, and the whole-tensor median. The order is PyTorch's:
  * NaN above +inf (last ascending, first descending), -0.0 equal to 0.0; equal values
@@ -180,39 +181,88 @@ static void select_rank(sort_item *a, sort_item *tmp, int64_t n, int64_t r)
   lex_insertion(a + lo, hi - lo + 1);
 }
 
+/* one element offered to a full or filling heap of the k first items in (key, position) order
+ * (the largest on top); *m: items in it so far */
+static inline void heap_offer(sort_item *h, int64_t k, int64_t *m, sort_item x)
+{
+  int64_t c;
+  if (*m < k) { /* push: sift up */
+    c = (*m)++;
+    while (c > 0) {
+      int64_t up = (c - 1) / 2;
+      if (!lex_lt(&h[up], &x)) break;
+      h[c] = h[up];
+      c = up;
+    }
+    h[c] = x;
+    return;
+  }
+  if (!lex_lt(&x, &h[0])) return; /* not among the k first (a later position never wins a tie) */
+  c = 0; /* replace the top: sift down */
+  for (;;) {
+    int64_t l = 2 * c + 1, big = c;
+    const sort_item *bv = &x;
+    if (l < k && lex_lt(bv, &h[l])) { big = l; bv = &h[l]; }
+    if (l + 1 < k && lex_lt(bv, &h[l + 1])) { big = l + 1; bv = &h[l + 1]; }
+    if (big == c) break;
+    h[c] = h[big];
+    c = big;
+  }
+  h[c] = x;
+}
+
+/* Contiguous float rows: once the heap is full, blocks of 16 values are compared with the value
+ * on its top (the k-th best so far) and only a block holding one that would enter is offered
+ * element by element; the others cannot enter (an equal value loses: its position is later).
+ * In PyTorch's order NaN is above every number: largest, a NaN enters past any number and
+ * nothing passes a NaN top; smallest, no NaN enters past a number and any number passes a NaN
+ * top. -0.0 and 0.0 compare equal, as their keys. The vector compares are GCC's generic ones
+ * (SSE2 on x86-64): the row is read at memory speed. Returns the position reached. */
+#define TOPK_FILTER(T, VT, LANES)                                                                      \
+  static int64_t filter_##T(const T *p, int64_t n, int32_t dt, int desc, int64_t k, sort_item *h,        \
+                            int64_t *m)                                                                 \
+  {                                                                                                     \
+    typedef T vt __attribute__((vector_size(16)));                                                      \
+    typedef VT vm __attribute__((vector_size(16)));                                                     \
+    int64_t j = 0;                                                                                      \
+    for (; j < n && *m < k; j++) heap_offer(h, k, m, (sort_item){elem_key((const char *)(p + j), dt, desc), j}); \
+    while (j + 4 * LANES <= n) {                                                                        \
+      T top = p[h[0].i];                                                                                \
+      if (desc && top != top) return n; /* a NaN on top: nothing later enters */                        \
+      vt t = (vt){} + top, v0, v1, v2, v3;                                                              \
+      int64_t e = n - (n - j) % (4 * LANES);                                                            \
+      for (; j < e; j += 4 * LANES) {                                                                   \
+        memcpy(&v0, p + j, 16);                                                                         \
+        memcpy(&v1, p + j + LANES, 16);                                                                 \
+        memcpy(&v2, p + j + 2 * LANES, 16);                                                             \
+        memcpy(&v3, p + j + 3 * LANES, 16);                                                             \
+        vm any;                                                                                         \
+        if (desc) any = (v0 > t) | (v0 != v0) | (v1 > t) | (v1 != v1) | (v2 > t) | (v2 != v2) | (v3 > t) | (v3 != v3); \
+        else if (top == top) any = (v0 < t) | (v1 < t) | (v2 < t) | (v3 < t);                          \
+        else any = (v0 == v0) | (v1 == v1) | (v2 == v2) | (v3 == v3);                                   \
+        uint64_t w[2];                                                                                  \
+        memcpy(w, &any, 16);                                                                            \
+        if (w[0] | w[1]) break;                                                                         \
+      }                                                                                                 \
+      if (j >= e) break;                                                                                \
+      for (int64_t q = j + 4 * LANES; j < q; j++)                                                       \
+        heap_offer(h, k, m, (sort_item){elem_key((const char *)(p + j), dt, desc), j});                 \
+    }                                                                                                   \
+    return j;                                                                                           \
+  }
+TOPK_FILTER(float, int32_t, 4)
+TOPK_FILTER(double, int64_t, 2)
+#undef TOPK_FILTER
+
 /* The k first items of row p in (key, position) order, with a heap of k items (the
  * largest on top): for k much smaller than the row, one pass that keeps nothing else.
  * h: scratch of k items; the result is left sorted in h[0..k). */
 static void heap_topk(const char *p, int64_t rs, int64_t n, int32_t dt, int desc, int64_t k, sort_item *h, sort_item *tmp)
 {
-  int64_t m = 0;
-  for (int64_t j = 0; j < n; j++) {
-    sort_item x = {elem_key(p + j * rs, dt, desc), j};
-    int64_t c;
-    if (m < k) { /* push: sift up */
-      c = m++;
-      while (c > 0) {
-        int64_t up = (c - 1) / 2;
-        if (!lex_lt(&h[up], &x)) break;
-        h[c] = h[up];
-        c = up;
-      }
-      h[c] = x;
-      continue;
-    }
-    if (!lex_lt(&x, &h[0])) continue; /* not among the k first (a later position never wins a tie) */
-    c = 0; /* replace the top: sift down */
-    for (;;) {
-      int64_t l = 2 * c + 1, big = c;
-      const sort_item *bv = &x;
-      if (l < k && lex_lt(bv, &h[l])) { big = l; bv = &h[l]; }
-      if (l + 1 < k && lex_lt(bv, &h[l + 1])) { big = l + 1; bv = &h[l + 1]; }
-      if (big == c) break;
-      h[c] = h[big];
-      c = big;
-    }
-    h[c] = x;
-  }
+  int64_t m = 0, j = 0;
+  if (dt == DPL_FLOAT32 && rs == 4) j = filter_float((const float *)p, n, dt, desc, k, h, &m);
+  else if (dt == DPL_FLOAT64 && rs == 8) j = filter_double((const double *)p, n, dt, desc, k, h, &m);
+  for (; j < n; j++) heap_offer(h, k, &m, (sort_item){elem_key(p + j * rs, dt, desc), j});
   lex_sort(h, tmp, m);
 }
 
