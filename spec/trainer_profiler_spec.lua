@@ -165,6 +165,28 @@ dpl.Trainer{ max_epochs = 1, profiler = 'simple', logger = false, enable_checkpo
     os.execute('rm -rf ' .. dir)
   end)
 
+  it('an error inside a training batch stops run_training_batch: the profiler runs again', function()
+    local Bad = Tiny:extend('BadStep')
+    function Bad:training_step(b, i)
+      if self.boom and i == 2 then error('boom in step') end
+      return Tiny.training_step(self, b, i)
+    end
+    local p = profilers.SimpleProfiler()
+    local m = Bad()
+    m.boom = true
+    local e = err_of(function() trainer({ profiler = p, max_epochs = 1 }):fit(m, loader()) end)
+    assert.is_nil(next(p.current_actions))
+    -- one traceback, from where the error was raised (not from the profiler's wrappers)
+    local _, n = e:gsub('stack traceback:', '')
+    assert.are.equal(1, n, e)
+    local first = e:match('stack traceback:\n([^\n]*\n[^\n]*)')
+    assert.truthy(first:find('trainer_profiler_spec.lua', 1, true), e)
+    local rows_before = p.recorded_durations['run_training_batch'].n
+    m.boom = false
+    trainer({ profiler = p, max_epochs = 1 }):fit(m, loader()) -- the same profiler again
+    assert.are.equal(rows_before + 3, p.recorded_durations['run_training_batch'].n)
+  end)
+
   it('the default is a PassThroughProfiler; refused values name what is accepted', function()
     local t = trainer({})
     assert.is_true(require('dpl.class').is_instance(t.profiler, profilers.PassThroughProfiler))

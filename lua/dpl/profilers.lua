@@ -37,11 +37,27 @@ function Profiler:start(action) errors.NotImplementedError:raise(self.__name .. 
 function Profiler:stop(action) errors.NotImplementedError:raise(self.__name .. ':stop is not implemented', 2) end
 function Profiler:summary() return '' end
 
+-- The traceback of a string error where it was raised: the timing wrappers catch errors to stop
+-- their action and raise them again, which would leave only their own frames in the traceback
+-- the Trainer adds. M.on_error (xpcall's handler in the wrappers) keeps the first one seen for
+-- that message; M.traceback(e) returns it (else a traceback from the caller).
+local pending_err, pending_tb
+function M.on_error(e)
+  if type(e) == 'string' and e ~= pending_err then pending_err, pending_tb = e, debug.traceback(e, 2) end
+  return e
+end
+function M.traceback(e, level)
+  if type(e) ~= 'string' then return e end
+  local tb = e == pending_err and pending_tb or debug.traceback(e, (level or 1) + 1)
+  pending_err, pending_tb = nil, nil
+  return tb
+end
+
 --- profiler:profile(action, fn, ...): fn(...) timed as action (stopped on an error too);
 --- returns fn's results.
 function Profiler:profile(action, fn, ...)
   self:start(action)
-  local r = { pcall(fn, ...) }
+  local r = { xpcall(fn, M.on_error, ...) }
   self:stop(action)
   if not r[1] then error(r[2], 0) end
   return unpack(r, 2, table.maxn(r))
