@@ -204,6 +204,13 @@ dpl.Trainer{ max_epochs = 1, profiler = 'simple', logger = false, enable_checkpo
     assert.truthy(tostring(e):find('subclasses of `Profiler`', 1, true), tostring(e))
     e = err_of(profilers.SimpleProfiler, { extended = 'yes' })
     assert.truthy(tostring(e):find('extended must be a boolean', 1, true), tostring(e))
+    -- a misspelt key (the report would be printed instead of written), and a class for an instance
+    e = err_of(profilers.SimpleProfiler, { file_name = 'perf' })
+    assert.truthy(tostring(e):find("SimpleProfiler: unknown option 'file_name' (did you mean 'filename'?)", 1, true), tostring(e))
+    e = err_of(trainer, { profiler = profilers.SimpleProfiler })
+    assert.is_true(errors.is(e, errors.MisconfigurationException), tostring(e))
+    assert.truthy(tostring(e):find('got the class SimpleProfiler, not a profiler; pass an instance: SimpleProfiler()', 1, true),
+      tostring(e))
   end)
 
   it('SimpleProfiler: starting a running action or stopping an idle one is a ValueError', function()

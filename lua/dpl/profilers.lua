@@ -111,8 +111,10 @@ M.SimpleProfiler = SimpleProfiler
 
 --- SimpleProfiler{dirpath=, filename=, extended=true}: mean and total time per action; extended
 --- adds the number of calls and each action's share of the time since the profiler was made.
+local SIMPLE_KEYS = require('dpl.options').keys('dirpath', 'filename', 'extended')
 function SimpleProfiler:__init(opts)
   Profiler.__init(self, opts)
+  require('dpl.options').check(opts, SIMPLE_KEYS, 'SimpleProfiler') -- (a misspelt filename= would print instead)
   opts = opts or {}
   if opts.extended ~= nil and type(opts.extended) ~= 'boolean' then
     errors.ValueError:raise(fmt('SimpleProfiler: extended must be a boolean, got %s', type(opts.extended)), 3)
@@ -244,6 +246,13 @@ function M.from_arg(p)
       .. "it can only be one of ['simple', 'advanced', 'pytorch', 'xla']; got %q", p), 0)
   end
   if class.is_instance(p, Profiler) then return p end
+  local c = type(p) == 'table' and p or nil -- a Profiler class (not an instance)?
+  while c ~= nil and c ~= Profiler do c = rawget(c, 'super') end
+  if c ~= nil then
+    errors.MisconfigurationException:raise(fmt('Trainer(profiler=...): got the class %s, not a profiler; pass an '
+      .. 'instance: %s() or %s{dirpath=, filename=}', tostring(rawget(p, '__name')), tostring(rawget(p, '__name')),
+      tostring(rawget(p, '__name'))), 0)
+  end
   errors.MisconfigurationException:raise(fmt('Only None, str and subclasses of `Profiler` are valid values for '
     .. '`Trainer(profiler=...)`; got %s', type(p) == 'table' and (getmetatable(p) and getmetatable(p).__name or 'a table')
       or type(p)), 0)
