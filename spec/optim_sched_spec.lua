@@ -280,6 +280,10 @@ describe("PyTorch's positional forms of optimizers and schedulers", function()
     ok, e = pcall(S.StepLR, optim.SGD(p1(), 0.1), 'x')
     assert.is_false(ok)
     assert.truthy(tostring(e):find('StepLR: step_size must be a positive integer', 1, true), tostring(e))
+    -- a string lr (a positional slip) is shown as a string, not as the number it reads like
+    ok, e = pcall(optim.SGD, p1(), '0.1')
+    assert.is_false(ok)
+    assert.truthy(tostring(e):find("SGD: lr must be a non-negative number, got '0.1'", 1, true), tostring(e))
   end)
 end)
 

@@ -149,6 +149,18 @@ describe('gather / scatter_add_ with 1-based indices read in place', function()
       'scatter_add_: unsupported operation: more than one element of the written-to tensor refers to a single memory location')
   end)
 
+  it('read an index sharing self\'s memory before writing self (the documented rule for sources)', function()
+    -- {3, 1, 1} as the index of itself: 1 added at 3, 1 and 1 (read before the writes); read
+    -- in place, the third entry would have become 2 after the first write
+    for _, dt in ipairs({ 'int64', 'int32' }) do
+      local a = dpl.tensor({ 3, 1, 1 }, { dtype = dt })
+      a:scatter_add_(1, a, dpl.tensor({ 1, 1, 1 }, { dtype = dt }))
+      assert.are.same({ 5, 1, 2 }, a:totable(), dt)
+      local b = dpl.tensor({ 3, 1, 1, 7 }, { dtype = dt }) -- a view of self as the index
+      b:scatter_add_(1, b:narrow(1, 1, 3), dpl.ones({ 3 }, { dtype = dt }))
+      assert.are.same({ 5, 1, 2, 7 }, b:totable(), dt)
+    end
+  end)
   it('gather and scatter_add_ are each other\'s gradient through the 1-based index', function()
     local x = dpl.randn(3, 4):requires_grad_()
     local idx = dpl.tensor({ { 4, 4 }, { 1, 2 }, { 3, 3 } })

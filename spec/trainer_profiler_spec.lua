@@ -165,6 +165,28 @@ dpl.Trainer{ max_epochs = 1, profiler = 'simple', logger = false, enable_checkpo
     os.execute('rm -rf ' .. dir)
   end)
 
+  it('an error inside a training batch stops run_training_batch: the profiler runs again', function()
+    local Bad = Tiny:extend('BadStep')
+    function Bad:training_step(b, i)
+      if self.boom and i == 2 then error('boom in step') end
+      return Tiny.training_step(self, b, i)
+    end
+    local p = profilers.SimpleProfiler()
+    local m = Bad()
+    m.boom = true
+    local e = err_of(function() trainer({ profiler = p, max_epochs = 1 }):fit(m, loader()) end)
+    assert.is_nil(next(p.current_actions))
+    -- one traceback, from where the error was raised (not from the profiler's wrappers)
+    local _, n = e:gsub('stack traceback:', '')
+    assert.are.equal(1, n, e)
+    local first = e:match('stack traceback:\n([^\n]*\n[^\n]*)')
+    assert.truthy(first:find('trainer_profiler_spec.lua', 1, true), e)
+    local rows_before = p.recorded_durations['run_training_batch'].n
+    m.boom = false
+    trainer({ profiler = p, max_epochs = 1 }):fit(m, loader()) -- the same profiler again
+    assert.are.equal(rows_before + 3, p.recorded_durations['run_training_batch'].n)
+  end)
+
   it('the default is a PassThroughProfiler; refused values name what is accepted', function()
     local t = trainer({})
     assert.is_true(require('dpl.class').is_instance(t.profiler, profilers.PassThroughProfiler))
@@ -182,6 +204,13 @@ dpl.Trainer{ max_epochs = 1, profiler = 'simple', logger = false, enable_checkpo
     assert.truthy(tostring(e):find('subclasses of `Profiler`', 1, true), tostring(e))
     e = err_of(profilers.SimpleProfiler, { extended = 'yes' })
     assert.truthy(tostring(e):find('extended must be a boolean', 1, true), tostring(e))
+    -- a misspelt key (the report would be printed instead of written), and a class for an instance
+    e = err_of(profilers.SimpleProfiler, { file_name = 'perf' })
+    assert.truthy(tostring(e):find("SimpleProfiler: unknown option 'file_name' (did you mean 'filename'?)", 1, true), tostring(e))
+    e = err_of(trainer, { profiler = profilers.SimpleProfiler })
+    assert.is_true(errors.is(e, errors.MisconfigurationException), tostring(e))
+    assert.truthy(tostring(e):find('got the class SimpleProfiler, not a profiler; pass an instance: SimpleProfiler()', 1, true),
+      tostring(e))
   end)
 
   it('SimpleProfiler: starting a running action or stopping an idle one is a ValueError', function()

@@ -89,7 +89,7 @@ describe('trainer.tuner:lr_find', function()
     assert.truthy(tostring(err(function() dpl.tuner.LRFinder('exponential', 1, 2, 3):plot() end)):find('NotImplementedError'))
   end)
 
-  it('under dplhost --nproc 2 with ddp: every rank finds the same lr, then fits', function()
+  it('under dplhost --nproc 2 with ddp: every rank takes rank 0\'s records (the same lr), then fits', function()
     local out, err, rc = h.dplhost('--nproc 2 spec/support/tuner_ddp_script.lua', { timeout = 120 })
     assert.equal(0, rc, err)
     local a = out:match('%[rank 0%] rank 0 lr (%S+) steps 64')

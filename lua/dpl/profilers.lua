@@ -37,11 +37,27 @@ function Profiler:start(action) errors.NotImplementedError:raise(self.__name .. 
 function Profiler:stop(action) errors.NotImplementedError:raise(self.__name .. ':stop is not implemented', 2) end
 function Profiler:summary() return '' end
 
+-- The traceback of a string error where it was raised: the timing wrappers catch errors to stop
+-- their action and raise them again, which would leave only their own frames in the traceback
+-- the Trainer adds. M.on_error (xpcall's handler in the wrappers) keeps the first one seen for
+-- that message; M.traceback(e) returns it (else a traceback from the caller).
+local pending_err, pending_tb
+function M.on_error(e)
+  if type(e) == 'string' and e ~= pending_err then pending_err, pending_tb = e, debug.traceback(e, 2) end
+  return e
+end
+function M.traceback(e, level)
+  if type(e) ~= 'string' then return e end
+  local tb = e == pending_err and pending_tb or debug.traceback(e, (level or 1) + 1)
+  pending_err, pending_tb = nil, nil
+  return tb
+end
+
 --- profiler:profile(action, fn, ...): fn(...) timed as action (stopped on an error too);
 --- returns fn's results.
 function Profiler:profile(action, fn, ...)
   self:start(action)
-  local r = { pcall(fn, ...) }
+  local r = { xpcall(fn, M.on_error, ...) }
   self:stop(action)
   if not r[1] then error(r[2], 0) end
   return unpack(r, 2, table.maxn(r))
@@ -95,8 +111,10 @@ M.SimpleProfiler = SimpleProfiler
 
 --- SimpleProfiler{dirpath=, filename=, extended=true}: mean and total time per action; extended
 --- adds the number of calls and each action's share of the time since the profiler was made.
+local SIMPLE_KEYS = require('dpl.options').keys('dirpath', 'filename', 'extended')
 function SimpleProfiler:__init(opts)
   Profiler.__init(self, opts)
+  require('dpl.options').check(opts, SIMPLE_KEYS, 'SimpleProfiler') -- (a misspelt filename= would print instead)
   opts = opts or {}
   if opts.extended ~= nil and type(opts.extended) ~= 'boolean' then
     errors.ValueError:raise(fmt('SimpleProfiler: extended must be a boolean, got %s', type(opts.extended)), 3)
@@ -228,6 +246,13 @@ function M.from_arg(p)
       .. "it can only be one of ['simple', 'advanced', 'pytorch', 'xla']; got %q", p), 0)
   end
   if class.is_instance(p, Profiler) then return p end
+  local c = type(p) == 'table' and p or nil -- a Profiler class (not an instance)?
+  while c ~= nil and c ~= Profiler do c = rawget(c, 'super') end
+  if c ~= nil then
+    errors.MisconfigurationException:raise(fmt('Trainer(profiler=...): got the class %s, not a profiler; pass an '
+      .. 'instance: %s() or %s{dirpath=, filename=}', tostring(rawget(p, '__name')), tostring(rawget(p, '__name')),
+      tostring(rawget(p, '__name'))), 0)
+  end
   errors.MisconfigurationException:raise(fmt('Only None, str and subclasses of `Profiler` are valid values for '
     .. '`Trainer(profiler=...)`; got %s', type(p) == 'table' and (getmetatable(p) and getmetatable(p).__name or 'a table')
       or type(p)), 0)

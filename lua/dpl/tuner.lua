@@ -214,6 +214,10 @@ function Tuner:lr_find(model, ...)
     if fields[k] == nil then rawset(model, k, nil) end
   end
   if not ok then error(err, 0) end
+  -- every rank takes rank 0's records (Lightning's strategy.broadcast of the results): each
+  -- rank saw its own shard's losses, and suggestions that differ would give the ranks
+  -- different learning rates with update_attr
+  if inner.world_size > 1 then finder.results = inner.strategy:broadcast(finder.results, 0) end
   if inner.global_step ~= num_training then
     log.info('LR finder stopped early after %d steps due to diverging loss.', inner.global_step)
   end

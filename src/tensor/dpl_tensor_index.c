@@ -419,11 +419,15 @@ int dpl_scatter_add_base(dpl_tensor *a, int32_t dim, const dpl_tensor *idx, cons
   if (!src) return dpl_errorf(DPL_EINVAL, "scatter_add_: src is NULL (expected a tensor)");
   DPL_TRY(dpl_check_handle("scatter_add_", "self", a));
   DPL_TRY(dpl_check_handle("scatter_add_", "src", src));
+  DPL_TRY(dpl_check_handle("scatter_add_", "index", idx));
   DPL_TRY(dpl_check_writable("scatter_add_", "", a)); /* (an expanded self: several elements, one location) */
-  dpl_tensor *tmp;
+  /* src and the index are read in place as self is written: copies of those sharing its memory */
+  dpl_tensor *tmp, *itmp;
   DPL_TRY(src_apart("scatter_add_", a, &src, &tmp));
-  int st = gather_scatter("scatter_add_", 1, a, dim, idx, src, base, NULL);
+  int st = src_apart("scatter_add_", a, &idx, &itmp);
+  if (st == DPL_OK) st = gather_scatter("scatter_add_", 1, a, dim, idx, src, base, NULL);
   dpl_tensor_release(tmp);
+  dpl_tensor_release(itmp);
   return st;
 }
 int dpl_scatter_add_(dpl_tensor *a, int32_t dim, const dpl_tensor *idx, const dpl_tensor *src)

@@ -135,7 +135,7 @@ function Optimizer:add_param_group(g)
     if group[k] == nil then group[k] = type(v) == 'table' and copy_table(v) or v end
   end
   if type(group.lr) ~= 'number' or group.lr < 0 then
-    misconf('%s: lr must be a non-negative number, got %s', self.__name, tostring(group.lr))
+    misconf('%s: lr must be a non-negative number, got %s', self.__name, show(group.lr))
   end
   self:_check_group(group, #self.param_groups + 1)
   self.param_groups[#self.param_groups + 1] = group

@@ -335,7 +335,7 @@ local function run_train_epoch(t, st, loader, nbatches)
     local accumulating = (i + 1) % st.accumulate ~= 0 and not (is_last and not handles_acc)
     st.batch, st.batch_idx, st.out = batch, i, nil
     local any_step = false
-    if prof then prof:start('run_training_batch') end
+    if prof then prof:start('run_training_batch') t._prof_open = 'run_training_batch' end
     if automatic then
       local o_first, o_last = 1, n_opts
       if freqs then
@@ -370,7 +370,7 @@ local function run_train_epoch(t, st, loader, nbatches)
       st.out = t.strategy:training_step_end(out)
       any_step = t.global_step > gs
     end
-    if prof then prof:stop('run_training_batch') end
+    if prof then prof:stop('run_training_batch') t._prof_open = nil end
     local out = st.out
     if any_step then
       update_lr_schedulers(t, 'step', false, stepped)

@@ -357,7 +357,7 @@ function Trainer:_call_module_hook(name, ...)
   if self._prof then
     local key = prof_key('LightningModule', model, class_name(model), name)
     self._prof:start(key)
-    local ok, r = pcall(module_hook_raw, self, model, name, ...)
+    local ok, r = xpcall(module_hook_raw, require('dpl.profilers').on_error, self, model, name, ...)
     self._prof:stop(key)
     if not ok then error(r, 0) end
     return r
@@ -402,7 +402,7 @@ function Trainer:_call_strategy_step(name, ...)
   if prof then
     key = prof_key('Strategy', strategy, class_name(strategy), name)
     prof:start(key)
-    local ok, e = pcall(strategy_step_raw, self, strategy, name, ...)
+    local ok, e = xpcall(strategy_step_raw, require('dpl.profilers').on_error, self, strategy, name, ...)
     prof:stop(key)
     model._current_fx_name = prev
     if not ok then error(e, 0) end
@@ -728,7 +728,8 @@ function Trainer:_run(model, ckpt_path)
     ok, res = pcall(launcher.launch, self.strategy, self, loops.run, model, ckpt_path)
   else
     ok, res = xpcall(loops.run, function(e)
-      if type(e) == 'string' then return debug.traceback(e, 2) end
+      -- (loops.run with a profiler raises a string that already has its traceback)
+      if type(e) == 'string' and not e:find('\nstack traceback:\n', 1, true) then return debug.traceback(e, 2) end
       return e
     end, self, model, ckpt_path)
   end

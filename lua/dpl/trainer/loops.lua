@@ -214,10 +214,14 @@ function M.run(t, model, ckpt_path)
   local prof = t._prof
   if prof then
     prof:setup(fn, t.world_size > 1 and t.local_rank or nil, t:log_dir())
-    local ok, res = xpcall(M._run_stages, function(e)
-      if type(e) == 'string' then return debug.traceback(e, 2) end
-      return e
-    end, t, model, ckpt_path)
+    local profilers = require 'dpl.profilers'
+    local ok, res = xpcall(M._run_stages, function(e) return profilers.traceback(e, 2) end, t, model, ckpt_path)
+    -- an action the loop started and an error cut short is stopped (Lightning's profile()
+    -- context manager), so the next run can start it again
+    if t._prof_open then
+      pcall(prof.stop, prof, t._prof_open)
+      t._prof_open = nil
+    end
     local dok, derr = pcall(prof.describe, prof)
     if not ok then error(res, 0) end
     if not dok then error(derr, 0) end
