@@ -17,7 +17,8 @@ local function loader(n)
   return dpl.data.DataLoader(ds, { batch_size = 16 })
 end
 local function trainer(o)
-  local a = { max_epochs = 3, logger = false, enable_progress_bar = false, enable_model_summary = false }
+  local a = { max_epochs = 3, logger = false, enable_progress_bar = false, enable_model_summary = false,
+    enable_checkpointing = false }
   for k, v in pairs(o or {}) do a[k] = v end
   return dpl.Trainer(a)
 end

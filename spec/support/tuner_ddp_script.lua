@@ -13,7 +13,7 @@ function M:training_step(b)
 end
 function M:configure_optimizers() return dpl.optim.SGD(self:parameters(), self.lr) end
 local ds = dpl.datasets.SyntheticClassification { n = 2048, features = 8, classes = 4, seed = 2 }
-local t = dpl.Trainer { strategy = 'ddp', max_epochs = 1, logger = false, enable_progress_bar = false,
+local t = dpl.Trainer { strategy = 'ddp', max_epochs = 1, logger = false, enable_progress_bar = false, enable_checkpointing = false,
   enable_model_summary = false }
 local m = M()
 t.tuner:lr_find(m, dpl.data.DataLoader(ds, { batch_size = 16 }), { num_training = 50, update_attr = true })
