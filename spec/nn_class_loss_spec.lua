@@ -118,6 +118,12 @@ describe('cross_entropy and nll_loss on [N, C, d1, ...] and [C] inputs match PyT
     end
   end)
 
+  it('float32: a certain prediction has a gradient of exactly 0 (computed in float, as PyTorch)', function()
+    local x = dpl.tensor({ { 0, 200, 0 }, { 0, 200, 0 }, { 0, 200, 0 } }):requires_grad_()
+    F.cross_entropy(x, dpl.tensor({ 2, 2, 2 }, { dtype = 'int64' })):backward()
+    assert.are.same({ 0, 0, 0 }, x.grad[1]:totable())
+  end)
+
   it('nn.CrossEntropyLoss and nn.NLLLoss pass weight, ignore_index and label_smoothing through', function()
     local W = dpl.tensor(ref.W, { dtype = 'float64' })
     local t = dpl.tensor({ { { 1, 3 }, { 2, 1 } }, { { 3, 3 }, { 2, 2 } } }, { dtype = 'int64' })

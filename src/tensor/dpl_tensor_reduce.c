@@ -677,7 +677,7 @@ static void class_grad_range(int64_t lo, int64_t hi, void *ctx)
         double s = row_exp_f32(row, gr, C, &m);
         float sc = (float)(gi / s);
         for (int64_t k = 0; k < C; k++) gr[k] *= sc;
-        gr[ti] = (float)((double)gr[ti] - gi);
+        gr[ti] -= (float)gi; /* in float, as PyTorch: a certain prediction gives exactly 0 */
       } else {
         memset(gr, 0, (size_t)C * sizeof(float));
         gr[ti] = (float)-gi;

@@ -63,17 +63,18 @@ return function(nn)
     -- [C, rest]: channels first
     local xt = x:transpose(1, 2):reshape(C, -1)
     local n_local = xt:size(2)
-    -- the sums and the count in one all-reduce (the count as a last element, no gradient)
-    local cnt = T.full({ 1 }, n_local, { dtype = xt.dtype })
-    local s = all_reduce_sum(T.cat({ xt:sum(2), cnt }), group)
+    -- the sums and the count in one all-reduce (the count as a last element, no gradient), in
+    -- float64 whatever x's dtype (a bfloat16 count would round past 256)
+    local cnt = T.full({ 1 }, n_local, { dtype = 'float64' })
+    local s = all_reduce_sum(T.cat({ xt:sum(2):double(), cnt }), group)
     local n = s[C + 1]:item()
     if n <= 1 then
       error(fmt('%s(%d): expected more than 1 value per channel when training, got %d over all ranks', self:_label(),
         C, n), 2)
     end
-    local mean = s:narrow(1, 1, C) / n
+    local mean = (s:narrow(1, 1, C) / n):to(xt.dtype)
     local xc = xt - mean:view(C, 1)
-    local var = all_reduce_sum((xc * xc):sum(2), group) / n
+    local var = (all_reduce_sum((xc * xc):sum(2):double(), group) / n):to(xt.dtype)
     if self.track_running_stats then
       local factor = self.momentum
       autograd.no_grad(function()
