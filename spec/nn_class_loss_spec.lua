@@ -119,7 +119,7 @@ describe('cross_entropy and nll_loss on [N, C, d1, ...] and [C] inputs match PyT
   end)
 
   it('float32: a certain prediction has a gradient of exactly 0 (computed in float, as PyTorch)', function()
-    local x = dpl.tensor({ { 0, 200, 0 }, { 0, 200, 0 }, { 0, 200, 0 } }):requires_grad_()
+    local x = dpl.tensor({ { 0, 200, 0 }, { 0, 200, 0 }, { 0, 200, 0 } }, { dtype = "float32" }):requires_grad_()
     F.cross_entropy(x, dpl.tensor({ 2, 2, 2 }, { dtype = 'int64' })):backward()
     assert.are.same({ 0, 0, 0 }, x.grad[1]:totable())
   end)
