@@ -189,6 +189,21 @@ describe('conv2d float32 Winograd path', function()
     for k = 1, 3 do assert.are.equal(0, maxabs(r1[k] - r2[k])) end
   end)
 
+  it('operands holding inf or NaN take im2col: the infinities stay infinities (as PyTorch)', function()
+    dpl.manual_seed(4)
+    local x, w = dpl.randn(2, 16, 6, 6), dpl.randn(16, 16, 3, 3)
+    x[1][1][3][3] = math.huge
+    local y = dpl.conv2d(x, w, nil, { padding = 1 })
+    assert.are.equal(0, y:isnan():sum():item())
+    assert.are.equal(144, y:isinf():sum():item())
+    local gy = dpl.randn(2, 16, 6, 6)
+    gy[1][2][2][2] = -math.huge
+    local gx, gw = dpl.conv2d_backward(gy, dpl.randn(2, 16, 6, 6), w, { padding = 1 })
+    assert.are.equal(0, gx:isnan():sum():item())
+    assert.are.equal(0, gw:isnan():sum():item())
+    assert.is_true(gx:isinf():sum():item() > 0)
+  end)
+
   it('dpl_conv2d_algo sets and reads the algorithm', function()
     local prev = C.dpl_conv2d_algo(-1)
     assert.are.equal(prev, C.dpl_conv2d_algo(C.DPL_CONV_IM2COL))

@@ -276,6 +276,16 @@ int32_t dpl_conv2d_algo(int32_t algo)
   return prev;
 }
 
+/* 1 when the n floats are all finite: Winograd's transforms subtract neighbouring values,
+ * so an inf there would become NaN where im2col keeps the inf (such inputs take im2col) */
+static int all_finite_f32(const float *p, int64_t n)
+{
+  const uint32_t *u = (const uint32_t *)p;
+  uint32_t bad = 0;
+  for (int64_t i = 0; i < n; i++) bad |= (u[i] & 0x7f800000u) == 0x7f800000u;
+  return !bad;
+}
+
 int dpl_conv2d(const dpl_tensor *x, const dpl_tensor *w, const dpl_tensor *bias, const int32_t *params, int32_t groups,
                dpl_tensor **out)
 {
@@ -302,7 +312,8 @@ int dpl_conv2d(const dpl_tensor *x, const dpl_tensor *w, const dpl_tensor *bias,
   DPL_TRY(conv_inputs(name, x, w, &kd, &cx, &cw));
   int64_t oshape[4] = {g.N, g.O, g.OH, g.OW};
   if (kd == DPL_FLOAT32 && dpl_conv_winograd_fits(g.Cg, g.Og, g.kh, g.kw, g.sh, g.sw, g.dh, g.dw) &&
-      dpl_conv2d_algo(-1) == DPL_CONV_AUTO) {
+      dpl_conv2d_algo(-1) == DPL_CONV_AUTO && all_finite_f32(cx->_data, cx->_numel) &&
+      all_finite_f32(cw->_data, cw->_numel)) {
     int st = dpl_new(name, kd, 4, oshape, x, &res);
     if (st == DPL_OK && bias) st = dpl_contig_as(name, bias, kd, &cb);
     if (st == DPL_OK)
@@ -410,12 +421,15 @@ int dpl_conv2d_backward(const dpl_tensor *grad_out, const dpl_tensor *x, const d
    * straight from grad_out; everything else through im2col + GEMM (the loop below) */
   int wino = kd == DPL_FLOAT32 && dpl_conv_winograd_fits(g.Cg, g.Og, g.kh, g.kw, g.sh, g.sw, g.dh, g.dw) &&
              dpl_conv2d_algo(-1) == DPL_CONV_AUTO;
+  int st = dpl_contig_as(name, grad_out, kd, &cg);
+  if (st == DPL_OK && wino) /* (non-finite values take im2col: see all_finite_f32) */
+    wino = all_finite_f32(cg->_data, cg->_numel) && all_finite_f32(cx->_data, cx->_numel) &&
+           all_finite_f32(cw->_data, cw->_numel);
   int loop = !wino && (grad_x || grad_w || grad_bias);
   int64_t nb = chunk_samples(&g, K, L, es);
   void *cols = loop ? malloc(CF(K * nb * L * es)) : NULL;
   void *gyc = loop ? malloc(CF(g.Og * nb * L * es)) : NULL;
-  int st = !loop || (cols && gyc) ? DPL_OK : dpl_errorf(DPL_ENOMEM, "%s: out of memory for the im2col buffer", name);
-  if (st == DPL_OK) st = dpl_contig_as(name, grad_out, kd, &cg);
+  if (st == DPL_OK && loop && !(cols && gyc)) st = dpl_errorf(DPL_ENOMEM, "%s: out of memory for the im2col buffer", name);
   /* the im2col loop adds into the gradients: zeros first (the Winograd path writes them whole) */
   if (st == DPL_OK && grad_x) st = dpl_new(name, kd, 4, x->_shape, x, &gx);
   if (st == DPL_OK && gx && loop) memset(gx->_data, 0, (size_t)(gx->_numel * es));
