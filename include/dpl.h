@@ -521,6 +521,13 @@ int32_t dpl_get_num_threads(void);
 int dpl_index_select(const dpl_tensor *a, int32_t dim, const dpl_tensor *idx, dpl_tensor **out);
 /* a[..., idx[i], ...] += src[..., i, ...] along dim */
 int dpl_index_add_(dpl_tensor *a, int32_t dim, const dpl_tensor *idx, const dpl_tensor *src);
+/* index_select / index_add_ with idx counted from base (0 or 1: Lua's 1-based indices read in
+ * place, no shifted copy); -n..-1 count from the end of the dim (PyTorch's rule). All indices
+ * are checked before any write; a bad one is an error naming idx - base (0-based), or, for a
+ * negative one, the value as given ("... for a dim of size n (expected 1..n, or -n..-1 from the
+ * end)"). */
+int dpl_index_select_base(const dpl_tensor *a, int32_t dim, const dpl_tensor *idx, int64_t base, dpl_tensor **out);
+int dpl_index_add_base(dpl_tensor *a, int32_t dim, const dpl_tensor *idx, const dpl_tensor *src, int64_t base);
 int dpl_gather(const dpl_tensor *a, int32_t dim, const dpl_tensor *idx, dpl_tensor **out);
 int dpl_scatter_add_(dpl_tensor *a, int32_t dim, const dpl_tensor *idx, const dpl_tensor *src);
 /* gather / scatter_add_ with idx counted from base (0 or 1: Lua's 1-based indices need no shifted
@@ -535,6 +542,10 @@ int dpl_embedding(const dpl_tensor *weight, const dpl_tensor *idx, dpl_tensor **
 /* gradient of embedding: [num_weights, D] zeros scatter-added with grad rows. */
 int dpl_embedding_backward(const dpl_tensor *grad, const dpl_tensor *idx, int64_t num_weights,
                            dpl_tensor **out);
+/* the same with ids counted from base (0 or 1), read in place (int64 or int32; no negatives) */
+int dpl_embedding_base(const dpl_tensor *weight, const dpl_tensor *idx, int64_t base, dpl_tensor **out);
+int dpl_embedding_backward_base(const dpl_tensor *grad, const dpl_tensor *idx, int64_t num_weights, int64_t base,
+                                dpl_tensor **out);
 int dpl_masked_select(const dpl_tensor *a, const dpl_tensor *mask, dpl_tensor **out);
 /* 0-based int64 coordinates [nnz, ndim] of the non-zero elements. */
 int dpl_nonzero(const dpl_tensor *a, dpl_tensor **out);
@@ -550,6 +561,13 @@ int dpl_scatter_(dpl_tensor *a, int32_t dim, const dpl_tensor *idx, const dpl_te
 int dpl_index_fill_(dpl_tensor *a, int32_t dim, const dpl_tensor *idx, const dpl_tensor *value);
 /* slice idx[j] of a along dim = slice j of src (a's shape with dim's size = idx's length) */
 int dpl_index_copy_(dpl_tensor *a, int32_t dim, const dpl_tensor *idx, const dpl_tensor *src);
+/* scatter_ / index_fill_ / index_copy_ with idx counted from base (0 or 1), read in place (no
+ * shifted copy); index_fill_ and index_copy_ also take -n..-1 from the end of the dim, as
+ * index_select_base (and its messages) */
+int dpl_scatter_base(dpl_tensor *a, int32_t dim, const dpl_tensor *idx, const dpl_tensor *src, int32_t reduce,
+                     int64_t base);
+int dpl_index_fill_base(dpl_tensor *a, int32_t dim, const dpl_tensor *idx, const dpl_tensor *value, int64_t base);
+int dpl_index_copy_base(dpl_tensor *a, int32_t dim, const dpl_tensor *idx, const dpl_tensor *src, int64_t base);
 /* advanced indexing over a's first n dims: n index tensors of one shape B; values broadcast
  * to B + a.shape[n:] are stored (accumulate 0) or added (1) at a[idx0[b], ..., idx{n-1}[b]] */
 int dpl_index_put_(dpl_tensor *a, int32_t n, dpl_tensor *const *indices, const dpl_tensor *values,
@@ -561,6 +579,9 @@ int dpl_index_get(const dpl_tensor *a, int32_t n, dpl_tensor *const *indices, dp
 int dpl_masked_scatter_(dpl_tensor *a, const dpl_tensor *mask, const dpl_tensor *src);
 /* a viewed as 1-d in row-major order: a[idx[i]] = (or +=) src[i]; idx and src of one numel */
 int dpl_put_(dpl_tensor *a, const dpl_tensor *idx, const dpl_tensor *src, int32_t accumulate);
+/* put_ with flat indices counted from base (0 or 1), read in place; -numel..-1 count from the
+ * end ("index v is out of range for self with N elements (expected 1..N, or -N..-1 from the end)") */
+int dpl_put_base(dpl_tensor *a, const dpl_tensor *idx, const dpl_tensor *src, int32_t accumulate, int64_t base);
 /* the main diagonal of a (2-d, or all dims of one size) set to value; wrap: a tall 2-d
  * matrix's diagonal starts again every w + 1 rows, as PyTorch's */
 int dpl_fill_diagonal_(dpl_tensor *a, const dpl_tensor *value, int32_t wrap);

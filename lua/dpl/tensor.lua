@@ -1067,9 +1067,17 @@ local function zero_based(target, name)
 end
 M._zero_based = zero_based
 
+-- an index counted from the end beyond the dim's size is a bad argument (a ValueError, as when
+-- Lua checked it), the other range errors failures reported by C
+local function index_error_class(msg, st)
+  if msg:find('from the end%)$') then return ValueError end
+  return status_class[st] or RuntimeError
+end
+M._index_error_class = index_error_class
 local function fix_msg(level, st)
   -- C speaks 0-based; say it in Lua's terms (capi.last_error)
-  lua_error((status_class[st] or RuntimeError)(capi.last_error()), 0)
+  local msg = capi.last_error()
+  lua_error(index_error_class(msg, st)(msg), 0)
 end
 
 ---------------------------------------------------------------- linear algebra
@@ -1138,13 +1146,14 @@ local function index0(idx, name, len)
 end
 M._index0 = index0
 
---- index_select(dim, index) with 1-based indices (a tensor or a table).
+-- index_select, index_add_, gather and scatter_add_ hand C the 1-based index as it is (no shifted
+-- copy; C maps each entry as it reads it, negative ones from the end where the op takes them)
+--- index_select(dim, index) with 1-based indices (a tensor or a table; -n..-1 from the end).
 function methods.index_select(t, d, idx)
   local cd = cdim(t, d, 'index_select')
-  local i0 = index0(idx, 'index_select', tonumber(t._shape[cd]))
-  local st = C.dpl_index_select(t, cd, i0, out1)
+  local st = C.dpl_index_select_base(t, cd, index_arg(idx, 'index_select', 3), 1, out1)
   if st ~= 0 then fix_msg(2, st) end
-  return done_tmp(i0)
+  return wrap(out1)
 end
 --- t:index_add_(dim, index, source [, alpha]): t[index[i]] += alpha * source[i] along dim
 --- (alpha also as {alpha = x}, PyTorch's keyword)
@@ -1155,13 +1164,10 @@ function methods.index_add_(t, d, idx, src, alpha)
     src = binop(OP.mul, src, alpha)
   end
   local cd = cdim(t, d, 'index_add_')
-  local i0 = index0(idx, 'index_add_', tonumber(t._shape[cd]))
-  local st = C.dpl_index_add_(t, cd, i0, src)
+  local st = C.dpl_index_add_base(t, cd, index_arg(idx, 'index_add_', 3), src, 1)
   if st ~= 0 then fix_msg(2, st) end
-  C.dpl_tensor_free_data(i0)
   return t
 end
--- gather and scatter_add_ hand C the 1-based index as it is (C subtracts the base as it reads)
 function methods.gather(t, d, idx)
   local cd = cdim(t, d, 'gather')
   local st = C.dpl_gather_base(t, cd, index_arg(idx, 'gather', 3), 1, out1)
@@ -1334,7 +1340,7 @@ end
 -- the losses and the network ops (conv, pooling, layer norm, embedding) live in dpl.tensor_nn
 require("dpl.tensor_nn")(M, {
   call1 = call1, fail = fail, fix_msg = fix_msg, done_tmp = done_tmp, zero_based = zero_based,
-  reduction_id = reduction_id, index0 = index0, need_tensor = need_tensor, need_opts = need_opts,
+  reduction_id = reduction_id, index0 = index0, index_arg = index_arg, need_tensor = need_tensor, need_opts = need_opts,
   need_number = need_number, release = release, out1 = out1, out2 = out2, error = error,
 })
 -- sorting, selection and counting (sort, topk, median, unique, bincount, ...) live in dpl.tensor_sort
@@ -1342,7 +1348,8 @@ require('dpl.tensor_sort')(M, { fail = fail, need_tensor = need_tensor, error = 
   out1 = out1, out2 = out2 })
 
 -- PyTorch's index/scatter writes (scatter_, index_fill_, index_copy_, index_put_, masked_scatter_, put_, ...)
-require("dpl.tensor_index")(M, { cdim = cdim, index0 = index0, call1 = call1, out1 = out1, error = error })
+require("dpl.tensor_index")(M, { cdim = cdim, index0 = index0, call1 = call1, out1 = out1, error = error,
+  index_error_class = index_error_class })
 
 -- the shape group (cumsum, flip, roll, tril, diagonal, chunk, repeat/tile, new_zeros, ...): dpl.tensor_shape
 require('dpl.tensor_shape')(M, { view1 = view1, fail = fail, cdim = cdim, parse_sizes = parse_sizes,

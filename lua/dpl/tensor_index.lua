@@ -3,8 +3,9 @@
 -- index_fill_, index_copy_, index_put_ (a list of index tensors or masks: advanced
 -- indexing over the leading dims, broadcast together, accumulate), masked_scatter_, put_
 -- (flat indices), fill_diagonal_, and t:numpy()'s refusal. Indices are 1-based from Lua
--- (negative ones count from the end where PyTorch accepts them) and 0-based in C
--- (src/tensor/dpl_tensor_scatter.c). dpl.tensor installs this module
+-- (negative ones count from the end where PyTorch accepts them), handed to C as they are
+-- (the *_base entries of src/tensor/dpl_tensor_scatter.c read them in place; index_put_'s
+-- list is still made 0-based here). dpl.tensor installs this module
 -- (require('dpl.tensor_index')(M, helpers)) before dpl.autograd wraps the methods; the
 -- gradients are rules in dpl.autograd_rules.
 local ffi = require 'ffi'
@@ -29,11 +30,11 @@ local FLOAT_MAX = { [0] = 3.4028234663852886e38, [2] = 65504, [3] = 3.3895313892
 return function(M, H)
   local methods, is_tensor, dtype_names = M.methods, M.is_tensor, M.dtype_names
   local cdim, index0, call1, out1, error = H.cdim, H.index0, H.call1, H.out1, H.error
+  local index_error_class = H.index_error_class
   -- the methods as they are before dpl.autograd wraps them: the ops below compute with
   -- these, and autograd records each op as one node (dpl.autograd_rules)
   local raw_view, raw_expand, raw_clone = methods.view, methods.expand, methods.clone
-  local raw_nonzero, raw_select, raw_min, raw_max = methods.nonzero, methods.select, methods.min, methods.max
-  local raw_sub, raw_add, raw_lt = methods.sub, methods.add, methods.lt
+  local raw_nonzero, raw_select, raw_sub = methods.nonzero, methods.select, methods.sub
 
   local function got(v) return type(v) == 'cdata' and (is_tensor(v) and 'a tensor' or 'cdata') or type(v) end
   local function need_tensor(name, what, v)
@@ -55,7 +56,7 @@ return function(M, H)
     msg = msg:gsub('index (%-?%d+) is out of range for self with (%d+) elements %(expected 0%.%.%-?%d+, 0%-based%)',
       function(v, n) return fmt('index %d is out of range for self with %s elements (expected 1..%s)', v + 1, n, n) end)
     if name ~= cname and msg:sub(1, #cname + 1) == cname .. ':' then msg = name .. msg:sub(#cname + 1) end
-    lua_error((st == -4 and errors.NotImplementedError or errors.RuntimeError)(msg), 0)
+    lua_error((st == -4 and errors.NotImplementedError or index_error_class(msg, st))(msg), 0)
   end
   local function free(...)
     for i = 1, select('#', ...) do
@@ -102,9 +103,10 @@ return function(M, H)
     return r
   end
 
-  -- an index argument (a tensor, a table or a number) as a 0-based int64 tensor; integer
-  -- dtypes only (PyTorch's index is int64; int32 is accepted as elsewhere in dplhost).
-  -- len: the size of the indexed dim when negative indices count from its end.
+  -- an index argument (a tensor, a table or a number) as an integer tensor of 1-based indices,
+  -- handed to C as it is (the *_base entries read it in place; negative ones count from the end
+  -- where the op takes them); int64 or int32 (PyTorch's index is int64; int32 is accepted as
+  -- elsewhere in dplhost).
   local function on(like) return like._devtype == 0 and 'cpu' or ('cuda:' .. like._devindex) end
   -- a table (or a number) of indices as a tensor on like's device: int64 when integral (a
   -- fraction makes it float32, refused by the dtype check; {} is an empty int64 tensor)
@@ -112,7 +114,7 @@ return function(M, H)
     if type(x) == 'table' and next(x) == nil then return M.tensor(x, { dtype = 'int64', device = on(like) }) end
     return M.tensor(x, { device = on(like) })
   end
-  local function idx0(name, idx, like, len)
+  local function idx1(name, idx, like)
     if type(idx) == 'table' or type(idx) == 'number' then idx = as_tensor(idx, like) end
     if not is_tensor(idx) then error(fmt('%s: index must be a tensor (or a table) of integers, got %s', name, got(idx))) end
     host(name, idx, 'index')
@@ -120,7 +122,7 @@ return function(M, H)
     if dt ~= 4 and dt ~= 5 then
       error(fmt('%s: expected an integer index tensor (int64 or int32, 1-based), got %s', name, dtype_names[dt]))
     end
-    return index0(idx, name, len)
+    return idx
   end
 
   -- a 0-d tensor takes dim 1 or -1 (PyTorch's 0 / -1) as the 1-d tensor of its one element:
@@ -155,9 +157,9 @@ return function(M, H)
     local red = reduce_of(name, reduce)
     host(name, t, 'self')
     local cd, tv = dim_of(name, t, d)
-    local i0 = idx0(name, idx, t)
-    local iv = i0
-    if tv ~= t and i0._ndim == 0 then iv = raw_view(i0, 1) end
+    local i1 = idx1(name, idx, t)
+    local iv = i1
+    if tv ~= t and i1._ndim == 0 then iv = raw_view(i1, 1) end
     local s
     if is_tensor(src) then
       host(name, src, 'src')
@@ -170,9 +172,8 @@ return function(M, H)
       check_value(name, v, t._dtype)
       s = value_tensor(v, t)
     end
-    local st = C.dpl_scatter_(tv, cd, iv, s, red)
-    if st ~= 0 then free(i0) cfail(st, name, 'scatter_') end
-    free(i0)
+    local st = C.dpl_scatter_base(tv, cd, iv, s, red, 1)
+    if st ~= 0 then cfail(st, name, 'scatter_') end
     return t
   end
   --- t:scatter_(dim, index, src [, reduce]) / t:scatter_(dim, index, value [, reduce]):
@@ -192,19 +193,18 @@ return function(M, H)
   local function index_fill_into(name, t, d, idx, value)
     host(name, t, 'self')
     local cd, tv = dim_of(name, t, d)
-    local i0 = idx0(name, idx, t, tonumber(tv._shape[cd]))
+    local i1 = idx1(name, idx, t)
     local vt
     if is_tensor(value) then
       host(name, value, 'value')
       if value._ndim ~= 0 then
-        free(i0)
         error(fmt('%s: value must be a number or a 0-d tensor, got a tensor with %d dims', name, value._ndim))
       end
       if INT_RANGE[t._dtype] or FLOAT_MAX[t._dtype] then -- (its value converted to self's dtype, as PyTorch checks it)
         local v = value:item()
         if type(v) == 'boolean' then v = v and 1 or 0 end
         local ok, e = pcall(check_value, name, v, t._dtype, value._dtype <= 3)
-        if not ok then free(i0) lua_error(e, 0) end
+        if not ok then lua_error(e, 0) end
       end
       vt = value
     else
@@ -212,9 +212,8 @@ return function(M, H)
       check_value(name, v, t._dtype)
       vt = value_tensor(v, t)
     end
-    local st = C.dpl_index_fill_(tv, cd, i0, vt)
-    if st ~= 0 then free(i0) cfail(st, name, 'index_fill_') end
-    free(i0)
+    local st = C.dpl_index_fill_base(tv, cd, i1, vt, 1)
+    if st ~= 0 then cfail(st, name, 'index_fill_') end
     return t
   end
   --- t:index_fill_(dim, index, value): the slices index[j] (1-based, 1-d or 0-d) of t along dim
@@ -234,12 +233,11 @@ return function(M, H)
     host(name, t, 'self')
     host(name, src, 'source')
     local cd, tv = dim_of(name, t, d)
-    local i0 = idx0(name, idx, t, tonumber(tv._shape[cd]))
+    local i1 = idx1(name, idx, t)
     local s = src
     if tv ~= t and s._ndim == 0 then s = raw_view(s, 1) end
-    local st = C.dpl_index_copy_(tv, cd, i0, s)
-    if st ~= 0 then free(i0) cfail(st, name, 'index_copy_') end
-    free(i0)
+    local st = C.dpl_index_copy_base(tv, cd, i1, s, 1)
+    if st ~= 0 then cfail(st, name, 'index_copy_') end
     return t
   end
   --- t:index_copy_(dim, index, source): slice index[j] (1-based) of t along dim = slice j of source.
@@ -427,35 +425,14 @@ return function(M, H)
   end
 
   ---------------------------------------------------------------- put_
-  -- flat 1-based indices (negative from the end) of a tensor of numel elements -> 0-based
-  local function flat0(name, idx, like)
-    local numel = tonumber(like._numel)
-    if type(idx) == 'table' or type(idx) == 'number' then idx = as_tensor(idx, like) end
-    if not is_tensor(idx) then error(fmt('%s: index must be a tensor (or a table) of integers, got %s', name, got(idx))) end
-    host(name, idx, 'index')
-    if idx._dtype ~= 4 and idx._dtype ~= 5 then
-      error(fmt('%s: expected an integer index tensor (int64 or int32, 1-based), got %s', name, dtype_names[idx._dtype]))
-    end
-    if idx._numel > 0 and numel > 0 then
-      local mn = raw_min(idx):item()
-      if mn < -numel then
-        error(fmt('%s: index %d is out of range for self with %d elements (expected 1..%d, or -%d..-1 from the end)', name,
-          mn, numel, numel, numel))
-      end
-      if mn < 0 then return M.where(raw_lt(idx, 0), raw_add(idx, numel), raw_sub(idx, 1)) end
-    end
-    return raw_sub(idx, 1)
-  end
-
+  -- put_'s flat 1-based indices (negative from the end) go to C as they are
   local function put_into(name, t, idx, src, acc)
     need_tensor(name, 'source', src)
     local a = accumulate_of(name, acc)
     host(name, t, 'self')
     host(name, src, 'source')
-    local i0 = flat0(name, idx, t)
-    local st = C.dpl_put_(t, i0, src, a)
-    if st ~= 0 then free(i0) cfail(st, name, 'put_') end
-    free(i0)
+    local st = C.dpl_put_base(t, idx1(name, idx, t), src, a, 1)
+    if st ~= 0 then cfail(st, name, 'put_') end
     return t
   end
   --- t:put_(index, source [, accumulate]): t viewed as 1-d in row-major order gets
@@ -472,14 +449,11 @@ return function(M, H)
   end
   --- (autograd) t's elements at flat 1-based indices, shaped as the index (the gradient of put_'s source).
   function M._take_flat(t, idx)
-    local i0 = flat0('put_backward', idx, t)
+    local i1 = idx1('put_backward', idx, t)
     local flat = t._ndim == 1 and t or methods.reshape(t, -1)
-    local st = C.dpl_index_select(flat, 0, raw_view(i0, -1), out1)
-    if st ~= 0 then free(i0) cfail(st, 'put_backward', 'index_select') end
-    local r = M._wrap(out1)
-    local shape = size_of(i0)
-    free(i0)
-    return raw_view(r, shape)
+    local st = C.dpl_index_select_base(flat, 0, methods.reshape(i1, -1), 1, out1)
+    if st ~= 0 then cfail(st, 'put_backward', 'index_select') end
+    return raw_view(M._wrap(out1), size_of(i1))
   end
 
   ---------------------------------------------------------------- fill_diagonal_

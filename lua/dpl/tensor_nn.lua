@@ -20,7 +20,7 @@ local AVGPOOL_KEYS = keys('stride', 'padding', 'ceil_mode', 'count_include_pad')
 
 return function(M, H)
   local call1, fail, fix_msg, done_tmp = H.call1, H.fail, H.fix_msg, H.done_tmp
-  local zero_based, reduction_id, index0 = H.zero_based, H.reduction_id, H.index0
+  local zero_based, reduction_id, index_arg = H.zero_based, H.reduction_id, H.index_arg
   local need_tensor, need_number = H.need_tensor, H.need_number
   local release, out1, out2, error = H.release, H.out1, H.out2, H.error
   -- The class-index losses: 1-based targets and ignore_index from Lua, 0-based in C.
@@ -69,22 +69,21 @@ return function(M, H)
     return call1(C.dpl_mse_loss_backward, grad_out, a, b, reduction_id(opts and opts.reduction, 'mse_loss_backward'), out1)
   end
 
-  --- embedding(weight [V, D], idx with 1-based ids)
+  --- embedding(weight [V, D], idx with 1-based ids): C reads the ids as they are (int64 or
+  --- int32, no shifted copy)
   function M.embedding(weight, idx)
     need_tensor('embedding', 'input', weight)
     need_tensor('embedding', 'idx', idx)
-    local i0 = index0(idx, 'embedding')
-    local st = C.dpl_embedding(weight, i0, out1)
+    local st = C.dpl_embedding_base(weight, index_arg(idx, 'embedding', 3), 1, out1)
     if st ~= 0 then fix_msg(2, st) end
-    return done_tmp(i0)
+    return M._wrap(out1)
   end
   function M.embedding_backward(grad, idx, num_weights)
     need_tensor('embedding_backward', 'grad', grad)
     need_number('embedding_backward', 'num_weights', num_weights)
-    local i0 = index0(idx, 'embedding_backward')
-    local st = C.dpl_embedding_backward(grad, i0, num_weights, out1)
+    local st = C.dpl_embedding_backward_base(grad, index_arg(idx, 'embedding_backward', 3), num_weights, 1, out1)
     if st ~= 0 then fix_msg(2, st) end
-    return done_tmp(i0)
+    return M._wrap(out1)
   end
 
   ---------------------------------------------------------------- convolution, pooling

@@ -1,36 +1,73 @@
 /* dpl_tensor_index.c: indexing kernels: index_select, index_add_, gather,
  * scatter_add_, cat, stack, embedding and its gradient, masked_select and
- * nonzero. Index tensors are integers, 0-based (gather and scatter_add_ also
- * from a base of 1, Lua's, read in place), range-checked (a bad index is an
- * error naming the op, the value and the bound): before any write, except in
- * scatter_add_, which checks each index as it adds (as PyTorch's kernel).
+ * nonzero. Index tensors are integers (int64 or int32), counted from a base:
+ * 0 for the plain entries, 1 (Lua's) for the *_base ones, which read the index
+ * in place (no shifted copy; index_select/index_add_ also take -n..-1 from the
+ * end), range-checked (a bad index is an error naming the op, the value and the
+ * bound): before any write, except in scatter_add_, which checks each index as
+ * it adds (as PyTorch's kernel).
  * Device tensors go to the backend after the shape checks that need no data. */
 #include "dpl_tensor_internal.h"
 #include <stdio.h>
 #include <stdlib.h>
 
-static int index_tensor(const char *name, const char *what, const dpl_tensor *idx, dpl_tensor **out)
+int dpl_ix_contig(const char *name, const char *what, const dpl_tensor *idx, const dpl_tensor *self, dpl_tensor **ix)
 {
+  *ix = NULL;
   DPL_TRY(dpl_check_tensor(name, what, idx));
   if (dpl_is_float(idx->_dtype) || idx->_dtype == DPL_BOOL)
     return dpl_errorf(DPL_EINVAL, "%s: expected an integer %s tensor (int64 or int32), got %s", name, what,
                       dpl_dtype_name(idx->_dtype));
-  return dpl_contig_as(name, idx, DPL_INT64, out);
-}
-
-static int check_range(const char *name, const int64_t *ix, int64_t n, int64_t bound, int32_t dim)
-{
-  /* one branch-free pass (it vectorizes with SSE2: the sign of ix | (bound - 1 - ix) says whether
-   * 0 <= ix < bound); the loop that names the bad index runs only on failure */
-  int64_t bad = 0;
-  for (int64_t i = 0; i < n; i++) bad |= ix[i] | (bound - 1 - ix[i]);
-  if (bad >= 0) return DPL_OK;
-  for (int64_t i = 0; i < n; i++)
-    if (ix[i] < 0 || ix[i] >= bound)
-      return dpl_errorf(DPL_EINVAL, "%s: index %lld is out of range for dim %d of size %lld (expected 0..%lld, 0-based)",
-                        name, (long long)ix[i], (int)dim, (long long)bound, (long long)bound - 1);
+  int32_t dt = idx->_dtype == DPL_INT32 ? DPL_INT32 : DPL_INT64;
+  DPL_TRY(dpl_contig_as(name, idx, dt, ix));
+  if (self && dpl_spans_overlap(self, *ix)) { /* an index in the memory the op writes: read from a copy */
+    dpl_tensor *c = NULL;
+    int st = dpl_new(name, dt, (*ix)->_ndim, (*ix)->_shape, *ix, &c);
+    if (st == DPL_OK) dpl_copy_raw(c, *ix);
+    dpl_tensor_release(*ix);
+    *ix = c;
+    return st;
+  }
   return DPL_OK;
 }
+
+int dpl_ix_range_error(const char *name, int64_t v, int64_t base, int neg, int32_t dim, int64_t D)
+{
+  if (neg && v < 0)
+    return dpl_errorf(DPL_EINVAL, "%s: index %lld is out of range for a dim of size %lld (expected %lld..%lld, or -%lld..-1 "
+                      "from the end)", name, (long long)v, (long long)D, (long long)base, (long long)(D - 1 + base),
+                      (long long)D);
+  return dpl_errorf(DPL_EINVAL, "%s: index %lld is out of range for dim %d of size %lld (expected 0..%lld, 0-based)", name,
+                    (long long)(int64_t)((uint64_t)v - (uint64_t)base), (int)dim, (long long)D, (long long)D - 1);
+}
+
+/* one branch-free pass (it vectorizes): bad collects entries neither in base..base+D-1 nor, with
+ * neg, in -D..-1; the loop that names the first bad one runs only on failure */
+#define IX_SCAN(I)                                                                                     \
+  do {                                                                                                 \
+    const I *p = (const I *)ix->_data;                                                                 \
+    for (int64_t k = 0; k < n; k++) {                                                                  \
+      uint64_t u = (uint64_t)(int64_t)p[k] - ub, w = (uint64_t)(int64_t)p[k] + uD;                     \
+      uint64_t far = u >= uD;                                                                          \
+      fromend |= far;                                                                                  \
+      bad |= far & (nb | (w >= uD));                                                                   \
+    }                                                                                                  \
+  } while (0)
+int dpl_ix_check(const char *name, const dpl_tensor *ix, int64_t base, int neg, int32_t dim, int64_t D, int *any_neg)
+{
+  int64_t n = ix->_numel;
+  uint64_t ub = (uint64_t)base, uD = (uint64_t)D, nb = neg ? 0 : 1, bad = 0, fromend = 0;
+  if (ix->_dtype == DPL_INT32) IX_SCAN(int32_t);
+  else IX_SCAN(int64_t);
+  if (any_neg) *any_neg = fromend != 0;
+  if (!bad) return DPL_OK;
+  for (int64_t k = 0; k < n; k++) {
+    int64_t v = dpl_ix_at(ix, k);
+    if (dpl_ix_map(v, base, neg, uD) >= uD) return dpl_ix_range_error(name, v, base, neg, dim, D);
+  }
+  return DPL_OK;
+}
+#undef IX_SCAN
 
 static int check_dim(const char *name, const dpl_tensor *t, int32_t dim)
 {
@@ -49,25 +86,56 @@ static void split3(const dpl_tensor *t, int32_t dim, int64_t *outer, int64_t *D,
   *D = t->_shape[dim];
 }
 
-int dpl_index_select(const dpl_tensor *a, int32_t dim, const dpl_tensor *idx, dpl_tensor **out)
+/* Device tensors: the backend takes 0-based, non-negative indices; idx - base (with neg, idx + D
+ * where idx < 0) is made on the device, *i0 NULL when idx already is that */
+static int dev_index0(const dpl_tensor *idx, int64_t base, int neg, int64_t D, dpl_tensor **i0)
+{
+  *i0 = NULL;
+  if (base == 0 && !neg) return DPL_OK;
+  if (!neg) return dpl_binary_scalar(DPL_OP_SUB, idx, (double)base, 0, i0);
+  dpl_tensor *lt = NULL, *p = NULL, *m = NULL;
+  int st = dpl_binary_scalar(DPL_OP_LT, idx, 0, 0, &lt);
+  if (st == DPL_OK) st = dpl_binary_scalar(DPL_OP_ADD, idx, (double)D, 0, &p);
+  if (st == DPL_OK) st = dpl_binary_scalar(DPL_OP_SUB, idx, (double)base, 0, &m);
+  if (st == DPL_OK) st = dpl_where(lt, p, m, i0);
+  dpl_release_n(3, (dpl_tensor *[]){lt, p, m});
+  return st;
+}
+
+static int check_base(const char *name, int64_t base)
+{
+  if (base != 0 && base != 1) return dpl_errorf(DPL_EINVAL, "%s: index base must be 0 or 1, got %lld", name, (long long)base);
+  return DPL_OK;
+}
+
+/* index_select with indices from base (neg: -D..-1 count from the end), read in place: one
+ * check pass over the (1-d) index, then the copy loops map each entry as they read it */
+static int index_select_impl(const dpl_tensor *a, int32_t dim, const dpl_tensor *idx, int64_t base, int neg,
+                             dpl_tensor **out)
 {
   const char *name = "index_select";
   if (!out) return dpl_errorf(DPL_EINVAL, "%s: out is NULL", name);
   *out = NULL;
+  DPL_TRY(check_base(name, base));
   DPL_TRY(dpl_check_handle(name, "self", a));
   DPL_TRY(dpl_check_same_device(name, a, idx ? idx : a));
   DPL_TRY(check_dim(name, a, dim));
   if (idx && idx->_ndim > 1)
     return dpl_errorf(DPL_EINVAL, "%s: expected a 0-d or 1-d index, got %d dims", name, idx ? (int)idx->_ndim : 0);
   if (idx && dpl_is_devmem(a)) {
-    dpl_bk_args k = {.op = DPL_BK_INDEX_SELECT, .in = {a, idx}, .i = {dim}, .out = {out}, .name = name};
-    return dpl_bk_call(&k);
+    dpl_tensor *i0 = NULL;
+    DPL_TRY(dev_index0(idx, base, neg, a->_shape[dim], &i0));
+    dpl_bk_args k = {.op = DPL_BK_INDEX_SELECT, .in = {a, i0 ? i0 : idx}, .i = {dim}, .out = {out}, .name = name};
+    int st = dpl_bk_call(&k);
+    dpl_tensor_release(i0);
+    return st;
   }
   DPL_TRY(dpl_check_tensor(name, "self", a));
   dpl_tensor *ix = NULL, *ca = NULL, *res = NULL;
-  DPL_TRY(index_tensor(name, "index", idx, &ix));
+  DPL_TRY(dpl_ix_contig(name, "index", idx, NULL, &ix));
   int64_t n = ix->_numel;
-  int st = check_range(name, ix->_data, n, a->_shape[dim], dim);
+  int fe = 0;
+  int st = dpl_ix_check(name, ix, base, neg, dim, a->_shape[dim], &fe);
   if (st == DPL_OK) st = dpl_contig_as(name, a, a->_dtype, &ca);
   if (st == DPL_OK) {
     int64_t shape[DPL_MAX_DIMS];
@@ -78,28 +146,51 @@ int dpl_index_select(const dpl_tensor *a, int32_t dim, const dpl_tensor *idx, dp
   if (st == DPL_OK) {
     int64_t outer, D, inner, es = dpl_elsize(a->_dtype);
     split3(a, dim, &outer, &D, &inner);
-    const int64_t *ip = ix->_data;
     size_t row = (size_t)(inner * es);
     char *dst = res->_data;
     const char *src = ca->_data;
-    /* rows of one 4- or 8-byte element (dim is the last): typed copies, no memcpy call each */
-    if (row == 4) {
-      for (int64_t o = 0; o < outer; o++)
-        for (int64_t j = 0; j < n; j++) ((uint32_t *)dst)[o * n + j] = ((const uint32_t *)src)[o * D + ip[j]];
-    } else if (row == 8) {
-      for (int64_t o = 0; o < outer; o++)
-        for (int64_t j = 0; j < n; j++) ((uint64_t *)dst)[o * n + j] = ((const uint64_t *)src)[o * D + ip[j]];
-    } else {
-      for (int64_t o = 0; o < outer; o++)
-        for (int64_t j = 0; j < n; j++)
-          memcpy(dst + (o * n + j) * (int64_t)row, src + (o * D + ip[j]) * (int64_t)row, row);
-    }
+    /* (v: ip[j] - base; the mapping of negative entries only in a loop of its own; rows of one
+     * 4- or 8-byte element, dim the last: typed copies through row pointers, no memcpy call each) */
+#define IS_LOOP(I, T, COPY)                                                                            \
+  do {                                                                                                 \
+    const I *ip = (const I *)ix->_data;                                                                \
+    for (int64_t o = 0; o < outer; o++) {                                                              \
+      T *restrict d = (T *)dst + o * n * (int64_t)(row / sizeof(T));                                   \
+      const T *restrict so = (const T *)src + o * D * (int64_t)(row / sizeof(T));                      \
+      if (fe)                                                                                          \
+        for (int64_t j = 0; j < n; j++) {                                                              \
+          int64_t v = (int64_t)dpl_ix_map(ip[j], base, 1, (uint64_t)D);                                \
+          COPY;                                                                                        \
+        }                                                                                              \
+      else                                                                                             \
+        for (int64_t j = 0; j < n; j++) {                                                              \
+          int64_t v = (int64_t)ip[j] - base;                                                           \
+          COPY;                                                                                        \
+        }                                                                                              \
+    }                                                                                                  \
+  } while (0)
+#define IS_ROWS(I)                                                                                     \
+  if (row == 4) IS_LOOP(I, uint32_t, d[j] = so[v]);                                                    \
+  else if (row == 8) IS_LOOP(I, uint64_t, d[j] = so[v]);                                               \
+  else IS_LOOP(I, char, memcpy(d + j * (int64_t)row, so + v * (int64_t)row, row))
+    if (ix->_dtype == DPL_INT32) IS_ROWS(int32_t);
+    else IS_ROWS(int64_t);
+#undef IS_ROWS
+#undef IS_LOOP
   }
-  dpl_tensor_release(ix);
-  dpl_tensor_release(ca);
+  dpl_release_n(2, (dpl_tensor *[]){ix, ca});
   if (st != DPL_OK) { dpl_tensor_release(res); return st; }
   *out = res;
   return DPL_OK;
+}
+
+int dpl_index_select(const dpl_tensor *a, int32_t dim, const dpl_tensor *idx, dpl_tensor **out)
+{
+  return index_select_impl(a, dim, idx, 0, 0, out);
+}
+int dpl_index_select_base(const dpl_tensor *a, int32_t dim, const dpl_tensor *idx, int64_t base, dpl_tensor **out)
+{
+  return index_select_impl(a, dim, idx, base, 1, out);
 }
 
 /* dst[k] += src[k] for n elements of dtype dt */
@@ -144,20 +235,32 @@ static int src_apart(const char *name, const dpl_tensor *a, const dpl_tensor **s
   return DPL_OK;
 }
 
-static int index_add_impl(dpl_tensor *a, int32_t dim, const dpl_tensor *idx, const dpl_tensor *src);
+static int index_add_impl(dpl_tensor *a, int32_t dim, const dpl_tensor *idx, const dpl_tensor *src, int64_t base,
+                          int neg);
 
-int dpl_index_add_(dpl_tensor *a, int32_t dim, const dpl_tensor *idx, const dpl_tensor *src)
+static int index_add_entry(dpl_tensor *a, int32_t dim, const dpl_tensor *idx, const dpl_tensor *src, int64_t base,
+                           int neg)
 {
+  DPL_TRY(check_base("index_add_", base));
   DPL_TRY(dpl_check_handle("index_add_", "self", a));
   DPL_TRY(dpl_check_handle("index_add_", "source", src));
   dpl_tensor *tmp;
   DPL_TRY(src_apart("index_add_", a, &src, &tmp));
-  int st = index_add_impl(a, dim, idx, src);
+  int st = index_add_impl(a, dim, idx, src, base, neg);
   dpl_tensor_release(tmp);
   return st;
 }
+int dpl_index_add_(dpl_tensor *a, int32_t dim, const dpl_tensor *idx, const dpl_tensor *src)
+{
+  return index_add_entry(a, dim, idx, src, 0, 0);
+}
+int dpl_index_add_base(dpl_tensor *a, int32_t dim, const dpl_tensor *idx, const dpl_tensor *src, int64_t base)
+{
+  return index_add_entry(a, dim, idx, src, base, 1);
+}
 
-static int index_add_impl(dpl_tensor *a, int32_t dim, const dpl_tensor *idx, const dpl_tensor *src)
+static int index_add_impl(dpl_tensor *a, int32_t dim, const dpl_tensor *idx, const dpl_tensor *src, int64_t base,
+                          int neg)
 {
   const char *name = "index_add_";
   DPL_TRY(dpl_check_same_device(name, a, src));
@@ -174,48 +277,60 @@ static int index_add_impl(dpl_tensor *a, int32_t dim, const dpl_tensor *idx, con
                         name, dpl_shape_str(src->_ndim, src->_shape, b1, sizeof b1),
                         dpl_shape_str(a->_ndim, a->_shape, b2, sizeof b2), (int)dim, (long long)n);
     }
-    dpl_bk_args k = {.op = DPL_BK_INDEX_ADD, .inout = a, .in = {idx, src}, .i = {dim}, .name = name};
-    return dpl_bk_call(&k);
+    dpl_tensor *i0 = NULL;
+    DPL_TRY(dev_index0(idx, base, neg, a->_shape[dim], &i0));
+    dpl_bk_args k = {.op = DPL_BK_INDEX_ADD, .inout = a, .in = {i0 ? i0 : idx, src}, .i = {dim}, .name = name};
+    int st = dpl_bk_call(&k);
+    dpl_tensor_release(i0);
+    return st;
   }
   DPL_TRY(dpl_check_tensor(name, "self", a));
   DPL_TRY(dpl_check_tensor(name, "source", src));
   dpl_tensor *ix = NULL, *cs = NULL, *work = NULL;
-  DPL_TRY(index_tensor(name, "index", idx, &ix));
+  DPL_TRY(dpl_ix_contig(name, "index", idx, a, &ix));
   int64_t n = ix->_numel;
   int ok = src->_ndim == a->_ndim;
   for (int i = 0; ok && i < a->_ndim; i++) ok = src->_shape[i] == (i == dim ? n : a->_shape[i]);
-  int st = DPL_OK;
+  int st = DPL_OK, fe = 0;
   if (!ok) {
     char b1[160], b2[160];
     st = dpl_errorf(DPL_EINVAL, "%s: source shape %s does not match self %s with dim %d of size %lld (the index length)",
                     name, dpl_shape_str(src->_ndim, src->_shape, b1, sizeof b1),
                     dpl_shape_str(a->_ndim, a->_shape, b2, sizeof b2), (int)dim, (long long)n);
   }
-  if (st == DPL_OK) st = check_range(name, ix->_data, n, a->_shape[dim], dim);
+  if (st == DPL_OK) st = dpl_ix_check(name, ix, base, neg, dim, a->_shape[dim], &fe);
   if (st == DPL_OK) st = dpl_contig_as(name, src, a->_dtype, &cs);
   if (st == DPL_OK) st = with_contig(name, a, &work);
   if (st == DPL_OK) {
     int64_t outer, D, inner, es = dpl_elsize(a->_dtype);
     split3(a, dim, &outer, &D, &inner);
-    const int64_t *ip = ix->_data;
     char *w = work->_data;
     const char *sp = cs->_data;
-#define IA_ONE(T, U)                                                                                  \
+    /* (each entry mapped as it is read: v - base, or v + D counted from the end) */
+#define IA_ONE(I, T, U)                                                                               \
   do {                                                                                                \
+    const I *ip = (const I *)ix->_data;                                                               \
     for (int64_t o = 0; o < outer; o++)                                                               \
       for (int64_t j = 0; j < n; j++) {                                                               \
-        T *d = (T *)w + o * D + ip[j];                                                                \
+        T *d = (T *)w + o * D + (int64_t)dpl_ix_map(ip[j], base, fe, (uint64_t)D);                   \
         *d = (T)((U)*d + (U)((const T *)sp)[o * n + j]);                                              \
       }                                                                                               \
   } while (0)
-    if (inner == 1 && a->_dtype == DPL_FLOAT32) IA_ONE(float, float);
-    else if (inner == 1 && a->_dtype == DPL_FLOAT64) IA_ONE(double, double);
-    else if (inner == 1 && a->_dtype == DPL_INT64) IA_ONE(int64_t, uint64_t);
-    else if (inner == 1 && a->_dtype == DPL_INT32) IA_ONE(int32_t, uint32_t);
-    else
-      for (int64_t o = 0; o < outer; o++)
-        for (int64_t j = 0; j < n; j++)
-          add_into(a->_dtype, w + (o * D + ip[j]) * inner * es, sp + (o * n + j) * inner * es, inner);
+#define IA_TYPES(I)                                                                                   \
+  if (inner == 1 && a->_dtype == DPL_FLOAT32) IA_ONE(I, float, float);                                \
+  else if (inner == 1 && a->_dtype == DPL_FLOAT64) IA_ONE(I, double, double);                         \
+  else if (inner == 1 && a->_dtype == DPL_INT64) IA_ONE(I, int64_t, uint64_t);                        \
+  else if (inner == 1 && a->_dtype == DPL_INT32) IA_ONE(I, int32_t, uint32_t);                        \
+  else {                                                                                              \
+    const I *ip = (const I *)ix->_data;                                                               \
+    for (int64_t o = 0; o < outer; o++)                                                               \
+      for (int64_t j = 0; j < n; j++) {                                                               \
+        int64_t v = (int64_t)dpl_ix_map(ip[j], base, fe, (uint64_t)D);                                \
+        add_into(a->_dtype, w + (o * D + v) * inner * es, sp + (o * n + j) * inner * es, inner);      \
+      }                                                                                               \
+  }
+    if (ix->_dtype == DPL_INT32) IA_TYPES(int32_t) else IA_TYPES(int64_t)
+#undef IA_TYPES
 #undef IA_ONE
     end_contig(a, work);
   }
@@ -519,14 +634,22 @@ int dpl_stack(int32_t n, dpl_tensor *const *ts, int32_t dim, dpl_tensor **out)
   return st;
 }
 
-int dpl_embedding(const dpl_tensor *weight, const dpl_tensor *idx, dpl_tensor **out)
+/* embedding and its backward with ids from base (0 or 1), read in place (int64 or int32, any
+ * strides: a contiguous copy only when not contiguous); checked in one pass before any row */
+static int embedding_impl(const dpl_tensor *weight, const dpl_tensor *idx, int64_t base, dpl_tensor **out)
 {
   const char *name = "embedding";
   if (!out) return dpl_errorf(DPL_EINVAL, "%s: out is NULL", name);
   *out = NULL;
+  DPL_TRY(check_base(name, base));
   if (dpl_is_devmem(weight) || dpl_is_devmem(idx)) {
-    dpl_bk_args k = {.op = DPL_BK_EMBEDDING, .in = {weight, idx}, .out = {out}, .name = name};
-    return dpl_bk_call(&k);
+    dpl_tensor *i0 = NULL;
+    if (base != 0 && weight && idx && dpl_is_devmem(weight) && dpl_is_devmem(idx)) /* (else the backend's own error) */
+      DPL_TRY(dev_index0(idx, base, 0, 0, &i0));
+    dpl_bk_args k = {.op = DPL_BK_EMBEDDING, .in = {weight, i0 ? i0 : idx}, .out = {out}, .name = name};
+    int st = dpl_bk_call(&k);
+    dpl_tensor_release(i0);
+    return st;
   }
   DPL_TRY(dpl_check_tensor(name, "weight", weight));
   DPL_TRY(dpl_check_tensor(name, "input", idx));
@@ -534,8 +657,8 @@ int dpl_embedding(const dpl_tensor *weight, const dpl_tensor *idx, dpl_tensor **
   if (weight->_ndim != 2) return dpl_errorf(DPL_EINVAL, "%s: expected a 2-d weight [num, dim], got %d dims", name, (int)weight->_ndim);
   if (idx->_ndim >= DPL_MAX_DIMS) return dpl_errorf(DPL_EINVAL, "%s: input has too many dims", name);
   dpl_tensor *ix = NULL, *cw = NULL, *res = NULL;
-  DPL_TRY(index_tensor(name, "input", idx, &ix));
-  int st = check_range(name, ix->_data, ix->_numel, weight->_shape[0], 0);
+  DPL_TRY(dpl_ix_contig(name, "input", idx, NULL, &ix));
+  int st = dpl_ix_check(name, ix, base, 0, 0, weight->_shape[0], NULL);
   if (st == DPL_OK) st = dpl_contig_as(name, weight, weight->_dtype, &cw);
   if (st == DPL_OK) {
     int64_t shape[DPL_MAX_DIMS];
@@ -544,26 +667,44 @@ int dpl_embedding(const dpl_tensor *weight, const dpl_tensor *idx, dpl_tensor **
     st = dpl_new(name, weight->_dtype, idx->_ndim + 1, shape, weight, &res);
   }
   if (st == DPL_OK) {
-    size_t row = (size_t)(weight->_shape[1] * dpl_elsize(weight->_dtype));
-    const int64_t *ip = ix->_data;
-    for (int64_t i = 0; i < ix->_numel; i++)
-      memcpy((char *)res->_data + i * (int64_t)row, (const char *)cw->_data + ip[i] * (int64_t)row, row);
+    int64_t row = weight->_shape[1] * dpl_elsize(weight->_dtype);
+    char *r = res->_data;
+    const char *w = cw->_data;
+    if (ix->_dtype == DPL_INT32)
+      for (int64_t i = 0; i < ix->_numel; i++)
+        memcpy(r + i * row, w + (((const int32_t *)ix->_data)[i] - base) * row, (size_t)row);
+    else
+      for (int64_t i = 0; i < ix->_numel; i++)
+        memcpy(r + i * row, w + (((const int64_t *)ix->_data)[i] - base) * row, (size_t)row);
   }
-  dpl_tensor_release(ix);
-  dpl_tensor_release(cw);
+  dpl_release_n(2, (dpl_tensor *[]){ix, cw});
   if (st != DPL_OK) { dpl_tensor_release(res); return st; }
   *out = res;
   return DPL_OK;
 }
+int dpl_embedding(const dpl_tensor *weight, const dpl_tensor *idx, dpl_tensor **out)
+{
+  return embedding_impl(weight, idx, 0, out);
+}
+int dpl_embedding_base(const dpl_tensor *weight, const dpl_tensor *idx, int64_t base, dpl_tensor **out)
+{
+  return embedding_impl(weight, idx, base, out);
+}
 
-int dpl_embedding_backward(const dpl_tensor *grad, const dpl_tensor *idx, int64_t num_weights, dpl_tensor **out)
+static int embedding_backward_impl(const dpl_tensor *grad, const dpl_tensor *idx, int64_t num_weights, int64_t base,
+                                   dpl_tensor **out)
 {
   const char *name = "embedding_backward";
   if (!out) return dpl_errorf(DPL_EINVAL, "%s: out is NULL", name);
   *out = NULL;
+  DPL_TRY(check_base(name, base));
   if (dpl_is_devmem(grad) || dpl_is_devmem(idx)) {
-    dpl_bk_args k = {.op = DPL_BK_EMBEDDING_BWD, .in = {grad, idx}, .l = {num_weights}, .out = {out}, .name = name};
-    return dpl_bk_call(&k);
+    dpl_tensor *i0 = NULL;
+    if (base != 0 && grad && idx && dpl_is_devmem(grad) && dpl_is_devmem(idx)) DPL_TRY(dev_index0(idx, base, 0, 0, &i0));
+    dpl_bk_args k = {.op = DPL_BK_EMBEDDING_BWD, .in = {grad, i0 ? i0 : idx}, .l = {num_weights}, .out = {out}, .name = name};
+    int st = dpl_bk_call(&k);
+    dpl_tensor_release(i0);
+    return st;
   }
   DPL_TRY(dpl_check_tensor(name, "grad", grad));
   DPL_TRY(dpl_check_tensor(name, "input", idx));
@@ -576,23 +717,32 @@ int dpl_embedding_backward(const dpl_tensor *grad, const dpl_tensor *idx, int64_
   }
   int64_t D = grad->_shape[grad->_ndim - 1];
   dpl_tensor *ix = NULL, *cg = NULL, *res = NULL;
-  DPL_TRY(index_tensor(name, "input", idx, &ix));
-  int st = check_range(name, ix->_data, ix->_numel, num_weights, 0);
+  DPL_TRY(dpl_ix_contig(name, "input", idx, NULL, &ix));
+  int st = dpl_ix_check(name, ix, base, 0, 0, num_weights, NULL);
   if (st == DPL_OK) st = dpl_contig_as(name, grad, grad->_dtype, &cg);
   int64_t shape[2] = {num_weights, D};
   if (st == DPL_OK) st = dpl_new(name, grad->_dtype, 2, shape, grad, &res);
   if (st == DPL_OK) {
     int64_t es = dpl_elsize(grad->_dtype);
     memset(res->_data, 0, (size_t)(res->_numel * es));
-    const int64_t *ip = ix->_data;
-    for (int64_t i = 0; i < ix->_numel; i++)
-      add_into(grad->_dtype, (char *)res->_data + ip[i] * D * es, (const char *)cg->_data + i * D * es, D);
+    for (int64_t i = 0; i < ix->_numel; i++) {
+      int64_t v = dpl_ix_at(ix, i) - base;
+      add_into(grad->_dtype, (char *)res->_data + v * D * es, (const char *)cg->_data + i * D * es, D);
+    }
   }
-  dpl_tensor_release(ix);
-  dpl_tensor_release(cg);
+  dpl_release_n(2, (dpl_tensor *[]){ix, cg});
   if (st != DPL_OK) { dpl_tensor_release(res); return st; }
   *out = res;
   return DPL_OK;
+}
+int dpl_embedding_backward(const dpl_tensor *grad, const dpl_tensor *idx, int64_t num_weights, dpl_tensor **out)
+{
+  return embedding_backward_impl(grad, idx, num_weights, 0, out);
+}
+int dpl_embedding_backward_base(const dpl_tensor *grad, const dpl_tensor *idx, int64_t num_weights, int64_t base,
+                                dpl_tensor **out)
+{
+  return embedding_backward_impl(grad, idx, num_weights, base, out);
 }
 
 /* Ops whose output size depends on the data: a device tensor goes through host

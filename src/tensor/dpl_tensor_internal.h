@@ -314,6 +314,35 @@ int dpl_conv_winograd_f32(int64_t N, int64_t C, int64_t H, int64_t W, int64_t O,
 int dpl_conv_winograd_wgrad_f32(int64_t N, int64_t C, int64_t H, int64_t W, int64_t O, int64_t groups, int64_t ph,
                                 int64_t pw, const float *x, const float *gy, float *gw);
 
+/* ---- index tensors read in place ---- */
+/* Index tensors as the user wrote them: int64 or int32, counted from base (0, or Lua's 1), no
+ * shifted copy. With neg, -D..-1 also count from the end of a dim of size D (PyTorch's rule).
+ * dpl_ix_map gives the 0-based offset; >= D (unsigned) means out of range: one compare when
+ * no index is negative. */
+static inline int64_t dpl_ix_at(const dpl_tensor *ix, int64_t k)
+{
+  return ix->_dtype == DPL_INT32 ? ((const int32_t *)ix->_data)[k] : ((const int64_t *)ix->_data)[k];
+}
+static inline uint64_t dpl_ix_map(int64_t v, int64_t base, int neg, uint64_t D)
+{
+  uint64_t u = (uint64_t)v - (uint64_t)base;
+  if (neg && u >= D) u = (uint64_t)v + D;
+  return u;
+}
+/* idx (host memory, checked live) as a contiguous int64 or int32 tensor: a new handle on idx
+ * when it already is one (no copy), a copy when it shares memory with self (NULL: not
+ * checked; an op writing self); floating and bool dtypes are an error naming what */
+int dpl_ix_contig(const char *op, const char *what, const dpl_tensor *idx, const dpl_tensor *self, dpl_tensor **ix);
+/* One pass over ix (from dpl_ix_contig): every entry in range for a dim of size D (see
+ * dpl_ix_map), else the error for the first bad one (dpl_ix_range_error). *any_neg (NULL
+ * allowed): whether an entry counted from the end (the loops then map with neg). */
+int dpl_ix_check(const char *op, const dpl_tensor *ix, int64_t base, int neg, int32_t dim, int64_t D, int *any_neg);
+/* The error for index v out of range for dim of size D: "index <v - base> is out of range for
+ * dim <dim> of size D (expected 0..D-1, 0-based)" (dpl.capi says it 1-based), or, for a negative
+ * v with neg, "index v is out of range for a dim of size D (expected 1..D, or -D..-1 from the end)"
+ * (base 1; 0..D-1 for base 0). Returns DPL_EINVAL. */
+int dpl_ix_range_error(const char *op, int64_t v, int64_t base, int neg, int32_t dim, int64_t D);
+
 /* ---- random ---- */
 /* Reserves n counters of the global generator; returns the key and first counter. */
 void dpl_rng_reserve(uint64_t n, uint64_t *key, uint64_t *start);

@@ -3,7 +3,9 @@
  * index_fill_, index_copy_, index_put_ (advanced indexing over the leading dims, with
  * accumulate) and its read dpl_index_get (index_put_'s gradient), masked_scatter_, put_
  * (flat indices) and fill_diagonal_. Index tensors are integers (int64 or int32),
- * 0-based, all range-checked before the first write; sources have self's dtype; self is
+ * counted from base (0; the *_base entries also 1, Lua's: read in place, no shifted
+ * copy; index_fill_/index_copy_/put_ take negative ones from the end), all
+ * range-checked before the first write; sources have self's dtype; self is
  * written through any strides (a contiguous stand-in copied back when it is not
  * contiguous). Duplicate positions: the last write wins when storing, every value counts
  * when adding or multiplying (as PyTorch's CPU kernels). Host memory only: a device tensor
@@ -16,33 +18,23 @@
 enum { MODE_STORE = 0, MODE_ADD = 1, MODE_MUL = 2 };
 
 /* ---- shared checks ---- */
+/* the index read in place (int64 or int32, contiguous: a copy only when it is not, or when it
+ * shares memory with self) */
 static int index_tensor(const char *name, const char *what, const dpl_tensor *a, const dpl_tensor *idx,
                         dpl_tensor **out)
 {
+  *out = NULL;
   DPL_TRY(dpl_check_tensor(name, what, idx));
   DPL_TRY(dpl_check_same_device(name, a, idx));
-  if (dpl_is_float(idx->_dtype) || idx->_dtype == DPL_BOOL || idx->_dtype == DPL_UINT8)
+  if (idx->_dtype == DPL_UINT8)
     return dpl_errorf(DPL_EINVAL, "%s: expected an integer %s tensor (int64 or int32), got %s", name, what,
                       dpl_dtype_name(idx->_dtype));
-  DPL_TRY(dpl_contig_as(name, idx, DPL_INT64, out));
-  if (dpl_spans_overlap(a, *out)) { /* an index sharing memory with self: read from a copy */
-    dpl_tensor *c = NULL;
-    int st = dpl_new(name, DPL_INT64, (*out)->_ndim, (*out)->_shape, *out, &c);
-    if (st == DPL_OK) dpl_copy_raw(c, *out);
-    dpl_tensor_release(*out);
-    *out = c;
-    return st;
-  }
-  return DPL_OK;
+  return dpl_ix_contig(name, what, idx, a, out);
 }
 
-/* the message dpl.capi says 1-based ("index 5 is out of range for dim 2 of size 4 (expected 1..4)") */
-static int check_range(const char *name, const int64_t *ix, int64_t n, int64_t bound, int32_t dim)
+static int check_base(const char *name, int64_t base)
 {
-  for (int64_t i = 0; i < n; i++)
-    if (ix[i] < 0 || ix[i] >= bound)
-      return dpl_errorf(DPL_EINVAL, "%s: index %lld is out of range for dim %d of size %lld (expected 0..%lld, 0-based)",
-                        name, (long long)ix[i], (int)dim, (long long)bound, (long long)bound - 1);
+  if (base != 0 && base != 1) return dpl_errorf(DPL_EINVAL, "%s: index base must be 0 or 1, got %lld", name, (long long)base);
   return DPL_OK;
 }
 
@@ -177,10 +169,12 @@ static void split3(const dpl_tensor *t, int32_t dim, int64_t *outer, int64_t *D,
 }
 
 /* ---- scatter_ ---- */
-int dpl_scatter_(dpl_tensor *a, int32_t dim, const dpl_tensor *idx, const dpl_tensor *src, int32_t reduce)
+static int scatter_impl(dpl_tensor *a, int32_t dim, const dpl_tensor *idx, const dpl_tensor *src, int32_t reduce,
+                        int64_t base)
 {
   const char *name = "scatter_";
   char b1[160], b2[160], b3[160];
+  DPL_TRY(check_base(name, base));
   DPL_TRY(check_self(name, a));
   DPL_TRY(dpl_check_tensor(name, "index", idx));
   DPL_TRY(dpl_check_tensor(name, "src", src));
@@ -207,20 +201,40 @@ int dpl_scatter_(dpl_tensor *a, int32_t dim, const dpl_tensor *idx, const dpl_te
                       dpl_shape_str(a->_ndim, a->_shape, b2, sizeof b2),
                       scalar ? "(a value)" : dpl_shape_str(src->_ndim, src->_shape, b3, sizeof b3));
     }
-  if (st == DPL_OK) st = check_range(name, ix->_data, ix->_numel, a->_shape[dim], dim);
+  if (st == DPL_OK) st = dpl_ix_check(name, ix, base, 0, dim, a->_shape[dim], NULL);
   if (st == DPL_OK) st = src_apart(name, a, &src, &tmp);
   if (st == DPL_OK) {
-    int nd = a->_ndim;
+    int nd = a->_ndim, last = nd - 1;
     int64_t es = dpl_elsize(a->_dtype);
     int64_t pos[DPL_MAX_DIMS] = {0};
     int64_t oa = 0, os = 0; /* offsets of self (without the scatter dim) and src, in elements */
-    const int64_t *ip = ix->_data;
     char *pa = (char *)a->_data;
     const char *ps = (const char *)src->_data;
     int64_t sdim = a->_stride[dim];
-    for (int64_t k = 0; k < ix->_numel; k++) {
-      if (reduce == MODE_STORE) store1(es, pa + (oa + ip[k] * sdim) * es, ps + os * es);
-      else combine(a->_dtype, reduce, pa + (oa + ip[k] * sdim) * es, ps + os * es, 1, 0);
+    /* stores of 4- or 8-byte elements along idx's last dim: one typed loop per row (strides
+     * fixed along it), the index read as it is */
+    int64_t inner = idx->_shape[last], sj = dim == last ? 0 : a->_stride[last], ssj = scalar ? 0 : src->_stride[last];
+    int rows = reduce == MODE_STORE && (es == 4 || es == 8) && inner > 0;
+    for (int64_t k = 0; k < ix->_numel; k += rows ? inner : 1) {
+      if (rows) {
+#define SC_ROW(T, I)                                                                                   \
+  do {                                                                                                 \
+    const I *ir = (const I *)ix->_data + k;                                                            \
+    T *A = (T *)pa + oa;                                                                               \
+    const T *S = (const T *)ps + os;                                                                   \
+    for (int64_t j = 0; j < inner; j++) A[(ir[j] - base) * sdim + j * sj] = S[j * ssj];                \
+  } while (0)
+        if (es == 4) { if (ix->_dtype == DPL_INT32) SC_ROW(uint32_t, int32_t); else SC_ROW(uint32_t, int64_t); }
+        else { if (ix->_dtype == DPL_INT32) SC_ROW(uint64_t, int32_t); else SC_ROW(uint64_t, int64_t); }
+#undef SC_ROW
+        pos[last] = inner - 1; /* the walk below moves on to the next row */
+        if (last != dim) oa += (inner - 1) * a->_stride[last];
+        if (!scalar) os += (inner - 1) * src->_stride[last];
+      } else {
+        int64_t v = dpl_ix_at(ix, k) - base;
+        if (reduce == MODE_STORE) store1(es, pa + (oa + v * sdim) * es, ps + os * es);
+        else combine(a->_dtype, reduce, pa + (oa + v * sdim) * es, ps + os * es, 1, 0);
+      }
       for (int d = nd - 1; d >= 0; d--) {
         if (++pos[d] < idx->_shape[d]) {
           if (d != dim) oa += a->_stride[d];
@@ -238,6 +252,15 @@ done:
   dpl_tensor_release(tmp);
   return st;
 }
+int dpl_scatter_(dpl_tensor *a, int32_t dim, const dpl_tensor *idx, const dpl_tensor *src, int32_t reduce)
+{
+  return scatter_impl(a, dim, idx, src, reduce, 0);
+}
+int dpl_scatter_base(dpl_tensor *a, int32_t dim, const dpl_tensor *idx, const dpl_tensor *src, int32_t reduce,
+                     int64_t base)
+{
+  return scatter_impl(a, dim, idx, src, reduce, base);
+}
 
 /* ---- index_fill_, index_copy_ ---- */
 static int index_1d(const char *name, const dpl_tensor *idx)
@@ -247,9 +270,11 @@ static int index_1d(const char *name, const dpl_tensor *idx)
   return DPL_OK;
 }
 
-int dpl_index_fill_(dpl_tensor *a, int32_t dim, const dpl_tensor *idx, const dpl_tensor *value)
+static int index_fill_impl(dpl_tensor *a, int32_t dim, const dpl_tensor *idx, const dpl_tensor *value, int64_t base,
+                           int neg)
 {
   const char *name = "index_fill_";
+  DPL_TRY(check_base(name, base));
   DPL_TRY(check_self(name, a));
   DPL_TRY(check_dim(name, a, dim));
   DPL_TRY(dpl_check_tensor(name, "index", idx));
@@ -259,29 +284,39 @@ int dpl_index_fill_(dpl_tensor *a, int32_t dim, const dpl_tensor *idx, const dpl
   dpl_tensor *ix = NULL, *work = NULL;
   DPL_TRY(index_tensor(name, "index", a, idx, &ix));
   int64_t n = ix->_numel;
-  int st = check_range(name, ix->_data, n, a->_shape[dim], dim);
+  int fe = 0;
+  int st = dpl_ix_check(name, ix, base, neg, dim, a->_shape[dim], &fe);
   if (st == DPL_OK && n > 0 && a->_numel > 0) st = with_contig(name, a, &work);
   if (st == DPL_OK && work) {
     int64_t outer, D, inner, es = dpl_elsize(a->_dtype);
     split3(a, dim, &outer, &D, &inner);
-    const int64_t *ip = ix->_data;
     char *w = (char *)work->_data;
-    if (inner == 1) /* the last dim: one element per index */
-      for (int64_t o = 0; o < outer; o++)
-        for (int64_t j = 0; j < n; j++) store1(es, w + (o * D + ip[j]) * es, v);
-    else
-      for (int64_t o = 0; o < outer; o++)
-        for (int64_t j = 0; j < n; j++) combine(a->_dtype, MODE_STORE, w + (o * D + ip[j]) * inner * es, v, inner, 0);
+    for (int64_t o = 0; o < outer; o++)
+      for (int64_t j = 0; j < n; j++) {
+        int64_t r = (int64_t)dpl_ix_map(dpl_ix_at(ix, j), base, fe, (uint64_t)D);
+        if (inner == 1) store1(es, w + (o * D + r) * es, v); /* the last dim: one element per index */
+        else combine(a->_dtype, MODE_STORE, w + (o * D + r) * inner * es, v, inner, 0);
+      }
   }
   end_contig(a, work, st);
   dpl_tensor_release(ix);
   return st;
 }
+int dpl_index_fill_(dpl_tensor *a, int32_t dim, const dpl_tensor *idx, const dpl_tensor *value)
+{
+  return index_fill_impl(a, dim, idx, value, 0, 0);
+}
+int dpl_index_fill_base(dpl_tensor *a, int32_t dim, const dpl_tensor *idx, const dpl_tensor *value, int64_t base)
+{
+  return index_fill_impl(a, dim, idx, value, base, 1);
+}
 
-int dpl_index_copy_(dpl_tensor *a, int32_t dim, const dpl_tensor *idx, const dpl_tensor *src)
+static int index_copy_impl(dpl_tensor *a, int32_t dim, const dpl_tensor *idx, const dpl_tensor *src, int64_t base,
+                           int neg)
 {
   const char *name = "index_copy_";
   char b1[160], b2[160], b3[160];
+  DPL_TRY(check_base(name, base));
   DPL_TRY(check_self(name, a));
   DPL_TRY(check_dim(name, a, dim));
   DPL_TRY(dpl_check_tensor(name, "index", idx));
@@ -303,7 +338,8 @@ int dpl_index_copy_(dpl_tensor *a, int32_t dim, const dpl_tensor *idx, const dpl
   }
   dpl_tensor *ix = NULL, *tmp = NULL, *cs = NULL, *work = NULL;
   DPL_TRY(index_tensor(name, "index", a, idx, &ix));
-  int st = check_range(name, ix->_data, n, a->_shape[dim], dim);
+  int fe = 0;
+  int st = dpl_ix_check(name, ix, base, neg, dim, a->_shape[dim], &fe);
   if (st == DPL_OK && n > 0 && a->_numel > 0) {
     st = src_apart(name, a, &src, &tmp);
     if (st == DPL_OK) st = dpl_contig_as(name, src, src->_dtype, &cs);
@@ -312,20 +348,26 @@ int dpl_index_copy_(dpl_tensor *a, int32_t dim, const dpl_tensor *idx, const dpl
   if (st == DPL_OK && work) {
     int64_t outer, D, inner, es = dpl_elsize(a->_dtype);
     split3(a, dim, &outer, &D, &inner);
-    const int64_t *ip = ix->_data;
     char *w = (char *)work->_data;
     const char *s = (const char *)cs->_data;
-    if (inner == 1)
-      for (int64_t o = 0; o < outer; o++)
-        for (int64_t j = 0; j < n; j++) store1(es, w + (o * D + ip[j]) * es, s + (o * n + j) * es);
-    else
-      for (int64_t o = 0; o < outer; o++)
-        for (int64_t j = 0; j < n; j++)
-          combine(a->_dtype, MODE_STORE, w + (o * D + ip[j]) * inner * es, s + (o * n + j) * inner * es, inner, 1);
+    for (int64_t o = 0; o < outer; o++)
+      for (int64_t j = 0; j < n; j++) {
+        int64_t r = (int64_t)dpl_ix_map(dpl_ix_at(ix, j), base, fe, (uint64_t)D);
+        if (inner == 1) store1(es, w + (o * D + r) * es, s + (o * n + j) * es);
+        else combine(a->_dtype, MODE_STORE, w + (o * D + r) * inner * es, s + (o * n + j) * inner * es, inner, 1);
+      }
   }
   end_contig(a, work, st);
   dpl_release_n(3, (dpl_tensor *[]){ix, tmp, cs});
   return st;
+}
+int dpl_index_copy_(dpl_tensor *a, int32_t dim, const dpl_tensor *idx, const dpl_tensor *src)
+{
+  return index_copy_impl(a, dim, idx, src, 0, 0);
+}
+int dpl_index_copy_base(dpl_tensor *a, int32_t dim, const dpl_tensor *idx, const dpl_tensor *src, int64_t base)
+{
+  return index_copy_impl(a, dim, idx, src, base, 1);
 }
 
 /* ---- index_put_, index_get ---- */
@@ -354,7 +396,7 @@ static int put_indices(const char *name, const dpl_tensor *a, int32_t n, dpl_ten
   *nb = i0->_numel;
   for (int j = 0; j < n; j++) {
     DPL_TRY(index_tensor(name, "index", a, indices[j], &ix[j]));
-    DPL_TRY(check_range(name, ix[j]->_data, *nb, a->_shape[j], j));
+    DPL_TRY(dpl_ix_check(name, ix[j], 0, 0, j, a->_shape[j], NULL));
   }
   return DPL_OK;
 }
@@ -363,7 +405,7 @@ static int put_indices(const char *name, const dpl_tensor *a, int32_t n, dpl_ten
 static inline int64_t put_offset(const dpl_tensor *a, int32_t n, dpl_tensor *const *ix, int64_t b, int64_t inner)
 {
   int64_t off = 0;
-  for (int j = 0; j < n; j++) off = off * a->_shape[j] + ((const int64_t *)ix[j]->_data)[b];
+  for (int j = 0; j < n; j++) off = off * a->_shape[j] + dpl_ix_at(ix[j], b);
   return off * inner;
 }
 
@@ -487,9 +529,11 @@ int dpl_masked_scatter_(dpl_tensor *a, const dpl_tensor *mask, const dpl_tensor 
 }
 
 /* ---- put_ ---- */
-int dpl_put_(dpl_tensor *a, const dpl_tensor *idx, const dpl_tensor *src, int32_t accumulate)
+static int put_impl(dpl_tensor *a, const dpl_tensor *idx, const dpl_tensor *src, int32_t accumulate, int64_t base,
+                    int neg)
 {
   const char *name = "put_";
+  DPL_TRY(check_base(name, base));
   DPL_TRY(check_self(name, a));
   DPL_TRY(dpl_check_tensor(name, "index", idx));
   DPL_TRY(dpl_check_tensor(name, "source", src));
@@ -504,13 +548,20 @@ int dpl_put_(dpl_tensor *a, const dpl_tensor *idx, const dpl_tensor *src, int32_
     return dpl_errorf(DPL_EINVAL, "%s: cannot put elements into an empty tensor", name);
   dpl_tensor *ix = NULL, *tmp = NULL, *cs = NULL, *work = NULL;
   DPL_TRY(index_tensor(name, "index", a, idx, &ix));
-  int64_t n = ix->_numel;
-  const int64_t *ip = ix->_data;
-  int st = DPL_OK;
-  for (int64_t i = 0; i < n && st == DPL_OK; i++)
-    if (ip[i] < 0 || ip[i] >= a->_numel)
-      st = dpl_errorf(DPL_EINVAL, "%s: index %lld is out of range for self with %lld elements (expected 0..%lld, 0-based)",
-                      name, (long long)ip[i], (long long)a->_numel, (long long)a->_numel - 1);
+  int64_t n = ix->_numel, N = a->_numel;
+  int st = DPL_OK, fe = 0;
+  if (dpl_ix_check(name, ix, base, neg, 0, N, &fe) != DPL_OK) /* (its message names a dim: put_'s names self) */
+    for (int64_t i = 0; i < n && st == DPL_OK; i++) {
+      int64_t v = dpl_ix_at(ix, i);
+      if (dpl_ix_map(v, base, neg, (uint64_t)N) < (uint64_t)N) continue;
+      if (neg && v < 0)
+        st = dpl_errorf(DPL_EINVAL, "%s: index %lld is out of range for self with %lld elements (expected %lld..%lld, or "
+                        "-%lld..-1 from the end)", name, (long long)v, (long long)N, (long long)base,
+                        (long long)(N - 1 + base), (long long)N);
+      else
+        st = dpl_errorf(DPL_EINVAL, "%s: index %lld is out of range for self with %lld elements (expected 0..%lld, 0-based)",
+                        name, (long long)(int64_t)((uint64_t)v - (uint64_t)base), (long long)N, (long long)N - 1);
+    }
   if (st == DPL_OK && n > 0) {
     st = src_apart(name, a, &src, &tmp);
     if (st == DPL_OK) st = dpl_contig_as(name, src, src->_dtype, &cs);
@@ -521,12 +572,23 @@ int dpl_put_(dpl_tensor *a, const dpl_tensor *idx, const dpl_tensor *src, int32_
     int mode = accumulate ? MODE_ADD : MODE_STORE;
     char *w = (char *)work->_data;
     const char *s = (const char *)cs->_data;
-    if (mode == MODE_STORE) for (int64_t i = 0; i < n; i++) store1(es, w + ip[i] * es, s + i * es);
-    else for (int64_t i = 0; i < n; i++) combine(a->_dtype, mode, w + ip[i] * es, s + i * es, 1, 0);
+    for (int64_t i = 0; i < n; i++) {
+      int64_t r = (int64_t)dpl_ix_map(dpl_ix_at(ix, i), base, fe, (uint64_t)N);
+      if (mode == MODE_STORE) store1(es, w + r * es, s + i * es);
+      else combine(a->_dtype, mode, w + r * es, s + i * es, 1, 0);
+    }
   }
   end_contig(a, work, st);
   dpl_release_n(3, (dpl_tensor *[]){ix, tmp, cs});
   return st;
+}
+int dpl_put_(dpl_tensor *a, const dpl_tensor *idx, const dpl_tensor *src, int32_t accumulate)
+{
+  return put_impl(a, idx, src, accumulate, 0, 0);
+}
+int dpl_put_base(dpl_tensor *a, const dpl_tensor *idx, const dpl_tensor *src, int32_t accumulate, int64_t base)
+{
+  return put_impl(a, idx, src, accumulate, base, 1);
 }
 
 /* ---- fill_diagonal_ ---- */
