@@ -1182,7 +1182,43 @@ def grad_doc_scatter_add(case):
         return "scatter_add's gradient with src larger than index (torch 1.13 fails)"
 
 
-INDEX_OPS = {'scatter': idx_scatter, 'scatter_': idx_scatter, 'index_fill': idx_index_fill,
+def idx_index_select_add(rng, op):
+    """index_select / index_add_: dplhost reads the 1-based index in place (negatives from the end)"""
+    dt, kind, grad = grad_dtype(rng)
+    inplace = op.endswith('_')
+    x = rng.tensor(dt, kind=kind, expand=not inplace)
+    sh = shape_of(x)
+    nd = len(sh)
+    td = rng.tdim(nd)
+    tdim = td if td >= 0 else td + max(nd, 1)
+    n = size_at(sh, td) if dim_ok(nd, td) else 2
+    if nd == 0:
+        return None  # (dplhost's index_select / index_add_ refuse a 0-d self, as before; torch takes dim 0 / -1)
+    k = rng.randint(0, 5)
+    vals = [rng.randrange(n) if n else 0 for _ in range(k)]
+    vals = [v - n if rng.chance(0.25) else v for v in vals]
+    if rng.chance(0.05):
+        # out of range: size + 1, or (index_select only: torch 1.13's index_add_ writes out of bounds
+        # for it) below -size
+        vals = [v + (n if op != 'index_select' else rng.choice([n, -n - 1])) for v in vals]
+    idx = Inp(rng.choice(['int64', 'int64', 'int32']), [len(vals)], vals, index=True)
+    if rng.chance(0.2) and len(vals) == 1:
+        idx = Inp('int64', [], vals, index=True)
+    # torch gets -n..-1 as n-1..0 (1.13 refuses negative indices, or mis-handles them)
+    tb = 'torch.where(b < 0, b + %d, b)' % n
+    if op == 'index_select':
+        return Case('index', op, [x, idx], 'a:index_select(%d, b)' % ldim(td), 'a.index_select(%d, %s)' % (td, tb),
+                    grad=[0] if grad else None, doc=lambda c, t, r: doc_empty_self(c, t, r))
+    ssh = list(sh)
+    if nd and dim_ok(nd, td):
+        ssh[tdim] = len(vals)
+    src = rng.tensor(dt, shape=ssh, kind=kind)
+    return Case('index', op, [x, idx, src], 'a:%s(%d, b, c)' % (op, ldim(td)), 'a.%s(%d, %s, c)' % (op, td, tb),
+                inplace=inplace, grad=[0, 2] if grad else None, grad_clone=inplace,
+                doc=lambda c, t, r: doc_expanded_inplace(c, t, r) or doc_empty_self(c, t, r))
+
+
+INDEX_OPS = {'index_select': idx_index_select_add, 'index_add_': idx_index_select_add, 'scatter': idx_scatter, 'scatter_': idx_scatter, 'index_fill': idx_index_fill,
              'index_fill_': idx_index_fill, 'index_copy': idx_index_copy, 'index_copy_': idx_index_copy,
              'index_put': idx_index_put, 'index_put_': idx_index_put, 'masked_scatter': idx_masked_scatter,
              'masked_scatter_': idx_masked_scatter, 'put': idx_put, 'put_': idx_put,
