@@ -41,7 +41,7 @@ for s in 1024x1024x1024 64x784x256 64x256x128 64x128x10 784x64x256; do
     printf "  %-30s %10.1fus %10.1fus %10.1fus  %.3fx OpenBLAS time (target <= 1.05), %.2fx PyTorch speed, %.1f GFLOP/s\n", n, d, t, o, d / o, t / d, g }'
 done
 for k in add_1M_us mul_1M_us relu_1M_us add_inplace_1M_us add_4x4_us matmul_64x10_us conv2d_fwd_us conv2d_bwd_us conv2d_c1_fwd_us conv2d_c1_bwd_us max_pool2d_us \
-         sort_1M_us topk10_1M_us cumsum_1000x1000_us scatter_add_1000x1000_us softplus_1M_us \
+         sort_1M_us topk10_1M_us cumsum_1000x1000_us scatter_add_1000x1000_us index_select_1000x1000_us embedding_64x128_30000x256_us softplus_1M_us \
          exp_1M_us tanh_1M_us gelu_1M_us log1p_1M_us elu_1M_us mish_1M_us \
          cross_entropy_256x1000_fwd_us cross_entropy_256x1000_bwd_us; do
   d=$(get "$out/dpl.txt" $k); t=$(get "$out/torch.txt" $k)

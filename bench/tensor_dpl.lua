@@ -65,6 +65,11 @@ print(('topk10_1M_us %.1f'):format(time_us(function() return s1:topk(10) end, 10
 print(('cumsum_1000x1000_us %.1f'):format(time_us(function() return m2:cumsum(2) end, 20, 3)))
 print(('scatter_add_1000x1000_us %.1f'):format(time_us(function() return m2:clone():scatter_add_(2, idx, m2) end, 10, 3)))
 print(('softplus_1M_us %.1f'):format(time_us(function() return s1:softplus() end, 50, 3)))
+-- index_select of 1000 rows (1-based, read in place by C) and F.embedding of a [64, 128] batch of ids
+local isx = dpl.randint(1, 1001, { 1000 })
+print(('index_select_1000x1000_us %.1f'):format(time_us(function() return m2:index_select(1, isx) end, 20, 3)))
+local ew, eids = dpl.randn(30000, 256), dpl.randint(1, 30001, { 64, 128 })
+print(('embedding_64x128_30000x256_us %.1f'):format(time_us(function() return dpl.nn.functional.embedding(eids, ew) end, 20, 3)))
 
 -- transcendental elementwise ops on 1M float32 (randn; log1p on rand in [0, 1))
 for _, op in ipairs({ 'exp', 'tanh', 'gelu', 'elu', 'mish' }) do
