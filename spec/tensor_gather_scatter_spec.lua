@@ -195,4 +195,21 @@ describe('clone into fresh (cold) memory', function()
     local d = dpl.randn(1000, 300):double()
     assert.is_true(d:clone():eq(d):all():item())
   end)
+
+end)
+
+describe('gather / scatter_add_ dtypes', function()
+  it('refuse a src of another dtype (scatter_add_) and an index that is not int64/int32, as PyTorch', function()
+    local t = dpl.zeros(3)
+    local ok, e = pcall(function() t:scatter_add_(1, dpl.tensor({ 1, 2, 3 }), dpl.tensor({ 1, 2, 3 }, { dtype = 'float64' })) end)
+    assert.is_false(ok)
+    assert.truthy(tostring(e):find('scatter_add_: self and src must have the same dtype, got float32 (self) and float64 (src)',
+      1, true), tostring(e))
+    assert.are.same({ 0, 0, 0 }, t:totable())
+    ok, e = pcall(function() return t:gather(1, dpl.tensor({ 1, 1 }, { dtype = 'uint8' })) end)
+    assert.is_false(ok)
+    assert.truthy(tostring(e):find('gather: expected an integer index tensor (int64 or int32), got uint8', 1, true),
+      tostring(e))
+    assert.is_false(pcall(function() return t:gather(1, dpl.tensor({ true, true })) end))
+  end)
 end)

@@ -479,6 +479,12 @@ static int gather_scatter(const char *name, int scatter, dpl_tensor *a, int32_t 
 {
   DPL_TRY(gather_checks(name, a, dim, idx, src));
   if (base != 0 && base != 1) return dpl_errorf(DPL_EINVAL, "%s: index base must be 0 or 1, got %lld", name, (long long)base);
+  if (idx->_dtype != DPL_INT64 && idx->_dtype != DPL_INT32)
+    return dpl_errorf(DPL_EINVAL, "%s: expected an integer index tensor (int64 or int32), got %s", name,
+                      dpl_dtype_name(idx->_dtype));
+  if (scatter && src->_dtype != a->_dtype) /* (PyTorch's rule, and scatter_'s) */
+    return dpl_errorf(DPL_EINVAL, "%s: self and src must have the same dtype, got %s (self) and %s (src)", name,
+                      dpl_dtype_name(a->_dtype), dpl_dtype_name(src->_dtype));
   if (dpl_is_devmem(a)) {
     dpl_tensor *i0 = NULL;
     if (base != 0) DPL_TRY(dpl_binary_scalar(DPL_OP_SUB, idx, (double)base, 0, &i0));
@@ -493,9 +499,6 @@ static int gather_scatter(const char *name, int scatter, dpl_tensor *a, int32_t 
   DPL_TRY(dpl_check_tensor(name, "self", a)); /* host memory from here on */
   if (src) DPL_TRY(dpl_check_tensor(name, "src", src));
   DPL_TRY(dpl_check_tensor(name, "index", idx));
-  if (dpl_is_float(idx->_dtype) || idx->_dtype == DPL_BOOL)
-    return dpl_errorf(DPL_EINVAL, "%s: expected an integer index tensor (int64 or int32), got %s", name,
-                      dpl_dtype_name(idx->_dtype));
   dpl_tensor *ix = NULL, *cs = NULL, *res = NULL;
   int32_t idt = idx->_dtype == DPL_INT32 ? DPL_INT32 : DPL_INT64; /* (as it is when contiguous: no copy) */
   DPL_TRY(dpl_contig_as(name, idx, idt, &ix));
