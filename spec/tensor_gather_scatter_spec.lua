@@ -199,13 +199,13 @@ describe('clone into fresh (cold) memory', function()
 end)
 
 describe('gather / scatter_add_ dtypes', function()
-  it('refuse a src of another dtype (scatter_add_) and an index that is not int64/int32, as PyTorch', function()
+  it("convert a src of another dtype to self's (as index_add_; PyTorch refuses) and refuse an index that is not "
+    .. 'int64/int32, as PyTorch', function()
     local t = dpl.zeros(3)
-    local ok, e = pcall(function() t:scatter_add_(1, dpl.tensor({ 1, 2, 3 }), dpl.tensor({ 1, 2, 3 }, { dtype = 'float64' })) end)
-    assert.is_false(ok)
-    assert.truthy(tostring(e):find('scatter_add_: self and src must have the same dtype, got float32 (self) and float64 (src)',
-      1, true), tostring(e))
-    assert.are.same({ 0, 0, 0 }, t:totable())
+    t:scatter_add_(1, dpl.tensor({ 1, 2, 2 }), dpl.tensor({ 1.5, 2, 3 }, { dtype = 'float64' }))
+    assert.are.same({ 1.5, 5, 0 }, t:totable())
+    assert.are.equal('float32', t.dtype)
+    local ok, e
     ok, e = pcall(function() return t:gather(1, dpl.tensor({ 1, 1 }, { dtype = 'uint8' })) end)
     assert.is_false(ok)
     assert.truthy(tostring(e):find('gather: expected an integer index tensor (int64 or int32), got uint8', 1, true),

@@ -482,9 +482,6 @@ static int gather_scatter(const char *name, int scatter, dpl_tensor *a, int32_t 
   if (idx->_dtype != DPL_INT64 && idx->_dtype != DPL_INT32)
     return dpl_errorf(DPL_EINVAL, "%s: expected an integer index tensor (int64 or int32), got %s", name,
                       dpl_dtype_name(idx->_dtype));
-  if (scatter && src->_dtype != a->_dtype) /* (PyTorch's rule, and scatter_'s) */
-    return dpl_errorf(DPL_EINVAL, "%s: self and src must have the same dtype, got %s (self) and %s (src)", name,
-                      dpl_dtype_name(a->_dtype), dpl_dtype_name(src->_dtype));
   if (dpl_is_devmem(a)) {
     dpl_tensor *i0 = NULL;
     if (base != 0) DPL_TRY(dpl_binary_scalar(DPL_OP_SUB, idx, (double)base, 0, &i0));
