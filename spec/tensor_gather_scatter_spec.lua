@@ -7,25 +7,8 @@
 local dpl = require 'dpl'
 local raises = require('spec.support.helpers').raises
 
--- the element of a nested table at a (1-based) position list
-local function at(t, pos)
-  for _, p in ipairs(pos) do t = t[p] end
-  return t
-end
-local function set(t, pos, v)
-  for i = 1, #pos - 1 do t = t[pos[i]] end
-  t[pos[#pos]] = v
-end
--- every position of a shape, in row-major order
-local function positions(shape)
-  local out, pos = {}, {}
-  local function rec(d)
-    if d > #shape then out[#out + 1] = { unpack(pos) } return end
-    for i = 1, shape[d] do pos[d] = i rec(d + 1) end
-  end
-  rec(1)
-  return out
-end
+local H = require 'spec.support.helpers'
+local at, set, positions = H.at, H.set_at, H.positions
 
 -- reference: scatter_add_ and gather by the definition, on nested tables
 local function ref_scatter_add(self, dim, idx, src, ishape)

@@ -10,23 +10,8 @@ local F = require('dpl.nn').functional
 local A = require 'dpl.autograd'
 local raises = require('spec.support.helpers').raises
 
-local function at(t, pos)
-  for _, p in ipairs(pos) do t = t[p] end
-  return t
-end
-local function set(t, pos, v)
-  for i = 1, #pos - 1 do t = t[pos[i]] end
-  t[pos[#pos]] = v
-end
-local function positions(shape)
-  local out, pos = {}, {}
-  local function rec(d)
-    if d > #shape then out[#out + 1] = { unpack(pos) } return end
-    for i = 1, shape[d] do pos[d] = i rec(d + 1) end
-  end
-  rec(1)
-  return out
-end
+local H = require 'spec.support.helpers'
+local at, set, positions = H.at, H.set_at, H.positions
 local function copy(p) return { unpack(p) } end
 local function same_nested(a, b, label)
   if type(a) == 'table' then

@@ -113,4 +113,24 @@ function M.settle_memory()
   return prev
 end
 
+--- Nested Lua tables as reference tensors: the element at a 1-based position list, setting
+--- it, and every position of a shape in row-major order.
+function M.at(t, pos)
+  for _, p in ipairs(pos) do t = t[p] end
+  return t
+end
+function M.set_at(t, pos, v)
+  for i = 1, #pos - 1 do t = t[pos[i]] end
+  t[pos[#pos]] = v
+end
+function M.positions(shape)
+  local out, pos = {}, {}
+  local function rec(d)
+    if d > #shape then out[#out + 1] = { unpack(pos) } return end
+    for i = 1, shape[d] do pos[d] = i rec(d + 1) end
+  end
+  rec(1)
+  return out
+end
+
 return M

@@ -15,10 +15,8 @@
  * place), handled as their concatenation. */
 #define _GNU_SOURCE
 #include "dpl_comm_shm.h"
+#include "dpl_stream_copy.h"
 #include <string.h>
-#ifdef __SSE2__
-#include <emmintrin.h>
-#endif
 
 enum { SMALL_BYTES = 16 * 1024 };
 /* Results of calls at least this large go to the user's buffer with
@@ -26,30 +24,7 @@ enum { SMALL_BYTES = 16 * 1024 };
  * stores skip reading each destination line before writing it. */
 #define NT_BYTES (8u << 20)
 
-static void copy_nt(void *dst, const void *src, size_t n)
-{
-#ifdef __SSE2__
-  uint8_t *d = dst;
-  const uint8_t *s = src;
-  size_t head = (16 - ((uintptr_t)d & 15)) & 15;
-  if (n < 256 || head > n) { memcpy(d, s, n); return; }
-  memcpy(d, s, head);
-  d += head; s += head; n -= head;
-  size_t i = 0;
-  for (; i + 64 <= n; i += 64) {
-    __m128i a = _mm_loadu_si128((const __m128i *)(s + i)), b = _mm_loadu_si128((const __m128i *)(s + i + 16));
-    __m128i c = _mm_loadu_si128((const __m128i *)(s + i + 32)), e = _mm_loadu_si128((const __m128i *)(s + i + 48));
-    _mm_stream_si128((__m128i *)(d + i), a);
-    _mm_stream_si128((__m128i *)(d + i + 16), b);
-    _mm_stream_si128((__m128i *)(d + i + 32), c);
-    _mm_stream_si128((__m128i *)(d + i + 48), e);
-  }
-  _mm_sfence();
-  memcpy(d + i, s + i, n - i);
-#else
-  memcpy(dst, src, n);
-#endif
-}
+static void copy_nt(void *dst, const void *src, size_t n) { dpl_stream_copy(dst, src, n); }
 
 static inline void copy(void *dst, const void *src, size_t n)
 {

@@ -3,6 +3,7 @@
  * copies, .to(), fill, element get/set for Lua (device tensors staged through
  * a host copy), and the filled constructors (arange, linspace, eye). */
 #include "dpl_tensor_internal.h"
+#include "dpl_stream_copy.h"
 #include <stdio.h>
 
 #define GRAIN 65536
@@ -11,29 +12,11 @@
  * streaming stores skip the read-for-ownership of lines that are not in cache anyway (a 4 MB
  * clone: ~110 us instead of ~145 us here); memmove otherwise. d and s do not overlap. */
 #define STREAM_BYTES ((size_t)1 << 20)
-#if defined(__SSE2__)
-#include <immintrin.h>
 static void copy_fresh(dpl_tensor *dst, const dpl_tensor *src, size_t nb)
 {
-  char *d = dst->_data;
-  const char *s = src->_data;
-  if (nb < STREAM_BYTES || !dpl_storage_cold(dst)) { memcpy(d, s, nb); return; }
-  size_t head = (16 - ((uintptr_t)d & 15)) & 15, i = head;
-  memcpy(d, s, head);
-  for (; i + 64 <= nb; i += 64) {
-    __m128i a = _mm_loadu_si128((const __m128i *)(s + i)), b = _mm_loadu_si128((const __m128i *)(s + i + 16));
-    __m128i c = _mm_loadu_si128((const __m128i *)(s + i + 32)), e = _mm_loadu_si128((const __m128i *)(s + i + 48));
-    _mm_stream_si128((__m128i *)(d + i), a);
-    _mm_stream_si128((__m128i *)(d + i + 16), b);
-    _mm_stream_si128((__m128i *)(d + i + 32), c);
-    _mm_stream_si128((__m128i *)(d + i + 48), e);
-  }
-  memcpy(d + i, s + i, nb - i);
-  _mm_sfence();
+  if (nb < STREAM_BYTES || !dpl_storage_cold(dst)) memcpy(dst->_data, src->_data, nb);
+  else dpl_stream_copy(dst->_data, src->_data, nb);
 }
-#else
-static void copy_fresh(dpl_tensor *dst, const dpl_tensor *src, size_t nb) { memcpy(dst->_data, src->_data, nb); }
-#endif
 
 typedef struct conv_ctx { int32_t dd, sd; } conv_ctx;
 

@@ -1,0 +1,39 @@
+/* dpl_stream_copy.h: one big memory copy with streaming (non-temporal) stores, for
+ * destinations that are not in cache and will not be read soon by this core (a fresh tensor
+ * result in cold memory, a shared-memory slot a peer reads): the stores skip the
+ * read-for-ownership of each line. Small copies (< 256 bytes) and non-SSE2 builds use memcpy.
+ * dst and src do not overlap. The stores are fenced before it returns. */
+#ifndef DPL_STREAM_COPY_H
+#define DPL_STREAM_COPY_H
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
+static inline void dpl_stream_copy(void *dst, const void *src, size_t n)
+{
+#if defined(__SSE2__)
+  uint8_t *d = dst;
+  const uint8_t *s = src;
+  size_t head = (16 - ((uintptr_t)d & 15)) & 15;
+  if (n < 256 || head > n) { memcpy(d, s, n); return; }
+  memcpy(d, s, head);
+  d += head; s += head; n -= head;
+  size_t i = 0;
+  for (; i + 64 <= n; i += 64) {
+    __m128i a = _mm_loadu_si128((const __m128i *)(s + i)), b = _mm_loadu_si128((const __m128i *)(s + i + 16));
+    __m128i c = _mm_loadu_si128((const __m128i *)(s + i + 32)), e = _mm_loadu_si128((const __m128i *)(s + i + 48));
+    _mm_stream_si128((__m128i *)(d + i), a);
+    _mm_stream_si128((__m128i *)(d + i + 16), b);
+    _mm_stream_si128((__m128i *)(d + i + 32), c);
+    _mm_stream_si128((__m128i *)(d + i + 48), e);
+  }
+  _mm_sfence();
+  memcpy(d + i, s + i, n - i);
+#else
+  memcpy(dst, src, n);
+#endif
+}
+#endif
