@@ -195,4 +195,19 @@ describe('gather / scatter_add_ dtypes', function()
       tostring(e))
     assert.is_false(pcall(function() return t:gather(1, dpl.tensor({ true, true })) end))
   end)
+
+  it('index_select, index_add_ and embedding refuse a uint8 index too, as PyTorch (were read as indices)', function()
+    local m = dpl.tensor({ { 1, 2 }, { 3, 4 }, { 5, 6 } }, { dtype = 'float32' })
+    local u = dpl.tensor({ 2 }, { dtype = 'uint8' })
+    for name, f in pairs({
+      index_select = function() return m:index_select(1, u) end,
+      index_add_ = function() return m:clone():index_add_(1, u, dpl.ones(1, 2)) end,
+      embedding = function() return dpl.embedding(m, u) end,
+    }) do
+      local ok, e = pcall(f)
+      assert.is_false(ok, name)
+      assert.truthy(tostring(e):find(name .. ': expected an integer index tensor (int64 or int32), got uint8', 1, true),
+        tostring(e))
+    end
+  end)
 end)

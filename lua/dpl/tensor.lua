@@ -1123,6 +1123,9 @@ local function index_arg(idx, name, lvl)
   if idx._dtype <= 3 or idx._dtype == 7 then
     error(fmt('%s: expected an integer index tensor (1-based), got %s', name, dtype_names[idx._dtype]), lvl)
   end
+  if idx._dtype == 6 then -- uint8: PyTorch's index ops take int64/int32 only (uint8 would be a mask there)
+    error(fmt('%s: expected an integer index tensor (int64 or int32), got uint8', name), lvl)
+  end
   return idx
 end
 
