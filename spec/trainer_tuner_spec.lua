@@ -59,6 +59,9 @@ describe('trainer.tuner:lr_find', function()
     -- skip_begin 2, skip_end 0: {5, 4, 1, 0.5, 7}: {-1, -2, -1.75, 3, 6.5} -> index 2 -> lr[4]
     assert.are.equal(4, g:suggestion(2, 0))
     assert.is_nil(g:suggestion(6, 1)) -- fewer than 2 points
+    assert.are.equal(4, g:suggestion({ skip_begin = 2, skip_end = 0 })) -- an options table too
+    assert.truthy(tostring(select(2, pcall(g.suggestion, g, 'x'))):find('skip_begin must be a non-negative integer', 1, true))
+    assert.truthy(tostring(select(2, pcall(g.suggestion, g, { skip_bgin = 1 }))):find("did you mean 'skip_begin'", 1, true))
     local m2 = Tiny(0.3)
     local f2 = trainer().tuner:lr_find(m2, loader(), { num_training = 40, update_attr = true })
     assert.are.equal(f2:suggestion(), m2.lr)

@@ -15,6 +15,7 @@ local log = require 'dpl.log'
 local fmt = string.format
 local M = {}
 
+local SUGGESTION_KEYS = options.keys('skip_begin', 'skip_end')
 local LR_FIND_KEYS = options.keys('min_lr', 'max_lr', 'num_training', 'mode', 'early_stop_threshold', 'update_attr')
 
 local function misconf(msg, ...) errors.MisconfigurationException:raise(fmt(msg, ...), 3) end
@@ -41,7 +42,16 @@ end
 --- at the start and skip_end at the end (Lightning's); nil (and a logged error) when fewer than
 --- two points remain.
 function LRFinder:suggestion(skip_begin, skip_end)
+  if type(skip_begin) == 'table' then -- suggestion{skip_begin=, skip_end=} too
+    options.check(skip_begin, SUGGESTION_KEYS, 'suggestion')
+    skip_begin, skip_end = skip_begin.skip_begin, skip_begin.skip_end
+  end
   skip_begin, skip_end = skip_begin or 10, skip_end or 1
+  for name, v in pairs({ skip_begin = skip_begin, skip_end = skip_end }) do
+    if type(v) ~= 'number' or v < 0 or v % 1 ~= 0 then
+      errors.ValueError:raise(fmt('suggestion: %s must be a non-negative integer, got %s', name, tostring(v)), 2)
+    end
+  end
   local loss = {}
   local all = self.results.loss
   for i = skip_begin + 1, #all - skip_end do
