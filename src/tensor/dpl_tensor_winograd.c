@@ -6,7 +6,8 @@
  * 16 multiply-adds per 4 outputs and input channel instead of 36. The tiles of the
  * batch are numbered sample by sample, row by row, and go through in chunks sized
  * for L2 (V and M of a chunk), chunks split across threads (the results do not
- * depend on the count). dpl_conv2d calls it where dpl_conv_winograd_fits says so,
+ * depend on the count); the transforms take a chunk's tiles 16 to a vector whatever
+ * tile rows or samples they come from (small maps fill the lanes). dpl_conv2d calls it where dpl_conv_winograd_fits says so,
  * and dpl_conv2d_backward for grad_input (a conv of grad_out with flipped kernels).
  * The weight gradient (dpl_conv_winograd_wgrad_f32) runs the same tiles: dL/dU[xi] =
  * sum over tiles of Z V^T (Z = A dY A^T of the 2x2 grad_out tiles), 16 products
@@ -81,24 +82,76 @@ static void kernel_transform(const wino *g, const float *w)
       }
 }
 
-/* A run of tiles in one tile row: sample s, tile row th, tile columns [tw, tw + n),
- * the first at column j of the chunk's buffers */
-typedef struct seg { int64_t s, th, tw, n, j; } seg;
-/* the runs of tiles [t0, t0 + nt), in order; returns how many (at most nt) */
-static int64_t chunk_segs(const wino *g, int64_t t0, int64_t nt, seg *out)
+/* The tiles of a chunk go through the transforms 16 at a time, one per vector lane: piece
+ * p is the columns [16p, 16p + 16) of the chunk's buffers, whatever tile rows (or samples)
+ * they come from, so that rows of fewer than 16 tiles (7 on 14x14 maps) still fill the
+ * lanes. A part is the run of a piece's tiles in one tile row: sample s, tile row th, tile
+ * columns [tw, tw + n), in lanes [a, a + n) of its piece. */
+typedef struct part {
+  int64_t s, th, tw, n, a;
+  int64_t xrow;  /* offset in x of sample s, channel 0, input row 2th - ph (maybe outside the input) */
+  int64_t orow;  /* offset in the output (and grad_out) of sample s, channel 0, output row 2th */
+  int64_t cbi, cbo; /* the input and output columns of the piece's lane 0 position: 2(tw - a) - pw, 2(tw - a) */
+  int rows;      /* bit k: input row 2th - ph + k is inside the input; bit 4: output row 2th + 1 is */
+  __mmask16 mi[16]; /* mi[4k + l]: input row k's loads from cbi, +16, +2, +18: the part's positions
+                       [2a, 2a + 2n) inside the row, none for a row outside the input */
+  __mmask16 mo[4];  /* output positions from cbo, +16, of rows 2th and 2th + 1: [2a, 2a + min(2n, OW - 2tw)),
+                       none for a row outside the output */
+} part;
+/* lanes [lo, hi) of 16, clamped */
+static inline __mmask16 lanes_mask(int64_t lo, int64_t hi)
 {
-  int64_t k = 0;
-  for (int64_t t = t0; t < t0 + nt; k++) {
-    seg *r = out + k;
-    int64_t q = t % g->T1;
-    r->s = t / g->T1;
-    r->th = q / g->TW;
-    r->tw = q % g->TW;
-    r->n = g->TW - r->tw < t0 + nt - t ? g->TW - r->tw : t0 + nt - t;
-    r->j = t - t0;
-    t += r->n;
+  if (lo < 0) lo = 0;
+  if (hi > 16) hi = 16;
+  if (hi <= lo) return 0;
+  return (__mmask16)(((1u << hi) - 1) & ~((1u << lo) - 1));
+}
+static inline int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
+static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+/* the pieces of tiles [t0, t0 + nt): piece p is parts [ps[p], ps[p + 1]); returns the number
+ * of pieces. At most nt + (nt + 15) / 16 parts. The offsets and masks are worked out here
+ * once per chunk, for all its channels. */
+static int64_t chunk_parts(const wino *g, int64_t t0, int64_t nt, part *pt, int64_t *ps)
+{
+  const int64_t H = g->H, W = g->W, OH = g->OH, OW = g->OW;
+  int64_t np = (nt + 15) / 16, k = 0;
+  for (int64_t p = 0; p < np; p++) {
+    int64_t e = t0 + (16 * p + 16 < nt ? 16 * p + 16 : nt);
+    ps[p] = k;
+    for (int64_t t = t0 + 16 * p; t < e; k++) {
+      part *r = pt + k;
+      int64_t q = t % g->T1;
+      r->s = t / g->T1;
+      r->th = q / g->TW;
+      r->tw = q % g->TW;
+      r->n = g->TW - r->tw < e - t ? g->TW - r->tw : e - t;
+      r->a = t - t0 - 16 * p;
+      t += r->n;
+      const int64_t h0 = 2 * r->th - g->ph, lo = 2 * r->a, hi = 2 * (r->a + r->n);
+      r->xrow = r->s * g->C * H * W + h0 * W;
+      r->orow = (r->s * g->O * OH + 2 * r->th) * OW;
+      r->cbo = 2 * (r->tw - r->a);
+      r->cbi = r->cbo - g->pw;
+      r->rows = (2 * r->th + 1 < OH) << 4;
+      for (int kk = 0; kk < 4; kk++) r->rows |= (h0 + kk >= 0 && h0 + kk < H) << kk;
+      const int64_t l0 = max64(lo, -r->cbi), e0 = min64(hi, W - r->cbi), l2 = max64(lo, -r->cbi - 2),
+                    e2 = min64(hi, W - r->cbi - 2), eo = lo + min64(2 * r->n, OW - 2 * r->tw);
+      for (int kk = 0; kk < 4; kk++) {
+        const int in = r->rows >> kk & 1;
+        r->mi[4 * kk] = in ? lanes_mask(l0, e0) : 0;
+        r->mi[4 * kk + 1] = in ? lanes_mask(l0 - 16, e0 - 16) : 0;
+        r->mi[4 * kk + 2] = in ? lanes_mask(l2, e2) : 0;
+        r->mi[4 * kk + 3] = in ? lanes_mask(l2 - 16, e2 - 16) : 0;
+      }
+      r->mo[0] = lanes_mask(lo, eo);
+      r->mo[1] = lanes_mask(lo - 16, eo - 16);
+      r->mo[2] = r->rows >> 4 & 1 ? r->mo[0] : 0;
+      r->mo[3] = r->rows >> 4 & 1 ? r->mo[1] : 0;
+    }
   }
-  return k;
+  ps[np] = k;
+  return np;
 }
 
 /* software prefetch distances, in channels: the input rows the next runs read, the output
@@ -106,37 +159,41 @@ static int64_t chunk_segs(const wino *g, int64_t t0, int64_t nt, seg *out)
 #define PF_C 2
 #define PF_O 2
 
-/* lanes q of a 16-float load from column s0 that fall in [0, W) */
-static inline __mmask16 cols_mask(int64_t s0, int64_t W)
-{
-  int64_t lo = s0 < 0 ? -s0 : 0, hi = W - s0 < 16 ? W - s0 : 16;
-  if (hi <= lo) return 0;
-  return (__mmask16)(((1u << hi) - 1) & ~((1u << lo) - 1));
-}
-
-/* Up to 16 tiles of one tile row at once, lane i the tile i: the 4x4 input values
- * come from masked loads of the four input rows (the padding reads as zero, the
- * masked-off lanes are never touched) split into even and odd columns by permutes.
- * v: v[xi][c][j0] of the piece's first tile (rows vs apart); all 16 lanes are
- * stored (the buffer rows have the slack). */
-__attribute__((target("avx512f"))) static void input_piece_512(const float *xc, int64_t H, int64_t W, int64_t h0,
-                                                               int64_t s0, float *v, int64_t vs)
+/* One piece of 16 tiles of input channel c of group gr, lane i the piece's tile i: the
+ * 4x4 input values of each part come from masked loads of its four input rows, placed
+ * so that the part's tiles land in its own lanes (a part at lanes [a, a + n) loads from
+ * 2a floats before its first column, positions [2a, 2a + 2n) of the 32; the padding and
+ * the other parts' positions are masked off, never touched, and read as zero or keep the
+ * other parts' values), then split into even and odd columns by permutes. v: v[xi][j0]
+ * of the piece's first tile (rows vs apart); all 16 lanes are stored (the buffer rows
+ * have the slack). */
+__attribute__((target("avx512f"))) static void input_piece_512(const wino *g, int64_t gr, int64_t c, const part *pt,
+                                                               int64_t npt, float *v, int64_t vs)
 {
   const __m512i ev = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
   const __m512i od = _mm512_set_epi32(31, 29, 27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
-  const __mmask16 m0 = cols_mask(s0, W), m1 = cols_mask(s0 + 16, W), m2 = cols_mask(s0 + 2, W),
-                  m3 = cols_mask(s0 + 18, W);
-  __m512 d[4][4]; /* d[k][l], lane i: input row h0 + k, column s0 + 2i + l */
+  const int64_t H = g->H, W = g->W;
+  __m512 p0[4], p1[4], q0[4], q1[4]; /* row k: columns from the part's base, +16, +2, +18 */
+#pragma GCC unroll 4
+  for (int k = 0; k < 4; k++) p0[k] = p1[k] = q0[k] = q1[k] = _mm512_setzero_ps();
+  const float *xc = g->x + (gr * g->Cg + c) * H * W;
+  for (int64_t r = 0; r < npt; r++) {
+    const part *pr = pt + r;
+    const float *xr = xc + pr->xrow + pr->cbi; /* the masks keep every access inside the row */
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; k++) { /* rows outside the input: no lane loaded (no branch: the accumulators stay in registers) */
+      p0[k] = _mm512_mask_loadu_ps(p0[k], pr->mi[4 * k], xr + k * W);
+      p1[k] = _mm512_mask_loadu_ps(p1[k], pr->mi[4 * k + 1], xr + k * W + 16);
+      q0[k] = _mm512_mask_loadu_ps(q0[k], pr->mi[4 * k + 2], xr + k * W + 2);
+      q1[k] = _mm512_mask_loadu_ps(q1[k], pr->mi[4 * k + 3], xr + k * W + 18);
+    }
+  }
+  __m512 d[4][4]; /* d[k][l], lane i: row k, column l of tile i's 4x4 input */
   for (int k = 0; k < 4; k++) {
-    int64_t h = h0 + k;
-    if (h < 0 || h >= H) { d[k][0] = d[k][1] = d[k][2] = d[k][3] = _mm512_setzero_ps(); continue; }
-    const float *xr = xc + h * W + s0; /* the masks keep every access inside the row */
-    __m512 p0 = _mm512_maskz_loadu_ps(m0, xr), p1 = _mm512_maskz_loadu_ps(m1, xr + 16);
-    __m512 q0 = _mm512_maskz_loadu_ps(m2, xr + 2), q1 = _mm512_maskz_loadu_ps(m3, xr + 18);
-    d[k][0] = _mm512_permutex2var_ps(p0, ev, p1);
-    d[k][1] = _mm512_permutex2var_ps(p0, od, p1);
-    d[k][2] = _mm512_permutex2var_ps(q0, ev, q1);
-    d[k][3] = _mm512_permutex2var_ps(q0, od, q1);
+    d[k][0] = _mm512_permutex2var_ps(p0[k], ev, p1[k]);
+    d[k][1] = _mm512_permutex2var_ps(p0[k], od, p1[k]);
+    d[k][2] = _mm512_permutex2var_ps(q0[k], ev, q1[k]);
+    d[k][3] = _mm512_permutex2var_ps(q0[k], od, q1[k]);
   }
   for (int l = 0; l < 4; l++) { /* B^T d, in place: rows 0..3 become e0..e3 */
     __m512 a0 = d[0][l], a1 = d[1][l], a2 = d[2][l], a3 = d[3][l];
@@ -155,33 +212,32 @@ __attribute__((target("avx512f"))) static void input_piece_512(const float *xc, 
 }
 
 /* channel by channel (each plane read in order, each row of V written in order) */
-__attribute__((target("avx512f"))) static void input_transform_512(const wino *g, int64_t gr, const seg *segs, int64_t ns,
-                                                                   float *v)
+__attribute__((target("avx512f"))) static void input_transform_512(const wino *g, int64_t gr, const part *pt,
+                                                                   const int64_t *ps, int64_t np, float *v)
 {
   const int64_t LD = g->ld, Cg = g->Cg, vs = g->vs;
   for (int64_t c = 0; c < Cg; c++)
-    for (int64_t k = 0; k < ns; k++) {
-      const seg sg = segs[k];
-      const float *xc = g->x + ((sg.s * g->C + gr * Cg + c) * g->H) * g->W;
-      if (c + PF_C < Cg) /* the rows this run reads PF_C channels on */
-        for (int64_t h = 2 * sg.th - g->ph; h < 2 * sg.th - g->ph + 4; h++)
-          if (h >= 0 && h < g->H) {
-            const char *p = (const char *)(xc + (PF_C * g->H + h) * g->W);
-            __builtin_prefetch(p, 0, 3);
-            __builtin_prefetch(p + (g->W * 4 - 1), 0, 3);
-          }
-      for (int64_t i = 0; i < sg.n; i += 16)
-        input_piece_512(xc, g->H, g->W, 2 * sg.th - g->ph, 2 * (sg.tw + i) - g->pw, v + c * LD + sg.j + i, vs);
+    for (int64_t p = 0; p < np; p++) {
+      if (c + PF_C < Cg) /* the rows these runs read PF_C channels on */
+        for (int64_t r = ps[p]; r < ps[p + 1]; r++) {
+          const float *xc = g->x + (gr * Cg + c + PF_C) * g->H * g->W + pt[r].xrow;
+          for (int k = 0; k < 4; k++)
+            if (pt[r].rows >> k & 1) {
+              const char *q = (const char *)(xc + k * g->W);
+              __builtin_prefetch(q, 0, 3);
+              __builtin_prefetch(q + (g->W * 4 - 1), 0, 3);
+            }
+        }
+      input_piece_512(g, gr, c, pt + ps[p], ps[p + 1] - ps[p], v + c * LD + 16 * p, vs);
     }
 }
 
-/* lanes q < n, n clamped to [0, 16] */
-static inline __mmask16 first_lanes(int64_t n) { return n <= 0 ? 0 : n >= 16 ? 0xFFFF : (__mmask16)((1u << n) - 1); }
-
 /* output channel by output channel (each row of M read in order, each output plane
- * written in order); the stores are masked to the output's columns */
-__attribute__((target("avx512f"))) static void output_transform_512(const wino *g, int64_t gr, const seg *segs, int64_t ns,
-                                                                    const float *m)
+ * written in order), a piece of 16 tiles at a time: the 2x2 tiles of lanes [a, a + n)
+ * are the positions [2a, 2a + 2n) of the two interleaved rows, stored (masked to the
+ * part's lanes and the output's columns) from 2a floats before the part's first column */
+__attribute__((target("avx512f"))) static void output_transform_512(const wino *g, int64_t gr, const part *pt,
+                                                                    const int64_t *ps, int64_t np, const float *m)
 {
   const int64_t LD = g->ld, Og = g->Og, OH = g->OH, OW = g->OW, st = g->ms;
   const __m512i lo = _mm512_set_epi32(23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
@@ -189,36 +245,36 @@ __attribute__((target("avx512f"))) static void output_transform_512(const wino *
   for (int64_t o = 0; o < Og; o++) {
     const __m512 bv = _mm512_set1_ps(g->bias ? g->bias[gr * Og + o] : 0.0f);
     const float *mo = m + o * LD;
-    for (int64_t k = 0; k < ns; k++) {
-      const seg sg = segs[k];
-      const int64_t oh = 2 * sg.th, row1 = oh + 1 < OH;
-      float *dst = g->out + ((sg.s * g->O + gr * Og + o) * OH + oh) * OW;
-      if (o + PF_O < Og) { /* the rows this run writes PF_O channels on: ask for them now (stores that miss stall) */
-        const char *p = (const char *)(dst + PF_O * OH * OW + 2 * sg.tw), *e = (const char *)(dst + PF_O * OH * OW + (1 + row1) * OW);
-        for (; p < e; p += 64) __builtin_prefetch(p, 1, 3);
-        __builtin_prefetch(e - 1, 1, 3);
+    float *oc = g->out + (gr * Og + o) * OH * OW;
+    for (int64_t p = 0; p < np; p++) {
+      const float *mp = mo + 16 * p;
+      __m512 s[4], df[4];
+      for (int b = 0; b < 4; b++) {
+        __m512 m0 = _mm512_loadu_ps(mp + b * st), m1 = _mm512_loadu_ps(mp + (4 + b) * st);
+        __m512 m2 = _mm512_loadu_ps(mp + (8 + b) * st), m3 = _mm512_loadu_ps(mp + (12 + b) * st);
+        s[b] = _mm512_add_ps(_mm512_add_ps(m0, m1), m2);
+        df[b] = _mm512_sub_ps(_mm512_sub_ps(m1, m2), m3);
       }
-      for (int64_t i = 0; i < sg.n; i += 16) {
-        const int64_t ow = 2 * (sg.tw + i), nw = 2 * (sg.n - i) < OW - ow ? 2 * (sg.n - i) : OW - ow;
-        const __mmask16 k0 = first_lanes(nw), k1 = first_lanes(nw - 16);
-        const float *mp = mo + sg.j + i;
-        __m512 s[4], df[4];
-        for (int b = 0; b < 4; b++) {
-          __m512 m0 = _mm512_loadu_ps(mp + b * st), m1 = _mm512_loadu_ps(mp + (4 + b) * st);
-          __m512 m2 = _mm512_loadu_ps(mp + (8 + b) * st), m3 = _mm512_loadu_ps(mp + (12 + b) * st);
-          s[b] = _mm512_add_ps(_mm512_add_ps(m0, m1), m2);
-          df[b] = _mm512_sub_ps(_mm512_sub_ps(m1, m2), m3);
+      __m512 y00 = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(s[0], s[1]), s[2]), bv);
+      __m512 y01 = _mm512_add_ps(_mm512_sub_ps(_mm512_sub_ps(s[1], s[2]), s[3]), bv);
+      __m512 y10 = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(df[0], df[1]), df[2]), bv);
+      __m512 y11 = _mm512_add_ps(_mm512_sub_ps(_mm512_sub_ps(df[1], df[2]), df[3]), bv);
+      const __m512 r0lo = _mm512_permutex2var_ps(y00, lo, y01), r0hi = _mm512_permutex2var_ps(y00, hi, y01);
+      const __m512 r1lo = _mm512_permutex2var_ps(y10, lo, y11), r1hi = _mm512_permutex2var_ps(y10, hi, y11);
+      for (int64_t r = ps[p]; r < ps[p + 1]; r++) {
+        const part *pr = pt + r;
+        float *d0 = oc + pr->orow + pr->cbo; /* the masks keep every access inside the rows */
+        const int row1 = pr->rows >> 4 & 1;
+        if (o + PF_O < Og) { /* the rows this run writes PF_O channels on: ask for them now (stores that miss stall) */
+          const char *q = (const char *)(oc + PF_O * OH * OW + pr->orow + 2 * pr->tw),
+                     *e = (const char *)(oc + PF_O * OH * OW + pr->orow + (1 + row1) * OW);
+          for (; q < e; q += 64) __builtin_prefetch(q, 1, 3);
+          __builtin_prefetch(e - 1, 1, 3);
         }
-        __m512 y00 = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(s[0], s[1]), s[2]), bv);
-        __m512 y01 = _mm512_add_ps(_mm512_sub_ps(_mm512_sub_ps(s[1], s[2]), s[3]), bv);
-        __m512 y10 = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(df[0], df[1]), df[2]), bv);
-        __m512 y11 = _mm512_add_ps(_mm512_sub_ps(_mm512_sub_ps(df[1], df[2]), df[3]), bv);
-        _mm512_mask_storeu_ps(dst + ow, k0, _mm512_permutex2var_ps(y00, lo, y01));
-        _mm512_mask_storeu_ps(dst + ow + 16, k1, _mm512_permutex2var_ps(y00, hi, y01));
-        if (row1) {
-          _mm512_mask_storeu_ps(dst + OW + ow, k0, _mm512_permutex2var_ps(y10, lo, y11));
-          _mm512_mask_storeu_ps(dst + OW + ow + 16, k1, _mm512_permutex2var_ps(y10, hi, y11));
-        }
+        _mm512_mask_storeu_ps(d0, pr->mo[0], r0lo);
+        _mm512_mask_storeu_ps(d0 + 16, pr->mo[1], r0hi);
+        _mm512_mask_storeu_ps(d0 + OW, pr->mo[2], r1lo); /* no lanes where row 2th + 1 is outside the output */
+        _mm512_mask_storeu_ps(d0 + OW + 16, pr->mo[3], r1hi);
       }
     }
   }
@@ -269,45 +325,54 @@ static void chunks_range(int64_t lo, int64_t hi, void *ctx)
   const int64_t TB = g->TB, Cg = g->Cg, Og = g->Og, total = g->N * g->T1;
   float *v = calloc((size_t)(16 * g->vs), sizeof(float)); /* zeros: the products read whole 32-column blocks */
   float *m = malloc((size_t)(16 * g->ms) * sizeof(float));
-  seg *segs = malloc((size_t)TB * sizeof(seg));
-  if (!v || !m || !segs) atomic_store(&g->fail, 1);
+  part *pt = malloc((size_t)(TB + TB / 16 + 1) * sizeof(part));
+  int64_t *ps = malloc((size_t)(TB / 16 + 2) * sizeof(int64_t));
+  if (!v || !m || !pt || !ps) atomic_store(&g->fail, 1);
   else
     for (int64_t ch = lo; ch < hi; ch++) {
       int64_t t0 = ch * TB, nt = total - t0 < TB ? total - t0 : TB;
-      int64_t ns = chunk_segs(g, t0, nt, segs);
+      int64_t np = chunk_parts(g, t0, nt, pt, ps);
       for (int64_t gr = 0; gr < g->groups; gr++) {
-        input_transform_512(g, gr, segs, ns, v);
+        input_transform_512(g, gr, pt, ps, np, v);
         products_512(g, g->u8 + gr * 16 * ((Og + 7) / 8 * 8) * Cg, v, m, nt);
-        output_transform_512(g, gr, segs, ns, m);
+        output_transform_512(g, gr, pt, ps, np, m);
       }
     }
   free(v);
   free(m);
-  free(segs);
+  free(pt);
+  free(ps);
 }
 
 /* ---- the weight gradient: dL/dU[xi] = sum over tiles of Z[xi] V[xi] (Z = A dY A^T
  * of the 2x2 grad_out tile, V = B^T d B of the input tile as in the forward), then
  * dL/dg = G^T (dL/dU) G ---- */
 
-/* Up to 16 tiles of one tile row, lane i the tile i: grad_out rows oh and oh + 1 from
- * column ow0 (masked: outside the output reads as zero), Z = A dY A^T with
- * A = [1 0; 1 1; 1 -1; 0 -1], stored as z[xi][j0] (rows zs apart), all 16 lanes */
-__attribute__((target("avx512f"))) static void gout_piece_512(const float *gc, int64_t OH, int64_t OW, int64_t oh,
-                                                              int64_t ow0, float *z, int64_t zs)
+/* One piece of 16 tiles of output channel o of group gr, lane i the piece's tile i: for
+ * each part, grad_out rows oh and oh + 1 loaded (masked: outside the output and the
+ * part's positions [2a, 2a + 2n) read as zero or keep the other parts' values) from 2a
+ * floats before its first column, then Z = A dY A^T with A = [1 0; 1 1; 1 -1; 0 -1],
+ * stored as z[xi][j0] (rows zs apart), all 16 lanes */
+__attribute__((target("avx512f"))) static void gout_piece_512(const wino *g, int64_t gr, int64_t o, const part *pt,
+                                                              int64_t npt, float *z, int64_t zs)
 {
   const __m512i ev = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
   const __m512i od = _mm512_set_epi32(31, 29, 27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
-  const __mmask16 m0 = cols_mask(ow0, OW), m1 = cols_mask(ow0 + 16, OW);
+  const int64_t OW = g->OW;
+  __m512 p0[2], p1[2];
+  p0[0] = p0[1] = p1[0] = p1[1] = _mm512_setzero_ps();
+  const float *gc = g->gy + (gr * g->Og + o) * g->OH * OW;
+  for (int64_t r = 0; r < npt; r++) {
+    const part *pr = pt + r;
+    const float *q = gc + pr->orow + pr->cbo; /* the masks keep every access inside the rows */
+    p0[0] = _mm512_mask_loadu_ps(p0[0], pr->mo[0], q);
+    p1[0] = _mm512_mask_loadu_ps(p1[0], pr->mo[1], q + 16);
+    p0[1] = _mm512_mask_loadu_ps(p0[1], pr->mo[2], q + OW); /* none where an odd-sized output has no row 2th + 1 */
+    p1[1] = _mm512_mask_loadu_ps(p1[1], pr->mo[3], q + OW + 16);
+  }
   __m512 e[2][4]; /* e[a][s]: row a of dY times A^T's columns: y0, y0 + y1, y0 - y1, -y1 */
   for (int a = 0; a < 2; a++) {
-    __m512 y0 = _mm512_setzero_ps(), y1 = _mm512_setzero_ps();
-    if (oh + a < OH) {
-      const float *r = gc + (oh + a) * OW + ow0;
-      __m512 p0 = _mm512_maskz_loadu_ps(m0, r), p1 = _mm512_maskz_loadu_ps(m1, r + 16);
-      y0 = _mm512_permutex2var_ps(p0, ev, p1);
-      y1 = _mm512_permutex2var_ps(p0, od, p1);
-    }
+    __m512 y0 = _mm512_permutex2var_ps(p0[a], ev, p1[a]), y1 = _mm512_permutex2var_ps(p0[a], od, p1[a]);
     e[a][0] = y0;
     e[a][1] = _mm512_add_ps(y0, y1);
     e[a][2] = _mm512_sub_ps(y0, y1);
@@ -321,22 +386,20 @@ __attribute__((target("avx512f"))) static void gout_piece_512(const float *gc, i
   }
 }
 
-/* z[xi][o][j] for the runs of a chunk, output channel by output channel */
-__attribute__((target("avx512f"))) static void gout_transform_512(const wino *g, int64_t gr, const seg *segs, int64_t ns,
-                                                                  float *z)
+/* z[xi][o][j] for the pieces of a chunk, output channel by output channel */
+__attribute__((target("avx512f"))) static void gout_transform_512(const wino *g, int64_t gr, const part *pt,
+                                                                  const int64_t *ps, int64_t np, float *z)
 {
   const int64_t LD = g->ld, Og = g->Og, OH = g->OH, OW = g->OW;
   for (int64_t o = 0; o < Og; o++)
-    for (int64_t k = 0; k < ns; k++) {
-      const seg sg = segs[k];
-      const float *gc = g->gy + (sg.s * g->O + gr * Og + o) * OH * OW;
-      if (o + PF_C < Og) { /* the two rows this run reads PF_C channels on */
-        const char *p = (const char *)(gc + PF_C * OH * OW + 2 * sg.th * OW);
-        __builtin_prefetch(p, 0, 3);
-        __builtin_prefetch(p + (2 * OW * 4 - 1), 0, 3);
-      }
-      for (int64_t i = 0; i < sg.n; i += 16)
-        gout_piece_512(gc, OH, OW, 2 * sg.th, 2 * (sg.tw + i), z + o * LD + sg.j + i, g->ms);
+    for (int64_t p = 0; p < np; p++) {
+      if (o + PF_C < Og) /* the two rows these runs read PF_C channels on */
+        for (int64_t r = ps[p]; r < ps[p + 1]; r++) {
+          const char *q = (const char *)(g->gy + (gr * Og + o + PF_C) * OH * OW + pt[r].orow);
+          __builtin_prefetch(q, 0, 3);
+          __builtin_prefetch(q + (2 * OW * 4 - 1), 0, 3);
+        }
+      gout_piece_512(g, gr, o, pt + ps[p], ps[p + 1] - ps[p], z + o * LD + 16 * p, g->ms);
     }
 }
 
@@ -425,18 +488,19 @@ static void wgrad_slots_range(int64_t lo, int64_t hi, void *ctx)
   float *v = malloc((size_t)(16 * g->vs) * sizeof(float));
   float *z = malloc((size_t)(16 * g->ms) * sizeof(float));
   float *pk = calloc((size_t)(g->CP * TB), sizeof(float));
-  seg *segs = malloc((size_t)TB * sizeof(seg));
-  if (!v || !z || !pk || !segs) atomic_store(&g->fail, 1);
+  part *pt = malloc((size_t)(TB + TB / 16 + 1) * sizeof(part));
+  int64_t *ps = malloc((size_t)(TB / 16 + 2) * sizeof(int64_t));
+  if (!v || !z || !pk || !pt || !ps) atomic_store(&g->fail, 1);
   else
     for (int64_t sl = lo; sl < hi; sl++) {
       float *acc = g->acc + sl * per_slot;
       memset(acc, 0, (size_t)per_slot * sizeof(float));
       for (int64_t ch = sl * g->nch / g->slots; ch < (sl + 1) * g->nch / g->slots; ch++) {
         int64_t t0 = ch * TB, nt = total - t0 < TB ? total - t0 : TB;
-        int64_t ns = chunk_segs(g, t0, nt, segs);
+        int64_t np = chunk_parts(g, t0, nt, pt, ps);
         for (int64_t gr = 0; gr < g->groups; gr++) {
-          input_transform_512(g, gr, segs, ns, v);
-          gout_transform_512(g, gr, segs, ns, z);
+          input_transform_512(g, gr, pt, ps, np, v);
+          gout_transform_512(g, gr, pt, ps, np, z);
           wgrad_products_512(g, v, z, pk, acc + gr * 16 * g->OP * g->CP, nt);
         }
       }
@@ -444,7 +508,8 @@ static void wgrad_slots_range(int64_t lo, int64_t hi, void *ctx)
   free(v);
   free(z);
   free(pk);
-  free(segs);
+  free(pt);
+  free(ps);
 }
 
 typedef struct wgrad_fin { const wino *g; float *gw; atomic_int fail; } wgrad_fin;
