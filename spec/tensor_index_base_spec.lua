@@ -290,4 +290,23 @@ describe('index ops reading 1-based indices in place', function()
     a:index_select(1, { 3, -1, 1 }):sum():backward()
     assert.are.same({ { 1, 1 }, { 0, 0 }, { 2, 2 } }, a.grad:totable())
   end)
+
+  it('index_select rows streamed into a big fresh result (rows of 260 and 4000 bytes, unaligned)', function()
+    dpl.manual_seed(5)
+    for _, w in ipairs({ 65, 1000 }) do
+      local a = dpl.randn(700, w)
+      local idx = dpl.randint(-700, 701, { 1200 })
+      idx:masked_fill_(idx:eq(0), 5)
+      local r = a:index_select(1, idx)
+      local at, ia = r:totable(), idx:totable()
+      for i = 1, 1200, 37 do
+        local src = ia[i] < 0 and 701 + ia[i] or ia[i]
+        assert.are.same(a[src]:totable(), at[i], ('row %d (index %d), width %d'):format(i, ia[i], w))
+      end
+      assert.are.same(a[ia[1200] < 0 and 701 + ia[1200] or ia[1200]]:totable(), at[1200])
+      -- a column slice: rows of another stride
+      local c = a:narrow(2, 2, w - 1):contiguous():index_select(1, idx)
+      assert.are.same(r:narrow(2, 2, w - 1):totable(), c:totable())
+    end
+  end)
 end)

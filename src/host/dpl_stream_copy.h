@@ -12,7 +12,9 @@
 #include <emmintrin.h>
 #endif
 
-static inline void dpl_stream_copy(void *dst, const void *src, size_t n)
+/* the copy without the closing fence: for many small copies (rows of a gather) that end
+ * with one dpl_stream_fence() */
+static inline void dpl_stream_copy_nf(void *dst, const void *src, size_t n)
 {
 #if defined(__SSE2__)
   uint8_t *d = dst;
@@ -30,10 +32,22 @@ static inline void dpl_stream_copy(void *dst, const void *src, size_t n)
     _mm_stream_si128((__m128i *)(d + i + 32), c);
     _mm_stream_si128((__m128i *)(d + i + 48), e);
   }
-  _mm_sfence();
   memcpy(d + i, s + i, n - i);
 #else
   memcpy(dst, src, n);
 #endif
+}
+
+static inline void dpl_stream_fence(void)
+{
+#if defined(__SSE2__)
+  _mm_sfence();
+#endif
+}
+
+static inline void dpl_stream_copy(void *dst, const void *src, size_t n)
+{
+  dpl_stream_copy_nf(dst, src, n);
+  dpl_stream_fence();
 }
 #endif
