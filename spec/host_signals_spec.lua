@@ -47,6 +47,17 @@ describe('signals', function()
     assert.is_true(cleaned)
   end)
 
+  it('a SIGINT that comes while os.execute runs a command is not lost (system() ignored it)', function()
+    local out, err, rc = h.dplhost([[-e "os.execute('kill -INT \$PPID; sleep 0.1') print('survived')"]])
+    assert.are.equal(130, rc, out .. err)
+    assert.is_nil(out:find('survived', 1, true), out)
+    assert.matches('dplhost: interrupted', err)
+    -- results as LuaJIT's own os.execute
+    out, err, rc = h.dplhost([[-e "print(os.execute('exit 3'), os.execute('true'), os.execute())"]])
+    assert.are.equal(0, rc, err)
+    assert.matches('^768\t0\t1\n', out)
+  end)
+
   it('SIGTERM ends a script sleeping in C', function()
     local rc, took, cleaned, err = run_and_signal('require("dpl").C.dpl_sleep(30)', { 'TERM' })
     assert.are.equal(143, rc, err)

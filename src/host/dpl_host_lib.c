@@ -16,10 +16,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <lua.h>
 #include <lauxlib.h>
+
+extern char **environ;
 
 /* ---------------------------------------------------------------- signals */
 
@@ -271,31 +274,77 @@ static int host_os_exit(lua_State *L)
 /* os.execute replacement. libc's system() ignores SIGINT in the caller while the
  * command runs, so a Ctrl-C (which the terminal sends to the whole foreground
  * job, and the launcher to each rank's process group) stopped only the command
- * and a script looping over os.execute went on. As a shell does, a command that
- * died of SIGINT now counts as SIGINT for the script: it is raised here, after
- * system() has put the handler back, and stops the script as usual. Results are
- * the original's. */
-static int child_died_of_sigint(lua_State *L, int base, int nres)
-{
-  if (nres == 1 && lua_type(L, base) == LUA_TNUMBER) { /* Lua 5.1: the wait status */
-    int st = (int)lua_tointeger(L, base);
-    return st != -1 && WIFSIGNALED(st) && WTERMSIG(st) == SIGINT;
-  }
-  if (nres == 3 && lua_type(L, base + 1) == LUA_TSTRING) /* 5.2 mode: nil, "signal", N */
-    return strcmp(lua_tostring(L, base + 1), "signal") == 0 && lua_tointeger(L, base + 2) == SIGINT;
-  return 0;
-}
+ * and a script looping over os.execute went on; and a SIGINT that came while
+ * system() was starting the command (ignored, the command not yet there) was lost.
+ * Here the command runs as system() runs it (/bin/sh -c, SIGINT and SIGQUIT at their
+ * defaults and the caller's signal mask in the child), but the caller blocks
+ * SIGINT/SIGQUIT/SIGCHLD instead of ignoring them: a SIGINT that comes meanwhile
+ * stays pending and stops the script, as a shell would, once the command is done;
+ * a command that died of SIGINT counts as one too. Results are the original's
+ * (Lua 5.1's wait status, or 5.2's true|nil, "exit"|"signal", code). */
+static int execute_52 = -1; /* the original returns 5.2-style results (1), 5.1's (0), not known (-1) */
 
 static int host_os_execute(lua_State *L)
 {
-  int nargs = lua_gettop(L);
-  int has_cmd = !lua_isnoneornil(L, 1);
-  lua_pushvalue(L, lua_upvalueindex(1));
-  lua_insert(L, 1);
-  lua_call(L, nargs, LUA_MULTRET);
-  int nres = lua_gettop(L);
-  if (has_cmd && child_died_of_sigint(L, 1, nres)) raise(SIGINT);
-  return nres;
+  if (lua_isnoneornil(L, 1)) { /* is there a shell: the original's answer */
+    int nargs = lua_gettop(L);
+    lua_pushvalue(L, lua_upvalueindex(1));
+    lua_insert(L, 1);
+    lua_call(L, nargs, LUA_MULTRET);
+    if (execute_52 < 0) execute_52 = lua_type(L, 1) == LUA_TBOOLEAN;
+    return lua_gettop(L);
+  }
+  const char *cmd = luaL_checkstring(L, 1);
+  if (execute_52 < 0) { /* ask the original once which form it returns */
+    lua_pushvalue(L, lua_upvalueindex(1));
+    lua_call(L, 0, 1);
+    execute_52 = lua_type(L, -1) == LUA_TBOOLEAN;
+    lua_pop(L, 1);
+  }
+  sigset_t block, old, pend, dflt;
+  sigemptyset(&block);
+  sigaddset(&block, SIGINT);
+  sigaddset(&block, SIGQUIT);
+  sigaddset(&block, SIGCHLD);
+  pthread_sigmask(SIG_BLOCK, &block, &old);
+  sigemptyset(&dflt);
+  sigaddset(&dflt, SIGINT);
+  sigaddset(&dflt, SIGQUIT);
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  posix_spawnattr_setsigmask(&attr, &old);
+  posix_spawnattr_setsigdefault(&attr, &dflt);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+  char *argv[] = {"sh", "-c", (char *)cmd, NULL};
+  pid_t pid;
+  int status = -1, err = posix_spawn(&pid, "/bin/sh", NULL, &attr, argv, environ);
+  posix_spawnattr_destroy(&attr);
+  if (err == 0) {
+    while (waitpid(pid, &status, 0) < 0) {
+      if (errno != EINTR) { err = errno; status = -1; break; }
+    }
+  }
+  int died_of_int = status != -1 && WIFSIGNALED(status) && WTERMSIG(status) == SIGINT;
+  sigpending(&pend);
+  int int_pending = sigismember(&pend, SIGINT) == 1;
+  pthread_sigmask(SIG_SETMASK, &old, NULL); /* a pending SIGINT is delivered now */
+  if (died_of_int && !int_pending) raise(SIGINT);
+  if (!execute_52) { lua_pushinteger(L, status); return 1; }
+  if (status == -1) {
+    lua_pushnil(L);
+    lua_pushfstring(L, "%s", strerror(err ? err : errno));
+    lua_pushinteger(L, err ? err : errno);
+    return 3;
+  }
+  const char *what = "exit";
+  int code = 0;
+  if (WIFEXITED(status)) code = WEXITSTATUS(status);
+  else if (WIFSIGNALED(status)) { code = WTERMSIG(status); what = "signal"; }
+  if (what[0] == 'e' && code == 0) lua_pushboolean(L, 1);
+  else lua_pushnil(L);
+  lua_pushstring(L, what);
+  lua_pushinteger(L, code);
+  return 3;
 }
 
 /* Clears a pending interrupt (the REPL calls it after reporting one). */

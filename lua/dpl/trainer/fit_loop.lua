@@ -259,6 +259,15 @@ on_signal = function(t, status)
   local path = ('%s/hpc_ckpt_%d.ckpt'):format(dir, n + 1)
   t:save_checkpoint(path)
   local sig = status - 128
+  -- this rank's own copy of the signal (a launcher or SLURM signals every rank; the ranks
+  -- stopped on whichever saw it first) may still be pending: consumed here, past the
+  -- checkpoint's barrier, so that restoring the signal mask after fit does not deliver it as
+  -- an interrupt in place of this error
+  if have_sig and sig > 0 then
+    ffi.C.sigemptyset(one)
+    ffi.C.sigaddset(one, sig)
+    ffi.C.sigtimedwait(one, nil, zero_ts)
+  end
   error(SignalReceived(('received signal %d (%s) on a rank: every rank stopped after global_step %d; checkpoint saved to %s')
     :format(sig, sig == 15 and 'SIGTERM' or sig == 10 and 'SIGUSR1' or sig == 2 and 'SIGINT' or 'signal',
             t.global_step, path)), 0)
