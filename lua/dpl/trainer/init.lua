@@ -354,17 +354,12 @@ end
 
 function Trainer:_call_module_hook(name, ...)
   local model = self.lightning_module
-  if self._prof then
-    local key = prof_key('LightningModule', model, class_name(model), name)
-    self._prof:start(key)
-    local ok, r = xpcall(module_hook_raw, require('dpl.profilers').on_error, self, model, name, ...)
-    self._prof:stop(key)
-    if not ok then error(r, 0) end
-    return r
+  local prof = self._prof
+  if prof then
+    return (prof:profile(prof_key('LightningModule', model, class_name(model), name), module_hook_raw, self, model, name, ...))
   end
   return module_hook_raw(self, model, name, ...)
 end
-
 
 -- configure_optimizers returning two values, `return {opt, ...}, {sched, ...}` (Lua's form of
 -- Lightning's `return [opts], [scheds]`): the pair of lists (a single optimizer or scheduler
@@ -398,17 +393,13 @@ function Trainer:_call_strategy_step(name, ...)
   model._current_fx_name = name
   local strategy = self.strategy
   local r
-  local prof, key = self._prof, nil
+  local prof = self._prof
   if prof then
-    key = prof_key('Strategy', strategy, class_name(strategy), name)
-    prof:start(key)
-    local ok, e = xpcall(strategy_step_raw, require('dpl.profilers').on_error, self, strategy, name, ...)
-    prof:stop(key)
-    model._current_fx_name = prev
-    if not ok then error(e, 0) end
-    return e
+    -- (model._current_fx_name stays set after an error, as without the profiler)
+    r = prof:profile(prof_key('Strategy', strategy, class_name(strategy), name), strategy_step_raw, self, strategy, name, ...)
+  else
+    r = strategy_step_raw(self, strategy, name, ...)
   end
-  r = strategy_step_raw(self, strategy, name, ...)
   model._current_fx_name = prev
   return r
 end
