@@ -301,10 +301,17 @@ describe('loop configuration checks', function()
     local M2 = dpl.LightningModule:extend('NoOpt')
     function M2:training_step() return th.loss(1) end
     assert.matches('No `configure_optimizers%(%)` method defined', err(function() T():fit(M2(), th.loader(2)) end))
-    assert.matches('No `train_dataloader%(%)` method defined', err(function() T():fit(M2()) end))
+    -- no loader and no hook to make one: Lightning 1.9's ValueError, before the other checks
+    assert.matches('An invalid dataloader was passed to `Trainer.fit%(train_dataloaders=...%)`. Either pass the'
+      .. ' dataloader to the `.fit%(%)` method OR implement `def train_dataloader%(self%):`', err(function() T():fit(M2()) end))
     assert.matches('No `test_step%(%)` method defined to run `Trainer.test`', err(function() T():test(M2(), th.loader(2)) end))
     assert.matches('No `validation_step%(%)` method defined to run `Trainer.validate`', err(function() T():validate(M2(), th.loader(2)) end))
-    assert.matches('No `predict_dataloader%(%)` method defined', err(function() T():predict(M2()) end))
+    assert.matches('An invalid dataloader was passed to `Trainer.predict%(dataloaders=...%)`.*`def predict_dataloader%(self%):`',
+      err(function() T():predict(M2()) end))
+    assert.matches('An invalid dataloader was passed to `Trainer.validate%(dataloaders=...%)`.*`def val_dataloader%(self%):`',
+      err(function() T():validate(M2()) end))
+    assert.matches('An invalid dataloader was passed to `Trainer.test%(dataloaders=...%)`.*`def test_dataloader%(self%):`',
+      err(function() T():test(M2()) end))
     local M3 = M2:extend('Manual')
     function M3:__init() M2.__init(self); self.automatic_optimization = false end
     function M3:configure_optimizers() return th.Optimizer() end

@@ -24,6 +24,8 @@ function LightningModule:__init(...)
   self.current_epoch = 0
   self.global_step = 0
   self._current_fx_name = nil
+  -- prepare_data on each node's local rank 0 (true) or on global rank 0 only (false)
+  self.prepare_data_per_node = true
 end
 
 
@@ -302,6 +304,27 @@ local function py_list(t)
   return '[' .. table.concat(parts, ', ') .. ']'
 end
 
+--- cls built from saved hyper-parameters `hp` (updated in place with `overrides`): each
+--- constructor parameter gets the hyper-parameter of its name, or, when they were saved from a
+--- table the constructor received (`args_name`, the checkpoint's hparams_name), that parameter
+--- gets the table; the overrides win. Shared with LightningDataModule.load_from_checkpoint.
+function LightningModule._instantiate(cls, hp, args_name, overrides)
+  for k, v in pairs(overrides) do hp[k] = v end
+  local names = param_names(cls.__init)
+  local kwargs = {}
+  for k, v in pairs(hp) do kwargs[k] = v end
+  if args_name ~= nil then
+    for _, n in ipairs(names) do
+      if n == args_name then kwargs = { [args_name] = kwargs } break end
+    end
+  end
+  for k, v in pairs(overrides) do kwargs[k] = v end
+  local args = {}
+  for i, n in ipairs(names) do args[i] = kwargs[n] end
+  return cls(unpack(args, 1, #names))
+end
+LightningModule._param_names = param_names
+
 --- Model:load_from_checkpoint(path, {map_location=, strict=true, <hyper-parameter>=value, ...}):
 --- Lightning's classmethod. Builds the module from the checkpoint's hyper-parameters (those
 --- save_hyperparameters stored, updated with the overrides): each constructor parameter gets the
@@ -340,21 +363,7 @@ function LightningModule.load_from_checkpoint(cls, checkpoint_path, opts)
   local ckpt = require('dpl.trainer.checkpoint').load(checkpoint_path)
   local hp = ckpt.hyper_parameters
   if type(hp) ~= 'table' then hp = {}; ckpt.hyper_parameters = hp end
-  for k, v in pairs(overrides) do hp[k] = v end
-
-  local names = param_names(cls.__init)
-  local kwargs = {}
-  for k, v in pairs(hp) do kwargs[k] = v end
-  local args_name = ckpt.hparams_name
-  if args_name ~= nil then
-    for _, n in ipairs(names) do
-      if n == args_name then kwargs = { [args_name] = kwargs } break end
-    end
-  end
-  for k, v in pairs(overrides) do kwargs[k] = v end
-  local args = {}
-  for i, n in ipairs(names) do args[i] = kwargs[n] end
-  local obj = cls(unpack(args, 1, #names))
+  local obj = LightningModule._instantiate(cls, hp, ckpt.hparams_name, overrides)
 
   obj:on_load_checkpoint(ckpt)
   local keys = obj:load_state_dict(ckpt.state_dict or {}, { strict = strict })

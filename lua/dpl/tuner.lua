@@ -16,7 +16,8 @@ local fmt = string.format
 local M = {}
 
 local SUGGESTION_KEYS = options.keys('skip_begin', 'skip_end')
-local LR_FIND_KEYS = options.keys('min_lr', 'max_lr', 'num_training', 'mode', 'early_stop_threshold', 'update_attr')
+local LR_FIND_KEYS = options.keys('min_lr', 'max_lr', 'num_training', 'mode', 'early_stop_threshold', 'update_attr',
+  'datamodule')
 
 local function misconf(msg, ...) errors.MisconfigurationException:raise(fmt(msg, ...), 3) end
 
@@ -216,7 +217,8 @@ function Tuner:lr_find(model, ...)
       reduce_on_plateau = false, strict = true } }
     strategy.optimizer_frequencies = {}
   end
-  local ok, err = pcall(inner.fit, inner, model, train_loaders, val_loaders)
+  local ok, err = pcall(inner.fit, inner, model, train_loaders, val_loaders,
+    opts.datamodule ~= nil and { datamodule = opts.datamodule } or nil)
   -- the weights and fields back, whatever happened
   model:load_state_dict(saved)
   for k, v in pairs(fields) do rawset(model, k, v) end

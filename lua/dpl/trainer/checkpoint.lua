@@ -169,6 +169,13 @@ end
 
 ---------------------------------------------------------------- dump / restore
 
+--- The checkpoint key of a datamodule's state: its class name (Lightning: the class's
+--- __qualname__; a class made by extend() without a name is "LightningDataModule+").
+function M.datamodule_key(dm)
+  local mt = getmetatable(dm)
+  return mt and mt.__name or 'LightningDataModule'
+end
+
 --- The checkpoint table, with Lightning's keys and the hooks Lightning calls
 --- (C.state_dict, C.on_save_checkpoint, on_save_checkpoint).
 function M.dump(t, weights_only)
@@ -207,6 +214,16 @@ function M.dump(t, weights_only)
     ckpt.hyper_parameters = model.hparams
     ckpt.hparams_name = model._hparams_name or 'kwargs'
   end
+  -- the datamodule's hyper-parameters and its state (under its class name, when not empty)
+  local dm = t.datamodule
+  if dm ~= nil then
+    if type(dm.hparams) == 'table' and next(dm.hparams) ~= nil then
+      ckpt.datamodule_hyper_parameters = dm.hparams
+      ckpt.datamodule_hparams_name = dm._hparams_name or 'kwargs'
+    end
+    local state = t:_call_datamodule_hook('state_dict')
+    if type(state) == 'table' and next(state) ~= nil then ckpt[M.datamodule_key(dm)] = state end
+  end
   if not weights_only then
     t:_call_callback_hooks('on_save_checkpoint', ckpt)
     t:_call_module_hook('on_save_checkpoint', ckpt)
@@ -219,6 +236,10 @@ end
 function M.restore_modules_and_callbacks(t, ckpt)
   local model = t.lightning_module
   t:_call_module_hook('on_load_checkpoint', ckpt)
+  local dm = t.datamodule
+  if dm ~= nil and ckpt[M.datamodule_key(dm)] ~= nil then
+    t:_call_datamodule_hook('load_state_dict', ckpt[M.datamodule_key(dm)])
+  end
   if t.state.fn == 'fit' then -- callbacks are restored only when fitting (1.9)
     t:_call_callback_hooks('on_load_checkpoint', ckpt)
     local states = ckpt.callbacks or {}

@@ -12,6 +12,7 @@ local Results = require 'dpl.trainer.results'
 
 local Misconfiguration = errors.MisconfigurationException
 local LightningModule -- loaded on first use
+local LightningDataModule -- the same
 
 local Trainer = class.Object:extend('Trainer')
 
@@ -132,6 +133,7 @@ function Trainer:__init(user_args)
   self._results_connector = Results.new(self)
   self.optimizers, self.lr_scheduler_configs = {}, {}
   self.lightning_module, self.model = nil, nil
+  self.datamodule = nil -- the LightningDataModule of the last entry point given one (Lightning keeps it)
   self.num_training_batches, self.num_val_batches, self.num_test_batches, self.num_predict_batches = 0, {}, {}, {}
   self.num_sanity_val_batches = {}
 
@@ -405,6 +407,27 @@ function Trainer:_call_strategy_step(name, ...)
 end
 
 --- True when the model's class (or the model) redefines a LightningModule hook.
+--- A hook of the datamodule (Lightning's _call_lightning_datamodule_hook): nil without one;
+--- timed as "[LightningDataModule]<class>.<hook>" under a profiler.
+function Trainer:_call_datamodule_hook(name, ...)
+  local dm = self.datamodule
+  if dm == nil then return nil end
+  local prof = self._prof
+  if prof then
+    return (prof:profile(prof_key('LightningDataModule', dm, class_name(dm), name), dm[name], dm, ...))
+  end
+  return (dm[name](dm, ...))
+end
+
+--- Whether the datamodule of this call defines hook `name` (not LightningDataModule's default).
+function Trainer:_dm_overridden(name)
+  local dm = self._dm
+  if dm == nil then return false end
+  LightningDataModule = LightningDataModule or require 'dpl.datamodule'
+  local f = dm[name]
+  return f ~= nil and f ~= LightningDataModule[name]
+end
+
 function Trainer:_is_overridden(name, model)
   LightningModule = LightningModule or require 'dpl.lightning'
   model = model or self.lightning_module
@@ -511,14 +534,47 @@ local function check_model(model, fn)
 end
 
 local options = require 'dpl.options'
--- the options each entry point takes (Lightning's keyword arguments; datamodule has no
--- counterpart): a key not among them is an error, not silently dropped
+-- the options each entry point takes (Lightning's keyword arguments): a key not among them
+-- is an error, not silently dropped
 local entry_keys = {
-  fit = options.keys('ckpt_path'),
-  validate = options.keys('ckpt_path', 'verbose'),
-  test = options.keys('ckpt_path', 'verbose'),
-  predict = options.keys('ckpt_path', 'return_predictions'),
+  fit = options.keys('ckpt_path', 'datamodule'),
+  validate = options.keys('ckpt_path', 'verbose', 'datamodule'),
+  test = options.keys('ckpt_path', 'verbose', 'datamodule'),
+  predict = options.keys('ckpt_path', 'return_predictions', 'datamodule'),
 }
+
+local function is_datamodule(x)
+  if type(x) ~= 'table' then return false end
+  LightningDataModule = LightningDataModule or require 'dpl.datamodule'
+  return class.is_instance(x, LightningDataModule)
+end
+
+-- the datamodule of an entry point: opts.datamodule, or the loaders argument when it is one
+-- (Lightning "fixes it for the user"); both loaders and a datamodule is an error
+local function datamodule_of(self, fn, loaders, opts, val_loaders)
+  local dm = opts.datamodule
+  if dm ~= nil and not is_datamodule(dm) then
+    misconf('`trainer.%s(datamodule=...)` expects a `LightningDataModule`, got: %s', fn, tostring(dm))
+  end
+  if is_datamodule(loaders) then
+    if dm ~= nil and dm ~= loaders then
+      misconf('`trainer.%s()` got two datamodules: one in place of the dataloaders and one as `datamodule=`', fn)
+    end
+    dm, loaders = loaders, nil
+  end
+  if dm ~= nil and (loaders ~= nil or val_loaders ~= nil) then
+    if fn == 'fit' then misconf('You cannot pass `train_dataloader` or `val_dataloaders` to `trainer.fit(datamodule=...)`') end
+    misconf('You cannot pass both `trainer.%s(dataloaders=..., datamodule=...)`', fn)
+  end
+  -- the data sources of this call (Lightning's attach_datamodule); trainer.datamodule stays
+  -- set from an earlier call when this one has none, as in Lightning 1.9
+  self._dm = dm
+  if dm ~= nil then
+    self.datamodule = dm
+    dm.trainer = self
+  end
+  return loaders
+end
 
 local function opts_of(x, fn)
   if type(x) == 'string' then return { ckpt_path = x } end
@@ -530,7 +586,13 @@ end
 --- trainer:fit(model, train_dataloaders, val_dataloaders, {ckpt_path=})
 function Trainer:fit(model, train_dataloaders, val_dataloaders, opts)
   check_model(model, 'fit')
+  if opts == nil and val_dataloaders == nil and type(train_dataloaders) == 'table' and getmetatable(train_dataloaders) == nil
+      and train_dataloaders.datamodule ~= nil then
+    -- trainer:fit(model, {datamodule = dm}): the options in place of the loaders
+    opts, train_dataloaders = train_dataloaders, nil
+  end
   opts = opts_of(opts, 'fit')
+  train_dataloaders = datamodule_of(self, 'fit', train_dataloaders, opts, val_dataloaders)
   self.state.fn, self.state.stage = 'fit', 'train'
   rawset(self, 'train_dataloader', nil) -- (Lightning's attach_dataloaders)
   -- Lightning's _parse_loop_limits: min_epochs becomes 0 (1 with min_steps) once fit starts
@@ -553,7 +615,11 @@ end
 --- trainer:predict(model, dataloaders, {ckpt_path=, return_predictions=true}) -> predictions (a list per
 --- dataloader when several; nil with return_predictions=false)
 function Trainer:predict(model, dataloaders, opts)
+  if opts == nil and type(dataloaders) == 'table' and getmetatable(dataloaders) == nil and dataloaders.datamodule ~= nil then
+    opts, dataloaders = dataloaders, nil
+  end
   opts = opts_of(opts, 'predict')
+  dataloaders = datamodule_of(self, 'predict', dataloaders, opts)
   -- return_predictions=false: nothing is kept, nil is returned (Lightning)
   self._return_predictions = opts.return_predictions ~= false
   local provided = model ~= nil
@@ -565,7 +631,11 @@ function Trainer:predict(model, dataloaders, opts)
 end
 
 function Trainer:_run_eval_entry(fn, stage, model, dataloaders, opts)
+  if opts == nil and type(dataloaders) == 'table' and getmetatable(dataloaders) == nil and dataloaders.datamodule ~= nil then
+    opts, dataloaders = dataloaders, nil
+  end
   opts = opts_of(opts, fn)
+  dataloaders = datamodule_of(self, fn, dataloaders, opts)
   local provided = model ~= nil
   model = self:_model_or_attached(model, fn)
   self.state.fn, self.state.stage = fn, stage == 'val' and 'validate' or 'test'

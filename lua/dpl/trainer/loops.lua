@@ -93,7 +93,16 @@ M._with_sampler = with_sampler
 
 local hook_of = { train = 'train_dataloader', val = 'val_dataloader', test = 'test_dataloader', predict = 'predict_dataloader' }
 
---- The loaders of a stage: given to fit/validate/..., else the model's hook.
+--- Whether a stage has loaders: given to the entry point, else the hook of its source (the
+--- datamodule of this call when there is one, else the module) is defined.
+function M.has_loader_source(t, stage)
+  if t._loaders[stage] ~= nil then return true end
+  if t._dm ~= nil then return t:_dm_overridden(hook_of[stage]) end
+  return t:_is_overridden(hook_of[stage])
+end
+
+--- The loaders of a stage: given to fit/validate/..., else the datamodule's hook (with one),
+--- else the model's.
 function M.load_loaders(t, stage)
   local given = t._loaders[stage]
   local list
@@ -102,6 +111,8 @@ function M.load_loaders(t, stage)
     return {}, {}
   elseif given ~= nil then
     list = as_loader_list(given)
+  elseif t._dm ~= nil then
+    list = t:_dm_overridden(hook_of[stage]) and as_loader_list(t:_call_datamodule_hook(hook_of[stage])) or {}
   elseif stage == 'train' or t:_is_overridden(hook_of[stage]) then
     list = as_loader_list(t:_call_module_hook(hook_of[stage]))
   else
@@ -167,10 +178,48 @@ local function to_double(b, depth)
 end
 M._to_double = to_double
 
+local transfer_hooks = { 'on_before_batch_transfer', 'transfer_batch_to_device', 'on_after_batch_transfer' }
+
+--- With a datamodule: which of it and the module runs each batch-transfer hook (Lightning's
+--- _DataHookSelector: the datamodule's when it overrides the hook, with a warning when the
+--- module does too; the module's otherwise, with a warning when it overrides it). Sets
+--- t._dm_transfer (nil: every hook is the module's, the common case).
+function M.select_transfer_hooks(t)
+  t._dm_transfer = nil
+  if t._dm == nil then return end
+  local sel
+  for _, h in ipairs(transfer_hooks) do
+    if t:_dm_overridden(h) then
+      if t:_is_overridden(h) then
+        log.warn('You have overridden `%s` in both `LightningModule` and `LightningDataModule`. It will use the'
+          .. ' implementation from `LightningDataModule` instance.', h)
+      end
+      sel = sel or {}
+      sel[h] = true
+    elseif t:_is_overridden(h) then
+      log.warn('You have overridden `%s` in `LightningModule` but have passed in a `LightningDataModule`. It will'
+        .. ' use the implementation from `LightningModule` instance.', h)
+    end
+  end
+  t._dm_transfer = sel
+end
+
+local function data_hook(t, sel, name, ...)
+  if sel and sel[name] then return t:_call_datamodule_hook(name, ...) end
+  return t:_call_module_hook(name, ...)
+end
+
 local function transfer(t, batch, dl_idx)
-  batch = t:_call_module_hook('on_before_batch_transfer', batch, dl_idx)
-  batch = t:_call_module_hook('transfer_batch_to_device', batch, t.strategy.root_device, dl_idx)
-  batch = t:_call_module_hook('on_after_batch_transfer', batch, dl_idx)
+  local sel = t._dm_transfer
+  if sel == nil then
+    batch = t:_call_module_hook('on_before_batch_transfer', batch, dl_idx)
+    batch = t:_call_module_hook('transfer_batch_to_device', batch, t.strategy.root_device, dl_idx)
+    batch = t:_call_module_hook('on_after_batch_transfer', batch, dl_idx)
+  else
+    batch = data_hook(t, sel, 'on_before_batch_transfer', batch, dl_idx)
+    batch = data_hook(t, sel, 'transfer_batch_to_device', batch, t.strategy.root_device, dl_idx)
+    batch = data_hook(t, sel, 'on_after_batch_transfer', batch, dl_idx)
+  end
   if t.precision == 64 then batch = to_double(batch) end
   return batch
 end
@@ -209,6 +258,7 @@ function M.run(t, model, ckpt_path)
 
   t:_attach_model_callbacks()
   M.verify_loop_configurations(t)
+  M.select_transfer_hooks(t)
   -- the profiler (SimpleProfiler, ...) of this run: set up in the process that runs the
   -- loop (a ddp_spawn worker too), its report at the end (on an error as well)
   local prof = t._prof
@@ -234,13 +284,22 @@ function M._run_stages(t, model, ckpt_path)
   local strategy = t.strategy
   local fn = t.state.fn
   local rc = t._results_connector
-  if t.local_rank == 0 then t:_call_module_hook('prepare_data') end
+  -- prepare_data: the datamodule's then the module's, on each node's local rank 0 (or on
+  -- global rank 0 only for an object with prepare_data_per_node = false)
+  local dm = t.datamodule
+  local function prepare_here(obj)
+    if obj.prepare_data_per_node == false then return t.local_rank == 0 and (t.node_rank or 0) == 0 end
+    return t.local_rank == 0
+  end
+  if dm ~= nil and prepare_here(dm) then t:_call_datamodule_hook('prepare_data') end
+  if prepare_here(model) then t:_call_module_hook('prepare_data') end
   rc:reset_metrics()
   strategy:setup_device()
   strategy:setup_environment()
   -- setup hooks
   local stage = fn
   strategy:barrier('pre_setup')
+  if dm ~= nil then t:_call_datamodule_hook('setup', stage) end
   t:_call_callback_hooks('setup', stage)
   t:_call_module_hook('setup', stage)
   strategy:barrier('post_setup')
@@ -261,8 +320,11 @@ function M._run_stages(t, model, ckpt_path)
     t:_call_module_hook('on_fit_start')
   end
   -- hyper-parameters to the loggers, at the start of every entry point (Lightning's _log_hyperparams)
-  if t.is_global_zero then
-    for _, lg in ipairs(t.loggers) do lg:log_hyperparams(model.hparams or {}) end
+  if #t.loggers > 0 then
+    local hp = M.merged_hparams(model, t.datamodule) -- (on every rank: a clash stops them all)
+    if t.is_global_zero then
+      for _, lg in ipairs(t.loggers) do lg:log_hyperparams(hp) end
+    end
   end
   if ckpt and fn == 'fit' then require('dpl.trainer.checkpoint').restore_training_state(t, ckpt) end
 
@@ -282,6 +344,7 @@ function M._run_stages(t, model, ckpt_path)
     t:_call_callback_hooks('on_fit_end')
     t:_call_module_hook('on_fit_end')
   end
+  if dm ~= nil then t:_call_datamodule_hook('teardown', stage) end
   t:_call_callback_hooks('teardown', stage)
   t:_call_module_hook('teardown', stage)
   model._current_fx_name = nil
@@ -289,6 +352,31 @@ function M._run_stages(t, model, ckpt_path)
     if t.is_global_zero then lg:finalize('success') end
   end
   return result
+end
+
+--- The hyper-parameters the loggers get: the module's, merged with the datamodule's when it
+--- saved some (Lightning's _log_hyperparams: a key in both with different values is an error).
+function M.merged_hparams(model, dm)
+  local mh = model.hparams or {}
+  local dh = dm ~= nil and dm.hparams or nil
+  if type(dh) ~= 'table' or next(dh) == nil then return mh end
+  if next(mh) == nil then return dh end
+  local bad = {}
+  for k, v in pairs(mh) do
+    local w = dh[k]
+    if w ~= nil and (type(v) ~= type(w) or (type(v) == 'table' and not rawequal(v, w)) or (type(v) ~= 'table' and v ~= w)) then
+      bad[#bad + 1] = "'" .. tostring(k) .. "'"
+    end
+  end
+  if #bad > 0 then
+    table.sort(bad)
+    misconf("Error while merging hparams: the keys [%s] are present in both the LightningModule's and"
+      .. " LightningDataModule's hparams but have different values.", table.concat(bad, ', '))
+  end
+  local out = {}
+  for k, v in pairs(mh) do out[k] = v end
+  for k, v in pairs(dh) do out[k] = v end
+  return out
 end
 
 ---------------------------------------------------------------- configuration checks
@@ -299,13 +387,26 @@ function M.verify_loop_configurations(t)
   local ov = function(name) return t:_is_overridden(name) end
   local minimum = 'Lightning `Trainer` expects as minimum a `training_step()`, `train_dataloader()` and'
     .. ' `configure_optimizers()` to be defined.'
+  -- no loaders given and no hook of the module (or the datamodule) to make them, for the
+  -- stage this entry point needs (Lightning's _check_dataloader_none, before the checks below)
+  local need = ({ fit = 'train', validate = 'val', test = 'test', predict = 'predict' })[fn]
+  if need and not M.has_loader_source(t, need) then
+    errors.ValueError:raise(('An invalid dataloader was passed to `Trainer.%s(%sdataloaders=...)`. Either pass the'
+      .. ' dataloader to the `.%s()` method OR implement `def %s(self):` in your LightningModule/LightningDataModule.')
+      :format(fn, fn == 'fit' and 'train_' or '', fn, hook_of[need]), 0)
+  end
+  if t._dm ~= nil then
+    for _, h in ipairs({ 'on_save_checkpoint', 'on_load_checkpoint' }) do
+      if t:_dm_overridden(h) then
+        errors.NotImplementedError:raise(('`LightningDataModule.%s` was deprecated in v1.6 and is no longer supported'
+          .. ' as of v1.8. Use `%s` instead.'):format(h, h == 'on_save_checkpoint' and 'state_dict' or 'load_state_dict'), 0)
+      end
+    end
+  end
   if fn == 'fit' then
     if not ov('training_step') then misconf('No `training_step()` method defined. %s', minimum) end
-    if t._loaders.train == nil and not ov('train_dataloader') then
-      misconf('No `train_dataloader()` method defined and no training dataloader passed to `fit`. %s', minimum)
-    end
     if not ov('configure_optimizers') then misconf('No `configure_optimizers()` method defined. %s', minimum) end
-    local has_val = t._loaders.val ~= nil or ov('val_dataloader')
+    local has_val = M.has_loader_source(t, 'val')
     if has_val and not ov('validation_step') then
       log.warn('You passed in a `val_dataloader` but have no `validation_step`. Skipping val loop.')
     end
@@ -323,10 +424,6 @@ function M.verify_loop_configurations(t)
     if not ov('validation_step') then misconf('No `validation_step()` method defined to run `Trainer.validate`.') end
   elseif fn == 'test' then
     if not ov('test_step') then misconf('No `test_step()` method defined to run `Trainer.test`.') end
-  elseif fn == 'predict' then
-    if t._loaders.predict == nil and not ov('predict_dataloader') then
-      misconf('No `predict_dataloader()` method defined to run `Trainer.predict`.')
-    end
   end
 end
 
@@ -349,7 +446,7 @@ function M.enable_validation(t)
   local lim = t._args._limits.val
   if lim.kind ~= 'all' and lim.value == 0 then return false end
   if not t:_is_overridden('validation_step') then return false end
-  return t._loaders.val ~= nil or t:_is_overridden('val_dataloader') or t._val_loaders ~= nil
+  return M.has_loader_source(t, 'val') or t._val_loaders ~= nil
 end
 
 --- One evaluation run (validation in fit or alone, sanity check, test).
