@@ -1,7 +1,8 @@
 -- fashion_mnist.lua: an MLP LightningModule on Fashion-MNIST (or a small CNN, or an LSTM
 -- reading the image row by row: --model cnn|lstm), trained by dpl.Trainer with validation,
 -- ModelCheckpoint, EarlyStopping, a CSV logger and the progress bar, then tested on the test
--- set with the best checkpoint.
+-- set with the best checkpoint. The data comes from a LightningDataModule (the splits and
+-- their loaders).
 --
 --   dplhost examples/fashion_mnist.lua [Trainer flags: --max_epochs 10 --limit_train_batches 0.1
 --       --strategy ddp --accelerator cpu --devices 2 ...] [--batch 64] [--lr 0.03] [--seed 0]
@@ -167,22 +168,39 @@ if not ok_trainer then fail(trainer) end
 
 ---------------------------------------------------------------- data
 
--- (the images are read on first use, uint8, and made floats per batch; the test set is not
--- touched before trainer:test)
-local train_all = dpl.datasets.FashionMNIST { root = opts.root, train = true }
-local test = dpl.datasets.FashionMNIST { root = opts.root, train = false }
-local n_val = 5000
-local n_train = dpl.data.len(train_all) - n_val
-local train = dpl.data.Subset(train_all, dpl.data.range(1, n_train))
-local val = dpl.data.Subset(train_all, dpl.data.range(n_train + 1, n_train + n_val))
-local train_loader = dpl.data.DataLoader(train, { batch_size = opts.batch, shuffle = true, seed = opts.seed })
-local val_loader = dpl.data.DataLoader(val, { batch_size = 1000 })
-local test_loader = dpl.data.DataLoader(test, { batch_size = 1000 })
+-- Lightning's LightningDataModule: the splits and loaders in one place. setup runs in every
+-- process (each rank of ddp), once per stage; the images are read on first use, uint8, and
+-- made floats per batch; the test set is not touched before trainer:test.
+local FashionData = dpl.LightningDataModule:extend('FashionMNISTData')
+
+function FashionData:__init(root, batch_size, seed)
+  dpl.LightningDataModule.__init(self)
+  self.root, self.batch_size, self.seed = root, batch_size, seed
+end
+
+function FashionData:setup(stage)
+  if stage == 'fit' and not self.train then
+    local all = dpl.datasets.FashionMNIST { root = self.root, train = true }
+    local n_val = 5000
+    local n_train = dpl.data.len(all) - n_val
+    self.train = dpl.data.Subset(all, dpl.data.range(1, n_train))
+    self.val = dpl.data.Subset(all, dpl.data.range(n_train + 1, n_train + n_val))
+  elseif stage == 'test' and not self.test then
+    self.test = dpl.datasets.FashionMNIST { root = self.root, train = false }
+  end
+end
+
+function FashionData:train_dataloader()
+  return dpl.data.DataLoader(self.train, { batch_size = self.batch_size, shuffle = true, seed = self.seed })
+end
+function FashionData:val_dataloader() return dpl.data.DataLoader(self.val, { batch_size = 1000 }) end
+function FashionData:test_dataloader() return dpl.data.DataLoader(self.test, { batch_size = 1000 }) end
 
 ---------------------------------------------------------------- the run
 
 local model = MLP(opts.hidden, opts.lr, opts.model)
-trainer:fit(model, train_loader, val_loader)
+local datamodule = FashionData(opts.root, opts.batch, opts.seed)
+trainer:fit(model, datamodule)
 if trainer.is_global_zero and not trainer.fast_dev_run then
   print(('best checkpoint: %s (val_loss %s)'):format(trainer.checkpoint_callback.best_model_path,
     tostring(trainer.checkpoint_callback.best_model_score)))
@@ -190,7 +208,7 @@ end
 -- (a fast_dev_run writes no checkpoint: it tests the weights as they are, as Lightning asks)
 local ckpt = 'best'
 if trainer.fast_dev_run then ckpt = nil end
-local results = trainer:test(model, test_loader, { ckpt_path = ckpt })
+local results = trainer:test(model, datamodule, { ckpt_path = ckpt })
 if trainer.is_global_zero and results[1] then
   print(('test accuracy: %.2f%%'):format(100 * results[1].test_acc))
 end
