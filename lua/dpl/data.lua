@@ -765,4 +765,9 @@ function Loader:iter()
   end
 end
 
+--- CombinedLoader(loaders, mode='min_size'): several loaders stepped together (a list or a
+--- table of them by name; see dpl.combined_loader). fit combines several training loaders by
+--- itself (Trainer{multiple_trainloader_mode=}).
+function M.CombinedLoader(loaders, mode) return require('dpl.combined_loader').new(loaders, mode) end
+
 return M

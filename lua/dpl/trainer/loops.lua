@@ -33,6 +33,13 @@ local function as_loader_list(x)
     for i, l in ipairs(x) do
       if not is_loader(l) then misconf('dataloaders[%d] is not a DataLoader (got %s)', i, tostring(l)) end
     end
+    local n = #x
+    for k in pairs(x) do
+      if not (type(k) == 'number' and k >= 1 and k <= n and k % 1 == 0) then
+        misconf('expected a DataLoader or a list of DataLoaders, got a table with the key %s (a table of loaders by'
+          .. ' name is for training only: it combines them into one, CombinedLoader)', tostring(k))
+      end
+    end
     return x
   end
   misconf('expected a DataLoader or a list of DataLoaders, got %s', type(x))
@@ -103,61 +110,81 @@ end
 
 --- The loaders of a stage: given to fit/validate/..., else the datamodule's hook (with one),
 --- else the model's.
+-- several training loaders (a table of them by name, nested tables, a list of more than one,
+-- or a CombinedLoader): combined into one, whose batches have the collection's shape
+local function multiple_train_loaders(raw)
+  if type(raw) ~= 'table' then return false end
+  if require('dpl.combined_loader').is_combined(raw) then return true end
+  if is_loader(raw) then return false end
+  if #raw == 1 and next(raw, 1) == nil and is_loader(raw[1]) then return false end
+  return next(raw) ~= nil
+end
+
 function M.load_loaders(t, stage)
   local given = t._loaders[stage]
-  local list
+  local raw
   local lim = t._args._limits[stage]
   if lim.kind ~= 'all' and lim.value == 0 then
     return {}, {}
   elseif given ~= nil then
-    list = as_loader_list(given)
+    raw = given
   elseif t._dm ~= nil then
-    list = t:_dm_overridden(hook_of[stage]) and as_loader_list(t:_call_datamodule_hook(hook_of[stage])) or {}
+    if t:_dm_overridden(hook_of[stage]) then raw = t:_call_datamodule_hook(hook_of[stage]) end
   elseif stage == 'train' or t:_is_overridden(hook_of[stage]) then
-    list = as_loader_list(t:_call_module_hook(hook_of[stage]))
-  else
-    list = {}
+    raw = t:_call_module_hook(hook_of[stage])
   end
   local distributed = t.use_distributed_sampler and t.world_size > 1
   local data = require 'dpl.data'
-  local out = {} -- the trainer's loaders: the user's list and loaders are left as they are
-  for i = 1, #list do
-    local l = list[i]
-    if stage == 'train' and t._args._overfit then
-      local s = l.sampler
-      if s and (s.__name == 'RandomSampler' or (s.shuffle == true and s.num_replicas == nil)) then
-        log.warn('You requested to overfit but enabled training dataloader shuffling. We are turning off the training dataloader shuffling for you.')
-        l = with_sampler(l, data.SequentialSampler(data.len(s)))
-      end
-    end
-    l = t.strategy:process_dataloader(l)
-    if distributed then
-      local s = l.sampler
-      if s and s.num_replicas == nil then
-        -- as Lightning: a RandomSampler or SequentialSampler becomes a DistributedSampler over
-        -- the dataset (shuffled as the loader was); any other sampler is wrapped, each rank
-        -- taking its share of the positions it yields (DistributedSamplerWrapper)
-        local kw = t.strategy:distributed_sampler_kwargs()
-        -- the seed of the shuffle: seed_everything's (PL_GLOBAL_SEED), else 0, as Lightning
-        local seed = math.floor(tonumber(os.getenv('PL_GLOBAL_SEED') or '') or 0)
-        local random = s.__name == 'RandomSampler' or class.is_instance(s, data.RandomSampler)
-        local ds
-        if random or s.__name == 'SequentialSampler' or class.is_instance(s, data.SequentialSampler) then
-          ds = data.DistributedSampler{ dataset = l.dataset, num_replicas = kw.num_replicas, rank = kw.rank,
-            shuffle = random, seed = seed }
-        else
-          ds = data.DistributedSamplerWrapper{ sampler = s, num_replicas = kw.num_replicas, rank = kw.rank,
-            shuffle = false, seed = seed }
-        end
-        l = with_sampler(l, ds)
-      end
-    end
-    out[i] = l
+  if stage == 'train' and multiple_train_loaders(raw) then
+    local C = require 'dpl.combined_loader'
+    local mode = t.multiple_trainloader_mode
+    if C.is_combined(raw) then mode, raw = raw.mode, raw.loaders end
+    -- each loader prepared as a single one would be (samplers, strategy), then combined
+    local combined = C.new(C.map_leaves(raw, function(l) return M._prepare_loader(t, stage, l, distributed, data) end), mode)
+    return { combined }, { limited(t, stage, loader_len(combined)) }
   end
+  local list = as_loader_list(raw)
+  local out = {} -- the trainer's loaders: the user's list and loaders are left as they are
+  for i = 1, #list do out[i] = M._prepare_loader(t, stage, list[i], distributed, data) end
   list = out
   local counts = {}
   for i = 1, #list do counts[i] = limited(t, stage, loader_len(list[i])) end
   return list, counts
+end
+
+--- One loader as the Trainer runs it: unshuffled for overfit_batches, the strategy's
+--- process_dataloader, and a DistributedSampler (or wrapper) with several processes.
+function M._prepare_loader(t, stage, l, distributed, data)
+  if stage == 'train' and t._args._overfit then
+    local s = l.sampler
+    if s and (s.__name == 'RandomSampler' or (s.shuffle == true and s.num_replicas == nil)) then
+      log.warn('You requested to overfit but enabled training dataloader shuffling. We are turning off the training dataloader shuffling for you.')
+      l = with_sampler(l, data.SequentialSampler(data.len(s)))
+    end
+  end
+  l = t.strategy:process_dataloader(l)
+  if distributed then
+    local s = l.sampler
+    if s and s.num_replicas == nil then
+      -- as Lightning: a RandomSampler or SequentialSampler becomes a DistributedSampler over
+      -- the dataset (shuffled as the loader was); any other sampler is wrapped, each rank
+      -- taking its share of the positions it yields (DistributedSamplerWrapper)
+      local kw = t.strategy:distributed_sampler_kwargs()
+      -- the seed of the shuffle: seed_everything's (PL_GLOBAL_SEED), else 0, as Lightning
+      local seed = math.floor(tonumber(os.getenv('PL_GLOBAL_SEED') or '') or 0)
+      local random = s.__name == 'RandomSampler' or class.is_instance(s, data.RandomSampler)
+      local ds
+      if random or s.__name == 'SequentialSampler' or class.is_instance(s, data.SequentialSampler) then
+        ds = data.DistributedSampler{ dataset = l.dataset, num_replicas = kw.num_replicas, rank = kw.rank,
+          shuffle = random, seed = seed }
+      else
+        ds = data.DistributedSamplerWrapper{ sampler = s, num_replicas = kw.num_replicas, rank = kw.rank,
+          shuffle = false, seed = seed }
+      end
+      l = with_sampler(l, ds)
+    end
+  end
+  return l
 end
 
 ---------------------------------------------------------------- batch transfer
