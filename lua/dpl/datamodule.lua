@@ -55,16 +55,7 @@ end
 --- them), as Lightning's classmethod. Its state_dict is not loaded (Lightning neither: the
 --- Trainer does that when it restores a checkpoint with this datamodule attached).
 function DataModule.load_from_checkpoint(cls, checkpoint_path, opts)
-  if type(cls) ~= 'table' then
-    Misconfiguration:raise('load_from_checkpoint is a class method: call it as MyDataModule:load_from_checkpoint(path, {...})', 2)
-  end
-  if rawget(cls, '__index') ~= cls then cls = getmetatable(cls) end -- called on an instance: its class
-  if type(checkpoint_path) ~= 'string' then
-    Misconfiguration:raise(('load_from_checkpoint: the checkpoint path must be a string, got %s'):format(type(checkpoint_path)), 2)
-  end
-  if opts ~= nil and type(opts) ~= 'table' then
-    Misconfiguration:raise(('load_from_checkpoint: the options must be a table, got %s'):format(type(opts)), 2)
-  end
+  cls = LightningModule._checkpoint_args(cls, checkpoint_path, opts, 'MyDataModule')
   if opts and opts.hparams_file ~= nil then
     errors.NotImplementedError:raise('load_from_checkpoint: hparams_file is not supported; pass the hyper-parameters'
       .. ' to override in the options table', 2)

@@ -333,17 +333,25 @@ LightningModule._param_names = param_names
 --- table; then calls on_load_checkpoint(checkpoint) and loads the state dict (strict: missing or
 --- unexpected keys raise; strict=false warns about them). Returns the module as its constructor
 --- left it (training mode, on the CPU unless the constructor moved it), as Lightning 1.9.
-function LightningModule.load_from_checkpoint(cls, checkpoint_path, opts)
+--- The checks load_from_checkpoint makes (LightningModule's and LightningDataModule's): a
+--- class method (an instance stands for its class), a path, an options table. Returns the class.
+function LightningModule._checkpoint_args(cls, checkpoint_path, opts, example)
   if type(cls) ~= 'table' then
-    Misconfiguration:raise('load_from_checkpoint is a class method: call it as MyModule:load_from_checkpoint(path, {...})', 2)
+    Misconfiguration:raise(('load_from_checkpoint is a class method: call it as %s:load_from_checkpoint(path, {...})')
+      :format(example), 3)
   end
   if rawget(cls, '__index') ~= cls then cls = getmetatable(cls) end -- called on an instance: its class
   if type(checkpoint_path) ~= 'string' then
-    Misconfiguration:raise(('load_from_checkpoint: the checkpoint path must be a string, got %s'):format(type(checkpoint_path)), 2)
+    Misconfiguration:raise(('load_from_checkpoint: the checkpoint path must be a string, got %s'):format(type(checkpoint_path)), 3)
   end
   if opts ~= nil and type(opts) ~= 'table' then
-    Misconfiguration:raise(('load_from_checkpoint: the options must be a table, got %s'):format(type(opts)), 2)
+    Misconfiguration:raise(('load_from_checkpoint: the options must be a table, got %s'):format(type(opts)), 3)
   end
+  return cls
+end
+
+function LightningModule.load_from_checkpoint(cls, checkpoint_path, opts)
+  cls = LightningModule._checkpoint_args(cls, checkpoint_path, opts, 'MyModule')
   opts = opts or {}
   local strict = opts.strict
   if strict == nil then strict = true end
