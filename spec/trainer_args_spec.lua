@@ -319,3 +319,45 @@ describe('loop configuration checks', function()
       err(function() T({ accumulate_grad_batches = 2 }):fit(M3(), th.loader(2)) end))
   end)
 end)
+
+describe('Lightning 1.9\'s deprecated and device arguments', function()
+  local th = require 'spec.support.trainer_helpers'
+  it('resume_from_checkpoint is the next fit\'s ckpt_path (once), with Lightning\'s deprecation warning', function()
+    local dir = th.tmpdir()
+    local M = dpl.LightningModule:extend('ResumeArg')
+    function M:__init() dpl.LightningModule.__init(self) dpl.manual_seed(0) self.l = dpl.nn.Linear(1, 1) end
+    function M:training_step(b) return self.l(b[1]:float():reshape(-1, 1)):pow(2):mean() end
+    function M:configure_optimizers() return dpl.optim.SGD(self:parameters(), 0.01) end
+    local function L() return dpl.data.DataLoader(dpl.data.TensorDataset(dpl.arange(10)), { batch_size = 2 }) end
+    local t = dpl.Trainer { default_root_dir = dir .. '/a', max_epochs = 1, logger = false, enable_progress_bar = false,
+      enable_model_summary = false }
+    t:fit(M(), L())
+    local ck = t.checkpoint_callback.best_model_path
+    local log = require 'dpl.log'
+    local said, w = {}, log.warn
+    log.warn = function(f, ...) said[#said + 1] = f:format(...) end
+    local ok, t2 = pcall(dpl.Trainer, { default_root_dir = dir .. '/b', max_epochs = 2, logger = false,
+      enable_progress_bar = false, enable_model_summary = false, resume_from_checkpoint = ck })
+    log.warn = w
+    assert(ok, t2)
+    assert.are.equal('Setting `Trainer(resume_from_checkpoint=)` is deprecated in v1.5 and will be removed in v2.0.'
+      .. ' Please pass `Trainer.fit(ckpt_path=)` directly instead.', said[1])
+    assert.are.equal(ck, t2.resume_from_checkpoint)
+    t2:fit(M(), L())
+    assert.are.equal(10, t2.global_step) -- 5 steps restored, 5 trained
+    assert.is_nil(t2.resume_from_checkpoint)
+    -- an explicit ckpt_path wins; a missing file is Lightning's error
+    local t3 = T { resume_from_checkpoint = dir .. '/none.ckpt', max_epochs = 1 }
+    assert.matches('Checkpoint at .*none.ckpt not found. Aborting training.', err_of(t3.fit, t3, M(), L()))
+    assert.matches('`resume_from_checkpoint` must be a checkpoint path %(string%), got 3',
+      err_of(dpl.Trainer, { resume_from_checkpoint = 3 }))
+    assert.are.equal('x.ckpt', dpl.Trainer.parse_argv({ '--resume_from_checkpoint', 'x.ckpt' }).resume_from_checkpoint)
+  end)
+
+  it('ipus asks for an IPU accelerator, which is not here (Lightning\'s error)', function()
+    assert.matches("`accelerator='ipu'` can not run on your system since the accelerator is not available",
+      err_of(dpl.Trainer, { ipus = 1 }))
+    assert.matches('`ipus` must be a non%-negative integer', err_of(dpl.Trainer, { ipus = 1.5 }))
+    assert.equal('single_device', T({ ipus = 0 }).strategy.strategy_name)
+  end)
+end)

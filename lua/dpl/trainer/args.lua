@@ -47,7 +47,7 @@ M.order = {
   'enable_model_summary', 'logger', 'callbacks', 'default_root_dir', 'log_every_n_steps',
   'use_distributed_sampler', 'replace_sampler_ddp', 'reload_dataloaders_every_n_epochs',
   'inference_mode', 'detect_anomaly', 'track_grad_norm', 'move_metrics_to_cpu', 'profiler',
-  'weights_save_path', 'overfit_batches', 'multiple_trainloader_mode',
+  'weights_save_path', 'overfit_batches', 'multiple_trainloader_mode', 'ipus', 'resume_from_checkpoint',
 }
 M.defaults = {
   accelerator = NIL, devices = NIL, gpus = NIL, tpu_cores = NIL, num_processes = NIL, num_nodes = 1,
@@ -62,7 +62,7 @@ M.defaults = {
   default_root_dir = NIL, log_every_n_steps = 50, use_distributed_sampler = true, replace_sampler_ddp = NIL,
   reload_dataloaders_every_n_epochs = 0, inference_mode = true, detect_anomaly = false,
   track_grad_norm = -1, move_metrics_to_cpu = false, profiler = NIL, weights_save_path = NIL,
-  overfit_batches = 0, multiple_trainloader_mode = 'max_size_cycle',
+  overfit_batches = 0, multiple_trainloader_mode = 'max_size_cycle', ipus = NIL, resume_from_checkpoint = NIL,
 }
 
 local function is_int(v) return type(v) == 'number' and v == math.floor(v) and v == v and v ~= math.huge and v ~= -math.huge end
@@ -146,6 +146,9 @@ function M.validate(user)
                        'use_distributed_sampler', 'inference_mode', 'detect_anomaly', 'sync_batchnorm',
                        'move_metrics_to_cpu' }) do
     check_bool(a, b)
+  end
+  if a.resume_from_checkpoint ~= nil and type(a.resume_from_checkpoint) ~= 'string' then
+    misconf('`resume_from_checkpoint` must be a checkpoint path (string), got %s', repr(a.resume_from_checkpoint))
   end
   local mtm = a.multiple_trainloader_mode
   if mtm ~= 'max_size_cycle' and mtm ~= 'min_size' then
@@ -293,7 +296,8 @@ local kinds = {
   inference_mode = 'bool', detect_anomaly = 'bool', sync_batchnorm = 'bool', move_metrics_to_cpu = 'bool',
   fast_dev_run = 'int_or_bool', deterministic = 'bool_or_str', benchmark = 'bool', logger = 'bool',
   accelerator = 'str', strategy = 'str', distributed_backend = 'str', amp_backend = 'str', amp_level = 'str',
-  gradient_clip_algorithm = 'str', default_root_dir = 'str', multiple_trainloader_mode = 'str', precision = 'int_or_str',
+  gradient_clip_algorithm = 'str', default_root_dir = 'str', multiple_trainloader_mode = 'str', resume_from_checkpoint = 'str',
+  precision = 'int_or_str',
   limit_train_batches = 'limit', limit_val_batches = 'limit', limit_test_batches = 'limit',
   limit_predict_batches = 'limit', val_check_interval = 'limit', max_time = 'duration',
 }

@@ -106,6 +106,13 @@ function M.select(a)
     end
     acc = acc:lower()
   end
+  -- ipus (Lightning 1.9's device flag for Graphcore IPUs): an IPU accelerator, which is never here
+  if a.ipus ~= nil and a.ipus ~= 0 and a.ipus ~= false then
+    if type(a.ipus) ~= 'number' or a.ipus < 0 or a.ipus % 1 ~= 0 then
+      misconf('`ipus` must be a non-negative integer, got %s', repr(a.ipus))
+    end
+    acc = 'ipu'
+  end
   if acc == 'mps' or acc == 'ipu' or acc == 'hpu' then
     misconf("`accelerator=%s` can not run on your system since the accelerator is not available. The following"
       .. " accelerator(s) is available and can be passed into `accelerator` argument of `Trainer`: %s", repr(acc),

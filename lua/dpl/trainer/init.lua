@@ -56,6 +56,8 @@ function Trainer:__init(user_args)
   self.check_val_every_n_epoch = a.check_val_every_n_epoch
   self.default_root_dir = a.default_root_dir or cwd()
   self.use_distributed_sampler = a.use_distributed_sampler
+  -- Lightning 1.9's deprecated resume_from_checkpoint: the next fit's ckpt_path when it has none
+  self._resume_fit_path = a.resume_from_checkpoint
   if a.fast_dev_run ~= false and a._fast_dev_run > 0 then
     log.info('Running in `fast_dev_run` mode: will run the requested loop using %d batch(es). Logging and checkpointing is suppressed.',
              a._fast_dev_run)
@@ -122,6 +124,10 @@ function Trainer:__init(user_args)
   self.world_size = self.strategy.world_size
   self.is_global_zero = self.global_rank == 0
   self.root_device = self.strategy.root_device
+  if a.resume_from_checkpoint ~= nil and self.is_global_zero then
+    log.warn('Setting `Trainer(resume_from_checkpoint=)` is deprecated in v1.5 and will be removed in v2.0. Please'
+      .. ' pass `Trainer.fit(ckpt_path=)` directly instead.')
+  end
 
   -- state
   self.state = { fn = nil, stage = nil, status = 'initializing' }
@@ -593,13 +599,18 @@ function Trainer:fit(model, train_dataloaders, val_dataloaders, opts)
   end
   opts = opts_of(opts, 'fit')
   train_dataloaders = datamodule_of(self, 'fit', train_dataloaders, opts, val_dataloaders)
+  local ckpt_path = opts.ckpt_path
+  if ckpt_path == nil and self._resume_fit_path ~= nil then
+    -- (used once, as Lightning clears it after resuming)
+    ckpt_path, self._resume_fit_path, self.resume_from_checkpoint = self._resume_fit_path, nil, nil
+  end
   self.state.fn, self.state.stage = 'fit', 'train'
   rawset(self, 'train_dataloader', nil) -- (Lightning's attach_dataloaders)
   -- Lightning's _parse_loop_limits: min_epochs becomes 0 (1 with min_steps) once fit starts
   self.min_epochs = self._args.min_epochs
   self.training = true
   self._loaders = { train = train_dataloaders, val = val_dataloaders }
-  return self:_run(model, self:_set_ckpt_path('fit', opts.ckpt_path, true, self.lightning_module ~= nil))
+  return self:_run(model, self:_set_ckpt_path('fit', ckpt_path, true, self.lightning_module ~= nil))
 end
 
 --- trainer:validate(model, dataloaders, {ckpt_path=, verbose=true}) -> {metrics per dataloader}
