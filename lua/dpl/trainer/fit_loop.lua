@@ -18,16 +18,6 @@ local function misconf(fmt, ...)
   error(Misconfiguration(select('#', ...) > 0 and fmt:format(...) or fmt), 0)
 end
 
-local function accumulation_for(t, epoch)
-  local a = t._accumulate
-  if type(a) == 'number' then return a end
-  local best, k = -1, 1
-  for e, v in pairs(a) do
-    if e <= epoch and e > best then best, k = e, v end
-  end
-  return k
-end
-
 -- training_step output -> loss (nil: skip), checked as Lightning does
 local function extract_loss(out)
   if out == nil then return nil end
@@ -520,7 +510,8 @@ function M.run_train(t)
     end
     local ok, se = pcall(function() return loader.set_epoch end)
     if ok and type(se) == 'function' then se(loader, epoch) end
-    t.accumulate_grad_batches = accumulation_for(t, epoch)
+    -- the accumulation factor of this epoch, before the hooks (Lightning's FitLoop.on_advance_start)
+    t.accumulation_scheduler:on_train_epoch_start(t, model)
     rc:set_stage('train')
     if not first_epoch then rc:on_epoch_start() end -- the first one started before on_train_start
     first_epoch = false

@@ -415,7 +415,7 @@ function M.verify_loop_configurations(t)
         misconf('Automatic gradient clipping is not supported for manual optimization. Remove'
           .. ' `Trainer(gradient_clip_val=%s)` or switch to automatic optimization.', tostring(t.gradient_clip_val))
       end
-      if t.accumulate_grad_batches ~= 1 or type(t._accumulate) == 'table' then
+      if t.accumulate_grad_batches ~= 1 or t.accumulation_scheduler:going_to_accumulate_grad_batches() then
         misconf('Automatic gradient accumulation is not supported for manual optimization. Remove'
           .. ' `Trainer(accumulate_grad_batches=%s)` or switch to automatic optimization.', tostring(t.accumulate_grad_batches))
       end
