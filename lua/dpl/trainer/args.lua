@@ -188,7 +188,7 @@ function M.validate(user)
   -- GradientAccumulationScheduler checks them (the Trainer builds one from it)
   local agb = a.accumulate_grad_batches
   if agb ~= nil and not is_int(agb) and type(agb) ~= 'table' then
-    misconf('`accumulate_grad_batches` should be an int or a dict. Got %s.', repr(agb))
+    misconf('`accumulate_grad_batches` should be an int or a dict. Got %s.', type(agb) == 'string' and agb or repr(agb))
   end
   if agb ~= nil then
     local GAS = require 'dpl.callbacks.gradient_accumulation_scheduler'
