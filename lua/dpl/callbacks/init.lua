@@ -20,6 +20,7 @@ local lazy = {
   LambdaCallback = 'dpl.callbacks.lambda_function',
   GradientAccumulationScheduler = 'dpl.callbacks.gradient_accumulation_scheduler',
   StochasticWeightAveraging = 'dpl.callbacks.stochastic_weight_avg',
+  BasePredictionWriter = 'dpl.callbacks.prediction_writer',
 }
 
 -- pytorch_lightning.callbacks.__all__ (1.9.5) that dplhost lacks, and what to use instead
