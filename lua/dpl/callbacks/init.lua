@@ -21,6 +21,8 @@ local lazy = {
   GradientAccumulationScheduler = 'dpl.callbacks.gradient_accumulation_scheduler',
   StochasticWeightAveraging = 'dpl.callbacks.stochastic_weight_avg',
   BasePredictionWriter = 'dpl.callbacks.prediction_writer',
+  BaseFinetuning = 'dpl.callbacks.finetuning',
+  BackboneFinetuning = 'dpl.callbacks.finetuning',
 }
 
 -- pytorch_lightning.callbacks.__all__ (1.9.5) that dplhost lacks, and what to use instead
