@@ -514,3 +514,53 @@ describe('BaseFinetuning helpers', function()
       err(function() dpl.Trainer(quiet{ max_epochs = 1, callbacks = { Mine() } }):fit(FtModel()) end))
   end)
 end)
+
+---------------------------------------------------------------- end to end
+
+describe('StochasticWeightAveraging on Fashion-MNIST', function()
+  it('trains an MLP with BatchNorm for 200 batches, then the statistics pass, and ends on the average', function()
+    dpl.manual_seed(0)
+    local all = dpl.datasets.FashionMNIST { train = true }
+    local train = dpl.data.Subset(all, dpl.data.range(1, 3200)) -- 50 batches of 64
+    local test = dpl.data.Subset(dpl.datasets.FashionMNIST { train = false }, dpl.data.range(1, 1000))
+    local Net = dpl.LightningModule:extend('FashionSwaNet')
+    function Net:__init()
+      dpl.LightningModule.__init(self)
+      self.fc1 = nn.Linear(784, 64)
+      self.bn = nn.BatchNorm1d(64)
+      self.fc2 = nn.Linear(64, 10)
+    end
+    function Net:forward(x)
+      return self.fc2(nn.functional.relu(self.bn(self.fc1(x:reshape(x:size(1), 784)))))
+    end
+    function Net:training_step(b) return nn.functional.cross_entropy(self(b[1]), b[2]) end
+    function Net:configure_optimizers() return dpl.optim.SGD(self:parameters(), { lr = 0.05, momentum = 0.9 }) end
+    function Net:train_dataloader() return dpl.data.DataLoader(train, { batch_size = 64, shuffle = true, seed = 0 }) end
+    local function accuracy(m)
+      m:eval()
+      local correct = 0
+      dpl.no_grad(function()
+        for b in dpl.data.DataLoader(test, { batch_size = 250 }):iter() do
+          local _, pred = m(b[1]):max(2)
+          correct = correct + pred:view(-1):eq(b[2]):sum():item()
+        end
+      end)
+      m:train()
+      return correct / 1000
+    end
+    local m = Net()
+    local swa = C.StochasticWeightAveraging{ swa_lrs = 0.02, swa_epoch_start = 3, annealing_epochs = 1 }
+    local t = dpl.Trainer(quiet{ max_epochs = 4, callbacks = { swa } })
+    t:fit(m)
+    assert.equal(5, t.current_epoch) -- 4 epochs, then the BatchNorm pass
+    assert.equal(200, t.global_step) -- (no optimizer step in that pass)
+    assert.equal(50, m.bn.num_batches_tracked:item())
+    assert.equal(2, swa.n_averaged) -- the weights at the start of epochs 2 and 3 (0-based)
+    local avg = swa:state_dict().average_model_state
+    assert.equal(0, (avg['fc1.weight'] - m.fc1.weight):abs():max():item())
+    assert.equal(0, (avg['fc2.bias'] - m.fc2.bias):abs():max():item())
+    local acc = accuracy(m)
+    if os.getenv('DPL_SPEC_VERBOSE') then print('Fashion-MNIST accuracy after SWA', acc) end
+    assert.is_true(acc > 0.75, 'accuracy after SWA: ' .. acc)
+  end)
+end)
