@@ -753,6 +753,7 @@ function Loader:iter()
     for k = pos, last do idx[k - pos + 1] = order[k - off] end
     pos = last + 1
     nb = nb + 1
+    self.last_batch_indices = idx -- (the dataset positions of the batch: BasePredictionWriter's batch_indices)
     local b = self:batch(idx)
     if b == nil then
       -- nil would end the caller's for loop early, the rest of the epoch silently skipped

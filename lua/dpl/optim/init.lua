@@ -717,6 +717,11 @@ setmetatable(optim, { __index = function(t, k)
     rawset(t, k, m)
     return m
   end
+  if k == 'swa_utils' then
+    local m = require 'dpl.optim.swa_utils'
+    rawset(t, k, m)
+    return m
+  end
 end })
 
 return optim

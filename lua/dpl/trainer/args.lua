@@ -191,20 +191,15 @@ function M.validate(user)
     misconf('`val_check_interval` should be an integer when `check_val_every_n_epoch=nil`, found %s.', repr(vci))
   end
 
-  -- accumulation
+  -- accumulation: an int or a {[epoch] = factor} table, checked as Lightning's
+  -- GradientAccumulationScheduler checks them (the Trainer builds one from it)
   local agb = a.accumulate_grad_batches
-  if agb == nil then a._accumulate = 1
-  elseif is_int(agb) and agb >= 1 then a._accumulate = agb
-  elseif type(agb) == 'table' then
-    for e, k in pairs(agb) do
-      if not is_int(e) or e < 0 or not is_int(k) or k < 1 then
-        misconf('`accumulate_grad_batches` as a table maps epochs (integers >= 0) to factors (integers >= 1), got %s=%s',
-                repr(e), repr(k))
-      end
-    end
-    a._accumulate = agb
-  else
-    misconf('`accumulate_grad_batches` should be an int or a dict. Got %s.', repr(agb))
+  if agb ~= nil and not is_int(agb) and type(agb) ~= 'table' then
+    misconf('`accumulate_grad_batches` should be an int or a dict. Got %s.', type(agb) == 'string' and agb or repr(agb))
+  end
+  if agb ~= nil then
+    local GAS = require 'dpl.callbacks.gradient_accumulation_scheduler'
+    a._accumulate = GAS.check_scheduling(is_int(agb) and { [0] = agb } or agb, 3)
   end
 
   -- clipping

@@ -18,16 +18,6 @@ local function misconf(fmt, ...)
   error(Misconfiguration(select('#', ...) > 0 and fmt:format(...) or fmt), 0)
 end
 
-local function accumulation_for(t, epoch)
-  local a = t._accumulate
-  if type(a) == 'number' then return a end
-  local best, k = -1, 1
-  for e, v in pairs(a) do
-    if e <= epoch and e > best then best, k = e, v end
-  end
-  return k
-end
-
 -- training_step output -> loss (nil: skip), checked as Lightning does
 local function extract_loss(out)
   if out == nil then return nil end
@@ -65,6 +55,7 @@ local function new_state(t)
     if loss ~= nil and type(out) ~= 'table' then out = { loss = loss } end
     st.out = out
     if loss == nil then return nil end
+    if st.skip_backward then return loss end -- (StochasticWeightAveraging's BatchNorm pass: forward only)
     if st.batch_idx % st.accumulate == 0 and not strategy.handles_gradient_accumulation then
       local opt = st.opt
       tr:_call_callback_hooks('on_before_zero_grad', opt)
@@ -306,6 +297,11 @@ local function run_train_epoch(t, st, loader, nbatches)
   for _, f in ipairs(freqs or {}) do freq_total = freq_total + f end
   st.n_opts = n_opts
   st.accumulate = t.accumulate_grad_batches
+  -- fit_loop._skip_backward (set by a callback for one epoch: StochasticWeightAveraging's
+  -- pass that recomputes BatchNorm statistics): training_step runs, no backward, no
+  -- zero_grad, no optimizer step
+  local skip_backward = t.fit_loop._skip_backward == true
+  st.skip_backward = skip_backward
   local multi = t.world_size > 1
   local agree_skip = multi and t:_is_overridden('on_train_batch_start')
 
@@ -341,7 +337,7 @@ local function run_train_epoch(t, st, loader, nbatches)
       t.fit_loop.batch_idx = i + 1
       break
     end
-    local accumulating = (i + 1) % st.accumulate ~= 0 and not (is_last and not handles_acc)
+    local accumulating = skip_backward or ((i + 1) % st.accumulate ~= 0 and not (is_last and not handles_acc))
     st.batch, st.batch_idx, st.out = batch, i, nil
     local any_step = false
     if prof then prof:start('run_training_batch') t._prof_open = 'run_training_batch' end
@@ -520,7 +516,8 @@ function M.run_train(t)
     end
     local ok, se = pcall(function() return loader.set_epoch end)
     if ok and type(se) == 'function' then se(loader, epoch) end
-    t.accumulate_grad_batches = accumulation_for(t, epoch)
+    -- the accumulation factor of this epoch, before the hooks (Lightning's FitLoop.on_advance_start)
+    t.accumulation_scheduler:on_train_epoch_start(t, model)
     rc:set_stage('train')
     if not first_epoch then rc:on_epoch_start() end -- the first one started before on_train_start
     first_epoch = false

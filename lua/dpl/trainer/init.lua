@@ -48,8 +48,7 @@ function Trainer:__init(user_args)
   -- Lightning keeps min_epochs None when not given (the loop uses a.min_epochs)
   self.min_epochs = user_args and user_args.min_epochs or nil
   self.num_sanity_val_steps = a.num_sanity_val_steps
-  self.accumulate_grad_batches = type(a._accumulate) == 'number' and a._accumulate or 1
-  self._accumulate = a._accumulate
+  self.accumulate_grad_batches = 1 -- (set from the accumulation scheduler in _setup_callbacks)
   self.gradient_clip_algorithm = a.gradient_clip_algorithm
   self._clip_algorithm_given = a._clip_algorithm_given
   self.fast_dev_run = a._fast_dev_run > 0 and a._fast_dev_run or false
@@ -203,6 +202,25 @@ function Trainer:_setup_callbacks(user)
   elseif a.max_time then
     list[#list + 1] = C.Timer{ duration = a.max_time }
   end
+  -- accumulate_grad_batches becomes a GradientAccumulationScheduler in the list (Lightning's
+  -- _configure_accumulated_gradients): one mechanism for the int, the table and the callback
+  local GAS = C.GradientAccumulationScheduler
+  local sched
+  for _, cb in ipairs(user) do
+    if class.is_instance(cb, GAS) then sched = sched or cb end
+  end
+  if sched then
+    if a.accumulate_grad_batches ~= nil then
+      misconf('You have set both `accumulate_grad_batches` and passed an instance of `GradientAccumulationScheduler`'
+        .. ' inside callbacks. Either remove `accumulate_grad_batches` from trainer or remove'
+        .. ' `GradientAccumulationScheduler` from callbacks list.')
+    end
+  else
+    sched = GAS{ scheduling = a._accumulate or { [0] = 1 } }
+    list[#list + 1] = sched
+  end
+  self.accumulation_scheduler = sched
+  self.accumulate_grad_batches = sched:get_accumulate_grad_batches(0)
   if a.enable_checkpointing and not has_ckpt then list[#list + 1] = C.ModelCheckpoint() end
   self.callbacks = self:_reorder_callbacks(list)
   self:_refresh_callback_refs()
@@ -881,13 +899,9 @@ end
 --- loop, as in Lightning); num_training_batches is per rank (after limit_train_batches and
 --- the distributed sampler), so several devices divide it.
 function properties.estimated_stepping_batches(self)
-  local acc = self._accumulate
-  if type(acc) == 'table' then
-    for e in pairs(acc) do
-      if e ~= 0 then
-        misconf('Estimated stepping batches cannot be computed with different `accumulate_grad_batches` at different epochs.')
-      end
-    end
+  local sched = self.accumulation_scheduler
+  if #sched.epochs ~= 1 then
+    misconf('Estimated stepping batches cannot be computed with different `accumulate_grad_batches` at different epochs.')
   end
   local max_epochs, max_steps = self.max_epochs, self.max_steps
   if max_epochs == -1 then
@@ -904,7 +918,8 @@ function properties.estimated_stepping_batches(self)
   end
   local total = self.num_training_batches
   if total == math.huge then return max_steps end
-  local k = type(acc) == 'table' and (acc[0] or 1) or (acc or 1)
+  self.accumulate_grad_batches = sched:get_accumulate_grad_batches(self.current_epoch)
+  local k = self.accumulate_grad_batches
   local steps = math.ceil(total / k) * math.max(max_epochs, 1)
   if max_steps ~= -1 then steps = math.min(steps, max_steps) end
   return steps

@@ -442,7 +442,7 @@ function M.verify_loop_configurations(t)
         misconf('Automatic gradient clipping is not supported for manual optimization. Remove'
           .. ' `Trainer(gradient_clip_val=%s)` or switch to automatic optimization.', tostring(t.gradient_clip_val))
       end
-      if t.accumulate_grad_batches ~= 1 or type(t._accumulate) == 'table' then
+      if t.accumulate_grad_batches ~= 1 or t.accumulation_scheduler:going_to_accumulate_grad_batches() then
         misconf('Automatic gradient accumulation is not supported for manual optimization. Remove'
           .. ' `Trainer(accumulate_grad_batches=%s)` or switch to automatic optimization.', tostring(t.accumulate_grad_batches))
       end
@@ -648,14 +648,36 @@ function M.run_predict(t)
   t:_call_module_hook('on_predict_epoch_start')
   local results = {}
   local keep = t._return_predictions ~= false
+  -- Lightning's predict_loop: predictions (per dataloader) and the dataset positions of each
+  -- batch are kept when they are returned or a BasePredictionWriter writes at epoch end
+  local writers = {}
+  local PW = require('dpl.callbacks').BasePredictionWriter
+  local any_epoch_writer = false
+  for _, cb in ipairs(t.callbacks) do
+    if require('dpl.class').is_instance(cb, PW) then
+      writers[#writers + 1] = cb
+      if cb.interval.on_epoch then any_epoch_writer = true end
+    end
+  end
+  t.prediction_writer_callbacks = writers
+  local store = keep or any_epoch_writer
+  local pl = { predictions = results, epoch_batch_indices = {}, return_predictions = keep,
+    epoch_loop = { current_batch_indices = {} } }
+  t.predict_loop = pl
   for d = 1, ndl do
     local dl_idx = d - 1
-    local preds = {}
-    local it = loaders[d]:iter()
+    local preds, dl_indices = {}, {}
+    local loader = loaders[d]
+    local it = loader:iter()
     local i = 0
     while i < counts[d] do
       local batch = it()
       if batch == nil then break end
+      local ok, bi = pcall(function() return loader.last_batch_indices end)
+      local cur = {}
+      if ok and type(bi) == 'table' then for k = 1, #bi do cur[k] = bi[k] end end
+      pl.epoch_loop.current_batch_indices = cur
+      if store then dl_indices[#dl_indices + 1] = cur end
       batch = transfer(t, batch, dl_idx)
       t:_call_callback_hooks('on_predict_batch_start', batch, i, dl_idx)
       t:_call_module_hook('on_predict_batch_start', batch, i, dl_idx)
@@ -664,13 +686,16 @@ function M.run_predict(t)
       else out = t:_call_strategy_step('predict_step', batch, i) end
       t:_call_callback_hooks('on_predict_batch_end', out, batch, i, dl_idx)
       t:_call_module_hook('on_predict_batch_end', out, batch, i, dl_idx)
-      if keep then preds[#preds + 1] = out end
+      if store then preds[#preds + 1] = out end
       i = i + 1
     end
     results[d] = preds
+    pl.epoch_batch_indices[d] = dl_indices
   end
   t:_call_callback_hooks('on_predict_epoch_end', results)
   t:_call_module_hook('on_predict_epoch_end', results)
+  -- (cleared before on_predict_end, as Lightning: writers use them in on_predict_epoch_end)
+  pl.predictions, pl.epoch_batch_indices = {}, {}
   t:_call_callback_hooks('on_predict_end')
   t:_call_module_hook('on_predict_end')
   if grad_prev ~= nil then M.set_grad_enabled(grad_prev) end
