@@ -353,3 +353,34 @@ describe('a loader without a length', function()
     assert.equal(10, t.global_step)
   end)
 end)
+
+describe('checkpoints of float64 models', function()
+  it('load back as float64 tensors (resume and load_from_checkpoint), also mixed with number state', function()
+    local th = require 'spec.support.trainer_helpers'
+    local dir = th.tmpdir()
+    local M = dpl.LightningModule:extend('F64Model')
+    function M:__init() dpl.LightningModule.__init(self) dpl.manual_seed(0) self.l = dpl.nn.Linear(2, 1):double() end
+    function M:training_step(b) return self.l(b[1]:double()):pow(2):mean() end
+    function M:configure_optimizers() return dpl.optim.SGD(self:parameters(), { lr = 0.1, momentum = 0.9 }) end
+    local ds = dpl.data.TensorDataset(dpl.randn(8, 2))
+    local function T(max_epochs, sub)
+      return dpl.Trainer { default_root_dir = dir .. sub, max_epochs = max_epochs, logger = false,
+        enable_progress_bar = false, enable_model_summary = false }
+    end
+    local t, m = T(1, '/a'), M()
+    t:fit(m, dpl.data.DataLoader(ds, { batch_size = 4 }))
+    local ck = t.checkpoint_callback.best_model_path
+    local c = require('dpl.trainer.checkpoint').load(ck)
+    assert.is_true(dpl.is_tensor(c.state_dict['l.weight']), 'state_dict entry: ' .. type(c.state_dict['l.weight']))
+    assert.are.equal('float64', c.state_dict['l.weight'].dtype)
+    assert.are.same(m.l.weight:totable(), c.state_dict['l.weight']:totable())
+    local m2 = M:load_from_checkpoint(ck)
+    assert.are.same(m.l.weight:totable(), m2.l.weight:totable())
+    -- resume one more epoch = two epochs straight
+    local t2, m3 = T(2, '/b'), M()
+    t2:fit(m3, dpl.data.DataLoader(ds, { batch_size = 4 }), nil, { ckpt_path = ck })
+    local t3, m4 = T(2, '/c'), M()
+    t3:fit(m4, dpl.data.DataLoader(ds, { batch_size = 4 }))
+    assert.are.same(m4.l.weight:totable(), m3.l.weight:totable())
+  end)
+end)

@@ -450,12 +450,24 @@ function M.load(path)
   local tree = meta['dplhost.checkpoint']
   if not tree then errors.ValueError:raise(('checkpoint %s: not a dplhost checkpoint (no metadata)'):format(path), 0) end
   local tensors = {}
+  local tree_v = M.json_decode(tree)
+  -- a tensor leaf of the state (not a number, or list of numbers, stored as F64): the file was
+  -- written by dpl.safetensors and its entries are tensors of their own dtype, F64 included
+  local function has_tensor_leaf(v)
+    if type(v) ~= 'table' then return false end
+    if v.__tensor__ ~= nil then return not (v.__number__ or v.__numbers__) end
+    for _, x in pairs(v) do
+      if has_tensor_leaf(x) then return true end
+    end
+    return false
+  end
+  local real = has_tensor_leaf(tree_v)
   for name, h in pairs(header) do
-    if name ~= '__metadata__' and h.dtype ~= 'F64' then
+    if real or (name ~= '__metadata__' and h.dtype ~= 'F64') then
       -- tensors of other dtypes: through dpl.safetensors (mmap, any dtype)
       local ts = require('dpl.safetensors').load(path)
       for k, t in pairs(ts) do tensors[k] = { tensor = t } end
-      return join(M.json_decode(tree), tensors)
+      return join(tree_v, tensors)
     end
   end
   for name, h in pairs(header) do
@@ -469,7 +481,7 @@ function M.load(path)
       tensors[name] = { shape = h.shape or {}, values = vals }
     end
   end
-  return join(M.json_decode(tree), tensors)
+  return join(tree_v, tensors)
 end
 
 return M
