@@ -136,17 +136,18 @@ local function lengths(raw, mode)
   return nb, dl
 end
 
--- an options table in last place: a plain table with named keys only that names an option, or
--- holds only plain values (a table of loaders by name holds loaders)
+-- an options table in last place: a plain table with named keys only (or none) that names an
+-- option or holds no loader (a table of loaders by name, possibly nested, holds loaders)
+local function holds_loader(v, depth)
+  if type(v) == 'userdata' or (type(v) == 'table' and getmetatable(v) ~= nil) then return true end
+  if type(v) ~= 'table' or depth > 8 then return false end
+  for _, x in pairs(v) do if holds_loader(x, depth + 1) then return true end end
+  return false
+end
 local function is_opts(t, keys)
-  if type(t) ~= 'table' or getmetatable(t) ~= nil or t[1] ~= nil or next(t) == nil then return false end
-  local plain = true
-  for k, v in pairs(t) do
-    if keys[k] then return true end
-    local tv = type(v)
-    if tv ~= 'string' and tv ~= 'number' and tv ~= 'boolean' then plain = false end
-  end
-  return plain
+  if type(t) ~= 'table' or getmetatable(t) ~= nil or t[1] ~= nil then return false end
+  for k in pairs(t) do if keys[k] then return true end end
+  return not holds_loader(t, 0)
 end
 
 --- (model, a, b, c, opts) from a call's variable arguments: up to three positional loader
@@ -262,24 +263,13 @@ function M.scale_batch_size(tuner, model, ...)
   local stage = STAGE[method]
   local hook = HOOK[stage]
   local LM, LDM = require('dpl.lightning'), require('dpl.datamodule')
-  -- the stage's loaders as its source gives them (Lightning's reset before the first adjust)
-  local function source_loaders()
-    if given ~= nil then return given end
-    if dm ~= nil then
-      if overridden(dm, LDM, hook) then return dm[hook](dm) end
-      return nil
-    end
-    if stage == 'train' or overridden(model, LM, hook) then return model[hook](model) end
-    return nil
-  end
-  local first_raw
-  if stage ~= 'train' then
-    first_raw = source_loaders()
-    local C = require 'dpl.combined_loader'
-    if type(first_raw) == 'table' and not C.is_loader(first_raw) and not C.is_combined(first_raw) and #first_raw > 1 then
+  local C = require 'dpl.combined_loader'
+  local function check_multiple(raw)
+    if stage ~= 'train' and type(raw) == 'table' and not C.is_loader(raw) and not C.is_combined(raw) and #raw > 1 then
       misconf('The Batch size finder cannot be used with multiple %s dataloaders.', stage)
     end
   end
+  if given ~= nil then check_multiple(given) end
   local attr_dm = dm or trainer.datamodule
   if #M.attr_holders(model, attr_dm, name) == 0 then
     misconf('Field %s not found in `model`, `datamodule`, nor their `hparams` attributes.', name)
@@ -292,11 +282,11 @@ function M.scale_batch_size(tuner, model, ...)
     log.warn('Skipping batch size scaler since `fast_dev_run` is enabled.')
     return nil
   end
-  if stage == 'train' then first_raw = source_loaders() end
-
   local restore = require('dpl.tuner')._snapshot(model, dm)
   local mtl = trainer.multiple_trainloader_mode
-  local cur_raw = first_raw -- the stage's loaders of the last trial (Lightning's trainer.train_dataloader)
+  local cur_raw -- the stage's loaders of the last trial (Lightning's trainer.train_dataloader)
+  local new_size -- the size of the next trial
+  local started = false -- the first adjust (to init_val) done
   local frozen_val -- fit: the validation loaders as first loaded, kept for every trial (as Lightning)
 
   -- Lightning's _adjust_batch_size
@@ -334,6 +324,15 @@ function M.scale_batch_size(tuner, model, ...)
       local orig = inner[field]
       inner[field] = function(t, hname, ...)
         if hname == 'val_dataloader' and stage == 'train' and frozen_val ~= nil then return frozen_val end
+        if (hname == hook or (stage == 'train' and hname == 'val_dataloader')) and not started then
+          -- (Lightning, once the setup hooks have run: the loaders at the size the attribute had,
+          -- init_val checked against them, then the loaders again at init_val; before the
+          -- validation loaders, which the first trial loads at init_val)
+          started = true
+          cur_raw = orig(t, hook)
+          check_multiple(cur_raw)
+          new_size = adjust(nil, init_val)
+        end
         local r = orig(t, hname, ...)
         if hname == hook then cur_raw = r end
         if hname == 'val_dataloader' and stage == 'train' then frozen_val = r end
@@ -356,12 +355,23 @@ function M.scale_batch_size(tuner, model, ...)
     error(err, 0)
   end
 
-  local new_size = adjust(nil, init_val)
+  if given ~= nil then
+    cur_raw, started = given, true
+    new_size = adjust(nil, init_val)
+  end
+  local function first_trial()
+    local ok, err = trial()
+    if not started then -- (a trial that failed before loading its loaders)
+      started = true
+      new_size = adjust(nil, init_val)
+    end
+    return ok, err
+  end
   if mode == 'power' then
     local any_success = false
-    for _ = 1, max_trials do
+    for i = 1, max_trials do
       gc()
-      local ok, err = trial()
+      local ok, err = (i == 1 and first_trial or trial)()
       if ok then
         local changed
         new_size, changed = adjust(2.0, nil, 'succeeded')
@@ -377,9 +387,11 @@ function M.scale_batch_size(tuner, model, ...)
     end
   else
     local low, high, count = 1, nil, 0
+    local run = first_trial
     while true do
       gc()
-      local ok, err = trial()
+      local ok, err = run()
+      run = trial
       if ok then
         count = count + 1
         if count > max_trials then break end
@@ -402,6 +414,7 @@ function M.scale_batch_size(tuner, model, ...)
       end
     end
   end
+  if not started then new_size = adjust(nil, init_val) end -- (max_trials 0)
   gc()
   log.info('Finished batch size finder, will continue with full run using batch size %s', tostring(new_size))
   restore()
