@@ -101,11 +101,6 @@ local function is_datamodule(x)
   return type(x) == 'table' and class.is_instance(x, require('dpl.datamodule'))
 end
 
-local function overridden(obj, base, name)
-  local f = obj[name]
-  return f ~= nil and f ~= base[name]
-end
-
 -- the number of batches of a raw loader collection (what a stage's hook returns) and the
 -- length of its dataset (Lightning's len(CombinedLoader) / len(loader.dataset)); nil when unknown
 local function lengths(raw, mode)
@@ -262,7 +257,6 @@ function M.scale_batch_size(tuner, model, ...)
   end
   local stage = STAGE[method]
   local hook = HOOK[stage]
-  local LM, LDM = require('dpl.lightning'), require('dpl.datamodule')
   local C = require 'dpl.combined_loader'
   local function check_multiple(raw)
     if stage ~= 'train' and type(raw) == 'table' and not C.is_loader(raw) and not C.is_combined(raw) and #raw > 1 then
