@@ -1,12 +1,14 @@
--- dpl.tuner: Lightning's learning-rate range test. `trainer.tuner:lr_find(model, train_loader,
--- val_loader, {min_lr=1e-8, max_lr=1, num_training=100, mode='exponential', early_stop_threshold=4,
--- update_attr=false})` (or `dpl.tuner.Tuner(trainer):lr_find(...)`) trains for up to num_training
+-- dpl.tuner: Lightning 1.9's Tuner (trainer.tuner). lr_find is the learning-rate range test:
+-- `trainer.tuner:lr_find(model, train_loader, val_loader, {min_lr=1e-8, max_lr=1, num_training=100,
+-- mode='exponential', early_stop_threshold=4, update_attr=false})` (or
+-- `dpl.tuner.Tuner(trainer):lr_find(...)`) trains for up to num_training
 -- steps with the learning rate growing from min_lr to max_lr, records the smoothed loss at each
 -- step, stops early when it diverges, puts the model's weights back as they were, and returns an
 -- LRFinder whose `results` ({lr = {...}, loss = {...}}) and `suggestion()` (the lr of the steepest
 -- loss decrease) are Lightning 1.9's. The run uses a Trainer of its own made from the user's
 -- arguments (no logger, checkpoints, progress bar or sanity check; validation off), so the user's
--- Trainer keeps its state.
+-- Trainer keeps its state. scale_batch_size (the batch size finder) is in dpl.tuner_batch_size;
+-- `_tune` is trainer:tune() (auto_scale_batch_size, then auto_lr_find).
 local class = require 'dpl.class'
 local errors = require 'dpl.errors'
 local options = require 'dpl.options'
@@ -17,7 +19,8 @@ local M = {}
 
 local SUGGESTION_KEYS = options.keys('skip_begin', 'skip_end')
 local LR_FIND_KEYS = options.keys('min_lr', 'max_lr', 'num_training', 'mode', 'early_stop_threshold', 'update_attr',
-  'datamodule')
+  'datamodule', 'method')
+local TUNE_KEYS = options.keys('datamodule', 'scale_batch_size_kwargs', 'lr_find_kwargs', 'method')
 
 local function misconf(msg, ...) errors.MisconfigurationException:raise(fmt(msg, ...), 3) end
 
@@ -124,32 +127,53 @@ function Tuner:__init(trainer)
   self.trainer = trainer
 end
 
--- the model's attribute that holds its learning rate: "lr" or "learning_rate", on the model or
--- in its hparams (Lightning's lightning_hasattr)
-local function lr_attr(model)
-  for _, k in ipairs({ 'lr', 'learning_rate' }) do
-    if type(rawget(model, k)) == 'number' then return k, false end
-    if type(model.hparams) == 'table' and type(model.hparams[k]) == 'number' then return k, true end
+-- the attribute that holds the model's learning rate (Lightning's _determine_lr_attr_name):
+-- trainer.auto_lr_find when it is a name, else "lr" or "learning_rate", found on the model, its
+-- hparams or the datamodule (lightning_hasattr)
+local function lr_attr(trainer, model, dm)
+  local B = require 'dpl.tuner_batch_size'
+  if type(trainer.auto_lr_find) == 'string' then
+    if #B.attr_holders(model, dm, trainer.auto_lr_find) == 0 then
+      misconf('`auto_lr_find` was set to %s, however could not find this as a field in `model` or `model.hparams`.',
+        trainer.auto_lr_find)
+    end
+    return trainer.auto_lr_find
   end
-  misconf('When `update_attr=true`, either `model` or `model.hparams` should have one of these fields: '
+  for _, k in ipairs({ 'lr', 'learning_rate' }) do
+    if #B.attr_holders(model, dm, k) > 0 then return k end
+  end
+  misconf('When `auto_lr_find=True`, either `model` or `model.hparams` should have one of these fields: '
     .. "('lr', 'learning_rate') overridden.")
+end
+
+local SNAP_FIELDS = { 'trainer', 'logger', 'loggers', 'global_rank', 'local_rank', 'current_epoch', 'global_step' }
+
+--- The model's weights and the fields a run sets on it (and a datamodule's trainer): returns a
+--- function that puts them back (Lightning restores a checkpoint saved before tuning).
+function M._snapshot(model, dm)
+  local saved = {}
+  for k, v in pairs(model:state_dict()) do saved[k] = v:clone() end
+  local fields = {}
+  for _, k in ipairs(SNAP_FIELDS) do fields[k] = rawget(model, k) end
+  local dm_trainer = dm ~= nil and rawget(dm, 'trainer') or nil
+  return function()
+    model:load_state_dict(saved)
+    for _, k in ipairs(SNAP_FIELDS) do rawset(model, k, fields[k]) end
+    if dm ~= nil then rawset(dm, 'trainer', dm_trainer) end
+  end
 end
 
 --- tuner:lr_find(model [, train_dataloaders [, val_dataloaders]] [, opts]): the range test (see
 --- the top of this file). Returns an LRFinder, or nil with fast_dev_run (as Lightning).
 function Tuner:lr_find(model, ...)
-  local n = select('#', ...)
-  local opts = n > 0 and select(n, ...) or nil
-  if type(opts) == 'table' and getmetatable(opts) == nil and (opts[1] == nil) and next(opts) ~= nil then
-    n = n - 1
-  else
-    opts = nil
-  end
-  local train_loaders, val_loaders = select(1, ...), select(2, ...)
-  if n < 1 then train_loaders = nil end
-  if n < 2 then val_loaders = nil end
+  local B = require 'dpl.tuner_batch_size'
+  local train_loaders, val_loaders, dataloaders, opts = B.split_args(LR_FIND_KEYS, ...)
   options.check(opts, LR_FIND_KEYS, 'lr_find')
   opts = opts or {}
+  if opts.method ~= nil and opts.method ~= 'fit' then
+    misconf("method='fit' is an invalid configuration to run lr finder.") -- (Lightning's text)
+  end
+  B.check_tuner_configuration(train_loaders, val_loaders, dataloaders, 'fit')
   local min_lr, max_lr = opts.min_lr or 1e-8, opts.max_lr or 1
   local num_training = opts.num_training or 100
   local mode = opts.mode or 'exponential'
@@ -178,20 +202,21 @@ function Tuner:lr_find(model, ...)
       .. " results do not come back; run it with the default strategy (or under dplhost --nproc with 'ddp') and"
       .. ' pass the lr it suggests to the spawned fit', name), 2)
   end
-  local attr, in_hparams
-  if opts.update_attr then attr, in_hparams = lr_attr(model) end
+  local dm = opts.datamodule
+  if dm == nil and type(train_loaders) == 'table' and class.is_instance(train_loaders, require('dpl.datamodule')) then
+    dm = train_loaders
+  end
+  local attr_dm = dm or trainer.datamodule
+  local attr
+  if opts.update_attr then attr = lr_attr(trainer, model, attr_dm) end
 
   -- the weights and the module fields a fit sets, to put back afterwards
-  local saved = {}
-  for k, v in pairs(model:state_dict()) do saved[k] = v:clone() end
-  local fields = {}
-  for _, k in ipairs({ 'trainer', 'logger', 'loggers', 'global_rank', 'local_rank', 'current_epoch', 'global_step' }) do
-    fields[k] = rawget(model, k)
-  end
+  local restore = M._snapshot(model, dm)
 
   local finder = LRFinder(mode, min_lr, max_lr, num_training)
   local a = {}
   for k, v in pairs(trainer._user_args or {}) do a[k] = v end
+  a.auto_lr_find, a.auto_scale_batch_size = nil, nil
   a.callbacks = { LRCallback(finder, threshold) }
   a.logger, a.enable_checkpointing, a.enable_progress_bar, a.enable_model_summary = false, false, false, false
   a.num_sanity_val_steps, a.limit_val_batches = 0, 0
@@ -220,11 +245,7 @@ function Tuner:lr_find(model, ...)
   local ok, err = pcall(inner.fit, inner, model, train_loaders, val_loaders,
     opts.datamodule ~= nil and { datamodule = opts.datamodule } or nil)
   -- the weights and fields back, whatever happened
-  model:load_state_dict(saved)
-  for k, v in pairs(fields) do rawset(model, k, v) end
-  for _, k in ipairs({ 'trainer', 'logger', 'loggers', 'global_rank', 'local_rank', 'current_epoch', 'global_step' }) do
-    if fields[k] == nil then rawset(model, k, nil) end
-  end
+  restore()
   if not ok then error(err, 0) end
   -- every rank takes rank 0's records (Lightning's strategy.broadcast of the results): each
   -- rank saw its own shard's losses, and suggestions that differ would give the ranks
@@ -236,12 +257,83 @@ function Tuner:lr_find(model, ...)
   if attr then
     local lr = finder:suggestion()
     if lr ~= nil then
-      if in_hparams then model.hparams[attr] = lr else model[attr] = lr end
-      if not in_hparams and type(model.hparams) == 'table' and model.hparams[attr] ~= nil then model.hparams[attr] = lr end
+      B.setattr(model, attr_dm, attr, lr) -- (every holder: model, hparams, datamodule)
       log.info('Learning rate set to %s', tostring(lr))
     end
   end
+  trainer.auto_lr_find = false -- (Lightning's Tuner.lr_find)
   return finder
+end
+
+--- tuner:scale_batch_size(model [, train_dataloaders, val_dataloaders, dataloaders] [, {datamodule=,
+--- method='fit', mode='power', steps_per_trial=3, init_val=2, max_trials=25, batch_arg_name='batch_size'}]):
+--- Lightning 1.9.5's batch size finder (dpl.tuner_batch_size). Returns the batch size found, also
+--- written into the attribute; nil with fast_dev_run.
+function Tuner:scale_batch_size(model, ...)
+  local r = require('dpl.tuner_batch_size').scale_batch_size(self, model, ...)
+  self.trainer.auto_scale_batch_size = false -- (Lightning's Tuner.scale_batch_size)
+  return r
+end
+
+--- trainer:tune(model [, train_dataloaders, val_dataloaders, dataloaders] [, {datamodule=,
+--- scale_batch_size_kwargs=, lr_find_kwargs=, method='fit'}]): Lightning 1.9.5's Trainer.tune. With
+--- Trainer{auto_scale_batch_size=true|'power'|'binsearch'} the batch size finder runs first
+--- (the mode from the argument unless scale_batch_size_kwargs has one), then with
+--- Trainer{auto_lr_find=true|name} lr_find (update_attr=true unless lr_find_kwargs says
+--- otherwise). Returns {scale_batch_size=, lr_find=}; each flag is false afterwards. The global
+--- random generator's state is put back afterwards (Lightning's isolate_rng).
+function Tuner:_tune(model, ...)
+  local B = require 'dpl.tuner_batch_size'
+  local train, val, dataloaders, opts = B.split_args(TUNE_KEYS, ...)
+  options.check(opts, TUNE_KEYS, 'Trainer.tune')
+  opts = opts or {}
+  local trainer = self.trainer
+  if not class.is_instance(model, require('dpl.lightning')) then
+    misconf('`Trainer.tune()` requires a `LightningModule`, got: %s', tostring(model))
+  end
+  for _, k in ipairs({ 'scale_batch_size_kwargs', 'lr_find_kwargs' }) do
+    if opts[k] ~= nil and (type(opts[k]) ~= 'table' or getmetatable(opts[k]) ~= nil) then
+      misconf('Trainer.tune: %s must be a table of options, got %s', k, type(opts[k]))
+    end
+  end
+  local method = opts.method == nil and 'fit' or opts.method
+  local T = require 'dpl.tensor'
+  local rng = T.get_rng_state()
+  local ok, res = pcall(function()
+    local result = {}
+    if trainer.auto_scale_batch_size and B.is_distributed(trainer) then
+      misconf("`trainer.tune()` is currently not supported with `Trainer(strategy='%s')`.",
+        tostring(trainer.strategy.strategy_name))
+    end
+    if trainer.auto_scale_batch_size then
+      local kw = {}
+      for k, v in pairs(opts.scale_batch_size_kwargs or {}) do kw[k] = v end
+      options.check(kw, options.keys('mode', 'steps_per_trial', 'init_val', 'max_trials', 'batch_arg_name'),
+        'Trainer.tune: scale_batch_size_kwargs')
+      if type(trainer.auto_scale_batch_size) == 'string' and kw.mode == nil then kw.mode = trainer.auto_scale_batch_size end
+      kw.datamodule, kw.method = opts.datamodule, method
+      result.scale_batch_size = self:scale_batch_size(model, train, val, dataloaders, kw)
+    end
+    if trainer.auto_lr_find then
+      local dm = opts.datamodule
+      if type(train) == 'table' and class.is_instance(train, require('dpl.datamodule')) then dm, train = train, nil end
+      if (train ~= nil or val ~= nil) and dm ~= nil then
+        misconf('You cannot pass `train_dataloader` or `val_dataloaders` to `trainer.tune()` if datamodule is already passed.')
+      end
+      local kw = {}
+      for k, v in pairs(opts.lr_find_kwargs or {}) do kw[k] = v end
+      options.check(kw, options.keys('min_lr', 'max_lr', 'num_training', 'mode', 'early_stop_threshold', 'update_attr'),
+        'Trainer.tune: lr_find_kwargs')
+      if kw.update_attr == nil then kw.update_attr = true end
+      if method ~= 'fit' then misconf("method='fit' is an invalid configuration to run lr finder.") end
+      kw.datamodule = dm
+      result.lr_find = self:lr_find(model, train, val, dataloaders, kw)
+    end
+    return result
+  end)
+  T.set_rng_state(rng)
+  if not ok then error(res, 0) end
+  return res
 end
 
 return M

@@ -48,6 +48,7 @@ M.order = {
   'use_distributed_sampler', 'replace_sampler_ddp', 'reload_dataloaders_every_n_epochs',
   'inference_mode', 'detect_anomaly', 'track_grad_norm', 'move_metrics_to_cpu', 'profiler',
   'weights_save_path', 'overfit_batches', 'multiple_trainloader_mode', 'ipus', 'resume_from_checkpoint',
+  'auto_lr_find', 'auto_scale_batch_size',
 }
 M.defaults = {
   accelerator = NIL, devices = NIL, gpus = NIL, tpu_cores = NIL, num_processes = NIL, num_nodes = 1,
@@ -63,6 +64,7 @@ M.defaults = {
   reload_dataloaders_every_n_epochs = 0, inference_mode = true, detect_anomaly = false,
   track_grad_norm = -1, move_metrics_to_cpu = false, profiler = NIL, weights_save_path = NIL,
   overfit_batches = 0, multiple_trainloader_mode = 'max_size_cycle', ipus = NIL, resume_from_checkpoint = NIL,
+  auto_lr_find = false, auto_scale_batch_size = false,
 }
 
 local function is_int(v) return type(v) == 'number' and v == math.floor(v) and v == v and v ~= math.huge and v ~= -math.huge end
@@ -153,6 +155,21 @@ function M.validate(user)
   local mtm = a.multiple_trainloader_mode
   if mtm ~= 'max_size_cycle' and mtm ~= 'min_size' then
     misconf("`multiple_trainloader_mode` must be 'max_size_cycle' or 'min_size', got %s", repr(mtm))
+  end
+  -- the tuner's flags (trainer:tune): Lightning checks them when tuning; here at once, with its texts
+  local alf = a.auto_lr_find
+  if type(alf) ~= 'boolean' and (type(alf) ~= 'string' or alf == '') then
+    misconf('`auto_lr_find` must be true, false or the name of the learning-rate attribute (a string), got %s', repr(alf))
+  end
+  local asb = a.auto_scale_batch_size
+  if type(asb) == 'string' then
+    local m = asb:lower()
+    if m ~= 'power' and m ~= 'binsearch' then
+      error(errors.ValueError(("`mode` should be either of ('power', 'binsearch'): `auto_scale_batch_size=%s`")
+        :format(repr(asb))), 0)
+    end
+  elseif type(asb) ~= 'boolean' then
+    misconf("`auto_scale_batch_size` must be true, false, 'power' or 'binsearch', got %s", repr(asb))
   end
   local tgn = a.track_grad_norm
   if not (tgn == 'inf' or (type(tgn) == 'number' and (tgn == -1 or tgn > 0))) then
@@ -295,6 +312,7 @@ local kinds = {
   precision = 'int_or_str',
   limit_train_batches = 'limit', limit_val_batches = 'limit', limit_test_batches = 'limit',
   limit_predict_batches = 'limit', val_check_interval = 'limit', max_time = 'duration',
+  auto_lr_find = 'bool_or_any_str', auto_scale_batch_size = 'bool_or_any_str',
 }
 
 local function to_bool(name, s)
@@ -319,6 +337,11 @@ local function convert(name, s)
   elseif kind == 'bool_or_str' then
     if s == 'warn' then return s end
     return to_bool(name, s)
+  elseif kind == 'bool_or_any_str' then
+    -- Lightning's str_to_bool_or_str: a boolean word is a boolean, any other text stays text
+    local ok, b = pcall(to_bool, name, s)
+    if ok then return b end
+    return s
   elseif kind == 'int_or_str' then return tonumber(s) or s
   elseif kind == 'duration' then return tonumber(s) or s -- seconds, or "DD:HH:MM:SS" for the Timer
   elseif kind == 'limit' then
@@ -332,7 +355,7 @@ local function convert(name, s)
 end
 
 -- flags that may stand alone (`--fast_dev_run`, `--deterministic`: true)
-local bool_flags = { fast_dev_run = true, deterministic = true }
+local bool_flags = { fast_dev_run = true, deterministic = true, auto_lr_find = true, auto_scale_batch_size = true }
 for k, v in pairs(kinds) do if v == 'bool' then bool_flags[k] = true end end
 
 --- Parses `--name value`, `--name=value` (dashes or underscores) for the Trainer's

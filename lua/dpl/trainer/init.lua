@@ -631,6 +631,13 @@ function Trainer:fit(model, train_dataloaders, val_dataloaders, opts)
   return self:_run(model, self:_set_ckpt_path('fit', ckpt_path, true, self.lightning_module ~= nil))
 end
 
+--- trainer:tune(model [, train_dataloaders, val_dataloaders, dataloaders] [, {datamodule=,
+--- scale_batch_size_kwargs=, lr_find_kwargs=, method='fit'}]) -> {scale_batch_size=, lr_find=}:
+--- Lightning 1.9's tune (Trainer{auto_scale_batch_size=, auto_lr_find=}; see dpl.tuner).
+function Trainer:tune(model, ...)
+  return self.tuner:_tune(model, ...)
+end
+
 --- trainer:validate(model, dataloaders, {ckpt_path=, verbose=true}) -> {metrics per dataloader}
 function Trainer:validate(model, dataloaders, opts)
   return self:_run_eval_entry('validate', 'val', model, dataloaders, opts)
