@@ -11,6 +11,26 @@ local M = {}
 local Logger = class.Object:extend('Logger')
 M.Logger = Logger
 
+-- Lightning's properties (logger.experiment): a class's _properties table maps a name to a
+-- getter, called when the name is read on an instance and is neither an instance field nor
+-- a method. Every class made by Logger:extend (a user's subclass too) looks them up.
+local function property_index(cls)
+  return function(self, k)
+    local v = cls[k]
+    if v ~= nil then return v end
+    local props = cls._properties
+    local p = props and props[k]
+    if p ~= nil then return p(self) end
+    return nil
+  end
+end
+
+function Logger:extend(name)
+  local cls = class.Object.extend(self, name)
+  cls.__index = property_index(cls)
+  return cls
+end
+
 local function sh_quote(s) return "'" .. tostring(s):gsub("'", "'\\''") .. "'" end
 M.sh_quote = sh_quote
 
