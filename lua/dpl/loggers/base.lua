@@ -31,6 +31,28 @@ function Logger:extend(name)
   return cls
 end
 
+--- Lightning's _DummyExperiment (logger.experiment on ranks other than 0): every field is a
+--- method that does nothing; indexing with a number gives the dummy again.
+local function nop() end
+M.DummyExperiment = setmetatable({}, {
+  __index = function(self, k) if type(k) == 'number' then return self end return nop end,
+  __newindex = function() end,
+  __tostring = function() return 'DummyExperiment' end,
+})
+
+--- Lightning's rank_zero_experiment: the logger's experiment (make(logger) on the first call,
+--- kept in logger._experiment) on global rank 0 (the launcher's RANK, as Lightning's
+--- rank_zero_only.rank), the dummy elsewhere.
+function M.rank_zero_experiment(logger, make)
+  if require('dpl.log').rank() ~= 0 then return M.DummyExperiment end
+  local e = rawget(logger, '_experiment')
+  if e == nil then
+    e = make(logger)
+    logger._experiment = e
+  end
+  return e
+end
+
 local function sh_quote(s) return "'" .. tostring(s):gsub("'", "'\\''") .. "'" end
 M.sh_quote = sh_quote
 

@@ -568,18 +568,6 @@ for _, name in ipairs({ 'add_graph', 'add_onnx_graph', 'add_embedding', 'add_aud
   end
 end
 
----------------------------------------------------------------- the ranks other than 0
-
---- Lightning's _DummyExperiment: every field is a method that does nothing; indexing with a
---- number gives the dummy again (logger.experiment[1]:add_image(...)).
-local dummy_mt = {}
-local function nop() end
-dummy_mt.__index = function(self, k)
-  if type(k) == 'number' then return self end
-  return nop
-end
-dummy_mt.__newindex = function() end
-dummy_mt.__tostring = function() return 'DummyExperiment' end
-M.DummyExperiment = setmetatable({}, dummy_mt)
+M.DummyExperiment = B.DummyExperiment -- (the ranks other than 0)
 
 return M

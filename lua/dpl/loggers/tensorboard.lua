@@ -8,7 +8,8 @@
 -- torch.utils.tensorboard.summary.hparams does: three summaries with "hparams"
 -- plugin data (_hparams_/experiment, _hparams_/session_start_info,
 -- _hparams_/session_end_info), and, with default_hp_metric (the default, as in
--- Lightning), the scalar hp_metric = -1 at step 0.
+-- Lightning), the scalar hp_metric = -1 at step 0. logger.experiment is a SummaryWriter
+-- (dpl.loggers.tb_writer) sharing the logger's event file (its FileWriter).
 local ffi = require 'ffi'
 local bit = require 'bit'
 local B = require 'dpl.loggers.base'
@@ -248,7 +249,7 @@ function TensorBoardLogger:__init(o, rest)
   self.default_hp_metric = o.default_hp_metric ~= false
   self._log_graph = false
   if o.log_graph then
-    require('dpl.log').warn('TensorBoardLogger(log_graph=True): dplhost does not write the model graph; only scalars and hparams are logged.')
+    require('dpl.log').warn('TensorBoardLogger(log_graph=True): dplhost does not write the model graph (experiment:add_graph raises NotImplementedError).')
   end
   self._writer_opts = { filename_suffix = self._filename_suffix, max_queue = o.max_queue, flush_secs = o.flush_secs }
 end
@@ -258,16 +259,12 @@ end
 --- created on first read. On the other ranks Lightning's dummy, whose methods do nothing.
 TensorBoardLogger._properties = {
   experiment = function(self)
-    if require('dpl.log').rank() ~= 0 then return require('dpl.loggers.tb_writer').DummyExperiment end
-    local e = rawget(self, '_experiment')
-    if e == nil then
+    return B.rank_zero_experiment(self, function()
       local o = {}
       for k, v in pairs(self._writer_opts) do o[k] = v end
       o.file_writer = self:_file_writer()
-      e = require('dpl.loggers.tb_writer').SummaryWriter(self:log_dir(), o)
-      self._experiment = e
-    end
-    return e
+      return require('dpl.loggers.tb_writer').SummaryWriter(self:log_dir(), o)
+    end)
   end,
 }
 
