@@ -354,7 +354,7 @@ function M.image_pixels(x, dataformats, level)
     ncols = math.min(N, 8)
     nrows = math.ceil(N / ncols)
   elseif #fmt == 3 and (C < 1 or C > 4) then
-    fail('ValueError', level, 'an image has 1, 3 or 4 channels, got %d', C)
+    fail('ValueError', level, 'an image has 1 to 4 channels, got %d', C)
   end
   local OC = C == 1 and 3 or C
   local OH, OW = H * nrows, W * ncols
