@@ -492,14 +492,8 @@ end
 function SummaryWriter:add_histogram(tag, values, global_step, ...)
   check_tag(tag, 'add_histogram: tag', 2)
   check_step(global_step, 2)
-  local a = ...
-  local o
-  if type(a) == 'table' and a[1] ~= nil then -- a list of edges in bins' place
-    o = trailing('add_histogram', { 'bins', 'walltime', 'max_bins' }, {}, 2, a, select(2, ...))
-    if select('#', ...) == 1 then o = { bins = a } end
-  else
-    o = trailing('add_histogram', { 'bins', 'walltime', 'max_bins' }, { bins = true, walltime = true, max_bins = true }, 2, ...)
-  end
+  -- (a list of edges in bins' place is positional: its keys are numbers)
+  local o = trailing('add_histogram', { 'bins', 'walltime', 'max_bins' }, { bins = true, walltime = true, max_bins = true }, 2, ...)
   local buf, n = read_values(values, 'add_histogram: values', 2)
   local h = M.make_histogram(buf, n, o.bins, o.max_bins, 2)
   self:_add(self.file_writer, M.histogram_summary(tag, h), global_step, o.walltime)
