@@ -11,6 +11,48 @@ local M = {}
 local Logger = class.Object:extend('Logger')
 M.Logger = Logger
 
+-- Lightning's properties (logger.experiment): a class's _properties table maps a name to a
+-- getter, called when the name is read on an instance and is neither an instance field nor
+-- a method. Every class made by Logger:extend (a user's subclass too) looks them up.
+local function property_index(cls)
+  return function(self, k)
+    local v = cls[k]
+    if v ~= nil then return v end
+    local props = cls._properties
+    local p = props and props[k]
+    if p ~= nil then return p(self) end
+    return nil
+  end
+end
+
+function Logger:extend(name)
+  local cls = class.Object.extend(self, name)
+  cls.__index = property_index(cls)
+  return cls
+end
+
+--- Lightning's _DummyExperiment (logger.experiment on ranks other than 0): every field is a
+--- method that does nothing; indexing with a number gives the dummy again.
+local function nop() end
+M.DummyExperiment = setmetatable({}, {
+  __index = function(self, k) if type(k) == 'number' then return self end return nop end,
+  __newindex = function() end,
+  __tostring = function() return 'DummyExperiment' end,
+})
+
+--- Lightning's rank_zero_experiment: the logger's experiment (make(logger) on the first call,
+--- kept in logger._experiment) on global rank 0 (the launcher's RANK, as Lightning's
+--- rank_zero_only.rank), the dummy elsewhere.
+function M.rank_zero_experiment(logger, make)
+  if require('dpl.log').rank() ~= 0 then return M.DummyExperiment end
+  local e = rawget(logger, '_experiment')
+  if e == nil then
+    e = make(logger)
+    logger._experiment = e
+  end
+  return e
+end
+
 local function sh_quote(s) return "'" .. tostring(s):gsub("'", "'\\''") .. "'" end
 M.sh_quote = sh_quote
 

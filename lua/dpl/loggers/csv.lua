@@ -2,7 +2,7 @@
 -- <save_dir>/<name>/version_N/metrics.csv (header: every key logged so far in
 -- first-appearance order, as Lightning's dict of the rows' keys, `step` after each row's
 -- metrics; one row per log_metrics call; the file is rewritten when new keys appear) and
--- hparams.yaml.
+-- hparams.yaml. logger.experiment is Lightning's ExperimentWriter over the same rows and file.
 local B = require 'dpl.loggers.base'
 
 local CSVLogger = B.Logger:extend('CSVLogger')
@@ -22,12 +22,11 @@ function CSVLogger:__init(o, rest)
       ('CSVLogger: flush_logs_every_n_steps must be an integer >= 1, got %s'):format(tostring(n)), 2)
   end
   self._flush_logs_every_n_steps = n
-  self.rows = {}       -- pending rows
-  self.keys = {}       -- header keys, in first-appearance order
-  self.row_keys = {}   -- the pending rows' keys, in order
+  self.metrics = {}     -- every row logged (Lightning's experiment.metrics); the first `written` are on disk
+  self.metric_keys = {} -- each row's keys, in order (nil for a row added by hand: sorted)
+  self.keys = {}        -- header keys, in first-appearance order
   self.keyset = {}
-  self.written = 0     -- rows on disk
-  self.all_rows = {}   -- every row (for rewrites)
+  self.written = 0
 end
 
 function CSVLogger:metrics_file_path() return self:log_dir() .. '/metrics.csv' end
@@ -51,8 +50,8 @@ function CSVLogger:log_metrics(metrics, step, order)
   end
   if row.step == nil then keys[#keys + 1] = 'step' end
   row.step = step
-  self.rows[#self.rows + 1] = row
-  self.row_keys[#self.rows] = keys
+  self.metrics[#self.metrics + 1] = row
+  self.metric_keys[#self.metrics] = keys
   -- Lightning writes every flush_logs_every_n_steps steps (the Trainer also saves after its own logging)
   if step ~= nil and (step + 1) % self._flush_logs_every_n_steps == 0 then self:save() end
 end
@@ -72,10 +71,11 @@ end
 
 --- Writes the pending rows (rewriting the file when the header grew).
 function CSVLogger:save()
-  if #self.rows == 0 then return end
+  local rows = self.metrics
+  if #rows == self.written then return end
   local new = false
-  for i, row in ipairs(self.rows) do
-    local keys = self.row_keys[i]
+  for i = self.written + 1, #rows do
+    local row, keys = rows[i], self.metric_keys[i]
     if keys == nil then -- (a row added by hand)
       keys = {}
       for k in pairs(row) do keys[#keys + 1] = k end
@@ -87,20 +87,80 @@ function CSVLogger:save()
   end
   B.mkdir_p(self:log_dir())
   local path = self:metrics_file_path()
-  for _, row in ipairs(self.rows) do self.all_rows[#self.all_rows + 1] = row end
   if new or self.written == 0 then
     local out = { table.concat(self.keys, ',') .. '\n' }
-    for _, row in ipairs(self.all_rows) do out[#out + 1] = line(self.keys, row) end
+    for _, row in ipairs(rows) do out[#out + 1] = line(self.keys, row) end
     B.write_file(path, table.concat(out))
   else
     local f = assert(io.open(path, 'ab'))
-    for _, row in ipairs(self.rows) do f:write(line(self.keys, row)) end
+    for i = self.written + 1, #rows do f:write(line(self.keys, rows[i])) end
     f:close()
   end
-  self.written = #self.all_rows
-  self.rows, self.row_keys = {}, {}
+  self.written = #rows
 end
 
 function CSVLogger:finalize() self:save() end
+
+---------------------------------------------------------------- experiment
+
+--- Lightning's ExperimentWriter (logger.experiment on global rank 0), over the logger's rows
+--- and files: log_metrics(dict, step) adds a row (no prefix; step defaults to the number of
+--- rows so far; tensors by item(); keys sorted, where Python keeps the dict's order),
+--- log_hparams(dict) merges into the hyper-parameters, save() writes metrics.csv and
+--- hparams.yaml; metrics is the list of rows (each with its step), metrics_file_path and log_dir
+--- are strings.
+local ExperimentWriter = require('dpl.class').Object:extend('ExperimentWriter')
+CSVLogger.ExperimentWriter = ExperimentWriter
+ExperimentWriter.NAME_HPARAMS_FILE = 'hparams.yaml'
+ExperimentWriter.NAME_METRICS_FILE = 'metrics.csv'
+
+function ExperimentWriter:__init(logger)
+  self._logger = logger
+  self.log_dir = logger:log_dir()
+  self.metrics_file_path = logger:metrics_file_path()
+  self.metrics = logger.metrics
+  self.hparams = logger.hparams
+  B.mkdir_p(self.log_dir)
+end
+
+function ExperimentWriter:log_metrics(metrics_dict, step)
+  if type(metrics_dict) ~= 'table' then
+    require('dpl.errors').TypeError:raise(('log_metrics: metrics_dict must be a table of name = value, got %s'):format(type(metrics_dict)), 2)
+  end
+  if step ~= nil and type(step) ~= 'number' then
+    require('dpl.errors').TypeError:raise(('log_metrics: step must be a number or nil, got %s'):format(type(step)), 2)
+  end
+  local lg = self._logger
+  if step == nil then step = #lg.metrics end
+  local row, keys = {}, {}
+  for k, v in pairs(metrics_dict) do
+    if type(v) == 'cdata' and require('dpl.tensor').is_tensor(v) then v = v:item() end
+    row[k] = v
+    if k ~= 'step' then keys[#keys + 1] = k end
+  end
+  table.sort(keys, function(a, b) return tostring(a) < tostring(b) end)
+  keys[#keys + 1] = 'step'
+  row.step = step
+  lg.metrics[#lg.metrics + 1] = row
+  lg.metric_keys[#lg.metrics] = keys
+end
+
+function ExperimentWriter:log_hparams(params)
+  if type(params) ~= 'table' then
+    require('dpl.errors').TypeError:raise(('log_hparams: params must be a table, got %s'):format(type(params)), 2)
+  end
+  for k, v in pairs(params) do self._logger.hparams[k] = v end
+end
+
+function ExperimentWriter:save()
+  self._logger:save()
+  B.write_file(self.log_dir .. '/' .. self.NAME_HPARAMS_FILE, B.yaml(self._logger.hparams))
+end
+
+--- logger.experiment (Lightning's property, read as a field): the ExperimentWriter on global
+--- rank 0, created on first read; Lightning's dummy (methods that do nothing) on other ranks.
+CSVLogger._properties = {
+  experiment = function(self) return B.rank_zero_experiment(self, ExperimentWriter) end,
+}
 
 return CSVLogger

@@ -8,7 +8,8 @@
 -- torch.utils.tensorboard.summary.hparams does: three summaries with "hparams"
 -- plugin data (_hparams_/experiment, _hparams_/session_start_info,
 -- _hparams_/session_end_info), and, with default_hp_metric (the default, as in
--- Lightning), the scalar hp_metric = -1 at step 0.
+-- Lightning), the scalar hp_metric = -1 at step 0. logger.experiment is a SummaryWriter
+-- (dpl.loggers.tb_writer) sharing the logger's event file (its FileWriter).
 local ffi = require 'ffi'
 local bit = require 'bit'
 local B = require 'dpl.loggers.base'
@@ -82,6 +83,7 @@ local function f64(x) dbuf[0] = x; return ffi.string(dbuf, 8) end
 local function f32(x) fbuf[0] = x; return ffi.string(fbuf, 4) end
 
 local function len_field(tag, s) return string.char(tag) .. varint(#s) .. s end
+M.len_field, M.f64, M.f32 = len_field, f64, f32
 
 --- Event{wall_time, step, file_version | summary{value{tag, simple_value}...}}
 function M.event(wall_time, step, file_version, scalars)
@@ -187,25 +189,25 @@ function M.hparams_summaries(pairs_list, metric_tags)
   }
 end
 
---- An Event around an encoded Summary.
-function M.summary_event(wall_time, summary)
-  return '\009' .. f64(wall_time) .. len_field(0x2a, summary)
+--- An Event around an encoded Summary (step: nil or 0 is not written, as protobuf's default).
+function M.summary_event(wall_time, summary, step)
+  local s = (step and step ~= 0) and ('\016' .. varint(step)) or ''
+  return '\009' .. f64(wall_time) .. s .. len_field(0x2a, summary)
 end
 
 ---------------------------------------------------------------- the logger
 
-M._uid = 0 -- event files opened by this process
 local TensorBoardLogger = B.Logger:extend('TensorBoardLogger')
 M.TensorBoardLogger = TensorBoardLogger
 
-local function hostname()
+function M.hostname()
   local f = io.open('/proc/sys/kernel/hostname')
   local h = f and f:read('*l') or 'localhost'
   if f then f:close() end
   return h
 end
 
-local function pid()
+function M.pid()
   local f = io.open('/proc/self/stat')
   local p = f and f:read('*l'):match('^(%d+)') or '0'
   if f then f:close() end
@@ -218,6 +220,7 @@ local function walltime()
   ffi.C.gettimeofday(tv, nil)
   return tonumber(tv.tv_sec) + tonumber(tv.tv_usec) * 1e-6
 end
+M.walltime = walltime
 
 -- Lightning 1.9's arguments, then those it passes on to torch's SummaryWriter
 local known = { save_dir = true, name = true, version = true, log_graph = true, default_hp_metric = true,
@@ -246,9 +249,33 @@ function TensorBoardLogger:__init(o, rest)
   self.default_hp_metric = o.default_hp_metric ~= false
   self._log_graph = false
   if o.log_graph then
-    require('dpl.log').warn('TensorBoardLogger(log_graph=True): dplhost does not write the model graph; only scalars and hparams are logged.')
+    require('dpl.log').warn('TensorBoardLogger(log_graph=True): dplhost does not write the model graph (experiment:add_graph raises NotImplementedError).')
   end
-  self.pending = {}
+  self._writer_opts = { filename_suffix = self._filename_suffix, max_queue = o.max_queue, flush_secs = o.flush_secs }
+end
+
+--- logger.experiment (Lightning's property, read as a field): on global rank 0 a SummaryWriter
+--- (dpl.loggers.tb_writer) writing into log_dir(), into the same event file as log_metrics;
+--- created on first read. On the other ranks Lightning's dummy, whose methods do nothing.
+TensorBoardLogger._properties = {
+  experiment = function(self)
+    return B.rank_zero_experiment(self, function()
+      local o = {}
+      for k, v in pairs(self._writer_opts) do o[k] = v end
+      o.file_writer = self:_file_writer()
+      return require('dpl.loggers.tb_writer').SummaryWriter(self:log_dir(), o)
+    end)
+  end,
+}
+
+--- The FileWriter of log_dir() (the events file: created on the first save).
+function TensorBoardLogger:_file_writer()
+  local fw = rawget(self, '_fw')
+  if fw == nil then
+    fw = require('dpl.loggers.tb_writer').FileWriter(self:log_dir(), self._filename_suffix)
+    self._fw = fw
+  end
+  return fw
 end
 
 --- <save_dir>/<name>/version_N, then /<sub_dir> when given (Lightning's log_dir).
@@ -270,31 +297,11 @@ function TensorBoardLogger:log_hyperparams(params, metrics)
   for k in pairs(metrics) do tags[#tags + 1] = k end
   table.sort(tags)
   local t = walltime()
+  local fw = self:_file_writer()
   for _, summary in ipairs(M.hparams_summaries(M.flatten_hparams(params), tags)) do
-    self.pending[#self.pending + 1] = M.record(M.summary_event(t, summary))
+    fw:add_record(M.record(M.summary_event(t, summary)))
   end
   self:save()
-end
-
-function TensorBoardLogger:_open()
-  if self.file then return end
-  local dir = self:log_dir()
-  B.mkdir_p(dir)
-  local t = walltime()
-  -- the last part counts the writers of this process (TensorFlow's global uid), so a file
-  -- reopened after finalize (fit, then test) within the same second never truncates the first
-  local path
-  repeat
-    path = ('%s/events.out.tfevents.%010d.%s.%s.%d%s'):format(dir, math.floor(t), hostname(), pid(), M._uid,
-                                                                self._filename_suffix)
-    M._uid = M._uid + 1
-    local f = io.open(path, 'rb')
-    if f then f:close() end
-  until not f
-  self.file_path = path
-  self.file = assert(io.open(self.file_path, 'wb'))
-  self.file:write(M.record(M.event(t, 0, 'brain.Event:2')))
-  self.file:flush()
 end
 
 function TensorBoardLogger:log_metrics(metrics, step)
@@ -309,22 +316,24 @@ function TensorBoardLogger:log_metrics(metrics, step)
     scalars[#scalars + 1] = { tag, metrics[k] }
   end
   if #scalars == 0 then return end
-  self.pending[#self.pending + 1] = M.record(M.event(walltime(), step or 0, nil, scalars))
+  self:_file_writer():add_record(M.record(M.event(walltime(), step or 0, nil, scalars)))
 end
 
+--- Writes the waiting events (opening the event file on the first call), the experiment's too.
 function TensorBoardLogger:save()
-  if #self.pending == 0 and self.file then return end
-  self:_open()
-  if #self.pending > 0 then
-    self.file:write(table.concat(self.pending))
-    self.pending = {}
-  end
-  self.file:flush()
+  local e = rawget(self, '_experiment')
+  if e then e:flush() end
+  local fw = self:_file_writer()
+  if #fw.pending == 0 and fw.file then return end
+  fw:flush()
 end
 
+--- save(), then closes the files (a later save opens new ones, as torch's writer after close).
 function TensorBoardLogger:finalize()
   self:save()
-  if self.file then self.file:close(); self.file = nil end
+  local e = rawget(self, '_experiment')
+  if e then e:close() end
+  self:_file_writer():close()
 end
 
 return M
