@@ -7,13 +7,9 @@ local nn = dpl.nn
 local optim = dpl.optim
 local swa = optim.swa_utils
 
-local function near(e, g, tol) return math.abs(e - g) <= (tol or 1e-12) * (1 + math.abs(e)) end
-local function assert_near_list(expected, got, what, tol)
-  assert.are.equal(#expected, #got, what)
-  for i = 1, #expected do
-    assert.is_true(near(expected[i], got[i], tol), ('%s[%d]: expected %.17g, got %.17g'):format(what, i, expected[i], got[i]))
-  end
-end
+local H = require 'spec.support.helpers'
+local function near(e, g, tol) return H.rel_near(e, g, tol or 1e-12) end
+local function assert_near_list(expected, got, what, tol) return H.assert_near_list(expected, got, what, tol or 1e-12) end
 local function F64(x) return dpl.tensor(x, { dtype = 'float64' }) end
 
 describe('SWALR', function()

@@ -12,13 +12,8 @@ local th = require 'spec.support.trainer_helpers'
 local nn = dpl.nn
 local C = dpl.callbacks
 
-local function near(e, g, tol) return math.abs(e - g) <= (tol or 1e-10) * (1 + math.abs(e)) end
-local function assert_near_list(expected, got, what, tol)
-  assert.are.equal(#expected, #got, what)
-  for i = 1, #expected do
-    assert.is_true(near(expected[i], got[i], tol), ('%s[%d]: expected %.17g, got %.17g'):format(what, i, expected[i], got[i]))
-  end
-end
+local function near(e, g, tol) return h.rel_near(e, g, tol or 1e-10) end
+local function assert_near_list(expected, got, what, tol) return h.assert_near_list(expected, got, what, tol or 1e-10) end
 local function err(f, ...)
   local ok, e = pcall(f, ...)
   assert.is_false(ok, 'expected an error')

@@ -86,6 +86,19 @@ end
 
 --- Asserts that a and b (numbers, nested lists, or tensors read with totable) have the same
 --- shape and agree within tol (1e-9 by default) elementwise.
+--- Relative closeness of two numbers: |e - g| <= tol * (1 + |e|) (tol 1e-12 unless given).
+function M.rel_near(e, g, tol) return math.abs(e - g) <= (tol or 1e-12) * (1 + math.abs(e)) end
+
+--- Asserts two lists of numbers have the same length and are rel_near element by element;
+--- the message names `what` and the first index that differs.
+function M.assert_near_list(expected, got, what, tol)
+  assert(#expected == #got, ('%s: expected %d numbers, got %d'):format(tostring(what), #expected, #got))
+  for i = 1, #expected do
+    assert(M.rel_near(expected[i], got[i], tol),
+      ('%s[%d]: expected %.17g, got %.17g'):format(tostring(what), i, expected[i], got[i]))
+  end
+end
+
 function M.near(a, b, tol)
   if type(a) == 'cdata' then a = a:totable() end
   if type(b) == 'cdata' then b = b:totable() end

@@ -4,29 +4,11 @@
 -- BTYPE 00: no compression) followed by its Adler-32; chunks with their CRC-32. Linear
 -- in the image size.
 local ffi = require 'ffi'
-local bit = require 'bit'
-
-local band, bxor, rshift, tobit = bit.band, bit.bxor, bit.rshift, bit.tobit
 
 local M = {}
 
-local crc_table = {}
-for i = 0, 255 do
-  local c = i
-  for _ = 1, 8 do
-    if band(c, 1) ~= 0 then c = bxor(rshift(c, 1), tobit(0xEDB88320)) else c = rshift(c, 1) end
-  end
-  crc_table[i] = c
-end
-
 --- CRC-32 (ISO-HDLC, zlib's and PNG's) of a string, as an unsigned number.
-function M.crc32(s)
-  local p = ffi.cast('const uint8_t *', s)
-  local c = tobit(0xFFFFFFFF)
-  for i = 0, #s - 1 do c = bxor(crc_table[band(bxor(c, p[i]), 0xFF)], rshift(c, 8)) end
-  c = bxor(c, tobit(0xFFFFFFFF))
-  return c < 0 and c + 4294967296 or c
-end
+M.crc32 = require('dpl.loggers.crc').crc32
 
 --- Adler-32 of a string (zlib's checksum), as an unsigned number.
 function M.adler32(s)

@@ -14,31 +14,16 @@ local ffi = require 'ffi'
 local bit = require 'bit'
 local B = require 'dpl.loggers.base'
 
-local band, bxor, rshift, lshift, bor, tobit = bit.band, bit.bxor, bit.rshift, bit.lshift, bit.bor, bit.tobit
+local rshift, lshift, bor, tobit = bit.rshift, bit.lshift, bit.bor, bit.tobit
 
 local M = {}
 
 ---------------------------------------------------------------- CRC32C
 
-local crc_table = {}
-for i = 0, 255 do
-  local c = i
-  for _ = 1, 8 do
-    if band(c, 1) ~= 0 then c = bxor(rshift(c, 1), tobit(0x82F63B78)) else c = rshift(c, 1) end
-  end
-  crc_table[i] = c
-end
+--- CRC-32C (Castagnoli) of a string, as an unsigned number.
+M.crc32c = require('dpl.loggers.crc').crc32c
 
 local function u32(x) if x < 0 then return x + 4294967296 end return x end
-
---- CRC-32C (Castagnoli) of a string, as an unsigned number.
-function M.crc32c(s)
-  local c = tobit(0xFFFFFFFF)
-  for i = 1, #s do
-    c = bxor(crc_table[band(bxor(c, s:byte(i)), 0xFF)], rshift(c, 8))
-  end
-  return u32(bxor(c, tobit(0xFFFFFFFF)))
-end
 
 --- TFRecord's masked CRC: ((crc >> 15) | (crc << 17)) + 0xa282ead8 mod 2^32.
 function M.masked_crc32c(s)
