@@ -49,3 +49,42 @@ describe('configure_optimizers returning Lightning\'s `[opt_g, opt_d], []`', fun
     end)
   end
 end)
+
+-- io.stdout replaced while fn runs; returns what was written
+local function capture_stdout(fn, ...)
+  local buf, real = {}, io.stdout
+  io.stdout = { write = function(self, ...) for _, s in ipairs({ ... }) do buf[#buf + 1] = tostring(s) end return self end,
+    flush = function() end, setvbuf = function() end }
+  local ok, err = pcall(fn, ...)
+  io.stdout = real
+  if not ok then error(err, 0) end
+  return table.concat(buf)
+end
+
+describe('restoring a checkpoint prints Lightning\'s INFO lines', function()
+  local Reg = dpl.LightningModule:extend('Reg')
+  function Reg:__init() dpl.LightningModule.__init(self); self.l = nn.Linear(4, 1) end
+  function Reg:training_step(b) return F.mse_loss(self.l(b[1]), b[2]) end
+  function Reg:validation_step(b) self:log('val_loss', F.mse_loss(self.l(b[1]), b[2])) end
+  function Reg:test_step(b) self:log('test_loss', F.mse_loss(self.l(b[1]), b[2])) end
+  function Reg:configure_optimizers() return dpl.optim.SGD(self:parameters(), { lr = 0.01 }) end
+
+  it('test/validate/predict: "Restoring states from ..." then "Loaded model weights from ..."; fit: "Restored all states ..."', function()
+    local dir = th.tmpdir()
+    local t = quiet { max_epochs = 1, limit_train_batches = 2, default_root_dir = dir, enable_checkpointing = true,
+      callbacks = { dpl.callbacks.ModelCheckpoint { dirpath = dir, monitor = 'val_loss' } } }
+    local m = Reg()
+    local out = capture_stdout(function() t:fit(m, loader(8), loader(8)) end)
+    assert.is_nil(out:find('Restor', 1, true))
+    local best = t.checkpoint_callback.best_model_path
+    out = capture_stdout(function() t:test(m, loader(8), { ckpt_path = 'best', verbose = false }) end)
+    local a = out:find('Restoring states from the checkpoint path at ' .. best, 1, true)
+    local b = out:find('Loaded model weights from checkpoint at ' .. best, 1, true)
+    assert.is_truthy(a, out); assert.is_truthy(b, out); assert.is_true(a < b)
+    local t2 = quiet { max_epochs = 2, limit_train_batches = 2, default_root_dir = dir }
+    out = capture_stdout(function() t2:fit(Reg(), loader(8), nil, { ckpt_path = best }) end)
+    assert.is_truthy(out:find('Restoring states from the checkpoint path at ' .. best, 1, true), out)
+    assert.is_truthy(out:find('Restored all states from the checkpoint file at ' .. best, 1, true), out)
+    os.execute('rm -rf ' .. dir)
+  end)
+end)

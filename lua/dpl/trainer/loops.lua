@@ -333,6 +333,7 @@ function M._run_stages(t, model, ckpt_path)
 
   local ckpt
   if ckpt_path ~= nil then
+    log.info('Restoring states from the checkpoint path at %s', ckpt_path) -- (Lightning's resume_start)
     ckpt = require('dpl.trainer.checkpoint').load(ckpt_path)
     require('dpl.trainer.checkpoint').restore_modules_and_callbacks(t, ckpt)
   end
@@ -354,6 +355,10 @@ function M._run_stages(t, model, ckpt_path)
     end
   end
   if ckpt and fn == 'fit' then require('dpl.trainer.checkpoint').restore_training_state(t, ckpt) end
+  if ckpt then -- (Lightning's resume_end)
+    if fn == 'fit' then log.info('Restored all states from the checkpoint file at %s', ckpt_path)
+    else log.info('Loaded model weights from checkpoint at %s', ckpt_path) end
+  end
 
   local result
   if fn == 'fit' then
