@@ -88,3 +88,29 @@ describe('restoring a checkpoint prints Lightning\'s INFO lines', function()
     os.execute('rm -rf ' .. dir)
   end)
 end)
+
+describe('predict under ddp_spawn (Lightning: return_predictions defaults to False for DDPSpawnStrategy)', function()
+  local P = dpl.LightningModule:extend('P')
+  function P:__init() dpl.LightningModule.__init(self); self.l = nn.Linear(4, 1) end
+  function P:predict_step(b) return self.l(b[1]) end  -- a tensor per batch, as usual
+
+  it('returns nil by default instead of failing to bring tensors back from the workers', function()
+    local t = quiet { strategy = 'ddp_spawn', accelerator = 'cpu', devices = 2 }
+    assert.is_nil(t:predict(P(), loader(8)))
+  end)
+  it('return_predictions=true raises Lightning\'s MisconfigurationException', function()
+    for _, s in ipairs({ 'ddp_spawn', 'ddp_fork' }) do
+      local t = quiet { strategy = s, accelerator = 'cpu', devices = 1 }
+      local ok, e = pcall(t.predict, t, P(), loader(8), { return_predictions = true })
+      assert.is_false(ok)
+      assert.matches('`return_predictions` should be set to `False` when using the `DDPSpawnStrategy` or children class.'
+        .. ' Found true with strategy DDPSpawnStrategy.', tostring(e), 1, true)
+    end
+  end)
+  it('a single-process strategy still returns them', function()
+    local t = quiet { max_epochs = 1 }
+    local p = t:predict(P(), loader(8))
+    assert.are.equal(2, #p)
+    assert.are.same({ 4, 1 }, p[1]:size())
+  end)
+end)
