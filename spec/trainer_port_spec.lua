@@ -114,3 +114,58 @@ describe('predict under ddp_spawn (Lightning: return_predictions defaults to Fal
     assert.are.same({ 4, 1 }, p[1]:size())
   end)
 end)
+
+describe('ModelSummary with example_input_array (Lightning: In sizes / Out sizes columns)', function()
+  local Gen = dpl.LightningModule:extend('Gen')
+  function Gen:__init()
+    dpl.LightningModule.__init(self)
+    self.enc = nn.Sequential(nn.Linear(5, 8), nn.ReLU())
+    self.head = nn.Linear(8, 3)
+    self.example_input_array = dpl.zeros(2, 5)
+  end
+  function Gen:forward(x) return self.head(self.enc(x)) end
+  function Gen:training_step(b) return self(b[1]):sum() end
+  function Gen:configure_optimizers() return dpl.optim.SGD(self:parameters(), { lr = 0.1 }) end
+
+  it('prints the shapes each layer saw in a forward of the example, as Lightning 1.9.5', function()
+    local MS = dpl.callbacks.ModelSummary
+    local m = Gen()
+    m:train()
+    local rows, total, trainable = MS.summarize(m, 1)
+    assert.are.same({ 2, 5 }, rows[1].in_size)
+    assert.are.same({ 2, 8 }, rows[1].out_size)
+    assert.are.same({ 2, 8 }, rows[2].in_size)
+    assert.are.same({ 2, 3 }, rows[2].out_size)
+    assert.is_true(m.training) -- the mode is restored
+    -- Lightning 1.9.5's table for the same module (the rows: name, type, params, In, Out)
+    local want = table.concat({
+      '  | Name | Type       | Params | In sizes | Out sizes',
+      '-----------------------------------------------------------',
+      '0 | enc  | Sequential | 48     | [2, 5]   | [2, 8]   ',
+      '1 | head | Linear     | 27     | [2, 8]   | [2, 3]   ',
+      '-----------------------------------------------------------',
+      '75        Trainable params',
+      '0         Non-trainable params',
+      '75        Total params',
+      '0.000     Total estimated model params size (MB)' }, '\n')
+    assert.are.equal(want, MS.format_table(rows, total, trainable, 32))
+  end)
+  it('depth 2 shows nested layers; a layer the forward did not reach is "?"', function()
+    local m = Gen()
+    m.unused = nn.Linear(2, 2)
+    local rows = dpl.callbacks.ModelSummary.summarize(m, 2)
+    local by = {}
+    for _, r in ipairs(rows) do by[r[1]] = r end
+    assert.are.same({ 2, 5 }, by['enc.1'].in_size)
+    assert.are.same({ 2, 8 }, by['enc.2'].out_size)
+    assert.are.equal('?', by.unused.in_size)
+    local s = dpl.callbacks.ModelSummary.format_table(rows, 0, 0, 32)
+    assert.matches('| unused | Linear     | 6      | ?        | ?', s, 1, true)
+  end)
+  it('without example_input_array the table has no size columns', function()
+    local m = Gen()
+    m.example_input_array = nil
+    local rows, total, trainable = dpl.callbacks.ModelSummary.summarize(m, 1)
+    assert.is_nil(dpl.callbacks.ModelSummary.format_table(rows, total, trainable, 32):find('In sizes', 1, true))
+  end)
+end)
