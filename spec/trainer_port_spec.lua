@@ -169,3 +169,70 @@ describe('ModelSummary with example_input_array (Lightning: In sizes / Out sizes
     assert.is_nil(dpl.callbacks.ModelSummary.format_table(rows, total, trainable, 32):find('In sizes', 1, true))
   end)
 end)
+
+describe("validate/test results table: Lightning 1.9.5's _print_results layout (without rich)", function()
+  local loops = require 'dpl.trainer.loops'
+  -- (the expected texts are Lightning's own output for the same results, COLUMNS=80 and 30)
+  local want80 = [==[
+────────────────────────────────────────────────────────────────────────────────
+       Test metric             DataLoader 0             DataLoader 1
+────────────────────────────────────────────────────────────────────────────────
+            n                       5.0
+        test_acc                   0.75                      0.5
+        test_loss                0.1234567                  1e-05
+────────────────────────────────────────────────────────────────────────────────
+────────────────────────────────────────────────────────────────────────────────
+            Validate metric                           DataLoader 0
+────────────────────────────────────────────────────────────────────────────────
+a_rather_long_metric_name_of_thirty_two_                  0.1
+              characters_x
+                val_loss                         1.2345678901234568e+17
+────────────────────────────────────────────────────────────────────────────────
+]==]
+  local want30 = [==[
+──────────────────────────────
+  Test metric   DataLoader 0
+──────────────────────────────
+      acc            1.0
+──────────────────────────────
+──────────────────────────────
+  Test metric   DataLoader 1
+──────────────────────────────
+      acc           0.25
+──────────────────────────────
+──────────────────────────────
+  Test metric   DataLoader 2
+──────────────────────────────
+      acc           3e+16
+──────────────────────────────
+]==]
+  it('centres the columns, sorts the metrics, strips /dataloader_idx_k, prints values as Python does', function()
+    local out = capture_stdout(function()
+      loops.print_results('test', { { test_acc = 0.75, ['test_loss/dataloader_idx_0'] = 0.1234567, n = 5 },
+        { test_acc = 0.5, ['test_loss/dataloader_idx_1'] = 1e-05 } }, 80)
+      loops.print_results('val', { { val_loss = 123456789012345678,
+        a_rather_long_metric_name_of_thirty_two_characters_x = 0.1 } }, 80)
+    end)
+    assert.are.equal(want80, out)
+  end)
+  it('splits the dataloaders over several tables when the terminal is narrow', function()
+    local out = capture_stdout(function() loops.print_results('test', { { acc = 1 }, { acc = 0.25 }, { acc = 3e16 } }, 30) end)
+    assert.are.equal(want30, out)
+  end)
+  it('the width is $COLUMNS, else the terminal\'s, else 120 (shutil.get_terminal_size)', function()
+    local h = dofile((os.getenv('DPL_ROOT') or '.') .. '/spec/support/helpers.lua')
+    local code = "require('dpl.trainer.loops').print_results('test', {{x = 1}})"
+    local out = h.run_chunk(code, 'COLUMNS=50')
+    assert.are.equal(50 * 3, #(out:match('^([^\n]*)')))  -- 50 '─' of 3 bytes
+    out = h.run_chunk(code, 'COLUMNS=')
+    assert.are.equal(120 * 3, #(out:match('^([^\n]*)')))
+  end)
+  it('Python float repr of values', function()
+    local r = loops._py_float
+    assert.are.equal('5.0', r(5)); assert.are.equal('0.1', r(0.1)); assert.are.equal('1e-05', r(1e-5))
+    assert.are.equal('0.0001', r(1e-4)); assert.are.equal('1e+16', r(1e16)); assert.are.equal('1234567890123456.0', r(1234567890123456))
+    assert.are.equal('-2.5', r(-2.5)); assert.are.equal('nan', r(0 / 0)); assert.are.equal('inf', r(math.huge))
+    assert.are.equal('-inf', r(-math.huge)); assert.are.equal('0.7358999848365784', r(0.7358999848365784))
+    assert.are.equal('1.5e-07', r(1.5e-7)); assert.are.equal('0.0', r(0)); assert.are.equal('1.2345678901234568e+17', r(123456789012345678))
+  end)
+end)
