@@ -236,3 +236,43 @@ a_rather_long_metric_name_of_thirty_two_                  0.1
     assert.are.equal('1.5e-07', r(1.5e-7)); assert.are.equal('0.0', r(0)); assert.are.equal('1.2345678901234568e+17', r(123456789012345678))
   end)
 end)
+
+describe("training_step's optimizer_idx parameter with several optimizers (Lightning's _build_training_step_kwargs checks)", function()
+  local function module(step, manual)
+    local M = dpl.LightningModule:extend('M2')
+    function M:__init()
+      dpl.LightningModule.__init(self)
+      self.a = nn.Linear(4, 1); self.b = nn.Linear(4, 1)
+      self.automatic_optimization = not manual
+    end
+    M.training_step = step
+    function M:configure_optimizers()
+      return { dpl.optim.SGD(self.a:parameters(), { lr = 0.1 }), dpl.optim.SGD(self.b:parameters(), { lr = 0.1 }) }
+    end
+    return M()
+  end
+  local function fit(m)
+    local t = quiet { max_epochs = 1, limit_train_batches = 2 }
+    return pcall(t.fit, t, m, loader(8))
+  end
+  local function loss(self, b) return F.mse_loss(self.a(b[1]) + self.b(b[1]), b[2]) end
+
+  it('automatic optimisation: a training_step without a third parameter is an error, not both optimizers on one loss', function()
+    local ok, e = fit(module(function(self, batch, batch_idx) return loss(self, batch) end))
+    assert.is_false(ok)
+    assert.matches('ValueError: Your LightningModule defines 2 optimizers but `training_step` is missing the `optimizer_idx` argument.',
+      tostring(e), 1, true)
+  end)
+  it('automatic optimisation: any name for it (Lua passes it by position), or `...`, is accepted', function()
+    assert.is_true((fit(module(function(self, batch, batch_idx, opt_idx) return loss(self, batch) end))))
+    assert.is_true((fit(module(function(self, batch, ...) return loss(self, batch) end))))
+  end)
+  it('manual optimisation: a parameter named optimizer_idx is an error', function()
+    local ok, e = fit(module(function(self, batch, batch_idx, optimizer_idx) end, true))
+    assert.is_false(ok)
+    assert.matches('ValueError: Your `LightningModule.training_step` signature contains an `optimizer_idx` argument but in manual'
+      .. ' optimization optimizers must be handled by the user. Remove the optimizer_idx argument or set'
+      .. ' `self.automatic_optimization = True`.', tostring(e), 1, true)
+    assert.is_true((fit(module(function(self, batch, batch_idx) end, true))))
+  end)
+end)
