@@ -70,16 +70,77 @@ function ModelSummary.summarize(model, max_depth)
         seen[child] = true
         local mt = getmetatable(child)
         local n, tr = count_params(child)
-        rows[#rows + 1] = { name, mt and mt.__name or type(child), n or 0 }
+        rows[#rows + 1] = { name, mt and mt.__name or type(child), n or 0, module = child }
         if depth == 1 then sum_total, sum_trainable = sum_total + (n or 0), sum_trainable + (tr or 0) end
         if max_depth < 0 or depth < max_depth then walk(child, name .. '.', depth + 1) end
       end
     end
   end
   if max_depth ~= 0 then walk(model, '', 1) end
+  if model.example_input_array ~= nil and #rows > 0 then ModelSummary._example_sizes(model, rows) end
   local total, trainable = count_params(model)
   if total == nil then total, trainable = sum_total, sum_trainable end
   return rows, total, trainable
+end
+
+-- Lightning's parse_batch_shape: a tensor's shape (a list), a list of them (nested), else "?"
+local function batch_shape(v)
+  local T = require 'dpl.tensor'
+  if T.is_tensor(v) then return v:size() end
+  if type(v) == 'table' and getmetatable(v) == nil then
+    local out = {}
+    for i, x in ipairs(v) do out[i] = batch_shape(x) end
+    return out
+  end
+  return '?'
+end
+
+--- Lightning's _forward_example_input: the module's `example_input_array` (moved to the module's
+--- device) through forward once, in eval mode without gradient recording, each row's module
+--- recording the shapes of its first call (`row.in_size`, `row.out_size`; "?" when the forward did
+--- not reach it). A plain list is passed as the arguments, anything else (a tensor, a table of
+--- names) as the one argument.
+function ModelSummary._example_sizes(model, rows)
+  local handles = {}
+  for _, r in ipairs(rows) do
+    r.in_size, r.out_size = '?', '?'
+    local mod = r.module
+    if type(mod) == 'table' and type(mod.register_forward_hook) == 'function' then
+      local h
+      h = mod:register_forward_hook(function(_, args, out)
+        local inp = args
+        if (args.n or #args) == 1 then inp = args[1] else inp = { unpack(args, 1, args.n or #args) } end
+        r.in_size, r.out_size = batch_shape(inp), batch_shape(out)
+        h:remove()
+      end)
+      handles[#handles + 1] = function() h:remove() end
+    end
+  end
+  local dpl = require 'dpl'
+  local input = model.example_input_array
+  if model.device ~= nil and dpl.move_data_to_device then input = dpl.move_data_to_device(input, model.device) end
+  local mode = model.training
+  model:eval()
+  local autograd = require 'dpl.autograd'
+  local prev = autograd.is_grad_enabled()
+  autograd.set_grad_enabled(false)
+  local ok, err = pcall(function()
+    if type(input) == 'table' and getmetatable(input) == nil and input[1] ~= nil then model(unpack(input))
+    else model(input) end
+  end)
+  autograd.set_grad_enabled(prev)
+  model:train(mode)
+  for _, rm in ipairs(handles) do pcall(rm) end
+  rows.example = true
+  if not ok then error(err, 0) end
+end
+
+-- Python's str() of a shape list: [2, 5], [[2, 3], [2, 4]], '?'
+local function shape_str(v)
+  if type(v) ~= 'table' then return tostring(v) end
+  local parts = {}
+  for i, x in ipairs(v) do parts[i] = shape_str(x) end
+  return '[' .. table.concat(parts, ', ') .. ']'
 end
 
 --- Lightning's get_human_readable_count: 216 → "216  ", 1234 → "1.2 K", 123456 → "123 K".
@@ -98,11 +159,14 @@ local function human(n)
 end
 ModelSummary._human = human
 
---- Lightning 1.9.5's _format_summary_table (no In/Out sizes columns: no example_input_array).
+--- Lightning 1.9.5's _format_summary_table (with "In sizes" / "Out sizes" columns when the
+--- rows come from a module with an example_input_array).
 function ModelSummary.format_table(rows, total, trainable, precision)
   local cols = { { ' ', {} }, { 'Name', {} }, { 'Type', {} }, { 'Params', {} } }
+  if rows.example then cols[5], cols[6] = { 'In sizes', {} }, { 'Out sizes', {} } end
   for i, r in ipairs(rows) do
     cols[1][2][i], cols[2][2][i], cols[3][2][i], cols[4][2][i] = tostring(i - 1), r[1], r[2], human(r[3])
+    if rows.example then cols[5][2][i], cols[6][2][i] = shape_str(r.in_size), shape_str(r.out_size) end
   end
   local widths, total_width = {}, 3 * (1 + #cols)
   for j, c in ipairs(cols) do

@@ -424,9 +424,24 @@ function nn.Dropout:extra_repr() return fmt('p=%g', self.p) end
 ---------------------------------------------------------------- normalisation
 local function batchnorm(name, dims, opt_keys)
   local cls = Module:extend(name)
-  --- (num_features [, {eps=1e-5, momentum=0.1, affine=true, track_running_stats=true}])
-  function cls:__init(C, opts)
+  --- (num_features [, {eps=1e-5, momentum=0.1, affine=true, track_running_stats=true}]), or
+  --- PyTorch's positional form (num_features, eps, momentum, affine, track_running_stats
+  --- [, process_group]): nn.BatchNorm1d(C, 0.8) is eps=0.8
+  function cls:__init(C, opts, ...)
     Module.__init(self)
+    if opts ~= nil and type(opts) ~= 'table' then
+      local a = { opts, ... }
+      if type(opts) ~= 'number' then
+        error(fmt('%s: eps must be a number (or give an options table), got %s', name, tostring(opts)), 2)
+      end
+      for i, k in ipairs({ 'momentum', 'affine', 'track_running_stats' }) do
+        local v = a[i + 1]
+        if k ~= 'momentum' and v ~= nil and type(v) ~= 'boolean' then
+          error(fmt('%s: %s must be a boolean, got %s', name, k, tostring(v)), 2)
+        end
+      end
+      opts = { eps = a[1], momentum = a[2], affine = a[3], track_running_stats = a[4], process_group = a[5] }
+    end
     check_opts(opts, opt_keys or BN_KEYS, name)
     opts = opts or {}
     check_int(name, 'num_features', C)

@@ -279,6 +279,27 @@ local function agree_signal_and_stop(t, multi)
   end
   return sig
 end
+-- Lightning's _build_training_step_kwargs checks, with several optimizers: automatic
+-- optimisation passes optimizer_idx, so training_step must take it (Lua passes it by position:
+-- a third parameter of any name, or `...`); manual optimisation refuses one named optimizer_idx
+local function check_optimizer_idx_param(model, n_opts)
+  if n_opts <= 1 then return end
+  local f = model.training_step
+  if type(f) ~= 'function' then return end
+  local info = debug.getinfo(f, 'u')
+  local third = debug.getlocal(f, 4) -- (self, batch, batch_idx, optimizer_idx)
+  if not model.automatic_optimization then
+    if third == 'optimizer_idx' then
+      errors.ValueError:raise('Your `LightningModule.training_step` signature contains an `optimizer_idx` argument but'
+        .. ' in manual optimization optimizers must be handled by the user. Remove the optimizer_idx'
+        .. ' argument or set `self.automatic_optimization = True`.', 0)
+    end
+  elseif (info.nparams or 0) < 4 and not info.isvararg then
+    errors.ValueError:raise(('Your LightningModule defines %d optimizers but `training_step` is missing the'
+      .. ' `optimizer_idx` argument.'):format(n_opts), 0)
+  end
+end
+
 local function run_train_epoch(t, st, loader, nbatches)
   local model = t.lightning_module
   local rc = t._results_connector
@@ -296,6 +317,10 @@ local function run_train_epoch(t, st, loader, nbatches)
   local freq_total = 0
   for _, f in ipairs(freqs or {}) do freq_total = freq_total + f end
   st.n_opts = n_opts
+  if nbatches ~= 0 and not st._opt_idx_checked then
+    check_optimizer_idx_param(model, n_opts)
+    st._opt_idx_checked = true
+  end
   st.accumulate = t.accumulate_grad_batches
   -- fit_loop._skip_backward (set by a callback for one epoch: StochasticWeightAveraging's
   -- pass that recomputes BatchNorm statistics): training_step runs, no backward, no

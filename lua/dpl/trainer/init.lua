@@ -656,8 +656,16 @@ function Trainer:predict(model, dataloaders, opts)
   end
   opts = opts_of(opts, 'predict')
   dataloaders = datamodule_of(self, 'predict', dataloaders, opts)
-  -- return_predictions=false: nothing is kept, nil is returned (Lightning)
-  self._return_predictions = opts.return_predictions ~= false
+  -- return_predictions=false: nothing is kept, nil is returned (Lightning). The strategies that
+  -- fork workers (DDPSpawnStrategy and its children: ddp_spawn, ddp_fork, ddp_notebook) do not
+  -- bring predictions back: false by default there, true refused (Lightning's PredictionLoop)
+  local is_spawn = require('dpl.class').is_instance(self.strategy, require('dpl.strategies.ddp').DDPSpawnStrategy)
+  if is_spawn and opts.return_predictions then
+    misconf('`return_predictions` should be set to `False` when using the `DDPSpawnStrategy` or children class.'
+      .. ' Found %s with strategy %s.', tostring(opts.return_predictions), self.strategy.__name or 'DDPSpawnStrategy')
+  end
+  if opts.return_predictions == nil then self._return_predictions = not is_spawn
+  else self._return_predictions = opts.return_predictions ~= false end
   local provided = model ~= nil
   model = self:_model_or_attached(model, 'predict')
   self.state.fn, self.state.stage = 'predict', 'predict'

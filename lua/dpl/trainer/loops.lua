@@ -333,6 +333,7 @@ function M._run_stages(t, model, ckpt_path)
 
   local ckpt
   if ckpt_path ~= nil then
+    log.info('Restoring states from the checkpoint path at %s', ckpt_path) -- (Lightning's resume_start)
     ckpt = require('dpl.trainer.checkpoint').load(ckpt_path)
     require('dpl.trainer.checkpoint').restore_modules_and_callbacks(t, ckpt)
   end
@@ -354,6 +355,10 @@ function M._run_stages(t, model, ckpt_path)
     end
   end
   if ckpt and fn == 'fit' then require('dpl.trainer.checkpoint').restore_training_state(t, ckpt) end
+  if ckpt then -- (Lightning's resume_end)
+    if fn == 'fit' then log.info('Restored all states from the checkpoint file at %s', ckpt_path)
+    else log.info('Loaded model weights from checkpoint at %s', ckpt_path) end
+  end
 
   local result
   if fn == 'fit' then
@@ -601,29 +606,120 @@ function M.run_evaluation_entry(t, stage)
   return results
 end
 
-function M.print_results(stage, results)
-  local title = (stage == 'val' and 'Validate' or 'Test') .. ' metric'
-  local keys = {}
-  for d = 1, #results do for k in pairs(results[d]) do keys[k] = true end end
+-- Python's repr of a float (what Lightning's f"{val}" prints): the shortest digits that read
+-- back as the same double; fixed notation for exponents -4..15 (with ".0" when integral), else
+-- scientific with a signed two-digit exponent
+function M._py_float(v)
+  if v ~= v then return 'nan' end
+  if v == math.huge then return 'inf' elseif v == -math.huge then return '-inf' end
+  if v == 0 then return (1 / v < 0) and '-0.0' or '0.0' end
+  local m
+  for p = 1, 17 do
+    m = ('%.' .. (p - 1) .. 'e'):format(v)
+    if tonumber(m) == v then break end
+  end
+  local sign, d1, rest, e = m:match('^(%-?)(%d)%.?(%d*)e([-+]%d+)$')
+  local digits = (d1 .. rest):gsub('0+$', '')
+  if digits == '' then digits = '0' end
+  e = tonumber(e)
+  if e >= -4 and e < 16 then
+    if e >= 0 then
+      local int = digits:sub(1, e + 1)
+      int = int .. string.rep('0', e + 1 - #int)
+      local frac = digits:sub(e + 2)
+      return sign .. int .. '.' .. (frac == '' and '0' or frac)
+    end
+    return sign .. '0.' .. string.rep('0', -e - 1) .. digits
+  end
+  local mant = digits:sub(1, 1) .. (#digits > 1 and ('.' .. digits:sub(2)) or '')
+  return ('%s%se%s%02d'):format(sign, mant, e < 0 and '-' or '+', math.abs(e))
+end
+
+-- shutil.get_terminal_size(fallback=(120, 30)).columns or 120: $COLUMNS when a positive integer,
+-- else the terminal on stdout, else 120
+local function term_columns()
+  local c = tonumber(os.getenv('COLUMNS') or '')
+  if c and c > 0 and c == math.floor(c) then return c end
+  local ok, cols = pcall(function()
+    local ffi = require 'ffi'
+    pcall(ffi.cdef, 'struct dpl_winsize { unsigned short ws_row, ws_col, ws_xpixel, ws_ypixel; };'
+      .. ' int ioctl(int fd, unsigned long request, ...);')
+    local ws = ffi.new('struct dpl_winsize')
+    if ffi.C.ioctl(1, 0x5413, ws) ~= 0 then return nil end -- TIOCGWINSZ
+    return ws.ws_col
+  end)
+  if ok and cols and cols > 0 then return cols end
+  return 120
+end
+
+--- Lightning 1.9.5's EvaluationLoop._print_results (the layout without `rich`): the metrics
+--- (their /dataloader_idx_k suffix removed) sorted, one centred column per dataloader, as many
+--- dataloaders per table as the terminal's width holds, "─" rules as wide as the terminal.
+function M.print_results(stage, results, columns)
+  local cleaned, keys = {}, {}
+  for d = 1, #results do
+    cleaned[d] = {}
+    for k, v in pairs(results[d]) do
+      local name = tostring(k):gsub('/dataloader_idx_%d+$', '')
+      cleaned[d][name] = v
+      keys[name] = true
+    end
+  end
   local names = {}
   for k in pairs(keys) do names[#names + 1] = k end
   if #names == 0 then return end
   table.sort(names)
-  local w = #title
-  for _, k in ipairs(names) do if #k > w then w = #k end end
-  local line = string.rep('-', w + 4 + 22 * #results)
-  local head = ('%-' .. (w + 4) .. 's'):format(title)
-  for d = 1, #results do head = head .. ('%-22s'):format('DataLoader ' .. (d - 1)) end
-  local out = { line, head, line }
-  for _, k in ipairs(names) do
-    local row = ('%-' .. (w + 4) .. 's'):format(k)
-    for d = 1, #results do
-      local v = results[d][k]
-      row = row .. ('%-22s'):format(v == nil and '' or ('%.10g'):format(v))
-    end
-    out[#out + 1] = row
+  local term = columns or term_columns()
+  local longest = 0
+  for _, k in ipairs(names) do longest = math.max(longest, #k) end
+  local header_len = #('DataLoader ' .. (#results - 1))
+  local maxlen = math.floor(math.min(math.max(longest, header_len, 25), term / 2))
+  local function centre(v)
+    local pad = maxlen - #v
+    if pad <= 0 then return v end
+    local left = math.floor(pad / 2)
+    return string.rep(' ', left) .. v .. string.rep(' ', pad - left)
   end
-  out[#out + 1] = line
+  local function fmt_row(cells) return (table.concat((function()
+    local o = {}
+    for i, c in ipairs(cells) do o[i] = centre(c) end
+    return o
+  end)()):gsub('%s+$', '')) end
+  local title = (stage == 'val' and 'Validate' or (stage:sub(1, 1):upper() .. stage:sub(2))) .. ' metric'
+  local num_cols = math.floor((term - maxlen) / maxlen)
+  if num_cols < 1 then num_cols = 1 end
+  local bar = string.rep('\226\148\128', term) -- U+2500
+  local half = math.floor(term / 2)
+  local out = {}
+  for first = 1, #results, num_cols do
+    local last = math.min(#results, first + num_cols - 1)
+    local head = { title }
+    for d = first, last do head[#head + 1] = 'DataLoader ' .. (d - 1) end
+    out[#out + 1] = bar
+    out[#out + 1] = fmt_row(head)
+    out[#out + 1] = bar
+    for _, k in ipairs(names) do
+      local row = {}
+      for d = first, last do
+        local v = cleaned[d][k]
+        if v == nil then row[#row + 1] = ' '
+        elseif type(v) == 'number' then row[#row + 1] = M._py_float(v)
+        else row[#row + 1] = tostring(v) end
+      end
+      local metric = k
+      if #metric > half then
+        while #metric > half do
+          local part = metric:sub(1, half)
+          metric = metric:sub(half + 1)
+          out[#out + 1] = fmt_row({ part, unpack(row) })
+        end
+        out[#out + 1] = fmt_row({ metric, ' ' })
+      else
+        out[#out + 1] = fmt_row({ metric, unpack(row) })
+      end
+    end
+    out[#out + 1] = bar
+  end
   io.stdout:write(table.concat(out, '\n'), '\n')
   io.stdout:flush()
 end

@@ -74,6 +74,8 @@ end
 
 local function as_list(x)
   if type(x) == 'table' and getmetatable(x) == nil and x[1] ~= nil then return x end
+  -- an empty list (Lightning's `return [opt_g, opt_d], []`): no schedulers
+  if type(x) == 'table' and getmetatable(x) == nil and next(x) == nil then return x end
   return { x }
 end
 

@@ -1,0 +1,27 @@
+-- port_nn_spec.lua: nn forms found by porting Lightning 1.9 programs (Lightning's own examples)
+-- to dplhost, where a PyTorch spelling was refused or meant something else.
+local dpl = require 'dpl'
+local nn = dpl.nn
+
+describe('BatchNorm positional arguments (PyTorch: num_features, eps, momentum, affine, track_running_stats)', function()
+  it('BatchNorm1d(C, 0.8) is eps=0.8, as the Lightning GAN example writes it', function()
+    local bn = nn.BatchNorm1d(4, 0.8)
+    assert.are.equal(0.8, bn.eps)
+    assert.are.equal(0.1, bn.momentum)
+    assert.is_true(bn.affine)
+    assert.is_true(bn.track_running_stats)
+  end)
+  it('takes momentum, affine and track_running_stats by position', function()
+    local bn = nn.BatchNorm2d(3, 1e-3, 0.2, false, false)
+    assert.are.equal(1e-3, bn.eps)
+    assert.are.equal(0.2, bn.momentum)
+    assert.is_false(bn.affine)
+    assert.is_false(bn.track_running_stats)
+    assert.is_nil(bn.weight)
+    assert.is_nil(bn.running_mean)
+  end)
+  it('the options table still works, and a bad positional value is refused', function()
+    assert.are.equal(0.5, nn.BatchNorm1d(2, { eps = 0.5 }).eps)
+    assert.has_error(function() nn.BatchNorm1d(2, 0.1, 'x') end)
+  end)
+end)
