@@ -178,7 +178,7 @@ function M.read_events(path)
     local d = s:sub(i + 12, i + 11 + len)
     assert(masked(d) == u(s, i + 12 + len, 4), 'data CRC')
     i = i + 16 + len
-    local ev = { step = 0, scalars = {}, plugins = {}, histos = {}, images = {}, tensors = {} }
+    local ev = { step = 0, scalars = {}, tags = {}, plugins = {}, histos = {}, images = {}, tensors = {} }
     for _, fv in ipairs(parse_fields(d)) do
       if fv[1] == 1 then ev.wall_time = fv[2]
       elseif fv[1] == 2 then ev.step = fv[2]
@@ -191,6 +191,7 @@ function M.read_events(path)
             elseif x[1] == 4 then image = x[2] elseif x[1] == 5 then histo = x[2] elseif x[1] == 8 then tensor = x[2] end
           end
           ev.scalars[tag] = sv
+          ev.tags[#ev.tags + 1] = tag -- (in the order they were written)
           if meta then -- SummaryMetadata.plugin_data{plugin_name, content}
             local pd = parse_fields(meta)[1][2]
             local f = parse_fields(pd)

@@ -289,16 +289,21 @@ function TensorBoardLogger:log_hyperparams(params, metrics)
   self:save()
 end
 
-function TensorBoardLogger:log_metrics(metrics, step)
-  local keys = {}
-  for k, v in pairs(metrics) do
-    if type(v) == 'number' and k ~= 'epoch' or k == 'epoch' then keys[#keys + 1] = k end
+--- log_metrics(metrics, step, order): `order` (the Trainer passes it) lists the keys in the
+--- order they were first logged, the order Lightning writes them in; without it they are sorted.
+function TensorBoardLogger:log_metrics(metrics, step, order)
+  if order == nil then
+    order = {}
+    for k in pairs(metrics) do order[#order + 1] = k end
+    table.sort(order, function(a, b) return tostring(a) < tostring(b) end)
   end
-  table.sort(keys)
   local scalars = {}
-  for _, k in ipairs(keys) do
-    local tag = self.prefix ~= '' and (self.prefix .. '-' .. k) or k
-    scalars[#scalars + 1] = { tag, metrics[k] }
+  for _, k in ipairs(order) do
+    local v = metrics[k]
+    if type(v) == 'number' then
+      local tag = self.prefix ~= '' and (self.prefix .. '-' .. k) or k
+      scalars[#scalars + 1] = { tag, v }
+    end
   end
   if #scalars == 0 then return end
   self:_file_writer():add_record(M.record(M.event(walltime(), step or 0, nil, scalars)))
