@@ -45,6 +45,11 @@ setmetatable(dpl, {
   end,
 })
 
+--- dpl.save(obj, path) / dpl.load(path): torch.save / torch.load for tensors and tables of
+--- them (and of numbers, strings, booleans); see dpl.serialize.
+function dpl.save(obj, path) return require('dpl.serialize').save(obj, path) end
+function dpl.load(path) return require('dpl.serialize').load(path) end
+
 --- dpl.device("cpu"), dpl.device("cuda:1"), dpl.device("cuda", 1): see dpl.devices.
 function dpl.device(...) return require('dpl.devices').device(...) end
 
