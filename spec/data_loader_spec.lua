@@ -281,3 +281,29 @@ describe('Subset', function()
       errors.MisconfigurationException('Subset: index 11 (at position 1) is out of range 1..10'))
   end)
 end)
+
+describe('ds[i]', function()
+  it('is ds:get(i) for every dataset class and subclass (PyTorch\'s dataset[i], 1-based)', function()
+    local dpl = require 'dpl'
+    local data = dpl.data
+    local ds = data.TensorDataset(dpl.arange(5):float(), dpl.arange(5) * 2)
+    assert.are.equal(1, ds[2][1]:item())
+    assert.are.equal(2, ds[2][2]:item())
+    local sub = data.Subset(ds, { 4, 5 })
+    assert.are.equal(3, sub[1][1]:item())
+    local My = data.Dataset:extend('IdxDs')
+    function My:__init() self.n = 3 end
+    function My:__len() return self.n end
+    function My:get(i) return i * 10 end
+    local Sub = My:extend('IdxSub')
+    assert.are.equal(30, My()[3])
+    assert.are.equal(20, Sub()[2])
+    -- fields and methods are found as before; a missing string key is still nil
+    assert.are.equal(3, Sub().n)
+    assert.is_nil(Sub().nothing)
+    local fm = dpl.datasets.FashionMNIST { train = false }
+    assert.are.same({ 1, 28, 28 }, fm[1][1]:size())
+    assert.are.equal(fm:get(7)[2], fm[7][2])
+    assert.matches('out of range', tostring(select(2, pcall(function() return ds[9] end))))
+  end)
+end)

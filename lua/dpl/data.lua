@@ -144,6 +144,21 @@ end
 --- `get_batch(self, indices)` is an optional fast path returning a whole batch.
 M.Dataset = class.Object:extend('Dataset')
 
+-- ds[i] is ds:get(i) (PyTorch's dataset[i], 1-based here): a number key missing from the
+-- instance goes to get; other keys to the class. Subclasses made with :extend get the same.
+function M._dataset_index(cls)
+  return function(self, k)
+    if type(k) == 'number' then return self:get(k) end
+    return cls[k]
+  end
+end
+M.Dataset.__index = M._dataset_index(M.Dataset)
+function M.Dataset:extend(name)
+  local cls = class.Object.extend(self, name)
+  cls.__index = M._dataset_index(cls)
+  return cls
+end
+
 function M.Dataset:__len()
   error(('%s must define __len'):format(self.__name), 2)
 end

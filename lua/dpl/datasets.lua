@@ -253,6 +253,7 @@ end
 -- made with :extend get the same)
 local function lazy_index(cls)
   return function(self, k)
+    if type(k) == 'number' then return self:get(k) end -- ds[i] (data.Dataset's)
     if k == 'raw_images' then
       local ok, raw = pcall(self._load_images, self)
       if not ok then error('FashionMNIST: ' .. msg_of(raw), 2) end
