@@ -1,0 +1,15 @@
+-- trainer_testerb_spec.lua: what exploratory testing of the Trainer from the shell found
+-- (distribution and failure cases); the runs are in spec/support/testerb_script.lua.
+local h = require 'spec.support.helpers'
+
+local function run(args, opts)
+  return h.dplhost('spec/support/testerb_script.lua ' .. args, opts or { timeout = 60 })
+end
+
+describe('ddp_spawn', function()
+  it('predict returns rank 0\'s predictions (tensors) in the parent', function()
+    local out, err, rc = run('spawn_predict')
+    assert.equal(0, rc, err)
+    assert.matches('predict 2 batches 2x3,2x3 match=true', out)
+  end)
+end)
