@@ -29,3 +29,24 @@ if case == 'spawn_predict' then
   print(('predict %d batches %s match=%s'):format(#preds, table.concat(sizes, ','),
     tostring(preds[1]:allclose(want))))
 end
+
+-- stale_tmp DIR: a write killed mid-way (kill -9) leaves `<name>.tmp.<pid>` next to the
+-- checkpoints; ckpt_path="last" and "hpc" must not pick it (it holds "last" / "hpc_ckpt_").
+if case == 'stale_tmp' then
+  local dir = arg[2]
+  local function trainer(epochs)
+    return dpl.Trainer(opts { max_epochs = epochs, default_root_dir = dir, enable_checkpointing = true,
+      callbacks = { dpl.callbacks.ModelCheckpoint { dirpath = dir .. '/ck', save_last = true } } })
+  end
+  local t = trainer(1)
+  t:fit(M(), loader(8))
+  t:save_checkpoint(dir .. '/hpc_ckpt_1.ckpt')
+  for _, name in ipairs({ '/ck/last.ckpt.tmp.12345', '/ck/last.ckpt.tmp1700000000123', '/hpc_ckpt_2.ckpt.tmp.4242' }) do
+    local f = assert(io.open(dir .. name, 'wb')); f:write('partial'); f:close()
+  end
+  for _, which in ipairs({ 'last', 'hpc' }) do
+    t = trainer(2)
+    local ok, e = pcall(t.fit, t, M(), loader(8), nil, { ckpt_path = which })
+    print(('%s ok=%s step=%d %s'):format(which, tostring(ok), t.global_step, ok and '' or tostring(e):match('^[^\n]*')))
+  end
+end
