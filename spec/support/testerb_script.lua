@@ -50,3 +50,20 @@ if case == 'stale_tmp' then
     print(('%s ok=%s step=%d %s'):format(which, tostring(ok), t.global_step, ok and '' or tostring(e):match('^[^\n]*')))
   end
 end
+
+-- bb_ddp (under dplhost --nproc 2): BackboneFinetuning unfreezes the backbone at epoch 1;
+-- its gradients must then be averaged like the others', so the ranks keep equal weights.
+if case == 'bb_ddp' then
+  local BB = M:extend('TesterBBackbone')
+  function BB:__init() M.__init(self) self.backbone = nn.Linear(2, 2) end
+  function BB:forward(x) return self.net(self.backbone(x)) end
+  function BB:training_step(b) return (self(b[1]) ^ 2):mean() end
+  function BB:configure_optimizers() return dpl.optim.SGD(self.net:parameters(), 0.01) end
+  local t = dpl.Trainer(opts { strategy = 'ddp', max_epochs = 3,
+    callbacks = { dpl.callbacks.BackboneFinetuning { unfreeze_backbone_at_epoch = 1 } } })
+  local m = BB()
+  t:fit(m, loader(16))
+  local s = 0
+  for _, p in ipairs(m:parameters()) do s = s + p:double():sum():item() end
+  print(('rank %d backbone=%.12g all=%.12g'):format(t.global_rank, m.backbone.weight:double():sum():item(), s))
+end

@@ -523,6 +523,9 @@ function M.run_train(t)
     first_epoch = false
     t:_call_callback_hooks('on_train_epoch_start')
     t:_call_module_hook('on_train_epoch_start')
+    -- ddp: the hooks may have frozen or unfrozen parameters (BaseFinetuning): the gradient
+    -- buckets follow at the next sync
+    if t.strategy._refresh_bucket_plan then t.strategy:_refresh_bucket_plan(model) end
     local outputs
     if t._prof then outputs = t._prof:profile('run_training_epoch', run_train_epoch, t, st, loader, nbatches)
     else outputs = run_train_epoch(t, st, loader, nbatches) end
