@@ -67,3 +67,17 @@ if case == 'bb_ddp' then
   for _, p in ipairs(m:parameters()) do s = s + p:double():sum():item() end
   print(('rank %d backbone=%.12g all=%.12g'):format(t.global_rank, m.backbone.weight:double():sum():item(), s))
 end
+
+-- sigterm_self DIR: the process sends itself SIGTERM during batch 2 of a fit that is not
+-- caught: the Trainer stops with the hpc checkpoint and SignalReceived, and the host's exit
+-- status is 143 (128+SIGTERM), as docs/host.md promises for a script stopped by SIGTERM.
+if case == 'sigterm_self' then
+  local pid = require('spec.support.helpers').pid()
+  local Sig = M:extend('TesterBSig')
+  function Sig:training_step(b, i)
+    if i == 2 then os.execute('kill -TERM ' .. pid) end
+    return M.training_step(self, b, i)
+  end
+  local t = dpl.Trainer(opts { max_epochs = 1, default_root_dir = arg[2] })
+  t:fit(Sig(), loader(16))
+end

@@ -138,7 +138,12 @@ function M.launch(strategy, trainer, fn, ...)
   end
   trainer.callback_metrics = out.callback_metrics or {}
   trainer.logged_metrics = out.logged_metrics or {}
-  if out.signal then error(fit_loop.SignalReceived(out.signal), 0) end
+  if out.signal then
+    -- this process exits 128+N too when the error is not caught (as the workers' did)
+    local sig = tonumber(tostring(out.signal):match('received signal (%d+)') or '')
+    if sig then fit_loop._record_signal(sig) end
+    error(fit_loop.SignalReceived(out.signal), 0)
+  end
   if out.result_path then
     local ck = require('dpl.trainer.checkpoint').load(out.result_path)
     os.remove(out.result_path)
