@@ -49,3 +49,19 @@ describe('exit status of a fit stopped by a signal', function()
     assert.is_true(saved)
   end)
 end)
+
+describe('examples/fashion_mnist.lua', function()
+  it('--auto_lr_find (listed by --help) tunes the lr before fit, as a Lightning script calling trainer.tune()', function()
+    local f = io.open('/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz', 'rb')
+    if not f then pending('no Fashion-MNIST data set') return end
+    f:close()
+    local dir = h.tmpname('-dir')
+    local out, err, rc = h.dplhost(h.q(h.root .. '/examples/fashion_mnist.lua') .. ' --auto_lr_find --max_epochs 1'
+      .. ' --limit_train_batches 5 --limit_val_batches 1 --limit_test_batches 1 --logger false'
+      .. ' --enable_progress_bar false --default_root_dir ' .. h.q(dir), { timeout = 120 })
+    os.execute('rm -rf ' .. h.q(dir))
+    assert.equal(0, rc, err)
+    assert.matches('Learning rate set to ', out .. err)
+    assert.matches('tuned: lr [%d.e-]+, batch size 64', out)
+  end)
+end)
