@@ -200,6 +200,15 @@ function FashionData:test_dataloader() return dpl.data.DataLoader(self.test, { b
 
 local model = MLP(opts.hidden, opts.lr, opts.model)
 local datamodule = FashionData(opts.root, opts.batch, opts.seed)
+-- --auto_lr_find / --auto_scale_batch_size: Lightning applies them only in trainer.tune(),
+-- which a script calls itself (the lr found goes into hparams.lr, the batch size into the
+-- datamodule's batch_size)
+if trainer.auto_lr_find or trainer.auto_scale_batch_size then
+  trainer:tune(model, datamodule)
+  if trainer.is_global_zero then
+    print(('tuned: lr %s, batch size %s'):format(tostring(model.hparams.lr), tostring(datamodule.batch_size)))
+  end
+end
 trainer:fit(model, datamodule)
 if trainer.is_global_zero and not trainer.fast_dev_run then
   print(('best checkpoint: %s (val_loss %s)'):format(trainer.checkpoint_callback.best_model_path,

@@ -370,6 +370,23 @@ static int host_pending_signal(lua_State *L)
   return 3;
 }
 
+/* record_signal(signo): records a SIGINT/SIGTERM/SIGUSR1 that the caller took itself (the
+ * Trainer consumes its blocked SIGTERM/SIGUSR1 with sigtimedwait) as if the handler had
+ * seen it while held: pending_signal() reports it and the script's exit status becomes
+ * 128+N when it ends or raises, but nothing is interrupted. */
+static int host_record_signal(lua_State *L)
+{
+  int sig = (int)luaL_checkinteger(L, 1);
+  if (sig != SIGINT && sig != SIGTERM && sig != SIGUSR1) return luaL_argerror(L, 1, "SIGINT, SIGTERM or SIGUSR1 expected");
+  sigset_t old;
+  block_handled(&old);
+  sig_count++;
+  sig_last = sig;
+  if (!sig_first) sig_first = sig;
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  return 0;
+}
+
 /* hold_signals(flag) -> previous flag: while held, SIGTERM/SIGUSR1 are only
  * recorded (no interrupt; dpl_signal_received stays 0, so blocking calls go on);
  * releasing with one pending stops the running chunk as if it arrived then. */
@@ -510,6 +527,7 @@ static int host_open_module(lua_State *L)
     {"set_interactive", host_set_interactive},
     {"pending_signal", host_pending_signal},
     {"hold_signals", host_hold_signals},
+    {"record_signal", host_record_signal},
     {"readline", host_readline},
     {"add_history", host_add_history},
     {"read_history", host_read_history},

@@ -123,11 +123,13 @@ end
 --- gives for this trainer, deciding the logger's version as Lightning's does) whose names
 --- contain CHECKPOINT_NAME_LAST: Lightning 1.9.5's _find_last_checkpoints, which
 --- fit/validate/test/predict(ckpt_path="last") search.
+local is_temp_name = require('dpl.trainer.checkpoint').is_temp_name
 function ModelCheckpoint:_find_last_checkpoints(trainer)
   local dir = self:_resolve_ckpt_dir(trainer)
   local out = {}
   for _, name in ipairs(require('dpl.loggers.base').listdir(dir)) do
-    if name:find(self.CHECKPOINT_NAME_LAST, 1, true) then out[#out + 1] = dir .. '/' .. name end
+    -- (not the temp file of a write killed mid-way, which Lightning's in-place torch.save has not)
+    if name:find(self.CHECKPOINT_NAME_LAST, 1, true) and not is_temp_name(name) then out[#out + 1] = dir .. '/' .. name end
   end
   return out
 end

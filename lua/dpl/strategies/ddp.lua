@@ -220,12 +220,14 @@ function DDPStrategy:_bucket_plan(model)
   local T = require 'dpl.tensor'
   local kw = self._ddp_kwargs or {}
   local cap = (kw.bucket_cap_mb or 25) * 1024 * 1024
-  plan = { model = model, list = {}, as_view = kw.gradient_as_bucket_view == true }
+  plan = { model = model, list = {}, as_view = kw.gradient_as_bucket_view == true, included = {}, n_included = 0 }
   local open = {} -- dtype/device key -> the bucket being filled
   for i = #params, 1, -1 do
     local p = params[i]
     local t = tensor_of(p)
     if t and (p.requires_grad ~= false) then
+      plan.included[p] = true
+      plan.n_included = plan.n_included + 1
       local key = tostring(t.dtype) .. '@' .. tostring(t.device)
       local b = open[key]
       if b == nil then
@@ -252,6 +254,24 @@ function DDPStrategy:_bucket_plan(model)
   end
   self._buckets = plan
   return plan
+end
+
+--- Called by the fit loop after the train-epoch-start hooks: when the parameters requiring
+--- gradients are no longer those the plan holds (BaseFinetuning/BackboneFinetuning unfreeze
+--- modules there; PyTorch's DDP would leave them out for good, so Lightning's ranks drift
+--- apart, Lightning issue #20340), the plan is made again at the next sync.
+function DDPStrategy:_refresh_bucket_plan(model)
+  local plan = self._buckets
+  if plan == nil then return end
+  if plan.model ~= model then self._buckets = nil return end
+  local n = 0
+  for _, p in ipairs(parameters(model)) do
+    if tensor_of(p) and p.requires_grad ~= false then
+      if not plan.included[p] then self._buckets = nil return end
+      n = n + 1
+    end
+  end
+  if n ~= plan.n_included then self._buckets = nil end
 end
 
 -- The bucket's flat tensor and the members' views of it (one more element for the vote).

@@ -91,6 +91,7 @@ end
 
 DDP2Strategy._sync_gradients = DDP._sync_gradients
 DDP2Strategy._bucket_plan = DDP._bucket_plan
+DDP2Strategy._refresh_bucket_plan = DDP._refresh_bucket_plan
 DDP2Strategy._sync_in_place = DDP._sync_in_place
 DDP2Strategy._sync_flat = DDP._sync_flat
 DDP2Strategy.optimizer_step = DDP.optimizer_step

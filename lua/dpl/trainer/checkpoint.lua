@@ -379,7 +379,13 @@ local function u64le(n)
   return table.concat(b)
 end
 
---- Writes the checkpoint table to path (safetensors), atomically.
+--- Whether a file name is the temporary file of a checkpoint write (`<name>.tmp.<pid>` from the
+--- C writer, `<name>.tmp<digits>` from save below): what a write killed mid-way leaves behind.
+--- The "last" and "hpc" lookups skip these (they hold "last" / "hpc_ckpt_" too).
+function M.is_temp_name(name)
+  return name:find('%.tmp%.?%d+$') ~= nil
+end
+
 --- The modification time of a file in nanoseconds, nil when it does not exist.
 function M.mtime(path)
   local C = require('dpl.capi').C
@@ -388,6 +394,7 @@ function M.mtime(path)
   return tonumber(mt[0])
 end
 
+--- Writes the checkpoint table to path (safetensors), atomically.
 function M.save(ckpt, path)
   local tensors = {}
   local meta_tree = split(ckpt, '', tensors)

@@ -237,6 +237,15 @@ M._signal_source = function()
 end
 signal_received = function() return M._signal_source() end
 
+--- Tells the host that signal `sig` (SIGTERM/SIGUSR1) stopped the run (its exit status
+--- becomes 128+sig); replaceable for tests.
+function M._record_signal(sig)
+  local ok, host = pcall(require, 'dpl.host')
+  if ok and type(host) == 'table' and host.record_signal and (sig == SIGTERM or sig == SIGUSR1) then
+    host.record_signal(sig)
+  end
+end
+
 -- every rank: a checkpoint written by rank 0 (hpc_ckpt_<n>.ckpt in
 -- default_root_dir, as Lightning's SLURM connector), then an error (exit non-zero)
 on_signal = function(t, status)
@@ -259,6 +268,10 @@ on_signal = function(t, status)
     ffi.C.sigaddset(one, sig)
     ffi.C.sigtimedwait(one, nil, zero_ts)
   end
+  -- the host learns of it (taken here with sigtimedwait, its handler never ran): a script
+  -- that ends or raises now exits 128+N, as one stopped by the signal does (docs/host.md);
+  -- nothing is interrupted. (SIGINT reached the host's handler already.)
+  M._record_signal(sig)
   error(SignalReceived(('received signal %d (%s) on a rank: every rank stopped after global_step %d; checkpoint saved to %s')
     :format(sig, sig == 15 and 'SIGTERM' or sig == 10 and 'SIGUSR1' or sig == 2 and 'SIGINT' or 'signal',
             t.global_step, path)), 0)
@@ -548,6 +561,9 @@ function M.run_train(t)
     first_epoch = false
     t:_call_callback_hooks('on_train_epoch_start')
     t:_call_module_hook('on_train_epoch_start')
+    -- ddp: the hooks may have frozen or unfrozen parameters (BaseFinetuning): the gradient
+    -- buckets follow at the next sync
+    if t.strategy._refresh_bucket_plan then t.strategy:_refresh_bucket_plan(model) end
     local outputs
     if t._prof then outputs = t._prof:profile('run_training_epoch', run_train_epoch, t, st, loader, nbatches)
     else outputs = run_train_epoch(t, st, loader, nbatches) end

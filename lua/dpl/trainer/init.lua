@@ -714,7 +714,8 @@ function Trainer:_hpc_resume_path()
   local best
   for _, name in ipairs(require('dpl.loggers.base').listdir(dir)) do
     local s, e = name:find('hpc_ckpt_', 1, true)
-    if s then
+    -- (not the temp file of a write killed mid-way: hpc_ckpt_2.ckpt.tmp.4242 would read as 24242)
+    if s and not require('dpl.trainer.checkpoint').is_temp_name(name) then
       -- (the part after the last "hpc_ckpt_", its digits only)
       local rest = name:sub(e + 1)
       while true do
