@@ -375,3 +375,38 @@ dpl.Trainer{ strategy = 'ddp', accelerator = 'cpu', devices = 2, logger = false 
     assert.matches('does not come from a script file: run `dplhost %-%-nproc 2 script.lua`', err)
   end)
 end)
+
+describe('module buffers under ddp and horovod (BatchNorm running statistics)', function()
+  -- PyTorch 1.13's DistributedDataParallel (checked with gloo, 2 processes): the constructor
+  -- gives every rank rank 0's buffers; a forward after a training forward first broadcasts
+  -- rank 0's buffers again (so each training step, and the first validation step of a fit's
+  -- validation run, start from rank 0's statistics); broadcast_buffers=false keeps only the
+  -- constructor's sync. Horovod broadcasts the state once, at setup.
+  local function runs(cmd)
+    local out, err, rc = h.sh(cmd, { timeout = 120 })
+    assert.are.equal(0, rc, err)
+    local r0 = out:match('rank 0 (t:[^\n]+)')
+    local r1 = out:match('rank 1 (t:[^\n]+)')
+    assert.is_truthy(r0 and r1, out)
+    local a, b = {}, {}
+    for w in r0:gmatch('%S+') do a[#a + 1] = w end
+    for w in r1:gmatch('%S+') do b[#b + 1] = w end
+    assert.are.equal(#a, #b)
+    return a, b
+  end
+  it('ddp: every training step and the first validation step start from rank 0\'s buffers', function()
+    local a, b = runs('./dplhost --nproc 2 spec/support/ddp_buffers_script.lua ddp 2>&1')
+    assert.are.equal('t:10,10', a[1]) -- rank 1 built 20s: the setup sync replaced them
+    assert.are.same(a, b)
+  end)
+  it('ddp with broadcast_buffers=false and horovod: rank 0\'s buffers at setup only', function()
+    local a, b = runs('./dplhost --nproc 2 spec/support/ddp_buffers_script.lua ddp false 2>&1')
+    assert.are.equal('t:10,10', b[1])
+    assert.are_not.equal(a[2], b[2])
+    if select(3, h.sh('command -v mpirun >/dev/null')) == 0 then
+      a, b = runs('mpirun --allow-run-as-root --oversubscribe -np 2 ./dplhost spec/support/ddp_buffers_script.lua horovod 2>&1')
+      assert.are.equal('t:10,10', b[1])
+      assert.are_not.equal(a[2], b[2])
+    end
+  end)
+end)

@@ -6,14 +6,6 @@ local function run(args, opts)
   return h.dplhost('spec/support/testerb_script.lua ' .. args, opts or { timeout = 60 })
 end
 
-describe('ddp_spawn', function()
-  it('predict returns rank 0\'s predictions (tensors) in the parent', function()
-    local out, err, rc = run('spawn_predict')
-    assert.equal(0, rc, err)
-    assert.matches('predict 2 batches 2x3,2x3 match=true', out)
-  end)
-end)
-
 describe('checkpoint lookups', function()
   it('ckpt_path="last" and "hpc" skip the temp file of a write killed mid-way', function()
     local dir = h.tmpname('-dir')

@@ -1,6 +1,5 @@
--- testerb_script.lua: small runs for spec/trainer_testerb_spec.lua. arg[1] names the case:
---   spawn_predict: trainer:predict under ddp_spawn (2 forked workers) returns rank 0's
---     predictions (tensors) in the parent, as Lightning's _collect_rank_zero_results.
+-- testerb_script.lua: small runs for spec/trainer_testerb_spec.lua; arg[1] names the case (each
+-- described above its block).
 local dpl = require 'dpl'
 local nn = dpl.nn
 local case = arg[1]
@@ -16,18 +15,6 @@ local function opts(t) local o = {} for k, v in pairs(quiet) do o[k] = v end for
 local function loader(n, bs)
   local x = dpl.arange(2 * n):float():reshape(n, 2)
   return dpl.data.DataLoader(dpl.data.TensorDataset(x), { batch_size = bs or 2 })
-end
-
-if case == 'spawn_predict' then
-  local t = dpl.Trainer(opts { strategy = 'ddp_spawn', accelerator = 'cpu', devices = 2 })
-  local m = M()
-  local preds = t:predict(m, loader(8))
-  -- rank 0 predicted items 1, 3, 5, 7 in batches of 2
-  local sizes = {}
-  for i, p in ipairs(preds) do sizes[i] = table.concat(p:size(), "x") end
-  local want = m(dpl.tensor({ { 0, 1 }, { 4, 5 } }):float())
-  print(('predict %d batches %s match=%s'):format(#preds, table.concat(sizes, ','),
-    tostring(preds[1]:allclose(want))))
 end
 
 -- stale_tmp DIR: a write killed mid-way (kill -9) leaves `<name>.tmp.<pid>` next to the

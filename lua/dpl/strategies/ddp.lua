@@ -78,8 +78,12 @@ function DDPStrategy:__init(opts)
   -- DistributedDataParallel's arguments, given as Lightning's DDPStrategy(**kwargs)
   local kw = {}
   for k, v in pairs(opts.kwargs or {}) do kw[k] = v end
-  for _, k in ipairs({ 'bucket_cap_mb', 'find_unused_parameters', 'gradient_as_bucket_view', 'static_graph' }) do
+  for _, k in ipairs({ 'bucket_cap_mb', 'find_unused_parameters', 'gradient_as_bucket_view', 'static_graph',
+                       'broadcast_buffers' }) do
     if opts[k] ~= nil then kw[k] = opts[k] end
+  end
+  if kw.broadcast_buffers ~= nil and type(kw.broadcast_buffers) ~= 'boolean' then
+    errors.ValueError:raise(('DDPStrategy: broadcast_buffers must be true or false, got %s'):format(tostring(kw.broadcast_buffers)), 2)
   end
   if kw.bucket_cap_mb ~= nil and (type(kw.bucket_cap_mb) ~= 'number' or not (kw.bucket_cap_mb > 0)) then
     errors.ValueError:raise(('DDPStrategy: bucket_cap_mb must be a number > 0, got %s'):format(tostring(kw.bucket_cap_mb)), 2)
@@ -178,19 +182,105 @@ function DDPStrategy:setup(trainer)
     if trainer.sync_batchnorm then
       require('dpl.nn').SyncBatchNorm.convert_sync_batchnorm(self.lightning_module)
     end
-    -- every rank starts from rank 0's parameters (DDP's constructor)
+    -- every rank starts from rank 0's parameters and buffers (DDP's constructor; Horovod's
+    -- broadcast_parameters of the state_dict)
+    self._buffers_model, self._sync_buffers_next = nil, true
     if self.world_size > 1 then
       local dist = require 'dpl.dist'
       for _, p in ipairs(parameters(self.lightning_module)) do
         local t = tensor_of(p)
         if t then dist.broadcast(t, 0) end
       end
+      self:_sync_buffers()
     end
     self:setup_optimizers(trainer)
     self._buckets = nil -- made again at this fit's first gradient sync
     -- the ranks collect garbage together (see _sync_gradients)
     if self.world_size > 1 then require('dpl.tensor').gc_lockstep(true) end
   end
+end
+
+--- The module's buffers (BatchNorm's running statistics, ...) from rank 0, as PyTorch's DDP
+--- (broadcast_buffers=true, its default) does before a forward: one broadcast per dtype and
+--- device, the buffers packed into a flat tensor kept between calls. Whether the module has
+--- buffers at all is looked at once per fit (a module without any pays nothing after that);
+--- when it has, they are collected each time (a buffer may be replaced by another tensor).
+function DDPStrategy:_sync_buffers()
+  local model = self.lightning_module
+  if self.world_size <= 1 or model == nil or type(model.buffers) ~= 'function' then return end
+  if self._buffers_model == model and not self._has_buffers then return end
+  local bufs = model:buffers()
+  self._buffers_model, self._has_buffers = model, #bufs > 0
+  if #bufs == 0 then return end
+  local dist = require 'dpl.dist'
+  local groups, order = {}, {}
+  for _, b in ipairs(bufs) do
+    local key = tostring(b.dtype) .. '@' .. tostring(b.device)
+    local g = groups[key]
+    if g == nil then g = { list = {}, numel = 0 } groups[key] = g order[#order + 1] = key end
+    g.list[#g.list + 1] = b
+    g.numel = g.numel + b:numel()
+  end
+  local flats = self._buffer_flats or {}
+  self._buffer_flats = flats
+  local T = require 'dpl.tensor'
+  local root = self.global_rank == 0
+  for _, key in ipairs(order) do
+    local g = groups[key]
+    if #g.list == 1 then
+      dist.broadcast(g.list[1], 0)
+    elseif g.numel > 0 then
+      local first = g.list[1]
+      local flat = flats[key]
+      if flat == nil or flat:numel() ~= g.numel then
+        flat = T.empty({ g.numel }, { dtype = first.dtype, device = first.device })
+        flats[key] = flat
+      end
+      local off = 0
+      if root then
+        for _, b in ipairs(g.list) do
+          local n = b:numel()
+          if n > 0 then flat:narrow(1, off + 1, n):copy_(b:reshape(-1)) end
+          off = off + n
+        end
+      end
+      dist.broadcast(flat, 0)
+      if not root then
+        off = 0
+        for _, b in ipairs(g.list) do
+          local n = b:numel()
+          if n > 0 then b:copy_(flat:narrow(1, off + 1, n):view(b:size())) end
+          off = off + n
+        end
+      end
+    end
+  end
+end
+
+-- PyTorch's DDP forward syncs the buffers first when the previous forward through it was a
+-- training one (require_forward_param_sync): before each training step after the first
+-- (the constructor synced them), and before the first validation step of a fit's validation
+-- run; a validation forward (no gradients) clears the flag. Test and predict, and
+-- validation outside fit, call the module directly (Lightning's DDPStrategy) and touch nothing.
+local function buffer_sync_wanted(self)
+  return self._sync_buffers_next and self.world_size > 1 and self._broadcast_buffers_each_forward
+    and (self._ddp_kwargs == nil or self._ddp_kwargs.broadcast_buffers ~= false)
+end
+DDPStrategy._broadcast_buffers_each_forward = true
+
+function DDPStrategy:training_step(...)
+  if buffer_sync_wanted(self) then self:_sync_buffers() end
+  self._sync_buffers_next = true
+  return S.ParallelStrategy.training_step(self, ...)
+end
+
+function DDPStrategy:validation_step(...)
+  local t = self.lightning_module and self.lightning_module.trainer
+  if t and t.state.fn == 'fit' then
+    if buffer_sync_wanted(self) then self:_sync_buffers() end
+    self._sync_buffers_next = false
+  end
+  return S.ParallelStrategy.validation_step(self, ...)
 end
 
 function DDPStrategy:teardown()

@@ -50,6 +50,10 @@ function HorovodStrategy:setup_environment()
   end
 end
 
+-- Horovod syncs the state (parameters and buffers) once, at setup; its DistributedOptimizer
+-- averages gradients and leaves the buffers to each rank afterwards
+HorovodStrategy._broadcast_buffers_each_forward = false
+
 function HorovodStrategy:setup(trainer)
   DDP.setup(self, trainer)
   if trainer.state.fn ~= 'fit' or self.world_size <= 1 then return end

@@ -34,18 +34,6 @@ local function plain(v, depth)
   return nil
 end
 
--- whether v (a nested table) holds a tensor
-local function has_tensor(v, depth)
-  depth = depth or 0
-  if type(v) == 'cdata' then return require('dpl.tensor').is_tensor(v) end
-  if type(v) ~= 'table' or depth > 20 then return false end
-  if getmetatable(v) ~= nil and require('dpl.tensor').is_tensor(v) then return true end
-  for _, x in pairs(v) do
-    if has_tensor(x, depth + 1) then return true end
-  end
-  return false
-end
-
 -- The worker's part: this process's ranks, the run, and (rank 0) what the parent needs.
 worker_body = function(strategy, trainer, fn, rank, tmp, ...)
   strategy:_set_process_index(rank)
@@ -79,16 +67,9 @@ worker_body = function(strategy, trainer, fn, rank, tmp, ...)
     state = { current_epoch = trainer.current_epoch, global_step = trainer.global_step,
       status = trainer.state.status, fn = trainer.state.fn },
   }
-  if has_tensor(result) then
-    -- a return value holding tensors (predict's predictions): through a temporary checkpoint,
-    -- on the CPU, as Lightning moves the results to the CPU before its queue
-    local path = tmp .. '.result.ckpt'
-    local devices = require 'dpl.devices'
-    require('dpl.trainer.checkpoint').save({ result = devices.move_data_to_device(result, 'cpu') }, path)
-    out.result_path = path
-  else
-    out.result = plain(result)
-  end
+  -- (results are numbers: validate/test's metrics; predict returns nothing from spawned
+  -- workers, as Lightning's return_predictions=false there)
+  out.result = plain(result)
   if trainer.state.fn == 'fit' then
     -- the weights travel through a temporary checkpoint (tensors included)
     local weights = tmp .. '.temp.ckpt'
@@ -143,11 +124,6 @@ function M.launch(strategy, trainer, fn, ...)
     local sig = tonumber(tostring(out.signal):match('received signal (%d+)') or '')
     if sig then fit_loop._record_signal(sig) end
     error(fit_loop.SignalReceived(out.signal), 0)
-  end
-  if out.result_path then
-    local ck = require('dpl.trainer.checkpoint').load(out.result_path)
-    os.remove(out.result_path)
-    return ck.result
   end
   return out.result
 end
