@@ -22,6 +22,7 @@ local lazy = {
   Trainer = 'dpl.trainer', LightningModule = 'dpl.lightning', LightningDataModule = 'dpl.datamodule',
   callbacks = 'dpl.callbacks',
   loggers = 'dpl.loggers', strategies = 'dpl.strategies', profilers = 'dpl.profilers', tuner = 'dpl.tuner',
+  cli = 'dpl.cli', yaml = 'dpl.yaml',
   dist = 'dpl.dist',
   amp = 'dpl.amp',
   autograd = 'dpl.autograd', nn = 'dpl.nn', optim = 'dpl.optim', datasets = 'dpl.datasets', data = 'dpl.data',

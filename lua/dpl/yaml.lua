@@ -236,7 +236,12 @@ local function inline_value(text, lines, i, name)
   end
   check_plain(text, name, L.lineno)
   if text:find(':%s') then fail(name, L.lineno, "mapping values are not allowed here: '%s' (quote the string)", text) end
-  return M.resolve(text), i + 1
+  local v = M.resolve(text)
+  -- a float written with an integral value (1.0): its text, for readers that must tell 1.0 from 1
+  if type(v) == 'number' and v == math.floor(v) and text:find('[.eE]') and not text:find('^[-+]?0[xo]') then
+    return v, i + 1, text
+  end
+  return v, i + 1
 end
 
 -- 'key: rest' or 'key:' -> key, rest (nil when the text is not a mapping entry)
@@ -262,6 +267,7 @@ local function split_key(text, name, lineno)
 end
 
 local parse_node
+local cur_floats -- the decode in progress: {[mapping] = {[key] = text}} of floats such as 1.0
 
 local function parse_seq(lines, i, indent, name)
   local out, n = {}, 0
@@ -309,7 +315,12 @@ local function parse_map(lines, i, indent, name)
         v, i = parse_seq(lines, i + 1, indent, name)
       else v, i = M.null, i + 1 end
     else
-      v, i = inline_value(rest, lines, i, name)
+      local ftext
+      v, i, ftext = inline_value(rest, lines, i, name)
+      if ftext and cur_floats then
+        cur_floats[out] = cur_floats[out] or {}
+        cur_floats[out][k] = ftext
+      end
     end
     out[k] = v
   end
@@ -332,9 +343,19 @@ parse_node = function(lines, i, min_indent, name)
 end
 
 --- yaml.decode(text [, name]) -> the value of the document (a table, a scalar, or yaml.null
---- for an empty one). Errors are ValueError('<name>:<line>: <what>'); name defaults to
---- '<string>'.
+--- for an empty one), and a table {[mapping] = {[key] = text}} of the block mapping values
+--- written as floats with an integral value ("1.0", "2e0": Lua cannot tell 1.0 from 1).
+--- Errors are ValueError('<name>:<line>: <what>'); name defaults to '<string>'.
 function M.decode(text, name)
+  cur_floats = {}
+  local ok, v = pcall(M._decode, text, name)
+  local floats = cur_floats
+  cur_floats = nil
+  if not ok then error(v, 0) end
+  return v, floats
+end
+
+function M._decode(text, name)
   if type(text) ~= 'string' then
     errors.TypeError:raise(('yaml.decode expects a string, got %s'):format(type(text)), 2)
   end
@@ -373,6 +394,7 @@ end
 function M.read_file(path)
   local f, err = io.open(path, 'rb')
   if not f then errors.ValueError:raise(('cannot read %s: %s'):format(path, tostring(err)), 2) end
+  -- (returns decode's two values)
   local text = f:read('*a')
   f:close()
   return M.decode(text, path)
