@@ -628,7 +628,9 @@ function LightningCLI:dump(cfg)
       if v == nil then return end
       if type(v) == 'table' and v ~= NULL and getmetatable(v) ~= nil or type(v) == 'function' or type(v) == 'userdata'
           or type(v) == 'cdata' then
-        out[#out + 1] = ('  # %s: %s (set by the script; not written)\n'):format(k, tostring(v):gsub('\n', ' '))
+        local mt = type(v) == 'table' and getmetatable(v)
+        local what = mt and type(mt) == 'table' and rawget(mt, '__name') or type(v)
+        out[#out + 1] = ('  # %s: a %s (set by the script; not written)\n'):format(k, tostring(what))
       elseif name == 'trainer' and FRACTION_KEYS[k] and type(v) == 'string' and tonumber(v) then
         out[#out + 1] = '  ' .. k .. ': ' .. v .. '\n' -- "0.5", "1.0": a fraction, written as the float
       else
