@@ -102,3 +102,19 @@ describe('trainer.tuner:lr_find', function()
     assert.are.equal(a, b)
   end)
 end)
+
+describe('the tuner\'s own Trainers', function()
+  it('do not print the device summary again (Lightning prints it once, for the user\'s Trainer)', function()
+    local log = require 'dpl.log'
+    local t = trainer()
+    local said, info = {}, log.info
+    log.info = function(f, ...) said[#said + 1] = f:format(...) end
+    local ok, e = pcall(t.tuner.lr_find, t.tuner, Tiny(0.05), loader(), { num_training = 5, early_stop_threshold = false })
+    log.info = info
+    assert(ok, e)
+    for _, line in ipairs(said) do
+      assert.is_falsy(line:find('GPU available', 1, true), line)
+      assert.is_falsy(line:find('TPU available', 1, true), line)
+    end
+  end)
+end)

@@ -222,7 +222,7 @@ function Tuner:lr_find(model, ...)
   a.num_sanity_val_steps, a.limit_val_batches = 0, 0
   a.max_steps, a.max_epochs, a.max_time, a.min_epochs, a.min_steps = num_training, -1, nil, nil, nil
   a.profiler, a.val_check_interval, a.check_val_every_n_epoch = nil, nil, 1
-  local inner = require('dpl.trainer')(a)
+  local inner = require('dpl.trainer')._inner(a)
   -- the user's optimizer at min_lr, with a scheduler that raises the lr every step
   local setup = inner.strategy.setup_optimizers
   inner.strategy.setup_optimizers = function(strategy, t)

@@ -310,7 +310,7 @@ function M.scale_batch_size(tuner, model, ...)
     end
     local info = log.info
     log.info = function() end -- (the device summary of each trial's Trainer)
-    local ok, inner = pcall(require('dpl.trainer'), a)
+    local ok, inner = pcall(require('dpl.trainer')._inner, a)
     log.info = info
     if not ok then return false, inner end
     -- the stage's loaders as loaded (for the next adjust), the validation loaders kept from the first

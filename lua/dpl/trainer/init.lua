@@ -142,10 +142,12 @@ function Trainer:__init(user_args)
   self.num_training_batches, self.num_val_batches, self.num_test_batches, self.num_predict_batches = 0, {}, {}, {}
   self.num_sanity_val_batches = {}
 
-  -- Lightning's device summary (rank 0)
-  local ngpu = #require('dpl.devices').get_all_available_gpus()
-  log.info('GPU available: %s (cuda), used: %s', ngpu > 0 and 'True' or 'False', self.on_gpu and 'True' or 'False')
-  log.info('TPU available: False, using: 0 TPU cores')
+  -- Lightning's device summary (rank 0); not for the tuner's own Trainers (Trainer._inner)
+  if not Trainer._quiet then
+    local ngpu = #require('dpl.devices').get_all_available_gpus()
+    log.info('GPU available: %s (cuda), used: %s', ngpu > 0 and 'True' or 'False', self.on_gpu and 'True' or 'False')
+    log.info('TPU available: False, using: 0 TPU cores')
+  end
 
   self:_setup_loggers(a.logger)
   self:_setup_callbacks(a.callbacks or {})
@@ -978,6 +980,17 @@ end
 
 function Trainer:print(...)
   if self.is_global_zero then print(...) end
+end
+
+--- A Trainer the library builds for its own runs (the tuner's searches): as Trainer(a), without
+--- the device summary the user's Trainer already printed.
+function Trainer._inner(a)
+  local prev = Trainer._quiet
+  Trainer._quiet = true
+  local ok, t = pcall(Trainer, a)
+  Trainer._quiet = prev
+  if not ok then error(t, 0) end
+  return t
 end
 
 --- Trainer.from_argv(arg, defaults): a Trainer from the command line
