@@ -163,6 +163,8 @@ function methods:save(path, state)
       local o = inner(v)
       if is_stateful(o) then content[k] = o:state_dict() else content[k] = v end
     end
+    local dir = path:match('^(.*)/[^/]*$')
+    if dir and dir ~= '' then require('dpl.loggers.base').mkdir_p(dir) end -- (as Lightning's checkpoint IO)
     require('dpl.serialize').save(content, path)
   end
   self.strategy:barrier('Fabric.save')
