@@ -139,6 +139,16 @@ describe('dpl.Fabric: setup', function()
     assert.is_true((m:parameters()[1] - before):abs():max():item() > 0)
   end)
 
+  it('16-mixed on a simulated GPU: model moved, optimizer following, gradients unscaled for clipping', function()
+    local out, err, rc = h.sh(('DPL_VIRTUAL_GPUS=1 CUDA_VISIBLE_DEVICES= %s spec/support/fabric_amp16_script.lua')
+      :format(h.q(h.bin)), { timeout = 60 })
+    assert.equal(0, rc, err)
+    assert.truthy(out:find('device\tcuda:0\tout\tfloat32\topt param is model param\ttrue', 1, true), out)
+    local norm = tonumber(out:match('norm\t([%d.e+-]+)'))
+    assert.truthy(norm and norm < 100, out) -- (scaled by 65536 it would be ~1e5)
+    assert.truthy(out:find('scale\t65536\tmoved\ttrue', 1, true), out)
+  end)
+
   it("bf16-mixed: the forward runs under autocast, outputs come back as float32 (as Lightning)", function()
     local f = dpl.Fabric{ precision = 'bf16-mixed' }
     local seen
