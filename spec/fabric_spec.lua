@@ -433,6 +433,18 @@ describe('dpl.Fabric on 2 ranks: collectives, samplers, checkpoints', function()
     os.execute('rm -rf ' .. h.q(dir))
   end)
 
+  it("strategy='ddp' with devices=2 and no launcher: launch() runs the script again for rank 1", function()
+    local out, err, rc = h.run_chunk([[
+      local dpl = require 'dpl'
+      local f = dpl.Fabric{ strategy = 'ddp', devices = 2, accelerator = 'cpu' }
+      f:launch()
+      print('rank', f.global_rank, 'of', f.world_size, 'sum', f:all_reduce(f.global_rank + 1, { reduce_op = 'sum' }):item())
+    ]], nil, { timeout = 60 })
+    assert.equal(0, rc, err)
+    assert.truthy(out:find('rank\t0\tof\t2\tsum\t3', 1, true), out)
+    assert.truthy(out:find('rank\t1\tof\t2\tsum\t3', 1, true), out)
+  end)
+
   it('setup before fabric:launch() is refused on several ranks', function()
     local out, err, rc = h.dplhost('--nproc 2 ' .. script .. ' nolaunch /tmp', { timeout = 60 })
     assert.equal(0, rc, err)
