@@ -32,12 +32,6 @@ local function is_optimizer(x)
   return type(x) == 'table' and type(x.param_groups) == 'table' and type(x.step) == 'function'
     and type(x.zero_grad) == 'function'
 end
--- an object with state_dict/load_state_dict (modules, optimizers, lr schedulers, GradScaler)
-local function is_stateful(x)
-  if type(x) ~= 'table' then return false end
-  local ok, a, b = pcall(function() return x.state_dict, x.load_state_dict end)
-  return ok and type(a) == 'function' and type(b) == 'function'
-end
 -- a plain table given last: an options table ({move_to_device = false}, ...)
 local function is_opts(x) return type(x) == 'table' and getmetatable(x) == nil and x[1] == nil end
 
