@@ -19,6 +19,7 @@ local lazy = {
   log = 'dpl.log',
   devices = 'dpl.devices',
   cuda = 'dpl.cuda',
+  Fabric = 'dpl.fabric',
   Trainer = 'dpl.trainer', LightningModule = 'dpl.lightning', LightningDataModule = 'dpl.datamodule',
   callbacks = 'dpl.callbacks',
   loggers = 'dpl.loggers', strategies = 'dpl.strategies', profilers = 'dpl.profilers', tuner = 'dpl.tuner',
