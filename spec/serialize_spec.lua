@@ -94,3 +94,26 @@ describe('dpl.save / dpl.load', function()
     assert.is_nil(io.open(p, 'rb'), 'nothing written on an error')
   end)
 end)
+
+describe('dpl.save files in Python\'s safetensors', function()
+  it('load there: the tensors t1, t2 and the tree in the metadata (skipped without safetensors)', function()
+    local py = os.getenv('DPL_PYTHON')
+    if not py or py == '' or select(3, h.sh(h.q(py) .. ' -c "import safetensors, numpy"')) ~= 0 then
+      print('skipped: no python with safetensors (scripts/install-deps.sh makes build/pyref)')
+      return
+    end
+    local p = tmp('py.dpl')
+    dpl.save({ w = dpl.tensor({ { 1, 2 }, { 3, 4 } }), step = 3, ids = dpl.tensor({ 7, 8 }, { dtype = 'int64' }) }, p)
+    local out, err, rc = h.sh(h.q(py) .. ' -c ' .. h.q(([[
+from safetensors import safe_open
+with safe_open(%q, 'np') as f:
+    meta = f.metadata()
+    print(meta['format'], sorted(f.keys()), [f.get_tensor(k).tolist() for k in sorted(f.keys())], len(meta['dplhost.tree']) > 0)
+]]):format(p)))
+    os.remove(p)
+    assert.are.equal(0, rc, err)
+    assert.matches("^dplhost.save %['t1', 't2'%] .* True", out)
+    assert.is_truthy(out:find('[7, 8]', 1, true), out)
+    assert.is_truthy(out:find('[[1, 2], [3, 4]]', 1, true), out)
+  end)
+end)
