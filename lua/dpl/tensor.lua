@@ -380,15 +380,27 @@ local function need_opts(name, opts)
   end
 end
 
+-- the keys a constructor's options table takes ({dtyp = 'float64'} is an error, not float32)
+local CTOR_KEYS = require('dpl.options').keys('dtype', 'device', 'requires_grad')
+M.ctor_option_keys = CTOR_KEYS
+
+-- dtype, device type, device index and requires_grad (true or nil) of a constructor's options
 local function opts_dtype_device(opts, name, default_dt)
   need_opts(name, opts)
   local dt = default_dt or 0
   local devt, devi = 0, 0
+  local rg
   if opts then
+    require('dpl.options').check(opts, CTOR_KEYS, name)
     if opts.dtype ~= nil then dt = dtype_id(opts.dtype, name) end
     if opts.device ~= nil then devt, devi = parse_device(opts.device, name) end
+    rg = opts.requires_grad
+    if rg ~= nil and type(rg) ~= 'boolean' then
+      error(('%s: requires_grad must be a boolean, got %s'):format(name, got(rg)))
+    end
+    if rg == false then rg = nil end
   end
-  return dt, devt, devi
+  return dt, devt, devi, rg
 end
 
 ---------------------------------------------------------------- constructors
@@ -661,8 +673,9 @@ end
 -- a binary op's operand that is neither a tensor nor a number (nor a boolean)
 local OP_NAME = {}
 local function bad_operand(op, v, inplace)
-  error(('%s%s: other must be a tensor or a number, got %s'):format(OP_NAME[op] or 'binary op', inplace and '_' or '',
-    got(v)))
+  local name = (OP_NAME[op] or 'binary op') .. (inplace and '_' or '')
+  error(('%s: other must be a tensor or a number, got %s%s'):format(name, got(v),
+    v == nil and (" (a method called with '.' instead of ':'? write t:%s(other))"):format(name) or ''))
 end
 
 local function binop(op, a, b)
@@ -676,7 +689,7 @@ local function binop(op, a, b)
     st = binary_scalar(op, b, a, 1, out1)
   else
     if type(b) == 'boolean' then b = M.tensor(b) elseif type(a) == 'boolean' then a = M.tensor(a) end
-    if not (is_tensor(a) and is_tensor(b)) then bad_operand(op, is_tensor(a) and b or a) end
+    if not is_tensor(a) then bad_operand(op, a) elseif not is_tensor(b) then bad_operand(op, b) end
     st = binary(op, a, b, out1)
   end
   if st ~= 0 then
