@@ -58,3 +58,59 @@ describe('error messages from an interactive session', function()
     assert.matches('got table', err_of(function() return a:mul({}) end))
   end)
 end)
+
+describe('t[{...}], t[mask] and t[idx]', function()
+  local t
+  before_each(function() t = dpl.arange(12):view(3, 4) end)
+
+  it('read Torch7-style tables as views: numbers select, {} all, {s, e} and {s} narrow', function()
+    assert.are.equal(6, t[{ 2, 3 }]:item())
+    assert.are.same({}, t[{ 2, 3 }].shape)
+    assert.are.same({ 1, 5, 9 }, t[{ {}, 2 }]:totable())
+    assert.are.same({ { 4 }, { 8 } }, t[{ { 2, 3 }, { 1 } }]:totable())
+    assert.are.same({ 8, 9, 10, 11 }, t[{ -1 }]:totable())
+    assert.are.same({ { 5, 6 }, { 9, 10 } }, t[{ { -2, -1 }, { 2, 3 } }]:totable())
+    assert.is_true(t[{ {}, 2 }]:is_set_to(t)) -- a view
+    local v = t[{ {}, 2 }]
+    v:fill_(-1)
+    assert.are.same({ -1, -1, -1 }, t:select(2, 2):totable())
+  end)
+
+  it('read masks (t:shape or leading dims) and int index tensors as copies, like PyTorch', function()
+    assert.are.same({ 6, 7, 8, 9, 10, 11 }, t[t:gt(5)]:totable())
+    assert.are.same({ { 0, 1, 2, 3 }, { 8, 9, 10, 11 } }, t[dpl.tensor({ true, false, true })]:totable())
+    assert.are.same({ { 8, 9, 10, 11 }, { 0, 1, 2, 3 } }, t[dpl.tensor({ 3, 1 })]:totable())
+    assert.are.same({ 2, 1, 4 }, t[dpl.tensor({ { 3 }, { 1 } })].shape)
+  end)
+
+  it('write through the same forms', function()
+    local u = t:clone()
+    u[{ {}, 2 }] = 0
+    assert.are.same({ 0, 0, 0 }, u:select(2, 2):totable())
+    u[u:gt(8)] = -1
+    assert.are.same({ 8, 0, -1, -1 }, u[3]:totable())
+    u[dpl.tensor({ 1 })] = dpl.tensor({ { 7, 7, 7, 7 } })
+    assert.are.same({ 7, 7, 7, 7 }, u[1]:totable())
+    u[{ 2, { 2, 3 } }] = dpl.tensor({ 5, 6 })
+    assert.are.same({ 4, 5, 6, 7 }, u[2]:totable())
+  end)
+
+  it('record gradients', function()
+    local x = dpl.randn(3, 4):requires_grad_()
+    x[{ {}, { 2, 3 } }]:sum():backward()
+    assert.are.same({ 0, 1, 1, 0 }, x.grad[1]:totable())
+    x.grad = nil
+    x[x:gt(0)]:sum():backward()
+    assert.is_true(x.grad:eq(x:gt(0):float()):all():item())
+  end)
+
+  it('refuse what they cannot take, saying what the forms are (never a silent nil)', function()
+    assert.matches('index: 5 is out of range for dim 2 of size 4', err_of(function() return t[{ {}, 5 }] end))
+    assert.matches('3 entries for a 2%-d tensor', err_of(function() return t[{ 1, 2, 3 }] end))
+    assert.matches('the key has a field x', err_of(function() return t[{ x = 1 }] end))
+    assert.matches('must be int64, int32 %(positions%) or bool, uint8 %(a mask%), got float32',
+      err_of(function() return t[dpl.tensor({ 1.5 })] end))
+    assert.matches('the shape of the mask %[2%] does not match', err_of(function() return t[dpl.tensor({ true, false })] end))
+    assert.matches('a 0%-d tensor cannot be indexed', err_of(function() return dpl.tensor(1)[{ 1 }] end))
+  end)
+end)
