@@ -114,3 +114,22 @@ describe('t[{...}], t[mask] and t[idx]', function()
     assert.matches('a 0%-d tensor cannot be indexed', err_of(function() return dpl.tensor(1)[{ 1 }] end))
   end)
 end)
+
+describe('t.op() written for t:op()', function()
+  it('says so, for ops checked in Lua and in C', function()
+    local t = dpl.ones(2)
+    assert.matches("exp: input must be a tensor, got nil %(a method called with '%.' instead of ':'%? write t:exp%(%.%.%.%)%)",
+      err_of(function() return t.exp() end))
+    assert.matches("sum: self is NULL/nil .*write t:sum%(%.%.%.%)", err_of(function() return t.sum() end))
+  end)
+end)
+
+describe('sign', function()
+  it('gives 0 for NaN and +0 for -0, as torch.sign (it returned the NaN and -0)', function()
+    for _, dt in ipairs({ 'float32', 'float64', 'float16', 'bfloat16' }) do
+      local s = dpl.tensor({ 0 / 0, -0.0, 2, -3 }, { dtype = dt }):sign()
+      assert.are.same({ 0, 0, 1, -1 }, s:totable(), dt)
+      assert.are.equal(math.huge, 1 / s[2]:item(), dt)
+    end
+  end)
+end)
