@@ -131,7 +131,10 @@ local function is_tensor(x)
   return type(x) == 'cdata' and ffi.istype(tensor_ct, x)
 end
 need_tensor = function(op, what, v)
-  if not is_tensor(v) then error(('%s: %s must be a tensor, got %s'):format(op, what, got(v))) end
+  if not is_tensor(v) then
+    error(('%s: %s must be a tensor, got %s%s'):format(op, what, got(v), v == nil and (what == 'input' or what == 'self')
+      and (" (a method called with '.' instead of ':'? write t:%s(...))"):format(op) or ''))
+  end
 end
 M.is_tensor = is_tensor
 
