@@ -38,19 +38,28 @@ local function distance(a, b)
   return prev[#b]
 end
 
+--- nearest(k, accepted): the accepted key (a set: key -> anything) nearest to the string k,
+--- at most 2 edits away (ties: the first in sorted order), or nil.
+function M.nearest(k, accepted)
+  if type(k) ~= 'string' then return nil end
+  local list = {}
+  for a in pairs(accepted) do if type(a) == 'string' then list[#list + 1] = a end end
+  table.sort(list)
+  local best, bd = nil, 3 -- at most 2 edits away
+  for _, a in ipairs(list) do
+    local d = distance(k, a)
+    if d < bd then best, bd = a, d end
+  end
+  return best
+end
+
 local function unknown(k, accepted, fn)
   local list = {}
   for a in pairs(accepted) do list[#list + 1] = a end
   table.sort(list)
   local hint = ''
-  if type(k) == 'string' then
-    local best, bd = nil, 3 -- at most 2 edits away
-    for _, a in ipairs(list) do
-      local d = distance(k, a)
-      if d < bd then best, bd = a, d end
-    end
-    if best then hint = fmt(" (did you mean '%s'?)", best) end
-  end
+  local best = M.nearest(k, accepted)
+  if best then hint = fmt(" (did you mean '%s'?)", best) end
   local name = type(k) == 'string' and fmt("'%s'", k) or fmt('[%s] (a %s key)', tostring(k), type(k))
   raise(fmt('%s: unknown option %s%s; accepted options: %s', fn, name, hint,
     #list > 0 and table.concat(list, ', ') or 'none'))

@@ -40,7 +40,11 @@ function M.compile(src)
   local body = src
   if body:sub(1, 1) == '=' then body = body:sub(2) end
   local list = body:match('^(.-);%s*$') or body -- `return x;` is valid: so is `x;` here
-  local fn = loadstring('return (function(...) return ... end)(' .. list .. '\n)', '=stdin')
+  -- on one line, so that an error in the expression's last operation (`t[k]`, whose
+  -- index LuaJIT emits when it reads the next token) says stdin:1, not stdin:2; with the
+  -- parenthesis on a line of its own when the entry ends in a `--` comment
+  local fn = loadstring('return (function(...) return ... end)(' .. list .. ')', '=stdin')
+    or loadstring('return (function(...) return ... end)(' .. list .. '\n)', '=stdin')
   if fn then return interpreted(fn) end
   if src:sub(1, 1) == '=' then body = 'return ' .. body end
   local err

@@ -131,7 +131,10 @@ local function is_tensor(x)
   return type(x) == 'cdata' and ffi.istype(tensor_ct, x)
 end
 need_tensor = function(op, what, v)
-  if not is_tensor(v) then error(('%s: %s must be a tensor, got %s'):format(op, what, got(v))) end
+  if not is_tensor(v) then
+    error(('%s: %s must be a tensor, got %s%s'):format(op, what, got(v), v == nil and (what == 'input' or what == 'self')
+      and (" (a method called with '.' instead of ':'? write t:%s(...))"):format(op) or ''))
+  end
 end
 M.is_tensor = is_tensor
 
@@ -380,15 +383,27 @@ local function need_opts(name, opts)
   end
 end
 
+-- the keys a constructor's options table takes ({dtyp = 'float64'} is an error, not float32)
+local CTOR_KEYS = require('dpl.options').keys('dtype', 'device', 'requires_grad')
+M.ctor_option_keys = CTOR_KEYS
+
+-- dtype, device type, device index and requires_grad (true or nil) of a constructor's options
 local function opts_dtype_device(opts, name, default_dt)
   need_opts(name, opts)
   local dt = default_dt or 0
   local devt, devi = 0, 0
+  local rg
   if opts then
+    require('dpl.options').check(opts, CTOR_KEYS, name)
     if opts.dtype ~= nil then dt = dtype_id(opts.dtype, name) end
     if opts.device ~= nil then devt, devi = parse_device(opts.device, name) end
+    rg = opts.requires_grad
+    if rg ~= nil and type(rg) ~= 'boolean' then
+      error(('%s: requires_grad must be a boolean, got %s'):format(name, got(rg)))
+    end
+    if rg == false then rg = nil end
   end
-  return dt, devt, devi
+  return dt, devt, devi, rg
 end
 
 ---------------------------------------------------------------- constructors
@@ -661,8 +676,9 @@ end
 -- a binary op's operand that is neither a tensor nor a number (nor a boolean)
 local OP_NAME = {}
 local function bad_operand(op, v, inplace)
-  error(('%s%s: other must be a tensor or a number, got %s'):format(OP_NAME[op] or 'binary op', inplace and '_' or '',
-    got(v)))
+  local name = (OP_NAME[op] or 'binary op') .. (inplace and '_' or '')
+  error(('%s: other must be a tensor or a number, got %s%s'):format(name, got(v),
+    v == nil and (" (a method called with '.' instead of ':'? write t:%s(other))"):format(name) or ''))
 end
 
 local function binop(op, a, b)
@@ -676,7 +692,7 @@ local function binop(op, a, b)
     st = binary_scalar(op, b, a, 1, out1)
   else
     if type(b) == 'boolean' then b = M.tensor(b) elseif type(a) == 'boolean' then a = M.tensor(a) end
-    if not (is_tensor(a) and is_tensor(b)) then bad_operand(op, is_tensor(a) and b or a) end
+    if not is_tensor(a) then bad_operand(op, a) elseif not is_tensor(b) then bad_operand(op, b) end
     st = binary(op, a, b, out1)
   end
   if st ~= 0 then
@@ -1261,6 +1277,121 @@ local function get_item(t, k)
 end
 
 M.get_item = get_item -- t[i]; dpl.autograd wraps it
+
+-- t[{...}] (Torch7's form: one entry per leading dim, a number selects, {} takes the dim
+-- whole, {s, e} narrows to s..e inclusive, {s} to s alone; negatives count from the end),
+-- t[mask] (bool/uint8 over t's shape or its leading dims) and t[idx] (an int tensor of
+-- 1-based positions along dim 1). Views for the table form, copies for masks and indices,
+-- as PyTorch's basic and advanced indexing; every step is a recorded op (select, narrow,
+-- index_select). t[k] = v writes through the same forms (fill_/copy_ of the view, index_put_).
+local unpack = unpack
+local function shp_str(x)
+  local p = {}
+  for i = 0, x._ndim - 1 do p[#p + 1] = tostring(tonumber(x._shape[i])) end
+  return '[' .. table.concat(p, ', ') .. ']'
+end
+local function bad_key(t, k, why)
+  error(fmt('index: %s; t[{...}] takes one entry per dim: a number (select), {} (all), {s, e} (s..e) or {s} '
+    .. '(for a %d-d tensor)', why, t._ndim), 4)
+end
+local function range_bound(t, d, v, what)
+  local size = tonumber(t._shape[d - 1])
+  if type(v) ~= 'number' or v ~= floor(v) then bad_key(t, nil, fmt('the %s of the range for dim %d must be an integer, got %s', what, d, type(v) == 'number' and tostring(v) or type(v))) end
+  local i = v < 0 and size + v + 1 or v
+  if i < 1 or i > size then
+    error(fmt('index: %s %d of the range for dim %d is out of range for size %d (expected 1..%d or -%d..-1)', what, v, d, size, size, size), 4)
+  end
+  return i
+end
+local function table_view(t, key)
+  local m = methods
+  local n = #key
+  for k in pairs(key) do
+    if type(k) ~= 'number' or k < 1 or k > n or k ~= floor(k) then bad_key(t, key, fmt('the key has a field %s', tostring(k))) end
+  end
+  if n > t._ndim then bad_key(t, key, fmt('%d entries for a %d-d tensor', n, t._ndim)) end
+  local r, d = t, 1 -- d: the dim of r that entry i reaches (selected dims are gone)
+  for i = 1, n do
+    local e = key[i]
+    if type(e) == 'number' then
+      local size = tonumber(t._shape[i - 1])
+      if e ~= floor(e) or e < -size or e > size or e == 0 then
+        error(fmt('index: %s is out of range for dim %d of size %d (expected 1..%d or -%d..-1)', tostring(e), i, size, size, size), 3)
+      end
+      r = m.select(r, d, e)
+    elseif type(e) == 'table' and not is_tensor(e) then
+      if #e > 2 or (next(e) ~= nil and e[1] == nil) then bad_key(t, key, fmt('entry %d is a table that is not {}, {s} or {s, e}', i)) end
+      if e[1] ~= nil then
+        local size = tonumber(t._shape[i - 1])
+        local a = range_bound(t, i, e[1], 'start')
+        local b = e[2] == nil and a or range_bound(t, i, e[2], 'end')
+        if b < a - 1 then b = a - 1 end -- an empty range (PyTorch's t[3:1])
+        if not (a == 1 and b == size) then r = m.narrow(r, d, a, b - a + 1) end
+      end
+      d = d + 1
+    else
+      bad_key(t, key, fmt('entry %d is a %s', i, is_tensor(e) and 'tensor (index with t[idx] or index_select)' or type(e)))
+    end
+  end
+  return r
+end
+local int_index = { [4] = true, [5] = true }
+local function mask_or_index(t, k)
+  if k._dtype == 7 or k._dtype == 6 then -- a mask over t's leading dims
+    local nd = k._ndim
+    if nd == 0 or nd > t._ndim then
+      error(fmt('index: a mask of shape %s cannot index a tensor of shape %s (it covers 1..%d leading dims)',
+        shp_str(k), shp_str(t), t._ndim), 3)
+    end
+    for i = 0, nd - 1 do
+      if k._shape[i] ~= t._shape[i] then
+        error(fmt('index: the shape of the mask %s does not match the shape of the indexed tensor %s at dim %d',
+          shp_str(k), shp_str(t), i + 1), 3)
+      end
+    end
+    local m = methods
+    local rest = {}
+    for i = nd, t._ndim - 1 do rest[#rest + 1] = tonumber(t._shape[i]) end
+    local flat = m.reshape(t, -1, unpack(rest))
+    local pos = m.view(m.nonzero(m.reshape(k, -1)), -1)
+    return m.index_select(flat, 1, pos)
+  end
+  if not int_index[k._dtype] then
+    error(fmt('index: a tensor used as an index must be int64, int32 (positions) or bool, uint8 (a mask), got %s',
+      dtype_names[k._dtype]), 3)
+  end
+  if t._ndim == 0 then error('index: a 0-d tensor cannot be indexed (use :item())', 3) end
+  local m = methods
+  local r = m.index_select(t, 1, m.reshape(k, -1))
+  local shape = {}
+  for i = 0, k._ndim - 1 do shape[#shape + 1] = tonumber(k._shape[i]) end
+  for i = 1, t._ndim - 1 do shape[#shape + 1] = tonumber(t._shape[i]) end
+  return m.reshape(r, unpack(shape))
+end
+function M._subscript_get(t, k)
+  if is_tensor(k) then return mask_or_index(t, k) end
+  if type(k) == 'cdata' then -- an int64 number (1LL) is a position; other cdata is no key
+    if tonumber(k) == nil then error(fmt('index: expected a number, a table or a tensor as key, got %s', got(k)), 3) end
+    return get_item(t, tonumber(k))
+  end
+  if t._ndim == 0 then error('index: a 0-d tensor cannot be indexed (use :item())', 3) end
+  return table_view(t, k)
+end
+function M._subscript_set(t, k, v)
+  local m = methods
+  if type(k) == 'cdata' and not is_tensor(k) then k = { M._subscript_get(t, k) and tonumber(k) } end
+  if is_tensor(k) then
+    if not int_index[k._dtype] then mask_or_index(t, k) end -- (a mask's shape checked, or the dtype's error)
+    if type(v) == 'boolean' then v = v and 1 or 0 end
+    if type(v) ~= 'number' and not is_tensor(v) then
+      error(fmt('index: t[idx] = v takes a number or a tensor, got %s', got(v)), 3)
+    end
+    m.index_put_(t, { k }, v)
+    return
+  end
+  local r = t._ndim == 0 and error('index: a 0-d tensor cannot be indexed (use t:fill_(v))', 3) or table_view(t, k)
+  if is_tensor(v) then m.copy_(r, v) else m.fill_(r, v) end
+end
 local setters = {} -- k -> function(t, v) for `t.k = v` (dpl.autograd adds requires_grad, grad)
 M.setters = setters
 M.props = props
@@ -1295,6 +1426,7 @@ local mt = registry['dpl.tensor.mt'] or {
     local p = S.props[k]
     if p ~= nil then return p(t) end
     if type(k) == 'number' then return S.M.get_item(t, k) end
+    if type(k) == 'table' or type(k) == 'cdata' then return S.M._subscript_get(t, k) end
     local miss = S.missing and S.missing[k]
     if miss ~= nil then return miss end
     return nil
@@ -1305,6 +1437,7 @@ local mt = registry['dpl.tensor.mt'] or {
       if S.M.is_tensor(v) then S.methods.copy_(s, v) else S.methods.fill_(s, v) end
       return
     end
+    if type(k) == 'table' or type(k) == 'cdata' then return S.M._subscript_set(t, k, v) end
     local set = S.setters[k] -- settable properties (autograd: requires_grad, grad)
     if set ~= nil then return set(t, v) end
     S.M._raise(fmt("tensor: cannot set field '%s'", tostring(k)))

@@ -10,6 +10,7 @@ local bit = require 'bit'
 
 local type, tostring, tonumber, ipairs, next = type, tostring, tonumber, ipairs, next
 local floor, huge = math.floor, math.huge
+local I64_LIM = 2 ^ 63 -- integral numbers from here on (and below -2^63) make float32, not a saturated int64
 local fmt = string.format
 
 return function(M, H)
@@ -18,27 +19,34 @@ return function(M, H)
   local need_tensor, new_empty, opts_dtype_device, out1 = H.need_tensor, H.new_empty, H.opts_dtype_device, H.out1
   local parse_device, parse_sizes, shp = H.parse_device, H.parse_sizes, H.shp
 
+  -- {requires_grad = true} of a constructor: the new leaf records gradients (autograd's setter
+  -- refuses integer and bool dtypes, as PyTorch)
+  local function grad_leaf(t, rg)
+    if rg then t.requires_grad = true end
+    return t
+  end
+
   function M.empty(...)
     local n, opts = parse_sizes('empty', shp, ...)
-    local dt, devt, devi = opts_dtype_device(opts, 'empty')
-    return new_empty(n, dt, devt, devi)
+    local dt, devt, devi, rg = opts_dtype_device(opts, 'empty')
+    return grad_leaf(new_empty(n, dt, devt, devi), rg)
   end
 
   function M.zeros(...)
     local n, opts = parse_sizes('zeros', shp, ...)
-    local dt, devt, devi = opts_dtype_device(opts, 'zeros')
+    local dt, devt, devi, rg = opts_dtype_device(opts, 'zeros')
     local t = new_empty(n, dt, devt, devi)
     if bit.band(t._flags, 2) ~= 0 then check(C.dpl_tensor_fill_(t, 0)) -- device memory (a real GPU)
     else ffi.fill(t._data, tonumber(t._numel) * tonumber(C.dpl_dtype_size(dt))) end
-    return t
+    return grad_leaf(t, rg)
   end
 
   function M.ones(...)
     local n, opts = parse_sizes('ones', shp, ...)
-    local dt, devt, devi = opts_dtype_device(opts, 'ones')
+    local dt, devt, devi, rg = opts_dtype_device(opts, 'ones')
     local t = new_empty(n, dt, devt, devi)
     check(C.dpl_tensor_fill_(t, 1))
-    return t
+    return grad_leaf(t, rg)
   end
 
   --- full(size, value [, opts]) with size a table (or a number for 1-d).
@@ -50,11 +58,11 @@ return function(M, H)
     end
     local n = parse_sizes('full', shp, size)
     local def = type(value) == 'boolean' and 7 or (value == floor(value) and 5 or 0)
-    local dt, devt, devi = opts_dtype_device(opts, 'full', def)
+    local dt, devt, devi, rg = opts_dtype_device(opts, 'full', def)
     local t = new_empty(n, dt, devt, devi)
     if type(value) == 'boolean' then value = value and 1 or 0 end
     check(C.dpl_tensor_fill_(t, value))
-    return t
+    return grad_leaf(t, rg)
   end
 
   function M.arange(a, b, c, opts)
@@ -72,24 +80,24 @@ return function(M, H)
     local n = math.ceil((stop - start) / step)
     if n < 0 then n = 0 end
     local allint = start == floor(start) and stop == floor(stop) and step == floor(step)
-    local dt, devt, devi = opts_dtype_device(opts, 'arange', allint and 5 or 0)
-    return call1(C.dpl_tensor_arange, start, step, n, dt, devt, devi, out1)
+    local dt, devt, devi, rg = opts_dtype_device(opts, 'arange', allint and 5 or 0)
+    return grad_leaf(call1(C.dpl_tensor_arange, start, step, n, dt, devt, devi, out1), rg)
   end
 
   function M.linspace(start, stop, steps, opts)
     if type(start) ~= 'number' or type(stop) ~= 'number' or type(steps) ~= 'number' then
       error('linspace: expected (start, end, steps)', 2)
     end
-    local dt, devt, devi = opts_dtype_device(opts, 'linspace')
-    return call1(C.dpl_tensor_linspace, start, stop, steps, dt, devt, devi, out1)
+    local dt, devt, devi, rg = opts_dtype_device(opts, 'linspace')
+    return grad_leaf(call1(C.dpl_tensor_linspace, start, stop, steps, dt, devt, devi, out1), rg)
   end
 
   function M.eye(n, m, opts)
     if is_opts(m) then opts, m = m, nil end
     m = m or n
     if type(n) ~= 'number' or type(m) ~= 'number' then error('eye: expected (n [, m])', 2) end
-    local dt, devt, devi = opts_dtype_device(opts, 'eye')
-    return call1(C.dpl_tensor_eye, n, m, dt, devt, devi, out1)
+    local dt, devt, devi, rg = opts_dtype_device(opts, 'eye')
+    return grad_leaf(call1(C.dpl_tensor_eye, n, m, dt, devt, devi, out1), rg)
   end
 
   -- nested Lua table -> shape, flat values, kind ('int', 'float', 'bool')
@@ -117,7 +125,7 @@ return function(M, H)
         end
         if tv == 'number' then
           if kind == 'bool' then error('tensor: mixed booleans and numbers', 5) end
-          if kind ~= 'float' and (v ~= floor(v) or v ~= v or v == huge or v == -huge) then kind = 'float' end
+          if kind ~= 'float' and (v ~= floor(v) or v ~= v or v >= I64_LIM or v < -I64_LIM) then kind = 'float' end
         elseif tv == 'boolean' then
           if n > 0 and kind ~= 'bool' then error('tensor: mixed booleans and numbers', 5) end
           kind = 'bool'
@@ -142,18 +150,18 @@ return function(M, H)
   --- dpl.tensor(data [, {dtype=, device=}]): data is a number, a boolean, a nested
   --- table of them, or a tensor (copied).
   function M.tensor(data, opts)
-    need_opts('tensor', opts)
+    local _, _, _, rg = opts_dtype_device(opts, 'tensor') -- (checks the keys)
     if is_tensor(data) then
       local dt = opts and opts.dtype and dtype_id(opts.dtype, 'tensor') or data._dtype
       local devt, devi = data._devtype, data._devindex
       if opts and opts.device then devt, devi = parse_device(opts.device, 'tensor') end
-      return call1(C.dpl_tensor_to, data, dt, devt, devi, out1)
+      return grad_leaf(call1(C.dpl_tensor_to, data, dt, devt, devi, out1), rg)
     end
     local td = type(data)
     local shape, flat, n, kind
     if td == 'number' or td == 'boolean' then
       shape, flat, n = {}, { td == 'boolean' and (data and 1 or 0) or data }, 1
-      kind = td == 'boolean' and 'bool' or ((data == floor(data) and data ~= huge and data ~= -huge) and 'int' or 'float')
+      kind = td == 'boolean' and 'bool' or ((data == floor(data) and data < I64_LIM and data >= -I64_LIM) and 'int' or 'float')
     elseif td == 'table' then
       shape, flat, n, kind = scan_nested(data)
     else
@@ -168,52 +176,56 @@ return function(M, H)
       for i = 1, n do buf[i - 1] = flat[i] end
       check(C.dpl_tensor_set_from_f64(t, buf, n))
     end
-    return t
+    return grad_leaf(t, rg)
   end
   M.as_tensor = M.tensor
 
-  local function like_opts(t, opts)
-    need_tensor('*_like', 'input', t)
-    need_opts('*_like', opts)
-    local dt = opts and opts.dtype and dtype_id(opts.dtype, 'like') or t._dtype
+  local function like_opts(t, opts, name)
+    need_tensor(name, 'input', t)
+    local _, _, _, rg = opts_dtype_device(opts, name) -- (checks the keys)
+    local dt = opts and opts.dtype and dtype_id(opts.dtype, name) or t._dtype
     local devt, devi = t._devtype, t._devindex
-    if opts and opts.device then devt, devi = parse_device(opts.device, 'like') end
+    if opts and opts.device then devt, devi = parse_device(opts.device, name) end
     for i = 0, t._ndim - 1 do shp[i] = t._shape[i] end
-    return t._ndim, dt, devt, devi
+    return t._ndim, dt, devt, devi, rg
   end
 
-  function M.empty_like(t, opts) local n, dt, a, b = like_opts(t, opts) return new_empty(n, dt, a, b) end
+  local function empty_like(t, opts, name)
+    local n, dt, a, b, rg = like_opts(t, opts, name)
+    return new_empty(n, dt, a, b), rg
+  end
+  function M.empty_like(t, opts) return grad_leaf(empty_like(t, opts, 'empty_like')) end
   function M.zeros_like(t, opts)
-    local r = M.empty_like(t, opts)
+    local r, rg = empty_like(t, opts, 'zeros_like')
     if bit.band(r._flags, 2) ~= 0 then check(C.dpl_tensor_fill_(r, 0)) -- device memory (a real GPU)
     else ffi.fill(r._data, tonumber(r._numel) * tonumber(C.dpl_dtype_size(r._dtype))) end
-    return r
+    return grad_leaf(r, rg)
   end
-  function M.ones_like(t, opts) local r = M.empty_like(t, opts) check(C.dpl_tensor_fill_(r, 1)) return r end
+  function M.ones_like(t, opts) local r, rg = empty_like(t, opts, 'ones_like') check(C.dpl_tensor_fill_(r, 1)) return grad_leaf(r, rg) end
   function M.full_like(t, v, opts)
     if type(v) == 'boolean' then v = v and 1 or 0 end
     need_number('full_like', 'fill_value', v)
-    local r = M.empty_like(t, opts)
+    local r, rg = empty_like(t, opts, 'full_like')
     check(C.dpl_tensor_fill_(r, v))
-    return r
+    return grad_leaf(r, rg)
   end
-  function M.rand_like(t, opts) local r = M.empty_like(t, opts) check(C.dpl_tensor_uniform_(r, 0, 1)) return r end
-  function M.randn_like(t, opts) local r = M.empty_like(t, opts) check(C.dpl_tensor_normal_(r, 0, 1)) return r end
+  function M.rand_like(t, opts) local r, rg = empty_like(t, opts, 'rand_like') check(C.dpl_tensor_uniform_(r, 0, 1)) return grad_leaf(r, rg) end
+  function M.randn_like(t, opts) local r, rg = empty_like(t, opts, 'randn_like') check(C.dpl_tensor_normal_(r, 0, 1)) return grad_leaf(r, rg) end
 
   function M.rand(...)
     local n, opts = parse_sizes('rand', shp, ...)
-    local dt, devt, devi = opts_dtype_device(opts, 'rand')
+    local dt, devt, devi, rg = opts_dtype_device(opts, 'rand')
     local t = new_empty(n, dt, devt, devi)
     check(C.dpl_tensor_uniform_(t, 0, 1))
-    return t
+    return grad_leaf(t, rg)
   end
 
   function M.randn(...)
     local n, opts = parse_sizes('randn', shp, ...)
-    local dt, devt, devi = opts_dtype_device(opts, 'randn')
+    local dt, devt, devi, rg = opts_dtype_device(opts, 'randn')
     local t = new_empty(n, dt, devt, devi)
     check(C.dpl_tensor_normal_(t, 0, 1))
-    return t
+    return grad_leaf(t, rg)
   end
 
   --- randint(high, size [, opts]) or randint(low, high, size [, opts]): integers in [low, high).
@@ -225,10 +237,10 @@ return function(M, H)
       error('randint: expected (high, size) or (low, high, size) with size a table', 2)
     end
     local n = parse_sizes('randint', shp, size)
-    local dt, devt, devi = opts_dtype_device(opts, 'randint', 5)
+    local dt, devt, devi, rg = opts_dtype_device(opts, 'randint', 5)
     local t = new_empty(n, dt, devt, devi)
     check(C.dpl_tensor_randint_(t, low, high))
-    return t
+    return grad_leaf(t, rg)
   end
 
   function M.manual_seed(s)

@@ -256,7 +256,7 @@ __device__ __forceinline__ float un_f(int op, float x)
   case CEIL: return ceilf(x);
   case ROUND: return rintf(x);
   case TRUNC: return truncf(x);
-  case SIGN: return x > 0 ? 1.0f : x < 0 ? -1.0f : x;
+  case SIGN: return x > 0 ? 1.0f : x < 0 ? -1.0f : 0.0f; // NaN and -0 give 0, as torch.sign
   case RECIPROCAL: return 1.0f / x;
   case SQUARE: return x * x;
   case LOG1P: return log1pf(x);
@@ -285,7 +285,7 @@ __device__ __forceinline__ double un_f(int op, double x)
   case CEIL: return ceil(x);
   case ROUND: return rint(x);
   case TRUNC: return trunc(x);
-  case SIGN: return x > 0 ? 1.0 : x < 0 ? -1.0 : x;
+  case SIGN: return x > 0 ? 1.0 : x < 0 ? -1.0 : 0.0;
   case RECIPROCAL: return 1.0 / x;
   case SQUARE: return x * x;
   case LOG1P: return log1p(x);

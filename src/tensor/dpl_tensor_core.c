@@ -9,6 +9,7 @@
 #include "dpl_tensor_internal.h"
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <malloc.h>
 #include <pthread.h>
 #include <sys/mman.h>
@@ -714,7 +715,13 @@ int64_t dpl_storage_nbytes(const dpl_tensor *t) { return t && t->_storage ? t->_
 
 int dpl_check_handle(const char *op, const char *name, const dpl_tensor *t)
 {
-  if (!t) return dpl_errorf(DPL_EINVAL, "%s: %s is NULL (expected a tensor)", op, name);
+  if (!t) {
+    /* from Lua, a nil self is nearly always t.op(...) written for t:op(...) */
+    if (name && strcmp(name, "self") == 0)
+      return dpl_errorf(DPL_EINVAL, "%s: self is NULL/nil (expected a tensor; a method called with '.' instead of ':'? "
+                        "write t:%s(...))", op, op);
+    return dpl_errorf(DPL_EINVAL, "%s: %s is NULL (expected a tensor)", op, name);
+  }
   if (!t->_storage) return dpl_errorf(DPL_EINVAL, "%s: %s was freed with :free()", op, name);
   if (!dpl_dtype_valid(t->_dtype) || t->_ndim < 0 || t->_ndim > DPL_MAX_DIMS)
     return dpl_errorf(DPL_EINVAL, "%s: %s is not a valid tensor", op, name);

@@ -541,7 +541,7 @@ static int un_bool_out(int op)
     case DPL_OP_CEIL: UN_LOOP(T, T, ceil##S(x)); break;                                             \
     case DPL_OP_ROUND: UN_LOOP(T, T, nearbyint##S(x)); break;                                       \
     case DPL_OP_TRUNC: UN_LOOP(T, T, trunc##S(x)); break;                                           \
-    case DPL_OP_SIGN: UN_LOOP(T, T, x > 0 ? (T)1 : x < 0 ? (T)-1 : x); break;                       \
+    case DPL_OP_SIGN: UN_LOOP(T, T, x > 0 ? (T)1 : x < 0 ? (T)-1 : (T)0); break;                    \
     case DPL_OP_RECIPROCAL: UN_LOOP(T, T, (T)1 / x); break;                                         \
     case DPL_OP_SQUARE: UN_LOOP(T, T, x * x); break;                                                \
     case DPL_OP_LOG1P: UN_LOOP(T, T, log1p##S(x)); break;                                           \

@@ -121,7 +121,13 @@ function M.validate(user)
   end
   if #unknown > 0 then
     table.sort(unknown)
-    misconf('Trainer got unknown argument%s: %s', #unknown > 1 and 's' or '', table.concat(unknown, ', '))
+    local hints = {} -- the nearest argument name of each (at most 2 edits away), as dpl.options says it
+    for _, k in ipairs(unknown) do
+      local best = require('dpl.options').nearest(k, M.defaults)
+      if best then hints[#hints + 1] = ("'%s'"):format(best) end
+    end
+    misconf('Trainer got unknown argument%s: %s%s', #unknown > 1 and 's' or '', table.concat(unknown, ', '),
+      #hints > 0 and (' (did you mean %s?)'):format(table.concat(hints, ', ')) or '')
   end
   local a = {}
   for k, d in pairs(M.defaults) do

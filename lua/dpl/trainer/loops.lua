@@ -155,6 +155,15 @@ end
 --- One loader as the Trainer runs it: unshuffled for overfit_batches, the strategy's
 --- process_dataloader, and a DistributedSampler (or wrapper) with several processes.
 function M._prepare_loader(t, stage, l, distributed, data)
+  if type(l) == 'table' and l.iter == nil and not require('dpl.combined_loader').is_combined(l) then
+    -- a Dataset (or another object) where a DataLoader belongs: Lightning's TypeError, with the fix
+    local fn = t.state and t.state.fn or 'fit'
+    local arg = stage == 'train' and 'train_dataloaders' or (fn == 'fit' and 'val_dataloaders' or 'dataloaders')
+    local name = type(l.__name) == 'string' and l.__name or 'a table'
+    errors.TypeError:raise(('An invalid dataloader was passed to `Trainer.%s(%s=...)`. Found %s%s.'):format(fn, arg, name,
+      type(l.get) == 'function' and ', a Dataset: wrap it in a loader, dpl.data.DataLoader(dataset, {batch_size = 32})'
+        or ', which has no iter() method (a dpl.data.DataLoader has one)'), 0)
+  end
   if stage == 'train' and t._args._overfit then
     local s = l.sampler
     if s and (s.__name == 'RandomSampler' or (s.shuffle == true and s.num_replicas == nil)) then
