@@ -67,6 +67,10 @@ local function handler(e)
       msg = s
     end
   end
+  -- a method called as obj.method(...): its self is missing (nil) or is the first argument
+  if msg:find("local 'self' (a ", 1, true) then
+    msg = msg .. "\n  (hint: a method called with '.' instead of ':'? write obj:method(...))"
+  end
   local tb = debug.traceback(msg, 2)
   -- keep the frames of the user's chunk, drop the REPL's own
   local lines = {}

@@ -94,6 +94,9 @@ static int traceback_handler(lua_State *L)
 {
   if (lua_isnoneornil(L, 1)) return 1;
   const char *msg = dpl_host_error_text(L, 1);
+  /* a method called as obj.method(...): its self is missing (nil) or is the first argument */
+  if (strstr(msg, "local 'self' (a ") != NULL)
+    msg = lua_pushfstring(L, "%s\n  (hint: a method called with '.' instead of ':'? write obj:method(...))", msg);
   luaL_traceback(L, L, msg, 1);
   return 1;
 }
