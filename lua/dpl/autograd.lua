@@ -913,9 +913,21 @@ function M.no_grad(fn, ...) return with_mode(false, fn, ...) end
 function M.enable_grad(fn, ...) return with_mode(true, fn, ...) end
 
 ---------------------------------------------------------------- tensor properties
+-- t.grad_fn prints as PyTorch's does (<MulBackward>, not the node's fields); the metatable is
+-- set when a user reads grad_fn, so the recording path pays nothing for it
+local NodeMT = { __tostring = function(n)
+  local name = tostring(n.op or n.name or 'Function')
+  return '<' .. name:gsub('^%l', string.upper):gsub('_(%l)', string.upper) .. 'Backward>'
+end }
+local function user_gfn(t)
+  local n = cur_gfn(t)
+  if n ~= nil and getmetatable(n) == nil then setmetatable(n, NodeMT) end
+  return n
+end
+
 local function install_props()
 props.requires_grad = function(t) return rg[t] == true end
-props.grad_fn = cur_gfn
+props.grad_fn = user_gfn
 props.is_leaf = function(t) return cur_gfn(t) == nil end
 props.grad = function(t) return grads[t] end
 
