@@ -331,9 +331,9 @@ end
 
 -- a flag's text as a YAML value (the rule of --model.* / --data.*)
 local function yaml_value(raw, flag)
-  local ok, v = pcall(yaml.decode, raw, 'argument ' .. flag)
+  local ok, v, floats = pcall(yaml.decode, raw, 'argument ' .. flag)
   if not ok then usage_error('%s', errors.is(v, errors.ValueError) and v.message or tostring(v)) end
-  return v
+  return v, floats
 end
 
 -- a --trainer.NAME value, as Trainer.from_argv reads it
@@ -783,7 +783,9 @@ end
 function LightningCLI:instantiate_trainer(extra)
   local kw = {}
   for k, v in pairs(self.config.trainer) do
-    if v ~= NULL then kw[k] = v end
+    if v ~= NULL then kw[k] = v
+    elseif targs.defaults[k] == true then kw[k] = false -- `logger: null`: Lightning's Trainer(logger=None), off
+    end
   end
   for k, v in pairs(extra or {}) do kw[k] = v end
   local cbs = {}
