@@ -246,6 +246,22 @@ describe('LightningCLI', function()
     os.execute('rm -rf ' .. h.q(d))
   end)
 
+  it('--trainer.NAME takes a YAML list or mapping where the Trainer takes one (as jsonargparse)', function()
+    local o, e, rc = cli('fit --trainer.max_time "{minutes: 1}" --trainer.accumulate_grad_batches "{0: 2, 4: 1}"'
+      .. ' --trainer.devices "[0, 1]" --print_config')
+    assert.equal(0, rc, e)
+    local cfg = yaml.decode(o)
+    assert.same({ minutes = 1 }, cfg.trainer.max_time)
+    assert.same({ [0] = 2, [4] = 1 }, cfg.trainer.accumulate_grad_batches)
+    assert.same({ 0, 1 }, cfg.trainer.devices)
+    local d = tmpdir()
+    o, e, rc = cli('fit --trainer.max_epochs 1 --trainer.max_time "{minutes: 1}" --trainer.logger false'
+      .. ' --trainer.accumulate_grad_batches "{0: 2}" --trainer.default_root_dir ' .. h.q(d), 'CLI_NOSAVE=1')
+    assert.equal(0, rc, o .. e)
+    assert.matches('global_step=4', results(o)) -- 8 batches, 2 accumulated
+    os.execute('rm -rf ' .. h.q(d))
+  end)
+
   it('run=false: no subcommand; the objects are built for the script', function()
     local o, e, rc = cli('--model.hidden 7 --trainer.max_epochs 2 --seed_everything false', 'CLI_RUN=0')
     assert.equal(0, rc, o .. e)

@@ -336,10 +336,14 @@ local function yaml_value(raw, flag)
   return v, floats
 end
 
--- a --trainer.NAME value, as Trainer.from_argv reads it
+-- the Trainer arguments that take a list or a mapping (jsonargparse reads `[0, 1]`, `{minutes: 1}`)
+local TABLE_ARGS = { devices = true, gpus = true, tpu_cores = true, max_time = true, accumulate_grad_batches = true }
+
+-- a --trainer.NAME value, as Trainer.from_argv reads it (a list or mapping as YAML)
 local function trainer_value(name, raw)
   if is_null_word(raw) then return NULL end
   if name == 'callbacks' or name == 'plugins' then return yaml_value(raw, '--trainer.' .. name) end
+  if TABLE_ARGS[name] and raw:match('^%s*[%[{]') then return (yaml_value(raw, '--trainer.' .. name)) end
   if name == 'profiler' then return raw end
   local ok, out = pcall(targs.parse_argv, { '--' .. name, raw })
   if not ok then
