@@ -92,6 +92,8 @@ return function(M, H)
     return call1(C.dpl_tensor_eye, n, m, dt, devt, devi, out1)
   end
 
+  -- integral numbers outside [-2^63, 2^63) are not int64s: they make a floating tensor
+  local INT64_END = 2 ^ 63
   -- nested Lua table -> shape, flat values, kind ('int', 'float', 'bool')
   local function scan_nested(data)
     local shape = {}
@@ -117,7 +119,7 @@ return function(M, H)
         end
         if tv == 'number' then
           if kind == 'bool' then error('tensor: mixed booleans and numbers', 5) end
-          if kind ~= 'float' and (v ~= floor(v) or v ~= v or v == huge or v == -huge) then kind = 'float' end
+          if kind ~= 'float' and (v ~= floor(v) or v ~= v or v >= INT64_END or v < -INT64_END) then kind = 'float' end
         elseif tv == 'boolean' then
           if n > 0 and kind ~= 'bool' then error('tensor: mixed booleans and numbers', 5) end
           kind = 'bool'
@@ -153,7 +155,8 @@ return function(M, H)
     local shape, flat, n, kind
     if td == 'number' or td == 'boolean' then
       shape, flat, n = {}, { td == 'boolean' and (data and 1 or 0) or data }, 1
-      kind = td == 'boolean' and 'bool' or ((data == floor(data) and data ~= huge and data ~= -huge) and 'int' or 'float')
+      kind = td == 'boolean' and 'bool' or ((data == floor(data) and data < INT64_END and data >= -INT64_END) and 'int'
+        or 'float')
     elseif td == 'table' then
       shape, flat, n, kind = scan_nested(data)
     else
