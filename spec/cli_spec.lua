@@ -347,6 +347,10 @@ describe('LightningCLI', function()
     { 'fit --seed_everything x', "cli_script.lua fit: error: argument --seed_everything: seed_everything expects true, false or an integer, got x" },
     { 'fit --model.lr "[1,"', "cli_script.lua fit: error: argument --model.lr:1: a value is missing in a flow collection" },
     { 'fit --config /nonexistent.yaml', 'cli_script.lua fit: error: argument --config: cannot read /nonexistent.yaml' },
+    -- argparse: an option word is not a value (it took --print_config as the lr and ran)
+    { 'fit --model.lr --print_config', 'cli_script.lua fit: error: argument --model.lr: expected one argument' },
+    { 'fit --model --trainer.max_epochs 2', 'cli_script.lua fit: error: argument --model: expected one argument' },
+    { 'fit --config /tmp', 'cli_script.lua fit: error: argument --config: cannot read /tmp: Is a directory' },
     { 'fit --trainer.callbacks "[{class_path: x}]"', 'cli_script.lua fit: error: argument --trainer.callbacks: trainer.callbacks from a config or the command line' },
   }) do
     it('bad command line: ' .. c[1] .. ': one line on stderr, exit 2', function()

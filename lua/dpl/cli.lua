@@ -466,8 +466,9 @@ local function read_config(path)
   end
   local f, err = io.open(path, 'rb')
   if not f then usage_error('argument --config: cannot read %s: %s', path, tostring(err)) end
-  local text = f:read('*a')
+  local text, rerr = f:read('*a')
   f:close()
+  if text == nil then usage_error('argument --config: cannot read %s: %s', path, tostring(rerr or 'not a file')) end
   local ok, v, floats = pcall(yaml.decode, text, path)
   if not ok then usage_error('%s', errors.is(v, errors.ValueError) and v.message or tostring(v)) end
   return v, floats
@@ -529,7 +530,9 @@ function LightningCLI:parse_arguments(args, run)
     local function value()
       if val ~= nil then return val end
       local nx = words[i + 1]
-      if nx == nil then usage_error('argument --%s: expected one argument', key) end
+      -- (argparse's rule: a word starting with '--' is the next option, not a value; write
+      -- --flag=--text for such a value)
+      if nx == nil or (nx:sub(1, 2) == '--' and #nx > 2) then usage_error('argument --%s: expected one argument', key) end
       i = i + 1
       return nx
     end
