@@ -4,7 +4,8 @@
 -- distinct tensor once (by identity: a tensor found twice comes back as one object, so tied
 -- weights stay tied), named t1, t2, ...; the tree, with each tensor replaced by its number, in
 -- the metadata key "dplhost.tree" as LuaJIT's string.buffer encoding in base64 (exact numbers,
--- any bytes in strings; a table found in several places stored once and loaded shared). Loading decodes data only and never runs code. A safetensors file
+-- any bytes in strings; a table found in several places stored once and loaded shared).
+-- Loading decodes data only and never runs code. A safetensors file
 -- without that key (written by Python's safetensors, or dpl.safetensors) loads as a table of
 -- name = tensor.
 local ffi = require 'ffi'
