@@ -120,6 +120,23 @@ model:
     assert.equal('2e0', floats[v.c].d)
   end)
 
+  it('tells the integral floats of flow mappings too ({a: 1.0})', function()
+    local v, floats = yaml.decode('t: {a: 1.0, b: 1, c: [1.0], d: {e: 2.0}}\n')
+    assert.equal(1, v.t.a)
+    assert.equal('1.0', floats[v.t].a)
+    assert.is_nil(floats[v.t].b)
+    assert.equal('2.0', floats[v.t.d].e)
+  end)
+
+  it('control characters: encoded double-quoted with escapes PyYAML reads, and read back', function()
+    local s = 'a\1b\127c\27d'
+    local text = yaml.encode({ name = s })
+    assert.is_nil(text:find('[\1\127\27]'), text) -- PyYAML refuses raw control characters
+    assert.equal(s, yaml.decode(text).name)
+    -- YAML's \x, \u and \U escapes
+    assert.equal('A\195\169\240\159\152\128', yaml.decode('x: "\\x41\\u00e9\\U0001F600"\n').x)
+  end)
+
   it('bad YAML: a ValueError naming the file and the line', function()
     for _, c in ipairs({
       { 'a: 1\n b: 2\n', 'bad.yaml:2: bad indentation' },
@@ -200,6 +217,48 @@ describe('LightningCLI', function()
     assert.equal(0, rc, o .. e)
     assert.matches('subcommand=tune seed=0', results(o))
     assert.matches('tuned lr_find=yes', results(o))
+    os.execute('rm -rf ' .. h.q(d))
+  end)
+
+  it('null for a Trainer argument that defaults to true is off, as Lightning\'s Trainer(logger=None)', function()
+    -- Lightning 1.9.5: `trainer: {logger: null}` passes logger=None: no logger (if not logger)
+    local d = tmpdir()
+    h.write_file(d .. '/n.yaml', '# no logger, no checkpoints\ntrainer:\n  logger: null\n  enable_checkpointing: ~\n')
+    local o, e, rc = cli('fit --trainer.max_epochs 1 --trainer.default_root_dir ' .. h.q(d) .. ' -c ' .. h.q(d .. '/n.yaml'))
+    assert.equal(0, rc, o .. e)
+    assert.is_false(exists(d .. '/lightning_logs'))
+    assert.is_false(exists(d .. '/checkpoints'))
+    assert.is_true(exists(d .. '/config.yaml')) -- default_root_dir without a logger
+    os.execute('rm -rf ' .. h.q(d))
+  end)
+
+  it('1.0 stays a fraction in --trainer YAML text and in flow mappings of a config', function()
+    local d = tmpdir()
+    h.write_file(d .. '/f.yaml', 'trainer: {limit_val_batches: 1.0, max_epochs: 1}\n')
+    local o, e, rc = cli('fit --trainer "limit_train_batches: 1.0" -c ' .. h.q(d .. '/f.yaml')
+      .. ' --trainer.default_root_dir ' .. h.q(d) .. ' --trainer.logger false')
+    assert.equal(0, rc, o .. e)
+    assert.matches('global_step=8', results(o)) -- all 8 batches of 8, not 1
+    o, e, rc = cli('fit --trainer "{limit_train_batches: 1.0}" -c ' .. h.q(d .. '/f.yaml') .. ' --print_config')
+    assert.equal(0, rc, e)
+    assert.matches('limit_train_batches: 1.0\n', o)
+    assert.matches('limit_val_batches: 1.0\n', o)
+    os.execute('rm -rf ' .. h.q(d))
+  end)
+
+  it('--trainer.NAME takes a YAML list or mapping where the Trainer takes one (as jsonargparse)', function()
+    local o, e, rc = cli('fit --trainer.max_time "{minutes: 1}" --trainer.accumulate_grad_batches "{0: 2, 4: 1}"'
+      .. ' --trainer.devices "[0, 1]" --print_config')
+    assert.equal(0, rc, e)
+    local cfg = yaml.decode(o)
+    assert.same({ minutes = 1 }, cfg.trainer.max_time)
+    assert.same({ [0] = 2, [4] = 1 }, cfg.trainer.accumulate_grad_batches)
+    assert.same({ 0, 1 }, cfg.trainer.devices)
+    local d = tmpdir()
+    o, e, rc = cli('fit --trainer.max_epochs 1 --trainer.max_time "{minutes: 1}" --trainer.logger false'
+      .. ' --trainer.accumulate_grad_batches "{0: 2}" --trainer.default_root_dir ' .. h.q(d), 'CLI_NOSAVE=1')
+    assert.equal(0, rc, o .. e)
+    assert.matches('global_step=4', results(o)) -- 8 batches, 2 accumulated
     os.execute('rm -rf ' .. h.q(d))
   end)
 
@@ -288,6 +347,10 @@ describe('LightningCLI', function()
     { 'fit --seed_everything x', "cli_script.lua fit: error: argument --seed_everything: seed_everything expects true, false or an integer, got x" },
     { 'fit --model.lr "[1,"', "cli_script.lua fit: error: argument --model.lr:1: a value is missing in a flow collection" },
     { 'fit --config /nonexistent.yaml', 'cli_script.lua fit: error: argument --config: cannot read /nonexistent.yaml' },
+    -- argparse: an option word is not a value (it took --print_config as the lr and ran)
+    { 'fit --model.lr --print_config', 'cli_script.lua fit: error: argument --model.lr: expected one argument' },
+    { 'fit --model --trainer.max_epochs 2', 'cli_script.lua fit: error: argument --model: expected one argument' },
+    { 'fit --config /tmp', 'cli_script.lua fit: error: argument --config: cannot read /tmp: Is a directory' },
     { 'fit --trainer.callbacks "[{class_path: x}]"', 'cli_script.lua fit: error: argument --trainer.callbacks: trainer.callbacks from a config or the command line' },
   }) do
     it('bad command line: ' .. c[1] .. ': one line on stderr, exit 2', function()

@@ -28,6 +28,23 @@ describe('dist.spawn', function()
     assert.matches('^0\thello\t3\t3\t3\t0/3\t3\nparent still has no group:\tfalse\n$', out)
   end)
 
+  it('returns all of rank 0\'s values (nil among them), tensors too (on the CPU, through dpl.save)', function()
+    -- Lightning's launcher returns the worker's whole output, tensors moved to the CPU
+    local out, err, rc = run([[
+      local dpl = require 'dpl'
+      local a, b, c, d = spawn.spawn(function(rank) return rank, 'two', nil, 4 end, 2)
+      print('values', a, b, c, d, select('#', spawn.spawn(function() return 1, nil, nil end, 2)))
+      local t, u = spawn.spawn(function(rank) return { w = dpl.tensor({ 1.5, 2.5 }), r = rank }, dpl.ones(2, 2) end, 2)
+      print('tensors', t.w.dtype, t.w:sum():item(), t.r, u:sum():item(), t.w.device)
+      local ok, e = pcall(spawn.spawn, function() return print end, 2)
+      print('function', ok, (tostring(e):match('cannot be sent back: ([^\n]*)')))
+    ]])
+    assert.are.equal(0, rc, err)
+    assert.matches('values\t0\ttwo\tnil\t4\t3\n', out)
+    assert.matches('tensors\tfloat32\t4\t0\t4\tcpu\n', out)
+    assert.matches('function\tfalse\tTypeError: dpl.save: obj%["values"%]%[1%] is a function', out)
+  end)
+
   it("gives each worker its share of the cores unless the thread count is set", function()
     local body = "print('threads ' .. spawn.spawn(function() return require('dpl').get_num_threads() end, 2))"
     local cores = tonumber(io.popen('getconf _NPROCESSORS_ONLN'):read('*l'))

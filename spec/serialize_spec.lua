@@ -78,6 +78,43 @@ describe('dpl.save / dpl.load', function()
     os.remove(p)
   end)
 
+  it('a table found in several places is stored once and comes back shared (a DAG stays small)', function()
+    local p = tmp('shared.dpl')
+    local cfg = { lr = 0.1, tags = { 'a' }, w = dpl.ones(2) }
+    local t = { a = cfg, b = { cfg, cfg }, e = {}, }
+    t.f = t.e
+    -- 2^16 paths to the same leaf: stored once, not 65536 times
+    local dag = { leaf = 'x' }
+    for _ = 1, 16 do dag = { l = dag, r = dag } end
+    t.dag = dag
+    dpl.save(t, p)
+    local f = io.open(p, 'rb')
+    local size = f:seek('end')
+    f:close()
+    assert.is_true(size < 4096, size)
+    local o = dpl.load(p)
+    assert.is_true(rawequal(o.a, o.b[1]) and rawequal(o.a, o.b[2]))
+    assert.is_true(rawequal(o.e, o.f))
+    assert.are.same({ 'a' }, o.a.tags)
+    assert.are.equal(0.1, o.a.lr)
+    assert.are.same({ 1, 1 }, o.b[2].w:totable())
+    assert.is_nil(rawget(o.a, '__dpl_def__'))
+    local d = o.dag
+    for _ = 1, 16 do assert.is_true(rawequal(d.l, d.r)); d = d.l end
+    assert.are.same({ leaf = 'x' }, d)
+    -- a big tree of numbers saves and loads quickly (the tree's base64 runs over FFI buffers)
+    local big = {}
+    for i = 1, 200000 do big[i] = i / 4 end
+    local t0 = os.clock()
+    dpl.save({ big = big, s = ('\0\1\255'):rep(100001) }, p)
+    o = dpl.load(p)
+    assert.are.equal(200000, #o.big)
+    assert.are.equal(12345 / 4, o.big[12345])
+    assert.are.equal(('\0\1\255'):rep(100001), o.s)
+    assert.is_true(os.clock() - t0 < 2, os.clock() - t0)
+    os.remove(p)
+  end)
+
   it('refuses what it cannot store, naming where it is', function()
     local p = tmp('bad.dpl')
     local function err(...) local ok, e = pcall(dpl.save, ...) assert.is_false(ok) return tostring(e) end
@@ -88,6 +125,10 @@ describe('dpl.save / dpl.load', function()
     c.self = c
     assert.matches('dpl.save: obj%["self"%] refers back to a table that contains it %(a cycle%)', err(c, p))
     assert.matches('keys must be strings, numbers or booleans', err({ [{}] = 1 }, p))
+    -- dpl.save's own marker keys (a table holding one would load as a tensor or a reference)
+    assert.matches('dpl.save: obj%["x"%] has the key "__dpl_tensor__", which dpl.save reserves',
+      err({ x = { __dpl_tensor__ = 1 } }, p))
+    assert.matches('has the key "__dpl_ref__"', err({ { __dpl_ref__ = 1 } }, p))
     assert.matches('path must be a string', err({}, 3))
     assert.matches('path must be a string', select(2, pcall(dpl.load, {})))
     assert.matches("cannot open", tostring(select(2, pcall(dpl.load, p .. '.none'))))

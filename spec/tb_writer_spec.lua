@@ -482,4 +482,23 @@ describe('self.logger.experiment in a LightningModule', function()
     assert.equal(1, #got.tensors['rank/text_summary'])
     assert.same({ 'rank 0' }, got.tensors['rank/text_summary'][1].string_val)
   end)
+
+  it('under dplhost --nproc 2, loggers called directly on every rank write on rank 0 only (rank_zero_only)', function()
+    local dir = th.tmpdir()
+    local out, err, rc = h.dplhost('--nproc 2 spec/support/tb_experiment_script.lua ' .. h.q(dir) .. ' ddp direct',
+      { timeout = 180 })
+    assert.equal(0, rc, err)
+    local p = io.popen('cd ' .. h.q(dir) .. ' && find . -type f | sort')
+    local files = p:read('*a'); p:close()
+    -- (rank 1 wrote an events file of its own, and its hparams and metrics over rank 0's)
+    assert.matches('^%./csv/version_0/hparams%.yaml\n%./csv/version_0/metrics%.csv\n'
+      .. '%./lightning_logs/version_0/events%.out%.tfevents%.[^\n]+\n%./lightning_logs/version_0/hparams%.yaml\n'
+      .. '%./tb/version_0/events%.out%.tfevents%.[^\n]+\n%./tb/version_0/hparams%.yaml\n$', files)
+    assert.matches('rank: 0', h.read_all(dir .. '/csv/version_0/hparams.yaml'))
+    assert.matches('rank: 0', h.read_all(dir .. '/tb/version_0/hparams.yaml'))
+    assert.matches('direct,step\n0,99\n$', h.read_all(dir .. '/csv/version_0/metrics.csv'))
+    check_run(dir .. '/lightning_logs/version_0')
+    local got = all_values(one_event_file(dir .. '/tb/version_0'))
+    assert.equal(1, #got.scalars.direct)
+  end)
 end)

@@ -82,6 +82,14 @@ describe('dpl.tensor from numbers and nested tables', function()
     assert.are.equal(1 / 0, dpl.tensor(1 / 0):item())
     assert.are.equal(-1 / 0, dpl.tensor(-1 / 0):item())
   end)
+  it('integral numbers beyond int64\'s range make float32 (not a saturated int64)', function()
+    -- dpl.tensor({1e20}) was int64 9223372036854775807 (a histogram of {-1e308, 1e308} read +-9.2e18)
+    assert.are.equal('float32', dpl.tensor(1e20).dtype)
+    assert.are.equal(1e20, dpl.tensor({ 1e20 }, { dtype = 'float64' }):item())
+    same(dpl.tensor({ 1, 2 ^ 63 }), 'float32', { 1, 2 ^ 63 })
+    same(dpl.tensor({ 1e308, -1e308 }):double(), 'float64', { 1 / 0, -1 / 0 }) -- beyond float32's range
+    same(dpl.tensor({ -2 ^ 63, 2 ^ 53 }), 'int64', { -2 ^ 63, 2 ^ 53 }) -- still int64 inside the range
+  end)
   it('a nested 0-d tensor keeps its kind: float stays float, bool stays bool', function()
     -- torch.tensor([torch.tensor(True)]).dtype == torch.bool; a float 0-d tensor gives float32
     assert.are.equal('bool', dpl.tensor({ dpl.tensor(true) }).dtype)

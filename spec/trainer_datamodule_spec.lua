@@ -261,6 +261,12 @@ describe('LightningDataModule with the Trainer', function()
     assert.matches('NotImplementedError: from_datasets: num_workers > 0',
       tostring(select(2, pcall(D6.from_datasets, D6, { num_workers = 2 }))))
     assert.matches('batch_size must be a positive integer', select(2, pcall(D6.from_datasets, D6, { batch_size = 0 })))
+    assert.matches("batch_size must be a positive integer, got '4'", select(2, pcall(D6.from_datasets, D6, { batch_size = '4' })))
+    -- training datasets by name (Lightning's Mapping[str, Dataset]): loaders by name, stepped together
+    local named = dpl.LightningDataModule:from_datasets { train_dataset = { a = ds, b = ds }, batch_size = 4 }
+    local nl = named:train_dataloader()
+    assert.are.equal(3, #nl.a)
+    assert.are.equal('RandomSampler', nl.b.sampler.__name)
     -- and it trains
     local t = trainer(th.tmpdir(), { enable_checkpointing = false, limit_train_batches = 2 })
     local Lin = dpl.LightningModule:extend('Lin')

@@ -68,6 +68,17 @@ describe('trainer.tuner:lr_find', function()
     assert.are_not.equal(0.3, m2.lr)
   end)
 
+  it('stops at the user\'s max_epochs, as Lightning 1.9.5 (which only sets max_steps)', function()
+    -- Lightning 1.9.5, 10 batches an epoch, lr_find(num_training=30, early_stop_threshold=None):
+    -- max_epochs=1 -> 10 points, max_epochs=2 -> 20, max_epochs=None (1000) -> 30
+    for _, c in ipairs({ { 1, 5 }, { 2, 10 }, { false, 30 } }) do
+      local t = trainer({ max_epochs = c[1] or nil })
+      if not c[1] then t = dpl.Trainer{ logger = false, enable_progress_bar = false, enable_model_summary = false } end
+      local f = t.tuner:lr_find(Tiny(), loader(80), { num_training = 30, early_stop_threshold = false })
+      assert.are.equal(c[2], #f.results.lr, tostring(c[1]))
+    end
+  end)
+
   it('refuses what it cannot do, naming it', function()
     local function err(f) local ok, e = pcall(f) assert.is_false(ok) return e end
     local e = err(function() trainer().tuner:lr_find(Tiny(), loader(), { min_lr = 1, max_lr = 0.1 }) end)

@@ -331,15 +331,19 @@ end
 
 -- a flag's text as a YAML value (the rule of --model.* / --data.*)
 local function yaml_value(raw, flag)
-  local ok, v = pcall(yaml.decode, raw, 'argument ' .. flag)
+  local ok, v, floats = pcall(yaml.decode, raw, 'argument ' .. flag)
   if not ok then usage_error('%s', errors.is(v, errors.ValueError) and v.message or tostring(v)) end
-  return v
+  return v, floats
 end
 
--- a --trainer.NAME value, as Trainer.from_argv reads it
+-- the Trainer arguments that take a list or a mapping (jsonargparse reads `[0, 1]`, `{minutes: 1}`)
+local TABLE_ARGS = { devices = true, gpus = true, tpu_cores = true, max_time = true, accumulate_grad_batches = true }
+
+-- a --trainer.NAME value, as Trainer.from_argv reads it (a list or mapping as YAML)
 local function trainer_value(name, raw)
   if is_null_word(raw) then return NULL end
   if name == 'callbacks' or name == 'plugins' then return yaml_value(raw, '--trainer.' .. name) end
+  if TABLE_ARGS[name] and raw:match('^%s*[%[{]') then return (yaml_value(raw, '--trainer.' .. name)) end
   if name == 'profiler' then return raw end
   local ok, out = pcall(targs.parse_argv, { '--' .. name, raw })
   if not ok then
@@ -462,8 +466,9 @@ local function read_config(path)
   end
   local f, err = io.open(path, 'rb')
   if not f then usage_error('argument --config: cannot read %s: %s', path, tostring(err)) end
-  local text = f:read('*a')
+  local text, rerr = f:read('*a')
   f:close()
+  if text == nil then usage_error('argument --config: cannot read %s: %s', path, tostring(rerr or 'not a file')) end
   local ok, v, floats = pcall(yaml.decode, text, path)
   if not ok then usage_error('%s', errors.is(v, errors.ValueError) and v.message or tostring(v)) end
   return v, floats
@@ -525,7 +530,9 @@ function LightningCLI:parse_arguments(args, run)
     local function value()
       if val ~= nil then return val end
       local nx = words[i + 1]
-      if nx == nil then usage_error('argument --%s: expected one argument', key) end
+      -- (argparse's rule: a word starting with '--' is the next option, not a value; write
+      -- --flag=--text for such a value)
+      if nx == nil or (nx:sub(1, 2) == '--' and #nx > 2) then usage_error('argument --%s: expected one argument', key) end
       i = i + 1
       return nx
     end
@@ -783,7 +790,9 @@ end
 function LightningCLI:instantiate_trainer(extra)
   local kw = {}
   for k, v in pairs(self.config.trainer) do
-    if v ~= NULL then kw[k] = v end
+    if v ~= NULL then kw[k] = v
+    elseif targs.defaults[k] == true then kw[k] = false -- `logger: null`: Lightning's Trainer(logger=None), off
+    end
   end
   for k, v in pairs(extra or {}) do kw[k] = v end
   local cbs = {}

@@ -72,7 +72,8 @@ local FROM_KEYS = { train_dataset = true, val_dataset = true, test_dataset = tru
 --- MyDataModule:from_datasets{train_dataset=, val_dataset=, test_dataset=, predict_dataset=,
 --- batch_size=1, num_workers=0, <constructor argument>=...}: Lightning's classmethod. A
 --- datamodule whose *_dataloader hooks wrap the datasets given in dpl.data.DataLoaders of
---- batch_size (the training one shuffled); a list of datasets gives a list of loaders. The
+--- batch_size (the training one shuffled); a list of datasets gives a list of loaders (a table
+--- of training datasets by name, a table of loaders by name). The
 --- constructor gets batch_size / num_workers when it has parameters of those names, and
 --- every other option by the name of its parameter.
 function DataModule.from_datasets(cls, opts)
@@ -86,7 +87,8 @@ function DataModule.from_datasets(cls, opts)
   end
   local batch_size, num_workers = opts.batch_size or 1, opts.num_workers or 0
   if type(batch_size) ~= 'number' or batch_size < 1 or batch_size % 1 ~= 0 then
-    Misconfiguration:raise(('from_datasets: batch_size must be a positive integer, got %s'):format(tostring(batch_size)), 2)
+    Misconfiguration:raise(('from_datasets: batch_size must be a positive integer, got %s'):format(
+      type(batch_size) == 'string' and ("'" .. batch_size .. "'") or tostring(batch_size)), 2)
   end
   if type(num_workers) ~= 'number' or num_workers < 0 or num_workers % 1 ~= 0 then
     Misconfiguration:raise(('from_datasets: num_workers must be a non-negative integer, got %s'):format(tostring(num_workers)), 2)
@@ -112,11 +114,17 @@ function DataModule.from_datasets(cls, opts)
   end
   local dm = cls(unpack(args, 1, #names))
   local data = require 'dpl.data'
-  local function loaders(ds, shuffle)
+  local function loaders(ds, shuffle, by_name)
     -- a plain list of datasets (a Lua table with [1] and no metatable) gives a list of loaders
     if type(ds) == 'table' and getmetatable(ds) == nil and ds[1] ~= nil then
       local out = {}
       for i, d in ipairs(ds) do out[i] = data.DataLoader(d, { batch_size = batch_size, shuffle = shuffle }) end
+      return out
+    end
+    -- training datasets by name (Lightning's Mapping[str, Dataset]): loaders by name
+    if by_name and type(ds) == 'table' and getmetatable(ds) == nil and next(ds) ~= nil then
+      local out = {}
+      for k, d in pairs(ds) do out[k] = data.DataLoader(d, { batch_size = batch_size, shuffle = shuffle }) end
       return out
     end
     return data.DataLoader(ds, { batch_size = batch_size, shuffle = shuffle })
@@ -125,7 +133,7 @@ function DataModule.from_datasets(cls, opts)
     local ds = opts[s .. '_dataset']
     if ds ~= nil then
       local shuffle = s == 'train'
-      dm[s .. '_dataloader'] = function() return loaders(ds, shuffle) end
+      dm[s .. '_dataloader'] = function() return loaders(ds, shuffle, s == 'train') end
     end
   end
   return dm

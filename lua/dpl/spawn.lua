@@ -2,7 +2,8 @@
 -- Forks nprocs workers from the running script (the Lua state cannot be
 -- pickled, so workers inherit it), gives each its rank and an initialised
 -- process group, calls fn(rank, ...) in each, and returns rank 0's return
--- value (anything string.buffer encodes) to the parent. When a worker fails,
+-- values (anything string.buffer encodes, or dpl.save stores: tensors come back on
+-- the CPU) to the parent. When a worker fails,
 -- the others are stopped and the parent raises an error naming the worker's
 -- rank with its message and traceback. Refuses to fork after MPI or CUDA was
 -- initialised in the parent.
@@ -13,6 +14,8 @@ local errors = require 'dpl.errors'
 local C = capi.C
 
 local M = {}
+
+local function pack(...) return { n = select('#', ...), ... } end
 
 M.ProcessRaisedException = errors.new_class('ProcessRaisedException')
 M.ProcessExitedException = errors.new_class('ProcessExitedException')
@@ -88,17 +91,26 @@ local function run_worker(rank, nprocs, job, dir, opts, fn, args)
     if dist.is_initialized() then dist.destroy_process_group() end -- the parent's group is not ours
     dist.init_process_group{ backend = opts.backend or 'shm', rank = rank, world_size = nprocs,
                              timeout = opts.timeout, job_id = job }
-    return fn(rank, unpack(args, 1, args.n))
   end, traceback)
+  if ok then
+    -- fn called by xpcall itself, so the traceback holds the worker's frames only
+    local r = pack(xpcall(fn, traceback, rank, unpack(args, 1, args.n)))
+    ok = r[1]
+    if ok then res = { n = r.n - 1, unpack(r, 2, r.n) } else res = r[2] end
+  end
   local code = 0
   if ok then
     if rank == 0 then
-      local enc_ok, enc = pcall(buffer.encode, { value = res })
+      local enc_ok, enc = pcall(buffer.encode, { values = res })
       if enc_ok then
         write_atomic(dir .. '/result', enc)
       else
-        write_atomic(dir .. '/error.' .. rank, 'rank 0 returned a value that cannot be sent back: ' .. tostring(enc))
-        code = 1
+        -- tensors (cdata string.buffer does not encode): through dpl.save, back on the CPU
+        local sok, serr = pcall(require('dpl.serialize').save, { values = res }, dir .. '/result.dpl')
+        if not sok then
+          write_atomic(dir .. '/error.' .. rank, 'rank 0 returned a value that cannot be sent back: ' .. tostring(serr))
+          code = 1
+        end
       end
     end
   else
@@ -225,11 +237,15 @@ function M.spawn(fn, nprocs, opts)
     -- (SIGINT as SIGTERM), SIGKILL after the grace, then the cleanup below
     pcall(stop_workers, pids, forwarded_signal(), opts.grace or 5, pid_out, code_out)
   end
-  local result_s, err_s
+  local result_s, err_s, load_err
   local function cleanup()
     C.dpl_comm_shm_cleanup(job, nil) -- a worker killed during the rendezvous can leave a segment name
     result_s = read_file(dir .. '/result')
     err_s = failed and read_file(dir .. '/error.' .. failed)
+    if not result_s and not failed and read_file(dir .. '/result.dpl') then
+      local lok, v = pcall(require('dpl.serialize').load, dir .. '/result.dpl')
+      if lok then result_s = v else load_err = tostring(v) end
+    end
     os.execute('rm -rf ' .. dir)
   end
   -- a signal landing here raises in the first attempt (the host's hook fires once)
@@ -244,8 +260,10 @@ function M.spawn(fn, nprocs, opts)
       or ('exited with code ' .. failed_code)
     error(M.ProcessExitedException(('dist.spawn: rank %d of %d %s'):format(failed, nprocs, how)), 2)
   end
+  if load_err then error(M.ProcessRaisedException(('dist.spawn: rank 0\'s result could not be read back: %s'):format(load_err)), 2) end
   if not result_s then return nil end
-  return buffer.decode(result_s).value
+  local r = type(result_s) == 'string' and buffer.decode(result_s).values or result_s.values
+  return unpack(r, 1, r.n)
 end
 
 return M

@@ -220,7 +220,8 @@ function Tuner:lr_find(model, ...)
   a.callbacks = { LRCallback(finder, threshold) }
   a.logger, a.enable_checkpointing, a.enable_progress_bar, a.enable_model_summary = false, false, false, false
   a.num_sanity_val_steps, a.limit_val_batches = 0, 0
-  a.max_steps, a.max_epochs, a.max_time, a.min_epochs, a.min_steps = num_training, -1, nil, nil, nil
+  -- (Lightning sets only max_steps: the user's max_epochs, as resolved, still ends the search)
+  a.max_steps, a.max_epochs, a.max_time, a.min_epochs, a.min_steps = num_training, trainer.max_epochs, nil, nil, nil
   a.profiler, a.val_check_interval, a.check_val_every_n_epoch = nil, nil, 1
   local inner = require('dpl.trainer')._inner(a)
   -- the user's optimizer at min_lr, with a scheduler that raises the lr every step

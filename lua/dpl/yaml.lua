@@ -81,20 +81,46 @@ local function strip_comment(line)
   return line
 end
 
+local function utf8_char(cp)
+  if cp < 0x80 then return string.char(cp) end
+  if cp < 0x800 then return string.char(0xC0 + math.floor(cp / 64), 0x80 + cp % 64) end
+  if cp < 0x10000 then
+    return string.char(0xE0 + math.floor(cp / 4096), 0x80 + math.floor(cp / 64) % 64, 0x80 + cp % 64)
+  end
+  return string.char(0xF0 + math.floor(cp / 262144), 0x80 + math.floor(cp / 4096) % 64, 0x80 + math.floor(cp / 64) % 64,
+    0x80 + cp % 64)
+end
+
+-- the escapes of a double-quoted scalar, in one pass (so "\\u0041" is a backslash and "u0041")
 local function unescape_double(s, name, lineno)
   local map = { n = '\n', t = '\t', r = '\r', ['"'] = '"', ['\\'] = '\\', ['/'] = '/', ['0'] = '\0', [' '] = ' ',
-    a = '\a', b = '\b', e = '\27', f = '\f', v = '\v' }
-  return (s:gsub('\\(u?)(.)', function(u, c)
-    if u == 'u' then return nil end
-    local r = map[c]
-    if r == nil then fail(name, lineno, 'unknown escape \\%s in a double-quoted string', c) end
-    return r
-  end):gsub('\\u(%x%x%x%x)', function(h)
-    local cp = tonumber(h, 16)
-    if cp < 0x80 then return string.char(cp) end
-    if cp < 0x800 then return string.char(0xC0 + math.floor(cp / 64), 0x80 + cp % 64) end
-    return string.char(0xE0 + math.floor(cp / 4096), 0x80 + math.floor(cp / 64) % 64, 0x80 + cp % 64)
-  end))
+    a = '\a', b = '\b', e = '\27', f = '\f', v = '\v', ['\t'] = '\t', N = '\194\133', _ = '\194\160',
+    L = '\226\128\168', P = '\226\128\169' }
+  local hexlen = { x = 2, u = 4, U = 8 }
+  local out, i, n = {}, 1, #s
+  while i <= n do
+    local j = s:find('\\', i, true)
+    if j == nil then out[#out + 1] = s:sub(i); break end
+    out[#out + 1] = s:sub(i, j - 1)
+    local c = s:sub(j + 1, j + 1)
+    local hl = hexlen[c]
+    if hl then
+      local hex = s:sub(j + 2, j + 1 + hl)
+      if #hex ~= hl or not hex:match('^%x+$') then
+        fail(name, lineno, 'bad escape \\%s%s in a double-quoted string (%d hex digits expected)', c, hex, hl)
+      end
+      local cp = tonumber(hex, 16)
+      if cp > 0x10FFFF then fail(name, lineno, 'bad escape \\%s%s in a double-quoted string (not a code point)', c, hex) end
+      out[#out + 1] = utf8_char(cp)
+      i = j + 2 + hl
+    else
+      local r = map[c]
+      if r == nil then fail(name, lineno, 'unknown escape \\%s in a double-quoted string', c) end
+      out[#out + 1] = r
+      i = j + 2
+    end
+  end
+  return table.concat(out)
 end
 
 -- a quoted scalar starting at s[pos]: the string and the position after the closing quote
@@ -126,6 +152,18 @@ end
 -- a flow value ([...], {...}, quoted, plain) in s from pos: value, next position
 local function skip_ws(s, pos)
   return s:find('[^%s]', pos) or #s + 1
+end
+
+local cur_floats -- the decode in progress: {[mapping] = {[key] = text}} of floats such as 1.0
+
+-- a plain scalar's text that is a float with an integral value (1.0, 2e0): kept for the readers
+-- that must tell 1.0 from 1
+local function note_float(map, k, v, text)
+  if cur_floats and text and type(v) == 'number' and v == math.floor(v) and text:find('[.eE]')
+      and not text:find('^[-+]?0[xo]') then
+    cur_floats[map] = cur_floats[map] or {}
+    cur_floats[map][k] = text
+  end
 end
 
 local read_flow
@@ -176,7 +214,11 @@ read_flow = function(s, pos, name, lineno)
       if s:sub(pos, pos) == ':' then
         pos = skip_ws(s, pos + 1)
         local d = s:sub(pos, pos)
-        if d ~= ',' and d ~= '}' then v, pos = read_flow(s, pos, name, lineno) end
+        if d ~= ',' and d ~= '}' then
+          local text
+          v, pos, text = read_flow(s, pos, name, lineno)
+          note_float(out, k, v, text)
+        end
       end
       if out[k] ~= nil then fail(name, lineno, "duplicate key '%s' in a flow mapping", tostring(k)) end
       out[k] = v
@@ -203,7 +245,7 @@ read_flow = function(s, pos, name, lineno)
   local v = s:sub(pos, e - 1):match('^(.-)%s*$')
   check_plain(v, name, lineno)
   if v:find(': ') then fail(name, lineno, "a mapping inside a flow list needs braces: '%s'", v) end
-  return M.resolve(v), e
+  return M.resolve(v), e, v
 end
 
 -- the value written after 'key:' or '- ' on one line (lines: more lines for flow collections)
@@ -267,7 +309,6 @@ local function split_key(text, name, lineno)
 end
 
 local parse_node
-local cur_floats -- the decode in progress: {[mapping] = {[key] = text}} of floats such as 1.0
 
 local function parse_seq(lines, i, indent, name)
   local out, n = {}, 0
@@ -317,10 +358,7 @@ local function parse_map(lines, i, indent, name)
     else
       local ftext
       v, i, ftext = inline_value(rest, lines, i, name)
-      if ftext and cur_floats then
-        cur_floats[out] = cur_floats[out] or {}
-        cur_floats[out][k] = ftext
-      end
+      note_float(out, k, v, ftext)
     end
     out[k] = v
   end
@@ -426,8 +464,8 @@ function M.scalar(v)
   if tv == 'number' then return num(v) end
   local s = tostring(v)
   if M.resolve(s) ~= s or s:match('^%s') or s:match('%s$') or s:match('^[%-%?:,%[%]{}#&*!|>\'"%%@`]')
-      or s:find(': ') or s:find(':$') or s:find(' #') or s:find('[\n\r\t]') then
-    if s:find('[\n\r\t%c]') then
+      or s:find(': ') or s:find(':$') or s:find(' #') or s:find('%c') then
+    if s:find('%c') then -- control characters (PyYAML refuses them raw): escaped
       return '"' .. s:gsub('[\\"%c]', function(c)
         local m = { ['\\'] = '\\\\', ['"'] = '\\"', ['\n'] = '\\n', ['\t'] = '\\t', ['\r'] = '\\r' }
         return m[c] or ('\\x%02x'):format(c:byte())

@@ -1,7 +1,9 @@
 -- tb_experiment_script.lua: a short fit on real Fashion-MNIST (a few batches) whose module
 -- writes through self.logger.experiment (an image grid of its first batch, a histogram of a
 -- weight, a text naming its rank) next to self:log (spec/tb_writer_spec.lua).
---   dplhost [--nproc 2] spec/support/tb_experiment_script.lua DIR [ddp]   (prints "rank R steps S")
+--   dplhost [--nproc 2] spec/support/tb_experiment_script.lua DIR [ddp [direct]]   (prints "rank R steps S";
+--   direct: then every rank calls log_hyperparams/log_metrics/save/finalize of the TensorBoardLogger
+--   and of a CSVLogger itself)
 --   require('spec.support.tb_experiment_script').fit(dir, strategy) -> trainer, module
 local dpl = require 'dpl'
 local F = dpl.nn.functional
@@ -45,3 +47,14 @@ if select('#', ...) > 0 and (...) == 'spec.support.tb_experiment_script' then re
 
 local t = M.fit(arg[1], arg[2])
 print(('rank %d steps %d'):format(t.global_rank, t.global_step))
+if arg[3] == 'direct' then
+  -- every rank calls the loggers' methods itself (Lightning's are rank_zero_only: only rank 0 writes)
+  local csv = dpl.loggers.CSVLogger{ save_dir = arg[1], name = 'csv' }
+  local tbl = dpl.loggers.TensorBoardLogger{ save_dir = arg[1], name = 'tb' }
+  for _, lg in ipairs({ tbl, csv }) do
+    lg:log_hyperparams({ rank = t.global_rank })
+    lg:log_metrics({ direct = t.global_rank }, 99)
+    lg:save()
+    lg:finalize('success')
+  end
+end

@@ -53,6 +53,18 @@ function M.rank_zero_experiment(logger, make)
   return e
 end
 
+--- Lightning's @rank_zero_only on a logger class's methods: on a global rank other than 0
+--- they do nothing (so a module or a Fabric loop calling them on every rank writes once).
+function M.rank_zero_only(cls, names)
+  for _, n in ipairs(names) do
+    local f = cls[n]
+    cls[n] = function(self, ...)
+      if require('dpl.log').rank() ~= 0 then return nil end
+      return f(self, ...)
+    end
+  end
+end
+
 local function sh_quote(s) return "'" .. tostring(s):gsub("'", "'\\''") .. "'" end
 M.sh_quote = sh_quote
 

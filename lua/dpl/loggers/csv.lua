@@ -163,4 +163,8 @@ CSVLogger._properties = {
   experiment = function(self) return B.rank_zero_experiment(self, ExperimentWriter) end,
 }
 
+
+-- (Lightning's @rank_zero_only methods: on other ranks they do nothing)
+B.rank_zero_only(CSVLogger, { 'log_hyperparams', 'log_metrics', 'save', 'finalize' })
+
 return CSVLogger

@@ -326,4 +326,8 @@ function TensorBoardLogger:finalize()
   self:_file_writer():close()
 end
 
+
+-- (Lightning's @rank_zero_only methods: on other ranks they do nothing)
+B.rank_zero_only(TensorBoardLogger, { 'log_hyperparams', 'log_metrics', 'save', 'finalize' })
+
 return M
