@@ -13,19 +13,8 @@ local Fabric = class.Object:extend('Fabric')
 
 local fmt = string.format
 
-local function is_tensor(x)
-  return type(x) == 'cdata' and require('dpl.tensor').is_tensor(x)
-end
-
-local function describe(v)
-  if type(v) == 'string' then return fmt("'%s'", v) end
-  if type(v) == 'table' then
-    local mt = getmetatable(v)
-    return (mt and mt.__name) and fmt('a %s', mt.__name) or 'a table'
-  end
-  if is_tensor(v) then return 'a tensor' end
-  return tostring(v)
-end
+local FC = require 'dpl.fabric_collectives'
+local is_tensor, describe = FC._is_tensor, FC._describe
 
 local function is_nn_module(x) return type(x) == 'table' and rawget(x, '_is_module') == true end
 local function is_optimizer(x)
@@ -350,21 +339,8 @@ end
 local LOADER_KEYS = require('dpl.options').keys('use_distributed_sampler', 'replace_sampler', 'move_to_device')
 
 function Fabric:_setup_dataloader(l, use_sampler, move)
-  local s = l.sampler
-  if use_sampler and self.world_size > 1 and type(s) == 'table' and s.num_replicas == nil then
-    local data = require 'dpl.data'
-    local kw = self.strategy:distributed_sampler_kwargs()
-    local seed = math.floor(tonumber(os.getenv('PL_GLOBAL_SEED') or '') or 0)
-    local random = s.__name == 'RandomSampler' or class.is_instance(s, data.RandomSampler)
-    local ds
-    if random or s.__name == 'SequentialSampler' or class.is_instance(s, data.SequentialSampler) then
-      ds = data.DistributedSampler{ dataset = l.dataset, num_replicas = kw.num_replicas, rank = kw.rank,
-        shuffle = random, seed = seed }
-    else
-      ds = data.DistributedSamplerWrapper{ sampler = s, num_replicas = kw.num_replicas, rank = kw.rank,
-        shuffle = false, seed = seed }
-    end
-    l = require('dpl.trainer.loops')._with_sampler(l, ds)
+  if use_sampler and self.world_size > 1 then
+    l = require('dpl.trainer.loops').with_distributed_sampler(self.strategy, l)
   end
   l = self.strategy:process_dataloader(l)
   return W.dataloader(l, self.device, move)
@@ -549,5 +525,5 @@ function Fabric:to_device(obj)
   return require('dpl.devices').move_data_to_device(obj, self.device)
 end
 
-require('dpl.fabric_collectives').install(Fabric)
+FC.install(Fabric)
 return Fabric

@@ -300,4 +300,7 @@ function M.install(Fabric)
   return Fabric
 end
 
+-- (shared with dpl.fabric)
+M._is_tensor, M._describe = is_tensor, describe
+
 return M

@@ -172,28 +172,32 @@ function M._prepare_loader(t, stage, l, distributed, data)
     end
   end
   l = t.strategy:process_dataloader(l)
-  if distributed then
-    local s = l.sampler
-    if s and s.num_replicas == nil then
-      -- as Lightning: a RandomSampler or SequentialSampler becomes a DistributedSampler over
-      -- the dataset (shuffled as the loader was); any other sampler is wrapped, each rank
-      -- taking its share of the positions it yields (DistributedSamplerWrapper)
-      local kw = t.strategy:distributed_sampler_kwargs()
-      -- the seed of the shuffle: seed_everything's (PL_GLOBAL_SEED), else 0, as Lightning
-      local seed = math.floor(tonumber(os.getenv('PL_GLOBAL_SEED') or '') or 0)
-      local random = s.__name == 'RandomSampler' or class.is_instance(s, data.RandomSampler)
-      local ds
-      if random or s.__name == 'SequentialSampler' or class.is_instance(s, data.SequentialSampler) then
-        ds = data.DistributedSampler{ dataset = l.dataset, num_replicas = kw.num_replicas, rank = kw.rank,
-          shuffle = random, seed = seed }
-      else
-        ds = data.DistributedSamplerWrapper{ sampler = s, num_replicas = kw.num_replicas, rank = kw.rank,
-          shuffle = false, seed = seed }
-      end
-      l = with_sampler(l, ds)
-    end
-  end
+  if distributed then l = M.with_distributed_sampler(t.strategy, l) end
   return l
+end
+
+--- A loader with this rank's DistributedSampler, as Lightning gives one: a RandomSampler or
+--- SequentialSampler becomes a DistributedSampler over the dataset (shuffled as the loader
+--- was); any other sampler is wrapped, each rank taking its share of the positions it yields
+--- (DistributedSamplerWrapper); a loader whose sampler is already distributed is left as it is.
+--- The shuffle's seed is seed_everything's (PL_GLOBAL_SEED), else 0, as Lightning's. (The
+--- Trainer's loaders and dpl.Fabric's setup_dataloaders.)
+function M.with_distributed_sampler(strategy, l)
+  local s = l.sampler
+  if type(s) ~= 'table' or s.num_replicas ~= nil then return l end
+  local data = require 'dpl.data'
+  local kw = strategy:distributed_sampler_kwargs()
+  local seed = math.floor(tonumber(os.getenv('PL_GLOBAL_SEED') or '') or 0)
+  local random = s.__name == 'RandomSampler' or class.is_instance(s, data.RandomSampler)
+  local ds
+  if random or s.__name == 'SequentialSampler' or class.is_instance(s, data.SequentialSampler) then
+    ds = data.DistributedSampler{ dataset = l.dataset, num_replicas = kw.num_replicas, rank = kw.rank,
+      shuffle = random, seed = seed }
+  else
+    ds = data.DistributedSamplerWrapper{ sampler = s, num_replicas = kw.num_replicas, rank = kw.rank,
+      shuffle = false, seed = seed }
+  end
+  return with_sampler(l, ds)
 end
 
 ---------------------------------------------------------------- batch transfer
