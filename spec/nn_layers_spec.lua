@@ -106,6 +106,57 @@ describe('nn.functional matches PyTorch (values and gradients)', function()
     bn:eval()
     check('batch_norm_eval', function(x) return bn(x) end, d(ref.X))
   end)
+  it('batch_norm with batch statistics (the fused op) equals the composed formula: output, gradients, stats', function()
+    -- the formula written with plain differentiable ops; the fused op's backward is closed-form
+    local function composed(x, w, b, eps)
+      local C = x:size(2)
+      local xt = x:transpose(1, 2):reshape(C, -1)
+      local mean = xt:mean(2)
+      local var = ((xt - mean:view(C, 1)) ^ 2):mean(2)
+      local shape = { 1, C }
+      for _ = 3, x:dim() do shape[#shape + 1] = 1 end
+      local y = (x - mean:view(shape)) / (var:view(shape) + eps):sqrt()
+      if w then y = y * w:view(shape) end
+      if b then y = y + b:view(shape) end
+      return y, mean, var
+    end
+    local function near(want, got, what, tol)
+      local err = ((got - want):abs() / (want:abs() + 1)):max():item()
+      if not (err <= tol) then error(('%s: relative difference %g (tolerance %g)'):format(what, err, tol), 2) end
+    end
+    dpl.manual_seed(11)
+    for _, case in ipairs({ { 8, 5, 6, 7 }, { 6, 3 }, { 4, 3, 9 }, { 3, 4, 2, 3, 2 } }) do
+      for _, affine in ipairs({ true, false }) do
+        for _, dt in ipairs({ 'float64', 'float32' }) do
+          local tol = dt == 'float64' and 1e-10 or 2e-5
+          local x0 = (dpl.randn(case) * 3 + 2):to(dt)
+          if #case == 4 then x0 = x0:transpose(3, 4):contiguous():transpose(3, 4) end -- non-contiguous
+          local g = dpl.randn(case):to(dt)
+          local w0 = affine and (dpl.randn(case[2]) + 1):to(dt) or nil
+          local b0 = affine and dpl.randn(case[2]):to(dt) or nil
+          local function leaves()
+            return x0:clone():requires_grad_(), w0 and w0:clone():requires_grad_(), b0 and b0:clone():requires_grad_()
+          end
+          local x1, w1, b1 = leaves()
+          local rm, rv = dpl.zeros(case[2], { dtype = dt }), dpl.ones(case[2], { dtype = dt })
+          local y1 = F.batch_norm(x1, rm, rv, w1, b1, true, 0.1, 1e-5)
+          y1:backward(g)
+          local x2, w2, b2 = leaves()
+          local y2, mean, var = composed(x2, w2, b2, 1e-5)
+          y2:backward(g)
+          local M = x0:numel() / case[2]
+          near(y2:double(), y1:double(), 'y', tol)
+          near(x2.grad:double(), x1.grad:double(), 'grad x', tol)
+          if affine then
+            near(w2.grad:double(), w1.grad:double(), 'grad w', tol)
+            near(b2.grad:double(), b1.grad:double(), 'grad b', tol)
+          end
+          near((mean * 0.1):double(), rm:double(), 'running_mean', tol)
+          near((var:detach() * (0.1 * M / (M - 1)) + 0.9):double(), rv:double(), 'running_var', tol)
+        end
+      end
+    end
+  end)
   it('a label out of range names the label and the class count', function()
     local ok, e = pcall(F.cross_entropy, dpl.randn(2, 10), dpl.tensor({ 3, 11 }))
     assert.is_false(ok)

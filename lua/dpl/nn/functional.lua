@@ -210,6 +210,60 @@ function F.layer_norm(x, shape, w, b, eps)
   return y
 end
 
+-- batch_norm with batch statistics as one recorded op: the statistics as before, then x seen as
+-- [N, C, R], the centred input kept for a closed-form backward (PyTorch's
+-- formulas: gx = w * invstd * (g - mean(g) - xc * invstd^2 * mean(g * xc)), gw = sum(g * xc) *
+-- invstd, gb = sum(g)); the composed ops took ~3x PyTorch's time on a CNN's BatchNorm2d
+local function bn_agrees(x, p)
+  return p == nil or (is_tensor(p) and p._dtype == x._dtype and p._devtype == x._devtype and p._devindex == x._devindex)
+end
+local function chan_sum(t3) return t3:sum(3):sum(1) end -- [N, C, R] -> [C]
+local bn_rule = {
+  nin = 3, name = 'batch_norm',
+  save = function(n, out, x, w, b, xc, inv, M) n.xc, n.inv, n.w, n.M, n.shape = xc, inv, w, M, x:size() end,
+  bw = function(n, g)
+    local xc, inv, M = n.xc, n.inv, n.M
+    local N, C, R = xc:size(1), xc:size(2), xc:size(3)
+    local g3 = g:reshape(N, C, R)
+    local gb = chan_sum(g3)
+    local sgx = chan_sum(g3 * xc) -- sum(g * xc) per channel
+    local gx, gw
+    if n[1] then
+      local scale = n.w and inv * n.w or inv
+      local k = (inv * inv * sgx):div_(M):view(1, C, 1)
+      gx = (g3 - xc * k):sub_((gb / M):view(1, C, 1)):mul_(scale:view(1, C, 1)):view(n.shape)
+    end
+    if n[2] then gw = sgx * inv end
+    return gx, gw, n[3] and gb or nil
+  end,
+}
+local function bn_batch_stats(x, rm, rv, w, b, training, momentum, eps, C)
+  local prev = autograd.set_grad_enabled(false)
+  local ok, y, xc, inv, M = pcall(function()
+    local N = x:size(1)
+    local M = x:numel() / C
+    -- the statistics as the composed path computes them (a [C, M] copy, row means): the same
+    -- bits as before, and as SyncBatchNorm's on one rank
+    local xt = x:transpose(1, 2):reshape(C, -1)
+    local mean = xt:mean(2)
+    local xtc = xt - mean:view(C, 1)
+    local var = (xtc * xtc):mean(2)
+    local xc = x:reshape(N, C, M / N) - mean:view(1, C, 1)
+    if training and rm then
+      rm:mul_(1 - momentum):add_(mean * momentum)
+      rv:mul_(1 - momentum):add_(var * (momentum * M / math.max(M - 1, 1)))
+    end
+    local inv = (var + eps):rsqrt()
+    local y = xc * inv:view(1, C, 1) -- (then w and b in place: the composed path's roundings)
+    if w then y:mul_(w:view(1, C, 1)) end
+    if b then y:add_(b:view(1, C, 1)) end
+    return y:view(x:size()), xc, inv, M
+  end)
+  autograd.set_grad_enabled(prev)
+  if not ok then error(y) end
+  return autograd.record(bn_rule, y, x, w, b, xc, inv, M)
+end
+
 --- batch_norm(x, running_mean, running_var, weight, bias, training, momentum=0.1, eps=1e-5)
 --- x is [N, C] or [N, C, ...]; statistics are per channel (dim 2).
 function F.batch_norm(x, rm, rv, w, b, training, momentum, eps)
@@ -225,6 +279,10 @@ function F.batch_norm(x, rm, rv, w, b, training, momentum, eps)
   if training and x:numel() == C then -- PyTorch's _verify_batch_size: the variance of one value is 0/0
     error(fmt('batch_norm: expected more than 1 value per channel when training, got input size %s',
       shape_str(x)), 2)
+  end
+  if (training or not rm) and not amp.dtype and x._dtype <= 3 and x:numel() > 0 and bn_agrees(x, w) and bn_agrees(x, b)
+    and bn_agrees(x, rm) and bn_agrees(x, rv) then
+    return bn_batch_stats(x, rm, rv, w, b, training, momentum, eps, C)
   end
   local shape = { 1, C }
   for _ = 3, nd do shape[#shape + 1] = 1 end
