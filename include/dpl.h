@@ -465,6 +465,22 @@ int dpl_layer_norm_backward(const dpl_tensor *grad_y, const dpl_tensor *x, const
                             const dpl_tensor *rstd, const dpl_tensor *weight, dpl_tensor **grad_x,
                             dpl_tensor **grad_w, dpl_tensor **grad_b);
 
+/* Batch normalization with batch statistics of a float32/float64 x [N, C, ...] (N times the rest
+ * at least 2): per channel, mean and biased variance over all but dim 1, invstd = 1 / sqrt(var +
+ * eps), y = (x - mean) * invstd * weight + bias (weight/bias, or NULL: C elements, x's dtype and
+ * device). The statistics have the same bits as the composed ops' (mean of a [C, M] copy, then the
+ * mean of the rounded squares of the centred values). running_mean / running_var (both or
+ * neither, contiguous) are updated in place: r = r * (1 - momentum) + stat * momentum, the
+ * variance unbiased (times M / (M - 1)). mean and invstd ([C], x's dtype) are saved for the
+ * backward, which gives PyTorch's closed form: grad_x (x's shape), grad_w (weight's shape; needs a
+ * weight) and grad_b ([C]); each output pointer may be NULL (not computed). Not on the GPU. */
+int dpl_batch_norm(const dpl_tensor *x, const dpl_tensor *weight, const dpl_tensor *bias, dpl_tensor *running_mean,
+                   dpl_tensor *running_var, double momentum, double eps, dpl_tensor **y, dpl_tensor **mean,
+                   dpl_tensor **invstd);
+int dpl_batch_norm_backward(const dpl_tensor *grad_y, const dpl_tensor *x, const dpl_tensor *mean,
+                            const dpl_tensor *invstd, const dpl_tensor *weight, dpl_tensor **grad_x,
+                            dpl_tensor **grad_w, dpl_tensor **grad_b);
+
 /* Losses. reduction: 0 none, 1 mean, 2 sum. Targets are int64 class ids, 0-based;
  * entries equal to ignore_index are skipped. grad_out: the loss's gradient (0-d for
  * mean/sum, the per-sample shape for none). */

@@ -58,7 +58,11 @@ typedef enum dpl_bk_op {
                                out[0] y, out[1] mean, out[2] rstd (see dpl_layer_norm) */
   DPL_BK_LAYER_NORM_BWD = 38,/* in[0] grad_y, in[1] x, in[2] mean, in[3] rstd, in[4] weight (may be NULL);
                                out[0] grad_x, out[1] grad_w, out[2] grad_b (the last two may be NULL) */
-  DPL_BK_NUM_OPS = 39
+  DPL_BK_BATCH_NORM = 39,   /* in[0] x, in[1] weight, in[2] bias, in[3] running_mean, in[4] running_var (may be
+                             * NULL; updated in place); d[0] momentum, d[1] eps; out[0] y, out[1] mean, out[2] invstd */
+  DPL_BK_BATCH_NORM_BWD = 40,/* in[0] grad_y, in[1] x, in[2] mean, in[3] invstd, in[4] weight (may be NULL);
+                             * out[0..2] grad_x, grad_w, grad_b (each may be NULL) */
+  DPL_BK_NUM_OPS = 41
 } dpl_bk_op;
 
 /* A GEMM on raw device pointers (DPL_BK_GEMM), the one the matmul family's
