@@ -1,6 +1,6 @@
 -- dpl.tensor_nn: the tensor functions of neural networks, on dpl.tensor's handles: the
 -- class-index and regression losses (cross_entropy, nll_loss, mse_loss and their
--- backwards), embedding, conv2d, layer_norm, max/avg pooling. dpl.tensor installs them
+-- backwards), embedding, conv2d, layer_norm, batch_norm, max/avg pooling. dpl.tensor installs them
 -- (require('dpl.tensor_nn')(M, helpers)) before dpl.autograd wraps them; the
 -- helpers are tensor.lua's own (result wrapping, argument checks, 1-based indices).
 local ffi = require 'ffi'
@@ -146,6 +146,45 @@ return function(M, H)
     if st == ENOMEM then collectgarbage(); st = C.dpl_layer_norm(x, w, b, n, eps, out1, out2, out3) end
     if st ~= 0 then fail(2, st) end
     return ffi.gc(out1[0][0], release), ffi.gc(out2[0][0], release), ffi.gc(out3[0][0], release)
+  end
+  --- batch_norm(x, weight or nil, bias or nil, running_mean or nil, running_var or nil, momentum, eps)
+  --- -> y, mean, invstd: batch statistics per channel (dim 2) of a float32/float64 CPU x, the
+  --- running stats (both or neither) updated in place; mean, invstd [C] for the backward
+  function M.batch_norm(x, w, b, rm, rv, momentum, eps)
+    need_tensor('batch_norm', 'input', x)
+    if w ~= nil then need_tensor('batch_norm', 'weight', w) end
+    if b ~= nil then need_tensor('batch_norm', 'bias', b) end
+    if rm ~= nil then need_tensor('batch_norm', 'running_mean', rm) end
+    if rv ~= nil then need_tensor('batch_norm', 'running_var', rv) end
+    need_number('batch_norm', 'momentum', momentum)
+    need_number('batch_norm', 'eps', eps)
+    local st = C.dpl_batch_norm(x, w, b, rm, rv, momentum, eps, out1, out2, out3)
+    if st == ENOMEM then collectgarbage(); st = C.dpl_batch_norm(x, w, b, rm, rv, momentum, eps, out1, out2, out3) end
+    if st ~= 0 then fail(2, st) end
+    local m, inv = ffi.gc(out2[0][0], release), ffi.gc(out3[0][0], release)
+    return M._wrap(out1), m, inv -- (_wrap: a collection when tensor bytes passed the GC threshold)
+  end
+  --- Gradients of batch_norm: grad_x, grad_w, grad_b (needs: {x=, w=, b=} booleans; grad_w only with a weight).
+  function M.batch_norm_backward(grad_y, x, mean, invstd, w, needs)
+    need_tensor('batch_norm_backward', 'grad_output', grad_y)
+    need_tensor('batch_norm_backward', 'input', x)
+    need_tensor('batch_norm_backward', 'mean', mean)
+    need_tensor('batch_norm_backward', 'invstd', invstd)
+    if w ~= nil then need_tensor('batch_norm_backward', 'weight', w) end
+    needs = needs or { x = true, w = true, b = true }
+    local nx, nw, nb = needs.x, w ~= nil and needs.w, needs.b
+    local function go()
+      return C.dpl_batch_norm_backward(grad_y, x, mean, invstd, w, nx and out1 or nil, nw and out2 or nil,
+        nb and out3 or nil)
+    end
+    local st = go()
+    if st == ENOMEM then collectgarbage(); st = go() end
+    if st ~= 0 then fail(2, st) end
+    local gw = nw and ffi.gc(out2[0][0], release) or nil
+    local gb = nb and ffi.gc(out3[0][0], release) or nil
+    local gx = nx and M._wrap(out1) or nil
+    if not nx and M._gc_flag[0] ~= 0 then M.collect() end
+    return gx, gw, gb
   end
   --- Gradients of layer_norm: grad_x, grad_w, grad_b (needs: {w=, b=} booleans; grad_w only with a weight).
   function M.layer_norm_backward(grad_y, x, mean, rstd, w, needs)

@@ -264,6 +264,27 @@ local function bn_batch_stats(x, rm, rv, w, b, training, momentum, eps, C)
   return autograd.record(bn_rule, y, x, w, b, xc, inv, M)
 end
 
+-- the C kernel (dpl_batch_norm) for contiguous float32/float64 CPU tensors (the running stats
+-- too, when updated): the same statistics' bits and output roundings as bn_batch_stats, one pass
+-- each for the mean, the variance and the output; x, mean and invstd kept for a backward of two
+-- passes. GPU tensors, other dtypes and layouts keep bn_batch_stats.
+local function bn_c_ok(x, p) return p == nil or (p._devtype == 0 and p:is_contiguous()) end
+local bn_c_rule = {
+  nin = 3, name = 'batch_norm',
+  save = function(n, out, x, w, b, m, inv) n.x, n.w, n.m, n.inv = x, w, m, inv end,
+  bw = function(n, g)
+    return T.batch_norm_backward(g, n.x, n.m, n.inv, n.w, { x = n[1], w = n[2], b = n[3] })
+  end,
+}
+local function bn_kernel(x, rm, rv, w, b, training, momentum, eps)
+  if not (training and rm) then rm, rv = nil, nil end
+  local prev = autograd.set_grad_enabled(false)
+  local ok, y, m, inv = pcall(T.batch_norm, x, w, b, rm, rv, momentum, eps)
+  autograd.set_grad_enabled(prev)
+  if not ok then error(y) end
+  return autograd.record(bn_c_rule, y, x, w, b, m, inv)
+end
+
 --- batch_norm(x, running_mean, running_var, weight, bias, training, momentum=0.1, eps=1e-5)
 --- x is [N, C] or [N, C, ...]; statistics are per channel (dim 2).
 function F.batch_norm(x, rm, rv, w, b, training, momentum, eps)
@@ -282,6 +303,10 @@ function F.batch_norm(x, rm, rv, w, b, training, momentum, eps)
   end
   if (training or not rm) and not amp.dtype and x._dtype <= 3 and x:numel() > 0 and bn_agrees(x, w) and bn_agrees(x, b)
     and bn_agrees(x, rm) and bn_agrees(x, rv) then
+    if x._dtype <= 1 and x._devtype == 0 and x:is_contiguous() and x:numel() > C and bn_c_ok(x, w) and bn_c_ok(x, b)
+      and (not (training and rm) or (rv and bn_c_ok(x, rm) and bn_c_ok(x, rv))) then
+      return bn_kernel(x, rm, rv, w, b, training, momentum, eps)
+    end
     return bn_batch_stats(x, rm, rv, w, b, training, momentum, eps, C)
   end
   local shape = { 1, C }
