@@ -157,6 +157,151 @@ describe('nn.functional matches PyTorch (values and gradients)', function()
       end
     end
   end)
+  it('batch_norm: the C kernel (contiguous float32/float64 on the CPU) against the old path and the formula', function()
+    -- the kernel takes contiguous CPU inputs (counted through T.batch_norm); a non-contiguous copy of
+    -- the same values takes the composed statistics (bn_batch_stats): the statistics, the output and
+    -- the running stats have the same bits, the gradients agree with the formula's autograd
+    local T = dpl.tensor
+    local raw, calls = T.batch_norm, 0
+    T.batch_norm = function(...) calls = calls + 1; return raw(...) end
+    local ok, err = pcall(function()
+      local function composed(x, w, b, eps)
+        local C = x:size(2)
+        local xt = x:transpose(1, 2):reshape(C, -1)
+        local mean = xt:mean(2)
+        local var = ((xt - mean:view(C, 1)) ^ 2):mean(2)
+        local shape = { 1, C }
+        for _ = 3, x:dim() do shape[#shape + 1] = 1 end
+        local y = (x - mean:view(shape)) / (var:view(shape) + eps):sqrt()
+        if w then y = y * w:view(shape) end
+        if b then y = y + b:view(shape) end
+        return y
+      end
+      local function near(want, got, what, tol)
+        local e = ((got:double() - want:double()):abs() / (want:double():abs() + 1)):max():item()
+        if not (e <= tol) then error(('%s: relative difference %g (tolerance %g)'):format(what, e, tol), 2) end
+      end
+      local function same(want, got, what)
+        if not want:equal(got) then
+          error(('%s: not the same bits (max difference %g)'):format(what, (got - want):abs():max():item()), 2)
+        end
+      end
+      local function noncontig(t) -- the same values, channels strided
+        return t:transpose(1, 2):contiguous():transpose(1, 2)
+      end
+      dpl.manual_seed(5)
+      for _, case in ipairs({ { 16, 5 }, { 5, 3, 7 }, { 4, 6, 5, 8 }, { 2, 3, 3, 2, 5 }, { 3, 2, 4, 4 } }) do
+        for _, affine in ipairs({ true, false }) do
+          for _, dt in ipairs({ 'float32', 'float64' }) do
+            local tol = dt == 'float64' and 1e-10 or 2e-5
+            local C = case[2]
+            local x0 = (dpl.randn(case) * 2 - 1):to(dt)
+            local g = dpl.randn(case):to(dt)
+            local w0 = affine and (dpl.randn(C) + 1):to(dt) or nil
+            local b0 = affine and dpl.randn(C):to(dt) or nil
+            local function leaves(x)
+              return x:requires_grad_(), w0 and w0:clone():requires_grad_(), b0 and b0:clone():requires_grad_()
+            end
+            local what = ('%s %s affine=%s'):format(table.concat(case, 'x'), dt, tostring(affine))
+            -- the kernel, twice (the running stats after two updates)
+            local x1, w1, b1 = leaves(x0:clone())
+            local rm1, rv1 = dpl.randn(C):to(dt), dpl.rand(C):to(dt)
+            local rm2, rv2 = rm1:clone(), rv1:clone()
+            local n0 = calls
+            local y1 = F.batch_norm(x1, rm1, rv1, w1, b1, true, 0.1, 1e-5)
+            F.batch_norm(x0 * 0.5, rm1, rv1, w0, b0, true, 0.3, 1e-3)
+            assert.are.equal(n0 + 2, calls, what .. ': the kernel')
+            y1:backward(g)
+            -- the old path on the same values
+            local x2, w2, b2 = leaves(noncontig(x0))
+            local y2 = F.batch_norm(x2, rm2, rv2, w2, b2, true, 0.1, 1e-5)
+            F.batch_norm(noncontig(x0 * 0.5), rm2, rv2, w0, b0, true, 0.3, 1e-3)
+            assert.are.equal(n0 + 2, calls, what .. ': the old path')
+            y2:backward(g)
+            same(y2, y1, what .. ': y')
+            same(rm2, rm1, what .. ': running_mean')
+            same(rv2, rv1, what .. ': running_var')
+            near(x2.grad, x1.grad, what .. ': grad x (old path)', tol)
+            -- the formula's autograd
+            local x3, w3, b3 = leaves(x0:clone())
+            composed(x3, w3, b3, 1e-5):backward(g)
+            near(x3.grad, x1.grad, what .. ': grad x', tol)
+            if affine then
+              near(w3.grad, w1.grad, what .. ': grad w', tol)
+              near(b3.grad, b1.grad, what .. ': grad b', tol)
+              -- only the parameters ask for gradients (x does not)
+              local w4, b4 = w0:clone():requires_grad_(), b0:clone():requires_grad_()
+              F.batch_norm(x0, nil, nil, w4, b4, true, 0.1, 1e-5):backward(g)
+              near(w3.grad, w4.grad, what .. ': grad w without grad x', tol)
+              near(b3.grad, b4.grad, what .. ': grad b without grad x', tol)
+            end
+            -- no running stats (track_running_stats=false): the batch statistics, nothing updated
+            same(y2:detach(), F.batch_norm(x0, nil, nil, w0, b0, true, 0.1, 1e-5), what .. ': y without running stats')
+          end
+        end
+      end
+      -- momentum nil (false): the cumulative average, through the module; eval mode keeps the composed
+      -- path (running statistics) and its output
+      for _, dt in ipairs({ 'float32', 'float64' }) do
+        local m1 = nn.BatchNorm2d(3, { momentum = false, dtype = dt })
+        local m2 = nn.BatchNorm2d(3, { momentum = false, dtype = dt })
+        for step = 1, 3 do
+          local x = (dpl.randn(4, 3, 5, 6) * step):to(dt)
+          local n0 = calls
+          m1(x)
+          m2(noncontig(x))
+          assert.are.equal(n0 + 1, calls, dt .. ': the kernel once per step')
+        end
+        same(m2.running_mean, m1.running_mean, dt .. ': cumulative running_mean')
+        same(m2.running_var, m1.running_var, dt .. ': cumulative running_var')
+        m1:eval()
+        local x = dpl.randn(4, 3, 5, 6):to(dt)
+        local n0 = calls
+        local y = m1(x)
+        assert.are.equal(n0, calls, dt .. ': eval mode does not take the kernel')
+        local s = { 1, 3, 1, 1 }
+        near((x - m1.running_mean:view(s)) / (m1.running_var:view(s) + 1e-5):sqrt(), y, dt .. ': eval output',
+          dt == 'float64' and 1e-12 or 1e-6)
+      end
+      -- float16 and non-contiguous weights keep the composed path
+      local n0 = calls
+      F.batch_norm(dpl.randn(4, 3, 5):half(), nil, nil, nil, nil, true, 0.1, 1e-5)
+      F.batch_norm(dpl.randn(4, 3), nil, nil, dpl.randn(3, 2):select(2, 1), nil, true, 0.1, 1e-5)
+      assert.are.equal(n0, calls, 'float16 / a strided weight: the composed path')
+    end)
+    T.batch_norm = raw
+    if not ok then error(err, 0) end
+  end)
+  it('batch_norm kernels: argument errors name the op', function()
+    local T = dpl.tensor
+    local x = dpl.randn(4, 3, 5)
+    local function fails(pat, f, ...)
+      local ok, e = pcall(f, ...)
+      if ok then error(('expected an error with %q'):format(pat), 2) end
+      if not tostring(e):find(pat, 1, true) then error(('expected %q in %q'):format(pat, tostring(e)), 2) end
+    end
+    fails('batch_norm: expected a float32 or float64 input, got int64', T.batch_norm, dpl.ones(4, 3):long(), nil,
+      nil, nil, nil, 0.1, 1e-5)
+    fails('batch_norm: input has shape [4], expected [N, C, ...]', T.batch_norm, dpl.randn(4), nil, nil, nil, nil, 0.1,
+      1e-5)
+    fails('batch_norm: expected weight of 3 elements, got 4', T.batch_norm, x, dpl.randn(4), nil, nil, nil, 0.1, 1e-5)
+    fails('batch_norm: expected bias of dtype float32 (the input\'s), got float64', T.batch_norm, x, nil,
+      dpl.randn(3):double(), nil, nil, 0.1, 1e-5)
+    fails('batch_norm: expected both running_mean and running_var, or neither', T.batch_norm, x, nil, nil,
+      dpl.zeros(3), nil, 0.1, 1e-5)
+    fails('batch_norm: expected a contiguous running_var', T.batch_norm, x, nil, nil, dpl.zeros(3),
+      dpl.ones(3, 2):select(2, 1), 0.1, 1e-5)
+    fails('batch_norm: expected more than 1 value per channel', T.batch_norm, dpl.randn(1, 3), nil, nil, nil, nil, 0.1,
+      1e-5)
+    fails('batch_norm: eps must be >= 0', T.batch_norm, x, nil, nil, nil, nil, 0.1, -1)
+    local y, m, inv = T.batch_norm(x, nil, nil, nil, nil, 0.1, 1e-5)
+    fails('batch_norm_backward: grad shape [4, 3] does not match the input shape [4, 3, 5]', T.batch_norm_backward,
+      dpl.randn(4, 3), x, m, inv, nil)
+    fails('batch_norm_backward: expected invstd of 3 elements, got 2', T.batch_norm_backward, y, x, m, inv:narrow(1, 1, 2),
+      nil)
+    fails('batch_norm_backward: expected grad of dtype float32 (the input\'s), got float64', T.batch_norm_backward,
+      y:double(), x, m, inv, nil)
+  end)
   it('a label out of range names the label and the class count', function()
     local ok, e = pcall(F.cross_entropy, dpl.randn(2, 10), dpl.tensor({ 3, 11 }))
     assert.is_false(ok)
