@@ -521,3 +521,22 @@ describe("the host's tensor finalizer", function()
     assert.matches('tensor handle %(cdata%) expected', select(2, pcall(host.tensor_release, {})))
   end)
 end)
+
+describe('collections paced by tensor bytes', function()
+  it('also run for ops with several results (a loop of layer_norm alone stays bounded)', function()
+    local dpl = require 'dpl'
+    local T = require 'dpl.tensor'
+    local x = dpl.randn(1000, 1000)
+    collectgarbage()
+    collectgarbage()
+    local base, peak = dpl.memory_allocated(), 0
+    for _ = 1, 64 do -- 64 x 4 MB of results dropped at once
+      local y = T.layer_norm(x, nil, nil, 1000, 1e-5)
+      assert(y)
+      peak = math.max(peak, dpl.memory_allocated() - base)
+    end
+    -- the threshold is 32 MiB of tensor bytes (more with a big Lua heap): without a collection
+    -- here the loop held ~245 MB
+    assert.is_true(peak < 128 * 2 ^ 20, ('peak %.0f MB'):format(peak / 2 ^ 20))
+  end)
+end)

@@ -672,6 +672,13 @@ local function gc_wrap1()
   if gc_flag[0] ~= 0 then collect() end
   return r
 end
+-- the same for any out array (the ops with several results): the handle is collected and,
+-- when tensor bytes passed the threshold, the garbage collector runs (as wrap's callers do)
+local function gcw(o)
+  local r = ffi.gc(o[0][0], release)
+  if gc_flag[0] ~= 0 then collect() end
+  return r
+end
 
 -- a binary op's operand that is neither a tensor nor a number (nor a boolean)
 local OP_NAME = {}
@@ -1023,8 +1030,8 @@ local function minmax(name, t, d, keepdim)
   end
   local st = C.dpl_reduce_index(RED[name], t, cdim(t, d, name), keepdim and 1 or 0, out1, out2)
   if st ~= 0 then fail(3, st) end
-  local v = ffi.gc(out1[0][0], release)
-  local i = ffi.gc(out2[0][0], release)
+  local v = gcw(out1)
+  local i = gcw(out2)
   binary_scalar_(0, i, 1) -- 1-based indices
   return v, i
 end
@@ -1068,7 +1075,7 @@ M.reduction_id = reduction_id
 
 -- wraps the result in out1 and releases the temporary index tensor now (not at the next GC)
 local function done_tmp(tmp)
-  local r = ffi.gc(out1[0][0], release)
+  local r = gcw(out1)
   C.dpl_tensor_free_data(tmp)
   return r
 end
@@ -1477,11 +1484,11 @@ end
 require("dpl.tensor_nn")(M, {
   call1 = call1, fail = fail, fix_msg = fix_msg, done_tmp = done_tmp, zero_based = zero_based,
   reduction_id = reduction_id, index0 = index0, index_arg = index_arg, need_tensor = need_tensor, need_opts = need_opts,
-  need_number = need_number, release = release, out1 = out1, out2 = out2, error = error,
+  need_number = need_number, release = release, out1 = out1, out2 = out2, error = error, gcw = gcw,
 })
 -- sorting, selection and counting (sort, topk, median, unique, bincount, ...) live in dpl.tensor_sort
 require('dpl.tensor_sort')(M, { fail = fail, need_tensor = need_tensor, error = error, release = release,
-  out1 = out1, out2 = out2 })
+  out1 = out1, out2 = out2, gcw = gcw })
 
 -- PyTorch's index/scatter writes (scatter_, index_fill_, index_copy_, index_put_, masked_scatter_, put_, ...)
 require("dpl.tensor_index")(M, { cdim = cdim, index0 = index0, call1 = call1, out1 = out1, error = error,

@@ -19,6 +19,7 @@ local MAXPOOL_KEYS = keys('stride', 'padding', 'ceil_mode', 'return_indices')
 local AVGPOOL_KEYS = keys('stride', 'padding', 'ceil_mode', 'count_include_pad')
 
 return function(M, H)
+  local gcw = H.gcw -- wrap a result handle (and collect when tensor bytes passed the threshold)
   local call1, fail, fix_msg, done_tmp = H.call1, H.fail, H.fix_msg, H.done_tmp
   local zero_based, reduction_id, index_arg = H.zero_based, H.reduction_id, H.index_arg
   local need_tensor, need_number = H.need_tensor, H.need_number
@@ -128,9 +129,9 @@ return function(M, H)
     local st = C.dpl_conv2d_backward(grad_out, x, w, params6, groups, needs.x and out1 or nil, needs.w and out2 or nil,
       needs.b and out3 or nil)
     if st ~= 0 then fail(2, st) end
-    local gx = needs.x and ffi.gc(out1[0][0], release) or nil
-    local gw = needs.w and ffi.gc(out2[0][0], release) or nil
-    local gb = needs.b and ffi.gc(out3[0][0], release) or nil
+    local gx = needs.x and gcw(out1) or nil
+    local gw = needs.w and gcw(out2) or nil
+    local gb = needs.b and gcw(out3) or nil
     return gx, gw, gb
   end
 
@@ -145,7 +146,7 @@ return function(M, H)
     local st = C.dpl_layer_norm(x, w, b, n, eps, out1, out2, out3)
     if st == ENOMEM then collectgarbage(); st = C.dpl_layer_norm(x, w, b, n, eps, out1, out2, out3) end
     if st ~= 0 then fail(2, st) end
-    return ffi.gc(out1[0][0], release), ffi.gc(out2[0][0], release), ffi.gc(out3[0][0], release)
+    return gcw(out1), gcw(out2), gcw(out3)
   end
   --- batch_norm(x, weight or nil, bias or nil, running_mean or nil, running_var or nil, momentum, eps)
   --- -> y, mean, invstd: batch statistics per channel (dim 2) of a float32/float64 CPU x, the
@@ -161,7 +162,7 @@ return function(M, H)
     local st = C.dpl_batch_norm(x, w, b, rm, rv, momentum, eps, out1, out2, out3)
     if st == ENOMEM then collectgarbage(); st = C.dpl_batch_norm(x, w, b, rm, rv, momentum, eps, out1, out2, out3) end
     if st ~= 0 then fail(2, st) end
-    local m, inv = ffi.gc(out2[0][0], release), ffi.gc(out3[0][0], release)
+    local m, inv = gcw(out2), gcw(out3)
     return M._wrap(out1), m, inv -- (_wrap: a collection when tensor bytes passed the GC threshold)
   end
   --- Gradients of batch_norm: grad_x, grad_w, grad_b (needs: {x=, w=, b=} booleans; grad_w only with a weight).
@@ -180,8 +181,8 @@ return function(M, H)
     local st = go()
     if st == ENOMEM then collectgarbage(); st = go() end
     if st ~= 0 then fail(2, st) end
-    local gw = nw and ffi.gc(out2[0][0], release) or nil
-    local gb = nb and ffi.gc(out3[0][0], release) or nil
+    local gw = nw and gcw(out2) or nil
+    local gb = nb and gcw(out3) or nil
     local gx = nx and M._wrap(out1) or nil
     if not nx and M._gc_flag[0] ~= 0 then M.collect() end
     return gx, gw, gb
@@ -201,9 +202,9 @@ return function(M, H)
     local st = go()
     if st == ENOMEM then collectgarbage(); st = go() end
     if st ~= 0 then fail(2, st) end
-    local gx = ffi.gc(out1[0][0], release)
-    local gw = nw and ffi.gc(out2[0][0], release) or nil
-    local gb = nb and ffi.gc(out3[0][0], release) or nil
+    local gx = gcw(out1)
+    local gw = nw and gcw(out2) or nil
+    local gb = nb and gcw(out3) or nil
     return gx, gw, gb
   end
 
@@ -230,7 +231,7 @@ return function(M, H)
     pool_params(kernel, opts, 'max_pool2d', MAXPOOL_KEYS)
     local st = C.dpl_max_pool2d(x, params7, out1, out2)
     if st ~= 0 then fail(2, st) end
-    return ffi.gc(out1[0][0], release), ffi.gc(out2[0][0], release)
+    return gcw(out1), gcw(out2)
   end
   function M.max_pool2d_backward(grad_out, x, indices)
     need_tensor('max_pool2d_backward', 'grad_output', grad_out)

@@ -26,6 +26,7 @@ local HISTC_KEYS = keys('bins', 'min', 'max')
 local COUNT_KEYS = keys('dim')
 
 return function(M, H)
+  local gcw = H.gcw -- wrap a result handle (and collect when tensor bytes passed the threshold)
   local methods = M.methods
   local fail, need_tensor, error, release = H.fail, H.need_tensor, H.error, H.release
   local out1, out2 = H.out1, H.out2
@@ -89,8 +90,8 @@ return function(M, H)
       if d == nil then st = fn(a, b, c, ov, out2) else st = fn(a, b, c, d, ov, out2) end
     end
     if st ~= 0 then fail(3, st) end
-    local v = want_values and ffi.gc(out1[0][0], release) or nil
-    local i = ffi.gc(out2[0][0], release)
+    local v = want_values and gcw(out1) or nil
+    local i = gcw(out2)
     if gc_flag[0] ~= 0 then M.collect() end
     add_scalar_(0, i, 1) -- 1-based positions
     return v, i
@@ -209,7 +210,7 @@ return function(M, H)
       local st = C.dpl_median(t, -1, 0, out1, out2)
       if st == ENOMEM then collectgarbage() st = C.dpl_median(t, -1, 0, out1, out2) end
       if st ~= 0 then fail(2, st) end
-      local v = ffi.gc(out1[0][0], release)
+      local v = gcw(out1)
       C.dpl_tensor_release(out2[0])
       if v._dtype > 3 then return v end
       local A = package.loaded['dpl.autograd']
@@ -259,9 +260,9 @@ return function(M, H)
     local st = go()
     if st == ENOMEM then collectgarbage() st = go() end
     if st ~= 0 then fail(2, st) end
-    local u = ffi.gc(out1[0][0], release)
-    local ri = inv and ffi.gc(out2[0][0], release) or nil
-    local rc = cnt and ffi.gc(out3[0][0], release) or nil
+    local u = gcw(out1)
+    local ri = inv and gcw(out2) or nil
+    local rc = cnt and gcw(out3) or nil
     if gc_flag[0] ~= 0 then M.collect() end
     u = record_none(UNIQUE_RULE, u, t)
     if ri then add_scalar_(0, ri, 1) end
@@ -289,7 +290,7 @@ return function(M, H)
     local st = C.dpl_bincount(t, w, minlength, out1)
     if st == ENOMEM then collectgarbage() st = C.dpl_bincount(t, w, minlength, out1) end
     if st ~= 0 then fail(2, st) end
-    local r = ffi.gc(out1[0][0], release)
+    local r = gcw(out1)
     if gc_flag[0] ~= 0 then M.collect() end
     if w ~= nil then r = record_none(BINCOUNT_RULE, r, w) end
     return r
@@ -317,7 +318,7 @@ return function(M, H)
     local st = C.dpl_histc(t, bins, lo, hi, out1)
     if st == ENOMEM then collectgarbage() st = C.dpl_histc(t, bins, lo, hi, out1) end
     if st ~= 0 then fail(2, st) end
-    local r = ffi.gc(out1[0][0], release)
+    local r = gcw(out1)
     if gc_flag[0] ~= 0 then M.collect() end
     return r
   end
