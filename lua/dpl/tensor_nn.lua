@@ -178,7 +178,9 @@ return function(M, H)
     local st = go()
     if st == ENOMEM then collectgarbage(); st = go() end
     if st ~= 0 then fail(2, st) end
-    return ffi.gc(out1[0][0], release), keep_mask and ffi.gc(out2[0][0], release) or nil
+    -- (wrap: tensor.lua's, which runs the collector when the allocator asks, as other ops do)
+    local y = M._wrap(out1)
+    return y, keep_mask and M._wrap(out2) or nil
   end
   --- Gradient of dropout: grad * mask * 1/(1 - p) (mask and p: dropout's).
   function M.dropout_backward(grad, mask, p)
@@ -188,7 +190,7 @@ return function(M, H)
     local st = C.dpl_dropout_backward(grad, mask, p, out1)
     if st == ENOMEM then collectgarbage(); st = C.dpl_dropout_backward(grad, mask, p, out1) end
     if st ~= 0 then fail(2, st) end
-    return ffi.gc(out1[0][0], release)
+    return M._wrap(out1)
   end
 
   local function pool_params(kernel, opts, name, accepted)
