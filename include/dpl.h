@@ -289,6 +289,17 @@ int dpl_tensor_normal_(dpl_tensor *t, double mean, double std);
 /* integers uniform in [lo, hi) */
 int dpl_tensor_randint_(dpl_tensor *t, int64_t lo, int64_t hi);
 int dpl_tensor_bernoulli_(dpl_tensor *t, double p);
+/* Fused dropout (training mode) for a contiguous float32/float64 tensor in host memory:
+ * draws the keep decisions exactly as bernoulli_(1 - p) would at the generator's offset
+ * (same counters, same numbers, whatever the thread count; advances it by numel) and writes
+ * out = x * (keep ? s : 0) with s = 1 / (1 - p) rounded to x's dtype, which is what
+ * x * empty_like(x):bernoulli_(1 - p):div_(1 - p) gives, bit for bit. 0 <= p < 1 (p = 1 and
+ * the no-draw p = 0 of F.dropout are the caller's). mask (may be NULL: not kept) gets the keep
+ * decisions packed: a 1-d uint8 tensor of ceil(numel / 8) bytes, element i in bit i % 8 of
+ * byte i / 8. Backward: grad_x = grad * (keep ? s : 0), grad of x's dtype and numel (any
+ * layout, host memory), with the mask and p of the forward. */
+int dpl_dropout(const dpl_tensor *x, double p, dpl_tensor **out, dpl_tensor **mask);
+int dpl_dropout_backward(const dpl_tensor *grad, const dpl_tensor *mask, double p, dpl_tensor **grad_x);
 
 /* Elementwise. Binary ops broadcast; results follow PyTorch's type promotion. */
 typedef enum dpl_binop {

@@ -74,6 +74,8 @@ local cases = {
   embedding = { function(w) return F.embedding(i64({ { 1, 3 }, { 3, 2 } }), w) end, { rs(1, 4, 3) } },
   conv2d = { function(x, w, b) return F.conv2d(x, w, b, { padding = 1, stride = 2 }) end, { rs(1, 2, 2, 5, 5), rs(2, 3, 2, 3, 3), rs(3, 3) } },
   max_pool2d = { function(x) return F.max_pool2d(x, 2) end, { rs(1, 1, 2, 4, 4) } },
+  -- the fused dropout: the same seed each evaluation, so that each draws the same mask
+  dropout = { function(x) dpl.manual_seed(11) return F.dropout(x, 0.4) end, { rs(1, 5, 13) } },
   layer_norm = { function(x, w, b) return F.layer_norm(x, { 2, 3 }, w, b) + F.layer_norm(x, 3) end, { rs(1, 2, 2, 3), rs(2, 2, 3), rs(3, 2, 3) } },
   avg_pool2d = { function(x) return F.avg_pool2d(x, 2, { stride = 1 }) end, { rs(1, 1, 2, 4, 4) } },
   -- the conv group (dpl.nn.functional_conv; against PyTorch: spec/nn_conv_spec.lua)

@@ -592,6 +592,15 @@ do -- layer_norm returns its saved statistics too
     return record(rules.layer_norm, y, x, w, b, nnum, eps, m, r), m, r
   end
 end
+do -- dropout keeps its packed mask for backward
+  local raw = T.dropout
+  T.dropout = function(x, p, keep_mask)
+    if not (S.live and S.grad_on and rg[x]) then return raw(x, p, keep_mask) end
+    local ok, y, m = pcall(raw, x, p, true)
+    if not ok then rethrow(y) end
+    return record(rules.dropout, y, x, p, m)
+  end
+end
 do
   local raw = T.max_pool2d
   T.max_pool2d = function(x, k, opts)

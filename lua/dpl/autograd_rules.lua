@@ -719,6 +719,11 @@ rules.layer_norm = { -- T.layer_norm(x, w, b, normalized_numel, eps) -> y, mean,
     return gx, gw, gb and gb:reshape(n.bs)
   end,
 }
+rules.dropout = { -- T.dropout(x, p) -> y (the packed mask saved)
+  nin = 1,
+  save = function(n, out, x, p, mask) n.m, n.p = mask, p end,
+  bw = function(n, g) return T.dropout_backward(g, n.m, n.p) end,
+}
 rules.max_pool2d = {
   nin = 1,
   save = function(n, out, x, k, opts, idx) n.x, n.idx = save(n, x), idx end,

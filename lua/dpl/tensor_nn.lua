@@ -208,6 +208,31 @@ return function(M, H)
     return gx, gw, gb
   end
 
+  --- dropout(x, p, keep_mask) -> out, mask or nil: the fused training-mode dropout of a contiguous
+  --- float32/float64 CPU tensor, 0 <= p < 1 (the keep decisions of bernoulli_(1 - p), bit for bit);
+  --- mask (with keep_mask): the decisions packed 8 to a byte (uint8), for dropout_backward
+  function M.dropout(x, p, keep_mask)
+    need_tensor('dropout', 'input', x)
+    need_number('dropout', 'p', p)
+    local function go() return C.dpl_dropout(x, p, out1, keep_mask and out2 or nil) end
+    local st = go()
+    if st == ENOMEM then collectgarbage(); st = go() end
+    if st ~= 0 then fail(2, st) end
+    -- (wrap: tensor.lua's, which runs the collector when the allocator asks, as other ops do)
+    local y = M._wrap(out1)
+    return y, keep_mask and M._wrap(out2) or nil
+  end
+  --- Gradient of dropout: grad * mask * 1/(1 - p) (mask and p: dropout's).
+  function M.dropout_backward(grad, mask, p)
+    need_tensor('dropout_backward', 'grad_output', grad)
+    need_tensor('dropout_backward', 'mask', mask)
+    need_number('dropout_backward', 'p', p)
+    local st = C.dpl_dropout_backward(grad, mask, p, out1)
+    if st == ENOMEM then collectgarbage(); st = C.dpl_dropout_backward(grad, mask, p, out1) end
+    if st ~= 0 then fail(2, st) end
+    return M._wrap(out1)
+  end
+
   local function pool_params(kernel, opts, name, accepted)
     check_opts(opts, accepted, name)
     params7[0], params7[1] = pair(kernel, name, 'kernel_size')

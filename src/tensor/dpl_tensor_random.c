@@ -283,3 +283,194 @@ int dpl_tensor_bernoulli_(dpl_tensor *t, double p)
   rjob j = {R_BERNOULLI, 0, NULL, 0, 0, p, 0, 0, 0};
   return run_rng("bernoulli_", t, &j);
 }
+
+/* ---- fused dropout: the keep decisions of bernoulli_(1 - p), applied and packed in one pass ---- */
+typedef struct djob {
+  int isf;
+  uint32_t thr;
+  float sf;
+  double sd;
+  uint64_t key, start;
+  int64_t n;
+  const char *x; /* forward: x; backward: grad */
+  char *y;
+  uint8_t *bits; /* forward: written (may be NULL); backward: read */
+} djob;
+
+/* one block of up to 64 elements: keep bits from u (forward) or from the mask (backward) */
+DPL_CLONES static void drop_apply_f32(const float *restrict x, float *restrict y, int n, uint64_t bits, float s)
+{
+  for (int l = 0; l < n; l++) y[l] = x[l] * (((bits >> l) & 1) ? s : 0.0f);
+}
+DPL_CLONES static void drop_apply_f64(const double *restrict x, double *restrict y, int n, uint64_t bits, double s)
+{
+  for (int l = 0; l < n; l++) y[l] = x[l] * (((bits >> l) & 1) ? s : 0.0);
+}
+static uint64_t keep_bits(const uint32_t *u, int n, uint32_t thr)
+{
+  uint64_t bits = 0;
+  for (int l = 0; l < n; l++) bits |= (uint64_t)((u[l] >> 8) < thr) << l;
+  return bits;
+}
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+/* a whole block of 64 with AVX-512: the compare gives the keep mask, a zero-masked move the factor */
+__attribute__((target("avx512f"))) static uint64_t keep_bits_512(const uint32_t *u, uint32_t thr)
+{
+  const __m512i t = _mm512_set1_epi32((int32_t)thr);
+  uint64_t bits = 0;
+  for (int g = 0; g < 4; g++) {
+    __m512i v = _mm512_srli_epi32(_mm512_loadu_si512(u + 16 * g), 8);
+    bits |= (uint64_t)_mm512_cmplt_epu32_mask(v, t) << (16 * g);
+  }
+  return bits;
+}
+__attribute__((target("avx512f"))) static void apply_512(int isf, const char *x, char *y, uint64_t bits, float sf,
+                                                         double sd)
+{
+  if (isf) {
+    const __m512 s = _mm512_set1_ps(sf);
+    for (int g = 0; g < 4; g++) {
+      __m512 m = _mm512_maskz_mov_ps((__mmask16)(bits >> (16 * g)), s);
+      _mm512_storeu_ps((float *)y + 16 * g, _mm512_mul_ps(_mm512_loadu_ps((const float *)x + 16 * g), m));
+    }
+  } else {
+    const __m512d s = _mm512_set1_pd(sd);
+    for (int g = 0; g < 8; g++) {
+      __m512d m = _mm512_maskz_mov_pd((__mmask8)(bits >> (8 * g)), s);
+      _mm512_storeu_pd((double *)y + 8 * g, _mm512_mul_pd(_mm512_loadu_pd((const double *)x + 8 * g), m));
+    }
+  }
+}
+#define HAVE_DROP_512 1
+#endif
+
+static void drop_block(const djob *j, int64_t blk, uint64_t bits)
+{
+  int64_t b = blk * RB;
+  int n = (int)(j->n - b < RB ? j->n - b : RB);
+  int64_t es = j->isf ? 4 : 8;
+#ifdef HAVE_DROP_512
+  if (n == RB && cpu_avx512()) {
+    apply_512(j->isf, j->x + b * es, j->y + b * es, bits, j->sf, j->sd);
+    return;
+  }
+#endif
+  if (j->isf) drop_apply_f32((const float *)j->x + b, (float *)j->y + b, n, bits, j->sf);
+  else drop_apply_f64((const double *)j->x + b, (double *)j->y + b, n, bits, j->sd);
+}
+
+/* ranges over blocks of RB elements, so that no two threads write the same mask byte */
+static void drop_fwd_range(int64_t lo, int64_t hi, void *vj)
+{
+  const djob *j = vj;
+  uint32_t u[4][RB];
+  for (int64_t blk = lo; blk < hi; blk++) {
+    int64_t b = blk * RB;
+    int n = (int)(j->n - b < RB ? j->n - b : RB);
+    philox_block(j->key, j->start + (uint64_t)b, n, u);
+    uint64_t bits;
+#ifdef HAVE_DROP_512
+    if (n == RB && cpu_avx512()) bits = keep_bits_512(u[0], j->thr);
+    else
+#endif
+      bits = keep_bits(u[0], n, j->thr);
+    drop_block(j, blk, bits);
+    if (j->bits)
+      for (int k = 0; k < (n + 7) / 8; k++) j->bits[b / 8 + k] = (uint8_t)(bits >> (8 * k));
+  }
+}
+
+static void drop_bwd_range(int64_t lo, int64_t hi, void *vj)
+{
+  const djob *j = vj;
+  for (int64_t blk = lo; blk < hi; blk++) {
+    int64_t b = blk * RB;
+    int n = (int)(j->n - b < RB ? j->n - b : RB);
+    uint64_t bits = 0;
+    for (int k = 0; k < (n + 7) / 8; k++) bits |= (uint64_t)j->bits[b / 8 + k] << (8 * k);
+    if (n < RB) bits &= (UINT64_C(1) << n) - 1;
+    drop_block(j, blk, bits);
+  }
+}
+
+static void drop_scale(djob *j, double p)
+{
+  double q = 1.0 - p; /* what F.dropout's composed form hands bernoulli_ and div_ */
+  j->thr = (uint32_t)ceil(q * 16777216.0);
+  j->sf = 1.0f / (float)q; /* div_'s float32 kernel: the scalar rounded to float, then divided */
+  j->sd = 1.0 / q;
+}
+
+static int drop_check_float(const char *name, const char *arg, const dpl_tensor *t)
+{
+  if (dpl_is_devmem(t))
+    return dpl_errorf(DPL_ENOTIMPL, "%s: not implemented on cuda (the composed form runs there)", name);
+  DPL_TRY(dpl_check_tensor(name, arg, t));
+  if (t->_dtype != DPL_FLOAT32 && t->_dtype != DPL_FLOAT64)
+    return dpl_errorf(DPL_EINVAL, "%s: expected %s of dtype float32 or float64, got %s", name, arg,
+                      dpl_dtype_name(t->_dtype));
+  return DPL_OK;
+}
+
+int dpl_dropout(const dpl_tensor *x, double p, dpl_tensor **out, dpl_tensor **mask)
+{
+  const char *name = "dropout";
+  if (!out) return dpl_errorf(DPL_EINVAL, "%s: the output pointer is NULL", name);
+  *out = NULL;
+  if (mask) *mask = NULL;
+  DPL_TRY(dpl_check_handle(name, "input", x));
+  DPL_TRY(drop_check_float(name, "input", x));
+  if (!dpl_is_contig(x)) return dpl_errorf(DPL_EINVAL, "%s: expected a contiguous input", name);
+  if (!(p >= 0 && p < 1)) return dpl_errorf(DPL_EINVAL, "%s: expected 0 <= p < 1, got %g", name, p);
+  dpl_tensor *ry = NULL, *rm = NULL;
+  int64_t nbytes = (x->_numel + 7) / 8;
+  int st = dpl_new(name, x->_dtype, x->_ndim, x->_shape, x, &ry);
+  if (st == DPL_OK && mask) st = dpl_new(name, DPL_UINT8, 1, &nbytes, x, &rm);
+  if (st == DPL_OK) {
+    djob j = {.isf = x->_dtype == DPL_FLOAT32, .n = x->_numel, .x = x->_data, .y = ry->_data,
+              .bits = rm ? (uint8_t *)rm->_data : NULL};
+    drop_scale(&j, p);
+    dpl_rng_reserve((uint64_t)x->_numel, &j.key, &j.start);
+    if (x->_numel > 0) dpl_parallel_for((x->_numel + RB - 1) / RB, 16384 / RB, drop_fwd_range, &j);
+  }
+  return dpl_hand_over(st, 2, (dpl_tensor *[]){ry, rm}, (dpl_tensor **[]){out, mask});
+}
+
+int dpl_dropout_backward(const dpl_tensor *grad, const dpl_tensor *mask, double p, dpl_tensor **grad_x)
+{
+  const char *name = "dropout_backward";
+  if (!grad_x) return dpl_errorf(DPL_EINVAL, "%s: the output pointer is NULL", name);
+  *grad_x = NULL;
+  DPL_TRY(dpl_check_handle(name, "grad_output", grad));
+  DPL_TRY(dpl_check_handle(name, "mask", mask));
+  DPL_TRY(drop_check_float(name, "grad_output", grad));
+  if (dpl_is_devmem(mask)) return dpl_errorf(DPL_ENOTIMPL, "%s: not implemented on cuda", name);
+  DPL_TRY(dpl_check_tensor(name, "mask", mask));
+  int64_t nbytes = (grad->_numel + 7) / 8;
+  if (mask->_dtype != DPL_UINT8 || !dpl_is_contig(mask) || mask->_numel != nbytes)
+    return dpl_errorf(DPL_EINVAL,
+                      "%s: expected mask to be a contiguous uint8 tensor of %lld bytes (dropout's packed mask "
+                      "for %lld elements), got %s with %lld elements",
+                      name, (long long)nbytes, (long long)grad->_numel, dpl_dtype_name(mask->_dtype),
+                      (long long)mask->_numel);
+  if (!(p >= 0 && p < 1)) return dpl_errorf(DPL_EINVAL, "%s: expected 0 <= p < 1, got %g", name, p);
+  dpl_tensor *cg = NULL, *rg = NULL;
+  int st = DPL_OK;
+  if (!dpl_is_contig(grad)) st = dpl_contig_as(name, grad, grad->_dtype, &cg);
+  const dpl_tensor *g = cg ? cg : grad;
+  if (st == DPL_OK) st = dpl_new(name, grad->_dtype, grad->_ndim, grad->_shape, grad, &rg);
+  if (st == DPL_OK && grad->_numel > 0) {
+    djob j = {.isf = grad->_dtype == DPL_FLOAT32, .n = grad->_numel, .x = g->_data, .y = rg->_data,
+              .bits = (uint8_t *)mask->_data};
+    drop_scale(&j, p);
+    dpl_parallel_for((grad->_numel + RB - 1) / RB, 16384 / RB, drop_bwd_range, &j);
+  }
+  dpl_tensor_release(cg);
+  if (st != DPL_OK) {
+    dpl_tensor_release(rg);
+    return st;
+  }
+  *grad_x = rg;
+  return DPL_OK;
+}

@@ -164,6 +164,9 @@ function F.dropout(x, p, training)
   end
   if training == false or p == 0 then return x end
   if p == 1 then return x * 0 end
+  -- contiguous float32/float64 on the CPU: the fused kernel (the same draws, mask and numbers);
+  -- other dtypes, layouts and devices: the composed form
+  if is_tensor(x) and x._devtype == 0 and x._dtype <= 1 and x:is_contiguous() then return T.dropout(x, p) end
   local mask = autograd.no_grad(function()
     return T.empty_like(x):bernoulli_(1 - p):div_(1 - p)
   end)
