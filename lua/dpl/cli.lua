@@ -94,19 +94,7 @@ local function usage_error(fmt, ...)
   error(UsageError(select('#', ...) > 0 and fmt:format(...) or fmt), 0)
 end
 
-local function levenshtein(a, b)
-  local prev = {}
-  for j = 0, #b do prev[j] = j end
-  for i = 1, #a do
-    local cur = { [0] = i }
-    for j = 1, #b do
-      local cost = a:byte(i) == b:byte(j) and 0 or 1
-      cur[j] = math.min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + cost)
-    end
-    prev = cur
-  end
-  return prev[#b]
-end
+local levenshtein = require('dpl.options').distance -- (edit distance)
 
 -- the closest known name, when close enough
 local function did_you_mean(word, known)

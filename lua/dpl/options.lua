@@ -38,6 +38,8 @@ local function distance(a, b)
   return prev[#b]
 end
 
+M.distance = distance
+
 --- nearest(k, accepted): the accepted key (a set: key -> anything) nearest to the string k,
 --- at most 2 edits away (ties: the first in sorted order), or nil.
 function M.nearest(k, accepted)
