@@ -110,6 +110,30 @@ describe('fused dropout', function()
     end
   end)
 
+  it('a transposed float32/float64 input takes it through a contiguous copy: same output and gradient', function()
+    for _, dt in ipairs({ 'float32', 'float64' }) do
+      dpl.manual_seed(SEED)
+      local base = dpl.randn({ 8, 9 }, { dtype = dt })
+      local x1 = base:clone():t()
+      x1.requires_grad = true
+      local st = dpl.get_rng_state()
+      local y1 = composed(x1, 0.4)
+      y1:sum():backward()
+      dpl.set_rng_state(st)
+      local x2 = base:clone():t()
+      x2.requires_grad = true
+      local raw, used = T.dropout, 0
+      T.dropout = function(...) used = used + 1 return raw(...) end
+      local ok, y2 = pcall(F.dropout, x2, 0.4)
+      T.dropout = raw
+      assert(ok, y2)
+      assert.are.equal(1, used, dt .. ': the fused kernel ran')
+      y2:sum():backward()
+      same(y2, y1, dt .. ' transposed output')
+      same(x2.grad, x1.grad, dt .. ' transposed gradient')
+    end
+  end)
+
   it('nn.Dropout in training mode takes it, eval returns the input', function()
     local d = dpl.nn.Dropout(0.25)
     dpl.manual_seed(SEED)

@@ -164,9 +164,13 @@ function F.dropout(x, p, training)
   end
   if training == false or p == 0 then return x end
   if p == 1 then return x * 0 end
-  -- contiguous float32/float64 on the CPU: the fused kernel (the same draws, mask and numbers);
-  -- other dtypes, layouts and devices: the composed form
-  if is_tensor(x) and x._devtype == 0 and x._dtype <= 1 and x:is_contiguous() then return T.dropout(x, p) end
+  -- float32/float64 on the CPU: the fused kernel (the same draws, mask and numbers); a
+  -- non-contiguous x (the transposed attention output of batch_first MultiheadAttention) through
+  -- a contiguous copy: the composed form's mask (empty_like: contiguous) is drawn in the same
+  -- logical order, so the bits are the same. Other dtypes and devices: the composed form
+  if is_tensor(x) and x._devtype == 0 and x._dtype <= 1 then
+    return T.dropout(x:is_contiguous() and x or x:contiguous(), p)
+  end
   local mask = autograd.no_grad(function()
     return T.empty_like(x):bernoulli_(1 - p):div_(1 - p)
   end)
