@@ -347,20 +347,9 @@ end)
 
 ---------------------------------------------------------------- several ranks
 
-local function weights(out)
-  local line = out:match('weights ([^\n]+)')
-  assert.truthy(line, out)
-  local w = {}
-  for v in line:gmatch('%S+') do w[#w + 1] = tonumber(v) end
-  return w
-end
+local weights = h.weights_of
 
-local function close(a, b)
-  assert.equal(#a, #b)
-  for i = 1, #a do
-    assert.is_true(math.abs(a[i] - b[i]) <= 1e-5 * math.max(1, math.abs(a[i])), ('weight %d: %s vs %s'):format(i, a[i], b[i]))
-  end
-end
+local close = h.assert_weights_close
 
 describe('dpl.Fabric on 2 ranks: the weights of 1 rank with batch 2b', function()
   local script = 'spec/support/fabric_equiv_script.lua'

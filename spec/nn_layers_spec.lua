@@ -34,6 +34,21 @@ end
 local y = dpl.tensor(ref.Y, { dtype = 'int64' })
 local T = dpl.tensor(ref.T, { dtype = 'float64' })
 
+-- batch norm with batch statistics written with plain differentiable ops (the reference the
+-- fused op and its C kernel are checked against): y, mean, biased variance
+local function bn_composed(x, w, b, eps)
+  local C = x:size(2)
+  local xt = x:transpose(1, 2):reshape(C, -1)
+  local mean = xt:mean(2)
+  local var = ((xt - mean:view(C, 1)) ^ 2):mean(2)
+  local shape = { 1, C }
+  for _ = 3, x:dim() do shape[#shape + 1] = 1 end
+  local y = (x - mean:view(shape)) / (var:view(shape) + eps):sqrt()
+  if w then y = y * w:view(shape) end
+  if b then y = y + b:view(shape) end
+  return y, mean, var
+end
+
 describe('nn.functional matches PyTorch (values and gradients)', function()
   it('cross_entropy: reductions, label_smoothing, ignore_index', function()
     check('cross_entropy', function(x) return F.cross_entropy(x, y) end, d(ref.X))
@@ -108,18 +123,7 @@ describe('nn.functional matches PyTorch (values and gradients)', function()
   end)
   it('batch_norm with batch statistics (the fused op) equals the composed formula: output, gradients, stats', function()
     -- the formula written with plain differentiable ops; the fused op's backward is closed-form
-    local function composed(x, w, b, eps)
-      local C = x:size(2)
-      local xt = x:transpose(1, 2):reshape(C, -1)
-      local mean = xt:mean(2)
-      local var = ((xt - mean:view(C, 1)) ^ 2):mean(2)
-      local shape = { 1, C }
-      for _ = 3, x:dim() do shape[#shape + 1] = 1 end
-      local y = (x - mean:view(shape)) / (var:view(shape) + eps):sqrt()
-      if w then y = y * w:view(shape) end
-      if b then y = y + b:view(shape) end
-      return y, mean, var
-    end
+    local composed = bn_composed
     local function near(want, got, what, tol)
       local err = ((got - want):abs() / (want:abs() + 1)):max():item()
       if not (err <= tol) then error(('%s: relative difference %g (tolerance %g)'):format(what, err, tol), 2) end
@@ -165,18 +169,7 @@ describe('nn.functional matches PyTorch (values and gradients)', function()
     local raw, calls = T.batch_norm, 0
     T.batch_norm = function(...) calls = calls + 1; return raw(...) end
     local ok, err = pcall(function()
-      local function composed(x, w, b, eps)
-        local C = x:size(2)
-        local xt = x:transpose(1, 2):reshape(C, -1)
-        local mean = xt:mean(2)
-        local var = ((xt - mean:view(C, 1)) ^ 2):mean(2)
-        local shape = { 1, C }
-        for _ = 3, x:dim() do shape[#shape + 1] = 1 end
-        local y = (x - mean:view(shape)) / (var:view(shape) + eps):sqrt()
-        if w then y = y * w:view(shape) end
-        if b then y = y + b:view(shape) end
-        return y
-      end
+      local composed = bn_composed
       local function near(want, got, what, tol)
         local e = ((got:double() - want:double()):abs() / (want:double():abs() + 1)):max():item()
         if not (e <= tol) then error(('%s: relative difference %g (tolerance %g)'):format(what, e, tol), 2) end

@@ -4,13 +4,7 @@
 -- simulated GPUs, batch 2b) and ddp2 (2 processes x 2 simulated GPUs vs batch 4b).
 local h = require 'spec.support.helpers'
 
-local function weights(out)
-  local line = out:match('weights ([^\n]+)')
-  assert.truthy(line, out)
-  local w = {}
-  for v in line:gmatch('%S+') do w[#w + 1] = tonumber(v) end
-  return w
-end
+local weights = h.weights_of
 
 -- the weights of a one-process reference run of the script (args after its name), run once
 local ref_runs = {}
@@ -24,12 +18,7 @@ local function reference(args, check)
   return ref_runs[args]
 end
 
-local function close(a, b)
-  assert.equal(#a, #b)
-  for i = 1, #a do
-    assert.is_true(math.abs(a[i] - b[i]) <= 1e-5 * math.max(1, math.abs(a[i])), ('weight %d: %s vs %s'):format(i, a[i], b[i]))
-  end
-end
+local close = h.assert_weights_close
 
 describe('DDP equivalence (real tensors)', function()
   local have = pcall(function() local dpl = require 'dpl'; return dpl.nn.Linear and dpl.optim.SGD end)

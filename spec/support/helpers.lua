@@ -86,6 +86,23 @@ end
 
 --- Asserts that a and b (numbers, nested lists, or tensors read with totable) have the same
 --- shape and agree within tol (1e-9 by default) elementwise.
+--- The numbers of the line "weights v1 v2 ..." a run printed (the DDP equivalence scripts).
+function M.weights_of(out)
+  local line = out:match('weights ([^\n]+)')
+  assert(line, 'no "weights" line in:\n' .. tostring(out))
+  local w = {}
+  for v in line:gmatch('%S+') do w[#w + 1] = tonumber(v) end
+  return w
+end
+
+--- Asserts two weight lists agree within float32 tolerance (1e-5 relative to max(1, |a|)).
+function M.assert_weights_close(a, b)
+  assert(#a == #b, ('expected %d weights, got %d'):format(#a, #b))
+  for i = 1, #a do
+    assert(math.abs(a[i] - b[i]) <= 1e-5 * math.max(1, math.abs(a[i])), ('weight %d: %s vs %s'):format(i, a[i], b[i]))
+  end
+end
+
 --- Relative closeness of two numbers: |e - g| <= tol * (1 + |e|) (tol 1e-12 unless given).
 function M.rel_near(e, g, tol) return math.abs(e - g) <= (tol or 1e-12) * (1 + math.abs(e)) end
 
