@@ -211,3 +211,32 @@ describe('gather / scatter_add_ dtypes', function()
     end
   end)
 end)
+
+describe('row gathers into fresh memory', function()
+  -- rows of 256 bytes or more go into a fresh (cold) result with streaming stores, 64 bytes at a
+  -- time on AVX-512 CPUs: every row length and alignment (heads and tails that are not whole
+  -- 64-byte pieces), float32 and float64, int32 and int64 ids, repeated ids, against the rows read
+  -- one by one
+  it('embedding and index_select copy every row exactly', function()
+    for _, dt in ipairs({ 'float32', 'float64' }) do
+      for _, D in ipairs({ 63, 64, 67, 100, 259 }) do
+        local w = dpl.randn(700, D, { dtype = dt })
+        for _, idt in ipairs({ 'int64', 'int32' }) do
+          local ids = dpl.randint(1, 701, { 300 }, { dtype = idt })
+          ids[1], ids[2] = 700, 700
+          for _ = 1, 2 do
+            local e = dpl.embedding(w, ids)
+            local s = w:index_select(1, ids)
+            assert.are.same({ 300, D }, e:size())
+            local il = ids:totable()
+            for i = 1, 300 do
+              local want = w:select(1, il[i])
+              assert.is_true(dpl.equal(e:select(1, i), want), ('embedding %s D=%d row %d'):format(dt, D, i))
+              assert.is_true(dpl.equal(s:select(1, i), want), ('index_select %s D=%d row %d'):format(dt, D, i))
+            end
+          end
+        end
+      end
+    end
+  end)
+end)

@@ -624,13 +624,7 @@ __attribute__((target("avx512f"))) static int64_t maxpool_f32_row2x2_512(const f
   }
   return ow;
 }
-static int cpu_avx512(void)
-{
-  static _Atomic int v = -1;
-  int r = atomic_load_explicit(&v, memory_order_relaxed);
-  if (r < 0) { __builtin_cpu_init(); r = __builtin_cpu_supports("avx512f") ? 1 : 0; atomic_store(&v, r); }
-  return r;
-}
+static int cpu_avx512(void) { return dpl_cpu_avx512f(); }
 #else
 static int64_t maxpool_f32_row2x2_512(const float *r0, int64_t W, int64_t OW, float *op, int64_t *ip, int64_t base)
 {

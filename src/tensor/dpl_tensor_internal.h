@@ -293,6 +293,9 @@ int dpl_threads(void);
 void dpl_gemm(int32_t dtype, int transa, int transb, int64_t m, int64_t n, int64_t k, double alpha,
               const void *a, int64_t lda, const void *b, int64_t ldb, double beta, void *c, int64_t ldc);
 void dpl_blas_set_threads(int n);
+/* 1 when this CPU runs AVX-512F (x86-64 builds with GCC/Clang; else 0), detected once
+ * (dpl_tensor_vmath.c, which owns the choice of vector ISA) */
+int dpl_cpu_avx512f(void);
 /* float32 GEMM with AVX-512 (dpl_tensor_gemm_avx512.c); 0 when it declines (no
  * AVX-512F, a small product, DPL_SGEMM=blas): the caller then runs OpenBLAS. */
 int dpl_sgemm_avx512(int transa, int transb, int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t lda,

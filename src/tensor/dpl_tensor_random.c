@@ -129,13 +129,7 @@ __attribute__((target("avx512f"))) static int philox_512(uint64_t key, uint64_t 
   }
   return l;
 }
-static int cpu_avx512(void)
-{
-  static _Atomic int v = -1;
-  int r = atomic_load_explicit(&v, memory_order_relaxed);
-  if (r < 0) { __builtin_cpu_init(); r = __builtin_cpu_supports("avx512f") ? 1 : 0; atomic_store(&v, r); }
-  return r;
-}
+static int cpu_avx512(void) { return dpl_cpu_avx512f(); }
 #else
 static int philox_512(uint64_t key, uint64_t ctr0, int n, uint32_t (*o)[RB])
 {

@@ -5,6 +5,7 @@
  * measured against double-precision libm over every float32 (scripts/vmath_ulp.c)
  * and over dense sweeps in spec/tensor_vmath_spec.lua, is listed in docs/tensors.md. */
 #include "dpl_tensor_vmath.h"
+#include "dpl_tensor_internal.h"
 #include <math.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -83,6 +84,18 @@ static const grad_fn grads[3] = {grad_scalar, grad_avx2, grad_avx512};
 static const map_fn maps[3] = {map_scalar, map_scalar, map_scalar};
 static const grad_fn grads[3] = {grad_scalar, grad_scalar, grad_scalar};
 #endif
+
+int dpl_cpu_avx512f(void)
+{
+#ifdef VM_HAVE_X86
+  static _Atomic int v = -1;
+  int r = atomic_load_explicit(&v, memory_order_relaxed);
+  if (r < 0) { __builtin_cpu_init(); r = __builtin_cpu_supports("avx512f") ? 1 : 0; atomic_store(&v, r); }
+  return r;
+#else
+  return 0;
+#endif
+}
 
 /* the fastest path this CPU runs; without FMA (before 2013's AVX2 CPUs) the scalar path
  * would run fmaf in software, slower than libm: the default there is "off" */

@@ -38,13 +38,7 @@ typedef struct wino {
   float *acc;          /* [slots][groups][16][OP][CP] partial sums of dL/dU */
 } wino;
 
-static int have_avx512(void)
-{
-  static _Atomic int v = -1;
-  int r = atomic_load_explicit(&v, memory_order_relaxed);
-  if (r < 0) { __builtin_cpu_init(); r = __builtin_cpu_supports("avx512f") ? 1 : 0; atomic_store(&v, r); }
-  return r;
-}
+static int have_avx512(void) { return dpl_cpu_avx512f(); }
 
 int dpl_conv_winograd_fits(int64_t Cg, int64_t Og, int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t dh, int64_t dw)
 {
