@@ -41,6 +41,11 @@ function M.last_error()
   msg = msg:gsub('expected tensors of equal shape, tensor 0 is (%b[]), tensor (%d+) is', function(s, i)
     return ('expected tensors of equal shape, tensor 1 is %s, tensor %d is'):format(s, i + 1)
   end)
+  -- dims named by broadcasting, expand and permute (C counts them from 0)
+  msg = msg:gsub('(cannot be broadcast %(dim )(%d+)(: )', function(p, d, q) return p .. (d + 1) .. q end)
+  msg = msg:gsub('^(expand: cannot expand shape %b[] to %b[] %(dim )(%d+)(: )', function(p, d, q) return p .. (d + 1) .. q end)
+  msg = msg:gsub('^(expand: %-1 is not allowed for a new leading dim %(dim )(%d+)%)', function(p, d) return p .. (d + 1) .. ')' end)
+  msg = msg:gsub('^(permute: dim )(%d+)( appears twice)', function(p, d, q) return p .. (d + 1) .. q end)
   return msg
 end
 
