@@ -1,0 +1,51 @@
+-- tensor_testerb_spec.lua: what exploratory testing of tensors and nn.functional against python3-torch
+-- 1.13 found (the values in the assertions are torch's, printed with the same inputs).
+local dpl = require 'dpl'
+local F = dpl.nn.functional
+
+local function near(expected, t, tol)
+  local got = t:contiguous():view(-1):totable()
+  assert.equal(#expected, #got)
+  for i = 1, #expected do
+    assert.is_true(math.abs(expected[i] - got[i]) <= (tol or 1e-5), ('element %d: %s vs %s'):format(i, got[i], expected[i]))
+  end
+end
+local function err_of(f) local ok, e = pcall(f) assert.is_false(ok) return tostring(e) end
+
+describe('F.conv2d, F.max_pool2d, F.avg_pool2d', function()
+  local x = (dpl.arange(12):float() / 10):view(1, 1, 3, 4)
+  local w = (dpl.arange(8):float() / 10 - 0.3):view(2, 1, 2, 2)
+
+  it("take padding = 'same' | 'valid', as torch's F.conv2d (nn.Conv2d's padding strings)", function()
+    near({ -0.02, -0.08, -0.14, -0.12, -0.10, -0.32, -0.38, -0.28, -0.18, -0.44, -0.49, -0.30,
+      0.22, 0.40, 0.50, 0.20, 0.46, 0.80, 0.90, 0.36, 0.18, 0.28, 0.31, 0.10 },
+      F.conv2d(x, w, nil, { padding = 'same', dilation = { 1, 2 } }))
+    assert.same({ 1, 2, 2, 3 }, F.conv2d(x, w, nil, { padding = 'valid' }).shape)
+    -- the same numbers as nn.Conv2d's 'same' (an even total: the conv pads itself)
+    local m = dpl.nn.Conv2d(1, 2, 3, { padding = 'same', bias = false })
+    local y = F.conv2d(x, m.weight, nil, { padding = 'same' })
+    assert.is_true(dpl.allclose(y, m(x)))
+    -- gradients flow through the extra right/bottom padding
+    local xg = x:clone():requires_grad_()
+    F.conv2d(xg, w, nil, { padding = 'same' }):sum():backward()
+    assert.same({ 1, 1, 3, 4 }, xg.grad.shape)
+    assert.matches("padding='same' is not supported for strided convolutions",
+      err_of(function() return F.conv2d(x, w, nil, { padding = 'same', stride = 2 }) end))
+    assert.matches("invalid padding string 'full'", err_of(function() return F.conv2d(x, w, nil, { padding = 'full' }) end))
+  end)
+
+  it('take an unbatched [C, H, W] input, as torch 1.13 (and nn.Conv2d / nn.MaxPool2d)', function()
+    local y = F.conv2d(x[1], w, nil, { padding = 'same' })
+    assert.same({ 2, 3, 4 }, y.shape)
+    near({ -0.06, -0.12, -0.18, -0.16, -0.30, -0.36, -0.42, -0.32, -0.42, -0.47, -0.52, -0.33,
+      0.34, 0.44, 0.54, 0.24, 0.74, 0.84, 0.94, 0.40, 0.26, 0.29, 0.32, 0.11 }, y)
+    near({ 0.5, 0.6, 0.7, 0.9, 1.0, 1.1 }, F.max_pool2d(x[1], 2, { stride = 1 }))
+    local v, i = F.max_pool2d(x[1], 2, { stride = 1, return_indices = true })
+    assert.same({ 1, 2, 3 }, v.shape)
+    assert.same({ { { 6, 7, 8 }, { 10, 11, 12 } } }, i:totable())
+    near({ 0.3, 0.4, 0.7, 0.8 }, F.avg_pool2d(x[1], { 2, 3 }, { stride = 1, ceil_mode = true, count_include_pad = false }))
+    local xg = x[1]:clone():requires_grad_()
+    F.max_pool2d(xg, 2):sum():backward()
+    near({ 0, 0, 0, 0, 0, 1, 0, 1, 0, 0, 0, 0 }, xg.grad)
+  end)
+end)
