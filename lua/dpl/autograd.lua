@@ -668,9 +668,18 @@ local function list_op(name, rule_bw)
         local n = { bw = rule_bw, n = #list, dt = out._dtype, d = d or 1, name = name }
         if S.anomaly then forward_trace(n) end
         local sizes = {}
+        -- cat skips an empty 1-d input beside others of more dims (PyTorch's legacy rule)
+        local ref_nd = name == 'cat' and T._cat_ref(list)._ndim or nil
         for i = 1, #list do
           n[i] = edge(list[i])
-          sizes[i] = list[i]._ndim > 0 and tonumber(list[i]._shape[n.d < 0 and list[i]._ndim + n.d or n.d - 1]) or 1
+          local t = list[i]
+          if ref_nd and t._ndim ~= ref_nd then
+            sizes[i] = 0
+            n.skipped = n.skipped or {}
+            n.skipped[i] = true
+          else
+            sizes[i] = t._ndim > 0 and tonumber(t._shape[n.d < 0 and t._ndim + n.d or n.d - 1]) or 1
+          end
         end
         n.sizes = sizes
         rg[out] = true
@@ -685,7 +694,10 @@ rules.cat = {
   bw = function(n, g)
     local r, pos = {}, 1
     for i = 1, n.n do
-      if n[i] then r[i] = g:narrow(n.d, pos, n.sizes[i]) end
+      if n[i] then
+        if n.skipped and n.skipped[i] then r[i] = g:new_zeros(0)
+        else r[i] = g:narrow(n.d, pos, n.sizes[i]) end
+      end
       pos = pos + n.sizes[i]
     end
     return unpack(r, 1, n.n)
