@@ -84,3 +84,26 @@ describe('dpl.cat with empty 1-d tensors (PyTorch\'s legacy rule)', function()
     assert.same({ 2, 4, 6 }, x.grad:totable())
   end)
 end)
+
+describe('pooling options the 2-d kernels lack', function()
+  local x = dpl.randn(1, 2, 6, 6)
+  it("max_pool2d's dilation and avg_pool2d's divisor_override: NotImplementedError, not 'unknown option'", function()
+    assert.matches('^NotImplementedError: max_pool2d: dilation = 2 is not implemented',
+      err_of(function() return F.max_pool2d(x, 2, { dilation = 2 }) end))
+    assert.matches('^NotImplementedError: max_pool2d: dilation = {1, 2} is not implemented',
+      err_of(function() return F.max_pool2d(x, 2, { dilation = { 1, 2 } }) end))
+    assert.matches('^NotImplementedError: MaxPool2d: dilation = 2',
+      err_of(function() return dpl.nn.MaxPool2d(2, { dilation = 2 }) end))
+    assert.matches('^NotImplementedError: avg_pool2d: divisor_override = 3 is not implemented',
+      err_of(function() return F.avg_pool2d(x, 2, { divisor_override = 3 }) end))
+    assert.matches('^NotImplementedError: AvgPool2d: divisor_override = 3',
+      err_of(function() return dpl.nn.AvgPool2d(2, { divisor_override = 3 }) end))
+    assert.matches("unknown option 'divisor_overide'", err_of(function() return F.avg_pool2d(x, 2, { divisor_overide = 3 }) end))
+  end)
+  it('their defaults are accepted', function()
+    assert.is_true(dpl.equal(F.max_pool2d(x, 2), F.max_pool2d(x, 2, { dilation = 1 })))
+    assert.is_true(dpl.equal(F.max_pool2d(x, 2, { stride = 1 }), F.max_pool2d(x, 2, { dilation = { 1, 1 }, stride = 1 })))
+    assert.is_true(dpl.equal(F.max_pool2d(x, 2), dpl.nn.MaxPool2d(2, { dilation = 1 })(x)))
+    assert.is_true(dpl.equal(F.avg_pool2d(x, 2), F.avg_pool2d(x, 2, { divisor_override = false })))
+  end)
+end)

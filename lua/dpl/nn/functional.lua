@@ -8,7 +8,8 @@ local options = require 'dpl.options'
 local fmt = string.format
 
 -- Errors are objects whose tostring reads "ClassName: message" (DESIGN.md).
-local error = require('dpl.errors').raise -- string messages become ValueError objects
+local errors = require 'dpl.errors'
+local error = errors.raise -- string messages become ValueError objects
 local is_tensor = T.is_tensor
 
 local F = {}
@@ -169,9 +170,40 @@ function F.conv2d(x, w, b, opts)
   return y
 end
 
+-- PyTorch's pooling options that the 2-d kernels lack (max_pool2d's dilation, avg_pool2d's
+-- divisor_override): their default is accepted and dropped, another value is a NotImplementedError
+-- (not an 'unknown option'). Returns opts, or a copy without them.
+local function pool_opts(opts, fn, max)
+  if type(opts) ~= 'table' then return opts end
+  local key = max and 'dilation' or 'divisor_override'
+  local v = opts[key]
+  if v == nil then return opts end
+  local default
+  if max then
+    default = v == 1 or (type(v) == 'table' and v[1] == 1 and v[2] == 1 and v[3] == nil)
+  else
+    default = v == false
+  end
+  if not default then
+    local shown = tostring(v)
+    if type(v) == 'table' then
+      local p = {}
+      for i = 1, #v do p[i] = tostring(v[i]) end
+      shown = '{' .. table.concat(p, ', ') .. '}'
+    end
+    error(fmt('%s: %s = %s is not implemented in dplhost%s', fn, key, shown,
+      max and ' (max_pool1d / MaxPool1d have dilation)' or ''), errors.NotImplementedError)
+  end
+  local o = {}
+  for k2, v2 in pairs(opts) do if k2 ~= key then o[k2] = v2 end end
+  return o
+end
+F._pool_opts = pool_opts
+
 --- max_pool2d(x, kernel_size, {stride=kernel_size, padding=0, ceil_mode=false}) -> values
 --- (indices: return_indices=true)
 function F.max_pool2d(x, k, opts)
+  opts = pool_opts(opts, 'max_pool2d', true)
   check_opts(opts, K.max_pool2d, 'max_pool2d')
   if T.is_tensor(x) and x:dim() == 3 then -- unbatched [C, H, W], as PyTorch's
     local v, i = F.max_pool2d(x:unsqueeze(1), k, opts)
@@ -193,6 +225,7 @@ function F.max_pool2d(x, k, opts)
 end
 --- avg_pool2d(x, kernel_size, {stride=kernel_size, padding=0, ceil_mode=false, count_include_pad=true})
 function F.avg_pool2d(x, k, opts) -- (T.avg_pool2d checks opts)
+  opts = pool_opts(opts, 'avg_pool2d', false)
   if T.is_tensor(x) and x:dim() == 3 then return T.avg_pool2d(x:unsqueeze(1), k, opts):squeeze(1) end -- [C, H, W]
   return T.avg_pool2d(x, k, opts)
 end
