@@ -107,3 +107,30 @@ describe('pooling options the 2-d kernels lack', function()
     assert.is_true(dpl.equal(F.avg_pool2d(x, 2), F.avg_pool2d(x, 2, { divisor_override = false })))
   end)
 end)
+
+describe('nn.utils.clip_grad_norm_', function()
+  local function param(v, device)
+    local p = dpl.zeros(#v, { device = device }):requires_grad_()
+    p.grad = dpl.tensor(v, { dtype = 'float32', device = device })
+    return p
+  end
+  it("takes PyTorch's error_if_nonfinite (4th argument or {error_if_nonfinite=}); it was ignored", function()
+    local p = param({ 1, 0 / 0, 1 })
+    assert.matches('^RuntimeError: clip_grad_norm_: the total norm of order 2 for gradients from `parameters` is non%-finite %(nan%)',
+      err_of(function() return dpl.nn.utils.clip_grad_norm_({ p }, 1.0, 2, true) end))
+    assert.equal(1, p.grad[1]:item()) -- nothing scaled
+    assert.matches('non%-finite %(inf%)', err_of(function()
+      return dpl.nn.utils.clip_grad_norm_({ param({ 1, math.huge }) }, 1.0, { norm_type = 'inf', error_if_nonfinite = true })
+    end))
+    local q = param({ 3, 4 })
+    assert.near(5, dpl.nn.utils.clip_grad_norm_({ q }, 1.0, 2, true), 1e-6)
+    assert.near(0.6, q.grad[1]:item(), 1e-6)
+    assert.is_true(dpl.nn.utils.clip_grad_norm_({ param({ 1, 0 / 0 }) }, 1.0, 2, false) ~= 0) -- nan, as before
+    assert.matches("unknown option 'error_if_nonfinit'", err_of(function()
+      return dpl.nn.utils.clip_grad_norm_({ q }, 1.0, { error_if_nonfinit = true })
+    end))
+    assert.matches('error_if_nonfinite must be true or false', err_of(function()
+      return dpl.nn.utils.clip_grad_norm_({ q }, 1.0, 2, 'yes')
+    end))
+  end)
+end)
