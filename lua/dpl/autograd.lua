@@ -668,9 +668,18 @@ local function list_op(name, rule_bw)
         local n = { bw = rule_bw, n = #list, dt = out._dtype, d = d or 1, name = name }
         if S.anomaly then forward_trace(n) end
         local sizes = {}
+        -- cat skips an empty 1-d input beside others of more dims (PyTorch's legacy rule)
+        local ref_nd = name == 'cat' and T._cat_ref(list)._ndim or nil
         for i = 1, #list do
           n[i] = edge(list[i])
-          sizes[i] = list[i]._ndim > 0 and tonumber(list[i]._shape[n.d < 0 and list[i]._ndim + n.d or n.d - 1]) or 1
+          local t = list[i]
+          if ref_nd and t._ndim ~= ref_nd then
+            sizes[i] = 0
+            n.skipped = n.skipped or {}
+            n.skipped[i] = true
+          else
+            sizes[i] = t._ndim > 0 and tonumber(t._shape[n.d < 0 and t._ndim + n.d or n.d - 1]) or 1
+          end
         end
         n.sizes = sizes
         rg[out] = true
@@ -685,7 +694,10 @@ rules.cat = {
   bw = function(n, g)
     local r, pos = {}, 1
     for i = 1, n.n do
-      if n[i] then r[i] = g:narrow(n.d, pos, n.sizes[i]) end
+      if n[i] then
+        if n.skipped and n.skipped[i] then r[i] = g:new_zeros(0)
+        else r[i] = g:narrow(n.d, pos, n.sizes[i]) end
+      end
       pos = pos + n.sizes[i]
     end
     return unpack(r, 1, n.n)
@@ -1391,6 +1403,122 @@ end
 --- (dpl.gradcheck, loaded on first use).
 function M.gradcheck(fn, inputs, opts) return require('dpl.gradcheck').gradcheck(fn, inputs, opts) end
 
+---------------------------------------------------------------- reduction forms
+-- sum, mean, logsumexp, var, std and norm over a list of dims ({1, 3}: PyTorch's dim=(0, 2)) and
+-- with their keywords in an options table (sum(d, {keepdim=}), var(d, {unbiased=, correction=,
+-- keepdim=})), in front of the (recorded) one-dim ops: the reduced dims are moved last and
+-- flattened (permute + reshape, both recorded), then reduced as one. A table used to be read as
+-- `true` (var(1, {unbiased = false}) was unbiased).
+local function install_reduce_forms()
+  local VE = errors.ValueError
+  local function flag(v, fn, what)
+    if v ~= nil and type(v) ~= 'boolean' then
+      error(fmt('%s: %s must be true or false, got %s', fn, what, type(v) == 'table' and 'a table' or tostring(v)), VE)
+    end
+    return v
+  end
+  local function opts_of(o, fn, accepted)
+    for k in pairs(o) do
+      if not accepted[k] then
+        local l = {}
+        for a in pairs(accepted) do l[#l + 1] = a end
+        table.sort(l)
+        error(fmt("%s: unknown option '%s'; accepted options: %s", fn, tostring(k), table.concat(l, ', ')), VE)
+      end
+    end
+    return o
+  end
+  local function is_list(d) return type(d) == 'table' and not is_tensor(d) and (d[1] ~= nil or next(d) == nil) end
+  -- t with the dims of list d moved last and flattened into one; returns it and the keepdim shape
+  local function flatten_dims(t, d, fn)
+    local n = t:dim()
+    local red, seen = {}, {}
+    if #d == 0 then for k = 1, n do red[k] = k end end -- dim=[]: every dim, as PyTorch
+    for i = 1, #d do
+      local v = d[i]
+      if type(v) ~= 'number' or v ~= math.floor(v) then
+        error(fmt('%s: dims must be integers, got %s at position %d', fn, tostring(v), i), VE)
+      end
+      local k = v < 0 and n + v + 1 or v
+      if k < 1 or k > n then
+        error(fmt('%s: dim %d out of range (expected 1..%d or -%d..-1 for a %d-d tensor)', fn, v, n, n, n), VE)
+      end
+      if seen[k] then error(fmt('%s: dim %d appears multiple times in the list of dims', fn, k), VE) end
+      seen[k] = true
+      red[#red + 1] = k
+    end
+    for k = 1, n do seen[k] = false end
+    for _, k in ipairs(red) do seen[k] = true end
+    local perm, shape, kshape = {}, {}, {}
+    for k = 1, n do
+      kshape[k] = seen[k] and 1 or t:size(k)
+      if not seen[k] then perm[#perm + 1] = k; shape[#shape + 1] = t:size(k) end
+    end
+    table.sort(red)
+    for _, k in ipairs(red) do perm[#perm + 1] = k end
+    shape[#shape + 1] = -1
+    if n == 0 then return t:reshape(-1), kshape end
+    return t:permute(unpack(perm)):reshape(unpack(shape)), kshape
+  end
+  local KEEP = { keepdim = true }
+  for _, name in ipairs({ 'sum', 'mean', 'logsumexp' }) do
+    local orig = methods[name]
+    methods[name] = function(t, d, keepdim)
+      if type(keepdim) == 'table' then keepdim = opts_of(keepdim, name, KEEP).keepdim end
+      flag(keepdim, name, 'keepdim')
+      if is_list(d) then
+        local y, kshape = flatten_dims(t, d, name)
+        local r = orig(y, -1, false)
+        if keepdim then r = r:reshape(unpack(kshape)) end
+        return r
+      end
+      return orig(t, d, keepdim)
+    end
+  end
+  local VAR = { unbiased = true, correction = true, keepdim = true }
+  for _, name in ipairs({ 'var', 'std' }) do
+    local orig = methods[name]
+    methods[name] = function(t, d, unbiased, keepdim)
+      if type(d) == 'table' and not is_tensor(d) and not is_list(d) then d, unbiased, keepdim = nil, d, nil end
+      if type(unbiased) == 'table' then
+        local o = opts_of(unbiased, name, VAR)
+        if keepdim == nil then keepdim = o.keepdim end
+        unbiased = o.unbiased
+        if o.correction ~= nil then
+          if o.unbiased ~= nil then error(fmt('%s: give unbiased or correction, not both', name), VE) end
+          if o.correction == 0 or o.correction == 1 then unbiased = o.correction == 1
+          else
+            error(fmt('%s: correction=%s is not implemented (0 or 1)', name, tostring(o.correction)),
+              errors.NotImplementedError)
+          end
+        end
+      end
+      if type(d) == 'boolean' then d, unbiased = nil, d end
+      flag(unbiased, name, 'unbiased')
+      flag(keepdim, name, 'keepdim')
+      if is_list(d) then
+        local y, kshape = flatten_dims(t, d, name)
+        local r = orig(y, -1, unbiased, false)
+        if keepdim then r = r:reshape(unpack(kshape)) end
+        return r
+      end
+      return orig(t, d, unbiased, keepdim)
+    end
+  end
+  local orig_norm = methods.norm
+  methods.norm = function(t, p, d, keepdim)
+    if type(keepdim) == 'table' then keepdim = opts_of(keepdim, 'norm', KEEP).keepdim end
+    flag(keepdim, 'norm', 'keepdim')
+    if is_list(d) then
+      local y, kshape = flatten_dims(t, d, 'norm')
+      local r = orig_norm(y, p, -1, false)
+      if keepdim then r = r:reshape(unpack(kshape)) end
+      return r
+    end
+    return orig_norm(t, p, d, keepdim)
+  end
+end
+
 ---------------------------------------------------------------- install
 --- Installs autograd into a dpl.tensor module (its methods, properties and functions);
 --- dpl.tensor calls it when it loads (again), so a reloaded tensor module gets the wrappers.
@@ -1401,6 +1529,7 @@ function M.install(T_)
   raw_clone = methods.clone
   bind_rules()
   install_wrappers()
+  install_reduce_forms()
   T._set_view_hook(view_hook)
   raw_addmm, raw_mm = T.addmm, methods.mm
   install_props()

@@ -32,15 +32,23 @@ function M.last_error()
   msg = msg:gsub('(does not match self %b[] with dim )(%d+)( of size)', function(p, d, q) return p .. (d + 1) .. q end)
   msg = msg:gsub('(is larger than %a+ %b[] at dim )(%d+)', function(p, d) return p .. (d + 1) end)
   -- the tensors of a list (cat, stack) and their dims, numbered from 1
-  msg = msg:gsub('tensor (%d+) has (%d+) dims, tensor 0 has (%d+)', function(i, a, b)
-    return ('tensor %d has %s dims, tensor 1 has %s'):format(i + 1, a, b)
+  msg = msg:gsub('tensor (%d+) has (%d+) dims, tensor (%d+) has (%d+)', function(i, a, j, b)
+    return ('tensor %d has %s dims, tensor %d has %s'):format(i + 1, a, j + 1, b)
   end)
-  msg = msg:gsub('sizes must match except in dim (%d+): tensor 0 is (%b[]), tensor (%d+) is', function(d, s, i)
-    return ('sizes must match except in dim %d: tensor 1 is %s, tensor %d is'):format(d + 1, s, i + 1)
+  msg = msg:gsub('sizes must match except in dim (%d+): tensor (%d+) is (%b[]), tensor (%d+) is', function(d, j, s, i)
+    return ('sizes must match except in dim %d: tensor %d is %s, tensor %d is'):format(d + 1, j + 1, s, i + 1)
+  end)
+  msg = msg:gsub('(zero%-dimensional tensors cannot be concatenated %(tensor )(%d+)%)', function(p, i)
+    return p .. (i + 1) .. ')'
   end)
   msg = msg:gsub('expected tensors of equal shape, tensor 0 is (%b[]), tensor (%d+) is', function(s, i)
     return ('expected tensors of equal shape, tensor 1 is %s, tensor %d is'):format(s, i + 1)
   end)
+  -- dims named by broadcasting, expand and permute (C counts them from 0)
+  msg = msg:gsub('(cannot be broadcast %(dim )(%d+)(: )', function(p, d, q) return p .. (d + 1) .. q end)
+  msg = msg:gsub('^(expand: cannot expand shape %b[] to %b[] %(dim )(%d+)(: )', function(p, d, q) return p .. (d + 1) .. q end)
+  msg = msg:gsub('^(expand: %-1 is not allowed for a new leading dim %(dim )(%d+)%)', function(p, d) return p .. (d + 1) .. ')' end)
+  msg = msg:gsub('^(permute: dim )(%d+)( appears twice)', function(p, d, q) return p .. (d + 1) .. q end)
   return msg
 end
 

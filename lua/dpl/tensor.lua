@@ -1225,9 +1225,19 @@ local function tensor_list(list, name)
 end
 
 --- dpl.cat({t1, t2, ...}, dim=1)
+--- An empty 1-d tensor (shape [0]) is skipped, as PyTorch's legacy rule (its dtype still counts):
+--- acc = dpl.tensor({}); acc = dpl.cat({acc, x}) works for x of any shape.
+local function cat_ref(list)
+  for i = 1, #list do
+    local t = list[i]
+    if not (t._ndim == 1 and t._shape[0] == 0) then return t end
+  end
+  return list[1]
+end
+M._cat_ref = cat_ref
 function M.cat(list, d)
   local arr, n = tensor_list(list, 'cat')
-  local cd = cdim(list[1], d or 1, 'cat')
+  local cd = cdim(cat_ref(list), d or 1, 'cat')
   local r = call1(C.dpl_cat, n, arr, cd, out1)
   return r
 end

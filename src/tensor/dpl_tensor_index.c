@@ -588,7 +588,13 @@ int dpl_cat(int32_t n, dpl_tensor *const *ts, int32_t dim, dpl_tensor **out)
     DPL_TRY(dpl_check_handle(name, what, ts[i]));
     DPL_TRY(dpl_check_same_device(name, ts[0], ts[i]));
   }
-  const dpl_tensor *f = ts[0];
+  /* PyTorch's legacy rule: an empty 1-d tensor (shape [0]) is skipped whatever the others' shape
+     (`acc = torch.tensor([]); acc = torch.cat([acc, x])`); it still takes part in the dtype.
+     f: the first tensor that is not one, the shape of the result (ts[0] when all are) */
+  int fi = 0; /* (its index, for messages) */
+  for (int i = 0; i < n; i++)
+    if (!(ts[i]->_ndim == 1 && ts[i]->_shape[0] == 0)) { fi = i; break; }
+  const dpl_tensor *f = ts[fi];
   if (f->_ndim == 0) return dpl_errorf(DPL_EINVAL, "%s: zero-dimensional tensors cannot be concatenated", name);
   DPL_TRY(check_dim(name, f, dim));
   int32_t rd = f->_dtype;
@@ -596,12 +602,16 @@ int dpl_cat(int32_t n, dpl_tensor *const *ts, int32_t dim, dpl_tensor **out)
   for (int i = 0; i < n; i++) {
     const dpl_tensor *t = ts[i];
     char b1[160], b2[160];
+    if (t != f && t->_ndim == 1 && t->_shape[0] == 0) { rd = dpl_promote(rd, t->_dtype); continue; }
+    if (t->_ndim == 0)
+      return dpl_errorf(DPL_EINVAL, "%s: zero-dimensional tensors cannot be concatenated (tensor %d)", name, i);
     if (t->_ndim != f->_ndim)
-      return dpl_errorf(DPL_EINVAL, "%s: tensor %d has %d dims, tensor 0 has %d", name, i, (int)t->_ndim, (int)f->_ndim);
+      return dpl_errorf(DPL_EINVAL, "%s: tensor %d has %d dims, tensor %d has %d", name, i, (int)t->_ndim, fi,
+                        (int)f->_ndim);
     for (int d = 0; d < f->_ndim; d++)
       if (d != dim && t->_shape[d] != f->_shape[d])
-        return dpl_errorf(DPL_EINVAL, "%s: sizes must match except in dim %d: tensor 0 is %s, tensor %d is %s", name,
-                          (int)dim, dpl_shape_str(f->_ndim, f->_shape, b1, sizeof b1), i,
+        return dpl_errorf(DPL_EINVAL, "%s: sizes must match except in dim %d: tensor %d is %s, tensor %d is %s", name,
+                          (int)dim, fi, dpl_shape_str(f->_ndim, f->_shape, b1, sizeof b1), i,
                           dpl_shape_str(t->_ndim, t->_shape, b2, sizeof b2));
     total += t->_shape[dim];
     rd = dpl_promote(rd, t->_dtype);
@@ -615,6 +625,7 @@ int dpl_cat(int32_t n, dpl_tensor *const *ts, int32_t dim, dpl_tensor **out)
   for (int i = 0; i < n; i++) {
     int64_t sh[DPL_MAX_DIMS];
     memcpy(sh, shape, sizeof sh);
+    if (ts[i]->_ndim != f->_ndim) continue; /* a skipped empty 1-d tensor */
     sh[dim] = ts[i]->_shape[dim];
     if (sh[dim] == 0) continue;
     dpl_tensor *v = NULL;

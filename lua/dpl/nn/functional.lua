@@ -8,7 +8,8 @@ local options = require 'dpl.options'
 local fmt = string.format
 
 -- Errors are objects whose tostring reads "ClassName: message" (DESIGN.md).
-local error = require('dpl.errors').raise -- string messages become ValueError objects
+local errors = require 'dpl.errors'
+local error = errors.raise -- string messages become ValueError objects
 local is_tensor = T.is_tensor
 
 local F = {}
@@ -127,14 +128,88 @@ function F.conv2d(x, w, b, opts)
   check_tensor(w, 'conv2d', 'weight')
   check_opt_tensor(b, 'conv2d', 'bias')
   -- (T.conv2d checks opts)
+  if type(opts) == 'table' and type(opts.padding) == 'string' then
+    -- PyTorch's padding='valid' | 'same' (stride 1; an odd total pads one more on the right/bottom)
+    local pad = opts.padding
+    if pad ~= 'same' and pad ~= 'valid' then
+      error(fmt("conv2d: invalid padding string '%s', should be one of 'valid', 'same'", pad), 2)
+    end
+    local o = {}
+    for k, v in pairs(opts) do o[k] = v end
+    o.padding = 0
+    if pad == 'same' then
+      local st = opts.stride or 1
+      local sh, sw = st, st
+      if type(st) == 'table' then sh, sw = st[1], st[2] end
+      if sh ~= 1 or sw ~= 1 then error("conv2d: padding='same' is not supported for strided convolutions", 2) end
+      if w:dim() ~= 4 then
+        error(fmt('conv2d: weight must be 4-d [out_channels, in_channels/groups, kh, kw], got %s', shape_str(w)), 2)
+      end
+      local dl = opts.dilation or 1
+      local dh, dw = dl, dl
+      if type(dl) == 'table' then dh, dw = dl[1], dl[2] end
+      if type(dh) ~= 'number' or type(dw) ~= 'number' then
+        error('conv2d: dilation must be an integer or a pair of integers {h, w}', 2)
+      end
+      local th, tw = dh * (w:size(3) - 1), dw * (w:size(4) - 1)
+      local ph, pw = math.floor(th / 2), math.floor(tw / 2)
+      if th % 2 == 0 and tw % 2 == 0 then
+        o.padding = { ph, pw }
+      else
+        x = F.pad(x, { pw, tw - pw, ph, th - ph })
+      end
+    end
+    opts = o
+  end
+  -- an unbatched [C, H, W] input, as PyTorch's (and nn.Conv2d's)
+  local unb = T.is_tensor(x) and x:dim() == 3
+  if unb then x = x:unsqueeze(1) end
   if amp.dtype then x, w, b = amp.cast(x), amp.cast(w), amp.cast(b) end
-  return T.conv2d(x, w, b, opts)
+  local y = T.conv2d(x, w, b, opts)
+  if unb then y = y:squeeze(1) end
+  return y
 end
+
+-- PyTorch's pooling options that the 2-d kernels lack (max_pool2d's dilation, avg_pool2d's
+-- divisor_override): their default is accepted and dropped, another value is a NotImplementedError
+-- (not an 'unknown option'). Returns opts, or a copy without them.
+local function pool_opts(opts, fn, max)
+  if type(opts) ~= 'table' then return opts end
+  local key = max and 'dilation' or 'divisor_override'
+  local v = opts[key]
+  if v == nil then return opts end
+  local default
+  if max then
+    default = v == 1 or (type(v) == 'table' and v[1] == 1 and v[2] == 1 and v[3] == nil)
+  else
+    default = v == false
+  end
+  if not default then
+    local shown = tostring(v)
+    if type(v) == 'table' then
+      local p = {}
+      for i = 1, #v do p[i] = tostring(v[i]) end
+      shown = '{' .. table.concat(p, ', ') .. '}'
+    end
+    error(fmt('%s: %s = %s is not implemented in dplhost%s', fn, key, shown,
+      max and ' (max_pool1d / MaxPool1d have dilation)' or ''), errors.NotImplementedError)
+  end
+  local o = {}
+  for k2, v2 in pairs(opts) do if k2 ~= key then o[k2] = v2 end end
+  return o
+end
+F._pool_opts = pool_opts
 
 --- max_pool2d(x, kernel_size, {stride=kernel_size, padding=0, ceil_mode=false}) -> values
 --- (indices: return_indices=true)
 function F.max_pool2d(x, k, opts)
+  opts = pool_opts(opts, 'max_pool2d', true)
   check_opts(opts, K.max_pool2d, 'max_pool2d')
+  if T.is_tensor(x) and x:dim() == 3 then -- unbatched [C, H, W], as PyTorch's
+    local v, i = F.max_pool2d(x:unsqueeze(1), k, opts)
+    if i ~= nil then return v:squeeze(1), i:squeeze(1) end
+    return v:squeeze(1)
+  end
   if not (opts and opts.return_indices) then
     -- without grad, the strided-views path is ~6x faster than the C loop (with grad, its
     -- argmax bookkeeping on strided views costs more than the C kernel)
@@ -150,6 +225,8 @@ function F.max_pool2d(x, k, opts)
 end
 --- avg_pool2d(x, kernel_size, {stride=kernel_size, padding=0, ceil_mode=false, count_include_pad=true})
 function F.avg_pool2d(x, k, opts) -- (T.avg_pool2d checks opts)
+  opts = pool_opts(opts, 'avg_pool2d', false)
+  if T.is_tensor(x) and x:dim() == 3 then return T.avg_pool2d(x:unsqueeze(1), k, opts):squeeze(1) end -- [C, H, W]
   return T.avg_pool2d(x, k, opts)
 end
 

@@ -204,6 +204,7 @@ local function pool_class(name, fn, accepted)
   local cls = Module:extend(name)
   function cls:__init(k, opts)
     Module.__init(self)
+    opts = F._pool_opts(opts, name, name == 'MaxPool2d')
     check_opts(opts, accepted, name)
     opts = opts or {}
     check_pair(name, 'kernel_size', k, 1)

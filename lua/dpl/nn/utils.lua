@@ -17,7 +17,13 @@ end
 
 -- gradients on a GPU: the norms, the total and the scale stay on the device (no wait for
 -- it); the total comes back only when asked for (want_total)
-local function clip_on_device(grads, max_norm, norm_type, inf, want_total)
+local function nonfinite_error(total, norm_type)
+  error(fmt('clip_grad_norm_: the total norm of order %s for gradients from `parameters` is non-finite (%s), so it '
+    .. 'cannot be clipped; set error_if_nonfinite=false to clip anyway', tostring(norm_type), tostring(total)),
+    require('dpl.errors').RuntimeError)
+end
+
+local function clip_on_device(grads, max_norm, norm_type, inf, want_total, error_if_nonfinite)
   local g1 = grads[1]
   local norms = {}
   for i, g in ipairs(grads) do
@@ -31,6 +37,10 @@ local function clip_on_device(grads, max_norm, norm_type, inf, want_total)
   end
   local all = T.stack(norms)
   local total = inf and all:max() or all:norm(norm_type)
+  if error_if_nonfinite then -- (a wait for the device, as PyTorch's check)
+    local tv = total:item()
+    if tv ~= tv or tv == math.huge or tv == -math.huge then nonfinite_error(tv, norm_type) end
+  end
   -- min(1, max_norm / (total + 1e-6)): multiplying by exactly 1 leaves a gradient as it is
   local coef = ((total + 1e-6):reciprocal() * max_norm):clamp(nil, 1)
   for _, g in ipairs(grads) do
@@ -45,7 +55,7 @@ end
 
 --- M._clip_grad_norm(params, max_norm, norm_type, want_total): clip_grad_norm_, returning
 --- the total norm only when want_total (the Trainer's clipping does not read it back).
-function M._clip_grad_norm(params, max_norm, norm_type, want_total)
+function M._clip_grad_norm(params, max_norm, norm_type, want_total, error_if_nonfinite)
   return autograd.no_grad(function()
     local inf = norm_type == math.huge or norm_type == 'inf'
     local grads, host = {}, true
@@ -56,7 +66,7 @@ function M._clip_grad_norm(params, max_norm, norm_type, want_total)
         if g._devtype ~= 0 then host = false end
       end
     end
-    if not host then return clip_on_device(grads, max_norm, norm_type, inf, want_total) end
+    if not host then return clip_on_device(grads, max_norm, norm_type, inf, want_total, error_if_nonfinite) end
     -- PyTorch's total: the norm_type-norm of the per-gradient norms (a NaN anywhere is NaN;
     -- norm_type 0 counts the gradients whose norm is not 0)
     local total = 0
@@ -74,6 +84,7 @@ function M._clip_grad_norm(params, max_norm, norm_type, want_total)
       for _, g in ipairs(grads) do total = total + math.abs(g:norm(norm_type):item()) ^ norm_type end
       total = total ^ (1 / norm_type)
     end
+    if error_if_nonfinite and (total ~= total or total == math.huge) then nonfinite_error(total, norm_type) end
     -- the scale min(1, max_norm / (total + 1e-6)); a NaN total makes every gradient NaN, as
     -- PyTorch's multiplication by the clamped (NaN) coefficient
     local coef = max_norm / (total + 1e-6)
@@ -84,18 +95,30 @@ function M._clip_grad_norm(params, max_norm, norm_type, want_total)
   end)
 end
 
---- clip_grad_norm_(params, max_norm [, norm_type=2]): scales the gradients in place so that
---- their total norm is at most max_norm; returns the total norm (a number) before clipping.
+--- clip_grad_norm_(params, max_norm [, norm_type=2 [, error_if_nonfinite=false [, foreach]]]) (or the
+--- options after max_norm as a table {norm_type=, error_if_nonfinite=, foreach=}): scales the
+--- gradients in place so that their total norm is at most max_norm; returns the total norm (a number)
+--- before clipping. error_if_nonfinite: a NaN or infinite total is a RuntimeError, nothing is scaled.
 --- Gradients on a GPU are scaled there without waiting for it; the returned number is
 --- the one read back.
-function M.clip_grad_norm_(params, max_norm, norm_type)
+local options = require 'dpl.options'
+local CLIP_KEYS = options.keys('norm_type', 'error_if_nonfinite', 'foreach')
+function M.clip_grad_norm_(params, max_norm, norm_type, error_if_nonfinite, foreach)
   params = param_list(params, 'clip_grad_norm_')
+  if type(norm_type) == 'table' then
+    options.check(norm_type, CLIP_KEYS, 'clip_grad_norm_')
+    norm_type, error_if_nonfinite = norm_type.norm_type, norm_type.error_if_nonfinite
+  end
+  if error_if_nonfinite ~= nil and type(error_if_nonfinite) ~= 'boolean' then
+    error(fmt('clip_grad_norm_: error_if_nonfinite must be true or false, got %s', tostring(error_if_nonfinite)), 2)
+  end
+  local _ = foreach -- (PyTorch's foreach: the same computation either way)
   norm_type = norm_type or 2
   if type(max_norm) ~= 'number' then error('clip_grad_norm_: max_norm must be a number', 2) end
   if not ((type(norm_type) == 'number' and norm_type == norm_type) or norm_type == 'inf') then
     error(fmt("clip_grad_norm_: norm_type must be a number or 'inf', got %s", tostring(norm_type)), 2)
   end
-  return M._clip_grad_norm(params, max_norm, norm_type, true)
+  return M._clip_grad_norm(params, max_norm, norm_type, true, error_if_nonfinite)
 end
 
 --- clip_grad_value_(params, clip_value): clamps every gradient element to [-v, v] in place.
