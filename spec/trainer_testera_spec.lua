@@ -1,0 +1,95 @@
+-- trainer_testera_spec.lua: what porting Lightning 1.9 scripts to dplhost found (tester A);
+-- expected values from Lightning 1.9.5 runs of the same cases.
+local dpl = require 'dpl'
+local nn, F = dpl.nn, dpl.nn.functional
+
+local quiet = { max_epochs = 1, logger = false, enable_checkpointing = false, enable_progress_bar = false,
+  enable_model_summary = false }
+local function trainer(o)
+  local a = {}
+  for k, v in pairs(quiet) do a[k] = v end
+  for k, v in pairs(o or {}) do a[k] = v end
+  return dpl.Trainer(a)
+end
+local function loader(n, bs)
+  dpl.manual_seed(0)
+  return dpl.data.DataLoader(dpl.data.TensorDataset(dpl.randn(n, 4), dpl.randn(n, 1)), { batch_size = bs })
+end
+
+describe('training_step outputs given to on_train_batch_end and training_epoch_end', function()
+  it('two optimizers: a list per batch of each optimizer\'s output, in optimizer order', function()
+    local batch_end, epoch_end = {}, nil
+    local M = dpl.LightningModule:extend('TwoOpt')
+    function M:__init() dpl.LightningModule.__init(self); self.a = nn.Linear(4, 1); self.b = nn.Linear(4, 1) end
+    function M:training_step(b, i, opt_idx)
+      if opt_idx == 0 then return F.mse_loss(self.a(b[1]), b[2]) end
+      return { loss = F.mse_loss(self.b(b[1]), b[2]), extra = i }
+    end
+    function M:configure_optimizers()
+      return { dpl.optim.SGD(self.a:parameters(), { lr = 0.1 }), dpl.optim.SGD(self.b:parameters(), { lr = 0.1 }) }
+    end
+    function M:on_train_batch_end(out) batch_end[#batch_end + 1] = out end
+    function M:training_epoch_end(outs) epoch_end = outs end
+    trainer():fit(M(), loader(12, 4))
+    -- Lightning 1.9.5: outs = [[{'loss': t}, {'loss': t, 'extra': 0}], ...] (3 batches)
+    assert.equal(3, #epoch_end)
+    for k = 1, 3 do
+      assert.equal(2, #epoch_end[k])
+      assert.is_nil(epoch_end[k][1].extra)
+      assert.equal(k - 1, epoch_end[k][2].extra)
+      assert.equal('cdata', type(epoch_end[k][1].loss))
+      assert.equal(2, #batch_end[k])
+      assert.equal(k - 1, batch_end[k][2].extra)
+    end
+  end)
+
+  it('two optimizers, one batch: the list of that batch (Lightning squeezes the batch dimension)', function()
+    local epoch_end
+    local M = dpl.LightningModule:extend('TwoOpt1')
+    function M:__init() dpl.LightningModule.__init(self); self.a = nn.Linear(4, 1); self.b = nn.Linear(4, 1) end
+    function M:training_step(b, i, opt_idx)
+      return F.mse_loss((opt_idx == 0 and self.a or self.b)(b[1]), b[2])
+    end
+    function M:configure_optimizers()
+      return { dpl.optim.SGD(self.a:parameters(), { lr = 0.1 }), dpl.optim.SGD(self.b:parameters(), { lr = 0.1 }) }
+    end
+    function M:training_epoch_end(outs) epoch_end = outs end
+    trainer():fit(M(), loader(4, 4))
+    assert.equal(2, #epoch_end)
+    assert.equal('cdata', type(epoch_end[1].loss))
+    assert.equal('cdata', type(epoch_end[2].loss))
+  end)
+
+  it('the loss kept is detached and divided by accumulate_grad_batches; the returned table is not changed', function()
+    local returned, kept = {}, {}
+    local M = dpl.LightningModule:extend('Kept')
+    function M:__init() dpl.LightningModule.__init(self); self.l = nn.Linear(4, 1) end
+    function M:training_step(b)
+      local out = { loss = F.mse_loss(self.l(b[1]), b[2]), hiddens = 1, other = 2 }
+      returned[#returned + 1] = out
+      return out
+    end
+    function M:configure_optimizers() return dpl.optim.SGD(self:parameters(), { lr = 0.1 }) end
+    function M:training_epoch_end(outs) kept = outs end
+    trainer({ accumulate_grad_batches = 2 }):fit(M(), loader(8, 4))
+    assert.equal(2, #kept)
+    for k = 1, 2 do
+      assert.is_false(kept[k].loss.requires_grad)
+      assert.is_true(returned[k].loss.requires_grad)
+      assert.is_near(returned[k].loss:item() / 2, kept[k].loss:item(), 1e-7)
+      assert.is_nil(kept[k].hiddens)
+      assert.equal(2, kept[k].other)
+      assert.equal(1, returned[k].hiddens)
+    end
+  end)
+
+  it('a dict whose loss is not a tensor is a MisconfigurationException naming it', function()
+    local M = dpl.LightningModule:extend('NumLoss')
+    function M:__init() dpl.LightningModule.__init(self); self.l = nn.Linear(4, 1) end
+    function M:training_step() return { loss = 3 } end
+    function M:configure_optimizers() return dpl.optim.SGD(self:parameters(), { lr = 0.1 }) end
+    local ok, err = pcall(function() trainer():fit(M(), loader(4, 4)) end)
+    assert.is_false(ok)
+    assert.matches("MisconfigurationException: .*'loss' returned by `training_step` must be a Tensor%. Got number", tostring(err))
+  end)
+end)
