@@ -93,3 +93,76 @@ describe('training_step outputs given to on_train_batch_end and training_epoch_e
     assert.matches("MisconfigurationException: .*'loss' returned by `training_step` must be a Tensor%. Got number", tostring(err))
   end)
 end)
+
+describe('manual optimisation as Lightning\'s docs write it', function()
+  local function manual_model(body)
+    local M = dpl.LightningModule:extend('Manual')
+    function M:__init() dpl.LightningModule.__init(self); self.automatic_optimization = false; self.l = nn.Linear(4, 1) end
+    function M:training_step(b, i)
+      local opt = self:optimizers()
+      opt:zero_grad()
+      self:manual_backward(F.mse_loss(self.l(b[1]), b[2]) * 100)
+      body(self, opt, i)
+      opt:step()
+    end
+    function M:configure_optimizers()
+      local o = dpl.optim.SGD(self:parameters(), { lr = 0.1 })
+      return { o }, { dpl.optim.lr_scheduler.StepLR(o, { step_size = 1, gamma = 0.5 }) }
+    end
+    return M
+  end
+
+  it('trainer.is_last_batch is true at each epoch\'s last batch only (stepping a scheduler per epoch)', function()
+    local seen = {}
+    local M = manual_model(function(self, opt, i)
+      seen[#seen + 1] = self.trainer.is_last_batch
+      if self.trainer.is_last_batch then self:lr_schedulers():step() end
+    end)
+    local t = trainer({ max_epochs = 2 })
+    assert.is_false(t.is_last_batch)
+    t:fit(M(), loader(12, 4))
+    assert.same({ false, false, true, false, false, true }, seen)
+    assert.equal(0.025, t.optimizers[1].param_groups[1].lr)
+  end)
+
+  it('clip_gradients takes Lightning\'s keywords as an options table, and checks the algorithm', function()
+    local norms = {}
+    local M = manual_model(function(self, opt)
+      self:clip_gradients(opt, { gradient_clip_val = 0.5, gradient_clip_algorithm = 'NORM' })
+      local s = 0
+      for _, p in ipairs(self:parameters()) do s = s + (p.grad * p.grad):sum():item() end
+      norms[#norms + 1] = math.sqrt(s)
+    end)
+    trainer():fit(M(), loader(8, 4))
+    for _, n in ipairs(norms) do assert.is_true(n <= 0.5 + 1e-5, tostring(n)) end
+    local function fails(args, pat)
+      local Bad = manual_model(function(self, opt) self:clip_gradients(opt, unpack(args)) end)
+      local ok, err = pcall(function() trainer():fit(Bad(), loader(4, 4)) end)
+      assert.is_false(ok)
+      assert.matches(pat, tostring(err))
+    end
+    fails({ 0.5, 'nrom' }, "MisconfigurationException: `gradient_clip_algorithm` nrom is invalid%. Allowed algorithms: %['value', 'norm'%]")
+    fails({ { gradient_clip_val = 0.5, gradient_clip_algoritm = 'norm' } }, "TypeError: clip_gradients got an unexpected keyword argument 'gradient_clip_algoritm'")
+    fails({ '0.5' }, 'TypeError: `gradient_clip_val` should be an int or a float%. Got 0%.5%.')
+  end)
+end)
+
+describe('trainer.ckpt_path', function()
+  it('is the checkpoint the last entry point loaded (resolved), nil when none', function()
+    local dir = os.tmpname(); os.remove(dir)
+    local M = dpl.LightningModule:extend('Ck')
+    function M:__init() dpl.LightningModule.__init(self); self.l = nn.Linear(4, 1) end
+    function M:training_step(b) return F.mse_loss(self.l(b[1]), b[2]) end
+    function M:validation_step(b) self:log('v', F.mse_loss(self.l(b[1]), b[2])) end
+    function M:configure_optimizers() return dpl.optim.SGD(self:parameters(), { lr = 0.1 }) end
+    local ck = dpl.callbacks.ModelCheckpoint{ dirpath = dir, monitor = 'v' }
+    local t = trainer({ enable_checkpointing = true, callbacks = { ck } })
+    t:fit(M(), loader(8, 4), loader(8, 4))
+    assert.is_nil(t.ckpt_path)
+    t:validate(nil, loader(8, 4), { ckpt_path = 'best', verbose = false })
+    assert.equal(ck.best_model_path, t.ckpt_path)
+    t:validate(M(), loader(8, 4), { verbose = false })
+    assert.is_nil(t.ckpt_path)
+    os.execute('rm -rf ' .. dir)
+  end)
+end)

@@ -380,6 +380,7 @@ local function run_train_epoch(t, st, loader, nbatches)
     if batch == nil then break end
     nxt = i + 1 < nbatches and it() or nil
     local is_last = nxt == nil
+    t.is_last_batch = is_last -- (Lightning's trainer.is_last_batch)
     t._cur_batch_idx = i
     rc:on_batch_start(batch, 0)
     batch = loops.transfer(t, batch, 0)

@@ -132,6 +132,7 @@ function Trainer:__init(user_args)
   self.state = { fn = nil, stage = nil, status = 'initializing' }
   self.training, self.validating, self.testing, self.predicting, self.sanity_checking = false, false, false, false, false
   self.should_stop = false
+  self.is_last_batch = false
   self.current_epoch, self.global_step = 0, 0
   self.fit_loop = { batches_that_stepped = 0, batch_idx = 0, epoch_done = false, restarting = false }
   self.callback_metrics, self.logged_metrics, self.progress_bar_metrics = {}, {}, {}
@@ -804,6 +805,7 @@ end
 
 function Trainer:_run(model, ckpt_path)
   local loops = require 'dpl.trainer.loops'
+  self.ckpt_path = ckpt_path -- (Lightning's trainer.ckpt_path: the checkpoint this run loads, or nil)
   self.state.status = 'running'
   self.should_stop = false
   local launcher = self.strategy:launcher_for()
