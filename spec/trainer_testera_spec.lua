@@ -166,3 +166,38 @@ describe('trainer.ckpt_path', function()
     os.execute('rm -rf ' .. dir)
   end)
 end)
+
+describe('mistakes a port makes', function()
+  it('a LightningModule whose constructor skips LightningModule.__init is refused (it trained nothing)', function()
+    local M = dpl.LightningModule:extend('NoSuper')
+    function M:__init() self.l = nn.Linear(4, 1) end
+    function M:training_step(b) return F.mse_loss(self.l(b[1]), b[2]) end
+    function M:configure_optimizers() return dpl.optim.SGD(self:parameters(), { lr = 0.1 }) end
+    for _, fn in ipairs({ 'fit', 'validate' }) do
+      local ok, err = pcall(function() trainer()[fn](trainer(), M(), loader(8, 4)) end)
+      assert.is_false(ok)
+      assert.matches('MisconfigurationException: `Trainer%.' .. fn .. '%(%)`: NoSuper was not initialised as a LightningModule:'
+        .. ' its constructor must call `dpl%.LightningModule%.__init%(self%)` first', tostring(err))
+    end
+  end)
+
+  it('a dataset item that is nil names the dataset and the position (default collation)', function()
+    local DS = dpl.data.Dataset:extend('Holey')
+    function DS:__len() return 8 end
+    function DS:get(i) if i == 6 then return nil end return { dpl.randn(4), dpl.randn(1) } end
+    local ok, err = pcall(function()
+      for _ in dpl.data.DataLoader(DS(), { batch_size = 4 }):iter() do end
+    end)
+    assert.is_false(ok)
+    assert.matches('TypeError: DataLoader: Holey:get%(6%) returned nil; default_collate takes', tostring(err))
+    -- a collate_fn of one's own sees the hole
+    local n = 0
+    for b in dpl.data.DataLoader(DS(), { batch_size = 4, collate_fn = function(items) return items end }):iter() do
+      for k = 1, 4 do if b[k] ~= nil then n = n + 1 end end
+    end
+    assert.equal(7, n)
+    ok, err = pcall(dpl.data.default_collate, { { dpl.randn(2) }, dpl.randn(2) })
+    assert.is_false(ok)
+    assert.matches('default_collate: item 2 is .* where item 1 is a table', tostring(err))
+  end)
+end)

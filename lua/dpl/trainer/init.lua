@@ -558,6 +558,13 @@ local function check_model(model, fn)
   if not class.is_instance(model, LightningModule) then
     misconf('`Trainer.%s()` requires a `LightningModule`, got: %s', fn, tostring(model))
   end
+  if model.automatic_optimization == nil or model.hparams == nil then
+    -- (its __init did not run LightningModule's: with automatic_optimization nil the loop
+    -- took it for manual optimisation and trained nothing)
+    local name = getmetatable(model).__name or 'the LightningModule'
+    misconf('`Trainer.%s()`: %s was not initialised as a LightningModule: its constructor must call'
+      .. ' `dpl.LightningModule.__init(self)` first (Python\'s `super().__init__()`)', fn, name)
+  end
 end
 
 local options = require 'dpl.options'
