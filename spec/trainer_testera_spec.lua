@@ -201,3 +201,18 @@ describe('mistakes a port makes', function()
     assert.matches('default_collate: item 2 is .* where item 1 is a table', tostring(err))
   end)
 end)
+
+describe('EarlyStopping', function()
+  it('says by how much the metric improved once there is a best score (Lightning\'s _improvement_message)', function()
+    local es = dpl.callbacks.EarlyStopping{ monitor = 'v', min_delta = 0.01, patience = 2 }
+    local stop, msg = es:_evaluate_stopping_criteria(5)
+    assert.is_false(stop)
+    assert.equal('Metric v improved. New best score: 5.000', msg)
+    stop, msg = es:_evaluate_stopping_criteria(4)
+    assert.equal('Metric v improved by 1.000 >= min_delta = 0.01. New best score: 4.000', msg)
+    local es2 = dpl.callbacks.EarlyStopping{ monitor = 'acc', mode = 'max' }
+    es2:_evaluate_stopping_criteria(0.5)
+    stop, msg = es2:_evaluate_stopping_criteria(0.75)
+    assert.equal('Metric acc improved by 0.250 >= min_delta = 0.0. New best score: 0.750', msg)
+  end)
+end)
