@@ -216,3 +216,36 @@ describe('EarlyStopping', function()
     assert.equal('Metric acc improved by 0.250 >= min_delta = 0.0. New best score: 0.750', msg)
   end)
 end)
+
+describe('evaluation on_step values reach the loggers', function()
+  it('at each dataloader\'s own batch count, across validations, restarted by validate (Lightning 1.9.5\'s steps)', function()
+    local rows = {}
+    local Lg = dpl.loggers.CSVLogger:extend('RecLogger')
+    function Lg:log_metrics(m, step)
+      for k in pairs(m) do
+        local dl = k:match('^v_step/dataloader_idx_(%d)$')
+        if dl then rows[#rows + 1] = dl .. '@' .. step end
+      end
+    end
+    local M = dpl.LightningModule:extend('EvalSteps')
+    function M:__init() dpl.LightningModule.__init(self); self.l = nn.Linear(4, 1) end
+    function M:training_step(b) return F.mse_loss(self.l(b[1]), b[2]) end
+    function M:validation_step(b, i, di)
+      if not (di == 0 and i == 1) then self:log('v', i, { on_step = true, on_epoch = true }) end
+    end
+    function M:configure_optimizers() return dpl.optim.SGD(self:parameters(), { lr = 0.01 }) end
+    local dir = os.tmpname(); os.remove(dir)
+    local t = trainer({ max_epochs = 2, num_sanity_val_steps = 1, logger = Lg{ save_dir = dir } })
+    local m = M()
+    local vals = { loader(24, 8), loader(24, 12) }
+    t:fit(m, loader(8, 4), vals)
+    -- Lightning 1.9.5: dataloader 0 at 0, 1, 2 then 3, 4, 5, dataloader 1 at 0, 1 then 2, 3; its rows
+    -- at 1 and 4 repeat batch 0's and 3's stale value (batch 1 logs nothing): dplhost writes no
+    -- row for a batch that logged nothing, but the batch counts
+    assert.same({ '0@0', '0@2', '1@0', '1@1', '0@3', '0@5', '1@2', '1@3' }, rows)
+    rows = {}
+    t:validate(m, vals, { verbose = false })
+    assert.same({ '0@0', '0@2', '1@0', '1@1' }, rows)
+    os.execute('rm -rf ' .. dir)
+  end)
+end)
