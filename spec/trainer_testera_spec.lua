@@ -249,3 +249,27 @@ describe('evaluation on_step values reach the loggers', function()
     os.execute('rm -rf ' .. dir)
   end)
 end)
+
+describe('training further on the same trainer', function()
+  it('trainer.fit_loop.max_epochs (and max_steps) raise the limits of the next fit, as in Lightning', function()
+    local M = dpl.LightningModule:extend('Further')
+    function M:__init() dpl.LightningModule.__init(self); self.l = nn.Linear(4, 1) end
+    function M:training_step(b) return F.mse_loss(self.l(b[1]), b[2]) end
+    function M:configure_optimizers() return dpl.optim.SGD(self:parameters(), { lr = 0.1 }) end
+    local t, m, dl = trainer({ max_epochs = 2 }), M(), loader(16, 4)
+    t:fit(m, dl)
+    assert.equal(8, t.global_step)
+    t:fit(m, dl) -- (Lightning: max_epochs=2 reached, nothing trained)
+    assert.equal(8, t.global_step)
+    assert.equal(2, t.fit_loop.max_epochs)
+    t.fit_loop.max_epochs = 3
+    t:fit(m, dl)
+    assert.equal(12, t.global_step)
+    assert.equal(3, t.current_epoch)
+    t.fit_loop.max_epochs = 10
+    t.fit_loop.max_steps = 14
+    t:fit(m, dl)
+    assert.equal(14, t.global_step)
+    assert.has_error(function() t.fit_loop.max_epochs = 2.5 end)
+  end)
+end)

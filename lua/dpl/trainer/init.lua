@@ -36,6 +36,26 @@ local function cwd()
   return os.getenv('PWD') or '.'
 end
 
+-- trainer.fit_loop.max_epochs / max_steps are the trainer's (Lightning's loop limits: the way
+-- to train further is `trainer.fit_loop.max_epochs = 10; trainer:fit(model)`)
+local loop_limits = { max_epochs = -1, max_steps = -1 }
+local function fit_loop_mt(trainer)
+  return {
+    __index = function(_, k) if loop_limits[k] then return trainer[k] end end,
+    __newindex = function(fl, k, v)
+      if loop_limits[k] then
+        if type(v) ~= 'number' or v ~= math.floor(v) or v < loop_limits[k] then
+          misconf('`fit_loop.%s` must be an integer >= -1, got %s', k, tostring(v))
+        end
+        trainer[k] = v
+        if k == 'max_epochs' then trainer._warn_max_epochs = nil end
+      else
+        rawset(fl, k, v)
+      end
+    end,
+  }
+end
+
 function Trainer:__init(user_args)
   local a = args_mod.validate(user_args)
   self._args = a
@@ -134,7 +154,8 @@ function Trainer:__init(user_args)
   self.should_stop = false
   self.is_last_batch = false
   self.current_epoch, self.global_step = 0, 0
-  self.fit_loop = { batches_that_stepped = 0, batch_idx = 0, epoch_done = false, restarting = false }
+  self.fit_loop = setmetatable({ batches_that_stepped = 0, batch_idx = 0, epoch_done = false, restarting = false },
+    fit_loop_mt(self))
   self.callback_metrics, self.logged_metrics, self.progress_bar_metrics = {}, {}, {}
   self._results_connector = Results.new(self)
   self.optimizers, self.lr_scheduler_configs = {}, {}
