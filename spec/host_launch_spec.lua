@@ -186,6 +186,16 @@ describe('the launcher', function()
     assert.are.same({}, left)
   end)
 
+  it('names the error of a rank whose traceback is longer than the tail it shows', function()
+    local _, err, rc, _, left = failing_job([[
+      local function deep(n) if n == 0 then error("deep down it broke") end return (deep(n - 1)) end
+      deep(20)]])
+    assert.are.equal(1, rc)
+    assert.matches("dplhost: rank 1 %(pid %d+%) failed with exit code 1; stopped the other ranks\n"
+      .. "dplhost: rank 1's error: [^\n]*deep down it broke\ndplhost: last lines of rank 1's stderr:", err)
+    assert.are.same({}, left)
+  end)
+
   it('reports a rank killed by a signal', function()
     local _, err, rc, took, left = failing_job('os.execute("kill -9 " .. io.open("/proc/self/stat"):read("*l"):match("^%d+"))')
     assert.are.equal(137, rc, err)

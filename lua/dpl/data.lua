@@ -651,6 +651,9 @@ function M.default_collate(items)
     for k in pairs(first) do
       local col = {}
       for i = 1, #items do
+        if type(items[i]) ~= 'table' then
+          misconf('default_collate: item %d is %s where item 1 is a table', i, describe(items[i]))
+        end
         local v = items[i][k]
         if v == nil then misconf('default_collate: item %d has no key %s, item 1 has', i, tostring(k)) end
         col[i] = v
@@ -751,6 +754,15 @@ function Loader:batch(indices)
   if not self.collate_fn and ds.get_batch then return ds:get_batch(indices) end
   local items = {}
   for k = 1, #indices do items[k] = ds:get(indices[k]) end
+  if not self.collate_fn then
+    for k = 1, #indices do
+      if items[k] == nil then
+        errors.TypeError:raise(('DataLoader: %s:get(%d) returned nil; default_collate takes tensors, numbers'
+          .. ' and tables of them (a collate_fn of your own can drop missing items)'):format(
+          tostring(ds.__name or 'dataset'), indices[k]), 3)
+      end
+    end
+  end
   return (self.collate_fn or M.default_collate)(items)
 end
 

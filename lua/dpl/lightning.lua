@@ -209,6 +209,18 @@ function LightningModule:configure_gradient_clipping(optimizer, optimizer_idx, g
 end
 
 function LightningModule:clip_gradients(optimizer, gradient_clip_val, gradient_clip_algorithm)
+  if type(gradient_clip_val) == 'table' and getmetatable(gradient_clip_val) == nil then
+    -- Lightning's keyword form: clip_gradients(opt, {gradient_clip_val=, gradient_clip_algorithm=})
+    local o = gradient_clip_val
+    for k in pairs(o) do
+      if k ~= 'gradient_clip_val' and k ~= 'gradient_clip_algorithm' then
+        errors.TypeError:raise(("clip_gradients got an unexpected keyword argument '%s'"
+          .. ' (it takes gradient_clip_val, gradient_clip_algorithm)'):format(tostring(k)), 2)
+      end
+    end
+    gradient_clip_val, gradient_clip_algorithm = o.gradient_clip_val, o.gradient_clip_algorithm
+  end
+  if type(gradient_clip_algorithm) == 'string' then gradient_clip_algorithm = gradient_clip_algorithm:lower() end
   local trainer = self.trainer
   if trainer then
     local tv, ta = trainer.gradient_clip_val, trainer.gradient_clip_algorithm
@@ -222,6 +234,13 @@ function LightningModule:clip_gradients(optimizer, gradient_clip_val, gradient_c
       Misconfiguration:raise(('You have set `Trainer(gradient_clip_algorithm=%q)` and have passed'
         .. ' `clip_gradients(gradient_clip_algorithm=%q)` Please use only one of them.'):format(ta, gradient_clip_algorithm), 2)
     end
+  end
+  if gradient_clip_val ~= nil and type(gradient_clip_val) ~= 'number' then
+    errors.TypeError:raise(('`gradient_clip_val` should be an int or a float. Got %s.'):format(tostring(gradient_clip_val)), 2)
+  end
+  if gradient_clip_algorithm ~= nil and gradient_clip_algorithm ~= 'norm' and gradient_clip_algorithm ~= 'value' then
+    Misconfiguration:raise(("`gradient_clip_algorithm` %s is invalid. Allowed algorithms: ['value', 'norm']."):format(
+      tostring(gradient_clip_algorithm)), 2)
   end
   if gradient_clip_val == nil or gradient_clip_val <= 0 then return end
   require('dpl.trainer.optimizers').clip_gradients(optimizer, gradient_clip_val, gradient_clip_algorithm or 'norm')

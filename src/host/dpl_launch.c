@@ -52,6 +52,11 @@ typedef struct {
   char tail[TAIL_LINES][TAIL_BYTES];
   size_t tail_len[TAIL_LINES];
   int tail_next, tail_count;
+  /* the last stderr line the host's error report starts ("dplhost: <message>"), kept
+   * apart from the tail: a long traceback pushes it out of the last TAIL_LINES lines */
+  char err[TAIL_BYTES];
+  size_t err_len;
+  unsigned long lines, err_line; /* stderr lines so far; the number of the err line */
 } child_t;
 
 /* the signals forwarded to the ranks (those the host handles) */
@@ -132,6 +137,12 @@ static void emit(child_t *c, int which, const char *data, size_t n, int complete
     c->tail_len[c->tail_next] = m;
     c->tail_next = (c->tail_next + 1) % TAIL_LINES;
     if (c->tail_count < TAIL_LINES) c->tail_count++;
+    c->lines++;
+    if (m > 9 && memcmp(data, "dplhost: ", 9) == 0) {
+      memcpy(c->err, data, m);
+      c->err_len = m;
+      c->err_line = c->lines;
+    }
   }
   s->mid_line = !complete;
 }
@@ -403,6 +414,12 @@ int dpl_launch(const dpl_launch_opts *o, char **child_argv)
     describe_status(first_status, why, sizeof why);
     fprintf(stderr, "dplhost: rank %d (pid %d) failed with %s; stopped the other ranks\n",
             c->rank, (int)c->pid, why);
+    if (c->err_len && c->lines - c->err_line >= (unsigned long)c->tail_count) {
+      /* the error line scrolled out of the tail below: say it first */
+      fprintf(stderr, "dplhost: rank %d's error: ", c->rank);
+      fwrite(c->err + 9, 1, c->err_len - 9, stderr);
+      fputc('\n', stderr);
+    }
     if (c->tail_count) {
       fprintf(stderr, "dplhost: last lines of rank %d's stderr:\n", c->rank);
       for (int k = 0; k < c->tail_count; k++) {

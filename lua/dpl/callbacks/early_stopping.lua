@@ -6,6 +6,7 @@ local log = require 'dpl.log'
 local Callback = require 'dpl.callbacks.callback'
 
 local Misconfiguration = errors.MisconfigurationException
+local function pyfloat(v) return require('dpl.trainer.loops')._py_float(v) end
 
 local EarlyStopping = Callback:extend('EarlyStopping')
 
@@ -92,8 +93,13 @@ function EarlyStopping:_evaluate_stopping_criteria(current)
       tostring(current), self.mode == 'min' and '>' or '<', tostring(self.divergence_threshold))
   end
   if better(current - self.min_delta, self.best_score) then
+    local prev = self.best_score
     self.best_score = current
     self.wait_count = 0
+    if prev == prev and prev ~= math.huge and prev ~= -math.huge then -- (Lightning's _improvement_message)
+      return false, ('Metric %s improved by %.3f >= min_delta = %s. New best score: %.3f'):format(self.monitor,
+        math.abs(prev - current), pyfloat(math.abs(self.min_delta)), current)
+    end
     return false, ('Metric %s improved. New best score: %.3f'):format(self.monitor, current)
   end
   self.wait_count = self.wait_count + 1

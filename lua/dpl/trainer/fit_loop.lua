@@ -31,6 +31,9 @@ local function extract_loss(out)
       if loss == nil then
         misconf("In automatic_optimization, when `training_step` returns a dict, the 'loss' key needs to be present")
       end
+      if type(loss) ~= 'cdata' and not (type(loss) == 'table' and type(loss.backward) == 'function') then
+        misconf("In automatic_optimization, the 'loss' returned by `training_step` must be a Tensor. Got %s", type(loss))
+      end
       return loss
     end
   end
@@ -52,8 +55,22 @@ local function new_state(t)
     out = tr:_call_module_hook('training_step_end', out)
     out = strategy:training_step_end(out)
     local loss = extract_loss(out)
-    if loss ~= nil and type(out) ~= 'table' then out = { loss = loss } end
-    st.out = out
+    if loss ~= nil then
+      -- what the batch-end and epoch-end hooks get (Lightning's ClosureResult.asdict): the
+      -- loss detached (the graph of every batch is not kept alive by training_epoch_end's
+      -- outputs) and divided by accumulate_grad_batches as the backward's is, the other keys
+      -- as returned ('hiddens' left out); the table returned is not modified
+      local d = type(loss) == 'cdata' and loss:detach() or loss
+      local kept = { loss = st.accumulate > 1 and d / st.accumulate or d }
+      if type(out) == 'table' and out ~= loss then
+        for k, v in pairs(out) do
+          if k ~= 'loss' and k ~= 'hiddens' then kept[k] = v end
+        end
+      end
+      st.out = kept
+    else
+      st.out = nil
+    end
     if loss == nil then return nil end
     if st.skip_backward then return loss end -- (StochasticWeightAveraging's BatchNorm pass: forward only)
     if st.batch_idx % st.accumulate == 0 and not strategy.handles_gradient_accumulation then
@@ -323,6 +340,7 @@ local function run_train_epoch(t, st, loader, nbatches)
   local handles_acc = t.strategy.handles_gradient_accumulation
   local keep_outputs = t:_is_overridden('training_epoch_end')
   local outputs = keep_outputs and {} or nil
+  local per_opt = (automatic and n_opts > 1) and {} or nil
   local log_every = t.log_every_n_steps
   local stepped = {}
   local freqs = t.strategy.optimizer_frequencies
@@ -362,6 +380,7 @@ local function run_train_epoch(t, st, loader, nbatches)
     if batch == nil then break end
     nxt = i + 1 < nbatches and it() or nil
     local is_last = nxt == nil
+    t.is_last_batch = is_last -- (Lightning's trainer.is_last_batch)
     t._cur_batch_idx = i
     rc:on_batch_start(batch, 0)
     batch = loops.transfer(t, batch, 0)
@@ -392,7 +411,7 @@ local function run_train_epoch(t, st, loader, nbatches)
       end
       for o = o_first, o_last do
         local opt_idx = o - 1
-        st.opt, st.opt_idx = opts[o], opt_idx
+        st.opt, st.opt_idx, st.out = opts[o], opt_idx, nil
         if n_opts > 1 then t:_call_module_hook('toggle_optimizer', opts[o], opt_idx) end
         if accumulating and not handles_acc then
           st.closure()
@@ -403,7 +422,19 @@ local function run_train_epoch(t, st, loader, nbatches)
           stepped[opt_idx] = true
           any_step = true
         end
-        if n_opts > 1 then t:_call_module_hook('untoggle_optimizer', opt_idx) end
+        if n_opts > 1 then
+          t:_call_module_hook('untoggle_optimizer', opt_idx)
+          per_opt[o] = st.out
+        end
+      end
+      if n_opts > 1 then
+        -- Lightning's outputs with several optimizers: a list of each optimizer's output
+        -- in optimizer order, those that returned nothing (or did not run) left out
+        local l = {}
+        for o = 1, n_opts do
+          if per_opt[o] ~= nil then l[#l + 1] = per_opt[o]; per_opt[o] = nil end
+        end
+        st.out = l
       end
     else
       local gs = t.global_step
@@ -457,6 +488,17 @@ local function run_train_epoch(t, st, loader, nbatches)
     if sig ~= 0 then on_signal(t, sig) end
     if t.max_steps ~= -1 and t.global_step >= t.max_steps then break end
     if t.should_stop and may_stop(t) then break end
+  end
+  if outputs and per_opt then
+    -- Lightning squeezes the [batch][optimizer] array: one batch gives its list itself;
+    -- batches whose optimizers all returned nothing are dropped
+    if #outputs == 1 then outputs = outputs[1] end
+    local kept = {}
+    for k = 1, #outputs do
+      local o = outputs[k]
+      if getmetatable(o) ~= nil or next(o) ~= nil then kept[#kept + 1] = o end
+    end
+    outputs = kept
   end
   return outputs
 end

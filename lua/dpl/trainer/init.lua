@@ -36,6 +36,26 @@ local function cwd()
   return os.getenv('PWD') or '.'
 end
 
+-- trainer.fit_loop.max_epochs / max_steps are the trainer's (Lightning's loop limits: the way
+-- to train further is `trainer.fit_loop.max_epochs = 10; trainer:fit(model)`)
+local loop_limits = { max_epochs = -1, max_steps = -1 }
+local function fit_loop_mt(trainer)
+  return {
+    __index = function(_, k) if loop_limits[k] then return trainer[k] end end,
+    __newindex = function(fl, k, v)
+      if loop_limits[k] then
+        if type(v) ~= 'number' or v ~= math.floor(v) or v < loop_limits[k] then
+          misconf('`fit_loop.%s` must be an integer >= -1, got %s', k, tostring(v))
+        end
+        trainer[k] = v
+        if k == 'max_epochs' then trainer._warn_max_epochs = nil end
+      else
+        rawset(fl, k, v)
+      end
+    end,
+  }
+end
+
 function Trainer:__init(user_args)
   local a = args_mod.validate(user_args)
   self._args = a
@@ -132,8 +152,10 @@ function Trainer:__init(user_args)
   self.state = { fn = nil, stage = nil, status = 'initializing' }
   self.training, self.validating, self.testing, self.predicting, self.sanity_checking = false, false, false, false, false
   self.should_stop = false
+  self.is_last_batch = false
   self.current_epoch, self.global_step = 0, 0
-  self.fit_loop = { batches_that_stepped = 0, batch_idx = 0, epoch_done = false, restarting = false }
+  self.fit_loop = setmetatable({ batches_that_stepped = 0, batch_idx = 0, epoch_done = false, restarting = false },
+    fit_loop_mt(self))
   self.callback_metrics, self.logged_metrics, self.progress_bar_metrics = {}, {}, {}
   self._results_connector = Results.new(self)
   self.optimizers, self.lr_scheduler_configs = {}, {}
@@ -557,6 +579,13 @@ local function check_model(model, fn)
   if not class.is_instance(model, LightningModule) then
     misconf('`Trainer.%s()` requires a `LightningModule`, got: %s', fn, tostring(model))
   end
+  if model.automatic_optimization == nil or model.hparams == nil then
+    -- (its __init did not run LightningModule's: with automatic_optimization nil the loop
+    -- took it for manual optimisation and trained nothing)
+    local name = getmetatable(model).__name or 'the LightningModule'
+    misconf('`Trainer.%s()`: %s was not initialised as a LightningModule: its constructor must call'
+      .. ' `dpl.LightningModule.__init(self)` first (Python\'s `super().__init__()`)', fn, name)
+  end
 end
 
 local options = require 'dpl.options'
@@ -804,6 +833,7 @@ end
 
 function Trainer:_run(model, ckpt_path)
   local loops = require 'dpl.trainer.loops'
+  self.ckpt_path = ckpt_path -- (Lightning's trainer.ckpt_path: the checkpoint this run loads, or nil)
   self.state.status = 'running'
   self.should_stop = false
   local launcher = self.strategy:launcher_for()

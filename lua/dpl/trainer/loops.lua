@@ -542,8 +542,16 @@ function M.run_evaluation(t, stage, sanity)
 
   local keep = t:_is_overridden(H.epoch_end_model)
   local outputs = {}
+  -- the step the loggers get for a batch's on_step values: the batch's count in its own
+  -- dataloader, kept across the evaluations that use the same loaders and started again when
+  -- they are (re)loaded (Lightning's _dl_batch_idx, reset by _reload_evaluation_dataloaders);
+  -- every batch counts, whether or not it logged anything
   local counter_name = '_eval_steps_' .. stage
-  t[counter_name] = t[counter_name] or 0
+  local steps = t[counter_name]
+  if steps == nil or steps.loaders ~= loaders then
+    steps = { loaders = loaders }
+    t[counter_name] = steps
+  end
   for d = 1, ndl do
     local dl_idx = d - 1
     local outs = {}
@@ -565,12 +573,10 @@ function M.run_evaluation(t, stage, sanity)
       t:_call_module_hook(H.batch_end, out, batch, i, dl_idx)
       local logd = rc:collect_step(false)
       if logd then
-        if not sanity then
-          t[counter_name] = t[counter_name] + 1
-          rc:log_metrics(logd, t[counter_name] - 1)
-        end
+        if not sanity then rc:log_metrics(logd, steps[d] or 0) end
         rc:release(logd)
       end
+      if not sanity then steps[d] = (steps[d] or 0) + 1 end
       if keep and out ~= nil then outs[#outs + 1] = out end
       i = i + 1
     end
