@@ -1,4 +1,4 @@
--- tensor_testerb_spec.lua: what exploratory testing of tensors and nn.functional against python3-torch
+-- torch_parity_spec.lua: forms PyTorch users write that exploratory testing against python3-torch
 -- 1.13 found (the values in the assertions are torch's, printed with the same inputs).
 local dpl = require 'dpl'
 local F = dpl.nn.functional

@@ -1,4 +1,4 @@
--- trainer_testera_spec.lua: what porting Lightning 1.9 scripts to dplhost found (tester A);
+-- trainer_port_findings_spec.lua: what porting Lightning 1.9 scripts to dplhost found;
 -- expected values from Lightning 1.9.5 runs of the same cases.
 local dpl = require 'dpl'
 local nn, F = dpl.nn, dpl.nn.functional
