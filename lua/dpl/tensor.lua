@@ -317,6 +317,14 @@ local function is_opts(x)
   return type(x) == 'table' and rawget(x, 1) == nil and next(x) ~= nil
 end
 
+-- a 0-d integer tensor where an integer is expected (a size, an index): its value, as
+-- PyTorch's int arguments take one (w:select(1, ids[i])); anything else unchanged
+local function int_of(v)
+  if type(v) == 'cdata' and is_tensor(v) and v._ndim == 0 and v._dtype > 3 and v._dtype ~= 7 then return methods.item(v) end
+  return v
+end
+M._int_of = int_of
+
 -- (sizes...) or ({sizes}) [, opts] -> n (filled into buf), opts.
 -- Not a vararg function on purpose. The old one read its varargs inside loops
 -- (`select(n, ...)`, `local first = ...`), and LuaJIT 2.1 as Debian ships it (a 2022
@@ -325,6 +333,7 @@ end
 -- zeros({3, 2}, opts) gave a 0-d tensor (spec/autograd_rules_spec.lua, after a
 -- view(-1) made the trace). Callers pass their `...` on; no vararg is read here.
 local function size_at(name, buf, i, v)
+  if type(v) ~= 'number' then v = int_of(v) end
   if type(v) ~= 'number' or v ~= floor(v) then
     error(fmt('%s: sizes must be integers, got %s at position %d', name, tostring(v), i), 4)
   end
@@ -564,7 +573,11 @@ methods.tolist = methods.totable
 
 ---------------------------------------------------------------- views
 local function shape_args(t, name, first, ...)
-  if is_tensor(first) then return parse_sizes(name, shp, methods.size(first)) end
+  if is_tensor(first) then
+    local v = int_of(first) -- a 0-d integer tensor is a size (PyTorch); another tensor gives its shape
+    if type(v) == 'number' then return parse_sizes(name, shp, v, ...) end
+    return parse_sizes(name, shp, methods.size(first))
+  end
   return parse_sizes(name, shp, first, ...)
 end
 
@@ -612,6 +625,8 @@ end
 function methods.narrow(t, d, start, len)
   local cd = cdim(t, d, 'narrow')
   local size = tonumber(t._shape[cd])
+  if type(start) ~= 'number' then start = int_of(start) end
+  if type(len) ~= 'number' then len = int_of(len) end
   if type(start) ~= 'number' or type(len) ~= 'number' then error('narrow: expected (dim, start, length)', 2) end
   local s0 = start < 0 and size + start or start - 1
   if s0 < 0 or len < 0 or s0 + len > size then
@@ -623,6 +638,7 @@ end
 function methods.select(t, d, i)
   local cd = cdim(t, d, 'select')
   local size = tonumber(t._shape[cd])
+  if type(i) ~= 'number' then i = int_of(i) end
   if type(i) ~= 'number' or i ~= floor(i) then error(fmt('select: index must be an integer, got %s', tostring(i)), 2) end
   local i0 = i < 0 and size + i or i - 1
   if i0 < 0 or i0 >= size then
