@@ -1528,6 +1528,9 @@ require('dpl.tensor_shape')(M, { view1 = view1, fail = fail, cdim = cdim, parse_
 require("dpl.tensor_math")(M, { fail = fail, error = error, binop = binop, reduce = reduce, cdim = cdim,
   need_tensor = need_tensor, need_number = need_number, out1 = out1 })
 
+-- composed PyTorch functions (einsum, randperm, multinomial, hstack, quantile, searchsorted, ...): dpl.tensor_extra
+require('dpl.tensor_extra')(M, { need_tensor = need_tensor, cdim = cdim, fail = fail, out1 = out1 })
+
 -- dpl.tensor(data, opts) calls the constructor; dpl.tensor.zeros etc. are the module's functions
 setmetatable(M, { __call = function(_, ...) return M.tensor(...) end })
 

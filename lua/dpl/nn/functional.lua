@@ -9,6 +9,7 @@ local fmt = string.format
 
 -- Errors are objects whose tostring reads "ClassName: message" (DESIGN.md).
 local errors = require 'dpl.errors'
+local lua_error = error
 local error = errors.raise -- string messages become ValueError objects
 local is_tensor = T.is_tensor
 
@@ -105,8 +106,32 @@ for name, ps in pairs(ACTS) do
     end
   end
 end
-function F.softmax(x, dim) return x:softmax(dim or -1) end
-function F.log_softmax(x, dim) return x:log_softmax(dim or -1) end
+--- softmax(x [, dim=-1 [, dtype]]) / log_softmax: dtype (a dtype name, or {dtype=}; also
+--- PyTorch's positional order (x, dim, _stacklevel, dtype)) casts x first, as PyTorch does.
+local SOFTMAX_KEYS = keys('dtype')
+local function softmax_dtype(fn, a, b)
+  local dt = a
+  if type(a) == 'number' then dt = b -- (PyTorch's _stacklevel, then dtype)
+  elseif b ~= nil then error(fmt('%s: too many arguments (expected x, dim, dtype)', fn), 3) end
+  if type(dt) == 'table' and not is_tensor(dt) then
+    check_opts(dt, SOFTMAX_KEYS, fn)
+    dt = dt.dtype
+  end
+  if dt ~= nil and type(dt) ~= 'string' then
+    error(fmt('%s: dtype must be a dtype name such as \'float64\', got %s', fn, type(dt)), 3)
+  end
+  return dt
+end
+function F.softmax(x, dim, a, b)
+  local dt = softmax_dtype('softmax', a, b)
+  if dt then x = x:to(dt) end
+  return x:softmax(dim or -1)
+end
+function F.log_softmax(x, dim, a, b)
+  local dt = softmax_dtype('log_softmax', a, b)
+  if dt then x = x:to(dt) end
+  return x:log_softmax(dim or -1)
+end
 
 ---------------------------------------------------------------- linear, conv, pooling
 --- linear(x [..., in], weight [out, in], bias [out] or nil)
@@ -252,6 +277,50 @@ function F.dropout(x, p, training)
     return T.empty_like(x):bernoulli_(1 - p):div_(1 - p)
   end)
   return x * mask
+end
+
+--- group_norm(x [N, C, *], num_groups, weight [C] or nil, bias [C] or nil, eps=1e-5) (or
+--- group_norm(x, num_groups, {weight=, bias=, eps=})): each sample's channels in num_groups
+--- groups, each normalised over its channels and positions (biased variance), then the
+--- per-channel affine map. nn.GroupNorm's forward. Composed of tensor ops (autograd differentiates it).
+local GN_KEYS = keys('weight', 'bias', 'eps')
+function F.group_norm(x, G, w, b, eps)
+  if type(w) == 'table' and not is_tensor(w) then
+    if b ~= nil or eps ~= nil then error('group_norm: the options table must be the last argument', 2) end
+    check_opts(w, GN_KEYS, 'group_norm')
+    w, b, eps = w.weight, w.bias, w.eps
+  end
+  if type(G) ~= 'number' or G ~= math.floor(G) or G < 1 then
+    error(fmt('group_norm: num_groups must be a positive integer, got %s', tostring(G)), 2)
+  end
+  check_opt_tensor(w, 'group_norm', 'weight')
+  check_opt_tensor(b, 'group_norm', 'bias')
+  if eps == nil then eps = 1e-5 end
+  if type(eps) ~= 'number' then error(fmt('group_norm: eps must be a number, got %s', type(eps)), 2) end
+  if x:dim() < 2 then
+    error(fmt('group_norm: expected an input of at least 2 dims [N, C, *], got shape %s', shape_str(x)), 2)
+  end
+  local N, Cn, nd = x:size(1), x:size(2), x:dim()
+  if Cn % G ~= 0 then
+    error(fmt('group_norm: expected the number of channels of input %s (%d) to be divisible by num_groups (%d)',
+      shape_str(x), Cn, G), 2)
+  end
+  for _, p in ipairs({ { w, 'weight' }, { b, 'bias' } }) do
+    if p[1] ~= nil and (p[1]:dim() ~= 1 or p[1]:size(1) ~= Cn) then
+      error(fmt('group_norm: expected %s of shape [%d], got %s', p[2], Cn, shape_str(p[1])), 2)
+    end
+  end
+  local xg = x:reshape(N, G, -1)
+  local xc = xg - xg:mean(3, true)
+  local var = (xc * xc):mean(3, true)
+  local y = (xc * (var + eps):rsqrt()):reshape(x:size())
+  if w ~= nil or b ~= nil then
+    local shape = { 1, Cn }
+    for _ = 3, nd do shape[#shape + 1] = 1 end
+    if w ~= nil then y = y * w:view(shape) end
+    if b ~= nil then y = y + b:view(shape) end
+  end
+  return y
 end
 
 --- layer_norm(x, normalized_shape, weight, bias, eps=1e-5)
@@ -439,6 +508,20 @@ function F._padding_row(pad, V, fn)
   return pad < 0 and V + 1 + pad or pad
 end
 
+-- PyTorch's Embedding options dplhost does not implement: NotImplementedError naming them
+-- (rather than "unknown option")
+local EMB_UNSUPPORTED = { 'max_norm', 'norm_type', 'scale_grad_by_freq', 'sparse' }
+function F._embedding_unsupported(opts, fn)
+  if type(opts) ~= 'table' then return end
+  for _, k in ipairs(EMB_UNSUPPORTED) do
+    local v = opts[k]
+    if v ~= nil and v ~= false and not (k == 'norm_type' and v == 2) then
+      lua_error(errors.NotImplementedError(fmt('%s: %s is not implemented in dplhost (renormalising looked-up rows, '
+        .. 'frequency-scaled and sparse gradients are not supported)', fn, k)), 0)
+    end
+  end
+end
+
 --- the lookup, pad: nil or the padding row (1-based, checked)
 function F._embedding(weight, idx, pad)
   if pad == nil or not (weight.requires_grad and autograd.is_grad_enabled()) then return T.embedding(weight, idx) end
@@ -453,6 +536,7 @@ end
 --- padding_idx row gets no gradient.
 function F.embedding(idx, weight, opts)
   check_tensor(weight, 'embedding', 'weight')
+  F._embedding_unsupported(opts, 'embedding')
   check_opts(opts, K.embedding, 'embedding')
   local pad = opts and opts.padding_idx
   if pad ~= nil then pad = F._padding_row(pad, weight:dim() > 0 and weight:size(1) or 0, 'embedding') end

@@ -533,17 +533,7 @@ function nn.GroupNorm:forward(x)
     error(fmt('%s(%d, %d): input has shape %s, expected [N, %d, *]', self:_label(), self.num_groups,
       self.num_channels, shape_str(x), self.num_channels), 2)
   end
-  local N, nd = x:size(1), x:dim()
-  local xg = x:reshape(N, self.num_groups, -1)
-  local xc = xg - xg:mean(3, true)
-  local var = (xc * xc):mean(3, true)
-  local y = (xc * (var + self.eps):rsqrt()):reshape(x:size())
-  if self.affine then
-    local shape = { 1, self.num_channels }
-    for _ = 3, nd do shape[#shape + 1] = 1 end
-    y = y * self.weight:view(shape) + self.bias:view(shape)
-  end
-  return y
+  return F.group_norm(x, self.num_groups, self.weight, self.bias, self.eps)
 end
 function nn.GroupNorm:extra_repr()
   return fmt('%d, %d, eps=%g, affine=%s', self.num_groups, self.num_channels, self.eps, tostring(self.affine))
@@ -580,6 +570,7 @@ nn.Embedding = Module:extend('Embedding')
 --- The padding_idx row (1..V, or -V..-1 from the end; kept 1-based) starts at zero and gets no gradient.
 function nn.Embedding:__init(V, D, opts)
   Module.__init(self)
+  F._embedding_unsupported(opts, 'Embedding')
   check_opts(opts, EMB_KEYS, 'Embedding')
   check_int('Embedding', 'num_embeddings', V)
   check_int('Embedding', 'embedding_dim', D)
