@@ -317,8 +317,8 @@ typedef enum dpl_unop {
   DPL_OP_RECIPROCAL = 16, DPL_OP_SQUARE = 17, DPL_OP_LOG1P = 18, DPL_OP_EXPM1 = 19,
   DPL_OP_LOGICAL_NOT = 20, DPL_OP_SILU = 21, DPL_OP_ERF = 22, DPL_OP_TRUNC = 23,
   DPL_OP_LOG2 = 24, DPL_OP_ISNAN = 25,
-  /* CPU only (a tensor in GPU memory: "<op>: not implemented on cuda"). FRAC takes floating
-   * tensors, BITWISE_NOT integer and bool ones; ISINF and ISFINITE give bool. */
+  /* FRAC takes floating tensors, BITWISE_NOT integer and bool ones; ISINF and ISFINITE give
+   * bool. (A CUDA plugin older than these ops answers "<op>: not implemented on cuda".) */
   DPL_OP_LOG10 = 26, DPL_OP_EXP2 = 27, DPL_OP_SINH = 28, DPL_OP_COSH = 29, DPL_OP_TAN = 30,
   DPL_OP_ASIN = 31, DPL_OP_ACOS = 32, DPL_OP_ATAN = 33, DPL_OP_ASINH = 34, DPL_OP_ACOSH = 35,
   DPL_OP_ATANH = 36, DPL_OP_FRAC = 37, DPL_OP_ISINF = 38, DPL_OP_ISFINITE = 39, DPL_OP_BITWISE_NOT = 40

@@ -179,20 +179,29 @@ end
 -- unary
 local unops = { 'neg', 'abs', 'exp', 'log', 'sqrt', 'rsqrt', 'tanh', 'sigmoid', 'relu', 'gelu', 'sin', 'cos', 'floor',
   'ceil', 'round', 'sign', 'reciprocal', 'square', 'log1p', 'expm1', 'logical_not', 'silu', 'erf', 'trunc', 'log2',
-  'isnan' }
-local positive = { log = true, sqrt = true, rsqrt = true, log1p = true, log2 = true, reciprocal = true }
+  'isnan', 'log10', 'exp2', 'sinh', 'cosh', 'tan', 'asin', 'acos', 'atan', 'asinh', 'acosh', 'atanh', 'frac', 'isinf',
+  'isfinite' }
+local positive = { log = true, sqrt = true, rsqrt = true, log1p = true, log2 = true, reciprocal = true, log10 = true,
+  acosh = true }
+local unit = { asin = true, acos = true, atanh = true } -- (-1, 1)
 for _, dt in ipairs({ 'float32', 'float64', 'bfloat16' }) do
   for _, op in ipairs(unops) do
     add(('unary %s %s'):format(op, dt), function()
       local x = sample(dt, 6, 7)
       if positive[op] then x = x:abs() + 0.25 end
+      if op == 'acosh' then x = x + 1 end
+      if unit[op] then x = x:tanh() * 0.9 end
+      if op == 'isinf' or op == 'isfinite' then x[{ 1, 1 }] = math.huge; x[{ 2, 3 }] = -math.huge; x[{ 3, 2 }] = 0 / 0 end
       return { x }
     end, function(_, x) return { x[op](x), x:t()[op](x:t()) } end)
   end
 end
-for _, op in ipairs({ 'neg', 'abs', 'relu', 'sign', 'square', 'logical_not', 'floor', 'exp' }) do
+for _, op in ipairs({ 'neg', 'abs', 'relu', 'sign', 'square', 'logical_not', 'floor', 'exp', 'bitwise_not', 'isinf',
+  'isfinite', 'sinh' }) do
   add('unary ' .. op .. ' int64', function() return { randint(-9, 9, { 5, 6 }) } end, function(_, x) return { x[op](x) } end)
 end
+add('unary bitwise_not bool and uint8', function() return { randint(0, 2, { 5, 6 }):bool(), randint(0, 256, { 5, 6 }):byte() } end,
+  function(_, b, u) return { b:bitwise_not(), u:bitwise_not() } end)
 add('unary in place', function() return { randn(5, 6) } end, function(_, x)
   local y = x:clone()
   y:relu_()

@@ -235,7 +235,9 @@ int launch_binary(const dpl_cu_geom *g, int op, void *out, const void *a, dpl_cu
 /* ---- unary ---- */
 enum { NEG = 0, ABS = 1, EXP = 2, LOG = 3, SQRT = 4, RSQRT = 5, TANH = 6, SIGMOID = 7, RELU = 8, GELU = 9, SIN = 10,
        COS = 11, FLOOR = 12, CEIL = 13, ROUND = 14, SIGN = 15, RECIPROCAL = 16, SQUARE = 17, LOG1P = 18, EXPM1 = 19,
-       LOGICAL_NOT = 20, SILU = 21, ERF = 22, TRUNC = 23, LOG2 = 24, ISNAN = 25 };
+       LOGICAL_NOT = 20, SILU = 21, ERF = 22, TRUNC = 23, LOG2 = 24, ISNAN = 25, LOG10 = 26, EXP2 = 27, SINH = 28,
+       COSH = 29, TAN = 30, ASIN = 31, ACOS = 32, ATAN = 33, ASINH = 34, ACOSH = 35, ATANH = 36, FRAC = 37, ISINF = 38,
+       ISFINITE = 39, BITWISE_NOT = 40 };
 
 __device__ __forceinline__ float un_f(int op, float x)
 {
@@ -263,6 +265,18 @@ __device__ __forceinline__ float un_f(int op, float x)
   case EXPM1: return expm1f(x);
   case SILU: return x / (1.0f + expf(-x));
   case ERF: return erff(x);
+  case LOG10: return log10f(x);
+  case EXP2: return exp2f(x);
+  case SINH: return sinhf(x);
+  case COSH: return coshf(x);
+  case TAN: return tanf(x);
+  case ASIN: return asinf(x);
+  case ACOS: return acosf(x);
+  case ATAN: return atanf(x);
+  case ASINH: return asinhf(x);
+  case ACOSH: return acoshf(x);
+  case ATANH: return atanhf(x);
+  case FRAC: return x - truncf(x);
   default: return log2f(x);
   }
 }
@@ -292,6 +306,18 @@ __device__ __forceinline__ double un_f(int op, double x)
   case EXPM1: return expm1(x);
   case SILU: return x / (1.0 + exp(-x));
   case ERF: return erf(x);
+  case LOG10: return log10(x);
+  case EXP2: return exp2(x);
+  case SINH: return sinh(x);
+  case COSH: return cosh(x);
+  case TAN: return tan(x);
+  case ASIN: return asin(x);
+  case ACOS: return acos(x);
+  case ATAN: return atan(x);
+  case ASINH: return asinh(x);
+  case ACOSH: return acosh(x);
+  case ATANH: return atanh(x);
+  case FRAC: return x - trunc(x);
   default: return log2(x);
   }
 }
@@ -304,6 +330,7 @@ __device__ __forceinline__ T un_i(int op, T x)
   case RELU: return x > 0 ? x : 0;
   case SIGN: return x > 0 ? 1 : ((int64_t)x < 0 ? (T)-1 : 0);
   case SQUARE: return (T)((U)x * (U)x);
+  case BITWISE_NOT: return (T)~(U)x; /* (bool comes as LOGICAL_NOT) */
   default: return x; /* floor, ceil, round, trunc */
   }
 }
@@ -325,6 +352,8 @@ __global__ void k_unary(dpl_cu_geom g, int op, void *out, const T *a)
     T x = a[o[1]];
     if (op == LOGICAL_NOT) ((uint8_t *)out)[o[0]] = x == 0;
     else if (op == ISNAN) ((uint8_t *)out)[o[0]] = x != x;
+    else if (op == ISINF) ((uint8_t *)out)[o[0]] = isinf((double)x) != 0; /* (integers: never) */
+    else if (op == ISFINITE) ((uint8_t *)out)[o[0]] = isfinite((double)x) != 0;
     else ((T *)out)[o[0]] = Un<T>::f(op, x);
   }
 }
@@ -350,7 +379,7 @@ int launch_unary(const dpl_cu_geom *g, int op, void *out, const void *a, cudaStr
 {
   unsigned grid = grid_for(g->numel);
   constexpr int V = 16 / sizeof(T);
-  bool boolean = op == LOGICAL_NOT || op == ISNAN;
+  bool boolean = op == LOGICAL_NOT || op == ISNAN || op == ISINF || op == ISFINITE;
   if (geom_contig(g, 2) && !boolean && g->numel >= 4096 && aligned16(out) && aligned16(a))
     k_unary_vec<T><<<grid_for((g->numel + V - 1) / V), kThreads, 0, s>>>(g->numel, op, (T *)out, (const T *)a);
   else if (geom_contig(g, 2)) k_unary<T, true><<<grid, kThreads, 0, s>>>(*g, op, out, (const T *)a);

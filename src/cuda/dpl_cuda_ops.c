@@ -37,7 +37,7 @@ static int known_binop(int32_t op)
   return (op >= DPL_OP_ADD && op <= DPL_OP_FMOD) || (op >= DPL_OP_EQ && op <= DPL_OP_GE) ||
          (op >= DPL_OP_LOGICAL_AND && op <= DPL_OP_LOGICAL_XOR);
 }
-static int known_unop(int32_t op) { return op >= DPL_OP_NEG && op <= DPL_OP_ISNAN; }
+static int known_unop(int32_t op) { return op >= DPL_OP_NEG && op <= DPL_OP_BITWISE_NOT; }
 
 static int binary(const dpl_bk_args *a, dpl_cu_dev *d, int32_t dev, const char *name)
 {

@@ -652,8 +652,7 @@ static int unary_core(int32_t op, const dpl_tensor *a, dpl_tensor *dst, dpl_tens
   const char *name = unop_name(op);
   if (!name) return dpl_errorf(DPL_EINVAL, "unary: unknown op id %d", (int)op);
   DPL_TRY(dpl_check_handle(name, "self", a));
-  if (op >= DPL_OP_LOG10) { /* the ops of the math group: CPU kernels only */
-    DPL_TRY(dpl_check_tensor(name, "self", a));
+  if (op >= DPL_OP_LOG10) { /* the ops of the math group */
     if (op == DPL_OP_FRAC && !dpl_is_float(a->_dtype))
       return dpl_errorf(DPL_EINVAL, "frac: expected a floating-point tensor, got %s", dpl_dtype_name(a->_dtype));
     if (op == DPL_OP_BITWISE_NOT && dpl_is_float(a->_dtype))
