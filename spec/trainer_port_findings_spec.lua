@@ -94,6 +94,89 @@ describe('training_step outputs given to on_train_batch_end and training_epoch_e
   end)
 end)
 
+describe('training_step returning nil (a skipped step), as Lightning 1.9.5', function()
+  -- Lightning 1.9.5, 2 batches (limit_train_batches=2) with training_step returning None for
+  -- every batch or for batch 1 only: on_train_batch_end gets [] for a skipped batch and
+  -- training_epoch_end is called, with [] when every step was skipped; the same in manual
+  -- optimisation, where a tensor returned reaches the hooks as {'loss': <it, detached>}
+  local function run(auto, skip, nopt)
+    local seen = { batch_end = {}, epoch_end = false }
+    local M = dpl.LightningModule:extend('Skip')
+    function M:__init()
+      dpl.LightningModule.__init(self); self.l = nn.Linear(4, 1); self.automatic_optimization = auto
+    end
+    function M:training_step(b, i, ...)
+      if not auto then
+        local o = self:optimizers(); o:zero_grad(); self:manual_backward(F.mse_loss(self.l(b[1]), b[2])); o:step()
+      end
+      if skip(i) then return nil end
+      return F.mse_loss(self.l(b[1]), b[2])
+    end
+    function M:on_train_batch_end(out) seen.batch_end[#seen.batch_end + 1] = out end
+    function M:training_epoch_end(outs) seen.epoch_end = outs end
+    function M:configure_optimizers()
+      if nopt == 2 then
+        return { dpl.optim.SGD(self:parameters(), { lr = 0.1 }), dpl.optim.SGD(self:parameters(), { lr = 0.1 }) }
+      end
+      return dpl.optim.SGD(self:parameters(), { lr = 0.1 })
+    end
+    trainer({ limit_train_batches = 2 }):fit(M(), loader(4, 1))
+    return seen
+  end
+  local all, odd = function() return true end, function(i) return i % 2 == 1 end
+
+  it('every step skipped: [] to on_train_batch_end, training_epoch_end([]) (automatic, 1 or 2 optimizers, manual)', function()
+    for _, c in ipairs({ { true, 1 }, { true, 2 }, { false, 1 } }) do
+      local seen = run(c[1], all, c[2])
+      assert.equal(2, #seen.batch_end)
+      assert.same({}, seen.batch_end[1])
+      assert.same({}, seen.batch_end[2])
+      assert.same({}, seen.epoch_end) -- (false: not called)
+    end
+  end)
+
+  it('one step skipped: [] for it, the others kept (automatic and manual)', function()
+    for _, auto in ipairs({ true, false }) do
+      local seen = run(auto, odd, 1)
+      assert.equal('cdata', type(seen.batch_end[1].loss))
+      assert.is_false(seen.batch_end[1].loss.requires_grad)
+      assert.same({}, seen.batch_end[2])
+      assert.equal(1, #seen.epoch_end)
+      assert.equal(seen.batch_end[1], seen.epoch_end[1])
+    end
+    local seen = run(true, odd, 2)
+    assert.equal(2, #seen.batch_end[1])
+    assert.same({}, seen.batch_end[2])
+    assert.equal(1, #seen.epoch_end)
+    assert.equal(2, #seen.epoch_end[1])
+  end)
+
+  it('manual optimisation: a table returned reaches the hooks without hiddens, another value is refused', function()
+    local kept, returned
+    local M = dpl.LightningModule:extend('ManualOut')
+    function M:__init() dpl.LightningModule.__init(self); self.l = nn.Linear(4, 1); self.automatic_optimization = false end
+    function M:training_step(b)
+      returned = { loss = F.mse_loss(self.l(b[1]), b[2]), hiddens = 1, other = 2 }
+      return returned
+    end
+    function M:on_train_batch_end(out) kept = out end
+    function M:configure_optimizers() return dpl.optim.SGD(self:parameters(), { lr = 0.1 }) end
+    trainer({ limit_train_batches = 1 }):fit(M(), loader(4, 4))
+    assert.is_nil(kept.hiddens)
+    assert.equal(2, kept.other)
+    assert.is_false(kept.loss.requires_grad)
+    assert.equal(1, returned.hiddens)
+    local Bad = dpl.LightningModule:extend('ManualBad')
+    function Bad:__init() dpl.LightningModule.__init(self); self.l = nn.Linear(4, 1); self.automatic_optimization = false end
+    function Bad:training_step() return 3 end
+    function Bad:configure_optimizers() return dpl.optim.SGD(self:parameters(), { lr = 0.1 }) end
+    local ok, err = pcall(function() trainer({ limit_train_batches = 1 }):fit(Bad(), loader(4, 4)) end)
+    assert.is_false(ok)
+    assert.matches('MisconfigurationException: In manual optimization, `training_step` must either return a Tensor, a dict'
+      .. ' with extras to pass to `training_epoch_end` or have no return.', tostring(err), 1, true)
+  end)
+end)
+
 describe('manual optimisation as Lightning\'s docs write it', function()
   local function manual_model(body)
     local M = dpl.LightningModule:extend('Manual')
