@@ -177,6 +177,67 @@ describe('training_step returning nil (a skipped step), as Lightning 1.9.5', fun
   end)
 end)
 
+describe('Trainer attributes (Lightning 1.9.5)', function()
+  it('has Lightning\'s properties, with its values on a CPU fit', function()
+    -- Lightning 1.9.5, the same fit (one device, validation): data_parallel False,
+    -- distributed_sampler_kwargs None, enable_validation False then True, evaluating False
+    -- (True in validation_step, False in the sanity check), optimizer_frequencies [], scaler
+    -- None, tuning False, prediction_writer_callbacks [], val_dataloaders None then [loader]
+    local seen = {}
+    local M = dpl.LightningModule:extend('Props')
+    function M:__init() dpl.LightningModule.__init(self); self.l = nn.Linear(4, 1) end
+    function M:training_step(b) return F.mse_loss(self.l(b[1]), b[2]) end
+    function M:validation_step()
+      local t = self.trainer
+      seen[#seen + 1] = tostring(t.sanity_checking) .. ' ' .. tostring(t.evaluating)
+    end
+    function M:configure_optimizers() return dpl.optim.SGD(self:parameters(), { lr = 0.1 }) end
+    local t = trainer({ num_sanity_val_steps = 1, limit_val_batches = 1 })
+    assert.is_false(t.data_parallel)
+    assert.is_nil(t.distributed_sampler_kwargs)
+    assert.is_false(t.enable_validation)
+    assert.is_false(t.evaluating)
+    assert.same({}, t.optimizer_frequencies)
+    assert.is_nil(t.scaler)
+    assert.is_false(t.tuning)
+    assert.same({}, t.prediction_writer_callbacks)
+    assert.same({}, t.predict_loop.predictions)
+    assert.is_nil(t.val_dataloaders)
+    assert.is_nil(t.test_dataloaders)
+    local val = loader(4, 4)
+    t:fit(M(), loader(4, 4), val)
+    assert.same({ 'true false', 'false true' }, seen)
+    assert.is_true(t.enable_validation)
+    assert.is_false(t.evaluating)
+    assert.equal(1, #t.val_dataloaders)
+    local W = dpl.callbacks.BasePredictionWriter:extend('W')
+    local w = W('epoch')
+    table.insert(t.callbacks, w)
+    assert.same({ w }, t.prediction_writer_callbacks)
+  end)
+
+  it('reading a name it does not have raises AttributeError (Python\'s), Lightning\'s removed ones its message', function()
+    local t = trainer()
+    local ok, e = pcall(function() return t.current_epcoh end)
+    assert.is_false(ok)
+    assert.equal("AttributeError: 'Trainer' object has no attribute 'current_epcoh' (did you mean 'current_epoch'?)",
+      tostring(e))
+    ok, e = pcall(function() return t.lightning_optimizers end)
+    assert.equal('AttributeError: `Trainer.lightning_optimizers` was deprecated in v1.6 and is no longer accessible as of'
+      .. ' v1.8.', tostring(e))
+    ok, e = pcall(function() return t.tested_ckpt_path end)
+    assert.matches('Please use `Trainer.ckpt_path` instead.', tostring(e), 1, true)
+    -- attributes that may be None read as nil; a script's own fields and internal ones read as usual
+    assert.is_nil(t.ckpt_path); assert.is_nil(t.datamodule); assert.is_nil(t.logger); assert.is_nil(t.min_steps)
+    assert.is_nil(t.early_stopping_callback); assert.is_nil(t.gradient_clip_val); assert.is_nil(t.resume_from_checkpoint)
+    t.my_flag = 3
+    assert.equal(3, t.my_flag)
+    assert.is_nil(t._not_set_here)
+    -- dplhost has no loop objects but fit_loop/predict_loop, and no precision plugins
+    assert.has_error(function() return t.validate_loop end)
+  end)
+end)
+
 describe('manual optimisation as Lightning\'s docs write it', function()
   local function manual_model(body)
     local M = dpl.LightningModule:extend('Manual')
