@@ -289,6 +289,14 @@ function M._record_signal(sig)
   end
 end
 
+--- The rank whose failure made dplhost's launcher stop this one (nil: none, or not under
+--- the launcher); replaceable for tests.
+function M._launcher_failed_rank()
+  local ok, host = pcall(require, 'dpl.host')
+  if ok and type(host) == 'table' and host.launcher_failed_rank then return host.launcher_failed_rank() end
+  return nil
+end
+
 -- every rank: a checkpoint written by rank 0 (hpc_ckpt_<n>.ckpt in
 -- default_root_dir, as Lightning's SLURM connector), then an error (exit non-zero)
 on_signal = function(t, status)
@@ -328,6 +336,15 @@ end
 -- on every rank when any set it.
 local function agree_signal_and_stop(t, multi)
   local sig = signal_received()
+  if sig == 128 + SIGTERM then
+    -- the launcher's SIGTERM after another rank failed (dplhost --nproc): that rank will not
+    -- join an agreement or a checkpoint; this one stops now, and the host says so in one line
+    local fr = M._launcher_failed_rank()
+    if fr ~= nil then
+      M._record_signal(SIGTERM)
+      error(SignalReceived(('stopped by the launcher: rank %d failed'):format(fr)), 0)
+    end
+  end
   if multi then
     local stop
     sig, stop = reduce_numbers(sig, t.should_stop and 1 or 0, 'max')
