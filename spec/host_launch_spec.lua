@@ -196,6 +196,22 @@ describe('the launcher', function()
     assert.are.same({}, left)
   end)
 
+  it('the ranks it stops after a failure say so in one line each, no traceback; the failure stands out', function()
+    -- (each survivor printed `dplhost: interrupted (SIGTERM)` and a traceback, which hid the error)
+    local _, err, rc, _, left = failing_job('error("rank one broke")')
+    assert.are.equal(1, rc)
+    for _, r in ipairs({ 0, 2 }) do
+      local lines = {}
+      for l in err:gmatch('%[rank ' .. r .. '%] ([^\n]*)') do lines[#lines + 1] = l end
+      assert.are.same({ 'dplhost: stopped: rank 1 failed' }, lines)
+    end
+    assert.is_nil(err:find('interrupted', 1, true), err)
+    assert.matches('%[rank 1%] dplhost: [^\n]*rank one broke', err)
+    assert.matches('dplhost: rank 1 %(pid %d+%) failed with exit code 1; stopped the other ranks\n', err)
+    assert.matches('  | dplhost: [^\n]*rank one broke', err)
+    assert.are.same({}, left)
+  end)
+
   it('reports a rank killed by a signal', function()
     local _, err, rc, took, left = failing_job('os.execute("kill -9 " .. io.open("/proc/self/stat"):read("*l"):match("^%d+"))')
     assert.are.equal(137, rc, err)
@@ -337,6 +353,44 @@ describe('the launcher', function()
     assert.are.equal(143, rc, out .. err)
     assert.matches('dplhost: rank 0 %(pid %d+%) did not stop within 5 s; killing it %(SIGKILL%)', err)
     assert.matches('dplhost: rank 1 %(pid %d+%) did not stop within 5 s; killing it %(SIGKILL%)', err)
+  end)
+
+  it('a Trainer stopped after another rank failed: one line, no checkpoint; SIGTERM from outside still checkpoints', function()
+    local dir = require('spec.support.trainer_helpers').tmpdir()
+    local s = script(([[
+      local dpl = require 'dpl'
+      local th = require 'spec.support.trainer_helpers'
+      local Model = dpl.LightningModule:extend('FailOnOne')
+      function Model:training_step(batch, i)
+        if self.global_rank == 1 and i == 3 then error('rank 1 broke in training_step') end
+        dpl.C.dpl_sleep(0.01)
+        return th.loss(1)
+      end
+      function Model:configure_optimizers() return th.Optimizer() end
+      local t = dpl.Trainer{ strategy = 'ddp', max_epochs = 1, enable_progress_bar = false, enable_model_summary = false,
+        logger = false, default_root_dir = %q }
+      t:fit(Model(), th.loader(200))
+    ]]):format(dir))
+    local _, err, rc = h.dplhost('--nproc 2 ' .. h.q(s), { timeout = 60 })
+    os.remove(s)
+    assert.are.equal(1, rc, err)
+    local lines = {}
+    for l in err:gmatch('%[rank 0%] ([^\n]*)') do lines[#lines + 1] = l end
+    assert.are.same({ 'dplhost: stopped: rank 1 failed' }, lines)
+    assert.matches("dplhost: rank 1 %(pid %d+%) failed with exit code 1; stopped the other ranks\n"
+      .. "dplhost: rank 1's error: [^\n]*rank 1 broke in training_step\n", err)
+    assert.is_nil(io.open(dir .. '/hpc_ckpt_1.ckpt'))
+    -- SIGTERM sent to the launcher (the user, SLURM) is forwarded and stops the Trainer with
+    -- its checkpoint, as before
+    local ready = h.tmpname('.ready')
+    local rc2, out2, err2 = signal_launcher('spec/support/host_signal_trainer.lua', h.q(dir) .. ' ' .. h.q(ready),
+      { 'TERM' }, ('[ -e %s0 ] && [ -e %s1 ]'):format(h.q(ready), h.q(ready)))
+    os.remove(ready .. '0'); os.remove(ready .. '1')
+    assert.are.equal(143, rc2, out2 .. err2)
+    assert.matches('%[rank 0%] rank 0 ok=false err=SignalReceived: received signal 15 %(SIGTERM%) on a rank: every rank'
+      .. ' stopped after global_step %d+; checkpoint saved to DIR/hpc_ckpt_1.ckpt', out2)
+    assert.is_nil(err2:find('stopped: rank', 1, true), err2)
+    os.execute('rm -rf ' .. h.q(dir))
   end)
 
   it('SIGUSR1 stops a Trainer on every rank at the same batch boundary, with a checkpoint', function()

@@ -189,13 +189,79 @@ describe('loggers', function()
     -- Lightning 1.9.5's columns: first-appearance order, each row's metrics in first-logged
     -- order, then epoch, then step
     assert.equal('train_loss,both_step,epoch,step,val_loss,both_epoch,total', lines[1])
-    assert.equal('1.5,1,0,1,,,', lines[2])
-    assert.equal(',,0,4,9,,', lines[4])
-    assert.equal(',,0,4,,2,5', lines[5])
+    assert.equal('1.5,1.0,0,1,,,', lines[2]) -- floats as Python writes them; epoch and step ints
+    assert.equal(',,0,4,9.0,,', lines[4])
+    assert.equal(',,0,4,,2.0,5.0', lines[5])
     assert.equal('hidden: 64\nlr: 0.1\nname: mlp\n', h.read_all(dir .. '/lightning_logs/version_0/hparams.yaml'))
     -- a second logger in the same place takes the next version
     local lg = dpl.loggers.CSVLogger(dir)
     assert.equal(1, lg:version())
+  end)
+
+  it('CSVLogger writes metrics.csv as Lightning 1.9.5 does: floats, ints, column order', function()
+    -- The same run in Lightning 1.9.5 (pytorch_lightning.loggers.CSVLogger, two validation
+    -- dataloaders, fit then validate) wrote exactly this file: every self:log value a float
+    -- (`1.0`, `2.0` for a logged 2), epoch and step ints, and the validation epoch row's keys
+    -- as Lightning's dict(ChainMap(*per_dataloader)): the last dataloader's first, then the
+    -- epoch-end hooks'.
+    local T = require 'dpl.tensor'
+    local dir = th.tmpdir()
+    local X, Y = T.zeros(8, 3), T.zeros(8, 1)
+    local function dl() return dpl.data.DataLoader(dpl.data.TensorDataset(X, Y), { batch_size = 4 }) end
+    local M = dpl.LightningModule:extend('CsvOrder')
+    function M:__init() dpl.LightningModule.__init(self); self.l = dpl.nn.Linear(3, 1) end
+    function M:training_step(b, i)
+      self:log('one', 1.0)
+      self:log('loss', 0.25 * (i + 1), { on_step = true, on_epoch = true })
+      self:log('intv', 2, { on_step = true })
+      self:log('small', 9.999999747378752e-06) -- (Lightning's float32 1e-05)
+      return self.l(b[1]):sum() * 0
+    end
+    function M:validation_step(b, i, d)
+      self:log('vone', 1.0, { on_step = true, on_epoch = true })
+      self:log('vb', 1234567.0 + d)
+      if d == 1 then self:log('only1', 0.5) end
+    end
+    function M:validation_epoch_end() self:log('vend', 4.0) end
+    function M:training_epoch_end() self:log('tend', 5.0) end
+    function M:configure_optimizers() return dpl.optim.SGD(self:parameters(), { lr = 0.1 }) end
+    local t = dpl.Trainer{ max_epochs = 1, logger = dpl.loggers.CSVLogger(dir), log_every_n_steps = 1,
+      enable_progress_bar = false, enable_model_summary = false, enable_checkpointing = false, num_sanity_val_steps = 0 }
+    t:fit(M(), dl(), { dl(), dl() })
+    t:validate(t.lightning_module, { dl(), dl() }, { verbose = false })
+    assert.equal(table.concat({
+      'one,loss_step,intv,small,epoch,step,vone_step/dataloader_idx_0,vone_step/dataloader_idx_1,'
+        .. 'vone_epoch/dataloader_idx_1,vb/dataloader_idx_1,only1/dataloader_idx_1,vone_epoch/dataloader_idx_0,'
+        .. 'vb/dataloader_idx_0,vend,loss_epoch,tend',
+      '1.0,0.25,2.0,9.999999747378752e-06,0,0,,,,,,,,,,',
+      '1.0,0.5,2.0,9.999999747378752e-06,0,1,,,,,,,,,,',
+      ',,,,,0,1.0,,,,,,,,,',
+      ',,,,,1,1.0,,,,,,,,,',
+      ',,,,,0,,1.0,,,,,,,,',
+      ',,,,,1,,1.0,,,,,,,,',
+      ',,,,0,1,,,1.0,1234568.0,0.5,1.0,1234567.0,4.0,,',
+      ',,,,0,1,,,,,,,,,0.375,5.0',
+      ',,,,,0,1.0,,,,,,,,,',
+      ',,,,,1,1.0,,,,,,,,,',
+      ',,,,,0,,1.0,,,,,,,,',
+      ',,,,,1,,1.0,,,,,,,,',
+      ',,,,1,2,,,1.0,1234568.0,0.5,1.0,1234567.0,4.0,,', '' }, '\n'),
+      h.read_all(dir .. '/lightning_logs/version_0/metrics.csv'))
+    -- direct calls: a tensor by item() (an integer tensor's is an int), numbers as floats, step
+    -- an int (Lua's keys come sorted where Python keeps the dict's order)
+    local d2 = th.tmpdir()
+    local lg = dpl.loggers.CSVLogger(d2)
+    lg.experiment:log_metrics({ b = T.tensor(1.0, { dtype = 'float32' }), a = T.tensor(3, { dtype = 'int64' }), c = 2 })
+    lg:log_metrics({ z = T.tensor(7, { dtype = 'int64' }), y = T.tensor(0.5) }, 4)
+    lg:save()
+    assert.equal('a,b,c,step,y,z\n3,1.0,2.0,0,,\n,,,4,0.5,7\n', h.read_all(d2 .. '/lightning_logs/version_0/metrics.csv'))
+    -- Python's float repr
+    local B = require 'dpl.loggers.base'
+    local want = { [1] = '1.0', [0.1] = '0.1', [1e-4] = '0.0001', [1e-5] = '1e-05', [1.5e-7] = '1.5e-07',
+      [123456.5] = '123456.5', [1e15] = '1000000000000000.0', [1e16] = '1e+16', [1.5e16] = '1.5e+16',
+      [1 / 3] = '0.3333333333333333', [-2.5] = '-2.5', [1e300] = '1e+300', [5e-324] = '5e-324' }
+    for v, s in pairs(want) do assert.equal(s, B.pyfloat(v)) end
+    assert.equal('nan', B.pyfloat(0 / 0)); assert.equal('-inf', B.pyfloat(-math.huge)); assert.equal('-0.0', B.pyfloat(-0.0))
   end)
 
   it('TensorBoardLogger: event files with valid framing and scalars', function()
@@ -334,7 +400,7 @@ describe('loggers', function()
     lg:log_metrics({ a = 1 }, 0)
     assert.is_nil(io.open(lg:metrics_file_path()))
     lg:log_metrics({ a = 2 }, 1)
-    assert.equal('a,step\n1,0\n2,1\n', h.read_all(lg:metrics_file_path()))
+    assert.equal('a,step\n1.0,0\n2.0,1\n', h.read_all(lg:metrics_file_path())) -- (a Lua number is written as a float)
   end)
 
   it('the CRC32C matches the published check value', function()

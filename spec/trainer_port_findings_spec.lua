@@ -94,6 +94,150 @@ describe('training_step outputs given to on_train_batch_end and training_epoch_e
   end)
 end)
 
+describe('training_step returning nil (a skipped step), as Lightning 1.9.5', function()
+  -- Lightning 1.9.5, 2 batches (limit_train_batches=2) with training_step returning None for
+  -- every batch or for batch 1 only: on_train_batch_end gets [] for a skipped batch and
+  -- training_epoch_end is called, with [] when every step was skipped; the same in manual
+  -- optimisation, where a tensor returned reaches the hooks as {'loss': <it, detached>}
+  local function run(auto, skip, nopt)
+    local seen = { batch_end = {}, epoch_end = false }
+    local M = dpl.LightningModule:extend('Skip')
+    function M:__init()
+      dpl.LightningModule.__init(self); self.l = nn.Linear(4, 1); self.automatic_optimization = auto
+    end
+    function M:training_step(b, i, ...)
+      if not auto then
+        local o = self:optimizers(); o:zero_grad(); self:manual_backward(F.mse_loss(self.l(b[1]), b[2])); o:step()
+      end
+      if skip(i) then return nil end
+      return F.mse_loss(self.l(b[1]), b[2])
+    end
+    function M:on_train_batch_end(out) seen.batch_end[#seen.batch_end + 1] = out end
+    function M:training_epoch_end(outs) seen.epoch_end = outs end
+    function M:configure_optimizers()
+      if nopt == 2 then
+        return { dpl.optim.SGD(self:parameters(), { lr = 0.1 }), dpl.optim.SGD(self:parameters(), { lr = 0.1 }) }
+      end
+      return dpl.optim.SGD(self:parameters(), { lr = 0.1 })
+    end
+    trainer({ limit_train_batches = 2 }):fit(M(), loader(4, 1))
+    return seen
+  end
+  local all, odd = function() return true end, function(i) return i % 2 == 1 end
+
+  it('every step skipped: [] to on_train_batch_end, training_epoch_end([]) (automatic, 1 or 2 optimizers, manual)', function()
+    for _, c in ipairs({ { true, 1 }, { true, 2 }, { false, 1 } }) do
+      local seen = run(c[1], all, c[2])
+      assert.equal(2, #seen.batch_end)
+      assert.same({}, seen.batch_end[1])
+      assert.same({}, seen.batch_end[2])
+      assert.same({}, seen.epoch_end) -- (false: not called)
+    end
+  end)
+
+  it('one step skipped: [] for it, the others kept (automatic and manual)', function()
+    for _, auto in ipairs({ true, false }) do
+      local seen = run(auto, odd, 1)
+      assert.equal('cdata', type(seen.batch_end[1].loss))
+      assert.is_false(seen.batch_end[1].loss.requires_grad)
+      assert.same({}, seen.batch_end[2])
+      assert.equal(1, #seen.epoch_end)
+      assert.equal(seen.batch_end[1], seen.epoch_end[1])
+    end
+    local seen = run(true, odd, 2)
+    assert.equal(2, #seen.batch_end[1])
+    assert.same({}, seen.batch_end[2])
+    assert.equal(1, #seen.epoch_end)
+    assert.equal(2, #seen.epoch_end[1])
+  end)
+
+  it('manual optimisation: a table returned reaches the hooks without hiddens, another value is refused', function()
+    local kept, returned
+    local M = dpl.LightningModule:extend('ManualOut')
+    function M:__init() dpl.LightningModule.__init(self); self.l = nn.Linear(4, 1); self.automatic_optimization = false end
+    function M:training_step(b)
+      returned = { loss = F.mse_loss(self.l(b[1]), b[2]), hiddens = 1, other = 2 }
+      return returned
+    end
+    function M:on_train_batch_end(out) kept = out end
+    function M:configure_optimizers() return dpl.optim.SGD(self:parameters(), { lr = 0.1 }) end
+    trainer({ limit_train_batches = 1 }):fit(M(), loader(4, 4))
+    assert.is_nil(kept.hiddens)
+    assert.equal(2, kept.other)
+    assert.is_false(kept.loss.requires_grad)
+    assert.equal(1, returned.hiddens)
+    local Bad = dpl.LightningModule:extend('ManualBad')
+    function Bad:__init() dpl.LightningModule.__init(self); self.l = nn.Linear(4, 1); self.automatic_optimization = false end
+    function Bad:training_step() return 3 end
+    function Bad:configure_optimizers() return dpl.optim.SGD(self:parameters(), { lr = 0.1 }) end
+    local ok, err = pcall(function() trainer({ limit_train_batches = 1 }):fit(Bad(), loader(4, 4)) end)
+    assert.is_false(ok)
+    assert.matches('MisconfigurationException: In manual optimization, `training_step` must either return a Tensor, a dict'
+      .. ' with extras to pass to `training_epoch_end` or have no return.', tostring(err), 1, true)
+  end)
+end)
+
+describe('Trainer attributes (Lightning 1.9.5)', function()
+  it('has Lightning\'s properties, with its values on a CPU fit', function()
+    -- Lightning 1.9.5, the same fit (one device, validation): data_parallel False,
+    -- distributed_sampler_kwargs None, enable_validation False then True, evaluating False
+    -- (True in validation_step, False in the sanity check), optimizer_frequencies [], scaler
+    -- None, tuning False, prediction_writer_callbacks [], val_dataloaders None then [loader]
+    local seen = {}
+    local M = dpl.LightningModule:extend('Props')
+    function M:__init() dpl.LightningModule.__init(self); self.l = nn.Linear(4, 1) end
+    function M:training_step(b) return F.mse_loss(self.l(b[1]), b[2]) end
+    function M:validation_step()
+      local t = self.trainer
+      seen[#seen + 1] = tostring(t.sanity_checking) .. ' ' .. tostring(t.evaluating)
+    end
+    function M:configure_optimizers() return dpl.optim.SGD(self:parameters(), { lr = 0.1 }) end
+    local t = trainer({ num_sanity_val_steps = 1, limit_val_batches = 1 })
+    assert.is_false(t.data_parallel)
+    assert.is_nil(t.distributed_sampler_kwargs)
+    assert.is_false(t.enable_validation)
+    assert.is_false(t.evaluating)
+    assert.same({}, t.optimizer_frequencies)
+    assert.is_nil(t.scaler)
+    assert.is_false(t.tuning)
+    assert.same({}, t.prediction_writer_callbacks)
+    assert.same({}, t.predict_loop.predictions)
+    assert.is_nil(t.val_dataloaders)
+    assert.is_nil(t.test_dataloaders)
+    local val = loader(4, 4)
+    t:fit(M(), loader(4, 4), val)
+    assert.same({ 'true false', 'false true' }, seen)
+    assert.is_true(t.enable_validation)
+    assert.is_false(t.evaluating)
+    assert.equal(1, #t.val_dataloaders)
+    local W = dpl.callbacks.BasePredictionWriter:extend('W')
+    local w = W('epoch')
+    table.insert(t.callbacks, w)
+    assert.same({ w }, t.prediction_writer_callbacks)
+  end)
+
+  it('reading a name it does not have raises AttributeError (Python\'s), Lightning\'s removed ones its message', function()
+    local t = trainer()
+    local ok, e = pcall(function() return t.current_epcoh end)
+    assert.is_false(ok)
+    assert.equal("AttributeError: 'Trainer' object has no attribute 'current_epcoh' (did you mean 'current_epoch'?)",
+      tostring(e))
+    ok, e = pcall(function() return t.lightning_optimizers end)
+    assert.equal('AttributeError: `Trainer.lightning_optimizers` was deprecated in v1.6 and is no longer accessible as of'
+      .. ' v1.8.', tostring(e))
+    ok, e = pcall(function() return t.tested_ckpt_path end)
+    assert.matches('Please use `Trainer.ckpt_path` instead.', tostring(e), 1, true)
+    -- attributes that may be None read as nil; a script's own fields and internal ones read as usual
+    assert.is_nil(t.ckpt_path); assert.is_nil(t.datamodule); assert.is_nil(t.logger); assert.is_nil(t.min_steps)
+    assert.is_nil(t.early_stopping_callback); assert.is_nil(t.gradient_clip_val); assert.is_nil(t.resume_from_checkpoint)
+    t.my_flag = 3
+    assert.equal(3, t.my_flag)
+    assert.is_nil(t._not_set_here)
+    -- dplhost has no loop objects but fit_loop/predict_loop, and no precision plugins
+    assert.has_error(function() return t.validate_loop end)
+  end)
+end)
+
 describe('manual optimisation as Lightning\'s docs write it', function()
   local function manual_model(body)
     local M = dpl.LightningModule:extend('Manual')

@@ -8,6 +8,7 @@
 #define _GNU_SOURCE
 #include "dpl.h"
 #include "dpl_internal.h"
+#include "dpl_launch.h"
 #include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>
@@ -387,6 +388,16 @@ static int host_record_signal(lua_State *L)
   return 0;
 }
 
+/* launcher_failed_rank() -> the rank whose failure made the launcher stop this one (it
+ * sends SIGTERM after saying so), or nil (no such failure, or not under the launcher) */
+static int host_launcher_failed_rank(lua_State *L)
+{
+  int r = dpl_launch_failed_rank();
+  if (r < 0) lua_pushnil(L);
+  else lua_pushinteger(L, r);
+  return 1;
+}
+
 /* hold_signals(flag) -> previous flag: while held, SIGTERM/SIGUSR1 are only
  * recorded (no interrupt; dpl_signal_received stays 0, so blocking calls go on);
  * releasing with one pending stops the running chunk as if it arrived then. */
@@ -528,6 +539,7 @@ static int host_open_module(lua_State *L)
     {"pending_signal", host_pending_signal},
     {"hold_signals", host_hold_signals},
     {"record_signal", host_record_signal},
+    {"launcher_failed_rank", host_launcher_failed_rank},
     {"readline", host_readline},
     {"add_history", host_add_history},
     {"read_history", host_read_history},

@@ -8,7 +8,10 @@
  * to their process groups (each once), still collecting their output and exit
  * status. Output is forwarded as bytes, a whole line at a time, whatever its
  * length; when the launcher's own stdout/stderr is closed it stops the ranks and
- * exits 128+SIGPIPE. */
+ * exits 128+SIGPIPE. Before stopping the ranks after a failure it writes the failed
+ * rank into a small memfd the ranks inherit (DPL_LAUNCH_STATE_FD), so a rank can tell
+ * that SIGTERM from one forwarded for the user or SLURM (dpl_launch_failed_rank) and
+ * stop quietly. */
 #define _GNU_SOURCE
 #include "dpl.h"
 #include "dpl_internal.h"
@@ -22,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
@@ -216,6 +220,21 @@ static int status_code(int status)
   return 1;
 }
 
+int dpl_launch_failed_rank(void)
+{
+  const char *v = getenv("DPL_LAUNCH_STATE_FD");
+  if (!v || !*v) return -1;
+  char *end;
+  long fd = strtol(v, &end, 10);
+  if (*end || fd < 0 || fd > 1 << 20) return -1;
+  char b[32];
+  ssize_t r = pread((int)fd, b, sizeof b - 1, 0);
+  if (r < 2 || b[0] != 'F') return -1;
+  b[r] = 0;
+  long rank = strtol(b + 1, &end, 10);
+  return end == b + 1 || rank < 0 ? -1 : (int)rank;
+}
+
 static int env_set(const char *k)
 {
   const char *v = getenv(k);
@@ -269,6 +288,9 @@ int dpl_launch(const dpl_launch_opts *o, char **child_argv)
   for (int i = 0; i < N_FORWARDED; i++) sigaction(forwarded_sigs[i], &sa, NULL);
   signal(SIGPIPE, SIG_IGN);
   pid_t launcher = getpid();
+  /* where the ranks read why they are being stopped (inherited: no close-on-exec) */
+  int state_fd = memfd_create("dplhost-launch", 0);
+  if (state_fd >= 0 && ftruncate(state_fd, 32) != 0) { close(state_fd); state_fd = -1; }
 
   for (int i = 0; i < n; i++) {
     child_t *c = &cs[i];
@@ -277,6 +299,7 @@ int dpl_launch(const dpl_launch_opts *o, char **child_argv)
     if (pipe(p_out) != 0 || pipe(p_err) != 0) {
       fprintf(stderr, "dplhost: --nproc: cannot create pipes: %s\n", strerror(errno));
       signal_all(cs, i, SIGKILL);
+      if (state_fd >= 0) close(state_fd);
       free(cs);
       return 1;
     }
@@ -285,6 +308,7 @@ int dpl_launch(const dpl_launch_opts *o, char **child_argv)
     if (pid < 0) {
       fprintf(stderr, "dplhost: --nproc: cannot start rank %d: %s\n", c->rank, strerror(errno));
       signal_all(cs, i, SIGKILL);
+      if (state_fd >= 0) close(state_fd);
       free(cs);
       return 1;
     }
@@ -313,6 +337,8 @@ int dpl_launch(const dpl_launch_opts *o, char **child_argv)
       setenv_int("MASTER_PORT", port);
       setenv("DPL_JOB_ID", job, 1);
       setenv("DPL_LINE_BUFFERED", "1", 1);
+      if (state_fd >= 0) setenv_int("DPL_LAUNCH_STATE_FD", state_fd);
+      else unsetenv("DPL_LAUNCH_STATE_FD");
       if (o->log_all_ranks) setenv("DPL_LOG_ALL_RANKS", "1", 1);
       if (!env_set("DPL_NUM_THREADS") && !env_set("OMP_NUM_THREADS")) {
         /* the ranks share the cores (torchrun sets 1 thread): kernel threads that
@@ -338,7 +364,13 @@ int dpl_launch(const dpl_launch_opts *o, char **child_argv)
   double kill_at = 0;
   double drain_until = 0;
   struct pollfd *pfd = calloc((size_t)(2 * n), sizeof *pfd);
-  if (!pfd) { fprintf(stderr, "dplhost: out of memory\n"); signal_all(cs, n, SIGKILL); free(cs); return 1; }
+  if (!pfd) {
+    fprintf(stderr, "dplhost: out of memory\n");
+    signal_all(cs, n, SIGKILL);
+    if (state_fd >= 0) close(state_fd);
+    free(cs);
+    return 1;
+  }
   for (;;) {
     /* reap */
     int st;
@@ -353,6 +385,11 @@ int dpl_launch(const dpl_launch_opts *o, char **child_argv)
         if (failed && first_failed < 0 && !launcher_signal && !broken_pipe) {
           first_failed = i;
           first_status = st;
+          if (state_fd >= 0) { /* first: the ranks read it when the SIGTERM stops them */
+            char b[32];
+            int len = snprintf(b, sizeof b, "F%d", cs[i].rank);
+            if (pwrite(state_fd, b, (size_t)len + 1, 0) != len + 1) { /* the ranks stop as for a signal */ }
+          }
           signal_all(cs, n, SIGTERM);
           kill_at = now_s() + o->grace_s;
         }
@@ -404,6 +441,7 @@ int dpl_launch(const dpl_launch_opts *o, char **child_argv)
     }
   }
   free(pfd);
+  if (state_fd >= 0) close(state_fd);
   /* a rank killed during the collectives' rendezvous can leave a segment name behind */
   dpl_comm_shm_cleanup(job, NULL);
 

@@ -15,4 +15,9 @@ typedef struct dpl_launch_opts {
 /* Runs the job; child_argv is the host command line each rank executes
  * (argv[0], host options, script, args; NULL-terminated). Returns the exit status. */
 int dpl_launch(const dpl_launch_opts *o, char **child_argv);
+
+/* In a rank started by the launcher: the global rank whose failure made the launcher stop
+ * the other ranks (it says so before it sends them SIGTERM), or -1 when it has not (no
+ * failure, a signal forwarded from the user or SLURM, not under the launcher). */
+int dpl_launch_failed_rank(void);
 #endif

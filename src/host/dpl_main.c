@@ -73,6 +73,8 @@ static const char usage_text[] =
   "  RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, NODE_RANK, MASTER_ADDR, MASTER_PORT\n"
   "                         The rank environment (set by --nproc, torchrun-style).\n"
   "  DPL_JOB_ID             Names the job's shared memory (set by --nproc).\n"
+  "  DPL_LAUNCH_STATE_FD    Where a rank reads that the launcher stops it for another rank's\n"
+  "                         failure (set by --nproc).\n"
   "  DPL_DIST_BACKEND       Default backend of dist.init_process_group (shm, mpi, nccl).\n"
   "  DPL_COMM_TIMEOUT       Collective and store timeout in seconds (default 1800).\n"
   "  DPL_COMM_CHECK         1: check that every rank calls the same collective.\n"
@@ -101,14 +103,26 @@ static int traceback_handler(lua_State *L)
   return 1;
 }
 
-/* Reports a failed load or call: "dplhost: <message>" on stderr. */
+/* Reports a failed load or call: "dplhost: <message>" on stderr. In a rank the launcher
+ * is stopping because another rank failed, one short line instead (the message's first
+ * line, no traceback): the failed rank's error is the one to read. */
 static int report(lua_State *L, int status)
 {
   if (status != 0) {
     if (!lua_isnil(L, -1)) {
       const char *msg = lua_tostring(L, -1);
       if (!msg) msg = "(error object is not a string)";
-      fprintf(stderr, "dplhost: %s\n", msg);
+      int failed = dpl_launch_failed_rank();
+      if (failed >= 0) {
+        size_t n = strcspn(msg, "\n");
+        if (strncmp(msg, "interrupted", 11) == 0 || strstr(msg, "stopped by the launcher") != NULL)
+          fprintf(stderr, "dplhost: stopped: rank %d failed\n", failed);
+        else
+          fprintf(stderr, "dplhost: stopped: rank %d failed (here: %.*s%s)\n", failed, (int)(n > 160 ? 160 : n), msg,
+                  n > 160 ? "..." : "");
+      } else {
+        fprintf(stderr, "dplhost: %s\n", msg);
+      }
       fflush(stderr);
     }
     lua_pop(L, 1);

@@ -164,6 +164,38 @@ function M.num(v)
   return ('%.17g'):format(v)
 end
 
+--- A number as Python's repr() of a float prints it (what csv.writer writes for one):
+--- the shortest round-trip digits, fixed notation for exponents -4..15 with at least one
+--- decimal (`1.0`, `0.0001`, `1234567.5`), else `1e-05`, `1.5e+16`; `nan`, `inf`, `-0.0`.
+function M.pyfloat(v)
+  if type(v) ~= 'number' then return tostring(v) end
+  if v ~= v then return 'nan' end
+  if v == math.huge then return 'inf' end
+  if v == -math.huge then return '-inf' end
+  local s
+  for p = 0, 16 do
+    s = ('%.' .. p .. 'e'):format(v)
+    if tonumber(s) == v then break end
+  end
+  local sign, d1, frac, ex = s:match('^(-?)(%d)%.?(%d*)e([-+]%d+)$')
+  local digits = (d1 .. frac):gsub('0+$', '')
+  if digits == '' then digits = '0' end
+  local e = tonumber(ex)
+  if e >= -4 and e < 16 then
+    local ip, fp
+    if e < 0 then
+      ip, fp = '0', ('0'):rep(-e - 1) .. digits
+    else
+      if #digits <= e + 1 then ip, fp = digits .. ('0'):rep(e + 1 - #digits), ''
+      else ip, fp = digits:sub(1, e + 1), digits:sub(e + 2) end
+    end
+    if fp == '' then fp = '0' end
+    return sign .. ip .. '.' .. fp
+  end
+  local m = #digits > 1 and (digits:sub(1, 1) .. '.' .. digits:sub(2)) or digits
+  return ('%s%se%s%02d'):format(sign, m, e < 0 and '-' or '+', math.abs(e))
+end
+
 local function yaml_scalar(v)
   local tv = type(v)
   if v == nil then return 'null' end

@@ -24,6 +24,7 @@ function CSVLogger:__init(o, rest)
   self._flush_logs_every_n_steps = n
   self.metrics = {}     -- every row logged (Lightning's experiment.metrics); the first `written` are on disk
   self.metric_keys = {} -- each row's keys, in order (nil for a row added by hand: sorted)
+  self.metric_ints = {} -- each row's set of keys whose values are ints (else nil)
   self.keys = {}        -- header keys, in first-appearance order
   self.keyset = {}
   self.written = 0
@@ -31,41 +32,65 @@ end
 
 function CSVLogger:metrics_file_path() return self:log_dir() .. '/metrics.csv' end
 
---- log_metrics(metrics, step, order): `order` (the Trainer passes it) lists the keys of
+local T_is_tensor
+-- a logged value as Lightning's _handle_value: a tensor by item() (an integer tensor's is
+-- a Python int); returns the value and whether it is an int
+local function handle_value(v)
+  if type(v) == 'cdata' then
+    T_is_tensor = T_is_tensor or require('dpl.tensor').is_tensor
+    if T_is_tensor(v) then
+      local dt = tostring(v.dtype)
+      return v:item(), (dt:match('int') or dt:match('bool')) ~= nil
+    end
+  end
+  return v, false
+end
+
+--- log_metrics(metrics, step, order, ints): `order` (the Trainer passes it) lists the keys of
 --- metrics in the order they were first logged; without it the row's keys are sorted.
-function CSVLogger:log_metrics(metrics, step, order)
-  local row, keys = {}, {}
+--- Numbers are written as Python floats (`1.0`: Lightning's values are float tensors'
+--- item()), `step`, the keys in the set `ints` (the Trainer's `epoch`) and integer tensors'
+--- values as ints.
+function CSVLogger:log_metrics(metrics, step, order, ints)
+  local row, keys, rints = {}, {}, nil
   if order == nil then
     order = {}
     for k in pairs(metrics) do order[#order + 1] = k end
     table.sort(order, function(a, b) return tostring(a) < tostring(b) end)
   end
   for _, k in ipairs(order) do
-    local v = metrics[k]
+    local v, int = handle_value(metrics[k])
     if v ~= nil then
       local key = self.prefix ~= '' and (self.prefix .. '-' .. k) or k
       row[key] = v
       keys[#keys + 1] = key
+      if int or (ints and ints[k]) then rints = rints or {}; rints[key] = true end
     end
   end
   if row.step == nil then keys[#keys + 1] = 'step' end
   row.step = step
   self.metrics[#self.metrics + 1] = row
   self.metric_keys[#self.metrics] = keys
+  self.metric_ints[#self.metrics] = rints
   -- Lightning writes every flush_logs_every_n_steps steps (the Trainer also saves after its own logging)
   if step ~= nil and (step + 1) % self._flush_logs_every_n_steps == 0 then self:save() end
 end
 
-local function cell(v)
+local function cell(v, int)
   if v == nil then return '' end
-  local s = type(v) == 'number' and B.num(v) or tostring(v)
+  local s
+  if type(v) == 'number' then s = int and B.num(v) or B.pyfloat(v)
+  else s = tostring(v) end
   if s:find('[,"\n]') then s = '"' .. s:gsub('"', '""') .. '"' end
   return s
 end
 
-local function line(keys, row)
+-- a row's cells: numbers as Python floats, but `step` and the row's ints as ints
+local function line(keys, row, ints)
   local parts = {}
-  for i, k in ipairs(keys) do parts[i] = cell(row[k]) end
+  for i, k in ipairs(keys) do
+    parts[i] = cell(row[k], k == 'step' or (ints ~= nil and ints[k] == true))
+  end
   return table.concat(parts, ',') .. '\n'
 end
 
@@ -89,11 +114,11 @@ function CSVLogger:save()
   local path = self:metrics_file_path()
   if new or self.written == 0 then
     local out = { table.concat(self.keys, ',') .. '\n' }
-    for _, row in ipairs(rows) do out[#out + 1] = line(self.keys, row) end
+    for i, row in ipairs(rows) do out[#out + 1] = line(self.keys, row, self.metric_ints[i]) end
     B.write_file(path, table.concat(out))
   else
     local f = assert(io.open(path, 'ab'))
-    for i = self.written + 1, #rows do f:write(line(self.keys, rows[i])) end
+    for i = self.written + 1, #rows do f:write(line(self.keys, rows[i], self.metric_ints[i])) end
     f:close()
   end
   self.written = #rows
@@ -132,10 +157,12 @@ function ExperimentWriter:log_metrics(metrics_dict, step)
   end
   local lg = self._logger
   if step == nil then step = #lg.metrics end
-  local row, keys = {}, {}
+  local row, keys, rints = {}, {}, nil
   for k, v in pairs(metrics_dict) do
-    if type(v) == 'cdata' and require('dpl.tensor').is_tensor(v) then v = v:item() end
+    local int
+    v, int = handle_value(v)
     row[k] = v
+    if int then rints = rints or {}; rints[k] = true end
     if k ~= 'step' then keys[#keys + 1] = k end
   end
   table.sort(keys, function(a, b) return tostring(a) < tostring(b) end)
@@ -143,6 +170,7 @@ function ExperimentWriter:log_metrics(metrics_dict, step)
   row.step = step
   lg.metrics[#lg.metrics + 1] = row
   lg.metric_keys[#lg.metrics] = keys
+  lg.metric_ints[#lg.metrics] = rints
 end
 
 function ExperimentWriter:log_hparams(params)

@@ -40,6 +40,32 @@ local function extract_loss(out)
   misconf('In automatic optimization, `training_step` must return a Tensor, a dict, or nil (where the step will be skipped). Got %s', to)
 end
 
+-- manual optimisation: what the batch-end and epoch-end hooks get for a training_step output
+-- (Lightning 1.9's ManualResult): a tensor gives {loss = <it, detached>}, a table a new table
+-- of its keys but 'hiddens' (its loss detached), nil nil; anything else is refused
+local function manual_result(out)
+  if out == nil then return nil end
+  local to = type(out)
+  local function tensor_like(v)
+    return type(v) == 'cdata' or (type(v) == 'table' and getmetatable(v) ~= nil and type(v.backward) == 'function')
+  end
+  local extra
+  if tensor_like(out) then
+    extra = { loss = out }
+  elseif to == 'table' then
+    extra = {}
+    for k, v in pairs(out) do
+      if k ~= 'hiddens' then extra[k] = v end
+    end
+  else
+    misconf('In manual optimization, `training_step` must either return a Tensor, a dict with extras to pass to'
+      .. ' `training_epoch_end` or have no return.')
+  end
+  local loss = extra.loss
+  if loss ~= nil and tensor_like(loss) and type(loss.detach) == 'function' then extra.loss = loss:detach() end
+  return extra
+end
+
 -- the state of the batch being processed, read by the closures
 local function new_state(t)
   local st = { t = t, batch = nil, batch_idx = 0, opt = nil, opt_idx = 0, n_opts = 1, out = nil,
@@ -263,6 +289,14 @@ function M._record_signal(sig)
   end
 end
 
+--- The rank whose failure made dplhost's launcher stop this one (nil: none, or not under
+--- the launcher); replaceable for tests.
+function M._launcher_failed_rank()
+  local ok, host = pcall(require, 'dpl.host')
+  if ok and type(host) == 'table' and host.launcher_failed_rank then return host.launcher_failed_rank() end
+  return nil
+end
+
 -- every rank: a checkpoint written by rank 0 (hpc_ckpt_<n>.ckpt in
 -- default_root_dir, as Lightning's SLURM connector), then an error (exit non-zero)
 on_signal = function(t, status)
@@ -302,6 +336,15 @@ end
 -- on every rank when any set it.
 local function agree_signal_and_stop(t, multi)
   local sig = signal_received()
+  if sig == 128 + SIGTERM then
+    -- the launcher's SIGTERM after another rank failed (dplhost --nproc): that rank will not
+    -- join an agreement or a checkpoint; this one stops now, and the host says so in one line
+    local fr = M._launcher_failed_rank()
+    if fr ~= nil then
+      M._record_signal(SIGTERM)
+      error(SignalReceived(('stopped by the launcher: rank %d failed'):format(fr)), 0)
+    end
+  end
   if multi then
     local stop
     sig, stop = reduce_numbers(sig, t.should_stop and 1 or 0, 'max')
@@ -353,6 +396,7 @@ local function run_train_epoch(t, st, loader, nbatches)
     st._opt_idx_checked = true
   end
   st.accumulate = t.accumulate_grad_batches
+  st.epoch_batches = 0 -- the batches that reached their batch-end hooks (for training_epoch_end)
   -- fit_loop._skip_backward (set by a callback for one epoch: StochasticWeightAveraging's
   -- pass that recomputes BatchNorm statistics): training_step runs, no backward, no
   -- zero_grad, no optimizer step
@@ -441,7 +485,7 @@ local function run_train_epoch(t, st, loader, nbatches)
       local out = t:_call_strategy_step('training_step', batch, i)
       t.strategy:post_training_step()
       out = t:_call_module_hook('training_step_end', out)
-      st.out = t.strategy:training_step_end(out)
+      st.out = manual_result(t.strategy:training_step_end(out))
       any_step = t.global_step > gs
     end
     if prof then prof:stop('run_training_batch') t._prof_open = nil end
@@ -453,8 +497,11 @@ local function run_train_epoch(t, st, loader, nbatches)
     -- this step's values are in callback_metrics for the batch-end hooks (Lightning's
     -- callback_metrics is live: ModelCheckpoint(every_n_train_steps, monitor=) reads it)
     rc:release(rc:collect_step(true))
-    t:_call_callback_hooks('on_train_batch_end', out, batch, i)
-    t:_call_module_hook('on_train_batch_end', out, batch, i)
+    -- a skipped step (training_step returned nil) is Lightning's `[]` for the batch-end hooks
+    local bout = out
+    if bout == nil then bout = {} end
+    t:_call_callback_hooks('on_train_batch_end', bout, batch, i)
+    t:_call_module_hook('on_train_batch_end', bout, batch, i)
     -- The ranks agree, in one 2-number max all-reduce per batch, on a signal (SIGTERM,
     -- SIGUSR1, the host's flag; acted on after the batch) and on should_stop set on any
     -- rank (Lightning's reduce_boolean_decision(any)), before should_stop decides logging,
@@ -469,7 +516,10 @@ local function run_train_epoch(t, st, loader, nbatches)
       end
       rc:release(logd)
     end
-    if keep_outputs and out ~= nil then outputs[#outputs + 1] = out end
+    if keep_outputs then
+      if out ~= nil then outputs[#outputs + 1] = out end
+      st.epoch_batches = st.epoch_batches + 1
+    end
     t.fit_loop.batch_idx = i + 1
     if any_step then for k in pairs(stepped) do stepped[k] = nil end end
     -- on_advance_end: validation, plateau schedulers, counters
@@ -613,7 +663,9 @@ function M.run_train(t)
     -- the epoch aggregates are visible in callback_metrics from here on (Lightning's
     -- epoch_end_reached: ModelCheckpoint/EarlyStopping read them in on_train_epoch_end)
     rc:collect_epoch()
-    if outputs and #outputs > 0 then
+    -- Lightning calls training_epoch_end once a batch has run, with `[]` when every
+    -- training_step returned nil (not when the epoch ran no batch)
+    if outputs and (#outputs > 0 or st.epoch_batches > 0) then
       local r = t:_call_module_hook('training_epoch_end', outputs)
       if r ~= nil then misconf('`training_epoch_end` expects a return of nil.') end
     end

@@ -20,12 +20,73 @@ local Trainer = class.Object:extend('Trainer')
 -- computed when read (an instance field of the same name is never set)
 local properties = {}
 Trainer._properties = properties
+
+-- The public attributes a trainer has that may be nil (Lightning's None): the arguments,
+-- Lightning 1.9.5's attributes and properties, the seed's fields. Reading one of them gives
+-- nil; reading any other public name that is not set raises AttributeError, as Python does
+-- (a misspelt `trainer.current_epcoh` was a silent nil). Names starting with `_` (internal
+-- state) and fields a script sets itself read as usual.
+local nil_ok = {}
+for _, k in ipairs(args_mod.order) do nil_ok[k] = true end
+for k in ([[
+  accelerator accumulate_grad_batches accumulation_scheduler amp_backend amp_level auto_lr_find
+  auto_scale_batch_size callback_metrics callbacks check_val_every_n_epoch checkpoint_callback
+  checkpoint_callbacks ckpt_path current_epoch data_parallel_device_ids datamodule default_root_dir
+  deterministic device_ids distributed_backend early_stopping_callback early_stopping_callbacks
+  fast_dev_run fit_loop global_rank global_step gradient_clip_algorithm gradient_clip_val
+  is_global_zero is_last_batch lightning_module local_rank logged_metrics logger loggers
+  lr_scheduler_configs max_epochs max_steps min_epochs min_steps model node_rank num_devices
+  num_gpus num_nodes num_predict_batches num_processes num_sanity_val_batches num_sanity_val_steps
+  num_test_batches num_training_batches num_val_batches on_gpu optimizers precision predicting
+  profiler progress_bar_callback progress_bar_metrics resume_from_checkpoint root_gpu
+  sanity_checking scaler should_stop single_gpu state strategy testing tpu_cores
+  tpu_global_core_rank tpu_id tpu_local_core_rank train_dataloader training use_amp use_ddp
+  use_ddp2 use_distributed_sampler use_dp use_horovod use_tpu val_check_batch validating
+  world_size limit_train_batches limit_val_batches limit_test_batches limit_predict_batches
+  val_check_interval overfit_batches log_every_n_steps move_metrics_to_cpu track_grad_norm
+  reload_dataloaders_every_n_epochs gpus ipus devices weights_save_path benchmark
+  multiple_trainloader_mode enable_checkpointing enable_progress_bar enable_model_summary
+]]):gmatch('%S+') do nil_ok[k] = true end
+Trainer._nil_attributes = nil_ok
+
+-- Lightning 1.9.5's removed attributes: reading one raises its AttributeError
+local removed = {
+  lightning_optimizers = '`Trainer.lightning_optimizers` was deprecated in v1.6 and is no longer accessible as of v1.8.',
+  should_rank_save_checkpoint = '`Trainer.should_rank_save_checkpoint` was deprecated in v1.6 and is no longer'
+    .. ' accessible as of v1.8.',
+  training_type_plugin = '`Trainer.training_type_plugin` was deprecated in v1.6 and is no longer accessible as of'
+    .. ' v1.8. Use `Trainer.strategy` instead.',
+  verbose_evaluate = 'The `Trainer.verbose_evaluate` was deprecated in v1.6 and is no longer accessible as of v1.8.'
+    .. ' Please use `trainer.{validate,test}_loop.verbose` instead.',
+}
+for _, n in ipairs({ 'validated', 'tested', 'predicted' }) do
+  removed[n .. '_ckpt_path'] = ('The `Trainer.%s_ckpt_path` was deprecated in v1.6 and is no longer accessible as of'
+    .. ' v1.8. Please use `Trainer.ckpt_path` instead.'):format(n)
+end
+
+local function no_attribute(self, k)
+  if removed[k] then errors.AttributeError:raise(removed[k], 3) end
+  local known = {}
+  for n in pairs(nil_ok) do known[n] = true end
+  for n in pairs(properties) do known[n] = true end
+  for n in pairs(self) do if type(n) == 'string' then known[n] = true end end
+  local c = Trainer
+  while c do
+    for n, v in pairs(c) do if type(n) == 'string' and n:sub(1, 1) ~= '_' then known[n] = true end end
+    c = rawget(c, 'super')
+  end
+  local best = require('dpl.options').nearest(k, known)
+  errors.AttributeError:raise(("'Trainer' object has no attribute '%s'%s"):format(k,
+    best and (" (did you mean '%s'?)"):format(best) or ''), 3)
+end
+
 Trainer.__index = function(self, k)
   local v = Trainer[k] -- (methods first: they are what is looked up on the step path)
   if v ~= nil then return v end
   local p = properties[k]
   if p ~= nil then return p(self) end
-  return nil
+  if type(k) ~= 'string' or nil_ok[k] or k:byte(1) == 95 --[[ _ ]] then return nil end
+  no_attribute(self, k)
 end
 
 local function misconf(fmt, ...)
@@ -971,6 +1032,72 @@ function properties.estimated_stepping_batches(self)
   local steps = math.ceil(total / k) * math.max(max_epochs, 1)
   if max_steps ~= -1 then steps = math.min(steps, max_steps) end
   return steps
+end
+
+--- trainer.data_parallel: the strategy is a ParallelStrategy (ddp, ddp_spawn, dp, horovod, ...).
+function properties.data_parallel(self)
+  return class.is_instance(self.strategy, require('dpl.strategies.strategy').ParallelStrategy)
+end
+
+--- trainer.distributed_sampler_kwargs: what a DistributedSampler gets ({num_replicas=, rank=})
+--- under a ParallelStrategy, else nil (Lightning's None).
+function properties.distributed_sampler_kwargs(self)
+  if not properties.data_parallel(self) then return nil end
+  return self.strategy:distributed_sampler_kwargs()
+end
+
+--- trainer.enable_validation: a validation source is given, validation_step is overridden and
+--- limit_val_batches is not 0.
+function properties.enable_validation(self)
+  if rawget(self, 'lightning_module') == nil or self._loaders == nil then return false end
+  return require('dpl.trainer.loops').enable_validation(self) == true
+end
+
+--- trainer.evaluating: a validation or test loop is running (not the sanity check).
+function properties.evaluating(self)
+  return (self.validating or self.testing) and not self.sanity_checking
+end
+
+--- trainer.tuning: trainer:tune / the tuner is running (Lightning's RunningStage.TUNING).
+function properties.tuning(self)
+  return self.state.stage == 'tune'
+end
+
+--- trainer.optimizer_frequencies: the strategy's (configure_optimizers' `frequency`s; {} without).
+function properties.optimizer_frequencies(self)
+  return self.strategy.optimizer_frequencies or {}
+end
+
+--- trainer.prediction_writer_callbacks: the BasePredictionWriter callbacks.
+function properties.prediction_writer_callbacks(self)
+  local PW = require('dpl.callbacks').BasePredictionWriter
+  local out = {}
+  for _, cb in ipairs(self.callbacks or {}) do
+    if class.is_instance(cb, PW) then out[#out + 1] = cb end
+  end
+  return out
+end
+
+--- trainer.predict_loop before any predict: Lightning's loop with nothing predicted yet
+--- (predict sets the trainer's own: predictions, epoch_batch_indices, return_predictions).
+function properties.predict_loop(self)
+  return { predictions = {}, epoch_batch_indices = {}, return_predictions = true,
+    epoch_loop = { current_batch_indices = {} } }
+end
+
+--- trainer.val_dataloaders / test_dataloaders / predict_dataloaders: the loaders of the last
+--- run that loaded them (a list, one per dataloader), nil before (Lightning's None).
+function properties.val_dataloaders(self) return rawget(self, '_val_loaders') end
+function properties.test_dataloaders(self) return rawget(self, '_test_loaders') end
+function properties.predict_dataloaders(self) return rawget(self, '_predict_loaders') end
+
+-- Lightning's loop objects and precision plugin: dplhost has no such objects
+for _, k in ipairs({ 'validate_loop', 'test_loop', 'precision_plugin' }) do
+  properties[k] = function()
+    errors.NotImplementedError:raise(('`trainer.%s` is not available in dplhost: its loops are not objects'
+      .. ' (trainer.fit_loop holds the fit counters and limits, trainer.predict_loop the predictions) and it'
+      .. ' has no precision plugins (trainer.precision, trainer.scaler)'):format(k), 3)
+  end
 end
 
 --- Lightning's trainer.log_dir: the first logger's version directory when it is a

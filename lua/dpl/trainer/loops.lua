@@ -509,6 +509,7 @@ function M.run_evaluation(t, stage, sanity)
   else
     loaders, counts = M.load_loaders(t, 'test')
     t.num_test_batches = counts
+    t._test_loaders = loaders
   end
   local maxes, total = {}, 0
   for i = 1, #loaders do
@@ -748,6 +749,7 @@ end
 function M.run_predict(t)
   local loaders, counts = M.load_loaders(t, 'predict')
   t.num_predict_batches = counts
+  t._predict_loaders = loaders
   local total = 0
   for i = 1, #counts do total = total + counts[i] end
   if total == 0 then return nil end
@@ -774,7 +776,6 @@ function M.run_predict(t)
       if cb.interval.on_epoch then any_epoch_writer = true end
     end
   end
-  t.prediction_writer_callbacks = writers
   local store = keep or any_epoch_writer
   local pl = { predictions = results, epoch_batch_indices = {}, return_predictions = keep,
     epoch_loop = { current_batch_indices = {} } }

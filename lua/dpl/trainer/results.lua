@@ -103,15 +103,18 @@ function M.new(trainer)
     trainer = trainer,
     -- a collection: its entries in order (list), and by fx then name (map) or, for names
     -- suffixed with a dataloader index, by fx, index, name (map_dl)
-    collections = { train = { list = {}, map = {}, map_dl = {} }, val = { list = {}, map = {}, map_dl = {} },
-      test = { list = {}, map = {}, map_dl = {} } },
+    -- seq: metric name -> rank in the collection's first-logged order, and dl: the name's
+    -- dataloader index (the order the loggers see the keys in, as Lightning's ResultCollection,
+    -- a dict whose entries outlive its resets)
+    collections = { train = { list = {}, map = {}, map_dl = {}, seq = {}, nseq = 0, dl = {} },
+      val = { list = {}, map = {}, map_dl = {}, seq = {}, nseq = 0, dl = {} },
+      test = { list = {}, map = {}, map_dl = {}, seq = {}, nseq = 0, dl = {} } },
     -- dataloader_idx: the evaluation dataloader of the batch in flight (nil outside batches,
     -- e.g. in the epoch-end hooks: no suffix there, as Lightning's dataloader_idx=None)
     current = nil, stamp = 0, batch = nil, batch_size = nil, dataloader_idx = nil, num_dataloaders = 1,
     scratch_log = {}, scratch_pbar = {},
     lazy = {},  -- entries whose step value (a device tensor) awaits the dicts (M:flush)
     acc = {},   -- epoch aggregation of device values, in order: entry, tensor, batch size, ...
-    key_seq = {}, nseq = 0, -- metric name -> rank in first-logged order (for the loggers' columns)
   }, M)
 end
 
@@ -350,9 +353,10 @@ function M:log(fx, name, value, opts)
     byfx[name] = e
     c.list[#c.list + 1] = e
     -- the order the loggers see the keys in (Lightning's dicts keep first-logged order)
-    local seq = self.key_seq
-    if seq[e.n_step] == nil then self.nseq = self.nseq + 1; seq[e.n_step] = self.nseq end
-    if seq[e.n_epoch] == nil then self.nseq = self.nseq + 1; seq[e.n_epoch] = self.nseq end
+    local seq = c.seq
+    if seq[e.n_step] == nil then c.nseq = c.nseq + 1; seq[e.n_step] = c.nseq end
+    if seq[e.n_epoch] == nil then c.nseq = c.nseq + 1; seq[e.n_epoch] = c.nseq end
+    c.dl[e.n_step], c.dl[e.n_epoch] = dl_idx, dl_idx
   elseif e.on_step ~= on_step or e.on_epoch ~= on_epoch or e.prog_bar ~= prog_bar or e.logger ~= logger
          or e.reduce ~= reduce or e.sync ~= sync or e.dl_idx ~= dl_idx then
     -- (dl_idx: the same name with add_dataloader_idx=false from two dataloaders, one key in
@@ -465,6 +469,8 @@ function M:collect_epoch()
   return logd
 end
 
+local INT_EPOCH = { epoch = true }
+
 --- Sends metrics to the loggers (rank 0); step defaults to the number of optimizer-stepped
 --- batches. As Lightning's LoggerConnector.log_metrics, `epoch` is added when no step is
 --- given (Lightning's training rows, which pass step=None, say so with `with_epoch`; the
@@ -488,20 +494,33 @@ function M:log_metrics(metrics, step, with_epoch)
     for i, k in ipairs(keys) do out[k] = vals[i] end
   end
   for k, v in pairs(out) do t.logged_metrics[k] = v end
-  if (step == nil or with_epoch) and out.epoch == nil then out.epoch = t.current_epoch end
+  local ints -- the keys whose values are ints in Lightning (the rest are floats)
+  if (step == nil or with_epoch) and out.epoch == nil then out.epoch = t.current_epoch; ints = INT_EPOCH end
   if step == nil then step = t.fit_loop.batches_that_stepped end
   if not t.is_global_zero then return end
   local loggers = t.loggers
   if loggers[1] == nil then return end
-  local order, seq = {}, self.key_seq
+  -- The keys in Lightning's order: the collection's first-logged order; an evaluation's
+  -- epoch row with several dataloaders is Lightning's dict(ChainMap(*per_dataloader)), the
+  -- last dataloader's keys first, then the epoch-end hooks' (no dataloader); `epoch` last
+  -- (Lightning's setdefault).
+  local c = self.current
+  local seq, dls = c and c.seq or {}, c and c.dl or {}
+  local order = {}
   for k in pairs(out) do order[#order + 1] = k end
   table.sort(order, function(a, b)
     local x, y = seq[a] or (a == 'epoch' and 2 ^ 53 or 2 ^ 52), seq[b] or (b == 'epoch' and 2 ^ 53 or 2 ^ 52)
+    if x < 2 ^ 52 and y < 2 ^ 52 then
+      local da, db = dls[a], dls[b]
+      if da ~= db then return (da and -da or math.huge) < (db and -db or math.huge) end
+    end
     if x ~= y then return x < y end
     return tostring(a) < tostring(b)
   end)
+  -- Lightning writes its metric values as floats (tensor.item() of a float tensor, every
+  -- self:log value is one), its `epoch` as an int: the CSV writes 1.0 and 0
   for i = 1, #loggers do
-    loggers[i]:log_metrics(out, step, order)
+    loggers[i]:log_metrics(out, step, order, ints)
     loggers[i]:save()
   end
 end
