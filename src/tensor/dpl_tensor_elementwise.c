@@ -683,6 +683,8 @@ static int unary_core(int32_t op, const dpl_tensor *a, dpl_tensor *dst, dpl_tens
       }
     }
   }
+  if (st == DPL_OK && dpl_is_devmem(ua) != dpl_is_devmem(target)) /* (never both kinds of memory in one kernel) */
+    st = dpl_check_tensor(name, "self", dpl_is_devmem(ua) ? ua : target);
   if (st == DPL_OK && dpl_is_devmem(target)) {
     dpl_bk_args k = {.op = DPL_BK_UNARY, .sub = op, .i = {0, 0, 0, kd}, .inout = target, .in = {ua}, .name = name};
     st = dpl_bk_call(&k);
