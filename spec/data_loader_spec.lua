@@ -160,6 +160,16 @@ describe('samplers', function()
     assert.are.equal(s0, l.sampler)
   end)
 
+  it('DistributedSampler checks size= (2.5 gave positions read from uninitialised memory)', function()
+    for _, n in ipairs({ -1, 2.5, 0 / 0, math.huge, 'x' }) do
+      local ok, e = pcall(data.DistributedSampler, { size = n, num_replicas = 2, rank = 0 })
+      assert.is_false(ok, tostring(n))
+      assert.matches('DistributedSampler size must be an integer >= 0', tostring(e))
+      assert.is_true(class.is_instance(e, errors.MisconfigurationException))
+    end
+    assert.are.same({}, data.DistributedSampler({ size = 0, num_replicas = 2, rank = 1 }):indices())
+  end)
+
   it('DistributedSampler rejects a bad rank', function()
     assert.has_error(function() data.DistributedSampler{ size = 4, num_replicas = 2, rank = 2 } end,
       errors.MisconfigurationException('Invalid rank 2, rank should be in the interval [0, 1]'))

@@ -532,6 +532,7 @@ function M.DistributedSampler:__init(opts)
   check_opts(opts, DIST_KEYS, 'DistributedSampler')
   local n = opts.size or (opts.dataset and M.len(opts.dataset))
   if not n then misconf('DistributedSampler needs dataset= or size=') end
+  if opts.size ~= nil then check_int('DistributedSampler size', opts.size, 0) end
   local dist_ok, dist = pcall(require, 'dpl.dist')
   local initialized = dist_ok and dist.is_initialized and dist.is_initialized()
   local replicas = opts.num_replicas or (initialized and dist.get_world_size()) or 1
