@@ -280,6 +280,25 @@ describe('DataLoader', function()
   end)
 end)
 
+describe('default_collate', function()
+  it('a number item among tensors (or the reverse) is a TypeError naming it, not a Lua error from math.floor', function()
+    local dpl = require 'dpl'
+    assert.has_error(function() data.default_collate({ 1, dpl.ones({ 3 }) }) end,
+      errors.TypeError('default_collate: item 2 is a tensor where item 1 is a number'))
+    assert.has_error(function() data.default_collate({ 1, 2, 'x' }) end,
+      errors.TypeError("default_collate: item 3 is string 'x' where item 1 is a number"))
+  end)
+
+  it('booleans become a bool tensor, as torch\'s default_collate', function()
+    local b = data.default_collate({ { ok = true }, { ok = false } }).ok
+    assert.is_true(require('dpl').is_tensor(b))
+    assert.are.equal('bool', b.dtype)
+    assert.are.same({ true, false }, b:tolist())
+    assert.has_error(function() data.default_collate({ true, 1 }) end,
+      errors.TypeError('default_collate: item 2 is 1 where item 1 is a boolean'))
+  end)
+end)
+
 describe('Subset', function()
   it('a non-number index is a TypeError; out of range is a MisconfigurationException', function()
     local ok, e = pcall(data.Subset, Squares(10), { 1, '2' })

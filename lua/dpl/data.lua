@@ -634,19 +634,34 @@ local function is_tensor(v)
 end
 M.is_tensor = is_tensor
 
+-- every item has the first one's kind (a number, a boolean), else a TypeError naming one that has not
+local function same_kind(items, kind, what)
+  for i = 2, #items do
+    if type(items[i]) ~= kind then
+      errors.TypeError:raise(('default_collate: item %d is %s where item 1 is %s'):format(
+        i, is_tensor(items[i]) and 'a tensor' or describe(items[i]), what), 3)
+    end
+  end
+end
+
 --- Default collation: a list of items -> one batch. Tensors are stacked on a new
---- first dim, numbers become a tensor (int64 when all integers, else float64),
---- tables are collated key by key, strings and other values are listed.
+--- first dim, numbers become a tensor (int64 when all integers, else float64), booleans
+--- a bool tensor (as torch's), tables are collated key by key, strings and other values
+--- are listed.
 function M.default_collate(items)
   local first = items[1]
   if is_tensor(first) then
     return require('dpl').stack(items, 1)
   elseif type(first) == 'number' then
+    same_kind(items, 'number', 'a number')
     local integral = true
     for i = 1, #items do
       if items[i] ~= math.floor(items[i]) then integral = false break end
     end
     return require('dpl').tensor(items, { dtype = integral and 'int64' or 'float64' })
+  elseif type(first) == 'boolean' then
+    same_kind(items, 'boolean', 'a boolean')
+    return require('dpl').tensor(items, { dtype = 'bool' })
   elseif type(first) == 'table' and getmetatable(first) == nil then
     local out = {}
     for k in pairs(first) do
