@@ -15,7 +15,7 @@ end
 
 -- options tables: an unknown key is an error (ValueError) naming the accepted ones
 local check_opts, keys = options.check, options.keys
-local LOADER_KEYS = keys('batch_size', 'shuffle', 'drop_last', 'sampler', 'collate_fn', 'seed')
+local LOADER_KEYS = keys('batch_size', 'shuffle', 'drop_last', 'sampler', 'collate_fn', 'seed', 'num_workers')
 local RANDOM_KEYS = keys('seed')
 local DIST_KEYS = keys('dataset', 'size', 'num_replicas', 'rank', 'shuffle', 'seed', 'drop_last')
 local WRAPPER_KEYS = keys('sampler', 'num_replicas', 'rank', 'shuffle', 'seed', 'drop_last')
@@ -715,6 +715,14 @@ function M.DataLoader(ds, opts)
     end
   end
   M.check_seed(opts.seed, 'DataLoader seed')
+  -- torch's num_workers: 0 (the default) loads in this process, as every dpl loader does
+  if opts.num_workers ~= nil then
+    check_int('num_workers', opts.num_workers, 0)
+    if opts.num_workers > 0 then
+      errors.NotImplementedError:raise(('DataLoader: num_workers=%d (worker processes): dpl.data.DataLoader loads'
+        .. ' batches in the training process; leave num_workers at 0'):format(opts.num_workers), 2)
+    end
+  end
   if opts.sampler ~= nil then check_sampler(opts.sampler) end
   if opts.sampler and opts.shuffle then
     misconf('sampler option is mutually exclusive with shuffle')
