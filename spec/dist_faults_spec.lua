@@ -199,6 +199,22 @@ describe('dist failure handling (mpi)', function()
     assert.matches('rank 0: all_reduce #2 %(float32 x 262144, sum%) ran past its timeout', out .. err)
     assert.is_true(took < 15, 'took ' .. took)
   end)
+  it('SIGTERM to a rank looping over collectives stops it at its next call (not after the 5 s grace)', function()
+    local path = h.tmpname('.mpiloop.lua')
+    h.write_file(path, [[
+      local dpl = require 'dpl'
+      local dist = dpl.dist
+      dist.init_process_group{timeout = 30}
+      local t = dpl.ones({65536})
+      if dist.get_rank() == 1 then os.execute('(sleep 0.5; kill -TERM $PPID) &') end
+      for _ = 1, 1e9 do dist.all_reduce(t, 'mean') end
+    ]])
+    local out, err, rc, took = d.mpirun(2, path, '', { timeout = 60 })
+    os.remove(path)
+    assert.is_true(rc ~= 0, out .. err)
+    assert.not_matches('did not stop within 5 s', out .. err)
+    assert.is_true(took < 4.5, 'took ' .. took)
+  end)
   it('a mismatch is an error on every rank with DPL_COMM_CHECK=1', function()
     local out, err, rc = d.mpirun(2, script, 'mismatch x 1 mpi', { env = { DPL_COMM_CHECK = 1 } })
     assert.is_true(rc ~= 0)
