@@ -290,6 +290,21 @@ describe('DataLoader', function()
   end)
 end)
 
+describe('TensorDataset:get_batch', function()
+  it('a non-integer position from a sampler is a TypeError (2.5 fetched item 2)', function()
+    local dpl = require 'dpl'
+    local ds = data.TensorDataset(dpl.arange(0, 5))
+    local Half = data.Sampler:extend('Half')
+    function Half:__init() end
+    function Half:indices() return { 1, 2.5 } end
+    local loader = data.DataLoader(ds, { batch_size = 2, sampler = Half() })
+    assert.has_error(function() for _ in loader:iter() do end end,
+      errors.TypeError('TensorDataset:get_batch: position 2 of the batch is 2.5, not an integer index'
+        .. ' (a sampler yields integers 1..len(dataset))'))
+    assert.are.same({ 4, 0 }, ds:get_batch({ 5, 1 })[1]:tolist())
+  end)
+end)
+
 describe('default_collate', function()
   it('a number item among tensors (or the reverse) is a TypeError naming it, not a Lua error from math.floor', function()
     local dpl = require 'dpl'

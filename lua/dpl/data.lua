@@ -213,6 +213,15 @@ end
 
 function M.TensorDataset:get_batch(indices)
   local dpl = require 'dpl'
+  -- (an int64 tensor made from 2.5 holds 2, as torch's: a sampler's non-integer position
+  -- would silently fetch another item)
+  for k = 1, #indices do
+    local i = indices[k]
+    if type(i) ~= 'number' or i % 1 ~= 0 then
+      errors.TypeError:raise(('TensorDataset:get_batch: position %d of the batch is %s, not an integer index'
+        .. ' (a sampler yields integers 1..len(dataset))'):format(k, describe(i)), 2)
+    end
+  end
   local idx = dpl.tensor(indices, { dtype = 'int64' })
   local out = {}
   for k, t in ipairs(self.tensors) do out[k] = t:index_select(1, idx) end
