@@ -160,6 +160,16 @@ describe('samplers', function()
     assert.are.equal(s0, l.sampler)
   end)
 
+  it('DistributedSampler checks size= (2.5 gave positions read from uninitialised memory)', function()
+    for _, n in ipairs({ -1, 2.5, 0 / 0, math.huge, 'x' }) do
+      local ok, e = pcall(data.DistributedSampler, { size = n, num_replicas = 2, rank = 0 })
+      assert.is_false(ok, tostring(n))
+      assert.matches('DistributedSampler size must be an integer >= 0', tostring(e))
+      assert.is_true(class.is_instance(e, errors.MisconfigurationException))
+    end
+    assert.are.same({}, data.DistributedSampler({ size = 0, num_replicas = 2, rank = 1 }):indices())
+  end)
+
   it('DistributedSampler rejects a bad rank', function()
     assert.has_error(function() data.DistributedSampler{ size = 4, num_replicas = 2, rank = 2 } end,
       errors.MisconfigurationException('Invalid rank 2, rank should be in the interval [0, 1]'))
@@ -231,6 +241,16 @@ describe('DataLoader', function()
     assert.are.equal('DataLoader(1 batches of 1099511627776)', tostring(l))
   end)
 
+  it('num_workers = 0 is accepted (torch scripts pass it); > 0 is a NotImplementedError, not an unknown option', function()
+    local ds = Squares(5)
+    assert.are.equal(3, #data.DataLoader(ds, { batch_size = 2, num_workers = 0 }))
+    assert.has_error(function() data.DataLoader(ds, { batch_size = 2, num_workers = 4 }) end,
+      errors.NotImplementedError('DataLoader: num_workers=4 (worker processes): dpl.data.DataLoader loads batches'
+        .. ' in the training process; leave num_workers at 0'))
+    assert.has_error(function() data.DataLoader(ds, { num_workers = -1 }) end,
+      errors.MisconfigurationException('num_workers must be an integer >= 0, got -1'))
+  end)
+
   it('shuffle and drop_last must be booleans', function()
     assert.has_error(function() data.DataLoader(Squares(3), { shuffle = 'yes' }) end,
       errors.MisconfigurationException("shuffle must be a boolean, got string 'yes'"))
@@ -267,6 +287,40 @@ describe('DataLoader', function()
     assert.is_false(ok2)
     assert.are.equal('TypeError: DataLoader: NilBatches:get_batch returned nil for batch 2 (a batch cannot be nil)',
       tostring(e2))
+  end)
+end)
+
+describe('TensorDataset:get_batch', function()
+  it('a non-integer position from a sampler is a TypeError (2.5 fetched item 2)', function()
+    local dpl = require 'dpl'
+    local ds = data.TensorDataset(dpl.arange(0, 5))
+    local Half = data.Sampler:extend('Half')
+    function Half:__init() end
+    function Half:indices() return { 1, 2.5 } end
+    local loader = data.DataLoader(ds, { batch_size = 2, sampler = Half() })
+    assert.has_error(function() for _ in loader:iter() do end end,
+      errors.TypeError('TensorDataset:get_batch: position 2 of the batch is 2.5, not an integer index'
+        .. ' (a sampler yields integers 1..len(dataset))'))
+    assert.are.same({ 4, 0 }, ds:get_batch({ 5, 1 })[1]:tolist())
+  end)
+end)
+
+describe('default_collate', function()
+  it('a number item among tensors (or the reverse) is a TypeError naming it, not a Lua error from math.floor', function()
+    local dpl = require 'dpl'
+    assert.has_error(function() data.default_collate({ 1, dpl.ones({ 3 }) }) end,
+      errors.TypeError('default_collate: item 2 is a tensor where item 1 is a number'))
+    assert.has_error(function() data.default_collate({ 1, 2, 'x' }) end,
+      errors.TypeError("default_collate: item 3 is string 'x' where item 1 is a number"))
+  end)
+
+  it('booleans become a bool tensor, as torch\'s default_collate', function()
+    local b = data.default_collate({ { ok = true }, { ok = false } }).ok
+    assert.is_true(require('dpl').is_tensor(b))
+    assert.are.equal('bool', b.dtype)
+    assert.are.same({ true, false }, b:tolist())
+    assert.has_error(function() data.default_collate({ true, 1 }) end,
+      errors.TypeError('default_collate: item 2 is 1 where item 1 is a boolean'))
   end)
 end)
 

@@ -83,6 +83,31 @@ describe('dist failure handling (shm, no launcher)', function()
     for r = 0, 2 do os.remove(base .. '.' .. r) end
     assert.are.same({}, d.shm_left(job))
   end)
+
+  -- A compiled loop of collectives whose peers are always there never waits and
+  -- never reaches the interpreter's hook: the signal used to be seen only at the
+  -- end of the 5 s grace period, the other rank going on meanwhile.
+  it('SIGTERM to a rank looping over collectives stops it at its next call, the others with it', function()
+    local path = h.tmpname('.loop.lua')
+    h.write_file(path, [[
+      local dpl = require 'dpl'
+      local dist = dpl.dist
+      dist.init_process_group{timeout = 20}
+      local t = dpl.ones({65536})
+      if dist.get_rank() == 1 then os.execute('(sleep 0.5; kill -TERM $PPID) &') end
+      local ok, e = pcall(function() for _ = 1, 1e9 do dist.all_reduce(t, 'mean') end end)
+      print('DIST-ERR', tostring(e))
+      os.exit(1)
+    ]])
+    local res, took, job = d.run_ranks(2, path, '')
+    os.remove(path)
+    assert.are.equal(1, res[1].rc, res[1].out .. res[1].err)
+    assert.matches('rank 1 interrupted by signal 15 in all_reduce #%d+', res[1].out)
+    assert.matches('interrupted', res[2].out)
+    assert.is_true(res[2].rc ~= 0, 'rank 1 exited 0')
+    assert.is_true(took < 3, ('the job took %.1f s'):format(took))
+    assert.are.same({}, d.shm_left(job))
+  end)
 end)
 
 describe('dist mismatched collectives', function()
@@ -173,6 +198,22 @@ describe('dist failure handling (mpi)', function()
     assert.is_true(rc ~= 0)
     assert.matches('rank 0: all_reduce #2 %(float32 x 262144, sum%) ran past its timeout', out .. err)
     assert.is_true(took < 15, 'took ' .. took)
+  end)
+  it('SIGTERM to a rank looping over collectives stops it at its next call (not after the 5 s grace)', function()
+    local path = h.tmpname('.mpiloop.lua')
+    h.write_file(path, [[
+      local dpl = require 'dpl'
+      local dist = dpl.dist
+      dist.init_process_group{timeout = 30}
+      local t = dpl.ones({65536})
+      if dist.get_rank() == 1 then os.execute('(sleep 0.5; kill -TERM $PPID) &') end
+      for _ = 1, 1e9 do dist.all_reduce(t, 'mean') end
+    ]])
+    local out, err, rc, took = d.mpirun(2, path, '', { timeout = 60 })
+    os.remove(path)
+    assert.is_true(rc ~= 0, out .. err)
+    assert.not_matches('did not stop within 5 s', out .. err)
+    assert.is_true(took < 4.5, 'took ' .. took)
   end)
   it('a mismatch is an error on every rank with DPL_COMM_CHECK=1', function()
     local out, err, rc = d.mpirun(2, script, 'mismatch x 1 mpi', { env = { DPL_COMM_CHECK = 1 } })

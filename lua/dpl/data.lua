@@ -15,7 +15,7 @@ end
 
 -- options tables: an unknown key is an error (ValueError) naming the accepted ones
 local check_opts, keys = options.check, options.keys
-local LOADER_KEYS = keys('batch_size', 'shuffle', 'drop_last', 'sampler', 'collate_fn', 'seed')
+local LOADER_KEYS = keys('batch_size', 'shuffle', 'drop_last', 'sampler', 'collate_fn', 'seed', 'num_workers')
 local RANDOM_KEYS = keys('seed')
 local DIST_KEYS = keys('dataset', 'size', 'num_replicas', 'rank', 'shuffle', 'seed', 'drop_last')
 local WRAPPER_KEYS = keys('sampler', 'num_replicas', 'rank', 'shuffle', 'seed', 'drop_last')
@@ -213,6 +213,15 @@ end
 
 function M.TensorDataset:get_batch(indices)
   local dpl = require 'dpl'
+  -- (an int64 tensor made from 2.5 holds 2, as torch's: a sampler's non-integer position
+  -- would silently fetch another item)
+  for k = 1, #indices do
+    local i = indices[k]
+    if type(i) ~= 'number' or i % 1 ~= 0 then
+      errors.TypeError:raise(('TensorDataset:get_batch: position %d of the batch is %s, not an integer index'
+        .. ' (a sampler yields integers 1..len(dataset))'):format(k, describe(i)), 2)
+    end
+  end
   local idx = dpl.tensor(indices, { dtype = 'int64' })
   local out = {}
   for k, t in ipairs(self.tensors) do out[k] = t:index_select(1, idx) end
@@ -532,6 +541,7 @@ function M.DistributedSampler:__init(opts)
   check_opts(opts, DIST_KEYS, 'DistributedSampler')
   local n = opts.size or (opts.dataset and M.len(opts.dataset))
   if not n then misconf('DistributedSampler needs dataset= or size=') end
+  if opts.size ~= nil then check_int('DistributedSampler size', opts.size, 0) end
   local dist_ok, dist = pcall(require, 'dpl.dist')
   local initialized = dist_ok and dist.is_initialized and dist.is_initialized()
   local replicas = opts.num_replicas or (initialized and dist.get_world_size()) or 1
@@ -633,19 +643,34 @@ local function is_tensor(v)
 end
 M.is_tensor = is_tensor
 
+-- every item has the first one's kind (a number, a boolean), else a TypeError naming one that has not
+local function same_kind(items, kind, what)
+  for i = 2, #items do
+    if type(items[i]) ~= kind then
+      errors.TypeError:raise(('default_collate: item %d is %s where item 1 is %s'):format(
+        i, is_tensor(items[i]) and 'a tensor' or describe(items[i]), what), 3)
+    end
+  end
+end
+
 --- Default collation: a list of items -> one batch. Tensors are stacked on a new
---- first dim, numbers become a tensor (int64 when all integers, else float64),
---- tables are collated key by key, strings and other values are listed.
+--- first dim, numbers become a tensor (int64 when all integers, else float64), booleans
+--- a bool tensor (as torch's), tables are collated key by key, strings and other values
+--- are listed.
 function M.default_collate(items)
   local first = items[1]
   if is_tensor(first) then
     return require('dpl').stack(items, 1)
   elseif type(first) == 'number' then
+    same_kind(items, 'number', 'a number')
     local integral = true
     for i = 1, #items do
       if items[i] ~= math.floor(items[i]) then integral = false break end
     end
     return require('dpl').tensor(items, { dtype = integral and 'int64' or 'float64' })
+  elseif type(first) == 'boolean' then
+    same_kind(items, 'boolean', 'a boolean')
+    return require('dpl').tensor(items, { dtype = 'bool' })
   elseif type(first) == 'table' and getmetatable(first) == nil then
     local out = {}
     for k in pairs(first) do
@@ -699,6 +724,14 @@ function M.DataLoader(ds, opts)
     end
   end
   M.check_seed(opts.seed, 'DataLoader seed')
+  -- torch's num_workers: 0 (the default) loads in this process, as every dpl loader does
+  if opts.num_workers ~= nil then
+    check_int('num_workers', opts.num_workers, 0)
+    if opts.num_workers > 0 then
+      errors.NotImplementedError:raise(('DataLoader: num_workers=%d (worker processes): dpl.data.DataLoader loads'
+        .. ' batches in the training process; leave num_workers at 0'):format(opts.num_workers), 2)
+    end
+  end
   if opts.sampler ~= nil then check_sampler(opts.sampler) end
   if opts.sampler and opts.shuffle then
     misconf('sampler option is mutually exclusive with shuffle')

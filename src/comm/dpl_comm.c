@@ -254,6 +254,18 @@ static int begin(dpl_comm *c, dpl_coll_desc *d, int32_t kind, int64_t count, int
   d->dtype = kind == DPL_K_BARRIER ? -1 : dtype;
   d->op = op;
   d->root = root;
+  /* a call made while a signal is stopping the script fails before it starts (shm does
+   * this in its first synchronisation, where it also fails the group for the others): a
+   * compiled loop of collectives whose peers are ready would not stop before the grace
+   * period ends */
+  if (c->backend != DPL_COMM_SHM && c->size > 1) {
+    int32_t sig = dpl_signal_received();
+    if (sig) {
+      char w[160];
+      return dpl_errorf(DPL_EINTR, "dist: rank %d interrupted by signal %d in %s", c->rank, sig - 128,
+                        dpl_comm_desc_str(d, w, sizeof w));
+    }
+  }
   if (c->check && c->size > 1) return c->ops->check(c, d);
   return DPL_OK;
 }

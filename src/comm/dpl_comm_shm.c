@@ -206,6 +206,16 @@ static int check_peers(dpl_comm *c, int waiting_for, uint32_t target, int force)
   return DPL_OK;
 }
 
+/* A call made while a signal is stopping the script fails at once (and fails the
+ * group for the others), also when its peers are there and no wait would be needed:
+ * a compiled loop of collectives never reaches the interpreter's hook, and would
+ * otherwise go on for the whole grace period. */
+int shm_check_signal(dpl_comm *c)
+{
+  if (!dpl_signal_received()) return DPL_OK;
+  return check_peers(c, -1, 0, 1);
+}
+
 /* ---------------------------------------------------------------- steps */
 
 void shm_signal(dpl_comm *c)

@@ -91,6 +91,8 @@ int shm_wait_rank(dpl_comm *c, int j, uint32_t target);
 int shm_wait_all(dpl_comm *c, uint32_t target);
 /* Starts a call: sets the deadline. */
 void shm_start(dpl_comm *c, const dpl_coll_desc *d);
+/* DPL_EINTR (the group failed) when a signal is stopping the script, else DPL_OK. */
+int shm_check_signal(dpl_comm *c);
 /* Publishes d (before the first signal of a call) / compares everyone's after the first wait_all. */
 void shm_put_desc(dpl_comm *c, const dpl_coll_desc *d);
 int shm_verify_descs(dpl_comm *c, const dpl_coll_desc *d);

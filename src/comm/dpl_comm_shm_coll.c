@@ -38,9 +38,11 @@ static inline void copy(void *dst, const void *src, size_t n)
  * the group's abort flag, read once the wait is over, fails it too. */
 static int first_sync(dpl_comm *c, const dpl_coll_desc *d)
 {
+  int st = shm_check_signal(c);
+  if (st) return st;
   shm_put_desc(c, d);
   shm_signal(c);
-  int st = shm_wait_all(c, SHM(c)->my_step);
+  st = shm_wait_all(c, SHM(c)->my_step);
   if (st) return st;
   if (atomic_load_explicit(&SHM(c)->hdr->abort_flag, memory_order_acquire)) return shm_abort_error(c);
   return shm_verify_descs(c, d);
