@@ -177,6 +177,17 @@ describe('samplers', function()
 end)
 
 describe('DataLoader', function()
+  it('iterates with `for batch in loader do` too: each loop a new pass, a loop left early ends its pass', function()
+    local loader = data.DataLoader(Squares(7), { batch_size = 3, collate_fn = list_collate })
+    local firsts = {}
+    for b in loader do firsts[#firsts + 1] = b[1][1] end
+    assert.are.same({ 1, 4, 7 }, firsts)
+    for b in loader do assert.are.same({ 1, 1 }, b[1]) break end
+    local again = {}
+    for b in loader do again[#again + 1] = b[1][1] end
+    assert.are.same({ 1, 4, 7 }, again)
+  end)
+
   it('batches in order, #loader counts batches, last batch partial', function()
     local loader = data.DataLoader(Squares(7), { batch_size = 3, collate_fn = list_collate })
     assert.are.equal(3, #loader)

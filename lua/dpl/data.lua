@@ -708,7 +708,8 @@ local function check_sampler(s)
 end
 
 --- DataLoader(dataset, {batch_size=1, shuffle=false, drop_last=false, sampler=, collate_fn=, seed=}).
---- Iterate with `for batch in loader:iter() do ... end`; `#loader` is the number of batches.
+--- Iterate with `for batch in loader:iter() do ... end` (or `for batch in loader do`: a new pass
+--- each loop); `#loader` is the number of batches.
 --- shuffle=true makes a RandomSampler(#dataset, {seed=seed}): without seed, each pass draws its
 --- seed from dpl's global generator (dpl.manual_seed makes the order reproducible).
 function M.DataLoader(ds, opts)
@@ -751,6 +752,15 @@ function M.DataLoader(ds, opts)
   mt.__index = impl
   mt.__newindex = impl
   mt.__len = function() return impl:num_batches() end
+  -- `for batch in loader do`: the generic for calls the loader with a nil control value
+  -- first (a new pass), then with the batch it returned last (the same pass)
+  local pass
+  mt.__call = function(_, _, prev)
+    if prev == nil then pass = impl:iter() end
+    local b = pass and pass()
+    if b == nil then pass = nil end
+    return b
+  end
   mt.__tostring = function()
     local ok, nb = pcall(impl.num_batches, impl)
     return ('DataLoader(%s batches of %d)'):format(ok and tostring(nb) or '?', bs)
