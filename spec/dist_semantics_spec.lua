@@ -178,7 +178,8 @@ describe('dist semantics (shm)', function()
   it('monitored_barrier times out naming every rank that did not arrive', function()
     local res = d.run_ranks(3, script, 'monitored', { timeout = 30 })
     assert.matches('monitored_barrier: ERR DistError: dist: monitored_barrier: rank 0 timed out after 0.5 s in barrier #1 '
-      .. 'waiting for rank 1, whose last call is none yet; ranks not arrived: 1,2', res[1].out, 1, true)
+      .. 'waiting for rank 1, whose last call is none yet; ranks not arrived: 1,2 (timeout: monitored_barrier{timeout=})',
+      res[1].out, 1, true)
     assert.matches('monitored_barrier: ERR DistError: dist: monitored_barrier:', res[3].out, 1, true)
   end)
 

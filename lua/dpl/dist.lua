@@ -1291,6 +1291,14 @@ function M.monitored_barrier(opts, timeout)
   if timeout then check(C.dpl_comm_set_timeout(g.comm, timeout), 2) end
   local st = C.dpl_comm_barrier(g.comm)
   if timeout then C.dpl_comm_set_timeout(g.comm, old) end
+  if st ~= 0 and timeout then -- the timeout that ran out is this call's own: say so
+    local ok, e = pcall(check, st, 1, 'monitored_barrier')
+    if not ok and type(e) == 'table' and type(e.message) == 'string' then
+      e.message = e.message:gsub('%(timeout: init_process_group{timeout=} or DPL_COMM_TIMEOUT%)',
+        '(timeout: monitored_barrier{timeout=})')
+    end
+    error(e, 2)
+  end
   check(st, 2, 'monitored_barrier')
 end
 
