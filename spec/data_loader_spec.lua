@@ -333,6 +333,14 @@ describe('default_collate', function()
     assert.has_error(function() data.default_collate({ true, 1 }) end,
       errors.TypeError('default_collate: item 2 is 1 where item 1 is a boolean'))
   end)
+
+  it('an item with more entries than the first is an error (torch: lists of unequal sizes), not silently cut', function()
+    assert.has_error(function() data.default_collate({ { 1, 2 }, { 3, 4, 5 } }) end,
+      errors.MisconfigurationException('default_collate: item 2 has key 3, item 1 has not'))
+    assert.has_error(function() data.default_collate({ { x = 1 }, { x = 2, y = 3 } }) end,
+      errors.MisconfigurationException('default_collate: item 2 has key y, item 1 has not'))
+    assert.are.same({ 1, 3 }, data.default_collate({ { 1, 2 }, { 3, 4 } })[1]:totable())
+  end)
 end)
 
 describe('Subset', function()

@@ -685,6 +685,11 @@ function M.default_collate(items)
       end
       out[k] = M.default_collate(col)
     end
+    for i = 2, #items do -- (a key item 1 lacks would be dropped: torch refuses lists of unequal sizes)
+      for k in pairs(items[i]) do
+        if first[k] == nil then misconf('default_collate: item %d has key %s, item 1 has not', i, tostring(k)) end
+      end
+    end
     return out
   end
   return items
