@@ -97,6 +97,13 @@ describe('safetensors', function()
     assert.matches('duplicate tensor name', err_of(function() st.load(bad) end))
     file('[1]')
     assert.matches('must be a JSON object', err_of(function() st.load(bad) end))
+    -- dims that each pass but whose product wraps in 64 bits (2^64 elements read as 0, so empty
+    -- data_offsets passed and indexing the tensor crashed)
+    file('{"x":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,0]}}')
+    assert.matches("tensor 'x' has shape %[4294967296, 4294967296%], too many elements", err_of(function() st.load(bad) end))
+    file('{"x":{"dtype":"F32","shape":[2147483648,2147483648,4],"data_offsets":[0,16]}}', ('\0'):rep(16))
+    assert.matches('too many elements', err_of(function() st.load(bad) end))
+    assert.matches('too many elements', err_of(function() dpl.load(bad) end))
     os.remove(bad)
   end)
 

@@ -12,6 +12,8 @@
 -- table with PyTorch's keyword names (t:elu(0.5) or t:elu{alpha = 0.5}), checked by
 -- dpl.options (an unknown key is an error). Dims are 1-based, negative from the end.
 local C = require('dpl.capi').C
+local bit = require 'bit'
+local rethrow = error -- (the builtin: H.error below wraps strings)
 local options = require 'dpl.options'
 local errors = require 'dpl.errors'
 
@@ -65,7 +67,12 @@ return function(M, H)
   -- use these so that their insides are not recorded)
   local raw = { reshape = methods.reshape, clamp = methods.clamp, bmm = methods.bmm, mul_ = methods.mul_,
     add_ = methods.add_, add = methods.add, to = methods.to, copy_ = methods.copy_, where = M.where,
-    isnan = methods.isnan, sum = methods.sum }
+    isnan = methods.isnan, sum = methods.sum, mul = methods.mul, div = methods.div, gt = methods.gt, ge = methods.ge, le = methods.le,
+    lt = methods.lt, exp = methods.exp, expm1 = methods.expm1, log1p = methods.log1p, tanh = methods.tanh,
+    sigmoid = methods.sigmoid }
+  for k, v in pairs(raw) do
+    if v == nil then error(fmt('tensor_math: the raw method %s is missing', k)) end
+  end
 
   local function got(v) return type(v) == 'cdata' and (is_tensor(v) and 'a tensor' or 'cdata') or type(v) end
   local function not_impl(msg) error(errors.NotImplementedError(msg)) end
@@ -137,12 +144,67 @@ return function(M, H)
     return raw.clamp(t, tr(lo), tr(hi))
   end
 
+  -- The C kernels run on the CPU (and simulated GPUs); a tensor in GPU memory composes the same
+  -- formulas (PyTorch 1.13's, those of src/tensor/dpl_tensor_math.c) from ops the CUDA plugin
+  -- runs, float16/bfloat16 through float32 as there: one rounding to the dtype at the end.
+  local function devmem(t) return bit.band(t._flags, 2) ~= 0 end
+  local function kd32(t)
+    if t._dtype == 2 or t._dtype == 3 then return raw.to(t, 'float32') end
+    return t
+  end
+  -- fn(...) composed of GPU ops; where one is not implemented there (no plugin), nil: the caller
+  -- goes on to the C kernel, whose error names the activation
+  local function composed(fn, ...)
+    local ok, r = pcall(fn, ...)
+    if ok then return r end
+    if errors.is(r, errors.NotImplementedError) then return nil end
+    rethrow(r, 0)
+  end
+  local function act_dev(id, x, p0, p1)
+    local xf, y = kd32(x), nil
+    if id == 0 then y = raw.clamp(xf, p0, p1)
+    elseif id == 1 then
+      local bx = raw.mul(xf, p0)
+      y = raw.where(raw.gt(bx, p1), xf, raw.div(raw.log1p(raw.exp(bx)), p0))
+    elseif id == 2 then y = raw.where(raw.le(xf, 0), raw.mul(raw.expm1(xf), p0), xf)
+    elseif id == 3 then y = raw.where(raw.gt(xf, 0), xf, raw.mul(xf, p0))
+    elseif id == 4 then y = raw.mul(xf, raw.tanh(raw.log1p(raw.exp(xf))))
+    else y = raw.div(raw.mul(xf, raw.clamp(raw.add(xf, 3), 0, 6)), 6) end
+    if y._dtype ~= x._dtype then y = raw.to(y, dtype_names[x._dtype]) end
+    return y
+  end
+  local function act_bwd_dev(id, g, x, p0, p1)
+    -- the promoted float dtype (float32 0, float64 1, float16 2, bfloat16 3)
+    local rd = g._dtype == x._dtype and g._dtype or ((g._dtype == 1 or x._dtype == 1) and 1 or 0)
+    local gf, xf, r = kd32(g), kd32(x), nil
+    if id == 0 then r = raw.where(raw.le(xf, p0), 0, raw.where(raw.ge(xf, p1), 0, gf)) -- (NaN passes g)
+    elseif id == 1 then
+      local bx = raw.mul(xf, p0)
+      local z = raw.exp(bx)
+      r = raw.where(raw.gt(bx, p1), gf, raw.div(raw.mul(gf, z), raw.add(z, 1)))
+    elseif id == 2 then r = raw.where(raw.le(xf, 0), raw.mul(raw.mul(gf, p0), raw.exp(xf)), gf)
+    elseif id == 3 then r = raw.where(raw.gt(xf, 0), gf, raw.mul(gf, p0))
+    elseif id == 4 then
+      local sg = raw.sigmoid(xf)
+      local ts = raw.tanh(raw.log1p(raw.exp(xf)))
+      r = raw.mul(gf, raw.add(ts, raw.mul(raw.mul(xf, sg), raw.add(raw.mul(raw.mul(ts, ts), -1), 1))))
+    else
+      r = raw.where(raw.lt(xf, -3), 0, raw.where(raw.le(xf, 3), raw.mul(gf, raw.add(raw.div(xf, 3), 0.5)), gf))
+    end
+    if r._dtype ~= rd then r = raw.to(r, dtype_names[rd]) end
+    return r
+  end
+
   for name, a in pairs(ACT) do
     local id = a.id
     methods[name] = function(t, a1, a2, a3)
       if not is_tensor(t) then need_tensor(name, 'input', t) end
       local p0, p1 = act_params(name, a1, a2, a3)
       if id == 0 and not is_float(t) then return int_hardtanh(name, t, p0, p1) end
+      if is_float(t) and devmem(t) then
+        local y = composed(act_dev, id, t, p0, p1)
+        if y then return y end
+      end
       return call1(C.dpl_act, id, t, p0, p1, out1)
     end
     M[name] = methods[name]
@@ -152,6 +214,10 @@ return function(M, H)
         if not is_tensor(t) then need_tensor(iname, 'self', t) end
         local p0, p1 = act_params(iname, a1, a2, a3)
         if id == 0 and not is_float(t) then return int_hardtanh(iname, t, p0, p1, true) end
+        if is_float(t) and devmem(t) then
+          local y = composed(function() return raw.copy_(t, act_dev(id, t, p0, p1)) end)
+          if y then return y end
+        end
         check(C.dpl_act_(id, t, p0, p1))
         return t
       end
@@ -166,6 +232,12 @@ return function(M, H)
     if not a then error(fmt("act_backward: unknown activation '%s'", tostring(name))) end
     need_tensor('act_backward', 'grad', grad)
     need_tensor('act_backward', 'input', x)
+    if devmem(grad) and devmem(x) and is_float(grad) and is_float(x) and grad._ndim == x._ndim then
+      local same = true
+      for i = 0, x._ndim - 1 do if grad._shape[i] ~= x._shape[i] then same = false end end
+      local r = same and composed(act_bwd_dev, a.id, grad, x, p0 or 0, p1 or 0)
+      if r then return r end
+    end
     return call1(C.dpl_act_backward, a.id, grad, x, p0 or 0, p1 or 0, out1)
   end
 

@@ -215,6 +215,27 @@ for _, op in ipairs({ 'relu', 'gelu', 'silu', 'tanh', 'sigmoid' }) do
     return { dpl.tensor.activation_backward(op, g, saved) }
   end)
 end
+-- the parametrised activations (composed of GPU ops on cuda, the C kernels on the CPU): forward,
+-- in place and gradient (T.act_backward), NaN, the branch points and float16/bfloat16
+local acts = { { 'hardtanh', -0.5, 2 }, { 'softplus', 2, 5 }, { 'softplus' }, { 'elu', 0.7 }, { 'leaky_relu', 0.2 },
+  { 'mish' }, { 'hardswish' } }
+for _, dt in ipairs({ 'float32', 'float64', 'float16', 'bfloat16' }) do
+  for _, a in ipairs(acts) do
+    local op, p0, p1 = a[1], a[2], a[3]
+    add(('activation %s%s %s'):format(op, p0 and ('(' .. p0 .. (p1 and ', ' .. p1 or '') .. ')') or '', dt), function()
+      local x = sample(dt, 6, 9)
+      x[{ 1, 1 }] = 0; x[{ 1, 2 }] = -3; x[{ 1, 3 }] = 3; x[{ 1, 4 }] = -0.5; x[{ 1, 5 }] = 2; x[{ 1, 6 }] = 0 / 0
+      x[{ 1, 7 }] = 30
+      return { x, sample(dt, 6, 9) }
+    end, function(_, x, g)
+      local y = x:clone()
+      if op ~= 'softplus' then y[op .. '_'](y, p0, p1) end
+      local xt = x:t()
+      return { x[op](x, p0, p1), xt[op](xt, p0, p1), y, dpl.tensor.act_backward(op, g, x, p0, p1),
+        dpl.tensor.act_backward(op, g:t(), xt, p0, p1) }
+    end)
+  end
+end
 add('clamp/where/masked_fill', function() return { randn(5, 6), randint(-9, 9, { 5, 6 }) } end, function(_, x, i)
   local m = x:gt(0)
   return { x:clamp(-0.5, 0.5), x:clamp_min(0), i:clamp(-3, 3), dpl.where(m, x, x * 10), x:masked_fill(m, -1),

@@ -319,7 +319,20 @@ int dpl_st_open(const char *path, dpl_st_file **out)
   uint64_t at = 0;
   for (int i = 0; i < f->n; i++) {
     st_entry *e = sorted[i];
-    uint64_t want = (uint64_t)dpl_shape_numel(e->ndim, e->shape) * (uint64_t)dpl_elsize(e->dtype);
+    /* each dim is at most 2^50 (parse_header), but their product can wrap: [2^32, 2^32]
+     * would read as 0 elements and pass with empty data_offsets */
+    int64_t numel = 1;
+    for (int d = 0; d < e->ndim; d++) {
+      if (__builtin_mul_overflow(numel, e->shape[d], &numel) || numel > (INT64_C(1) << 50)) {
+        free(sorted);
+        char sb[160];
+        int rc = dpl_errorf(DPL_EINVAL, "safetensors: '%s': tensor '%s' has shape %s, too many elements", path, e->name,
+                            dpl_shape_str(e->ndim, e->shape, sb, sizeof sb));
+        st_free(f);
+        return rc;
+      }
+    }
+    uint64_t want = (uint64_t)numel * (uint64_t)dpl_elsize(e->dtype);
     if (e->end < e->begin || e->end - e->begin != want || e->begin != at) {
       free(sorted);
       int rc = dpl_errorf(DPL_EINVAL,

@@ -454,6 +454,25 @@ function F.batch_norm(x, rm, rv, w, b, training, momentum, eps)
     error(fmt('batch_norm: expected more than 1 value per channel when training, got input size %s',
       shape_str(x)), 2)
   end
+  if x._dtype == 2 or x._dtype == 3 then
+    -- float16/bfloat16 batch statistics in float32 (as PyTorch's kernels, which accumulate in
+    -- float): the variance of small activations and rsqrt's gradient (-0.5 var^-1.5) leave
+    -- float16's range (the gradient was inf/NaN for activations of ~0.03, so a 16-mixed
+    -- GradScaler skipped every step); the output keeps x's dtype, as PyTorch's
+    local function f32(t)
+      if t == nil or t._dtype == 0 then return t end
+      return t:to('float32')
+    end
+    local rm32, rv32 = f32(rm), f32(rv)
+    local y = F.batch_norm(x:to('float32'), rm32, rv32, f32(w), f32(b), training, momentum, eps)
+    if rm32 ~= rm or rv32 ~= rv then
+      autograd.no_grad(function()
+        if rm32 ~= rm then rm:copy_(rm32) end
+        if rv32 ~= rv then rv:copy_(rv32) end
+      end)
+    end
+    return y:to(x.dtype)
+  end
   if (training or not rm) and not amp.dtype and x._dtype <= 3 and x:numel() > 0 and bn_agrees(x, w) and bn_agrees(x, b)
     and bn_agrees(x, rm) and bn_agrees(x, rv) then
     if x._dtype <= 1 and x._devtype == 0 and x:is_contiguous() and x:numel() > C and bn_c_ok(x, w) and bn_c_ok(x, b)
