@@ -384,3 +384,41 @@ describe('checkpoints of float64 models', function()
     assert.are.same(m4.l.weight:totable(), m3.l.weight:totable())
   end)
 end)
+
+describe('save_hyperparameters without a table', function()
+  it("takes the constructor's named arguments (Lightning's self.save_hyperparameters()), or those named, "
+    .. 'and load_from_checkpoint builds the module from them', function()
+    local th = require 'spec.support.trainer_helpers'
+    local dir = th.tmpdir()
+    local M = dpl.LightningModule:extend('HpModel')
+    function M:__init(hidden, lr, tag)
+      dpl.LightningModule.__init(self)
+      self:save_hyperparameters()
+      self.l = dpl.nn.Linear(2, hidden)
+      self.lr = lr
+    end
+    function M:training_step(b) return self.l(b[1]):pow(2):mean() end
+    function M:configure_optimizers() return dpl.optim.SGD(self:parameters(), { lr = self.hparams.lr }) end
+    local m = M(3, 0.05, 'x')
+    assert.are.same({ hidden = 3, lr = 0.05, tag = 'x' }, m.hparams)
+    local t = dpl.Trainer { default_root_dir = dir, max_epochs = 1, logger = false, enable_progress_bar = false,
+      enable_model_summary = false }
+    t:fit(m, dpl.data.DataLoader(dpl.data.TensorDataset(dpl.randn(8, 2)), { batch_size = 4 }))
+    local m2 = M:load_from_checkpoint(t.checkpoint_callback.best_model_path)
+    assert.are.same({ 3, 2 }, m2.l.weight:size())
+    assert.are.equal(0.05, m2.lr)
+    assert.are.same(m.l.weight:totable(), m2.l.weight:totable())
+
+    local N = dpl.LightningModule:extend('HpNamed')
+    function N:__init(hidden, lr, backbone) dpl.LightningModule.__init(self) self:save_hyperparameters('hidden', 'lr') end
+    assert.are.same({ hidden = 4, lr = 0.1 }, N(4, 0.1, {}).hparams)
+    local K = dpl.LightningModule:extend('HpIgnore')
+    function K:__init(hidden, backbone) dpl.LightningModule.__init(self) self:save_hyperparameters(nil, { ignore = { 'backbone' } }) end
+    assert.are.same({ hidden = 5 }, K(5, {}).hparams)
+    local B = dpl.LightningModule:extend('HpBad')
+    function B:__init(hidden) dpl.LightningModule.__init(self) self:save_hyperparameters('hiden') end
+    local ok, e = pcall(B, 1)
+    assert.is_false(ok)
+    assert.matches("save_hyperparameters: 'hiden' is not an argument of the calling function", tostring(e), 1, true)
+  end)
+end)

@@ -280,12 +280,41 @@ function LightningModule:lr_schedulers()
 end
 
 --- Stores hyper-parameters (a table) as self.hparams; logged and checkpointed.
-function LightningModule:save_hyperparameters(tbl, opts)
-  if tbl == nil then return end
-  if type(tbl) ~= 'table' then
+function LightningModule:save_hyperparameters(tbl, opts, ...)
+  local ignore = {}
+  if type(tbl) == 'string' then -- save_hyperparameters('lr', 'hidden'): those constructor arguments
+    local names, wanted = { tbl, opts, ... }, {}
+    local n = select('#', ...) + 2
+    if n == 2 and opts == nil then n = 1 end
+    for i = 1, n do
+      if type(names[i]) ~= 'string' then
+        Misconfiguration:raise(('save_hyperparameters: argument names must be strings, got %s at position %d'):format(
+          type(names[i]), i), 2)
+      end
+      wanted[names[i]] = true
+    end
+    local args = {}
+    local info = debug.getinfo(2, 'u')
+    for i = 1, info and info.nparams or 0 do
+      local name, value = debug.getlocal(2, i)
+      if wanted[name] then args[name] = value; wanted[name] = nil end
+    end
+    local missing = next(wanted)
+    if missing then
+      Misconfiguration:raise(("save_hyperparameters: '%s' is not an argument of the calling function"):format(missing), 2)
+    end
+    tbl, opts = args, nil
+  elseif tbl == nil then -- save_hyperparameters(): every named argument of the caller (the constructor)
+    local args = {}
+    local info = debug.getinfo(2, 'u')
+    for i = 1, info and info.nparams or 0 do
+      local name, value = debug.getlocal(2, i)
+      if name ~= 'self' then args[name] = value end
+    end
+    tbl = args
+  elseif type(tbl) ~= 'table' then
     Misconfiguration:raise(('save_hyperparameters expects a table of hyper-parameters, got %s'):format(type(tbl)), 2)
   end
-  local ignore = {}
   if opts and opts.ignore then
     for _, k in ipairs(type(opts.ignore) == 'table' and opts.ignore or { opts.ignore }) do ignore[k] = true end
   end
