@@ -462,7 +462,12 @@ props.device = function(t)
   if t._devtype == 0 then return devices().device('cpu') end
   return devices().device('cuda', t._devindex)
 end
-props.T = function(t) return t:t() end
+props.T = function(t)
+  if t._ndim > 2 then -- (torch 1.13 still reverses the dims with a deprecation warning; it will refuse)
+    error(fmt('T: expects a tensor with <= 2 dims, got %d (use .mT to transpose the last two dims, or permute)', t._ndim), 3)
+  end
+  return t:t()
+end
 function methods.type(t, dt)
   if dt == nil then return dtype_names[t._dtype] end
   return t:to(dt)
