@@ -236,6 +236,99 @@ for _, dt in ipairs({ 'float32', 'float64', 'float16', 'bfloat16' }) do
     end)
   end
 end
+-- lerp, addcmul/addcdiv, nan_to_num, isclose/allclose (composed of GPU ops on cuda,
+-- dpl_tensor_math.c's *_dev): out of place, in place, broadcast, transposed, special values
+for _, dt in ipairs({ 'float32', 'float64', 'float16', 'bfloat16' }) do
+  add('lerp/addcmul/addcdiv ' .. dt, function()
+    local w = dpl.rand(5, 6):to(dt)
+    w[{ 1, 1 }] = 0.5; w[{ 1, 2 }] = 0; w[{ 1, 3 }] = 1; w[{ 1, 4 }] = -0.25; w[{ 1, 5 }] = 1.5; w[{ 1, 6 }] = 0 / 0
+    return { sample(dt, 5, 6), sample(dt, 5, 6), w, sample(dt, 5, 6), sample(dt, 6) }
+  end, function(_, s, e, w, t1, t2)
+    local a, b, c, d = s:clone(), s:clone(), s:clone(), s:t():clone():t()
+    a:lerp_(e, 0.7)
+    b:addcmul_(t1, t2, -0.5)
+    c:addcdiv_(t1, t2:abs() + 0.5, 2)
+    d:lerp_(e:t():contiguous():t(), w) -- non-contiguous self and end
+    return { s:lerp(e, 0.3), s:lerp(e, 0.7), s:lerp(e, 0.5), s:lerp(e, w), s:t():lerp(e:t(), w:t()), s:lerp(e[1], w),
+      a, d, s:addcmul(t1, t2), s:addcmul(t1:t():contiguous():t(), t2, 2.5), s:addcdiv(t1, t2), s:addcdiv(t1, t2, -3), b, c }
+  end)
+  add('nan_to_num ' .. dt, function()
+    local x = sample(dt, 5, 6)
+    x[{ 1, 1 }] = 0 / 0; x[{ 2, 2 }] = math.huge; x[{ 3, 3 }] = -math.huge; x[{ 4, 1 }] = 0 / 0
+    return { x }
+  end, function(_, x)
+    local y, z = x:clone(), x:t():clone()
+    y:nan_to_num_()
+    z:nan_to_num_(1, 2, -2)
+    return { x:nan_to_num(), x:nan_to_num(0.5), x:t():nan_to_num{ nan = -1, posinf = 1e30, neginf = -1e300 }, y, z }
+  end)
+  add('isclose/allclose ' .. dt, function()
+    local a = sample(dt, 5, 6)
+    local b = a + sample(dt, 5, 6) * 1e-3
+    b[{ 1, 1 }] = a[{ 1, 1 }]
+    a[{ 2, 2 }] = 0 / 0; b[{ 2, 2 }] = 0 / 0; a[{ 3, 3 }] = math.huge; b[{ 3, 3 }] = math.huge
+    a[{ 4, 4 }] = math.huge; b[{ 4, 4 }] = -math.huge
+    return { a, b }
+  end, function(dev, a, b)
+    local function flag(v) return dpl.tensor({ v and 1 or 0 }, { device = dev }) end
+    return { a:isclose(b), a:isclose(b, 1e-2, 1e-3), a:isclose(b, { rtol = 0, atol = 5e-3, equal_nan = true }),
+      a:t():isclose(b:t()[1]), flag(a:allclose(a:clone())), flag(a:allclose(b, { atol = 1, rtol = 1, equal_nan = true })),
+      flag(a:allclose(b)) }
+  end)
+end
+for _, dt in ipairs({ 'int32', 'int64', 'uint8', 'bool' }) do
+  add('addcmul/nan_to_num/isclose ' .. dt, function() return { sample(dt, 5, 6), sample(dt, 5, 6), sample(dt, 6) } end,
+    function(_, s, t1, t2)
+      local r = { s:nan_to_num(), s:isclose(t1), s:isclose(s:t():contiguous():t(), 0, 2), s:isclose(t2) }
+      if dt ~= 'bool' then
+        local b = s:clone()
+        b:addcmul_(t1, t2, 3)
+        r[#r + 1] = s:addcmul(t1, t2, -2)
+        r[#r + 1] = b
+        r[#r + 1] = s:addcdiv(t1:double(), t2:double() + 0.5)
+      end
+      return r
+    end)
+end
+-- the bitwise ops (integer and bool kernels of the binary op)
+for _, dt in ipairs({ 'int32', 'int64', 'uint8', 'bool' }) do
+  add('bitwise and/or/xor ' .. dt, function() return { sample(dt, 5, 6), sample(dt, 6), sample(dt, 70, 61), sample(dt, 70, 61) } end,
+    function(_, a, b, c, d)
+      local s = dt == 'bool' and true or 6
+      local x, y = a:clone(), a:t():clone()
+      x:bitwise_xor_(b)
+      y:bitwise_or_(s)
+      return { a:bitwise_and(b), a:bitwise_or(b), a:bitwise_xor(b), a:t():bitwise_and(a:t():contiguous()),
+        a:bitwise_and(s), a:bitwise_or(s), a:bitwise_xor(s), x, y, c:bitwise_and(d), c:bitwise_xor(d) }
+    end)
+end
+-- flip, roll, tril/triu (index_select with mapped aranges, a mask fill on cuda)
+for _, dt in ipairs({ 'float32', 'float64', 'bfloat16', 'int64', 'uint8', 'bool' }) do
+  add('flip/roll/tril/triu ' .. dt, function() return { sample(dt, 3, 4, 5), sample(dt, 6) } end, function(_, x, v)
+    local a, b, c = x:clone(), x:transpose(2, 3):clone(), x:transpose(1, 3)
+    a:tril_(1)
+    b:triu_(-1)
+    local d = c:clone()
+    d:tril_()
+    return { x:flip(1), x:flip(1, 3), x:transpose(1, 3):flip(2), v:flip(1), x:roll(2, 1), x:roll({ 2, -7 }, { 1, 3 }),
+      x:roll(7), x:transpose(2, 3):roll({ 1, 1 }, { 2, 2 }), v:roll(-2), x:tril(), x:triu(), x:tril(-2), x:triu(3),
+      x:transpose(1, 3):tril(1), a, b, d, x:narrow(1, 1, 0):flip(1), x:fliplr(), x:rot90() }
+  end)
+end
+-- their gradients through autograd on cuda
+for _, dt in ipairs({ 'float32', 'float64' }) do
+  add('autograd: lerp/addcmul/addcdiv/nan_to_num/flip/roll/tril gradients ' .. dt, function()
+    return { sample(dt, 4, 5), sample(dt, 4, 5), dpl.rand(4, 5):to(dt), sample(dt, 4, 5), sample(dt, 4, 5) }
+  end, function(_, s, e, w, t, g)
+    local ps = {}
+    for i, v in ipairs({ s, e, w, t }) do ps[i] = v:clone():requires_grad_() end
+    local a, b, c, d = ps[1], ps[2], ps[3], ps[4]
+    local y = a:lerp(b, c) + a:lerp(b, 0.3) * 2 + a:addcmul(b, d, 0.5) + a:addcdiv(b, d:abs() + 1, -1.5)
+      + a:nan_to_num() + d:flip(2) + d:roll(1, 1) * 3 + d:tril() - d:triu(1) * 2
+    ;(y * g):sum():backward()
+    return { a.grad, b.grad, c.grad, d.grad }
+  end)
+end
 add('clamp/where/masked_fill', function() return { randn(5, 6), randint(-9, 9, { 5, 6 }) } end, function(_, x, i)
   local m = x:gt(0)
   return { x:clamp(-0.5, 0.5), x:clamp_min(0), i:clamp(-3, 3), dpl.where(m, x, x * 10), x:masked_fill(m, -1),
