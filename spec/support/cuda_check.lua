@@ -329,6 +329,43 @@ for _, dt in ipairs({ 'float32', 'float64' }) do
     return { a.grad, b.grad, c.grad, d.grad }
   end)
 end
+-- scans along a dim (dpl_cuda_scan.cu: one thread per line, the CPU's order and accumulators)
+for _, dt in ipairs({ 'float32', 'float64', 'float16', 'bfloat16', 'int32', 'int64', 'uint8', 'bool' }) do
+  add('cumsum/cumprod/cummax/cummin ' .. dt, function()
+    local x = sample(dt, 4, 5, 6)
+    if dt == 'float32' or dt == 'float64' then
+      x[{ 1, 2, 3 }] = 0 / 0; x[{ 2, 1, 1 }] = math.huge; x[{ 3, 3, 3 }] = 0; x[{ 3, 3, 4 }] = 0
+      x[{ 4, 2, 2 }] = x[{ 4, 2, 1 }] -- a tie
+    end
+    if dt == 'int64' or dt == 'int32' then x[{ 1, 1, 2 }] = x[{ 1, 1, 1 }] end
+    return { x, sample(dt, 7) }
+  end, function(_, x, v)
+    local r = { x:cumsum(1), x:cumsum(2), x:cumsum(3), x:transpose(1, 3):cumsum(2), v:cumsum(1), x:cumsum(2, 'float64'),
+      x:narrow(2, 1, 0):cumsum(2) }
+    local cp = dt == 'bool' and x:cumprod(3) or (x:double():abs():clamp(0.5, 1.5):to(dt)):cumprod(3)
+    r[#r + 1] = cp
+    r[#r + 1] = x:transpose(2, 3):cumprod(2)
+    for _, d in ipairs({ 1, 3 }) do
+      local a, ia = x:cummax(d)
+      local b, ib = x:transpose(1, 2):cummin(d)
+      for _, t in ipairs({ a, ia, b, ib }) do r[#r + 1] = t end
+    end
+    if dt ~= 'bool' and dt ~= 'uint8' then r[#r + 1] = (x * 3):cumsum(1, { dtype = 'int32' }) end
+    return r
+  end)
+end
+for _, dt in ipairs({ 'float32', 'float64', 'bfloat16' }) do
+  add('autograd: cumsum/cumprod gradients ' .. dt, function()
+    local x = sample(dt, 4, 6)
+    x[{ 2, 3 }] = 0; x[{ 3, 2 }] = 0; x[{ 3, 5 }] = 0 -- one zero, two zeros in a row (cumprod's cases)
+    return { x, sample(dt, 4, 6), sample(dt, 4, 6) }
+  end, function(_, x, g1, g2)
+    local p = x:clone():requires_grad_()
+    local y = p:cumsum(1) * g1 + p:cumprod(2) * g2 + p:t():cumprod(2):t() * g1 + p:cumsum(2, 'float64'):to(dt) * g2
+    y:sum():backward()
+    return { p.grad, dpl.tensor._cumsum_reverse(g1, 2) }
+  end)
+end
 add('clamp/where/masked_fill', function() return { randn(5, 6), randint(-9, 9, { 5, 6 }) } end, function(_, x, i)
   local m = x:gt(0)
   return { x:clamp(-0.5, 0.5), x:clamp_min(0), i:clamp(-3, 3), dpl.where(m, x, x * 10), x:masked_fill(m, -1),

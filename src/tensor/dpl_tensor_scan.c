@@ -215,6 +215,13 @@ static int run_scan(const char *name, int32_t op, const dpl_tensor *a, int32_t d
   DPL_TRY(scan_dim(name, a, dim, &outer, &D, &inner));
   dpl_tensor *ca = NULL;
   DPL_TRY(dpl_contig_as(name, a, dt, &ca));
+  if (dpl_is_devmem(a)) { /* the backend's scan kernel (the same order and accumulators) */
+    dpl_bk_args k = {.op = DPL_BK_SCAN, .sub = op, .i = {reverse}, .l = {D, inner}, .in = {ca}, .out = {res, idx},
+                     .name = name};
+    int st = dpl_bk_call(&k);
+    dpl_tensor_release(ca);
+    return st;
+  }
   int st = dpl_new(name, dt, a->_ndim, a->_shape, a, res);
   if (st == DPL_OK && idx) st = dpl_new(name, DPL_INT64, a->_ndim, a->_shape, a, idx);
   if (st == DPL_OK && a->_numel > 0) {
@@ -234,7 +241,7 @@ int dpl_cumulative(int32_t op, const dpl_tensor *a, int32_t dim, int32_t dtype, 
   DPL_TRY(need_out(name, out));
   if (op != DPL_SCAN_SUM && op != DPL_SCAN_PROD)
     return dpl_errorf(DPL_EINVAL, "cumulative: op must be DPL_SCAN_SUM or DPL_SCAN_PROD, got %d", (int)op);
-  DPL_TRY(dpl_check_tensor(name, "input", a));
+  DPL_TRY(dpl_check_handle(name, "input", a));
   if (dtype < 0) dtype = dpl_is_float(a->_dtype) ? a->_dtype : DPL_INT64; /* integers count in int64, as PyTorch */
   if (!dpl_dtype_valid(dtype)) return dpl_errorf(DPL_EINVAL, "%s: unknown dtype id %d (expected 0..7)", name, (int)dtype);
   if (dtype == DPL_BOOL)
@@ -251,7 +258,7 @@ int dpl_cumulative_index(int32_t op, const dpl_tensor *a, int32_t dim, dpl_tenso
   *values = *indices = NULL;
   if (op != DPL_SCAN_MAX && op != DPL_SCAN_MIN)
     return dpl_errorf(DPL_EINVAL, "cumulative_index: op must be DPL_SCAN_MAX or DPL_SCAN_MIN, got %d", (int)op);
-  DPL_TRY(dpl_check_tensor(name, "input", a));
+  DPL_TRY(dpl_check_handle(name, "input", a));
   dpl_tensor *v = NULL, *ix = NULL;
   int st = run_scan(name, op, a, dim, a->_dtype, 0, &v, &ix);
   return dpl_hand_over(st, 2, (dpl_tensor *[]){v, ix}, (dpl_tensor **[]){values, indices});
@@ -301,9 +308,11 @@ int dpl_cumprod_backward(const dpl_tensor *grad, const dpl_tensor *a, const dpl_
 {
   const char *name = "cumprod_backward";
   DPL_TRY(need_out(name, out));
-  DPL_TRY(dpl_check_tensor(name, "grad", grad));
-  DPL_TRY(dpl_check_tensor(name, "input", a));
-  DPL_TRY(dpl_check_tensor(name, "result", result));
+  DPL_TRY(dpl_check_handle(name, "grad", grad));
+  DPL_TRY(dpl_check_handle(name, "input", a));
+  DPL_TRY(dpl_check_handle(name, "result", result));
+  DPL_TRY(dpl_check_same_device(name, grad, a));
+  DPL_TRY(dpl_check_same_device(name, result, a));
   if (!dpl_same_shape(grad, a) || !dpl_same_shape(result, a)) {
     char b1[160], b2[160], b3[160];
     return dpl_errorf(DPL_EINVAL, "%s: grad shape %s and result shape %s must match the input shape %s", name,
@@ -319,8 +328,11 @@ int dpl_cumprod_backward(const dpl_tensor *grad, const dpl_tensor *a, const dpl_
   int st = dpl_contig_as(name, grad, DPL_FLOAT64, &cg);
   if (st == DPL_OK) st = dpl_contig_as(name, a, DPL_FLOAT64, &cx);
   if (st == DPL_OK) st = dpl_contig_as(name, result, DPL_FLOAT64, &cy);
-  if (st == DPL_OK) st = dpl_new(name, DPL_FLOAT64, a->_ndim, a->_shape, a, &res);
-  if (st == DPL_OK && a->_numel > 0) {
+  if (st == DPL_OK && dpl_is_devmem(a)) { /* the backend's kernel (the same formula in float64) */
+    dpl_bk_args k = {.op = DPL_BK_CUMPROD_BWD, .l = {D, inner}, .in = {cg, cx, cy}, .out = {&res}, .name = name};
+    st = dpl_bk_call(&k);
+  } else if (st == DPL_OK) st = dpl_new(name, DPL_FLOAT64, a->_ndim, a->_shape, a, &res);
+  if (st == DPL_OK && a->_numel > 0 && !dpl_is_devmem(a)) {
     cpb_job j = {.D = D, .inner = inner, .g = cg->_data, .x = cx->_data, .y = cy->_data, .r = res->_data};
     dpl_parallel_for(outer * inner, PAR_ELEMS / D + 1, cpb_range, &j);
   }
