@@ -366,6 +366,62 @@ for _, dt in ipairs({ 'float32', 'float64', 'bfloat16' }) do
     return { p.grad, dpl.tensor._cumsum_reverse(g1, 2) }
   end)
 end
+-- sort / argsort / topk (dpl_cuda_sort.cu: a bitonic sort per row in shared memory on the CPU's
+-- total order; rows past 2048 through host memory): NaN, infinities, -0.0, ties, every dim
+for _, dt in ipairs({ 'float32', 'float64', 'float16', 'bfloat16', 'int32', 'int64', 'uint8', 'bool' }) do
+  add('sort/argsort/topk ' .. dt, function()
+    local x = sample(dt, 4, 6, 9)
+    if dt == 'int32' or dt == 'int64' then x = x:remainder(5) end -- many ties
+    if dt:find('float') then
+      x = x:round() -- ties
+      x[{ 1, 1, 1 }] = 0 / 0; x[{ 1, 1, 5 }] = 0 / 0; x[{ 1, 2, 2 }] = math.huge; x[{ 1, 3, 3 }] = -math.huge
+      x[{ 2, 1, 1 }] = -0.0; x[{ 2, 1, 2 }] = 0.0
+    end
+    return { x, sample(dt, 37) }
+  end, function(_, x, v)
+    local r = {}
+    local function put(...) for _, t in ipairs({ ... }) do r[#r + 1] = t end end
+    for d = 1, 3 do
+      put(x:sort(d))
+      put(x:sort(d, true))
+      put(x:topk(2, d))
+      put(x:topk(3, d, false))
+      put(x:argsort(d, true))
+    end
+    put(x:transpose(1, 3):sort(2))
+    put(x:transpose(2, 3):topk(4))
+    put(v:sort())
+    put(v:topk(37))
+    put(v:topk(0))
+    put(x:narrow(3, 1, 0):sort(3))
+    put(x:topk(1, 1))
+    return r
+  end)
+end
+add('sort/topk long rows (2048 on the GPU, 2049 through host memory)', function()
+  return { randn(3, 2048):round(), randn(2, 2049), randint(0, 50, { 2, 3000 }) }
+end, function(_, a, b, i)
+  local r = {}
+  local function put(...) for _, t in ipairs({ ... }) do r[#r + 1] = t end end
+  put(a:sort(2))
+  put(a:topk(10, 2))
+  put(a:t():sort(1, true))
+  put(b:sort(2))
+  put(b:topk(7))
+  put(i:sort(2, true))
+  put(i:topk(20, 2, false))
+  return r
+end)
+for _, dt in ipairs({ 'float32', 'float64' }) do
+  add('autograd: sort/topk gradients ' .. dt, function() return { sample(dt, 5, 8), sample(dt, 5, 8), sample(dt, 5, 3) } end,
+    function(_, x, g, g3)
+      local p = x:clone():requires_grad_()
+      local s = p:sort(2, true)
+      local t = p:topk(3)
+      ;((s * g):sum() + (t * g3):sum()):backward()
+      return { p.grad }
+    end)
+end
 add('clamp/where/masked_fill', function() return { randn(5, 6), randint(-9, 9, { 5, 6 }) } end, function(_, x, i)
   local m = x:gt(0)
   return { x:clamp(-0.5, 0.5), x:clamp_min(0), i:clamp(-3, 3), dpl.where(m, x, x * 10), x:masked_fill(m, -1),
