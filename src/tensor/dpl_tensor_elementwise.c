@@ -295,7 +295,8 @@ static int binary_core(const char *name, int op, const dpl_tensor *a, const dpl_
       }
     }
   }
-  if (st == DPL_OK && !dpl_is_devmem(target) && (dpl_is_devmem(ua) || dpl_is_devmem(ub))) /* (one kind of memory) */
+  /* a bitwise op reads device operands only in the backend's kernel (as before it ran there) */
+  if (st == DPL_OK && is_bitwise(op) && !dpl_is_devmem(target) && (dpl_is_devmem(ua) || dpl_is_devmem(ub)))
     st = dpl_check_tensor(name, dpl_is_devmem(ua) ? "self" : "other", dpl_is_devmem(ua) ? ua : ub);
   if (st == DPL_OK && dpl_is_devmem(target)) {
     dpl_bk_args k = {.op = DPL_BK_BINARY, .sub = op, .i = {0, 0, 0, kd}, .inout = target, .in = {ua, ub}, .name = name};
