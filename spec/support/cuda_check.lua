@@ -236,6 +236,192 @@ for _, dt in ipairs({ 'float32', 'float64', 'float16', 'bfloat16' }) do
     end)
   end
 end
+-- lerp, addcmul/addcdiv, nan_to_num, isclose/allclose (composed of GPU ops on cuda,
+-- dpl_tensor_math.c's *_dev): out of place, in place, broadcast, transposed, special values
+for _, dt in ipairs({ 'float32', 'float64', 'float16', 'bfloat16' }) do
+  add('lerp/addcmul/addcdiv ' .. dt, function()
+    local w = dpl.rand(5, 6):to(dt)
+    w[{ 1, 1 }] = 0.5; w[{ 1, 2 }] = 0; w[{ 1, 3 }] = 1; w[{ 1, 4 }] = -0.25; w[{ 1, 5 }] = 1.5; w[{ 1, 6 }] = 0 / 0
+    return { sample(dt, 5, 6), sample(dt, 5, 6), w, sample(dt, 5, 6), sample(dt, 6) }
+  end, function(_, s, e, w, t1, t2)
+    local a, b, c, d = s:clone(), s:clone(), s:clone(), s:t():clone():t()
+    a:lerp_(e, 0.7)
+    b:addcmul_(t1, t2, -0.5)
+    c:addcdiv_(t1, t2:abs() + 0.5, 2)
+    d:lerp_(e:t():contiguous():t(), w) -- non-contiguous self and end
+    return { s:lerp(e, 0.3), s:lerp(e, 0.7), s:lerp(e, 0.5), s:lerp(e, w), s:t():lerp(e:t(), w:t()), s:lerp(e[1], w),
+      a, d, s:addcmul(t1, t2), s:addcmul(t1:t():contiguous():t(), t2, 2.5), s:addcdiv(t1, t2), s:addcdiv(t1, t2, -3), b, c }
+  end)
+  add('nan_to_num ' .. dt, function()
+    local x = sample(dt, 5, 6)
+    x[{ 1, 1 }] = 0 / 0; x[{ 2, 2 }] = math.huge; x[{ 3, 3 }] = -math.huge; x[{ 4, 1 }] = 0 / 0
+    return { x }
+  end, function(_, x)
+    local y, z = x:clone(), x:t():clone()
+    y:nan_to_num_()
+    z:nan_to_num_(1, 2, -2)
+    return { x:nan_to_num(), x:nan_to_num(0.5), x:t():nan_to_num{ nan = -1, posinf = 1e30, neginf = -1e300 }, y, z }
+  end)
+  add('isclose/allclose ' .. dt, function()
+    local a = sample(dt, 5, 6)
+    local b = a + sample(dt, 5, 6) * 1e-3
+    b[{ 1, 1 }] = a[{ 1, 1 }]
+    a[{ 2, 2 }] = 0 / 0; b[{ 2, 2 }] = 0 / 0; a[{ 3, 3 }] = math.huge; b[{ 3, 3 }] = math.huge
+    a[{ 4, 4 }] = math.huge; b[{ 4, 4 }] = -math.huge
+    return { a, b }
+  end, function(dev, a, b)
+    local function flag(v) return dpl.tensor({ v and 1 or 0 }, { device = dev }) end
+    return { a:isclose(b), a:isclose(b, 1e-2, 1e-3), a:isclose(b, { rtol = 0, atol = 5e-3, equal_nan = true }),
+      a:t():isclose(b:t()[1]), flag(a:allclose(a:clone())), flag(a:allclose(b, { atol = 1, rtol = 1, equal_nan = true })),
+      flag(a:allclose(b)) }
+  end)
+end
+for _, dt in ipairs({ 'int32', 'int64', 'uint8', 'bool' }) do
+  add('addcmul/nan_to_num/isclose ' .. dt, function() return { sample(dt, 5, 6), sample(dt, 5, 6), sample(dt, 6) } end,
+    function(_, s, t1, t2)
+      local r = { s:nan_to_num(), s:isclose(t1), s:isclose(s:t():contiguous():t(), 0, 2), s:isclose(t2) }
+      if dt ~= 'bool' then
+        local b = s:clone()
+        b:addcmul_(t1, t2, 3)
+        r[#r + 1] = s:addcmul(t1, t2, -2)
+        r[#r + 1] = b
+        r[#r + 1] = s:addcdiv(t1:double(), t2:double() + 0.5)
+      end
+      return r
+    end)
+end
+-- the bitwise ops (integer and bool kernels of the binary op)
+for _, dt in ipairs({ 'int32', 'int64', 'uint8', 'bool' }) do
+  add('bitwise and/or/xor ' .. dt, function() return { sample(dt, 5, 6), sample(dt, 6), sample(dt, 70, 61), sample(dt, 70, 61) } end,
+    function(_, a, b, c, d)
+      local s = dt == 'bool' and true or 6
+      local x, y = a:clone(), a:t():clone()
+      x:bitwise_xor_(b)
+      y:bitwise_or_(s)
+      return { a:bitwise_and(b), a:bitwise_or(b), a:bitwise_xor(b), a:t():bitwise_and(a:t():contiguous()),
+        a:bitwise_and(s), a:bitwise_or(s), a:bitwise_xor(s), x, y, c:bitwise_and(d), c:bitwise_xor(d) }
+    end)
+end
+-- flip, roll, tril/triu (index_select with mapped aranges, a mask fill on cuda)
+for _, dt in ipairs({ 'float32', 'float64', 'bfloat16', 'int64', 'uint8', 'bool' }) do
+  add('flip/roll/tril/triu ' .. dt, function() return { sample(dt, 3, 4, 5), sample(dt, 6) } end, function(_, x, v)
+    local a, b, c = x:clone(), x:transpose(2, 3):clone(), x:transpose(1, 3)
+    a:tril_(1)
+    b:triu_(-1)
+    local d = c:clone()
+    d:tril_()
+    return { x:flip(1), x:flip(1, 3), x:transpose(1, 3):flip(2), v:flip(1), x:roll(2, 1), x:roll({ 2, -7 }, { 1, 3 }),
+      x:roll(7), x:transpose(2, 3):roll({ 1, 1 }, { 2, 2 }), v:roll(-2), x:tril(), x:triu(), x:tril(-2), x:triu(3),
+      x:transpose(1, 3):tril(1), a, b, d, x:narrow(1, 1, 0):flip(1), x:fliplr(), x:rot90() }
+  end)
+end
+-- their gradients through autograd on cuda
+for _, dt in ipairs({ 'float32', 'float64' }) do
+  add('autograd: lerp/addcmul/addcdiv/nan_to_num/flip/roll/tril gradients ' .. dt, function()
+    return { sample(dt, 4, 5), sample(dt, 4, 5), dpl.rand(4, 5):to(dt), sample(dt, 4, 5), sample(dt, 4, 5) }
+  end, function(_, s, e, w, t, g)
+    local ps = {}
+    for i, v in ipairs({ s, e, w, t }) do ps[i] = v:clone():requires_grad_() end
+    local a, b, c, d = ps[1], ps[2], ps[3], ps[4]
+    local y = a:lerp(b, c) + a:lerp(b, 0.3) * 2 + a:addcmul(b, d, 0.5) + a:addcdiv(b, d:abs() + 1, -1.5)
+      + a:nan_to_num() + d:flip(2) + d:roll(1, 1) * 3 + d:tril() - d:triu(1) * 2
+    ;(y * g):sum():backward()
+    return { a.grad, b.grad, c.grad, d.grad }
+  end)
+end
+-- scans along a dim (dpl_cuda_scan.cu: one thread per line, the CPU's order and accumulators)
+for _, dt in ipairs({ 'float32', 'float64', 'float16', 'bfloat16', 'int32', 'int64', 'uint8', 'bool' }) do
+  add('cumsum/cumprod/cummax/cummin ' .. dt, function()
+    local x = sample(dt, 4, 5, 6)
+    if dt == 'float32' or dt == 'float64' then
+      x[{ 1, 2, 3 }] = 0 / 0; x[{ 2, 1, 1 }] = math.huge; x[{ 3, 3, 3 }] = 0; x[{ 3, 3, 4 }] = 0
+      x[{ 4, 2, 2 }] = x[{ 4, 2, 1 }] -- a tie
+    end
+    if dt == 'int64' or dt == 'int32' then x[{ 1, 1, 2 }] = x[{ 1, 1, 1 }] end
+    return { x, sample(dt, 7) }
+  end, function(_, x, v)
+    local r = { x:cumsum(1), x:cumsum(2), x:cumsum(3), x:transpose(1, 3):cumsum(2), v:cumsum(1), x:cumsum(2, 'float64'),
+      x:narrow(2, 1, 0):cumsum(2) }
+    local cp = dt == 'bool' and x:cumprod(3) or (x:double():abs():clamp(0.5, 1.5):to(dt)):cumprod(3)
+    r[#r + 1] = cp
+    r[#r + 1] = x:transpose(2, 3):cumprod(2)
+    for _, d in ipairs({ 1, 3 }) do
+      local a, ia = x:cummax(d)
+      local b, ib = x:transpose(1, 2):cummin(d)
+      for _, t in ipairs({ a, ia, b, ib }) do r[#r + 1] = t end
+    end
+    if dt ~= 'bool' and dt ~= 'uint8' then r[#r + 1] = (x * 3):cumsum(1, { dtype = 'int32' }) end
+    return r
+  end)
+end
+for _, dt in ipairs({ 'float32', 'float64', 'bfloat16' }) do
+  add('autograd: cumsum/cumprod gradients ' .. dt, function()
+    local x = sample(dt, 4, 6)
+    x[{ 2, 3 }] = 0; x[{ 3, 2 }] = 0; x[{ 3, 5 }] = 0 -- one zero, two zeros in a row (cumprod's cases)
+    return { x, sample(dt, 4, 6), sample(dt, 4, 6) }
+  end, function(_, x, g1, g2)
+    local p = x:clone():requires_grad_()
+    local y = p:cumsum(1) * g1 + p:cumprod(2) * g2 + p:t():cumprod(2):t() * g1 + p:cumsum(2, 'float64'):to(dt) * g2
+    y:sum():backward()
+    return { p.grad, dpl.tensor._cumsum_reverse(g1, 2) }
+  end)
+end
+-- sort / argsort / topk (dpl_cuda_sort.cu: a bitonic sort per row in shared memory on the CPU's
+-- total order; rows past 2048 through host memory): NaN, infinities, -0.0, ties, every dim
+for _, dt in ipairs({ 'float32', 'float64', 'float16', 'bfloat16', 'int32', 'int64', 'uint8', 'bool' }) do
+  add('sort/argsort/topk ' .. dt, function()
+    local x = sample(dt, 4, 6, 9)
+    if dt == 'int32' or dt == 'int64' then x = x:remainder(5) end -- many ties
+    if dt:find('float') then
+      x = x:round() -- ties
+      x[{ 1, 1, 1 }] = 0 / 0; x[{ 1, 1, 5 }] = 0 / 0; x[{ 1, 2, 2 }] = math.huge; x[{ 1, 3, 3 }] = -math.huge
+      x[{ 2, 1, 1 }] = -0.0; x[{ 2, 1, 2 }] = 0.0
+    end
+    return { x, sample(dt, 37) }
+  end, function(_, x, v)
+    local r = {}
+    local function put(...) for _, t in ipairs({ ... }) do r[#r + 1] = t end end
+    for d = 1, 3 do
+      put(x:sort(d))
+      put(x:sort(d, true))
+      put(x:topk(2, d))
+      put(x:topk(3, d, false))
+      put(x:argsort(d, true))
+    end
+    put(x:transpose(1, 3):sort(2))
+    put(x:transpose(2, 3):topk(4))
+    put(v:sort())
+    put(v:topk(37))
+    put(v:topk(0))
+    put(x:narrow(3, 1, 0):sort(3))
+    put(x:topk(1, 1))
+    return r
+  end)
+end
+add('sort/topk long rows (2048 on the GPU, 2049 through host memory)', function()
+  return { randn(3, 2048):round(), randn(2, 2049), randint(0, 50, { 2, 3000 }) }
+end, function(_, a, b, i)
+  local r = {}
+  local function put(...) for _, t in ipairs({ ... }) do r[#r + 1] = t end end
+  put(a:sort(2))
+  put(a:topk(10, 2))
+  put(a:t():sort(1, true))
+  put(b:sort(2))
+  put(b:topk(7))
+  put(i:sort(2, true))
+  put(i:topk(20, 2, false))
+  return r
+end)
+for _, dt in ipairs({ 'float32', 'float64' }) do
+  add('autograd: sort/topk gradients ' .. dt, function() return { sample(dt, 5, 8), sample(dt, 5, 8), sample(dt, 5, 3) } end,
+    function(_, x, g, g3)
+      local p = x:clone():requires_grad_()
+      local s = p:sort(2, true)
+      local t = p:topk(3)
+      ;((s * g):sum() + (t * g3):sum()):backward()
+      return { p.grad }
+    end)
+end
 add('clamp/where/masked_fill', function() return { randn(5, 6), randint(-9, 9, { 5, 6 }) } end, function(_, x, i)
   local m = x:gt(0)
   return { x:clamp(-0.5, 0.5), x:clamp_min(0), i:clamp(-3, 3), dpl.where(m, x, x * 10), x:masked_fill(m, -1),

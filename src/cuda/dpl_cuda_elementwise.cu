@@ -63,7 +63,9 @@ __global__ void k_fill(dpl_cu_geom g, T *dst, T v)
 
 /* ---- binary ---- */
 enum { ADD = 0, SUB = 1, MUL = 2, DIV = 3, POW = 4, MAXIMUM = 5, MINIMUM = 6, REMAINDER = 7, ATAN2 = 8, FMOD = 9, EQ = 16, NE = 17,
-       LT = 18, LE = 19, GT = 20, GE = 21, LAND = 24, LOR = 25, LXOR = 26 };
+       LT = 18, LE = 19, GT = 20, GE = 21, LAND = 24, LOR = 25, LXOR = 26, BAND = 27, BOR = 28, BXOR = 29 };
+/* comparisons and logical ops write bool; the bitwise ops (integer dtypes only) keep the dtype */
+__host__ __device__ __forceinline__ bool is_cmp(int op) { return op >= EQ && op <= LXOR; }
 
 __device__ __forceinline__ double py_fmod(double x, double y)
 {
@@ -124,6 +126,9 @@ __device__ __forceinline__ T arith_i(int op, T x, T y)
   case MINIMUM: return x < y ? x : y;
   case REMAINDER: return (T)py_imod(x, y);
   case FMOD: return (T)c_imod(x, y);
+  case BAND: return (T)(x & y);
+  case BOR: return (T)(x | y);
+  case BXOR: return (T)(x ^ y);
   default: return 0; /* div/atan2 run in float (the core converts) */
   }
 }
@@ -166,7 +171,7 @@ template <> __host__ __device__ uint8_t scalar_as<uint8_t>(const dpl_cu_scalar &
 template <typename T, bool CONTIG>
 __global__ void k_binary(dpl_cu_geom g, int op, void *out, const T *a, dpl_cu_scalar sa, const T *b, dpl_cu_scalar sb)
 {
-  const bool cmp = op >= EQ;
+  const bool cmp = is_cmp(op);
   const T av = scalar_as<T>(sa), bv = scalar_as<T>(sb);
   DPL_GRID_STRIDE(i, g.numel)
   {
@@ -197,14 +202,14 @@ __global__ void k_binary_vec(int64_t n, int op, O *out, const T *a, dpl_cu_scala
     VecT<O, V> r;
 #pragma unroll
     for (int k = 0; k < V; k++) {
-      if (op >= EQ) r.v[k] = (O)compare(op, x.v[k], y.v[k]);
+      if (is_cmp(op)) r.v[k] = (O)compare(op, x.v[k], y.v[k]);
       else r.v[k] = (O)Arith<T>::f(op, x.v[k], y.v[k]);
     }
     ((VecT<O, V> *)out)[i] = r;
   }
   for (int64_t i = nv * V + (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
     T x = sa.is_scalar ? av : a[i], y = sb.is_scalar ? bv : b[i];
-    out[i] = op >= EQ ? (O)compare(op, x, y) : (O)Arith<T>::f(op, x, y);
+    out[i] = is_cmp(op) ? (O)compare(op, x, y) : (O)Arith<T>::f(op, x, y);
   }
 }
 
@@ -219,7 +224,7 @@ int launch_binary(const dpl_cu_geom *g, int op, void *out, const void *a, dpl_cu
   bool contig = g->ndim == 0 || (g->ndim == 1 && g->stride[0][0] == 1 && (sa.is_scalar || g->stride[1][0] == 1) &&
                                  (sb.is_scalar || g->stride[2][0] == 1));
   constexpr int V = 16 / sizeof(T);
-  bool cmp = op >= EQ;
+  bool cmp = is_cmp(op);
   if (contig && g->numel >= 4096 && (sa.is_scalar || aligned16(a)) && (sb.is_scalar || aligned16(b)) &&
       ((uintptr_t)out % (cmp ? V : 16)) == 0) {
     unsigned vg = grid_for((g->numel + V - 1) / V);

@@ -115,4 +115,6 @@ int dpl_cu_op_conv(const dpl_bk_args *a);        /* CONV2D(_BWD), MAX_POOL2D(_BW
 int dpl_cu_op_index(const dpl_bk_args *a);       /* INDEX_SELECT, INDEX_ADD, GATHER, SCATTER_ADD */
 int dpl_cu_op_optim(const dpl_bk_args *a);       /* OPTIM_MULTI (dpl_cuda_optim.c) */
 int dpl_cu_op_layer_norm(const dpl_bk_args *a);  /* LAYER_NORM(_BWD) (dpl_cuda_norm.c) */
+int dpl_cu_op_scan(const dpl_bk_args *a);        /* SCAN, CUMPROD_BWD (dpl_cuda_scan.c) */
+int dpl_cu_op_sort(const dpl_bk_args *a);        /* SORT (dpl_cuda_scan.c) */
 #endif

@@ -55,6 +55,23 @@ int dpl_cu_axpy(const dpl_cu_geom *g, int32_t dt, void *a, const void *b, double
 int dpl_cu_rng(void *dst, int32_t dt, int64_t n, int32_t kind, uint64_t key, uint64_t start, double a, double b,
                int64_t ia, int64_t range, cudaStream_t s);
 
+/* scans along the dim of contiguous [lines / inner, D, inner] data of dtype dt (op: DPL_SCAN_SUM,
+ * PROD, MAX, MIN; MAX/MIN also write the 0-based position of the running extreme into idx, else
+ * NULL); reverse 1: from the end. cumprod's gradient: float64 g, x, y = cumprod(x), r of that
+ * shape (dpl_cuda_scan.cu, the CPU's loops of dpl_tensor_scan.c) */
+int dpl_cu_scan(int32_t op, int32_t dt, int32_t reverse, const void *src, void *dst, int64_t *idx, int64_t lines,
+                int64_t D, int64_t inner, cudaStream_t s);
+int dpl_cu_cumprod_bwd(const double *g, const double *x, const double *y, double *r, int64_t lines, int64_t D,
+                       int64_t inner, cudaStream_t s);
+
+/* sort of contiguous rows [rows, R] of dtype dt, R <= DPL_CU_SORT_MAX (dpl_cuda_sort.cu): the first K
+ * of each row in the CPU's order (ascending, or descending with desc; NaN last ascending, first
+ * descending; ties by position): 0-based positions into idx [rows, K], the values into vals
+ * [rows, K] (NULL: not wanted) */
+enum { DPL_CU_SORT_MAX = 2048 };
+int dpl_cu_sort_rows(const void *src, int32_t dt, int32_t desc, int64_t rows, int64_t R, int64_t K, void *vals,
+                     int64_t *idx, cudaStream_t s);
+
 /* layer norm of contiguous rows [rows, n] in kd (float32 0 / float64 1): y, and mean / rstd per row
  * (w, b may be NULL); backward: grad_x; then grad_w / grad_b (either may be NULL) summed over the rows
  * through `scratch`, 2 * dpl_cu_layer_norm_parts(rows) * n doubles (no atomics: deterministic) */

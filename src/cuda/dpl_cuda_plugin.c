@@ -141,7 +141,8 @@ static int supports(int32_t op)
   case DPL_BK_MSE_BWD: case DPL_BK_EMBEDDING: case DPL_BK_EMBEDDING_BWD: case DPL_BK_CONV2D: case DPL_BK_CONV2D_BWD:
   case DPL_BK_MAX_POOL2D: case DPL_BK_MAX_POOL2D_BWD: case DPL_BK_AVG_POOL2D: case DPL_BK_AVG_POOL2D_BWD:
   case DPL_BK_INDEX_SELECT: case DPL_BK_INDEX_ADD: case DPL_BK_GATHER: case DPL_BK_SCATTER_ADD:
-  case DPL_BK_OPTIM_MULTI: case DPL_BK_LAYER_NORM: case DPL_BK_LAYER_NORM_BWD:
+  case DPL_BK_OPTIM_MULTI: case DPL_BK_LAYER_NORM: case DPL_BK_LAYER_NORM_BWD: case DPL_BK_SCAN:
+  case DPL_BK_CUMPROD_BWD: case DPL_BK_SORT:
     return 1;
   default:
     return 0;
@@ -171,6 +172,8 @@ static int run(const dpl_bk_args *a)
     return dpl_cu_op_index(a);
   case DPL_BK_OPTIM_MULTI: return dpl_cu_op_optim(a);
   case DPL_BK_LAYER_NORM: case DPL_BK_LAYER_NORM_BWD: return dpl_cu_op_layer_norm(a);
+  case DPL_BK_SCAN: case DPL_BK_CUMPROD_BWD: return dpl_cu_op_scan(a);
+  case DPL_BK_SORT: return dpl_cu_op_sort(a);
   default: return dpl_errorf(DPL_ENOTIMPL, "%s: not implemented on cuda", a->name ? a->name : dpl_bk_op_name(a->op));
   }
 }

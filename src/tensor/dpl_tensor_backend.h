@@ -11,7 +11,7 @@
 #include "dpl.h"
 #include <stdint.h>
 
-enum { DPL_BACKEND_ABI = 3 }; /* 3: in[5] (layer norm's backward reads five tensors) */
+enum { DPL_BACKEND_ABI = 5 }; /* 3: in[5] (layer norm's backward reads five tensors); 4: SCAN, CUMPROD_BWD; 5: SORT */
 
 /* Stable op ids (never renumbered; new ops go at the end). The comment says
  * which fields of dpl_bk_args each one reads. */
@@ -62,7 +62,15 @@ typedef enum dpl_bk_op {
                              * NULL; updated in place); d[0] momentum, d[1] eps; out[0] y, out[1] mean, out[2] invstd */
   DPL_BK_BATCH_NORM_BWD = 40,/* in[0] grad_y, in[1] x, in[2] mean, in[3] invstd, in[4] weight (may be NULL);
                              * out[0..2] grad_x, grad_w, grad_b (each may be NULL) */
-  DPL_BK_NUM_OPS = 41
+  DPL_BK_SCAN = 41,         /* sub DPL_SCAN_*; in[0] contiguous input in the result's dtype; l[0] D (the dim's size),
+                               l[1] inner (the product of the dims after it); i[0] reverse; out[0] values, out[1]
+                               int64 0-based indices of the running extreme (MAX/MIN; NULL: not wanted) */
+  DPL_BK_CUMPROD_BWD = 42,  /* in[0] grad, in[1] input, in[2] cumprod result: contiguous float64; l[0] D, l[1] inner;
+                               out[0] float64 gradient */
+  DPL_BK_SORT = 43,         /* in[0] contiguous rows (its last dim, at most 2048 long); i[0] descending; l[0] K: the
+                               first K of each row in the CPU's total order (value, then position); out[0] values
+                               (NULL: not wanted), out[1] int64 0-based positions: in[0]'s shape with K last */
+  DPL_BK_NUM_OPS = 44
 } dpl_bk_op;
 
 /* A GEMM on raw device pointers (DPL_BK_GEMM), the one the matmul family's

@@ -255,13 +255,9 @@ static int binary_core(const char *name, int op, const dpl_tensor *a, const dpl_
   int32_t kd = kernel_dtype((needs_float(op) && !dpl_is_float(pd)) ? DPL_FLOAT32 : pd);
   if (!is_cmp(op) && (op == DPL_OP_SUB) && pd == DPL_BOOL)
     return dpl_errorf(DPL_EINVAL, "%s: subtracting bool tensors is not supported; use logical_xor or convert first", name);
-  if (is_bitwise(op)) { /* integer kernels only, on the CPU */
-    if (dpl_is_float(pd))
-      return dpl_errorf(DPL_EINVAL, "%s: expected integer or bool operands, got %s (the promoted type of %s and %s)", name,
-                        dpl_dtype_name(pd), dpl_dtype_name(a->_dtype), dpl_dtype_name(bdt_for_promo));
-    DPL_TRY(dpl_check_tensor(name, "self", a));
-    DPL_TRY(dpl_check_tensor(name, "other", b));
-  }
+  if (is_bitwise(op) && dpl_is_float(pd)) /* integer kernels only (the CPU's and the backend's) */
+    return dpl_errorf(DPL_EINVAL, "%s: expected integer or bool operands, got %s (the promoted type of %s and %s)", name,
+                      dpl_dtype_name(pd), dpl_dtype_name(a->_dtype), dpl_dtype_name(bdt_for_promo));
   int64_t shape[DPL_MAX_DIMS];
   int32_t nd;
   DPL_TRY(dpl_broadcast_shapes(name, a->_ndim, a->_shape, b->_ndim, b->_shape, &nd, shape));
@@ -299,6 +295,9 @@ static int binary_core(const char *name, int op, const dpl_tensor *a, const dpl_
       }
     }
   }
+  /* a bitwise op reads device operands only in the backend's kernel (as before it ran there) */
+  if (st == DPL_OK && is_bitwise(op) && !dpl_is_devmem(target) && (dpl_is_devmem(ua) || dpl_is_devmem(ub)))
+    st = dpl_check_tensor(name, dpl_is_devmem(ua) ? "self" : "other", dpl_is_devmem(ua) ? ua : ub);
   if (st == DPL_OK && dpl_is_devmem(target)) {
     dpl_bk_args k = {.op = DPL_BK_BINARY, .sub = op, .i = {0, 0, 0, kd}, .inout = target, .in = {ua, ub}, .name = name};
     st = dpl_bk_call(&k);

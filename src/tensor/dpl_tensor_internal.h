@@ -232,6 +232,28 @@ int dpl_contig_as(const char *op, const dpl_tensor *t, int32_t dtype, dpl_tensor
 /* *t (NULL allowed) replaced by a contiguous copy in dtype dt when its dtype differs
  * (the old handle released, *t NULL on failure): a kernel's result into the op's dtype */
 int dpl_retype(const char *op, dpl_tensor **t, int32_t dt);
+/* Compositions of backend ops for tensors in device memory (dpl_tensor_compose.c): the
+ * temporaries of one op; each helper returns NULL after a failed step (z->st keeps the
+ * first failure), dpl_dz_take hands a result over, dpl_dz_end releases the rest. */
+enum { DPL_DZ_MAX = 40 };
+typedef struct dpl_dz {
+  dpl_tensor *t[DPL_DZ_MAX];
+  int n, st;
+  const char *name;
+} dpl_dz;
+void dpl_dz_init(dpl_dz *z, const char *name);
+dpl_tensor *dpl_dz_bin(dpl_dz *z, int32_t op, const dpl_tensor *a, const dpl_tensor *b);
+dpl_tensor *dpl_dz_bins(dpl_dz *z, int32_t op, const dpl_tensor *a, double s, int32_t reverse);
+dpl_tensor *dpl_dz_un(dpl_dz *z, int32_t op, const dpl_tensor *a);
+dpl_tensor *dpl_dz_where(dpl_dz *z, const dpl_tensor *c, const dpl_tensor *a, const dpl_tensor *b);
+dpl_tensor *dpl_dz_as(dpl_dz *z, const dpl_tensor *t, int32_t dtype);
+dpl_tensor *dpl_dz_clone(dpl_dz *z, const dpl_tensor *t, int32_t dtype);
+dpl_tensor *dpl_dz_arange(dpl_dz *z, int64_t start, int64_t step, int64_t n, const dpl_tensor *like, int32_t nd,
+                          int32_t d);
+dpl_tensor *dpl_dz_index_select(dpl_dz *z, const dpl_tensor *a, int32_t dim, const dpl_tensor *idx);
+void dpl_dz_masked_fill_(dpl_dz *z, dpl_tensor *a, const dpl_tensor *mask, double value);
+dpl_tensor *dpl_dz_take(dpl_dz *z, dpl_tensor *t);
+int dpl_dz_end(dpl_dz *z);
 /* Releases t[0..n-1] (NULL entries allowed): an op's temporaries. */
 void dpl_release_n(int n, dpl_tensor *const *t);
 /* An op's ending with n results: when st is DPL_OK each res[k] is stored

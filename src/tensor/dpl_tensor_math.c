@@ -4,8 +4,11 @@
  * nan_to_num; isclose; lerp; addcmul and addcdiv. Operands broadcast through
  * the shared element iterator; float16/bfloat16 compute in float32 through
  * converted temporaries; float32 softplus, elu and mish (and their gradients) run
- * the vector kernels of dpl_tensor_vmath.c. A tensor in GPU memory fails with "<op>: not
- * implemented on cuda" (dpl_check_tensor), never reaching the plugin. */
+ * the vector kernels of dpl_tensor_vmath.c. For tensors in GPU memory, nan_to_num, isclose,
+ * lerp, addcmul and addcdiv run (after the same checks) as compositions of ops the backend
+ * runs (binary, unary, where, masked_fill: the *_dev functions below, the kernels' formulas
+ * and roundings); the activations fail here with "<op>: not implemented on cuda"
+ * (dpl_check_tensor; dpl.tensor_math composes them in Lua). */
 #include "dpl_tensor_internal.h"
 #include "dpl_tensor_vmath.h"
 #include <float.h>
@@ -247,6 +250,22 @@ int dpl_act_backward(int32_t op, const dpl_tensor *grad, const dpl_tensor *x, do
   return dpl_hand_over(st, 1, &res, &out);
 }
 
+/* ---- compositions for tensors in device memory ----
+ * The result r (kernel dtype) of a composition z: out of place, converted to the op's dtype rd
+ * and handed over; in place, copied (converted) into dst. Returns the first failure. */
+static int dev_finish(dpl_dz *z, dpl_tensor *r, dpl_tensor *dst, dpl_tensor **out, int32_t rd)
+{
+  int st = z->st;
+  if (st == DPL_OK && dst) st = dpl_copy_any(z->name, dst, r);
+  else if (st == DPL_OK) {
+    dpl_tensor *res = dpl_dz_take(z, r);
+    st = dpl_retype(z->name, &res, rd);
+    if (st == DPL_OK) *out = res;
+  }
+  int st2 = dpl_dz_end(z);
+  return st != DPL_OK ? st : st2;
+}
+
 /* ---- nan_to_num ---- */
 typedef struct n2n_ctx { double nan, pinf, ninf; } n2n_ctx;
 /* a double as a float without an out-of-range conversion (C leaves those undefined) */
@@ -267,11 +286,33 @@ static inline float d2f_sat(double v)
 N2N_LOOP(n2n_f32, float, d2f_sat)
 N2N_LOOP(n2n_f64, double, ID)
 
+/* on the device: masked fills of a copy in the kernel dtype, the values converted as the kernels do */
+static int n2n_dev(const char *name, const dpl_tensor *a, double vnan, double pinf, double ninf, dpl_tensor *dst,
+                   dpl_tensor **out)
+{
+  dpl_dz z;
+  dpl_dz_init(&z, name);
+  if (!dpl_is_float(a->_dtype)) { /* nothing to replace: a copy (in place: nothing to do) */
+    if (dst) return DPL_OK;
+    return dev_finish(&z, dpl_dz_clone(&z, a, a->_dtype), NULL, out, a->_dtype);
+  }
+  int32_t kd = float_kd(a->_dtype);
+  if (kd == DPL_FLOAT32) vnan = d2f_sat(vnan), pinf = d2f_sat(pinf), ninf = d2f_sat(ninf);
+  dpl_tensor *r = dpl_dz_clone(&z, a, kd);
+  dpl_tensor *mn = dpl_dz_un(&z, DPL_OP_ISNAN, r), *mp = dpl_dz_bins(&z, DPL_OP_EQ, r, INFINITY, 0);
+  dpl_tensor *mm = dpl_dz_bins(&z, DPL_OP_EQ, r, -INFINITY, 0);
+  dpl_dz_masked_fill_(&z, r, mn, vnan);
+  dpl_dz_masked_fill_(&z, r, mp, pinf);
+  dpl_dz_masked_fill_(&z, r, mm, ninf);
+  return dev_finish(&z, r, dst, out, a->_dtype);
+}
+
 static int n2n_core(const dpl_tensor *a, double vnan, double pinf, double ninf, dpl_tensor *dst, dpl_tensor **out)
 {
   const char *name = dst ? "nan_to_num_" : "nan_to_num";
-  DPL_TRY(dpl_check_tensor(name, "input", a));
+  DPL_TRY(dpl_check_handle(name, "input", a));
   if (dst) DPL_TRY(dpl_check_writable(name, "", dst));
+  if (dpl_is_devmem(a)) return n2n_dev(name, a, vnan, pinf, ninf, dst, out);
   if (!dpl_is_float(a->_dtype)) { /* nothing to replace: a copy (in place: nothing to do) */
     if (dst) return DPL_OK;
     dpl_tensor *res = NULL;
@@ -359,13 +400,38 @@ DPL_CLONES static void close_r16(char **p, const int64_t *st, int64_t n, void *v
   }
 }
 
+/* on the device: the loops' formula as tensor ops; float16/bfloat16 in their own dtype (every
+ * op's result rounded to it, as close_r16), integers compared in float32 (as close_i64) */
+static int close_dev(const dpl_tensor *a, const dpl_tensor *b, double rtol, double atol, int32_t equal_nan,
+                     dpl_tensor **out)
+{
+  dpl_dz z;
+  dpl_dz_init(&z, "isclose");
+  int32_t dt = a->_dtype;
+  const dpl_tensor *x = a, *y = b;
+  double rt = (float)rtol, at = (float)atol;
+  if (dt == DPL_FLOAT16 || dt == DPL_BFLOAT16) rt = round16((float)rtol, dt), at = round16((float)atol, dt);
+  else if (dt == DPL_FLOAT64) rt = rtol, at = atol;
+  else if (!dpl_is_float(dt)) x = dpl_dz_as(&z, a, DPL_FLOAT32), y = dpl_dz_as(&z, b, DPL_FLOAT32);
+  dpl_tensor *eq = dpl_dz_bin(&z, DPL_OP_EQ, a, b);
+  dpl_tensor *err = dpl_dz_un(&z, DPL_OP_ABS, dpl_dz_bin(&z, DPL_OP_SUB, x, y));
+  dpl_tensor *tol = dpl_dz_bins(&z, DPL_OP_ADD, dpl_dz_un(&z, DPL_OP_ABS, dpl_dz_bins(&z, DPL_OP_MUL, y, rt, 0)), at, 0);
+  dpl_tensor *near = dpl_dz_bin(&z, DPL_OP_LOGICAL_AND, dpl_dz_un(&z, DPL_OP_ISFINITE, err),
+                                dpl_dz_bin(&z, DPL_OP_LE, err, tol));
+  dpl_tensor *r = dpl_dz_bin(&z, DPL_OP_LOGICAL_OR, eq, near);
+  if (equal_nan && dpl_is_float(dt))
+    r = dpl_dz_bin(&z, DPL_OP_LOGICAL_OR, r,
+                   dpl_dz_bin(&z, DPL_OP_LOGICAL_AND, dpl_dz_un(&z, DPL_OP_ISNAN, a), dpl_dz_un(&z, DPL_OP_ISNAN, b)));
+  return dev_finish(&z, r, NULL, out, DPL_BOOL);
+}
+
 int dpl_isclose(const dpl_tensor *a, const dpl_tensor *b, double rtol, double atol, int32_t equal_nan, dpl_tensor **out)
 {
   const char *name = "isclose";
   if (!out) return dpl_errorf(DPL_EINVAL, "isclose: out is NULL");
   *out = NULL;
-  DPL_TRY(dpl_check_tensor(name, "input", a));
-  DPL_TRY(dpl_check_tensor(name, "other", b));
+  DPL_TRY(dpl_check_handle(name, "input", a));
+  DPL_TRY(dpl_check_handle(name, "other", b));
   DPL_TRY(dpl_check_same_device(name, a, b));
   if (a->_dtype != b->_dtype)
     return dpl_errorf(DPL_EINVAL, "%s: expected both tensors to have the same dtype, got %s and %s", name,
@@ -375,6 +441,7 @@ int dpl_isclose(const dpl_tensor *a, const dpl_tensor *b, double rtol, double at
   int64_t shape[DPL_MAX_DIMS];
   int32_t nd;
   DPL_TRY(dpl_broadcast_shapes(name, a->_ndim, a->_shape, b->_ndim, b->_shape, &nd, shape));
+  if (dpl_is_devmem(a)) return close_dev(a, b, rtol, atol, equal_nan, out);
   int32_t kd = dpl_is_float(a->_dtype) ? float_kd(a->_dtype) : DPL_INT64;
   dpl_tensor *ta = NULL, *tb = NULL, *res = NULL;
   const dpl_tensor *ua, *ub;
@@ -433,13 +500,34 @@ static int inplace_shape(const char *name, const dpl_tensor *dst, int32_t nd, co
                     dpl_shape_str(nd, shape, b1, sizeof b1), dpl_shape_str(dst->_ndim, dst->_shape, b2, sizeof b2));
 }
 
+/* on the device: both sides of the formula as tensor ops in kd (a scalar weight picks its side) */
+static int lerp_dev(const char *name, const dpl_tensor *s, const dpl_tensor *e, const dpl_tensor *w, double wv,
+                    dpl_tensor *dst, dpl_tensor **out, int32_t kd)
+{
+  dpl_dz z;
+  dpl_dz_init(&z, name);
+  dpl_tensor *us = dpl_dz_as(&z, s, kd), *ue = dpl_dz_as(&z, e, kd), *r;
+  dpl_tensor *d = dpl_dz_bin(&z, DPL_OP_SUB, ue, us);
+  if (!w) {
+    double wk = kd == DPL_FLOAT32 ? (double)d2f_sat(wv) : wv; /* (T)weight; 1 - wk is exact in double */
+    if (wk < 0.5) r = dpl_dz_bin(&z, DPL_OP_ADD, us, dpl_dz_bins(&z, DPL_OP_MUL, d, wk, 0));
+    else r = dpl_dz_bin(&z, DPL_OP_SUB, ue, dpl_dz_bins(&z, DPL_OP_MUL, d, 1 - wk, 0));
+  } else {
+    dpl_tensor *uw = dpl_dz_as(&z, w, kd);
+    dpl_tensor *lo = dpl_dz_bin(&z, DPL_OP_ADD, us, dpl_dz_bin(&z, DPL_OP_MUL, uw, d));
+    dpl_tensor *hi = dpl_dz_bin(&z, DPL_OP_SUB, ue, dpl_dz_bin(&z, DPL_OP_MUL, d, dpl_dz_bins(&z, DPL_OP_SUB, uw, 1, 1)));
+    r = dpl_dz_where(&z, dpl_dz_bins(&z, DPL_OP_LT, uw, 0.5, 0), lo, hi);
+  }
+  return dev_finish(&z, r, dst, out, s->_dtype);
+}
+
 static int lerp_core(const dpl_tensor *s, const dpl_tensor *e, const dpl_tensor *w, double wv, dpl_tensor *dst,
                      dpl_tensor **out)
 {
   const char *name = dst ? "lerp_" : "lerp";
-  DPL_TRY(dpl_check_tensor(name, "input", s));
-  DPL_TRY(dpl_check_tensor(name, "end", e));
-  if (w) DPL_TRY(dpl_check_tensor(name, "weight", w));
+  DPL_TRY(dpl_check_handle(name, "input", s));
+  DPL_TRY(dpl_check_handle(name, "end", e));
+  if (w) DPL_TRY(dpl_check_handle(name, "weight", w));
   DPL_TRY(dpl_check_same_device(name, s, e));
   if (w) DPL_TRY(dpl_check_same_device(name, s, w));
   if (!dpl_is_float(s->_dtype))
@@ -460,6 +548,7 @@ static int lerp_core(const dpl_tensor *s, const dpl_tensor *e, const dpl_tensor 
     DPL_TRY(inplace_shape(name, dst, nd, shape));
   }
   int32_t kd = float_kd(s->_dtype);
+  if (dpl_is_devmem(s)) return lerp_dev(name, s, e, w, wv, dst, out, kd);
   dpl_tensor *ts = NULL, *te = NULL, *tw = NULL, *res = NULL, *target = dst;
   const dpl_tensor *us, *ue, *uw = NULL;
   int st = as_kd(name, s, kd, &ts, &us);
@@ -545,9 +634,9 @@ static int addc_core(int32_t div, const dpl_tensor *s, const dpl_tensor *x, cons
                      dpl_tensor *dst, dpl_tensor **out)
 {
   const char *name = div ? (dst ? "addcdiv_" : "addcdiv") : (dst ? "addcmul_" : "addcmul");
-  DPL_TRY(dpl_check_tensor(name, "input", s));
-  DPL_TRY(dpl_check_tensor(name, "tensor1", x));
-  DPL_TRY(dpl_check_tensor(name, "tensor2", y));
+  DPL_TRY(dpl_check_handle(name, "input", s));
+  DPL_TRY(dpl_check_handle(name, "tensor1", x));
+  DPL_TRY(dpl_check_handle(name, "tensor2", y));
   DPL_TRY(dpl_check_same_device(name, s, x));
   DPL_TRY(dpl_check_same_device(name, s, y));
   if (div && !dpl_is_float(x->_dtype) && !dpl_is_float(y->_dtype))
@@ -570,6 +659,14 @@ static int addc_core(int32_t div, const dpl_tensor *s, const dpl_tensor *x, cons
                         dpl_dtype_name(rd), dpl_dtype_name(dst->_dtype));
   }
   int32_t kd = dpl_is_float(rd) ? float_kd(rd) : rd;
+  if (dpl_is_devmem(s)) {
+    /* on the device: (value * x) * y (or / y), then + s, in kd (integers wrap in each op) */
+    dpl_dz z;
+    dpl_dz_init(&z, name);
+    dpl_tensor *ux = dpl_dz_as(&z, x, kd), *uy = dpl_dz_as(&z, y, kd), *us = dpl_dz_as(&z, s, kd);
+    dpl_tensor *t = dpl_dz_bin(&z, div ? DPL_OP_DIV : DPL_OP_MUL, dpl_dz_bins(&z, DPL_OP_MUL, ux, value, 0), uy);
+    return dev_finish(&z, dpl_dz_bin(&z, DPL_OP_ADD, us, t), dst, out, rd);
+  }
   dpl_tensor *ts = NULL, *tx = NULL, *ty = NULL, *res = NULL, *target = dst;
   const dpl_tensor *us, *ux, *uy;
   int st = as_kd(name, s, kd, &ts, &us);

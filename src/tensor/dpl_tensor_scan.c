@@ -1,8 +1,9 @@
 /* dpl_tensor_scan.c: the kernels of the shape group of tensor methods: cumulative
  * scans along a dim (cumsum, cumprod and cumprod's gradient, cummax/cummin with
  * their indices), index-mapped copies (flip, roll), tril/triu (out of place and in
- * place) and the index list of repeat_interleave. Host memory only: a tensor in
- * device memory fails with "<op>: not implemented on cuda". Dims and indices are
+ * place) and the index list of repeat_interleave. flip, roll and tril/triu of a tensor in
+ * device memory are composed of backend ops (index_select with a mapped arange; a mask
+ * fill); the others fail there with "<op>: not implemented on cuda". Dims and indices are
  * 0-based here (dpl.tensor_shape converts); results are new contiguous tensors on
  * the input's device. Work is split over the thread pool when it is large. */
 #include "dpl_tensor_internal.h"
@@ -214,6 +215,13 @@ static int run_scan(const char *name, int32_t op, const dpl_tensor *a, int32_t d
   DPL_TRY(scan_dim(name, a, dim, &outer, &D, &inner));
   dpl_tensor *ca = NULL;
   DPL_TRY(dpl_contig_as(name, a, dt, &ca));
+  if (dpl_is_devmem(a)) { /* the backend's scan kernel (the same order and accumulators) */
+    dpl_bk_args k = {.op = DPL_BK_SCAN, .sub = op, .i = {reverse}, .l = {D, inner}, .in = {ca}, .out = {res, idx},
+                     .name = name};
+    int st = dpl_bk_call(&k);
+    dpl_tensor_release(ca);
+    return st;
+  }
   int st = dpl_new(name, dt, a->_ndim, a->_shape, a, res);
   if (st == DPL_OK && idx) st = dpl_new(name, DPL_INT64, a->_ndim, a->_shape, a, idx);
   if (st == DPL_OK && a->_numel > 0) {
@@ -233,7 +241,7 @@ int dpl_cumulative(int32_t op, const dpl_tensor *a, int32_t dim, int32_t dtype, 
   DPL_TRY(need_out(name, out));
   if (op != DPL_SCAN_SUM && op != DPL_SCAN_PROD)
     return dpl_errorf(DPL_EINVAL, "cumulative: op must be DPL_SCAN_SUM or DPL_SCAN_PROD, got %d", (int)op);
-  DPL_TRY(dpl_check_tensor(name, "input", a));
+  DPL_TRY(dpl_check_handle(name, "input", a));
   if (dtype < 0) dtype = dpl_is_float(a->_dtype) ? a->_dtype : DPL_INT64; /* integers count in int64, as PyTorch */
   if (!dpl_dtype_valid(dtype)) return dpl_errorf(DPL_EINVAL, "%s: unknown dtype id %d (expected 0..7)", name, (int)dtype);
   if (dtype == DPL_BOOL)
@@ -250,7 +258,7 @@ int dpl_cumulative_index(int32_t op, const dpl_tensor *a, int32_t dim, dpl_tenso
   *values = *indices = NULL;
   if (op != DPL_SCAN_MAX && op != DPL_SCAN_MIN)
     return dpl_errorf(DPL_EINVAL, "cumulative_index: op must be DPL_SCAN_MAX or DPL_SCAN_MIN, got %d", (int)op);
-  DPL_TRY(dpl_check_tensor(name, "input", a));
+  DPL_TRY(dpl_check_handle(name, "input", a));
   dpl_tensor *v = NULL, *ix = NULL;
   int st = run_scan(name, op, a, dim, a->_dtype, 0, &v, &ix);
   return dpl_hand_over(st, 2, (dpl_tensor *[]){v, ix}, (dpl_tensor **[]){values, indices});
@@ -300,9 +308,11 @@ int dpl_cumprod_backward(const dpl_tensor *grad, const dpl_tensor *a, const dpl_
 {
   const char *name = "cumprod_backward";
   DPL_TRY(need_out(name, out));
-  DPL_TRY(dpl_check_tensor(name, "grad", grad));
-  DPL_TRY(dpl_check_tensor(name, "input", a));
-  DPL_TRY(dpl_check_tensor(name, "result", result));
+  DPL_TRY(dpl_check_handle(name, "grad", grad));
+  DPL_TRY(dpl_check_handle(name, "input", a));
+  DPL_TRY(dpl_check_handle(name, "result", result));
+  DPL_TRY(dpl_check_same_device(name, grad, a));
+  DPL_TRY(dpl_check_same_device(name, result, a));
   if (!dpl_same_shape(grad, a) || !dpl_same_shape(result, a)) {
     char b1[160], b2[160], b3[160];
     return dpl_errorf(DPL_EINVAL, "%s: grad shape %s and result shape %s must match the input shape %s", name,
@@ -318,8 +328,11 @@ int dpl_cumprod_backward(const dpl_tensor *grad, const dpl_tensor *a, const dpl_
   int st = dpl_contig_as(name, grad, DPL_FLOAT64, &cg);
   if (st == DPL_OK) st = dpl_contig_as(name, a, DPL_FLOAT64, &cx);
   if (st == DPL_OK) st = dpl_contig_as(name, result, DPL_FLOAT64, &cy);
-  if (st == DPL_OK) st = dpl_new(name, DPL_FLOAT64, a->_ndim, a->_shape, a, &res);
-  if (st == DPL_OK && a->_numel > 0) {
+  if (st == DPL_OK && dpl_is_devmem(a)) { /* the backend's kernel (the same formula in float64) */
+    dpl_bk_args k = {.op = DPL_BK_CUMPROD_BWD, .l = {D, inner}, .in = {cg, cx, cy}, .out = {&res}, .name = name};
+    st = dpl_bk_call(&k);
+  } else if (st == DPL_OK) st = dpl_new(name, DPL_FLOAT64, a->_ndim, a->_shape, a, &res);
+  if (st == DPL_OK && a->_numel > 0 && !dpl_is_devmem(a)) {
     cpb_job j = {.D = D, .inner = inner, .g = cg->_data, .x = cx->_data, .y = cy->_data, .r = res->_data};
     dpl_parallel_for(outer * inner, PAR_ELEMS / D + 1, cpb_range, &j);
   }
@@ -401,6 +414,25 @@ static int mapped_copy(const char *name, const dpl_tensor *a, map_job *j, dpl_te
   return DPL_OK;
 }
 
+/* on the device: one index_select per mapped dim (a reversed or rotated arange), else a copy */
+static int mapped_copy_dev(const char *name, const dpl_tensor *a, const map_job *j, dpl_tensor **out)
+{
+  dpl_dz z;
+  dpl_dz_init(&z, name);
+  const dpl_tensor *cur = a;
+  for (int32_t d = 0; d < a->_ndim && a->_numel > 0; d++) {
+    int64_t n = a->_shape[d];
+    if (j->mode[d] == 0) continue;
+    dpl_tensor *idx = j->mode[d] == 1 ? dpl_dz_arange(&z, n - 1, -1, n, a, 1, 0)
+                                      : dpl_dz_bins(&z, DPL_OP_REMAINDER, dpl_dz_arange(&z, n - j->shift[d], 1, n, a, 1, 0),
+                                                    (double)n, 0);
+    cur = dpl_dz_index_select(&z, cur, d, idx);
+  }
+  dpl_tensor *r = cur == a ? dpl_dz_clone(&z, a, a->_dtype) : (dpl_tensor *)cur;
+  if (z.st == DPL_OK) *out = dpl_dz_take(&z, r);
+  return dpl_dz_end(&z);
+}
+
 static int check_dims_list(const char *name, const dpl_tensor *a, int32_t n, const int32_t *dims, int unique)
 {
   if (n < 0 || n > DPL_MAX_DIMS) return dpl_errorf(DPL_EINVAL, "%s: expected 0..%d dims, got %d", name, DPL_MAX_DIMS, (int)n);
@@ -421,11 +453,12 @@ int dpl_flip(const dpl_tensor *a, int32_t n, const int32_t *dims, dpl_tensor **o
 {
   const char *name = "flip";
   DPL_TRY(need_out(name, out));
-  DPL_TRY(dpl_check_tensor(name, "input", a));
+  DPL_TRY(dpl_check_handle(name, "input", a));
   DPL_TRY(check_dims_list(name, a, n, dims, 1));
   map_job j = {0};
   for (int32_t k = 0; k < n; k++)
     if (a->_ndim > 0) j.mode[dims[k]] = 1;
+  if (dpl_is_devmem(a)) return mapped_copy_dev(name, a, &j, out);
   return mapped_copy(name, a, &j, out);
 }
 
@@ -433,7 +466,7 @@ int dpl_roll(const dpl_tensor *a, int32_t n, const int64_t *shifts, const int32_
 {
   const char *name = "roll";
   DPL_TRY(need_out(name, out));
-  DPL_TRY(dpl_check_tensor(name, "input", a));
+  DPL_TRY(dpl_check_handle(name, "input", a));
   DPL_TRY(check_dims_list(name, a, n, dims, 0));
   if (n > 0 && !shifts) return dpl_errorf(DPL_EINVAL, "%s: shifts is NULL", name);
   map_job j = {0};
@@ -445,6 +478,7 @@ int dpl_roll(const dpl_tensor *a, int32_t n, const int64_t *shifts, const int32_
     j.shift[d] = (j.shift[d] + sh) % size;
     j.mode[d] = j.shift[d] ? 2 : 0;
   }
+  if (dpl_is_devmem(a)) return mapped_copy_dev(name, a, &j, out);
   return mapped_copy(name, a, &j, out);
 }
 
@@ -494,10 +528,28 @@ static void tri_range(int64_t lo, int64_t hi, void *ctx)
 
 static int tri_check(const char *name, const dpl_tensor *a)
 {
-  DPL_TRY(dpl_check_tensor(name, "input", a));
+  DPL_TRY(dpl_check_handle(name, "input", a));
   if (a->_ndim < 2)
     return dpl_errorf(DPL_EINVAL, "%s: expected a tensor with at least 2 dims, got a %d-d tensor", name, (int)a->_ndim);
   return DPL_OK;
+}
+
+/* on the device: the elements outside the triangle of dst (a's copy, or a itself) zeroed
+ * through a mask of the matrix, (column - row) compared with the diagonal */
+static int tri_dev(const char *name, const dpl_tensor *a, int64_t diagonal, int32_t upper, dpl_tensor **out)
+{
+  dpl_dz z;
+  dpl_dz_init(&z, name);
+  int32_t nd = a->_ndim;
+  dpl_tensor *dst = out ? dpl_dz_clone(&z, a, a->_dtype) : (dpl_tensor *)a;
+  if (a->_numel > 0) {
+    dpl_tensor *cols = dpl_dz_arange(&z, 0, 1, a->_shape[nd - 1], a, 2, 1);
+    dpl_tensor *rows = dpl_dz_arange(&z, 0, 1, a->_shape[nd - 2], a, 2, 0);
+    dpl_tensor *diff = dpl_dz_bin(&z, DPL_OP_SUB, cols, rows);
+    dpl_dz_masked_fill_(&z, dst, dpl_dz_bins(&z, upper ? DPL_OP_LT : DPL_OP_GT, diff, (double)diagonal, 0), 0);
+  }
+  if (z.st == DPL_OK && out) *out = dpl_dz_take(&z, dst);
+  return dpl_dz_end(&z);
 }
 
 static void tri_run(tri_job *j, const dpl_tensor *a)
@@ -515,6 +567,7 @@ int dpl_tril(const dpl_tensor *a, int64_t diagonal, int32_t upper, dpl_tensor **
   const char *name = upper ? "triu" : "tril";
   DPL_TRY(need_out(name, out));
   DPL_TRY(tri_check(name, a));
+  if (dpl_is_devmem(a)) return tri_dev(name, a, diagonal, upper, out);
   dpl_tensor *res = NULL;
   DPL_TRY(dpl_new(name, a->_dtype, a->_ndim, a->_shape, a, &res));
   tri_job j = {.upper = upper != 0, .diag = diagonal, .dst = res->_data};
@@ -528,6 +581,7 @@ int dpl_tril_(dpl_tensor *a, int64_t diagonal, int32_t upper)
   const char *name = upper ? "triu_" : "tril_";
   DPL_TRY(tri_check(name, a));
   DPL_TRY(dpl_check_writable(name, "", a));
+  if (dpl_is_devmem(a)) return tri_dev(name, a, diagonal, upper, NULL);
   tri_job j = {.upper = upper != 0, .diag = diagonal, .dst = NULL};
   tri_run(&j, a);
   return DPL_OK;
