@@ -329,6 +329,55 @@ for _, dt in ipairs({ 'float32', 'float64' }) do
     return { a.grad, b.grad, c.grad, d.grad }
   end)
 end
+-- reflect/replicate/circular pads (one index_select per padded dim on the GPU) and their gradients
+for _, dt in ipairs({ 'float32', 'float64', 'float16', 'int64' }) do
+  add('pad reflect/replicate/circular ' .. dt, function() return { sample(dt, 2, 3, 5, 6) } end, function(_, x)
+    local F = dpl.nn.functional
+    local x3 = x[1]
+    return { F.pad(x3, { 2, 1 }, 'reflect'), F.pad(x, { 1, 3, 2, 0 }, 'replicate'), F.pad(x, { 2, -1, 1, 2 }, 'circular'),
+      F.pad(x3:transpose(2, 3), { 3, 3 }, 'reflect'), F.pad(x3, { -1, 2 }, 'replicate'), F.pad(x, { 1, 1, 1, 1 }, 'reflect'),
+      F.pad(x:view(1, 2, 3, 5, 6), { 1, 1, 2, 1, 1, 0 }, 'replicate'), F.pad(x3, { 4, 5 }, 'circular') }
+  end)
+end
+for _, dt in ipairs({ 'float32', 'float64' }) do
+  add('autograd: pad reflect/replicate/circular gradients ' .. dt, function()
+    return { sample(dt, 2, 3, 5, 6), sample(dt, 2, 3, 8, 9) }
+  end, function(_, x, g)
+    local F = dpl.nn.functional
+    local p = x:clone():requires_grad_()
+    local y = F.pad(p, { 2, 1, 1, 2 }, 'reflect') + F.pad(p, { 1, 2, 2, 1 }, 'replicate') * 2
+      + F.pad(p, { 3, 0, 0, 3 }, 'circular') * 3
+    ;(y * g):sum():backward()
+    return { p.grad }
+  end)
+end
+-- interpolate (index_select by the CPU's source tables, the linear weights as tensors) and gradients
+for _, dt in ipairs({ 'float32', 'float64', 'float16', 'bfloat16' }) do
+  add('interpolate nearest/linear/bilinear ' .. dt, function() return { sample(dt, 2, 3, 5, 7) } end, function(_, x)
+    local F = dpl.nn.functional
+    local x3 = x[1]
+    return { F.interpolate(x, { scale_factor = 2 }), F.interpolate(x, { size = { 4, 11 } }),
+      F.interpolate(x, { size = { 8, 3 }, mode = 'nearest-exact' }), F.interpolate(x, { scale_factor = 1.7, mode = 'bilinear' }),
+      F.interpolate(x, { size = { 9, 13 }, mode = 'bilinear', align_corners = true }),
+      F.interpolate(x:transpose(3, 4), { size = { 3, 4 }, mode = 'bilinear' }),
+      F.interpolate(x3, { size = 12, mode = 'linear' }), F.interpolate(x3, { scale_factor = 0.6, mode = 'linear', align_corners = true }),
+      F.interpolate(x3, { size = 10 }) }
+  end)
+end
+add('interpolate nearest int64', function() return { randint(-9, 9, { 2, 3, 4, 5 }) } end, function(_, x)
+  return { dpl.nn.functional.interpolate(x, { scale_factor = 3 }), dpl.nn.functional.interpolate(x, { size = { 7, 2 } }) }
+end)
+for _, dt in ipairs({ 'float32', 'float64' }) do
+  add('autograd: interpolate gradients ' .. dt, function() return { sample(dt, 2, 3, 5, 7), sample(dt, 2, 3, 9, 11) } end,
+    function(_, x, g)
+      local F = dpl.nn.functional
+      local p = x:clone():requires_grad_()
+      local y = F.interpolate(p, { size = { 9, 11 }, mode = 'bilinear' }) + F.interpolate(p, { size = { 9, 11 } }) * 2
+        + F.interpolate(p, { size = { 9, 11 }, mode = 'bilinear', align_corners = true }) * 3
+      ;(y * g):sum():backward()
+      return { p.grad }
+    end)
+end
 -- scans along a dim (dpl_cuda_scan.cu: one thread per line, the CPU's order and accumulators)
 for _, dt in ipairs({ 'float32', 'float64', 'float16', 'bfloat16', 'int32', 'int64', 'uint8', 'bool' }) do
   add('cumsum/cumprod/cummax/cummin ' .. dt, function()

@@ -656,6 +656,58 @@ local function pad_constant_composed(x, pads, value)
   return y
 end
 
+-- fn(...) composed of GPU ops; nil where one is not implemented there (no CUDA plugin): the
+-- caller goes on to the C kernel, whose error names the op
+local function gpu_composed(fn, ...)
+  local ok, r = pcall(fn, ...)
+  if ok then return r end
+  if errors.is(r, errors.NotImplementedError) then return nil end
+  lua_error(r, 0)
+end
+
+-- reflect/replicate/circular pads on a real GPU (no C kernel there): one index_select per padded
+-- dim with the CPU kernel's source map (pad_src in dpl_tensor_nnconv.c) and its checks; the
+-- gradient comes from index_select's (index_add_ on the GPU)
+local function pad_index_composed(x, pads, mode)
+  local n, nd = #pads / 2, x:dim()
+  local function rt(msg, ...) lua_error(errors.RuntimeError(fmt(msg, ...)), 0) end
+  local y = x
+  for k = 1, n do
+    local d = nd - n + k
+    local l, r, D = pads[2 * k - 1], pads[2 * k], x:size(d)
+    local O = D + l + r
+    if mode == 'reflect' and (l >= D or r >= D) then
+      rt('pad: reflect padding must be less than the input size, but got padding (%d, %d) along dim %d of input %s',
+        l, r, d, shape_str(x))
+    end
+    if mode == 'replicate' and D < 1 then rt('pad: replicate padding needs a non-empty dim %d, input %s', d, shape_str(x)) end
+    local a = l < 0 and -l or 0
+    local dc = D - a - (r < 0 and -r or 0)
+    if mode == 'circular' and (dc < 1 or l > dc or r > dc) then
+      rt('pad: circular padding (%d, %d) along dim %d of size %d wraps around more than once (or crops it all)', l, r, d, D)
+    end
+    if O < 1 then
+      rt('pad: input size %d along dim %d is too small for padding (%d, %d): the output size would be %d', D, d, l, r, O)
+    end
+    local idx = {}
+    for j = 0, O - 1 do
+      local i = j - l
+      if mode == 'reflect' then
+        if i < 0 then i = -i end
+        if i >= D then i = 2 * (D - 1) - i end
+      elseif mode == 'replicate' then
+        i = i < 0 and 0 or i >= D and D - 1 or i
+      else
+        i = (j - (l > 0 and l or 0)) % dc -- (Lua's % is never negative here)
+        i = a + i
+      end
+      idx[j + 1] = i + 1
+    end
+    y = y:index_select(d, T.tensor(idx, { dtype = 'int64', device = x.device }))
+  end
+  return y
+end
+
 --- pad(x, pad, mode='constant', value=0) or pad(x, pad, {mode=, value=}): pad is PyTorch's
 --- list {left, right [, top, bottom [, front, back]]} from the last dim backwards (negative
 --- entries crop); modes 'constant', 'reflect', 'replicate', 'circular'
@@ -705,6 +757,10 @@ function M.pad(x, pad, mode, value)
     pads[2 * k - 1], pads[2 * k] = pad[2 * j - 1], pad[2 * j]
   end
   if mode == 'constant' and (n > 3 or devmem(x)) then return pad_constant_composed(x, pads, value) end
+  if devmem(x) then
+    local y = gpu_composed(pad_index_composed, x, pads, mode)
+    if y then return y end
+  end
   return pad_rule_apply(x, pads, mode, value)
 end
 
@@ -712,6 +768,74 @@ end
 local function interp_modes_msg(m)
   return fmt("interpolate: mode must be one of 'nearest', 'nearest-exact', 'linear', 'bilinear', 'area' "
     .. "(dplhost does not implement 'bicubic' and 'trilinear'), got %s", got(m))
+end
+
+-- interpolation on a real GPU (no C kernel there): index_select by the CPU kernel's source
+-- tables (interp_tables in dpl_tensor_nnconv.c, computed here in the same float or double
+-- arithmetic), the linear weights as tensors, the CPU's order of products and sums; the
+-- gradient comes from the recorded ops (index_add_ on the GPU)
+local f32b = ffi.new('float[1]')
+local function r32(v) f32b[0] = v return f32b[0] end
+local function interp_table(mode, align, kd, inn, out, sf)
+  local i0, i1, w0, w1 = {}, {}, {}, {}
+  local rr = kd == 'float64' and function(v) return v end or r32
+  for o = 0, out - 1 do
+    local a, b, l1
+    if mode ~= 'linear' and mode ~= 'bilinear' then
+      local scale = sf > 0 and r32(1 / sf) or r32(r32(inn) / r32(out))
+      if mode == 'nearest-exact' then a = floor(r32((o + 0.5) * scale))
+      elseif out == inn then a = o
+      elseif out == 2 * inn then a = floor(o / 2)
+      else a = floor(r32(r32(o) * scale)) end
+      if a > inn - 1 then a = inn - 1 end
+      b, l1 = a, 0
+    elseif out == inn then
+      a, b, l1 = o, o, 0
+    else
+      local scale
+      if align then scale = out > 1 and rr(rr(inn - 1) / rr(out - 1)) or 0
+      else scale = sf > 0 and rr(1 / sf) or rr(rr(inn) / rr(out)) end
+      local src = align and rr(scale * o) or rr(rr(scale * rr(o + 0.5)) - 0.5)
+      if not align and src < 0 then src = 0 end
+      a = floor(src)
+      b = a + (a < inn - 1 and 1 or 0)
+      l1 = rr(src - a)
+      l1 = l1 < 0 and 0 or l1 > 1 and 1 or l1
+    end
+    i0[o + 1], i1[o + 1], w1[o + 1], w0[o + 1] = a + 1, b + 1, l1, rr(1 - l1)
+  end
+  return i0, i1, w0, w1
+end
+local function interp_composed(x, geom)
+  local linear = geom.mode == 'linear' or geom.mode == 'bilinear'
+  local kd = (not linear) and x.dtype or (x.dtype == 'float64' and 'float64' or 'float32')
+  local dev = x.device
+  local function ix(t) return T.tensor(t, { dtype = 'int64', device = dev }) end
+  local function wt(t, shape) return T.tensor(t, { dtype = kd, device = dev }):view(shape) end
+  local xin = linear and x:to(kd) or x
+  local nsp = geom.nsp
+  local wd = nsp + 2 -- the last dim (W)
+  local W, OW = x:size(wd), geom.size[nsp]
+  local wi0, wi1, ww0, ww1 = interp_table(geom.mode, geom.align, kd, W, OW, geom.scales[nsp] or 0)
+  local function along_w(t)
+    if not linear then return t:index_select(wd, ix(wi0)) end
+    return t:index_select(wd, ix(wi0)) * wt(ww0, { OW }) + t:index_select(wd, ix(wi1)) * wt(ww1, { OW })
+  end
+  local y
+  if nsp == 1 then
+    y = along_w(xin)
+  else
+    local H, OH = x:size(3), geom.size[1]
+    local hi0, hi1, hw0, hw1 = interp_table(geom.mode, geom.align, kd, H, OH, geom.scales[1] or 0)
+    if not linear then
+      y = along_w(xin:index_select(3, ix(hi0)))
+    else
+      y = along_w(xin:index_select(3, ix(hi0))) * wt(hw0, { OH, 1 })
+        + along_w(xin:index_select(3, ix(hi1))) * wt(hw1, { OH, 1 })
+    end
+  end
+  if y.dtype ~= x.dtype then y = y:to(x.dtype) end
+  return y
 end
 
 --- interpolate(x [N, C, L] or [N, C, H, W], {size=, scale_factor=, mode='nearest',
@@ -809,6 +933,10 @@ function M.interpolate(x, opts)
   end
   if mode ~= 'nearest' and mode ~= 'nearest-exact' then need_float(x, fn) end
   local geom = { nsp = nsp, size = out, scales = scales, mode = mode, align = align or false }
+  if devmem(x) then
+    local y = gpu_composed(interp_composed, x, geom)
+    if y then return y end
+  end
   local y = M.interpolate_raw(x, geom)
   if grad_on(x) then record(rules.interpolate, y, x, geom) end
   return y
