@@ -3,7 +3,7 @@
 -- gen_nn_rnn_utils_ref.py): pad_sequence, pack_sequence (unsorted), pack_padded_sequence /
 -- pad_packed_sequence, and a packed batch through 2-layer bidirectional LSTM (also proj_size), GRU
 -- and RNN with initial states: outputs, h_n, c_n and the gradients of the input, the states and
--- every parameter.
+-- every parameter. Also nn.Embedding.from_pretrained.
 local dpl = require 'dpl'
 local nn = dpl.nn
 local R = nn.utils.rnn
@@ -149,5 +149,30 @@ describe('RNN, LSTM, GRU on a PackedSequence', function()
     local ok = R.pack_sequence({ dpl.randn(2, 3) })
     raises(function() m(ok, dpl.zeros(1, 1, 4)) end, 'hx must be a list {h_0, c_0}')
     raises(function() m(ok, { dpl.zeros(1, 2, 4), dpl.zeros(1, 2, 4) }) end, 'expected hx[1] (h_0) of shape [1, 1, 4]')
+  end)
+end)
+
+describe('nn.Embedding.from_pretrained', function()
+  it('shares the given storage, frozen by default; freeze=false trains; padding_idx gets no gradient', function()
+    local E = dpl.randn(6, 4)
+    local e = nn.Embedding.from_pretrained(E)
+    assert.is_false(e.weight.requires_grad)
+    assert.is_true(e.weight:is_set_to(E))
+    assert.is_false(E.requires_grad)
+    close(E:narrow(1, 2, 2), e(dpl.tensor({ 2, 3 })), 0, 'lookup')
+    local e2 = nn.Embedding.from_pretrained(E, { freeze = false, padding_idx = 1 })
+    assert.is_true(e2.weight.requires_grad)
+    assert.are.equal(1, #e2:parameters())
+    e2(dpl.tensor({ 1, 2, 2 })):sum():backward()
+    assert.are.equal(0, e2.weight.grad[1]:abs():sum():item())
+    assert.are.equal(8, e2.weight.grad[2]:sum():item())
+    assert.is_true(nn.Embedding.from_pretrained(E, false).weight.requires_grad)
+    assert.is_true(nn.Embedding:from_pretrained(E, false).weight.requires_grad) -- PyTorch's cls-method spelling
+    assert.are.same({ 'weight' }, nn.Embedding.from_pretrained(E):state_dict_keys())
+  end)
+  it('errors: not 2-d, an unknown option, unsupported options', function()
+    raises(function() nn.Embedding.from_pretrained(dpl.randn(3)) end, 'expected to be 2-dimensional')
+    raises(function() nn.Embedding.from_pretrained(dpl.randn(3, 2), { frezze = true }) end, "did you mean 'freeze'")
+    raises(function() nn.Embedding.from_pretrained(dpl.randn(3, 2), { sparse = true }) end, 'NotImplementedError')
   end)
 end)
