@@ -579,6 +579,39 @@ function nn.Embedding:__init(V, D, opts)
   self.weight = nn.Parameter(T.empty(V, D, opts_dtype(opts)))
   self:reset_parameters()
 end
+--- Embedding.from_pretrained(embeddings [, freeze=true] [, {freeze=true, padding_idx=}]) (PyTorch's
+--- classmethod; positional freeze or an options table): a layer whose weight is a Parameter on
+--- embeddings' storage (not copied, as PyTorch's), frozen (requires_grad false) unless freeze = false.
+--- The padding row is not zeroed (it keeps the given vector) and gets no gradient.
+local FROM_PRETRAINED_KEYS = keys('freeze', 'padding_idx', 'max_norm', 'norm_type', 'scale_grad_by_freq', 'sparse')
+function nn.Embedding.from_pretrained(embeddings, freeze, opts, extra)
+  if embeddings == nn.Embedding then -- called as nn.Embedding:from_pretrained(...), PyTorch's spelling
+    return nn.Embedding.from_pretrained(freeze, opts, extra)
+  end
+  if type(freeze) == 'table' and opts == nil then freeze, opts = nil, freeze end
+  check_opts(opts, FROM_PRETRAINED_KEYS, 'Embedding.from_pretrained')
+  F._embedding_unsupported(opts, 'Embedding.from_pretrained')
+  if opts and opts.freeze ~= nil then
+    if freeze ~= nil then error('Embedding.from_pretrained: freeze given twice (positionally and in the options)', 2) end
+    freeze = opts.freeze
+  end
+  if freeze == nil then freeze = true end
+  if type(freeze) ~= 'boolean' then
+    error(fmt('Embedding.from_pretrained: freeze must be true or false, got %s', tostring(freeze)), 2)
+  end
+  if not is_tensor(embeddings) or embeddings:dim() ~= 2 then
+    error(fmt('Embedding.from_pretrained: embeddings parameter is expected to be 2-dimensional, got %s',
+      is_tensor(embeddings) and ('shape [' .. table.concat(embeddings:size(), ', ') .. ']') or type(embeddings)), 2)
+  end
+  if not embeddings:is_floating_point() then
+    error(fmt('Embedding.from_pretrained: embeddings must be a floating point tensor, got %s', embeddings.dtype), 2)
+  end
+  local V, D = embeddings:size(1), embeddings:size(2)
+  local e = nn.Embedding(V, D, { dtype = embeddings.dtype, device = embeddings.device,
+    padding_idx = opts and opts.padding_idx })
+  e.weight = nn.Parameter(embeddings:detach(), not freeze)
+  return e
+end
 function nn.Embedding:reset_parameters()
   init.normal_(self.weight)
   if self.padding_idx then

@@ -383,24 +383,35 @@ end
 
 ---------------------------------------------------------------- devices, dtypes
 -- replaces each parameter/buffer by f(t) (a new leaf when it changed)
+-- Each tensor is converted once: a tensor held under two names (tied embedding and decoder
+-- weights, a shared buffer) is one new tensor under both afterwards, as PyTorch's _apply keeps them.
 local function map_tensors(self, f)
+  local done = {}
   for _, m in ipairs(self:modules()) do
     for _, k in ipairs(names(m, '_param_names')) do
       local p = rawget(m, k)
       if is_tensor(p) then
-        local q = f(p)
-        if q ~= p then
-          q = autograd.no_grad(function() return q:detach() end)
-          q.requires_grad = p.requires_grad
-          if param_set[p] then param_set[q] = true end
-          if p.grad then q.grad = f(p.grad) end
-          rawset(m, k, q)
+        local q = done[p]
+        if q == nil then
+          q = f(p)
+          if q ~= p then
+            q = autograd.no_grad(function() return q:detach() end)
+            q.requires_grad = p.requires_grad
+            if param_set[p] then param_set[q] = true end
+            if p.grad then q.grad = f(p.grad) end
+          end
+          done[p] = q
         end
+        if q ~= p then rawset(m, k, q) end
       end
     end
     for _, k in ipairs(names(m, '_buffer_names')) do
       local b = rawget(m, k)
-      if is_tensor(b) then rawset(m, k, f(b)) end
+      if is_tensor(b) then
+        local q = done[b]
+        if q == nil then q = f(b); done[b] = q end
+        rawset(m, k, q)
+      end
     end
   end
   return self

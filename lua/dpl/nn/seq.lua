@@ -10,6 +10,7 @@ local autograd = require 'dpl.autograd'
 local options = require 'dpl.options'
 local amp = require 'dpl.amp'
 local errors = require 'dpl.errors'
+local rnn_utils = require 'dpl.nn.utils_rnn'
 
 local fmt = string.format
 local error = errors.raise -- string messages become ValueError objects
@@ -173,12 +174,51 @@ return function(nn)
     return batched and hx or hx:unsqueeze(2)
   end
 
+  -- the layers over a time-major batch x [T, B, in] from h0 (and c0) [L * D, B, size]: output [T, B,
+  -- D * size], h_n, c_n (nil but for the LSTM)
+  function RNNBase:_layers(x, h0, c0)
+    local lstm = self.mode == 'LSTM'
+    local D = self.bidirectional and 2 or 1
+    local hs, cs = {}, {}
+    local layer_in = x
+    for layer = 0, self.num_layers - 1 do
+      local outs = {}
+      for dir = 0, D - 1 do
+        local idx = layer * D + dir + 1
+        local nm = self._all_weights[idx]
+        local wih, whh, bih, bhh = self[nm.ih], self[nm.hh], nm.bih and self[nm.bih], nm.bhh and self[nm.bhh]
+        local rev = dir == 1
+        local y, hn, cn
+        if self.mode == 'GRU' then
+          local xp = F.linear(layer_in, wih, bih)
+          y, hn = F._gru_layer(xp, h0:select(1, idx), whh, bhh, rev)
+        else
+          local xp = F.linear(layer_in, wih, bih and bih + bhh)
+          if lstm then
+            y, hn, cn = F._lstm_layer(xp, h0:select(1, idx), c0:select(1, idx), whh, rev, nm.hr and self[nm.hr])
+            cs[idx] = cn
+          else
+            y, hn = F._rnn_layer(xp, h0:select(1, idx), whh, self.mode == 'RNN_RELU', rev)
+          end
+        end
+        outs[dir + 1], hs[idx] = y, hn
+      end
+      layer_in = D == 2 and T.cat(outs, 3) or outs[1]
+      if self.dropout > 0 and self.training and layer < self.num_layers - 1 then
+        layer_in = F.dropout(layer_in, self.dropout, true)
+      end
+    end
+    local h_n = T.stack(hs, 1)
+    return layer_in, h_n, lstm and T.stack(cs, 1) or nil
+  end
+
   --- forward(input [, hx]): input [T, B, input_size] ([B, T, input_size] with batch_first; unbatched
   --- [T, input_size]); hx [num_layers * num_directions, B, hidden_size] (LSTM: a list {h_0, c_0}; h_0's
   --- last dim is proj_size when it is > 0), zeros when nil. Returns output [T, B, num_directions *
   --- hidden_size (or proj_size)] and h_n (LSTM: {h_n, c_n}).
   function RNNBase:forward(input, hx)
     local lbl = self:_label()
+    if rnn_utils.is_packed(input) then return self:_forward_packed(input, hx) end
     tensor_arg(self, 'input', input)
     local w0 = self[self._all_weights[1].ih]
     if amp.dtype then input = amp.fp32(input) end
@@ -216,38 +256,7 @@ return function(nn)
     else
       h0 = check_state(self, hx, 'hx', batched, B, x, nd, self.hidden_size)
     end
-    local D = self.bidirectional and 2 or 1
-    local hs, cs = {}, {}
-    local layer_in = x
-    for layer = 0, self.num_layers - 1 do
-      local outs = {}
-      for dir = 0, D - 1 do
-        local idx = layer * D + dir + 1
-        local nm = self._all_weights[idx]
-        local wih, whh, bih, bhh = self[nm.ih], self[nm.hh], nm.bih and self[nm.bih], nm.bhh and self[nm.bhh]
-        local rev = dir == 1
-        local y, hn, cn
-        if self.mode == 'GRU' then
-          local xp = F.linear(layer_in, wih, bih)
-          y, hn = F._gru_layer(xp, h0:select(1, idx), whh, bhh, rev)
-        else
-          local xp = F.linear(layer_in, wih, bih and bih + bhh)
-          if lstm then
-            y, hn, cn = F._lstm_layer(xp, h0:select(1, idx), c0:select(1, idx), whh, rev, nm.hr and self[nm.hr])
-            cs[idx] = cn
-          else
-            y, hn = F._rnn_layer(xp, h0:select(1, idx), whh, self.mode == 'RNN_RELU', rev)
-          end
-        end
-        outs[dir + 1], hs[idx] = y, hn
-      end
-      layer_in = D == 2 and T.cat(outs, 3) or outs[1]
-      if self.dropout > 0 and self.training and layer < self.num_layers - 1 then
-        layer_in = F.dropout(layer_in, self.dropout, true)
-      end
-    end
-    local output, h_n = layer_in, T.stack(hs, 1)
-    local c_n = lstm and T.stack(cs, 1) or nil
+    local output, h_n, c_n = self:_layers(x, h0, c0)
     if not batched then
       output, h_n = output:squeeze(2), h_n:squeeze(2)
       if c_n then c_n = c_n:squeeze(2) end
@@ -256,6 +265,95 @@ return function(nn)
     end
     if lstm then return output, { h_n, c_n } end
     return output, h_n
+  end
+
+  -- forward on a PackedSequence (nn.utils.rnn): each sequence runs over its own length (the reverse
+  -- direction starts at its last step; h_n is the state after it); the sequences of one length run
+  -- together through _layers (one call per distinct length). Returns a PackedSequence with the input's
+  -- batch_sizes and indices, and h_n (LSTM {h_n, c_n}) in the original batch order, as PyTorch's.
+  function RNNBase:_forward_packed(ps, hx)
+    local lbl = self:_label()
+    local data = ps.data
+    local w0 = self[self._all_weights[1].ih]
+    if amp.dtype then data = amp.fp32(data) end
+    if data.dtype ~= w0.dtype then
+      error(fmt('%s: input must have dtype %s (the parameters\'), got %s', lbl, w0.dtype, data.dtype))
+    end
+    if data:dim() ~= 2 or data:size(2) ~= self.input_size then
+      error(fmt('%s: a PackedSequence\'s data must be [N, %d] (input_size), got shape %s', lbl, self.input_size,
+        shape_str(data)))
+    end
+    if tostring(data.device) ~= tostring(w0.device) then
+      error(fmt('%s: input is on %s, the parameters on %s', lbl, tostring(data.device), tostring(w0.device)))
+    end
+    local bs = rnn_utils._batch_sizes(ps)
+    local Tn, B = #bs, bs[1]
+    local off, N = rnn_utils._offsets(bs)
+    if N ~= data:size(1) then
+      error(fmt('%s: a PackedSequence with batch_sizes summing to %d has data of %d rows', lbl, N, data:size(1)))
+    end
+    local lens = rnn_utils._sorted_lengths(bs)
+    -- the padded batch [T, B, in] in sorted order (zeros after each sequence's end)
+    local idx = {}
+    for t = 1, Tn do for j = 1, B do idx[#idx + 1] = j <= bs[t] and off[t] + j or N + 1 end end
+    local pad = T.zeros({ 1, self.input_size }, { dtype = data.dtype, device = data.device })
+    local idx_t = T.tensor(idx, { dtype = 'int64' })
+    if tostring(data.device) ~= 'cpu' then idx_t = idx_t:to(data.device) end
+    local x = T.cat({ data, pad }, 1):index_select(1, idx_t):reshape(Tn, B, self.input_size)
+    local lstm = self.mode == 'LSTM'
+    local sorted = ps.sorted_indices
+    local function permuted(h) return (h ~= nil and sorted) and h:index_select(2, sorted) or h end
+    local h0, c0
+    if lstm then
+      if hx ~= nil and (type(hx) ~= 'table' or #hx ~= 2 or not is_tensor(hx[1]) or not is_tensor(hx[2])) then
+        error(fmt('%s: hx must be a list {h_0, c_0} of two tensors, got %s', lbl, is_tensor(hx) and 'a tensor' or type(hx)))
+      end
+      local P = self.proj_size > 0 and self.proj_size or self.hidden_size
+      h0 = permuted(check_state(self, hx and hx[1], 'hx[1] (h_0)', true, B, x, 3, P))
+      c0 = permuted(check_state(self, hx and hx[2], 'hx[2] (c_0)', true, B, x, 3, self.hidden_size))
+    else
+      h0 = permuted(check_state(self, hx, 'hx', true, B, x, 3, self.hidden_size))
+    end
+    -- runs of equal length (the lengths do not increase in sorted order)
+    local flat, hs, cs, start_row, first, width = {}, {}, {}, {}, {}, nil
+    local rows, g, j = 0, 0, 1
+    local group_of = {}
+    while j <= B do
+      local L, k = lens[j], j
+      while k < B and lens[k + 1] == L do k = k + 1 end
+      local n = k - j + 1
+      local y, hn, cn = self:_layers(x:narrow(1, 1, L):narrow(2, j, n), h0:narrow(2, j, n), c0 and c0:narrow(2, j, n))
+      g = g + 1
+      width = y:size(3)
+      flat[g], hs[g], cs[g] = y:reshape(L * n, width), hn, cn
+      start_row[g], first[g] = rows, j
+      for q = j, k do group_of[q] = g end
+      rows = rows + L * n
+      j = k + 1
+    end
+    -- packed rows: step t, sorted position q -> row (t - 1) * n_g + (q - first_g) of its group's output
+    local pidx = {}
+    for t = 1, Tn do
+      for q = 1, bs[t] do
+        local gg = group_of[q]
+        local n = (gg < g and first[gg + 1] or B + 1) - first[gg]
+        pidx[#pidx + 1] = start_row[gg] + (t - 1) * n + (q - first[gg]) + 1
+      end
+    end
+    local pidx_t = T.tensor(pidx, { dtype = 'int64' })
+    if tostring(data.device) ~= 'cpu' then pidx_t = pidx_t:to(data.device) end
+    local out = (g == 1 and flat[1] or T.cat(flat, 1)):index_select(1, pidx_t)
+    local h_n = g == 1 and hs[1] or T.cat(hs, 2)
+    local c_n = lstm and (g == 1 and cs[1] or T.cat(cs, 2)) or nil
+    local unsorted = ps.unsorted_indices
+    if sorted and unsorted then
+      h_n = h_n:index_select(2, unsorted)
+      if c_n then c_n = c_n:index_select(2, unsorted) end
+    end
+    local res = rnn_utils.PackedSequence(out, ps.batch_sizes, ps.sorted_indices, ps.unsorted_indices)
+    rawset(res, '_bs', bs)
+    if lstm then return res, { h_n, c_n } end
+    return res, h_n
   end
 
   local function rnn_class(cls, mode)

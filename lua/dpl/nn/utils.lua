@@ -1,4 +1,4 @@
--- dpl.nn.utils: gradient clipping.
+-- dpl.nn.utils: gradient clipping; nn.utils.rnn (lua/dpl/nn/utils_rnn.lua).
 local T = require 'dpl.tensor'
 local autograd = require 'dpl.autograd'
 
@@ -138,5 +138,8 @@ function M.parameters_to_vector(params)
   for _, p in ipairs(param_list(params, 'parameters_to_vector')) do parts[#parts + 1] = p:reshape(-1) end
   return T.cat(parts, 1)
 end
+
+-- nn.utils.rnn: PackedSequence, pack_padded_sequence, pad_packed_sequence, pad_sequence, ...
+M.rnn = require 'dpl.nn.utils_rnn'
 
 return M
