@@ -323,6 +323,16 @@ describe('default_collate', function()
       errors.TypeError('default_collate: item 2 is a tensor where item 1 is a number'))
     assert.has_error(function() data.default_collate({ 1, 2, 'x' }) end,
       errors.TypeError("default_collate: item 3 is string 'x' where item 1 is a number"))
+    -- a number among tensors (docs/nn.md's example): the TypeError, not stack's ValueError
+    assert.has_error(function() data.default_collate({ dpl.ones({ 3 }), 2 }) end,
+      errors.TypeError('default_collate: item 2 is 2 where item 1 is a tensor'))
+    assert.has_error(function() data.default_collate({ dpl.ones({ 3 }), { 1 } }) end,
+      errors.TypeError('default_collate: item 2 is a table where item 1 is a tensor'))
+    -- and anything but a table among tables
+    assert.has_error(function() data.default_collate({ { a = 1 }, 3 }) end,
+      errors.TypeError('default_collate: item 2 is 3 where item 1 is a table'))
+    assert.has_error(function() data.default_collate({ { a = 1 }, dpl.ones({ 3 }) }) end,
+      errors.TypeError('default_collate: item 2 is a tensor where item 1 is a table'))
   end)
 
   it('booleans become a bool tensor, as torch\'s default_collate', function()

@@ -660,6 +660,12 @@ end
 function M.default_collate(items)
   local first = items[1]
   if is_tensor(first) then
+    for i = 2, #items do
+      if not is_tensor(items[i]) then
+        errors.TypeError:raise(('default_collate: item %d is %s where item 1 is a tensor'):format(
+          i, type(items[i]) == 'table' and 'a table' or describe(items[i])), 2)
+      end
+    end
     return require('dpl').stack(items, 1)
   elseif type(first) == 'number' then
     same_kind(items, 'number', 'a number')
@@ -677,7 +683,8 @@ function M.default_collate(items)
       local col = {}
       for i = 1, #items do
         if type(items[i]) ~= 'table' then
-          misconf('default_collate: item %d is %s where item 1 is a table', i, describe(items[i]))
+          errors.TypeError:raise(('default_collate: item %d is %s where item 1 is a table'):format(
+            i, is_tensor(items[i]) and 'a tensor' or describe(items[i])), 2)
         end
         local v = items[i][k]
         if v == nil then misconf('default_collate: item %d has no key %s, item 1 has', i, tostring(k)) end
