@@ -38,6 +38,8 @@ static const char usage_text[] =
   "                  stops the others and sets the exit status.\n"
   "  --nnodes M      Nodes in the job (default 1); with --node-rank R (0-based).\n"
   "  --master-addr A, --master-port P   Rendezvous address (default 127.0.0.1, a free port).\n"
+  "                  (torchrun's spellings work too: --nproc-per-node, --nproc_per_node,\n"
+  "                  --node_rank, --master_addr, --master_port.)\n"
   "  --log-all-ranks INFO output from every rank, not only rank 0.\n"
   "  --              Stop handling options.\n"
   "  -               Execute stdin and stop handling options.\n"
@@ -289,24 +291,28 @@ static int int_option(const char *name, const char *v, long lo, long hi)
  * (i advanced past its value), 0 when not, -1 on a bad or missing value. */
 static int launcher_option(int argc, char **argv, int *i, dpl_launch_opts *o)
 {
-  static const char *names[] = {"--nproc", "--nnodes", "--node-rank", "--master-addr", "--master-port"};
+  /* (torchrun's spellings too: --nproc-per-node / --nproc_per_node, --node_rank, ...) */
+  static const char *names[] = {"--nproc", "--nnodes", "--node-rank", "--master-addr", "--master-port",
+                                "--nproc-per-node", "--nproc_per_node", "--node_rank", "--master_addr", "--master_port"};
+  static const int canon[] = {0, 1, 2, 3, 4, 0, 0, 2, 3, 4};
   const char *a = argv[*i];
   if (strcmp(a, "--log-all-ranks") == 0) { o->log_all_ranks = 1; return 1; }
-  for (int k = 0; k < 5; k++) {
-    size_t len = strlen(names[k]);
+  for (int n = 0; n < (int)(sizeof names / sizeof *names); n++) {
+    size_t len = strlen(names[n]);
     const char *v;
-    if (strcmp(a, names[k]) == 0) {
-      if (*i + 1 >= argc) { usage_error("option '%s' needs an argument", names[k]); return -1; }
+    if (strcmp(a, names[n]) == 0) {
+      if (*i + 1 >= argc) { usage_error("option '%s' needs an argument", names[n]); return -1; }
       v = argv[++*i];
-    } else if (strncmp(a, names[k], len) == 0 && a[len] == '=') {
+    } else if (strncmp(a, names[n], len) == 0 && a[len] == '=') {
       v = a + len + 1;
     } else {
       continue;
     }
+    int k = canon[n];
     switch (k) {
-    case 0: o->nproc = int_option(names[k], v, 1, 4096); return o->nproc < 0 ? -1 : 1;
-    case 1: o->nnodes = int_option(names[k], v, 1, 100000); return o->nnodes < 0 ? -1 : 1;
-    case 2: o->node_rank = int_option(names[k], v, 0, 99999); return o->node_rank < 0 ? -1 : 1;
+    case 0: o->nproc = int_option(names[n], v, 1, 4096); return o->nproc < 0 ? -1 : 1;
+    case 1: o->nnodes = int_option(names[n], v, 1, 100000); return o->nnodes < 0 ? -1 : 1;
+    case 2: o->node_rank = int_option(names[n], v, 0, 99999); return o->node_rank < 0 ? -1 : 1;
     case 3:
       if (!*v) {
         usage_error("%s", "--master-addr expects a host name or address, got ''");
@@ -314,7 +320,7 @@ static int launcher_option(int argc, char **argv, int *i, dpl_launch_opts *o)
       }
       o->master_addr = v;
       return 1;
-    default: o->master_port = int_option(names[k], v, 1, 65535); return o->master_port < 0 ? -1 : 1;
+    default: o->master_port = int_option(names[n], v, 1, 65535); return o->master_port < 0 ? -1 : 1;
     }
   }
   return 0;
