@@ -177,6 +177,41 @@ describe('samplers', function()
 end)
 
 describe('DataLoader', function()
+  it("takes torch's batch_sampler (BatchSampler or any object with batches() and __len()); the Trainer's "
+    .. 'DistributedSampler reaches a BatchSampler through with_sampler', function()
+    local dpl = require 'dpl'
+    local ds = data.TensorDataset(dpl.arange(1, 11))
+    local bs = data.BatchSampler(data.SequentialSampler(10), 4)
+    assert.are.same({ { 1, 2, 3, 4 }, { 5, 6, 7, 8 }, { 9, 10 } }, bs:batches())
+    assert.are.equal(2, data.len(data.BatchSampler(data.SequentialSampler(10), { batch_size = 4, drop_last = true })))
+    local l = data.DataLoader(ds, { batch_sampler = bs })
+    assert.are.equal(3, #l)
+    assert.is_nil(l.batch_size)
+    local got = {}
+    for b in l do got[#got + 1] = b[1]:totable() end
+    assert.are.same({ { 1, 2, 3, 4 }, { 5, 6, 7, 8 }, { 9, 10 } }, got)
+    local l2 = l:with_sampler(data.DistributedSampler { dataset = ds, num_replicas = 2, rank = 1, shuffle = false })
+    got = {}
+    for b in l2:iter() do got[#got + 1] = b[1]:totable() end
+    assert.are.same({ { 2, 4, 6, 8 }, { 10 } }, got)
+    -- a batch sampler of one's own: any batches() / __len()
+    local Pairs = data.Sampler:extend('Pairs')
+    function Pairs:batches() return { { 10, 1 }, { 2, 9 } } end
+    function Pairs:__len() return 2 end
+    local lp = data.DataLoader(ds, { batch_sampler = Pairs() })
+    got = {}
+    for b in lp do got[#got + 1] = b[1]:totable() end
+    assert.are.same({ { 10, 1 }, { 2, 9 } }, got)
+    assert.has_error(function() lp:with_sampler(data.SequentialSampler(10)) end)
+    for _, o in ipairs({ { batch_size = 2 }, { shuffle = true }, { drop_last = true }, { sampler = data.SequentialSampler(10) } }) do
+      o.batch_sampler = bs
+      assert.has_error(function() data.DataLoader(ds, o) end, errors.MisconfigurationException(
+        'batch_sampler option is mutually exclusive with batch_size, shuffle, sampler, and drop_last'))
+    end
+    assert.has_error(function() data.DataLoader(ds, { batch_sampler = {} }) end)
+    assert.has_error(function() data.BatchSampler(data.SequentialSampler(3), 0) end)
+  end)
+
   it('iterates with `for batch in loader do` too: each loop a new pass, a loop left early ends its pass', function()
     local loader = data.DataLoader(Squares(7), { batch_size = 3, collate_fn = list_collate })
     local firsts = {}

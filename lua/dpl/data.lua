@@ -15,7 +15,8 @@ end
 
 -- options tables: an unknown key is an error (ValueError) naming the accepted ones
 local check_opts, keys = options.check, options.keys
-local LOADER_KEYS = keys('batch_size', 'shuffle', 'drop_last', 'sampler', 'collate_fn', 'seed', 'num_workers')
+local LOADER_KEYS = keys('batch_size', 'shuffle', 'drop_last', 'sampler', 'batch_sampler', 'collate_fn', 'seed',
+  'num_workers')
 local RANDOM_KEYS = keys('seed')
 local DIST_KEYS = keys('dataset', 'size', 'num_replicas', 'rank', 'shuffle', 'seed', 'drop_last')
 local WRAPPER_KEYS = keys('sampler', 'num_replicas', 'rank', 'shuffle', 'seed', 'drop_last')
@@ -633,6 +634,48 @@ function M.DistributedSamplerWrapper:_order()
 end
 M.DistributedSamplerWrapper.indices = indices_from_order
 
+-- ------------------------------------------------------------------ batch samplers
+--- BatchSampler(sampler, batch_size, drop_last=false) (or (sampler, {batch_size=, drop_last=})):
+--- PyTorch's BatchSampler, the sampler's positions of one pass in lists of batch_size
+--- (`batch_sampler:batches()`, a list of lists; `dpl.data.len(bs)` of them). Any object with
+--- `batches()` and `__len()` can be a DataLoader's batch_sampler; one that also has
+--- `with_sampler(sampler)` (BatchSampler has) can be given a DistributedSampler by the Trainer.
+M.BatchSampler = class.Object:extend('BatchSampler')
+function M.BatchSampler:__init(sampler, batch_size, drop_last)
+  if type(batch_size) == 'table' then
+    check_opts(batch_size, keys('batch_size', 'drop_last'), 'BatchSampler')
+    batch_size, drop_last = batch_size.batch_size, batch_size.drop_last
+  end
+  M._check_sampler(sampler, 'BatchSampler')
+  check_int('BatchSampler batch_size', batch_size, 1)
+  if drop_last ~= nil and type(drop_last) ~= 'boolean' then
+    misconf('BatchSampler drop_last must be a boolean, got %s', describe(drop_last))
+  end
+  self.sampler, self.batch_size, self.drop_last = sampler, batch_size, drop_last == true
+end
+function M.BatchSampler:__len()
+  local n = len_of(self.sampler, 'the sampler')
+  if self.drop_last then return math.floor(n / self.batch_size) end
+  return math.ceil(n / self.batch_size)
+end
+function M.BatchSampler:batches()
+  local order, total, off = sampler_order(self.sampler)
+  local bs, out = self.batch_size, {}
+  local stop = self.drop_last and (total - total % bs) or total
+  for pos = 1, stop, bs do
+    local b = {}
+    for k = pos, math.min(pos + bs - 1, stop) do b[#b + 1] = order[k - off] end
+    out[#out + 1] = b
+  end
+  return out
+end
+function M.BatchSampler:set_epoch(epoch)
+  if self.sampler.set_epoch then self.sampler:set_epoch(epoch) end
+end
+function M.BatchSampler:with_sampler(sampler)
+  return getmetatable(self)(sampler, self.batch_size, self.drop_last)
+end
+
 -- ------------------------------------------------------------------ collation
 require 'dpl.capi' -- the dpl_tensor type
 local T_is_tensor -- dpl.tensor's own test (its handles are references to dpl_tensor)
@@ -706,15 +749,28 @@ end
 local Loader = {}
 Loader.__index = Loader
 
-local function check_sampler(s)
+local function check_sampler(s, who)
   local ok = (type(s) == 'table' or type(s) == 'userdata')
   if ok then
     local okf, f, g = pcall(function() return s._order, s.indices end)
     ok = okf and (type(f) == 'function' or type(g) == 'function')
   end
   if not ok then
-    misconf('DataLoader: sampler must be a sampler (an object with indices() and __len(), e.g. a '
-      .. 'data.Sampler:extend(...) subclass), got %s', type(s) == 'table' and 'a table without indices()'
+    misconf('%s: sampler must be a sampler (an object with indices() and __len(), e.g. a '
+      .. 'data.Sampler:extend(...) subclass), got %s', who or 'DataLoader',
+      type(s) == 'table' and 'a table without indices()' or describe(s))
+  end
+end
+M._check_sampler = check_sampler
+local function check_batch_sampler(s)
+  local ok = (type(s) == 'table' or type(s) == 'userdata')
+  if ok then
+    local okf, f = pcall(function() return s.batches end)
+    ok = okf and type(f) == 'function'
+  end
+  if not ok then
+    misconf('DataLoader: batch_sampler must be a batch sampler (an object with batches() and __len(), e.g. '
+      .. 'data.BatchSampler(sampler, batch_size)), got %s', type(s) == 'table' and 'a table without batches()'
       or describe(s))
   end
 end
@@ -749,14 +805,24 @@ function M.DataLoader(ds, opts)
   if opts.sampler and opts.shuffle then
     misconf('sampler option is mutually exclusive with shuffle')
   end
+  if opts.batch_sampler ~= nil then
+    check_batch_sampler(opts.batch_sampler)
+    if (opts.batch_size ~= nil and opts.batch_size ~= 1) or opts.shuffle or opts.sampler or opts.drop_last then
+      misconf('batch_sampler option is mutually exclusive with batch_size, shuffle, sampler, and drop_last')
+    end
+  end
   if opts.collate_fn ~= nil and type(opts.collate_fn) ~= 'function' then
     misconf('collate_fn must be a function, got %s', type(opts.collate_fn))
   end
   local sampler = opts.sampler or (opts.shuffle and M.RandomSampler(n, { seed = opts.seed }))
     or M.SequentialSampler(n)
+  local bsam = opts.batch_sampler
+  if bsam then -- (the Trainer's samplers act on the batch sampler's own; loader.batch_size is nil, as torch's)
+    sampler, bs = bsam.sampler or sampler, nil
+  end
   local impl = setmetatable({
     dataset = ds, batch_size = bs, drop_last = opts.drop_last and true or false,
-    sampler = sampler, collate_fn = opts.collate_fn,
+    sampler = sampler, batch_sampler = bsam, collate_fn = opts.collate_fn,
   }, Loader)
   -- a userdata proxy, so that #loader works (Lua 5.1 ignores __len on tables)
   local proxy = newproxy(true)
@@ -775,6 +841,7 @@ function M.DataLoader(ds, opts)
   end
   mt.__tostring = function()
     local ok, nb = pcall(impl.num_batches, impl)
+    if bsam then return ('DataLoader(%s batches from %s)'):format(ok and tostring(nb) or '?', tostring(bsam.__name or 'a batch sampler')) end
     return ('DataLoader(%s batches of %d)'):format(ok and tostring(nb) or '?', bs)
   end
   return proxy
@@ -785,8 +852,20 @@ end
 --- DDP ranks their own loaders this way, as Lightning's _update_dataloader).
 function Loader:with_sampler(sampler)
   local impl = type(self) == 'userdata' and getmetatable(self).__index or self
-  local new = M.DataLoader(impl.dataset, { batch_size = impl.batch_size, drop_last = impl.drop_last,
-    sampler = sampler, collate_fn = impl.collate_fn })
+  local new
+  if impl.batch_sampler then
+    local b = impl.batch_sampler
+    local ok, f = pcall(function() return b.with_sampler end)
+    if not (ok and type(f) == 'function') then
+      misconf('DataLoader: its batch_sampler (%s) cannot be given another sampler (a DistributedSampler): give it a '
+        .. 'with_sampler(sampler) method (data.BatchSampler has one), or set use_distributed_sampler=false and shard '
+        .. 'the data yourself', tostring(b.__name or 'a batch sampler'))
+    end
+    new = M.DataLoader(impl.dataset, { batch_sampler = b:with_sampler(sampler), collate_fn = impl.collate_fn })
+  else
+    new = M.DataLoader(impl.dataset, { batch_size = impl.batch_size, drop_last = impl.drop_last,
+      sampler = sampler, collate_fn = impl.collate_fn })
+  end
   local nimpl = getmetatable(new).__index
   for k, v in pairs(impl) do
     if rawget(nimpl, k) == nil then nimpl[k] = v end
@@ -795,13 +874,15 @@ function Loader:with_sampler(sampler)
 end
 
 function Loader:num_batches()
+  if self.batch_sampler then return len_of(self.batch_sampler, 'the batch_sampler') end
   local n = len_of(self.sampler, 'the sampler')
   if self.drop_last then return math.floor(n / self.batch_size) end
   return math.ceil(n / self.batch_size)
 end
 
 function Loader:set_epoch(epoch)
-  if self.sampler.set_epoch then self.sampler:set_epoch(epoch) end
+  local s = self.batch_sampler or self.sampler
+  if s.set_epoch then s:set_epoch(epoch) end
 end
 
 function Loader:batch(indices)
@@ -823,6 +904,26 @@ end
 
 --- Iterator over the batches of one pass (one epoch).
 function Loader:iter()
+  if self.batch_sampler then
+    local lists, nb = self.batch_sampler:batches(), 0
+    if type(lists) ~= 'table' then
+      errors.TypeError:raise(('DataLoader: batch_sampler:batches() must return a list of lists of positions, got %s'):format(
+        describe(lists)), 2)
+    end
+    return function()
+      nb = nb + 1
+      local idx = lists[nb]
+      if idx == nil then return nil end
+      if type(idx) ~= 'table' then
+        errors.TypeError:raise(('DataLoader: batch %d of the batch_sampler is %s, not a list of positions'):format(
+          nb, describe(idx)), 2)
+      end
+      self.last_batch_indices = idx
+      local b = self:batch(idx)
+      if b == nil then errors.TypeError:raise(('DataLoader: the collation returned nil for batch %d'):format(nb), 2) end
+      return b
+    end
+  end
   local sampler = self.sampler
   local order, total, off = sampler_order(sampler) -- order[k - off] is the k-th position (1-based k)
   local bs = self.batch_size
