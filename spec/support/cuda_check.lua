@@ -351,6 +351,20 @@ for _, dt in ipairs({ 'float32', 'float64' }) do
     return { p.grad }
   end)
 end
+-- max_pool1d (max_pool2d's kernel on [N, C, 1, L]), values, 1-based indices and the gradient
+for _, dt in ipairs({ 'float32', 'float64', 'bfloat16' }) do
+  add('max_pool1d ' .. dt, function() return { sample(dt, 2, 3, 11) } end, function(_, x)
+    local F = dpl.nn.functional
+    local v1, i1 = F.max_pool1d(x, 3, { stride = 2, padding = 1, ceil_mode = true, return_indices = true })
+    local v2, i2 = F.max_pool1d(x[1], 2, { return_indices = true })
+    return { v1, i1, v2, i2, F.max_pool1d(x:transpose(2, 3):contiguous():transpose(2, 3), 4, { stride = 3 }) }
+  end)
+end
+add('autograd: max_pool1d gradient', function() return { randn(2, 3, 11), randn(2, 3, 5) } end, function(_, x, g)
+  local p = x:clone():requires_grad_()
+  ;(dpl.nn.functional.max_pool1d(p, 3, { stride = 2 }) * g):sum():backward()
+  return { p.grad }
+end)
 -- interpolate (index_select by the CPU's source tables, the linear weights as tensors) and gradients
 for _, dt in ipairs({ 'float32', 'float64', 'float16', 'bfloat16' }) do
   add('interpolate nearest/linear/bilinear ' .. dt, function() return { sample(dt, 2, 3, 5, 7) } end, function(_, x)

@@ -432,7 +432,26 @@ function M.max_pool1d(x, k, opts)
   need_float(x, fn)
   local unb = x:dim() == 2
   if unb then x = x:unsqueeze(1) end
-  local v, i = max_pool1d(x, k, s, p, d, opts.ceil_mode)
+  local v, i
+  if devmem(x) and d == 1 then -- a real GPU: max_pool2d's kernel on [N, C, 1, L] (the CPU's checks first)
+    if 2 * p > k then
+      lua_error(errors.RuntimeError(fmt('%s: padding should be at most half of kernel size, but got padding=%d and '
+        .. 'kernel_size=%d', fn, p, k)), 0)
+    end
+    local L = x:size(3)
+    local span = L + 2 * p - k
+    local o = (opts.ceil_mode and math.ceil(span / s) or floor(span / s)) + 1
+    if opts.ceil_mode and (o - 1) * s >= L + p then o = o - 1 end
+    if span < 0 or o < 1 then
+      lua_error(errors.RuntimeError(fmt('%s: input of length %d is too small for kernel_size %d (dilation 1, padding %d):'
+        .. ' the output length would be 0', fn, L, k, p)), 0)
+    end
+    local ok, a, b = pcall(T.max_pool2d, x:unsqueeze(3), { 1, k }, { stride = { 1, s }, padding = { 0, p },
+      ceil_mode = opts.ceil_mode, return_indices = true })
+    if ok then v, i = a:squeeze(3), b:squeeze(3)
+    elseif not errors.is(a, errors.NotImplementedError) then lua_error(a, 0) end
+  end
+  if v == nil then v, i = max_pool1d(x, k, s, p, d, opts.ceil_mode) end
   if unb then v, i = v:squeeze(1), i:squeeze(1) end
   if opts.return_indices then return v, i + 1 end
   return v
