@@ -270,6 +270,179 @@ end
 
 -- hooks a subclass may define (Lightning's)
 function LightningCLI:before_instantiate_classes() end
+function LightningCLI:add_arguments_to_parser(parser) end -- luacheck: ignore
+
+---------------------------------------------------------------- the parser of add_arguments_to_parser
+
+-- What `add_arguments_to_parser(parser)` gets: jsonargparse's link_arguments and set_defaults;
+-- any other parser method is a NotImplementedError naming it (never silently ignored).
+local CLIParser = {}
+local PARSER_METHODS = {}
+CLIParser.__index = function(_, k)
+  local m = PARSER_METHODS[k]
+  if m then return m end
+  if type(k) == 'string' and not k:match('^_') then
+    return function()
+      errors.NotImplementedError:raise(('LightningCLI: parser:%s (jsonargparse) is not implemented in dplhost;'
+        .. ' add_arguments_to_parser can use parser:link_arguments and parser:set_defaults'):format(k), 2)
+    end
+  end
+  return nil
+end
+
+-- 'model.hidden' -> 'model', {'hidden'} (a group and a non-empty path)
+local function split_key(key)
+  if type(key) ~= 'string' then return nil end
+  local group, rest = key:match('^(%a+)%.(.+)$')
+  if not group then return nil end
+  local path = {}
+  for part in rest:gmatch('[^.]+') do path[#path + 1] = part end
+  return group, path
+end
+
+function LightningCLI:_group_params(group)
+  if group == 'trainer' then return TRAINER_ORDER end
+  if group == 'model' then return self.model_params end
+  if group == 'data' then return self.data_params end
+  return nil
+end
+
+-- is `key` ('model.hidden', 'trainer.max_epochs', 'model.opts.depth') an argument of the parser?
+function LightningCLI:_is_argument(key)
+  local group, path = split_key(key)
+  local params = group and self:_group_params(group)
+  if not params then return false end
+  if group == 'trainer' and #path > 1 then return false end
+  for _, p in ipairs(params) do if p == path[1] then return true end end
+  return false
+end
+
+--- parser:link_arguments(source, target [, compute_fn [, apply_on='parse']]) (or
+--- (source, target, {compute_fn=, apply_on=})): jsonargparse's. `source` is a key such as
+--- 'data.batch_size' (or a list of keys, passed to compute_fn in order); the target's value is
+--- the source's (compute_fn(values...) when given). apply_on='parse': from the parsed config;
+--- 'instantiate': from the object built for the source's group ('data.num_classes' reads the
+--- datamodule's field), which is then built before the target's group. The target is no longer
+--- an argument: given on the command line it is an error (exit 2), in a config it is replaced,
+--- and the printed/saved config leaves it out.
+function PARSER_METHODS.link_arguments(parser, source, target, compute_fn, apply_on)
+  local cli = parser._cli
+  if type(compute_fn) == 'table' and getmetatable(compute_fn) == nil and apply_on == nil then
+    local o = compute_fn
+    for k in pairs(o) do
+      if k ~= 'compute_fn' and k ~= 'apply_on' then
+        errors.TypeError:raise(("link_arguments got an unexpected option '%s' (compute_fn, apply_on)"):format(
+          tostring(k)), 2)
+      end
+    end
+    compute_fn, apply_on = o.compute_fn, o.apply_on
+  end
+  apply_on = apply_on or 'parse'
+  if apply_on ~= 'parse' and apply_on ~= 'instantiate' then
+    errors.ValueError:raise(('link_arguments: apply_on must be "parse" or "instantiate", got %s'):format(
+      tostring(apply_on)), 2)
+  end
+  if compute_fn ~= nil and type(compute_fn) ~= 'function'
+      and not (type(getmetatable(compute_fn)) == 'table' and getmetatable(compute_fn).__call) then
+    errors.TypeError:raise(('link_arguments: compute_fn must be a function, got %s'):format(type(compute_fn)), 2)
+  end
+  local sources = type(source) == 'table' and source or { source }
+  if #sources == 0 then errors.ValueError:raise('link_arguments: no source key given', 2) end
+  if #sources > 1 and compute_fn == nil then
+    errors.ValueError:raise('link_arguments: multiple source keys require a compute_fn', 2)
+  end
+  for _, s in ipairs(sources) do
+    if apply_on == 'parse' then
+      if not cli:_is_argument(s) then
+        errors.ValueError:raise(('link_arguments: no action for the source key "%s"'):format(tostring(s)), 2)
+      end
+    else
+      local g, path = split_key(s)
+      if (g ~= 'model' and g ~= 'data') or (g == 'data' and not cli.data_params) or #path ~= 1 then
+        errors.ValueError:raise(('link_arguments(apply_on="instantiate"): the source "%s" must be an attribute of'
+          .. ' the model or the datamodule (model.NAME, data.NAME)'):format(tostring(s)), 2)
+      end
+    end
+  end
+  if not cli:_is_argument(target) then
+    errors.ValueError:raise(('link_arguments: no action for the target key "%s"'):format(tostring(target)), 2)
+  end
+  local tgroup = split_key(target)
+  if apply_on == 'instantiate' then
+    local sgroup = split_key(sources[1])
+    for _, s in ipairs(sources) do
+      if split_key(s) ~= sgroup then
+        errors.ValueError:raise('link_arguments(apply_on="instantiate"): the sources must be of one object', 2)
+      end
+    end
+    if sgroup == tgroup then
+      errors.ValueError:raise(('link_arguments: the source "%s" and the target "%s" are of the same object'):format(
+        sources[1], target), 2)
+    end
+    local other = sgroup == 'model' and 'data' or 'model'
+    for _, l in ipairs(cli._links) do
+      if l.apply_on == 'instantiate' and l.sgroup == tgroup and l.tgroup == sgroup then
+        errors.ValueError:raise(('link_arguments: links from %s to %s and back form a cycle'):format(sgroup, other), 2)
+      end
+    end
+  end
+  if cli._link_targets[target] then
+    errors.ValueError:raise(('link_arguments: the target "%s" is already linked'):format(target), 2)
+  end
+  local l = { sources = sources, target = target, compute_fn = compute_fn, apply_on = apply_on,
+    sgroup = split_key(sources[1]), tgroup = tgroup }
+  cli._links[#cli._links + 1] = l
+  cli._link_targets[target] = l
+end
+
+--- parser:set_defaults({['model.hidden'] = 16, ...}) or parser:set_defaults('model.hidden', 16):
+--- new defaults (below config files and flags).
+function PARSER_METHODS.set_defaults(parser, k, v)
+  local cli = parser._cli
+  local t = k
+  if type(k) ~= 'table' then t = { [k] = v } end
+  for key, val in pairs(t) do
+    if not cli:_is_argument(key) then
+      errors.KeyError:raise(('set_defaults: no action for the key "%s"'):format(tostring(key)), 2)
+    end
+    cli._set_defaults[#cli._set_defaults + 1] = { key, val }
+  end
+end
+
+-- sets cfg's value at a key ('model.opts.depth')
+local function set_at(cfg, key, v)
+  local group, path = split_key(key)
+  local t = cfg[group]
+  for k = 1, #path - 1 do
+    if not is_plain_table(t[path[k]]) then t[path[k]] = {} end
+    t = t[path[k]]
+  end
+  t[path[#path]] = v
+end
+
+local function get_at(cfg, key)
+  local group, path = split_key(key)
+  local t = cfg[group]
+  for k = 1, #path do
+    if not is_plain_table(t) then return nil end
+    t = t[path[k]]
+  end
+  return t
+end
+
+-- a link's value from its sources' values (NULL for a nil result)
+local function link_value(l, values)
+  local v
+  if l.compute_fn then
+    local args = {}
+    for i, x in ipairs(values) do if x ~= NULL then args[i] = x end end
+    v = l.compute_fn(unpack(args, 1, #values))
+  else
+    v = values[1]
+  end
+  if v == nil then return NULL end
+  return v
+end
 
 -- output on global rank 0 only (every rank parses the same command line)
 function LightningCLI:_say(f, text)
@@ -309,6 +482,7 @@ function LightningCLI:_defaults(sub)
     cfg.data = {}
     for _, p in ipairs(self.data_params) do cfg.data[p] = NULL end
   end
+  for _, kv in ipairs(self._set_defaults or {}) do set_at(cfg, kv[1], copy(kv[2])) end
   for _, o in ipairs(sub and SUB_OPTIONS[sub] or {}) do cfg[o[1]] = o[2] end
   return cfg
 end
@@ -472,12 +646,19 @@ function LightningCLI:_known_flags(sub)
     for _, k in ipairs(self.data_params) do out[#out + 1] = '--data.' .. k end
   end
   for _, o in ipairs(sub and SUB_OPTIONS[sub] or {}) do out[#out + 1] = '--' .. o[1] end
-  return out
+  local kept = {}
+  for _, f in ipairs(out) do
+    if not (self._link_targets and self._link_targets[f:sub(3)]) then kept[#kept + 1] = f end
+  end
+  return kept
 end
 
 --- Parses the command-line words into self.config (and self.subcommand); --help prints and
 --- exits 0, a bad flag raises a UsageError.
 function LightningCLI:parse_arguments(args, run)
+  self._links, self._link_targets, self._set_defaults = {}, {}, {}
+  self.parser = setmetatable({ _cli = self }, CLIParser)
+  self:add_arguments_to_parser(self.parser)
   local words = {}
   for i, w in ipairs(args) do
     if type(w) ~= 'string' then usage_error('argument %d is not a string (%s)', i, type(w)) end
@@ -548,6 +729,9 @@ function LightningCLI:parse_arguments(args, run)
         if file_exists(raw) then v, floats = read_config(raw) else v, floats = yaml_value(raw, '--' .. key) end
         self:_apply_group(cfg, key, v, 'argument --' .. key, floats)
       end
+    elseif group and self._link_targets[key] then
+      local l = self._link_targets[key]
+      usage_error('Linked "%s" must be given via "%s".', key, table.concat(l.sources, '", "'))
     elseif group == 'trainer' and targs.defaults[name] ~= nil then
       local raw
       if val == nil and trainer_bool_flag(name) and (words[i + 1] == nil or words[i + 1]:sub(1, 2) == '--') then
@@ -593,6 +777,18 @@ function LightningCLI:parse_arguments(args, run)
     self:_apply_config(cfg, c, path, floats, sub)
   end
   for _, f in ipairs(flags) do f() end
+  -- links applied on parse: the target takes its sources' value (a config's value is replaced)
+  for _, l in ipairs(self._links) do
+    if l.apply_on == 'parse' then
+      local values = {}
+      for k, src in ipairs(l.sources) do
+        local v = get_at(cfg, src)
+        if v == nil then v = NULL end
+        values[k] = v
+      end
+      set_at(cfg, l.target, link_value(l, values))
+    end
+  end
   self.config = cfg
 end
 
@@ -611,6 +807,12 @@ end
 --- trainer_defaults) are not written (a comment says so); read back, the defaults give them.
 function LightningCLI:dump(cfg)
   cfg = cfg or self.config
+  if self._links and #self._links > 0 then -- linked targets are left out (jsonargparse's skip_link_targets)
+    local c = {}
+    for k, v in pairs(cfg) do c[k] = copy(v) end
+    for _, l in ipairs(self._links) do set_at(c, l.target, nil) end
+    cfg = c
+  end
   local out = { ('# dplhost==%s\n'):format(require('dpl').version or '?') }
   out[#out + 1] = 'seed_everything: ' .. yaml.scalar(cfg.seed_everything) .. '\n'
   local function group(name, order)
@@ -708,9 +910,11 @@ function LightningCLI:help(sub)
     out[#out + 1] = title
     wrap_opt(out, ('--%s CONFIG'):format(name), 'Path to a configuration file, or a YAML mapping, for the group.')
     for _, k in ipairs(order) do
+      if self._link_targets and self._link_targets[name .. '.' .. k] then goto continue end
       local d = defaults[name][k]
       local shown = (type(d) == 'table' and d ~= NULL and getmetatable(d) ~= nil) and tostring(d) or yaml.encode_inline(d)
       wrap_opt(out, ('--%s.%s %s'):format(name, k, k:upper()), ('(default: %s)'):format(shown))
+      ::continue::
     end
   end
   group('trainer', ('%s arguments (values read as Trainer.from_argv reads them):'):format(class_name(self.trainer_class)),
@@ -768,9 +972,42 @@ end
 --- Builds the datamodule, the model and the Trainer (Lightning's instantiate_classes).
 function LightningCLI:instantiate_classes()
   local cfg = self.config
-  if self.datamodule_class ~= nil then self.datamodule = build(self.datamodule_class, self.data_params, cfg.data) end
+  local model_first = false
+  for _, l in ipairs(self._links or {}) do
+    if l.apply_on == 'instantiate' and l.sgroup == 'model' and l.tgroup == 'data' then model_first = true end
+  end
+  local function data()
+    if self.datamodule_class ~= nil then
+      self.datamodule = build(self.datamodule_class, self.data_params, cfg.data)
+      self:_apply_instantiate_links('data', self.datamodule)
+    end
+  end
+  if not model_first then data() end
   self.model = build(self.model_class, self.model_params, cfg.model)
+  self:_apply_instantiate_links('model', self.model)
+  if model_first then data() end
   self.trainer = self:instantiate_trainer()
+end
+
+-- the links applied on instantiate whose source is the object just built for `group`
+function LightningCLI:_apply_instantiate_links(group, obj)
+  for _, l in ipairs(self._links or {}) do
+    if l.apply_on == 'instantiate' and l.sgroup == group then
+      local values = {}
+      for k, src in ipairs(l.sources) do
+        local _, path = split_key(src)
+        local v = obj[path[1]]
+        if v == nil then
+          local mt = getmetatable(obj)
+          errors.AttributeError:raise(("link_arguments: the %s (%s) has no attribute '%s' (the source of %s)"):format(
+            group == 'data' and 'datamodule' or 'model', tostring(type(mt) == 'table' and rawget(mt, '__name') or '?'),
+            path[1], l.target), 2)
+        end
+        values[k] = v
+      end
+      set_at(self.config, l.target, link_value(l, values))
+    end
+  end
 end
 
 --- The Trainer from config.trainer (nulls left out), with trainer_defaults' callbacks and
