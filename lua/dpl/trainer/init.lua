@@ -692,6 +692,19 @@ local function datamodule_of(self, fn, loaders, opts, val_loaders)
   return loaders
 end
 
+-- the options table given in place of the loaders (`trainer:fit(model, {ckpt_path = p})`,
+-- `trainer:predict(model, {return_predictions = false})`, as Lightning's keywords): a plain
+-- table with a datamodule, or whose keys are all the entry point's options with no table values
+-- (a loader, a list or a table of loaders is never taken for options)
+local function options_in_place(x, fn)
+  if type(x) ~= 'table' or getmetatable(x) ~= nil or next(x) == nil then return false end
+  if x.datamodule ~= nil then return true end
+  for k, v in pairs(x) do
+    if not entry_keys[fn][k] or type(v) == 'table' then return false end
+  end
+  return true
+end
+
 local function opts_of(x, fn)
   if type(x) == 'string' then return { ckpt_path = x } end
   if fn == 'predict' and type(x) == 'boolean' then return { return_predictions = x } end
@@ -702,9 +715,8 @@ end
 --- trainer:fit(model, train_dataloaders, val_dataloaders, {ckpt_path=})
 function Trainer:fit(model, train_dataloaders, val_dataloaders, opts)
   check_model(model, 'fit')
-  if opts == nil and val_dataloaders == nil and type(train_dataloaders) == 'table' and getmetatable(train_dataloaders) == nil
-      and train_dataloaders.datamodule ~= nil then
-    -- trainer:fit(model, {datamodule = dm}): the options in place of the loaders
+  if opts == nil and val_dataloaders == nil and options_in_place(train_dataloaders, 'fit') then
+    -- trainer:fit(model, {datamodule = dm} | {ckpt_path = p}): the options in place of the loaders
     opts, train_dataloaders = train_dataloaders, nil
   end
   opts = opts_of(opts, 'fit')
@@ -743,7 +755,7 @@ end
 --- trainer:predict(model, dataloaders, {ckpt_path=, return_predictions=true}) -> predictions (a list per
 --- dataloader when several; nil with return_predictions=false)
 function Trainer:predict(model, dataloaders, opts)
-  if opts == nil and type(dataloaders) == 'table' and getmetatable(dataloaders) == nil and dataloaders.datamodule ~= nil then
+  if opts == nil and options_in_place(dataloaders, 'predict') then
     opts, dataloaders = dataloaders, nil
   end
   opts = opts_of(opts, 'predict')
@@ -767,7 +779,7 @@ function Trainer:predict(model, dataloaders, opts)
 end
 
 function Trainer:_run_eval_entry(fn, stage, model, dataloaders, opts)
-  if opts == nil and type(dataloaders) == 'table' and getmetatable(dataloaders) == nil and dataloaders.datamodule ~= nil then
+  if opts == nil and options_in_place(dataloaders, fn) then
     opts, dataloaders = dataloaders, nil
   end
   opts = opts_of(opts, fn)
