@@ -130,3 +130,25 @@ describe('LightningCLI add_arguments_to_parser', function()
     assert.truthy(e:find('NotImplementedError: LightningCLI: parser:add_optimizer_args', 1, true), e)
   end)
 end)
+
+-- Under a launcher every rank parses the same line and fails with exit 2, but only rank 0
+-- writes the error: a rank > 0 that exited at once made `dplhost --nproc 2` stop rank 0, now and
+-- then before its line was written (the bad flag then left no message at all). A rank > 0 now
+-- waits (up to 5 s) for rank 0 to exit first.
+describe('LightningCLI usage errors under a launcher', function()
+  it('a rank > 0 does not exit before rank 0 could write the error', function()
+    local t0 = os.time()
+    local o, e, rc = cli('RANK=1 LOCAL_RANK=1 WORLD_SIZE=2', 'fit --trainer.max_epoks 1')
+    assert.equal(2, rc)
+    assert.equal('', o .. e)
+    assert.is_true(os.time() - t0 >= 4)
+  end)
+
+  it('dplhost --nproc 2: rank 0 reports the bad flag, every time', function()
+    for _ = 1, 3 do
+      local _, e, rc = h.dplhost('--nproc 2 ' .. h.q(script) .. ' fit --trainer.max_epoks 1', { timeout = 60 })
+      assert.equal(2, rc, e)
+      assert.truthy(e:find('[rank 0] link.lua fit: error: Unrecognized arguments: --trainer.max_epoks', 1, true), e)
+    end
+  end)
+end)

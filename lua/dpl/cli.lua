@@ -462,6 +462,12 @@ function LightningCLI:_fail(msg)
   local where = self.prog .. (self.subcommand and (' ' .. self.subcommand) or '')
   msg = tostring(msg):gsub('\n', ' ')
   self:_say(io.stderr, ('%s: error: %s\n'):format(where, msg))
+  if require('dpl.log').rank() ~= 0 then
+    -- every rank parses the same line and fails alike, but only rank 0 writes the error: the
+    -- others wait for rank 0 to exit first (the launcher then stops them), else a launcher that
+    -- stops all ranks when one fails could stop rank 0 before its line is written
+    pcall(require('dpl.devices')._sleep, 5)
+  end
   self:_exit(2)
 end
 
