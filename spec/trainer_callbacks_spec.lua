@@ -716,3 +716,34 @@ describe('LightningModule:load_from_checkpoint (Lightning 1.9.5 core/saving.py)'
     assert.same(m.net.weight:tolist(), loaded.net.weight:tolist())
   end)
 end)
+
+describe('ModelCheckpoint never deletes what is not its own', function()
+  it('keeps the checkpoint a run resumed from (another directory, or its own) and removes only files in dirpath', function()
+    local th = require 'spec.support.trainer_helpers'
+    local dir = th.tmpdir()
+    local M = dpl.LightningModule:extend('CkKeep')
+    function M:__init() dpl.LightningModule.__init(self) dpl.manual_seed(0) self.l = dpl.nn.Linear(2, 1) end
+    function M:training_step(b) return self.l(b[1]):pow(2):mean() end
+    function M:configure_optimizers() return dpl.optim.SGD(self:parameters(), { lr = 0.1 }) end
+    local ds = dpl.data.TensorDataset(dpl.randn(8, 2))
+    local function fit(sub, epochs, ckpt)
+      local t = dpl.Trainer { default_root_dir = dir .. sub, max_epochs = epochs, logger = false,
+        enable_progress_bar = false, enable_model_summary = false }
+      t:fit(M(), dpl.data.DataLoader(ds, { batch_size = 4 }), nil, { ckpt_path = ckpt })
+      return t
+    end
+    local t1 = fit('/a', 1)
+    local first = t1.checkpoint_callback.best_model_path
+    assert.is_truthy(io.open(first, 'rb'), first)
+    local t2 = fit('/b', 2, first) -- resumes from /a's file; saves its own in /b
+    assert.are_not.equal(first, t2.checkpoint_callback.best_model_path)
+    assert.is_truthy(io.open(first, 'rb'), 'the resumed-from checkpoint was deleted: ' .. first)
+    local t3 = fit('/a', 3, first) -- the same directory: still never the file it resumed from
+    assert.is_truthy(io.open(first, 'rb'), 'the resumed-from checkpoint was deleted: ' .. first)
+    assert.is_truthy(io.open(t3.checkpoint_callback.best_model_path, 'rb'))
+    local cb = t3.checkpoint_callback
+    assert.is_false(cb:_should_remove(t3, '/etc/passwd'))
+    assert.is_true(cb:_should_remove(t3, cb.dirpath .. '/x.ckpt'))
+    assert.is_false(cb:_should_remove(t3, cb.dirpath .. '/../x.ckpt'))
+  end)
+end)

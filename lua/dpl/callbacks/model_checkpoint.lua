@@ -261,8 +261,33 @@ function ModelCheckpoint:_save_checkpoint(trainer, path)
   self._last_global_step_saved = trainer.global_step
 end
 
+-- p absolute (against $PWD, no symlinks resolved) with '.', '..' and repeated '/' folded
+local function normpath(p)
+  if p:sub(1, 1) ~= '/' then p = (os.getenv('PWD') or '.') .. '/' .. p end
+  local parts = {}
+  for c in p:gmatch('[^/]+') do
+    if c == '..' then parts[#parts] = nil
+    elseif c ~= '.' then parts[#parts + 1] = c end
+  end
+  return '/' .. table.concat(parts, '/')
+end
+ModelCheckpoint._normpath = normpath
+
+-- Only files inside this callback's dirpath are removed, and never the checkpoint the run
+-- resumed from (Lightning 2's _should_remove_checkpoint; 1.9.5 deleted a resumed-from best
+-- checkpoint of another directory once the new run saved its first one: data lost).
+function ModelCheckpoint:_should_remove(trainer, path)
+  if not path or path == '' then return false end
+  local p = normpath(path)
+  local resumed = rawget(trainer, 'ckpt_path')
+  if type(resumed) == 'string' and resumed ~= '' and normpath(resumed) == p then return false end
+  if not self.dirpath then return false end
+  local d = normpath(self.dirpath)
+  return p:sub(1, #d + 1) == d .. '/'
+end
+
 function ModelCheckpoint:_remove_checkpoint(trainer, path)
-  if trainer.is_global_zero and path and path ~= '' then os.remove(path) end
+  if trainer.is_global_zero and self:_should_remove(trainer, path) then os.remove(path) end
 end
 
 function ModelCheckpoint:_save_topk_checkpoint(trainer, m)
