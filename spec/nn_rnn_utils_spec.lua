@@ -142,6 +142,44 @@ describe('RNN, LSTM, GRU on a PackedSequence', function()
     end
   end)
 
+  it('LSTM: the one packed time loop (live rows per step) equals running the sequences by length', function()
+    local FS = nn.functional._seq
+    local function run(m, x, lens, sorted, hx)
+      m:zero_grad()
+      local xx = x:detach():requires_grad_(true)
+      if hx then hx[1].grad, hx[2].grad = nil, nil end
+      local out, st = m(R.pack_padded_sequence(xx, lens, { enforce_sorted = sorted }), hx)
+      dpl.manual_seed(5)
+      local loss = (out.data * dpl.randn(out.data:size(), { dtype = 'float64' })):sum()
+        + (st[1] * dpl.randn(st[1]:size(), { dtype = 'float64' })):sum()
+        + (st[2] * dpl.randn(st[2]:size(), { dtype = 'float64' })):sum()
+      loss:backward()
+      local r = { out = out.data, h_n = st[1], c_n = st[2], gx = xx.grad }
+      for k, p in m:named_parameters() do r['grad ' .. k] = p.grad:clone() end
+      if hx then r.gh0, r.gc0 = hx[1].grad, hx[2].grad end
+      return r
+    end
+    for _, bidir in ipairs({ false, true }) do
+      for _, sorted in ipairs({ true, false }) do
+        dpl.manual_seed(1)
+        local m = nn.LSTM(6, 5, 2, { bidirectional = bidir, dtype = 'float64' })
+        local D = bidir and 2 or 1
+        local lens = sorted and { 7, 7, 5, 3, 3, 1 } or { 3, 7, 1, 5, 7, 3 }
+        local x = dpl.randn(7, 6, 6, { dtype = 'float64' })
+        local hx = { dpl.randn(2 * D, 6, 5, { dtype = 'float64' }):requires_grad_(),
+          dpl.randn(2 * D, 6, 5, { dtype = 'float64' }):requires_grad_() }
+        for _, st in ipairs({ false, hx }) do
+          local a = run(m, x, lens, sorted, st or nil)
+          FS.packed = false
+          local okb, b = pcall(run, m, x, lens, sorted, st or nil)
+          FS.packed = true
+          assert(okb, b)
+          for k, v in pairs(b) do close(v, a[k], 1e-13, k) end
+        end
+      end
+    end
+  end)
+
   it('a packed input of the wrong width or a wrong hx is an error naming the layer', function()
     local m = nn.LSTM(3, 4)
     local ps = R.pack_sequence({ dpl.randn(2, 5) })

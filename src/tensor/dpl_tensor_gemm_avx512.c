@@ -19,7 +19,7 @@
 #define KC 512
 
 static pthread_once_t avx_once = PTHREAD_ONCE_INIT;
-static int avx_ok;
+static int avx_ok, small_ok;
 /* m*n*k from which a product is split over the threads: with the pool's spinning
  * workers a split costs ~1 us, repaid from ~2^18 (a 64x64x64 product, ~3 us) */
 static int64_t par_min = INT64_C(1) << 18;
@@ -28,6 +28,8 @@ static void avx_probe(void)
   __builtin_cpu_init();
   const char *e = getenv("DPL_SGEMM");
   avx_ok = __builtin_cpu_supports("avx512f") && !(e && strcmp(e, "blas") == 0);
+  const char *sm = getenv("DPL_SGEMM_SMALLM"); /* 0: products of 1-3 rows go to OpenBLAS (comparisons) */
+  small_ok = !(sm && strcmp(sm, "0") == 0);
   const char *p = getenv("DPL_GEMM_PAR_MIN");
   if (p && *p) par_min = strtoll(p, NULL, 10);
 }
@@ -184,6 +186,118 @@ __attribute__((target("avx512f"))) static void pack_range(int64_t lo, int64_t hi
 static int gemm_run(int transa, int transb, int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t lda,
                     const float *b, int64_t ldb, float beta, const float *bias, float *c, int64_t ldc);
 
+/* Products of 1-3 rows (a generation step, a cell at batch 1) that OpenBLAS would run with its
+ * packing (the packing cost most of the time): C' = A @ op(B) straight from the operands, each
+ * output the same chain of FMAs from zero over k in order that OpenBLAS's kernels run when k is one
+ * block (k <= SMALLM_KMAX), then C + acc (beta = 1) or acc (beta = 0), so the same bits. op(B) = B
+ * [k, n] (rows of 64 outputs) or B^T with B [n, k] (k contiguous; 16x16 blocks transposed in
+ * registers, 16 outputs at a time). */
+#define SMALLM_KMAX 320
+__attribute__((target("avx512f"))) static inline __m512 fin(float beta, __mmask16 km, const float *c, __m512 v)
+{
+  return beta != 0.0f ? _mm512_add_ps(_mm512_maskz_loadu_ps(km, c), v) : v;
+}
+__attribute__((target("avx512f"))) static inline __attribute__((always_inline)) void smallm_nn(
+  int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c,
+  int64_t ldc)
+{
+  for (int64_t j = 0; j < n; j += 64) {
+    __mmask16 km[4];
+    for (int u = 0; u < 4; u++) {
+      int64_t rem = n - j - 16 * u;
+      km[u] = rem >= 16 ? 0xFFFF : rem <= 0 ? 0 : (__mmask16)((1u << rem) - 1);
+    }
+    __m512 acc[3][4];
+    for (int r = 0; r < 3; r++) for (int u = 0; u < 4; u++) acc[r][u] = _mm512_setzero_ps();
+    for (int64_t p = 0; p < k; p++) {
+      const float *bp = b + p * ldb + j;
+      __m512 bv[4];
+      for (int u = 0; u < 4; u++) bv[u] = _mm512_maskz_loadu_ps(km[u], bp + 16 * u);
+      for (int r = 0; r < 3; r++) {
+        if (r >= m) break;
+        __m512 av = _mm512_set1_ps(a[r * lda + p]);
+        for (int u = 0; u < 4; u++) acc[r][u] = _mm512_fmadd_ps(av, bv[u], acc[r][u]);
+      }
+    }
+    for (int r = 0; r < 3 && r < m; r++)
+      for (int u = 0; u < 4; u++)
+        if (km[u]) {
+          float *cp = c + r * ldc + j + 16 * u;
+          _mm512_mask_storeu_ps(cp, km[u], fin(beta, km[u], cp, acc[r][u]));
+        }
+  }
+}
+/* r[i] = row i of a 16x16 block -> r[q] = column q */
+__attribute__((target("avx512f"))) static inline __attribute__((always_inline)) void tr16(__m512 r[16])
+{
+  __m512 t[16];
+  for (int i = 0; i < 8; i++) {
+    t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+  }
+  for (int i = 0; i < 4; i++) {
+    r[4 * i] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], _MM_SHUFFLE(1, 0, 1, 0));
+    r[4 * i + 1] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], _MM_SHUFFLE(3, 2, 3, 2));
+    r[4 * i + 2] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], _MM_SHUFFLE(1, 0, 1, 0));
+    r[4 * i + 3] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], _MM_SHUFFLE(3, 2, 3, 2));
+  }
+  for (int q = 0; q < 4; q++) {
+    t[q] = _mm512_shuffle_f32x4(r[q], r[4 + q], 0x88);
+    t[4 + q] = _mm512_shuffle_f32x4(r[q], r[4 + q], 0xdd);
+    t[8 + q] = _mm512_shuffle_f32x4(r[8 + q], r[12 + q], 0x88);
+    t[12 + q] = _mm512_shuffle_f32x4(r[8 + q], r[12 + q], 0xdd);
+  }
+  for (int q = 0; q < 4; q++) {
+    r[q] = _mm512_shuffle_f32x4(t[q], t[8 + q], 0x88);
+    r[8 + q] = _mm512_shuffle_f32x4(t[q], t[8 + q], 0xdd);
+    r[4 + q] = _mm512_shuffle_f32x4(t[4 + q], t[12 + q], 0x88);
+    r[12 + q] = _mm512_shuffle_f32x4(t[4 + q], t[12 + q], 0xdd);
+  }
+}
+__attribute__((target("avx512f"))) static inline __attribute__((always_inline)) void smallm_nt(
+  int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c,
+  int64_t ldc)
+{
+  for (int64_t j = 0; j < n; j += 16) {
+    int64_t nr = n - j < 16 ? n - j : 16;
+    __mmask16 kn = nr >= 16 ? 0xFFFF : (__mmask16)((1u << nr) - 1);
+    const float *w[16];
+    for (int i = 0; i < 16; i++) w[i] = b + (j + (i < nr ? i : nr - 1)) * ldb;
+    __m512 acc[3] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+    for (int64_t p0 = 0; p0 < k; p0 += 16) {
+      int64_t kk = k - p0 < 16 ? k - p0 : 16;
+      __mmask16 kp = kk >= 16 ? 0xFFFF : (__mmask16)((1u << kk) - 1);
+      __m512 x[16];
+      for (int i = 0; i < 16; i++) x[i] = _mm512_maskz_loadu_ps(kp, w[i] + p0);
+      tr16(x);
+      for (int64_t p = 0; p < kk; p++)
+        for (int r = 0; r < 3; r++) {
+          if (r >= m) break;
+          acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(a[r * lda + p0 + p]), x[p], acc[r]);
+        }
+    }
+    for (int r = 0; r < 3 && r < m; r++) {
+      float *cp = c + r * ldc + j;
+      _mm512_mask_storeu_ps(cp, kn, fin(beta, kn, cp, acc[r]));
+    }
+  }
+}
+__attribute__((target("avx512f"))) static void smallm(int transb, int64_t m, int64_t n, int64_t k, const float *a,
+                                                      int64_t lda, const float *b, int64_t ldb, float beta, float *c,
+                                                      int64_t ldc)
+{
+  /* m as a constant in each copy: the row loops unroll */
+  if (transb) {
+    if (m == 1) smallm_nt(1, n, k, a, lda, b, ldb, beta, c, ldc);
+    else if (m == 2) smallm_nt(2, n, k, a, lda, b, ldb, beta, c, ldc);
+    else smallm_nt(3, n, k, a, lda, b, ldb, beta, c, ldc);
+  } else {
+    if (m == 1) smallm_nn(1, n, k, a, lda, b, ldb, beta, c, ldc);
+    else if (m == 2) smallm_nn(2, n, k, a, lda, b, ldb, beta, c, ldc);
+    else smallm_nn(3, n, k, a, lda, b, ldb, beta, c, ldc);
+  }
+}
+
 int dpl_sgemm_avx512(int transa, int transb, int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t lda,
                      const float *b, int64_t ldb, float beta, float *c, int64_t ldc)
 {
@@ -200,6 +314,11 @@ static int gemm_run(int transa, int transb, int64_t m, int64_t n, int64_t k, flo
                     const float *b, int64_t ldb, float beta, const float *bias, float *c, int64_t ldc)
 {
   pthread_once(&avx_once, avx_probe);
+  if (avx_ok && small_ok && !transa && m >= 1 && m < 4 && n >= 16 && k >= 1 && k <= SMALLM_KMAX && alpha == 1.0f &&
+      (beta == 0.0f || beta == 1.0f) && !bias) {
+    smallm(transb, m, n, k, a, lda, b, ldb, beta, c, ldc);
+    return 1;
+  }
   /* small products: OpenBLAS's lower fixed cost wins; A^T B^T is left to it too */
   if (!avx_ok || alpha == 0.0f || (transa && transb) || m < 4 || n < 8 || k < 4 || m * n * k < (INT64_C(1) << 15))
     return 0;

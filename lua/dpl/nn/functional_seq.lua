@@ -36,6 +36,8 @@ return function(F)
   local FS = {}
   -- false: always compose the step of tensor ops (the path of GPU tensors; the specs compare both)
   FS.fused = true
+  -- false: run a packed batch by length, one loop per distinct length (the specs compare both)
+  FS.packed = true
 
   -- the C kernels take float32/float64 tensors in host memory (fixed arguments, no vararg loops:
   -- Debian's LuaJIT can mis-record those, docs/tensors.md)
@@ -138,6 +140,105 @@ return function(F)
   function FS._lstm_layer(xp, h0, c0, w, rev, whr)
     if fusable(xp, h0, c0, w, whr) then return lstm_fused(xp, h0, c0, w, rev, whr) end
     return lstm_composed(xp, h0, c0, w, rev, whr)
+  end
+
+  ---------------------------------------------------------------- packed LSTM
+  -- A packed batch (nn.utils.rnn) in one time loop, as cuDNN and PyTorch run it: the sequences
+  -- sorted by decreasing length, step t's rows of the packed data are the first bs[t] sequences
+  -- (rows off[t] + 1 .. off[t] + bs[t]), so step t runs those rows only. Processing step p (time
+  -- t = p, or Tn + 1 - p in reverse) takes the state of its first s = min(n_{p-1}, n_p) rows from
+  -- the previous processing step and of the others from h0 / c0 (n_p the rows of step p, n_0 = 0:
+  -- forward, only step 1 starts; reverse, each sequence starts at its last step). Every buffer is
+  -- packed [N, *]: Y the outputs (h), Cs the cells, Hp / Cp the state fed to each row, A the gates.
+  -- A sequence's h_n is its output row at its last processing step (rows `last`, or the first
+  -- bs[1] rows in reverse); c_n is part of the node's output [Y; c_n].
+  local function lstm_packed_backward(ctx, g, need_xp, need_h0, need_c0, need_w)
+    local bs, off, Tn, N, B, H, rev, w = ctx.bs, ctx.off, #ctx.bs, ctx.N, ctx.B, ctx.H, ctx.reverse, ctx.w
+    local A, Cs, Hp, Cp = ctx.A, ctx.Cs, ctx.Hp, ctx.Cp
+    g = g:contiguous()
+    local gY = g:narrow(1, 1, N * H):view(N, H)
+    local gCn = g:narrow(1, N * H + 1, B * H):view(B, H)
+    local o = like(A)
+    local dP = T.empty({ N, 4 * H }, o)
+    local dc = T.empty({ B, H }, o)
+    local dh0 = need_h0 and T.empty({ B, H }, o) or nil
+    local dc0 = need_c0 and T.empty({ B, H }, o) or nil
+    local tl = rev and 1 or Tn -- the time of the last processing step
+    local dh = gY:narrow(1, off[tl] + 1, bs[tl])
+    for p = Tn, 1, -1 do
+      local t = rev and Tn + 1 - p or p
+      local b, r0 = bs[t], off[t]
+      local e = p < Tn and math.min(b, bs[rev and t - 1 or t + 1]) or 0 -- rows going on to step p + 1
+      if e < b then dc:narrow(1, e + 1, b - e):copy_(gCn:narrow(1, e + 1, b - e)) end -- rows ending at p
+      local dp, dcb = dP:narrow(1, r0 + 1, b), dc:narrow(1, 1, b)
+      ok(C.dpl_lstm_cell_backward(dh, dcb, A:narrow(1, r0 + 1, b), Cs:narrow(1, r0 + 1, b), Cp:narrow(1, r0 + 1, b), dp))
+      local tp = rev and t + 1 or t - 1 -- the time of processing step p - 1
+      local nprev = p > 1 and bs[tp] or 0
+      local s = math.min(nprev, b) -- rows whose state came from step p - 1; the others from h0, c0
+      if s < b then
+        if dc0 then dc0:narrow(1, s + 1, b - s):copy_(dc:narrow(1, s + 1, b - s)) end
+        if dh0 then dh0:narrow(1, s + 1, b - s):copy_(dp:narrow(1, s + 1, b - s):mm(w)) end
+      end
+      if p > 1 then
+        local gyp = gY:narrow(1, off[tp] + 1, nprev)
+        if s == nprev then
+          dh = T.addmm(gyp, dp:narrow(1, 1, s), w)
+        else -- rows s + 1 .. nprev end at step p - 1: their gradient is gY's
+          dh = gyp:clone()
+          dh:narrow(1, 1, s):copy_(T.addmm(gyp:narrow(1, 1, s), dp:narrow(1, 1, s), w))
+        end
+      end
+    end
+    local gw = need_w and dP:t():mm(Hp) or nil
+    return need_xp and dP or nil, dh0, dc0, gw, nil
+  end
+
+  local function lstm_packed(xp, bs, off, last, h0, c0, w, rev)
+    local N, Tn, B, H = xp:size(1), #bs, h0:size(1), c0:size(2)
+    local rec = any_grad(xp, h0, c0, w)
+    local ctx = { bs = bs, off = off, N = N, B = B, H = H, reverse = rev, w = w, backward = lstm_packed_backward }
+    local out = autograd.no_grad(function()
+      local o = like(xp)
+      local out = T.empty({ N * H + B * H }, o)
+      local Y, Cn = out:narrow(1, 1, N * H):view(N, H), out:narrow(1, N * H + 1, B * H):view(B, H)
+      local Cs, Hp, Cp = T.empty({ N, H }, o), T.empty({ N, H }, o), T.empty({ N, H }, o)
+      local A = rec and T.empty({ N, 4 * H }, o) or nil
+      local wt = wt_for(w, Tn, B)
+      local prev, nprev = 0, 0
+      for p = 1, Tn do
+        local t = rev and Tn + 1 - p or p
+        local b, r0 = bs[t], off[t]
+        local s = math.min(nprev, b)
+        local hp, cp = Hp:narrow(1, r0 + 1, b), Cp:narrow(1, r0 + 1, b)
+        if s > 0 then
+          hp:narrow(1, 1, s):copy_(Y:narrow(1, prev + 1, s))
+          cp:narrow(1, 1, s):copy_(Cs:narrow(1, prev + 1, s))
+        end
+        if s < b then
+          hp:narrow(1, s + 1, b - s):copy_(h0:narrow(1, s + 1, b - s))
+          cp:narrow(1, s + 1, b - s):copy_(c0:narrow(1, s + 1, b - s))
+        end
+        local pre = T.addmm(xp:narrow(1, r0 + 1, b), hp, wt)
+        ok(C.dpl_lstm_cell_forward(pre, cp, Y:narrow(1, r0 + 1, b), Cs:narrow(1, r0 + 1, b),
+          A and A:narrow(1, r0 + 1, b) or nil))
+        prev, nprev = r0, b
+      end
+      Cn:copy_(rev and Cs:narrow(1, 1, B) or Cs:index_select(1, last))
+      ctx.A, ctx.Cs, ctx.Hp, ctx.Cp = A, Cs, Hp, Cp
+      return out
+    end)
+    if rec then autograd.record(autograd.rules.lstm_seq, out, xp, h0, c0, w, nil, ctx) end
+    local y = out:narrow(1, 1, N * H):view(N, H)
+    return y, rev and y:narrow(1, 1, B) or y:index_select(1, last), out:narrow(1, N * H + 1, B * H):view(B, H)
+  end
+
+  --- F._lstm_packed(xp [N, 4H], bs, off, last, h0 [B, H], c0 [B, H], w_hh [4H, H], reverse) -> y [N, H],
+  --- h_n, c_n [B, H] (sorted order), or nil where the fused loop does not apply (the caller then runs
+  --- the sequences by length). bs: the batch sizes (a Lua list), off: each step's first row - 1,
+  --- last: an int64 tensor of each sequence's last row (1-based, sorted order).
+  function FS._lstm_packed(xp, bs, off, last, h0, c0, w, rev)
+    if not (FS.packed and fusable(xp, h0, c0, w)) then return nil end
+    return lstm_packed(xp, bs, off, last, h0, c0, w, rev)
   end
 
   ---------------------------------------------------------------- GRU

@@ -267,9 +267,41 @@ return function(nn)
     return output, h_n
   end
 
+  -- the layers over packed data [N, in] (batch sizes bs, step offsets off, sorted lengths lens)
+  -- from h0 (and c0) [L * D, B, size] in sorted order, one time loop per layer and direction whose
+  -- steps run their live rows only (F._lstm_packed): output [N, D * H], h_n, c_n; nil where that
+  -- loop does not apply (GRU, RNN, proj_size, tensors in GPU memory)
+  function RNNBase:_layers_packed(data, bs, off, lens, h0, c0)
+    if self.mode ~= 'LSTM' or self.proj_size > 0 then return nil end
+    local D = self.bidirectional and 2 or 1
+    local last = {}
+    for j = 1, #lens do last[j] = off[lens[j]] + j end
+    last = T.tensor(last, { dtype = 'int64' })
+    local hs, cs = {}, {}
+    local layer_in = data
+    for layer = 0, self.num_layers - 1 do
+      local outs = {}
+      for dir = 0, D - 1 do
+        local idx = layer * D + dir + 1
+        local nm = self._all_weights[idx]
+        local bih, bhh = nm.bih and self[nm.bih], nm.bhh and self[nm.bhh]
+        local xp = F.linear(layer_in, self[nm.ih], bih and bih + bhh)
+        local y, hn, cn = F._lstm_packed(xp, bs, off, last, h0:select(1, idx), c0:select(1, idx), self[nm.hh], dir == 1)
+        if not y then return nil end
+        outs[dir + 1], hs[idx], cs[idx] = y, hn, cn
+      end
+      layer_in = D == 2 and T.cat(outs, 2) or outs[1]
+      if self.dropout > 0 and self.training and layer < self.num_layers - 1 then
+        layer_in = F.dropout(layer_in, self.dropout, true)
+      end
+    end
+    return layer_in, T.stack(hs, 1), T.stack(cs, 1)
+  end
+
   -- forward on a PackedSequence (nn.utils.rnn): each sequence runs over its own length (the reverse
-  -- direction starts at its last step; h_n is the state after it); the sequences of one length run
-  -- together through _layers (one call per distinct length). Returns a PackedSequence with the input's
+  -- direction starts at its last step; h_n is the state after it): one time loop over the packed rows
+  -- (_layers_packed) where it applies, else the sequences of one length together through _layers
+  -- (one call per distinct length). Returns a PackedSequence with the input's
   -- batch_sizes and indices, and h_n (LSTM {h_n, c_n}) in the original batch order, as PyTorch's.
   function RNNBase:_forward_packed(ps, hx)
     local lbl = self:_label()
@@ -293,13 +325,6 @@ return function(nn)
       error(fmt('%s: a PackedSequence with batch_sizes summing to %d has data of %d rows', lbl, N, data:size(1)))
     end
     local lens = rnn_utils._sorted_lengths(bs)
-    -- the padded batch [T, B, in] in sorted order (zeros after each sequence's end)
-    local idx = {}
-    for t = 1, Tn do for j = 1, B do idx[#idx + 1] = j <= bs[t] and off[t] + j or N + 1 end end
-    local pad = T.zeros({ 1, self.input_size }, { dtype = data.dtype, device = data.device })
-    local idx_t = T.tensor(idx, { dtype = 'int64' })
-    if tostring(data.device) ~= 'cpu' then idx_t = idx_t:to(data.device) end
-    local x = T.cat({ data, pad }, 1):index_select(1, idx_t):reshape(Tn, B, self.input_size)
     local lstm = self.mode == 'LSTM'
     local sorted = ps.sorted_indices
     local function permuted(h) return (h ~= nil and sorted) and h:index_select(2, sorted) or h end
@@ -309,11 +334,32 @@ return function(nn)
         error(fmt('%s: hx must be a list {h_0, c_0} of two tensors, got %s', lbl, is_tensor(hx) and 'a tensor' or type(hx)))
       end
       local P = self.proj_size > 0 and self.proj_size or self.hidden_size
-      h0 = permuted(check_state(self, hx and hx[1], 'hx[1] (h_0)', true, B, x, 3, P))
-      c0 = permuted(check_state(self, hx and hx[2], 'hx[2] (c_0)', true, B, x, 3, self.hidden_size))
+      h0 = permuted(check_state(self, hx and hx[1], 'hx[1] (h_0)', true, B, data, 3, P))
+      c0 = permuted(check_state(self, hx and hx[2], 'hx[2] (c_0)', true, B, data, 3, self.hidden_size))
     else
-      h0 = permuted(check_state(self, hx, 'hx', true, B, x, 3, self.hidden_size))
+      h0 = permuted(check_state(self, hx, 'hx', true, B, data, 3, self.hidden_size))
     end
+    local unsorted = ps.unsorted_indices
+    local function result(out, h_n, c_n)
+      if sorted and unsorted then
+        h_n = h_n:index_select(2, unsorted)
+        if c_n then c_n = c_n:index_select(2, unsorted) end
+      end
+      local res = rnn_utils.PackedSequence(out, ps.batch_sizes, ps.sorted_indices, ps.unsorted_indices)
+      rawset(res, '_bs', bs)
+      if lstm then return res, { h_n, c_n } end
+      return res, h_n
+    end
+    -- one time loop over the packed rows (each step on its live rows), where the kernels apply
+    local out, h_n, c_n = self:_layers_packed(data, bs, off, lens, h0, c0)
+    if out then return result(out, h_n, c_n) end
+    -- else the padded batch [T, B, in] in sorted order (zeros after each sequence's end), run by length
+    local idx = {}
+    for t = 1, Tn do for j = 1, B do idx[#idx + 1] = j <= bs[t] and off[t] + j or N + 1 end end
+    local pad = T.zeros({ 1, self.input_size }, { dtype = data.dtype, device = data.device })
+    local idx_t = T.tensor(idx, { dtype = 'int64' })
+    if tostring(data.device) ~= 'cpu' then idx_t = idx_t:to(data.device) end
+    local x = T.cat({ data, pad }, 1):index_select(1, idx_t):reshape(Tn, B, self.input_size)
     -- runs of equal length (the lengths do not increase in sorted order)
     local flat, hs, cs, start_row, first, width = {}, {}, {}, {}, {}, nil
     local rows, g, j = 0, 0, 1
@@ -343,17 +389,7 @@ return function(nn)
     local pidx_t = T.tensor(pidx, { dtype = 'int64' })
     if tostring(data.device) ~= 'cpu' then pidx_t = pidx_t:to(data.device) end
     local out = (g == 1 and flat[1] or T.cat(flat, 1)):index_select(1, pidx_t)
-    local h_n = g == 1 and hs[1] or T.cat(hs, 2)
-    local c_n = lstm and (g == 1 and cs[1] or T.cat(cs, 2)) or nil
-    local unsorted = ps.unsorted_indices
-    if sorted and unsorted then
-      h_n = h_n:index_select(2, unsorted)
-      if c_n then c_n = c_n:index_select(2, unsorted) end
-    end
-    local res = rnn_utils.PackedSequence(out, ps.batch_sizes, ps.sorted_indices, ps.unsorted_indices)
-    rawset(res, '_bs', bs)
-    if lstm then return res, { h_n, c_n } end
-    return res, h_n
+    return result(out, g == 1 and hs[1] or T.cat(hs, 2), lstm and (g == 1 and cs[1] or T.cat(cs, 2)) or nil)
   end
 
   local function rnn_class(cls, mode)
