@@ -940,7 +940,7 @@ describe('float32 products of 1-3 rows', function()
     if ci then ci:close() end
     local function run(env)
       env = env .. (avx512 and ' OPENBLAS_CORETYPE=Haswell' or '')
-      local p = assert(io.popen(env .. ' DPL_NUM_THREADS=1 ' .. os.getenv('DPL_BIN') .. ' ' .. script))
+      local p = assert(io.popen(env .. ' DPL_NUM_THREADS=1 ' .. h.q(h.bin) .. ' ' .. script))
       local s = p:read('*a')
       p:close()
       return s
