@@ -394,6 +394,14 @@ function M.mtime(path)
   return tonumber(mt[0])
 end
 
+-- makes the checkpoint's directory; one that cannot be made raises with the reason (the write
+-- that followed said only 'No such file or directory' for a read-only file system)
+local function make_dir(dir, path)
+  if not dir or dir == '' then return end
+  local ok, why = require('dpl.loggers.base').mkdir_p(dir)
+  if not ok then error(errors.RuntimeError('checkpoint: cannot write ' .. path .. ': ' .. why), 0) end
+end
+
 --- Writes the checkpoint table to path (safetensors), atomically.
 function M.save(ckpt, path)
   local tensors = {}
@@ -406,7 +414,7 @@ function M.save(ckpt, path)
     local map = {}
     for _, tt in ipairs(tensors) do map[tt.name] = tt.tensor end
     local dir = path:match('^(.*)/[^/]*$')
-    if dir and dir ~= '' then require('dpl.loggers.base').mkdir_p(dir) end
+    make_dir(dir, path)
     require('dpl.safetensors').save(path, map, { format = 'dplhost', ['dplhost.checkpoint'] = M.json_encode(meta_tree) })
     return
   end
@@ -431,12 +439,17 @@ function M.save(ckpt, path)
   local hjson = table.concat(parts, ',') .. '}'
   local pad = (8 - #hjson % 8) % 8
   hjson = hjson .. string.rep(' ', pad)
-  local dir = path:match('^(.*)/[^/]*$')
-  if dir and dir ~= '' then require('dpl.loggers.base').mkdir_p(dir) end
+  make_dir(path:match('^(.*)/[^/]*$'), path)
   local tmp = path .. '.tmp' .. tostring(os.time()) .. tostring(math.random(1e9))
-  local f = assert(io.open(tmp, 'wb'))
-  f:write(u64le(#hjson), hjson, table.concat(data))
-  f:close()
+  local f, oerr = io.open(tmp, 'wb')
+  if not f then error(errors.RuntimeError('checkpoint: cannot write ' .. path .. ': ' .. tostring(oerr)), 0) end
+  -- checked: a full disk must not leave a short file to be renamed over the previous checkpoint
+  local ok, werr = f:write(u64le(#hjson), hjson, table.concat(data))
+  local cok, cerr = f:close()
+  if not ok or not cok then
+    os.remove(tmp)
+    error(errors.RuntimeError('checkpoint: cannot write ' .. path .. ': ' .. tostring(werr or cerr)), 0)
+  end
   fsync_path(tmp)
   local ok, err = os.rename(tmp, path)
   if not ok then os.remove(tmp); error(errors.RuntimeError('checkpoint: cannot write ' .. path .. ': ' .. tostring(err)), 0) end
