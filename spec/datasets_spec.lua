@@ -170,6 +170,31 @@ describe('datasets.FashionMNIST', function()
     os.execute('rm -rf ' .. h.q(dir))
   end)
 
+  -- a .gz file whose deflate data or CRC is damaged: zlib's data error, named (it read as
+  -- "truncated: 0 of the 4 magic bytes", and a bad CRC in the gzip trailer was accepted)
+  it('a corrupted .gz file is a data error, not "truncated"; a bad CRC is caught', function()
+    local dir = h.tmpname('-fm-gzbad')
+    os.execute(('mkdir -p %s && cp %s/t10k-images-idx3-ubyte.gz %s/'):format(h.q(dir), root, h.q(dir)))
+    local src = h.read_all(root .. '/t10k-labels-idx1-ubyte.gz')
+    local function try(bytes)
+      h.write_file(dir .. '/t10k-labels-idx1-ubyte.gz', bytes)
+      local ok, e = pcall(datasets.FashionMNIST, { root = dir, train = false, cache = false })
+      assert.is_false(ok)
+      return tostring(e)
+    end
+    -- the deflate stream garbled after its first bytes
+    local e = try(src:sub(1, 20) .. string.rep('\255', 200) .. src:sub(221))
+    assert.truthy(e:find('FashionMNIST: IDX file ' .. dir .. '/t10k-labels-idx1-ubyte.gz is corrupt: ', 1, true), e)
+    assert.truthy(e:find('(gzip data error)', 1, true), e)
+    assert.falsy(e:find('truncated'), e)
+    -- the CRC-32 in the trailer (bytes -8..-5) changed: the data inflates whole but does not match
+    local n = #src
+    local crc = src:sub(n - 7, n - 7)
+    e = try(src:sub(1, n - 8) .. string.char((crc:byte() + 1) % 256) .. src:sub(n - 6))
+    assert.truthy(e:find('is corrupt: incorrect data check (gzip data error)', 1, true), e)
+    os.execute('rm -rf ' .. h.q(dir))
+  end)
+
   it('data.Subset maps positions and keeps the get_batch fast path', function()
     local sub = dpl.data.Subset(test, dpl.data.range(9001, 10000))
     assert.are.equal(1000, dpl.data.len(sub))

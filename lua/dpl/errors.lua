@@ -60,6 +60,10 @@ M.RuntimeError = new_class('RuntimeError')
 -- Python's AttributeError: reading an attribute an object does not have (dpl.Trainer's
 -- unknown public names, as Lightning's Trainer).
 M.AttributeError = new_class('AttributeError')
+-- Python's KeyError: a key a table must have is missing (Lightning's "Trying to restore
+-- optimizer state but checkpoint contains only the model", jsonargparse's set_defaults of an
+-- unknown key).
+M.KeyError = new_class('KeyError')
 
 M.raise = M.raiser(M.ValueError)
 

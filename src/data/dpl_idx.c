@@ -41,6 +41,20 @@ static int read_exact(gzFile f, void *dst, size_t n, size_t *got)
   return done == n;
 }
 
+/* After a short read: an error for a .gz stream zlib found corrupt (a bad deflate block, a CRC
+ * mismatch), which read as "truncated" before; 0 when it only ended early (Z_BUF_ERROR) or
+ * there was no error. Call before gzclose. */
+static int gz_corrupt(gzFile f, const char *path)
+{
+  int en = Z_OK;
+  const char *msg = gzerror(f, &en);
+  if (en == Z_OK || en == Z_BUF_ERROR) return 0;
+  size_t pl = strlen(path);
+  if (msg && !strncmp(msg, path, pl) && msg[pl] == ':' && msg[pl + 1] == ' ') msg += pl + 2; /* "<path>: why" */
+  return dpl_errorf(DPL_EIO, "IDX file %s is corrupt: %s (gzip data error)", path,
+                    msg && *msg ? msg : "unknown error");
+}
+
 static int open_idx(const char *path, gzFile *out)
 {
   if (!path) return dpl_errorf(DPL_EINVAL, "dpl_idx: path is NULL");
@@ -56,8 +70,11 @@ static int parse_header(gzFile f, const char *path, dpl_idx_header *h)
   unsigned char m[4];
   size_t got;
   memset(h, 0, sizeof *h);
-  if (!read_exact(f, m, 4, &got))
+  if (!read_exact(f, m, 4, &got)) {
+    int st = gz_corrupt(f, path);
+    if (st) return st;
     return dpl_errorf(DPL_EIO, "IDX file %s is truncated: %zu of the 4 magic bytes", path, got);
+  }
   if (m[0] != 0 || m[1] != 0 || !elem_size(m[2]) || m[3] < 1 || m[3] > 4)
     return dpl_errorf(DPL_EINVAL, "%s is not an IDX file: magic %02x %02x %02x %02x, expected 00 00 "
                       "<type 08/09/0b/0c/0d/0e> <1-4 dims>", path, m[0], m[1], m[2], m[3]);
@@ -66,9 +83,12 @@ static int parse_header(gzFile f, const char *path, dpl_idx_header *h)
   int64_t count = 1;
   for (int i = 0; i < h->ndim; i++) {
     unsigned char d[4];
-    if (!read_exact(f, d, 4, &got))
+    if (!read_exact(f, d, 4, &got)) {
+      int st = gz_corrupt(f, path);
+      if (st) return st;
       return dpl_errorf(DPL_EIO, "IDX file %s is truncated in its header (dimension %d of %d)", path, i + 1,
                         (int)h->ndim);
+    }
     h->dims[i] = ((int64_t)d[0] << 24) | ((int64_t)d[1] << 16) | ((int64_t)d[2] << 8) | d[3];
     if (h->dims[i] == 0 || count > INT64_MAX / 16 / h->dims[i])
       return dpl_errorf(DPL_EINVAL, "IDX file %s has a bad size %lld in dimension %d", path,
@@ -107,13 +127,19 @@ int dpl_idx_read(const char *path, dpl_idx_header *out, void *dst, int64_t dst_b
   }
   size_t got;
   if (!read_exact(f, dst, (size_t)need, &got)) {
+    st = gz_corrupt(f, path);
     gzclose(f);
+    if (st) return st;
     return dpl_errorf(DPL_EIO, "IDX file %s is truncated: expected %lld bytes of data, got %zu", path,
                       (long long)need, got);
   }
   unsigned char extra;
   int more = gzread(f, &extra, 1);
+  /* the gzip trailer's CRC is checked here, at the end of the stream: data that inflates but
+   * does not match it was accepted */
+  st = more < 0 ? gz_corrupt(f, path) : 0;
   gzclose(f);
+  if (st) return st;
   if (more > 0)
     return dpl_errorf(DPL_EINVAL, "IDX file %s has trailing bytes after its %lld elements", path,
                       (long long)out->count);

@@ -79,14 +79,23 @@ int closedir(dpl_DIR_ *dirp);
 int mkdir(const char *pathname, unsigned int mode);
 ]]) and ffi.os == 'Linux' and ffi.arch == 'x64'
 
---- mkdir -p (through libc: a few system calls, no shell).
+pcall(ffi.cdef, 'char *strerror(int errnum);')
+
+--- mkdir -p (through libc: a few system calls, no shell). Returns true, or nil and why the
+--- first directory that could not be made was not (`cannot create directory <d>: <reason>`;
+--- callers may ignore it: the write that follows fails and write_file reports this reason).
 function M.mkdir_p(dir)
   if have_fs then
-    local path = ''
+    local path, why = '', nil
     for part in dir:gmatch('[^/]+') do
       path = path .. ((path == '' and dir:sub(1, 1) ~= '/') and '' or '/') .. part
-      ffi.C.mkdir(path, 493) -- 0755; EEXIST is fine
+      if ffi.C.mkdir(path, 493) ~= 0 and why == nil then -- 0755; EEXIST is fine
+        local e = ffi.errno()
+        if e ~= 17 then why = ('cannot create directory %s: %s'):format(path, ffi.string(ffi.C.strerror(e))) end
+      end
     end
+    if why then return nil, why end
+    return true
   else
     os.execute('mkdir -p ' .. sh_quote(dir))
   end
@@ -264,14 +273,51 @@ function M.yaml(v)
   return table.concat(out)
 end
 
-function M.write_file(path, text)
-  local f = io.open(path, 'wb')
-  if not f then errors.RuntimeError:raise('cannot write ' .. path, 2) end
-  f:write(text)
-  f:close()
+pcall(ffi.cdef, 'int getpid(void);')
+
+-- an io library error message without the leading "<file>: " (Lua's io functions prefix it)
+local function io_reason(err, file)
+  err = tostring(err or 'unknown error')
+  if err:sub(1, #file + 2) == file .. ': ' then err = err:sub(#file + 3) end
+  return err
 end
 
---- The options of Logger(save_dir, {opts}) / Logger{save_dir=, ...} as one table (a copy when merged).
+--- Raises RuntimeError `cannot write <path>: <why>` unless ok (what io.open / file:write /
+--- file:close returned: a full disk, a read-only file system, a file where a directory is).
+function M.check_io(ok, err, path, level)
+  if ok then return ok end
+  errors.RuntimeError:raise(('cannot write %s: %s'):format(path, io_reason(err, path)), (level or 1) + 1)
+end
+
+--- Writes text to path atomically: a temp file next to it (`<path>.tmp.<pid>`), every write
+--- checked, then renamed over path. A full disk or an unwritable place raises (naming path and
+--- the reason) and leaves the previous file as it was (metrics.csv is rewritten whole when a
+--- new metric appears: a write cut short in place lost the rows written before).
+function M.write_file(path, text)
+  local tmp = ('%s.tmp.%d'):format(path, ffi.C.getpid())
+  local f, err = io.open(tmp, 'wb')
+  if not f then
+    err = io_reason(err, tmp)
+    local dir = path:match('^(.*)/[^/]*$')
+    if dir and dir ~= '' and not M.is_dir(dir) then -- why the directory is not there
+      local _, why = M.mkdir_p(dir)
+      if why then err = why end
+    end
+    M.check_io(nil, err, path, 2)
+  end
+  local ok, werr = f:write(text)
+  local cok, cerr = f:close()
+  if not ok or not cok then
+    os.remove(tmp)
+    M.check_io(nil, io_reason(werr or cerr, tmp), path, 2)
+  end
+  local rok, rerr = os.rename(tmp, path)
+  if not rok then
+    os.remove(tmp)
+    M.check_io(nil, io_reason(io_reason(rerr, tmp), path), path, 2)
+  end
+end
+
 function M.options(o, rest)
   if type(o) ~= 'string' then return o end
   local out = { save_dir = o }

@@ -117,9 +117,14 @@ function CSVLogger:save()
     for i, row in ipairs(rows) do out[#out + 1] = line(self.keys, row, self.metric_ints[i]) end
     B.write_file(path, table.concat(out))
   else
-    local f = assert(io.open(path, 'ab'))
-    for i = self.written + 1, #rows do f:write(line(self.keys, rows[i], self.metric_ints[i])) end
-    f:close()
+    -- every write checked: a full disk raises (before, the rows were dropped without a word)
+    local f, err = io.open(path, 'ab')
+    B.check_io(f, err, path)
+    local out = {}
+    for i = self.written + 1, #rows do out[#out + 1] = line(self.keys, rows[i], self.metric_ints[i]) end
+    local ok, werr = f:write(table.concat(out))
+    local cok, cerr = f:close()
+    B.check_io(ok and cok, werr or cerr, path)
   end
   self.written = #rows
 end

@@ -56,24 +56,34 @@ function FileWriter:_open()
     if f then f:close() end
   until not f
   self.path = path
-  self.file = io.open(path, 'wb')
-  if not self.file then errors.RuntimeError:raise('cannot write ' .. path, 3) end
-  self.file:write(TB.record(TB.event(t, 0, 'brain.Event:2')))
+  local f, err = io.open(path, 'wb')
+  B.check_io(f, err, path, 3)
+  self.file = f
+  local ok, werr = self.file:write(TB.record(TB.event(t, 0, 'brain.Event:2')))
+  B.check_io(ok, werr, path, 3)
 end
 
 function FileWriter:flush()
   self:_open()
+  -- checked: a full disk raises, naming the file (before, the events were dropped silently)
   if #self.pending > 0 then
-    self.file:write(table.concat(self.pending))
+    local ok, err = self.file:write(table.concat(self.pending))
     self.pending = {}
+    B.check_io(ok, err, self.path, 2)
   end
-  self.file:flush()
+  local ok, err = self.file:flush()
+  B.check_io(ok, err, self.path, 2)
   self.last_flush = TB.walltime()
 end
 
 function FileWriter:close()
   if #self.pending > 0 or self.file then self:flush() end
-  if self.file then self.file:close(); self.file = nil end
+  if self.file then
+    local f = self.file
+    self.file = nil
+    local ok, err = f:close()
+    B.check_io(ok, err, self.path, 2)
+  end
 end
 
 ---------------------------------------------------------------- values

@@ -107,8 +107,13 @@ local function decode_string(s, pos)
     end
   end
 end
-decode_value = function(s, pos)
+-- nesting deeper than this is refused (a corrupted header of '[[[[...' overflowed the Lua stack:
+-- 'stack overflow', naming no file); a checkpoint's own tree is a few levels deep
+local MAX_DEPTH = 1000
+decode_value = function(s, pos, depth)
   pos = skip(s, pos)
+  depth = (depth or 0) + 1
+  if depth > MAX_DEPTH then decode_error(s, pos, ('nested deeper than %d levels'):format(MAX_DEPTH)) end
   local c = s:sub(pos, pos)
   if c == '{' then
     local t = {}
@@ -121,7 +126,7 @@ decode_value = function(s, pos)
       pos = skip(s, pos)
       if s:sub(pos, pos) ~= ':' then decode_error(s, pos, "expected ':'") end
       local v
-      v, pos = decode_value(s, pos + 1)
+      v, pos = decode_value(s, pos + 1, depth)
       local nk = k:match('^#(%d+)$')
       t[nk and tonumber(nk) or k] = v
       pos = skip(s, pos)
@@ -136,7 +141,7 @@ decode_value = function(s, pos)
     if s:sub(pos, pos) == ']' then return t, pos + 1 end
     while true do
       local v
-      v, pos = decode_value(s, pos)
+      v, pos = decode_value(s, pos, depth)
       t[#t + 1] = v
       pos = skip(s, pos)
       local d = s:sub(pos, pos)
@@ -248,7 +253,13 @@ function M.restore_modules_and_callbacks(t, ckpt)
       if s ~= nil then cb:load_state_dict(s) end
     end
   end
-  if type(model.load_state_dict) == 'function' and ckpt.state_dict then
+  if type(model.load_state_dict) == 'function' then
+    -- Lightning's strategy.load_model_state_dict reads checkpoint["state_dict"]: a checkpoint
+    -- without it is Python's KeyError, not a run that silently keeps its fresh weights
+    if type(ckpt.state_dict) ~= 'table' then
+      errors.KeyError:raise(ckpt.state_dict == nil and "'state_dict'"
+        or ("checkpoint: 'state_dict' is a %s, expected a table"):format(type(ckpt.state_dict)), 0)
+    end
     model:load_state_dict(ckpt.state_dict)
   end
   if ckpt.hyper_parameters and (model.hparams == nil or next(model.hparams) == nil) then
@@ -258,6 +269,22 @@ end
 
 --- After the strategy's setup: optimizers, schedulers, loop progress.
 function M.restore_training_state(t, ckpt)
+  -- Lightning 1.9.5's restore_optimizers_and_schedulers: a weights-only checkpoint cannot resume
+  -- a fit (it restarted the optimizers and schedulers from scratch without a word)
+  if ckpt.optimizer_states == nil then
+    errors.KeyError:raise('Trying to restore optimizer state but checkpoint contains only the model.'
+      .. ' This is probably due to `ModelCheckpoint.save_weights_only` being set to `True`.', 0)
+  end
+  if ckpt.lr_schedulers == nil then
+    errors.KeyError:raise('Trying to restore learning rate scheduler state but checkpoint contains only the model.'
+      .. ' This is probably due to `ModelCheckpoint.save_weights_only` being set to `True`.', 0)
+  end
+  for k, v in pairs({ optimizer_states = ckpt.optimizer_states, lr_schedulers = ckpt.lr_schedulers,
+                      loops = ckpt.loops }) do
+    if type(v) ~= 'table' then
+      errors.ValueError:raise(("checkpoint: '%s' is a %s, expected a table"):format(k, type(v)), 0)
+    end
+  end
   for i, opt in ipairs(t.optimizers or {}) do
     local s = ckpt.optimizer_states and ckpt.optimizer_states[i]
     if s and type(opt.load_state_dict) == 'function' then opt:load_state_dict(s) end
@@ -394,6 +421,14 @@ function M.mtime(path)
   return tonumber(mt[0])
 end
 
+-- makes the checkpoint's directory; one that cannot be made raises with the reason (the write
+-- that followed said only 'No such file or directory' for a read-only file system)
+local function make_dir(dir, path)
+  if not dir or dir == '' then return end
+  local ok, why = require('dpl.loggers.base').mkdir_p(dir)
+  if not ok then error(errors.RuntimeError('checkpoint: cannot write ' .. path .. ': ' .. why), 0) end
+end
+
 --- Writes the checkpoint table to path (safetensors), atomically.
 function M.save(ckpt, path)
   local tensors = {}
@@ -406,7 +441,7 @@ function M.save(ckpt, path)
     local map = {}
     for _, tt in ipairs(tensors) do map[tt.name] = tt.tensor end
     local dir = path:match('^(.*)/[^/]*$')
-    if dir and dir ~= '' then require('dpl.loggers.base').mkdir_p(dir) end
+    make_dir(dir, path)
     require('dpl.safetensors').save(path, map, { format = 'dplhost', ['dplhost.checkpoint'] = M.json_encode(meta_tree) })
     return
   end
@@ -431,12 +466,17 @@ function M.save(ckpt, path)
   local hjson = table.concat(parts, ',') .. '}'
   local pad = (8 - #hjson % 8) % 8
   hjson = hjson .. string.rep(' ', pad)
-  local dir = path:match('^(.*)/[^/]*$')
-  if dir and dir ~= '' then require('dpl.loggers.base').mkdir_p(dir) end
+  make_dir(path:match('^(.*)/[^/]*$'), path)
   local tmp = path .. '.tmp' .. tostring(os.time()) .. tostring(math.random(1e9))
-  local f = assert(io.open(tmp, 'wb'))
-  f:write(u64le(#hjson), hjson, table.concat(data))
-  f:close()
+  local f, oerr = io.open(tmp, 'wb')
+  if not f then error(errors.RuntimeError('checkpoint: cannot write ' .. path .. ': ' .. tostring(oerr)), 0) end
+  -- checked: a full disk must not leave a short file to be renamed over the previous checkpoint
+  local ok, werr = f:write(u64le(#hjson), hjson, table.concat(data))
+  local cok, cerr = f:close()
+  if not ok or not cok then
+    os.remove(tmp)
+    error(errors.RuntimeError('checkpoint: cannot write ' .. path .. ': ' .. tostring(werr or cerr)), 0)
+  end
   fsync_path(tmp)
   local ok, err = os.rename(tmp, path)
   if not ok then os.remove(tmp); error(errors.RuntimeError('checkpoint: cannot write ' .. path .. ': ' .. tostring(err)), 0) end
@@ -452,12 +492,21 @@ function M.load(path)
   local n = 0
   for i = 8, 1, -1 do n = n * 256 + s:byte(i) end
   if n > 100000000 or 8 + n > #s then errors.ValueError:raise(('checkpoint %s: bad header size'):format(path), 0) end
-  local header = M.json_decode(s:sub(9, 8 + n))
+  -- a bad header names the file (it said only 'checkpoint: bad JSON at byte N')
+  local function decode(text)
+    local ok, v = pcall(M.json_decode, text)
+    if ok then return v end
+    if errors.is(v, ValueError) then
+      v.message = tostring(v.message):gsub('^checkpoint: ', ('checkpoint %s: '):format(path))
+    end
+    error(v, 0)
+  end
+  local header = decode(s:sub(9, 8 + n))
   local meta = header.__metadata__ or {}
   local tree = meta['dplhost.checkpoint']
   if not tree then errors.ValueError:raise(('checkpoint %s: not a dplhost checkpoint (no metadata)'):format(path), 0) end
   local tensors = {}
-  local tree_v = M.json_decode(tree)
+  local tree_v = decode(tree)
   -- a tensor leaf of the state (not a number, or list of numbers, stored as F64): the file was
   -- written by dpl.safetensors and its entries are tensors of their own dtype, F64 included
   local function has_tensor_leaf(v)
