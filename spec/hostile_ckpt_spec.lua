@@ -67,7 +67,7 @@ describe('hostile checkpoints', function()
     c = ck.load(full)
     c.optimizer_states = 'x'
     ck.save(c, dir .. '/badopt.ckpt')
-    assert.equal("ValueError: checkpoint: 'optimizer_states' is a string, expected a table",
+    assert.equal("ValueError: checkpoint " .. dir .. "/badopt.ckpt: 'optimizer_states' is a string, expected a table",
       err_of(function() trainer(dir, { max_epochs = 2 }):fit(M(), loader(), nil, { ckpt_path = dir .. '/badopt.ckpt' }) end))
   end)
 
@@ -86,5 +86,8 @@ describe('hostile checkpoints', function()
       err_of(ck.load, p))
     p = with_meta('{"epoch": 1,}', 'comma.ckpt')
     assert.matches('^ValueError: checkpoint ' .. p:gsub('%p', '%%%0') .. ': bad JSON at byte %d+: expected a key', err_of(ck.load, p))
+    -- the state names a tensor the file does not hold: the error names the file
+    p = with_meta('{"epoch": 1, "state_dict": {"w": {"__tensor__": "t0"}}}', 'notensor.ckpt')
+    assert.equal('ValueError: checkpoint ' .. p .. ': missing tensor t0', err_of(ck.load, p))
   end)
 end)

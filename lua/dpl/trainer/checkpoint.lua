@@ -282,7 +282,9 @@ function M.restore_training_state(t, ckpt)
   for k, v in pairs({ optimizer_states = ckpt.optimizer_states, lr_schedulers = ckpt.lr_schedulers,
                       loops = ckpt.loops }) do
     if type(v) ~= 'table' then
-      errors.ValueError:raise(("checkpoint: '%s' is a %s, expected a table"):format(k, type(v)), 0)
+      local path = rawget(t, 'ckpt_path')
+      errors.ValueError:raise(("checkpoint%s: '%s' is a %s, expected a table"):format(
+        type(path) == 'string' and ' ' .. path or '', k, type(v)), 0)
     end
   end
   for i, opt in ipairs(t.optimizers or {}) do
@@ -502,6 +504,14 @@ function M.load(path)
     error(v, 0)
   end
   local header = decode(s:sub(9, 8 + n))
+  local function join_named(tree_v, tensors) -- (a missing tensor names the file too)
+    local ok, v = pcall(join, tree_v, tensors)
+    if ok then return v end
+    if errors.is(v, ValueError) then
+      v.message = tostring(v.message):gsub('^checkpoint: ', ('checkpoint %s: '):format(path))
+    end
+    error(v, 0)
+  end
   local meta = header.__metadata__ or {}
   local tree = meta['dplhost.checkpoint']
   if not tree then errors.ValueError:raise(('checkpoint %s: not a dplhost checkpoint (no metadata)'):format(path), 0) end
@@ -523,7 +533,7 @@ function M.load(path)
       -- tensors of other dtypes: through dpl.safetensors (mmap, any dtype)
       local ts = require('dpl.safetensors').load(path)
       for k, t in pairs(ts) do tensors[k] = { tensor = t } end
-      return join(tree_v, tensors)
+      return join_named(tree_v, tensors)
     end
   end
   for name, h in pairs(header) do
@@ -537,7 +547,7 @@ function M.load(path)
       tensors[name] = { shape = h.shape or {}, values = vals }
     end
   end
-  return join(tree_v, tensors)
+  return join_named(tree_v, tensors)
 end
 
 return M
