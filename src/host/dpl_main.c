@@ -63,6 +63,7 @@ static const char usage_text[] =
   "  DPL_WARM_BYTES         Large blocks freed more recently than this are written cache-warm.\n"
   "  DPL_SGEMM, DPL_GEMM_PAR_MIN, DPL_CONV_CHUNK_KB\n"
   "                         GEMM choice (blas: OpenBLAS only), parallel GEMM threshold, conv chunk.\n"
+  "  DPL_SGEMM_SMALLM       0: float32 products of 1-3 rows go to OpenBLAS too (comparisons).\n"
   "  DPL_CONV_ALGO, DPL_WINOGRAD_CHUNK_KB\n"
   "                         conv2d: im2col turns off float32 Winograd F(2x2,3x3); its chunk (KiB).\n"
   "  DPL_VMATH              float32 exp/log/tanh/erf/... kernels: avx512, avx2, scalar, off (libm)\n"
