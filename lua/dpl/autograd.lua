@@ -1414,6 +1414,7 @@ function M.install(T_)
   bind_rules()
   install_wrappers()
   require('dpl.tensor_forms').install(T) -- argument forms in front of the recorded ops
+  require('dpl.tensor_torch7').install(T) -- Torch7's names (aliases, hints), docs/torch7.md
   T._set_view_hook(view_hook)
   raw_addmm, raw_mm = T.addmm, methods.mm
   install_props()

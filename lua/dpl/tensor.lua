@@ -1236,6 +1236,10 @@ function methods.nonzero(t)
 end
 
 local function tensor_list(list, name)
+  if is_tensor(list) then
+    error(fmt("%s: expected a list of tensors {t1, t2, ...}, got a tensor (Torch7's %s(t1, t2 [, dim]) is "
+      .. "dpl.%s({t1, t2}, dim) here; Torch7's default dim is the last, dplhost's is 1 as PyTorch's)", name, name, name), 3)
+  end
   if type(list) ~= 'table' or #list == 0 then error(fmt('%s: expected a non-empty list of tensors', name), 3) end
   local arr = ffi.new('dpl_tensor*[?]', #list)
   for i = 1, #list do
@@ -1456,6 +1460,7 @@ for name in ([[]]):gmatch('%S+') do -- (none left: every group of them is implem
   end
 end
 S.missing = missing
+M._missing = missing -- (dpl.tensor_torch7 adds Torch7's names)
 
 local mt = registry['dpl.tensor.mt'] or {
   __index = function(t, k)

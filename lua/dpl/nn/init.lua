@@ -924,4 +924,8 @@ require('dpl.nn.syncbn')(nn)
 -- the sequence group: RNN/LSTM/GRU and their cells, MultiheadAttention, the Transformer modules
 require('dpl.nn.seq')(nn)
 
+-- Torch7's names (Sequential:add, zeroGradParameters, ...; hints for backward(x, gradOutput),
+-- getParameters and the Torch7 class names): docs/torch7.md
+require('dpl.nn.torch7').install(nn, Module)
+
 return nn

@@ -723,5 +723,7 @@ setmetatable(optim, { __index = function(t, k)
     return m
   end
 end })
+-- optim.sgd(feval, x, config) and Torch7's other closures: an error naming the class (docs/torch7.md)
+require('dpl.nn.torch7').install_optim(optim)
 
 return optim
