@@ -441,12 +441,32 @@ local function wrap_inplace(name, rule)
       old = gfn[t] or false
     end
     local a_in = rule.inplace_input and raw_clone(t) or t
+    -- an input on t's own storage (y:mul_(y), a view of y): PyTorch saves inputs before the
+    -- op runs, so a saved one is stale once the op has written t: remember the version
+    local pre
+    if rule.nin >= 2 then
+      local b, c, d = ...
+      local k = skey(t)
+      if (is_tensor(b) and skey(b) == k) or (is_tensor(c) and skey(c) == k) or (is_tensor(d) and skey(d) == k) then
+        pre = vtable(t)[1]
+      end
+    end
     local ok, err = pcall(raw, t, ...)
     if not ok then rethrow(err) end
     bump(t, name)
     if not is_float(t) then return t end
     local n = new_node(rule, t._dtype, old, ...)
     rule.save(n, t, a_in, ...)
+    if pre then
+      local vs, vt = n.vers, versions[skey(t)]
+      if vs then
+        local b, c, d = ...
+        for i = 1, #vs, 3 do
+          local x = vs[i + 2]
+          if vs[i] == vt and (rawequal(x, b) or rawequal(x, c) or rawequal(x, d)) then vs[i + 1] = pre end
+        end
+      end
+    end
     if base == nil then
       if not rg[t] then mark_views(t) end
       rg[t] = true
