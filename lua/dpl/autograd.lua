@@ -582,14 +582,15 @@ wrap_inplace('scatter_add_', rules.scatter_add_)
 wrap_inplace('masked_fill_', rules.masked_fill_)
 wrap_method('masked_select')
 wrap_inplace('copy_', rules.copy_)
-for _, k in ipairs({ 'fill_', 'zero_', 'uniform_', 'normal_', 'random_', 'bernoulli_' }) do
-  wrap_inplace(k, rules.fill_)
+wrap_inplace('fill_', rules.fill_)
+for _, k in ipairs({ 'zero_', 'uniform_', 'normal_', 'random_', 'bernoulli_' }) do
+  wrap_inplace(k, rules.zero_)
 end
 -- in-place comparisons and logical ops: piecewise constant (zero gradient), and they
 -- bump the version counter like every in-place op
 for _, k in ipairs({ 'eq_', 'ne_', 'lt_', 'le_', 'gt_', 'ge_', 'logical_and_', 'logical_or_', 'logical_xor_',
   'logical_not_', 'isnan_' }) do
-  if methods[k] then wrap_inplace(k, rules.fill_) end
+  if methods[k] then wrap_inplace(k, rules.zero_) end
 end
 -- index/scatter writes (dpl.tensor_index): the out-of-place form records the rule of the in-place one
 for _, k in ipairs({ 'scatter', 'index_fill', 'index_copy', 'index_put', 'masked_scatter', 'put' }) do
@@ -673,7 +674,7 @@ for _, k in ipairs(R.math_ops) do
   wrap_method(k)
   if methods[k .. '_'] and rules[k].inplace ~= false then wrap_inplace(k .. '_', rules[k]) end
 end
-for _, k in ipairs(R.math_int_inplace) do wrap_inplace(k, rules.fill_) end
+for _, k in ipairs(R.math_int_inplace) do wrap_inplace(k, rules.zero_) end
 
 -- cat / stack take a list
 local function list_op(name, rule_bw)
