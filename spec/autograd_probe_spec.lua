@@ -126,3 +126,53 @@ describe('autograd: a 0-d tensor value that requires grad gets its gradient', fu
     near(x.grad, { 0, 0 })
   end)
 end)
+
+describe('autograd: detach_ and requires_grad_ between forward and backward', function()
+  it('detach_ on a view is an error (it left writes through the view out of the base\'s graph)', function()
+    -- x = torch.tensor([1.,2,3,4], requires_grad=True); y = x*2; y.view(2,2).detach_()
+    -- -> RuntimeError: Can't detach views in-place. Use detach() instead.
+    -- (dplhost detached it; v[1]:mul_(3) then changed y without touching its history:
+    -- x.grad [2, 2, 2, 2] for y = [6, 12, 6, 8])
+    local x = d({ 1, 2, 3, 4 }):requires_grad_()
+    local y = x * 2
+    local v = y:view(2, 2)
+    errs(function() v:detach_() end, "detach_: can't detach views in-place; use detach() instead")
+    assert.is_true(v.requires_grad)
+    v[1]:mul_(3)
+    y:sum():backward()
+    near(x.grad, { 6, 6, 2, 2 })
+  end)
+  it('detach_ on a non-view drops its history', function()
+    -- y = x*2; z = y*3; y.detach_(); z.sum().backward() -> x.grad [6, 6]
+    local x = d({ 1, 2 }):requires_grad_()
+    local y = x * 2
+    local z = y * 3
+    y:detach_()
+    assert.is_false(y.requires_grad)
+    assert.is_true(y.is_leaf)
+    z:sum():backward()
+    near(x.grad, { 6, 6 })
+  end)
+  it('optimizer zero_grad(set_to_none=false) keeps a gradient that is a view (DDP bucket views)', function()
+    local p = d({ 1, 2 }):requires_grad_()
+    local bucket = dpl.zeros(4, { dtype = 'float64' })
+    local gv = bucket:narrow(1, 1, 2)
+    p.grad = gv
+    gv:fill_(5)
+    local opt = dpl.optim.SGD({ p }, { lr = 0.1 })
+    opt:zero_grad({ set_to_none = false })
+    assert.is_true(rawequal(p.grad, gv))
+    near(bucket, { 0, 0, 0, 0 })
+  end)
+  it('a leaf that stopped requiring grad before backward gets no .grad', function()
+    -- x = torch.tensor([1.,2], requires_grad=True); y = x*2; x.requires_grad_(False)
+    -- y.sum().backward(); x.grad -> None  (dplhost: [2, 2])
+    local x = d({ 1, 2 }):requires_grad_()
+    local w = d({ 3, 4 }):requires_grad_()
+    local y = x * w
+    x:requires_grad_(false)
+    y:sum():backward()
+    assert.is_nil(x.grad)
+    near(w.grad, { 1, 2 })
+  end)
+end)

@@ -1013,7 +1013,9 @@ end
 --- A new tensor on the same storage, without history (never requires grad).
 function methods.detach(t) return raw_alias(t) end
 function methods.detach_(t)
-  rg[t], gfn[t], viewbase[t] = nil, nil, nil
+  -- (a view keeps its base's history: writes through it must reach the base's graph)
+  if viewbase[t] ~= nil then error("detach_: can't detach views in-place; use detach() instead") end
+  rg[t], gfn[t] = nil, nil
   return t
 end
 
@@ -1101,6 +1103,9 @@ end
 local function accumulate_leaf(t, g, taken)
   local hooks = lhooks[t]
   if hooks and #hooks > 0 then g = run_hooks(hooks, g) end
+  -- a leaf that stopped requiring grad after the forward pass (x:requires_grad_(false),
+  -- x:detach_()) gets no .grad, as PyTorch's AccumulateGrad
+  if not rg[t] then return end
   local old = grads[t]
   if old then
     grads[t] = old + g
