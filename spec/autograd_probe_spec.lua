@@ -176,3 +176,13 @@ describe('autograd: detach_ and requires_grad_ between forward and backward', fu
     near(w.grad, { 1, 2 })
   end)
 end)
+
+describe('autograd: zero_ is one in-place op', function()
+  it('bumps the version counter once (torch: "is at version 1; expected version 0")', function()
+    local x = d({ 1, 2 }):requires_grad_()
+    local e = x:exp()
+    e:detach():zero_()
+    local msg = errs(function() e:sum():backward() end, INPLACE)
+    assert.truthy(msg:find('is at version 1; expected version 0 instead (last modified by zero_)', 1, true), msg)
+  end)
+end)
