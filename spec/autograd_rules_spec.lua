@@ -59,7 +59,7 @@ local cases = {
   gather = { function(a) return a:gather(2, i64({ { 1, 1 }, { 2, 1 } })) end, { rs(1, 2, 3) } },
   index_add_ = { function(a, s) return (a * 1):index_add_(1, { 1, 3 }, s) end, { rs(1, 3, 2), rs(2, 2, 2) } },
   scatter_add_ = { function(a, s) return (a * 1):scatter_add_(2, i64({ { 1, 2 }, { 3, 3 } }), s) end, { rs(1, 2, 3), rs(2, 2, 2) } },
-  masked_fill_ = { function(a) return a:masked_fill(dpl.tensor({ true, false, true }), 2) end, { rs(1, 2, 3) } },
+  masked_fill_ = { function(a, v) return a:masked_fill(dpl.tensor({ true, false, true }), v) * 2 end, { rs(1, 2, 3), rs(2) } },
   -- index/scatter writes (dpl.tensor_index): the in-place form on a tensor with history
   scatter_ = { function(a, s) return (a * 1):scatter_(2, { { 2, 1 }, { 3, 3 } }, s, 'add') end, { rs(1, 2, 3), rs(2, 2, 2) } },
   index_fill_ = { function(a, v) return (a * 1):index_fill_(2, { 3, 1 }, v) end, { rs(1, 2, 3), rs(2) } },
@@ -70,7 +70,8 @@ local cases = {
   fill_diagonal_ = { function(a) return (a * 1):fill_diagonal_(0.5, { wrap = true }) end, { rs(1, 5, 2) } },
   masked_select = { function(a) return a:masked_select(dpl.tensor({ true, false, true })) end, { rs(1, 2, 3) } },
   copy_ = { function(a, b) return (a * 1):copy_(b) * a end, { rs(1, 2, 3), rs(2, 3) } },
-  fill_ = { function(a) return (a * 1):fill_(3) + a end, { rs(1, 3) } },
+  fill_ = { function(a, v) return (a * 1):fill_(v) * a end, { rs(1, 3), rs(2) } },
+  zero_ = { function(a) return (a * 1):zero_() + a end, { rs(1, 3) } },
   embedding = { function(w) return F.embedding(i64({ { 1, 3 }, { 3, 2 } }), w) end, { rs(1, 4, 3) } },
   conv2d = { function(x, w, b) return F.conv2d(x, w, b, { padding = 1, stride = 2 }) end, { rs(1, 2, 2, 5, 5), rs(2, 3, 2, 3, 3), rs(3, 3) } },
   max_pool2d = { function(x) return F.max_pool2d(x, 2) end, { rs(1, 1, 2, 4, 4) } },

@@ -441,12 +441,32 @@ local function wrap_inplace(name, rule)
       old = gfn[t] or false
     end
     local a_in = rule.inplace_input and raw_clone(t) or t
+    -- an input on t's own storage (y:mul_(y), a view of y): PyTorch saves inputs before the
+    -- op runs, so a saved one is stale once the op has written t: remember the version
+    local pre
+    if rule.nin >= 2 then
+      local b, c, d = ...
+      local k = skey(t)
+      if (is_tensor(b) and skey(b) == k) or (is_tensor(c) and skey(c) == k) or (is_tensor(d) and skey(d) == k) then
+        pre = vtable(t)[1]
+      end
+    end
     local ok, err = pcall(raw, t, ...)
     if not ok then rethrow(err) end
     bump(t, name)
     if not is_float(t) then return t end
     local n = new_node(rule, t._dtype, old, ...)
     rule.save(n, t, a_in, ...)
+    if pre then
+      local vs, vt = n.vers, versions[skey(t)]
+      if vs then
+        local b, c, d = ...
+        for i = 1, #vs, 3 do
+          local x = vs[i + 2]
+          if vs[i] == vt and (rawequal(x, b) or rawequal(x, c) or rawequal(x, d)) then vs[i + 1] = pre end
+        end
+      end
+    end
     if base == nil then
       if not rg[t] then mark_views(t) end
       rg[t] = true
@@ -562,14 +582,15 @@ wrap_inplace('scatter_add_', rules.scatter_add_)
 wrap_inplace('masked_fill_', rules.masked_fill_)
 wrap_method('masked_select')
 wrap_inplace('copy_', rules.copy_)
-for _, k in ipairs({ 'fill_', 'zero_', 'uniform_', 'normal_', 'random_', 'bernoulli_' }) do
-  wrap_inplace(k, rules.fill_)
+wrap_inplace('fill_', rules.fill_)
+for _, k in ipairs({ 'zero_', 'uniform_', 'normal_', 'random_', 'bernoulli_' }) do
+  wrap_inplace(k, rules.zero_)
 end
 -- in-place comparisons and logical ops: piecewise constant (zero gradient), and they
 -- bump the version counter like every in-place op
 for _, k in ipairs({ 'eq_', 'ne_', 'lt_', 'le_', 'gt_', 'ge_', 'logical_and_', 'logical_or_', 'logical_xor_',
   'logical_not_', 'isnan_' }) do
-  if methods[k] then wrap_inplace(k, rules.fill_) end
+  if methods[k] then wrap_inplace(k, rules.zero_) end
 end
 -- index/scatter writes (dpl.tensor_index): the out-of-place form records the rule of the in-place one
 for _, k in ipairs({ 'scatter', 'index_fill', 'index_copy', 'index_put', 'masked_scatter', 'put' }) do
@@ -653,7 +674,7 @@ for _, k in ipairs(R.math_ops) do
   wrap_method(k)
   if methods[k .. '_'] and rules[k].inplace ~= false then wrap_inplace(k .. '_', rules[k]) end
 end
-for _, k in ipairs(R.math_int_inplace) do wrap_inplace(k, rules.fill_) end
+for _, k in ipairs(R.math_int_inplace) do wrap_inplace(k, rules.zero_) end
 
 -- cat / stack take a list
 local function list_op(name, rule_bw)
@@ -992,7 +1013,9 @@ end
 --- A new tensor on the same storage, without history (never requires grad).
 function methods.detach(t) return raw_alias(t) end
 function methods.detach_(t)
-  rg[t], gfn[t], viewbase[t] = nil, nil, nil
+  -- (a view keeps its base's history: writes through it must reach the base's graph)
+  if viewbase[t] ~= nil then error("detach_: can't detach views in-place; use detach() instead") end
+  rg[t], gfn[t] = nil, nil
   return t
 end
 
@@ -1080,6 +1103,9 @@ end
 local function accumulate_leaf(t, g, taken)
   local hooks = lhooks[t]
   if hooks and #hooks > 0 then g = run_hooks(hooks, g) end
+  -- a leaf that stopped requiring grad after the forward pass (x:requires_grad_(false),
+  -- x:detach_()) gets no .grad, as PyTorch's AccumulateGrad
+  if not rg[t] then return end
   local old = grads[t]
   if old then
     grads[t] = old + g

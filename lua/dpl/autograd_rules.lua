@@ -552,10 +552,17 @@ rules.scatter_add_ = {
     return g, nil, nil, gs
   end,
 }
-rules.masked_fill_ = {
-  nin = 1,
-  save = function(n, out, a, mask) n.mask = mask end,
-  bw = function(n, g) return g:masked_fill(n.mask, 0) end,
+rules.masked_fill_ = { -- t:masked_fill_(mask, value): value a number or a 0-d tensor
+  nin = 3,
+  save = function(n, out, a, mask, v)
+    n.mask = mask
+    if n[3] then n.sv = size_of(v) end
+  end,
+  bw = function(n, g)
+    local ga = needs(n, 1) and g:masked_fill(n.mask, 0) or nil
+    local gv = needs(n, 3) and g:masked_fill(n.mask:logical_not(), 0):sum():reshape(n.sv) or nil
+    return ga, nil, gv
+  end,
 }
 rules.masked_select = {
   nin = 1,
@@ -578,7 +585,13 @@ rules.copy_ = { -- t:copy_(src): the old values of t get no gradient
     return g * 0, gs
   end,
 }
-rules.fill_ = { nin = 1, save = function() end, bw = function(n, g) return g * 0 end }
+rules.fill_ = { -- t:fill_(value): value a number or a 0-d tensor (its gradient: the sum)
+  nin = 2,
+  save = function(n, out, a, v) if n[2] then n.sv = size_of(v) end end,
+  bw = function(n, g) return needs(n, 1) and g * 0 or nil, needs(n, 2) and g:sum():reshape(n.sv) or nil end,
+}
+-- zero_, the random fills, the in-place comparisons: the old values get a zero gradient
+rules.zero_ = { nin = 1, save = function() end, bw = function(n, g) return g * 0 end }
 rules.embedding = {
   nin = 1,
   save = function(n, out, w, idx) n.idx, n.V = idx, tonumber(w._shape[0]) end,

@@ -499,7 +499,8 @@ function methods.fill_(t, v)
   else check(C.dpl_tensor_fill_(t, v)) end
   return t
 end
-function methods.zero_(t) return methods.fill_(t, 0) end
+-- (not through methods.fill_: autograd wraps both, and zero_ is one in-place op)
+function methods.zero_(t) check(C.dpl_tensor_fill_(t, 0)) return t end
 
 --- t:to(device_or_dtype [, dtype_or_device]): a converted copy, or t itself when nothing changes.
 function methods.to(t, a, b)

@@ -167,7 +167,13 @@ function Optimizer:zero_grad(opts)
     for _, g in ipairs(self.param_groups) do
       for _, p in ipairs(g.params) do
         if to_none then p.grad = nil
-        elseif p.grad then p.grad:detach_():zero_() end
+        elseif p.grad then
+          -- as torch: detach_ a gradient with history, else only drop requires_grad (a
+          -- gradient may be a view: DDP's gradient_as_bucket_view)
+          local g = p.grad
+          if g.grad_fn then g:detach_() elseif g.requires_grad then g:requires_grad_(false) end
+          g:zero_()
+        end
       end
     end
   end)
