@@ -186,3 +186,16 @@ describe('autograd: zero_ is one in-place op', function()
     assert.truthy(msg:find('is at version 1; expected version 0 instead (last modified by zero_)', 1, true), msg)
   end)
 end)
+
+describe('autograd.grad with several outputs, inference_mode', function()
+  it("sums the outputs' vector-Jacobian products (torch's grad_outputs list); inference_mode records nothing", function()
+    local x = dpl.tensor({ 1, 2, 3 }, { dtype = 'float64', requires_grad = true })
+    local g = dpl.autograd.grad({ x * x, (x * 3):sum() }, { x }, { d({ 1, 1, 0.5 }), nil })
+    assert.are.same({ 5, 7, 6 }, flat(g[1])) -- torch: [5., 7., 6.]
+    assert.are.same({ 3, 5, 7 }, flat(dpl.autograd.grad({ (x * x):sum(), x:sum() }, x)[1]))
+    assert.is_false(pcall(dpl.autograd.grad, { x * x }, { x })) -- a non-scalar output needs its gradient
+    assert.is_false(pcall(dpl.autograd.grad, { x * x }, { x }, d({ 1, 1, 1 }))) -- a list, not a tensor
+    assert.is_false(dpl.inference_mode(function() return (x * 2).requires_grad end))
+    assert.is_true((x * 2).requires_grad)
+  end)
+end)

@@ -951,6 +951,9 @@ local function with_mode(mode, fn, ...)
 end
 --- dpl.no_grad(fn, ...): runs fn with gradient recording off; returns its results.
 function M.no_grad(fn, ...) return with_mode(false, fn, ...) end
+--- inference_mode(fn, ...): torch.inference_mode as no_grad (nothing recorded; tensors made
+--- inside can still be used with autograd later, which torch's inference tensors cannot)
+function M.inference_mode(fn, ...) return with_mode(false, fn, ...) end
 --- dpl.enable_grad(fn, ...): runs fn with gradient recording on (inside no_grad too).
 function M.enable_grad(fn, ...) return with_mode(true, fn, ...) end
 
@@ -1379,6 +1382,26 @@ end
 --- returned as a list; no .grad is touched, and only the part of the graph between output
 --- and inputs runs.
 function M.grad(output, inputs, grad_output, opts)
+  if type(output) == 'table' and not is_tensor(output) then
+    -- several outputs (torch.autograd.grad(outputs=[...], grad_outputs=[...])): the gradients of
+    -- sum_k <outputs[k], grad_outputs[k]>, the sum of each output's vector-Jacobian product
+    local gos = grad_output
+    if type(gos) == 'table' and not is_tensor(gos) and gos[1] == nil and next(gos) ~= nil then gos, opts = nil, gos end
+    if gos ~= nil and (type(gos) ~= 'table' or is_tensor(gos)) then
+      error('grad: with a list of outputs, grad_outputs must be a list of tensors (nil entries for scalar outputs)',
+        errors.ValueError)
+    end
+    if #output == 0 then error('grad: outputs must be a non-empty list of tensors', errors.ValueError) end
+    local s
+    for k = 1, #output do
+      local o = output[k]
+      if not is_tensor(o) then error(fmt('grad: outputs[%d] must be a tensor, got %s', k, type(o)), errors.ValueError) end
+      local g = root_grad(o, gos and gos[k], 'grad')
+      local term = methods.sum(methods.mul(o, methods.detach(g)))
+      s = s and methods.add(s, term) or term
+    end
+    return M.grad(s, inputs, nil, opts)
+  end
   if type(grad_output) == 'table' and not is_tensor(grad_output) then
     if opts ~= nil then
       error(fmt('grad: grad_output must be a tensor, got %s', type(grad_output)), errors.ValueError)
@@ -1445,7 +1468,7 @@ function M.install(T_)
   raw_addmm, raw_mm = T.addmm, methods.mm
   install_props()
   install_backward()
-  T.no_grad, T.enable_grad = M.no_grad, M.enable_grad
+  T.no_grad, T.enable_grad, T.inference_mode = M.no_grad, M.enable_grad, M.inference_mode
   T.set_grad_enabled, T.is_grad_enabled = M.set_grad_enabled, M.is_grad_enabled
   T.linear = M.linear
   rawset(T, '_autograd_installed', true)
