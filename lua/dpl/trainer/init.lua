@@ -907,6 +907,9 @@ end
 function Trainer:_run(model, ckpt_path)
   local loops = require 'dpl.trainer.loops'
   self.ckpt_path = ckpt_path -- (Lightning's trainer.ckpt_path: the checkpoint this run loads, or nil)
+  -- every entry point starts with no evaluation loaders (Lightning's attach_dataloaders sets
+  -- val/test/predict_dataloaders to None): they are the ones this run loads
+  self._val_loaders, self._test_loaders, self._predict_loaders = nil, nil, nil
   self.state.status = 'running'
   self.should_stop = false
   local launcher = self.strategy:launcher_for()
