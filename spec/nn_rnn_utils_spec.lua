@@ -142,7 +142,7 @@ describe('RNN, LSTM, GRU on a PackedSequence', function()
     end
   end)
 
-  it('LSTM: the one packed time loop (live rows per step) equals running the sequences by length', function()
+  it('LSTM (also proj_size): the one packed time loop (live rows per step) equals running the sequences by length', function()
     local FS = nn.functional._seq
     local function run(m, x, lens, sorted, hx)
       m:zero_grad()
@@ -159,22 +159,24 @@ describe('RNN, LSTM, GRU on a PackedSequence', function()
       if hx then r.gh0, r.gc0 = hx[1].grad, hx[2].grad end
       return r
     end
-    for _, bidir in ipairs({ false, true }) do
-      for _, sorted in ipairs({ true, false }) do
-        dpl.manual_seed(1)
-        local m = nn.LSTM(6, 5, 2, { bidirectional = bidir, dtype = 'float64' })
-        local D = bidir and 2 or 1
-        local lens = sorted and { 7, 7, 5, 3, 3, 1 } or { 3, 7, 1, 5, 7, 3 }
-        local x = dpl.randn(7, 6, 6, { dtype = 'float64' })
-        local hx = { dpl.randn(2 * D, 6, 5, { dtype = 'float64' }):requires_grad_(),
-          dpl.randn(2 * D, 6, 5, { dtype = 'float64' }):requires_grad_() }
-        for _, st in ipairs({ false, hx }) do
-          local a = run(m, x, lens, sorted, st or nil)
-          FS.packed = false
-          local okb, b = pcall(run, m, x, lens, sorted, st or nil)
-          FS.packed = true
-          assert(okb, b)
-          for k, v in pairs(b) do close(v, a[k], 1e-13, k) end
+    for _, proj in ipairs({ 0, 3 }) do
+      for _, bidir in ipairs({ false, true }) do
+        for _, sorted in ipairs({ true, false }) do
+          dpl.manual_seed(1)
+          local m = nn.LSTM(6, 5, 2, { bidirectional = bidir, proj_size = proj, dtype = 'float64' })
+          local D = bidir and 2 or 1
+          local lens = sorted and { 7, 7, 5, 3, 3, 1 } or { 3, 7, 1, 5, 7, 3 }
+          local x = dpl.randn(7, 6, 6, { dtype = 'float64' })
+          local hx = { dpl.randn(2 * D, 6, proj > 0 and proj or 5, { dtype = 'float64' }):requires_grad_(),
+            dpl.randn(2 * D, 6, 5, { dtype = 'float64' }):requires_grad_() }
+          for _, st in ipairs({ false, hx }) do
+            local a = run(m, x, lens, sorted, st or nil)
+            FS.packed = false
+            local okb, b = pcall(run, m, x, lens, sorted, st or nil)
+            FS.packed = true
+            assert(okb, b)
+            for k, v in pairs(b) do close(v, a[k], 1e-13, 'proj_size ' .. proj .. ' ' .. k) end
+          end
         end
       end
     end

@@ -270,11 +270,9 @@ return function(nn)
   -- the layers over packed data [N, in] (batch sizes bs, step offsets off, sorted lengths lens)
   -- from h0 (and c0) [L * D, B, size] in sorted order, one time loop per layer and direction whose
   -- steps run their live rows only (F._lstm_packed, F._gru_packed, F._rnn_packed): output [N, D * H],
-  -- h_n, c_n (nil but for the LSTM); nil where that loop does not apply (LSTM's proj_size, tensors
-  -- in GPU memory)
+  -- h_n, c_n (nil but for the LSTM); nil where that loop does not apply (tensors in GPU memory)
   function RNNBase:_layers_packed(data, bs, off, lens, h0, c0)
     local mode = self.mode
-    if mode == 'LSTM' and self.proj_size > 0 then return nil end
     local D = self.bidirectional and 2 or 1
     local last = {}
     for j = 1, #lens do last[j] = off[lens[j]] + j end
@@ -294,7 +292,8 @@ return function(nn)
         else
           local xp = F.linear(layer_in, self[nm.ih], bih and bih + bhh)
           if mode == 'LSTM' then
-            y, hn, cn = F._lstm_packed(xp, bs, off, last, h0:select(1, idx), c0:select(1, idx), self[nm.hh], dir == 1)
+            y, hn, cn = F._lstm_packed(xp, bs, off, last, h0:select(1, idx), c0:select(1, idx), self[nm.hh], dir == 1,
+              nm.hr and self[nm.hr])
           else
             y, hn = F._rnn_packed(xp, bs, off, last, h0:select(1, idx), self[nm.hh], mode == 'RNN_RELU', dir == 1)
           end
