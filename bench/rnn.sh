@@ -2,6 +2,8 @@
 # rnn.sh: sequence-model paths, dplhost against Debian's python3-torch with the same shapes, one
 # thread (THREADS=n): packed_lstm (pack_padded_sequence, enforce_sorted=false, of 32 sequences of
 # 28 distinct lengths up to 50 into a 2-layer bidirectional LSTM 64 -> 128, forward + backward),
+# packed_gru / packed_rnn (the same packed batch into a GRU / tanh RNN of those shapes; not in the
+# default CASES), DPL_RNN_PACKED=0 runs packed batches by length (the old path),
 # padded_lstm (the same batch padded, no packing), lm_lstm / lm_gru (Embedding(2000, 128) ->
 # LSTM/GRU(128, 256, 2 layers, batch_first) -> Linear(256, 2000) -> cross_entropy over [32*35,
 # 2000], backward, SGD step), gen_lstm (Embedding -> 2-layer LSTM hidden 256 -> Linear -> argmax,

@@ -41,6 +41,23 @@ cases.packed_lstm = function()
     loss:backward()
   end, 10
 end
+-- the same packed batch into a 2-layer bidirectional GRU / tanh RNN 64 -> 128
+local function packed(kind)
+  return function()
+    local m = nn[kind](64, 128, 2, { bidirectional = true })
+    local x = dpl.randn(50, 32, 64)
+    local lens = dpl.tensor(PERM, { dtype = 'int64' })
+    return function()
+      m:zero_grad()
+      local ps = rnn.pack_padded_sequence(x, lens, { enforce_sorted = false })
+      local out, hn = m(ps)
+      local loss = out.data:sum() + hn:sum()
+      loss:backward()
+    end, 10
+  end
+end
+cases.packed_gru = packed('GRU')
+cases.packed_rnn = packed('RNN')
 -- the same batch padded to 50 steps without packing
 cases.padded_lstm = function()
   local m = nn.LSTM(64, 128, 2, { bidirectional = true })
@@ -107,6 +124,8 @@ cases.gen_transformer = function()
   return function() dpl.no_grad(gen) end, 2, N
 end
 
+-- DPL_RNN_PACKED=0: packed batches run by length (the path before the one-loop packed kernels)
+if os.getenv('DPL_RNN_PACKED') == '0' then F._seq.packed = false end
 local which = { ... }
 if #which == 0 then which = { 'packed_lstm', 'padded_lstm', 'lm_lstm', 'lm_gru', 'gen_lstm', 'gen_transformer' } end
 local reps = tonumber(os.getenv('REPS') or '') or 5

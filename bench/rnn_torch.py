@@ -39,6 +39,21 @@ def packed_lstm():
     return step, 10
 
 
+def packed(kind):
+    def make():
+        m = getattr(nn, kind)(64, 128, 2, bidirectional=True)
+        x = torch.randn(50, 32, 64)
+        lens = torch.tensor(PERM)
+
+        def step():
+            m.zero_grad()
+            ps = rnn.pack_padded_sequence(x, lens, enforce_sorted=False)
+            out, hn = m(ps)
+            (out.data.sum() + hn.sum()).backward()
+        return step, 10
+    return make
+
+
 def padded_lstm():
     m = nn.LSTM(64, 128, 2, bidirectional=True)
     x = torch.randn(50, 32, 64)
@@ -95,7 +110,7 @@ def gen_transformer():
     return gen, 2, N
 
 
-cases = {'packed_lstm': packed_lstm, 'padded_lstm': padded_lstm, 'lm_lstm': lm('LSTM'), 'lm_gru': lm('GRU'),
+cases = {'packed_lstm': packed_lstm, 'packed_gru': packed('GRU'), 'packed_rnn': packed('RNN'), 'padded_lstm': padded_lstm, 'lm_lstm': lm('LSTM'), 'lm_gru': lm('GRU'),
          'gen_lstm': gen_lstm, 'gen_transformer': gen_transformer}
 which = sys.argv[1:] or ['packed_lstm', 'padded_lstm', 'lm_lstm', 'lm_gru', 'gen_lstm', 'gen_transformer']
 reps = int(os.environ.get('REPS', '5'))

@@ -142,7 +142,7 @@ describe('RNN, LSTM, GRU on a PackedSequence', function()
     end
   end)
 
-  it('LSTM: the one packed time loop (live rows per step) equals running the sequences by length', function()
+  it('LSTM (also proj_size): the one packed time loop (live rows per step) equals running the sequences by length', function()
     local FS = nn.functional._seq
     local function run(m, x, lens, sorted, hx)
       m:zero_grad()
@@ -159,22 +159,69 @@ describe('RNN, LSTM, GRU on a PackedSequence', function()
       if hx then r.gh0, r.gc0 = hx[1].grad, hx[2].grad end
       return r
     end
-    for _, bidir in ipairs({ false, true }) do
-      for _, sorted in ipairs({ true, false }) do
-        dpl.manual_seed(1)
-        local m = nn.LSTM(6, 5, 2, { bidirectional = bidir, dtype = 'float64' })
-        local D = bidir and 2 or 1
-        local lens = sorted and { 7, 7, 5, 3, 3, 1 } or { 3, 7, 1, 5, 7, 3 }
-        local x = dpl.randn(7, 6, 6, { dtype = 'float64' })
-        local hx = { dpl.randn(2 * D, 6, 5, { dtype = 'float64' }):requires_grad_(),
-          dpl.randn(2 * D, 6, 5, { dtype = 'float64' }):requires_grad_() }
-        for _, st in ipairs({ false, hx }) do
-          local a = run(m, x, lens, sorted, st or nil)
-          FS.packed = false
-          local okb, b = pcall(run, m, x, lens, sorted, st or nil)
-          FS.packed = true
-          assert(okb, b)
-          for k, v in pairs(b) do close(v, a[k], 1e-13, k) end
+    for _, proj in ipairs({ 0, 3 }) do
+      for _, bidir in ipairs({ false, true }) do
+        for _, sorted in ipairs({ true, false }) do
+          dpl.manual_seed(1)
+          local m = nn.LSTM(6, 5, 2, { bidirectional = bidir, proj_size = proj, dtype = 'float64' })
+          local D = bidir and 2 or 1
+          local lens = sorted and { 7, 7, 5, 3, 3, 1 } or { 3, 7, 1, 5, 7, 3 }
+          local x = dpl.randn(7, 6, 6, { dtype = 'float64' })
+          local hx = { dpl.randn(2 * D, 6, proj > 0 and proj or 5, { dtype = 'float64' }):requires_grad_(),
+            dpl.randn(2 * D, 6, 5, { dtype = 'float64' }):requires_grad_() }
+          for _, st in ipairs({ false, hx }) do
+            local a = run(m, x, lens, sorted, st or nil)
+            FS.packed = false
+            local okb, b = pcall(run, m, x, lens, sorted, st or nil)
+            FS.packed = true
+            assert(okb, b)
+            for k, v in pairs(b) do close(v, a[k], 1e-13, 'proj_size ' .. proj .. ' ' .. k) end
+          end
+        end
+      end
+    end
+  end)
+
+  it('GRU, RNN (tanh, relu): the one packed time loop equals running the sequences by length', function()
+    local FS = nn.functional._seq
+    local function run(m, x, lens, sorted, h0)
+      m:zero_grad()
+      local xx = x:detach():requires_grad_(true)
+      if h0 then h0.grad = nil end
+      local out, hn = m(R.pack_padded_sequence(xx, lens, { enforce_sorted = sorted }), h0)
+      dpl.manual_seed(5)
+      local loss = (out.data * dpl.randn(out.data:size(), { dtype = 'float64' })):sum()
+        + (hn * dpl.randn(hn:size(), { dtype = 'float64' })):sum()
+      loss:backward()
+      local r = { out = out.data, h_n = hn, gx = xx.grad }
+      for k, p in m:named_parameters() do r['grad ' .. k] = p.grad:clone() end
+      if h0 then r.gh0 = h0.grad end
+      return r
+    end
+    local makers = {
+      GRU = function(o) return nn.GRU(6, 5, 2, o) end,
+      RNN_TANH = function(o) return nn.RNN(6, 5, 2, o) end,
+      RNN_RELU = function(o) o.nonlinearity = 'relu' return nn.RNN(6, 5, 2, o) end,
+    }
+    for _, kind in ipairs({ 'GRU', 'RNN_TANH', 'RNN_RELU' }) do
+      for _, bidir in ipairs({ false, true }) do
+        for _, sorted in ipairs({ true, false }) do
+          for _, bias in ipairs({ true, false }) do
+            dpl.manual_seed(1)
+            local m = makers[kind]({ bidirectional = bidir, bias = bias, dtype = 'float64' })
+            local D = bidir and 2 or 1
+            local lens = sorted and { 7, 7, 5, 3, 3, 1 } or { 3, 7, 1, 5, 7, 3 }
+            local x = dpl.randn(7, 6, 6, { dtype = 'float64' })
+            local h0 = dpl.randn(2 * D, 6, 5, { dtype = 'float64' }):requires_grad_()
+            for _, st in ipairs({ false, h0 }) do
+              local a = run(m, x, lens, sorted, st or nil)
+              FS.packed = false
+              local okb, b = pcall(run, m, x, lens, sorted, st or nil)
+              FS.packed = true
+              assert(okb, b)
+              for k, v in pairs(b) do close(v, a[k], 1e-13, kind .. ' ' .. k) end
+            end
+          end
         end
       end
     end

@@ -151,17 +151,19 @@ return function(F)
   -- forward, only step 1 starts; reverse, each sequence starts at its last step). Every buffer is
   -- packed [N, *]: Y the outputs (h), Cs the cells, Hp / Cp the state fed to each row, A the gates.
   -- A sequence's h_n is its output row at its last processing step (rows `last`, or the first
-  -- bs[1] rows in reverse); c_n is part of the node's output [Y; c_n].
-  local function lstm_packed_backward(ctx, g, need_xp, need_h0, need_c0, need_w)
-    local bs, off, Tn, N, B, H, rev, w = ctx.bs, ctx.off, #ctx.bs, ctx.N, ctx.B, ctx.H, ctx.reverse, ctx.w
-    local A, Cs, Hp, Cp = ctx.A, ctx.Cs, ctx.Hp, ctx.Cp
+  -- bs[1] rows in reverse); c_n is part of the node's output [Y; c_n]. With proj_size (w_hr [P, H])
+  -- Y and Hp are [N, P] and R [N, H] holds o * tanh(c) (h = R w_hr^T).
+  local function lstm_packed_backward(ctx, g, need_xp, need_h0, need_c0, need_w, need_whr)
+    local bs, off, Tn, N, B, H, P, rev, w = ctx.bs, ctx.off, #ctx.bs, ctx.N, ctx.B, ctx.H, ctx.P, ctx.reverse, ctx.w
+    local A, Cs, Hp, Cp, R, whr = ctx.A, ctx.Cs, ctx.Hp, ctx.Cp, ctx.R, ctx.w_hr
     g = g:contiguous()
-    local gY = g:narrow(1, 1, N * H):view(N, H)
-    local gCn = g:narrow(1, N * H + 1, B * H):view(B, H)
+    local gY = g:narrow(1, 1, N * P):view(N, P)
+    local gCn = g:narrow(1, N * P + 1, B * H):view(B, H)
     local o = like(A)
     local dP = T.empty({ N, 4 * H }, o)
+    local dH = whr and T.empty({ N, P }, o) or nil
     local dc = T.empty({ B, H }, o)
-    local dh0 = need_h0 and T.empty({ B, H }, o) or nil
+    local dh0 = need_h0 and T.empty({ B, P }, o) or nil
     local dc0 = need_c0 and T.empty({ B, H }, o) or nil
     local tl = rev and 1 or Tn -- the time of the last processing step
     local dh = gY:narrow(1, off[tl] + 1, bs[tl])
@@ -171,6 +173,10 @@ return function(F)
       local e = p < Tn and math.min(b, bs[rev and t - 1 or t + 1]) or 0 -- rows going on to step p + 1
       if e < b then dc:narrow(1, e + 1, b - e):copy_(gCn:narrow(1, e + 1, b - e)) end -- rows ending at p
       local dp, dcb = dP:narrow(1, r0 + 1, b), dc:narrow(1, 1, b)
+      if whr then
+        dH:narrow(1, r0 + 1, b):copy_(dh)
+        dh = dh:mm(whr)
+      end
       ok(C.dpl_lstm_cell_backward(dh, dcb, A:narrow(1, r0 + 1, b), Cs:narrow(1, r0 + 1, b), Cp:narrow(1, r0 + 1, b), dp))
       local tp = rev and t + 1 or t - 1 -- the time of processing step p - 1
       local nprev = p > 1 and bs[tp] or 0
@@ -190,20 +196,25 @@ return function(F)
       end
     end
     local gw = need_w and dP:t():mm(Hp) or nil
-    return need_xp and dP or nil, dh0, dc0, gw, nil
+    local gwr = whr and need_whr and dH:t():mm(R) or nil
+    return need_xp and dP or nil, dh0, dc0, gw, gwr
   end
 
-  local function lstm_packed(xp, bs, off, last, h0, c0, w, rev)
+  local function lstm_packed(xp, bs, off, last, h0, c0, w, rev, whr)
     local N, Tn, B, H = xp:size(1), #bs, h0:size(1), c0:size(2)
-    local rec = any_grad(xp, h0, c0, w)
-    local ctx = { bs = bs, off = off, N = N, B = B, H = H, reverse = rev, w = w, backward = lstm_packed_backward }
+    local P = whr and whr:size(1) or H
+    local rec = any_grad(xp, h0, c0, w, whr)
+    local ctx = { bs = bs, off = off, N = N, B = B, H = H, P = P, reverse = rev, w = w, w_hr = whr,
+      backward = lstm_packed_backward }
     local out = autograd.no_grad(function()
       local o = like(xp)
-      local out = T.empty({ N * H + B * H }, o)
-      local Y, Cn = out:narrow(1, 1, N * H):view(N, H), out:narrow(1, N * H + 1, B * H):view(B, H)
-      local Cs, Hp, Cp = T.empty({ N, H }, o), T.empty({ N, H }, o), T.empty({ N, H }, o)
+      local out = T.empty({ N * P + B * H }, o)
+      local Y, Cn = out:narrow(1, 1, N * P):view(N, P), out:narrow(1, N * P + 1, B * H):view(B, H)
+      local Cs, Hp, Cp = T.empty({ N, H }, o), T.empty({ N, P }, o), T.empty({ N, H }, o)
       local A = rec and T.empty({ N, 4 * H }, o) or nil
+      local R = whr and T.empty({ N, H }, o) or nil
       local wt = wt_for(w, Tn, B)
+      local wrt = whr and wt_for(whr, Tn, B)
       local prev, nprev = 0, 0
       for p = 1, Tn do
         local t = rev and Tn + 1 - p or p
@@ -219,26 +230,28 @@ return function(F)
           cp:narrow(1, s + 1, b - s):copy_(c0:narrow(1, s + 1, b - s))
         end
         local pre = T.addmm(xp:narrow(1, r0 + 1, b), hp, wt)
-        ok(C.dpl_lstm_cell_forward(pre, cp, Y:narrow(1, r0 + 1, b), Cs:narrow(1, r0 + 1, b),
-          A and A:narrow(1, r0 + 1, b) or nil))
+        local hk = (R or Y):narrow(1, r0 + 1, b)
+        ok(C.dpl_lstm_cell_forward(pre, cp, hk, Cs:narrow(1, r0 + 1, b), A and A:narrow(1, r0 + 1, b) or nil))
+        if R then Y:narrow(1, r0 + 1, b):copy_(hk:mm(wrt)) end
         prev, nprev = r0, b
       end
       Cn:copy_(rev and Cs:narrow(1, 1, B) or Cs:index_select(1, last))
-      ctx.A, ctx.Cs, ctx.Hp, ctx.Cp = A, Cs, Hp, Cp
+      ctx.A, ctx.Cs, ctx.Hp, ctx.Cp, ctx.R = A, Cs, Hp, Cp, R
       return out
     end)
-    if rec then autograd.record(autograd.rules.lstm_seq, out, xp, h0, c0, w, nil, ctx) end
-    local y = out:narrow(1, 1, N * H):view(N, H)
-    return y, rev and y:narrow(1, 1, B) or y:index_select(1, last), out:narrow(1, N * H + 1, B * H):view(B, H)
+    if rec then autograd.record(autograd.rules.lstm_seq, out, xp, h0, c0, w, whr, ctx) end
+    local y = out:narrow(1, 1, N * P):view(N, P)
+    return y, rev and y:narrow(1, 1, B) or y:index_select(1, last), out:narrow(1, N * P + 1, B * H):view(B, H)
   end
 
-  --- F._lstm_packed(xp [N, 4H], bs, off, last, h0 [B, H], c0 [B, H], w_hh [4H, H], reverse) -> y [N, H],
-  --- h_n, c_n [B, H] (sorted order), or nil where the fused loop does not apply (the caller then runs
-  --- the sequences by length). bs: the batch sizes (a Lua list), off: each step's first row - 1,
-  --- last: an int64 tensor of each sequence's last row (1-based, sorted order).
-  function FS._lstm_packed(xp, bs, off, last, h0, c0, w, rev)
-    if not (FS.packed and fusable(xp, h0, c0, w)) then return nil end
-    return lstm_packed(xp, bs, off, last, h0, c0, w, rev)
+  --- F._lstm_packed(xp [N, 4H], bs, off, last, h0 [B, P], c0 [B, H], w_hh [4H, P], reverse [, w_hr [P, H]])
+  --- -> y [N, P], h_n [B, P], c_n [B, H] (sorted order; P = H without w_hr), or nil where the fused
+  --- loop does not apply (the caller then runs the sequences by length). bs: the batch sizes (a Lua
+  --- list), off: each step's first row - 1, last: an int64 tensor of each sequence's last row
+  --- (1-based, sorted order).
+  function FS._lstm_packed(xp, bs, off, last, h0, c0, w, rev, whr)
+    if not (FS.packed and fusable(xp, h0, c0, w, whr)) then return nil end
+    return lstm_packed(xp, bs, off, last, h0, c0, w, rev, whr)
   end
 
   ---------------------------------------------------------------- GRU
@@ -309,6 +322,89 @@ return function(F)
     return gru_composed(xp, h0, w, b, rev)
   end
 
+  ---------------------------------------------------------------- packed GRU
+  -- As the packed LSTM (the rows of processing step p: the first bs[t] sequences, the state of
+  -- the first s = min(n_{p-1}, n_p) from step p - 1, the others' from h0); buffers packed [N, *]:
+  -- Y the outputs (h, the node's output), Hp the state fed to each row, A the gates (r, z, n, hh_n).
+  local function gru_packed_backward(ctx, g, need_xp, need_h0, need_w, need_b)
+    local bs, off, Tn, N, B, H, rev, w = ctx.bs, ctx.off, #ctx.bs, ctx.N, ctx.B, ctx.H, ctx.reverse, ctx.w
+    local A, Hp = ctx.A, ctx.Hp
+    local gY = g:contiguous()
+    local o = like(A)
+    local dXp, dHH, dprev = T.empty({ N, 3 * H }, o), T.empty({ N, 3 * H }, o), T.empty({ B, H }, o)
+    local dh0 = need_h0 and T.empty({ B, H }, o) or nil
+    local tl = rev and 1 or Tn -- the time of the last processing step
+    local dh = gY:narrow(1, off[tl] + 1, bs[tl])
+    for p = Tn, 1, -1 do
+      local t = rev and Tn + 1 - p or p
+      local b, r0 = bs[t], off[t]
+      local tp = rev and t + 1 or t - 1 -- the time of processing step p - 1
+      local nprev = p > 1 and bs[tp] or 0
+      local s = math.min(nprev, b) -- rows whose state came from step p - 1; the others from h0
+      local gyp = p > 1 and gY:narrow(1, off[tp] + 1, nprev) or nil
+      local dk = dHH:narrow(1, r0 + 1, b)
+      -- dprev = dh * z (+ gY of step p - 1 where every row of the step continues from it)
+      local gin = (s == b and gyp) and gyp:narrow(1, 1, b) or nil
+      local dpv = dprev:narrow(1, 1, b)
+      ok(C.dpl_gru_cell_backward(dh, A:narrow(1, r0 + 1, b), Hp:narrow(1, r0 + 1, b), gin, dXp:narrow(1, r0 + 1, b),
+        dk, dpv))
+      if s < b then
+        if dh0 then dh0:narrow(1, s + 1, b - s):copy_(T.addmm(dpv:narrow(1, s + 1, b - s), dk:narrow(1, s + 1, b - s), w)) end
+      end
+      if p > 1 then
+        if s == b then -- gY is in dprev
+          local full = T.addmm(dpv, dk, w)
+          if nprev == b then dh = full
+          else -- rows b + 1 .. nprev end at step p - 1: their gradient is gY's
+            dh = gyp:clone()
+            dh:narrow(1, 1, b):copy_(full)
+          end
+        else -- s = nprev < b
+          dh = T.addmm(gyp, dk:narrow(1, 1, s), w):add_(dpv:narrow(1, 1, s))
+        end
+      end
+    end
+    local gw = need_w and dHH:t():mm(Hp) or nil
+    return need_xp and dXp or nil, dh0, gw, need_b and dHH:sum(1) or nil
+  end
+
+  local function gru_packed(xp, bs, off, last, h0, w, bhh, rev)
+    local N, Tn, B, H = xp:size(1), #bs, h0:size(1), w:size(2)
+    local rec = any_grad(xp, h0, w, bhh)
+    local ctx = { bs = bs, off = off, N = N, B = B, H = H, reverse = rev, w = w, backward = gru_packed_backward }
+    local Y = autograd.no_grad(function()
+      local o = like(xp)
+      local Y, Hp = T.empty({ N, H }, o), T.empty({ N, H }, o)
+      local A = rec and T.empty({ N, 4 * H }, o) or nil
+      local x = xp:is_contiguous() and xp or xp:contiguous()
+      local wt = wt_for(w, Tn, B)
+      local prev, nprev = 0, 0
+      for p = 1, Tn do
+        local t = rev and Tn + 1 - p or p
+        local b, r0 = bs[t], off[t]
+        local s = math.min(nprev, b)
+        local hp = Hp:narrow(1, r0 + 1, b)
+        if s > 0 then hp:narrow(1, 1, s):copy_(Y:narrow(1, prev + 1, s)) end
+        if s < b then hp:narrow(1, s + 1, b - s):copy_(h0:narrow(1, s + 1, b - s)) end
+        local hh = bhh and T.addmm(bhh, hp, wt) or hp:mm(wt)
+        ok(C.dpl_gru_cell_forward(x:narrow(1, r0 + 1, b), hh, hp, Y:narrow(1, r0 + 1, b), A and A:narrow(1, r0 + 1, b) or nil))
+        prev, nprev = r0, b
+      end
+      ctx.A, ctx.Hp = A, Hp
+      return Y
+    end)
+    if rec then autograd.record(autograd.rules.gru_seq, Y, xp, h0, w, bhh, ctx) end
+    return Y, rev and Y:narrow(1, 1, B) or Y:index_select(1, last)
+  end
+
+  --- F._gru_packed(xp [N, 3H] (x W_ih^T + b_ih), bs, off, last, h0 [B, H], w_hh [3H, H], b_hh [3H] or nil,
+  --- reverse) -> y [N, H], h_n [B, H] (sorted order), or nil where the fused loop does not apply (as
+  --- F._lstm_packed)
+  function FS._gru_packed(xp, bs, off, last, h0, w, bhh, rev)
+    if not (FS.packed and fusable(xp, h0, w, bhh)) then return nil end
+    return gru_packed(xp, bs, off, last, h0, w, bhh, rev)
+  end
+
   ---------------------------------------------------------------- Elman RNN
   local function rnn_backward(ctx, g, need_xp, need_h0, need_w)
     local Tn, B, H, rev, w, relu = ctx.T, ctx.B, ctx.H, ctx.reverse, ctx.w, ctx.relu
@@ -364,6 +460,73 @@ return function(F)
   function FS._rnn_layer(xp, h0, w, relu, rev)
     if fusable(xp, h0, w) then return rnn_fused(xp, h0, w, relu, rev) end
     return rnn_composed(xp, h0, w, relu, rev)
+  end
+
+  ---------------------------------------------------------------- packed Elman RNN
+  -- As the packed LSTM: Y [N, H] the outputs (the node's output), Hp [N, H] the state fed to each row.
+  local function rnn_packed_backward(ctx, g, need_xp, need_h0, need_w)
+    local bs, off, Tn, N, B, H, rev, w = ctx.bs, ctx.off, #ctx.bs, ctx.N, ctx.B, ctx.H, ctx.reverse, ctx.w
+    local Y, Hp, relu = ctx.Y, ctx.Hp, ctx.relu
+    local gY = g:contiguous()
+    local o = like(Y)
+    local dP = T.empty({ N, H }, o)
+    local dh0 = need_h0 and T.empty({ B, H }, o) or nil
+    local tl = rev and 1 or Tn -- the time of the last processing step
+    local dh = gY:narrow(1, off[tl] + 1, bs[tl])
+    for p = Tn, 1, -1 do
+      local t = rev and Tn + 1 - p or p
+      local b, r0 = bs[t], off[t]
+      local dp = dP:narrow(1, r0 + 1, b)
+      ok(C.dpl_rnn_cell_backward(relu, dh, Y:narrow(1, r0 + 1, b), dp))
+      local tp = rev and t + 1 or t - 1 -- the time of processing step p - 1
+      local nprev = p > 1 and bs[tp] or 0
+      local s = math.min(nprev, b) -- rows whose state came from step p - 1; the others from h0
+      if s < b and dh0 then dh0:narrow(1, s + 1, b - s):copy_(dp:narrow(1, s + 1, b - s):mm(w)) end
+      if p > 1 then
+        local gyp = gY:narrow(1, off[tp] + 1, nprev)
+        if s == nprev then
+          dh = T.addmm(gyp, dp:narrow(1, 1, s), w)
+        else -- rows s + 1 .. nprev end at step p - 1: their gradient is gY's
+          dh = gyp:clone()
+          dh:narrow(1, 1, s):copy_(T.addmm(gyp:narrow(1, 1, s), dp:narrow(1, 1, s), w))
+        end
+      end
+    end
+    local gw = need_w and dP:t():mm(Hp) or nil
+    return need_xp and dP or nil, dh0, gw
+  end
+
+  local function rnn_packed(xp, bs, off, last, h0, w, relu, rev)
+    local N, Tn, B, H = xp:size(1), #bs, h0:size(1), w:size(2)
+    local r = relu and 1 or 0
+    local ctx = { bs = bs, off = off, N = N, B = B, H = H, reverse = rev, w = w, relu = r, backward = rnn_packed_backward }
+    local Y = autograd.no_grad(function()
+      local o = like(xp)
+      local Y, Hp = T.empty({ N, H }, o), T.empty({ N, H }, o)
+      local wt = wt_for(w, Tn, B)
+      local prev, nprev = 0, 0
+      for p = 1, Tn do
+        local t = rev and Tn + 1 - p or p
+        local b, r0 = bs[t], off[t]
+        local s = math.min(nprev, b)
+        local hp = Hp:narrow(1, r0 + 1, b)
+        if s > 0 then hp:narrow(1, 1, s):copy_(Y:narrow(1, prev + 1, s)) end
+        if s < b then hp:narrow(1, s + 1, b - s):copy_(h0:narrow(1, s + 1, b - s)) end
+        ok(C.dpl_rnn_cell_forward(r, T.addmm(xp:narrow(1, r0 + 1, b), hp, wt), Y:narrow(1, r0 + 1, b)))
+        prev, nprev = r0, b
+      end
+      ctx.Y, ctx.Hp = Y, Hp
+      return Y
+    end)
+    if any_grad(xp, h0, w) then autograd.record(autograd.rules.rnn_seq, Y, xp, h0, w, ctx) end
+    return Y, rev and Y:narrow(1, 1, B) or Y:index_select(1, last)
+  end
+
+  --- F._rnn_packed(xp [N, H], bs, off, last, h0 [B, H], w_hh [H, H], relu, reverse) -> y [N, H], h_n [B, H]
+  --- (sorted order), or nil where the fused loop does not apply (as F._lstm_packed)
+  function FS._rnn_packed(xp, bs, off, last, h0, w, relu, rev)
+    if not (FS.packed and fusable(xp, h0, w)) then return nil end
+    return rnn_packed(xp, bs, off, last, h0, w, relu, rev)
   end
 
   ---------------------------------------------------------------- attention

@@ -269,10 +269,10 @@ return function(nn)
 
   -- the layers over packed data [N, in] (batch sizes bs, step offsets off, sorted lengths lens)
   -- from h0 (and c0) [L * D, B, size] in sorted order, one time loop per layer and direction whose
-  -- steps run their live rows only (F._lstm_packed): output [N, D * H], h_n, c_n; nil where that
-  -- loop does not apply (GRU, RNN, proj_size, tensors in GPU memory)
+  -- steps run their live rows only (F._lstm_packed, F._gru_packed, F._rnn_packed): output [N, D * H],
+  -- h_n, c_n (nil but for the LSTM); nil where that loop does not apply (tensors in GPU memory)
   function RNNBase:_layers_packed(data, bs, off, lens, h0, c0)
-    if self.mode ~= 'LSTM' or self.proj_size > 0 then return nil end
+    local mode = self.mode
     local D = self.bidirectional and 2 or 1
     local last = {}
     for j = 1, #lens do last[j] = off[lens[j]] + j end
@@ -285,8 +285,19 @@ return function(nn)
         local idx = layer * D + dir + 1
         local nm = self._all_weights[idx]
         local bih, bhh = nm.bih and self[nm.bih], nm.bhh and self[nm.bhh]
-        local xp = F.linear(layer_in, self[nm.ih], bih and bih + bhh)
-        local y, hn, cn = F._lstm_packed(xp, bs, off, last, h0:select(1, idx), c0:select(1, idx), self[nm.hh], dir == 1)
+        local y, hn, cn
+        if mode == 'GRU' then
+          local xp = F.linear(layer_in, self[nm.ih], bih)
+          y, hn = F._gru_packed(xp, bs, off, last, h0:select(1, idx), self[nm.hh], bhh, dir == 1)
+        else
+          local xp = F.linear(layer_in, self[nm.ih], bih and bih + bhh)
+          if mode == 'LSTM' then
+            y, hn, cn = F._lstm_packed(xp, bs, off, last, h0:select(1, idx), c0:select(1, idx), self[nm.hh], dir == 1,
+              nm.hr and self[nm.hr])
+          else
+            y, hn = F._rnn_packed(xp, bs, off, last, h0:select(1, idx), self[nm.hh], mode == 'RNN_RELU', dir == 1)
+          end
+        end
         if not y then return nil end
         outs[dir + 1], hs[idx], cs[idx] = y, hn, cn
       end
@@ -295,7 +306,7 @@ return function(nn)
         layer_in = F.dropout(layer_in, self.dropout, true)
       end
     end
-    return layer_in, T.stack(hs, 1), T.stack(cs, 1)
+    return layer_in, T.stack(hs, 1), mode == 'LSTM' and T.stack(cs, 1) or nil
   end
 
   -- forward on a PackedSequence (nn.utils.rnn): each sequence runs over its own length (the reverse
