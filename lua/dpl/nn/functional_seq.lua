@@ -28,6 +28,17 @@ local errors = require 'dpl.errors'
 local is_tensor = T.is_tensor
 local check_opts, keys = options.check, options.keys
 
+-- packed backward: the gradient reaching the hidden state of processing step p - 1, whose
+-- nprev rows start at row r0 + 1 of the packed gY: gY's rows plus dp @ w for the s of them
+-- that went on into step p (rows s + 1 .. nprev ended at step p - 1: their gradient is gY's)
+local function packed_prev_dh(gY, r0, nprev, dp, s, w)
+  local gyp = gY:narrow(1, r0 + 1, nprev)
+  if s == nprev then return T.addmm(gyp, dp:narrow(1, 1, s), w) end
+  local dh = gyp:clone()
+  dh:narrow(1, 1, s):copy_(T.addmm(gyp:narrow(1, 1, s), dp:narrow(1, 1, s), w))
+  return dh
+end
+
 local function shape_str(t) return '[' .. table.concat(t:size(), ', ') .. ']' end
 local function like(t) return { dtype = t.dtype, device = t.device } end
 local function ok(st) if st ~= 0 then T._fail(2, st) end end
@@ -185,15 +196,7 @@ return function(F)
         if dc0 then dc0:narrow(1, s + 1, b - s):copy_(dc:narrow(1, s + 1, b - s)) end
         if dh0 then dh0:narrow(1, s + 1, b - s):copy_(dp:narrow(1, s + 1, b - s):mm(w)) end
       end
-      if p > 1 then
-        local gyp = gY:narrow(1, off[tp] + 1, nprev)
-        if s == nprev then
-          dh = T.addmm(gyp, dp:narrow(1, 1, s), w)
-        else -- rows s + 1 .. nprev end at step p - 1: their gradient is gY's
-          dh = gyp:clone()
-          dh:narrow(1, 1, s):copy_(T.addmm(gyp:narrow(1, 1, s), dp:narrow(1, 1, s), w))
-        end
-      end
+      if p > 1 then dh = packed_prev_dh(gY, off[tp], nprev, dp, s, w) end
     end
     local gw = need_w and dP:t():mm(Hp) or nil
     local gwr = whr and need_whr and dH:t():mm(R) or nil
@@ -482,15 +485,7 @@ return function(F)
       local nprev = p > 1 and bs[tp] or 0
       local s = math.min(nprev, b) -- rows whose state came from step p - 1; the others from h0
       if s < b and dh0 then dh0:narrow(1, s + 1, b - s):copy_(dp:narrow(1, s + 1, b - s):mm(w)) end
-      if p > 1 then
-        local gyp = gY:narrow(1, off[tp] + 1, nprev)
-        if s == nprev then
-          dh = T.addmm(gyp, dp:narrow(1, 1, s), w)
-        else -- rows s + 1 .. nprev end at step p - 1: their gradient is gY's
-          dh = gyp:clone()
-          dh:narrow(1, 1, s):copy_(T.addmm(gyp:narrow(1, 1, s), dp:narrow(1, 1, s), w))
-        end
-      end
+      if p > 1 then dh = packed_prev_dh(gY, off[tp], nprev, dp, s, w) end
     end
     local gw = need_w and dP:t():mm(Hp) or nil
     return need_xp and dP or nil, dh0, gw
