@@ -215,6 +215,7 @@ describe('bad input', function()
     -- first two argument positions: any error must be one of dpl's ("ClassName: message"),
     -- never "bad argument #2 to 'fn' (cannot convert ...)" or "attempt to index ..."
     local T = require 'dpl.tensor'
+    T._load_extra() -- (dpl.tensor_extra's methods load on first use: all of them here)
     local x = dpl.randn(3, 4)
     local skip = { backward = true, register_hook = true, free = true, retain_grad = true, requires_grad_ = true }
     local names = {}
@@ -252,6 +253,7 @@ describe('bad input', function()
     -- (the *_backward functions autograd calls and the thread/GC knobs included; get_item and the
     -- grad-mode switches take anything)
     local T = require 'dpl.tensor'
+    T._load_extra() -- (dpl.tensor_extra's functions load on first use: all of them here)
     local x = dpl.randn(3, 4)
     local skip = { collect = true, no_grad = true, enable_grad = true, set_grad_enabled = true, get_item = true }
     local names = {}

@@ -456,3 +456,45 @@ describe('nn.functional', function()
     raises(function() dpl.nn.Embedding(4, 2, { sparse = true }) end, 'NotImplementedError: Embedding: sparse is not implemented')
   end)
 end)
+
+describe('dpl.tensor_extra loads on first use', function()
+  it("installs exactly the names dpl.tensor lists for it, and any of them (method, property, dpl.X) loads it", function()
+    local code = [[
+local T = require 'dpl.tensor'
+local function keys(t) local r = {} for k in pairs(t) do if type(k) == 'string' then r[k] = true end end return r end
+local before = { functions = keys(T), methods = keys(T.methods), props = keys(T.props) }
+local heap0 = collectgarbage('count')
+T._load_extra()
+local now = { functions = keys(T), methods = keys(T.methods), props = keys(T.props) }
+local bad = {}
+for kind, set in pairs(now) do
+  for k in pairs(set) do
+    if not before[kind][k] then
+      local e = T._extra_names[k]
+      if not (e and e[kind]) then bad[#bad + 1] = kind .. ' ' .. k .. ' is not listed' end
+    end
+  end
+end
+for k, e in pairs(T._extra_names) do
+  for kind in pairs(e) do
+    if not now[kind][k] then bad[#bad + 1] = kind .. ' ' .. k .. ' is listed but not installed' end
+  end
+end
+table.sort(bad)
+print(#bad == 0 and 'consistent' or table.concat(bad, '; '))
+print(before.functions.einsum == nil and before.methods.logaddexp == nil and 'was not loaded' or 'was loaded already')
+]]
+    local out, err, rc = h.run_chunk(code)
+    assert.are.equal(0, rc, err)
+    assert.matches('consistent', out, 1, true)
+    assert.matches('was not loaded', out, 1, true)
+    -- each way in loads it in a fresh process
+    for _, use in ipairs({ "print(dpl.einsum('ij->i', dpl.ones(2, 3)):totable()[1])",
+      'print(dpl.ones(2, 3).mT:size()[1])', 'print(dpl.ones(2, 3):logaddexp(dpl.zeros(2, 3)):size()[2])',
+      "print(require('dpl.tensor').hstack({ dpl.ones(2), dpl.ones(2) }):size()[1])" }) do
+      out, err, rc = h.run_chunk("local dpl = require 'dpl'\n" .. use)
+      assert.are.equal(0, rc, err)
+      assert.matches('^[34]\n', out, nil, false)
+    end
+  end)
+end)

@@ -1474,6 +1474,11 @@ local mt = registry['dpl.tensor.mt'] or {
     if p ~= nil then return p(t) end
     if type(k) == 'number' then return S.M.get_item(t, k) end
     if type(k) == 'table' or type(k) == 'cdata' then return S.M._subscript_get(t, k) end
+    local e = S.extra_names and S.extra_names[k] -- (dpl.tensor_extra's names load it on first use)
+    if e and S.load_extra() then
+      if S.methods[k] ~= nil then return S.methods[k] end
+      if S.props[k] ~= nil then return S.props[k](t) end
+    end
     local miss = S.missing and S.missing[k]
     if miss ~= nil then return miss end
     return nil
@@ -1542,11 +1547,44 @@ require('dpl.tensor_shape')(M, { view1 = view1, fail = fail, cdim = cdim, parse_
 require("dpl.tensor_math")(M, { fail = fail, error = error, binop = binop, reduce = reduce, cdim = cdim,
   need_tensor = need_tensor, need_number = need_number, out1 = out1 })
 
--- composed PyTorch functions (einsum, randperm, multinomial, hstack, quantile, searchsorted, ...): dpl.tensor_extra
-require('dpl.tensor_extra')(M, { need_tensor = need_tensor, cdim = cdim, fail = fail, out1 = out1 })
+-- composed PyTorch functions (einsum, randperm, multinomial, hstack, quantile, searchsorted, ...):
+-- dpl.tensor_extra, loaded the first time one of its names is read (as a method, a property or
+-- a dpl.X function): its 90 KB of Lua would otherwise sit in the heap every full collection
+-- marks (spec/tensor_torch_api_spec.lua checks that these lists are what it installs)
+local EXTRA = {
+  functions = [[adjoint argwhere atleast_1d atleast_2d atleast_3d block_diag broadcast_tensors broadcast_to
+    bucketize cdist clamp_max clamp_max_ clamp_min clamp_min_ column_stack diff dstack einsum erfinv hstack hypot
+    logaddexp logcumsumexp logit logit_ meshgrid multinomial nanquantile quantile randperm row_stack searchsorted
+    take_along_dim tensordot tril_indices triu_indices unflatten vstack xlogy xlogy_]],
+  methods = [[adjoint argwhere broadcast_to bucketize clamp_max_ clamp_min_ diff erfinv erfinv_ hypot hypot_
+    logaddexp logcumsumexp logit logit_ multinomial nanquantile quantile squeeze_ t_ take_along_dim transpose_
+    unflatten unsqueeze_ xlogy xlogy_]],
+  props = [[mH mT]],
+}
+local extra_names = {}
+for kind, list in pairs(EXTRA) do
+  for n in list:gmatch('%S+') do extra_names[n] = extra_names[n] or {}; extra_names[n][kind] = true end
+end
+M._extra_names = extra_names
+local extra_loaded = false
+local function load_extra()
+  if extra_loaded then return false end
+  extra_loaded = true
+  require('dpl.tensor_extra')(M, { need_tensor = need_tensor, cdim = cdim, fail = fail, out1 = out1 })
+  return true
+end
+M._load_extra = load_extra
+S.extra_names, S.load_extra = extra_names, load_extra
 
 -- dpl.tensor(data, opts) calls the constructor; dpl.tensor.zeros etc. are the module's functions
-setmetatable(M, { __call = function(_, ...) return M.tensor(...) end })
+setmetatable(M, {
+  __call = function(_, ...) return M.tensor(...) end,
+  __index = function(_, k)
+    local e = extra_names[k]
+    if e and e.functions and load_extra() then return rawget(M, k) end
+    return nil
+  end,
+})
 
 -- autograd wraps the differentiable methods above (requires_grad, backward, ...)
 package.loaded['dpl.tensor'] = M
