@@ -28,6 +28,14 @@ local errors = require 'dpl.errors'
 local is_tensor = T.is_tensor
 local check_opts, keys = options.check, options.keys
 
+-- packed forward: the state entering step p, b rows: the first s continue from the previous
+-- step's rows (from, starting at row prev + 1), the others start from init (h0 or c0)
+local function packed_state(dst, from, prev, s, init, b)
+  if s > 0 then dst:narrow(1, 1, s):copy_(from:narrow(1, prev + 1, s)) end
+  if s < b then dst:narrow(1, s + 1, b - s):copy_(init:narrow(1, s + 1, b - s)) end
+  return dst
+end
+
 -- packed backward: the gradient reaching the hidden state of processing step p - 1, whose
 -- nprev rows start at row r0 + 1 of the packed gY: gY's rows plus dp @ w for the s of them
 -- that went on into step p (rows s + 1 .. nprev ended at step p - 1: their gradient is gY's)
@@ -223,15 +231,8 @@ return function(F)
         local t = rev and Tn + 1 - p or p
         local b, r0 = bs[t], off[t]
         local s = math.min(nprev, b)
-        local hp, cp = Hp:narrow(1, r0 + 1, b), Cp:narrow(1, r0 + 1, b)
-        if s > 0 then
-          hp:narrow(1, 1, s):copy_(Y:narrow(1, prev + 1, s))
-          cp:narrow(1, 1, s):copy_(Cs:narrow(1, prev + 1, s))
-        end
-        if s < b then
-          hp:narrow(1, s + 1, b - s):copy_(h0:narrow(1, s + 1, b - s))
-          cp:narrow(1, s + 1, b - s):copy_(c0:narrow(1, s + 1, b - s))
-        end
+        local hp = packed_state(Hp:narrow(1, r0 + 1, b), Y, prev, s, h0, b)
+        local cp = packed_state(Cp:narrow(1, r0 + 1, b), Cs, prev, s, c0, b)
         local pre = T.addmm(xp:narrow(1, r0 + 1, b), hp, wt)
         local hk = (R or Y):narrow(1, r0 + 1, b)
         ok(C.dpl_lstm_cell_forward(pre, cp, hk, Cs:narrow(1, r0 + 1, b), A and A:narrow(1, r0 + 1, b) or nil))
@@ -386,9 +387,7 @@ return function(F)
         local t = rev and Tn + 1 - p or p
         local b, r0 = bs[t], off[t]
         local s = math.min(nprev, b)
-        local hp = Hp:narrow(1, r0 + 1, b)
-        if s > 0 then hp:narrow(1, 1, s):copy_(Y:narrow(1, prev + 1, s)) end
-        if s < b then hp:narrow(1, s + 1, b - s):copy_(h0:narrow(1, s + 1, b - s)) end
+        local hp = packed_state(Hp:narrow(1, r0 + 1, b), Y, prev, s, h0, b)
         local hh = bhh and T.addmm(bhh, hp, wt) or hp:mm(wt)
         ok(C.dpl_gru_cell_forward(x:narrow(1, r0 + 1, b), hh, hp, Y:narrow(1, r0 + 1, b), A and A:narrow(1, r0 + 1, b) or nil))
         prev, nprev = r0, b
@@ -504,9 +503,7 @@ return function(F)
         local t = rev and Tn + 1 - p or p
         local b, r0 = bs[t], off[t]
         local s = math.min(nprev, b)
-        local hp = Hp:narrow(1, r0 + 1, b)
-        if s > 0 then hp:narrow(1, 1, s):copy_(Y:narrow(1, prev + 1, s)) end
-        if s < b then hp:narrow(1, s + 1, b - s):copy_(h0:narrow(1, s + 1, b - s)) end
+        local hp = packed_state(Hp:narrow(1, r0 + 1, b), Y, prev, s, h0, b)
         ok(C.dpl_rnn_cell_forward(r, T.addmm(xp:narrow(1, r0 + 1, b), hp, wt), Y:narrow(1, r0 + 1, b)))
         prev, nprev = r0, b
       end
