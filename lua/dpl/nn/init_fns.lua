@@ -2,6 +2,7 @@
 -- without recording gradients.
 local autograd = require 'dpl.autograd'
 local T = require 'dpl.tensor'
+local options = require 'dpl.options'
 
 local M = {}
 local fmt = string.format
@@ -188,6 +189,62 @@ function M.orthogonal_(t, gain)
     t:copy_(q:reshape(t:size()):mul(gain or 1))
   end)
   return t
+end
+
+--- dirac_(t, groups=1): the identity of a convolution (t [out, in, k...], 3 to 5 dims): zero
+--- everywhere but weight[g * out/groups + d, d, centre] = 1 for d < min(out/groups, in), as
+--- PyTorch's (out must be divisible by groups).
+function M.dirac_(t, groups)
+  local nd = t:dim()
+  if nd < 3 or nd > 5 then error(fmt('dirac_: only tensors with 3, 4, or 5 dimensions are supported, got %d', nd), 2) end
+  groups = groups or 1
+  if type(groups) ~= 'number' or groups < 1 or groups ~= math.floor(groups) or t:size(1) % groups ~= 0 then
+    error(fmt('dirac_: dim 1 (%d) must be divisible by groups (%s)', t:size(1), tostring(groups)), 2)
+  end
+  local opg = t:size(1) / groups
+  local n = math.min(opg, t:size(2))
+  nograd(function()
+    t:zero_()
+    for g = 0, groups - 1 do
+      for d = 1, n do
+        local v = t:select(1, g * opg + d):select(1, d)
+        for k = 3, nd do v = v:select(1, math.floor(t:size(k) / 2) + 1) end
+        v:fill_(1)
+      end
+    end
+  end)
+  return t
+end
+
+-- The public forms: PyTorch's positional values or one options table with its keyword names
+-- (kaiming_uniform_(w, {mode = 'fan_out', nonlinearity = 'relu'}) = kaiming_uniform_(w, 0,
+-- 'fan_out', 'relu')); the tensor and the numbers are checked, an unknown key is an error.
+local ARGS = {
+  uniform_ = { 'a', 'b' }, normal_ = { 'mean', 'std' }, constant_ = { 'val' },
+  trunc_normal_ = { 'mean', 'std', 'a', 'b' }, xavier_uniform_ = { 'gain' }, xavier_normal_ = { 'gain' },
+  kaiming_uniform_ = { 'a', 'mode', 'nonlinearity' }, kaiming_normal_ = { 'a', 'mode', 'nonlinearity' },
+  orthogonal_ = { 'gain' }, zeros_ = {}, ones_ = {}, eye_ = {}, dirac_ = { 'groups' },
+}
+local NUMERIC = { a = true, b = true, mean = true, std = true, val = true, gain = true }
+local unpack = unpack
+for name, names in pairs(ARGS) do
+  local core, accepted = M[name], options.keys(unpack(names))
+  M[name] = function(t, ...)
+    if not T.is_tensor(t) then error(fmt('%s: expected a tensor as the first argument, got %s', name, type(t)), 2) end
+    local o = options.positional(name, names, ...)
+    options.check(o, accepted, name)
+    o = o or {}
+    local args = {}
+    for i, k in ipairs(names) do
+      local v = o[k]
+      if v ~= nil and NUMERIC[k] and type(v) ~= 'number' then
+        error(fmt('%s: %s must be a number, got %s', name, k, type(v) == 'string' and fmt("'%s'", v) or type(v)), 2)
+      end
+      args[i] = v
+    end
+    if name == 'constant_' and args[1] == nil then error('constant_: val (the fill value) is required', 2) end
+    return core(t, unpack(args, 1, #names))
+  end
 end
 
 return M
