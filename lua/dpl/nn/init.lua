@@ -723,6 +723,27 @@ local function list_methods(cls, name)
     rawset(self, '_n', n - 1)
     return m
   end
+  --- slice(i [, j=-1]): a new container of this class holding elements i..j (inclusive;
+  --- negative: from the end; j < i: empty), the same modules (not copies), numbered 1.. (PyTorch's
+  --- seq[a:b]; its Sequential slice keeps the old names, dplhost's renumbers as its ModuleList's).
+  function cls:slice(i, j)
+    local n = rawget(self, '_n')
+    j = j == nil and -1 or j
+    for _, v in ipairs({ i, j }) do
+      if type(v) ~= 'number' or v ~= math.floor(v) then
+        error(fmt('%s: slice: indices must be integers, got %s', name, tostring(v)), 2)
+      end
+    end
+    if i < 0 then i = n + 1 + i end
+    if j < 0 then j = n + 1 + j end
+    i, j = math.max(i, 1), math.min(j, n)
+    local list = {}
+    for k = i, j do list[#list + 1] = rawget(self, k) end
+    local r = getmetatable(self)()
+    for _, m in ipairs(list) do r:append(m) end
+    if rawget(self, 'training') == false then rawset(r, 'training', false) end
+    return r
+  end
   function cls:__len() return rawget(self, '_n') end
   function cls:len() return rawget(self, '_n') end
   --- for i, m in list:ipairs() do ... end
@@ -822,6 +843,9 @@ end
 local function check_key(k)
   if (type(k) ~= 'string' and type(k) ~= 'number') or k == '_is_module' then
     error(fmt('ModuleDict: a key must be a string or a number (not _is_module), got %s', tostring(k)), 3)
+  end
+  if type(k) == 'string' and (k == '' or k:find('.', 1, true)) then
+    error(fmt("ModuleDict: a key can't be empty or contain '.', got '%s'", k), 3)
   end
 end
 

@@ -202,7 +202,26 @@ Module.Parameter = Parameter
 
 --- Registers a tensor that is state but not a parameter. persistent=false (default true):
 --- kept out of the state dict (and not expected by load_state_dict), as PyTorch's.
+-- name checks of register_buffer / register_parameter / add_module (PyTorch's): a non-empty
+-- string (or, for add_module, a number: the containers' indices) without '.', not already
+-- taken by another kind of attribute (a parameter, a buffer, a submodule, a method or any
+-- other non-tensor field; a plain tensor field may become a buffer or a parameter)
+local function check_name(self, fn, name, list)
+  if type(name) == 'number' and list == '_module_names' then return end
+  if type(name) ~= 'string' then error(fmt('%s: the name must be a string, got %s', fn, type(name)), 3) end
+  if name == '' then error(fmt("%s: the name can't be empty", fn), 3) end
+  if name:find('.', 1, true) then error(fmt("%s: the name can't contain '.', got '%s'", fn, name), 3) end
+  if has_name(self, list, name) then return end
+  local v = self[name]
+  if v ~= nil and not (is_tensor(v) and has_name(self, '_attr_names', name)) then
+    error(fmt("%s: attribute '%s' already exists (a %s)", fn, name,
+      has_name(self, '_param_names', name) and 'parameter' or has_name(self, '_buffer_names', name) and 'buffer'
+      or is_module(v) and 'submodule' or type(v)), 3)
+  end
+end
+
 function Module:register_buffer(name, t, persistent)
+  check_name(self, 'register_buffer', name, '_buffer_names')
   if t ~= nil and not is_tensor(t) then error(fmt('register_buffer: %s must be a tensor or nil', name), 2) end
   if persistent ~= nil and type(persistent) ~= 'boolean' then
     error(fmt('register_buffer: persistent must be true or false, got %s', tostring(persistent)), 2)
@@ -221,6 +240,8 @@ end
 
 --- Registers a parameter under a name computed at run time.
 function Module:register_parameter(name, t)
+  check_name(self, 'register_parameter', name, '_param_names')
+  if t ~= nil and not is_tensor(t) then error(fmt('register_parameter: %s must be a tensor or nil, got %s', name, type(t)), 2) end
   if t ~= nil and not param_set[t] then t = Parameter(t) end
   remove_name(self, '_attr_names', name)
   add_name(self, '_param_names', name)
@@ -229,6 +250,7 @@ end
 
 --- Registers a submodule under a name computed at run time (nil allowed).
 function Module:add_module(name, m)
+  check_name(self, 'add_module', name, '_module_names')
   if m ~= nil and not is_module(m) then error(fmt('add_module: %s is not a Module', tostring(name)), 2) end
   add_name(self, '_module_names', name)
   if m and rawget(m, '_name') == nil then rawset(m, '_name', tostring(name)) end
@@ -274,10 +296,58 @@ local function collect_modules(self, prefix, out, seen)
     collect_modules(m, prefix == '' and tostring(k) or (prefix .. '.' .. tostring(k)), out, seen)
   end
 end
+-- (prefix, recurse) of named_parameters / named_buffers: PyTorch's positional
+-- (prefix='', recurse=true), one options table {prefix=, recurse=}, or (as before) a
+-- boolean recurse alone
+local NAMED_KEYS, MODULES_KEYS = options.keys('prefix', 'recurse'), options.keys('prefix', 'remove_duplicate')
+local STATE_KEYS = options.keys('prefix', 'keep_vars')
+local function prefix_recurse(fn, a, b)
+  local prefix, recurse = '', b
+  if type(a) == 'table' then
+    options.check(a, NAMED_KEYS, fn)
+    prefix, recurse = a.prefix or '', a.recurse
+  elseif type(a) == 'boolean' then
+    recurse = a
+  elseif a ~= nil then
+    prefix = a
+  end
+  if type(prefix) ~= 'string' then error(fmt('%s: prefix must be a string, got %s', fn, type(prefix)), 3) end
+  if recurse ~= nil and type(recurse) ~= 'boolean' then
+    error(fmt('%s: recurse must be true or false, got %s', fn, tostring(recurse)), 3)
+  end
+  return prefix, recurse
+end
+local function with_prefix(prefix, name)
+  if prefix == '' then return name end
+  return name == '' and prefix or prefix .. '.' .. name
+end
+
 --- Iterator over (name, module) of self and all descendants ('' for self).
-function Module:named_modules()
+--- named_modules({prefix='', remove_duplicate=true}): names start with prefix; with
+--- remove_duplicate=false a module held under two names is listed under each.
+function Module:named_modules(opts)
+  if opts ~= nil and type(opts) ~= 'table' then
+    error(fmt('named_modules: expected nil or an options table {prefix=, remove_duplicate=}, got %s', type(opts)), 2)
+  end
+  options.check(opts, MODULES_KEYS, 'named_modules')
+  local prefix = opts and opts.prefix or ''
+  if type(prefix) ~= 'string' then error(fmt('named_modules: prefix must be a string, got %s', type(prefix)), 2) end
   local out = {}
-  collect_modules(self, '', out, {})
+  if opts and opts.remove_duplicate == false then
+    local function all(m, name, stack)
+      if stack[m] then return end
+      stack[m] = true
+      out[#out + 1] = { name, m }
+      for _, k in ipairs(names(m, '_module_names')) do
+        local c = get_child(m, k)
+        if is_module(c) then all(c, with_prefix(name, tostring(k)), stack) end
+      end
+      stack[m] = nil
+    end
+    all(self, prefix, {})
+  else
+    collect_modules(self, prefix, out, {})
+  end
   local i = 0
   return function()
     i = i + 1
@@ -291,11 +361,12 @@ function Module:modules()
   return r
 end
 
-local function named_tensors(self, list, recurse)
+local function named_tensors(self, list, recurse, top)
   local out, seen = {}, {}
   local mods = {}
-  if recurse == false then mods[1] = { '', self } else
-    for name, m in self:named_modules() do mods[#mods + 1] = { name, m } end
+  top = top or ''
+  if recurse == false then mods[1] = { top, self } else
+    for name, m in self:named_modules({ prefix = top }) do mods[#mods + 1] = { name, m } end
   end
   for _, e in ipairs(mods) do
     local prefix, m = e[1], e[2]
@@ -318,15 +389,22 @@ local function iter(list)
   end
 end
 
---- Iterator over (qualified name, parameter), e.g. ('fc1.weight', t).
-function Module:named_parameters(recurse) return iter(named_tensors(self, '_param_names', recurse)) end
+--- Iterator over (qualified name, parameter), e.g. ('fc1.weight', t); named_parameters(prefix,
+--- recurse) or named_parameters{prefix=, recurse=} as PyTorch's (or named_parameters(false)).
+function Module:named_parameters(a, b)
+  local prefix, recurse = prefix_recurse('named_parameters', a, b)
+  return iter(named_tensors(self, '_param_names', recurse, prefix))
+end
 --- List of the parameters (each once), in registration order.
 function Module:parameters(recurse)
   local r = {}
   for _, e in ipairs(named_tensors(self, '_param_names', recurse)) do r[#r + 1] = e[2] end
   return r
 end
-function Module:named_buffers(recurse) return iter(named_tensors(self, '_buffer_names', recurse)) end
+function Module:named_buffers(a, b)
+  local prefix, recurse = prefix_recurse('named_buffers', a, b)
+  return iter(named_tensors(self, '_buffer_names', recurse, prefix))
+end
 function Module:buffers(recurse)
   local r = {}
   for _, e in ipairs(named_tensors(self, '_buffer_names', recurse)) do r[#r + 1] = e[2] end
@@ -471,11 +549,54 @@ end
 
 --- A table 'qualified.name' -> tensor (parameters and persistent buffers, detached, sharing
 --- storage). Tied weights are there under each name, as in PyTorch.
-function Module:state_dict()
+--- state_dict{prefix='', keep_vars=false}: keys start with prefix; keep_vars keeps the
+--- tensors themselves (not detached), as PyTorch's keywords.
+function Module:state_dict(opts, ...)
+  if (opts ~= nil and type(opts) ~= 'table') or select('#', ...) > 0 then
+    error(fmt("state_dict: expected nil or an options table {prefix=, keep_vars=}, got %s (PyTorch's positional destination, prefix, keep_vars are not supported)", select('#', ...) > 0 and 'more arguments' or type(opts)), 2)
+  end
+  options.check(opts, STATE_KEYS, 'state_dict')
+  local prefix = opts and opts.prefix or ''
+  if type(prefix) ~= 'string' then error(fmt('state_dict: prefix must be a string, got %s', type(prefix)), 2) end
+  local keep = opts and opts.keep_vars
   local sd = {}
-  each_entry(self, '', function(k, t) sd[k] = t:detach() end, {})
+  each_entry(self, prefix, function(k, t) sd[k] = keep and t or t:detach() end, {})
   return sd
 end
+
+-- the module at a dotted path ('' is self), or an error naming the missing part
+local function submodule(self, fn, target)
+  if type(target) ~= 'string' then error(fmt('%s: the target must be a string, got %s', fn, type(target)), 3) end
+  local m, path = self, {}
+  if target == '' then return m end
+  for part in (target .. '.'):gmatch('([^.]*)%.') do
+    local c = get_child(m, part)
+    if c == nil and tonumber(part) then c = get_child(m, tonumber(part)) end
+    if not is_module(c) then
+      error(fmt("%s: %s has no submodule '%s' (in '%s')", fn, #path == 0 and m.__name or table.concat(path, '.'),
+        part, target), 3)
+    end
+    path[#path + 1] = part
+    m = c
+  end
+  return m
+end
+--- get_submodule('a.b'), get_parameter('a.b.weight'), get_buffer('bn.running_mean'): PyTorch's
+--- (an error naming the missing part).
+function Module:get_submodule(target) return submodule(self, 'get_submodule', target) end
+local function get_tensor(self, fn, target, list, what)
+  if type(target) ~= 'string' then error(fmt('%s: the target must be a string, got %s', fn, type(target)), 3) end
+  local mod_path, name = target:match('^(.*)%.([^.]*)$')
+  if not mod_path then mod_path, name = '', target end
+  local m = submodule(self, fn, mod_path)
+  if list == '_param_names' then promote(m) end
+  if not has_name(m, list, name) or not is_tensor(rawget(m, name)) then
+    error(fmt("%s: %s has no %s '%s'", fn, mod_path == '' and m.__name or mod_path, what, name), 3)
+  end
+  return rawget(m, name)
+end
+function Module:get_parameter(target) return get_tensor(self, 'get_parameter', target, '_param_names', 'parameter') end
+function Module:get_buffer(target) return get_tensor(self, 'get_buffer', target, '_buffer_names', 'buffer') end
 
 --- Names of the state dict entries, in PyTorch's order (module by module).
 function Module:state_dict_keys()
