@@ -155,3 +155,87 @@ describe('Module API as PyTorch 1.13', function()
     assert.matches('Sequential: slice: indices must be integers, got 1.5', err_of(s.slice, s, 1.5), nil, true)
   end)
 end)
+
+describe('optimizers a PyTorch 1.13 port uses (Rprop, ASGD, LBFGS were missing)', function()
+  local function d(t) return dpl.tensor(t, { dtype = 'float64' }) end
+  local function near(expected, got, tol, what)
+    for i = 1, #expected do
+      if math.abs(expected[i] - got[i]) > tol * (1 + math.abs(expected[i])) then
+        error(('%s: element %d: expected %.15g, got %.15g'):format(what, i, expected[i], got[i]), 2)
+      end
+    end
+  end
+  local function GR(k) return d({ math.sin(1.3 * k), math.cos(0.7 * k) * (k % 2 == 1 and 1 or -1), 0.1 * k - 0.3 }) end
+  -- 8 steps on the gradients GR(0..7), saved and resumed into a new optimizer after 4
+  local function run(make, resume)
+    local p = d({ 0.5, -1.0, 2.0 }):requires_grad_()
+    local opt = make({ p })
+    for k = 0, 7 do
+      if resume and k == 4 then
+        local sd = opt:state_dict()
+        p = p:detach():clone():requires_grad_()
+        opt = make({ p })
+        opt:load_state_dict(sd)
+      end
+      p.grad = GR(k)
+      opt:step()
+    end
+    return p:detach():totable(), opt, p
+  end
+  -- torch 1.13, float64: the same runs
+  it('Rprop (etas, step_sizes, maximize), also resumed halfway', function()
+    for _, resume in ipairs({ false, true }) do
+      near({ 0.3725, -0.9125, 1.9632812499999994 }, (run(function(ps)
+        return optim.Rprop(ps, { lr = 0.05, etas = { 0.3, 1.5 }, step_sizes = { 0.01, 0.2 } }) end, resume)), 1e-14, 'rprop')
+      near({ 0.5226000000000001, -1.0224999999999997, 2.0022496 }, (run(function(ps)
+        return optim.Rprop(ps, { maximize = true }) end, resume)), 1e-14, 'rprop maximize')
+    end
+    assert.matches('Rprop: invalid eta values', err_of(optim.Rprop, { d({ 1 }) }, { etas = { 1.5, 1.2 } }), nil, true)
+  end)
+  it('ASGD (lambd, alpha, t0, weight_decay) and its average ax', function()
+    for _, resume in ipairs({ false, true }) do
+      local p, opt, param = run(function(ps) return optim.ASGD(ps, { lr = 0.1, lambd = 0.01, alpha = 0.5, t0 = 3, weight_decay = 0.1 }) end, resume)
+      near({ 0.31861217394199537, -0.8966681888664588, 1.7882315149631218 }, p, 1e-14, 'asgd')
+      near({ 0.40436522869673586, -0.8962038169319311, 1.8690020645635206 }, opt.state[param].ax:totable(), 1e-14, 'asgd ax')
+    end
+  end)
+  it('LBFGS with a closure: parameters, losses, func_evals and n_iter, also resumed between steps', function()
+    local function rosen(x) return (1 - x[1]) ^ 2 + 100 * (x[2] - x[1] ^ 2) ^ 2 + (x[3] - 0.5) ^ 2 end
+    local function lbfgs(kw, resume)
+      local x = d({ -1.2, 1.0, 2.0 }):requires_grad_()
+      local opt = optim.LBFGS({ x }, kw)
+      local r = {}
+      local function closure() opt:zero_grad(); local l = rosen(x); l:backward(); return l end
+      for k = 1, 4 do
+        if resume and k == 3 then
+          local sd = opt:state_dict()
+          x = x:detach():clone():requires_grad_()
+          opt = optim.LBFGS({ x }, kw)
+          opt:load_state_dict(sd)
+        end
+        r[#r + 1] = opt:step(closure):item()
+      end
+      local out = x:detach():totable()
+      for _, l in ipairs(r) do out[#out + 1] = l end
+      out[#out + 1] = opt.state[x].func_evals
+      out[#out + 1] = opt.state[x].n_iter
+      return out
+    end
+    for _, resume in ipairs({ false, true }) do
+      near({ -1.0744968617338158, 1.0698720999352451, 1.9648460308146793, 26.449999999999996, 13.376834880415503,
+        9.919341921893004, 8.114820403206773, 28, 28 }, lbfgs({ lr = 0.05, max_iter = 7, history_size = 3, max_eval = 9 }, resume),
+        1e-12, 'lbfgs history 3')
+      near({ 0.9842754856421231, 0.9657426255174041, 0.4992639778253666, 26.449999999999996, 1.4328393829421495,
+        0.14162567605188744, 0.0011814749556554964, 54, 54 }, lbfgs({ lr = 1, tolerance_change = 1e-3 }, resume), 1e-7,
+        'lbfgs tolerance_change')
+    end
+    local x = d({ 1 }):requires_grad_()
+    assert.matches('LBFGS: step needs a closure', err_of(function() optim.LBFGS({ x }):step() end), nil, true)
+    assert.matches("LBFGS: line_search_fn = 'strong_wolfe' is not implemented", err_of(optim.LBFGS, { x }, { line_search_fn = 'strong_wolfe' }), nil, true)
+    assert.matches("LBFGS: doesn't support per-parameter options", err_of(optim.LBFGS, { { params = { x } }, { params = { d({ 2 }):requires_grad_() } } }), nil, true)
+  end)
+  it("RMSprop takes PyTorch 1.13's foreach keyword (was 'unknown option')", function()
+    local o = optim.RMSprop({ d({ 1 }):requires_grad_() }, { foreach = true, lr = 0.1 })
+    assert.is_true(o.foreach)
+  end)
+end)

@@ -7,6 +7,7 @@
 --   optim.Adamax(params, {lr=2e-3, betas={0.9, 0.999}, eps=1e-8, weight_decay=0})
 --   optim.NAdam(params, {lr=2e-3, betas={0.9, 0.999}, eps=1e-8, weight_decay=0, momentum_decay=4e-3})
 --   optim.RAdam(params, {lr=1e-3, betas={0.9, 0.999}, eps=1e-8, weight_decay=0})
+--   optim.Rprop, optim.ASGD, optim.LBFGS: lua/dpl/optim/extra.lua
 -- params: a list of tensors, a module (its parameters()), or a list of groups
 -- {{params={...}, lr=...}, ...}. Steps run without recording gradients.
 -- SGD, Adam and AdamW also take foreach = nil | true | false (kept on the optimizer, not in the
@@ -16,7 +17,7 @@
 -- five: the MLP's SGD-momentum step 42 -> 30 us, Adam 257 -> 80 us); false always updates one
 -- tensor at a time. Groups that do not qualify (mixed dtypes or devices, float16/bfloat16,
 -- non-contiguous tensors or states) take the per-tensor path. RMSprop, Adagrad, Adamax, NAdam and
--- RAdam always update one tensor at a time (tensor ops).
+-- RAdam always update one tensor at a time (tensor ops; they accept foreach, as PyTorch 1.13).
 -- A group's options are checked when it is added and at every step (a value set by hand in
 -- param_groups included): a bad one is a MisconfigurationException naming the group and option.
 local ffi = require 'ffi'
@@ -46,7 +47,7 @@ optim.Optimizer = Optimizer
 local check_opts, keys = options.check, options.keys
 local SGD_KEYS = keys('lr', 'momentum', 'dampening', 'weight_decay', 'nesterov', 'maximize', 'foreach')
 local ADAM_KEYS = keys('lr', 'betas', 'eps', 'weight_decay', 'amsgrad', 'maximize', 'foreach')
-local RMSPROP_KEYS = keys('lr', 'alpha', 'eps', 'weight_decay', 'momentum', 'centered', 'maximize')
+local RMSPROP_KEYS = keys('lr', 'alpha', 'eps', 'weight_decay', 'momentum', 'centered', 'maximize', 'foreach')
 local ADAGRAD_KEYS = keys('lr', 'lr_decay', 'weight_decay', 'initial_accumulator_value', 'eps', 'maximize', 'foreach')
 local ADAMAX_KEYS = keys('lr', 'betas', 'eps', 'weight_decay', 'maximize', 'foreach')
 local NADAM_KEYS = keys('lr', 'betas', 'eps', 'weight_decay', 'momentum_decay', 'foreach')
@@ -209,6 +210,18 @@ function Optimizer:_update_group(g)
   end
 end
 
+-- a state value copied for a state dict: tensors through f, lists (LBFGS's history) element
+-- by element, other values as they are
+local function clone_state(v, f)
+  if is_tensor(v) then return f(v) end
+  if type(v) == 'table' and getmetatable(v) == nil then
+    local r = {}
+    for k, x in pairs(v) do r[k] = clone_state(x, f) end
+    return r
+  end
+  return v
+end
+
 --- {state = {[i] = {...}}, param_groups = {{lr=, ..., params = {i...}}}}: i numbers the
 --- parameters across groups in order (1-based). Tensors in state are clones.
 function Optimizer:state_dict()
@@ -224,7 +237,7 @@ function Optimizer:state_dict()
       local st = self.state[p]
       if st then
         local s = {}
-        for k, v in pairs(st) do s[k] = is_tensor(v) and v:clone() or v end
+        for k, v in pairs(st) do s[k] = clone_state(v, function(t) return t:clone() end) end
         state[i] = s
       end
     end
@@ -279,7 +292,7 @@ function Optimizer:load_state_dict(sd)
       if s then
         local st = {}
         -- on the parameter's device and in its dtype (a CPU checkpoint resumed on a GPU)
-        for k, v in pairs(s) do st[k] = is_tensor(v) and v:to(p.device):to(p.dtype):clone() or v end
+        for k, v in pairs(s) do st[k] = clone_state(v, function(t) return t:to(p.device):to(p.dtype):clone() end) end
         self.state[p] = st
       else
         self.state[p] = nil
@@ -547,6 +560,7 @@ function optim.RMSprop:__init(params, ...)
   check_range('RMSprop', 'momentum', d.momentum, 0)
   check_range('RMSprop', 'weight_decay', d.weight_decay, 0)
   check_range('RMSprop', 'alpha', d.alpha, 0)
+  self.foreach = check_foreach('RMSprop', opts.foreach)
   Optimizer.__init(self, params, d)
 end
 optim.RMSprop._group_checks = { { 'lr', 'nonneg' }, { 'alpha', 'nonneg' }, { 'eps', 'nonneg' },
@@ -729,6 +743,9 @@ setmetatable(optim, { __index = function(t, k)
     return m
   end
 end })
+-- Rprop, ASGD and LBFGS (lua/dpl/optim/extra.lua)
+require('dpl.optim.extra').install(optim, { Optimizer = Optimizer, misconf = misconf, check_range = check_range,
+  show = show, check_foreach = check_foreach })
 -- optim.sgd(feval, x, config) and Torch7's other closures: an error naming the class (docs/torch7.md)
 require('dpl.nn.torch7').install_optim(optim)
 
