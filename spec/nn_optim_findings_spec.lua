@@ -239,3 +239,32 @@ describe('optimizers a PyTorch 1.13 port uses (Rprop, ASGD, LBFGS were missing)'
     assert.is_true(o.foreach)
   end)
 end)
+
+describe('options turned on in a param group after some steps', function()
+  local function d(t) return dpl.tensor(t, { dtype = 'float64' }) end
+  -- torch 1.13 raises KeyError here; its values with the new state made as zeros by hand
+  it("RMSprop momentum/centered (was \"attempt to index field 'grad_avg' (a nil value)\")", function()
+    for _, foreach in ipairs({ false, true }) do
+      local p = d({ 1.0, 2.0 }):requires_grad_()
+      local o = optim.RMSprop({ p }, { lr = 0.1, foreach = foreach })
+      p.grad = d({ 0.1, 0.2 })
+      o:step()
+      o.param_groups[1].momentum, o.param_groups[1].centered = 0.9, true
+      for _, g in ipairs({ { 0.3, -0.1 }, { 0.2, 0.4 } }) do p.grad = d(g); o:step() end
+      local r = p:detach():totable()
+      assert.is_true(math.abs(r[1] + 2.35304620983272) < 1e-12 and math.abs(r[2] - 0.9773459084677983) < 1e-12)
+    end
+  end)
+  it('Adam amsgrad (was "attempt to index field \'max_exp_avg_sq\'"), on both paths', function()
+    for _, foreach in ipairs({ false, true }) do
+      local q = d({ 1.0, 2.0 }):requires_grad_()
+      local a = optim.Adam({ q }, { lr = 0.1, foreach = foreach })
+      q.grad = d({ 0.1, 0.2 })
+      a:step()
+      a.param_groups[1].amsgrad = true
+      for _, g in ipairs({ { 0.3, -0.1 }, { 0.02, 0.04 } }) do q.grad = d(g); a:step() end
+      local r = q:detach():totable()
+      assert.is_true(math.abs(r[1] - 0.7333844141877478) < 1e-12 and math.abs(r[2] - 1.8418419484793087) < 1e-12)
+    end
+  end)
+end)

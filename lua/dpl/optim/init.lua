@@ -489,7 +489,9 @@ local function adam_update(self, p, g, o, st)
   local bc2 = 1 - b2 ^ t
   local vv = v
   if o.amsgrad then
-    st.max_exp_avg_sq = st.max_exp_avg_sq:maximum(v)
+    -- (amsgrad turned on in the group after steps without it: the maximum starts at zero;
+    -- PyTorch 1.13 raises a KeyError)
+    st.max_exp_avg_sq = (st.max_exp_avg_sq or T.zeros_like(p)):maximum(v)
     vv = st.max_exp_avg_sq
   end
   local denom = vv:sqrt():div_(math.sqrt(bc2)):add_(o.eps)
@@ -574,6 +576,10 @@ function optim.RMSprop:update_param(p, g, o, st)
     if o.centered then st.grad_avg = T.zeros_like(p) end
   end
   st.step = st.step + 1
+  -- momentum or centered turned on in the group after steps without: their state starts at
+  -- zero (PyTorch 1.13 raises a KeyError)
+  if o.momentum > 0 and not st.momentum_buffer then st.momentum_buffer = T.zeros_like(p) end
+  if o.centered and not st.grad_avg then st.grad_avg = T.zeros_like(p) end
   if o.weight_decay ~= 0 then g = g:add(p, o.weight_decay) end
   local a = o.alpha
   st.square_avg:mul_(a):add_(g * g, 1 - a)
