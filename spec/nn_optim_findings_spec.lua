@@ -268,3 +268,19 @@ describe('options turned on in a param group after some steps', function()
     end
   end)
 end)
+
+describe('nn.utils.vector_to_parameters (was missing)', function()
+  it('inverts parameters_to_vector; a wrong size is an error naming both counts', function()
+    local m = nn.Linear(3, 2)
+    local v = nn.utils.parameters_to_vector(m)
+    assert.are.equal(8, v:numel())
+    local w = m.weight
+    nn.utils.vector_to_parameters(dpl.arange(0, 8):float(), m)
+    assert.are.equal(w, m.weight) -- the same tensor, updated in place
+    assert.are.same({ { 0, 1, 2 }, { 3, 4, 5 } }, m.weight:detach():totable())
+    assert.are.same({ 6, 7 }, m.bias:detach():totable())
+    assert.is_true(m.weight.requires_grad and m.weight.is_leaf)
+    assert.matches('vector_to_parameters: vec has 5 elements, the parameters 8',
+      err_of(nn.utils.vector_to_parameters, dpl.zeros(5), m:parameters()), nil, true)
+  end)
+end)

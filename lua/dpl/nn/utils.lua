@@ -139,6 +139,28 @@ function M.parameters_to_vector(params)
   return T.cat(parts, 1)
 end
 
+--- vector_to_parameters(vec, params): copies the slices of the 1-d vec into the parameters, in
+--- order (PyTorch's inverse of parameters_to_vector; PyTorch makes each parameter's data a view
+--- of vec, dplhost copies, so the parameters stay the tensors an optimizer holds). Not recorded.
+function M.vector_to_parameters(vec, params)
+  if not T.is_tensor(vec) then error(fmt('vector_to_parameters: expected a tensor as vec, got %s', type(vec)), 2) end
+  if vec:dim() ~= 1 then error(fmt('vector_to_parameters: vec must be 1-d, got %d dims', vec:dim()), 2) end
+  local list = param_list(params, 'vector_to_parameters')
+  local total = 0
+  for _, p in ipairs(list) do total = total + p:numel() end
+  if total ~= vec:numel() then
+    error(fmt('vector_to_parameters: vec has %d elements, the parameters %d', vec:numel(), total), 2)
+  end
+  autograd.no_grad(function()
+    local off = 0
+    for _, p in ipairs(list) do
+      local n = p:numel()
+      p:copy_(vec:narrow(1, off + 1, n):view_as(p))
+      off = off + n
+    end
+  end)
+end
+
 -- nn.utils.rnn: PackedSequence, pack_padded_sequence, pad_packed_sequence, pad_sequence, ...
 M.rnn = require 'dpl.nn.utils_rnn'
 
