@@ -1044,6 +1044,7 @@ end
 --- torch.chain_matmul(...): multi_dot of its arguments
 local function chain_matmul(...)
   local list = { ... }
+  for i = 1, select('#', ...) do need_tensor('chain_matmul', fmt('matrix %d', i), list[i]) end
   if #list == 1 then return list[1]:clone() end
   return L.multi_dot(list)
 end

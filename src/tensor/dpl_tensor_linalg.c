@@ -278,10 +278,10 @@ int dpl_linalg_lu_solve(const dpl_tensor *lu, const dpl_tensor *pivots, const dp
     for (int64_t bi = 0; bi < qa.count && st == DPL_OK; bi++) {
       if (n == 0 || k == 0) continue;
       const int32_t *piv = (const int32_t *)cp->_data + bi * n;
-      for (int64_t i = 0; i < n; i++)
+      for (int64_t i = 0; i < n && st == DPL_OK; i++)
         if (piv[i] < 1 || piv[i] > n)
           st = dpl_errorf(DPL_EINVAL, "%s: pivot %lld of matrix %lld is %d, expected 1..%lld (lu_factor's pivots)", op,
-                          (long long)i + 1, (long long)bi, (int)piv[i], (long long)n);
+                          (long long)i + 1, (long long)bi + 1, (int)piv[i], (long long)n);
       if (st != DPL_OK) break;
       to_cm(wa, ca->_data + bi * n * n * es, n, n, qa.dt);
       to_cm(wb, cb->_data + bi * n * k * es, n, k, qa.dt);
