@@ -458,6 +458,40 @@ int dpl_bincount(const dpl_tensor *a, const dpl_tensor *weights, int64_t minleng
  * range); elements outside it and NaNs are not counted; a's dtype. */
 int dpl_histc(const dpl_tensor *a, int64_t bins, double min, double max, dpl_tensor **out);
 
+/* Linear algebra (src/tensor/dpl_tensor_linalg.c) through the LAPACK of the OpenBLAS library:
+ * float32/float64 CPU tensors of shape [..., m, n] (any batch dims); results are new contiguous
+ * tensors; info (int32, the batch shape): LAPACK's status of each matrix (0: done; > 0 as
+ * LAPACK says: a zero pivot, a minor not positive-definite, no convergence; -1 from svd: the
+ * matrix has a non-finite value). DPL_ENOTIMPL when the library lacks the routine.
+ * lu: P A = L U of any m x n A, packed (unit L below the diagonal, U on and above), pivots
+ * 1-based int32 [..., min(m, n)] (row i was swapped with row pivots[i]). */
+int dpl_linalg_lu(const dpl_tensor *a, dpl_tensor **lu, dpl_tensor **pivots, dpl_tensor **info);
+/* A X = B for square A [..., n, n] and B [..., n, k] of A's batch shape and dtype */
+int dpl_linalg_solve(const dpl_tensor *a, const dpl_tensor *b, dpl_tensor **x, dpl_tensor **info);
+/* the inverse of square A (info > 0: singular, the result is not an inverse) */
+int dpl_linalg_inv(const dpl_tensor *a, dpl_tensor **x, dpl_tensor **info);
+/* A X = B (trans = 1: A^T X = B) from dpl_linalg_lu's lu and pivots */
+int dpl_linalg_lu_solve(const dpl_tensor *lu, const dpl_tensor *pivots, const dpl_tensor *b, int32_t trans,
+                        dpl_tensor **x);
+/* A = L L^T from A's lower triangle (upper = 1: A = U^T U from the upper one); info > 0:
+ * the leading minor of that order is not positive-definite */
+int dpl_linalg_cholesky(const dpl_tensor *a, int32_t upper, dpl_tensor **l, dpl_tensor **info);
+/* A = Q R; mode 0: Q [..., m, k], R [..., k, n] (k = min(m, n)); 1: Q m x m, R m x n; 2: R
+ * only (k x n, q left NULL) */
+int dpl_linalg_qr(const dpl_tensor *a, int32_t mode, dpl_tensor **q, dpl_tensor **r);
+/* symmetric A = V diag(w) V^T from A's lower (upper = 1: upper) triangle: w ascending
+ * [..., n]; v's columns the eigenvectors (v left NULL when vectors = 0) */
+int dpl_linalg_eigh(const dpl_tensor *a, int32_t upper, int32_t vectors, dpl_tensor **w, dpl_tensor **v,
+                    dpl_tensor **info);
+/* A = U diag(S) Vh, S descending [..., k]; full = 1: U m x m, Vh n x n, else m x k and k x n;
+ * uv = 0: S only (u, vh left NULL) */
+int dpl_linalg_svd(const dpl_tensor *a, int32_t full, int32_t uv, dpl_tensor **u, dpl_tensor **s, dpl_tensor **vh,
+                   dpl_tensor **info);
+/* A X = B (left = 1; B [..., n, k]) or X A = B (left = 0; B [..., k, n]) with A's upper (upper
+ * = 1) or lower triangle, its diagonal taken as ones when unit = 1; no singularity check */
+int dpl_linalg_solve_triangular(const dpl_tensor *a, const dpl_tensor *b, int32_t upper, int32_t left, int32_t unit,
+                                dpl_tensor **x);
+
 /* Softmax family over dim. log = 1: log_softmax. Backward takes the forward's output. */
 int dpl_softmax(const dpl_tensor *a, int32_t dim, int32_t log, dpl_tensor **out);
 int dpl_softmax_backward(const dpl_tensor *grad, const dpl_tensor *output, int32_t dim, int32_t log,

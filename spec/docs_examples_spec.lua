@@ -41,6 +41,10 @@ local function fashion_mnist()
 end
 
 local cases = {
+  { doc = 'linalg.md', marker = 'local x = la.solve(A, dpl.tensor({ 1, 2 }',
+    postlude = "\nassert((A:matmul(x) - dpl.tensor({ 1, 2 }, { dtype = 'float64' })):abs():max():item() < 1e-12)"
+      .. "\nassert((L:matmul(L:t()) - A):abs():max():item() < 1e-12 and w[1]:item() < w[2]:item())\nprint('ok')",
+    stdout = '^11\t.*ok\n$' },
   { doc = 'tensors.md', marker = 'local y = (x:matmul(w:float():cpu()) + 1):relu()', env = 'DPL_VIRTUAL_GPUS=1',
     -- w is zeros: every row of y is 10 ones
     stdout = '^10\t' },

@@ -292,6 +292,10 @@ local function save(n, t)
   return t
 end
 
+--- save_for_backward(node, t): t kept by a recorded node, with its version (modifying t in
+--- place before backward is then an error, as in PyTorch); returns t
+M.save_for_backward = save
+
 local function needs(n, i) return n[i] ~= false end
 -- {dtype=, device=} of t, for tensors made in backward
 local function like(t)

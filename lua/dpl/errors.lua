@@ -57,6 +57,9 @@ M.TypeError = new_class('TypeError')
 -- Python's RuntimeError: a failure at run time that is not the caller's
 -- configuration mistake (e.g. "No GPUs available." from pick_single_gpu).
 M.RuntimeError = new_class('RuntimeError')
+-- torch.linalg.LinAlgError: a matrix a factorization cannot handle (singular, not
+-- positive-definite, no convergence); a RuntimeError
+M.LinAlgError = new_class('LinAlgError', M.RuntimeError)
 -- Python's AttributeError: reading an attribute an object does not have (dpl.Trainer's
 -- unknown public names, as Lightning's Trainer).
 M.AttributeError = new_class('AttributeError')

@@ -1435,7 +1435,7 @@ local mt = registry['dpl.tensor.mt'] or {
     if type(k) == 'number' then return S.M.get_item(t, k) end
     if type(k) == 'table' or type(k) == 'cdata' then return S.M._subscript_get(t, k) end
     local e = S.extra_names and S.extra_names[k] -- (dpl.tensor_extra's names load it on first use)
-    if e and S.load_extra() then
+    if e and S.load_extra(k) then
       if S.methods[k] ~= nil then return S.methods[k] end
       if S.props[k] ~= nil then return S.props[k](t) end
     end
@@ -1507,31 +1507,51 @@ require('dpl.tensor_shape')(M, { view1 = view1, fail = fail, cdim = cdim, parse_
 require("dpl.tensor_math")(M, { fail = fail, error = error, binop = binop, reduce = reduce, cdim = cdim,
   need_tensor = need_tensor, need_number = need_number, out1 = out1 })
 
--- composed PyTorch functions (einsum, randperm, multinomial, hstack, quantile, searchsorted, ...):
--- dpl.tensor_extra, loaded the first time one of its names is read (as a method, a property or
--- a dpl.X function): its 90 KB of Lua would otherwise sit in the heap every full collection
--- marks (spec/tensor_torch_api_spec.lua checks that these lists are what it installs)
-local EXTRA = {
-  functions = [[adjoint argwhere atleast_1d atleast_2d atleast_3d block_diag broadcast_tensors broadcast_to
-    bucketize cdist clamp_max clamp_max_ clamp_min clamp_min_ column_stack diff dstack einsum erfinv hstack hypot
-    logaddexp logcumsumexp logit logit_ meshgrid multinomial nanquantile quantile randperm row_stack searchsorted
-    take_along_dim tensordot tril_indices triu_indices unflatten vstack xlogy xlogy_]],
-  methods = [[adjoint argwhere broadcast_to bucketize clamp_max_ clamp_min_ diff erfinv erfinv_ hypot hypot_
-    logaddexp logcumsumexp logit logit_ multinomial nanquantile quantile squeeze_ t_ take_along_dim transpose_
-    unflatten unsqueeze_ xlogy xlogy_]],
-  props = [[mH mT]],
+-- names whose module loads the first time one of them is read (as a method, a property or a
+-- dpl.X function): dpl.tensor_extra's composed PyTorch functions (einsum, randperm, quantile,
+-- ...) and dpl.linalg's legacy names (inverse, det, svd, ...); their Lua would otherwise sit
+-- in the heap every full collection marks (spec/tensor_torch_api_spec.lua checks that these
+-- lists are what they install)
+local LAZY = {
+  ['dpl.tensor_extra'] = {
+    functions = [[adjoint argwhere atleast_1d atleast_2d atleast_3d block_diag broadcast_tensors broadcast_to
+      bucketize cdist clamp_max clamp_max_ clamp_min clamp_min_ column_stack diff dstack einsum erfinv hstack hypot
+      logaddexp logcumsumexp logit logit_ meshgrid multinomial nanquantile quantile randperm row_stack searchsorted
+      take_along_dim tensordot tril_indices triu_indices unflatten vstack xlogy xlogy_]],
+    methods = [[adjoint argwhere broadcast_to bucketize clamp_max_ clamp_min_ diff erfinv erfinv_ hypot hypot_
+      logaddexp logcumsumexp logit logit_ multinomial nanquantile quantile squeeze_ t_ take_along_dim transpose_
+      unflatten unsqueeze_ xlogy xlogy_]],
+    props = [[mH mT]],
+  },
+  ['dpl.linalg'] = {
+    functions = [[chain_matmul cholesky cholesky_inverse cholesky_solve det inner inverse logdet lu lu_solve
+      lu_unpack matrix_exp matrix_power pinverse qr slogdet svd triangular_solve vdot]],
+    methods = [[cholesky cholesky_inverse cholesky_solve det inner inverse logdet lu lu_solve matrix_exp
+      matrix_power pinverse qr slogdet svd triangular_solve vdot]],
+  },
 }
-local extra_names = {}
-for kind, list in pairs(EXTRA) do
-  for n in list:gmatch('%S+') do extra_names[n] = extra_names[n] or {}; extra_names[n][kind] = true end
+local extra_names, extra_mod = {}, {}
+for mod, group in pairs(LAZY) do
+  for kind, list in pairs(group) do
+    for n in list:gmatch('%S+') do
+      extra_names[n] = extra_names[n] or {}; extra_names[n][kind] = true; extra_mod[n] = mod
+    end
+  end
 end
 M._extra_names = extra_names
-local extra_loaded = false
-local function load_extra()
-  if extra_loaded then return false end
-  extra_loaded = true
-  require('dpl.tensor_extra')(M, { need_tensor = need_tensor, cdim = cdim, fail = fail, out1 = out1 })
+local lazy_loaded = {}
+local function load_mod(mod)
+  if lazy_loaded[mod] then return false end
+  lazy_loaded[mod] = true
+  require(mod)(M, { need_tensor = need_tensor, cdim = cdim, fail = fail, out1 = out1 })
   return true
+end
+-- loads the module of name k (every lazy module when k is nil); false when already loaded
+local function load_extra(k)
+  if k ~= nil then return extra_mod[k] ~= nil and load_mod(extra_mod[k]) end
+  local any = false
+  for mod in pairs(LAZY) do any = load_mod(mod) or any end
+  return any
 end
 M._load_extra = load_extra
 S.extra_names, S.load_extra = extra_names, load_extra
@@ -1541,7 +1561,7 @@ setmetatable(M, {
   __call = function(_, ...) return M.tensor(...) end,
   __index = function(_, k)
     local e = extra_names[k]
-    if e and e.functions and load_extra() then return rawget(M, k) end
+    if e and e.functions and load_extra(k) then return rawget(M, k) end
     return nil
   end,
 })

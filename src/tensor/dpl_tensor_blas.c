@@ -24,6 +24,7 @@ static dgemm_fn p_dgemm;
 static setthreads_fn p_setthreads;
 static str_fn p_corename, p_config;
 static char blas_desc[512];
+static void *blas_handle; /* the library the gemm (and LAPACK's routines) come from */
 static _Atomic int blas_threads_wanted;
 
 /* The core OpenBLAS 0.3.21 should use on this CPU when it does not know the model
@@ -91,6 +92,7 @@ static void load_blas(void)
     snprintf(blas_desc, sizeof blas_desc, "builtin C gemm (OpenBLAS not found: %s)", dlerror());
     return;
   }
+  blas_handle = h;
   p_sgemm = (sgemm_fn)dlsym(h, "cblas_sgemm");
   p_dgemm = (dgemm_fn)dlsym(h, "cblas_dgemm");
   p_setthreads = (setthreads_fn)dlsym(h, "openblas_set_num_threads");
@@ -114,6 +116,12 @@ const char *dpl_blas_info(void)
 {
   pthread_once(&blas_once, load_blas);
   return blas_desc;
+}
+
+void *dpl_blas_symbol(const char *name)
+{
+  pthread_once(&blas_once, load_blas);
+  return blas_handle ? dlsym(blas_handle, name) : NULL;
 }
 
 void dpl_blas_set_threads(int n)

@@ -315,6 +315,9 @@ int dpl_threads(void);
 void dpl_gemm(int32_t dtype, int transa, int transb, int64_t m, int64_t n, int64_t k, double alpha,
               const void *a, int64_t lda, const void *b, int64_t ldb, double beta, void *c, int64_t ldc);
 void dpl_blas_set_threads(int n);
+/* A function of the OpenBLAS library (LAPACK's sgetrf_, ...), loading it first; NULL when
+ * the library or the symbol is missing (dpl_blas_info() then says why). */
+void *dpl_blas_symbol(const char *name);
 /* 1 when this CPU runs AVX-512F (x86-64 builds with GCC/Clang; else 0), detected once
  * (dpl_tensor_vmath.c, which owns the choice of vector ISA) */
 int dpl_cpu_avx512f(void);
