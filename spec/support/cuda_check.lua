@@ -552,9 +552,9 @@ for _, dt in ipairs({ 'float32', 'float64', 'float16', 'bfloat16', 'int32', 'int
     return r
   end)
 end
-add('sort/topk long rows (2048 on the GPU, 2049 through host memory)', function()
-  return { randn(3, 2048):round(), randn(2, 2049), randint(0, 50, { 2, 3000 }) }
-end, function(_, a, b, i)
+add('sort/topk long rows (2048 bitonic, longer rows tiled and merged on the GPU)', function()
+  return { randn(3, 2048):round(), randn(2, 2049), randint(0, 50, { 2, 3000 }), randn(9000):round(), randn(3, 5000) }
+end, function(_, a, b, i, l, w)
   local r = {}
   local function put(...) for _, t in ipairs({ ... }) do r[#r + 1] = t end end
   put(a:sort(2))
@@ -564,6 +564,7 @@ end, function(_, a, b, i)
   put(b:topk(7))
   put(i:sort(2, true))
   put(i:topk(20, 2, false))
+  put(l:sort(), l:sort(1, true), l:topk(100), w:t():sort(1), w:argsort(2, true))
   return r
 end)
 for _, dt in ipairs({ 'float32', 'float64' }) do
@@ -635,6 +636,42 @@ for _, dt in ipairs({ 'float32', 'float64' }) do
     return { p.grad }
   end)
 end
+-- unique of all elements (composed: one sort of the whole tensor, run starts, a cumsum, one read
+-- back of the count, index_add_/index_select), along a dim (through host memory): NaN (never
+-- equal), -0.0 and 0.0 (one value, the first one's bits), inverse and counts, every dtype
+for _, dt in ipairs({ 'float32', 'float64', 'float16', 'bfloat16', 'int32', 'int64', 'uint8', 'bool' }) do
+  add('unique ' .. dt, function()
+    local x = sample(dt, 4, 6, 5)
+    if dt == 'int32' or dt == 'int64' then x = x:remainder(7) end
+    if dt:find('float') then
+      x = x:remainder(4):round()
+      x[{ 1, 1, 1 }] = 0 / 0; x[{ 2, 3, 1 }] = 0 / 0; x[{ 1, 2, 2 }] = math.huge
+      x[{ 2, 1, 1 }] = -0.0; x[{ 2, 1, 2 }] = 0.0; x[{ 3, 1, 1 }] = -0.0
+    end
+    return { x, sample(dt, 5000) }
+  end, function(dev, x, big)
+    local r = {}
+    local function put(...) for _, t in ipairs({ ... }) do r[#r + 1] = t end end
+    put(x:unique(), x:unique(true, true, true))
+    put(x:transpose(1, 3):unique(true, true)) -- strided: the inverse in its shape
+    put(x:unique({ return_counts = true }), x:unique(false, false, true))
+    put(x:narrow(1, 1, 0):unique(true, true, true)) -- empty
+    put(x[{ 2, 2, 2 }]:unique(true, true, true)) -- 0-d
+    put(big:unique(true, true, true))
+    local s = x:remainder(2)
+    put(s:unique(true, true, true, 1), s:unique(true, true, true, -1), s:unique({ dim = 2, return_inverse = true }))
+    put(err_bytes(dev, function() return x:unique(true, false, false, 4) end))
+    return r
+  end)
+end
+add('unique long (tiles merged on the GPU, a cumsum in lines)', function()
+  return { randint(0, 3000, { 20000 }), randn(7000):round() }
+end, function(_, i, f)
+  local r = { i:unique(true, true, true) }
+  local u, inv, c = f:unique(true, true, true)
+  r[#r + 1], r[#r + 2], r[#r + 3] = u, inv, c
+  return r
+end)
 -- bincount (composed: min/max read back, index_add_ of ones or float64 weights) and histc
 -- (DPL_BK_HISTC: int64 atomic counts in the CPU's float arithmetic), their edge cases and errors
 add('bincount', function()

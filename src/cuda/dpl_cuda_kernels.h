@@ -64,13 +64,15 @@ int dpl_cu_scan(int32_t op, int32_t dt, int32_t reverse, const void *src, void *
 int dpl_cu_cumprod_bwd(const double *g, const double *x, const double *y, double *r, int64_t lines, int64_t D,
                        int64_t inner, cudaStream_t s);
 
-/* sort of contiguous rows [rows, R] of dtype dt, R <= DPL_CU_SORT_MAX (dpl_cuda_sort.cu): the first K
- * of each row in the CPU's order (ascending, or descending with desc; NaN last ascending, first
- * descending; ties by position): 0-based positions into idx [rows, K], the values into vals
- * [rows, K] (NULL: not wanted) */
+/* sort of contiguous rows [rows, R] of dtype dt (dpl_cuda_sort.cu): the first K of each row in the
+ * CPU's order (ascending, or descending with desc; NaN last ascending, first descending; ties by
+ * position): 0-based positions into idx [rows, K], the values into vals [rows, K] (NULL: not
+ * wanted). Rows past DPL_CU_SORT_MAX need dpl_cu_sort_scratch(rows, R) bytes of device scratch
+ * (else scratch may be NULL). */
 enum { DPL_CU_SORT_MAX = 2048 };
+int64_t dpl_cu_sort_scratch(int64_t rows, int64_t R);
 int dpl_cu_sort_rows(const void *src, int32_t dt, int32_t desc, int64_t rows, int64_t R, int64_t K, void *vals,
-                     int64_t *idx, cudaStream_t s);
+                     int64_t *idx, void *scratch, cudaStream_t s);
 /* one selection per contiguous row [rows, R] (R <= DPL_CU_SORT_MAX) in the CPU's order: kind 0 the
  * item of 0-based rank r (kthvalue), 1 the lower median (a row with a NaN: its first NaN), 2 the mode
  * (the most frequent value, the smallest of several, at its last position); its value into vals

@@ -51,7 +51,7 @@ int dpl_cu_op_sort(const dpl_bk_args *a)
     return dpl_errorf(DPL_EINVAL, "%s: expected a contiguous device input of at least 1 dim (internal)", name);
   int32_t nd = x->_ndim, dev = x->_devindex;
   int64_t R = x->_shape[nd - 1], K = a->l[0], rows = R > 0 ? x->_numel / R : 0;
-  if (R > DPL_CU_SORT_MAX || K < 0 || K > R)
+  if (K < 0 || K > R)
     return dpl_errorf(DPL_EINVAL, "%s: rows of %lld, k %lld: past the kernel's limits (internal)", name, (long long)R,
                       (long long)K);
   dpl_cu_dev *d = dpl_cu_device(dev, name);
@@ -61,10 +61,15 @@ int dpl_cu_op_sort(const dpl_bk_args *a)
   dpl_tensor *v = NULL, *ix = NULL;
   int st = a->out[0] ? dpl_cu_new(name, x->_dtype, nd, shape, x, &v) : DPL_OK;
   if (st == DPL_OK) st = dpl_cu_new(name, DPL_INT64, nd, shape, x, &ix);
+  int64_t sb = K > 0 ? dpl_cu_sort_scratch(rows, R) : 0; /* rows past DPL_CU_SORT_MAX: tiles, then merges */
+  void *scratch = NULL;
+  if (st == DPL_OK && sb > 0) st = dpl_cu_scratch(dev, sb, &scratch);
   if (st == DPL_OK) {
-    int e = dpl_cu_sort_rows(x->_data, x->_dtype, a->i[0], rows, R, K, v ? v->_data : NULL, ix->_data, d->compute);
+    int e = dpl_cu_sort_rows(x->_data, x->_dtype, a->i[0], rows, R, K, v ? v->_data : NULL, ix->_data, scratch,
+                             d->compute);
     if (e != 0) st = dpl_cu_fail((cudaError_t)e, name, dev);
   }
+  if (scratch) dpl_cu_scratch_free(dev, scratch, sb);
   return dpl_hand_over(st, 2, (dpl_tensor *[]){v, ix}, a->out);
 }
 

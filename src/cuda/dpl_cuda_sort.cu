@@ -1,6 +1,9 @@
 /* dpl_cuda_sort.cu: sort / argsort / topk, and the selections kthvalue / median(dim) /
  * mode, of contiguous rows on the GPU: one block per row, a bitonic sort in shared
- * memory of (key, position) pairs for rows of up to DPL_CU_SORT_MAX elements. The keys are the CPU's order-preserving 64-bit keys
+ * memory of (key, position) pairs for rows of up to DPL_CU_SORT_MAX elements; longer rows
+ * (sort, topk, and unique's sort of all elements) are sorted in tiles of DPL_CU_SORT_MAX by
+ * the same bitonic sort, then merged pairwise in global memory (each element finds its place
+ * by a binary search in the other run: the order is total, so no two ever tie). The keys are the CPU's order-preserving 64-bit keys
  * (dpl_tensor_sort.c: NaN above +inf, -0.0 equal to 0.0, descending = flipped keys),
  * and pairs compare by key then position: a total order, so the result is the CPU's
  * stable sort whatever the algorithm, and topk's first k are the CPU's (ties by the
@@ -87,6 +90,68 @@ __global__ void k_sort_rows(const char *src, int dt, int desc, int64_t rows, int
   }
 }
 
+/* long rows: tile (row, b) of DPL_CU_SORT_MAX elements sorted into okey / opos (positions in the row) */
+__global__ void k_sort_tiles(const char *src, int dt, int desc, int64_t rows, int64_t R, int64_t tiles, uint64_t *okey,
+                             int64_t *opos)
+{
+  __shared__ uint64_t key[DPL_CU_SORT_MAX];
+  __shared__ int32_t pos[DPL_CU_SORT_MAX];
+  const int es = elsize(dt);
+  for (int64_t b = blockIdx.x; b < rows * tiles; b += gridDim.x) {
+    int64_t row = b / tiles, t0 = (b % tiles) * DPL_CU_SORT_MAX;
+    int64_t len = R - t0 < (int64_t)DPL_CU_SORT_MAX ? R - t0 : (int64_t)DPL_CU_SORT_MAX;
+    sort_row(src + (row * R + t0) * es, dt, desc, len, DPL_CU_SORT_MAX, key, pos);
+    for (int64_t t = threadIdx.x; t < len; t += blockDim.x) {
+      okey[row * R + t0 + t] = key[t];
+      opos[row * R + t0 + t] = t0 + pos[t];
+    }
+    __syncthreads();
+  }
+}
+
+/* one merge pass over runs of w sorted items within each row: an item at offset j of its run
+ * goes to the start of its pair of runs + j + the number of items of the other run before it */
+__global__ void k_merge_runs(const uint64_t *ik, const int64_t *ip, uint64_t *ok, int64_t *op, int64_t rows, int64_t R,
+                             int64_t w)
+{
+  DPL_GRID_STRIDE(e, rows * R)
+  {
+    int64_t row = e / R, i = e - row * R, r = i / w, j = i - r * w;
+    int64_t ps = (r ^ 1) * w, base = (r & ~(int64_t)1) * w;
+    const uint64_t *kr = ik + row * R;
+    const int64_t *pr = ip + row * R;
+    uint64_t k = kr[i];
+    int64_t p = pr[i], cnt = 0;
+    if (ps < R) {
+      int64_t lo = ps, hi = ps + w < R ? ps + w : R;
+      while (lo < hi) {
+        int64_t m = lo + (hi - lo) / 2;
+        if (kr[m] < k || (kr[m] == k && pr[m] < p)) lo = m + 1;
+        else hi = m;
+      }
+      cnt = lo - ps;
+    }
+    ok[row * R + base + j + cnt] = k;
+    op[row * R + base + j + cnt] = p;
+  }
+}
+
+/* the first K of each sorted long row: positions, and values read from the input */
+__global__ void k_sorted_out(const char *src, int dt, const int64_t *pos, int64_t rows, int64_t R, int64_t K, char *vals,
+                             int64_t *idx)
+{
+  const int es = elsize(dt);
+  DPL_GRID_STRIDE(e, rows * K)
+  {
+    int64_t row = e / K, t = e - row * K, p = pos[row * R + t];
+    idx[e] = p;
+    if (vals) {
+      const char *s = src + (row * R + p) * es;
+      for (int b = 0; b < es; b++) vals[e * es + b] = s[b];
+    }
+  }
+}
+
 /* One selection per row (kind 0: the item of rank r, kthvalue; 1: the lower median, or the
  * first NaN of a row holding one; 2: the mode), as one_row of dpl_tensor_sort.c. After the
  * sort, the NaNs of a floating row are its last keys (~0), in position order. The mode: runs of
@@ -153,11 +218,34 @@ __global__ void k_select_rows(const char *src, int dt, int kind, int64_t r, int6
 
 } // namespace
 
+extern "C" int64_t dpl_cu_sort_scratch(int64_t rows, int64_t R)
+{
+  return R > DPL_CU_SORT_MAX ? 4 * rows * R * 8 : 0;
+}
+
 extern "C" int dpl_cu_sort_rows(const void *src, int32_t dt, int32_t desc, int64_t rows, int64_t R, int64_t K,
-                                void *vals, int64_t *idx, cudaStream_t s)
+                                void *vals, int64_t *idx, void *scratch, cudaStream_t s)
 {
   if (rows == 0 || K == 0) return 0;
-  if (R > DPL_CU_SORT_MAX) return (int)cudaErrorInvalidValue;
+  if (R > DPL_CU_SORT_MAX) {
+    if (!scratch) return (int)cudaErrorInvalidValue;
+    int64_t n = rows * R, tiles = (R + DPL_CU_SORT_MAX - 1) / DPL_CU_SORT_MAX;
+    uint64_t *k0 = (uint64_t *)scratch, *k1 = k0 + n;
+    int64_t *p0 = (int64_t *)(k1 + n), *p1 = p0 + n;
+    int64_t nb = rows * tiles;
+    k_sort_tiles<<<nb > 65535 * 8 ? 65535 * 8 : (unsigned)nb, kThreads, 0, s>>>((const char *)src, dt, desc, rows, R,
+                                                                               tiles, k0, p0);
+    int e = (int)cudaGetLastError();
+    for (int64_t w = DPL_CU_SORT_MAX; e == 0 && w < R; w *= 2) {
+      k_merge_runs<<<grid_for(n), kThreads, 0, s>>>(k0, p0, k1, p1, rows, R, w);
+      e = (int)cudaGetLastError();
+      uint64_t *tk = k0; k0 = k1; k1 = tk;
+      int64_t *tp = p0; p0 = p1; p1 = tp;
+    }
+    if (e != 0) return e;
+    k_sorted_out<<<grid_for(rows * K), kThreads, 0, s>>>((const char *)src, dt, p0, rows, R, K, (char *)vals, idx);
+    return (int)cudaGetLastError();
+  }
   int P = 1;
   while (P < R) P <<= 1;
   int threads = P / 2 < kThreads ? (P / 2 > 32 ? P / 2 : 32) : kThreads;

@@ -68,7 +68,7 @@ typedef enum dpl_bk_op {
                                int64 0-based indices of the running extreme (MAX/MIN; NULL: not wanted) */
   DPL_BK_CUMPROD_BWD = 42,  /* in[0] grad, in[1] input, in[2] cumprod result: contiguous float64; l[0] D, l[1] inner;
                                out[0] float64 gradient */
-  DPL_BK_SORT = 43,         /* in[0] contiguous rows (its last dim, at most 2048 long); i[0] descending; l[0] K: the
+  DPL_BK_SORT = 43,         /* in[0] contiguous rows (its last dim, any length); i[0] descending; l[0] K: the
                                first K of each row in the CPU's total order (value, then position); out[0] values
                                (NULL: not wanted), out[1] int64 0-based positions: in[0]'s shape with K last */
   DPL_BK_SELECT = 44,       /* in[0] contiguous rows (its last dim, 1..2048 long); sub 0 kthvalue (l[0]: 0-based rank),

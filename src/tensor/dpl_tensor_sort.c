@@ -6,9 +6,9 @@
  * NaN above +inf (last ascending, first descending), -0.0 equal to 0.0; equal values
  * keep their positions' order. Rows go to the thread pool; every row is done by one
  * thread, so results never depend on the thread count. Indices are 0-based int64. sort,
- * argsort and topk of a tensor in device memory run in the backend (DPL_BK_SORT), kthvalue,
- * median and mode too (DPL_BK_SELECT), on rows up to 2048 elements; longer rows go through
- * host memory. unique of a tensor in device memory is in dpl_tensor_unique.c. */
+ * argsort and topk of a tensor in device memory run in the backend (DPL_BK_SORT, rows of any
+ * length), kthvalue, median and mode too (DPL_BK_SELECT, rows up to 2048 elements; longer rows
+ * go through host memory). unique of a tensor in device memory is in dpl_tensor_unique.c. */
 #include "dpl_tensor_internal.h"
 #include <stdlib.h>
 
@@ -380,9 +380,9 @@ static int along_dim(int kind, const dpl_tensor *a, int32_t dim, int64_t K, int6
                      dpl_tensor **values, dpl_tensor **indices);
 
 /* sort / argsort / topk (DPL_BK_SORT), kthvalue / median / mode (DPL_BK_SELECT) of a tensor in
- * device memory: rows of up to DPL_SORT_DEV_MAX elements in the backend (a copy with dim last,
- * the results moved back to dim, contiguous); longer rows through host memory (copied to the
- * CPU, done there, the results copied back) */
+ * device memory, in the backend (a copy with dim last, the results moved back to dim,
+ * contiguous); selections along rows longer than DPL_SORT_DEV_MAX through host memory (copied
+ * to the CPU, done there, the results copied back) */
 enum { DPL_SORT_DEV_MAX = 2048 };
 static int along_dim_dev(const char *name, int kind, const dpl_tensor *a, int32_t dim, int64_t K, int64_t k, int desc,
                          int keepdim, dpl_tensor **values, dpl_tensor **indices)
@@ -392,7 +392,7 @@ static int along_dim_dev(const char *name, int kind, const dpl_tensor *a, int32_
   dpl_tensor *v = NULL, *ix = NULL;
   int st = DPL_OK;
   int sel = kind == K_KTH || kind == K_MEDIAN || kind == K_MODE;
-  if (R > DPL_SORT_DEV_MAX) {
+  if (R > DPL_SORT_DEV_MAX && sel) {
     dpl_tensor *h = NULL, *hv = NULL, *hi = NULL;
     st = dpl_tensor_to(a, a->_dtype, DPL_DEVICE_CPU, 0, &h);
     if (st == DPL_OK) st = along_dim(kind, h, dim, K, k, desc, keepdim, values ? &hv : NULL, &hi);
@@ -687,13 +687,12 @@ int dpl_unique(const dpl_tensor *a, int32_t dim, dpl_tensor **out, dpl_tensor **
   *out = NULL;
   if (inverse) *inverse = NULL;
   if (counts) *counts = NULL;
-  DPL_TRY(dpl_check_tensor(name, "self", a));
-  if (dim != -1) {
-    if (dim < 0 || dim >= a->_ndim)
-      return dpl_errorf(DPL_EINVAL, "%s: dim %d out of range (expected 0..%d for a %d-d tensor, or -1 for all)", name,
-                        (int)dim, (int)a->_ndim - 1, (int)a->_ndim);
-    return unique_dim(name, a, dim, out, inverse, counts);
-  }
+  DPL_TRY(dpl_check_handle(name, "self", a));
+  if (dim != -1 && (dim < 0 || dim >= a->_ndim))
+    return dpl_errorf(DPL_EINVAL, "%s: dim %d out of range (expected 0..%d for a %d-d tensor, or -1 for all)", name,
+                      (int)dim, (int)a->_ndim - 1, (int)a->_ndim);
+  if (dpl_is_devmem(a)) return dpl_unique_dev(name, a, dim, out, inverse, counts);
+  if (dim != -1) return unique_dim(name, a, dim, out, inverse, counts);
   /* all elements: sorted values, a 1-d result */
   dpl_tensor *c = NULL, *res = NULL, *inv = NULL, *cnt = NULL;
   int64_t n = a->_numel, fn = -1, nu = 0, es = dpl_elsize(a->_dtype);
