@@ -81,6 +81,22 @@ if mode == 'ops' then
   emit('| int64 matmul on cuda gives [[7, 10], [15, 22]] | %s | %s |', good and 'pass' or '**FAIL**',
     ok and (good and '' or 'wrong values') or tostring(e))
   if not good then nfail = nfail + 1 else npass = npass + 1 end
+  -- the ops still CPU only raise the clear error on cuda (NotImplementedError naming the op)
+  local F = dpl.nn.functional
+  for _, c in ipairs({
+    { 'ctc_loss', function()
+      local lp = dpl.randn(6, 2, 4):log_softmax(3):cuda()
+      return F.ctc_loss(lp, dpl.tensor({ { 1, 2 }, { 3, 1 } }):cuda(), { 6, 6 }, { 2, 2 })
+    end },
+    { 'adaptive_avg_pool2d', function() return F.adaptive_avg_pool2d(dpl.randn(1, 2, 5, 5):cuda(), 3) end },
+  }) do
+    local ok2, e2 = pcall(c[2])
+    local want = c[1] .. ': not implemented on cuda'
+    local good2 = not ok2 and tostring(e2):find('NotImplementedError: ' .. want, 1, true) ~= nil
+    emit('| %s on cuda raises "%s" | %s | %s |', c[1], want, good2 and 'pass' or '**FAIL**',
+      good2 and '' or (ok2 and 'no error' or tostring(e2):gsub('|', '/'):gsub('\n', ' ')))
+    if good2 then npass = npass + 1 else nfail = nfail + 1 end
+  end
   emit('')
   emit('op consistency: %d passed, %d failed (%.1f s)', npass, nfail, clock() - t0)
   local yes, no = dpl.cuda.supported_ops()

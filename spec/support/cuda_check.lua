@@ -72,6 +72,16 @@ local function sample(dt, ...)
   return (randn(...) * 3):to(dt)
 end
 
+-- an error's message as an int64 tensor of its bytes on dev (both sides must raise the same one;
+-- no error: an empty tensor)
+local function err_bytes(dev, f, ...)
+  local ok, e = pcall(f, ...)
+  local m = ok and '' or tostring(e):gsub('^[^\n]-%.lua:%d+: ', '')
+  local b = { m:byte(1, -1) }
+  return dpl.tensor(#b > 0 and b or {}, { dtype = 'int64', device = dev })
+end
+M.err_bytes = err_bytes
+
 -- transfers and conversions
 for _, dt in ipairs(all_dtypes) do
   add('to/roundtrip ' .. dt, function() return { sample(dt, 7, 33) } end, function(_, x) return { x:clone() } end)
@@ -360,6 +370,87 @@ for _, dt in ipairs({ 'float32', 'float64', 'bfloat16' }) do
     return { v1, i1, v2, i2, F.max_pool1d(x:transpose(2, 3):contiguous():transpose(2, 3), 4, { stride = 3 }) }
   end)
 end
+-- max_pool1d with dilation > 1 (DPL_BK_MAX_POOL1D: the CPU's windows, first maximum, the last NaN)
+for _, dt in ipairs({ 'float32', 'float64', 'float16', 'bfloat16' }) do
+  add('max_pool1d dilation ' .. dt, function() return { sample(dt, 2, 3, 13) } end, function(dev, x)
+    local F = dpl.nn.functional
+    local y = x:clone()
+    y[{ 1, 1, 3 }] = 0 / 0; y[{ 1, 1, 5 }] = 0 / 0; y[{ 2, 3, 4 }] = -math.huge
+    local z = x:round() -- ties
+    local r = {}
+    local function put(...) for _, t in ipairs({ ... }) do r[#r + 1] = t end end
+    put(F.max_pool1d(x, 3, { dilation = 2, return_indices = true }))
+    put(F.max_pool1d(y, 3, { stride = 2, padding = 1, dilation = 3, ceil_mode = true, return_indices = true }))
+    put(F.max_pool1d(z, 2, { stride = 1, dilation = 4, return_indices = true }))
+    put(F.max_pool1d(x[2], 4, { stride = 3, padding = 2, dilation = 2, return_indices = true }))
+    put(F.max_pool1d(x:transpose(1, 2), 2, { dilation = 5, return_indices = true })) -- strided
+    put(F.max_pool1d(x:narrow(1, 1, 0), 2, { dilation = 2, return_indices = true }))
+    put(err_bytes(dev, function() return F.max_pool1d(x, 3, { dilation = 7 }) end))
+    return r
+  end)
+end
+add('autograd: max_pool1d dilation gradient', function() return { randn(2, 3, 13), randn(2, 3, 5) } end, function(_, x, g)
+  local p = x:clone():requires_grad_()
+  ;(dpl.nn.functional.max_pool1d(p, 3, { stride = 2, dilation = 2 }) * g):sum():backward()
+  return { p.grad }
+end)
+-- adaptive max pooling (DPL_BK_ADAPTIVE_MAX_POOL2D: PyTorch's windows, overlapping or not; 1-d
+-- through [N, C, 1, L]) and its gradient (max_pool2d's backward)
+for _, dt in ipairs({ 'float32', 'float64', 'float16', 'bfloat16' }) do
+  add('adaptive_max_pool1d/2d ' .. dt, function() return { sample(dt, 2, 3, 7, 10), sample(dt, 2, 4, 11) } end,
+    function(dev, x, v)
+      local F = dpl.nn.functional
+      local y = x:clone()
+      y[{ 1, 1, 2, 2 }] = 0 / 0; y[{ 1, 2, 1, 1 }] = -math.huge; y[{ 2, 1 }] = 0 -- ties
+      local r = {}
+      local function put(...) for _, t in ipairs({ ... }) do r[#r + 1] = t end end
+      put(F.adaptive_max_pool2d(x, { 3, 4 }, true))
+      put(F.adaptive_max_pool2d(y, 5, true))
+      put(F.adaptive_max_pool2d(x, { 7, 10 }, true), F.adaptive_max_pool2d(x, { 1, 1 }, true))
+      put(F.adaptive_max_pool2d(x, { nil, 3 }, true), F.adaptive_max_pool2d(x[1], { 9, 13 }, true))
+      put(F.adaptive_max_pool2d(x:transpose(3, 4), { 2, 3 }, true)) -- strided
+      put(F.adaptive_max_pool2d(x, { 0, 3 }, true))
+      put(F.adaptive_max_pool1d(v, 4, true))
+      put(F.adaptive_max_pool1d(v[2], 6, true))
+      put(err_bytes(dev, function() return F.adaptive_max_pool2d(x:narrow(3, 1, 0), 2) end))
+      return r
+    end)
+end
+add('autograd: adaptive_max_pool2d gradient', function() return { randn(2, 3, 7, 10), randn(2, 3, 3, 4) } end,
+  function(_, x, g)
+    local p = x:clone():requires_grad_()
+    ;(dpl.nn.functional.adaptive_max_pool2d(p, { 3, 4 }) * g):sum():backward()
+    return { p.grad }
+  end)
+-- F.unfold / F.fold (DPL_BK_IM2COL / DPL_BK_COL2IM; fold sums in the CPU's order) and their
+-- gradients (each the other's), Tensor:unfold (a view) and its gradient
+for _, dt in ipairs({ 'float32', 'float64', 'float16', 'bfloat16' }) do
+  add('unfold/fold ' .. dt, function() return { sample(dt, 2, 3, 7, 8), sample(dt, 2, 12, 30) } end,
+    function(dev, x, c)
+      local F = dpl.nn.functional
+      local r = {}
+      local function put(...) for _, t in ipairs({ ... }) do r[#r + 1] = t end end
+      put(F.unfold(x, 2), F.unfold(x, { 3, 2 }, { dilation = { 2, 1 }, padding = 1, stride = { 2, 3 } }))
+      put(F.unfold(x:transpose(3, 4), 3, { padding = 2 }), F.unfold(x[1], 2)) -- strided, unbatched
+      put(F.unfold(x:narrow(1, 1, 0), 2))
+      put(F.fold(c, { 6, 7 }, 2), F.fold(c, { 5, 6 }, 2, { dilation = 2, padding = 1, stride = 1 }))
+      put(F.fold(c:transpose(2, 3):contiguous():transpose(2, 3), { 6, 7 }, 2), F.fold(c[1], { 6, 7 }, 2))
+      put(F.fold(F.unfold(x, 3, { padding = 1 }), { 7, 8 }, 3, { padding = 1 })) -- overlapping windows summed
+      put(x:unfold(4, 3, 2), x:unfold(-1, 2, 1):sum(-1))
+      put(err_bytes(dev, function() return F.unfold(x, 9) end))
+      put(err_bytes(dev, function() return F.fold(c, { 6, 7 }, 5) end))
+      return r
+    end)
+end
+add('autograd: unfold/fold gradients', function() return { randn(2, 3, 7, 8), randn(2, 12, 30) } end,
+  function(_, x, c)
+    local F = dpl.nn.functional
+    local p, q = x:clone():requires_grad_(), c:clone():requires_grad_()
+    local u = F.unfold(p, 2, { stride = 1, padding = 1 })
+    local y = (u * u:detach()):sum() + (F.fold(q, { 6, 7 }, 2) * 3):sum() + (p:unfold(3, 3, 2) * 2):sum()
+    y:backward()
+    return { p.grad, q.grad }
+  end)
 add('autograd: max_pool1d gradient', function() return { randn(2, 3, 11), randn(2, 3, 5) } end, function(_, x, g)
   local p = x:clone():requires_grad_()
   ;(dpl.nn.functional.max_pool1d(p, 3, { stride = 2 }) * g):sum():backward()
@@ -461,9 +552,9 @@ for _, dt in ipairs({ 'float32', 'float64', 'float16', 'bfloat16', 'int32', 'int
     return r
   end)
 end
-add('sort/topk long rows (2048 on the GPU, 2049 through host memory)', function()
-  return { randn(3, 2048):round(), randn(2, 2049), randint(0, 50, { 2, 3000 }) }
-end, function(_, a, b, i)
+add('sort/topk long rows (2048 bitonic, longer rows tiled and merged on the GPU)', function()
+  return { randn(3, 2048):round(), randn(2, 2049), randint(0, 50, { 2, 3000 }), randn(9000):round(), randn(3, 5000) }
+end, function(_, a, b, i, l, w)
   local r = {}
   local function put(...) for _, t in ipairs({ ... }) do r[#r + 1] = t end end
   put(a:sort(2))
@@ -473,6 +564,7 @@ end, function(_, a, b, i)
   put(b:topk(7))
   put(i:sort(2, true))
   put(i:topk(20, 2, false))
+  put(l:sort(), l:sort(1, true), l:topk(100), w:t():sort(1), w:argsort(2, true))
   return r
 end)
 for _, dt in ipairs({ 'float32', 'float64' }) do
@@ -484,6 +576,135 @@ for _, dt in ipairs({ 'float32', 'float64' }) do
       ;((s * g):sum() + (t * g3):sum()):backward()
       return { p.grad }
     end)
+end
+-- kthvalue / median(dim) / mode (DPL_BK_SELECT: the sort's bitonic rows, then the CPU's selection
+-- in the block; rows past 2048 through host memory) and median() of all elements: NaN rows,
+-- ties, -0.0, negative dims, keepdim, strided inputs, 0-d and empty tensors, every dtype
+for _, dt in ipairs({ 'float32', 'float64', 'float16', 'bfloat16', 'int32', 'int64', 'uint8', 'bool' }) do
+  add('kthvalue/median/mode ' .. dt, function()
+    local x = sample(dt, 4, 6, 9)
+    if dt == 'int32' or dt == 'int64' then x = x:remainder(4) end -- many ties
+    if dt:find('float') then
+      x = x:remainder(3):round() -- ties
+      x[{ 1, 1, 1 }] = 0 / 0; x[{ 1, 1, 5 }] = 0 / 0; x[{ 1, 2, 2 }] = math.huge; x[{ 1, 3, 3 }] = -math.huge
+      x[{ 2, 1, 1 }] = -0.0; x[{ 2, 1, 2 }] = 0.0
+      x[{ 3, 4 }] = 0 / 0 -- a row of NaNs
+    end
+    return { x, sample(dt, 37) }
+  end, function(_, x, v)
+    local r = {}
+    local function put(...) for _, t in ipairs({ ... }) do r[#r + 1] = t end end
+    for _, d in ipairs({ 1, 2, 3, -1, -2 }) do
+      put(x:kthvalue(1, d))
+      put(x:kthvalue(2, d, true))
+      put(x:median(d))
+      put(x:median(d, true))
+      put(x:mode(d))
+      put(x:mode(d, true))
+    end
+    put(x:kthvalue(4, 1), x:kthvalue(9, 3), x:kthvalue(5, { dim = 2, keepdim = true }))
+    put(x:transpose(1, 3):median(2)) -- strided input
+    put(x:narrow(3, 2, 5):mode(1))
+    put(x:select(2, 3):kthvalue(3))
+    put(v:median(), v:median(1), v:mode(), v:kthvalue(37))
+    put(x:median(), x:transpose(2, 3):median())
+    put(x:narrow(1, 1, 0):median(3)) -- an empty other dim
+    put(x:narrow(1, 1, 0):kthvalue(2, 3, true))
+    put(v[5]:median(1), v[5]:mode(-1), v[5]:kthvalue(1)) -- 0-d
+    if dt:find('float') then put(v:narrow(1, 1, 0):median()) end -- nan
+    return r
+  end)
+end
+add('kthvalue/median/mode long rows (2048 on the GPU, 2049 through host memory)', function()
+  return { randn(3, 2048):round(), randn(2, 2049):round(), randint(0, 50, { 2, 3000 }) }
+end, function(_, a, b, i)
+  local r = {}
+  local function put(...) for _, t in ipairs({ ... }) do r[#r + 1] = t end end
+  put(a:kthvalue(700, 2), a:median(2), a:mode(2), a:t():median(1, true))
+  put(b:kthvalue(2049), b:median(-1), b:mode(2))
+  put(i:median(2), i:mode(2), i:kthvalue(1, 2), a:median(), i:median())
+  return r
+end)
+for _, dt in ipairs({ 'float32', 'float64' }) do
+  add('autograd: kthvalue/median/mode gradients ' .. dt, function()
+    return { sample(dt, 5, 8):round(), sample(dt, 5), sample(dt, 8) }
+  end, function(_, x, g5, g8)
+    local p = x:clone():requires_grad_()
+    local y = (p:kthvalue(3, 2) * g5):sum() + (p:median(1) * g8):sum() + (p:mode(2, true):squeeze(2) * g5):sum()
+      + p:median() * 2
+    y:backward()
+    return { p.grad }
+  end)
+end
+-- unique of all elements (composed: one sort of the whole tensor, run starts, a cumsum, one read
+-- back of the count, index_add_/index_select), along a dim (through host memory): NaN (never
+-- equal), -0.0 and 0.0 (one value, the first one's bits), inverse and counts, every dtype
+for _, dt in ipairs({ 'float32', 'float64', 'float16', 'bfloat16', 'int32', 'int64', 'uint8', 'bool' }) do
+  add('unique ' .. dt, function()
+    local x = sample(dt, 4, 6, 5)
+    if dt == 'int32' or dt == 'int64' then x = x:remainder(7) end
+    if dt:find('float') then
+      x = x:remainder(4):round()
+      x[{ 1, 1, 1 }] = 0 / 0; x[{ 2, 3, 1 }] = 0 / 0; x[{ 1, 2, 2 }] = math.huge
+      x[{ 2, 1, 1 }] = -0.0; x[{ 2, 1, 2 }] = 0.0; x[{ 3, 1, 1 }] = -0.0
+    end
+    return { x, sample(dt, 5000) }
+  end, function(dev, x, big)
+    local r = {}
+    local function put(...) for _, t in ipairs({ ... }) do r[#r + 1] = t end end
+    put(x:unique(), x:unique(true, true, true))
+    put(x:transpose(1, 3):unique(true, true)) -- strided: the inverse in its shape
+    put(x:unique({ return_counts = true }), x:unique(false, false, true))
+    put(x:narrow(1, 1, 0):unique(true, true, true)) -- empty
+    put(x[{ 2, 2, 2 }]:unique(true, true, true)) -- 0-d
+    put(big:unique(true, true, true))
+    local s = x:remainder(2)
+    put(s:unique(true, true, true, 1), s:unique(true, true, true, -1), s:unique({ dim = 2, return_inverse = true }))
+    put(err_bytes(dev, function() return x:unique(true, false, false, 4) end))
+    return r
+  end)
+end
+add('unique long (tiles merged on the GPU, a cumsum in lines)', function()
+  return { randint(0, 3000, { 20000 }), randn(7000):round() }
+end, function(_, i, f)
+  local r = { i:unique(true, true, true) }
+  local u, inv, c = f:unique(true, true, true)
+  r[#r + 1], r[#r + 2], r[#r + 3] = u, inv, c
+  return r
+end)
+-- bincount (composed: min/max read back, index_add_ of ones or float64 weights) and histc
+-- (DPL_BK_HISTC: int64 atomic counts in the CPU's float arithmetic), their edge cases and errors
+add('bincount', function()
+  return { randint(0, 9, { 40 }), randint(0, 300, { 50 }, 'int32'), randint(0, 5, { 30 }, 'uint8'), randn(40), randn(50) }
+end, function(dev, a, b, c, w, w2)
+  local r = { a:bincount(), b:bincount(), c:bincount(), a:bincount(w), a:bincount(w:float()), b:bincount(w2:double()),
+    a:bincount(nil, 20), a:bincount({ minlength = 3 }), a:bincount(w:half(), 12),
+    a:narrow(1, 1, 0):bincount(), a:narrow(1, 1, 0):bincount(nil, 4), c:narrow(1, 1, 0):bincount(w:narrow(1, 1, 0)),
+    a:view(8, 5):t()[2]:bincount(), a:bincount(w:view(8, 5):t():reshape(40)) }
+  local neg = a:clone()
+  neg[7] = -3
+  neg[30] = -1
+  r[#r + 1] = err_bytes(dev, function() return neg:bincount() end)
+  r[#r + 1] = err_bytes(dev, function() return a:view(8, 5):bincount() end)
+  r[#r + 1] = err_bytes(dev, function() return a:float():bincount() end)
+  r[#r + 1] = err_bytes(dev, function() return a:bincount(w:narrow(1, 1, 9)) end)
+  return r
+end)
+for _, dt in ipairs({ 'float32', 'float64', 'float16', 'bfloat16' }) do
+  add('histc ' .. dt, function() return { sample(dt, 7, 9) } end, function(dev, x)
+    local r = { x:histc(), x:histc(10), x:histc(7, -2, 2), x:t():histc(5, -1, 3), x:histc(1), x:histc(4, 0, 0),
+      x:narrow(1, 1, 0):histc(5), x:narrow(1, 1, 0):histc(5, 1, 2), dpl.full({ 3 }, 2.5, { dtype = dt, device = dev }):histc(4) }
+    local y = x:clone()
+    y[{ 1, 1 }] = 0 / 0
+    y[{ 2, 2 }] = math.huge
+    r[#r + 1] = y:histc(6, -3, 3) -- NaN and infinities outside a given range: not counted
+    r[#r + 1] = err_bytes(dev, function() return y:histc(6) end) -- the data's range holds a NaN
+    y[{ 1, 1 }] = 1
+    r[#r + 1] = err_bytes(dev, function() return y:histc(6) end) -- an infinity
+    r[#r + 1] = err_bytes(dev, function() return x:histc(4, 3, 1) end)
+    r[#r + 1] = err_bytes(dev, function() return x:long():histc(4) end)
+    return r
+  end)
 end
 add('clamp/where/masked_fill', function() return { randn(5, 6), randint(-9, 9, { 5, 6 }) } end, function(_, x, i)
   local m = x:gt(0)

@@ -117,4 +117,6 @@ int dpl_cu_op_optim(const dpl_bk_args *a);       /* OPTIM_MULTI (dpl_cuda_optim.
 int dpl_cu_op_layer_norm(const dpl_bk_args *a);  /* LAYER_NORM(_BWD) (dpl_cuda_norm.c) */
 int dpl_cu_op_scan(const dpl_bk_args *a);        /* SCAN, CUMPROD_BWD (dpl_cuda_scan.c) */
 int dpl_cu_op_sort(const dpl_bk_args *a);        /* SORT (dpl_cuda_scan.c) */
+int dpl_cu_op_select(const dpl_bk_args *a);      /* SELECT (dpl_cuda_scan.c) */
+int dpl_cu_op_window(const dpl_bk_args *a);      /* HISTC, IM2COL, COL2IM, ADAPTIVE_MAX_POOL2D, MAX_POOL1D (dpl_cuda_window.c) */
 #endif

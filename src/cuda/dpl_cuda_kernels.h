@@ -64,13 +64,21 @@ int dpl_cu_scan(int32_t op, int32_t dt, int32_t reverse, const void *src, void *
 int dpl_cu_cumprod_bwd(const double *g, const double *x, const double *y, double *r, int64_t lines, int64_t D,
                        int64_t inner, cudaStream_t s);
 
-/* sort of contiguous rows [rows, R] of dtype dt, R <= DPL_CU_SORT_MAX (dpl_cuda_sort.cu): the first K
- * of each row in the CPU's order (ascending, or descending with desc; NaN last ascending, first
- * descending; ties by position): 0-based positions into idx [rows, K], the values into vals
- * [rows, K] (NULL: not wanted) */
+/* sort of contiguous rows [rows, R] of dtype dt (dpl_cuda_sort.cu): the first K of each row in the
+ * CPU's order (ascending, or descending with desc; NaN last ascending, first descending; ties by
+ * position): 0-based positions into idx [rows, K], the values into vals [rows, K] (NULL: not
+ * wanted). Rows past DPL_CU_SORT_MAX need dpl_cu_sort_scratch(rows, R) bytes of device scratch
+ * (else scratch may be NULL). */
 enum { DPL_CU_SORT_MAX = 2048 };
+int64_t dpl_cu_sort_scratch(int64_t rows, int64_t R);
 int dpl_cu_sort_rows(const void *src, int32_t dt, int32_t desc, int64_t rows, int64_t R, int64_t K, void *vals,
-                     int64_t *idx, cudaStream_t s);
+                     int64_t *idx, void *scratch, cudaStream_t s);
+/* one selection per contiguous row [rows, R] (R <= DPL_CU_SORT_MAX) in the CPU's order: kind 0 the
+ * item of 0-based rank r (kthvalue), 1 the lower median (a row with a NaN: its first NaN), 2 the mode
+ * (the most frequent value, the smallest of several, at its last position); its value into vals
+ * [rows] and its 0-based position into idx [rows] */
+int dpl_cu_select_rows(const void *src, int32_t dt, int32_t kind, int64_t r, int64_t rows, int64_t R, void *vals,
+                       int64_t *idx, cudaStream_t s);
 
 /* layer norm of contiguous rows [rows, n] in kd (float32 0 / float64 1): y, and mean / rstd per row
  * (w, b may be NULL); backward: grad_x; then grad_w / grad_b (either may be NULL) summed over the rows
@@ -125,6 +133,23 @@ typedef struct dpl_cu_conv {
 typedef struct dpl_cu_pool {
   int64_t N, C, H, W, kh, kw, sh, sw, ph, pw, OH, OW;
 } dpl_cu_pool;
+/* F.unfold / F.fold, adaptive max pooling, dilated 1-d max pooling and histc (dpl_cuda_window.cu):
+ * contiguous float32 (kd 0) / float64 (kd 1) data, the CPU's loops of dpl_tensor_nnconv.c and
+ * dpl_tensor_count.c. cols [N, C*kh*kw, OH*OW] <-> x [N, C, H, W] (fold sums, no zeroing needed). */
+typedef struct dpl_cu_cols {
+  int64_t N, C, H, W, kh, kw, dh, dw, ph, pw, sh, sw, OH, OW;
+} dpl_cu_cols;
+int dpl_cu_unfold(int32_t kd, const dpl_cu_cols *g, const void *x, void *cols, cudaStream_t s);
+int dpl_cu_fold(int32_t kd, const dpl_cu_cols *g, const void *cols, void *x, cudaStream_t s);
+/* P planes of H*W to P*OH*OW window maxima; idx: 0-based positions in the plane */
+int dpl_cu_adaptive_max(int32_t kd, const void *x, int64_t P, int64_t H, int64_t W, int64_t OH, int64_t OW, void *out,
+                        int64_t *idx, cudaStream_t s);
+/* P rows of L to P*OL maxima over kernel k, stride st, padding pad, dilation d; idx: 0-based in L */
+int dpl_cu_max_pool1d(int32_t kd, const void *x, int64_t P, int64_t L, int64_t OL, int64_t k, int64_t st, int64_t pad,
+                      int64_t d, void *out, int64_t *idx, cudaStream_t s);
+/* cnt[bins] (zeroed by the caller) += the elements of x[n] in each of bins equal bins over [lo, hi] */
+int dpl_cu_histc(int32_t kd, const void *x, int64_t n, double lo, double hi, int64_t bins, int64_t *cnt,
+                 cudaStream_t s);
 /* cols [K = Cg*kh*kw, m*L] of samples n0..n0+m, group gr */
 int dpl_cu_im2col(int32_t kd, const dpl_cu_conv *g, const void *x, void *cols, int64_t n0, int64_t m, int64_t gr,
                   cudaStream_t s);

@@ -11,7 +11,8 @@
 #include "dpl.h"
 #include <stdint.h>
 
-enum { DPL_BACKEND_ABI = 5 }; /* 3: in[5] (layer norm's backward reads five tensors); 4: SCAN, CUMPROD_BWD; 5: SORT */
+enum { DPL_BACKEND_ABI = 6 }; /* 3: in[5] (layer norm's backward reads five tensors); 4: SCAN, CUMPROD_BWD; 5: SORT;
+                                 6: SELECT, HISTC, IM2COL, COL2IM, ADAPTIVE_MAX_POOL2D, MAX_POOL1D */
 
 /* Stable op ids (never renumbered; new ops go at the end). The comment says
  * which fields of dpl_bk_args each one reads. */
@@ -67,10 +68,19 @@ typedef enum dpl_bk_op {
                                int64 0-based indices of the running extreme (MAX/MIN; NULL: not wanted) */
   DPL_BK_CUMPROD_BWD = 42,  /* in[0] grad, in[1] input, in[2] cumprod result: contiguous float64; l[0] D, l[1] inner;
                                out[0] float64 gradient */
-  DPL_BK_SORT = 43,         /* in[0] contiguous rows (its last dim, at most 2048 long); i[0] descending; l[0] K: the
+  DPL_BK_SORT = 43,         /* in[0] contiguous rows (its last dim, any length); i[0] descending; l[0] K: the
                                first K of each row in the CPU's total order (value, then position); out[0] values
                                (NULL: not wanted), out[1] int64 0-based positions: in[0]'s shape with K last */
-  DPL_BK_NUM_OPS = 44
+  DPL_BK_SELECT = 44,       /* in[0] contiguous rows (its last dim, 1..2048 long); sub 0 kthvalue (l[0]: 0-based rank),
+                               1 median, 2 mode (dpl_tensor_sort.c's rules); out[0] values, out[1] int64 0-based
+                               positions: in[0]'s shape with 1 last */
+  DPL_BK_HISTC = 45,        /* in[0] contiguous float32/float64; d[0] lo, d[1] hi (finite, lo < hi); l[0] bins;
+                               out[0] int64 counts [bins] (outside [lo, hi] and NaN not counted) */
+  DPL_BK_IM2COL = 46,       /* in[0] x [N, C, H, W] (any float dtype); params (8, dpl_im2col); out[0] */
+  DPL_BK_COL2IM = 47,       /* in[0] cols [N, C*kh*kw, L]; l[0] H, l[1] W; params (8, dpl_col2im); out[0] */
+  DPL_BK_ADAPTIVE_MAX_POOL2D = 48, /* in[0] x [N, C, H, W]; l[0] oh, l[1] ow; out[0] values, out[1] int64 indices */
+  DPL_BK_MAX_POOL1D = 49,   /* in[0] x [N, C, L]; params (5, dpl_max_pool1d); out[0] values, out[1] int64 indices */
+  DPL_BK_NUM_OPS = 50
 } dpl_bk_op;
 
 /* A GEMM on raw device pointers (DPL_BK_GEMM), the one the matmul family's

@@ -254,6 +254,9 @@ dpl_tensor *dpl_dz_index_select(dpl_dz *z, const dpl_tensor *a, int32_t dim, con
 void dpl_dz_masked_fill_(dpl_dz *z, dpl_tensor *a, const dpl_tensor *mask, double value);
 dpl_tensor *dpl_dz_take(dpl_dz *z, dpl_tensor *t);
 int dpl_dz_end(dpl_dz *z);
+/* unique of a tensor in device memory (dpl_tensor_unique.c), after dpl_unique's checks */
+int dpl_unique_dev(const char *name, const dpl_tensor *a, int32_t dim, dpl_tensor **out, dpl_tensor **inverse,
+                   dpl_tensor **counts);
 /* Releases t[0..n-1] (NULL entries allowed): an op's temporaries. */
 void dpl_release_n(int n, dpl_tensor *const *t);
 /* An op's ending with n results: when st is DPL_OK each res[k] is stored

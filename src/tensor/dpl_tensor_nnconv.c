@@ -7,7 +7,9 @@
  * max's goes through dpl_max_pool2d_backward); 1-d max pooling with dilation, returning
  * 0-based indices. Planes (or rows) are split across threads. Floating kernels compute
  * float16/bfloat16 in float32 through converted temporaries; padding and nearest
- * interpolation move elements of any dtype. A tensor in GPU memory fails with "<op>: not
+ * interpolation move elements of any dtype. im2col / col2im, adaptive max pooling and 1-d
+ * max pooling of a tensor in GPU memory run in the backend after the same checks
+ * (DPL_BK_IM2COL, ...: src/cuda/dpl_cuda_window.c); the others fail there with "<op>: not
  * implemented on cuda" (dpl_check_tensor). */
 #include "dpl_tensor_internal.h"
 #include <float.h>
@@ -43,6 +45,15 @@ static int new_zeros(const char *name, int32_t dt, int32_t nd, const int64_t *sh
 {
   DPL_TRY(dpl_new(name, dt, nd, shape, like, out));
   memset((*out)->_data, 0, (size_t)((*out)->_numel * dpl_elsize(dt)));
+  return DPL_OK;
+}
+
+/* a tensor in device memory: the op in the backend (after the CPU path's checks), which takes
+ * any floating dtype and layout and returns the input's dtype */
+static int dev_float(const char *name, const char *what, const dpl_tensor *x)
+{
+  if (!dpl_is_float(x->_dtype))
+    return dpl_errorf(DPL_EINVAL, "%s: expected a floating-point %s, got %s", name, what, dpl_dtype_name(x->_dtype));
   return DPL_OK;
 }
 
@@ -145,13 +156,18 @@ int dpl_im2col(const dpl_tensor *x, const int32_t *params, dpl_tensor **out)
   const char *name = "unfold";
   if (!out) return dpl_errorf(DPL_EINVAL, "%s: out is NULL", name);
   *out = NULL;
-  DPL_TRY(dpl_check_tensor(name, "input", x));
+  DPL_TRY(dpl_check_handle(name, "input", x));
   char b1[160];
   if (x->_ndim != 4)
     return dpl_errorf(DPL_EINVAL, "%s: expected a 4-d input [N, C, H, W], got shape %s", name,
                       dpl_shape_str(x->_ndim, x->_shape, b1, sizeof b1));
   col_geom g;
   DPL_TRY(col_setup(name, x->_shape[0], x->_shape[1], x->_shape[2], x->_shape[3], params, &g));
+  if (dpl_is_devmem(x)) {
+    DPL_TRY(dev_float(name, "input", x));
+    dpl_bk_args k = {.op = DPL_BK_IM2COL, .in = {x}, .params = params, .out = {out}, .name = name};
+    return dpl_bk_call(&k);
+  }
   int32_t kd;
   dpl_tensor *cx = NULL, *res = NULL;
   DPL_TRY(float_in(name, "input", x, &kd, &cx));
@@ -171,7 +187,7 @@ int dpl_col2im(const dpl_tensor *cols, int64_t H, int64_t W, const int32_t *para
   const char *name = "fold";
   if (!out) return dpl_errorf(DPL_EINVAL, "%s: out is NULL", name);
   *out = NULL;
-  DPL_TRY(dpl_check_tensor(name, "input", cols));
+  DPL_TRY(dpl_check_handle(name, "input", cols));
   char b1[160];
   if (cols->_ndim != 3)
     return dpl_errorf(DPL_EINVAL, "%s: expected a 3-d input [N, C * kh * kw, L], got shape %s", name,
@@ -192,6 +208,11 @@ int dpl_col2im(const dpl_tensor *cols, int64_t H, int64_t W, const int32_t *para
                       (int)params[0], (int)params[1], (int)params[2], (int)params[3], (int)params[4], (int)params[5],
                       (int)params[6], (int)params[7], (long long)g.OH, (long long)g.OW, (long long)(g.OH * g.OW),
                       (long long)cols->_shape[2]);
+  if (dpl_is_devmem(cols)) {
+    DPL_TRY(dev_float(name, "input", cols));
+    dpl_bk_args k = {.op = DPL_BK_COL2IM, .in = {cols}, .l = {H, W}, .params = params, .out = {out}, .name = name};
+    return dpl_bk_call(&k);
+  }
   int32_t kd;
   dpl_tensor *cc = NULL, *res = NULL;
   DPL_TRY(float_in(name, "input", cols, &kd, &cc));
@@ -790,9 +811,10 @@ static void admax_range(int64_t lo, int64_t hi, void *ctx)
   }
 }
 
-static int adaptive_setup(const char *name, const dpl_tensor *x, int64_t oh, int64_t ow)
+/* dev_ok: a tensor in device memory may pass (the op then runs in the backend) */
+static int adaptive_setup(const char *name, const dpl_tensor *x, int64_t oh, int64_t ow, int dev_ok)
 {
-  DPL_TRY(dpl_check_tensor(name, "input", x));
+  DPL_TRY(dev_ok ? dpl_check_handle(name, "input", x) : dpl_check_tensor(name, "input", x));
   char b1[160];
   if (x->_ndim != 4)
     return dpl_errorf(DPL_EINVAL, "%s: expected a 4-d input [N, C, H, W], got shape %s", name,
@@ -810,7 +832,7 @@ int dpl_adaptive_avg_pool2d(const dpl_tensor *x, int64_t oh, int64_t ow, dpl_ten
   const char *name = "adaptive_avg_pool2d";
   if (!out) return dpl_errorf(DPL_EINVAL, "%s: out is NULL", name);
   *out = NULL;
-  DPL_TRY(adaptive_setup(name, x, oh, ow));
+  DPL_TRY(adaptive_setup(name, x, oh, ow, 0));
   int32_t kd;
   dpl_tensor *cx = NULL, *res = NULL;
   DPL_TRY(float_in(name, "input", x, &kd, &cx));
@@ -855,7 +877,12 @@ int dpl_adaptive_max_pool2d(const dpl_tensor *x, int64_t oh, int64_t ow, dpl_ten
   const char *name = "adaptive_max_pool2d";
   if (!out || !indices) return dpl_errorf(DPL_EINVAL, "%s: out or indices is NULL", name);
   *out = *indices = NULL;
-  DPL_TRY(adaptive_setup(name, x, oh, ow));
+  DPL_TRY(adaptive_setup(name, x, oh, ow, 1));
+  if (dpl_is_devmem(x)) {
+    DPL_TRY(dev_float(name, "input", x));
+    dpl_bk_args k = {.op = DPL_BK_ADAPTIVE_MAX_POOL2D, .in = {x}, .l = {oh, ow}, .out = {out, indices}, .name = name};
+    return dpl_bk_call(&k);
+  }
   int32_t kd;
   dpl_tensor *cx = NULL, *res = NULL, *idx = NULL;
   DPL_TRY(float_in(name, "input", x, &kd, &cx));
@@ -911,7 +938,7 @@ int dpl_max_pool1d(const dpl_tensor *x, const int32_t *params, dpl_tensor **out,
   const char *name = "max_pool1d";
   if (!out || !indices) return dpl_errorf(DPL_EINVAL, "%s: out or indices is NULL", name);
   *out = *indices = NULL;
-  DPL_TRY(dpl_check_tensor(name, "input", x));
+  DPL_TRY(dpl_check_handle(name, "input", x));
   char b1[160];
   if (!params) return dpl_errorf(DPL_EINVAL, "%s: params is NULL (expected kernel, stride, padding, dilation, ceil_mode)", name);
   if (x->_ndim != 3)
@@ -931,6 +958,11 @@ int dpl_max_pool1d(const dpl_tensor *x, const int32_t *params, dpl_tensor **out,
     return dpl_errorf(DPL_EINVAL, "%s: input of length %lld is too small for kernel_size %lld (dilation %lld, padding "
                       "%lld): the output length would be %lld", name, (long long)L, (long long)k, (long long)d,
                       (long long)p, (long long)OL);
+  if (dpl_is_devmem(x)) {
+    DPL_TRY(dev_float(name, "input", x));
+    dpl_bk_args kb = {.op = DPL_BK_MAX_POOL1D, .in = {x}, .params = params, .out = {out, indices}, .name = name};
+    return dpl_bk_call(&kb);
+  }
   int32_t kd;
   dpl_tensor *cx = NULL, *res = NULL, *idx = NULL;
   DPL_TRY(float_in(name, "input", x, &kd, &cx));

@@ -6,9 +6,9 @@
  * NaN above +inf (last ascending, first descending), -0.0 equal to 0.0; equal values
  * keep their positions' order. Rows go to the thread pool; every row is done by one
  * thread, so results never depend on the thread count. Indices are 0-based int64. sort,
- * argsort and topk of a tensor in device memory run in the backend (DPL_BK_SORT, rows up to
- * 2048 elements; longer rows through host memory); the others fail there with "<op>: not
- * implemented on cuda". */
+ * argsort and topk of a tensor in device memory run in the backend (DPL_BK_SORT, rows of any
+ * length), kthvalue, median and mode too (DPL_BK_SELECT, rows up to 2048 elements; longer rows
+ * go through host memory). unique of a tensor in device memory is in dpl_tensor_unique.c. */
 #include "dpl_tensor_internal.h"
 #include <stdlib.h>
 
@@ -379,21 +379,23 @@ static void sort_range(int64_t lo, int64_t hi, void *vj)
 static int along_dim(int kind, const dpl_tensor *a, int32_t dim, int64_t K, int64_t k, int desc, int keepdim,
                      dpl_tensor **values, dpl_tensor **indices);
 
-/* sort / argsort / topk of a tensor in device memory: rows of up to DPL_SORT_DEV_MAX elements
- * in the backend (DPL_BK_SORT: a copy with dim last, the results moved back to dim, contiguous);
- * longer rows through host memory (copied to the CPU, sorted there, the results copied back) */
+/* sort / argsort / topk (DPL_BK_SORT), kthvalue / median / mode (DPL_BK_SELECT) of a tensor in
+ * device memory, in the backend (a copy with dim last, the results moved back to dim,
+ * contiguous); selections along rows longer than DPL_SORT_DEV_MAX through host memory (copied
+ * to the CPU, done there, the results copied back) */
 enum { DPL_SORT_DEV_MAX = 2048 };
-static int along_dim_dev(const char *name, int kind, const dpl_tensor *a, int32_t dim, int64_t K, int desc,
-                         dpl_tensor **values, dpl_tensor **indices)
+static int along_dim_dev(const char *name, int kind, const dpl_tensor *a, int32_t dim, int64_t K, int64_t k, int desc,
+                         int keepdim, dpl_tensor **values, dpl_tensor **indices)
 {
   int32_t nd = a->_ndim;
   int64_t R = nd ? a->_shape[dim] : 1;
   dpl_tensor *v = NULL, *ix = NULL;
   int st = DPL_OK;
-  if (R > DPL_SORT_DEV_MAX) {
+  int sel = kind == K_KTH || kind == K_MEDIAN || kind == K_MODE;
+  if (R > DPL_SORT_DEV_MAX && sel) {
     dpl_tensor *h = NULL, *hv = NULL, *hi = NULL;
     st = dpl_tensor_to(a, a->_dtype, DPL_DEVICE_CPU, 0, &h);
-    if (st == DPL_OK) st = along_dim(kind, h, dim, K, 0, desc, 1, values ? &hv : NULL, &hi);
+    if (st == DPL_OK) st = along_dim(kind, h, dim, K, k, desc, keepdim, values ? &hv : NULL, &hi);
     if (st == DPL_OK && hv) st = dpl_tensor_to(hv, hv->_dtype, a->_devtype, a->_devindex, &v);
     if (st == DPL_OK) st = dpl_tensor_to(hi, DPL_INT64, a->_devtype, a->_devindex, &ix);
     dpl_release_n(3, (dpl_tensor *[]){h, hv, hi});
@@ -411,22 +413,30 @@ static int along_dim_dev(const char *name, int kind, const dpl_tensor *a, int32_
   if (st == DPL_OK) st = dpl_contig_as(name, mv, a->_dtype, &c);
   dpl_tensor *rv = NULL, *ri = NULL;
   if (st == DPL_OK) {
-    dpl_bk_args k = {.op = DPL_BK_SORT, .i = {desc}, .l = {K}, .in = {c}, .out = {values ? &rv : NULL, &ri},
-                     .name = name};
-    st = dpl_bk_call(&k);
+    dpl_bk_args ka = {.op = DPL_BK_SORT, .i = {desc}, .l = {K}, .in = {c}, .out = {values ? &rv : NULL, &ri},
+                      .name = name};
+    if (sel) {
+      ka.op = DPL_BK_SELECT;
+      ka.sub = kind == K_KTH ? 0 : kind == K_MEDIAN ? 1 : 2;
+      ka.l[0] = k;
+    }
+    st = dpl_bk_call(&ka);
   }
-  /* back to a's dim order: the [..., K] results viewed with K at dim, then made contiguous */
+  /* back to a's dim order: the [..., K] results viewed with K at dim (dropped when a
+   * selection does not keep it), then made contiguous */
   int64_t os[DPL_MAX_DIMS], ost[DPL_MAX_DIMS], s = 1, ms[DPL_MAX_DIMS];
+  int32_t ond = 0;
   for (int32_t i = mnd - 1; i >= 0; i--) { ms[i] = s; s *= i == mnd - 1 ? K : sh[i]; }
   for (int32_t i = 0, j = 0; i < nd; i++) {
-    os[i] = i == dim ? K : a->_shape[i];
-    ost[i] = i == dim ? ms[mnd - 1] : ms[j++];
+    if (i == dim && sel && !keepdim) continue;
+    os[ond] = i == dim ? K : a->_shape[i];
+    ost[ond++] = i == dim ? ms[mnd - 1] : ms[j++];
   }
   for (int r = 0; r < 2 && st == DPL_OK; r++) {
     dpl_tensor *src = r ? ri : rv, **dst = r ? &ix : &v;
     if (!src) continue;
     dpl_tensor *back = NULL;
-    st = dpl_make_view(src, nd, os, ost, src->_offset, &back);
+    st = dpl_make_view(src, ond, os, ost, src->_offset, &back);
     if (st == DPL_OK) st = dpl_contig_as(name, back, src->_dtype, dst);
     dpl_tensor_release(back);
   }
@@ -444,7 +454,6 @@ static int along_dim(int kind, const dpl_tensor *a, int32_t dim, int64_t K, int6
   if (values) *values = NULL;
   *indices = NULL;
   DPL_TRY(dpl_check_handle(name, "self", a));
-  if (dpl_is_devmem(a) && kind != K_SORT && kind != K_TOPK) return dpl_check_tensor(name, "self", a);
   if (a->_ndim == 0 ? dim != 0 : (dim < 0 || dim >= a->_ndim))
     return dpl_errorf(DPL_EINVAL, "%s: dim %d out of range (expected 0..%d for a %d-d tensor)", name, (int)dim,
                       a->_ndim ? (int)a->_ndim - 1 : 0, (int)a->_ndim);
@@ -457,7 +466,7 @@ static int along_dim(int kind, const dpl_tensor *a, int32_t dim, int64_t K, int6
   if (kind == K_KTH && (k < 0 || k >= R))
     return dpl_errorf(DPL_EINVAL, "%s: k %lld out of range for a dim of size %lld (expected 1..%lld)", name,
                       (long long)k + 1, (long long)R, (long long)R);
-  if (dpl_is_devmem(a)) return along_dim_dev(name, kind, a, dim, K, desc, values, indices);
+  if (dpl_is_devmem(a)) return along_dim_dev(name, kind, a, dim, K, k, desc, keepdim, values, indices);
   /* outputs: contiguous, of a's shape with K along dim (0-d stays 0-d) */
   int64_t kshape[DPL_MAX_DIMS], oshape[DPL_MAX_DIMS], ostride[DPL_MAX_DIMS];
   int32_t nd = a->_ndim, ond = 0;
@@ -524,7 +533,7 @@ int dpl_median(const dpl_tensor *a, int32_t dim, int32_t keepdim, dpl_tensor **v
   /* all elements: a 0-d value (and its position in the flattened tensor) */
   if (!values || !indices) return dpl_errorf(DPL_EINVAL, "%s: values or indices is NULL", name);
   *values = *indices = NULL;
-  DPL_TRY(dpl_check_tensor(name, "self", a));
+  DPL_TRY(dpl_check_handle(name, "self", a));
   if (a->_numel == 0) {
     if (!dpl_is_float(a->_dtype))
       return dpl_errorf(DPL_EINVAL, "%s: the median of an empty %s tensor is undefined (a floating-point one gives nan)",
@@ -532,7 +541,13 @@ int dpl_median(const dpl_tensor *a, int32_t dim, int32_t keepdim, dpl_tensor **v
     dpl_tensor *v = NULL, *i = NULL;
     int st = dpl_new(name, a->_dtype, 0, NULL, a, &v);
     if (st == DPL_OK) st = dpl_new(name, DPL_INT64, 0, NULL, a, &i);
-    if (st == DPL_OK) { dpl_store_f64(v->_data, a->_dtype, NAN); *(int64_t *)i->_data = 0; }
+    if (st == DPL_OK && dpl_is_devmem(a)) {
+      st = dpl_tensor_fill_(v, NAN);
+      if (st == DPL_OK) st = dpl_tensor_fill_(i, 0);
+    } else if (st == DPL_OK) {
+      dpl_store_f64(v->_data, a->_dtype, NAN);
+      *(int64_t *)i->_data = 0;
+    }
     return dpl_hand_over(st, 2, (dpl_tensor *[]){v, i}, (dpl_tensor **[]){values, indices});
   }
   dpl_tensor *c = NULL, *flat = NULL;
@@ -672,13 +687,12 @@ int dpl_unique(const dpl_tensor *a, int32_t dim, dpl_tensor **out, dpl_tensor **
   *out = NULL;
   if (inverse) *inverse = NULL;
   if (counts) *counts = NULL;
-  DPL_TRY(dpl_check_tensor(name, "self", a));
-  if (dim != -1) {
-    if (dim < 0 || dim >= a->_ndim)
-      return dpl_errorf(DPL_EINVAL, "%s: dim %d out of range (expected 0..%d for a %d-d tensor, or -1 for all)", name,
-                        (int)dim, (int)a->_ndim - 1, (int)a->_ndim);
-    return unique_dim(name, a, dim, out, inverse, counts);
-  }
+  DPL_TRY(dpl_check_handle(name, "self", a));
+  if (dim != -1 && (dim < 0 || dim >= a->_ndim))
+    return dpl_errorf(DPL_EINVAL, "%s: dim %d out of range (expected 0..%d for a %d-d tensor, or -1 for all)", name,
+                      (int)dim, (int)a->_ndim - 1, (int)a->_ndim);
+  if (dpl_is_devmem(a)) return dpl_unique_dev(name, a, dim, out, inverse, counts);
+  if (dim != -1) return unique_dim(name, a, dim, out, inverse, counts);
   /* all elements: sorted values, a 1-d result */
   dpl_tensor *c = NULL, *res = NULL, *inv = NULL, *cnt = NULL;
   int64_t n = a->_numel, fn = -1, nu = 0, es = dpl_elsize(a->_dtype);

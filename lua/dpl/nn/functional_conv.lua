@@ -6,10 +6,12 @@
 -- dpl.nn.conv. Options are one table of PyTorch's keyword names, checked by dpl.options.
 -- Dims given as arguments are 1-based; indices returned (return_indices) are 1-based int64.
 -- C kernels (src/tensor/dpl_tensor_nnconv.c) do im2col/col2im, padding, interpolation,
--- adaptive pooling and 1-d max pooling, CPU only ("<op>: not implemented on cuda" for a
--- tensor in GPU memory); conv1d, avg_pool1d, adaptive_avg/max_pool1d run the 2-d kernels on
--- [N, C, 1, L] views; conv_transpose runs conv2d's input-gradient kernel forward and
--- conv2d's kernels backward (so it works wherever conv2d does). The backward rules are in
+-- adaptive pooling and 1-d max pooling; on a GPU im2col/col2im, adaptive max pooling and 1-d
+-- max pooling run in the CUDA plugin, pad and interpolate are composed of GPU ops here, and
+-- adaptive average pooling to sizes other than 1x1 raises "<op>: not implemented on cuda";
+-- conv1d, avg_pool1d, adaptive_avg/max_pool1d run the 2-d kernels on [N, C, 1, L] views;
+-- conv_transpose runs conv2d's input-gradient kernel forward and conv2d's kernels backward
+-- (so it works wherever conv2d does). The backward rules are in
 -- dpl.autograd_rules ("conv group"); they call the raw functions M.* here.
 local ffi = require 'ffi'
 local C = require('dpl.capi').C
