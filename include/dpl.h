@@ -492,6 +492,19 @@ int dpl_linalg_svd(const dpl_tensor *a, int32_t full, int32_t uv, dpl_tensor **u
 int dpl_linalg_solve_triangular(const dpl_tensor *a, const dpl_tensor *b, int32_t upper, int32_t left, int32_t unit,
                                 dpl_tensor **x);
 
+/* Special functions (src/tensor/dpl_tensor_special.c), CPU only: computed in double per
+ * element, stored in a's floating dtype (float32 for integer and bool a). POLYGAMMA takes its
+ * order n (>= 0); the two-argument ones broadcast a and b: ZETA(x, q) is Hurwitz's zeta,
+ * GAMMAINC(a, x) / GAMMAINCC(a, x) the regularized lower / upper incomplete gamma. */
+typedef enum dpl_specop {
+  DPL_SP_LGAMMA = 0, DPL_SP_DIGAMMA = 1, DPL_SP_POLYGAMMA = 2, DPL_SP_ERFC = 3, DPL_SP_ERFCX = 4,
+  DPL_SP_I0 = 5, DPL_SP_I0E = 6, DPL_SP_I1 = 7, DPL_SP_I1E = 8, DPL_SP_NDTR = 9, DPL_SP_NDTRI = 10,
+  DPL_SP_LOG_NDTR = 11, DPL_SP_SINC = 12,
+  DPL_SP_ZETA = 13, DPL_SP_GAMMAINC = 14, DPL_SP_GAMMAINCC = 15
+} dpl_specop;
+int dpl_special(int32_t op, const dpl_tensor *a, int64_t n, dpl_tensor **out);
+int dpl_special2(int32_t op, const dpl_tensor *a, const dpl_tensor *b, dpl_tensor **out);
+
 /* Softmax family over dim. log = 1: log_softmax. Backward takes the forward's output. */
 int dpl_softmax(const dpl_tensor *a, int32_t dim, int32_t log, dpl_tensor **out);
 int dpl_softmax_backward(const dpl_tensor *grad, const dpl_tensor *output, int32_t dim, int32_t log,

@@ -1523,6 +1523,11 @@ local LAZY = {
       unflatten unsqueeze_ xlogy xlogy_]],
     props = [[mH mT]],
   },
+  ['dpl.special'] = {
+    functions = [[digamma erfc i0 igamma igammac lgamma mvlgamma polygamma sinc]],
+    methods = [[digamma digamma_ erfc erfc_ i0 i0_ igamma igamma_ igammac igammac_ lgamma lgamma_ mvlgamma mvlgamma_
+      polygamma polygamma_ sinc sinc_]],
+  },
   ['dpl.linalg'] = {
     functions = [[chain_matmul cholesky cholesky_inverse cholesky_solve det inner inverse logdet lu lu_solve
       lu_unpack matrix_exp matrix_power pinverse qr slogdet svd triangular_solve vdot]],
