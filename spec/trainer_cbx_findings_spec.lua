@@ -116,3 +116,42 @@ describe('ModelCheckpoint', function()
     assert.same({ 'log_graph Valued', 'after_save epoch=0.ckpt', 'after_save epoch=1.ckpt' }, calls)
   end)
 end)
+
+describe('LearningRateMonitor', function()
+  -- Lightning 1.9.5: Adam with two param groups (StepLR(1, 0.5)), SGD(lr=0.5, momentum=0.9) with a
+  -- step-interval StepLR(1, 0.1) named 'my', SGD(lr=0.3) without a scheduler; 3 batches, 2 epochs,
+  -- log_every_n_steps=2, CSVLogger, LearningRateMonitor(logging_interval=..., log_momentum=True).
+  -- metrics.csv headers (the rows' dicts have the schedulers' optimizers first, then the others):
+  local headers = {
+    ['nil'] = 'lr-Adam/pg1,lr-Adam/pg1-momentum,lr-Adam/pg2,lr-Adam/pg2-momentum,lr-SGD,lr-SGD-momentum,step,my,my-momentum,loss,epoch',
+    step = 'lr-Adam/pg1,lr-Adam/pg1-momentum,lr-Adam/pg2,lr-Adam/pg2-momentum,my,my-momentum,lr-SGD,lr-SGD-momentum,step,loss,epoch',
+    epoch = 'lr-Adam/pg1,lr-Adam/pg1-momentum,lr-Adam/pg2,lr-Adam/pg2-momentum,my,my-momentum,lr-SGD,lr-SGD-momentum,step,loss,epoch',
+  }
+  it("writes the rates in Lightning's key order (they were sorted by name)", function()
+    local optim = dpl.optim
+    local M = dpl.LightningModule:extend('ThreeOpt')
+    function M:__init() dpl.LightningModule.__init(self); self.a = nn.Linear(1, 1); self.b = nn.Linear(1, 1); self.c = nn.Linear(1, 1) end
+    function M:training_step(b, i, optimizer_idx)
+      self:log('loss', 1.0 + i)
+      return (self.a(b[1]) + self.b(b[1]) + self.c(b[1])):sum()
+    end
+    function M:configure_optimizers()
+      local o1 = optim.Adam({ { params = self.a:parameters() }, { params = self.b:parameters(), lr = 0.01 } }, { lr = 0.1 })
+      local o2 = optim.SGD(self.c:parameters(), { lr = 0.5, momentum = 0.9 })
+      local o3 = optim.SGD(self.c:parameters(), { lr = 0.3 })
+      return { o1, o2, o3 }, { optim.lr_scheduler.StepLR(o1, 1, { gamma = 0.5 }),
+        { scheduler = optim.lr_scheduler.StepLR(o2, 1, { gamma = 0.1 }), interval = 'step', name = 'my' } }
+    end
+    function M:train_dataloader() return dpl.data.DataLoader(dpl.data.TensorDataset(dpl.ones(3, 1)), { batch_size = 1 }) end
+    local dir = th.tmpdir()
+    for _, iv in ipairs({ 'nil', 'step', 'epoch' }) do
+      local lm = C.LearningRateMonitor{ logging_interval = iv ~= 'nil' and iv or nil, log_momentum = true }
+      local t = dpl.Trainer(quiet{ max_epochs = 2, callbacks = { lm }, enable_checkpointing = false, log_every_n_steps = 2,
+        logger = dpl.loggers.CSVLogger{ save_dir = dir, name = iv } })
+      t:fit(M())
+      local f = assert(io.open(t.logger.experiment.metrics_file_path))
+      assert.equal(headers[iv], f:read('*l'), iv)
+      f:close()
+    end
+  end)
+end)
