@@ -155,3 +155,38 @@ describe('LearningRateMonitor', function()
     end
   end)
 end)
+
+describe('EarlyStopping', function()
+  -- Lightning 1.9.5, EarlyStopping(monitor='v', verbose=True, ...) on `valued` (v logged per epoch):
+  --   stopping_threshold=0.5, v = 1, 0.7, 0.5, 0.4: stops at epoch 3, 'Stopping threshold reached:
+  --     v = 0.4000000059604645 < 0.5. Signaling Trainer to stop.' (its v is a float32 tensor's item())
+  --   divergence_threshold=5.0, v = 1, 2, 6: stops at epoch 2, 'Divergence threshold reached:
+  --     v = 6.0 < 5.0. ...' (Lightning's sign is the stopping threshold's; dplhost's reads `>`)
+  --   v = 1, nan: stops at epoch 1, 'Monitored metric v = nan is not finite. Previous best value was 1.000. ...'
+  local function run(opts, vals)
+    local log = require 'dpl.log'
+    local said, info = {}, log.info
+    log.info = function(f, ...) said[#said + 1] = select('#', ...) > 0 and f:format(...) or f end
+    opts.monitor, opts.verbose = 'v', true
+    local es = C.EarlyStopping(opts)
+    local ok, e = pcall(function()
+      dpl.Trainer(quiet{ max_epochs = #vals, callbacks = { es }, enable_checkpointing = false }):fit(valued(vals)())
+    end)
+    log.info = info
+    assert(ok, e)
+    local stop
+    for _, m in ipairs(said) do if m:find('Signaling Trainer to stop', 1, true) then stop = m end end
+    return es, stop
+  end
+  it('prints thresholds and values as Python floats (were `6 > 5`)', function()
+    local es, msg = run({ stopping_threshold = 0.5 }, { 1, 0.7, 0.5, 0.4, 0.3 })
+    assert.equal(3, es.stopped_epoch)
+    assert.equal('Stopping threshold reached: v = 0.4 < 0.5. Signaling Trainer to stop.', msg)
+    es, msg = run({ divergence_threshold = 5 }, { 1, 2, 6, 1 })
+    assert.equal(2, es.stopped_epoch)
+    assert.equal('Divergence threshold reached: v = 6.0 > 5.0. Signaling Trainer to stop.', msg)
+    es, msg = run({}, { 1, 0 / 0, 0.5 })
+    assert.equal(1, es.stopped_epoch)
+    assert.equal('Monitored metric v = nan is not finite. Previous best value was 1.000. Signaling Trainer to stop.', msg)
+  end)
+end)
