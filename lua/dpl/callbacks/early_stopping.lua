@@ -82,15 +82,16 @@ function EarlyStopping:_evaluate_stopping_criteria(current)
   local better = function(a, b) if self.mode == 'min' then return a < b end return a > b end
   if self.check_finite and (current ~= current or current == math.huge or current == -math.huge) then
     return true, ('Monitored metric %s = %s is not finite. Previous best value was %.3f. Signaling Trainer to stop.')
-      :format(self.monitor, tostring(current), self.best_score)
+      :format(self.monitor, pyfloat(current), self.best_score)
   end
   if self.stopping_threshold ~= nil and better(current, self.stopping_threshold) then
     return true, ('Stopping threshold reached: %s = %s %s %s. Signaling Trainer to stop.'):format(self.monitor,
-      tostring(current), self.mode == 'min' and '<' or '>', tostring(self.stopping_threshold))
+      pyfloat(current), self.mode == 'min' and '<' or '>', pyfloat(self.stopping_threshold))
   end
   if self.divergence_threshold ~= nil and better(-current, -self.divergence_threshold) then
+    -- (the right way round: Lightning 1.9.5 prints the stopping threshold's sign here, `v = 6.0 < 5.0`)
     return true, ('Divergence threshold reached: %s = %s %s %s. Signaling Trainer to stop.'):format(self.monitor,
-      tostring(current), self.mode == 'min' and '>' or '<', tostring(self.divergence_threshold))
+      pyfloat(current), self.mode == 'min' and '>' or '<', pyfloat(self.divergence_threshold))
   end
   if better(current - self.min_delta, self.best_score) then
     local prev = self.best_score

@@ -180,19 +180,23 @@ function LearningRateMonitor:_get_lr_momentum_stat(opt, names, out)
     if list == nil then list = {}; self.lrs[name] = list end
     list[#list + 1] = lr
     out[name] = lr
+    out._order[#out._order + 1] = name
     if self.log_momentum then
       local m
       if use_betas then m = pg.betas and pg.betas[1] or 0 else m = pg.momentum or 0 end
       self.last_momentum_values[name .. '-momentum'] = m
       out[name .. '-momentum'] = m
+      out._order[#out._order + 1] = name .. '-momentum'
     end
   end
 end
 
 --- {name = lr} for the configs of an interval ("step", "epoch" or "any") and the
 --- optimizers without a scheduler.
+--- (`out._order` lists the names in the order Lightning's dict has them: the schedulers' optimizers,
+--- then those without a scheduler; the loggers write them in that order)
 function LearningRateMonitor:_extract_stats(trainer, interval)
-  local out = {}
+  local out = { _order = {} }
   local configs = trainer.lr_scheduler_configs or {}
   local names, seen_opts, seen_types = self:_find_names_from_schedulers(configs)
   self:_remap_keys(names)
@@ -204,14 +208,16 @@ function LearningRateMonitor:_extract_stats(trainer, interval)
   local opt_names, without = self:_find_names_from_optimizers(trainer.optimizers, seen_opts, seen_types)
   self:_remap_keys(opt_names)
   for i, opt in ipairs(without) do self:_get_lr_momentum_stat(opt, opt_names[i], out) end
-  return out
+  local order = out._order
+  out._order = nil
+  return out, order
 end
 
 -- logger.log_metrics straight (rank 0: Lightning's loggers are rank_zero_only)
-local function send(trainer, stats)
+local function send(trainer, stats, order)
   if next(stats) == nil or not trainer.is_global_zero then return end
   local step = trainer.fit_loop.batches_that_stepped
-  for _, lg in ipairs(trainer.loggers) do lg:log_metrics(stats, step) end
+  for _, lg in ipairs(trainer.loggers) do lg:log_metrics(stats, step, order) end
 end
 
 function LearningRateMonitor:on_train_batch_start(trainer)

@@ -39,7 +39,17 @@ function ModelCheckpoint:__init(o)
   self.mode = o.mode or 'min'
   self.auto_insert_metric_name = o.auto_insert_metric_name ~= false
   self._save_on_train_epoch_end = o.save_on_train_epoch_end
+  -- train_time_interval: Lightning's timedelta, as a table of its keywords ({minutes=30}), or a
+  -- number of seconds; _train_time_s holds the seconds
   self.train_time_interval = o.train_time_interval
+  if self.train_time_interval ~= nil then
+    local tiv = self.train_time_interval
+    if not (type(tiv) == 'number' or (type(tiv) == 'table' and getmetatable(tiv) == nil)) then
+      misconf('ModelCheckpoint: `train_time_interval` must be a number of seconds or a table of timedelta keywords'
+        .. ' ({minutes=30}), got %s (%s)', tostring(tiv), type(tiv))
+    end
+    self._train_time_s = require('dpl.callbacks.timer').parse_duration(tiv, 'ModelCheckpoint: `train_time_interval`')
+  end
   if self.mode ~= 'min' and self.mode ~= 'max' then
     misconf('`mode` can be min, max but got %s', tostring(self.mode))
   end
@@ -62,6 +72,7 @@ function ModelCheckpoint:__init(o)
             self.save_top_k)
   end
   self.best_k_models = {}
+  self._best_k_order = {}
   self.kth_best_model_path = ''
   self.best_model_score = nil
   self.best_model_path = ''
@@ -72,6 +83,21 @@ function ModelCheckpoint:__init(o)
   self._last_time_checked = nil
 end
 
+-- Python's repr of timedelta(seconds=s)
+local function timedelta_repr(s)
+  local us = math.floor(s * 1e6 + 0.5)
+  local days = math.floor(us / 86400e6)
+  us = us - days * 86400e6
+  local secs = math.floor(us / 1e6)
+  us = us - secs * 1e6
+  local parts = {}
+  if days ~= 0 then parts[#parts + 1] = ('days=%d'):format(days) end
+  if secs ~= 0 then parts[#parts + 1] = ('seconds=%d'):format(secs) end
+  if us ~= 0 then parts[#parts + 1] = ('microseconds=%d'):format(us) end
+  return 'datetime.timedelta(' .. (#parts > 0 and table.concat(parts, ', ') or '0') .. ')'
+end
+ModelCheckpoint._timedelta_repr = timedelta_repr
+
 local function pyrepr(v)
   if v == nil then return 'None' end
   if type(v) == 'string' then return "'" .. v .. "'" end
@@ -81,7 +107,7 @@ end
 function ModelCheckpoint:state_key()
   return ("ModelCheckpoint{'monitor': %s, 'mode': %s, 'every_n_train_steps': %d, 'every_n_epochs': %d, 'train_time_interval': %s}")
     :format(pyrepr(self.monitor), pyrepr(self.mode), self._every_n_train_steps, self._every_n_epochs,
-            pyrepr(self.train_time_interval))
+            type(self.train_time_interval) == 'table' and timedelta_repr(self._train_time_s) or pyrepr(self.train_time_interval))
 end
 
 ---------------------------------------------------------------- paths and names
@@ -96,7 +122,7 @@ function ModelCheckpoint:setup(trainer, pl_module, stage)
   local dir = self:_resolve_ckpt_dir(trainer)
   dir = trainer.strategy:broadcast(dir)
   self.dirpath = dir
-  if trainer.is_global_zero and stage == 'fit' then
+  if trainer.is_global_zero and stage == 'fit' and self.save_top_k ~= 0 then
     if #require('dpl.loggers.base').listdir(dir) > 0 then
       log.warn('Checkpoint directory %s exists and is not empty.', dir)
     end
@@ -135,8 +161,11 @@ function ModelCheckpoint:_find_last_checkpoints(trainer)
 end
 
 --- Formats a filename template with metrics (Lightning's _format_checkpoint_name).
-function ModelCheckpoint._format_checkpoint_name(filename, metrics, prefix, auto_insert_metric_name)
-  filename = filename or '{epoch}-{step}'
+--- `join` is the class's CHECKPOINT_JOIN_CHAR (Lightning's classmethod reads `cls`'s: a subclass
+--- or a class-level assignment changes the default `{epoch}-{step}` and the prefix separator).
+function ModelCheckpoint._format_checkpoint_name(filename, metrics, prefix, auto_insert_metric_name, join)
+  join = join or ModelCheckpoint.CHECKPOINT_JOIN_CHAR
+  if filename == nil or filename == '' then filename = '{epoch}' .. join .. '{step}' end
   if auto_insert_metric_name == nil then auto_insert_metric_name = true end
   local out = filename:gsub('{([^{}]*)}', function(inner)
     local name, spec = inner:match('^%s*([^:]-)%s*:(.*)$')
@@ -168,14 +197,15 @@ function ModelCheckpoint._format_checkpoint_name(filename, metrics, prefix, auto
     if auto_insert_metric_name then return name .. '=' .. text end
     return text
   end)
-  if prefix and prefix ~= '' then out = prefix .. ModelCheckpoint.CHECKPOINT_JOIN_CHAR .. out end
+  if prefix and prefix ~= '' then out = prefix .. join .. out end
   return out
 end
 
 function ModelCheckpoint:format_checkpoint_name(metrics, filename, ver)
   filename = filename or self.filename
-  local name = ModelCheckpoint._format_checkpoint_name(filename, metrics, nil, self.auto_insert_metric_name)
-  if ver ~= nil then name = name .. ModelCheckpoint.CHECKPOINT_JOIN_CHAR .. 'v' .. ver end
+  local join = self.CHECKPOINT_JOIN_CHAR
+  local name = ModelCheckpoint._format_checkpoint_name(filename, metrics, nil, self.auto_insert_metric_name, join)
+  if ver ~= nil then name = name .. join .. 'v' .. ver end
   return (self.dirpath and (self.dirpath .. '/') or '') .. name .. self.FILE_EXTENSION
 end
 
@@ -219,14 +249,19 @@ function ModelCheckpoint:_should_save_on_train_epoch_end(trainer)
   return vc.kind == 'fraction' and vc.value == 1
 end
 
+-- (Lightning: the train_time_interval clock starts at on_train_start)
+function ModelCheckpoint:on_train_start()
+  self._last_time_checked = require('dpl.capi').C.dpl_clock()
+end
+
 function ModelCheckpoint:on_train_batch_end(trainer)
   if self:_should_skip_saving_checkpoint(trainer) then return end
   local skip_batch = self._every_n_train_steps < 1 or trainer.global_step % self._every_n_train_steps ~= 0
   local skip_time = true
-  if self.train_time_interval then
+  if self._train_time_s then
     local now = require('dpl.capi').C.dpl_clock()
     self._last_time_checked = self._last_time_checked or now
-    skip_time = trainer.strategy:broadcast(now - self._last_time_checked < self.train_time_interval)
+    skip_time = trainer.strategy:broadcast(now - self._last_time_checked < self._train_time_s)
     if not skip_time then self._last_time_checked = now end
   end
   if skip_batch and skip_time then return end
@@ -259,6 +294,12 @@ end
 function ModelCheckpoint:_save_checkpoint(trainer, path)
   trainer:save_checkpoint(path, self.save_weights_only)
   self._last_global_step_saved = trainer.global_step
+  -- notify the loggers (Lightning's after_save_checkpoint, rank 0)
+  if trainer.is_global_zero then
+    for _, lg in ipairs(trainer.loggers or {}) do
+      if type(lg.after_save_checkpoint) == 'function' then lg:after_save_checkpoint(self) end
+    end
+  end
 end
 
 -- p absolute (against $PWD, no symlinks resolved) with '.', '..' and repeated '/' folded
@@ -323,7 +364,7 @@ function ModelCheckpoint:_save_monitor_checkpoint(trainer, m)
   if self:check_monitor_top_k(trainer, current) then
     self:_update_best_and_save(current, trainer, m)
   elseif self.verbose then
-    log.info('Epoch %d, global step %d: %s was not in top %d', trainer.current_epoch, trainer.global_step,
+    log.info("Epoch %d, global step %d: '%s' was not in top %d", trainer.current_epoch, trainer.global_step,
              self.monitor, self.save_top_k)
   end
 end
@@ -339,43 +380,57 @@ function ModelCheckpoint:_save_none_monitor_checkpoint(trainer, m)
   end
 end
 
+-- best_k_models's paths in the order they were added (a Python dict's order: Lightning's
+-- min()/max() over it keep the first of equal scores, so ties are decided by age, not by name);
+-- paths put into best_k_models by other code come last, sorted.
+function ModelCheckpoint:_best_k_paths()
+  local out, seen = {}, {}
+  for _, p in ipairs(self._best_k_order or {}) do
+    if self.best_k_models[p] ~= nil and not seen[p] then out[#out + 1] = p; seen[p] = true end
+  end
+  local rest = {}
+  for p in pairs(self.best_k_models) do if not seen[p] then rest[#rest + 1] = p end end
+  table.sort(rest)
+  for _, p in ipairs(rest) do out[#out + 1] = p end
+  self._best_k_order = out
+  return out
+end
+
 function ModelCheckpoint:_update_best_and_save(current, trainer, m)
-  local n = 0
-  for _ in pairs(self.best_k_models) do n = n + 1 end
+  local order = self:_best_k_paths()
+  local n = #order
   -- save_top_k=-1 keeps all: k is one more than those kept, so the kth (worst) is tracked too
   local k = self.save_top_k == -1 and n + 1 or self.save_top_k
   local del_path
   if n == k and k > 0 then
     del_path = self.kth_best_model_path
     self.best_k_models[del_path] = nil
+    self:_best_k_paths() -- (a path saved again goes to the end, as a key popped and set again)
   end
   if current ~= current then current = self.mode == 'min' and math.huge or -math.huge end
   local path = self:_get_metric_interpolated_filepath_name(m, trainer, del_path)
   self.current_score = current
   self.best_k_models[path] = current
-  n = 0
-  for _ in pairs(self.best_k_models) do n = n + 1 end
-  if n == k then
-    -- the worst of the kept
+  self._best_k_order[#self._best_k_order + 1] = path
+  order = self:_best_k_paths()
+  local worse = self.mode == 'min' and function(a, b) return a > b end or function(a, b) return a < b end
+  if #order == k then
+    -- the worst of the kept (the first added of equal scores, as Python's max/min)
     local worst_p, worst_v
-    for p, v in pairs(self.best_k_models) do
-      if worst_p == nil or (self.mode == 'min' and (v > worst_v or (v == worst_v and p > worst_p)))
-         or (self.mode == 'max' and (v < worst_v or (v == worst_v and p > worst_p))) then
-        worst_p, worst_v = p, v
-      end
+    for _, p in ipairs(order) do
+      local v = self.best_k_models[p]
+      if worst_p == nil or worse(v, worst_v) then worst_p, worst_v = p, v end
     end
     self.kth_best_model_path, self.kth_value = worst_p, worst_v
   end
   local best_p, best_v
-  for p, v in pairs(self.best_k_models) do
-    if best_p == nil or (self.mode == 'min' and v < best_v) or (self.mode == 'max' and v > best_v)
-       or (v == best_v and p < best_p) then
-      best_p, best_v = p, v
-    end
+  for _, p in ipairs(order) do
+    local v = self.best_k_models[p]
+    if best_p == nil or worse(best_v, v) then best_p, best_v = p, v end
   end
   self.best_model_path, self.best_model_score = best_p, best_v
   if self.verbose then
-    log.info('Epoch %d, global step %d: %s reached %.5f (best %.5f), saving model to %s as top %s',
+    log.info("Epoch %d, global step %d: '%s' reached %.5f (best %.5f), saving model to '%s' as top %s",
              trainer.current_epoch, trainer.global_step, self.monitor, current, best_v, path, tostring(k))
   end
   self:_save_checkpoint(trainer, path)
@@ -403,7 +458,9 @@ end
 function ModelCheckpoint:state_dict()
   return { monitor = self.monitor, best_model_score = self.best_model_score, best_model_path = self.best_model_path,
     current_score = self.current_score, dirpath = self.dirpath, best_k_models = self.best_k_models,
-    kth_best_model_path = self.kth_best_model_path, kth_value = self.kth_value, last_model_path = self.last_model_path }
+    kth_best_model_path = self.kth_best_model_path, kth_value = self.kth_value, last_model_path = self.last_model_path,
+    -- (not Lightning's: its dict keeps this order itself; JSON objects here are written sorted)
+    best_k_models_order = self:_best_k_paths() }
 end
 
 function ModelCheckpoint:load_state_dict(s)
@@ -412,6 +469,8 @@ function ModelCheckpoint:load_state_dict(s)
     self.kth_best_model_path = s.kth_best_model_path or ''
     self.kth_value = s.kth_value
     self.best_k_models = s.best_k_models or {}
+    self._best_k_order = s.best_k_models_order or {}
+    self:_best_k_paths()
     self.last_model_path = s.last_model_path or ''
     self.current_score = s.current_score
   else

@@ -397,6 +397,11 @@ function Logger:log_hyperparams(params)
 end
 
 function Logger:log_metrics() end
+--- Lightning's hooks for a logger of one's own: `log_graph(model, input_array)` at the start of every
+--- entry point (after log_hyperparams), `after_save_checkpoint(checkpoint_callback)` after each save of
+--- a ModelCheckpoint (rank 0). Both do nothing here.
+function Logger:log_graph() end
+function Logger:after_save_checkpoint() end
 function Logger:save() end
 function Logger:finalize() self:save() end
 

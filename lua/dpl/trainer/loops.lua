@@ -364,7 +364,11 @@ function M._run_stages(t, model, ckpt_path)
   if #t.loggers > 0 then
     local hp = M.merged_hparams(model, t.datamodule) -- (on every rank: a clash stops them all)
     if t.is_global_zero then
-      for _, lg in ipairs(t.loggers) do lg:log_hyperparams(hp) end
+      for _, lg in ipairs(t.loggers) do
+        lg:log_hyperparams(hp)
+        if type(lg.log_graph) == 'function' then lg:log_graph(model) end
+        if type(lg.save) == 'function' then lg:save() end
+      end
     end
   end
   if ckpt and fn == 'fit' then require('dpl.trainer.checkpoint').restore_training_state(t, ckpt) end
