@@ -41,6 +41,7 @@ local function fashion_mnist()
 end
 
 local cases = {
+  { doc = 'distributions.md', marker = 'local z = q:rsample({ 8 })', stdout = '^8\ttrue\t3\n$' },
   { doc = 'linalg.md', marker = 'local x = la.solve(A, dpl.tensor({ 1, 2 }',
     postlude = "\nassert((A:matmul(x) - dpl.tensor({ 1, 2 }, { dtype = 'float64' })):abs():max():item() < 1e-12)"
       .. "\nassert((L:matmul(L:t()) - A):abs():max():item() < 1e-12 and w[1]:item() < w[2]:item())\nprint('ok')",

@@ -688,7 +688,18 @@ return function(M, H)
     x, y = floating(x), floating(y)
     local mask = methods.logical_and(methods.eq(x, 0), methods.logical_not(methods.isnan(y)))
     local ys = M.where(mask, 1, y)
-    return M.where(mask, 0, methods.mul(x, methods.log(ys)))
+    local r = M.where(mask, 0, methods.mul(x, methods.log(ys)))
+    -- PyTorch's gradient in x is log(y) also where x is 0 (0 where y is 0 too): a zero-valued
+    -- term that carries it (only when x records a gradient)
+    local A = package.loaded['dpl.autograd']
+    if A and A.is_grad_enabled() and x.requires_grad and methods.any(mask):item() then
+      local g = M.no_grad(function()
+        local pos = methods.logical_and(mask, methods.ne(y, 0))
+        return M.where(pos, methods.log(M.where(pos, y, 1)), 0)
+      end)
+      r = methods.add(r, methods.mul(methods.sub(x, methods.detach(x)), g))
+    end
+    return r
   end
   --- hypot(a, b): sqrt(a^2 + b^2), scaled so that large values do not overflow.
   function methods.hypot(a, b)
