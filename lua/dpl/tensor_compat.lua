@@ -274,17 +274,30 @@ return function(M, H)
     if t._dtype == 6 or t._dtype == 7 then return M.zeros(size_of(t), { dtype = 'bool', device = dev_of(t) }) end
     return methods.lt(t, 0)
   end
+  -- PyTorch's copysign backward: grad * result / t (0 where t is 0) for t, zeros for other
+  local COPYSIGN_RULE = {
+    nin = 2, name = 'CopysignBackward',
+    save = function(n, out, t, o) n.out, n.t, n.o = out, methods.detach(t), o end,
+    bw = function(n, g)
+      local t = n.t
+      local ratio = methods.masked_fill(methods.div(n.out, t), methods.eq(t, 0), 0)
+      local gt = methods.mul(g, ratio)
+      if is_float(t) and gt._dtype ~= t._dtype then gt = methods.to(gt, dtype_of(t)) end
+      return gt, is_tensor(n.o) and M.zeros_like(n.o) or nil
+    end,
+  }
   --- t:copysign(other): |t| with the sign (bit) of other, broadcast; a floating result (integers
-  --- give float32); the gradient of t is sign(t) * sign(result) (0 where t is 0), other gets none
+  --- give float32); the gradient of t is sign(t) * sign(result) (0 where t is 0), of other zero
   function methods.copysign(t, o)
     need_tensor('copysign', 'input', t)
     need_operand('copysign', 'other', o)
     local dt = result_type(t, o)
     if not FINFO[dt] then dt = 'float32' end
-    local a = t._dtype == M[dt] and t or methods.to(t, dt)
+    local a = methods.detach(dtype_of(t) == dt and t or methods.to(t, dt))
     local s = methods.signbit(as_tensor(o, is_tensor(o) and dtype_of(o) or 'float64', t))
     local m = methods.abs(a)
-    return M.where(s, methods.neg(m), m)
+    local out = M.where(s, methods.neg(m), m)
+    return record(COPYSIGN_RULE, out, t, is_tensor(o) and o or out, o)
   end
   function methods.copysign_(t, o)
     need_tensor('copysign_', 'input', t)
@@ -542,7 +555,7 @@ return function(M, H)
     elseif is_opts(invert) then invert, opts = nil, invert end
     if opts ~= nil then
       if not is_opts(opts) then value_error(fmt('isin: options must be a table, got %s', got(opts))) end
-      options.check('isin', opts, K_ISIN)
+      options.check(opts, K_ISIN, 'isin')
       assume_unique = opts.assume_unique == nil and assume_unique or opts.assume_unique
       invert = opts.invert == nil and invert or opts.invert
     end
