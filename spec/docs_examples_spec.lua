@@ -41,6 +41,7 @@ local function fashion_mnist()
 end
 
 local cases = {
+  { doc = 'metrics.md', marker = 'local batch_acc = acc(preds, target)', stdout = '^0%.5\t0%.6666666865348' },
   { doc = 'distributions.md', marker = 'local z = q:rsample({ 8 })', stdout = '^8\ttrue\t3\n$' },
   { doc = 'linalg.md', marker = 'local x = la.solve(A, dpl.tensor({ 1, 2 }',
     postlude = "\nassert((A:matmul(x) - dpl.tensor({ 1, 2 }, { dtype = 'float64' })):abs():max():item() < 1e-12)"

@@ -26,7 +26,7 @@ local lazy = {
   cli = 'dpl.cli', yaml = 'dpl.yaml',
   dist = 'dpl.dist',
   amp = 'dpl.amp',
-  linalg = 'dpl.linalg', special = 'dpl.special', distributions = 'dpl.distributions',
+  linalg = 'dpl.linalg', special = 'dpl.special', distributions = 'dpl.distributions', metrics = 'dpl.metrics',
   autograd = 'dpl.autograd', nn = 'dpl.nn', optim = 'dpl.optim', datasets = 'dpl.datasets', data = 'dpl.data',
 }
 

@@ -673,6 +673,7 @@ function M.run_train(t)
     t:_call_module_hook('on_train_epoch_end')
     local logd = rc:collect_epoch()
     rc:log_metrics(logd, max(0, t.fit_loop.batches_that_stepped - 1), true)
+    rc:end_epoch()
     update_lr_schedulers(t, 'epoch', true, nil)
     t.current_epoch = epoch + 1
     model.current_epoch = t.current_epoch

@@ -595,6 +595,7 @@ function M.run_evaluation(t, stage, sanity)
   t:_call_callback_hooks(H.epoch_end)
   t:_call_module_hook(H.epoch_end)
   local logd = rc:collect_epoch()
+  rc:end_epoch()
   if not sanity then
     rc:log_metrics(logd)
     t._val_ran = t._val_ran or stage == 'val'

@@ -153,7 +153,19 @@ function M:on_epoch_start()
   for i = 1, #c.list do
     local e = c.list[i]
     e.sum, e.weight, e.agg, e.has_epoch = 0, 0, nil, false
+    if e.metric then e.metric:reset() end
   end
+end
+
+-- a logged Metric's epoch value: its compute(), which must be one number
+local function metric_value(e)
+  local r = e.metric:compute()
+  local T = require 'dpl.tensor'
+  if T.is_tensor(r) and tonumber(r._numel) ~= 1 then
+    errors.ValueError:raise(('self:log(%s, metric): the metric computed a tensor of %d elements; a logged metric must '
+      .. 'compute a single value (log its elements one by one)'):format(e.name, tonumber(r._numel)), 0)
+  end
+  return to_number(r)
 end
 
 -- adds value v (a number) with weight bs to e's epoch aggregate
@@ -290,8 +302,17 @@ function M:log(fx, name, value, opts)
   -- of it (on the device): the value as it is now, whatever later in-place ops do to it.
   -- The step value's reduction (a collective: every rank logs in the same order) runs on
   -- the GPU with NCCL, and the reduced tensor waits the same way.
+  -- a torchmetrics-style Metric (dpl.metrics): the step value is its last forward's (none
+  -- when it was only updated), the epoch value its compute() (it syncs itself), and it is
+  -- reset when the collection's next epoch starts (Lightning's _ResultMetric)
+  local metric
+  if type(value) == 'table' and value.__is_metric then
+    metric = value
+    value = metric._forward_cache
+    if value == nil then value = 0 end
+  end
   local strategy = self.trainer.strategy
-  local sync = opts.sync_dist == true and opts.rank_zero_only ~= true
+  local sync = opts.sync_dist == true and opts.rank_zero_only ~= true and metric == nil
   local step_sync = sync and on_step and self.trainer.world_size > 1
   local dev, dev_step, v_step = nil, nil, nil -- device copies (this rank's, the step value), the step number
   local v
@@ -370,6 +391,12 @@ function M:log(fx, name, value, opts)
   end
   e.value = dev_step or v_step or v
   e.stamp = self.stamp
+  if metric then
+    e.metric = metric
+    if metric._forward_cache == nil then e.stamp = -1 end -- (no step value: only updated)
+    if on_epoch then e.has_epoch = true end
+    return
+  end
   if on_epoch then
     e.has_epoch = true
     local bs = 1
@@ -459,7 +486,8 @@ function M:collect_epoch()
   for i = 1, #c.list do
     local e = c.list[i]
     if e.on_epoch and e.has_epoch then
-      local v = epoch_value(e, e.sync and t.world_size > 1)
+      local v
+      if e.metric then v = metric_value(e) else v = epoch_value(e, e.sync and t.world_size > 1) end
       if e.logger then logd[e.n_epoch] = v end
       if e.prog_bar then pbm[e.n_epoch] = v end
       cbm[e.n_epoch] = v
@@ -467,6 +495,17 @@ function M:collect_epoch()
     end
   end
   return logd
+end
+
+--- The Metrics logged in the current collection start over: called at the very end of an
+--- epoch, after its last collect_epoch (Lightning resets them there).
+function M:end_epoch()
+  local c = self.current
+  if not c then return end
+  for i = 1, #c.list do
+    local e = c.list[i]
+    if e.metric then e.metric:reset() end
+  end
 end
 
 local INT_EPOCH = { epoch = true }
