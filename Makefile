@@ -81,7 +81,7 @@ $(BUILD)/cuda/%.o: src/cuda/%.c include/dpl.h src/host/dpl_internal.h src/tensor
 	@mkdir -p $(dir $@)
 	$(CC) $(PLUGIN_CFLAGS) -c -o $@ $<
 
-$(BUILD)/cuda/%.cu.o: src/cuda/%.cu $(wildcard src/cuda/*.h src/cuda/*.cuh)
+$(BUILD)/cuda/%.cu.o: src/cuda/%.cu $(wildcard src/cuda/*.h src/cuda/*.cuh) src/tensor/dpl_special_math.h include/dpl.h
 	@mkdir -p $(dir $@)
 	$(HAVE_NVCC) $(NVCC_FLAGS) -c -o $@ $<
 

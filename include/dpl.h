@@ -492,8 +492,9 @@ int dpl_linalg_svd(const dpl_tensor *a, int32_t full, int32_t uv, dpl_tensor **u
 int dpl_linalg_solve_triangular(const dpl_tensor *a, const dpl_tensor *b, int32_t upper, int32_t left, int32_t unit,
                                 dpl_tensor **x);
 
-/* Special functions (src/tensor/dpl_tensor_special.c), CPU only: computed in double per
- * element, stored in a's floating dtype (float32 for integer and bool a). POLYGAMMA takes its
+/* Special functions (src/tensor/dpl_tensor_special.c; GPU tensors in the CUDA backend with the
+ * same math, src/tensor/dpl_special_math.h): computed in double per element, stored in a's
+ * floating dtype (float32 for integer and bool a). POLYGAMMA takes its
  * order n (>= 0); the two-argument ones broadcast a and b: ZETA(x, q) is Hurwitz's zeta,
  * GAMMAINC(a, x) / GAMMAINCC(a, x) the regularized lower / upper incomplete gamma. */
 typedef enum dpl_specop {
@@ -557,7 +558,8 @@ int dpl_mse_loss_backward(const dpl_tensor *grad_out, const dpl_tensor *a, const
                           int32_t reduction, dpl_tensor **grad_a);
 
 /* The CTC loss (src/tensor/dpl_tensor_ctc.c; Lua: nn.functional.ctc_loss), PyTorch 1.13's CPU
- * algorithm, CPU only. log_probs [T, N, C] float32/float64 (any strides); targets int64, 0-based,
+ * algorithm; log_probs in GPU memory run the same recursions in the CUDA backend (the other
+ * arguments in host memory). log_probs [T, N, C] float32/float64 (any strides); targets int64, 0-based,
  * contiguous: [N, S] (row b holds target_lengths[b] labels) or 1-d (the targets concatenated);
  * input_lengths, target_lengths: contiguous int64 [N] (0 <= input length <= T); blank 0-based.
  * nll: [N] negative log likelihoods (inf where the target cannot be aligned; 0 / inf for an
@@ -734,7 +736,7 @@ int dpl_interpolate_backward(const dpl_tensor *grad, int32_t nsp, const int64_t 
                              int32_t mode, int32_t align_corners, dpl_tensor **out);
 /* Adaptive pooling of x [N, C, H, W] to [N, C, oh, ow], PyTorch's windows [floor(i*H/oh),
  * ceil((i+1)*H/oh)); max: indices are 0-based positions in each H*W plane (backward:
- * dpl_max_pool2d_backward). */
+ * dpl_max_pool2d_backward). Any device (GPU tensors in the CUDA backend). */
 int dpl_adaptive_avg_pool2d(const dpl_tensor *x, int64_t oh, int64_t ow, dpl_tensor **out);
 int dpl_adaptive_avg_pool2d_backward(const dpl_tensor *grad, int64_t H, int64_t W, dpl_tensor **out);
 int dpl_adaptive_max_pool2d(const dpl_tensor *x, int64_t oh, int64_t ow, dpl_tensor **out, dpl_tensor **indices);

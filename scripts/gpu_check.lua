@@ -81,14 +81,11 @@ if mode == 'ops' then
   emit('| int64 matmul on cuda gives [[7, 10], [15, 22]] | %s | %s |', good and 'pass' or '**FAIL**',
     ok and (good and '' or 'wrong values') or tostring(e))
   if not good then nfail = nfail + 1 else npass = npass + 1 end
-  -- the ops still CPU only raise the clear error on cuda (NotImplementedError naming the op)
-  local F = dpl.nn.functional
+  -- the ops still CPU only raise the clear error on cuda (NotImplementedError naming the op):
+  -- dpl.linalg (docs/linalg.md) runs on the CPU only
   for _, c in ipairs({
-    { 'ctc_loss', function()
-      local lp = dpl.randn(6, 2, 4):log_softmax(3):cuda()
-      return F.ctc_loss(lp, dpl.tensor({ { 1, 2 }, { 3, 1 } }):cuda(), { 6, 6 }, { 2, 2 })
-    end },
-    { 'adaptive_avg_pool2d', function() return F.adaptive_avg_pool2d(dpl.randn(1, 2, 5, 5):cuda(), 3) end },
+    { 'linalg.inv', function() return dpl.linalg.inv(dpl.eye(3):cuda()) end },
+    { 'linalg.lu_factor', function() return dpl.linalg.det(dpl.eye(3):cuda()) end },
   }) do
     local ok2, e2 = pcall(c[2])
     local want = c[1] .. ': not implemented on cuda'

@@ -521,7 +521,7 @@ describe('nn loss group: behaviour', function()
     assert.truthy(out:find('cuda:0\tcuda:0', 1, true), out)
   end)
 
-  it('on a GPU (the CUDA emulator): they agree with the CPU; ctc_loss (CPU only) raises NotImplementedError', function()
+  it('on a GPU (the CUDA emulator): they agree with the CPU, ctc_loss (its GPU kernel) too', function()
     local f = io.open(h.root .. '/build/cuda-emu/dpl_cuda_emu.so', 'rb')
     if not f then pending('the CUDA emulator is not built (make cuda-emu; spec/cuda_emu_spec.lua builds it)') return end
     f:close()
@@ -529,7 +529,7 @@ describe('nn loss group: behaviour', function()
       .. h.q(h.root .. '/spec/support/nn_loss_gpu_script.lua'), { timeout = 120 })
     assert.are.equal(0, rc, out .. err)
     -- (relu6, hardsigmoid, selu, celu: composed from GPU ops since hardtanh and elu run there)
-    local raises = { ctc = 'ctc_loss' }
+    local raises = {} -- (ctc_loss raised NotImplementedError here until it got its kernel, 2026-12-01)
     local n = 0
     for line in out:gmatch('[^\n]+') do
       local name, rest = line:match('^(%S+) (.*)$')

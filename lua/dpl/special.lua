@@ -1,8 +1,9 @@
 -- dpl.special: PyTorch's torch.special (gammaln, digamma/psi, polygamma, multigammaln, erf,
 -- erfc, erfcx, erfinv, the modified Bessel functions i0/i0e/i1/i1e, ndtr/ndtri/log_ndtr,
 -- sinc, entr, xlogy/xlog1py, zeta, gammainc/gammaincc, and the aliases expit, logit, exp2,
--- expm1, log1p, logsumexp, softmax, log_softmax, round), on CPU tensors; the one- and
--- two-argument functions run in C (src/tensor/dpl_tensor_special.c) and record their
+-- expm1, log1p, logsumexp, softmax, log_softmax, round), on CPU and GPU tensors; the one- and
+-- two-argument functions run in C (src/tensor/dpl_tensor_special.c; on a GPU the backend's
+-- kernel with the same per-element math, dpl_special_math.h) and record their
 -- gradients with the rules below (zeta's in x and gammainc's in a raise, as PyTorch's).
 -- `require 'dpl.special'` is the namespace (dpl.special); dpl.tensor calls it as a function
 -- the first time one of the tensor names is read (t:lgamma(), dpl.digamma, t:polygamma(n),
@@ -87,7 +88,7 @@ local function one(name, op, fn_deriv)
   end
 end
 local function where0(x, v, other) -- v where x == 0, else other
-  return T.where(x:eq(0), T.full({}, v, { dtype = T.dtype_names[other._dtype] }), other)
+  return T.where(x:eq(0), T.full({}, v, { dtype = T.dtype_names[other._dtype], device = other.device }), other)
 end
 
 S.gammaln = one('lgamma', SP.lgamma, function(x) return S.digamma(x) end)

@@ -422,6 +422,218 @@ add('autograd: adaptive_max_pool2d gradient', function() return { randn(2, 3, 7,
     ;(dpl.nn.functional.adaptive_max_pool2d(p, { 3, 4 }) * g):sum():backward()
     return { p.grad }
   end)
+-- special functions (DPL_BK_SPECIAL: dpl_special_math.h's formulas per element in double, stored in
+-- the input's dtype): edge values (poles, zeros, signed zeros, infinities, NaN, large
+-- arguments), transposed inputs, the tensor methods and in-place forms, integer inputs (float32
+-- results), broadcasting and numbers in the two-argument ones, errors as messages
+local special_one = { 'gammaln', 'digamma', 'erfc', 'erfcx', 'i0', 'i0e', 'i1', 'i1e', 'ndtr', 'log_ndtr', 'sinc' }
+local function on(dev, dt, list) return dpl.tensor(list, { dtype = 'float64' }):to(dt):to(dev) end
+for _, dt in ipairs({ 'float32', 'float64', 'float16', 'bfloat16' }) do
+  add('special one-argument ' .. dt, function() return { sample(dt, 5, 12), dpl.rand(4, 7):to(dt) } end,
+    function(dev, x, p)
+      local S = dpl.special
+      local e = on(dev, dt, { 0, -0.0, -1, -2, -2.5, -0.5, 0.5, 1, 2, 1e-8, 3, 9.5, 25, 31, 40, 700, -8, -30, -40,
+        1 / 0, -1 / 0, 0 / 0 })
+      local r = {}
+      for _, f in ipairs(special_one) do
+        r[#r + 1] = S[f](x)
+        r[#r + 1] = S[f](e)
+        r[#r + 1] = S[f](x:t()) -- strided
+      end
+      r[#r + 1] = S.ndtri(p)
+      r[#r + 1] = S.ndtri(on(dev, dt, { 0, 1, 0.5, 0.01, 0.02425, 0.3, 0.97, 0.999, 1e-30, -0.1, 1.1, 0 / 0 }))
+      for n = 0, 3 do
+        r[#r + 1] = S.polygamma(n, x)
+        r[#r + 1] = S.polygamma(n, e)
+      end
+      r[#r + 1] = x:lgamma()
+      r[#r + 1] = dpl.digamma(x:t())
+      r[#r + 1] = x:polygamma(2)
+      r[#r + 1] = x:erfc()
+      r[#r + 1] = x:i0()
+      r[#r + 1] = x:sinc()
+      r[#r + 1] = x:clone():lgamma_()
+      r[#r + 1] = x:clone():polygamma_(1)
+      r[#r + 1] = x:t():clone():sinc_()
+      r[#r + 1] = S.multigammaln(x:abs() + 2, 3)
+      r[#r + 1] = S.gammaln(x:narrow(2, 1, 0)) -- empty
+      r[#r + 1] = S.erfc(x[{ 2, 3 }]) -- 0-d
+      r[#r + 1] = S.i1(x:view(5, 12, 1):expand(5, 12, 3)) -- broadcast view (stride 0)
+      r[#r + 1] = err_bytes(dev, function() return S.polygamma(-1, x) end)
+      r[#r + 1] = err_bytes(dev, function() return S.erfc(x, 2) end)
+      return r
+    end)
+  add('special two-argument ' .. dt, function()
+    return { (dpl.rand(4, 1) * 5 + 1.1):to(dt), (dpl.rand(1, 6) * 4):to(dt), (dpl.rand(3, 5) * 6):to(dt) }
+  end, function(dev, s, q, a)
+    local S = dpl.special
+    local r = {}
+    r[#r + 1] = S.zeta(s, q) -- [4, 1] with [1, 6]
+    r[#r + 1] = S.zeta(s:t(), q:t()) -- [1, 4] with [6, 1]
+    r[#r + 1] = S.zeta(2, q)
+    r[#r + 1] = S.zeta(s, 1.5)
+    r[#r + 1] = S.zeta(on(dev, dt, { 1, 0.5, 2, 3, 2, 4, 0 / 0, 2, 4, 2, 1.5, 12 }),
+      on(dev, dt, { 1, 1, 0, -1, -1.5, -2.5, 1, 1 / 0, 0 / 0, 1e-3, -0.5, 0.25 }))
+    for _, f in ipairs({ 'gammainc', 'gammaincc' }) do
+      r[#r + 1] = S[f](s, q)
+      r[#r + 1] = S[f](a, a:t():contiguous():t()) -- strided
+      r[#r + 1] = S[f](a, 2.5)
+      r[#r + 1] = S[f](on(dev, dt, { 0, 0, 1, -1, 0 / 0, 1 / 0, 2, 30, 0.5, 3, 100, 1e-3, 5 }),
+        on(dev, dt, { 1, 0, 0, 1, 1, 1, 1 / 0, 25, 1e-3, 0 / 0, 101, 2, -1 }))
+    end
+    r[#r + 1] = dpl.igamma(a, a:t():contiguous():t())
+    r[#r + 1] = dpl.igammac(s, q)
+    r[#r + 1] = S.zeta(s:narrow(1, 1, 0), q) -- empty
+    r[#r + 1] = err_bytes(dev, function() return S.zeta(s:view(4), q:view(6)) end)
+    r[#r + 1] = err_bytes(dev, function() return S.gammainc(1, 2) end)
+    return r
+  end)
+end
+add('special mixed and integer dtypes', function()
+  return { randint(-6, 30, { 4, 5 }, 'int32'), randint(-6, 30, { 4, 5 }), randint(0, 256, { 4, 5 }, 'uint8'),
+    dpl.rand(4, 5):gt(0.5), (dpl.rand(4, 5) * 4 + 1.5):double(), dpl.rand(4, 5) * 3 }
+end, function(_, i32, i64, u8, b, s64, q32)
+  local S = dpl.special
+  local r = {}
+  for _, x in ipairs({ i32, i64, u8, b }) do
+    r[#r + 1] = S.gammaln(x)
+    r[#r + 1] = S.digamma(x)
+    r[#r + 1] = S.i0e(x)
+    r[#r + 1] = S.polygamma(1, x)
+  end
+  r[#r + 1] = S.zeta(s64, q32) -- float64 with float32: float64
+  r[#r + 1] = S.gammainc(i64:abs(), q32)
+  r[#r + 1] = S.zeta(i64:abs() + 2, i32:abs() + 1) -- integers: float32
+  return r
+end)
+add('autograd: special function gradients', function()
+  return { randn(3, 4), dpl.rand(3, 4) * 3 + 0.5, randn(3, 4), dpl.rand(3, 4) * 0.9 + 0.05 }
+end, function(_, x, pos, g, p)
+  local S = dpl.special
+  local r = {}
+  local function grad_of(f, v)
+    local l = v:clone():requires_grad_()
+    ;(f(l) * g):sum():backward()
+    r[#r + 1] = l.grad
+  end
+  for _, f in ipairs({ 'erfc', 'erfcx', 'i0', 'i0e', 'i1', 'i1e', 'ndtr', 'log_ndtr', 'sinc' }) do grad_of(S[f], x) end
+  grad_of(S.gammaln, pos)
+  grad_of(S.digamma, pos)
+  grad_of(function(v) return S.polygamma(2, v) end, pos)
+  grad_of(S.ndtri, p)
+  grad_of(function(v) return S.zeta(3, v) end, pos)
+  grad_of(function(v) return S.gammainc(pos, v) end, pos)
+  grad_of(function(v) return S.gammaincc(2.5, v) end, pos)
+  grad_of(function(v) return S.i1(v * 0) end, x) -- at 0 (the 0.5 rule)
+  r[#r + 1] = err_bytes(x.device, function()
+    local l = pos:clone():requires_grad_()
+    S.zeta(l, 2):sum():backward()
+  end)
+  return r
+end)
+
+-- the CTC loss (DPL_BK_CTC / DPL_BK_CTC_BWD: a block per sequence over the CPU's log-space
+-- recursions): padded and concatenated targets, repeated labels, empty targets, a zero input
+-- length, another blank, each reduction, zero_infinity with an impossible sequence, strided and
+-- unbatched log_probs, targets longer than a block's threads, the gradients, errors as messages
+for _, dt in ipairs({ 'float32', 'float64' }) do
+  add('ctc_loss ' .. dt, function()
+    return { randn(12, 5, 6):to(dt), randint(2, 7, { 5, 6 }), randn(5, 12, 6):to(dt), randn(5) }
+  end, function(dev, x, tg, xt, w)
+    local F = dpl.nn.functional
+    local lp = x:log_softmax(3)
+    local il, tl = { 12, 10, 7, 12, 0 }, { 5, 3, 0, 6, 0 }
+    tg[{ 1, 2 }] = tg[{ 1, 1 }] -- a repeated label
+    local r = {}
+    local function put(...) for _, t in ipairs({ ... }) do r[#r + 1] = t end end
+    for _, red in ipairs({ 'none', 'mean', 'sum' }) do put(F.ctc_loss(lp, tg, il, tl, { reduction = red })) end
+    local flat = dpl.cat({ tg[1]:narrow(1, 1, 5), tg[2]:narrow(1, 1, 3), tg[4] }) -- concatenated
+    put(F.ctc_loss(lp, flat, dpl.tensor(il), dpl.tensor(tl), { reduction = 'none' }))
+    local tg3 = tg:masked_fill(tg:eq(3), 2) -- blank 3: labels avoid it
+    put(F.ctc_loss(lp, tg3, il, tl, { blank = 3, reduction = 'none' }))
+    local short = { 2, 10, 7, 12, 0 } -- sequence 1: 5 labels in 2 steps, impossible
+    put(F.ctc_loss(lp, tg, short, tl, { reduction = 'none' }))
+    put(F.ctc_loss(lp, tg, short, tl, { reduction = 'none', zero_infinity = true }))
+    put(F.ctc_loss(lp, tg, short, tl, { zero_infinity = true }))
+    local lps = xt:log_softmax(3):transpose(1, 2) -- strided [T, N, C]
+    put(F.ctc_loss(lps, tg, il, tl, { reduction = 'none' }))
+    put(F.ctc_loss(lp[{ {}, 2 }], tg[2]:narrow(1, 1, 3), { 10 }, { 3 })) -- unbatched [T, C]
+    -- gradients: each reduction, zero_infinity, strided
+    local function grad_of(src, f)
+      local l = src:detach():clone():requires_grad_()
+      f(l):backward()
+      put(l.grad)
+    end
+    grad_of(lp, function(l) return (F.ctc_loss(l, tg, il, tl, { reduction = 'none' }) * w:to(dt):to(dev)):sum() end)
+    grad_of(lp, function(l) return F.ctc_loss(l, tg, il, tl) end)
+    grad_of(lp, function(l) return F.ctc_loss(l, flat, il, tl, { reduction = 'sum' }) end)
+    grad_of(lp, function(l) return F.ctc_loss(l, tg3, il, tl, { blank = 3 }) end)
+    grad_of(lp, function(l) return F.ctc_loss(l, tg, short, tl, { zero_infinity = true, reduction = 'sum' }) end)
+    grad_of(x, function(l) return F.ctc_loss(l:log_softmax(3), tg, il, tl) end) -- through log_softmax
+    local xs = xt:detach():clone():requires_grad_()
+    F.ctc_loss(xs:transpose(1, 2):log_softmax(3), tg, il, tl):backward()
+    put(xs.grad)
+    put(err_bytes(dev, function() return F.ctc_loss(lp, tg:masked_fill(tg:eq(4), 1), il, tl) end)) -- the blank
+    put(err_bytes(dev, function() return F.ctc_loss(lp, tg + 5, il, tl) end)) -- out of range
+    put(err_bytes(dev, function() return F.ctc_loss(lp, tg, { 13, 1, 1, 1, 1 }, tl) end))
+    put(err_bytes(dev, function() return F.ctc_loss(lp, tg, il, { 7, 1, 1, 1, 1 }) end))
+    put(err_bytes(dev, function() return F.ctc_loss(lp, flat:narrow(1, 1, 5), il, tl) end))
+    put(err_bytes(dev, function() return F.ctc_loss(lp:half(), tg, il, tl) end))
+    return r
+  end)
+end
+add('ctc_loss long targets (more positions than a block has threads)', function()
+  return { randn(400, 2, 5):double(), randint(2, 6, { 2, 180 }) }
+end, function(_, x, tg)
+  local F = dpl.nn.functional
+  local l = x:log_softmax(3):detach():requires_grad_()
+  local loss = F.ctc_loss(l, tg, { 400, 390 }, { 180, 150 }, { reduction = 'none' })
+  loss:sum():backward()
+  return { loss, l.grad }
+end)
+
+-- adaptive average pooling to any size (DPL_BK_ADAPTIVE_AVG_POOL2D: PyTorch's windows, sums in
+-- double in the CPU's order) and its gradient (DPL_BK_ADAPTIVE_AVG_POOL2D_BWD: a gather per input
+-- element adding in the CPU's order); 1-d through [N, C, 1, L]
+for _, dt in ipairs({ 'float32', 'float64', 'float16', 'bfloat16' }) do
+  add('adaptive_avg_pool1d/2d ' .. dt, function() return { sample(dt, 2, 3, 7, 10), sample(dt, 2, 4, 11) } end,
+    function(dev, x, v)
+      local F = dpl.nn.functional
+      local y = x:clone()
+      y[{ 1, 1, 2, 2 }] = 0 / 0; y[{ 1, 2, 1, 1 }] = -math.huge
+      local r = {}
+      local function put(...) for _, t in ipairs({ ... }) do r[#r + 1] = t end end
+      put(F.adaptive_avg_pool2d(x, { 3, 4 }), F.adaptive_avg_pool2d(y, 5), F.adaptive_avg_pool2d(x, { 7, 10 }))
+      put(F.adaptive_avg_pool2d(x, { 1, 1 }), F.adaptive_avg_pool2d(x, { 1, 3 }), F.adaptive_avg_pool2d(x, { nil, 3 }))
+      put(F.adaptive_avg_pool2d(x[1], { 9, 13 })) -- larger than the input: overlapping windows, unbatched
+      put(F.adaptive_avg_pool2d(x:transpose(3, 4), { 2, 3 })) -- strided
+      put(F.adaptive_avg_pool2d(x, { 0, 3 }), F.adaptive_avg_pool2d(x:narrow(1, 1, 0), 2)) -- empty
+      put(F.adaptive_avg_pool1d(v, 4), F.adaptive_avg_pool1d(v[2], 6), F.adaptive_avg_pool1d(v, 15))
+      put(dpl.nn.AdaptiveAvgPool2d({ 2, 5 })(x), dpl.nn.AdaptiveAvgPool1d(3)(v))
+      put(err_bytes(dev, function() return F.adaptive_avg_pool2d(x:narrow(3, 1, 0), 2) end))
+      put(err_bytes(dev, function() return F.adaptive_avg_pool2d(x, { -1, 2 }) end))
+      return r
+    end)
+  add('autograd: adaptive_avg_pool1d/2d gradient ' .. dt, function()
+    return { sample(dt, 2, 3, 7, 10), sample(dt, 2, 3, 3, 4), sample(dt, 2, 3, 9, 13), sample(dt, 2, 4, 11),
+      sample(dt, 2, 4, 4) }
+  end, function(_, x, g, g2, v, gv)
+    local F = dpl.nn.functional
+    local r = {}
+    for _, c in ipairs({ { { 3, 4 }, g }, { { 9, 13 }, g2 } }) do
+      local p = x:clone():requires_grad_()
+      ;(F.adaptive_avg_pool2d(p, c[1]) * c[2]):sum():backward()
+      r[#r + 1] = p.grad
+    end
+    local q = v:clone():requires_grad_()
+    ;(F.adaptive_avg_pool1d(q, 4) * gv):sum():backward()
+    r[#r + 1] = q.grad
+    local t = x:clone():requires_grad_() -- strided input
+    ;(F.adaptive_avg_pool2d(t:transpose(3, 4), { 4, 3 }) * g:transpose(3, 4)):sum():backward()
+    r[#r + 1] = t.grad
+    return r
+  end)
+end
 -- F.unfold / F.fold (DPL_BK_IM2COL / DPL_BK_COL2IM; fold sums in the CPU's order) and their
 -- gradients (each the other's), Tensor:unfold (a view) and its gradient
 for _, dt in ipairs({ 'float32', 'float64', 'float16', 'bfloat16' }) do

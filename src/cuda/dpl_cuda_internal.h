@@ -118,5 +118,8 @@ int dpl_cu_op_layer_norm(const dpl_bk_args *a);  /* LAYER_NORM(_BWD) (dpl_cuda_n
 int dpl_cu_op_scan(const dpl_bk_args *a);        /* SCAN, CUMPROD_BWD (dpl_cuda_scan.c) */
 int dpl_cu_op_sort(const dpl_bk_args *a);        /* SORT (dpl_cuda_scan.c) */
 int dpl_cu_op_select(const dpl_bk_args *a);      /* SELECT (dpl_cuda_scan.c) */
-int dpl_cu_op_window(const dpl_bk_args *a);      /* HISTC, IM2COL, COL2IM, ADAPTIVE_MAX_POOL2D, MAX_POOL1D (dpl_cuda_window.c) */
+int dpl_cu_op_window(const dpl_bk_args *a);      /* HISTC, IM2COL, COL2IM, ADAPTIVE_MAX_POOL2D, MAX_POOL1D,
+                                                    ADAPTIVE_AVG_POOL2D(_BWD) (dpl_cuda_window.c) */
+int dpl_cu_op_special(const dpl_bk_args *a);     /* SPECIAL (dpl_cuda_special.c) */
+int dpl_cu_op_ctc(const dpl_bk_args *a);         /* CTC, CTC_BWD (dpl_cuda_ctc.c) */
 #endif

@@ -119,6 +119,26 @@ int dpl_cu_embedding(const void *w, const int64_t *idx, int64_t n, int64_t V, in
 int dpl_cu_embedding_bwd(int32_t kd, const void *g, const int64_t *idx, int64_t n, int64_t V, int64_t D, void *gw,
                          unsigned long long *bad, cudaStream_t s);
 
+/* ---- special functions (dpl_cuda_special.cu) ----
+ * out (dtype odt) = op(a) (b NULL; n: polygamma's order) or op(a, b), ops 0 out, 1 a, 2 b of g;
+ * op a dpl_specop, each element in double by dpl_special_math.h */
+int dpl_cu_special(const dpl_cu_geom *g, int32_t op, int64_t n, void *out, int32_t odt, const void *a, int32_t adt,
+                   const void *b, int32_t bdt, cudaStream_t s);
+
+/* ---- the CTC loss (dpl_cuda_ctc.cu), log_probs [T, N, C] of float32 (kd 0) / float64 (kd 1) at
+ * element strides st, sn, sc; meta: int64 input lengths [N], target lengths [N], label offsets
+ * [N], then the 0-based labels; one block per sequence. Forward: nll [N], alpha [N, T, 2S + 1];
+ * backward: glp [T, N, C] contiguous from grad (sample b's at b * gstride), the forward's nll
+ * and alpha, beta ([N, T, 2S + 1] scratch) */
+typedef struct dpl_cu_ctc_geom {
+  int64_t T, N, C, st, sn, sc, S, blank, gstride;
+  int32_t zero_infinity;
+} dpl_cu_ctc_geom;
+int dpl_cu_ctc(int32_t kd, const dpl_cu_ctc_geom *g, const void *lp, const int64_t *meta, void *nll, void *alpha,
+               cudaStream_t s);
+int dpl_cu_ctc_bwd(int32_t kd, const dpl_cu_ctc_geom *g, const void *lp, const int64_t *meta, const void *grad,
+                   const void *nll, const void *alpha, void *beta, void *glp, cudaStream_t s);
+
 /* ---- integer GEMM (dpl_cuda_igemm.cu) ----
  * row-major int64 C = alpha op(A) op(B) + beta C (C not read when beta is 0),
  * wrapping modulo 2^64 like the CPU; `batch` products sa/sb/sc elements apart */
@@ -144,6 +164,10 @@ int dpl_cu_fold(int32_t kd, const dpl_cu_cols *g, const void *cols, void *x, cud
 /* P planes of H*W to P*OH*OW window maxima; idx: 0-based positions in the plane */
 int dpl_cu_adaptive_max(int32_t kd, const void *x, int64_t P, int64_t H, int64_t W, int64_t OH, int64_t OW, void *out,
                         int64_t *idx, cudaStream_t s);
+/* adaptive average pooling of P planes of H*W to P*OH*OW window means (bwd 0: x the input, out
+ * [P, OH, OW]); bwd 1: x the gradient [P, OH, OW], out [P, H, W] (every element written) */
+int dpl_cu_adaptive_avg(int32_t kd, int32_t bwd, const void *x, int64_t P, int64_t H, int64_t W, int64_t OH,
+                        int64_t OW, void *out, cudaStream_t s);
 /* P rows of L to P*OL maxima over kernel k, stride st, padding pad, dilation d; idx: 0-based in L */
 int dpl_cu_max_pool1d(int32_t kd, const void *x, int64_t P, int64_t L, int64_t OL, int64_t k, int64_t st, int64_t pad,
                       int64_t d, void *out, int64_t *idx, cudaStream_t s);

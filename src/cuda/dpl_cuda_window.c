@@ -1,6 +1,7 @@
 /* dpl_cuda_window.c: the backend's F.unfold / F.fold (DPL_BK_IM2COL, DPL_BK_COL2IM), adaptive
  * max pooling (DPL_BK_ADAPTIVE_MAX_POOL2D), 1-d max pooling with any dilation
- * (DPL_BK_MAX_POOL1D) and histc's counts (DPL_BK_HISTC). The core validated shapes and
+ * (DPL_BK_MAX_POOL1D), adaptive average pooling and its gradient (DPL_BK_ADAPTIVE_AVG_POOL2D(_BWD))
+ * and histc's counts (DPL_BK_HISTC). The core validated shapes and
  * parameters and computed the output sizes' inputs (dpl_tensor_nnconv.c, dpl_tensor_count.c);
  * here the input is made contiguous in its compute dtype (float16/bfloat16 through float32,
  * as on the CPU), the kernels of dpl_cuda_window.cu run on the compute stream, and the
@@ -86,6 +87,30 @@ static int max_op(const dpl_bk_args *a, dpl_cu_dev *d, int32_t dev, const char *
   return dpl_hand_over(st, 2, (dpl_tensor *[]){res, idx}, a->out);
 }
 
+/* adaptive average pooling (in[0] x [N, C, H, W], l: oh, ow) or its gradient (in[0] grad
+ * [N, C, oh, ow], l: H, W), in the input's dtype */
+static int adaptive_avg_op(const dpl_bk_args *a, dpl_cu_dev *d, int32_t dev, const char *name)
+{
+  const dpl_tensor *x = a->in[0];
+  int bwd = a->op == DPL_BK_ADAPTIVE_AVG_POOL2D_BWD;
+  if (x->_ndim != 4 || a->l[0] < 0 || a->l[1] < 0 || (bwd && (a->l[0] < 1 || a->l[1] < 1)) ||
+      (!bwd && (x->_shape[2] < 1 || x->_shape[3] < 1)))
+    return dpl_errorf(DPL_EINVAL, "%s: expected a 4-d input and valid sizes (internal)", name);
+  int32_t kd = kd_of(x);
+  int64_t oshape[4] = {x->_shape[0], x->_shape[1], a->l[0], a->l[1]};
+  int64_t P = x->_shape[0] * x->_shape[1];
+  int64_t H = bwd ? a->l[0] : x->_shape[2], W = bwd ? a->l[1] : x->_shape[3];
+  int64_t OH = bwd ? x->_shape[2] : a->l[0], OW = bwd ? x->_shape[3] : a->l[1];
+  dpl_tensor *cx = NULL, *res = NULL;
+  int st = dpl_contig_as(name, x, kd, &cx);
+  TRYC(dpl_cu_new(name, kd, 4, oshape, x, &res));
+  LAUNCH(dpl_cu_adaptive_avg(kd, bwd, cx->_data, P, H, W, OH, OW, res->_data, d->compute),
+         bwd ? "adaptive_avg_pool2d backward kernel" : "adaptive_avg_pool2d kernel");
+  TRYC(dpl_retype(name, &res, x->_dtype));
+  dpl_tensor_release(cx);
+  return dpl_hand_over(st, 1, &res, a->out);
+}
+
 static int histc_op(const dpl_bk_args *a, dpl_cu_dev *d, int32_t dev, const char *name)
 {
   const dpl_tensor *x = a->in[0];
@@ -111,6 +136,7 @@ int dpl_cu_op_window(const dpl_bk_args *a)
   switch (a->op) {
   case DPL_BK_HISTC: return histc_op(a, d, dev, name);
   case DPL_BK_IM2COL: case DPL_BK_COL2IM: return cols_op(a, d, dev, name);
+  case DPL_BK_ADAPTIVE_AVG_POOL2D: case DPL_BK_ADAPTIVE_AVG_POOL2D_BWD: return adaptive_avg_op(a, d, dev, name);
   default:
     if (!a->out[1]) return dpl_errorf(DPL_EINVAL, "%s: expected an indices output (internal)", name);
     return max_op(a, d, dev, name);

@@ -1,6 +1,7 @@
 /* dpl_cuda_window.cu: the kernels of F.unfold / F.fold (im2col / col2im of [N, C*kh*kw, L]
  * columns, col2im as a gather summing in the CPU's order), adaptive max pooling (PyTorch's
- * windows), 1-d max pooling with dilation, and histc's bin counts (atomics on int64). The
+ * windows), adaptive average pooling and its gradient (a gather per input element adding in the
+ * CPU's order), 1-d max pooling with dilation, and histc's bin counts (atomics on int64). The
  * formulas and the NaN / first-maximum rules are those of dpl_tensor_nnconv.c and
  * dpl_tensor_count.c; float32 (kd 0) or float64 (kd 1). */
 #include "dpl_cuda_common.cuh"
@@ -78,6 +79,43 @@ __global__ void k_adaptive_max(const T *x, int64_t P, int64_t H, int64_t W, int6
   }
 }
 
+/* the window averages, summed in double in the CPU's order (rows, then columns) */
+template <typename T>
+__global__ void k_adaptive_avg(const T *x, int64_t P, int64_t H, int64_t W, int64_t OH, int64_t OW, T *out)
+{
+  DPL_GRID_STRIDE(e, P * OH * OW)
+  {
+    int64_t p = e / (OH * OW), q = e - p * OH * OW, oh = q / OW, ow = q - oh * OW;
+    int64_t h0 = ad_start(oh, OH, H), h1 = ad_end(oh, OH, H), w0 = ad_start(ow, OW, W), w1 = ad_end(ow, OW, W);
+    const T *plane = x + p * H * W;
+    double s = 0;
+    for (int64_t h = h0; h < h1; h++)
+      for (int64_t w = w0; w < w1; w++) s += plane[h * W + w];
+    out[e] = (T)(s / (double)((h1 - h0) * (w1 - w0)));
+  }
+}
+
+/* its gradient as a gather: gx[h, w] adds grad / window size of every window holding (h, w), in
+ * the CPU's order (windows by row, then column; those holding row h start at oh = h*OH/H) */
+template <typename T>
+__global__ void k_adaptive_avg_bwd(const T *g, int64_t P, int64_t H, int64_t W, int64_t OH, int64_t OW, T *gx)
+{
+  DPL_GRID_STRIDE(e, P * H * W)
+  {
+    int64_t p = e / (H * W), q = e - p * H * W, h = q / W, w = q - h * W;
+    const T *gp = g + p * OH * OW;
+    T acc = 0;
+    for (int64_t oh = h * OH / H; oh < OH && ad_start(oh, OH, H) <= h; oh++) {
+      int64_t hn = ad_end(oh, OH, H) - ad_start(oh, OH, H);
+      for (int64_t ow = w * OW / W; ow < OW && ad_start(ow, OW, W) <= w; ow++) {
+        int64_t wn = ad_end(ow, OW, W) - ad_start(ow, OW, W);
+        acc += gp[oh * OW + ow] / (T)(hn * wn);
+      }
+    }
+    gx[e] = acc;
+  }
+}
+
 template <typename T>
 __global__ void k_max_pool1d(const T *x, int64_t P, int64_t L, int64_t OL, int64_t k, int64_t s, int64_t pad, int64_t d,
                              T *out, int64_t *idx)
@@ -149,6 +187,21 @@ extern "C" int dpl_cu_adaptive_max(int32_t kd, const void *x, int64_t P, int64_t
   if (n <= 0) return 0;
   if (kd == F64) k_adaptive_max<double><<<grid_for(n), kThreads, 0, s>>>((const double *)x, P, H, W, OH, OW, (double *)out, idx);
   else k_adaptive_max<float><<<grid_for(n), kThreads, 0, s>>>((const float *)x, P, H, W, OH, OW, (float *)out, idx);
+  return (int)cudaGetLastError();
+}
+
+extern "C" int dpl_cu_adaptive_avg(int32_t kd, int32_t bwd, const void *x, int64_t P, int64_t H, int64_t W, int64_t OH,
+                                   int64_t OW, void *out, cudaStream_t s)
+{
+  int64_t n = P * (bwd ? H * W : OH * OW);
+  if (n <= 0) return 0;
+  if (bwd) {
+    if (kd == F64) k_adaptive_avg_bwd<double><<<grid_for(n), kThreads, 0, s>>>((const double *)x, P, H, W, OH, OW, (double *)out);
+    else k_adaptive_avg_bwd<float><<<grid_for(n), kThreads, 0, s>>>((const float *)x, P, H, W, OH, OW, (float *)out);
+  } else {
+    if (kd == F64) k_adaptive_avg<double><<<grid_for(n), kThreads, 0, s>>>((const double *)x, P, H, W, OH, OW, (double *)out);
+    else k_adaptive_avg<float><<<grid_for(n), kThreads, 0, s>>>((const float *)x, P, H, W, OH, OW, (float *)out);
+  }
   return (int)cudaGetLastError();
 }
 

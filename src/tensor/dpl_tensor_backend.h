@@ -11,8 +11,9 @@
 #include "dpl.h"
 #include <stdint.h>
 
-enum { DPL_BACKEND_ABI = 6 }; /* 3: in[5] (layer norm's backward reads five tensors); 4: SCAN, CUMPROD_BWD; 5: SORT;
-                                 6: SELECT, HISTC, IM2COL, COL2IM, ADAPTIVE_MAX_POOL2D, MAX_POOL1D */
+enum { DPL_BACKEND_ABI = 7 }; /* 3: in[5] (layer norm's backward reads five tensors); 4: SCAN, CUMPROD_BWD; 5: SORT;
+                                 6: SELECT, HISTC, IM2COL, COL2IM, ADAPTIVE_MAX_POOL2D, MAX_POOL1D;
+                                 7: SPECIAL, CTC, CTC_BWD, ADAPTIVE_AVG_POOL2D, ADAPTIVE_AVG_POOL2D_BWD */
 
 /* Stable op ids (never renumbered; new ops go at the end). The comment says
  * which fields of dpl_bk_args each one reads. */
@@ -80,7 +81,20 @@ typedef enum dpl_bk_op {
   DPL_BK_COL2IM = 47,       /* in[0] cols [N, C*kh*kw, L]; l[0] H, l[1] W; params (8, dpl_col2im); out[0] */
   DPL_BK_ADAPTIVE_MAX_POOL2D = 48, /* in[0] x [N, C, H, W]; l[0] oh, l[1] ow; out[0] values, out[1] int64 indices */
   DPL_BK_MAX_POOL1D = 49,   /* in[0] x [N, C, L]; params (5, dpl_max_pool1d); out[0] values, out[1] int64 indices */
-  DPL_BK_NUM_OPS = 50
+  DPL_BK_SPECIAL = 50,      /* sub dpl_specop; in[0] a, in[1] b (ZETA, GAMMAINC, GAMMAINCC; else NULL): any dtype and
+                               strides, on inout's device, broadcast to inout's shape; l[0] polygamma's n; inout: the
+                               result (a floating dtype, contiguous), each element computed in double
+                               (dpl_special_math.h) */
+  DPL_BK_CTC = 51,          /* in[0] log_probs [T, N, C] float32/float64 (any strides), in[1] int64 meta on its device:
+                               input lengths [N], target lengths [N], label offsets [N], then the labels (0-based);
+                               l[0] blank (0-based), l[1] S (the longest target); out[0] nll [N], out[1] log_alpha
+                               [N, T, 2S + 1] in log_probs' dtype */
+  DPL_BK_CTC_BWD = 52,      /* in[0..1] as CTC, in[2] grad (0-d or [N], any stride), in[3] nll, in[4] log_alpha (the
+                               forward's, contiguous); l[0], l[1] as CTC; i[0] zero_infinity; out[0] the gradient of
+                               log_probs [T, N, C] (contiguous) */
+  DPL_BK_ADAPTIVE_AVG_POOL2D = 53,     /* in[0] x [N, C, H, W] (any float dtype); l[0] oh, l[1] ow; out[0] */
+  DPL_BK_ADAPTIVE_AVG_POOL2D_BWD = 54, /* in[0] grad [N, C, oh, ow]; l[0] H, l[1] W; out[0] [N, C, H, W] */
+  DPL_BK_NUM_OPS = 55
 } dpl_bk_op;
 
 /* A GEMM on raw device pointers (DPL_BK_GEMM), the one the matmul family's

@@ -5,7 +5,10 @@
  * probabilities, exp(lp) - exp(log(sum alpha * beta) + nll - lp), scaled by the incoming
  * gradient (the gradient of the logits when log_probs came from log_softmax). Sequences are
  * independent: the batch is split across the thread pool. Arithmetic in the input's dtype
- * (float32 or float64), as PyTorch's. */
+ * (float32 or float64), as PyTorch's. log_probs in device memory (the lengths and targets in
+ * host memory, as the Lua layer passes them) run the same recursions in the backend
+ * (DPL_BK_CTC, DPL_BK_CTC_BWD) after the same checks. */
+#include "dpl_tensor_backend.h"
 #include "dpl_tensor_internal.h"
 #include <stdlib.h>
 
@@ -37,7 +40,7 @@ static int ctc_setup(ctc_args *a, const char *name, const dpl_tensor *lp, const 
   char b1[160];
   memset(a, 0, sizeof *a);
   a->name = name;
-  DPL_TRY(dpl_check_tensor(name, "log_probs", lp));
+  DPL_TRY(dpl_is_devmem(lp) ? dpl_check_handle(name, "log_probs", lp) : dpl_check_tensor(name, "log_probs", lp));
   if (lp->_ndim != 3)
     return dpl_errorf(DPL_EINVAL, "%s: log_probs must be 3-d [T, N, C], got %s", name,
                       dpl_shape_str(lp->_ndim, lp->_shape, b1, sizeof b1));
@@ -258,6 +261,24 @@ static int64_t ctc_grain(const ctc_args *a)
   return g < 1 ? 1 : g;
 }
 
+/* the lengths, label offsets and labels of a (host memory) as one int64 tensor on log_probs'
+ * device: DPL_BK_CTC's meta [3N + the targets' elements] */
+static int ctc_meta(const ctc_args *a, const dpl_tensor *targets, dpl_tensor **out)
+{
+  int64_t N = a->N, M = targets->_numel, n = 3 * N + M;
+  dpl_tensor *h = NULL;
+  *out = NULL;
+  DPL_TRY(dpl_new(a->name, DPL_INT64, 1, &n, NULL, &h));
+  int64_t *p = h->_data;
+  for (int64_t b = 0; b < N; b++) p[b] = a->il[b], p[N + b] = a->tl[b], p[2 * N + b] = a->offset[b];
+  if (M > 0) memcpy(p + 3 * N, a->tg, (size_t)M * sizeof *p);
+  int st = dpl_new(a->name, DPL_INT64, 1, &n, a->lp, out);
+  if (st == DPL_OK) st = dpl_copy_any(a->name, *out, h);
+  dpl_tensor_release(h);
+  if (st != DPL_OK) { dpl_tensor_release(*out); *out = NULL; }
+  return st;
+}
+
 int dpl_ctc_loss(const dpl_tensor *log_probs, const dpl_tensor *targets, const dpl_tensor *input_lengths,
                  const dpl_tensor *target_lengths, int64_t blank, dpl_tensor **nll, dpl_tensor **log_alpha)
 {
@@ -269,6 +290,16 @@ int dpl_ctc_loss(const dpl_tensor *log_probs, const dpl_tensor *targets, const d
   int64_t L = 2 * a.S + 1;
   int64_t ashape[3] = {a.N, a.T, L};
   dpl_tensor *out = NULL, *alpha = NULL;
+  if (dpl_is_devmem(log_probs)) {
+    dpl_tensor *meta = NULL;
+    int st = ctc_meta(&a, targets, &meta);
+    free(a.offset);
+    if (st != DPL_OK) return st;
+    dpl_bk_args k = {.op = DPL_BK_CTC, .in = {log_probs, meta}, .l = {blank, a.S}, .out = {nll, log_alpha}, .name = name};
+    st = dpl_bk_call(&k);
+    dpl_tensor_release(meta);
+    return st;
+  }
   int st = dpl_new(name, log_probs->_dtype, 1, &a.N, log_probs, &out);
   if (st == DPL_OK) st = dpl_new(name, log_probs->_dtype, 3, ashape, log_probs, &alpha);
   if (st != DPL_OK) {
@@ -304,9 +335,18 @@ int dpl_ctc_loss_backward(const dpl_tensor *grad, const dpl_tensor *log_probs, c
   int st = DPL_OK;
   int64_t L = 2 * a.S + 1;
   int32_t dt = log_probs->_dtype;
-  if ((st = dpl_check_tensor(name, "grad", grad)) != DPL_OK || (st = dpl_check_tensor(name, "nll", nll)) != DPL_OK ||
-      (st = dpl_check_tensor(name, "log_alpha", log_alpha)) != DPL_OK)
+  int dev = dpl_is_devmem(log_probs);
+  if (dev) {
+    if ((st = dpl_check_handle(name, "grad", grad)) != DPL_OK || (st = dpl_check_handle(name, "nll", nll)) != DPL_OK ||
+        (st = dpl_check_handle(name, "log_alpha", log_alpha)) != DPL_OK ||
+        (st = dpl_check_same_device(name, log_probs, grad)) != DPL_OK ||
+        (st = dpl_check_same_device(name, log_probs, nll)) != DPL_OK ||
+        (st = dpl_check_same_device(name, log_probs, log_alpha)) != DPL_OK)
+      goto done;
+  } else if ((st = dpl_check_tensor(name, "grad", grad)) != DPL_OK || (st = dpl_check_tensor(name, "nll", nll)) != DPL_OK ||
+             (st = dpl_check_tensor(name, "log_alpha", log_alpha)) != DPL_OK) {
     goto done;
+  }
   if (grad->_dtype != dt || !(grad->_ndim == 0 || (grad->_ndim == 1 && grad->_shape[0] == a.N))) {
     st = dpl_errorf(DPL_EINVAL, "%s: grad must be %s of shape [%lld] (one per sequence), got %s %s", name,
                     dpl_dtype_name(dt), (long long)a.N, dpl_dtype_name(grad->_dtype),
@@ -317,6 +357,15 @@ int dpl_ctc_loss_backward(const dpl_tensor *grad, const dpl_tensor *log_probs, c
       log_alpha->_dtype != dt || log_alpha->_ndim != 3 || log_alpha->_shape[0] != a.N ||
       log_alpha->_shape[1] != a.T || log_alpha->_shape[2] != L || !(log_alpha->_flags & DPL_CONTIG)) {
     st = dpl_errorf(DPL_EINVAL, "%s: nll and log_alpha must be the forward's results for these arguments", name);
+    goto done;
+  }
+  if (dev) {
+    dpl_tensor *meta = NULL;
+    if ((st = ctc_meta(&a, targets, &meta)) != DPL_OK) goto done;
+    dpl_bk_args k = {.op = DPL_BK_CTC_BWD, .in = {log_probs, meta, grad, nll, log_alpha}, .l = {blank, a.S},
+                     .i = {zero_infinity}, .out = {grad_lp}, .name = name};
+    st = dpl_bk_call(&k);
+    dpl_tensor_release(meta);
     goto done;
   }
   dpl_tensor *g = NULL, *beta = NULL;

@@ -7,8 +7,9 @@
  * max's goes through dpl_max_pool2d_backward); 1-d max pooling with dilation, returning
  * 0-based indices. Planes (or rows) are split across threads. Floating kernels compute
  * float16/bfloat16 in float32 through converted temporaries; padding and nearest
- * interpolation move elements of any dtype. im2col / col2im, adaptive max pooling and 1-d
- * max pooling of a tensor in GPU memory run in the backend after the same checks
+ * interpolation move elements of any dtype. im2col / col2im, adaptive max and average pooling
+ * (and the average's gradient) and 1-d max pooling of a tensor in GPU memory run in the
+ * backend after the same checks
  * (DPL_BK_IM2COL, ...: src/cuda/dpl_cuda_window.c); the others fail there with "<op>: not
  * implemented on cuda" (dpl_check_tensor). */
 #include "dpl_tensor_internal.h"
@@ -832,7 +833,12 @@ int dpl_adaptive_avg_pool2d(const dpl_tensor *x, int64_t oh, int64_t ow, dpl_ten
   const char *name = "adaptive_avg_pool2d";
   if (!out) return dpl_errorf(DPL_EINVAL, "%s: out is NULL", name);
   *out = NULL;
-  DPL_TRY(adaptive_setup(name, x, oh, ow, 0));
+  DPL_TRY(adaptive_setup(name, x, oh, ow, 1));
+  if (dpl_is_devmem(x)) {
+    DPL_TRY(dev_float(name, "input", x));
+    dpl_bk_args k = {.op = DPL_BK_ADAPTIVE_AVG_POOL2D, .in = {x}, .l = {oh, ow}, .out = {out}, .name = name};
+    return dpl_bk_call(&k);
+  }
   int32_t kd;
   dpl_tensor *cx = NULL, *res = NULL;
   DPL_TRY(float_in(name, "input", x, &kd, &cx));
@@ -852,11 +858,17 @@ int dpl_adaptive_avg_pool2d_backward(const dpl_tensor *grad, int64_t H, int64_t 
   const char *name = "adaptive_avg_pool2d_backward";
   if (!out) return dpl_errorf(DPL_EINVAL, "%s: out is NULL", name);
   *out = NULL;
-  DPL_TRY(dpl_check_tensor(name, "grad", grad));
+  int dev = dpl_is_devmem(grad);
+  DPL_TRY(dev ? dpl_check_handle(name, "grad", grad) : dpl_check_tensor(name, "grad", grad));
   char b1[160];
   if (grad->_ndim != 4 || H < 1 || W < 1)
     return dpl_errorf(DPL_EINVAL, "%s: expected a 4-d grad and an input size >= 1, got grad %s and size (%lld, %lld)", name,
                       dpl_shape_str(grad->_ndim, grad->_shape, b1, sizeof b1), (long long)H, (long long)W);
+  if (dev) {
+    DPL_TRY(dev_float(name, "grad", grad));
+    dpl_bk_args k = {.op = DPL_BK_ADAPTIVE_AVG_POOL2D_BWD, .in = {grad}, .l = {H, W}, .out = {out}, .name = name};
+    return dpl_bk_call(&k);
+  }
   int32_t kd;
   dpl_tensor *cg = NULL, *res = NULL;
   DPL_TRY(float_in(name, "grad", grad, &kd, &cg));

@@ -6,9 +6,9 @@
 -- dpl.nn.conv. Options are one table of PyTorch's keyword names, checked by dpl.options.
 -- Dims given as arguments are 1-based; indices returned (return_indices) are 1-based int64.
 -- C kernels (src/tensor/dpl_tensor_nnconv.c) do im2col/col2im, padding, interpolation,
--- adaptive pooling and 1-d max pooling; on a GPU im2col/col2im, adaptive max pooling and 1-d
--- max pooling run in the CUDA plugin, pad and interpolate are composed of GPU ops here, and
--- adaptive average pooling to sizes other than 1x1 raises "<op>: not implemented on cuda";
+-- adaptive pooling and 1-d max pooling; on a GPU im2col/col2im, adaptive max and average
+-- pooling (global average pooling: a mean) and 1-d max pooling run in the CUDA plugin, pad
+-- and interpolate are composed of GPU ops here;
 -- conv1d, avg_pool1d, adaptive_avg/max_pool1d run the 2-d kernels on [N, C, 1, L] views;
 -- conv_transpose runs conv2d's input-gradient kernel forward and conv2d's kernels backward
 -- (so it works wherever conv2d does). The backward rules are in
@@ -513,7 +513,7 @@ end
 M.out_sizes = out_sizes
 
 local function adaptive_avg_pool2d(x, oh, ow)
-  if devmem(x) then -- a real GPU: global pooling by a mean, else the C kernel's error
+  if devmem(x) then -- a real GPU: global pooling by a mean, else the backend's kernel
     if oh == 1 and ow == 1 then return x:flatten(3):mean(3, true):unsqueeze(4) end
   end
   local y = M.adaptive_avg_pool2d_raw(x, oh, ow)

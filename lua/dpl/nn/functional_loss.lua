@@ -13,7 +13,8 @@
 -- is composed of tensor ops (so it runs wherever they do, and autograd differentiates it), with
 -- three small hand-written backward rules where PyTorch's gradient is not that of the obvious
 -- composition (logsigmoid at 0, the clamped norms of cosine_similarity, the clamped variance
--- of gaussian_nll_loss), and ctc_loss on a C kernel (src/tensor/dpl_tensor_ctc.c).
+-- of gaussian_nll_loss), and ctc_loss on a C kernel (src/tensor/dpl_tensor_ctc.c; on a GPU the
+-- CUDA plugin's kernel).
 local T = require 'dpl.tensor'
 local autograd = require 'dpl.autograd'
 local amp = require 'dpl.amp'
