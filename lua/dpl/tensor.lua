@@ -1284,120 +1284,9 @@ end
 
 M.get_item = get_item -- t[i]; dpl.autograd wraps it
 
--- t[{...}] (Torch7's form: one entry per leading dim, a number selects, {} takes the dim
--- whole, {s, e} narrows to s..e inclusive, {s} to s alone; negatives count from the end),
--- t[mask] (bool/uint8 over t's shape or its leading dims) and t[idx] (an int tensor of
--- 1-based positions along dim 1). Views for the table form, copies for masks and indices,
--- as PyTorch's basic and advanced indexing; every step is a recorded op (select, narrow,
--- index_select). t[k] = v writes through the same forms (fill_/copy_ of the view, index_put_).
-local unpack = unpack
-local function shp_str(x)
-  local p = {}
-  for i = 0, x._ndim - 1 do p[#p + 1] = tostring(tonumber(x._shape[i])) end
-  return '[' .. table.concat(p, ', ') .. ']'
-end
-local function bad_key(t, k, why)
-  error(fmt('index: %s; t[{...}] takes one entry per dim: a number (select), {} (all), {s, e} (s..e) or {s} '
-    .. '(for a %d-d tensor)', why, t._ndim), 4)
-end
-local function range_bound(t, d, v, what)
-  local size = tonumber(t._shape[d - 1])
-  if type(v) ~= 'number' or v ~= floor(v) then bad_key(t, nil, fmt('the %s of the range for dim %d must be an integer, got %s', what, d, type(v) == 'number' and tostring(v) or type(v))) end
-  local i = v < 0 and size + v + 1 or v
-  if i < 1 or i > size then
-    error(fmt('index: %s %d of the range for dim %d is out of range for size %d (expected 1..%d or -%d..-1)', what, v, d, size, size, size), 4)
-  end
-  return i
-end
-local function table_view(t, key)
-  local m = methods
-  local n = #key
-  for k in pairs(key) do
-    if type(k) ~= 'number' or k < 1 or k > n or k ~= floor(k) then bad_key(t, key, fmt('the key has a field %s', tostring(k))) end
-  end
-  if n > t._ndim then bad_key(t, key, fmt('%d entries for a %d-d tensor', n, t._ndim)) end
-  local r, d = t, 1 -- d: the dim of r that entry i reaches (selected dims are gone)
-  for i = 1, n do
-    local e = key[i]
-    if type(e) == 'number' then
-      local size = tonumber(t._shape[i - 1])
-      if e ~= floor(e) or e < -size or e > size or e == 0 then
-        error(fmt('index: %s is out of range for dim %d of size %d (expected 1..%d or -%d..-1)', tostring(e), i, size, size, size), 3)
-      end
-      r = m.select(r, d, e)
-    elseif type(e) == 'table' and not is_tensor(e) then
-      if #e > 2 or (next(e) ~= nil and e[1] == nil) then bad_key(t, key, fmt('entry %d is a table that is not {}, {s} or {s, e}', i)) end
-      if e[1] ~= nil then
-        local size = tonumber(t._shape[i - 1])
-        local a = range_bound(t, i, e[1], 'start')
-        local b = e[2] == nil and a or range_bound(t, i, e[2], 'end')
-        if b < a - 1 then b = a - 1 end -- an empty range (PyTorch's t[3:1])
-        if not (a == 1 and b == size) then r = m.narrow(r, d, a, b - a + 1) end
-      end
-      d = d + 1
-    else
-      bad_key(t, key, fmt('entry %d is a %s', i, is_tensor(e) and 'tensor (index with t[idx] or index_select)' or type(e)))
-    end
-  end
-  return r
-end
-local int_index = { [4] = true, [5] = true }
-local function mask_or_index(t, k)
-  if k._dtype == 7 or k._dtype == 6 then -- a mask over t's leading dims
-    local nd = k._ndim
-    if nd == 0 or nd > t._ndim then
-      error(fmt('index: a mask of shape %s cannot index a tensor of shape %s (it covers 1..%d leading dims)',
-        shp_str(k), shp_str(t), t._ndim), 3)
-    end
-    for i = 0, nd - 1 do
-      if k._shape[i] ~= t._shape[i] then
-        error(fmt('index: the shape of the mask %s does not match the shape of the indexed tensor %s at dim %d',
-          shp_str(k), shp_str(t), i + 1), 3)
-      end
-    end
-    local m = methods
-    local rest = {}
-    for i = nd, t._ndim - 1 do rest[#rest + 1] = tonumber(t._shape[i]) end
-    local flat = m.reshape(t, -1, unpack(rest))
-    local pos = m.view(m.nonzero(m.reshape(k, -1)), -1)
-    return m.index_select(flat, 1, pos)
-  end
-  if not int_index[k._dtype] then
-    error(fmt('index: a tensor used as an index must be int64, int32 (positions) or bool, uint8 (a mask), got %s',
-      dtype_names[k._dtype]), 3)
-  end
-  if t._ndim == 0 then error('index: a 0-d tensor cannot be indexed (use :item())', 3) end
-  local m = methods
-  local r = m.index_select(t, 1, m.reshape(k, -1))
-  local shape = {}
-  for i = 0, k._ndim - 1 do shape[#shape + 1] = tonumber(k._shape[i]) end
-  for i = 1, t._ndim - 1 do shape[#shape + 1] = tonumber(t._shape[i]) end
-  return m.reshape(r, unpack(shape))
-end
-function M._subscript_get(t, k)
-  if is_tensor(k) then return mask_or_index(t, k) end
-  if type(k) == 'cdata' then -- an int64 number (1LL) is a position; other cdata is no key
-    if tonumber(k) == nil then error(fmt('index: expected a number, a table or a tensor as key, got %s', got(k)), 3) end
-    return get_item(t, tonumber(k))
-  end
-  if t._ndim == 0 then error('index: a 0-d tensor cannot be indexed (use :item())', 3) end
-  return table_view(t, k)
-end
-function M._subscript_set(t, k, v)
-  local m = methods
-  if type(k) == 'cdata' and not is_tensor(k) then k = { M._subscript_get(t, k) and tonumber(k) } end
-  if is_tensor(k) then
-    if not int_index[k._dtype] then mask_or_index(t, k) end -- (a mask's shape checked, or the dtype's error)
-    if type(v) == 'boolean' then v = v and 1 or 0 end
-    if type(v) ~= 'number' and not is_tensor(v) then
-      error(fmt('index: t[idx] = v takes a number or a tensor, got %s', got(v)), 3)
-    end
-    m.index_put_(t, { k }, v)
-    return
-  end
-  local r = t._ndim == 0 and error('index: a 0-d tensor cannot be indexed (use t:fill_(v))', 3) or table_view(t, k)
-  if is_tensor(v) then m.copy_(r, v) else m.fill_(r, v) end
-end
+-- t[{...}], t[mask], t[idx] reads and writes: dpl.tensor_subscript
+require('dpl.tensor_subscript')(M, { error = error, got = got, get_item = get_item })
+
 local setters = {} -- k -> function(t, v) for `t.k = v` (dpl.autograd adds requires_grad, grad)
 M.setters = setters
 M.props = props
@@ -1507,53 +1396,8 @@ require('dpl.tensor_shape')(M, { view1 = view1, fail = fail, cdim = cdim, parse_
 require("dpl.tensor_math")(M, { fail = fail, error = error, binop = binop, reduce = reduce, cdim = cdim,
   need_tensor = need_tensor, need_number = need_number, out1 = out1 })
 
--- names whose module loads the first time one of them is read (as a method, a property or a
--- dpl.X function): dpl.tensor_extra's composed PyTorch functions (einsum, randperm, quantile,
--- ...) and dpl.linalg's legacy names (inverse, det, svd, ...); their Lua would otherwise sit
--- in the heap every full collection marks (spec/tensor_torch_api_spec.lua checks that these
--- lists are what they install)
-local LAZY = {
-  ['dpl.tensor_extra'] = {
-    functions = [[adjoint argwhere atleast_1d atleast_2d atleast_3d block_diag broadcast_tensors broadcast_to
-      bucketize cdist clamp_max clamp_max_ clamp_min clamp_min_ column_stack diff dstack einsum erfinv hstack hypot
-      logaddexp logcumsumexp logit logit_ meshgrid multinomial nanquantile quantile randperm row_stack searchsorted
-      take_along_dim tensordot tril_indices triu_indices unflatten vstack xlogy xlogy_]],
-    methods = [[adjoint argwhere broadcast_to bucketize clamp_max_ clamp_min_ diff erfinv erfinv_ hypot hypot_
-      logaddexp logcumsumexp logit logit_ multinomial nanquantile quantile squeeze_ t_ take_along_dim transpose_
-      unflatten unsqueeze_ xlogy xlogy_]],
-    props = [[mH mT]],
-  },
-  ['dpl.tensor_compat'] = {
-    functions = [[absolute absolute_ arccos arccos_ arccosh arccosh_ arcsin arcsin_ arcsinh arcsinh_ arctan arctan2
-      arctan_ arctanh arctanh_ bitwise_left_shift bitwise_right_shift conj conj_physical conj_physical_ copysign deg2rad
-      deg2rad_ finfo fix fix_ float_power float_power_ frexp gcd gcd_ heaviside iinfo imag is_complex is_conj is_neg
-      isin lcm lcm_ ldexp nextafter positive rad2deg rad2deg_ real renorm resolve_conj resolve_neg sgn signbit]],
-    methods = [[__ilshift__ __irshift__ __lshift__ __rlshift__ __rrshift__ __rshift__ absolute absolute_ arccos
-      arccos_ arccosh arccosh_ arcsin arcsin_ arcsinh arcsinh_ arctan arctan2 arctan2_ arctan_ arctanh arctanh_
-      bitwise_left_shift bitwise_left_shift_ bitwise_right_shift bitwise_right_shift_ char conj conj_physical
-      conj_physical_ copysign copysign_ deg2rad deg2rad_ fix fix_ float_power float_power_ frexp gcd gcd_ heaviside
-      heaviside_ is_complex is_conj is_neg is_pinned is_shared lcm lcm_ ldexp ldexp_ nextafter nextafter_ pin_memory
-      positive rad2deg rad2deg_ renorm renorm_ resolve_conj resolve_neg sgn sgn_ share_memory_ short signbit]],
-    props = [[imag itemsize nbytes real]],
-  },
-  ['dpl.tensor_more'] = {
-    functions = [[addbmm cartesian_prod combinations corrcoef cov cumulative_trapezoid diag_embed dsplit histogram
-      hsplit index_add index_reduce narrow_copy ravel scatter_reduce tensor_split trapezoid trapz vander vsplit]],
-    methods = [[addbmm addbmm_ corrcoef cov diag_embed dsplit histogram hsplit index_add index_reduce index_reduce_
-      narrow_copy ravel scatter_reduce scatter_reduce_ tensor_split vsplit]],
-  },
-  ['dpl.special'] = {
-    functions = [[digamma erfc i0 igamma igammac lgamma mvlgamma polygamma sinc]],
-    methods = [[digamma digamma_ erfc erfc_ i0 i0_ igamma igamma_ igammac igammac_ lgamma lgamma_ mvlgamma mvlgamma_
-      polygamma polygamma_ sinc sinc_]],
-  },
-  ['dpl.linalg'] = {
-    functions = [[chain_matmul cholesky cholesky_inverse cholesky_solve det inner inverse logdet lu lu_solve
-      lu_unpack matrix_exp matrix_power pinverse qr slogdet svd triangular_solve vdot]],
-    methods = [[cholesky cholesky_inverse cholesky_solve det inner inverse logdet lu lu_solve matrix_exp
-      matrix_power pinverse qr slogdet svd triangular_solve vdot]],
-  },
-}
+-- the modules loaded the first time one of their names is read (dpl.tensor_lazy lists them)
+local LAZY = require 'dpl.tensor_lazy'
 local extra_names, extra_mod = {}, {}
 for mod, group in pairs(LAZY) do
   for kind, list in pairs(group) do
