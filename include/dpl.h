@@ -468,6 +468,8 @@ int dpl_histc(const dpl_tensor *a, int64_t bins, double min, double max, dpl_ten
 int dpl_linalg_lu(const dpl_tensor *a, dpl_tensor **lu, dpl_tensor **pivots, dpl_tensor **info);
 /* A X = B for square A [..., n, n] and B [..., n, k] of A's batch shape and dtype */
 int dpl_linalg_solve(const dpl_tensor *a, const dpl_tensor *b, dpl_tensor **x, dpl_tensor **info);
+/* determinants of square A through LU: det, its sign (0 when singular) and log |det| (-inf) */
+int dpl_linalg_det(const dpl_tensor *a, dpl_tensor **det, dpl_tensor **sign, dpl_tensor **logabsdet);
 /* the inverse of square A (info > 0: singular, the result is not an inverse) */
 int dpl_linalg_inv(const dpl_tensor *a, dpl_tensor **x, dpl_tensor **info);
 /* A X = B (trans = 1: A^T X = B) from dpl_linalg_lu's lu and pivots */

@@ -233,14 +233,6 @@ function L.lu(A, o)
   return L.lu_unpack(LU, piv)
 end
 
--- determinant pieces of an LU factorization: the sign of the permutation [...] and the diagonal of U
-local function lu_sign_diag(LU, piv)
-  local k = tonumber(piv._shape[piv._ndim - 1])
-  local swaps = piv:to('int64'):ne(T.arange(1, k + 1, { dtype = 'int64' })):sum(-1)
-  local sign = (swaps:remainder(2) * -2 + 1):to(dtname(LU))
-  return sign, LU:diagonal(0, -2, -1)
-end
-
 local DET_RULE = {
   nin = 1, name = 'linalg.det',
   save = function(n, out, A) n.A, n.d = save(n, A), save(n, out) end,
@@ -265,12 +257,7 @@ local DET_RULE = {
 function L.det(A)
   local name = 'linalg.det'
   need_mat(name, A, true)
-  local d = no_grad(function()
-    if rows(A) == 0 then return T.ones(batch_shape(A), opts_like(A)) end
-    local LU, piv = ccall(3, C.dpl_linalg_lu, A)
-    local sign, dg = lu_sign_diag(LU, piv)
-    return dg:prod(-1) * sign
-  end)
+  local d = (ccall(3, C.dpl_linalg_det, A))
   if wants_grad(A) then return AG().record(DET_RULE, d, A) end
   return d
 end
@@ -287,12 +274,7 @@ local LOGABSDET_RULE = {
 function L.slogdet(A)
   local name = 'linalg.slogdet'
   need_mat(name, A, true)
-  local sign, la = no_grad(function()
-    if rows(A) == 0 then return T.ones(batch_shape(A), opts_like(A)), T.zeros(batch_shape(A), opts_like(A)) end
-    local LU, piv = ccall(3, C.dpl_linalg_lu, A)
-    local s, dg = lu_sign_diag(LU, piv)
-    return s * dg:sign():prod(-1), dg:abs():log():sum(-1)
-  end)
+  local _, sign, la = ccall(3, C.dpl_linalg_det, A)
   if wants_grad(A) then la = AG().record(LOGABSDET_RULE, la, A) end
   return sign, la
 end

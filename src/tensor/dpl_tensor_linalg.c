@@ -13,7 +13,6 @@
 /* LAPACK's Fortran interfaces (32-bit integers; the trailing size_t: the hidden lengths of
  * character arguments, which routines written in C ignore) */
 typedef void (*getrf_fn)(const int *, const int *, void *, const int *, int *, int *);
-typedef void (*getri_fn)(const int *, void *, const int *, const int *, void *, const int *, int *);
 typedef void (*gesv_fn)(const int *, const int *, void *, const int *, int *, void *, const int *, int *);
 typedef void (*getrs_fn)(const char *, const int *, const int *, const void *, const int *, const int *, void *,
                          const int *, int *, size_t);
@@ -190,20 +189,24 @@ int dpl_linalg_solve(const dpl_tensor *a, const dpl_tensor *b, dpl_tensor **x, d
   if (st == DPL_OK) st = dpl_contig_as(op, b, qa.dt, &cb);
   if (st == DPL_OK) st = new_batched(op, &qb, qa.dt, qb.m, qb.n, &r);
   if (st == DPL_OK) st = new_batched(op, &qa, DPL_INT32, -1, -1, &inf);
-  gesv_fn gesv = st == DPL_OK ? (gesv_fn)lapack(op, qa.dt, "gesv", &st) : NULL;
+  getrf_fn getrf = st == DPL_OK ? (getrf_fn)lapack(op, qa.dt, "getrf", &st) : NULL;
+  getrs_fn getrs = st == DPL_OK ? (getrs_fn)lapack(op, qa.dt, "getrs", &st) : NULL;
   int64_t n = qa.n, k = qb.n, es = qa.es;
   void *wa = st == DPL_OK ? work_alloc(&st, op, n * n * es) : NULL;
   void *wb = st == DPL_OK ? work_alloc(&st, op, n * k * es) : NULL;
   int *piv = st == DPL_OK ? work_alloc(&st, op, n * (int64_t)sizeof(int)) : NULL;
   if (st == DPL_OK) {
-    int in = (int)n, ik = (int)k, ld = in > 1 ? in : 1;
+    int in = (int)n, ik = (int)k, ld = in > 1 ? in : 1, iv2 = 0;
     for (int64_t bi = 0; bi < qa.count; bi++) {
       int32_t *iv = (int32_t *)inf->_data + bi;
       *iv = 0;
       if (n == 0 || k == 0) continue;
-      to_cm(wa, ca->_data + bi * n * n * es, n, n, qa.dt);
+      /* A's rows read as LAPACK's columns are A^T: factor that (no transposed copy) and solve
+       * (A^T)^T X = B with getrs('T') */
+      memcpy(wa, ca->_data + bi * n * n * es, (size_t)(n * n * es));
+      getrf(&in, &in, wa, &ld, piv, iv);
       to_cm(wb, cb->_data + bi * n * k * es, n, k, qa.dt);
-      gesv(&in, &ik, wa, &ld, piv, wb, &ld, iv);
+      if (*iv == 0) getrs("T", &in, &ik, wa, &ld, piv, wb, &ld, &iv2, 1);
       from_cm(r->_data + bi * n * k * es, wb, n, k, ld, qa.dt);
     }
   }
@@ -224,27 +227,34 @@ int dpl_linalg_inv(const dpl_tensor *a, dpl_tensor **x, dpl_tensor **info)
   if (st == DPL_OK) st = new_batched(op, &q, q.dt, q.n, q.n, &r);
   if (st == DPL_OK) st = new_batched(op, &q, DPL_INT32, -1, -1, &inf);
   getrf_fn getrf = st == DPL_OK ? (getrf_fn)lapack(op, q.dt, "getrf", &st) : NULL;
-  getri_fn getri = st == DPL_OK ? (getri_fn)lapack(op, q.dt, "getri", &st) : NULL;
+  getrs_fn getrs = st == DPL_OK ? (getrs_fn)lapack(op, q.dt, "getrs", &st) : NULL;
   int64_t n = q.n, es = q.es;
-  int in = (int)n, ld = in > 1 ? in : 1, lwork = -1, qinfo = 0;
-  char wq[16];
-  if (st == DPL_OK && n > 0) { getri(&in, wq, &ld, NULL, wq, &lwork, &qinfo); lwork = lwork_of(wq, q.dt); }
-  if (lwork < in) lwork = in > 0 ? in : 1;
+  int in = (int)n, ld = in > 1 ? in : 1;
   void *wa = st == DPL_OK ? work_alloc(&st, op, n * n * es) : NULL;
-  void *work = st == DPL_OK ? work_alloc(&st, op, lwork * es) : NULL;
   int *piv = st == DPL_OK ? work_alloc(&st, op, n * (int64_t)sizeof(int)) : NULL;
   if (st == DPL_OK) {
     for (int64_t b = 0; b < q.count; b++) {
       int32_t *iv = (int32_t *)inf->_data + b;
       *iv = 0;
       if (n == 0) continue;
-      to_cm(wa, c->_data + b * n * n * es, n, n, q.dt);
+      /* A's rows read as LAPACK's columns are A^T, and inv(A^T) read back row-major is inv(A):
+       * no transposed copies. A singular matrix is factored again the other way round, for the
+       * zero pivot of A's own LU (the one PyTorch names). */
+      char *o = r->_data + b * n * n * es;
+      memcpy(wa, c->_data + b * n * n * es, (size_t)(n * n * es));
       getrf(&in, &in, wa, &ld, piv, iv);
-      if (*iv == 0) getri(&in, wa, &ld, piv, work, &lwork, iv);
-      from_cm(r->_data + b * n * n * es, wa, n, n, ld, q.dt);
+      if (*iv == 0) { /* inv(A^T) by solving A^T X = I (faster than getri) */
+        memset(o, 0, (size_t)(n * n * es));
+        for (int64_t i = 0; i < n; i++) dpl_store_f64(o + (i * n + i) * es, q.dt, 1.0);
+        int iv2 = 0;
+        getrs("N", &in, &in, wa, &ld, piv, o, &ld, &iv2, 1);
+      } else {
+        to_cm(wa, c->_data + b * n * n * es, n, n, q.dt);
+        getrf(&in, &in, wa, &ld, piv, iv);
+      }
     }
   }
-  free(wa); free(work); free(piv);
+  free(wa); free(piv);
   dpl_release_n(1, &c);
   return dpl_hand_over(st, 2, (dpl_tensor *[]){r, inf}, (dpl_tensor **[]){x, info});
 }
@@ -536,4 +546,47 @@ int dpl_linalg_solve_triangular(const dpl_tensor *a, const dpl_tensor *b, int32_
   }
   dpl_release_n(1, &ca);
   return dpl_hand_over(st, 1, (dpl_tensor *[]){r}, (dpl_tensor **[]){x});
+}
+
+/* ---- determinants through LU (getrf of A^T: det(A^T) = det(A), no transposed copy) ---- */
+int dpl_linalg_det(const dpl_tensor *a, dpl_tensor **det, dpl_tensor **sign, dpl_tensor **logabsdet)
+{
+  const char *op = "linalg.det";
+  if (!det || !sign || !logabsdet) return dpl_errorf(DPL_EINVAL, "%s: an output pointer is NULL", op);
+  *det = *sign = *logabsdet = NULL;
+  mats q;
+  DPL_TRY(check_mats(op, "A", a, 1, &q));
+  dpl_tensor *c = NULL, *D = NULL, *S = NULL, *L = NULL;
+  int st = dpl_contig_as(op, a, q.dt, &c);
+  if (st == DPL_OK) st = new_batched(op, &q, q.dt, -1, -1, &D);
+  if (st == DPL_OK) st = new_batched(op, &q, q.dt, -1, -1, &S);
+  if (st == DPL_OK) st = new_batched(op, &q, q.dt, -1, -1, &L);
+  getrf_fn getrf = st == DPL_OK && q.n > 0 ? (getrf_fn)lapack(op, q.dt, "getrf", &st) : NULL;
+  int64_t n = q.n, es = q.es;
+  void *w = st == DPL_OK ? work_alloc(&st, op, n * n * es) : NULL;
+  int *piv = st == DPL_OK ? work_alloc(&st, op, (n > 0 ? n : 1) * (int64_t)sizeof(int)) : NULL;
+  if (st == DPL_OK) {
+    int in = (int)n, ld = in > 1 ? in : 1, iv = 0;
+    for (int64_t b = 0; b < q.count; b++) {
+      double prod = 1, sgn = 1, logabs = 0;
+      if (n > 0) {
+        memcpy(w, c->_data + b * n * n * es, (size_t)(n * n * es));
+        getrf(&in, &in, w, &ld, piv, &iv);
+        for (int64_t i = 0; i < n; i++) {
+          double d = getd(w, i * n + i, q.dt);
+          if (piv[i] != i + 1) { prod = -prod; sgn = -sgn; }
+          prod *= d;
+          if (d != d) sgn = NAN;
+          else sgn = d > 0 ? sgn : d < 0 ? -sgn : 0 * sgn;
+          logabs += log(fabs(d));
+        }
+      }
+      dpl_store_f64(D->_data + b * es, q.dt, prod);
+      dpl_store_f64(S->_data + b * es, q.dt, sgn);
+      dpl_store_f64(L->_data + b * es, q.dt, logabs);
+    }
+  }
+  free(w); free(piv);
+  dpl_release_n(1, &c);
+  return dpl_hand_over(st, 3, (dpl_tensor *[]){D, S, L}, (dpl_tensor **[]){det, sign, logabsdet});
 }
