@@ -247,6 +247,10 @@ end
 
 -- the length of a dataset or a sampler (what: 'a dataset', 'the sampler', ...)
 local function len_of(obj, what)
+  if type(obj) == 'userdata' then -- a DataLoader: its number of batches (torch's len(loader))
+    local ok, mt = pcall(getmetatable, obj)
+    if ok and type(mt) == 'table' and type(mt.__len) == 'function' then return mt.__len(obj) end
+  end
   local f = type(obj) == 'table' and obj.__len
   if type(f) ~= 'function' then
     if type(obj) == 'table' then
@@ -572,6 +576,7 @@ local function indices_from_order(self) return array_to_list(self:_order()) end
 
 M.SequentialSampler = M.Sampler:extend('SequentialSampler')
 function M.SequentialSampler:__init(n)
+  if type(n) == 'table' then n = len_of(n, 'SequentialSampler: the dataset') end -- (torch's data_source)
   check_int('SequentialSampler size', n, 0)
   self.n = n
 end
@@ -814,6 +819,21 @@ local function same_kind(items, kind, what)
   end
 end
 
+-- items[i] and items[1] differ in key k: lists of unequal sizes (torch's RuntimeError) or a
+-- dict missing a key (torch's KeyError)
+local function unequal(items, i, k)
+  local a, b = items[1], items[i]
+  if type(k) == 'number' and (#a > 0 or #b > 0) then
+    errors.RuntimeError:raise(('default_collate: each element in list of batch should be of equal size (item 1 has %d'
+      .. ' elements, item %d has %d)'):format(#a, i, #b), 3)
+  end
+  local key = type(k) == 'string' and ("'" .. k .. "'") or tostring(k)
+  if a[k] ~= nil then
+    errors.KeyError:raise(('default_collate: item %d has no key %s (item 1 has)'):format(i, key), 3)
+  end
+  errors.KeyError:raise(('default_collate: item %d has the key %s, item 1 has not'):format(i, key), 3)
+end
+
 --- Default collation: a list of items -> one batch. Tensors are stacked on a new
 --- first dim, numbers become a tensor (int64 when all integers, else float64), booleans
 --- a bool tensor (as torch's), tables are collated key by key, strings and other values
@@ -848,14 +868,14 @@ function M.default_collate(items)
             i, is_tensor(items[i]) and 'a tensor' or describe(items[i])), 2)
         end
         local v = items[i][k]
-        if v == nil then misconf('default_collate: item %d has no key %s, item 1 has', i, tostring(k)) end
+        if v == nil then unequal(items, i, k) end
         col[i] = v
       end
       out[k] = M.default_collate(col)
     end
     for i = 2, #items do -- (a key item 1 lacks would be dropped: torch refuses lists of unequal sizes)
       for k in pairs(items[i]) do
-        if first[k] == nil then misconf('default_collate: item %d has key %s, item 1 has not', i, tostring(k)) end
+        if first[k] == nil then unequal(items, i, k) end
       end
     end
     return out
@@ -921,6 +941,36 @@ local function check_worker_opts(opts)
   end
 end
 
+-- torch takes any iterable as sampler / batch_sampler: a plain list of positions (or of lists of
+-- them) becomes a ListSampler / ListBatchSampler (opts copied, the user's table left alone)
+M.ListSampler = M.Sampler:extend('ListSampler')
+function M.ListSampler:__init(list) self.list = list end
+function M.ListSampler:__len() return #self.list end
+function M.ListSampler:indices()
+  local t = {}
+  for k = 1, #self.list do t[k] = self.list[k] end
+  return t
+end
+M.ListBatchSampler = class.Object:extend('ListBatchSampler')
+function M.ListBatchSampler:__init(list) self.list = list end
+function M.ListBatchSampler:__len() return #self.list end
+function M.ListBatchSampler:batches() return self.list end
+local function plain_list(v, elem)
+  if type(v) ~= 'table' or getmetatable(v) ~= nil or #v == 0 or next(v, #v) ~= nil then return false end
+  for k = 1, #v do if type(v[k]) ~= elem then return false end end
+  return true
+end
+function M._list_samplers(opts)
+  local s, b = opts.sampler, opts.batch_sampler
+  local ls, lb = plain_list(s, 'number'), plain_list(b, 'table')
+  if not ls and not lb then return opts end
+  local o = {}
+  for k, v in pairs(opts) do o[k] = v end
+  if ls then o.sampler = M.ListSampler(s) end
+  if lb then o.batch_sampler = M.ListBatchSampler(b) end
+  return o
+end
+
 --- DataLoader(dataset, {batch_size=1, shuffle=false, drop_last=false, sampler=, batch_sampler=,
 --- collate_fn=, seed=, generator=, num_workers=0, ...}).
 --- Iterate with `for batch in loader:iter() do ... end` (or `for batch in loader do`: a new pass
@@ -972,6 +1022,7 @@ function M.DataLoader(ds, opts)
     end
   end
   check_worker_opts(opts)
+  opts = M._list_samplers(opts)
   if opts.sampler ~= nil then check_sampler(opts.sampler) end
   if opts.sampler and opts.shuffle then
     misconf('sampler option is mutually exclusive with shuffle')
