@@ -71,6 +71,8 @@ local cases = {
   { doc = 'distributed.md', marker = 'dist.init_process_group{}',
     prelude = "local dpl = require 'dpl'; local grad, weights = dpl.ones(4), dpl.ones(3)\n",
     postlude = "\nprint(rank, size, grad[1]:item(), #metrics, metrics[1].n)", stdout = '^0\t1\t1\t1\t128\n$' },
+  { doc = 'trainer.md', marker = "local Stream = dpl.data.IterableDataset:extend('Stream')",
+    prelude = "local dpl = require 'dpl'\n", postlude = "\nprint(table.concat(sizes, ','))", stdout = '^2,2,2,1\n$' },
   { doc = 'trainer.md', marker = "local FashionData = dpl.LightningDataModule:extend('FashionData')", data = true,
     prelude = "local dpl = require 'dpl'\n"
       .. "local M = dpl.LightningModule:extend('M')\n"

@@ -16,8 +16,9 @@ end
 -- options tables: an unknown key is an error (ValueError) naming the accepted ones
 local check_opts, keys = options.check, options.keys
 local LOADER_KEYS = keys('batch_size', 'shuffle', 'drop_last', 'sampler', 'batch_sampler', 'collate_fn', 'seed',
-  'num_workers')
-local RANDOM_KEYS = keys('seed')
+  'num_workers', 'generator', 'pin_memory', 'pin_memory_device', 'timeout', 'worker_init_fn', 'persistent_workers',
+  'prefetch_factor', 'multiprocessing_context')
+local RANDOM_KEYS = keys('seed', 'generator', 'replacement', 'num_samples')
 local DIST_KEYS = keys('dataset', 'size', 'num_replicas', 'rank', 'shuffle', 'seed', 'drop_last')
 local WRAPPER_KEYS = keys('sampler', 'num_replicas', 'rank', 'shuffle', 'seed', 'drop_last')
 
@@ -140,6 +141,76 @@ function M.randperm(n, seed)
   return array_to_list(perm_array(n, stream_key(to_u64('randperm seed', seed), U64(0))), n)
 end
 
+-- ------------------------------------------------------------------ generators
+--- Generator(): torch.Generator's part that the data path uses, a seeded stream of its own
+--- (a splitmix64 state) for samplers, DataLoader{generator=} and random_split: each use draws
+--- from it and advances it, so one generator seeded the same way gives the same sequence of
+--- orders, independent of dpl's global generator. `g:manual_seed(s)` (returns g),
+--- `g:initial_seed()`, `g:seed()` (a new seed from dpl's global generator), `g:get_state()` /
+--- `g:set_state(state)` (a uint64_t cdata). A fresh one is seeded with torch's default seed,
+--- 67280421310721. Its draws are dplhost's own, not torch's stream.
+M.Generator = class.Object:extend('Generator')
+M.Generator.DEFAULT_SEED = 67280421310721
+function M.Generator:__init(opts)
+  if opts ~= nil and type(opts) ~= 'table' then misconf('Generator takes no arguments (or {device=}), got %s', describe(opts)) end
+  check_opts(opts, keys('device'), 'Generator')
+  self:manual_seed(M.Generator.DEFAULT_SEED)
+end
+function M.Generator:manual_seed(seed)
+  if getmetatable(self) == nil then misconf('Generator:manual_seed: call it with a colon, g:manual_seed(seed)') end
+  self._state = mix64(to_u64('Generator:manual_seed seed', seed) + GOLDEN)
+  self._seed = seed
+  return self
+end
+function M.Generator:initial_seed() return self._seed end
+function M.Generator:seed()
+  local s = M.draw_seed()
+  self:manual_seed(s)
+  return s
+end
+function M.Generator:get_state() return U64(self._state) end
+function M.Generator:set_state(state)
+  if not (type(state) == 'cdata' and (ffi.istype(U64, state) or ffi.istype(I64, state))) then
+    misconf('Generator:set_state: expected the uint64_t cdata that get_state returned, got %s', describe(state))
+  end
+  self._state = ffi.cast(U64, state)
+  return self
+end
+-- the key of a new stream (one pass's draws), advancing the generator
+function M.Generator:_next_key()
+  local r
+  self._state, r = splitmix(self._state)
+  return mix64(r)
+end
+function M.Generator:__tostring() return ('Generator(initial_seed=%s)'):format(tostring(self._seed)) end
+local function check_generator(g, who)
+  if g ~= nil and not class.is_instance(g, M.Generator) then
+    misconf('%s: generator must be a dpl.data.Generator (or nil), got %s', who,
+      type(g) == 'table' and tostring(g.__name or 'a table') or describe(g))
+  end
+  return g
+end
+M._check_generator = check_generator
+
+-- the stream key of a sampler's next pass: from (seed, epoch or pass number) with seed=, else
+-- the sampler's generator's next key, else a seed drawn from dpl's global generator
+local function pass_key(self)
+  local pass = self.draws or 0
+  self.draws = pass + 1
+  if self._seed64 then return stream_key(self._seed64, to_u64('epoch', self.epoch_set and self.epoch or pass)) end
+  if self.generator then return self.generator:_next_key() end
+  return stream_key(U64(M.draw_seed()), U64(0))
+end
+-- uniform doubles in [0, 1) from a stream: returns (state, u)
+local TWO_M53 = 2 ^ -53
+local function uniform(state)
+  local r
+  state, r = splitmix(state)
+  return state, tonumber(bit.rshift(r, 11)) * TWO_M53
+end
+M._rng = { pass_key = pass_key, uniform = uniform, splitmix = splitmix, mix64 = mix64, perm_array = perm_array,
+  order_array = order_array, to_u64 = to_u64, U64 = U64 }
+
 -- ------------------------------------------------------------------ datasets
 --- Base class: subclasses define `__len(self)` and `get(self, i)` (i is 1-based);
 --- `get_batch(self, indices)` is an optional fast path returning a whole batch.
@@ -168,8 +239,18 @@ function M.Dataset:get(i)
   error(('%s must define get(i)'):format(self.__name), 2)
 end
 
+-- ds1 + ds2: torch's Dataset.__add__, a ConcatDataset (an IterableDataset's gives a ChainDataset)
+function M.Dataset.__add(a, b)
+  if M.is_iterable(a) then return M.ChainDataset({ a, b }) end
+  return M.ConcatDataset({ a, b })
+end
+
 -- the length of a dataset or a sampler (what: 'a dataset', 'the sampler', ...)
 local function len_of(obj, what)
+  if type(obj) == 'userdata' then -- a DataLoader: its number of batches (torch's len(loader))
+    local ok, mt = pcall(getmetatable, obj)
+    if ok and type(mt) == 'table' and type(mt.__len) == 'function' then return mt.__len(obj) end
+  end
   local f = type(obj) == 'table' and obj.__len
   if type(f) ~= 'function' then
     if type(obj) == 'table' then
@@ -296,6 +377,10 @@ function M.ConcatDataset:__init(datasets)
   local cum, total = {}, 0
   for k = 1, #datasets do
     local d = datasets[k]
+    if M.is_iterable(d) then
+      errors.TypeError:raise(('ConcatDataset does not support IterableDataset (dataset %d is %s): chain iterable'
+        .. ' datasets with ChainDataset'):format(k, tostring(d.__name)), 2)
+    end
     total = total + len_of(d, ('ConcatDataset: dataset %d'):format(k))
     if type(d.get) ~= 'function' then
       misconf('ConcatDataset: dataset %d has no get(i) method', k)
@@ -403,16 +488,19 @@ function M.ConcatDataset:get_batch(positions)
   return M.default_collate(items)
 end
 
---- random_split(dataset, lengths [, {seed=}]): torch.utils.data.random_split (1.13): Subsets
+--- random_split(dataset, lengths [, {seed=} | {generator=} | generator]): torch.utils.data.random_split (1.13): Subsets
 --- of non-overlapping random positions, lengths[k] items in the k-th; lengths are counts that
 --- sum to #dataset, or fractions that sum to 1 (floor(n * f) items each, the remainder handed
---- out one by one from the first split). The positions are a randperm(#dataset, seed):
---- without seed, one drawn from dpl's global generator.
-local SPLIT_KEYS = keys('seed')
+--- out one by one from the first split). The positions are a randperm(#dataset, seed), or a
+--- permutation drawn from the data.Generator given; without either, dpl's global generator.
+local SPLIT_KEYS = keys('seed', 'generator')
 function M.random_split(ds, lengths, opts)
+  if class.is_instance(opts, M.Generator) then opts = { generator = opts } end -- torch's random_split(ds, lengths, g)
   check_opts(opts, SPLIT_KEYS, 'random_split')
   opts = opts or {}
   M.check_seed(opts.seed, 'random_split seed')
+  check_generator(opts.generator, 'random_split')
+  if opts.seed ~= nil and opts.generator ~= nil then misconf('random_split: give seed= or generator=, not both') end
   local n = M.len(ds)
   if type(lengths) ~= 'table' or #lengths == 0 then
     errors.raise(('random_split: lengths must be a non-empty list of counts or fractions, got %s')
@@ -458,7 +546,7 @@ function M.random_split(ds, lengths, opts)
     errors.raise(('Sum of input lengths does not equal the length of the input dataset! (%s != %d)')
       :format(tostring(total), n))
   end
-  local perm = M.randperm(n, opts.seed)
+  local perm = opts.generator and array_to_list(perm_array(n, opts.generator:_next_key()), n) or M.randperm(n, opts.seed)
   local out, off = {}, 0
   for k = 1, #counts do
     local idx = {}
@@ -488,6 +576,7 @@ local function indices_from_order(self) return array_to_list(self:_order()) end
 
 M.SequentialSampler = M.Sampler:extend('SequentialSampler')
 function M.SequentialSampler:__init(n)
+  if type(n) == 'table' then n = len_of(n, 'SequentialSampler: the dataset') end -- (torch's data_source)
   check_int('SequentialSampler size', n, 0)
   self.n = n
 end
@@ -500,31 +589,65 @@ function M.SequentialSampler:_order()
 end
 M.SequentialSampler.indices = indices_from_order
 
---- RandomSampler(n, {seed=}): a new order of 1..n at every pass. With seed, the order of a
---- pass is a function of (seed, epoch) once set_epoch was called, else of (seed, the pass
---- number counted from 0), so pass k of a fresh sampler is epoch k. Without seed, each pass
---- draws its seed from dpl's global generator (PyTorch's RandomSampler without a
---- generator): dpl.manual_seed / dpl.seed_everything make the passes reproducible, and
---- set_epoch does not change them.
+--- RandomSampler(n or dataset, {seed=, generator=, replacement=false, num_samples=}): a new
+--- order of 1..n at every pass (torch's RandomSampler, which takes the dataset: a table with
+--- __len here stands for its length). With seed, the order of a pass is a function of (seed,
+--- epoch) once set_epoch was called, else of (seed, the pass number counted from 0), so pass k
+--- of a fresh sampler is epoch k. With generator (a data.Generator), each pass draws from it.
+--- Without either, each pass draws its seed from dpl's global generator (PyTorch's
+--- RandomSampler without a generator): dpl.manual_seed / dpl.seed_everything make the passes
+--- reproducible, and set_epoch does not change them. replacement=true: num_samples (default n)
+--- positions drawn uniformly with replacement; num_samples without replacement: whole
+--- permutations one after the other, the last one cut (torch's rules).
 M.RandomSampler = M.Sampler:extend('RandomSampler')
 function M.RandomSampler:__init(n, opts)
+  if type(n) == 'table' then n = len_of(n, 'RandomSampler: the dataset') end
   check_int('RandomSampler size', n, 0)
   check_opts(opts, RANDOM_KEYS, 'RandomSampler')
   opts = opts or {}
   self.n, self.seed, self.epoch, self.draws = n, M.check_seed(opts.seed, 'RandomSampler seed'), 0, 0
   if self.seed ~= nil then self._seed64 = to_u64('seed', self.seed) end
-end
-function M.RandomSampler:__len() return self.n end
-function M.RandomSampler:_order()
-  local pass = self.draws
-  self.draws = pass + 1
-  local key
-  if self._seed64 then
-    key = stream_key(self._seed64, to_u64('epoch', self.epoch_set and self.epoch or pass))
-  else
-    key = stream_key(U64(M.draw_seed()), U64(0))
+  self.generator = check_generator(opts.generator, 'RandomSampler')
+  if self.seed ~= nil and self.generator ~= nil then misconf('RandomSampler: give seed= or generator=, not both') end
+  if opts.replacement ~= nil and type(opts.replacement) ~= 'boolean' then
+    errors.TypeError:raise(('RandomSampler: replacement should be a boolean value, but got replacement=%s')
+      :format(describe(opts.replacement)), 2)
   end
-  return perm_array(self.n, key), self.n
+  self.replacement = opts.replacement == true
+  local ns = opts.num_samples
+  if ns ~= nil and (type(ns) ~= 'number' or ns ~= math.floor(ns) or ns <= 0 or ns > MAX_POSITIONS) then
+    errors.ValueError:raise(('RandomSampler: num_samples should be a positive integer value, but got num_samples=%s')
+      :format(describe(ns)), 2)
+  end
+  self._num_samples = ns
+  if n == 0 and ns ~= nil then
+    errors.ValueError:raise(('RandomSampler: cannot draw num_samples=%d positions from an empty dataset'):format(ns), 2)
+  end
+end
+function M.RandomSampler:__len() return self._num_samples or self.n end
+function M.RandomSampler:_order()
+  local key = pass_key(self)
+  local n, ns = self.n, self._num_samples
+  if ns == nil and not self.replacement then return perm_array(n, key), n end
+  ns = ns or n
+  local out = order_array(ns)
+  if self.replacement then
+    local state, u = key
+    for k = 0, ns - 1 do
+      state, u = uniform(state)
+      out[k] = math.floor(u * n) + 1
+    end
+    return out, ns
+  end
+  -- whole permutations, then a cut one; the k-th one from its own key
+  local k, state, r = 0, key
+  while k < ns do
+    state, r = splitmix(state)
+    local p = perm_array(n, mix64(r))
+    for i = 0, math.min(n, ns - k) - 1 do out[k + i] = p[i] end
+    k = k + n
+  end
+  return out, ns
 end
 M.RandomSampler.indices = indices_from_order
 function M.RandomSampler:set_epoch(epoch)
@@ -696,6 +819,21 @@ local function same_kind(items, kind, what)
   end
 end
 
+-- items[i] and items[1] differ in key k: lists of unequal sizes (torch's RuntimeError) or a
+-- dict missing a key (torch's KeyError)
+local function unequal(items, i, k)
+  local a, b = items[1], items[i]
+  if type(k) == 'number' and (#a > 0 or #b > 0) then
+    errors.RuntimeError:raise(('default_collate: each element in list of batch should be of equal size (item 1 has %d'
+      .. ' elements, item %d has %d)'):format(#a, i, #b), 3)
+  end
+  local key = type(k) == 'string' and ("'" .. k .. "'") or tostring(k)
+  if a[k] ~= nil then
+    errors.KeyError:raise(('default_collate: item %d has no key %s (item 1 has)'):format(i, key), 3)
+  end
+  errors.KeyError:raise(('default_collate: item %d has the key %s, item 1 has not'):format(i, key), 3)
+end
+
 --- Default collation: a list of items -> one batch. Tensors are stacked on a new
 --- first dim, numbers become a tensor (int64 when all integers, else float64), booleans
 --- a bool tensor (as torch's), tables are collated key by key, strings and other values
@@ -730,14 +868,14 @@ function M.default_collate(items)
             i, is_tensor(items[i]) and 'a tensor' or describe(items[i])), 2)
         end
         local v = items[i][k]
-        if v == nil then misconf('default_collate: item %d has no key %s, item 1 has', i, tostring(k)) end
+        if v == nil then unequal(items, i, k) end
         col[i] = v
       end
       out[k] = M.default_collate(col)
     end
     for i = 2, #items do -- (a key item 1 lacks would be dropped: torch refuses lists of unequal sizes)
       for k in pairs(items[i]) do
-        if first[k] == nil then misconf('default_collate: item %d has key %s, item 1 has not', i, tostring(k)) end
+        if first[k] == nil then unequal(items, i, k) end
       end
     end
     return out
@@ -775,24 +913,106 @@ local function check_batch_sampler(s)
   end
 end
 
---- DataLoader(dataset, {batch_size=1, shuffle=false, drop_last=false, sampler=, collate_fn=, seed=}).
+-- torch's DataLoader options that only concern worker processes (num_workers > 0, which
+-- dplhost does not have): accepted with torch's checks for num_workers = 0
+local function check_worker_opts(opts)
+  local function bad(msg) errors.ValueError:raise('DataLoader: ' .. msg, 4) end
+  if opts.pin_memory ~= nil and type(opts.pin_memory) ~= 'boolean' then
+    bad(('pin_memory must be a boolean, got %s'):format(describe(opts.pin_memory)))
+  end
+  if opts.pin_memory_device ~= nil and type(opts.pin_memory_device) ~= 'string' then
+    bad(('pin_memory_device must be a string, got %s'):format(describe(opts.pin_memory_device)))
+  end
+  local to = opts.timeout
+  if to ~= nil and (type(to) ~= 'number' or to ~= to) then bad(('timeout must be a number, got %s'):format(describe(to))) end
+  if to ~= nil and to < 0 then bad('timeout option should be non-negative') end
+  if opts.worker_init_fn ~= nil and type(opts.worker_init_fn) ~= 'function' then
+    bad(('worker_init_fn must be a function, got %s'):format(describe(opts.worker_init_fn)))
+  end
+  if opts.persistent_workers ~= nil and type(opts.persistent_workers) ~= 'boolean' then
+    bad(('persistent_workers must be a boolean, got %s'):format(describe(opts.persistent_workers)))
+  end
+  if opts.persistent_workers then bad('persistent_workers option needs num_workers > 0') end
+  if opts.prefetch_factor ~= nil and opts.prefetch_factor ~= 2 then
+    bad('prefetch_factor option could only be specified in multiprocessing.let num_workers > 0 to enable multiprocessing.')
+  end
+  if opts.multiprocessing_context ~= nil then
+    bad('multiprocessing_context can only be used with multi-process loading (num_workers > 0), but got num_workers=0')
+  end
+end
+
+-- torch takes any iterable as sampler / batch_sampler: a plain list of positions (or of lists of
+-- them) becomes a ListSampler / ListBatchSampler (opts copied, the user's table left alone)
+M.ListSampler = M.Sampler:extend('ListSampler')
+function M.ListSampler:__init(list) self.list = list end
+function M.ListSampler:__len() return #self.list end
+function M.ListSampler:indices()
+  local t = {}
+  for k = 1, #self.list do t[k] = self.list[k] end
+  return t
+end
+M.ListBatchSampler = class.Object:extend('ListBatchSampler')
+function M.ListBatchSampler:__init(list) self.list = list end
+function M.ListBatchSampler:__len() return #self.list end
+function M.ListBatchSampler:batches() return self.list end
+local function plain_list(v, elem)
+  if type(v) ~= 'table' or getmetatable(v) ~= nil or #v == 0 or next(v, #v) ~= nil then return false end
+  for k = 1, #v do if type(v[k]) ~= elem then return false end end
+  return true
+end
+function M._list_samplers(opts)
+  local s, b = opts.sampler, opts.batch_sampler
+  local ls, lb = plain_list(s, 'number'), plain_list(b, 'table')
+  if not ls and not lb then return opts end
+  local o = {}
+  for k, v in pairs(opts) do o[k] = v end
+  if ls then o.sampler = M.ListSampler(s) end
+  if lb then o.batch_sampler = M.ListBatchSampler(b) end
+  return o
+end
+
+--- DataLoader(dataset, {batch_size=1, shuffle=false, drop_last=false, sampler=, batch_sampler=,
+--- collate_fn=, seed=, generator=, num_workers=0, ...}).
 --- Iterate with `for batch in loader:iter() do ... end` (or `for batch in loader do`: a new pass
 --- each loop); `#loader` is the number of batches.
---- shuffle=true makes a RandomSampler(#dataset, {seed=seed}): without seed, each pass draws its
---- seed from dpl's global generator (dpl.manual_seed makes the order reproducible).
+--- shuffle=true makes a RandomSampler(#dataset, {seed=seed, generator=generator}): without
+--- either, each pass draws its seed from dpl's global generator (dpl.manual_seed makes the order
+--- reproducible). batch_size=false is torch's batch_size=None: no batching, each item goes
+--- through collate_fn (default: as it is). An IterableDataset is read in its own order, batch_size
+--- items at a time (no sampler: shuffle, sampler and batch_sampler are errors, as torch's).
 function M.DataLoader(ds, opts)
   opts = opts or {}
   if type(opts) ~= 'table' then misconf('DataLoader options must be a table, got %s', type(opts)) end
   check_opts(opts, LOADER_KEYS, 'DataLoader')
-  local n = M.len(ds)
-  local bs = opts.batch_size or 1
-  check_int('batch_size', bs, 1)
+  local iterable = M.is_iterable(ds)
+  local n
+  if iterable then
+    if type(ds.__iter) ~= 'function' then misconf('DataLoader: %s must define __iter()', tostring(ds.__name)) end
+    for _, k in ipairs({ 'shuffle', 'sampler', 'batch_sampler' }) do
+      local v = opts[k]
+      if v ~= nil and v ~= false then
+        errors.ValueError:raise(('DataLoader with IterableDataset: expected unspecified %s option, but got %s=%s')
+          :format(k, k, type(v) == 'table' and tostring(v.__name or 'a table') or type(v) == 'boolean' and tostring(v) or describe(v)), 2)
+      end
+    end
+  else
+    n = M.len(ds)
+  end
+  local bs = opts.batch_size
+  if bs == nil then bs = 1 end
+  if bs ~= false then check_int('batch_size', bs, 1) end
   for _, k in ipairs({ 'shuffle', 'drop_last' }) do
     if opts[k] ~= nil and type(opts[k]) ~= 'boolean' then
       misconf('%s must be a boolean, got %s', k, describe(opts[k]))
     end
   end
+  if bs == false and opts.drop_last then
+    errors.ValueError:raise('DataLoader: batch_size=None option disables auto-batching and is mutually exclusive'
+      .. ' with drop_last (batch_size=false is torch\'s None)', 2)
+  end
   M.check_seed(opts.seed, 'DataLoader seed')
+  check_generator(opts.generator, 'DataLoader')
+  if opts.seed ~= nil and opts.generator ~= nil then misconf('DataLoader: give seed= or generator=, not both') end
   -- torch's num_workers: 0 (the default) loads in this process, as every dpl loader does
   if opts.num_workers ~= nil then
     check_int('num_workers', opts.num_workers, 0)
@@ -801,6 +1021,8 @@ function M.DataLoader(ds, opts)
         .. ' batches in the training process; leave num_workers at 0'):format(opts.num_workers), 2)
     end
   end
+  check_worker_opts(opts)
+  opts = M._list_samplers(opts)
   if opts.sampler ~= nil then check_sampler(opts.sampler) end
   if opts.sampler and opts.shuffle then
     misconf('sampler option is mutually exclusive with shuffle')
@@ -814,22 +1036,34 @@ function M.DataLoader(ds, opts)
   if opts.collate_fn ~= nil and type(opts.collate_fn) ~= 'function' then
     misconf('collate_fn must be a function, got %s', type(opts.collate_fn))
   end
-  local sampler = opts.sampler or (opts.shuffle and M.RandomSampler(n, { seed = opts.seed }))
-    or M.SequentialSampler(n)
+  local sampler
+  if not iterable then
+    sampler = opts.sampler or (opts.shuffle and M.RandomSampler(n, { seed = opts.seed, generator = opts.generator }))
+      or M.SequentialSampler(n)
+  end
   local bsam = opts.batch_sampler
   if bsam then -- (the Trainer's samplers act on the batch sampler's own; loader.batch_size is nil, as torch's)
     sampler, bs = bsam.sampler or sampler, nil
   end
   local impl = setmetatable({
-    dataset = ds, batch_size = bs, drop_last = opts.drop_last and true or false,
-    sampler = sampler, batch_sampler = bsam, collate_fn = opts.collate_fn,
+    dataset = ds, batch_size = bs or nil, drop_last = opts.drop_last and true or false,
+    sampler = sampler, batch_sampler = bsam, collate_fn = opts.collate_fn, generator = opts.generator,
+    pin_memory = opts.pin_memory == true, timeout = opts.timeout or 0, worker_init_fn = opts.worker_init_fn,
+    num_workers = 0, persistent_workers = false, prefetch_factor = 2, _iterable = iterable,
   }, Loader)
   -- a userdata proxy, so that #loader works (Lua 5.1 ignores __len on tables)
   local proxy = newproxy(true)
   local mt = getmetatable(proxy)
   mt.__index = impl
   mt.__newindex = impl
-  mt.__len = function() return impl:num_batches() end
+  mt.__len = function()
+    local nb = impl:num_batches()
+    if nb == nil then -- torch's len() of a loader over an IterableDataset without __len__
+      errors.TypeError:raise(("object of type '%s' has no len() (an IterableDataset without __len: the DataLoader's"
+        .. " length is unknown)"):format(tostring(ds.__name or 'IterableDataset')), 2)
+    end
+    return nb
+  end
   -- `for batch in loader do`: the generic for calls the loader with a nil control value
   -- first (a new pass), then with the batch it returned last (the same pass)
   local pass
@@ -841,8 +1075,10 @@ function M.DataLoader(ds, opts)
   end
   mt.__tostring = function()
     local ok, nb = pcall(impl.num_batches, impl)
-    if bsam then return ('DataLoader(%s batches from %s)'):format(ok and tostring(nb) or '?', tostring(bsam.__name or 'a batch sampler')) end
-    return ('DataLoader(%s batches of %d)'):format(ok and tostring(nb) or '?', bs)
+    nb = ok and nb ~= nil and tostring(nb) or '?'
+    if bsam then return ('DataLoader(%s batches from %s)'):format(nb, tostring(bsam.__name or 'a batch sampler')) end
+    if bs == false then return ('DataLoader(%s items, unbatched)'):format(nb) end
+    return ('DataLoader(%s batches of %d)'):format(nb, bs)
   end
   return proxy
 end
@@ -863,7 +1099,10 @@ function Loader:with_sampler(sampler)
     end
     new = M.DataLoader(impl.dataset, { batch_sampler = b:with_sampler(sampler), collate_fn = impl.collate_fn })
   else
-    new = M.DataLoader(impl.dataset, { batch_size = impl.batch_size, drop_last = impl.drop_last,
+    if impl._iterable then
+      misconf('DataLoader: a loader over an IterableDataset has no sampler to replace (%s)', tostring(sampler.__name or sampler))
+    end
+    new = M.DataLoader(impl.dataset, { batch_size = impl.batch_size or false, drop_last = impl.drop_last,
       sampler = sampler, collate_fn = impl.collate_fn })
   end
   local nimpl = getmetatable(new).__index
@@ -873,20 +1112,33 @@ function Loader:with_sampler(sampler)
   return new
 end
 
+--- The number of batches of a pass; nil when unknown (an IterableDataset without __len).
 function Loader:num_batches()
   if self.batch_sampler then return len_of(self.batch_sampler, 'the batch_sampler') end
-  local n = len_of(self.sampler, 'the sampler')
+  local n
+  if self._iterable then
+    if type(self.dataset.__len) ~= 'function' then return nil end
+    n = len_of(self.dataset, 'the IterableDataset')
+  else
+    n = len_of(self.sampler, 'the sampler')
+  end
+  if self.batch_size == nil then return n end
   if self.drop_last then return math.floor(n / self.batch_size) end
   return math.ceil(n / self.batch_size)
 end
 
 function Loader:set_epoch(epoch)
   local s = self.batch_sampler or self.sampler
-  if s.set_epoch then s:set_epoch(epoch) end
+  if s and s.set_epoch then s:set_epoch(epoch) end
 end
 
 function Loader:batch(indices)
   local ds = self.dataset
+  if self.batch_size == nil and not self.batch_sampler then -- batch_size=false: one item, not batched
+    local item = ds:get(indices[1])
+    if self.collate_fn then return self.collate_fn(item) end
+    return item
+  end
   if not self.collate_fn and ds.get_batch then return ds:get_batch(indices) end
   local items = {}
   for k = 1, #indices do items[k] = ds:get(indices[k]) end
@@ -902,8 +1154,50 @@ function Loader:batch(indices)
   return (self.collate_fn or M.default_collate)(items)
 end
 
+-- one pass over an IterableDataset: its items, batch_size at a time (the last batch shorter,
+-- or dropped with drop_last), through collate_fn; batch_size=false: the items one by one
+function Loader:_iter_iterable()
+  local ds, bs, collate = self.dataset, self.batch_size, self.collate_fn
+  local it = ds:__iter()
+  if type(it) ~= 'function' then
+    errors.TypeError:raise(('DataLoader: %s:__iter() must return an iterator function (each call the next item, nil'
+      .. ' at the end; coroutine.wrap makes one from a generator), got %s'):format(tostring(ds.__name), describe(it)), 3)
+  end
+  local done, nb = false, 0
+  self.last_batch_indices = nil
+  return function()
+    if done then return nil end
+    if bs == nil then
+      local x = it()
+      if x == nil then done = true return nil end
+      if collate then
+        x = collate(x)
+        if x == nil then errors.TypeError:raise(('DataLoader: collate_fn returned nil for item %d'):format(nb + 1), 2) end
+      end
+      nb = nb + 1
+      return x
+    end
+    local items, k = {}, 0
+    while k < bs do
+      local x = it()
+      if x == nil then done = true break end
+      k = k + 1
+      items[k] = x
+    end
+    if k == 0 or (done and self.drop_last and k < bs) then return nil end
+    nb = nb + 1
+    local b = (collate or M.default_collate)(items)
+    if b == nil then
+      errors.TypeError:raise(('DataLoader: %s returned nil for batch %d (a batch cannot be nil)'):format(
+        collate and 'collate_fn' or 'default_collate', nb), 2)
+    end
+    return b
+  end
+end
+
 --- Iterator over the batches of one pass (one epoch).
 function Loader:iter()
+  if self._iterable then return self:_iter_iterable() end
   if self.batch_sampler then
     local lists, nb = self.batch_sampler:batches(), 0
     if type(lists) ~= 'table' then
@@ -926,7 +1220,7 @@ function Loader:iter()
   end
   local sampler = self.sampler
   local order, total, off = sampler_order(sampler) -- order[k - off] is the k-th position (1-based k)
-  local bs = self.batch_size
+  local bs = self.batch_size or 1
   local stop = self.drop_last and (total - total % bs) or total
   local pos, nb = 1, 0
   return function()
@@ -953,5 +1247,8 @@ end
 --- table of them by name; see dpl.combined_loader). fit combines several training loaders by
 --- itself (Trainer{multiple_trainloader_mode=}).
 function M.CombinedLoader(loaders, mode) return require('dpl.combined_loader').new(loaders, mode) end
+
+-- IterableDataset, ChainDataset, get_worker_info, WeightedRandomSampler, SubsetRandomSampler
+require('dpl.data_extra').install(M)
 
 return M

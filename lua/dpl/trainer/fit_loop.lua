@@ -597,7 +597,13 @@ function M.run_train(t)
         :format(vc.value, nbatches), 0)
     end
     t.val_check_batch = vc.value
-  elseif nbatches == huge then
+  elseif nbatches == huge or loops.loader_len(loader) == nil then
+    -- a loader of unknown length (an IterableDataset without __len): only 1.0 or an int (and
+    -- validation at the epoch's end, also when limit_train_batches bounds the epoch: Lightning's inf)
+    if vc.value ~= 1 then
+      misconf('When using an IterableDataset for `train_dataloader`, `Trainer(val_check_interval)` must be `1.0` or an'
+        .. ' int. An int k specifies checking validation every k training batches.')
+    end
     t.val_check_batch = huge
   else
     t.val_check_batch = max(1, floor(nbatches * vc.value))

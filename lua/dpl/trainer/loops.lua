@@ -69,9 +69,13 @@ local function limited(trainer, stage, n)
   local lim = trainer._args._limits[stage]
   if lim.kind == 'all' then return n or huge end
   if lim.kind == 'count' then return n and min(n, lim.value) or lim.value end
-  if n == nil then
-    misconf('When using an iterable dataset without a length for `limit_%s_batches`, `Trainer(limit_%s_batches)` must be `1.0` or an int.',
-            stage, stage)
+  if n == nil then -- (Lightning 1.9.5's messages, the training one without its space)
+    if stage == 'train' then
+      misconf('When using an `IterableDataset`, `Trainer(limit_train_batches)` must be `1.0` or an int.An int specifies'
+        .. ' `num_training_batches` to use.')
+    end
+    misconf('When using an `IterableDataset`, `Trainer(limit_%s_batches)` must be `1.0` or an int. An int specifies'
+      .. ' `num_%s_batches` to use.', stage, stage)
   end
   local k = floor(n * lim.value)
   if k == 0 and lim.value > 0 and n > 0 then
@@ -141,6 +145,9 @@ function M.load_loaders(t, stage)
     if C.is_combined(raw) then mode, raw = raw.mode, raw.loaders end
     -- each loader prepared as a single one would be (samplers, strategy), then combined
     local combined = C.new(C.map_leaves(raw, function(l) return M._prepare_loader(t, stage, l, distributed, data) end), mode)
+    for _, l in ipairs(combined._leaves) do
+      if loader_len(l) ~= nil then M._warn_sized_iterable(t, l, data) end
+    end
     return { combined }, { limited(t, stage, loader_len(combined)) }
   end
   local list = as_loader_list(raw)
@@ -148,8 +155,22 @@ function M.load_loaders(t, stage)
   for i = 1, #list do out[i] = M._prepare_loader(t, stage, list[i], distributed, data) end
   list = out
   local counts = {}
-  for i = 1, #list do counts[i] = limited(t, stage, loader_len(list[i])) end
+  for i = 1, #list do
+    local n = loader_len(list[i])
+    if n ~= nil then M._warn_sized_iterable(t, list[i], data) end
+    counts[i] = limited(t, stage, n)
+  end
   return list, counts
+end
+
+-- Lightning's has_len_all_ranks warning for a loader over an IterableDataset that has a length
+function M._warn_sized_iterable(t, l, data)
+  local ok, ds = pcall(function() return l.dataset end)
+  if ok and data.is_iterable(ds) and t.is_global_zero ~= false then
+    log.warn('Your `IterableDataset` has `__len__` defined. In combination with multi-process data loading (when'
+      .. ' num_workers > 1), `__len__` could be inaccurate if each worker is not configured independently to avoid'
+      .. ' having duplicate data.')
+  end
 end
 
 --- One loader as the Trainer runs it: unshuffled for overfit_batches, the strategy's
@@ -189,8 +210,10 @@ function M.with_distributed_sampler(strategy, l)
   local kw = strategy:distributed_sampler_kwargs()
   local seed = math.floor(tonumber(os.getenv('PL_GLOBAL_SEED') or '') or 0)
   local random = s.__name == 'RandomSampler' or class.is_instance(s, data.RandomSampler)
+  -- (a RandomSampler with replacement or num_samples yields its own draws: wrapped below)
+  local own_draws = random and (s.replacement == true or s._num_samples ~= nil)
   local ds
-  if random or s.__name == 'SequentialSampler' or class.is_instance(s, data.SequentialSampler) then
+  if not own_draws and (random or s.__name == 'SequentialSampler' or class.is_instance(s, data.SequentialSampler)) then
     ds = data.DistributedSampler{ dataset = l.dataset, num_replicas = kw.num_replicas, rank = kw.rank,
       shuffle = random, seed = seed }
   else
