@@ -1454,6 +1454,8 @@ end
 ---------------------------------------------------------------- gradcheck
 --- gradcheck(fn, inputs [, opts]): backward's gradients against finite differences
 --- (dpl.gradcheck, loaded on first use).
+--- checkpoint(fn, ...): activation checkpointing (lua/dpl/checkpoint.lua; also dpl.utils.checkpoint)
+function M.checkpoint(...) return require('dpl.checkpoint').checkpoint(...) end
 function M.gradcheck(fn, inputs, opts) return require('dpl.gradcheck').gradcheck(fn, inputs, opts) end
 
 ---------------------------------------------------------------- install

@@ -27,7 +27,7 @@ local lazy = {
   dist = 'dpl.dist',
   amp = 'dpl.amp',
   linalg = 'dpl.linalg', special = 'dpl.special', distributions = 'dpl.distributions', metrics = 'dpl.metrics',
-  autograd = 'dpl.autograd', nn = 'dpl.nn', optim = 'dpl.optim', datasets = 'dpl.datasets', data = 'dpl.data',
+  autograd = 'dpl.autograd', utils = 'dpl.utils', nn = 'dpl.nn', optim = 'dpl.optim', datasets = 'dpl.datasets', data = 'dpl.data',
 }
 
 setmetatable(dpl, {

@@ -592,6 +592,11 @@ require('dpl.nn.functional_seq')(F)
 -- the conv group (conv1d, conv_transpose1d/2d, 1-d and adaptive pooling, dropout1d/2d, pad, interpolate,
 -- pixel_shuffle, unfold/fold): dpl.nn.functional_conv
 require('dpl.nn.functional_conv').install(F)
+-- bilinear, rrelu, hardshrink, softshrink, embedding_bag, alpha dropouts, dropout3d, channel_shuffle,
+-- triplet_margin_with_distance_loss (dpl.nn.functional_extra); conv3d, conv_transpose3d, the 3-d,
+-- unpooling, LP and fractional pools (dpl.nn.functional_conv3d)
+require('dpl.nn.functional_extra').install(F)
+require('dpl.nn.functional_conv3d').install(F)
 
 -- Every function here takes a tensor first: a wrong one is named at the entry (it used to
 -- surface as "attempt to call method 'dim' (a nil value)" or an FFI conversion error).

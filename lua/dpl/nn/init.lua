@@ -246,6 +246,10 @@ nn.AvgPool2d = pool_class('AvgPool2d', T.avg_pool2d, AVGPOOL_KEYS)
 -- the conv group (Conv1d, ConvTranspose1d/2d, 1-d and adaptive pooling, Dropout1d/2d, padding layers,
 -- Upsample, PixelShuffle/Unshuffle, Unfold/Fold): dpl.nn.conv
 require('dpl.nn.conv')(nn)
+-- Bilinear, RReLU, Hardshrink, Softshrink, EmbeddingBag, AlphaDropout, FeatureAlphaDropout, Dropout3d,
+-- LazyLinear, ChannelShuffle, Conv3d, ConvTranspose3d, the 3-d, unpooling, LP and fractional pools,
+-- TripletMarginWithDistanceLoss: dpl.nn.extra
+require('dpl.nn.extra')(nn)
 
 ---------------------------------------------------------------- simple layers
 local function simple(name, f, repr)

@@ -163,5 +163,11 @@ end
 
 -- nn.utils.rnn: PackedSequence, pack_padded_sequence, pad_packed_sequence, pad_sequence, ...
 M.rnn = require 'dpl.nn.utils_rnn'
+-- weight_norm, spectral_norm, parametrize, parametrizations, prune (lua/dpl/nn/utils_param.lua)
+do
+  local P = require 'dpl.nn.utils_param'
+  for _, k in ipairs({ 'weight_norm', 'remove_weight_norm', 'spectral_norm', 'remove_spectral_norm', 'parametrize',
+    'parametrizations', 'prune' }) do M[k] = P[k] end
+end
 
 return M
