@@ -277,7 +277,7 @@ int dpl_tensor_get(const dpl_tensor *t, int64_t pos, double *out)
   dpl_tensor *h;
   if (!out) return dpl_errorf(DPL_EINVAL, "get: out is NULL");
   DPL_TRY(elem_host(t, pos, &p, &dt, &h));
-  *out = dpl_load_f64(p, dt);
+  *out = dpl_canon_nan(dpl_load_f64(p, dt));
   dpl_tensor_release(h);
   return DPL_OK;
 }
@@ -334,7 +334,7 @@ int dpl_tensor_read_f64(const dpl_tensor *t, double *values, int64_t n)
   for (int64_t i = 0; i < n; i++) {
     int64_t off = 0;
     for (int d = 0; d < nd; d++) off += idx[d] * t->_stride[d];
-    values[i] = dpl_load_f64((const char *)t->_data + off * es, t->_dtype);
+    values[i] = dpl_canon_nan(dpl_load_f64((const char *)t->_data + off * es, t->_dtype));
     for (int d = nd - 1; d >= 0; d--) {
       if (++idx[d] < t->_shape[d]) break;
       idx[d] = 0;

@@ -92,6 +92,10 @@ static inline uint16_t dpl_f2bf(float x)
   f += 0x7fffu + ((f >> 16) & 1);
   return (uint16_t)(f >> 16);
 }
+/* A NaN as the one quiet NaN (0x7ff8...): what goes to Lua. LuaJIT keeps type tags in the high
+ * bits of NaNs, so an arbitrary NaN (the bits of uninitialized memory, say 0xffffffff read as a
+ * float) handed to Lua as a number can read back as a boolean or a GC object. */
+static inline double dpl_canon_nan(double v) { return v != v ? (double)NAN : v; }
 /* double -> integer without undefined behaviour (NaN -> 0, saturating) */
 static inline int64_t dpl_d2i64(double v)
 {
