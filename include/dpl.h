@@ -481,6 +481,9 @@ int dpl_linalg_cholesky(const dpl_tensor *a, int32_t upper, dpl_tensor **l, dpl_
 /* A = Q R; mode 0: Q [..., m, k], R [..., k, n] (k = min(m, n)); 1: Q m x m, R m x n; 2: R
  * only (k x n, q left NULL) */
 int dpl_linalg_qr(const dpl_tensor *a, int32_t mode, dpl_tensor **q, dpl_tensor **r);
+/* LAPACK's geqrf: R on and above the diagonal of qr [..., m, n], the Householder vectors
+ * below it (unit diagonal implied), their scales in tau [..., min(m, n)] */
+int dpl_linalg_geqrf(const dpl_tensor *a, dpl_tensor **qr, dpl_tensor **tau);
 /* symmetric A = V diag(w) V^T from A's lower (upper = 1: upper) triangle: w ascending
  * [..., n]; v's columns the eigenvectors (v left NULL when vectors = 0) */
 int dpl_linalg_eigh(const dpl_tensor *a, int32_t upper, int32_t vectors, dpl_tensor **w, dpl_tensor **v,

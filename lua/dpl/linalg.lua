@@ -1145,7 +1145,78 @@ function L.cross(a, b, o)
   return T.cross(a, b, o.dim or -1)
 end
 L.matmul = function(a, b) return T.matmul(a, b) end
-function L.householder_product() not_impl('linalg.householder_product: not implemented in dplhost') end
+--- geqrf(A) / t:geqrf() -> a, tau: LAPACK's QR (R on and above the diagonal of a, the
+--- Householder vectors below it, their scales in tau); no gradient, as PyTorch
+function L.geqrf(A)
+  need_mat('geqrf', A)
+  if wants_grad(A) then
+    A = A:detach() -- (PyTorch: "the derivative for 'geqrf' is not implemented": the results do not record)
+  end
+  return ccall(2, C.dpl_linalg_geqrf, A)
+end
+-- the Householder vectors of a geqrf result as columns [..., m, k]: unit diagonal, zeros above
+local function reflectors(A, k)
+  local m = rows(A)
+  return A:narrow(-1, 1, k):tril(-1) + T.eye(m, k, opts_like(A))
+end
+-- applies H_i = I - tau_i v_i v_i^T (i in order) to C from the left (side 'L') or the right ('R')
+local function apply_reflectors(V, tau, Cm, order, side)
+  for _, i in ipairs(order) do
+    local v = V:narrow(-1, i, 1)                       -- [..., m, 1]
+    local t = tau:narrow(-1, i, 1):unsqueeze(-1)        -- [..., 1, 1]
+    if side == 'L' then Cm = Cm - v:matmul(mT(v):matmul(Cm)) * t
+    else Cm = Cm - Cm:matmul(v):matmul(mT(v)) * t end
+  end
+  return Cm
+end
+local function range(a, b, step)
+  local r = {}
+  for i = a, b, step do r[#r + 1] = i end
+  return r
+end
+--- linalg.householder_product(A, tau) / t:orgqr(tau): the first n columns of H_1 ... H_k, from
+--- geqrf's reflectors (differentiable: composed)
+function L.householder_product(A, tau)
+  local name = 'linalg.householder_product'
+  need_mat(name, A)
+  need_tensor(name, 'tau', tau)
+  local m, n = rows(A), cols(A)
+  local k = tau._ndim > 0 and tonumber(tau._shape[tau._ndim - 1]) or 1
+  if m < n then runtime_error(name .. ': input.shape[-2] must be greater than or equal to input.shape[-1]') end
+  if k > n then runtime_error(name .. ': input.shape[-1] must be greater than or equal to tau.shape[-1]') end
+  if tau._dtype ~= A._dtype then
+    runtime_error(fmt('%s: tau dtype %s does not match input dtype %s', name, dtname(tau), dtname(A)))
+  end
+  if tau._ndim ~= A._ndim - 1 then
+    runtime_error(fmt('%s: input.dim() - tau.dim() must be equal to 1 but got %d', name, A._ndim - tau._ndim))
+  end
+  local E = T.eye(m, n, opts_like(A)):expand(with(batch_shape(A), m, n))
+  if k == 0 then return E:clone() end
+  return apply_reflectors(reflectors(A, k), tau, E, range(k, 1, -1), 'L')
+end
+--- ormqr(A, tau, C [, left=true [, transpose=false]]): C multiplied by Q (of geqrf's A, tau)
+--- from the left or the right, Q or Q^T
+function L.ormqr(A, tau, Cm, left, transpose)
+  local name = 'ormqr'
+  need_mat(name, A)
+  need_tensor(name, 'tau', tau)
+  need_mat(name, Cm, false, 'other')
+  need_bool(name, 'left', left)
+  need_bool(name, 'transpose', transpose)
+  local k = tonumber(tau._shape[tau._ndim - 1])
+  local m = rows(A)
+  local need = left ~= false and rows(Cm) or cols(Cm)
+  if need ~= m then
+    runtime_error(fmt('%s: other.shape[%s] must be equal to input.shape[-2] (%d), got %d', name,
+      left ~= false and '-2' or '-1', m, need))
+  end
+  local V = reflectors(A, k)
+  local fwd, back = range(1, k, 1), range(k, 1, -1)
+  if left ~= false then
+    return apply_reflectors(V, tau, Cm, transpose and fwd or back, 'L') -- Q C: H_k first; Q^T C: H_1 first
+  end
+  return apply_reflectors(V, tau, Cm, transpose and back or fwd, 'R')   -- C Q: H_1 first; C Q^T: H_k first
+end
 function L.ldl_factor() not_impl('linalg.ldl_factor: not implemented in dplhost') end
 function L.ldl_factor_ex() not_impl('linalg.ldl_factor_ex: not implemented in dplhost') end
 function L.ldl_solve() not_impl('linalg.ldl_solve: not implemented in dplhost') end
@@ -1195,6 +1266,7 @@ local legacy = {
   matrix_power = L.matrix_power, matrix_exp = L.matrix_exp,
   lu = lu_legacy, lu_solve = lu_solve_legacy, lu_unpack = L.lu_unpack,
   triangular_solve = L.triangular_solve, inner = inner, vdot = vdot,
+  geqrf = L.geqrf, orgqr = L.householder_product, ormqr = L.ormqr,
 }
 local FUNCTION_ONLY = { lu_unpack = true }
 

@@ -38,9 +38,9 @@ return {
       polygamma polygamma_ sinc sinc_]],
   },
   ['dpl.linalg'] = {
-    functions = [[chain_matmul cholesky cholesky_inverse cholesky_solve det inner inverse logdet lu lu_solve
-      lu_unpack matrix_exp matrix_power pinverse qr slogdet svd triangular_solve vdot]],
-    methods = [[cholesky cholesky_inverse cholesky_solve det inner inverse logdet lu lu_solve matrix_exp
-      matrix_power pinverse qr slogdet svd triangular_solve vdot]],
+    functions = [[chain_matmul cholesky cholesky_inverse cholesky_solve det geqrf inner inverse logdet lu lu_solve
+      lu_unpack matrix_exp matrix_power orgqr ormqr pinverse qr slogdet svd triangular_solve vdot]],
+    methods = [[cholesky cholesky_inverse cholesky_solve det geqrf inner inverse logdet lu lu_solve matrix_exp
+      matrix_power orgqr ormqr pinverse qr slogdet svd triangular_solve vdot]],
   },
 }

@@ -590,3 +590,37 @@ int dpl_linalg_det(const dpl_tensor *a, dpl_tensor **det, dpl_tensor **sign, dpl
   dpl_release_n(1, &c);
   return dpl_hand_over(st, 3, (dpl_tensor *[]){D, S, L}, (dpl_tensor **[]){det, sign, logabsdet});
 }
+
+/* ---- geqrf: A = QR as LAPACK keeps it (R on and above the diagonal, the Householder vectors
+ * below it, their scales in tau [..., min(m, n)]), row-major like A ---- */
+int dpl_linalg_geqrf(const dpl_tensor *a, dpl_tensor **qr, dpl_tensor **tau)
+{
+  const char *op = "geqrf";
+  if (!qr || !tau) return dpl_errorf(DPL_EINVAL, "%s: an output pointer is NULL", op);
+  *qr = *tau = NULL;
+  mats q;
+  DPL_TRY(check_mats(op, "A", a, 0, &q));
+  int64_t m = q.m, n = q.n, k = m < n ? m : n, es = q.es;
+  dpl_tensor *c = NULL, *R = NULL, *TAU = NULL;
+  int st = dpl_contig_as(op, a, q.dt, &c);
+  if (st == DPL_OK) st = new_batched(op, &q, q.dt, m, n, &R);
+  if (st == DPL_OK) st = new_batched(op, &q, q.dt, k, -1, &TAU);
+  geqrf_fn geqrf = st == DPL_OK && k > 0 ? (geqrf_fn)lapack(op, q.dt, "geqrf", &st) : NULL;
+  int im = (int)m, in = (int)n, ld = im > 1 ? im : 1, lw = -1, iv = 0, lwork = 1;
+  char wq[16];
+  if (st == DPL_OK && k > 0) { geqrf(&im, &in, wq, &ld, wq, wq, &lw, &iv); lwork = lwork_of(wq, q.dt); }
+  void *w = st == DPL_OK ? work_alloc(&st, op, m * n * es) : NULL;
+  void *work = st == DPL_OK ? work_alloc(&st, op, (int64_t)lwork * es) : NULL;
+  if (st == DPL_OK && k > 0) {
+    for (int64_t b = 0; b < q.count; b++) {
+      to_cm(w, c->_data + b * m * n * es, m, n, q.dt);
+      geqrf(&im, &in, w, &ld, TAU->_data + b * k * es, work, &lwork, &iv);
+      from_cm(R->_data + b * m * n * es, w, m, n, ld, q.dt);
+    }
+  } else if (st == DPL_OK && R->_numel > 0) {
+    memcpy(R->_data, c->_data, (size_t)(R->_numel * es));
+  }
+  free(w); free(work);
+  dpl_release_n(1, &c);
+  return dpl_hand_over(st, 2, (dpl_tensor *[]){R, TAU}, (dpl_tensor **[]){qr, tau});
+}

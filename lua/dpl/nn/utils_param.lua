@@ -328,7 +328,11 @@ function P.register_parametrization(m, name, pm, opts)
   end
   local original = t
   if type(pm.right_inverse) == 'function' then
-    local new = no_grad(function() return pm:right_inverse(t) end)
+    -- a right_inverse raising NotImplementedError counts as the identity (PyTorch's rule)
+    local ok, new = pcall(no_grad, function() return pm:right_inverse(t) end)
+    if not ok then
+      if errors.is(new, errors.NotImplementedError) then new = t else lua_error(new, 0) end
+    end
     if not is_tensor(new) then
       lua_error(errors.NotImplementedError(fmt('%s: right_inverse returning several tensors is not supported in '
         .. 'dplhost', fn)), 0)
@@ -466,10 +470,129 @@ function Z.spectral_norm(m, name, n, eps, dim)
   return P.register_parametrization(m, name, SpectralNormP(w, n, dim, eps))
 end
 Z._SpectralNorm = SpectralNormP
-function Z.orthogonal()
-  lua_error(errors.NotImplementedError('parametrizations.orthogonal is not implemented in dplhost (it needs '
-    .. 'matrix_exp / householder_product / QR)'), 2)
+-- PyTorch's _Orthogonal: a parametrization whose forward maps any matrix to one with
+-- orthonormal columns (rows when wide) through matrix_exp or the Cayley map of a skew-symmetric
+-- matrix, or a product of Householder reflections; with use_trivialization, Q = base @ map(X)
+-- with base an orthogonal buffer set by right_inverse (which returns -Id for X)
+local OrthogonalP = Module:extend('_Orthogonal')
+local ORTH_MAPS = { matrix_exp = true, cayley = true, householder = true }
+function OrthogonalP:__init(w, map, trivial)
+  Module.__init(self)
+  self.shape, self.orthogonal_map = w:size(), map
+  if trivial then self:register_buffer('base', nil) end
+  self._trivial = trivial
 end
+local function mT(x) return x:transpose(-2, -1) end
+-- Q with R's diagonal positive: the orthogonal factor of A made unique
+local function make_orthogonal(A)
+  local LA = require 'dpl.linalg'
+  local Q, R = LA.qr(A)
+  return Q * R:diagonal(0, -2, -1):sign():unsqueeze(-2)
+end
+function OrthogonalP:forward(X)
+  local LA = require 'dpl.linalg'
+  local n, k = X:size(X:dim() - 1), X:size(X:dim())
+  local transposed = n < k
+  if transposed then X = mT(X); n, k = k, n end
+  local Q
+  if self.orthogonal_map == 'matrix_exp' or self.orthogonal_map == 'cayley' then
+    X = X:tril()
+    if n ~= k then
+      local sz = X:size()
+      sz[#sz] = n - k
+      X = T.cat({ X, T.zeros(sz, { dtype = X.dtype, device = X.device }) }, -1)
+    end
+    local A = X - mT(X)
+    if self.orthogonal_map == 'matrix_exp' then Q = LA.matrix_exp(A)
+    else
+      local I = T.eye(n, { dtype = A.dtype, device = A.device })
+      Q = LA.solve(I - A * 0.5, I + A * 0.5)
+    end
+    if n ~= k then Q = Q:narrow(-1, 1, k) end
+  else
+    local A = X:tril(-1)
+    local tau = (A * A):sum(-2):add(1):reciprocal() * 2
+    Q = LA.householder_product(A, tau)
+    Q = Q * X:diagonal(0, -2, -1):detach():trunc():unsqueeze(-2)
+  end
+  local base = rawget(self, '_buffers') and self._buffers.base or self.base
+  if base ~= nil then Q = base:matmul(Q) end
+  if transposed then Q = mT(Q) end
+  return Q
+end
+local function is_orthogonal(Q)
+  local n, k = Q:size(Q:dim() - 1), Q:size(Q:dim())
+  local eps = 10 * n * (Q.dtype == 'float64' and 2.220446049250313e-16 or 1.1920928955078125e-07)
+  return (mT(Q):matmul(Q) - T.eye(k, { dtype = Q.dtype, device = Q.device })):abs():max():item() <= eps
+end
+function OrthogonalP:right_inverse(Q)
+  local LA = require 'dpl.linalg'
+  return no_grad(function()
+    local Q_init = Q
+    local sz = Q:size()
+    for i = 1, #sz do
+      if sz[i] ~= self.shape[i] or #sz ~= #self.shape then
+        error(fmt('orthogonal: expected a matrix or batch of matrices of shape [%s], got [%s]',
+          table.concat(self.shape, ', '), table.concat(sz, ', ')), 0)
+      end
+    end
+    local n, k = sz[#sz - 1], sz[#sz]
+    local transpose = n < k
+    if transpose then Q = mT(Q); n, k = k, n end
+    if not self._trivial then
+      if self.orthogonal_map ~= 'householder' then
+        lua_error(errors.NotImplementedError("It is not possible to assign to the matrix exponential or the Cayley "
+          .. "parametrizations when use_trivialization=false."), 0)
+      end
+      local A, tau = LA.geqrf(Q)
+      -- R's diagonal made +-1: sign of the reflection, flipped where LAPACK used none (tau = 0)
+      local d = A:diagonal(0, -2, -1)
+      local sgn = d:sign()
+      sgn = T.where(tau:eq(0), -sgn, sgn)
+      d:copy_(sgn)
+      return transpose and mT(A):contiguous() or A
+    end
+    if n == k then
+      if not is_orthogonal(Q) then Q = make_orthogonal(Q) else Q = Q:clone() end
+    else
+      local bs = {}
+      for i = 1, #sz - 2 do bs[i] = sz[i] end
+      bs[#bs + 1], bs[#bs + 2] = n, n - k
+      local N = T.randn(bs, { dtype = Q.dtype, device = Q.device })
+      Q = make_orthogonal(T.cat({ Q, N }, -1))
+    end
+    self.base = Q
+    local neg = T.zeros_like(Q_init)
+    neg:diagonal(0, -2, -1):fill_(-1)
+    return neg
+  end)
+end
+--- parametrizations.orthogonal(module [, name='weight' [, orthogonal_map [, {use_trivialization=true}]]]):
+--- the tensor parametrized to have orthonormal columns (rows when wide); orthogonal_map
+--- 'matrix_exp' (square), 'cayley' or 'householder' (the default for non-square)
+function Z.orthogonal(m, name, map, opts)
+  local fn = 'parametrizations.orthogonal'
+  need_module(m, fn)
+  if type(name) == 'table' then name, opts = nil, name elseif type(map) == 'table' then map, opts = nil, map end
+  opts = opts or {}
+  name = name or 'weight'
+  if type(name) ~= 'string' then error(fmt('%s: name must be a string, got %s', fn, type(name)), 2) end
+  local w = m[name] -- (an already parametrized tensor too: the parametrizations stack)
+  if not is_tensor(w) then
+    error(fmt("%s: Module '%s' has no parameter or buffer with name '%s'", fn, m.__name, tostring(name)), 2)
+  end
+  if w:dim() < 2 then
+    error(fmt('%s: Expected a matrix or batch of matrices. Got a tensor of %d dimensions.', fn, w:dim()), 2)
+  end
+  local n, k = w:size(w:dim() - 1), w:size(w:dim())
+  if map == nil then map = (n == k) and 'matrix_exp' or 'householder' end
+  if not ORTH_MAPS[map] then
+    error(fmt("%s: orthogonal_map has to be one of 'matrix_exp', 'cayley', 'householder'. Got: %s", fn, tostring(map)), 2)
+  end
+  local trivial = opts.use_trivialization ~= false
+  return P.register_parametrization(m, name, OrthogonalP(w, map, trivial), { unsafe = true })
+end
+Z._Orthogonal = OrthogonalP
 function Z.weight_norm()
   lua_error(errors.NotImplementedError('parametrizations.weight_norm (PyTorch 2.1) is not implemented in dplhost; '
     .. 'use nn.utils.weight_norm'), 2)
