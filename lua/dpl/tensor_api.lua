@@ -234,7 +234,8 @@ return function(M, H)
           dtype_of(t)))
       end
       if t._dtype == 7 then runtime_error(fmt('%s: not implemented for bool tensors', name)) end
-      return store(name, t, methods[op](t, d, dtype_of(t)))
+      -- (cumprod saves its input for backward: a tensor with history is read through a clone)
+      return store(name, t, methods[op](t.requires_grad and methods.clone(t) or t, d, dtype_of(t)))
     end
   end
   function methods.floor_divide_(t, o)
@@ -446,46 +447,78 @@ return function(M, H)
   end
   --- slice_scatter(src [, dim=1 [, start [, end [, step=1]]]]) (or {dim=, start=, ['end']=, step=}): t with the
   --- positions start, start + step, ... up to end (1-based, both inclusive, negative from the end: Torch7's
-  --- t[{{start, end}}]; out of range clamps, as Python's slices) along dim replaced by src
+  --- t[{{start, end}}]; out of range clamps, as Python's slices) along dim replaced by src (index_copy: differentiable)
   function methods.slice_scatter(t, src, d, s, e, step)
+    need_tensor('slice_scatter', 'input', t)
+    need_tensor('slice_scatter', 'src', src)
     if is_opts(d) then
       options.check(d, K_SLICE, 'slice_scatter')
       d, s, e, step = d.dim, d.start, d['end'], d.step
     end
-    return scatter_into('slice_scatter', t, src, function(o)
-      local pd = pdim(o, d == nil and 1 or d, 'slice_scatter')
-      if o._ndim == 0 then runtime_error('slice_scatter: cannot slice a 0-d tensor') end
-      local n = tonumber(o._shape[pd - 1])
-      step = need_int('slice_scatter', 'step', step == nil and 1 or step)
-      if step < 1 then runtime_error(fmt('slice_scatter: step must be positive, got %d', step)) end
-      local lo, hi = 0, n -- 0-based [lo, hi)
-      if s ~= nil then
-        need_int('slice_scatter', 'start', s)
-        if s == 0 then value_error('slice_scatter: start 0 (positions are 1-based; negative ones count from the end)') end
-        lo = s > 0 and s - 1 or n + s
-      end
-      if e ~= nil then
-        need_int('slice_scatter', 'end', e)
-        if e == 0 then value_error('slice_scatter: end 0 (positions are 1-based; negative ones count from the end)') end
-        hi = e > 0 and e or n + e + 1
-      end
-      lo = math.min(math.max(lo, 0), n)
-      hi = math.min(math.max(hi, lo), n)
-      local len = hi > lo and ceil((hi - lo) / step) or 0
-      local sz, st = size_of(o), {}
-      for k = 1, o._ndim do st[k] = tonumber(o._stride[k - 1]) end
-      sz[pd] = len
-      st[pd] = st[pd] * step
-      return methods.as_strided(o, sz, st, tonumber(o._offset) + lo * tonumber(o._stride[pd - 1]))
-    end)
+    if t._ndim == 0 then runtime_error('slice_scatter: cannot slice a 0-d tensor') end
+    local pd = pdim(t, d == nil and 1 or d, 'slice_scatter')
+    local n = tonumber(t._shape[pd - 1])
+    step = need_int('slice_scatter', 'step', step == nil and 1 or step)
+    if step < 1 then runtime_error(fmt('slice_scatter: step must be positive, got %d', step)) end
+    local lo, hi = 0, n -- 0-based [lo, hi)
+    if s ~= nil then
+      need_int('slice_scatter', 'start', s)
+      if s == 0 then value_error('slice_scatter: start 0 (positions are 1-based; negative ones count from the end)') end
+      lo = s > 0 and s - 1 or n + s
+    end
+    if e ~= nil then
+      need_int('slice_scatter', 'end', e)
+      if e == 0 then value_error('slice_scatter: end 0 (positions are 1-based; negative ones count from the end)') end
+      hi = e > 0 and e or n + e + 1
+    end
+    lo = math.min(math.max(lo, 0), n)
+    hi = math.min(math.max(hi, lo), n)
+    local len = hi > lo and ceil((hi - lo) / step) or 0
+    local sz = size_of(t)
+    sz[pd] = len
+    if not same_shape(src, M.empty(sz)) then
+      runtime_error(fmt('slice_scatter: expected src to have a size equal to the slice of self: src size %s, slice size '
+        .. '[%s]', shape_str(src), table.concat(sz, ', ')))
+    end
+    local idx = M.arange(lo + 1, lo + 1 + len * step, step, { device = dev_of(t) })
+    if src._dtype ~= t._dtype then src = methods.to(src, dtype_of(t)) end
+    return methods.index_copy(t, pd, idx, src)
   end
-  --- as_strided_scatter(src, size, stride [, storage_offset]): a contiguous clone of t whose
-  --- as_strided(size, stride, storage_offset) (0-based offset, as as_strided) is src
+  --- as_strided_scatter(src, size, stride [, storage_offset=0]): t (read as a contiguous tensor) with the elements
+  --- its as_strided(size, stride, storage_offset) view would see replaced by src (0-based offset, as as_strided;
+  --- put: differentiable)
   function methods.as_strided_scatter(t, src, size, stride, offset)
-    return scatter_into('as_strided_scatter', t, src, function(o)
-      if offset ~= nil then need_int('as_strided_scatter', 'storage_offset', offset) end
-      return methods.as_strided(o, size, stride, offset or 0)
-    end)
+    need_tensor('as_strided_scatter', 'input', t)
+    need_tensor('as_strided_scatter', 'src', src)
+    for _, v in ipairs({ { 'size', size }, { 'stride', stride } }) do
+      if type(v[2]) ~= 'table' or is_tensor(v[2]) then
+        value_error(fmt('as_strided_scatter: %s must be a list of integers, got %s', v[1], got(v[2])))
+      end
+    end
+    if #size ~= #stride then value_error('as_strided_scatter: size and stride must have the same length') end
+    offset = need_int('as_strided_scatter', 'storage_offset', offset == nil and 0 or offset)
+    local idx = M.full(size, offset + 1, { dtype = 'int64', device = dev_of(t) }) -- (checks the sizes)
+    local last = offset
+    for k = 1, #size do
+      need_int('as_strided_scatter', 'stride[' .. k .. ']', stride[k])
+      if stride[k] < 0 then value_error(fmt('as_strided_scatter: stride %d is negative', stride[k])) end
+      if size[k] > 1 and stride[k] ~= 0 then
+        local shape = {}
+        for j = 1, #size do shape[j] = j == k and size[k] or 1 end
+        idx = methods.add(idx, methods.reshape(M.arange(0, size[k] * stride[k], stride[k], { device = dev_of(t) }), shape))
+      end
+      last = last + (size[k] - 1) * stride[k]
+    end
+    if tonumber(idx._numel) > 0 and last >= tonumber(t._numel) then
+      runtime_error(fmt('as_strided_scatter: the view reaches element %d (0-based) but the input holds %d elements', last,
+        tonumber(t._numel)))
+    end
+    if not same_shape(src, idx) then
+      runtime_error(fmt('as_strided_scatter: expected src to have a size equal to the slice of self: src size %s, slice '
+        .. 'size %s', shape_str(src), shape_str(idx)))
+    end
+    if src._dtype ~= t._dtype then src = methods.to(src, dtype_of(t)) end
+    return methods.reshape(methods.put(methods.contiguous(t), idx, src), size_of(t))
   end
   fn_forms('diagflat diagonal_scatter select_scatter slice_scatter as_strided_scatter')
 
