@@ -978,6 +978,11 @@ local function install_props()
 props.requires_grad = function(t) return rg[t] == true end
 props.grad_fn = user_gfn
 props.is_leaf = function(t) return cur_gfn(t) == nil end
+-- t.retains_grad: retain_grad() was called on t, a non-leaf (PyTorch's property)
+props.retains_grad = function(t)
+  local n = cur_gfn(t)
+  return n ~= nil and n.retain ~= nil and n.retain[1] == t
+end
 props.grad = function(t) return grads[t] end
 
 setters.requires_grad = function(t, v)

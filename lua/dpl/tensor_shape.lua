@@ -618,7 +618,7 @@ return function(M, H)
     local o = like(t)
     local rg = nil
     if opts then
-      if opts.layout ~= nil and opts.layout ~= 'strided' then
+      if opts.layout ~= nil and opts.layout ~= 'strided' and opts.layout ~= 'torch.strided' then
         not_implemented(fmt("%s: layout=%s is not implemented (only strided tensors)", name, tostring(opts.layout)))
       end
       if opts.pin_memory then not_implemented(name .. ': pin_memory=true is not implemented') end

@@ -2,12 +2,12 @@
 -- semantics (docs/torch7.md). Three kinds:
 --   * aliases, where Torch7's method is one of dplhost's with the same meaning: Torch7's
 --     in-place methods go to PyTorch's underscored ones (x:fill(v) is x:fill_(v), x:cmul(y)
---     is x:mul_(y), x:indexCopy(...) is x:index_copy_(...)), the others to their PyTorch
+--     is x:mul_(y), x:indexCopy(...) is x:index_copy_(...), x:apply(f) is x:apply_(f)), the others to their PyTorch
 --     names (nElement is numel, viewAs is view_as, repeatTensor is repeat);
---   * names whose Torch7 meaning differs or that dplhost does not have (resize, storage,
---     apply, random's inclusive bounds, ...): calling one raises NotImplementedError naming
+--   * names whose Torch7 meaning differs or that dplhost does not have (storage, set,
+--     random's inclusive bounds, ...): calling one raises NotImplementedError naming
 --     the dplhost way (through the tensor metatable's `missing` table), instead of Lua's
---     "attempt to call method 'resize' (a nil value)";
+--     "attempt to call method 'storage' (a nil value)";
 --   * dpl.Tensor(...) and dpl.FloatTensor(...) etc. as constructors, dpl.range (inclusive, as
 --     Torch7's and PyTorch's deprecated torch.range), dpl.manualSeed, dpl.isTensor, and
 --     t:type('torch.DoubleTensor') (PyTorch takes those names too).
@@ -26,39 +26,28 @@ local ALIASES = {
   viewAs = 'view_as', expandAs = 'expand_as', repeatTensor = 'repeat',
   index = 'index_select', indexCopy = 'index_copy_', indexFill = 'index_fill_', indexAdd = 'index_add_',
   maskedFill = 'masked_fill_', maskedSelect = 'masked_select', maskedCopy = 'masked_scatter_',
-  uniform = 'uniform_', normal = 'normal_',
+  uniform = 'uniform_', normal = 'normal_', apply = 'apply_', map = 'map_', map2 = 'map2_', resize = 'resize_',
+  resizeAs = 'resize_as_', geometric = 'geometric_', cauchy = 'cauchy_', exponential = 'exponential_',
+  logNormal = 'log_normal_', isSameSizeAs = 'is_same_size',
 }
 M.ALIASES = ALIASES
 
 -- Torch7 names dplhost does not provide (or not with Torch7's meaning): the hint each one's
 -- NotImplementedError gives
 local MISSING = {
-  resize = 'dplhost tensors are not resized in place: make a new one (dpl.empty(sizes), dpl.zeros(sizes)), '
-    .. 'or t:view(sizes) / t:reshape(sizes) when the element count is the same',
-  resizeAs = 'dplhost tensors are not resized in place: dpl.empty_like(other) or dpl.zeros_like(other) makes a '
-    .. 'new one, t:view_as(other) / t:reshape_as(other) when the element count is the same',
   storage = 'dplhost has no Storage objects: t:data_ptr() is the address, t:storage_offset() the (0-based) offset, '
     .. 't:is_set_to(o) / t:shares_storage(o) compare storages',
   storageOffset = "use t:storage_offset(), which is 0-based as PyTorch's (Torch7's storageOffset() is that plus 1)",
   set = 'dplhost tensors cannot be re-pointed at another storage: use the other tensor, or a view of it '
     .. '(view, narrow, as_strided)',
-  apply = 'dplhost has no per-element Lua callbacks: write the function with tensor ops (they run in C), or go '
-    .. 'through t:totable() and dpl.tensor(table)',
-  map = 'dplhost has no per-element Lua callbacks: write the function with tensor ops on both tensors '
-    .. '(dpl.where, t:mul(u), ...), or go through t:totable() and dpl.tensor(table)',
-  map2 = 'dplhost has no per-element Lua callbacks: write the function with tensor ops on the three tensors',
   random = "Torch7's t:random(a, b) draws from [a, b] inclusive; dplhost's t:random_(low, high) draws from "
     .. '[low, high) as PyTorch: t:random_(a, b + 1)',
   bernoulli = "in place: t:bernoulli_(p); PyTorch's t:bernoulli() (a draw with t's values as the probabilities) "
     .. 'is not provided',
-  geometric = 'not provided; draw with t:uniform_() and transform',
-  addmv = 'write y:add(A:matmul(v)) (or dpl.matmul(A, v)); in place: y:add_(A:matmul(v))',
-  addr = 'write A:add(dpl.outer(u, v)); in place: A:add_(dpl.outer(u, v))',
   mv = 'use A:matmul(v) (or dpl.matmul(A, v))',
   ger = "use dpl.outer(u, v) (PyTorch's torch.outer; Torch7's res:ger(u, v) wrote into res)",
   dist = 'write (a - b):norm(p) (p = 2 by default)',
   isSize = 'compare t:size() with the list: t:size(i) == sizes[i] for each dim (t:dim() == #sizes)',
-  isSameSizeAs = 'compare a:size() and b:size(): a:dim() == b:dim() and a:size(i) == b:size(i) for each dim',
   data = "use t:data_ptr() (the address, as PyTorch's; Torch7's data() was a raw pointer too)",
   cdata = 'a dplhost tensor is itself an FFI cdata (struct dpl_tensor)',
   storageSize = 'dplhost tensors have no Storage objects: t:numel() counts the elements a tensor sees',
@@ -81,7 +70,12 @@ function M.install(T)
 
   for t7, name in pairs(ALIASES) do
     if methods[t7] == nil then
-      methods[t7] = function(t, ...) return methods[name](t, ...) end
+      methods[t7] = function(t, ...)
+        local m = methods[name]
+        if m == nil and is_tensor(t) then m = t[name] end -- (a lazily loaded target)
+        if m == nil then raise(fmt('%s: expected a tensor, got %s', t7, type(t))) end
+        return m(t, ...)
+      end
     end
   end
   -- Torch7's res:cmul(a, b) wrote a * b into res; here a second tensor is an error, not res *= a
