@@ -873,13 +873,10 @@ return function(M, H)
     symeig = 'deprecated in PyTorch since 1.9: see dpl.linalg.eigh (eigenvalues in ascending order)',
     lstsq = 'deprecated in PyTorch since 1.9: see dpl.linalg.lstsq(A, B) (its argument order)',
     solve = 'deprecated in PyTorch since 1.9: see dpl.linalg.solve(A, B) (torch.solve took (B, A))',
-    geqrf = "dplhost has no LAPACK Householder representation: see dpl.linalg.qr",
-    orgqr = "dplhost has no LAPACK Householder representation (linalg.householder_product): see dpl.linalg.qr",
-    ormqr = "dplhost has no LAPACK Householder representation: see dpl.linalg.qr and multiply by Q",
   }
   local FN = { stft = true, istft = true, q_scale = true, q_zero_point = true, q_per_channel_scales = true,
     q_per_channel_zero_points = true, q_per_channel_axis = true, qscheme = true, int_repr = true, dequantize = true,
-    eig = true, symeig = true, lstsq = true, solve = true, geqrf = true, orgqr = true, ormqr = true }
+    eig = true, symeig = true, lstsq = true, solve = true } -- (geqrf, orgqr, ormqr: dpl.linalg's)
   for name, why in pairs(UNSUPPORTED) do
     local f = function() not_implemented(fmt('%s is not supported: %s', name, why)) end
     methods[name] = f
