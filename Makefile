@@ -116,7 +116,7 @@ $(BUILD)/dpl_header_text.o: $(BUILD)/dpl_header_text.c
 # The CUDA emulator (scripts/cuda-emu/, docs/cuda.md): the whole plugin built
 # for the host with g++ only, no nvcc: src/cuda/*.c against fake CUDA headers,
 # the .cu files rewritten (emu_rewrite.pl: launches become emu_launch) and
-# compiled as C++, plus a host CUDA runtime, cuBLAS and NCCL (a rank per process), in one
+# compiled as C++, plus a host CUDA runtime, cuBLAS, cuSOLVER (dense) and NCCL (a rank per process), in one
 # build/cuda-emu/dpl_cuda_emu.so; and a fake NVML, build/cuda-emu/libnvidia-ml.so.1.
 # Not part of `all`. Run: scripts/cuda-emu/run-ops.sh.
 EMU       := build/cuda-emu
@@ -126,7 +126,7 @@ EMU_HDRS  := $(wildcard $(EMU_INC)/*.h) $(EMU_DIR)/emu_internal.h
 EMU_CFLAGS   := -std=c11 -O2 -g -MMD -MP -Wall -Wextra -pthread -fPIC -Iinclude -Isrc/host -I$(EMU_INC) $(EXTRA_CFLAGS)
 EMU_CXXFLAGS := -std=c++17 -O2 -g -MMD -MP -Wall -Wextra -Wno-unknown-pragmas -pthread -fPIC -ffp-contract=off \
                 -Iinclude -Isrc/host -Isrc/cuda -I$(EMU_INC)
-EMU_RT_OBJS := $(EMU)/emu_runtime.o $(EMU)/emu_cublas.o $(EMU)/emu_nccl.o $(EMU)/emu_order.o
+EMU_RT_OBJS := $(EMU)/emu_runtime.o $(EMU)/emu_cublas.o $(EMU)/emu_cusolver.o $(EMU)/emu_nccl.o $(EMU)/emu_order.o
 EMU_OBJS  := $(patsubst src/cuda/%.c,$(EMU)/cuda/%.o,$(CUDA_C_SRCS)) \
              $(patsubst src/cuda/%.cu,$(EMU)/gen/%.o,$(CUDA_CU_SRCS)) $(EMU_RT_OBJS)
 

@@ -47,7 +47,7 @@ if [ "${1:-}" = "--emulated" ]; then
   [ -x ./dplhost ] && make --no-print-directory cuda-emu >/dev/null || {
     echo "gpu-check: --emulated needs ./dplhost (make) and the emulator (make cuda-emu: g++, perl)" >&2; exit 2; }
   export LD_LIBRARY_PATH="$ROOT/build/cuda-emu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-  export DPL_CUDA_PLUGIN="$ROOT/build/cuda-emu/dpl_cuda_emu.so" DPL_LIBNCCL="$ROOT/build/cuda-emu/dpl_cuda_emu.so"
+  export DPL_CUDA_PLUGIN="$ROOT/build/cuda-emu/dpl_cuda_emu.so" DPL_LIBNCCL="$ROOT/build/cuda-emu/dpl_cuda_emu.so" DPL_LIBCUSOLVER="$ROOT/build/cuda-emu/dpl_cuda_emu.so"
   export DPL_GPU_CHECK_SIMULATED=1 # small benchmark and training sizes
   unset DPL_VIRTUAL_GPUS CUDA_VISIBLE_DEVICES
 fi

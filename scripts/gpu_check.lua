@@ -81,19 +81,16 @@ if mode == 'ops' then
   emit('| int64 matmul on cuda gives [[7, 10], [15, 22]] | %s | %s |', good and 'pass' or '**FAIL**',
     ok and (good and '' or 'wrong values') or tostring(e))
   if not good then nfail = nfail + 1 else npass = npass + 1 end
-  -- the ops still CPU only raise the clear error on cuda (NotImplementedError naming the op):
-  -- dpl.linalg (docs/linalg.md) runs on the CPU only
-  for _, c in ipairs({
-    { 'linalg.inv', function() return dpl.linalg.inv(dpl.eye(3):cuda()) end },
-    { 'linalg.lu_factor', function() return dpl.linalg.det(dpl.eye(3):cuda()) end },
-  }) do
-    local ok2, e2 = pcall(c[2])
-    local want = c[1] .. ': not implemented on cuda'
-    local good2 = not ok2 and tostring(e2):find('NotImplementedError: ' .. want, 1, true) ~= nil
-    emit('| %s on cuda raises "%s" | %s | %s |', c[1], want, good2 and 'pass' or '**FAIL**',
-      good2 and '' or (ok2 and 'no error' or tostring(e2):gsub('|', '/'):gsub('\n', ' ')))
-    if good2 then npass = npass + 1 else nfail = nfail + 1 end
-  end
+  -- dpl.linalg runs on the GPU (cuSOLVER): fixed values as well as the cases above
+  local ok3, e3 = pcall(function()
+    local A = dpl.tensor({ { 4, 1 }, { 1, 3 } }, { dtype = 'float64' }):cuda()
+    local inv, d = dpl.linalg.inv(A):totable(), dpl.linalg.det(A):item()
+    return math.abs(inv[1][1] - 3 / 11) < 1e-14 and math.abs(inv[1][2] + 1 / 11) < 1e-14 and d == 11
+  end)
+  local good3 = ok3 and e3 == true
+  emit('| linalg.inv/det on cuda of [[4, 1], [1, 3]] | %s | %s |', good3 and 'pass' or '**FAIL**',
+    ok3 and (good3 and '' or 'wrong values') or tostring(e3):gsub('|', '/'):gsub('\n', ' '))
+  if good3 then npass = npass + 1 else nfail = nfail + 1 end
   emit('')
   emit('op consistency: %d passed, %d failed (%.1f s)', npass, nfail, clock() - t0)
   local yes, no = dpl.cuda.supported_ops()

@@ -98,6 +98,21 @@ describe('the CUDA plugin under the CPU emulator', function()
     assert.is_nil(err:find('cuda-emu:', 1, true), err)
   end)
 
+  it('dpl.linalg on cuda without cuSOLVER: a clear NotImplementedError; solve_triangular (cuBLAS) still runs', function()
+    local script = h.write_file(h.tmpname('.lua'), [[
+      local dpl = require 'dpl'
+      local A = dpl.tensor({ { 2, 1 }, { 0, 4 } }, { dtype = "float32" }):cuda()
+      print(pcall(dpl.linalg.inv, A))
+      print(dpl.linalg.solve_triangular(A, dpl.eye(2):cuda(), { upper = true }):cpu():totable()[1][2])
+      print(dpl.linalg.inv(A:cpu()):totable()[1][2])]])
+    local out, err, rc = emulated(h.q(script), 'DPL_LIBCUSOLVER=/nonexistent/libcusolver.so.12')
+    assert.are.equal(0, rc, out .. err)
+    assert.truthy(out:find('false\tNotImplementedError: linalg.inv: not implemented on cuda here: cuSOLVER not found '
+      .. '(dlopen /nonexistent/libcusolver.so.12: ', 1, true), out .. err)
+    assert.truthy(out:find('\n%-0%.125\n%-0%.125'), out .. err)
+    assert.is_nil(err:find('cuda-emu:', 1, true), err)
+  end)
+
   -- two processes, rank r on emulated cuda:r, NCCL across them (emu_nccl.cpp's shared-memory rendezvous)
   local nccl_worker = h.q(h.root .. '/spec/support/nccl_emu_worker.lua')
   local function no_emu_errors(err)

@@ -1,7 +1,8 @@
 -- dpl.linalg: PyTorch's torch.linalg (and Torch7's/PyTorch's older names for the same
--- things: inverse, det, svd, qr, cholesky, ...) on float32/float64 CPU tensors with any batch
--- dims [..., m, n]. The factorizations run LAPACK through C (src/tensor/dpl_tensor_linalg.c:
--- lu, solve, inv, cholesky, qr, eigh, svd, triangular and LU solves); the rest composes
+-- things: inverse, det, svd, qr, cholesky, ...) on float32/float64 tensors with any batch
+-- dims [..., m, n], on the CPU or a GPU. The factorizations run LAPACK through C
+-- (src/tensor/dpl_tensor_linalg.c: lu, solve, inv, cholesky, qr, eigh, svd, triangular and
+-- LU solves; cuSOLVER for GPU tensors, dpl_tensor_linalg_dev.c); the rest composes
 -- dpl.tensor's recorded ops. Gradients: inv, det, slogdet/logdet, solve, cholesky,
 -- solve_triangular, eigh/eigvalsh, svd/svdvals and qr have backward rules here (the
 -- multi-output ones record one packed node that their outputs are views of); the composed
@@ -91,7 +92,8 @@ local function with(s, ...)
   for i = 1, select('#', ...) do r[#r + 1] = select(i, ...) end
   return r
 end
-local function opts_like(A) return { dtype = dtname(A) } end
+-- new tensors of A's dtype on A's device (a GPU tensor's rules build their constants there)
+local function opts_like(A) return { dtype = dtname(A), device = A.device } end
 local function mT(x) return x:transpose(-2, -1) end
 -- v [..., n] -> [..., n, n] with v on the diagonal
 local function diag_embed(v)
@@ -145,7 +147,8 @@ local function save(n, t)
   return A.save_for_backward and A.save_for_backward(n, t) or t
 end
 
--- LAPACK's info per matrix -> the first failing one (1-based batch element) or nil
+-- LAPACK's info per matrix -> the first failing one (1-based batch element) or nil (the C
+-- routines return info in host memory for GPU inputs too: read back once there)
 local function first_bad(info)
   if info:numel() == 0 then return nil end
   local flat = info:reshape(-1)
@@ -217,11 +220,12 @@ function L.lu_unpack(LU, piv, unpack_data, unpack_pivots)
     end
     if count > 0 then perm:copy_(T.tensor(rowsl, { dtype = 'int64' })) end
     -- (P_lapack A)[i] = A[perm[i]]: P = P_lapack^T has P[perm[i], i] = 1
-    local Pf = T.zeros({ count, m, m }, opts_like(LU))
+    local Pf = T.zeros({ count, m, m }, { dtype = dtname(LU) }) -- built on the host
     if count > 0 and m > 0 then
-      Pf:scatter_(3, perm:unsqueeze(3), T.ones({ count, m, 1 }, opts_like(LU)))
+      Pf:scatter_(3, perm:unsqueeze(3), T.ones({ count, m, 1 }, { dtype = dtname(LU) }))
     end
     P = mT(Pf):reshape(with(bs, m, m))
+    if LU._devtype ~= 0 then P = P:to(LU.device) end
   end
   return P, Lo, U
 end
@@ -858,7 +862,7 @@ function L.matrix_rank(A, o)
   if o.tol ~= nil then o = { atol = o.tol, rtol = 0 } end
   local atol, rtol = tolerances(name, A, o)
   local S = no_grad(function() return L.svdvals(A) end)
-  if S:numel() == 0 then return T.zeros(batch_shape(A), { dtype = 'int64' }) end
+  if S:numel() == 0 then return T.zeros(batch_shape(A), { dtype = 'int64', device = A.device }) end
   return S:gt((S:narrow(-1, 1, 1) * rtol):clamp(atol)):sum(-1):to('int64')
 end
 
@@ -1057,7 +1061,7 @@ function L.lstsq(A, B, o)
   local rt = o.rcond
   if rt == nil or rt < 0 then rt = EPS[A._dtype] * max(rows(A), cols(A)) end
   local X = L.pinv(A, { rtol = rt }):matmul(Bm)
-  local rank = driver == 'gels' and T.empty(0, { dtype = 'int64' }) or L.matrix_rank(A, { rtol = rt })
+  local rank = driver == 'gels' and T.empty(0, { dtype = 'int64', device = A.device }) or L.matrix_rank(A, { rtol = rt })
   local sv = (driver == 'gelsd' or driver == 'gelss') and no_grad(L.svdvals, A) or T.empty(0, opts_like(A))
   local res = T.empty(0, opts_like(A))
   if driver ~= 'gelsy' and rows(A) > cols(A) and L.matrix_rank(A, { rtol = rt }):eq(cols(A)):all():item() then

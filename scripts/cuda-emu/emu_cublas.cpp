@@ -2,7 +2,8 @@
  * documentation specifies: handles bound to the device current at
  * cublasCreate, a stream per handle, column-major C = alpha op(A) op(B) + beta C
  * for Sgemm (float), Dgemm (double) and GemmEx (float16/bfloat16/float32
- * operands, float32 compute), beta 0 meaning C is not read. The arguments are
+ * operands, float32 compute), beta 0 meaning C is not read; Strsm/Dtrsm
+ * (triangular solves in place) through the BLAS of libopenblas.so.0 (dlopen). The arguments are
  * checked as cuBLAS does (operations, sizes, leading dimensions) and every
  * matrix the call reads or writes must lie in device memory of the handle's
  * device; a violation is reported on stderr ("cuda-emu:") and returned as the
@@ -12,6 +13,7 @@
 #include "include/cublas_v2.h"
 #include "include/cuda_fp16.h"
 #include <algorithm>
+#include <dlfcn.h>
 #include <set>
 #include <vector>
 #include <mutex>
@@ -298,4 +300,64 @@ extern "C" cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t 
                   [&](size_t i) { return ld_any(bt, B, i); }, [&](size_t i) { return ld_any(ct, C, i); },
                   [&](size_t i, float v) { st_any(ct, C, i, v); });
   return CUBLAS_STATUS_SUCCESS;
+}
+
+namespace {
+/* trsm: OpenBLAS's Fortran ?trsm_ (the CPU path's library: the same arithmetic) */
+typedef void (*trsm_f)(const char *, const char *, const char *, const char *, const int *, const int *, const void *,
+                       const void *, const int *, void *, const int *, size_t, size_t, size_t, size_t);
+trsm_f trsm_fn[2];
+std::once_flag trsm_once;
+void trsm_load()
+{
+  void *h = dlopen("libopenblas.so.0", RTLD_NOW | RTLD_LOCAL);
+  if (!h) h = dlopen("libopenblas.so", RTLD_NOW | RTLD_LOCAL);
+  if (!h) return;
+  trsm_fn[0] = (trsm_f)dlsym(h, "strsm_");
+  trsm_fn[1] = (trsm_f)dlsym(h, "dtrsm_");
+}
+
+cublasStatus_t trsm(const char *call, int k, cublasHandle_t handle, cublasSideMode_t side, cublasFillMode_t uplo,
+                    cublasOperation_t trans, cublasDiagType_t diag, int m, int n, const void *alpha, const void *A,
+                    int lda, void *B, int ldb, size_t es)
+{
+  handle_s *h = handle_of(handle);
+  if (!h) return misuse(CUBLAS_STATUS_NOT_INITIALIZED, "%s: %p is not a live handle", call, (void *)handle);
+  if ((side != CUBLAS_SIDE_LEFT && side != CUBLAS_SIDE_RIGHT) ||
+      (uplo != CUBLAS_FILL_MODE_LOWER && uplo != CUBLAS_FILL_MODE_UPPER) ||
+      (trans != CUBLAS_OP_N && trans != CUBLAS_OP_T && trans != CUBLAS_OP_C) ||
+      (diag != CUBLAS_DIAG_NON_UNIT && diag != CUBLAS_DIAG_UNIT))
+    return misuse(CUBLAS_STATUS_INVALID_VALUE, "%s: side %d uplo %d trans %d diag %d", call, (int)side, (int)uplo,
+                  (int)trans, (int)diag);
+  int ka = side == CUBLAS_SIDE_LEFT ? m : n;
+  if (m < 0 || n < 0 || lda < (ka > 1 ? ka : 1) || ldb < (m > 1 ? m : 1) || !alpha)
+    return misuse(CUBLAS_STATUS_INVALID_VALUE, "%s: m=%d n=%d lda=%d (>= %d) ldb=%d (>= %d)", call, m, n, lda, ka, ldb,
+                  m);
+  if (m == 0 || n == 0) return CUBLAS_STATUS_SUCCESS;
+  if (!matrix_ok(call, "A", A, ka, ka, lda, es, h->dev) || !matrix_ok(call, "B", B, m, n, ldb, es, h->dev))
+    return CUBLAS_STATUS_EXECUTION_FAILED;
+  std::call_once(trsm_once, trsm_load);
+  if (!trsm_fn[k]) return misuse(CUBLAS_STATUS_INTERNAL_ERROR, "%s: the emulator found no BLAS trsm (libopenblas)", call);
+  emu_op(h->stream);
+  emu_access(h->stream, A, 0, call);
+  emu_access(h->stream, B, 1, call);
+  trsm_fn[k](side == CUBLAS_SIDE_LEFT ? "L" : "R", uplo == CUBLAS_FILL_MODE_UPPER ? "U" : "L",
+             trans == CUBLAS_OP_N ? "N" : "T", diag == CUBLAS_DIAG_UNIT ? "U" : "N", &m, &n, alpha, A, &lda, B, &ldb, 1,
+             1, 1, 1);
+  return CUBLAS_STATUS_SUCCESS;
+}
+} // namespace
+
+extern "C" cublasStatus_t cublasStrsm_v2(cublasHandle_t handle, cublasSideMode_t side, cublasFillMode_t uplo,
+                                         cublasOperation_t trans, cublasDiagType_t diag, int m, int n,
+                                         const float *alpha, const float *A, int lda, float *B, int ldb)
+{
+  return trsm("cublasStrsm", 0, handle, side, uplo, trans, diag, m, n, alpha, A, lda, B, ldb, 4);
+}
+
+extern "C" cublasStatus_t cublasDtrsm_v2(cublasHandle_t handle, cublasSideMode_t side, cublasFillMode_t uplo,
+                                         cublasOperation_t trans, cublasDiagType_t diag, int m, int n,
+                                         const double *alpha, const double *A, int lda, double *B, int ldb)
+{
+  return trsm("cublasDtrsm", 1, handle, side, uplo, trans, diag, m, n, alpha, A, lda, B, ldb, 8);
 }

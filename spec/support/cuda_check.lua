@@ -25,7 +25,9 @@ function M.compare(ref, got, tol_override)
   local g = got:to('cpu')
   if ref:numel() == 0 then return true, 0 end
   local r64, g64 = ref:double(), g:double()
-  local tol = tol_override or M.tol[ref.dtype]
+  local tol -- a number for every float output, or a table by dtype (integers then exact)
+  if type(tol_override) == 'table' then tol = tol_override[ref.dtype] or M.tol[ref.dtype]
+  else tol = tol_override or M.tol[ref.dtype] end
   if not tol then -- integers, bool: exact
     local bad = r64:ne(g64):sum():item()
     if bad > 0 then return false, ('%d of %d elements differ'):format(bad, ref:numel()) end
@@ -1407,6 +1409,9 @@ add('rng: same seed, same numbers', function() return {} end, function(dev)
   nc:t():normal_(2, 3) -- non-contiguous: drawn contiguous, then copied
   return { u, n, d, r, b, nc }
 end, 1e-6)
+
+-- dpl.linalg: cuSOLVER (and cuBLAS trsm) against the CPU's LAPACK
+require('spec.support.cuda_check_linalg')(add, M)
 
 ---------------------------------------------------------------- running
 --- Runs one case; returns ok, detail (max error or message).

@@ -34,6 +34,7 @@ typedef struct dpl_cu_dev {
   int up_k;               /* uploads fill stage[up_k] from up_off on (a ring over the two), */
   size_t up_off;          /* so that small ones never wait for the previous one */
   cublasHandle_t blas;
+  void *solver;           /* cusolverDnHandle_t, created at the first dpl.linalg call (dpl_cuda_linalg.c) */
   /* pending index checks (dpl_cuda_check.c), a ring under chk_mu: check i's
    * flag {position, value} is copied into chk_host[2i..2i+1] (pinned) on the
    * compute stream, then chk_ev[i] is recorded; the host reads the slot after
@@ -63,6 +64,9 @@ int dpl_cu_blas_fail(cublasStatus_t e, const char *call, int32_t dev);
 /* a kernel launcher's result */
 #define DPL_CU_LAUNCH(call, name, dev) \
   do { int e_ = (call); if (e_ != 0) return dpl_cu_fail((cudaError_t)e_, name, (dev)); } while (0)
+
+/* the device's cuBLAS handle on its compute stream, created at first use (dpl_cuda_ops.c) */
+int dpl_cu_blas_handle(dpl_cu_dev *d, int32_t dev, cublasHandle_t *h);
 
 /* ---- allocator (dpl_cuda_alloc.c) ---- */
 int dpl_cu_alloc(int32_t dev, int64_t nbytes, void **ptr);
@@ -122,4 +126,5 @@ int dpl_cu_op_window(const dpl_bk_args *a);      /* HISTC, IM2COL, COL2IM, ADAPT
                                                     ADAPTIVE_AVG_POOL2D(_BWD) (dpl_cuda_window.c) */
 int dpl_cu_op_special(const dpl_bk_args *a);     /* SPECIAL (dpl_cuda_special.c) */
 int dpl_cu_op_ctc(const dpl_bk_args *a);         /* CTC, CTC_BWD (dpl_cuda_ctc.c) */
+int dpl_cu_op_linalg(const dpl_bk_args *a);      /* LINALG: cuSOLVER (dlopen) and cuBLAS trsm (dpl_cuda_linalg.c) */
 #endif

@@ -131,7 +131,7 @@ int dpl_cu_op_elementwise(const dpl_bk_args *a)
 }
 
 /* ---- GEMM ---- */
-static int blas_handle(dpl_cu_dev *d, int32_t dev, cublasHandle_t *h)
+int dpl_cu_blas_handle(dpl_cu_dev *d, int32_t dev, cublasHandle_t *h)
 {
   pthread_mutex_lock(&d->mu);
   cublasStatus_t s = CUBLAS_STATUS_SUCCESS;
@@ -177,7 +177,7 @@ int dpl_cu_op_gemm(const dpl_bk_args *a)
   dpl_cu_dev *d = dpl_cu_device(dev, name);
   if (!d) return DPL_EDEVICE;
   cublasHandle_t h;
-  DPL_TRY(blas_handle(d, dev, &h));
+  DPL_TRY(dpl_cu_blas_handle(d, dev, &h));
   /* row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T */
   cublasOperation_t ob = g->transb ? CUBLAS_OP_T : CUBLAS_OP_N, oa = g->transa ? CUBLAS_OP_T : CUBLAS_OP_N;
   int m = (int)g->n, n = (int)g->m, k = (int)g->k;

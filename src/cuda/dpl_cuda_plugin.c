@@ -144,7 +144,7 @@ static int supports(int32_t op)
   case DPL_BK_OPTIM_MULTI: case DPL_BK_LAYER_NORM: case DPL_BK_LAYER_NORM_BWD: case DPL_BK_SCAN:
   case DPL_BK_CUMPROD_BWD: case DPL_BK_SORT: case DPL_BK_SELECT: case DPL_BK_HISTC: case DPL_BK_IM2COL:
   case DPL_BK_COL2IM: case DPL_BK_ADAPTIVE_MAX_POOL2D: case DPL_BK_MAX_POOL1D: case DPL_BK_SPECIAL: case DPL_BK_CTC:
-  case DPL_BK_CTC_BWD: case DPL_BK_ADAPTIVE_AVG_POOL2D: case DPL_BK_ADAPTIVE_AVG_POOL2D_BWD:
+  case DPL_BK_CTC_BWD: case DPL_BK_ADAPTIVE_AVG_POOL2D: case DPL_BK_ADAPTIVE_AVG_POOL2D_BWD: case DPL_BK_LINALG:
     return 1;
   default:
     return 0;
@@ -182,6 +182,7 @@ static int run(const dpl_bk_args *a)
     return dpl_cu_op_window(a);
   case DPL_BK_SPECIAL: return dpl_cu_op_special(a);
   case DPL_BK_CTC: case DPL_BK_CTC_BWD: return dpl_cu_op_ctc(a);
+  case DPL_BK_LINALG: return dpl_cu_op_linalg(a);
   default: return dpl_errorf(DPL_ENOTIMPL, "%s: not implemented on cuda", a->name ? a->name : dpl_bk_op_name(a->op));
   }
 }

@@ -88,6 +88,7 @@ static const char usage_text[] =
   "  DPL_CUDA_PLUGIN        Path of the CUDA plugin (off: none; default dpl_cuda.so beside dplhost).\n"
   "  DPL_CUDA_SYNC_CHECKS   1 (or CUDA_LAUNCH_BLOCKING=1): GPU index checks raise at their op.\n"
   "  DPL_CUDA_POISON        1: fill new GPU allocations with 0xff bytes (NaN): unwritten outputs show.\n"
+  "  DPL_LIBCUSOLVER        Which libcusolver dpl.linalg loads for GPU tensors (default libcusolver.so.12).\n"
   "  DPL_VIRTUAL_GPUS       Simulate N GPUs cuda:0..N-1 backed by host memory.\n"
   "  DPL_VIRTUAL_GPUS_BUSY  Comma-separated simulated GPU ids whose allocations fail (busy).\n";
 

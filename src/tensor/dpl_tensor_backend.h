@@ -11,9 +11,10 @@
 #include "dpl.h"
 #include <stdint.h>
 
-enum { DPL_BACKEND_ABI = 7 }; /* 3: in[5] (layer norm's backward reads five tensors); 4: SCAN, CUMPROD_BWD; 5: SORT;
+enum { DPL_BACKEND_ABI = 8 }; /* 3: in[5] (layer norm's backward reads five tensors); 4: SCAN, CUMPROD_BWD; 5: SORT;
                                  6: SELECT, HISTC, IM2COL, COL2IM, ADAPTIVE_MAX_POOL2D, MAX_POOL1D;
-                                 7: SPECIAL, CTC, CTC_BWD, ADAPTIVE_AVG_POOL2D, ADAPTIVE_AVG_POOL2D_BWD */
+                                 7: SPECIAL, CTC, CTC_BWD, ADAPTIVE_AVG_POOL2D, ADAPTIVE_AVG_POOL2D_BWD;
+                                 8: LINALG (dpl_bk_linalg, dpl_bk_args.linalg) */
 
 /* Stable op ids (never renumbered; new ops go at the end). The comment says
  * which fields of dpl_bk_args each one reads. */
@@ -94,7 +95,8 @@ typedef enum dpl_bk_op {
                                log_probs [T, N, C] (contiguous) */
   DPL_BK_ADAPTIVE_AVG_POOL2D = 53,     /* in[0] x [N, C, H, W] (any float dtype); l[0] oh, l[1] ow; out[0] */
   DPL_BK_ADAPTIVE_AVG_POOL2D_BWD = 54, /* in[0] grad [N, C, oh, ow]; l[0] H, l[1] W; out[0] [N, C, H, W] */
-  DPL_BK_NUM_OPS = 55
+  DPL_BK_LINALG = 55,       /* sub DPL_LA_*: a dense factorization or solve (dpl_bk_linalg, below) */
+  DPL_BK_NUM_OPS = 56
 } dpl_bk_op;
 
 /* A GEMM on raw device pointers (DPL_BK_GEMM), the one the matmul family's
@@ -130,6 +132,36 @@ typedef struct dpl_bk_optim {
                                                    1 - lr * weight_decay (decoupled); weight_decay above */
 } dpl_bk_optim;
 
+/* A dense factorization or solve on device memory (DPL_BK_LINALG), the primitives that
+ * dpl_tensor_linalg_dev.c composes dpl.linalg's entry points of (cuSOLVER's and cuBLAS's
+ * conventions): `count` column-major matrices per operand, contiguous (leading dimension =
+ * rows), stride_* elements apart; the core has checked sizes (< 2^31), dtype (float32 or
+ * float64) and devices (devindex). info (int32 per matrix, device memory; NULL: not wanted)
+ * receives LAPACK's info; skip (host, int32 per matrix; NULL: none) leaves the matrices
+ * whose entry is non-zero untouched (their outputs and info are not written).
+ *   GETRF  a m x n in place: P A = L U; ipiv min(m, n) 1-based rows; info
+ *   GETRS  a n x n (GETRF's), ipiv; b n x k solved in place (trans: A^T X = B)
+ *   POTRF  a n x n in place from its lower (upper = 1: upper) triangle; info
+ *   GEQRF  a m x n in place (R and the reflectors), w: k = min(m, n) scalar factors tau
+ *   ORGQR  a m x n with k reflectors (GEQRF's, n >= k) -> Q's first n columns in place; w: tau
+ *   SYEVD  a n x n (its lower / upper triangle): w n ascending eigenvalues, the eigenvectors
+ *          in a when vectors; info
+ *   GESVD  a m x n (m >= n; destroyed): w n singular values (descending); vectors: b U
+ *          (m x m when full, else m x n), c Vh (n x n); info
+ *   TRSM   a k x k triangular (upper, unit); b m x n solved in place: op(a) X = B (left) or
+ *          X op(a) = B (trans: op = transpose) */
+enum { DPL_LA_GETRF = 0, DPL_LA_GETRS, DPL_LA_POTRF, DPL_LA_GEQRF, DPL_LA_ORGQR, DPL_LA_SYEVD, DPL_LA_GESVD,
+       DPL_LA_TRSM, DPL_LA_NUM };
+typedef struct dpl_bk_linalg {
+  int32_t dtype, devindex;
+  int32_t upper, trans, left, unit, vectors, full;
+  int64_t count, m, n, k;
+  void *a, *b, *c, *w;
+  int32_t *ipiv, *info;
+  int64_t stride_a, stride_b, stride_c, stride_w, stride_ipiv;
+  const int32_t *skip;
+} dpl_bk_linalg;
+
 typedef struct dpl_bk_args {
   int32_t op, sub;
   int32_t i[4];
@@ -142,6 +174,7 @@ typedef struct dpl_bk_args {
   const int32_t *params;
   const dpl_bk_gemm *gemm;
   const dpl_bk_optim *optim;
+  const dpl_bk_linalg *linalg;
   const char *name; /* the op's user-facing name ("add", "sum", ...) for messages */
 } dpl_bk_args;
 

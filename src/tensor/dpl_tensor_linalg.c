@@ -4,8 +4,10 @@
  * that dpl_tensor_blas.c loads. Each matrix of a batch is copied into a column-major work
  * buffer (LAPACK's layout), factored there, and copied back row-major, so every result is a
  * fresh contiguous tensor and each status a per-matrix LAPACK info in an int32 tensor of the
- * batch shape; what to make of a non-zero info (an error, a NaN) is dpl.linalg's choice. */
-#include "dpl_tensor_internal.h"
+ * batch shape; what to make of a non-zero info (an error, a NaN) is dpl.linalg's choice.
+ * Inputs in GPU memory take the device paths of dpl_tensor_linalg_dev.c after the same
+ * checks (cuSOLVER through the CUDA plugin). */
+#include "dpl_tensor_linalg.h"
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -71,17 +73,12 @@ static double getd(const void *p, int64_t i, int32_t dt)
   return dt == DPL_FLOAT64 ? ((const double *)p)[i] : ((const float *)p)[i];
 }
 
-/* The checks every routine shares: a live CPU float32/float64 tensor with at least 2 dims
- * (square when asked), its matrix sizes (which LAPACK's int must hold) and batch count. */
-typedef struct mats {
-  int32_t dt, nb; /* dtype; batch dims */
-  int64_t m, n, count, es;
-  int64_t bshape[DPL_MAX_DIMS];
-} mats;
+/* The checks every routine shares (dpl_tensor_linalg.h) */
+typedef dpl_mats mats;
 
-static int check_mats(const char *op, const char *what, const dpl_tensor *a, int square, mats *q)
+int dpl_la_check(const char *op, const char *what, const dpl_tensor *a, int square, mats *q)
 {
-  DPL_TRY(dpl_check_tensor(op, what, a));
+  DPL_TRY(dpl_check_handle(op, what, a));
   if (a->_ndim < 2)
     return dpl_errorf(DPL_EINVAL, "%s: the input tensor %s must have at least 2 dimensions, got %d", op, what,
                       (int)a->_ndim);
@@ -107,15 +104,26 @@ static int check_mats(const char *op, const char *what, const dpl_tensor *a, int
   return DPL_OK;
 }
 
-/* a fresh tensor of the batch shape followed by up to two more sizes (r, c; -1: absent) */
-static int new_batched(const char *op, const mats *q, int32_t dt, int64_t r, int64_t c, dpl_tensor **out)
+int dpl_la_new(const char *op, const mats *q, int32_t dt, int64_t r, int64_t c, const dpl_tensor *like,
+               dpl_tensor **out)
 {
   int64_t shape[DPL_MAX_DIMS];
   int32_t nd = q->nb;
   memcpy(shape, q->bshape, sizeof(int64_t) * (size_t)q->nb);
   if (r >= 0) shape[nd++] = r;
   if (c >= 0) shape[nd++] = c;
-  return dpl_new(op, dt, nd, shape, NULL, out);
+  return dpl_new(op, dt, nd, shape, like, out);
+}
+static int new_batched(const char *op, const mats *q, int32_t dt, int64_t r, int64_t c, dpl_tensor **out)
+{
+  return dpl_la_new(op, q, dt, r, c, NULL, out);
+}
+/* a second input on the first's device (both CPU memory, or one GPU) */
+static int same_dev(const char *op, const dpl_tensor *a, const dpl_tensor *b)
+{
+  if (dpl_is_devmem(a) != dpl_is_devmem(b) || (dpl_is_devmem(a) && a->_devindex != b->_devindex))
+    return dpl_check_same_device(op, a, b);
+  return DPL_OK;
 }
 
 static void *work_alloc(int *st, const char *op, int64_t bytes)
@@ -138,8 +146,9 @@ int dpl_linalg_lu(const dpl_tensor *a, dpl_tensor **lu, dpl_tensor **pivots, dpl
   if (!lu || !pivots || !info) return dpl_errorf(DPL_EINVAL, "%s: an output pointer is NULL", op);
   *lu = *pivots = *info = NULL;
   mats q;
-  DPL_TRY(check_mats(op, "A", a, 0, &q));
+  DPL_TRY(dpl_la_check(op, "A", a, 0, &q));
   int64_t k = q.m < q.n ? q.m : q.n;
+  if (dpl_is_devmem(a)) return dpl_la_lu_dev(op, &q, a, lu, pivots, info);
   dpl_tensor *c = NULL, *r = NULL, *p = NULL, *inf = NULL;
   int st = dpl_contig_as(op, a, q.dt, &c);
   if (st == DPL_OK) st = new_batched(op, &q, q.dt, q.m, q.n, &r);
@@ -164,9 +173,10 @@ int dpl_linalg_lu(const dpl_tensor *a, dpl_tensor **lu, dpl_tensor **pivots, dpl
 }
 
 /* ---- solve A X = B (gesv) and the inverse (getrf + getri) ---- */
-static int check_rhs(const char *op, const mats *qa, const dpl_tensor *b, mats *qb)
+static int check_rhs(const char *op, const mats *qa, const dpl_tensor *a, const dpl_tensor *b, mats *qb)
 {
-  DPL_TRY(check_mats(op, "B", b, 0, qb));
+  DPL_TRY(dpl_la_check(op, "B", b, 0, qb));
+  DPL_TRY(same_dev(op, a, b));
   if (qb->dt != qa->dt)
     return dpl_errorf(DPL_EINVAL, "%s: expected A and B to have the same dtype, but found A of type %s and B of type %s "
                       "instead", op, dpl_dtype_name(qa->dt), dpl_dtype_name(qb->dt));
@@ -182,8 +192,9 @@ int dpl_linalg_solve(const dpl_tensor *a, const dpl_tensor *b, dpl_tensor **x, d
   if (!x || !info) return dpl_errorf(DPL_EINVAL, "%s: an output pointer is NULL", op);
   *x = *info = NULL;
   mats qa, qb;
-  DPL_TRY(check_mats(op, "A", a, 1, &qa));
-  DPL_TRY(check_rhs(op, &qa, b, &qb));
+  DPL_TRY(dpl_la_check(op, "A", a, 1, &qa));
+  DPL_TRY(check_rhs(op, &qa, a, b, &qb));
+  if (dpl_is_devmem(a)) return dpl_la_solve_dev(op, &qa, &qb, a, b, x, info);
   dpl_tensor *ca = NULL, *cb = NULL, *r = NULL, *inf = NULL;
   int st = dpl_contig_as(op, a, qa.dt, &ca);
   if (st == DPL_OK) st = dpl_contig_as(op, b, qa.dt, &cb);
@@ -221,7 +232,8 @@ int dpl_linalg_inv(const dpl_tensor *a, dpl_tensor **x, dpl_tensor **info)
   if (!x || !info) return dpl_errorf(DPL_EINVAL, "%s: an output pointer is NULL", op);
   *x = *info = NULL;
   mats q;
-  DPL_TRY(check_mats(op, "A", a, 1, &q));
+  DPL_TRY(dpl_la_check(op, "A", a, 1, &q));
+  if (dpl_is_devmem(a)) return dpl_la_inv_dev(op, &q, a, x, info);
   dpl_tensor *c = NULL, *r = NULL, *inf = NULL;
   int st = dpl_contig_as(op, a, q.dt, &c);
   if (st == DPL_OK) st = new_batched(op, &q, q.dt, q.n, q.n, &r);
@@ -267,14 +279,16 @@ int dpl_linalg_lu_solve(const dpl_tensor *lu, const dpl_tensor *pivots, const dp
   if (!x) return dpl_errorf(DPL_EINVAL, "%s: the output pointer is NULL", op);
   *x = NULL;
   mats qa, qb;
-  DPL_TRY(check_mats(op, "LU", lu, 1, &qa));
-  DPL_TRY(check_rhs(op, &qa, b, &qb));
-  DPL_TRY(dpl_check_tensor(op, "pivots", pivots));
+  DPL_TRY(dpl_la_check(op, "LU", lu, 1, &qa));
+  DPL_TRY(check_rhs(op, &qa, lu, b, &qb));
+  DPL_TRY(dpl_check_handle(op, "pivots", pivots));
+  if (!dpl_is_devmem(lu)) DPL_TRY(dpl_check_tensor(op, "pivots", pivots));
   if (pivots->_dtype != DPL_INT32 || pivots->_ndim != qa.nb + 1 || pivots->_shape[qa.nb] != qa.n ||
       memcmp(pivots->_shape, qa.bshape, sizeof(int64_t) * (size_t)qa.nb) != 0)
     return dpl_errorf(DPL_EINVAL, "%s: pivots must be int32 of LU's batch shape and %lld (lu_factor's pivots)", op,
                       (long long)qa.n);
   dpl_tensor *ca = NULL, *cb = NULL, *cp = NULL, *r = NULL;
+  if (dpl_is_devmem(lu)) return dpl_la_lu_solve_dev(op, &qa, &qb, lu, pivots, b, trans, x);
   int st = dpl_contig_as(op, lu, qa.dt, &ca);
   if (st == DPL_OK) st = dpl_contig_as(op, b, qa.dt, &cb);
   if (st == DPL_OK) st = dpl_contig_as(op, pivots, DPL_INT32, &cp);
@@ -311,7 +325,8 @@ int dpl_linalg_cholesky(const dpl_tensor *a, int32_t upper, dpl_tensor **l, dpl_
   if (!l || !info) return dpl_errorf(DPL_EINVAL, "%s: an output pointer is NULL", op);
   *l = *info = NULL;
   mats q;
-  DPL_TRY(check_mats(op, "A", a, 1, &q));
+  DPL_TRY(dpl_la_check(op, "A", a, 1, &q));
+  if (dpl_is_devmem(a)) return dpl_la_cholesky_dev(op, &q, a, upper, l, info);
   dpl_tensor *c = NULL, *r = NULL, *inf = NULL;
   int st = dpl_contig_as(op, a, q.dt, &c);
   if (st == DPL_OK) st = new_batched(op, &q, q.dt, q.n, q.n, &r);
@@ -348,7 +363,8 @@ int dpl_linalg_qr(const dpl_tensor *a, int32_t mode, dpl_tensor **qo, dpl_tensor
   *qo = *ro = NULL;
   if (mode < 0 || mode > 2) return dpl_errorf(DPL_EINVAL, "%s: mode must be 0 (reduced), 1 (complete) or 2 (r), got %d", op, (int)mode);
   mats q;
-  DPL_TRY(check_mats(op, "A", a, 0, &q));
+  DPL_TRY(dpl_la_check(op, "A", a, 0, &q));
+  if (dpl_is_devmem(a)) return dpl_la_qr_dev(op, &q, a, mode, qo, ro);
   int64_t m = q.m, n = q.n, k = m < n ? m : n, es = q.es;
   int64_t qc = mode == 1 ? m : k, rr = mode == 1 ? m : k; /* Q's columns, R's rows */
   dpl_tensor *c = NULL, *Q = NULL, *R = NULL;
@@ -408,7 +424,8 @@ int dpl_linalg_eigh(const dpl_tensor *a, int32_t upper, int32_t vectors, dpl_ten
   if (!w || !v || !info) return dpl_errorf(DPL_EINVAL, "%s: an output pointer is NULL", op);
   *w = *v = *info = NULL;
   mats q;
-  DPL_TRY(check_mats(op, "A", a, 1, &q));
+  DPL_TRY(dpl_la_check(op, "A", a, 1, &q));
+  if (dpl_is_devmem(a)) return dpl_la_eigh_dev(op, &q, a, upper, vectors, w, v, info);
   int64_t n = q.n, es = q.es;
   dpl_tensor *c = NULL, *W = NULL, *V = NULL, *inf = NULL;
   int st = dpl_contig_as(op, a, q.dt, &c);
@@ -451,7 +468,8 @@ int dpl_linalg_svd(const dpl_tensor *a, int32_t full, int32_t uv, dpl_tensor **u
   if (!u || !s || !vh || !info) return dpl_errorf(DPL_EINVAL, "%s: an output pointer is NULL", op);
   *u = *s = *vh = *info = NULL;
   mats q;
-  DPL_TRY(check_mats(op, "A", a, 0, &q));
+  DPL_TRY(dpl_la_check(op, "A", a, 0, &q));
+  if (dpl_is_devmem(a)) return dpl_la_svd_dev(op, &q, a, full, uv, u, s, vh, info);
   int64_t m = q.m, n = q.n, k = m < n ? m : n, es = q.es;
   int64_t uc = full ? m : k, vr = full ? n : k;
   dpl_tensor *c = NULL, *U = NULL, *S = NULL, *VH = NULL, *inf = NULL;
@@ -516,8 +534,9 @@ int dpl_linalg_solve_triangular(const dpl_tensor *a, const dpl_tensor *b, int32_
   if (!x) return dpl_errorf(DPL_EINVAL, "%s: the output pointer is NULL", op);
   *x = NULL;
   mats qa, qb;
-  DPL_TRY(check_mats(op, "A", a, 1, &qa));
-  DPL_TRY(check_mats(op, "B", b, 0, &qb));
+  DPL_TRY(dpl_la_check(op, "A", a, 1, &qa));
+  DPL_TRY(dpl_la_check(op, "B", b, 0, &qb));
+  DPL_TRY(same_dev(op, a, b));
   if (qb.dt != qa.dt)
     return dpl_errorf(DPL_EINVAL, "%s: expected A and B to have the same dtype, but found A of type %s and B of type %s "
                       "instead", op, dpl_dtype_name(qa.dt), dpl_dtype_name(qb.dt));
@@ -526,6 +545,7 @@ int dpl_linalg_solve_triangular(const dpl_tensor *a, const dpl_tensor *b, int32_
     return dpl_errorf(DPL_EINVAL, "%s: B (%lld x %lld) does not fit A (%lld x %lld) with left=%s, or their batch shapes "
                       "differ", op, (long long)qb.m, (long long)qb.n, (long long)qa.n, (long long)qa.n,
                       left ? "true" : "false");
+  if (dpl_is_devmem(a)) return dpl_la_trsm_dev(op, &qa, &qb, a, b, upper, left, unit, x);
   dpl_tensor *ca = NULL, *r = NULL;
   int st = dpl_contig_as(op, a, qa.dt, &ca);
   if (st == DPL_OK) st = new_batched(op, &qb, qa.dt, qb.m, qb.n, &r); /* the result: B, solved in place */
@@ -555,7 +575,8 @@ int dpl_linalg_det(const dpl_tensor *a, dpl_tensor **det, dpl_tensor **sign, dpl
   if (!det || !sign || !logabsdet) return dpl_errorf(DPL_EINVAL, "%s: an output pointer is NULL", op);
   *det = *sign = *logabsdet = NULL;
   mats q;
-  DPL_TRY(check_mats(op, "A", a, 1, &q));
+  DPL_TRY(dpl_la_check(op, "A", a, 1, &q));
+  if (dpl_is_devmem(a)) return dpl_la_det_dev(op, &q, a, det, sign, logabsdet);
   dpl_tensor *c = NULL, *D = NULL, *S = NULL, *L = NULL;
   int st = dpl_contig_as(op, a, q.dt, &c);
   if (st == DPL_OK) st = new_batched(op, &q, q.dt, -1, -1, &D);

@@ -1,5 +1,5 @@
 /* cublas_v2.h (dplhost CUDA emulator): the cuBLAS API src/cuda uses (handles,
- * streams, Sgemm/Dgemm/GemmEx, status names), with the real enum values.
+ * streams, Sgemm/Dgemm/GemmEx, Strsm/Dtrsm, status names), with the real enum values.
  * Implemented by emu_cublas.cpp (column-major, as the cuBLAS documentation). */
 #ifndef DPL_EMU_CUBLAS_V2_H
 #define DPL_EMU_CUBLAS_V2_H
@@ -24,6 +24,9 @@ typedef enum {
 } cublasStatus_t;
 
 typedef enum { CUBLAS_OP_N = 0, CUBLAS_OP_T = 1, CUBLAS_OP_C = 2 } cublasOperation_t;
+typedef enum { CUBLAS_FILL_MODE_LOWER = 0, CUBLAS_FILL_MODE_UPPER = 1, CUBLAS_FILL_MODE_FULL = 2 } cublasFillMode_t;
+typedef enum { CUBLAS_DIAG_NON_UNIT = 0, CUBLAS_DIAG_UNIT = 1 } cublasDiagType_t;
+typedef enum { CUBLAS_SIDE_LEFT = 0, CUBLAS_SIDE_RIGHT = 1 } cublasSideMode_t;
 
 typedef enum {
   CUBLAS_COMPUTE_16F = 64,
@@ -51,6 +54,15 @@ cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa, cub
                             int k, const void *alpha, const void *A, cudaDataType_t Atype, int lda, const void *B,
                             cudaDataType_t Btype, int ldb, const void *beta, void *C, cudaDataType_t Ctype, int ldc,
                             cublasComputeType_t computeType, cublasGemmAlgo_t algo);
+/* triangular solves (the real header maps the names to the _v2 symbols too) */
+#define cublasStrsm cublasStrsm_v2
+#define cublasDtrsm cublasDtrsm_v2
+cublasStatus_t cublasStrsm_v2(cublasHandle_t handle, cublasSideMode_t side, cublasFillMode_t uplo,
+                              cublasOperation_t trans, cublasDiagType_t diag, int m, int n, const float *alpha,
+                              const float *A, int lda, float *B, int ldb);
+cublasStatus_t cublasDtrsm_v2(cublasHandle_t handle, cublasSideMode_t side, cublasFillMode_t uplo,
+                              cublasOperation_t trans, cublasDiagType_t diag, int m, int n, const double *alpha,
+                              const double *A, int lda, double *B, int ldb);
 
 #ifdef __cplusplus
 }
