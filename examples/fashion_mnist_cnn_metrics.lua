@@ -17,9 +17,10 @@
 --       [--channels 32] [--seed 1234] [--root DIR] [--default-root-dir cnn_runs]
 --       [--enable-progress-bar false] [other Trainer flags]
 --
--- Expected: about 91% test accuracy (macro F1 the same to 0.01) after the 4 epochs (55,000
--- training images, ~8 minutes on 2 cores); above 88% after the first epoch. A quick run:
--- --max-epochs 1 --limit-train-batches 20 --limit-val-batches 2 --limit-test-batches 2.
+-- Expected (the full run, 5 epochs of 55,000 images: ~1 min 40 s on 2 cores): val_acc 0.859,
+-- 0.901, 0.917, 0.923, 0.925 by epoch; the best checkpoint's test accuracy 92.4 %, macro F1,
+-- precision and recall 0.923-0.924. A quick run: --max-epochs 1 --limit-train-batches 20
+-- --limit-val-batches 2 --limit-test-batches 2 (bf16-mixed runs about twice as slow on the CPU).
 -- Data: Debian's dataset-fashion-mnist (/usr/share/datasets/fashion-mnist).
 local dpl = require 'dpl'
 local nn, optim, F, tm = dpl.nn, dpl.optim, dpl.nn.functional, dpl.metrics
