@@ -518,6 +518,11 @@ function LightningModule:log_dict(dict, opts)
       if not log_dict_keys[k] then bad_option('self:log_dict()', opts, log_dict_keys) end
     end
   end
+  if dict.__is_metric_collection then
+    -- Lightning's log_dict(MetricCollection): each metric object under its prefixed name
+    for k, m in dict:items() do self:log(k, m, opts) end
+    return
+  end
   local keys = {}
   for k in pairs(dict) do keys[#keys + 1] = k end
   table.sort(keys, function(a, b) return tostring(a) < tostring(b) end)

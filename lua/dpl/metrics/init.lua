@@ -453,6 +453,17 @@ function MetricCollection:keys()
   return r
 end
 function MetricCollection:get(name) return self._metrics[name] end
+--- items(): torchmetrics' items(): an iterator over (prefix .. name .. postfix, metric), in the
+--- collection's order (`for k, m in mc:items() do ... end`)
+function MetricCollection:items()
+  local i = 0
+  return function()
+    i = i + 1
+    local name = self._order[i]
+    if name == nil then return nil end
+    return self.prefix .. name .. self.postfix, self._metrics[name]
+  end
+end
 --- clone({prefix=, postfix=}): copies of every metric under new names
 function MetricCollection:clone(opts)
   opts = opts or {}

@@ -253,6 +253,27 @@ end
 local pass_rule = { nin = 1, name = 'clamp_min_nograd', bw = function(_, g) return g end }
 local function clamp_passing(x, eps) return autograd.record(pass_rule, x:detach():clamp_min(eps), x) end
 
+-- binary_cross_entropy's elementwise loss -(y log p + (1 - y) log(1 - p)), the logs clamped at
+-- -100, with PyTorch's gradients: (p - y) / max(p (1 - p), 1e-12) for p (finite at p = 0 and 1,
+-- where the composition's 0/0 gave NaN), log(1 - p) - log(p) for y (not clamped: torch 1.13's
+-- is infinite at p = 0 and 1)
+local bce_rule = {
+  nin = 2, name = 'binary_cross_entropy',
+  save = function(n, out, p, y) n.p, n.y, n.y_grad = p:detach(), y:detach(), y.requires_grad end,
+  bw = function(n, g)
+    local gp = g * (n.p - n.y) / ((1 - n.p) * n.p):clamp_min(1e-12)
+    if not n.y_grad then return gp end
+    return gp, g * ((-n.p):log1p() - n.p:log())
+  end,
+}
+local function bce_elementwise(p, y)
+  local pd, yd = p:detach(), y:detach()
+  local lp = pd:log():clamp(-100)
+  local l1p = (-pd):log1p():clamp(-100)
+  local out = -(yd * lp + (1 - yd) * l1p)
+  return autograd.record(bce_rule, out, p, y)
+end
+
 ---------------------------------------------------------------- implementations
 -- L.name(inputs..., o, who): o holds the options (parse's result, or a module), who the name
 -- used in messages.
@@ -321,9 +342,7 @@ function L.binary_cross_entropy(p, y, o, who)
   end
   local w = o.weight
   if w then need_broadcastable(w, p:size(), who, 'weight') end
-  local lp = p:log():clamp(-100)
-  local l1p = (-p):log1p():clamp(-100)
-  local loss = -(y * lp + (1 - y) * l1p)
+  local loss = bce_elementwise(p, y)
   if w then loss = loss * w end
   return reduce(loss, o.reduction)
 end

@@ -457,9 +457,16 @@ local function module_hook_raw(self, model, name, ...)
   if (rc.lazy[1] ~= nil or rc.acc[1] ~= nil) and self:_is_overridden(name, model) then rc:flush() end
   local prev = model._current_fx_name
   model._current_fx_name = name
-  local r, r2 = model[name](model, ...)
+  if name == 'configure_optimizers' then
+    local out = { n = 0 }
+    local function keep(...) out.n = select('#', ...); for i = 1, out.n do out[i] = (select(i, ...)) end end
+    keep(model[name](model, ...))
+    model._current_fx_name = prev
+    if out.n > 1 then return Trainer._optimizers_returned(out) end
+    return out[1]
+  end
+  local r = model[name](model, ...)
   model._current_fx_name = prev
-  if r2 ~= nil and name == 'configure_optimizers' then r = Trainer._optimizers_pair(r, r2) end
   return r
 end
 
@@ -472,9 +479,26 @@ function Trainer:_call_module_hook(name, ...)
   return module_hook_raw(self, model, name, ...)
 end
 
--- configure_optimizers returning two values, `return {opt, ...}, {sched, ...}` (Lua's form of
+-- configure_optimizers returning several values. Each one an optimizer, or each one a dict
+-- with an `optimizer` key: Lua's form of Lightning's tuple `return opt_g, opt_d` (a list of
+-- optimizers, or of dicts). Else two values, `return {opt, ...}, {sched, ...}` (Lua's form of
 -- Lightning's `return [opts], [scheds]`): the pair of lists (a single optimizer or scheduler
--- is a list of one)
+-- is a list of one).
+function Trainer._optimizers_returned(out)
+  local is_opt = require('dpl.trainer.optimizers').is_optimizer
+  local all_opts, all_dicts = true, true
+  for i = 1, out.n do
+    local v = out[i]
+    if not is_opt(v) then all_opts = false end
+    if not (type(v) == 'table' and getmetatable(v) == nil and v.optimizer ~= nil) then all_dicts = false end
+  end
+  if all_opts or all_dicts then
+    local list = {}
+    for i = 1, out.n do list[i] = out[i] end
+    return list
+  end
+  return Trainer._optimizers_pair(out[1], out[2])
+end
 function Trainer._optimizers_pair(opts, scheds)
   local function as_list(x)
     if type(x) == 'table' and getmetatable(x) == nil and x[1] ~= nil then return x end
