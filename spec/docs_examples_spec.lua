@@ -64,6 +64,20 @@ local cases = {
     prelude = "local dpl = require 'dpl'; local x = dpl.tensor({1, 2}, { dtype = 'float64', requires_grad = true })\n",
     postlude = "\nout:sum():backward()\nassert(x.grad:equal(dpl.tensor({2, 4}, { dtype = 'float64' })))\n"
       .. "print(out.grad_fn.name)", stdout = '^square\n$' },
+  { doc = 'autograd.md', marker = 'local y = dpl.utils.checkpoint(block, x)',
+    prelude = "local dpl = require 'dpl'; local nn = dpl.nn\n"
+      .. "local block = nn.Sequential(nn.Linear(4, 4), nn.Tanh())\n"
+      .. "local fn = function(a, k, h) return a * k, a + h end\n"
+      .. "local h = dpl.randn(2, 4); local x = dpl.randn(2, 4, { requires_grad = true })\n"
+      .. "local seq = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 4), nn.Tanh())\n",
+    postlude = "\n;(y:sum() + a:sum() + b:sum() + out:sum()):backward()\n"
+      .. "print(x.grad.shape[1], x.grad.shape[2], block[1].weight.grad ~= nil, seq[3].weight.grad ~= nil)",
+    stdout = '^2\t4\ttrue\ttrue\n$' },
+  { doc = 'torch7.md', marker = "local opt = dpl.optim.SGD(model:parameters(), { lr = 0.1 })   -- once",
+    prelude = "local dpl = require 'dpl'; local nn = dpl.nn\n"
+      .. "local model = nn.Linear(4, 3); local criterion = nn.CrossEntropyLoss()\n"
+      .. "local x, y = dpl.randn(5, 4), dpl.tensor({ 1, 2, 3, 1, 2 })\n",
+    postlude = "\nprint(loss:dim(), loss:item() == loss:item(), model.weight.grad ~= nil)", stdout = '^0\ttrue\ttrue\n$' },
   { doc = 'nn.md', marker = "local Net = nn.Module:extend('Net')",
     prelude = "local dpl = require 'dpl'; local nn, F = dpl.nn, dpl.nn.functional; local x = dpl.randn(2, 784)\n",
     postlude = "\nprint(y.shape[1], y.shape[2], #net:parameters(), #net:state_dict_keys())",
