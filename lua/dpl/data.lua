@@ -757,6 +757,27 @@ function M.DistributedSamplerWrapper:_order()
 end
 M.DistributedSamplerWrapper.indices = indices_from_order
 
+--- UnrepeatedDistributedSampler{...} and UnrepeatedDistributedSamplerWrapper{...} (the options of
+--- DistributedSampler / DistributedSamplerWrapper): Lightning's samplers for predict under
+--- several processes, without padding: rank r takes positions r+1, r+1+num_replicas, ... of the
+--- pass's order, so every item goes to one rank once and the ranks' lengths differ by at most
+--- one (drop_last does not apply). A rank may get none (fewer items than ranks).
+local function unrepeat(self)
+  local n, r = self.n, self.rank
+  self.num_samples = n > r and math.floor((n - r - 1) / self.num_replicas) + 1 or 0
+  self.total_size = n
+end
+M.UnrepeatedDistributedSampler = M.DistributedSampler:extend('UnrepeatedDistributedSampler')
+function M.UnrepeatedDistributedSampler:__init(opts)
+  M.DistributedSampler.__init(self, opts)
+  unrepeat(self)
+end
+M.UnrepeatedDistributedSamplerWrapper = M.DistributedSamplerWrapper:extend('UnrepeatedDistributedSamplerWrapper')
+function M.UnrepeatedDistributedSamplerWrapper:__init(opts)
+  M.DistributedSamplerWrapper.__init(self, opts)
+  unrepeat(self)
+end
+
 -- ------------------------------------------------------------------ batch samplers
 --- BatchSampler(sampler, batch_size, drop_last=false) (or (sampler, {batch_size=, drop_last=})):
 --- PyTorch's BatchSampler, the sampler's positions of one pass in lists of batch_size

@@ -232,6 +232,7 @@ end
 -- several ranks: parameters and buffers from rank 0 (DDP's constructor)
 function Fabric:_broadcast_module(w)
   local module = w._original_module
+  if self._multi then require('dpl.strategies.ddp').DDPStrategy.check_materialized(module, 'Fabric.setup') end
   local bufs = type(module.buffers) == 'function' and module:buffers() or {}
   rawset(w, '_has_buffers', #bufs > 0)
   if not self._multi then return end

@@ -174,9 +174,28 @@ local function tensor_of(x)
   return nil
 end
 
+--- DDPStrategy.check_materialized(module, who): PyTorch's DDP constructor refuses modules whose
+--- parameters are not made yet (LazyLinear before its first forward): they would miss the
+--- broadcast from rank 0 (each rank initialising them its own way) and the optimizer built at
+--- setup. Raises RuntimeError naming the modules; who: the caller, for the message.
+function DDPStrategy.check_materialized(module, who)
+  if type(module) ~= 'table' or type(module.named_modules) ~= 'function' then return end
+  local lazy = {}
+  for name, m in module:named_modules() do
+    if type(m.has_uninitialized_params) == 'function' and m:has_uninitialized_params() then
+      lazy[#lazy + 1] = ('%s (%s)'):format(name == '' and '<the module>' or name, tostring(m.__name))
+    end
+  end
+  if #lazy == 0 then return end
+  errors.RuntimeError:raise(("%s: Modules with uninitialized parameters can't be used with `DistributedDataParallel`."
+    .. ' Run a dummy forward pass to correctly initialize the modules (uninitialized: %s)'):format(who,
+    table.concat(lazy, ', ')), 0)
+end
+
 function DDPStrategy:setup(trainer)
   self:model_to_device()
   if trainer.state.fn == 'fit' then
+    DDPStrategy.check_materialized(self.lightning_module, ("strategy '%s'"):format(tostring(self.strategy_name)))
     -- sync_batchnorm=true: the BatchNorm layers become SyncBatchNorm, sharing their parameters
     -- and buffers (Lightning's TorchSyncBatchNorm layer sync, applied before DDP wraps the model)
     if trainer.sync_batchnorm then

@@ -193,7 +193,7 @@ function M._prepare_loader(t, stage, l, distributed, data)
     end
   end
   l = t.strategy:process_dataloader(l)
-  if distributed then l = M.with_distributed_sampler(t.strategy, l) end
+  if distributed then l = M.with_distributed_sampler(t.strategy, l, stage == 'predict') end
   return l
 end
 
@@ -202,8 +202,10 @@ end
 --- was); any other sampler is wrapped, each rank taking its share of the positions it yields
 --- (DistributedSamplerWrapper); a loader whose sampler is already distributed is left as it is.
 --- The shuffle's seed is seed_everything's (PL_GLOBAL_SEED), else 0, as Lightning's. (The
---- Trainer's loaders and dpl.Fabric's setup_dataloaders.)
-function M.with_distributed_sampler(strategy, l)
+--- Trainer's loaders and dpl.Fabric's setup_dataloaders.) unrepeated (predict): the samplers
+--- that do not pad (Lightning's UnrepeatedDistributedSampler(Wrapper)), so no item is predicted
+--- twice.
+function M.with_distributed_sampler(strategy, l, unrepeated)
   local s = l.sampler
   if type(s) ~= 'table' or s.num_replicas ~= nil then return l end
   local data = require 'dpl.data'
@@ -214,11 +216,11 @@ function M.with_distributed_sampler(strategy, l)
   local own_draws = random and (s.replacement == true or s._num_samples ~= nil)
   local ds
   if not own_draws and (random or s.__name == 'SequentialSampler' or class.is_instance(s, data.SequentialSampler)) then
-    ds = data.DistributedSampler{ dataset = l.dataset, num_replicas = kw.num_replicas, rank = kw.rank,
-      shuffle = random, seed = seed }
+    ds = (unrepeated and data.UnrepeatedDistributedSampler or data.DistributedSampler){ dataset = l.dataset,
+      num_replicas = kw.num_replicas, rank = kw.rank, shuffle = random, seed = seed }
   else
-    ds = data.DistributedSamplerWrapper{ sampler = s, num_replicas = kw.num_replicas, rank = kw.rank,
-      shuffle = false, seed = seed }
+    ds = (unrepeated and data.UnrepeatedDistributedSamplerWrapper or data.DistributedSamplerWrapper){ sampler = s,
+      num_replicas = kw.num_replicas, rank = kw.rank, shuffle = false, seed = seed }
   end
   return with_sampler(l, ds)
 end
