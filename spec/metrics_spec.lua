@@ -234,3 +234,23 @@ describe('dpl.metrics across processes', function()
     assert.matches('METRICS%-DIST rank 1 ok', out)
   end)
 end)
+
+describe('dpl.metrics on a (simulated) GPU', function()
+  it("a metric's first batch on a GPU through forward moves the states there (and MultivariateNormal validates there)", function()
+    local f = h.write_file(h.tmpname('.lua'), [[
+local dpl = require 'dpl'
+local dev = 'cuda:0'
+local acc = dpl.metrics.Accuracy({ task = 'multiclass', num_classes = 3 })
+local p = dpl.tensor({ { 0.1, 0.8, 0.1 }, { 0.7, 0.2, 0.1 } }):to(dev)
+local t = dpl.tensor({ 2, 1 }, { dtype = 'int64' }):to(dev)
+print(acc(p, t):item(), acc:compute():item(), tostring(acc.tp.device))
+local D = dpl.distributions
+local mvn = D.MultivariateNormal(dpl.zeros(2):to(dev), { covariance_matrix = dpl.tensor({ { 2, 0.5 }, { 0.5, 1 } }):to(dev) })
+print(string.format('%.4f', mvn:log_prob(dpl.ones(2):to(dev)):item()))
+]])
+    local out, err, rc = h.sh('DPL_VIRTUAL_GPUS=1 ' .. h.q(h.bin) .. ' ' .. h.q(f))
+    os.remove(f)
+    assert.are.equal(0, rc, err)
+    assert.matches('1\t1\tcuda:0\n%-2%.6891', out)
+  end)
+end)

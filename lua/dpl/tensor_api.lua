@@ -870,13 +870,12 @@ return function(M, H)
     q_scale = QUANT, q_zero_point = QUANT, q_per_channel_scales = QUANT, q_per_channel_zero_points = QUANT,
     q_per_channel_axis = QUANT, qscheme = QUANT, int_repr = QUANT, dequantize = QUANT,
     eig = 'removed from PyTorch (deprecated since 1.9): see dpl.linalg.eig, or dpl.linalg.eigh for symmetric matrices',
-    symeig = 'deprecated in PyTorch since 1.9: see dpl.linalg.eigh (eigenvalues in ascending order)',
     lstsq = 'deprecated in PyTorch since 1.9: see dpl.linalg.lstsq(A, B) (its argument order)',
     solve = 'deprecated in PyTorch since 1.9: see dpl.linalg.solve(A, B) (torch.solve took (B, A))',
   }
   local FN = { stft = true, istft = true, q_scale = true, q_zero_point = true, q_per_channel_scales = true,
     q_per_channel_zero_points = true, q_per_channel_axis = true, qscheme = true, int_repr = true, dequantize = true,
-    eig = true, symeig = true, lstsq = true, solve = true } -- (geqrf, orgqr, ormqr: dpl.linalg's)
+    eig = true, lstsq = true, solve = true } -- (geqrf, orgqr, ormqr: dpl.linalg's)
   for name, why in pairs(UNSUPPORTED) do
     local f = function() not_implemented(fmt('%s is not supported: %s', name, why)) end
     methods[name] = f

@@ -48,7 +48,7 @@ return {
       fmin greater greater_equal hardshrink int_repr is_inference is_nonzero is_same_size is_signed
       isneginf isposinf isreal istft less less_equal logaddexp2 lstsq msort multiply nanmedian negative_ not_equal
       prelu q_per_channel_axis q_per_channel_scales q_per_channel_zero_points q_scale q_zero_point qscheme
-      select_scatter slice_scatter solve split_with_sizes stft subtract symeig unique_consecutive unsafe_chunk
+      select_scatter slice_scatter solve split_with_sizes stft subtract unique_consecutive unsafe_chunk
       unsafe_split]],
     methods = [[addmm_ addmv addmv_ addr addr_ align_as align_to angle apply_ as_strided_scatter cauchy_ cdouble cfloat
       chalf clip_ cumprod_ cumsum_ dequantize diagflat diagonal_scatter divide divide_ eig exponential_ floor_divide_
@@ -57,7 +57,7 @@ return {
       log_normal_ logaddexp2 lstsq map2_ map_ msort multiply multiply_ nanmedian negative_ new new_empty_strided
       not_equal not_equal_ prelu q_per_channel_axis q_per_channel_scales q_per_channel_zero_points q_scale
       q_zero_point qscheme refine_names rename rename_ resize_ resize_as_ select_scatter slice_scatter solve
-      split_with_sizes stft storage_type subtract subtract_ swapaxes_ swapdims_ symeig to_sparse to_sparse_bsc
+      split_with_sizes stft storage_type subtract subtract_ swapaxes_ swapdims_ to_sparse to_sparse_bsc
       to_sparse_bsr to_sparse_coo to_sparse_csc to_sparse_csr unique_consecutive unsafe_chunk unsafe_split]],
     props = [[H is_cpu is_meta is_mkldnn is_nested is_quantized is_sparse layout names]],
   },

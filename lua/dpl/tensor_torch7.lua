@@ -209,6 +209,72 @@ function M.install(T)
   end
   T.manualSeed = T.manual_seed
   T.isTensor = T.is_tensor
+
+  -- Torch7's LAPACK names over dpl.linalg (their forms without result tensors): potrf(A
+  -- [, 'U'|'L']) (upper by default: A = U^T U), potrs(B, chol [, uplo]), potri(chol [, uplo]),
+  -- gesv(B, A) -> X, LU, trtrs(b, a [, 'U'|'L' [, 'N'|'T' [, 'N'|'U']]]), gels(B, A) (least
+  -- squares), getri(A), symeig(A [, 'N'|'V' [, 'U'|'L']]) -> e [, V]
+  local function LA() return require('dpl.linalg') end
+  local function flag(name, what, v, default, allowed)
+    if v == nil then return default end
+    if not allowed[v] then
+      raise(fmt("%s: %s must be one of %s, got %s", name, what, table.concat((function()
+        local r = {}
+        for k in pairs(allowed) do r[#r + 1] = "'" .. k .. "'" end
+        table.sort(r)
+        return r
+      end)(), ', '), tostring(v)))
+    end
+    return v
+  end
+  local UL, NT, NU, NV = { U = true, L = true }, { N = true, T = true }, { N = true, U = true }, { N = true, V = true }
+  local t7la = {
+    potrf = function(A, uplo)
+      uplo = flag('potrf', 'uplo', uplo, 'U', UL)
+      return LA().cholesky(A, { upper = uplo == 'U' })
+    end,
+    potrs = function(B, chol, uplo)
+      uplo = flag('potrs', 'uplo', uplo, 'U', UL)
+      return T.cholesky_solve(B, chol, uplo == 'U')
+    end,
+    potri = function(chol, uplo)
+      uplo = flag('potri', 'uplo', uplo, 'U', UL)
+      return T.cholesky_inverse(chol, uplo == 'U')
+    end,
+    gesv = function(B, A)
+      local X = LA().solve(A, B)
+      return X, (LA().lu_factor(A))
+    end,
+    trtrs = function(b, a, uplo, trans, diag)
+      uplo = flag('trtrs', 'uplo', uplo, 'U', UL)
+      trans = flag('trtrs', 'trans', trans, 'N', NT)
+      diag = flag('trtrs', 'diag', diag, 'N', NU)
+      local M2, up = a, uplo == 'U'
+      if trans == 'T' then M2, up = a:t(), not up end
+      return LA().solve_triangular(M2, b, { upper = up, unitriangular = diag == 'U' })
+    end,
+    gels = function(B, A) return (LA().lstsq(A, B)) end,
+    getri = function(A) return LA().inv(A) end,
+    -- symeig: Torch7's (A, 'N'|'V', 'U'|'L') or PyTorch 1.13's deprecated (A, eigenvectors=false,
+    -- upper=true) -> eigenvalues, eigenvectors (an empty tensor without them, as PyTorch)
+    symeig = function(A, jobz, uplo)
+      if type(jobz) ~= 'string' and type(uplo) ~= 'string' then
+        if jobz ~= nil and type(jobz) ~= 'boolean' then raise(fmt('symeig: eigenvectors must be true or false, got %s', type(jobz))) end
+        if uplo ~= nil and type(uplo) ~= 'boolean' then raise(fmt('symeig: upper must be true or false, got %s', type(uplo))) end
+        local U = uplo ~= false and 'U' or 'L'
+        if jobz then return LA().eigh(A, { UPLO = U }) end
+        return LA().eigvalsh(A, { UPLO = U }), T.empty(0, { dtype = T.dtype_names[A._dtype] })
+      end
+      jobz = flag('symeig', 'jobz', jobz, 'N', NV)
+      uplo = flag('symeig', 'uplo', uplo, 'U', UL)
+      if jobz == 'N' then return LA().eigvalsh(A, { UPLO = uplo }) end
+      return LA().eigh(A, { UPLO = uplo })
+    end,
+  }
+  for name, f in pairs(t7la) do
+    if rawget(T, name) == nil then T[name] = f end
+    if methods[name] == nil then methods[name] = f end
+  end
 end
 
 return M

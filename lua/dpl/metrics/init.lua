@@ -241,6 +241,7 @@ end
 
 --- forward(...) / metric(...): the value of this batch alone, and the batch added to the states
 function Metric:forward(...)
+  self:_follow_device(...) -- (the accumulated states join the batch's device before they are kept aside)
   if self.full_state_update then -- update twice: once into the states, once alone
     self:update(...)
     local count = self._update_count
