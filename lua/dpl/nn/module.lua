@@ -24,7 +24,7 @@ local rawget, rawset, type, ipairs = rawget, rawset, type, ipairs
 local Module = class.Object:extend('Module')
 
 -- options tables (an unknown key is an error)
-local ZERO_GRAD_KEYS, LOAD_KEYS = options.keys('set_to_none'), options.keys('strict')
+local ZERO_GRAD_KEYS, LOAD_KEYS = options.keys('set_to_none'), options.keys('strict', 'index_base')
 
 local function is_module(v) return type(v) == 'table' and rawget(v, '_is_module') == true end
 Module.is_module = is_module
@@ -300,7 +300,8 @@ end
 -- (prefix='', recurse=true), one options table {prefix=, recurse=}, or (as before) a
 -- boolean recurse alone
 local NAMED_KEYS, MODULES_KEYS = options.keys('prefix', 'recurse'), options.keys('prefix', 'remove_duplicate')
-local STATE_KEYS = options.keys('prefix', 'keep_vars')
+local STATE_KEYS = options.keys('prefix', 'keep_vars', 'index_base')
+local INDEX_KEYS = options.keys('index_base')
 local function prefix_recurse(fn, a, b)
   local prefix, recurse = '', b
   if type(a) == 'table' then
@@ -527,8 +528,11 @@ function Module:cuda(k) return self:to('cuda:' .. (k or 0)) end
 -- f(key, tensor, module, local_name) for each state dict entry, module by module as
 -- PyTorch's: a module's parameters, then its persistent buffers, then each child's
 -- entries under 'child.'; a tensor held under two names (tied weights) and a submodule
--- held under two names appear under each name.
-local function each_entry(m, prefix, f, stack)
+-- held under two names appear under each name. A child under a number (a position in a
+-- Sequential, ModuleList, ParametrizationList: 1, 2, ...) is named k - 1 + base: base 1 gives
+-- dplhost's keys ('1.weight'), base 0 PyTorch's ('0.weight'); names of parameters and
+-- buffers (weight_ih_l0) and string children never change.
+local function each_entry(m, prefix, f, stack, base)
   if stack[m] then return end -- a cycle
   stack[m] = true
   for _, k in ipairs(names(m, '_param_names')) do
@@ -542,25 +546,43 @@ local function each_entry(m, prefix, f, stack)
   end
   for _, k in ipairs(names(m, '_module_names')) do
     local c = get_child(m, k)
-    if is_module(c) then each_entry(c, prefix .. tostring(k) .. '.', f, stack) end
+    if is_module(c) then
+      local kn = (type(k) == 'number' and base ~= 1) and string.format('%d', k - 1 + base) or tostring(k)
+      each_entry(c, prefix .. kn .. '.', f, stack, base)
+    end
   end
   stack[m] = nil
 end
 
+-- the index_base option of state_dict / load_state_dict / state_dict_keys: 1 (dplhost's
+-- keys, the default) or 0 (PyTorch's)
+local function index_base(fn, opts)
+  local b = opts and opts.index_base
+  if b == nil then return 1 end
+  if b ~= 0 and b ~= 1 then
+    error(fmt("%s: index_base must be 1 (dplhost's keys, '1.weight') or 0 (PyTorch's, '0.weight'), got %s", fn,
+      tostring(b)), 3)
+  end
+  return b
+end
+Module._index_base = index_base
+
 --- A table 'qualified.name' -> tensor (parameters and persistent buffers, detached, sharing
 --- storage). Tied weights are there under each name, as in PyTorch.
---- state_dict{prefix='', keep_vars=false}: keys start with prefix; keep_vars keeps the
---- tensors themselves (not detached), as PyTorch's keywords.
+--- state_dict{prefix='', keep_vars=false, index_base=1}: keys start with prefix; keep_vars keeps
+--- the tensors themselves (not detached), as PyTorch's keywords; index_base=0 numbers the
+--- positions in Sequential / ModuleList / parametrization lists from 0, PyTorch's keys.
 function Module:state_dict(opts, ...)
   if (opts ~= nil and type(opts) ~= 'table') or select('#', ...) > 0 then
-    error(fmt("state_dict: expected nil or an options table {prefix=, keep_vars=}, got %s (PyTorch's positional destination, prefix, keep_vars are not supported)", select('#', ...) > 0 and 'more arguments' or type(opts)), 2)
+    error(fmt("state_dict: expected nil or an options table {prefix=, keep_vars=, index_base=}, got %s (PyTorch's positional destination, prefix, keep_vars are not supported)", select('#', ...) > 0 and 'more arguments' or type(opts)), 2)
   end
   options.check(opts, STATE_KEYS, 'state_dict')
   local prefix = opts and opts.prefix or ''
   if type(prefix) ~= 'string' then error(fmt('state_dict: prefix must be a string, got %s', type(prefix)), 2) end
   local keep = opts and opts.keep_vars
+  local base = index_base('state_dict', opts)
   local sd = {}
-  each_entry(self, prefix, function(k, t) sd[k] = keep and t or t:detach() end, {})
+  each_entry(self, prefix, function(k, t) sd[k] = keep and t or t:detach() end, {}, base)
   return sd
 end
 
@@ -598,32 +620,30 @@ end
 function Module:get_parameter(target) return get_tensor(self, 'get_parameter', target, '_param_names', 'parameter') end
 function Module:get_buffer(target) return get_tensor(self, 'get_buffer', target, '_buffer_names', 'buffer') end
 
---- Names of the state dict entries, in PyTorch's order (module by module).
-function Module:state_dict_keys()
+--- Names of the state dict entries, in PyTorch's order (module by module);
+--- state_dict_keys{index_base=0} gives PyTorch's names.
+function Module:state_dict_keys(opts)
+  if opts ~= nil and type(opts) ~= 'table' then
+    error(fmt('state_dict_keys: expected nil or an options table {index_base=}, got %s', type(opts)), 2)
+  end
+  options.check(opts, INDEX_KEYS, 'state_dict_keys')
+  local base = index_base('state_dict_keys', opts)
   local r = {}
-  each_entry(self, '', function(k) r[#r + 1] = k end, {})
+  each_entry(self, '', function(k) r[#r + 1] = k end, {}, base)
   return r
 end
 
 local function shape_str(t) return '[' .. table.concat(t:size(), ', ') .. ']' end
 
---- Copies a state dict into the parameters and buffers. {strict=true} (default) raises an
---- error listing the missing keys, the unexpected keys and the shape mismatches; with
---- strict=false, missing/unexpected keys are returned ({missing_keys=, unexpected_keys=}).
---- Shape mismatches are an error in both modes. A tensor held under several names (tied
---- weights) is loaded from any of them: a state dict that has one of the names (as
---- dplhost's before 0.1 wrote) is complete. A module may supply a value for a key the state
---- dict lacks with _load_default(local_name) (BatchNorm: num_batches_tracked = 0).
-function Module:load_state_dict(sd, opts)
-  if type(sd) ~= 'table' then error(fmt('load_state_dict: expected a table, got %s', type(sd)), 2) end
-  options.check(opts, LOAD_KEYS, 'load_state_dict')
-  local strict = not (opts and opts.strict == false)
+-- what loading sd would do with the model's keys numbered from base: the value for each key
+-- (in order), and the missing keys, unexpected keys and mismatches
+local function load_plan(self, sd, base)
   local targets, order, owners = {}, {}, {}
   each_entry(self, '', function(k, t, m, name)
     targets[k] = t
     order[#order + 1] = k
     owners[k] = { m, name }
-  end, {})
+  end, {}, base)
   -- a tensor's value in sd under any of its names
   local by_tensor = {}
   for _, k in ipairs(order) do
@@ -650,15 +670,48 @@ function Module:load_state_dict(sd, opts)
   for k in pairs(sd) do if targets[k] == nil then ukeys[#ukeys + 1] = tostring(k) end end
   table.sort(ukeys)
   for _, k in ipairs(ukeys) do unexpected[#unexpected + 1] = k end
+  return { targets = targets, order = order, values = values, missing = missing, unexpected = unexpected,
+    mismatch = mismatch }
+end
+
+--- Copies a state dict into the parameters and buffers. {strict=true} (default) raises an
+--- error listing the missing keys, the unexpected keys and the shape mismatches; with
+--- strict=false, missing/unexpected keys are returned ({missing_keys=, unexpected_keys=}).
+--- Shape mismatches are an error in both modes. A tensor held under several names (tied
+--- weights) is loaded from any of them: a state dict that has one of the names (as
+--- dplhost's before 0.1 wrote) is complete. A module may supply a value for a key the state
+--- dict lacks with _load_default(local_name) (BatchNorm: num_batches_tracked = 0).
+--- {index_base=0} reads PyTorch's keys (positions in Sequential / ModuleList numbered from 0);
+--- an error whose keys would all match with the other numbering says so.
+function Module:load_state_dict(sd, opts)
+  if type(sd) ~= 'table' then error(fmt('load_state_dict: expected a table, got %s', type(sd)), 2) end
+  if opts ~= nil and type(opts) ~= 'table' then
+    error(fmt('load_state_dict: expected nil or an options table {strict=, index_base=}, got %s', type(opts)), 2)
+  end
+  options.check(opts, LOAD_KEYS, 'load_state_dict')
+  local strict = not (opts and opts.strict == false)
+  local base = index_base('load_state_dict', opts)
+  local plan = load_plan(self, sd, base)
+  local missing, unexpected, mismatch = plan.missing, plan.unexpected, plan.mismatch
   if #mismatch > 0 or (strict and (#missing > 0 or #unexpected > 0)) then
     local parts = { fmt('Error(s) in loading state_dict for %s:', self.__name) }
     if strict and #missing > 0 then parts[#parts + 1] = '  Missing key(s): ' .. table.concat(missing, ', ') end
     if strict and #unexpected > 0 then parts[#parts + 1] = '  Unexpected key(s): ' .. table.concat(unexpected, ', ') end
     if #mismatch > 0 then parts[#parts + 1] = '  Size mismatch: ' .. table.concat(mismatch, '; ') end
+    local other = 1 - base
+    local alt = load_plan(self, sd, other)
+    if #alt.missing == 0 and #alt.unexpected == 0 and #alt.mismatch == 0 then
+      parts[#parts + 1] = other == 0
+        and ("  The keys are PyTorch's, with positions in Sequential / ModuleList / parametrizations numbered"
+          .. " from 0 ('0.weight' for dplhost's '1.weight'): load them with load_state_dict(sd, {index_base = 0})")
+        or ("  The keys are dplhost's, with positions in Sequential / ModuleList / parametrizations numbered"
+          .. " from 1: load them with load_state_dict(sd) (index_base = 1)")
+    end
     error(table.concat(parts, '\n'), require('dpl.errors').RuntimeError)
   end
+  local targets, values = plan.targets, plan.values
   autograd.no_grad(function()
-    for _, k in ipairs(order) do
+    for _, k in ipairs(plan.order) do
       local v = values[k]
       if v ~= nil then targets[k]:copy_(v) end
     end
