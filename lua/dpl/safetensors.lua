@@ -4,6 +4,11 @@
 --   local tensors, metadata = safetensors.load(path)
 -- Loaded tensors view the file mapping (copy-on-write: writing to them never
 -- changes the file). Metadata values are strings, as the format requires.
+--   safetensors.save_model(model, path [, metadata [, {index_base=0}]])
+--   safetensors.load_model(model, path [, {strict=true, index_base=0}])
+-- a module's state dict under PyTorch's names (safetensors.torch.save_model / load_model):
+-- positions in Sequential / ModuleList / parametrizations numbered from 0 (docs/nn.md,
+-- "PyTorch weights").
 local ffi = require 'ffi'
 local C = require('dpl.capi').C
 local T = require 'dpl.tensor'
@@ -62,6 +67,58 @@ function M.load(path)
   end
   C.dpl_st_close(f)
   return tensors, meta
+end
+
+local function model_arg(fn, model)
+  if type(model) ~= 'table' or rawget(model, '_is_module') ~= true then
+    error(fmt('safetensors.%s: expected an nn.Module as the first argument, got %s', fn, type(model)), 3)
+  end
+end
+local function base_opts(fn, opts, allowed)
+  if opts == nil then return {} end
+  if type(opts) ~= 'table' then error(fmt('safetensors.%s: expected nil or an options table, got %s', fn, type(opts)), 3) end
+  require('dpl.options').check(opts, allowed, 'safetensors.' .. fn)
+  return opts
+end
+local SAVE_KEYS = require('dpl.options').keys('index_base')
+local LOAD_KEYS = require('dpl.options').keys('index_base', 'strict')
+
+--- save_model(model, path [, metadata [, {index_base=0}]]): model:state_dict{index_base=0} (PyTorch's
+--- keys; index_base=1 for dplhost's) to path, with metadata {format = 'pt'} plus the given
+--- strings. Every name of a tied tensor is written (a strict load_state_dict in PyTorch wants
+--- them all); device tensors are written from host copies.
+function M.save_model(model, path, metadata, opts)
+  model_arg('save_model', model)
+  if type(path) ~= 'string' then error(fmt('safetensors.save_model: path must be a string, got %s', type(path)), 2) end
+  if metadata ~= nil and type(metadata) ~= 'table' then
+    error(fmt('safetensors.save_model: metadata must be a table of strings, got %s', type(metadata)), 2)
+  end
+  opts = base_opts('save_model', opts, SAVE_KEYS)
+  local base = opts.index_base
+  if base == nil then base = 0 end
+  local sd = model:state_dict({ index_base = base })
+  for k, t in pairs(sd) do
+    if t.device ~= nil and t.device.type ~= 'cpu' then t = t:to('cpu') end
+    if not t:is_contiguous() then t = t:contiguous() end
+    sd[k] = t
+  end
+  local meta = { format = 'pt' }
+  for k, v in pairs(metadata or {}) do meta[k] = v end
+  M.save(path, sd, meta)
+end
+
+--- load_model(model, path [, {strict=true, index_base=0}]): model:load_state_dict of the file's
+--- tensors read with PyTorch's keys (index_base=1 for a file of dplhost's keys); returns
+--- {missing_keys=, unexpected_keys=} (strict=false) and the file's metadata.
+function M.load_model(model, path, opts)
+  model_arg('load_model', model)
+  if type(path) ~= 'string' then error(fmt('safetensors.load_model: path must be a string, got %s', type(path)), 2) end
+  opts = base_opts('load_model', opts, LOAD_KEYS)
+  local base = opts.index_base
+  if base == nil then base = 0 end
+  local tensors, meta = M.load(path)
+  local r = model:load_state_dict(tensors, { strict = opts.strict, index_base = base })
+  return r, meta
 end
 
 return M

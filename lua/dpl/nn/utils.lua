@@ -161,6 +161,42 @@ function M.vector_to_parameters(vec, params)
   end)
 end
 
+-- state dicts between PyTorch's key names (positions in Sequential / ModuleList /
+-- parametrization lists from 0) and dplhost's (from 1): the model's keys in both numberings
+-- come in the same order, so key i of one is key i of the other. Keys the model does not have
+-- are kept as they are (load_state_dict then names them as unexpected).
+local function convert(fn, sd, model, from, to)
+  if type(sd) ~= 'table' or rawget(sd, '_is_module') == true then
+    error(fmt('%s: expected a state dict table as the first argument (sd, model), got %s', fn,
+      type(sd) == 'table' and 'an nn.Module' or type(sd)), 3)
+  end
+  if type(model) ~= 'table' or rawget(model, '_is_module') ~= true then
+    error(fmt('%s: expected the nn.Module the state dict belongs to as the second argument, got %s', fn, type(model)), 3)
+  end
+  local a, b = model:state_dict_keys({ index_base = from }), model:state_dict_keys({ index_base = to })
+  local map = {}
+  for i, k in ipairs(a) do map[k] = b[i] end
+  local out, from_key = {}, {}
+  for k, v in pairs(sd) do
+    local nk = map[k] or k
+    if from_key[nk] ~= nil then
+      local x, y = from_key[nk], k
+      if tostring(x) > tostring(y) then x, y = y, x end
+      error(fmt("%s: the keys '%s' and '%s' would both become '%s' (is the state dict's numbering the other one?)", fn,
+        tostring(x), tostring(y), tostring(nk)), 3)
+    end
+    from_key[nk] = k
+    out[nk] = v
+  end
+  return out
+end
+--- state_dict_from_torch(sd, model): a state dict with PyTorch's keys ('0.weight',
+--- 'layers.0.linear1.weight', 'parametrizations.weight.0._u') renamed to model's dplhost keys
+--- ('1.weight', ...); model:load_state_dict(sd, {index_base = 0}) does the same in one step.
+function M.state_dict_from_torch(sd, model) return convert('state_dict_from_torch', sd, model, 0, 1) end
+--- state_dict_to_torch(sd, model): the other way (model:state_dict{index_base = 0} in one step).
+function M.state_dict_to_torch(sd, model) return convert('state_dict_to_torch', sd, model, 1, 0) end
+
 -- nn.utils.rnn: PackedSequence, pack_padded_sequence, pad_packed_sequence, pad_sequence, ...
 M.rnn = require 'dpl.nn.utils_rnn'
 -- weight_norm, spectral_norm, parametrize, parametrizations, prune (lua/dpl/nn/utils_param.lua)
