@@ -82,6 +82,13 @@ local cases = {
     prelude = "local dpl = require 'dpl'; local nn, F = dpl.nn, dpl.nn.functional; local x = dpl.randn(2, 784)\n",
     postlude = "\nprint(y.shape[1], y.shape[2], #net:parameters(), #net:state_dict_keys())",
     stdout = '^2\t10\t6\t7\n$' },
+  { doc = 'nn.md', marker = "st.load_model(model, 'mlp.safetensors')",
+    prelude = "local dpl = require 'dpl'; local nn = dpl.nn\n"
+      .. "dpl.safetensors.save('mlp.safetensors', { ['0.weight'] = dpl.randn(16, 6), ['0.bias'] = dpl.zeros(16),\n"
+      .. "  ['2.weight'] = dpl.ones(3, 16), ['2.bias'] = dpl.tensor({ 1, 2, 3 }) }, { format = 'pt' })\n",
+    postlude = "\nlocal back = dpl.safetensors.load('mlp_trained.safetensors')\n"
+      .. "print(y.shape[1], y.shape[2], model[3].bias[3]:item(), back['2.bias'][2]:item(), back['1.weight'] == nil)",
+    stdout = '^4\t3\t3\t2\ttrue\n$' },
   { doc = 'distributed.md', marker = 'dist.init_process_group{}',
     prelude = "local dpl = require 'dpl'; local grad, weights = dpl.ones(4), dpl.ones(3)\n",
     postlude = "\nprint(rank, size, grad[1]:item(), #metrics, metrics[1].n)", stdout = '^0\t1\t1\t1\t128\n$' },
