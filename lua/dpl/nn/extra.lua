@@ -179,9 +179,11 @@ return function(nn)
     self:initialize_parameters(x)
     return self:forward(x)
   end
-  function nn.LazyLinear:load_state_dict(sd, opts)
-    if type(sd) == 'table' and is_tensor(sd.weight) and sd.weight:dim() == 2 then self:initialize_parameters(sd.weight:size(2)) end
-    return Module.load_state_dict(self, sd, opts)
+  -- load_state_dict of this module or of one holding it (under prefix): the parameters from the
+  -- shape of sd[prefix .. 'weight'] (PyTorch's lazy load hook)
+  function nn.LazyLinear:_lazy_load(sd, prefix)
+    local w = sd[prefix .. 'weight']
+    if is_tensor(w) and w:dim() == 2 then self:initialize_parameters(w:size(2)) end
   end
   function nn.LazyLinear:to(...)
     local a = ...

@@ -674,6 +674,23 @@ local function load_plan(self, sd, base)
     mismatch = mismatch }
 end
 
+-- a module with uninitialized (lazy) parameters makes them from the shapes in sd under its
+-- prefix, before the keys are compared (PyTorch's LazyModuleMixin load hook): m:_lazy_load(sd,
+-- prefix), then its children's
+local function lazy_load(m, sd, prefix, base, stack)
+  if stack[m] then return end
+  stack[m] = true
+  if m._lazy_load then m:_lazy_load(sd, prefix) end
+  for _, k in ipairs(names(m, '_module_names')) do
+    local c = get_child(m, k)
+    if is_module(c) then
+      local kn = (type(k) == 'number' and base ~= 1) and string.format('%d', k - 1 + base) or tostring(k)
+      lazy_load(c, sd, prefix .. kn .. '.', base, stack)
+    end
+  end
+  stack[m] = nil
+end
+
 --- Copies a state dict into the parameters and buffers. {strict=true} (default) raises an
 --- error listing the missing keys, the unexpected keys and the shape mismatches; with
 --- strict=false, missing/unexpected keys are returned ({missing_keys=, unexpected_keys=}).
@@ -691,6 +708,7 @@ function Module:load_state_dict(sd, opts)
   options.check(opts, LOAD_KEYS, 'load_state_dict')
   local strict = not (opts and opts.strict == false)
   local base = index_base('load_state_dict', opts)
+  lazy_load(self, sd, '', base, {})
   local plan = load_plan(self, sd, base)
   local missing, unexpected, mismatch = plan.missing, plan.unexpected, plan.mismatch
   if #mismatch > 0 or (strict and (#missing > 0 or #unexpected > 0)) then
