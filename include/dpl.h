@@ -522,6 +522,12 @@ int dpl_special2(int32_t op, const dpl_tensor *a, const dpl_tensor *b, dpl_tenso
 int dpl_histogram_fill(const dpl_tensor *x, const dpl_tensor *weight, const dpl_tensor *edges, dpl_tensor *hist);
 int dpl_scatter_reduce_fill(dpl_tensor *out, int32_t dim, const dpl_tensor *index, const dpl_tensor *src,
                             int32_t red, int32_t include_self, int32_t *cnt);
+/* EmbeddingBag's sum (mean = 0) or mean (1) of the rows weight[ids - 1] (float32/float64 [V, D];
+ * ids int64, 1-based) for bags b = 0..B-1 of ids bounds[b]..bounds[b+1]-1 (int64 [B+1], 1-based),
+ * each row times per_sample_weights[i] (psw, or NULL) and 0 where ids[i] == pad (pad <= 0: none);
+ * the mean divides by the count of ids other than pad (at least 1). out: [B, D], weight's dtype. */
+int dpl_embedding_bag_fill(const dpl_tensor *weight, const dpl_tensor *ids, const dpl_tensor *bounds,
+                           const dpl_tensor *psw, int64_t pad, int32_t mean, dpl_tensor *out);
 
 /* Softmax family over dim. log = 1: log_softmax. Backward takes the forward's output. */
 int dpl_softmax(const dpl_tensor *a, int32_t dim, int32_t log, dpl_tensor **out);

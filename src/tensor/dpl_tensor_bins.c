@@ -141,3 +141,73 @@ int dpl_scatter_reduce_fill(dpl_tensor *out, int32_t dim, const dpl_tensor *inde
   }
   return DPL_OK;
 }
+
+/* EmbeddingBag's sum / mean without the [L, D] gather: bag b (ids bounds[b]-1 .. bounds[b+1]-2,
+ * bounds 1-based) is the sum in order of weight[ids[i]-1] * psw[i] * (ids[i] != pad), the mean
+ * that sum divided by the count of ids other than pad (at least 1): the operations, order and
+ * rounding of the composite (index_select, the products, index_add, the division) */
+/* o += r * s * k (s, k: 1 or the row's factors; x * 1 is x, so one loop serves the products) */
+#define EB_ADD(T)                                                                                         \
+  DPL_CLONES static void eb_add_##T(T *restrict o, const T *restrict r, T s, T k, int64_t D)                         \
+  {                                                                                                       \
+    for (int64_t d = 0; d < D; d++) o[d] += r[d] * s * k;                                                 \
+  }                                                                                                       \
+  DPL_CLONES static void eb_add1_##T(T *restrict o, const T *restrict r, int64_t D)                                  \
+  {                                                                                                       \
+    for (int64_t d = 0; d < D; d++) o[d] += r[d];                                                         \
+  }
+EB_ADD(float)
+EB_ADD(double)
+
+#define EB_BAG(T)                                                                         \
+  do {                                                                                    \
+    const T *w = weight->_data, *ps = psw ? psw->_data : NULL;                            \
+    T *o = (T *)out->_data + b * D;                                                       \
+    int64_t c = 0;                                                                        \
+    for (int64_t d = 0; d < D; d++) o[d] = 0;                                             \
+    for (int64_t i = lo; i < hi; i++) {                                                   \
+      const T *r = w + (ip[i] - 1) * D;                                                   \
+      T k = (pad > 0 && ip[i] == pad) ? 0 : 1, s = ps ? ps[i] : 1;                        \
+      c += k != 0;                                                                        \
+      if (ps && pad > 0) eb_add_##T(o, r, s, k, D);                                      \
+      else if (ps) eb_add_##T(o, r, s, 1, D);                                             \
+      else if (pad > 0) eb_add_##T(o, r, k, 1, D);                                        \
+      else eb_add1_##T(o, r, D);                                                          \
+    }                                                                                     \
+    if (mean) {                                                                           \
+      T m = (T)(c > 0 ? c : 1);                                                           \
+      for (int64_t d = 0; d < D; d++) o[d] = o[d] / m;                                    \
+    }                                                                                     \
+  } while (0)
+
+int dpl_embedding_bag_fill(const dpl_tensor *weight, const dpl_tensor *ids, const dpl_tensor *bounds,
+                           const dpl_tensor *psw, int64_t pad, int32_t mean, dpl_tensor *out)
+{
+  const char *name = "embedding_bag";
+  DPL_TRY(need_contig(name, "weight", weight));
+  DPL_TRY(need_float(name, "weight", weight));
+  DPL_TRY(need_contig(name, "input", ids));
+  DPL_TRY(need_contig(name, "offsets", bounds));
+  DPL_TRY(need_contig(name, "out", out));
+  if (psw) {
+    DPL_TRY(need_contig(name, "per_sample_weights", psw));
+    if (psw->_dtype != weight->_dtype || psw->_numel != ids->_numel)
+      return dpl_errorf(DPL_EINVAL, "%s: per_sample_weights must have weight's dtype and input's size", name);
+  }
+  if (weight->_ndim != 2 || ids->_dtype != DPL_INT64 || bounds->_dtype != DPL_INT64 || bounds->_numel < 1 ||
+      out->_dtype != weight->_dtype || out->_numel != (bounds->_numel - 1) * weight->_shape[1])
+    return dpl_errorf(DPL_EINVAL, "%s: bad shapes or dtypes", name);
+  int64_t V = weight->_shape[0], D = weight->_shape[1], L = ids->_numel, B = bounds->_numel - 1;
+  const int64_t *ip = ids->_data, *bp = bounds->_data;
+  for (int64_t i = 0; i < L; i++)
+    if (ip[i] < 1 || ip[i] > V) return dpl_errorf(DPL_EINVAL, "%s: id %lld out of range 1..%lld", name, (long long)ip[i], (long long)V);
+  for (int64_t b = 0; b <= B; b++)
+    if (bp[b] < 1 || bp[b] > L + 1 || (b > 0 && bp[b] < bp[b - 1]))
+      return dpl_errorf(DPL_EINVAL, "%s: bag bounds must be non-decreasing in 1..%lld", name, (long long)L + 1);
+  for (int64_t b = 0; b < B; b++) {
+    int64_t lo = bp[b] - 1, hi = bp[b + 1] - 1;
+    if (weight->_dtype == DPL_FLOAT32) EB_BAG(float);
+    else EB_BAG(double);
+  }
+  return DPL_OK;
+}
