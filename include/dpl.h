@@ -511,6 +511,24 @@ typedef enum dpl_specop {
 int dpl_special(int32_t op, const dpl_tensor *a, int64_t n, dpl_tensor **out);
 int dpl_special2(int32_t op, const dpl_tensor *a, const dpl_tensor *b, dpl_tensor **out);
 
+/* The counting loops of histogram and scatter_reduce (src/tensor/dpl_tensor_bins.c), on contiguous
+ * host tensors. dpl_histogram_fill adds 1 (or weight[i]) to hist[b] for each x[i] in
+ * [edges[b], edges[b+1]) (the last bin closed; NaN and values outside left out); x and weight
+ * float32/float64, edges float64, hist float32/float64 of numel(edges) - 1 bins.
+ * dpl_scatter_reduce_fill folds src (index's shape) into out (float32/float64) along dim (0-based)
+ * at the 1-based positions of index (int64): red 1 sum, 2 prod, 3 sum for a mean (the caller
+ * divides), 4 amax, 5 amin (NaN wins); include_self = 0: a position's first write replaces it;
+ * cnt[o] (numel(out) zeros) counts the writes to out's element o. */
+int dpl_histogram_fill(const dpl_tensor *x, const dpl_tensor *weight, const dpl_tensor *edges, dpl_tensor *hist);
+int dpl_scatter_reduce_fill(dpl_tensor *out, int32_t dim, const dpl_tensor *index, const dpl_tensor *src,
+                            int32_t red, int32_t include_self, int32_t *cnt);
+/* EmbeddingBag's sum (mean = 0) or mean (1) of the rows weight[ids - 1] (float32/float64 [V, D];
+ * ids int64, 1-based) for bags b = 0..B-1 of ids bounds[b]..bounds[b+1]-1 (int64 [B+1], 1-based),
+ * each row times per_sample_weights[i] (psw, or NULL) and 0 where ids[i] == pad (pad <= 0: none);
+ * the mean divides by the count of ids other than pad (at least 1). out: [B, D], weight's dtype. */
+int dpl_embedding_bag_fill(const dpl_tensor *weight, const dpl_tensor *ids, const dpl_tensor *bounds,
+                           const dpl_tensor *psw, int64_t pad, int32_t mean, dpl_tensor *out);
+
 /* Softmax family over dim. log = 1: log_softmax. Backward takes the forward's output. */
 int dpl_softmax(const dpl_tensor *a, int32_t dim, int32_t log, dpl_tensor **out);
 int dpl_softmax_backward(const dpl_tensor *grad, const dpl_tensor *output, int32_t dim, int32_t log,

@@ -7,6 +7,7 @@
 -- (the LAZY table of lua/dpl/tensor.lua lists them). Dims and indices are 1-based (negative
 -- dims count from the end), as everywhere in dpl.tensor.
 local ffi = require 'ffi'
+local C = require('dpl.capi').C
 local errors = require 'dpl.errors'
 local options = require 'dpl.options'
 
@@ -226,7 +227,11 @@ return function(M, H)
     local isint = not (cdt == 'float32' or cdt == 'float64')
     local isbool = dt == 'bool'
     local base = 0
-    for p = 0, N - 1 do
+    -- float32/float64: the loop below in C (dpl_scatter_reduce_fill, the same folds); an index out
+    -- of range leaves it before any write, and the Lua loop reports it
+    local cfill = (cdt == 'float32' or cdt == 'float64') and N > 0 and
+      C.dpl_scatter_reduce_fill(out, cd, hi, hs, red, include_self and 1 or 0, cnt) == 0
+    for p = 0, cfill and -1 or N - 1 do
       local v = tonumber(ip[p])
       if v < 1 or v > dsize then
         runtime_error(fmt('%s: index %d is out of range for dim %d of size %d (expected 1..%d)', name, v, pd, dsize, dsize))
@@ -459,9 +464,7 @@ return function(M, H)
         runtime_error(fmt('histogram: weight %s must have the shape of input %s', shape_str(w), shape_str(t)))
       end
     end
-    local x = host(t, 'float64')
-    local n = tonumber(x._numel)
-    local xp = ffi.cast('const double*', x._data)
+    local n = tonumber(t._numel)
     local edges
     if is_tensor(bins) then
       if opts.range ~= nil then value_error('histogram: range is taken with a number of bins only, not with edges') end
@@ -485,14 +488,9 @@ return function(M, H)
         lo, hi = r[1], r[2]
       elseif n == 0 then
         lo, hi = 0, 1
-      else
-        lo, hi = huge, -huge
-        for i = 0, n - 1 do
-          local v = xp[i]
-          if v < lo then lo = v end
-          if v > hi then hi = v end
-          if v ~= v then lo, hi = v, v break end
-        end
+      else -- (min and max propagate NaN, as the scan did)
+        local xc = host(t)
+        lo, hi = tonumber(methods.item(methods.min(xc))), tonumber(methods.item(methods.max(xc)))
       end
       if lo > hi then runtime_error(fmt('histogram: min should not exceed max, but got min %s max %s', lo, hi)) end
       if lo ~= lo or hi ~= hi or lo == -huge or hi == huge then
@@ -507,8 +505,12 @@ return function(M, H)
     local ep = ffi.cast('const double*', he._data)
     local hist = M.zeros(nb > 0 and nb or 0, { dtype = dt })
     local hp = ffi.cast(dt == 'float32' and 'float*' or 'double*', hist._data)
-    local wp = w and ffi.cast('const double*', host(w, 'float64')._data)
     local first, last = ep[0], ep[nb]
+    -- the counting in C (dpl_histogram_fill: the same bins, the same additions in order)
+    local xin = host(t)
+    if nb > 0 and C.dpl_histogram_fill(xin, w and host(w), he, hist) == 0 then n = 0 end
+    local xp = n > 0 and ffi.cast('const double*', host(t, 'float64')._data)
+    local wp = w and n > 0 and ffi.cast('const double*', host(w, 'float64')._data)
     for i = 0, n - 1 do
       local v = xp[i]
       if v >= first and v <= last and nb > 0 then

@@ -4,6 +4,8 @@
 -- functional.lua installs them into dpl.nn.functional (M.install(F)); the modules are in
 -- dpl.nn.extra. Options come as PyTorch's positional values or one options table of its
 -- keyword names (checked by dpl.options). Ids, offsets and padding_idx are 1-based.
+local ffi = require 'ffi'
+local C = require('dpl.capi').C
 local T = require 'dpl.tensor'
 local autograd = require 'dpl.autograd'
 local options = require 'dpl.options'
@@ -355,6 +357,22 @@ function M.embedding_bag(input, weight, offsets, opts)
   local o = { dtype = weight.dtype, device = weight.device }
   if B == 0 then return T.zeros({ 0, D }, o) end
   if L == 0 then return T.zeros({ B, D }, o) end
+  -- sum / mean on the CPU without a gradient to record: one C pass over the bags
+  -- (dpl_embedding_bag_fill, the composite's operations in its order), no [L, D] gather
+  if mode ~= 'max' and weight._devtype == 0 and (weight.dtype == 'float32' or weight.dtype == 'float64')
+    and (psw == nil or (psw.dtype == weight.dtype and psw._devtype == 0))
+    and not (autograd.is_grad_enabled() and (weight.requires_grad or (psw ~= nil and psw.requires_grad))) then
+    local bounds = T.empty({ B + 1 }, { dtype = 'int64' })
+    local bp = ffi.cast('int64_t*', bounds._data)
+    for b = 1, B do bp[b - 1] = starts[b] end
+    bp[B] = B < #starts and starts[B + 1] or L + 1
+    local out = T.empty({ B, D }, o)
+    local w = weight:detach():contiguous()
+    local st = C.dpl_embedding_bag_fill(w, idl, bounds, psw and psw:detach():contiguous() or nil, pad or 0,
+      mode == 'mean' and 1 or 0, out)
+    if st ~= 0 then T._fail(2, st) end
+    return out
+  end
   local rows = weight:index_select(1, idl:to(weight.device)) -- [L, D]
   local keep
   if pad ~= nil then keep = autograd.no_grad(function() return idl:ne(pad):to(weight.dtype):to(weight.device) end) end
