@@ -388,6 +388,8 @@ int dpl_binary_scalar(int32_t op, const dpl_tensor *a, double s, int32_t reverse
   DPL_TRY(check_binop(op, &name));
   DPL_TRY(dpl_check_handle(name, "self", a));
   DPL_TRY(check_int_pow(name, op, a, s, reverse));
+  /* x ^ 2 of a floating tensor: x * x (one read, no libm pow; PyTorch's square too) */
+  if (op == DPL_OP_POW && !reverse && s == 2.0 && dpl_is_float(a->_dtype)) return dpl_unary(DPL_OP_SQUARE, a, out);
   int32_t sd = scalar_dtype(a->_dtype, s);
   int32_t pd = dpl_promote(a->_dtype, sd);
   int32_t kd = kernel_dtype((needs_float(op) && !dpl_is_float(pd)) ? DPL_FLOAT32 : pd);
