@@ -41,8 +41,16 @@ end
 local function max_err(x, y, r, mixed)
   local rf = r:float() -- r rounded to float32 (in C: no cdata stores in this loop)
   assert(y:is_contiguous() and r:is_contiguous() and rf:is_contiguous())
-  local px, py, pr = ffi.cast('float *', x:data_ptr()), ffi.cast('float *', y:data_ptr()), ffi.cast('double *', r:data_ptr())
-  local prf = ffi.cast('float *', rf:data_ptr())
+  -- the values as doubles with their NaNs made canonical (dpl_tensor_read_f64): the sweep's NaN
+  -- payloads (0xffffffff, ...) read straight from the floats through the FFI can come back as
+  -- LuaJIT type tags ("attempt to perform arithmetic on ... (a number value)", now and then)
+  local function canon(t)
+    local n = t:numel()
+    local buf = ffi.new('double[?]', n > 0 and n or 1)
+    dpl.check(dpl.C.dpl_tensor_read_f64(t, buf, n))
+    return buf
+  end
+  local px, py, pr, prf = canon(x), canon(y), canon(r), canon(rf)
   local worst, at = 0, 0 / 0
   for i = 0, y:numel() - 1 do
     local a, b = py[i], pr[i]
