@@ -143,6 +143,18 @@ describe('the REPL without a terminal', function()
     assert.matches('\n1\tnil\t3\n1\tnil\t3\nprinted\n5\n$', out)
   end)
 
+  it('prints several results one per line when one of them takes several lines (linalg tuples)', function()
+    local out, err, rc = h.dplhost('-l dpl -i', { stdin = 'dpl.linalg.eigh(dpl.eye(2))\n1, "a", nil\n' })
+    assert.are.equal(0, rc, err)
+    assert.matches('^tensor%(%[1%., 1%.%][^\n]*\ntensor%(%[%[1%., 0%.%],\n%s+%[0%., 1%.%]%][^\n]*\n1\t"a"\tnil\n$', out)
+  end)
+
+  it('reports an entry left unfinished at the end of input instead of dropping it', function()
+    local out, err, rc = h.dplhost('-i', { stdin = 'print("first")\nfor i = 1, 2 do\nprint(i)\n' })
+    assert.are.equal(0, rc, err)
+    assert.are.equal("first\nstdin:2: 'end' expected (to close 'for' at line 1) near '<eof>'\n", out)
+  end)
+
   it('describes an error object whose __tostring fails', function()
     local out, err, rc = h.dplhost('-i', { stdin = 'error(setmetatable({}, {__tostring = function() error("no text") end}))\n' })
     assert.are.equal(0, rc, err)
