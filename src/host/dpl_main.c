@@ -495,7 +495,13 @@ int main(int argc, char **argv)
       else status = dochunk(L, loadfile(L, NULL));
     }
   }
-  if (status == 0 && interactive) status = dorepl(L);
+  /* -i: the REPL after the script, also after one that raised (as python -i: its globals
+   * are there to look at; the exit status stays 1), not after one that could not be loaded
+   * or was stopped by a signal */
+  if (interactive && (status == 0 || (status == LUA_ERRRUN && !dpl_signal_pending()))) {
+    int rs = dorepl(L);
+    if (status == 0) status = rs;
+  }
 
 done:;
   int sig = dpl_signal_pending();
