@@ -265,6 +265,8 @@ describe('dpl.distributions validation', function()
 
   it('tostring names the distribution and its parameter shapes', function()
     assert.are.equal('Normal(loc: [3], scale: [3])', tostring(D.Normal(dpl.zeros(3), 1)))
-    assert.are.equal('Categorical(logits: [2])', tostring(D.Categorical({ logits = dpl.zeros(2, 4) })))
+    -- PyTorch's repr: the parameter's size (torch.Size([2, 4])), one element by value
+    assert.are.equal('Categorical(logits: [2, 4])', tostring(D.Categorical({ logits = dpl.zeros(2, 4) })))
+    assert.are.equal('Normal(loc: tensor(0.), scale: tensor(1.))', tostring(D.Normal(0, 1)))
   end)
 end)

@@ -143,6 +143,43 @@ describe('the REPL without a terminal', function()
     assert.matches('\n1\tnil\t3\n1\tnil\t3\nprinted\n5\n$', out)
   end)
 
+  it('prints several results one per line when one of them takes several lines (linalg tuples)', function()
+    local out, err, rc = h.dplhost('-l dpl -i', { stdin = 'dpl.linalg.eigh(dpl.eye(2))\n1, "a", nil\n' })
+    assert.are.equal(0, rc, err)
+    assert.matches('^tensor%(%[1%., 1%.%][^\n]*\ntensor%(%[%[1%., 0%.%],\n%s+%[0%., 1%.%]%][^\n]*\n1\t"a"\tnil\n$', out)
+  end)
+
+  it('reports an entry left unfinished at the end of input instead of dropping it', function()
+    local out, err, rc = h.dplhost('-i', { stdin = 'print("first")\nfor i = 1, 2 do\nprint(i)\n' })
+    assert.are.equal(0, rc, err)
+    assert.are.equal("first\nstdin:2: 'end' expected (to close 'for' at line 1) near '<eof>'\n", out)
+  end)
+
+  it('prints a distribution\'s one-element parameters by value (PyTorch\'s repr), larger ones by shape', function()
+    local out, err, rc = h.dplhost('-l dpl -i', { stdin = table.concat({
+      'dpl.distributions.Normal(0, 1)',
+      'dpl.distributions.Normal(dpl.tensor({0.5}), dpl.tensor({2.0}))',
+      'dpl.distributions.Normal(dpl.zeros(3), 1)',
+      'dpl.distributions.Categorical({probs = dpl.tensor({0.2, 0.8})})',
+      'dpl.distributions.Bernoulli({probs = 0.3})', '' }, '\n') })
+    assert.are.equal(0, rc, err)
+    assert.are.equal('Normal(loc: tensor(0.), scale: tensor(1.))\n' ..
+      'Normal(loc: tensor([0.5000]), scale: tensor([2.]))\n' ..
+      'Normal(loc: [3], scale: [3])\n' ..
+      'Categorical(probs: [2])\n' ..
+      'Bernoulli(probs: tensor(0.3000))\n', out)
+  end)
+
+  it('prints a MetricCollection as its metrics, not its fields', function()
+    local out, err, rc = h.dplhost('-l dpl -i', { stdin = table.concat({
+      'M = dpl.metrics',
+      'M.MetricCollection({acc = M.Accuracy({task = "multiclass", num_classes = 3}), ' ..
+        'f1 = M.F1Score({task = "multiclass", num_classes = 3})}, {prefix = "val_"})', '' }, '\n') })
+    assert.are.equal(0, rc, err)
+    assert.are.equal('MetricCollection(\n  (acc): MulticlassAccuracy()\n  (f1): MulticlassF1Score(),\n' ..
+      "  prefix=val_\n)\n", out)
+  end)
+
   it('describes an error object whose __tostring fails', function()
     local out, err, rc = h.dplhost('-i', { stdin = 'error(setmetatable({}, {__tostring = function() error("no text") end}))\n' })
     assert.are.equal(0, rc, err)

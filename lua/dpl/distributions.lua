@@ -46,6 +46,13 @@ local function concat(...)
   return r
 end
 local function shape_str(s) return '[' .. table.concat(s, ', ') .. ']' end
+-- a parameter in a repr, as PyTorch's: one element by value (`tensor(0.)`), else its shape
+local function param_str(v)
+  if not is_tensor(v) then return tostring(v) end
+  if tonumber(v._numel) ~= 1 then return shape_str(shape_of(v)) end
+  local ok, body = pcall(function() return require('dpl.tensor_print').body(v:detach():cpu(), 7) end)
+  return ok and ('tensor(' .. body .. ')') or shape_str(shape_of(v))
+end
 local function sample_shape_of(name, ss)
   if ss == nil then return {} end
   if type(ss) == 'number' then ss = { ss } end
@@ -181,7 +188,7 @@ function Distribution:_repr()
   local parts = {}
   for _, k in ipairs(self._param_names or {}) do
     local v = rawget(self, k)
-    if is_tensor(v) then parts[#parts + 1] = fmt('%s: %s', k, shape_str(shape_of(v))) end
+    if is_tensor(v) then parts[#parts + 1] = fmt('%s: %s', k, param_str(v)) end
   end
   return fmt('%s(%s)', self.__name, table.concat(parts, ', '))
 end
@@ -531,7 +538,7 @@ function Bernoulli:_check_params()
       .. 'invalid values:\n%s', k, shape_str(shape_of(v)), self.__name, tostring(c), tostring(v)))
   end
 end
-function Bernoulli:_repr() return fmt('%s(%s: %s)', self.__name, self._given, shape_str(self.batch_shape)) end
+function Bernoulli:_repr() return fmt('%s(%s: %s)', self.__name, self._given, param_str(rawget(self, '_' .. self._given))) end
 function Bernoulli:_rebuild(args)
   local k = self._given
   local v = rawget(self, '_' .. k)
@@ -791,7 +798,7 @@ function Chi2:__init(df, validate_args)
   Gamma.__init(self, d * 0.5, T.full_like(d, 0.5), validate_args)
   self.df = d
 end
-function Chi2:_repr() return fmt('Chi2(df: %s)', shape_str(shape_of(self.df))) end
+function Chi2:_repr() return fmt('Chi2(df: %s)', param_str(self.df)) end
 
 local Beta = dist_class('Beta')
 Beta.arg_constraints = { concentration1 = constraints.positive, concentration0 = constraints.positive }
@@ -1012,8 +1019,8 @@ function Binomial:_check_params()
   end
   Bernoulli._check_params(self)
 end
-function Binomial:_repr() return fmt('Binomial(total_count: %s, %s: %s)', shape_str(shape_of(self.total_count)), self._given,
-  shape_str(self.batch_shape)) end
+function Binomial:_repr() return fmt('Binomial(total_count: %s, %s: %s)', param_str(self.total_count), self._given,
+  param_str(rawget(self, '_' .. self._given))) end
 function Binomial:get_support() return constraints.integer_interval(0, 'total_count') end
 function Binomial:_validate_sample(value, name)
   if not is_tensor(value) then value_error(fmt('Binomial.%s: value must be a tensor, got %s', name, type(value))) end

@@ -97,8 +97,14 @@ function M.execute(fn, out)
   end
   if r.n > 1 then
     local parts = {}
-    for i = 2, r.n do parts[#parts + 1] = pretty.format(r[i]) end
-    out:write(table.concat(parts, '\t'), '\n')
+    local multiline = false
+    for i = 2, r.n do
+      parts[#parts + 1] = pretty.format(r[i])
+      multiline = multiline or parts[#parts]:find('\n', 1, true) ~= nil
+    end
+    -- several values, one of them on several lines (dpl.linalg.svd's U, S, Vh): one
+    -- value per line, else the next one would start on the last line of the previous
+    out:write(table.concat(parts, multiline and '\n' or '\t'), '\n')
     rawset(_G, '_', r[2])
   end
   return true
@@ -121,6 +127,10 @@ function M.run()
       buffer = nil
     elseif line == nil then
       if tty then io.stdout:write('\n') end
+      if buffer then -- an unfinished entry (a `for` without its `end`): say why it never ran
+        local _, err = loadstring((buffer:gsub('^=', 'return ')), '=stdin')
+        if err then io.stdout:write(err, '\n') end
+      end
       break
     else
       local src = buffer and (buffer .. '\n' .. line) or line

@@ -26,7 +26,7 @@ static const char usage_text[] =
   "\n"
   "Options:\n"
   "  -e chunk        Execute string 'chunk'.\n"
-  "  -l name         Require library 'name' into the global 'name'.\n"
+  "  -l name         Require library 'name' into the global 'name'; -l g=name: into 'g'.\n"
   "  -i              Enter the REPL after running 'script' or the -e chunks.\n"
   "  -v, --version   Show version information.\n"
   "  -h, --help      Show this help.\n"
@@ -93,17 +93,36 @@ static const char usage_text[] =
   "  DPL_VIRTUAL_GPUS_BUSY  Comma-separated simulated GPU ids whose allocations fail (busy).\n";
 
 static lua_State *globalL;
+static int nil_error_is_quiet; /* busted ends with error(nil) after printing its own report */
 
-/* Message handler: traceback for runtime errors; nil (busted's quiet exit) passes.
- * An error object prints through its __tostring (one that fails is described). */
+/* True when some frame from `level` up runs Lua code (not only C functions). */
+static int has_lua_frame(lua_State *L, int level)
+{
+  lua_Debug ar;
+  for (; lua_getstack(L, level, &ar); level++) {
+    if (lua_getinfo(L, "S", &ar) && strcmp(ar.what, "C") != 0) return 1;
+  }
+  return 0;
+}
+
+/* Message handler: traceback for runtime errors; nil passes under busted (its quiet
+ * exit), elsewhere it is described (error() with no message would otherwise end the
+ * script with status 1 and nothing said). An error object prints through its
+ * __tostring (one that fails is described). A traceback of C frames only (`-l` of a
+ * module that is not found: "[C]: at 0x...") is left out. */
 static int traceback_handler(lua_State *L)
 {
-  if (lua_isnoneornil(L, 1)) return 1;
+  if (lua_isnoneornil(L, 1)) {
+    if (nil_error_is_quiet) return 1;
+    luaL_traceback(L, L, "(error object is a nil value)", 1);
+    return 1;
+  }
   const char *msg = dpl_host_error_text(L, 1);
   /* a method called as obj.method(...): its self is missing (nil) or is the first argument */
   if (strstr(msg, "local 'self' (a ") != NULL)
     msg = lua_pushfstring(L, "%s\n  (hint: a method called with '.' instead of ':'? write obj:method(...))", msg);
-  luaL_traceback(L, L, msg, 1);
+  if (has_lua_frame(L, 1)) luaL_traceback(L, L, msg, 1);
+  else lua_pushstring(L, msg);
   return 1;
 }
 
@@ -156,12 +175,22 @@ static int dostring(lua_State *L, const char *s, const char *name)
   return dochunk(L, luaL_loadbuffer(L, s, strlen(s), name));
 }
 
+/* -l name: global `name` = require(name); -l g=mod (Lua 5.4's form): global `g` =
+ * require(mod), so that a dotted module (`-l sp=dpl.special`) gets a usable name. */
 static int dolibrary(lua_State *L, const char *name)
 {
+  const char *eq = strchr(name, '=');
+  const char *mod = eq ? eq + 1 : name;
   lua_getglobal(L, "require");
-  lua_pushstring(L, name);
+  lua_pushstring(L, mod);
   int status = docall(L, 1, 1);
-  if (status == 0) lua_setglobal(L, name);
+  if (status == 0) {
+    if (eq) lua_pushlstring(L, name, (size_t)(eq - name));
+    else lua_pushstring(L, name);
+    lua_insert(L, -2);
+    lua_setglobal(L, lua_tostring(L, -2));
+    lua_pop(L, 1);
+  }
   return report(L, status);
 }
 
@@ -444,6 +473,7 @@ int main(int argc, char **argv)
       lua_rawseti(L, -2, k - busted);
     }
     lua_setglobal(L, "arg");
+    nil_error_is_quiet = 1;
     status = dostring(L, "require('busted.runner')({ standalone = false })", "=busted");
     goto done;
   }
@@ -465,7 +495,13 @@ int main(int argc, char **argv)
       else status = dochunk(L, loadfile(L, NULL));
     }
   }
-  if (status == 0 && interactive) status = dorepl(L);
+  /* -i: the REPL after the script, also after one that raised (as python -i: its globals
+   * are there to look at; the exit status stays 1), not after one that could not be loaded
+   * or was stopped by a signal */
+  if (interactive && (status == 0 || (status == LUA_ERRRUN && !dpl_signal_pending()))) {
+    int rs = dorepl(L);
+    if (status == 0) status = rs;
+  }
 
 done:;
   int sig = dpl_signal_pending();

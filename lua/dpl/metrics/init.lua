@@ -454,6 +454,20 @@ function MetricCollection:keys()
   return r
 end
 function MetricCollection:get(name) return self._metrics[name] end
+--- tostring (the REPL's print): torchmetrics' repr, the metrics in order, then prefix/postfix
+MetricCollection.__tostring = function(self)
+  local lines = { 'MetricCollection(' }
+  for _, name in ipairs(self._order) do
+    lines[#lines + 1] = fmt('  (%s): %s', name, tostring(self._metrics[name]):gsub('\n', '\n  '))
+  end
+  local extra = {}
+  if self.prefix ~= '' then extra[#extra + 1] = '  prefix=' .. self.prefix end
+  if self.postfix ~= '' then extra[#extra + 1] = '  postfix=' .. self.postfix end
+  if #extra > 0 then lines[#lines] = lines[#lines] .. ',' end
+  for _, l in ipairs(extra) do lines[#lines + 1] = l end
+  lines[#lines + 1] = ')'
+  return table.concat(lines, '\n')
+end
 --- items(): torchmetrics' items(): an iterator over (prefix .. name .. postfix, metric), in the
 --- collection's order (`for k, m in mc:items() do ... end`)
 function MetricCollection:items()
