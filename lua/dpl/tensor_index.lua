@@ -49,6 +49,14 @@ return function(M, H)
         name, what, t._devindex)), 0)
     end
   end
+  -- a live tensor on any device (the ops that run on cuda: C checks the devices agree)
+  local function live(name, t, what)
+    if t._storage == nil then lua_error(errors.RuntimeError(fmt('%s: %s was freed with :free()', name, what)), 0) end
+  end
+  -- an argument of the op on self t: in GPU memory only beside a t there
+  local function arg_of(name, t, x, what)
+    if bit.band(t._flags, 2) ~= 0 then live(name, x, what) else host(name, x, what) end
+  end
   -- a failure reported by C, named after the Lua op (C names the in-place form); flat put_
   -- positions said 1-based as dpl.capi says the others
   local function cfail(st, name, cname)
@@ -68,7 +76,7 @@ return function(M, H)
   -- a scalar argument: a number, a boolean or a 0-d (one-element) tensor -> a number
   local function scalar_of(name, what, v)
     if is_tensor(v) then
-      host(name, v, what)
+      live(name, v, what)
       if v._ndim ~= 0 then
         error(fmt('%s: %s must be a number or a 0-d tensor, got a tensor with %d dims', name, what, v._ndim))
       end
@@ -117,7 +125,7 @@ return function(M, H)
   local function idx1(name, idx, like)
     if type(idx) == 'table' or type(idx) == 'number' then idx = as_tensor(idx, like) end
     if not is_tensor(idx) then error(fmt('%s: index must be a tensor (or a table) of integers, got %s', name, got(idx))) end
-    host(name, idx, 'index')
+    arg_of(name, like, idx, 'index')
     local dt = idx._dtype
     if dt ~= 4 and dt ~= 5 then
       error(fmt('%s: expected an integer index tensor (int64 or int32, 1-based), got %s', name, dtype_names[dt]))
@@ -155,14 +163,14 @@ return function(M, H)
   -- writes t (in place): t[..., index[p], ...] (op)= src[p]
   local function scatter_into(name, t, d, idx, src, reduce)
     local red = reduce_of(name, reduce)
-    host(name, t, 'self')
+    live(name, t, 'self')
     local cd, tv = dim_of(name, t, d)
     local i1 = idx1(name, idx, t)
     local iv = i1
     if tv ~= t and i1._ndim == 0 then iv = raw_view(i1, 1) end
     local s
     if is_tensor(src) then
-      host(name, src, 'src')
+      arg_of(name, t, src, 'src')
       s = src
       -- a 0-d src is a source of one element (PyTorch's), not a value for every position
       if src._ndim == 0 and iv._ndim > 0 then s = ones_view(src, iv._ndim) end
@@ -185,18 +193,18 @@ return function(M, H)
   end
   function methods.scatter(t, d, idx, src, reduce)
     need_tensor('scatter', 'self', t)
-    host('scatter', t, 'self')
+    live('scatter', t, 'self')
     return scatter_into('scatter', raw_clone(t), d, idx, src, reduce)
   end
 
   ---------------------------------------------------------------- index_fill_, index_copy_
   local function index_fill_into(name, t, d, idx, value)
-    host(name, t, 'self')
+    live(name, t, 'self')
     local cd, tv = dim_of(name, t, d)
     local i1 = idx1(name, idx, t)
     local vt
     if is_tensor(value) then
-      host(name, value, 'value')
+      arg_of(name, t, value, 'value')
       if value._ndim ~= 0 then
         error(fmt('%s: value must be a number or a 0-d tensor, got a tensor with %d dims', name, value._ndim))
       end
@@ -224,14 +232,14 @@ return function(M, H)
   end
   function methods.index_fill(t, d, idx, value)
     need_tensor('index_fill', 'self', t)
-    host('index_fill', t, 'self')
+    live('index_fill', t, 'self')
     return index_fill_into('index_fill', raw_clone(t), d, idx, value)
   end
 
   local function index_copy_into(name, t, d, idx, src)
     need_tensor(name, 'source', src)
-    host(name, t, 'self')
-    host(name, src, 'source')
+    live(name, t, 'self')
+    arg_of(name, t, src, 'source')
     local cd, tv = dim_of(name, t, d)
     local i1 = idx1(name, idx, t)
     local s = src
@@ -247,7 +255,7 @@ return function(M, H)
   end
   function methods.index_copy(t, d, idx, src)
     need_tensor('index_copy', 'self', t)
-    host('index_copy', t, 'self')
+    live('index_copy', t, 'self')
     return index_copy_into('index_copy', raw_clone(t), d, idx, src)
   end
 
@@ -284,7 +292,7 @@ return function(M, H)
         error(fmt('%s: indices[%d] must be a tensor of indices (int64, int32) or a mask (bool, uint8), got %s', name, i,
           got(ix)))
       end
-      host(name, ix, 'an index')
+      arg_of(name, t, ix, 'an index')
       local dt = ix._dtype
       if dt == 7 or dt == 6 then -- a mask: the coordinates of its true elements
         local k = ix._ndim
@@ -312,7 +320,15 @@ return function(M, H)
         if pos > t._ndim then
           error(fmt('%s: too many indices for a tensor of %d dims (got %d)', name, t._ndim, pos))
         end
-        list[#list + 1] = index0(ix, name, tonumber(t._shape[pos - 1]))
+        local len = tonumber(t._shape[pos - 1])
+        if bit.band(ix._flags, 2) ~= 0 and ix._numel > 0 then -- (index0 maps GPU indices without reading them)
+          local mn = methods.min(ix):item()
+          if mn < -len then
+            error(fmt('%s: index %d is out of range for a dim of size %d (expected 1..%d, or -%d..-1 from the end)', name,
+              mn, len, len, len))
+          end
+        end
+        list[#list + 1] = index0(ix, name, len)
       else
         error(fmt('%s: indices[%d] must be an integer (int64, int32) or boolean (bool, uint8) tensor, got %s', name, i,
           dtype_names[dt]))
@@ -347,10 +363,10 @@ return function(M, H)
 
   local function index_put_into(name, t, indices, values, acc)
     local a = accumulate_of(name, acc)
-    host(name, t, 'self')
+    live(name, t, 'self')
     local arr, n, keep, list = index_list(name, t, indices)
     local v = values
-    if is_tensor(values) then host(name, values, 'values')
+    if is_tensor(values) then arg_of(name, t, values, 'values')
     else
       local x = scalar_of(name, 'values', values)
       check_value(name, x, t._dtype)
@@ -372,13 +388,13 @@ return function(M, H)
   end
   function methods.index_put(t, indices, values, acc)
     need_tensor('index_put', 'self', t)
-    host('index_put', t, 'self')
+    live('index_put', t, 'self')
     return index_put_into('index_put', raw_clone(t), indices, values, acc)
   end
   --- (autograd) t[indices] read at the positions index_put_ writes: the gradient of its values.
   function M._index_get(t, indices)
     need_tensor('index_get', 'self', t)
-    host('index_get', t, 'self')
+    live('index_get', t, 'self')
     local arr, n, keep, list = index_list('index_get', t, indices)
     local st = C.dpl_index_get(t, n, arr, out1)
     if st ~= 0 then free(unpack(keep)) free(unpack(list)) cfail(st, 'index_get', 'index_get') end
@@ -468,7 +484,7 @@ return function(M, H)
       wrap = wrap.wrap
     end
     if wrap ~= nil and type(wrap) ~= 'boolean' then error(fmt('%s: wrap must be true or false, got %s', name, got(wrap))) end
-    host(name, t, 'self')
+    live(name, t, 'self')
     local v = scalar_of(name, 'fill_value', value)
     check_value(name, v, t._dtype)
     local st = C.dpl_fill_diagonal_(t, value_tensor(v, t), wrap and 1 or 0)

@@ -163,6 +163,32 @@ static int index_accumulate(const dpl_bk_args *a, dpl_cu_dev *d, int32_t dev)
   return st;
 }
 
+/* rows stored at offsets the core computed and checked (scatter_, index_put_, index_copy_, ...):
+ * the last row of an offset wins, as in the CPU's sequential loops */
+static int index_store(const dpl_bk_args *a, dpl_cu_dev *d, int32_t dev)
+{
+  const char *name = a->name;
+  dpl_tensor *t = a->inout;
+  const dpl_tensor *off = a->in[0], *src = a->in[1];
+  int64_t inner = a->l[0], slots = a->l[1], sstep = a->i[1], dstride = (int64_t)a->u[0], div = (int64_t)a->u[1];
+  if (!off || !src || !dpl_is_devmem(off) || !dpl_is_devmem(src) || off->_devindex != dev || src->_devindex != dev)
+    return dpl_errorf(DPL_EDEVICE, "%s: expected all tensors on the same device", name);
+  if (off->_dtype != DPL_INT64 || !dpl_is_contig(off) || !dpl_is_contig(src) || src->_dtype != t->_dtype ||
+      (sstep != 0 && sstep != 1) || div < 1 || inner < 0 || (sstep && src->_numel != off->_numel * inner) ||
+      (!sstep && src->_numel != 1))
+    return dpl_errorf(DPL_EINVAL, "%s: bad index_store arguments (internal)", name);
+  int64_t n = off->_numel;
+  if (n == 0 || inner == 0) return DPL_OK;
+  dpl_tensor *win = NULL;
+  int st = DPL_OK;
+  if (!a->i[0]) TRYC(dpl_new_on(name, DPL_INT64, 1, &slots, DPL_DEVICE_CUDA, dev, &win));
+  LAUNCH(dpl_cu_index_store((int32_t)dpl_elsize(t->_dtype), n, inner, off->_data, src->_data, sstep, dstride, t->_data,
+                            win ? win->_data : NULL, slots, div, d->compute),
+         "index_store kernel");
+  dpl_tensor_release(win);
+  return st;
+}
+
 int dpl_cu_op_index(const dpl_bk_args *a)
 {
   const char *name = a->name ? a->name : dpl_bk_op_name(a->op);
@@ -174,6 +200,7 @@ int dpl_cu_op_index(const dpl_bk_args *a)
   switch (a->op) {
   case DPL_BK_INDEX_SELECT: return index_select(a, d, dev);
   case DPL_BK_GATHER: return gather(a, d, dev);
+  case DPL_BK_INDEX_STORE: return index_store(a, d, dev);
   default: return index_accumulate(a, d, dev); /* index_add_, scatter_add_ */
   }
 }

@@ -140,7 +140,48 @@ __global__ void k_bad_value(unsigned long long *flag, const int64_t *ix)
   if (threadIdx.x == 0 && j != ~0ULL) flag[1] = (unsigned long long)ix[j];
 }
 
+/* index_store: the last row b of each offset (the CPU's sequential order) wins: win[slot] = max b + 1 */
+__global__ void k_store_win(int64_t n, const int64_t *off, int64_t *win, int64_t div)
+{
+  DPL_GRID_STRIDE(b, n)
+  {
+    atomicMax((unsigned long long *)&win[off[b] / div], (unsigned long long)(b + 1));
+  }
+}
+
+template <typename W>
+__global__ void k_store_rows(int64_t n, int64_t inner, const int64_t *off, const W *src, int64_t sstep,
+                             int64_t dstride, W *dst, const int64_t *win, int64_t div)
+{
+  DPL_GRID_STRIDE(e, n * inner)
+  {
+    int64_t b = e / inner, j = e - b * inner, o = off[b];
+    if (win && win[o / div] != b + 1) continue;
+    dst[o + j * dstride] = src[e * sstep];
+  }
+}
+
 } // namespace
+
+extern "C" int dpl_cu_index_store(int32_t es, int64_t n, int64_t inner, const int64_t *off, const void *src,
+                                  int64_t sstep, int64_t dstride, void *dst, int64_t *win, int64_t slots, int64_t div,
+                                  cudaStream_t s)
+{
+  if (n <= 0 || inner <= 0) return 0;
+  if (win) {
+    cudaError_t e = cudaMemsetAsync(win, 0, (size_t)slots * sizeof(int64_t), s);
+    if (e != cudaSuccess) return (int)e;
+    k_store_win<<<grid_for(n), kThreads, 0, s>>>(n, off, win, div);
+  }
+  unsigned grid = grid_for(n * inner);
+  switch (es) {
+  case 1: k_store_rows<uint8_t><<<grid, kThreads, 0, s>>>(n, inner, off, (const uint8_t *)src, sstep, dstride, (uint8_t *)dst, win, div); break;
+  case 2: k_store_rows<uint16_t><<<grid, kThreads, 0, s>>>(n, inner, off, (const uint16_t *)src, sstep, dstride, (uint16_t *)dst, win, div); break;
+  case 4: k_store_rows<uint32_t><<<grid, kThreads, 0, s>>>(n, inner, off, (const uint32_t *)src, sstep, dstride, (uint32_t *)dst, win, div); break;
+  default: k_store_rows<uint64_t><<<grid, kThreads, 0, s>>>(n, inner, off, (const uint64_t *)src, sstep, dstride, (uint64_t *)dst, win, div); break;
+  }
+  return (int)cudaGetLastError();
+}
 
 extern "C" int dpl_cu_bad_value(unsigned long long *flag, const int64_t *ix, cudaStream_t s)
 {

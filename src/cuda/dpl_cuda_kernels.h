@@ -214,6 +214,10 @@ int dpl_cu_index_select(int32_t es, int64_t outer, int64_t D, int64_t inner, int
  * bool (logical or, as the CPU's (a + b) != 0); scatter_add likewise */
 int dpl_cu_index_add(int32_t kd, int64_t outer, int64_t D, int64_t inner, int64_t n, const int64_t *ix,
                      const void *src, void *dst, unsigned long long *bad, cudaStream_t s);
+/* rows of inner elements (es bytes each) stored at dst + off[b] (+ j * dstride); src advances by
+ * sstep elements; win (slots int64, zeroed; NULL: offsets distinct) picks each offset's last row */
+int dpl_cu_index_store(int32_t es, int64_t n, int64_t inner, const int64_t *off, const void *src, int64_t sstep,
+                       int64_t dstride, void *dst, int64_t *win, int64_t slots, int64_t div, cudaStream_t s);
 int dpl_cu_gather(int32_t es, const dpl_cu_index *g, const int64_t *ix, const void *a, void *out,
                   unsigned long long *bad, cudaStream_t s);
 int dpl_cu_scatter_add(int32_t kd, const dpl_cu_index *g, const int64_t *ix, const void *src, void *a,

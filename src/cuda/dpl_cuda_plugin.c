@@ -145,6 +145,7 @@ static int supports(int32_t op)
   case DPL_BK_CUMPROD_BWD: case DPL_BK_SORT: case DPL_BK_SELECT: case DPL_BK_HISTC: case DPL_BK_IM2COL:
   case DPL_BK_COL2IM: case DPL_BK_ADAPTIVE_MAX_POOL2D: case DPL_BK_MAX_POOL1D: case DPL_BK_SPECIAL: case DPL_BK_CTC:
   case DPL_BK_CTC_BWD: case DPL_BK_ADAPTIVE_AVG_POOL2D: case DPL_BK_ADAPTIVE_AVG_POOL2D_BWD: case DPL_BK_LINALG:
+  case DPL_BK_INDEX_STORE:
     return 1;
   default:
     return 0;
@@ -171,6 +172,7 @@ static int run(const dpl_bk_args *a)
   case DPL_BK_AVG_POOL2D_BWD:
     return dpl_cu_op_conv(a);
   case DPL_BK_INDEX_SELECT: case DPL_BK_INDEX_ADD: case DPL_BK_GATHER: case DPL_BK_SCATTER_ADD:
+  case DPL_BK_INDEX_STORE:
     return dpl_cu_op_index(a);
   case DPL_BK_OPTIM_MULTI: return dpl_cu_op_optim(a);
   case DPL_BK_LAYER_NORM: case DPL_BK_LAYER_NORM_BWD: return dpl_cu_op_layer_norm(a);

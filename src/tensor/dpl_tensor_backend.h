@@ -11,10 +11,10 @@
 #include "dpl.h"
 #include <stdint.h>
 
-enum { DPL_BACKEND_ABI = 8 }; /* 3: in[5] (layer norm's backward reads five tensors); 4: SCAN, CUMPROD_BWD; 5: SORT;
+enum { DPL_BACKEND_ABI = 9 }; /* 3: in[5] (layer norm's backward reads five tensors); 4: SCAN, CUMPROD_BWD; 5: SORT;
                                  6: SELECT, HISTC, IM2COL, COL2IM, ADAPTIVE_MAX_POOL2D, MAX_POOL1D;
                                  7: SPECIAL, CTC, CTC_BWD, ADAPTIVE_AVG_POOL2D, ADAPTIVE_AVG_POOL2D_BWD;
-                                 8: LINALG (dpl_bk_linalg, dpl_bk_args.linalg) */
+                                 8: LINALG (dpl_bk_linalg, dpl_bk_args.linalg); 9: INDEX_STORE */
 
 /* Stable op ids (never renumbered; new ops go at the end). The comment says
  * which fields of dpl_bk_args each one reads. */
@@ -96,7 +96,13 @@ typedef enum dpl_bk_op {
   DPL_BK_ADAPTIVE_AVG_POOL2D = 53,     /* in[0] x [N, C, H, W] (any float dtype); l[0] oh, l[1] ow; out[0] */
   DPL_BK_ADAPTIVE_AVG_POOL2D_BWD = 54, /* in[0] grad [N, C, oh, ow]; l[0] H, l[1] W; out[0] [N, C, H, W] */
   DPL_BK_LINALG = 55,       /* sub DPL_LA_*: a dense factorization or solve (dpl_bk_linalg, below) */
-  DPL_BK_NUM_OPS = 56
+  DPL_BK_INDEX_STORE = 56,  /* inout dst (written at element offsets from its data pointer); in[0] contiguous int64
+                             * offsets (n rows, each in range: checked by the core); in[1] contiguous src of dst's
+                             * dtype (n * l[0] elements, or one with i[1] 0); l[0] inner (elements per row), l[1]
+                             * slots (offset / u[1] < slots); i[1] src step (1 or 0); u[0] dst stride along a row;
+                             * u[1] slot divisor; i[0] 1: no duplicate offsets (or one value), else the last row of
+                             * an offset wins */
+  DPL_BK_NUM_OPS = 57
 } dpl_bk_op;
 
 /* A GEMM on raw device pointers (DPL_BK_GEMM), the one the matmul family's

@@ -8,8 +8,11 @@
  * range-checked before the first write; sources have self's dtype; self is
  * written through any strides (a contiguous stand-in copied back when it is not
  * contiguous). Duplicate positions: the last write wins when storing, every value counts
- * when adding or multiplying (as PyTorch's CPU kernels). Host memory only: a device tensor
- * fails with "<op>: not implemented on cuda". Single-threaded: the writes go to positions
+ * when adding or multiplying (as PyTorch's CPU kernels). Device tensors: the same checks on
+ * a host copy of the index (one wait for the GPU: the CPU's messages, raised at the op), the
+ * write offsets computed here in the CPU's order and uploaded, then the backend's
+ * DPL_BK_INDEX_STORE (the last write of a position wins) or DPL_BK_INDEX_ADD (accumulate,
+ * reduce 'add'); reduce 'multiply' on a device is DPL_ENOTIMPL. Host loops: single-threaded: the writes go to positions
  * the data decides (duplicates), and these ops are memory-bound. */
 #include "dpl_tensor_internal.h"
 #include <stdio.h>
@@ -24,11 +27,17 @@ static int index_tensor(const char *name, const char *what, const dpl_tensor *a,
                         dpl_tensor **out)
 {
   *out = NULL;
-  DPL_TRY(dpl_check_tensor(name, what, idx));
+  DPL_TRY(dpl_is_devmem(idx) && dpl_is_devmem(a) ? dpl_check_handle(name, what, idx) : dpl_check_tensor(name, what, idx));
   DPL_TRY(dpl_check_same_device(name, a, idx));
   if (idx->_dtype == DPL_UINT8)
     return dpl_errorf(DPL_EINVAL, "%s: expected an integer %s tensor (int64 or int32), got %s", name, what,
                       dpl_dtype_name(idx->_dtype));
+  if (dpl_is_devmem(idx)) { /* the checks and offsets read a host copy */
+    if (dpl_is_float(idx->_dtype) || idx->_dtype == DPL_BOOL)
+      return dpl_errorf(DPL_EINVAL, "%s: expected an integer %s tensor (int64 or int32), got %s", name, what,
+                        dpl_dtype_name(idx->_dtype));
+    return dpl_tensor_to(idx, idx->_dtype == DPL_INT32 ? DPL_INT32 : DPL_INT64, DPL_DEVICE_CPU, 0, out);
+  }
   return dpl_ix_contig(name, what, idx, a, out);
 }
 
@@ -56,7 +65,9 @@ static int same_dtype(const char *name, const char *what, const dpl_tensor *a, c
 /* self, written: a live host tensor without several elements on one memory location */
 static int check_self(const char *name, const dpl_tensor *a)
 {
-  DPL_TRY(dpl_check_tensor(name, "self", a));
+  if (dpl_is_devmem(a) && !dpl_backend_get())
+    return dpl_errorf(DPL_ENOTIMPL, "%s: not implemented on cuda (the CUDA plugin is not loaded)", name);
+  DPL_TRY(dpl_is_devmem(a) ? dpl_check_handle(name, "self", a) : dpl_check_tensor(name, "self", a));
   return dpl_check_writable(name, "", a);
 }
 
@@ -168,7 +179,134 @@ static void split3(const dpl_tensor *t, int32_t dim, int64_t *outer, int64_t *D,
   *D = t->_shape[dim];
 }
 
+/* ---- device tensors ---- */
+/* a checked tensor argument: in device memory only beside a self there (the caller checks
+ * the devices agree) */
+static int check_arg(const char *name, const char *what, const dpl_tensor *a, const dpl_tensor *t)
+{
+  return dpl_is_devmem(t) && dpl_is_devmem(a) ? dpl_check_handle(name, what, t) : dpl_check_tensor(name, what, t);
+}
+
+/* one element past the last one a's view reaches (the slots of its storage it may write) */
+static int64_t view_span(const dpl_tensor *a)
+{
+  int64_t hi = 1;
+  for (int i = 0; i < a->_ndim; i++)
+    if (a->_shape[i] > 0) hi += (a->_shape[i] - 1) * a->_stride[i];
+  return hi;
+}
+
+/* rows of inner elements written into device tensor a at the element offsets off[] (a host
+ * int64 tensor, in the CPU's order; each a multiple of div, the row's elements dstride apart),
+ * from src (on a's device, a's dtype, contiguous: n * inner elements, or one value for all with
+ * sstep 0). MODE_STORE: the last row of an offset wins (unique: no two rows share one, or all
+ * rows hold one value); MODE_ADD: every row adds (index_add_ on a viewed as [slots, inner]). */
+static int dev_rows(const char *name, dpl_tensor *a, const dpl_tensor *off, const dpl_tensor *src, int64_t inner,
+                    int64_t sstep, int64_t dstride, int64_t div, int mode, int unique)
+{
+  int64_t n = off->_numel;
+  if (n == 0 || inner == 0) return DPL_OK;
+  if (mode == MODE_MUL)
+    return dpl_errorf(DPL_ENOTIMPL, "%s: not implemented on cuda for reduce='multiply' (self is on cuda:%d; move it with "
+                      ":to(\"cpu\"))", name, (int)a->_devindex);
+  int64_t slots = (view_span(a) + div - 1) / div;
+  dpl_tensor *od = NULL, *rows = NULL, *view = NULL, *sv = NULL, *se = NULL;
+  int st = DPL_OK;
+  if (mode == MODE_STORE) {
+    st = dpl_tensor_to(off, DPL_INT64, DPL_DEVICE_CUDA, a->_devindex, &od);
+    if (st == DPL_OK) {
+      dpl_bk_args k = {.op = DPL_BK_INDEX_STORE, .inout = a, .in = {od, src}, .i = {unique, (int32_t)sstep},
+                       .l = {inner, slots}, .u = {(uint64_t)dstride, (uint64_t)div}, .name = name};
+      st = dpl_bk_call(&k);
+    }
+  } else {
+    /* the rows' slot numbers (off / div) and a viewed as [slots, inner] */
+    st = dpl_new_on(name, DPL_INT64, 1, &n, DPL_DEVICE_CPU, 0, &rows);
+    if (st == DPL_OK) {
+      const int64_t *o = off->_data;
+      int64_t *r = rows->_data;
+      for (int64_t b = 0; b < n; b++) r[b] = o[b] / div;
+      st = dpl_tensor_to(rows, DPL_INT64, DPL_DEVICE_CUDA, a->_devindex, &od);
+    }
+    int64_t vshape[2] = {slots, inner}, vstride[2] = {div, dstride}, sshape[2] = {n, inner};
+    if (st == DPL_OK) st = dpl_make_view(a, 2, vshape, vstride, a->_offset, &view);
+    if (st == DPL_OK && sstep) st = dpl_tensor_view(src, 2, sshape, &sv);
+    else if (st == DPL_OK) {
+      int64_t one[2] = {1, 1};
+      st = dpl_tensor_view(src, 2, one, &se);
+      if (st == DPL_OK) st = dpl_tensor_expand(se, 2, sshape, &sv);
+    }
+    if (st == DPL_OK) {
+      dpl_bk_args k = {.op = DPL_BK_INDEX_ADD, .inout = view, .in = {od, sv}, .i = {0}, .name = name};
+      st = dpl_bk_call(&k);
+    }
+  }
+  dpl_release_n(5, (dpl_tensor *[]){od, rows, view, sv, se});
+  return st;
+}
+
+/* a host int64 tensor of n offsets */
+static int host_offsets(const char *name, int64_t n, dpl_tensor **off)
+{
+  return dpl_new_on(name, DPL_INT64, 1, &n, DPL_DEVICE_CPU, 0, off);
+}
+
+/* a contiguous copy on a's device in a's dtype of t (a fresh block: never self's memory) */
+static int dev_fresh(const char *name, const dpl_tensor *a, const dpl_tensor *t, dpl_tensor **out)
+{
+  DPL_TRY(dpl_new_on(name, a->_dtype, t->_ndim, t->_shape, DPL_DEVICE_CUDA, a->_devindex, out));
+  int st = dpl_copy_any(name, *out, t);
+  if (st != DPL_OK) { dpl_tensor_release(*out); *out = NULL; }
+  return st;
+}
+
+/* a contiguous stand-in for device tensor a (a itself when contiguous); dev_end writes it back */
+static int dev_work(const char *name, dpl_tensor *a, dpl_tensor **work)
+{
+  if (dpl_is_contig(a)) return dpl_tensor_alias(a, work);
+  return dev_fresh(name, a, a, work);
+}
+static int dev_end(const char *name, dpl_tensor *a, dpl_tensor *work, int st)
+{
+  if (work && work->_data != a->_data && st == DPL_OK) st = dpl_copy_any(name, a, work);
+  dpl_tensor_release(work);
+  return st;
+}
+
 /* ---- scatter_ ---- */
+/* device self: each index position's offset in self (row-major order of the index: the CPU's),
+ * src narrowed to the index's shape in a contiguous copy (or its one value) */
+static int scatter_dev(dpl_tensor *a, int32_t dim, const dpl_tensor *ix, const dpl_tensor *src, int32_t reduce,
+                       int64_t base, int scalar)
+{
+  const char *name = "scatter_";
+  int nd = a->_ndim;
+  int64_t n = ix->_numel;
+  dpl_tensor *off = NULL, *cs = NULL, *nv = NULL;
+  int st = host_offsets(name, n, &off);
+  if (st == DPL_OK) {
+    int64_t pos[DPL_MAX_DIMS] = {0}, *o = off->_data;
+    for (int64_t k = 0; k < n; k++) {
+      int64_t e = (dpl_ix_at(ix, k) - base) * a->_stride[dim];
+      for (int d = 0; d < nd; d++)
+        if (d != dim) e += pos[d] * a->_stride[d];
+      o[k] = e;
+      for (int d = nd - 1; d >= 0; d--) {
+        if (++pos[d] < ix->_shape[d]) break;
+        pos[d] = 0;
+      }
+    }
+  }
+  if (st == DPL_OK && scalar) st = dev_fresh(name, a, src, &cs);
+  else if (st == DPL_OK) {
+    st = dpl_make_view(src, nd, ix->_shape, src->_stride, src->_offset, &nv);
+    if (st == DPL_OK) st = dev_fresh(name, a, nv, &cs);
+  }
+  if (st == DPL_OK) st = dev_rows(name, a, off, cs, 1, scalar ? 0 : 1, 1, 1, reduce, 0);
+  dpl_release_n(3, (dpl_tensor *[]){off, cs, nv});
+  return st;
+}
+
 static int scatter_impl(dpl_tensor *a, int32_t dim, const dpl_tensor *idx, const dpl_tensor *src, int32_t reduce,
                         int64_t base)
 {
@@ -176,8 +314,8 @@ static int scatter_impl(dpl_tensor *a, int32_t dim, const dpl_tensor *idx, const
   char b1[160], b2[160], b3[160];
   DPL_TRY(check_base(name, base));
   DPL_TRY(check_self(name, a));
-  DPL_TRY(dpl_check_tensor(name, "index", idx));
-  DPL_TRY(dpl_check_tensor(name, "src", src));
+  DPL_TRY(check_arg(name, "index", a, idx));
+  DPL_TRY(check_arg(name, "src", a, src));
   DPL_TRY(dpl_check_same_device(name, a, src));
   if (reduce < MODE_STORE || reduce > MODE_MUL)
     return dpl_errorf(DPL_EINVAL, "%s: reduce must be 0 (none), 1 (add) or 2 (multiply), got %d", name, (int)reduce);
@@ -202,6 +340,10 @@ static int scatter_impl(dpl_tensor *a, int32_t dim, const dpl_tensor *idx, const
                       scalar ? "(a value)" : dpl_shape_str(src->_ndim, src->_shape, b3, sizeof b3));
     }
   if (st == DPL_OK) st = dpl_ix_check(name, ix, base, 0, dim, a->_shape[dim], NULL);
+  if (st == DPL_OK && dpl_is_devmem(a)) {
+    st = scatter_dev(a, dim, ix, src, reduce, base, scalar);
+    goto done;
+  }
   if (st == DPL_OK) st = src_apart(name, a, &src, &tmp);
   if (st == DPL_OK) {
     int nd = a->_ndim, last = nd - 1;
@@ -263,6 +405,31 @@ int dpl_scatter_base(dpl_tensor *a, int32_t dim, const dpl_tensor *idx, const dp
 }
 
 /* ---- index_fill_, index_copy_ ---- */
+/* device self: slice ix[j] (mapped as the CPU maps it) along dim of every outer block gets
+ * value (fill: one element, any dtype and device) or slice j of src (copy: src's shape
+ * checked); through a contiguous stand-in */
+static int slices_dev(const char *name, dpl_tensor *a, int32_t dim, const dpl_tensor *ix, int64_t base, int fe,
+                      const dpl_tensor *vs, int fill)
+{
+  int64_t outer, D, inner, n = ix->_numel, nb;
+  split3(a, dim, &outer, &D, &inner);
+  nb = outer * n;
+  dpl_tensor *off = NULL, *cs = NULL, *work = NULL;
+  int st = host_offsets(name, nb, &off);
+  if (st == DPL_OK) {
+    int64_t *o = off->_data;
+    for (int64_t q = 0; q < outer; q++)
+      for (int64_t j = 0; j < n; j++)
+        o[q * n + j] = (q * D + (int64_t)dpl_ix_map(dpl_ix_at(ix, j), base, fe, (uint64_t)D)) * inner;
+  }
+  if (st == DPL_OK) st = dev_fresh(name, a, vs, &cs); /* (the value converted to self's dtype, on its device) */
+  if (st == DPL_OK) st = dev_work(name, a, &work);
+  if (st == DPL_OK) st = dev_rows(name, work, off, cs, inner, fill ? 0 : 1, 1, inner, MODE_STORE, fill);
+  st = dev_end(name, a, work, st);
+  dpl_release_n(2, (dpl_tensor *[]){off, cs});
+  return st;
+}
+
 static int index_1d(const char *name, const dpl_tensor *idx)
 {
   if (idx->_ndim > 1)
@@ -277,15 +444,24 @@ static int index_fill_impl(dpl_tensor *a, int32_t dim, const dpl_tensor *idx, co
   DPL_TRY(check_base(name, base));
   DPL_TRY(check_self(name, a));
   DPL_TRY(check_dim(name, a, dim));
-  DPL_TRY(dpl_check_tensor(name, "index", idx));
+  DPL_TRY(check_arg(name, "index", a, idx));
   DPL_TRY(index_1d(name, idx));
   char v[8];
-  DPL_TRY(value_bytes(name, value, a->_dtype, v));
+  if (dpl_is_devmem(a)) {
+    DPL_TRY(check_arg(name, "value", a, value));
+    if (value->_numel != 1)
+      return dpl_errorf(DPL_EINVAL, "%s: value must have one element, got %lld", name, (long long)value->_numel);
+  } else DPL_TRY(value_bytes(name, value, a->_dtype, v));
   dpl_tensor *ix = NULL, *work = NULL;
   DPL_TRY(index_tensor(name, "index", a, idx, &ix));
   int64_t n = ix->_numel;
   int fe = 0;
   int st = dpl_ix_check(name, ix, base, neg, dim, a->_shape[dim], &fe);
+  if (dpl_is_devmem(a)) {
+    if (st == DPL_OK && n > 0 && a->_numel > 0) st = slices_dev(name, a, dim, ix, base, fe, value, 1);
+    dpl_tensor_release(ix);
+    return st;
+  }
   if (st == DPL_OK && n > 0 && a->_numel > 0) st = with_contig(name, a, &work);
   if (st == DPL_OK && work) {
     int64_t outer, D, inner, es = dpl_elsize(a->_dtype);
@@ -319,9 +495,9 @@ static int index_copy_impl(dpl_tensor *a, int32_t dim, const dpl_tensor *idx, co
   DPL_TRY(check_base(name, base));
   DPL_TRY(check_self(name, a));
   DPL_TRY(check_dim(name, a, dim));
-  DPL_TRY(dpl_check_tensor(name, "index", idx));
+  DPL_TRY(check_arg(name, "index", a, idx));
   DPL_TRY(index_1d(name, idx));
-  DPL_TRY(dpl_check_tensor(name, "source", src));
+  DPL_TRY(check_arg(name, "source", a, src));
   DPL_TRY(dpl_check_same_device(name, a, src));
   DPL_TRY(same_dtype(name, "source", a, src));
   int64_t n = idx->_numel;
@@ -340,6 +516,11 @@ static int index_copy_impl(dpl_tensor *a, int32_t dim, const dpl_tensor *idx, co
   DPL_TRY(index_tensor(name, "index", a, idx, &ix));
   int fe = 0;
   int st = dpl_ix_check(name, ix, base, neg, dim, a->_shape[dim], &fe);
+  if (dpl_is_devmem(a)) {
+    if (st == DPL_OK && n > 0 && a->_numel > 0) st = slices_dev(name, a, dim, ix, base, fe, src, 0);
+    dpl_tensor_release(ix);
+    return st;
+  }
   if (st == DPL_OK && n > 0 && a->_numel > 0) {
     st = src_apart(name, a, &src, &tmp);
     if (st == DPL_OK) st = dpl_contig_as(name, src, src->_dtype, &cs);
@@ -381,7 +562,7 @@ static int put_indices(const char *name, const dpl_tensor *a, int32_t n, dpl_ten
   if (n > a->_ndim)
     return dpl_errorf(DPL_EINVAL, "%s: too many indices for a tensor of %d dims (got %d)", name, (int)a->_ndim, (int)n);
   for (int j = 0; j < n; j++) {
-    DPL_TRY(dpl_check_tensor(name, "index", indices[j]));
+    DPL_TRY(check_arg(name, "index", a, indices[j]));
     if (!dpl_same_shape(indices[j], indices[0]))
       return dpl_errorf(DPL_EINVAL, "%s: the index tensors must have one shape (broadcast them first), got %s and %s",
                         name, dpl_shape_str(indices[0]->_ndim, indices[0]->_shape, b1, sizeof b1),
@@ -414,7 +595,7 @@ int dpl_index_put_(dpl_tensor *a, int32_t n, dpl_tensor *const *indices, const d
   const char *name = "index_put_";
   char b1[160], b2[160];
   DPL_TRY(check_self(name, a));
-  DPL_TRY(dpl_check_tensor(name, "values", values));
+  DPL_TRY(check_arg(name, "values", a, values));
   DPL_TRY(dpl_check_same_device(name, a, values));
   DPL_TRY(same_dtype(name, "values", a, values));
   if (accumulate != 0 && accumulate != 1)
@@ -430,6 +611,22 @@ int dpl_index_put_(dpl_tensor *a, int32_t n, dpl_tensor *const *indices, const d
                     dpl_shape_str(rnd, rshape, b2, sizeof b2));
   int64_t inner = 1;
   for (int i = n; i < a->_ndim; i++) inner *= a->_shape[i];
+  if (dpl_is_devmem(a)) {
+    dpl_tensor *off = NULL, *ev = NULL;
+    if (st == DPL_OK && nb > 0 && inner > 0) st = host_offsets(name, nb, &off);
+    if (off) {
+      int64_t *o = off->_data;
+      for (int64_t b = 0; b < nb; b++) o[b] = put_offset(a, n, ix, b, inner);
+      st = dpl_tensor_expand(values, rnd, rshape, &ev);
+      if (st == DPL_OK) st = dev_fresh(name, a, ev, &cv);
+      if (st == DPL_OK) st = dev_work(name, a, &work);
+      if (st == DPL_OK) st = dev_rows(name, work, off, cv, inner, 1, 1, inner, accumulate ? MODE_ADD : MODE_STORE, 0);
+      st = dev_end(name, a, work, st);
+    }
+    dpl_release_n(DPL_MAX_DIMS, ix);
+    dpl_release_n(3, (dpl_tensor *[]){off, ev, cv});
+    return st;
+  }
   if (st == DPL_OK && nb > 0 && inner > 0) {
     /* the values as one contiguous block per index position (a fresh copy: never self's memory) */
     st = dpl_new(name, a->_dtype, rnd, rshape, a, &cv);
@@ -458,12 +655,35 @@ int dpl_index_get(const dpl_tensor *a, int32_t n, dpl_tensor *const *indices, dp
   const char *name = "index_get";
   if (!out) return dpl_errorf(DPL_EINVAL, "%s: out is NULL", name);
   *out = NULL;
-  DPL_TRY(dpl_check_tensor(name, "self", a));
+  DPL_TRY(check_arg(name, "self", a, a));
   dpl_tensor *ix[DPL_MAX_DIMS] = {0};
   dpl_tensor *ca = NULL, *res = NULL;
   int64_t nb = 0, rshape[DPL_MAX_DIMS];
   int32_t rnd = 0;
   int st = put_indices(name, a, n, indices, ix, &nb, &rnd, rshape);
+  if (dpl_is_devmem(a)) { /* an index_select of rows of a viewed as [rows, inner] */
+    int64_t inner = 1, rows = 1;
+    for (int i = n; i < a->_ndim; i++) inner *= a->_shape[i];
+    for (int i = 0; i < n; i++) rows *= a->_shape[i];
+    dpl_tensor *r = NULL, *rd = NULL, *sel = NULL;
+    if (st == DPL_OK) st = dpl_contig_as(name, a, a->_dtype, &ca);
+    if (st == DPL_OK) st = host_offsets(name, nb, &r);
+    if (st == DPL_OK) {
+      int64_t *o = r->_data;
+      for (int64_t b = 0; b < nb; b++) o[b] = put_offset(a, n, ix, b, 1);
+      st = dpl_tensor_to(r, DPL_INT64, DPL_DEVICE_CUDA, a->_devindex, &rd);
+    }
+    int64_t vshape[2] = {rows, inner};
+    dpl_tensor *v2 = NULL;
+    if (st == DPL_OK) st = dpl_tensor_view(ca, 2, vshape, &v2);
+    if (st == DPL_OK) st = dpl_index_select(v2, 0, rd, &sel);
+    if (st == DPL_OK) st = dpl_tensor_reshape(sel, rnd, rshape, &res);
+    dpl_release_n(DPL_MAX_DIMS, ix);
+    dpl_release_n(5, (dpl_tensor *[]){ca, r, rd, sel, v2});
+    if (st != DPL_OK) { dpl_tensor_release(res); return st; }
+    *out = res;
+    return DPL_OK;
+  }
   if (st == DPL_OK) st = dpl_new(name, a->_dtype, rnd, rshape, a, &res);
   int64_t inner = 1;
   for (int i = n; i < a->_ndim; i++) inner *= a->_shape[i];
@@ -592,6 +812,34 @@ int dpl_put_base(dpl_tensor *a, const dpl_tensor *idx, const dpl_tensor *src, in
 }
 
 /* ---- fill_diagonal_ ---- */
+/* device self: the CPU's diagonal positions as offsets, one value stored at each */
+static int fill_diagonal_dev(dpl_tensor *a, const dpl_tensor *value, int32_t wrap)
+{
+  const char *name = "fill_diagonal_";
+  DPL_TRY(check_arg(name, "value", a, value));
+  if (value->_numel != 1)
+    return dpl_errorf(DPL_EINVAL, "%s: value must have one element, got %lld", name, (long long)value->_numel);
+  int64_t n = 0, h = a->_shape[0], w = a->_shape[1], m = h < w ? h : w, step = 0;
+  if (a->_ndim > 2) {
+    n = a->_shape[0];
+    for (int i = 0; i < a->_ndim; i++) step += a->_stride[i];
+  } else
+    for (int64_t k = 0; (wrap || k < m) && k * (w + 1) < h * w; k++) n++;
+  dpl_tensor *off = NULL, *cv = NULL;
+  int st = host_offsets(name, n, &off);
+  if (st == DPL_OK) {
+    int64_t *o = off->_data;
+    for (int64_t k = 0; k < n; k++) {
+      int64_t f = k * (w + 1);
+      o[k] = a->_ndim > 2 ? k * step : (f / w) * a->_stride[0] + (f % w) * a->_stride[1];
+    }
+  }
+  if (st == DPL_OK && n > 0) st = dev_fresh(name, a, value, &cv);
+  if (st == DPL_OK && n > 0) st = dev_rows(name, a, off, cv, 1, 0, 1, 1, MODE_STORE, 1);
+  dpl_release_n(2, (dpl_tensor *[]){off, cv});
+  return st;
+}
+
 int dpl_fill_diagonal_(dpl_tensor *a, const dpl_tensor *value, int32_t wrap)
 {
   const char *name = "fill_diagonal_";
@@ -603,6 +851,7 @@ int dpl_fill_diagonal_(dpl_tensor *a, const dpl_tensor *value, int32_t wrap)
     if (a->_ndim > 2 && a->_shape[i] != a->_shape[0])
       return dpl_errorf(DPL_EINVAL, "%s: all dims of a tensor with more than 2 dims must have the same size, got %s",
                         name, dpl_shape_str(a->_ndim, a->_shape, b1, sizeof b1));
+  if (dpl_is_devmem(a)) return fill_diagonal_dev(a, value, wrap);
   char v[8];
   DPL_TRY(value_bytes(name, value, a->_dtype, v));
   int64_t es = dpl_elsize(a->_dtype);
