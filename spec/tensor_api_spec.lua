@@ -10,35 +10,10 @@ local raises = h.raises
 local ref = dofile((os.getenv('DPL_ROOT') or '.') .. '/spec/fixtures/tensor_api_ref.lua')
 
 local function R(name) return assert(ref[name], 'no fixture case ' .. name) end
-local function T(e)
-  local t = dpl.tensor(e.v, { dtype = e.d })
-  if t:dim() ~= #e.s then t = t:reshape(e.s) end
-  return t
-end
-local TOL = { float64 = 1e-10, float32 = 3e-6 }
-local function flat(t)
-  if t:dim() == 0 then return { t:item() } end
-  return t:reshape(-1):totable()
-end
-local function same(got, e, what, tol)
-  assert(dpl.is_tensor(got), what .. ': expected a tensor, got ' .. type(got))
-  assert.are.equal(e.d, got.dtype, what .. ': dtype')
-  assert.are.same(e.s, got:size(), what .. ': shape')
-  tol = tol or TOL[e.d] or 0
-  local a, b = flat(got), flat(T(e))
-  for i = 1, #b do
-    local x, y = a[i], b[i]
-    if type(y) == 'boolean' or y == math.huge or y == -math.huge then
-      assert(x == y, ('%s: element %d: %s, expected %s'):format(what, i, tostring(x), tostring(y)))
-    elseif y ~= y then
-      assert(x ~= x, ('%s: element %d: %s, expected nan'):format(what, i, tostring(x)))
-    else
-      x, y = tonumber(x), tonumber(y)
-      assert(math.abs(x - y) <= tol * math.max(1, math.abs(y)), ('%s: element %d: %.17g, expected %.17g'):format(what, i, x, y))
-    end
-  end
-end
+local tr = require 'spec.support.torch_ref' -- (T, same: the fixtures' {v=, s=, d=} tensors)
+local T, same = tr.T, tr.same
 local checked = {}
+
 -- case name: f(inputs...) against y (a list of results: f returns them in order); with gx,
 -- the gradients of sum(f(...)[1] * g) too
 local function check(name, f, tol)
