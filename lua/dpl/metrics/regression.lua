@@ -18,6 +18,14 @@ local is_tensor = T.is_tensor
 
 return function(M, Metric)
   local F = M.functional
+  -- the functional form of a metric class: one update and a compute
+  local function functional(cls)
+    return function(preds, target, o)
+      local m = cls(o)
+      m:update(preds, target)
+      return m:compute()
+    end
+  end
 
   local function check(name, preds, target)
     if not is_tensor(preds) then value_error(fmt('%s: preds must be a tensor, got %s', name, type(preds))) end
@@ -55,11 +63,7 @@ return function(M, Metric)
       return out(v)
     end
     M[name] = cls
-    F[fname] = function(preds, target, o)
-      local m = cls(o)
-      m:update(preds, target)
-      return m:compute()
-    end
+    F[fname] = functional(cls)
   end
   mean_of('MeanSquaredError', 'mean_squared_error', function(p, t) return (p - t) ^ 2 end, { squared = true, num_outputs = true },
     function(v, o) if o.squared == false then return v:sqrt() end return v end)
@@ -131,11 +135,7 @@ return function(M, Metric)
     end
     return out(r2)
   end
-  function F.r2_score(preds, target, o)
-    local m = R2Score(o)
-    m:update(preds, target)
-    return m:compute()
-  end
+  F.r2_score = functional(R2Score)
 
   local ExplainedVariance = Metric:extend('ExplainedVariance')
   M.ExplainedVariance = ExplainedVariance
@@ -166,11 +166,7 @@ return function(M, Metric)
     if self.multioutput == 'uniform_average' then return out(score:mean()) end
     return out((den / den:sum() * score):sum())
   end
-  function F.explained_variance(preds, target, o)
-    local m = ExplainedVariance(o)
-    m:update(preds, target)
-    return m:compute()
-  end
+  F.explained_variance = functional(ExplainedVariance)
 
   local PearsonCorrCoef = Metric:extend('PearsonCorrCoef')
   M.PearsonCorrCoef = PearsonCorrCoef
@@ -198,11 +194,7 @@ return function(M, Metric)
     local r = (cov / (vx * vy):sqrt()):clamp(-1, 1)
     return out(self.num_outputs == 1 and r:squeeze(1) or r)
   end
-  function F.pearson_corrcoef(preds, target, o)
-    local m = PearsonCorrCoef(o)
-    m:update(preds, target)
-    return m:compute()
-  end
+  F.pearson_corrcoef = functional(PearsonCorrCoef)
 
   -- mid-ranks (1-based) of each column of x [N, k]
   local function ranks(x)
@@ -240,11 +232,7 @@ return function(M, Metric)
     r = r:clamp(-1, 1)
     return out(self.num_outputs == 1 and r:squeeze(1) or r)
   end
-  function F.spearman_corrcoef(preds, target, o)
-    local m = SpearmanCorrCoef(o)
-    m:update(preds, target)
-    return m:compute()
-  end
+  F.spearman_corrcoef = functional(SpearmanCorrCoef)
 
   local CosineSimilarity = Metric:extend('CosineSimilarity')
   M.CosineSimilarity = CosineSimilarity
@@ -270,9 +258,5 @@ return function(M, Metric)
     if self.reduction == 'sum' then sim = sim:sum() elseif self.reduction == 'mean' then sim = sim:mean() end
     return out(sim)
   end
-  function F.cosine_similarity(preds, target, o)
-    local m = CosineSimilarity(o)
-    m:update(preds, target)
-    return m:compute()
-  end
+  F.cosine_similarity = functional(CosineSimilarity)
 end
