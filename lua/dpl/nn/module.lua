@@ -751,6 +751,17 @@ Module._count_str = count_str
 local function repr(m, indent)
   local kids = {}
   for k, c in m:named_children() do kids[#kids + 1] = { k, c } end
+  -- dpl.metrics objects held as attributes print as children, as torchmetrics' modules do
+  local metrics = {}
+  for k, v in pairs(m) do
+    -- (the class's own flags: indexing other objects, a Trainer say, may raise)
+    local mt = type(k) == 'string' and type(v) == 'table' and getmetatable(v)
+    if type(mt) == 'table' and (rawget(mt, '__is_metric') or rawget(mt, '__is_metric_collection')) then
+      metrics[#metrics + 1] = k
+    end
+  end
+  table.sort(metrics)
+  for _, k in ipairs(metrics) do kids[#kids + 1] = { k, m[k], true } end
   local head = m.__name .. '(' .. m:extra_repr()
   local own = 0
   for _, p in ipairs(m:parameters(false)) do own = own + p:numel() end
@@ -761,7 +772,8 @@ local function repr(m, indent)
   end
   local lines = { head }
   for _, e in ipairs(kids) do
-    lines[#lines + 1] = indent .. '  (' .. tostring(e[1]) .. '): ' .. repr(e[2], indent .. '  ')
+    local body = e[3] and tostring(e[2]):gsub('\n', '\n' .. indent .. '  ') or repr(e[2], indent .. '  ')
+    lines[#lines + 1] = indent .. '  (' .. tostring(e[1]) .. '): ' .. body
   end
   lines[#lines + 1] = indent .. ')  -- ' .. count_str(m:num_parameters()) .. ' params'
   return table.concat(lines, '\n')
