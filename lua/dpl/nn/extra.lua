@@ -310,16 +310,8 @@ return function(nn)
     if opts.bias ~= false then self.bias = nn.Parameter(T.empty(cout, o)) end
     self:reset_parameters()
   end
-  local function conv_reset(self)
-    init.kaiming_uniform_(self.weight, math.sqrt(5))
-    if self.bias then
-      local fan_in = init.calculate_fan_in_and_fan_out(self.weight)
-      if fan_in ~= 0 then
-        local bound = 1 / math.sqrt(fan_in)
-        init.uniform_(self.bias, -bound, bound)
-      end
-    end
-  end
+  -- PyTorch's _ConvNd.reset_parameters, as dpl.nn.conv installed it (installed before this file)
+  local conv_reset = nn.Conv1d.reset_parameters
   local function conv_repr(self)
     local s = fmt('%d, %d, kernel_size=%s, stride=%s', self.in_channels, self.out_channels, tuple(self.kernel_size),
       tuple(self.stride))
