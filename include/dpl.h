@@ -305,6 +305,10 @@ int dpl_dropout_backward(const dpl_tensor *grad, const dpl_tensor *mask, double 
 typedef enum dpl_binop {
   DPL_OP_ADD = 0, DPL_OP_SUB = 1, DPL_OP_MUL = 2, DPL_OP_DIV = 3, DPL_OP_POW = 4,
   DPL_OP_MAXIMUM = 5, DPL_OP_MINIMUM = 6, DPL_OP_REMAINDER = 7, DPL_OP_ATAN2 = 8, DPL_OP_FMOD = 9,
+  /* integer operands only (uint8, int32, int64): gcd and lcm (non-negative; lcm(0, x) = 0; lcm
+   * wraps in the dtype), shifts (the left one wraps, the right one is arithmetic; a count < 0 or
+   * >= the dtype's width gives 0, or -1 for a right shift of a negative value) */
+  DPL_OP_GCD = 10, DPL_OP_LCM = 11, DPL_OP_LSHIFT = 12, DPL_OP_RSHIFT = 13,
   DPL_OP_EQ = 16, DPL_OP_NE = 17, DPL_OP_LT = 18, DPL_OP_LE = 19, DPL_OP_GT = 20, DPL_OP_GE = 21,
   DPL_OP_LOGICAL_AND = 24, DPL_OP_LOGICAL_OR = 25, DPL_OP_LOGICAL_XOR = 26,
   /* integer and bool operands only (a floating one is an error); CPU only */
@@ -522,6 +526,21 @@ int dpl_special2(int32_t op, const dpl_tensor *a, const dpl_tensor *b, dpl_tenso
 int dpl_histogram_fill(const dpl_tensor *x, const dpl_tensor *weight, const dpl_tensor *edges, dpl_tensor *hist);
 int dpl_scatter_reduce_fill(dpl_tensor *out, int32_t dim, const dpl_tensor *index, const dpl_tensor *src,
                             int32_t red, int32_t include_self, int32_t *cnt);
+/* The GPU halves of ops whose CPU loops are in Lua (src/tensor/dpl_tensor_rows_dev.c; GPU
+ * tensors only, else an error). dpl_search_rows: out[r, j] (int64, contiguous) = how many of
+ * the sorted row s[r, :] are below v[r, j] (right: not above); s [rows, M] and v [rows, N]
+ * contiguous float64 (rows 1: one row s [M] for every value). dpl_logcumsumexp_rows: the
+ * running log-add-exp along the last dim of contiguous float64 x; _grad_rows: its gradient
+ * (g, x and the result o). dpl_scatter_reduce_dev: index (contiguous int64, 1-based, out's
+ * ndim) and src (contiguous, index's shape, out's dtype) folded into out along dim (0-based)
+ * as dpl_scatter_reduce_fill's reductions (1 sum, 2 prod, 3 mean, 4 amax, 5 amin; mean: out
+ * contiguous; integers wrap, their mean floors; is_bool: uint8 data as bool, sum or and prod
+ * and), in the CPU's order; the index is checked on a host copy (name: the op in messages). */
+int dpl_search_rows(const dpl_tensor *s, const dpl_tensor *v, int32_t right, int64_t rows, dpl_tensor *out);
+int dpl_logcumsumexp_rows(const dpl_tensor *x, dpl_tensor **out);
+int dpl_logcumsumexp_grad_rows(const dpl_tensor *g, const dpl_tensor *x, const dpl_tensor *o, dpl_tensor **out);
+int dpl_scatter_reduce_dev(dpl_tensor *out, int32_t dim, const dpl_tensor *index, const dpl_tensor *src, int32_t red,
+                           int32_t include_self, int32_t is_bool, const char *name);
 /* EmbeddingBag's sum (mean = 0) or mean (1) of the rows weight[ids - 1] (float32/float64 [V, D];
  * ids int64, 1-based) for bags b = 0..B-1 of ids bounds[b]..bounds[b+1]-1 (int64 [B+1], 1-based),
  * each row times per_sample_weights[i] (psw, or NULL) and 0 where ids[i] == pad (pad <= 0: none);
@@ -688,7 +707,8 @@ int dpl_fill_diagonal_(dpl_tensor *a, const dpl_tensor *value, int32_t wrap);
  * flip, roll, tril/triu. Host memory only ("<op>: not implemented on cuda"). A 0-d
  * input counts as one dim of size 1 (dim 0). Results are new contiguous tensors. */
 typedef enum dpl_scanop {
-  DPL_SCAN_SUM = 0, DPL_SCAN_PROD = 1, DPL_SCAN_MAX = 2, DPL_SCAN_MIN = 3
+  DPL_SCAN_SUM = 0, DPL_SCAN_PROD = 1, DPL_SCAN_MAX = 2, DPL_SCAN_MIN = 3,
+  DPL_SCAN_LOGSUMEXP = 4 /* device rows only: dpl_logcumsumexp_rows */
 } dpl_scanop;
 /* cumsum (SUM) or cumprod (PROD) along dim, in dtype (-1: int64 for integer and bool
  * inputs, else a's dtype; a is converted first, floating dtypes accumulate in double);

@@ -62,7 +62,8 @@ __global__ void k_fill(dpl_cu_geom g, T *dst, T v)
 }
 
 /* ---- binary ---- */
-enum { ADD = 0, SUB = 1, MUL = 2, DIV = 3, POW = 4, MAXIMUM = 5, MINIMUM = 6, REMAINDER = 7, ATAN2 = 8, FMOD = 9, EQ = 16, NE = 17,
+enum { ADD = 0, SUB = 1, MUL = 2, DIV = 3, POW = 4, MAXIMUM = 5, MINIMUM = 6, REMAINDER = 7, ATAN2 = 8, FMOD = 9,
+       GCD = 10, LCM = 11, SHL = 12, SHR = 13, EQ = 16, NE = 17,
        LT = 18, LE = 19, GT = 20, GE = 21, LAND = 24, LOR = 25, LXOR = 26, BAND = 27, BOR = 28, BXOR = 29 };
 /* comparisons and logical ops write bool; the bitwise ops (integer dtypes only) keep the dtype */
 __host__ __device__ __forceinline__ bool is_cmp(int op) { return op >= EQ && op <= LXOR; }
@@ -92,6 +93,27 @@ __device__ __forceinline__ int64_t ipow(int64_t b, int64_t e)
   }
   return (int64_t)r;
 }
+
+/* gcd, lcm, shifts in int64 (dpl_tensor_elementwise.c's rules; the caller truncates to the dtype) */
+__device__ __forceinline__ uint64_t int_gcd(int64_t x, int64_t y)
+{
+  uint64_t a = x < 0 ? 0 - (uint64_t)x : (uint64_t)x, b = y < 0 ? 0 - (uint64_t)y : (uint64_t)y;
+  while (b) {
+    uint64_t t = a % b;
+    a = b;
+    b = t;
+  }
+  return a;
+}
+__device__ __forceinline__ int64_t int_lcm(int64_t x, int64_t y)
+{
+  uint64_t g = int_gcd(x, y);
+  if (g == 0) return 0;
+  int64_t v = (int64_t)((uint64_t)(x / (int64_t)g) * (uint64_t)y);
+  return v < 0 ? (int64_t)(0 - (uint64_t)v) : v;
+}
+__device__ __forceinline__ int64_t int_shl(int64_t x, int64_t s, int w) { return s < 0 || s >= w ? 0 : (int64_t)((uint64_t)x << s); }
+__device__ __forceinline__ int64_t int_shr(int64_t x, int64_t s, int w) { return s < 0 || s >= w ? (x < 0 ? -1 : 0) : x >> s; }
 
 __device__ __forceinline__ float fpow(float x, float y) { return powf(x, y); }
 __device__ __forceinline__ double fpow(double x, double y) { return pow(x, y); }
@@ -129,6 +151,10 @@ __device__ __forceinline__ T arith_i(int op, T x, T y)
   case BAND: return (T)(x & y);
   case BOR: return (T)(x | y);
   case BXOR: return (T)(x ^ y);
+  case GCD: return (T)int_gcd(x, y);
+  case LCM: return (T)int_lcm(x, y);
+  case SHL: return (T)int_shl(x, y, (int)sizeof(T) * 8);
+  case SHR: return (T)int_shr(x, y, (int)sizeof(T) * 8);
   default: return 0; /* div/atan2 run in float (the core converts) */
   }
 }

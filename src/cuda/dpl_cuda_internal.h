@@ -127,4 +127,5 @@ int dpl_cu_op_window(const dpl_bk_args *a);      /* HISTC, IM2COL, COL2IM, ADAPT
 int dpl_cu_op_special(const dpl_bk_args *a);     /* SPECIAL (dpl_cuda_special.c) */
 int dpl_cu_op_ctc(const dpl_bk_args *a);         /* CTC, CTC_BWD (dpl_cuda_ctc.c) */
 int dpl_cu_op_linalg(const dpl_bk_args *a);      /* LINALG: cuSOLVER (dlopen) and cuBLAS trsm (dpl_cuda_linalg.c) */
+int dpl_cu_op_compact(const dpl_bk_args *a);     /* NONZERO, SEARCHSORTED, SCATTER_REDUCE (dpl_cuda_compact.c) */
 #endif

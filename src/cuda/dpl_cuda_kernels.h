@@ -63,6 +63,9 @@ int dpl_cu_scan(int32_t op, int32_t dt, int32_t reverse, const void *src, void *
                 int64_t D, int64_t inner, cudaStream_t s);
 int dpl_cu_cumprod_bwd(const double *g, const double *x, const double *y, double *r, int64_t lines, int64_t D,
                        int64_t inner, cudaStream_t s);
+/* logcumsumexp's gradient (float64 g, x, o = logcumsumexp(x), r; the scan is op 4 of dpl_cu_scan) */
+int dpl_cu_lcse_bwd(const double *g, const double *x, const double *o, double *r, int64_t lines, int64_t D,
+                    int64_t inner, cudaStream_t s);
 
 /* sort of contiguous rows [rows, R] of dtype dt (dpl_cuda_sort.cu): the first K of each row in the
  * CPU's order (ascending, or descending with desc; NaN last ascending, first descending; ties by
@@ -265,6 +268,36 @@ typedef struct dpl_cu_optim_tab {
   int32_t blk_chunk[DPL_CU_OPT_BLOCKS];
 } dpl_cu_optim_tab;
 int dpl_cu_optim(const dpl_cu_optim_hp *hp, const dpl_cu_optim_tab *tab, cudaStream_t s);
+
+/* compaction, searchsorted, scatter_reduce (dpl_cuda_compact.cu). nonzero of n contiguous
+ * elements of dtype dt (NaN counts): dpl_cu_nz_count writes per-chunk counts (counts: scratch
+ * of dpl_cu_nz_blocks(n) int64) and their exclusive prefix sums into offsets [blocks + 1], the
+ * total last; dpl_cu_nz_write then writes, in row-major order, the flat positions (sh->ndim 0)
+ * or the 0-based coordinates over sh of each non-zero element: [total] or [total, ndim] int64 */
+typedef struct dpl_cu_shape {
+  int32_t ndim;
+  int64_t shape[DPL_CU_MAXDIM];
+} dpl_cu_shape;
+int64_t dpl_cu_nz_blocks(int64_t n);
+int dpl_cu_nz_count(const void *src, int32_t dt, int64_t n, int64_t *counts, int64_t *offsets, cudaStream_t s);
+int dpl_cu_nz_write(const void *src, int32_t dt, int64_t n, const int64_t *offsets, const dpl_cu_shape *sh,
+                    int64_t *out, cudaStream_t s);
+/* out [R, N] = the count of sorted[r, :] (contiguous float64 [R, M], or one row shared when R
+ * is 1) below v[r, j] (right: not above), by binary search */
+int dpl_cu_search(const double *sorted, const double *v, int64_t *out, int64_t R, int64_t M, int64_t N,
+                  int32_t right, cudaStream_t s);
+/* scatter_reduce: index (contiguous int64, values base..base + out size along dim - 1, checked)
+ * and src (contiguous, out's dtype) of shape ishape; out written at its strides ostride; red 1
+ * sum, 2 prod, 3 mean, 4 amax, 5 amin; cnt: int32 per out element, zeroed (NULL only for a
+ * reduction with include_self that is not mean); is_bool: uint8 data as bool (sum or, prod and) */
+typedef struct dpl_cu_sred {
+  int32_t ndim, dim;
+  int64_t numel; /* of the index */
+  int64_t ishape[DPL_CU_MAXDIM], ostride[DPL_CU_MAXDIM];
+} dpl_cu_sred;
+int dpl_cu_scatter_reduce(void *out, int32_t dt, int64_t out_numel, const int64_t *idx, int64_t base,
+                          const void *src, int32_t *cnt, const dpl_cu_sred *g, int32_t red, int32_t include_self,
+                          int32_t is_bool, cudaStream_t s);
 
 #ifdef __cplusplus
 }

@@ -34,7 +34,7 @@ static int operand(const char *name, const dpl_tensor *t, int32_t kd, const void
  * (appended to the stable enums) is refused here instead of reaching a kernel's default */
 static int known_binop(int32_t op)
 {
-  return (op >= DPL_OP_ADD && op <= DPL_OP_FMOD) || (op >= DPL_OP_EQ && op <= DPL_OP_GE) ||
+  return (op >= DPL_OP_ADD && op <= DPL_OP_RSHIFT) || (op >= DPL_OP_EQ && op <= DPL_OP_GE) ||
          (op >= DPL_OP_LOGICAL_AND && op <= DPL_OP_BITWISE_XOR);
 }
 static int known_unop(int32_t op) { return op >= DPL_OP_NEG && op <= DPL_OP_BITWISE_NOT; }

@@ -145,7 +145,7 @@ static int supports(int32_t op)
   case DPL_BK_CUMPROD_BWD: case DPL_BK_SORT: case DPL_BK_SELECT: case DPL_BK_HISTC: case DPL_BK_IM2COL:
   case DPL_BK_COL2IM: case DPL_BK_ADAPTIVE_MAX_POOL2D: case DPL_BK_MAX_POOL1D: case DPL_BK_SPECIAL: case DPL_BK_CTC:
   case DPL_BK_CTC_BWD: case DPL_BK_ADAPTIVE_AVG_POOL2D: case DPL_BK_ADAPTIVE_AVG_POOL2D_BWD: case DPL_BK_LINALG:
-  case DPL_BK_INDEX_STORE:
+  case DPL_BK_INDEX_STORE: case DPL_BK_NONZERO: case DPL_BK_SEARCHSORTED: case DPL_BK_SCATTER_REDUCE:
     return 1;
   default:
     return 0;
@@ -185,6 +185,7 @@ static int run(const dpl_bk_args *a)
   case DPL_BK_SPECIAL: return dpl_cu_op_special(a);
   case DPL_BK_CTC: case DPL_BK_CTC_BWD: return dpl_cu_op_ctc(a);
   case DPL_BK_LINALG: return dpl_cu_op_linalg(a);
+  case DPL_BK_NONZERO: case DPL_BK_SEARCHSORTED: case DPL_BK_SCATTER_REDUCE: return dpl_cu_op_compact(a);
   default: return dpl_errorf(DPL_ENOTIMPL, "%s: not implemented on cuda", a->name ? a->name : dpl_bk_op_name(a->op));
   }
 }

@@ -1,5 +1,5 @@
 /* dpl_cuda_scan.c: the backend's scans (DPL_BK_SCAN: cumsum, cumprod, cummax,
- * cummin), cumprod's gradient (DPL_BK_CUMPROD_BWD), sort (DPL_BK_SORT: sort,
+ * cummin, logcumsumexp), cumprod's gradient (DPL_BK_CUMPROD_BWD; sub 1: logcumsumexp's), sort (DPL_BK_SORT: sort,
  * argsort, topk) and the selections (DPL_BK_SELECT: kthvalue, median, mode): the
  * core checked the arguments and made the inputs contiguous
  * in the result's dtype (float64 for the gradient; rows with the sorted dim last,
@@ -20,6 +20,8 @@ int dpl_cu_op_scan(const dpl_bk_args *a)
   if (!d) return DPL_EDEVICE;
   int64_t D = a->l[0], inner = a->l[1], lines = D > 0 && inner > 0 ? x->_numel / D : 0;
   if (a->op == DPL_BK_SCAN) {
+    if (a->sub == DPL_SCAN_LOGSUMEXP && x->_dtype != DPL_FLOAT64)
+      return dpl_errorf(DPL_EINVAL, "%s: expected a float64 input (internal)", name);
     int want_idx = a->out[1] != NULL;
     dpl_tensor *v = NULL, *ix = NULL;
     int st = dpl_cu_new(name, x->_dtype, x->_ndim, x->_shape, x, &v);
@@ -36,7 +38,10 @@ int dpl_cu_op_scan(const dpl_bk_args *a)
   dpl_tensor *r = NULL;
   int st = dpl_cu_new(name, DPL_FLOAT64, x->_ndim, x->_shape, x, &r);
   if (st == DPL_OK) {
-    int e = dpl_cu_cumprod_bwd(x->_data, a->in[1]->_data, a->in[2]->_data, r->_data, lines, D, inner, d->compute);
+    int e = a->sub == 1 ? dpl_cu_lcse_bwd(x->_data, a->in[1]->_data, a->in[2]->_data, r->_data, lines, D, inner,
+                                          d->compute) /* logcumsumexp's */
+                        : dpl_cu_cumprod_bwd(x->_data, a->in[1]->_data, a->in[2]->_data, r->_data, lines, D, inner,
+                                             d->compute);
     if (e != 0) st = dpl_cu_fail((cudaError_t)e, name, dev);
   }
   return dpl_hand_over(st, 1, (dpl_tensor *[]){r}, a->out);

@@ -4,7 +4,8 @@
  * the CPU's loops do (dpl_tensor_scan.c): floating dtypes accumulate in double and
  * store the running value rounded to the dtype at each step, integers in int64
  * with wrap-around; cummax/cummin take a NaN, and ties move to the later index.
- * The gradient of cumprod is the CPU's formula in float64 (zeros included), its
+ * logcumsumexp (op 4, float64 only) is the running log-add-exp of dpl.tensor_extra, and its
+ * gradient the reverse recurrence there. The gradient of cumprod is the CPU's formula in float64 (zeros included), its
  * multiply-adds kept apart (no FMA contraction), so results equal the CPU's. */
 #include "dpl_cuda_common.cuh"
 
@@ -12,7 +13,18 @@ using namespace dplcu;
 
 namespace {
 
-enum { SUM = 0, PROD = 1, MAX = 2, MIN = 3 };
+enum { SUM = 0, PROD = 1, MAX = 2, MIN = 3, LSE = 4 };
+
+/* logcumsumexp's step (lua/dpl/tensor_extra.lua's loop): a NaN takes over, -inf adds nothing */
+__device__ __forceinline__ double lse_step(double acc, double v)
+{
+  if (v != v || acc != acc) return NAN;
+  if (acc == -INFINITY) return v;
+  if (v == -INFINITY) return acc;
+  double hi = acc > v ? acc : v, lo = acc > v ? v : acc;
+  if (hi == INFINITY) return INFINITY;
+  return __dadd_rn(hi, log(__dadd_rn(1.0, exp(lo - hi))));
+}
 
 __global__ void k_scan(int op, int dt, int reverse, const char *src, char *dst, int64_t *idx, int64_t lines, int64_t D,
                        int64_t inner)
@@ -32,6 +44,7 @@ __global__ void k_scan(int op, int dt, int reverse, const char *src, char *dst, 
         double v = ld_f64(p, dt);
         if (op == SUM) ad = s ? __dadd_rn(ad, v) : v;
         else if (op == PROD) ad = s ? __dmul_rn(ad, v) : v;
+        else if (op == LSE) ad = s ? lse_step(ad, v) : v;
         else if (s == 0 || v != v || (ad == ad && (mx ? v >= ad : v <= ad))) { ad = v; best = k; }
         st_f64(q, dt, ad);
       } else {
@@ -76,6 +89,27 @@ __global__ void k_cumprod_bwd(const double *g, const double *x, const double *y,
   }
 }
 
+/* logcumsumexp's gradient per line (the reverse recurrence of lua/dpl/tensor_extra.lua):
+ * B_j = g_j + B_{j+1} exp(o_j - o_{j+1}) (0 when either is -inf), r_j = B_j exp(x_j - o_j) (0 at x_j = -inf) */
+__global__ void k_lcse_bwd(const double *g, const double *x, const double *o, double *r, int64_t lines, int64_t D,
+                           int64_t in)
+{
+  DPL_GRID_STRIDE(sl, lines)
+  {
+    int64_t base = (sl / in) * D * in + sl % in;
+    double B = 0;
+    for (int64_t j = D - 1; j >= 0; j--) {
+      int64_t p = base + j * in;
+      if (j < D - 1) {
+        double o1 = o[p + in], o0 = o[p];
+        B = __dmul_rn(B, (o1 == -INFINITY || o0 == -INFINITY) ? 0.0 : exp(o0 - o1));
+      }
+      B = __dadd_rn(B, g[p]);
+      r[p] = x[p] == -INFINITY ? 0.0 : __dmul_rn(B, exp(x[p] - o[p]));
+    }
+  }
+}
+
 } // namespace
 
 extern "C" int dpl_cu_scan(int32_t op, int32_t dt, int32_t reverse, const void *src, void *dst, int64_t *idx,
@@ -91,5 +125,13 @@ extern "C" int dpl_cu_cumprod_bwd(const double *g, const double *x, const double
 {
   if (lines == 0 || D == 0) return 0;
   k_cumprod_bwd<<<grid_for(lines), kThreads, 0, s>>>(g, x, y, r, lines, D, inner);
+  return (int)cudaGetLastError();
+}
+
+extern "C" int dpl_cu_lcse_bwd(const double *g, const double *x, const double *o, double *r, int64_t lines, int64_t D,
+                               int64_t inner, cudaStream_t s)
+{
+  if (lines == 0 || D == 0) return 0;
+  k_lcse_bwd<<<grid_for(lines), kThreads, 0, s>>>(g, x, o, r, lines, D, inner);
   return (int)cudaGetLastError();
 }

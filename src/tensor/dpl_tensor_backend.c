@@ -20,7 +20,7 @@ static const char *const op_names[DPL_BK_NUM_OPS] = {
   "optim_step_multi", "layer_norm", "layer_norm_backward", "batch_norm",
   "batch_norm_backward", "scan", "cumprod_backward", "sort", "select", "histc", "im2col", "col2im",
   "adaptive_max_pool2d", "max_pool1d", "special", "ctc_loss", "ctc_loss_backward", "adaptive_avg_pool2d",
-  "adaptive_avg_pool2d_backward", "linalg", "index_store"};
+  "adaptive_avg_pool2d_backward", "linalg", "index_store", "searchsorted", "scatter_reduce"};
 
 const char *dpl_bk_op_name(int32_t op) { return op >= 0 && op < DPL_BK_NUM_OPS ? op_names[op] : ""; }
 const char *dpl_cuda_op_name(int32_t op) { return dpl_bk_op_name(op); }

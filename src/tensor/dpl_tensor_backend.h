@@ -11,10 +11,12 @@
 #include "dpl.h"
 #include <stdint.h>
 
-enum { DPL_BACKEND_ABI = 9 }; /* 3: in[5] (layer norm's backward reads five tensors); 4: SCAN, CUMPROD_BWD; 5: SORT;
+enum { DPL_BACKEND_ABI = 10 }; /* 3: in[5] (layer norm's backward reads five tensors); 4: SCAN, CUMPROD_BWD; 5: SORT;
                                  6: SELECT, HISTC, IM2COL, COL2IM, ADAPTIVE_MAX_POOL2D, MAX_POOL1D;
                                  7: SPECIAL, CTC, CTC_BWD, ADAPTIVE_AVG_POOL2D, ADAPTIVE_AVG_POOL2D_BWD;
-                                 8: LINALG (dpl_bk_linalg, dpl_bk_args.linalg); 9: INDEX_STORE */
+                                 8: LINALG (dpl_bk_linalg, dpl_bk_args.linalg); 9: INDEX_STORE;
+                                 10: NONZERO's subs, SEARCHSORTED, SCATTER_REDUCE, SCAN's LOGSUMEXP,
+                                 CUMPROD_BWD's sub 1, BINARY's GCD/LCM/shifts */
 
 /* Stable op ids (never renumbered; new ops go at the end). The comment says
  * which fields of dpl_bk_args each one reads. */
@@ -49,7 +51,11 @@ typedef enum dpl_bk_op {
   DPL_BK_GATHER = 26,       /* inout a (only read); in[0] idx; i[0] dim; out[0] */
   DPL_BK_SCATTER_ADD = 27,  /* inout a; in[0] idx, in[1] src; i[0] dim */
   DPL_BK_MASKED_SELECT = 28,/* in[0] a, in[1] mask; out[0] */
-  DPL_BK_NONZERO = 29,      /* in[0]; out[0] */
+  DPL_BK_NONZERO = 29,      /* in[0] contiguous, any dtype (NaN counts as non-zero); sub 0: out[0] int64 [B + 1]:
+                               the exclusive prefix sums of the per-chunk counts, the total last (read back by
+                               the core to size the result); sub 1: in[1] those offsets, inout int64 contiguous:
+                               the row-major positions of the non-zero elements, flat [total] (i[0] 1) or
+                               0-based coordinates over in[0]'s shape [total, ndim] (i[0] 0) */
   DPL_BK_CONV2D = 30,       /* in[0] x, in[1] w, in[2] bias; params; i[0] groups; out[0] */
   DPL_BK_CONV2D_BWD = 31,   /* in[0] grad_out, in[1] x, in[2] w; params; i[0] groups; out[0..2] (may be NULL) */
   DPL_BK_MAX_POOL2D = 32,   /* in[0] x; params; out[0] values, out[1] indices */
@@ -102,7 +108,15 @@ typedef enum dpl_bk_op {
                              * slots (offset / u[1] < slots); i[1] src step (1 or 0); u[0] dst stride along a row;
                              * u[1] slot divisor; i[0] 1: no duplicate offsets (or one value), else the last row of
                              * an offset wins */
-  DPL_BK_NUM_OPS = 57
+  DPL_BK_SEARCHSORTED = 57, /* in[0] sorted rows, contiguous float64 [R, M] (R 1: one row for all values), in[1]
+                               values contiguous float64 [R, N]; l[0] R, l[1] M; i[0] right; inout int64 [R, N]
+                               contiguous: the 0-based insertion positions (dpl.tensor_extra's binary search) */
+  DPL_BK_SCATTER_REDUCE = 58, /* inout out (any strides; contiguous for mean); in[0] index, contiguous int64 of
+                               out's ndim (>= 1), values l[0] .. l[0] + size - 1 along dim (checked by the core);
+                               in[1] src, contiguous, out's dtype, the index's shape; i[0] dim, i[1] reduction (1
+                               sum, 2 prod, 3 mean, 4 amax, 5 amin), i[2] include_self, i[3] bool data in uint8;
+                               each line of the index along dim folded in order (the CPU's results) */
+  DPL_BK_NUM_OPS = 59
 } dpl_bk_op;
 
 /* A GEMM on raw device pointers (DPL_BK_GEMM), the one the matmul family's

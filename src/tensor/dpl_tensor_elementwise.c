@@ -27,12 +27,33 @@ static const char *binop_name(int op)
   case DPL_OP_LOGICAL_OR: return "logical_or"; case DPL_OP_LOGICAL_XOR: return "logical_xor";
   case DPL_OP_BITWISE_AND: return "bitwise_and"; case DPL_OP_BITWISE_OR: return "bitwise_or";
   case DPL_OP_BITWISE_XOR: return "bitwise_xor";
+  case DPL_OP_GCD: return "gcd"; case DPL_OP_LCM: return "lcm"; case DPL_OP_LSHIFT: return "bitwise_left_shift";
+  case DPL_OP_RSHIFT: return "bitwise_right_shift";
   default: return NULL;
   }
 }
 static int is_cmp(int op) { return op >= DPL_OP_EQ && op <= DPL_OP_LOGICAL_XOR; }
 static int needs_float(int op) { return op == DPL_OP_DIV || op == DPL_OP_ATAN2; }
-static int is_bitwise(int op) { return op >= DPL_OP_BITWISE_AND && op <= DPL_OP_BITWISE_XOR; }
+static int is_intop(int op) { return op >= DPL_OP_GCD && op <= DPL_OP_RSHIFT; } /* integers, not bool */
+static int is_bitwise(int op) { return (op >= DPL_OP_BITWISE_AND && op <= DPL_OP_BITWISE_XOR) || is_intop(op); }
+
+/* gcd, lcm and shifts in int64 (the integer loops' and lua/dpl/tensor_compat.lua's rules; the
+ * callers truncate to the dtype, w its width in bits) */
+static inline uint64_t int_gcd(int64_t x, int64_t y)
+{
+  uint64_t a = x < 0 ? 0 - (uint64_t)x : (uint64_t)x, b = y < 0 ? 0 - (uint64_t)y : (uint64_t)y;
+  while (b) { uint64_t t = a % b; a = b; b = t; }
+  return a;
+}
+static inline int64_t int_lcm(int64_t x, int64_t y)
+{
+  uint64_t g = int_gcd(x, y);
+  if (g == 0) return 0;
+  int64_t v = (int64_t)((uint64_t)(x / (int64_t)g) * (uint64_t)y);
+  return v < 0 ? (int64_t)(0 - (uint64_t)v) : v;
+}
+static inline int64_t int_shl(int64_t x, int64_t s, int w) { return s < 0 || s >= w ? 0 : (int64_t)((uint64_t)x << s); }
+static inline int64_t int_shr(int64_t x, int64_t s, int w) { return s < 0 || s >= w ? (x < 0 ? -1 : 0) : x >> s; }
 
 static int32_t kernel_dtype(int32_t d)
 {
@@ -180,6 +201,10 @@ FLOAT_BINARY(bin_f64, double, pow, fmod, atan2)
     case DPL_OP_BITWISE_AND: BIN_LOOP(T, T, x & y); break;                                 \
     case DPL_OP_BITWISE_OR: BIN_LOOP(T, T, x | y); break;                                  \
     case DPL_OP_BITWISE_XOR: BIN_LOOP(T, T, x ^ y); break;                                 \
+    case DPL_OP_GCD: BIN_LOOP(T, T, (T)int_gcd(x, y)); break;                              \
+    case DPL_OP_LCM: BIN_LOOP(T, T, (T)int_lcm(x, y)); break;                              \
+    case DPL_OP_LSHIFT: BIN_LOOP(T, T, (T)int_shl(x, y, (int)sizeof(T) * 8)); break;       \
+    case DPL_OP_RSHIFT: BIN_LOOP(T, T, (T)int_shr(x, y, (int)sizeof(T) * 8)); break;       \
     }                                                                                      \
   }
 INT_BINARY(bin_i32, int32_t, uint32_t)
@@ -255,6 +280,8 @@ static int binary_core(const char *name, int op, const dpl_tensor *a, const dpl_
   int32_t kd = kernel_dtype((needs_float(op) && !dpl_is_float(pd)) ? DPL_FLOAT32 : pd);
   if (!is_cmp(op) && (op == DPL_OP_SUB) && pd == DPL_BOOL)
     return dpl_errorf(DPL_EINVAL, "%s: subtracting bool tensors is not supported; use logical_xor or convert first", name);
+  if (is_intop(op) && pd == DPL_BOOL)
+    return dpl_errorf(DPL_EINVAL, "%s: expected integer operands (uint8, int32, int64), got bool", name);
   if (is_bitwise(op) && dpl_is_float(pd)) /* integer kernels only (the CPU's and the backend's) */
     return dpl_errorf(DPL_EINVAL, "%s: expected integer or bool operands, got %s (the promoted type of %s and %s)", name,
                       dpl_dtype_name(pd), dpl_dtype_name(a->_dtype), dpl_dtype_name(bdt_for_promo));

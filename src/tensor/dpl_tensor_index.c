@@ -788,22 +788,34 @@ int dpl_embedding_backward_base(const dpl_tensor *grad, const dpl_tensor *idx, i
   return embedding_backward_impl(grad, idx, num_weights, base, out);
 }
 
-/* Ops whose output size depends on the data: a device tensor goes through host
- * memory (one copy each way; the size has to reach the host anyway). */
-static int on_host(const char *name, const dpl_tensor *t, dpl_tensor **h)
+/* Device tensors: the backend's compaction (DPL_BK_NONZERO): per-chunk counts and their prefix
+ * sums, one read back of the total (the result's size has to reach the host), then the positions
+ * in row-major order: flat [total] (flat = 1) or coordinates [total, ndim], 0-based int64. */
+int dpl_nonzero_dev(const char *name, const dpl_tensor *a, int flat, dpl_tensor **out)
 {
-  DPL_TRY(dpl_check_handle(name, "tensor", t));
-  DPL_TRY(dpl_new_on(name, t->_dtype, t->_ndim, t->_shape, DPL_DEVICE_CPU, 0, h));
-  int st = dpl_copy_any(name, *h, t);
-  if (st != DPL_OK) { dpl_tensor_release(*h); *h = NULL; }
-  return st;
-}
-static int back_to(const char *name, dpl_tensor *h, const dpl_tensor *like, int st, dpl_tensor **out)
-{
-  if (st == DPL_OK) st = dpl_tensor_to(h, h->_dtype, like->_devtype, like->_devindex, out);
-  dpl_tensor_release(h);
-  (void)name;
-  return st;
+  dpl_tensor *ca = NULL, *off = NULL, *last = NULL, *tot = NULL, *res = NULL;
+  int st = dpl_contig_as(name, a, a->_dtype, &ca);
+  if (st == DPL_OK) {
+    dpl_bk_args k = {.op = DPL_BK_NONZERO, .sub = 0, .in = {ca}, .out = {&off}, .name = name};
+    st = dpl_bk_call(&k);
+  }
+  if (st == DPL_OK) {
+    int64_t one = 1, unit = 1;
+    st = dpl_make_view(off, 1, &one, &unit, off->_offset + off->_numel - 1, &last);
+  }
+  if (st == DPL_OK) st = dpl_tensor_to(last, DPL_INT64, DPL_DEVICE_CPU, 0, &tot);
+  if (st == DPL_OK) {
+    int64_t shape[2] = {*(const int64_t *)tot->_data, a->_ndim};
+    st = dpl_new(name, DPL_INT64, flat ? 1 : 2, shape, a, &res);
+  }
+  if (st == DPL_OK) {
+    dpl_bk_args k = {.op = DPL_BK_NONZERO, .sub = 1, .i = {flat}, .in = {ca, off}, .inout = res, .name = name};
+    st = dpl_bk_call(&k);
+  }
+  dpl_release_n(4, (dpl_tensor *[]){ca, off, last, tot});
+  if (st != DPL_OK) { dpl_tensor_release(res); return st; }
+  *out = res;
+  return DPL_OK;
 }
 
 int dpl_masked_select(const dpl_tensor *a, const dpl_tensor *mask, dpl_tensor **out)
@@ -813,15 +825,25 @@ int dpl_masked_select(const dpl_tensor *a, const dpl_tensor *mask, dpl_tensor **
   *out = NULL;
   DPL_TRY(dpl_check_handle(name, "self", a));
   DPL_TRY(dpl_check_handle(name, "mask", mask));
-  DPL_TRY(dpl_check_same_device(name, a, mask)); /* before any copy through the host */
-  if (dpl_is_devmem(a)) {
-    dpl_tensor *ha = NULL, *hm = NULL, *r = NULL;
-    int st = on_host(name, a, &ha);
-    if (st == DPL_OK) st = on_host(name, mask, &hm);
-    if (st == DPL_OK) st = dpl_masked_select(ha, hm, &r);
-    dpl_tensor_release(ha);
-    dpl_tensor_release(hm);
-    return r ? back_to(name, r, a, st, out) : st;
+  DPL_TRY(dpl_check_same_device(name, a, mask));
+  if (dpl_is_devmem(a)) { /* the mask's positions by the compaction, then an index_select */
+    if (mask->_dtype != DPL_BOOL && mask->_dtype != DPL_UINT8)
+      return dpl_errorf(DPL_EINVAL, "%s: expected a bool mask, got %s", name, dpl_dtype_name(mask->_dtype));
+    int64_t shape[DPL_MAX_DIMS];
+    int32_t nd;
+    DPL_TRY(dpl_broadcast_shapes(name, a->_ndim, a->_shape, mask->_ndim, mask->_shape, &nd, shape));
+    dpl_tensor *ea = NULL, *em = NULL, *ca = NULL, *cm = NULL, *fa = NULL, *pos = NULL;
+    int64_t n = 1;
+    for (int32_t i = 0; i < nd; i++) n *= shape[i];
+    int st = dpl_tensor_expand(a, nd, shape, &ea);
+    if (st == DPL_OK) st = dpl_tensor_expand(mask, nd, shape, &em);
+    if (st == DPL_OK) st = dpl_contig_as(name, em, DPL_UINT8, &cm);
+    if (st == DPL_OK) st = dpl_nonzero_dev(name, cm, 1, &pos);
+    if (st == DPL_OK) st = dpl_contig_as(name, ea, a->_dtype, &ca);
+    if (st == DPL_OK) st = dpl_tensor_view(ca, 1, &n, &fa);
+    if (st == DPL_OK) st = dpl_index_select(fa, 0, pos, out);
+    dpl_release_n(6, (dpl_tensor *[]){ea, em, ca, cm, fa, pos});
+    return st;
   }
   DPL_TRY(dpl_check_tensor(name, "self", a));
   DPL_TRY(dpl_check_tensor(name, "mask", mask));
@@ -862,11 +884,8 @@ int dpl_nonzero(const dpl_tensor *a, dpl_tensor **out)
   if (!out) return dpl_errorf(DPL_EINVAL, "%s: out is NULL", name);
   *out = NULL;
   if (dpl_is_devmem(a)) {
-    dpl_tensor *ha = NULL, *r = NULL;
-    int st = on_host(name, a, &ha);
-    if (st == DPL_OK) st = dpl_nonzero(ha, &r);
-    dpl_tensor_release(ha);
-    return r ? back_to(name, r, a, st, out) : st;
+    DPL_TRY(dpl_check_handle(name, "self", a));
+    return dpl_nonzero_dev(name, a, 0, out);
   }
   DPL_TRY(dpl_check_tensor(name, "self", a));
   dpl_tensor *ca = NULL, *res = NULL;

@@ -232,6 +232,14 @@ static inline int dpl_same_view(const dpl_tensor *a, const dpl_tensor *b)
  * previous *tmp); an element-wise loop would read elements it already wrote. */
 int dpl_unalias(const char *op, const dpl_tensor *dst, dpl_tensor **tmp, const dpl_tensor **use);
 /* Contiguous copy in dtype (a new handle on t when t already is contiguous in that dtype). */
+/* the non-zero elements of device tensor a by the backend's compaction (one read back of their
+ * count): flat = 1: their row-major positions [count], else their coordinates [count, ndim];
+ * 0-based int64 on a's device (dpl_tensor_index.c) */
+int dpl_nonzero_dev(const char *name, const dpl_tensor *a, int flat, dpl_tensor **out);
+/* scatter_reduce's device fold after the checks (dpl_tensor_rows_dev.c; scatter_'s multiply too):
+ * indices counted from base, checked on a host copy */
+int dpl_scatter_reduce_run(const char *name, dpl_tensor *out, int32_t dim, const dpl_tensor *index,
+                           const dpl_tensor *src, int32_t red, int32_t include_self, int32_t is_bool, int64_t base);
 int dpl_contig_as(const char *op, const dpl_tensor *t, int32_t dtype, dpl_tensor **out);
 /* *t (NULL allowed) replaced by a contiguous copy in dtype dt when its dtype differs
  * (the old handle released, *t NULL on failure): a kernel's result into the op's dtype */

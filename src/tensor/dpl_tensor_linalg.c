@@ -620,8 +620,8 @@ int dpl_linalg_geqrf(const dpl_tensor *a, dpl_tensor **qr, dpl_tensor **tau)
   if (!qr || !tau) return dpl_errorf(DPL_EINVAL, "%s: an output pointer is NULL", op);
   *qr = *tau = NULL;
   mats q;
-  DPL_TRY(dpl_check_tensor(op, "A", a)); /* (CPU only: no GPU path) */
   DPL_TRY(dpl_la_check(op, "A", a, 0, &q));
+  if (dpl_is_devmem(a)) return dpl_la_geqrf_dev(op, &q, a, qr, tau); /* cuSOLVER's geqrf */
   int64_t m = q.m, n = q.n, k = m < n ? m : n, es = q.es;
   dpl_tensor *c = NULL, *R = NULL, *TAU = NULL;
   int st = dpl_contig_as(op, a, q.dt, &c);

@@ -32,6 +32,7 @@ int dpl_la_lu_solve_dev(const char *op, const dpl_mats *qa, const dpl_mats *qb, 
                         const dpl_tensor *pivots, const dpl_tensor *b, int32_t trans, dpl_tensor **x);
 int dpl_la_cholesky_dev(const char *op, const dpl_mats *q, const dpl_tensor *a, int32_t upper, dpl_tensor **l,
                         dpl_tensor **info);
+int dpl_la_geqrf_dev(const char *op, const dpl_mats *q, const dpl_tensor *a, dpl_tensor **qr, dpl_tensor **tau);
 int dpl_la_qr_dev(const char *op, const dpl_mats *q, const dpl_tensor *a, int32_t mode, dpl_tensor **qo,
                   dpl_tensor **ro);
 int dpl_la_eigh_dev(const char *op, const dpl_mats *q, const dpl_tensor *a, int32_t upper, int32_t vectors,

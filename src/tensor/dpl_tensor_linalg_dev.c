@@ -363,6 +363,28 @@ int dpl_la_qr_dev(const char *op, const dpl_mats *q, const dpl_tensor *a, int32_
   return dpl_hand_over(st, 2, (dpl_tensor *[]){Q, R}, (dpl_tensor **[]){qo, ro});
 }
 
+/* ---- geqrf: LAPACK's compact QR (R and the reflectors in A's place, tau [..., k]) from
+ * cuSOLVER's geqrf of the column-major copy, read back row-major (dpl_linalg_geqrf's result) ---- */
+int dpl_la_geqrf_dev(const char *op, const dpl_mats *q, const dpl_tensor *a, dpl_tensor **qr, dpl_tensor **tau)
+{
+  DPL_TRY(need_plugin(op));
+  int64_t m = q->m, n = q->n, k = m < n ? m : n;
+  dpl_tensor *c = NULL, *cm = NULL, *R = NULL, *T = NULL;
+  int st = dpl_contig_as(op, a, q->dt, &c);
+  if (st == DPL_OK) st = fresh(op, c, 1, &cm);
+  if (st == DPL_OK) st = dpl_la_new(op, q, q->dt, k, -1, a, &T);
+  if (st == DPL_OK && k > 0 && q->count > 0) {
+    dpl_bk_linalg g = la_init(q, a);
+    g.m = m; g.n = n; g.k = k;
+    g.a = cm->_data; g.stride_a = m * n;
+    g.w = T->_data; g.stride_w = k;
+    st = la_run(op, DPL_LA_GEQRF, &g);
+  }
+  if (st == DPL_OK) st = back(op, cm, &R);
+  dpl_release_n(2, (dpl_tensor *[]){c, cm});
+  return dpl_hand_over(st, 2, (dpl_tensor *[]){R, T}, (dpl_tensor **[]){qr, tau});
+}
+
 /* ---- symmetric eigendecomposition (syevd of the column-major copy) ---- */
 int dpl_la_eigh_dev(const char *op, const dpl_mats *q, const dpl_tensor *a, int32_t upper, int32_t vectors,
                     dpl_tensor **w, dpl_tensor **v, dpl_tensor **info)

@@ -12,7 +12,8 @@
  * a host copy of the index (one wait for the GPU: the CPU's messages, raised at the op), the
  * write offsets computed here in the CPU's order and uploaded, then the backend's
  * DPL_BK_INDEX_STORE (the last write of a position wins) or DPL_BK_INDEX_ADD (accumulate,
- * reduce 'add'); reduce 'multiply' on a device is DPL_ENOTIMPL. Host loops: single-threaded: the writes go to positions
+ * reduce 'add'); reduce 'multiply' is DPL_BK_SCATTER_REDUCE (each index line multiplied in in
+ * order); masked_scatter_ finds the mask's positions with the device compaction. Host loops: single-threaded: the writes go to positions
  * the data decides (duplicates), and these ops are memory-bound. */
 #include "dpl_tensor_internal.h"
 #include <stdio.h>
@@ -206,9 +207,7 @@ static int dev_rows(const char *name, dpl_tensor *a, const dpl_tensor *off, cons
 {
   int64_t n = off->_numel;
   if (n == 0 || inner == 0) return DPL_OK;
-  if (mode == MODE_MUL)
-    return dpl_errorf(DPL_ENOTIMPL, "%s: not implemented on cuda for reduce='multiply' (self is on cuda:%d; move it with "
-                      ":to(\"cpu\"))", name, (int)a->_devindex);
+  if (mode == MODE_MUL) return dpl_errorf(DPL_EINVAL, "%s: dev_rows does not multiply (internal)", name);
   int64_t slots = (view_span(a) + div - 1) / div;
   dpl_tensor *od = NULL, *rows = NULL, *view = NULL, *sv = NULL, *se = NULL;
   int st = DPL_OK;
@@ -276,10 +275,27 @@ static int dev_end(const char *name, dpl_tensor *a, dpl_tensor *work, int st)
 /* ---- scatter_ ---- */
 /* device self: each index position's offset in self (row-major order of the index: the CPU's),
  * src narrowed to the index's shape in a contiguous copy (or its one value) */
+/* reduce='multiply' on a device: the backend's scatter_reduce fold (prod, self included), each
+ * line of the index along dim multiplied in in order, through self's strides */
+static int scatter_mul_dev(dpl_tensor *a, int32_t dim, const dpl_tensor *ix, const dpl_tensor *src, int64_t base,
+                           int scalar)
+{
+  const char *name = "scatter_";
+  dpl_tensor *di = NULL, *sv = NULL, *cs = NULL;
+  int st = dpl_tensor_to(ix, DPL_INT64, DPL_DEVICE_CUDA, a->_devindex, &di);
+  if (st == DPL_OK && scalar) st = dpl_tensor_expand(src, ix->_ndim, ix->_shape, &sv);
+  else if (st == DPL_OK) st = dpl_make_view(src, a->_ndim, ix->_shape, src->_stride, src->_offset, &sv);
+  if (st == DPL_OK) st = dev_fresh(name, a, sv, &cs);
+  if (st == DPL_OK) st = dpl_scatter_reduce_run(name, a, dim, di, cs, 2, 1, a->_dtype == DPL_BOOL, base);
+  dpl_release_n(3, (dpl_tensor *[]){di, sv, cs});
+  return st;
+}
+
 static int scatter_dev(dpl_tensor *a, int32_t dim, const dpl_tensor *ix, const dpl_tensor *src, int32_t reduce,
                        int64_t base, int scalar)
 {
   const char *name = "scatter_";
+  if (reduce == MODE_MUL) return ix->_numel > 0 ? scatter_mul_dev(a, dim, ix, src, base, scalar) : DPL_OK;
   int nd = a->_ndim;
   int64_t n = ix->_numel;
   dpl_tensor *off = NULL, *cs = NULL, *nv = NULL;
@@ -702,13 +718,39 @@ int dpl_index_get(const dpl_tensor *a, int32_t n, dpl_tensor *const *indices, dp
 }
 
 /* ---- masked_scatter_ ---- */
+/* device self: the mask's true positions by the compaction (one read back of their count), the
+ * first count elements of source (row-major, a fresh contiguous copy) stored there */
+static int masked_scatter_dev(dpl_tensor *a, const dpl_tensor *mask, const dpl_tensor *src)
+{
+  const char *name = "masked_scatter_";
+  dpl_tensor *em = NULL, *cm = NULL, *pos = NULL, *cs = NULL, *head = NULL, *work = NULL;
+  int st = dpl_tensor_expand(mask, a->_ndim, a->_shape, &em);
+  if (st == DPL_OK) st = dpl_contig_as(name, em, DPL_UINT8, &cm);
+  if (st == DPL_OK) st = dpl_nonzero_dev(name, cm, 1, &pos);
+  int64_t cnt = pos ? pos->_numel : 0, unit = 1;
+  if (st == DPL_OK && cnt > src->_numel)
+    st = dpl_errorf(DPL_EINVAL, "%s: source has %lld elements, fewer than the %lld true elements of the mask", name,
+                    (long long)src->_numel, (long long)cnt);
+  if (st == DPL_OK && cnt > 0) st = dev_fresh(name, a, src, &cs);
+  if (st == DPL_OK && cnt > 0) st = dpl_make_view(cs, 1, &cnt, &unit, cs->_offset, &head);
+  if (st == DPL_OK && cnt > 0) st = dev_work(name, a, &work);
+  if (st == DPL_OK && cnt > 0) {
+    dpl_bk_args k = {.op = DPL_BK_INDEX_STORE, .inout = work, .in = {pos, head}, .i = {1, 1}, .l = {1, work->_numel},
+                     .u = {1, 1}, .name = name};
+    st = dpl_bk_call(&k);
+  }
+  if (work) st = dev_end(name, a, work, st);
+  dpl_release_n(5, (dpl_tensor *[]){em, cm, pos, cs, head});
+  return st;
+}
+
 int dpl_masked_scatter_(dpl_tensor *a, const dpl_tensor *mask, const dpl_tensor *src)
 {
   const char *name = "masked_scatter_";
   char b1[160], b2[160];
   DPL_TRY(check_self(name, a));
-  DPL_TRY(dpl_check_tensor(name, "mask", mask));
-  DPL_TRY(dpl_check_tensor(name, "source", src));
+  DPL_TRY(check_arg(name, "mask", a, mask));
+  DPL_TRY(check_arg(name, "source", a, src));
   DPL_TRY(dpl_check_same_device(name, a, mask));
   DPL_TRY(dpl_check_same_device(name, a, src));
   if (mask->_dtype != DPL_BOOL && mask->_dtype != DPL_UINT8)
@@ -718,6 +760,7 @@ int dpl_masked_scatter_(dpl_tensor *a, const dpl_tensor *mask, const dpl_tensor 
   if (dpl_broadcast_strides(mask, a->_ndim, a->_shape, mst) != 0)
     return dpl_errorf(DPL_EINVAL, "%s: mask of shape %s cannot be broadcast to self's shape %s", name,
                       dpl_shape_str(mask->_ndim, mask->_shape, b1, sizeof b1), dpl_shape_str(a->_ndim, a->_shape, b2, sizeof b2));
+  if (dpl_is_devmem(a)) return masked_scatter_dev(a, mask, src);
   dpl_tensor *em = NULL, *cm = NULL, *tmp = NULL, *cs = NULL, *work = NULL;
   int st = dpl_tensor_expand(mask, a->_ndim, a->_shape, &em);
   if (st == DPL_OK) st = dpl_new(name, DPL_UINT8, a->_ndim, a->_shape, a, &cm); /* (a copy: never self's memory) */
@@ -755,8 +798,8 @@ static int put_impl(dpl_tensor *a, const dpl_tensor *idx, const dpl_tensor *src,
   const char *name = "put_";
   DPL_TRY(check_base(name, base));
   DPL_TRY(check_self(name, a));
-  DPL_TRY(dpl_check_tensor(name, "index", idx));
-  DPL_TRY(dpl_check_tensor(name, "source", src));
+  DPL_TRY(check_arg(name, "index", a, idx));
+  DPL_TRY(check_arg(name, "source", a, src));
   DPL_TRY(dpl_check_same_device(name, a, src));
   DPL_TRY(same_dtype(name, "source", a, src));
   if (accumulate != 0 && accumulate != 1)
@@ -782,6 +825,25 @@ static int put_impl(dpl_tensor *a, const dpl_tensor *idx, const dpl_tensor *src,
         st = dpl_errorf(DPL_EINVAL, "%s: index %lld is out of range for self with %lld elements (expected 0..%lld, 0-based)",
                         name, (long long)(int64_t)((uint64_t)v - (uint64_t)base), (long long)N, (long long)N - 1);
     }
+  if (st == DPL_OK && n > 0 && dpl_is_devmem(a)) { /* the flat indices as offsets through self's strides */
+    dpl_tensor *off = NULL;
+    st = host_offsets(name, n, &off);
+    if (st == DPL_OK) {
+      int64_t *o = off->_data;
+      for (int64_t i = 0; i < n; i++) {
+        int64_t r = (int64_t)dpl_ix_map(dpl_ix_at(ix, i), base, fe, (uint64_t)N), e = 0;
+        for (int d = a->_ndim - 1; d >= 0; d--) {
+          e += (r % a->_shape[d]) * a->_stride[d];
+          r /= a->_shape[d];
+        }
+        o[i] = e;
+      }
+      st = dev_fresh(name, a, src, &cs);
+    }
+    if (st == DPL_OK) st = dev_rows(name, a, off, cs, 1, 1, 1, 1, accumulate ? MODE_ADD : MODE_STORE, 0);
+    dpl_release_n(3, (dpl_tensor *[]){ix, off, cs});
+    return st;
+  }
   if (st == DPL_OK && n > 0) {
     st = src_apart(name, a, &src, &tmp);
     if (st == DPL_OK) st = dpl_contig_as(name, src, src->_dtype, &cs);
