@@ -786,7 +786,7 @@ return function(M, H)
       type_error(fmt('%s: callable must be a function, got %s', name, got(fn)))
     end
     for k, o in ipairs(others) do need_tensor(name, k == 1 and (#others == 1 and 'other' or 'tensor1') or 'tensor2', o) end
-    if t._devtype ~= 0 then type_error(fmt('%s: only CPU tensors are supported (got one on %s)', name, dev_of(t))) end
+    if t._devtype ~= 0 then type_error(fmt('%s: only CPU tensors are supported (got one on %s; the Lua function runs per element on the host: move the tensor with :to("cpu"))', name, dev_of(t))) end
     for _, x in ipairs({ t, unpack(others) }) do
       if x.requires_grad then
         runtime_error(fmt("%s: can't call %s() on a tensor that requires grad; use t:detach():%s(...)", name, name, name))
@@ -799,7 +799,7 @@ return function(M, H)
         type_error(fmt('%s: expected %s of dtype %s (the input\'s), got %s', name, #others == 1 and 'other' or 'tensor' .. k,
           dtype_of(t), dtype_of(o)))
       end
-      if o._devtype ~= 0 then type_error(fmt('%s: only CPU tensors are supported (got one on %s)', name, dev_of(o))) end
+      if o._devtype ~= 0 then type_error(fmt('%s: only CPU tensors are supported (got one on %s; the Lua function runs per element on the host: move the tensor with :to("cpu"))', name, dev_of(o))) end
       local ok, e = pcall(methods.expand, o, size)
       if ok then
         srcs[k] = e

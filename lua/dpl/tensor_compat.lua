@@ -9,6 +9,7 @@
 -- compose the recording methods (or record a rule of their own). Dims are 1-based.
 local ffi = require 'ffi'
 local bit = require 'bit'
+local C = require('dpl.capi').C
 local errors = require 'dpl.errors'
 local options = require 'dpl.options'
 
@@ -432,8 +433,19 @@ return function(M, H)
       runtime_error(fmt('%s: expected integer tensors (uint8, int32, int64), got %s', name, dt))
     end
     local x, y = broadcast2(as_tensor(a, dt, is_tensor(b) and b or nil), as_tensor(b, dt, a))
+    if x._devtype ~= 0 and y._devtype == x._devtype and y._devindex == x._devindex then
+      return dt, nil, nil, nil, nil, x, y -- both on one GPU: dev_binary
+    end
     local ha, hb = host(x), host(y)
     return dt, ha, hb, M.empty(size_of(ha), { dtype = dt }), tonumber(ha._numel), x
+  end
+  -- GPU operands (one dtype, broadcast): the backend's integer kernel through dpl_binary, whose
+  -- ops GCD, LCM, LSHIFT, RSHIFT follow the loops below (src/tensor/dpl_tensor_elementwise.c)
+  local C_OP = { gcd = 10, lcm = 11, bitwise_left_shift = 12, bitwise_right_shift = 13 }
+  local function dev_binary(name, x, y)
+    local st = C.dpl_binary(C_OP[name], x, y, H.out1)
+    if st ~= 0 then H.fail(3, st) end
+    return M._wrap(H.out1)
   end
   local function gcd1(x, y)
     if x < 0 then x = -x end
@@ -444,7 +456,8 @@ return function(M, H)
   local function gcd_lcm(name, lcm)
     return function(t, o)
       need_tensor(name, 'input', t)
-      local dt, ha, hb, r, n, like = int_binary(name, t, o)
+      local dt, ha, hb, r, n, like, dy = int_binary(name, t, o)
+      if dy then return dev_binary(name, like, dy) end
       local ct = INT_CT[dt]
       local ap, bp, rp = ffi.cast(ct, ha._data), ffi.cast(ct, hb._data), ffi.cast(ct, r._data)
       for i = 0, n - 1 do
@@ -477,7 +490,8 @@ return function(M, H)
         t = M.tensor(t == true and 1 or t == false and 0 or t, { device = dev_of(o) })
       end
       need_tensor(name, 'input', t)
-      local dt, ha, hb, r, n, like = int_binary(name, t, o)
+      local dt, ha, hb, r, n, like, dy = int_binary(name, t, o)
+      if dy then return dev_binary(name, like, dy) end
       local w = WIDTH[dt]
       local ct = INT_CT[dt]
       local ap, bp, rp = ffi.cast(ct, ha._data), ffi.cast(ct, hb._data), ffi.cast(ct, r._data)

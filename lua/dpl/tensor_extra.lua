@@ -932,10 +932,15 @@ return function(M, H)
     local R = s._ndim > 1 and methods.numel(s) / math.max(Mn, 1) or 1
     if s._ndim > 1 and Mn == 0 then R = 1 for i = 1, s._ndim - 1 do R = R * tonumber(s._shape[i - 1]) end end
     local N = R > 0 and methods.numel(v) / R or 0
-    local s64 = methods.contiguous(methods.to(methods.detach(s), { dtype = 'float64', device = 'cpu' }))
-    local v64 = methods.contiguous(methods.to(methods.detach(v), { dtype = 'float64', device = 'cpu' }))
-    local out = M.empty(vshape, { dtype = 'int64' })
-    if methods.numel(v) > 0 then search_rows(s64, v64, right, R, Mn, N, out) end
+    -- on a GPU (the sequence's; a number or a CPU value goes there): the same search in a kernel
+    local dev = s._devtype ~= 0 and (v._devtype == 0 or v._devindex == s._devindex) and dev_of(s) or 'cpu'
+    local s64 = methods.contiguous(methods.to(methods.detach(s), { dtype = 'float64', device = dev }))
+    local v64 = methods.contiguous(methods.to(methods.detach(v), { dtype = 'float64', device = dev }))
+    local out = M.empty(vshape, { dtype = 'int64', device = dev })
+    if dev ~= 'cpu' then
+      local st = C.dpl_search_rows(s64, v64, right and 1 or 0, R > 0 and R or 1, out)
+      if st ~= 0 then fail(3, st) end
+    elseif methods.numel(v) > 0 then search_rows(s64, v64, right, R, Mn, N, out) end
     out = methods.add_(out, 1)
     return methods.to(out, { dtype = odt, device = dev_of(s) })
   end
@@ -1205,9 +1210,14 @@ return function(M, H)
       end
     end
   end
-  -- t with dim pd moved last, as a contiguous float64 CPU tensor
+  -- t with dim pd moved last, as a contiguous float64 tensor (on t's GPU: the kernels of
+  -- dpl_logcumsumexp_rows / _grad_rows run the loops above there; else on the CPU)
   local function rows64(t, pd)
-    return methods.contiguous(methods.to(methods.movedim(t, pd, -1), { dtype = 'float64', device = 'cpu' }))
+    return methods.contiguous(methods.to(methods.movedim(t, pd, -1), { dtype = 'float64', device = dev_of(t) }))
+  end
+  local function cnew(st)
+    if st ~= 0 then fail(3, st) end
+    return wrap(out1)
   end
   local function back_from_rows(r, pd, like)
     return methods.to(methods.movedim(r, -1, pd), { dtype = dtype_names[like._dtype], device = dev_of(like) })
@@ -1217,9 +1227,15 @@ return function(M, H)
     save = function(n, out, _, pd, x64, o64) n.pd, n.x64, n.o64 = pd, x64, o64 end,
     bw = function(n, g)
       local g64 = rows64(g, n.pd)
+      if g64._devtype ~= n.x64._devtype then g64 = methods.to(g64, dev_of(n.x64)) end
       local nn = tonumber(g64._shape[g64._ndim - 1])
-      local gx = M.empty(size_of(g64), { dtype = 'float64' })
-      if nn > 0 then lcse_grad_rows(g64, n.x64, n.o64, gx, methods.numel(g64) / nn, nn) end
+      local gx
+      if g64._devtype ~= 0 then
+        gx = cnew(C.dpl_logcumsumexp_grad_rows(g64, n.x64, n.o64, out1))
+      else
+        gx = M.empty(size_of(g64), { dtype = 'float64' })
+        if nn > 0 then lcse_grad_rows(g64, n.x64, n.o64, gx, methods.numel(g64) / nn, nn) end
+      end
       return back_from_rows(gx, n.pd, g)
     end,
   }
@@ -1235,8 +1251,13 @@ return function(M, H)
     if t._ndim == 0 then return methods.mul(t, 1) end
     local x64 = rows64(methods.detach(t), pd)
     local n = tonumber(x64._shape[x64._ndim - 1])
-    local o64 = M.empty(size_of(x64), { dtype = 'float64' })
-    if n > 0 then lcse_rows(x64, o64, methods.numel(x64) / n, n) end
+    local o64
+    if x64._devtype ~= 0 then
+      o64 = cnew(C.dpl_logcumsumexp_rows(x64, out1))
+    else
+      o64 = M.empty(size_of(x64), { dtype = 'float64' })
+      if n > 0 then lcse_rows(x64, o64, methods.numel(x64) / n, n) end
+    end
     local y = back_from_rows(o64, pd, t)
     return require('dpl.autograd').record(lcse_rule, y, t, pd, x64, o64)
   end

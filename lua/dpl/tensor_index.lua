@@ -414,9 +414,9 @@ return function(M, H)
     need_tensor(name, 'self', t)
     need_tensor(name, 'mask', mask)
     need_tensor(name, 'source', src)
-    host(name, t, 'self')
-    host(name, mask, 'mask')
-    host(name, src, 'source')
+    live(name, t, 'self') -- (on cuda: the device compaction finds the mask's positions)
+    arg_of(name, t, mask, 'mask')
+    arg_of(name, t, src, 'source')
     if mask._dtype ~= 7 and mask._dtype ~= 6 then
       error(fmt('%s: mask must be a bool tensor, got %s', name, dtype_names[mask._dtype]))
     end
@@ -445,8 +445,8 @@ return function(M, H)
   local function put_into(name, t, idx, src, acc)
     need_tensor(name, 'source', src)
     local a = accumulate_of(name, acc)
-    host(name, t, 'self')
-    host(name, src, 'source')
+    live(name, t, 'self')
+    arg_of(name, t, src, 'source')
     local st = C.dpl_put_base(t, idx1(name, idx, t), src, a, 1)
     if st ~= 0 then cfail(st, name, 'put_') end
     return t
@@ -460,7 +460,7 @@ return function(M, H)
   end
   function methods.put(t, idx, src, acc)
     need_tensor('put', 'self', t)
-    host('put', t, 'self')
+    live('put', t, 'self')
     return put_into('put', raw_clone(t), idx, src, acc)
   end
   --- (autograd) t's elements at flat 1-based indices, shaped as the index (the gradient of put_'s source).

@@ -28,7 +28,7 @@ local K_DIAG = options.keys('offset', 'dim1', 'dim2')
 
 return function(M, H)
   local methods = M.methods
-  local need_tensor, cdim = H.need_tensor, H.cdim
+  local need_tensor, cdim, fail = H.need_tensor, H.cdim, H.fail
   local is_tensor, dtype_names = M.is_tensor, M.dtype_names
 
   local function value_error(msg) lua_error(errors.ValueError(msg), 0) end
@@ -204,13 +204,25 @@ return function(M, H)
   local function sred_forward(name, t, pd, index, src, red, include_self)
     local dt = dtype_of(t)
     local cdt = compute_dtype(dt)
-    local out = methods.clone(host(t, cdt))
     local n = t._ndim
     local ishape = size_of(index)
     local sv = src
     for k = 1, n do
       if ishape[k] ~= tonumber(sv._shape[k - 1]) then sv = methods.narrow(sv, k, 1, ishape[k]) end
     end
+    if t._devtype ~= 0 and index._devtype == t._devtype and index._devindex == t._devindex
+      and src._devtype == t._devtype and src._devindex == t._devindex then
+      -- on t's GPU: the same folds in a kernel, one thread per line of the index along the dim, in
+      -- this loop's order (dpl_scatter_reduce_dev checks the index on a host copy: this message)
+      local dev = dev_of(t)
+      local function on_dev(x, d) return methods.contiguous(methods.to(methods.detach(x), { dtype = d, device = dev })) end
+      local out = methods.clone(on_dev(t, cdt))
+      local st = C.dpl_scatter_reduce_dev(out, pd - 1, on_dev(index, 'int64'), on_dev(sv, cdt), red,
+        include_self and 1 or 0, dt == 'bool' and 1 or 0, name)
+      if st ~= 0 then fail(3, st) end
+      return cdt == dt and out or methods.to(out, dt)
+    end
+    local out = methods.clone(host(t, cdt))
     local hs, hi = host(sv, cdt), host(index, 'int64')
     local N = tonumber(hi._numel)
     local ct = CTYPE[cdt]
