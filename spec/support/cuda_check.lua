@@ -1413,6 +1413,7 @@ end, 1e-6)
 -- dpl.linalg: cuSOLVER (and cuBLAS trsm) against the CPU's LAPACK
 require('spec.support.cuda_check_linalg')(add, M)
 require('spec.support.cuda_check_scatter')(add, M, sample, all_dtypes)
+require('spec.support.cuda_check_devops')(add, M, sample, all_dtypes)
 
 ---------------------------------------------------------------- running
 --- Runs one case; returns ok, detail (max error or message).
