@@ -72,6 +72,12 @@ local function handler(e)
   if msg:find("local 'self' (a ", 1, true) then
     msg = msg .. "\n  (hint: a method called with '.' instead of ':'? write obj:method(...))"
   end
+  -- a property called as a method (logger:log_dir(): Lightning's properties are fields here)
+  local prop, what = msg:match("attempt to call method '([%w_]+)' %(a (%a+) value%)")
+  if prop and (what == 'string' or what == 'number' or what == 'boolean') then
+    msg = msg .. ("\n  (hint: '%s' is a property (a value), not a method: write obj.%s, without ':' and '()')")
+      :format(prop, prop)
+  end
   local tb = debug.traceback(msg, 2)
   -- keep the frames of the user's chunk, drop the REPL's own
   local lines = {}
