@@ -69,7 +69,8 @@ local function handler(e)
     end
   end
   -- a method called as obj.method(...): its self is missing (nil) or is the first argument
-  if msg:find("local 'self' (a ", 1, true) then
+  if msg:find("local 'self' (a ", 1, true)
+    or (msg:find("local 't' (a nil value)", 1, true) and msg:find('/dpl/tensor', 1, true)) then -- (t: a tensor method's self)
     msg = msg .. "\n  (hint: a method called with '.' instead of ':'? write obj:method(...))"
   end
   -- a property called as a method (logger:log_dir(): Lightning's properties are fields here)

@@ -119,7 +119,8 @@ static int traceback_handler(lua_State *L)
   }
   const char *msg = dpl_host_error_text(L, 1);
   /* a method called as obj.method(...): its self is missing (nil) or is the first argument */
-  if (strstr(msg, "local 'self' (a ") != NULL)
+  if (strstr(msg, "local 'self' (a ") != NULL ||
+      (strstr(msg, "local 't' (a nil value)") != NULL && strstr(msg, "/dpl/tensor") != NULL)) /* a tensor method's self */
     msg = lua_pushfstring(L, "%s\n  (hint: a method called with '.' instead of ':'? write obj:method(...))", msg);
   /* a property called as a method (logger:log_dir(), Lightning's properties are fields here) */
   const char *m = strstr(msg, "attempt to call method '");
