@@ -188,6 +188,7 @@ install:
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/dplhost/lua $(DESTDIR)$(PREFIX)/include
 	install -m 755 dplhost $(DESTDIR)$(PREFIX)/bin/dplhost
 	cp -R lua/dpl $(DESTDIR)$(PREFIX)/share/dplhost/lua/
+	cp -R docs $(DESTDIR)$(PREFIX)/share/dplhost/ # (help() points into them)
 	install -m 644 include/dpl.h $(DESTDIR)$(PREFIX)/include/dpl.h
 	@if [ -f dpl_cuda.so ]; then install -d $(DESTDIR)$(PREFIX)/lib/dplhost && \
 	  install -m 755 dpl_cuda.so $(DESTDIR)$(PREFIX)/lib/dplhost/dpl_cuda.so && \

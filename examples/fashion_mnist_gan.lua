@@ -161,7 +161,7 @@ function GAN:on_train_epoch_end()
   self.logger.experiment:add_images('generated_images', samples, self.current_epoch)
   -- and the tensor itself, next to the logs
   if self.trainer.is_global_zero then
-    local dir = self.logger:log_dir() .. '/samples' -- (Lightning's property is a method here)
+    local dir = self.logger.log_dir .. '/samples' -- (Lightning's property)
     os.execute("mkdir -p '" .. dir .. "'")
     dpl.save(samples, ('%s/epoch=%d.t7'):format(dir, self.current_epoch))
   end
@@ -187,5 +187,5 @@ local m = trainer.logged_metrics
 if m.g_loss_epoch then
   print(('epoch %d: g_loss %.3f, d_loss %.3f'):format(trainer.current_epoch - 1, m.g_loss_epoch, m.d_loss_epoch))
 end
-print(('samples: %s/samples/epoch=%d.t7; TensorBoard: %s'):format(loggers[1]:log_dir(), trainer.current_epoch - 1,
-  loggers[1]:log_dir()))
+print(('samples: %s/samples/epoch=%d.t7; TensorBoard: %s'):format(loggers[1].log_dir, trainer.current_epoch - 1,
+  loggers[1].log_dir))

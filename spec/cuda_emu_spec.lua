@@ -207,7 +207,7 @@ local t = dpl.Trainer { strategy = 'ddp', accelerator = acc, devices = 2, max_ep
   log_every_n_steps = 2, enable_checkpointing = false, enable_progress_bar = false, enable_model_summary = false,
   logger = dpl.loggers.CSVLogger { save_dir = dir } }
 t:fit(M(), dpl.data.DataLoader(ds, { batch_size = 16 }), dpl.data.DataLoader(ds, { batch_size = 32 }))
-if t.is_global_zero then print('log_dir ' .. t.logger:log_dir()) end
+if t.is_global_zero then print('log_dir ' .. t.logger.log_dir) end
 ]])
     local dc, dg = h.tmpname('-cpu'), h.tmpname('-gpu')
     local oc, ec, rc1 = h.sh(h.q(h.bin) .. ' --nproc 2 ' .. h.q(script) .. ' cpu ' .. h.q(dc), { timeout = 120 })

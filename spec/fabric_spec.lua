@@ -334,7 +334,7 @@ describe('dpl.Fabric: checkpoints, callbacks, loggers', function()
     f:log('loss', dpl.tensor(0.25), 0)
     f:log_dict({ acc = 0.5, loss = 0.125 }, 1)
     lg:finalize('success')
-    local csv = h.read_all(lg:log_dir() .. '/metrics.csv')
+    local csv = h.read_all(lg.log_dir .. '/metrics.csv')
     assert.truthy(csv:find('0.25', 1, true), csv)
     assert.truthy(csv:find('0.125', 1, true), csv)
     raises(errors.ValueError, 'the value of loss must be a number or a one-element tensor', f.log, f, 'loss',

@@ -1,7 +1,7 @@
 -- host_repl_spec.lua: the REPL, driven through a real pseudo-terminal (tmux):
 -- values print, `=expr`, `_`, multi-line input, errors keep the loop going,
 -- Ctrl-C interrupts a running chunk and clears a half-typed line, Ctrl-D
--- exits, history persists. Also the pretty printer and the compile step alone.
+-- exits, history persists, Tab completes, help() prints. Also the pretty printer and the compile step alone.
 local h = require 'spec.support.helpers'
 local repl = require 'dpl.repl'
 local pretty = require 'dpl.pretty'
@@ -54,7 +54,7 @@ describe('the REPL on a terminal #repl', function()
     term:line('1 + 1')
     term:wait_for('\n2\n')
     term:line('={a = 1, b = {2, 3}}')
-    term:wait_for('b = {\n%s+2,\n%s+3,')
+    term:wait_for('b = {2, 3},')
     term:line('_.a * 10')
     term:wait_for('\n10\n')
     term:line('for i = 1, 2 do')
@@ -100,6 +100,36 @@ describe('the REPL on a terminal #repl', function()
     term:wait_for('\n9\n')
   end)
 
+  it('completes names with Tab (libedit calls the completer) and prints help()', function()
+    term:line('dpl = require "dpl"; tt = dpl.ones(2)')
+    term:wait_for('ones%(2%)\ndpl> ')
+    term:type('x = dpl.zeros_l')
+    term:key('Tab')
+    term:wait_for('dpl> x = dpl%.zeros_like')
+    term:key('C-u')
+    term:type('tt:resha')
+    term:key('Tab') -- reshape( and reshape_as(: their common part
+    term:wait_for('dpl> tt:reshape ')
+    term:key('C-u')
+    term:type('tt:nume')
+    term:key('Tab')
+    term:wait_for('dpl> tt:numel%(')
+    term:type(') * 10')
+    term:key('Enter')
+    term:wait_for('numel%(%) %* 10%s*\n20\ndpl> ')
+    term:type('dpl.ten')
+    term:key('Tab')
+    term:key('Tab') -- the second lists the candidates
+    term:wait_for('dpl%.tensor%s+dpl%.tensor_split%s+dpl%.tensordot')
+    term:key('C-u')
+    term:line('help(dpl.nn.Linear)')
+    term:wait_for('more: docs/nn%.md:%d+')
+    term:type('Makef') -- no such name: nothing (libedit's fallback would complete ./Makefile)
+    term:key('Tab')
+    term:line('x')
+    term:wait_for("dpl> Makefx%s*\nnil\n")
+  end)
+
   it('exits with Ctrl-D and keeps the history for the next session', function()
     term:line('hist_marker = 123')
     term:key('C-d')
@@ -114,6 +144,14 @@ describe('the REPL on a terminal #repl', function()
 end)
 
 describe('the REPL without a terminal', function()
+  it('hints at `.` for `:` when a tensor method runs without its tensor (loss.item())', function()
+    local out, err, rc = h.dplhost('-i', { stdin = 'dpl = require "dpl"\nloss = dpl.ones(1)\nloss.item()\n' })
+    assert.are.equal(0, rc, err)
+    assert.truthy(out:find("attempt to index local 't' (a nil value)\n  (hint: a method called with '.' instead of ':'?", 1, true), out)
+    local _, err2 = h.dplhost("-e \"require('dpl').ones(1).item()\"")
+    assert.truthy(err2:find("(hint: a method called with '.' instead of ':'?", 1, true), err2)
+  end)
+
   it('reads lines from stdin with -i and prints values without prompts', function()
     local out, err, rc = h.dplhost('-i', { stdin = '=1+2\nerror("bad")\nprint("next")\n"s"\n' })
     assert.are.equal(0, rc, err)
@@ -226,6 +264,12 @@ describe('dpl.pretty', function()
     local big = {}
     for i = 1, 300 do big[i] = i end
     assert.matches('%.%.%. %(300 entries in all%)', pretty.format(big))
+  end)
+
+  it('puts a short list of numbers on one line (a shape)', function()
+    assert.are.equal('{4, 3}', pretty.format(require('dpl').ones(4, 3).shape))
+    assert.are.equal('{\n  s = {1, 0.5, true},\n}', pretty.format({ s = { 1, 0.5, true } }))
+    assert.are.equal('{\n  1,\n  "a",\n}', pretty.format({ 1, 'a' }))
   end)
 
   it('uses __tostring where a value has one', function()

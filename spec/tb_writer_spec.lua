@@ -199,8 +199,8 @@ describe('TensorBoardLogger.experiment', function()
     lg:log_metrics({ loss = 0.25 }, 1)
     local e = lg.experiment
     assert.equal(e, lg.experiment)
-    assert.equal(lg:log_dir(), e.log_dir)
-    assert.equal(lg:log_dir(), e:get_logdir())
+    assert.equal(lg.log_dir, e.log_dir)
+    assert.equal(lg.log_dir, e:get_logdir())
     e:add_scalar('s', 0.5, 3, 1000.25)
     e:add_scalar('t', dpl.tensor(2), 4, { new_style = true })
     e:add_scalars('grp/x', { a = 1, b = dpl.tensor({ 2 }) }, 5)
@@ -308,9 +308,9 @@ print('grp', [(x.step, x.value) for x in e2.Scalars('grp/x')])
     local lg = dpl.loggers.TensorBoardLogger{ save_dir = dir, max_queue = 2 }
     local e = lg.experiment
     e:add_scalar('a', 1, 1)
-    assert.same({}, tb.event_files(lg:log_dir())) -- waiting (max_queue 2)
+    assert.same({}, tb.event_files(lg.log_dir)) -- waiting (max_queue 2)
     e:add_scalar('a', 2, 2)
-    local f = one_event_file(lg:log_dir()) -- flushed at max_queue
+    local f = one_event_file(lg.log_dir) -- flushed at max_queue
     assert.same({ 1, 2 }, all_values(f).scalars.a)
     e:add_scalar('a', 3, 3)
     e:flush()
@@ -319,10 +319,10 @@ print('grp', [(x.step, x.value) for x in e2.Scalars('grp/x')])
     e:add_scalar('a', 4, 4)
     e:add_scalars('m', { x = 1 }, 4)
     lg:finalize()
-    local files = tb.event_files(lg:log_dir())
+    local files = tb.event_files(lg.log_dir)
     assert.equal(2, #files)
     assert.same({ 4 }, all_values(files[2]).scalars.a)
-    assert.same({ 1 }, all_values(one_event_file(lg:log_dir() .. '/m_x')).scalars.m)
+    assert.same({ 1 }, all_values(one_event_file(lg.log_dir .. '/m_x')).scalars.m)
   end)
 
   it('refuses bad arguments, naming them; NotImplementedError for what it does not write', function()
@@ -357,7 +357,7 @@ print('grp', [(x.step, x.value) for x in e2.Scalars('grp/x')])
     raises(function() e:add_images('i', dpl.zeros(2, 4, 2, 2), 0) end, "add_images: the images must have 1 or 3 channels (torch's make_grid), got 4")
     raises(function() e:add_text('t', 3) end, 'add_text: text_string must be a string, got number')
     raises(function() e:add_histogram_raw('r', 0, 1, 1, 1, 1, { 1 }, { 1, 2 }) end, 'len(bucket_limits) != len(bucket_counts)')
-    assert.same({}, tb.event_files(lg:log_dir() or '/nonexistent')) -- nothing was written
+    assert.same({}, tb.event_files(lg.log_dir or '/nonexistent')) -- nothing was written
   end)
 
   it('on a rank other than 0: a dummy whose methods do nothing (Lightning\'s rank_zero_experiment)', function()
@@ -389,7 +389,7 @@ describe('CSVLogger.experiment (Lightning\'s ExperimentWriter)', function()
     lg:log_metrics({ a = 1 }, 0)
     local e = lg.experiment
     assert.equal(e, lg.experiment)
-    assert.equal(lg:log_dir(), e.log_dir)
+    assert.equal(lg.log_dir, e.log_dir)
     assert.equal(lg:metrics_file_path(), e.metrics_file_path)
     e:log_metrics({ b = 2, a = dpl.tensor(3) }) -- step: the number of rows so far (1); no prefix
     e:log_metrics({ c = 4 }, 7)
@@ -411,7 +411,7 @@ describe('CSVLogger.experiment (Lightning\'s ExperimentWriter)', function()
     -- a subclass keeps the property
     local Sub = dpl.loggers.CSVLogger:extend('SubCSV')
     local s = Sub{ save_dir = dir, name = 'sub' }
-    assert.equal(s:log_dir(), s.experiment.log_dir)
+    assert.equal(s.log_dir, s.experiment.log_dir)
   end)
 end)
 

@@ -3,6 +3,7 @@
 -- all_gather, self.logger, predict's return_predictions, the entry points' options,
 -- toggle_optimizer, configure_optimizers' two-value form, duplicate stateful callbacks, and
 -- small state details.
+local h = require 'spec.support.helpers'
 local dpl = require 'dpl'
 local nn, F = dpl.nn, dpl.nn.functional
 
@@ -313,14 +314,45 @@ describe('loggers as Lightning 1.9.5', function()
     assert.equal('lr: 0.5\n', read(root .. '/lightning_logs/version_0/hparams.yaml'))
   end)
 
-  it('trainer:log_dir() is a CSVLogger\'s save_dir, a TensorBoardLogger\'s version directory', function()
+  it('trainer.log_dir is a CSVLogger\'s save_dir, a TensorBoardLogger\'s version directory', function()
     local root = fresh_dir('logdir')
     local t = dpl.Trainer(quiet{ logger = dpl.loggers.CSVLogger{ save_dir = root .. '/csv' } })
-    assert.equal(root .. '/csv', t:log_dir())
+    assert.equal(root .. '/csv', t.log_dir)
     local t2 = dpl.Trainer(quiet{ logger = dpl.loggers.TensorBoardLogger{ save_dir = root .. '/tb' } })
-    assert.equal(root .. '/tb/lightning_logs/version_0', t2:log_dir())
+    assert.equal(root .. '/tb/lightning_logs/version_0', t2.log_dir)
     local t3 = dpl.Trainer(quiet{ default_root_dir = root })
-    assert.equal(root, t3:log_dir())
+    assert.equal(root, t3.log_dir)
+  end)
+
+  it('logger.log_dir, .version, .name, .root_dir, .save_dir are properties, as Lightning\'s', function()
+    local root = fresh_dir('props')
+    local lg = dpl.loggers.CSVLogger{ save_dir = root, name = 'exp' }
+    assert.equal(0, lg.version)
+    assert.equal('exp', lg.name)
+    assert.equal(root, lg.save_dir)
+    assert.equal(root .. '/exp', lg.root_dir)
+    assert.equal(root .. '/exp/version_0', lg.log_dir)
+    local tb = dpl.loggers.TensorBoardLogger(root, { name = 'tb', version = 'v', sub_dir = 's' })
+    assert.equal(root .. '/tb/v/s', tb.log_dir)
+    assert.equal('v', tb.version)
+    -- the old method form says what to write instead
+    local _, err = h.dplhost("-e \"require('dpl').loggers.CSVLogger{ save_dir = '/tmp' }:log_dir()\"")
+    assert.truthy(err:find("attempt to call method 'log_dir' (a string value)", 1, true), err)
+    assert.truthy(err:find("(hint: 'log_dir' is a property (a value), not a method: write obj.log_dir", 1, true), err)
+    local out = h.dplhost('-i', { stdin = "lg = require('dpl').loggers.CSVLogger{ save_dir = '/tmp' }\nlg:version()\n" })
+    assert.truthy(out:find("(hint: 'version' is a property (a value), not a method", 1, true), out)
+  end)
+
+  it('a logger class of one\'s own may define name and version as methods (the checkpoint dir)', function()
+    local root = fresh_dir('ownlogger')
+    local Mine = dpl.loggers.Logger:extend('Mine')
+    function Mine:name() return 'mine' end
+    function Mine:version() return 7 end
+    local lg = Mine{ save_dir = root }
+    local t = dpl.Trainer(quiet{ logger = lg, default_root_dir = root })
+    assert.equal(root, t.log_dir)
+    local mc = dpl.callbacks.ModelCheckpoint{}
+    assert.equal(root .. '/mine/version_7/checkpoints', mc:_resolve_ckpt_dir(t))
   end)
 
   it('TensorBoard: test after fit logs the hyper-parameters again into its own event file', function()
@@ -361,7 +393,7 @@ describe('loggers as Lightning 1.9.5', function()
     local root = fresh_dir('ver')
     os.execute(('mkdir -p %s/lightning_logs/version_0 %s/lightning_logs/version_2 && touch %s/lightning_logs/version_7')
       :format(root, root, root))
-    assert.equal(3, dpl.loggers.CSVLogger{ save_dir = root }:version())
+    assert.equal(3, dpl.loggers.CSVLogger{ save_dir = root }.version)
   end)
 end)
 

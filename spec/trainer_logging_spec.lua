@@ -195,7 +195,7 @@ describe('loggers', function()
     assert.equal('hidden: 64\nlr: 0.1\nname: mlp\n', h.read_all(dir .. '/lightning_logs/version_0/hparams.yaml'))
     -- a second logger in the same place takes the next version
     local lg = dpl.loggers.CSVLogger(dir)
-    assert.equal(1, lg:version())
+    assert.equal(1, lg.version)
   end)
 
   it('CSVLogger writes metrics.csv as Lightning 1.9.5 does: floats, ints, column order', function()
@@ -325,8 +325,8 @@ describe('loggers', function()
     lg:log_hyperparams({ a = 1 })
     lg:log_hyperparams({ b = { c = true } }, { acc = 0.5 })
     lg:finalize()
-    local p2 = io.popen('ls ' .. h.q(lg:log_dir()))
-    local ev2 = read_events(lg:log_dir() .. '/' .. p2:read('*a'):match('(events%.out%.tfevents%.[^\n]+)'))
+    local p2 = io.popen('ls ' .. h.q(lg.log_dir))
+    local ev2 = read_events(lg.log_dir .. '/' .. p2:read('*a'):match('(events%.out%.tfevents%.[^\n]+)'))
     p2:close()
     local tags = {}
     for _, ev in ipairs(ev2) do
@@ -341,14 +341,14 @@ describe('loggers', function()
     local lg3 = dpl.loggers.TensorBoardLogger{ save_dir = dir3 }
     lg3:log_metrics({ a = 1 }, 1); lg3:finalize()
     lg3:log_metrics({ b = 2 }, 2); lg3:finalize()
-    local p3 = io.popen('ls ' .. h.q(lg3:log_dir()))
+    local p3 = io.popen('ls ' .. h.q(lg3.log_dir))
     local names = {}
     for l in p3:lines() do if l:match('^events') then names[#names + 1] = l end end
     p3:close()
     assert.equal(2, #names)
     local got = {}
     for _, n in ipairs(names) do
-      for _, ev in ipairs(read_events(lg3:log_dir() .. '/' .. n)) do for k, v in pairs(ev.scalars) do got[k] = v end end
+      for _, ev in ipairs(read_events(lg3.log_dir .. '/' .. n)) do for k, v in pairs(ev.scalars) do got[k] = v end end
     end
     assert.same({ a = 1, b = 2 }, got)
   end)
@@ -357,8 +357,8 @@ describe('loggers', function()
     local dir = th.tmpdir()
     local lg = dpl.loggers.TensorBoardLogger{ save_dir = dir, name = 'tb', sub_dir = 'sub', filename_suffix = '.x' }
     local t = fit_logging(dir, lg)
-    assert.equal(dir .. '/tb/version_0/sub', lg:log_dir())
-    assert.equal(dir .. '/tb/version_0/sub', t:log_dir())
+    assert.equal(dir .. '/tb/version_0/sub', lg.log_dir)
+    assert.equal(dir .. '/tb/version_0/sub', t.log_dir)
     local p = io.popen('cd ' .. h.q(dir) .. ' && find . -type f | sort')
     local files = p:read('*a'); p:close()
     assert.matches('^%./tb/version_0/sub/events%.out%.tfevents%.%d+%.[^\n]+%.%d+%.x\n%./tb/version_0/sub/hparams%.yaml\n$', files)
@@ -392,8 +392,8 @@ describe('loggers', function()
       prefix = 'p', sub_dir = 's', comment = 'c', max_queue = 10, flush_secs = 120, filename_suffix = '' }
     dpl.loggers.CSVLogger{ save_dir = dir, name = 'n', version = 1, prefix = 'p', flush_logs_every_n_steps = 10 }
     -- Lightning's positional save_dir with the other options after it
-    assert.equal(dir .. '/lz/version_3', dpl.loggers.CSVLogger(dir, { name = 'lz', version = 3 }):log_dir())
-    assert.equal(dir .. '/tb/version_0/s', dpl.loggers.TensorBoardLogger(dir, { name = 'tb', sub_dir = 's' }):log_dir())
+    assert.equal(dir .. '/lz/version_3', dpl.loggers.CSVLogger(dir, { name = 'lz', version = 3 }).log_dir)
+    assert.equal(dir .. '/tb/version_0/s', dpl.loggers.TensorBoardLogger(dir, { name = 'tb', sub_dir = 's' }).log_dir)
     assert.has_error(function() dpl.loggers.CSVLogger(dir, { nme = 'lz' }) end)
     -- flush_logs_every_n_steps: metrics.csv is written when (step + 1) is a multiple of it
     local lg = dpl.loggers.CSVLogger{ save_dir = dir, name = 'flush', flush_logs_every_n_steps = 2 }

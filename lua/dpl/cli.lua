@@ -112,7 +112,7 @@ end
 local Callback = require 'dpl.callbacks.callback'
 
 --- SaveConfigCallback(cli, config, {config_filename='config.yaml', overwrite=false,
---- multifile=false}): Lightning's. At setup, writes the config as YAML into trainer:log_dir()
+--- multifile=false}): Lightning's. At setup, writes the config as YAML into trainer.log_dir
 --- on global rank 0; an existing file there is a RuntimeError unless overwrite=true (rank 0
 --- looks, every rank learns it by a broadcast). Saves once.
 local SaveConfigCallback = Callback:extend('SaveConfigCallback')
@@ -149,7 +149,7 @@ end
 function SaveConfigCallback:setup(trainer)
   if self.already_saved then return end
   local strategy = trainer.strategy
-  local log_dir = strategy:broadcast(trainer:log_dir() or trainer.default_root_dir or '.')
+  local log_dir = strategy:broadcast(trainer.log_dir or trainer.default_root_dir or '.')
   local config_path = log_dir .. '/' .. self.config_filename
   if not self.overwrite then
     local exists = trainer.is_global_zero and file_exists(config_path) or false

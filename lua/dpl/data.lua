@@ -1002,6 +1002,10 @@ end
 --- through collate_fn (default: as it is). An IterableDataset is read in its own order, batch_size
 --- items at a time (no sampler: shuffle, sampler and batch_sampler are errors, as torch's).
 function M.DataLoader(ds, opts)
+  if ds == nil then -- (`local a, b = x and f() or g()` keeps one value: a split's second part is nil)
+    errors.TypeError:raise('DataLoader: the dataset (argument 1) is nil; expected a Dataset (a table with'
+      .. ' __len and get, a TensorDataset, a list) or an IterableDataset', 2)
+  end
   opts = opts or {}
   if type(opts) ~= 'table' then misconf('DataLoader options must be a table, got %s', type(opts)) end
   check_opts(opts, LOADER_KEYS, 'DataLoader')

@@ -30,7 +30,22 @@ local lazy = {
   autograd = 'dpl.autograd', utils = 'dpl.utils', nn = 'dpl.nn', optim = 'dpl.optim', datasets = 'dpl.datasets', data = 'dpl.data',
 }
 
+-- the names reading dpl gives without holding them yet (the REPL's Tab completion lists
+-- them; see dpl.repl_complete): the submodules, dpl.tensor's functions
+local function dir()
+  local names = {}
+  for k in pairs(lazy) do names[#names + 1] = k end
+  local T = require 'dpl.tensor'
+  for k in pairs(T) do
+    if type(k) == 'string' and k:sub(1, 1) ~= '_' then names[#names + 1] = k end
+  end
+  local tmt = getmetatable(T)
+  for _, k in ipairs(tmt and tmt.__dir and tmt.__dir(T) or {}) do names[#names + 1] = k end
+  return names
+end
+
 setmetatable(dpl, {
+  __dir = dir,
   __index = function(t, k)
     local mod = lazy[k]
     if mod then
@@ -52,6 +67,9 @@ setmetatable(dpl, {
 --- them (and of numbers, strings, booleans); see dpl.serialize.
 function dpl.save(obj, path) return require('dpl.serialize').save(obj, path) end
 function dpl.load(path) return require('dpl.serialize').load(path) end
+
+--- dpl.help([obj]): what obj is, its signature and where docs/ says more (the REPL's help()).
+function dpl.help(...) return require('dpl.repl_help').help(...) end
 
 --- dpl.device("cpu"), dpl.device("cuda:1"), dpl.device("cuda", 1): see dpl.devices.
 function dpl.device(...) return require('dpl.devices').device(...) end

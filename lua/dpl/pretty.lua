@@ -1,5 +1,6 @@
 -- dpl.pretty: readable text for any Lua value, as the REPL prints it. Tables are
--- shown nested and sorted (arrays first), cycles marked, long ones cut; values
+-- shown nested and sorted (arrays first), cycles marked, long ones cut, a short
+-- list of numbers on one line ({4, 3}: a shape); values
 -- with a __tostring metamethod (tensors, errors, devices) print through it.
 local M = {}
 
@@ -61,6 +62,20 @@ local function format(v, indent, seen, depth, opts, out)
     out[#out + 1] = '{}'
     seen[v] = nil
     return
+  end
+  if #keys == 0 and n <= 16 then -- a short list of numbers (a shape, t:tolist()): one line, {4, 3}
+    local flat = true
+    for i = 1, n do
+      local tv = type(v[i])
+      if tv ~= 'number' and tv ~= 'boolean' then flat = false break end
+    end
+    if flat then
+      local parts = {}
+      for i = 1, n do parts[i] = scalar(v[i]) or tostring(v[i]) end
+      out[#out + 1] = '{' .. table.concat(parts, ', ') .. '}'
+      seen[v] = nil
+      return
+    end
   end
   local inner = indent .. '  '
   out[#out + 1] = '{\n'

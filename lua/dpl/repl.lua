@@ -2,7 +2,8 @@
 -- spirit of Torch7's `th`: line editing and history (libedit, through dpl.host),
 -- multi-line input, `=expr` and bare expressions print their values, `_` holds
 -- the last result, errors print a traceback and the loop goes on, Ctrl-C
--- interrupts a running chunk, Ctrl-D (end of input) leaves.
+-- interrupts a running chunk, Ctrl-D (end of input) leaves; Tab completes names
+-- (dpl.repl_complete), help(obj) says what obj is (dpl.repl_help).
 local host = require 'dpl.host'
 local pretty = require 'dpl.pretty'
 
@@ -68,8 +69,15 @@ local function handler(e)
     end
   end
   -- a method called as obj.method(...): its self is missing (nil) or is the first argument
-  if msg:find("local 'self' (a ", 1, true) then
+  if msg:find("local 'self' (a ", 1, true)
+    or (msg:find("local 't' (a nil value)", 1, true) and msg:find('/dpl/tensor', 1, true)) then -- (t: a tensor method's self)
     msg = msg .. "\n  (hint: a method called with '.' instead of ':'? write obj:method(...))"
+  end
+  -- a property called as a method (logger:log_dir(): Lightning's properties are fields here)
+  local prop, what = msg:match("attempt to call method '([%w_]+)' %(a (%a+) value%)")
+  if prop and (what == 'string' or what == 'number' or what == 'boolean') then
+    msg = msg .. ("\n  (hint: '%s' is a property (a value), not a method: write obj.%s, without ':' and '()')")
+      :format(prop, prop)
   end
   local tb = debug.traceback(msg, 2)
   -- keep the frames of the user's chunk, drop the REPL's own
@@ -114,10 +122,17 @@ function M.run()
   local tty = host.isatty(0)
   local path = tty and history_path()
   if tty then
-    io.stdout:write(('dplhost %s  |  LuaJIT  |  Ctrl-D exits, =expr prints, _ is the last result\n')
+    io.stdout:write(('dplhost %s  |  LuaJIT  |  help() for help, Tab completes, =expr prints, Ctrl-D exits\n')
       :format(host.version))
     if path and host.line_editing() then host.read_history(path) end
+    if host.line_editing() and host.set_completer then
+      local complete = require 'dpl.repl_complete'
+      host.set_completer(function(word) return complete.complete(word) end, complete.word_break)
+    end
   end
+  -- help(obj), as in Python's REPL: the prompt's global (not a script's: dpl.help is
+  -- there for scripts), unless the script run before (-i) has its own
+  if rawget(_G, 'help') == nil then rawset(_G, 'help', function(...) return require('dpl.repl_help').help(...) end) end
   local buffer
   host.set_interactive(true)
   while true do

@@ -1427,6 +1427,12 @@ S.extra_names, S.load_extra = extra_names, load_extra
 -- dpl.tensor(data, opts) calls the constructor; dpl.tensor.zeros etc. are the module's functions
 setmetatable(M, {
   __call = function(_, ...) return M.tensor(...) end,
+  -- the lazily loaded functions' names (the REPL's Tab completion lists them: dpl.repl_complete)
+  __dir = function()
+    local names = {}
+    for n, e in pairs(extra_names) do if e.functions then names[#names + 1] = n end end
+    return names
+  end,
   __index = function(_, k)
     local e = extra_names[k]
     if e and e.functions and load_extra(k) then return rawget(M, k) end

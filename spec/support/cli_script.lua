@@ -54,7 +54,7 @@ if cli.trainer.is_global_zero then
     tostring(m.hparams.name), m.opts and dpl.yaml.encode_inline(m.opts) or 'nil'))
   if cli.datamodule then print(('RESULT data batch_size=%d n=%d'):format(cli.datamodule.batch_size, cli.datamodule.n)) end
   print(('RESULT trainer max_epochs=%d global_step=%d world_size=%d log_dir=%s'):format(t.max_epochs, t.global_step,
-    t.world_size, tostring(t:log_dir())))
+    t.world_size, tostring(t.log_dir)))
   print(('RESULT subcommand=%s seed=%s'):format(tostring(cli.subcommand), tostring(cli.config.seed_everything)))
   local r = cli.result
   if cli.subcommand == 'validate' then print(('RESULT val_loss=%.4f'):format(r[1].val_loss)) end

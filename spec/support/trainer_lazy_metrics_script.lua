@@ -57,7 +57,7 @@ end
 dump('cbm', t.callback_metrics)
 dump('pbm', t.progress_bar_metrics)
 dump('logged', t.logged_metrics)
-local f = assert(io.open(t.logger:log_dir() .. '/metrics.csv'))
+local f = assert(io.open(t.logger.log_dir .. '/metrics.csv'))
 for line in f:lines() do print('csv ' .. line) end
 f:close()
 local max_queued = 0

@@ -3,8 +3,9 @@
  * os.exit and after SIGINT/SIGTERM/SIGUSR1), signal handling around running
  * chunks (interrupt, hold, pending signal),
  * the embedded C header text for ffi.cdef, and the REPL's line reader (libedit
- * loaded with dlopen when a terminal asks for it, plain stdio otherwise), and
- * os.execute, whose command dying of SIGINT interrupts the script. */
+ * loaded with dlopen when a terminal asks for it, plain stdio otherwise, with
+ * Tab completion through a Lua function when libedit has readline's hooks),
+ * and os.execute, whose command dying of SIGINT interrupts the script. */
 #define _GNU_SOURCE
 #include "dpl.h"
 #include "dpl_internal.h"
@@ -429,7 +430,11 @@ typedef char *(*readline_fn)(const char *);
 typedef int (*add_history_fn)(const char *);
 typedef int (*history_file_fn)(const char *);
 typedef void (*stifle_fn)(int);
+typedef char **(*attempted_fn)(const char *, int, int);
+typedef char *(*entry_fn)(const char *, int);
 
+/* readline's completion hooks, as libedit exports them (variables: dlsym gives their
+ * addresses); any of them may be missing, completion then is off or plainer */
 static struct {
   int tried;
   void *lib;
@@ -437,7 +442,20 @@ static struct {
   add_history_fn add_history;
   history_file_fn read_history, write_history;
   stifle_fn stifle_history;
+  attempted_fn *attempted_completion_function;
+  entry_fn *completion_entry_function;
+  int *attempted_completion_over;
+  int *completion_append_character;
+  const char **basic_word_break_characters;
+  char **completer_word_break_characters;
+  char **line_buffer;
 } edit;
+
+static const char completer_key[] = "dpl.host.completer";
+static lua_State *complete_L;    /* the state whose readline() is waiting (completion calls into it) */
+static char word_breaks[128] = " \t\n\"\\'`@$><=;|&{(";
+static char **entry_matches;     /* the generator's list (entry-function fallback) */
+static size_t entry_next;
 
 static void load_libedit(void)
 {
@@ -453,6 +471,136 @@ static void load_libedit(void)
   edit.stifle_history = (stifle_fn)dlsym(edit.lib, "stifle_history");
   if (!edit.readline) { dlclose(edit.lib); memset(&edit, 0, sizeof edit); edit.tried = 1; return; }
   if (edit.stifle_history) edit.stifle_history(1000);
+  edit.attempted_completion_function = (attempted_fn *)dlsym(edit.lib, "rl_attempted_completion_function");
+  edit.completion_entry_function = (entry_fn *)dlsym(edit.lib, "rl_completion_entry_function");
+  edit.attempted_completion_over = (int *)dlsym(edit.lib, "rl_attempted_completion_over");
+  edit.completion_append_character = (int *)dlsym(edit.lib, "rl_completion_append_character");
+  edit.basic_word_break_characters = (const char **)dlsym(edit.lib, "rl_basic_word_break_characters");
+  edit.completer_word_break_characters = (char **)dlsym(edit.lib, "rl_completer_word_break_characters");
+  edit.line_buffer = (char **)dlsym(edit.lib, "rl_line_buffer");
+}
+
+/* ---------------------------------------------------------------- completion */
+
+/* The candidates for `text` from the Lua completer (registry[completer_key](text, line,
+ * start, end) -> list of strings), as a NULL-terminated malloc'd array with the count in
+ * *n; NULL when there are none, no completer, or it failed (its error is dropped: a
+ * completion never breaks the prompt). */
+static char **lua_candidates(const char *text, int start, int end, size_t *n)
+{
+  *n = 0;
+  lua_State *L = complete_L;
+  if (!L || !lua_checkstack(L, 8)) return NULL;
+  int top = lua_gettop(L);
+  lua_getfield(L, LUA_REGISTRYINDEX, completer_key);
+  if (!lua_isfunction(L, -1)) { lua_settop(L, top); return NULL; }
+  lua_pushstring(L, text);
+  lua_pushstring(L, edit.line_buffer && *edit.line_buffer ? *edit.line_buffer : "");
+  lua_pushinteger(L, start);
+  lua_pushinteger(L, end);
+  if (lua_pcall(L, 4, 1, 0) != 0 || !lua_istable(L, -1)) { lua_settop(L, top); return NULL; }
+  size_t len = lua_objlen(L, -1), k = 0;
+  char **list = len ? calloc(len + 1, sizeof *list) : NULL;
+  for (size_t i = 1; list && i <= len; i++) {
+    lua_rawgeti(L, -1, (int)i);
+    const char *s = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : NULL;
+    if (s && (list[k] = strdup(s)) != NULL) k++;
+    lua_pop(L, 1);
+  }
+  lua_settop(L, top);
+  if (list && k == 0) { free(list); list = NULL; }
+  *n = k;
+  return list;
+}
+
+/* rl_attempted_completion_function: readline's array (matches[0] the longest common
+ * prefix, which replaces the word; then the candidates; NULL at the end). Completion
+ * stays ours when nothing matches (no fall back to file names), and inserts nothing after
+ * a single match (the completer adds "(" to functions itself). */
+static char **complete_attempted(const char *text, int start, int end)
+{
+  if (edit.attempted_completion_over) *edit.attempted_completion_over = 1;
+  if (edit.completion_append_character) *edit.completion_append_character = 0;
+  size_t n;
+  char **list = lua_candidates(text, start, end, &n);
+  if (!list) return NULL;
+  char **m = calloc(n + 2, sizeof *m);
+  size_t lcp = strlen(list[0]);
+  for (size_t i = 1; i < n; i++) {
+    size_t j = 0;
+    while (j < lcp && list[i][j] == list[0][j]) j++;
+    lcp = j;
+  }
+  char *prefix = m ? malloc(lcp + 1) : NULL;
+  if (!prefix) {
+    for (size_t i = 0; i < n; i++) free(list[i]);
+    free(list);
+    free(m);
+    return NULL;
+  }
+  memcpy(prefix, list[0], lcp);
+  prefix[lcp] = '\0';
+  m[0] = prefix;
+  if (n == 1) free(list[0]); /* one match: matches[0] alone */
+  else for (size_t i = 0; i < n; i++) m[i + 1] = list[i];
+  free(list);
+  return m;
+}
+
+/* rl_completion_entry_function (when libedit lacks the attempted hook): the generator,
+ * called with state 0 first, then 1, 2, ... until it returns NULL; each result is the
+ * caller's to free. */
+static char *complete_entry(const char *text, int state)
+{
+  if (state == 0) {
+    if (entry_matches) {
+      for (size_t i = entry_next; entry_matches[i]; i++) free(entry_matches[i]);
+      free(entry_matches);
+    }
+    if (edit.completion_append_character) *edit.completion_append_character = 0;
+    size_t n;
+    entry_matches = lua_candidates(text, 0, 0, &n);
+    entry_next = 0;
+  }
+  if (!entry_matches) return NULL;
+  char *s = entry_matches[entry_next];
+  if (s) entry_next++;
+  else { free(entry_matches); entry_matches = NULL; }
+  return s;
+}
+
+/* Points libedit's hooks at the completer (installed: a function in the registry). */
+static void install_completion(int installed)
+{
+  if (edit.attempted_completion_function)
+    *edit.attempted_completion_function = installed ? complete_attempted : NULL;
+  else if (edit.completion_entry_function)
+    *edit.completion_entry_function = installed ? complete_entry : NULL;
+  if (installed && edit.basic_word_break_characters) *edit.basic_word_break_characters = word_breaks;
+  if (installed && edit.completer_word_break_characters) *edit.completer_word_break_characters = word_breaks;
+}
+
+/* set_completer(fn | nil [, word_breaks]) -> true when line editing can complete: Tab calls
+ * fn(word, line, start, end) for the list of replacements of the word before the cursor
+ * (the word ends at a character of word_breaks). */
+static int host_set_completer(lua_State *L)
+{
+  int on = !lua_isnoneornil(L, 1);
+  if (on) luaL_checktype(L, 1, LUA_TFUNCTION);
+  size_t len = 0;
+  const char *breaks = luaL_optlstring(L, 2, NULL, &len);
+  if (breaks) {
+    if (len >= sizeof word_breaks) return luaL_argerror(L, 2, "too many word-break characters");
+    memcpy(word_breaks, breaks, len + 1);
+  }
+  lua_pushvalue(L, 1);
+  if (!on) { lua_pop(L, 1); lua_pushnil(L); }
+  lua_setfield(L, LUA_REGISTRYINDEX, completer_key);
+  load_libedit();
+  install_completion(on);
+  lua_pushboolean(L, on && edit.readline &&
+                     (edit.attempted_completion_function || edit.completion_entry_function));
+  return 1;
 }
 
 /* readline(prompt) -> line | nil (end of input), interrupted (boolean) */
@@ -463,7 +611,10 @@ static int host_readline(lua_State *L)
   readline_interrupted = 0;
   in_readline = 1;
   if (edit.readline) {
+    lua_State *prev = complete_L;
+    complete_L = L;
     char *line = edit.readline(prompt);
+    complete_L = prev;
     in_readline = 0;
     if (line) { lua_pushstring(L, line); free(line); }
     else lua_pushnil(L);
@@ -545,6 +696,7 @@ static int host_open_module(lua_State *L)
     {"read_history", host_read_history},
     {"write_history", host_write_history},
     {"line_editing", host_line_editing},
+    {"set_completer", host_set_completer},
     {"isatty", host_isatty},
     {"tensor_release", host_tensor_release},
     {NULL, NULL}

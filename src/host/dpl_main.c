@@ -119,8 +119,22 @@ static int traceback_handler(lua_State *L)
   }
   const char *msg = dpl_host_error_text(L, 1);
   /* a method called as obj.method(...): its self is missing (nil) or is the first argument */
-  if (strstr(msg, "local 'self' (a ") != NULL)
+  if (strstr(msg, "local 'self' (a ") != NULL ||
+      (strstr(msg, "local 't' (a nil value)") != NULL && strstr(msg, "/dpl/tensor") != NULL)) /* a tensor method's self */
     msg = lua_pushfstring(L, "%s\n  (hint: a method called with '.' instead of ':'? write obj:method(...))", msg);
+  /* a property called as a method (logger:log_dir(), Lightning's properties are fields here) */
+  const char *m = strstr(msg, "attempt to call method '");
+  if (m && (strstr(m, "' (a string value)") || strstr(m, "' (a number value)") || strstr(m, "' (a boolean value)"))) {
+    const char *name = m + strlen("attempt to call method '");
+    const char *q = strchr(name, '\'');
+    if (q && q - name < 64) {
+      char prop[64];
+      memcpy(prop, name, (size_t)(q - name));
+      prop[q - name] = '\0';
+      msg = lua_pushfstring(L, "%s\n  (hint: '%s' is a property (a value), not a method: write obj.%s, without ':' and '()')",
+                            msg, prop, prop);
+    }
+  }
   if (has_lua_frame(L, 1)) luaL_traceback(L, L, msg, 1);
   else lua_pushstring(L, msg);
   return 1;

@@ -45,7 +45,7 @@ function M.available()
   return r
 end
 
-setmetatable(M, { __index = function(t, k)
+setmetatable(M, { __dir = M.available, __index = function(t, k)
   -- (internal and metamethod-like names, which generic code may probe for, are simply absent)
   if type(k) ~= 'string' or k:sub(1, 1) == '_' then return nil end
   local mod = lazy[k]

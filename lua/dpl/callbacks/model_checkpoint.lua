@@ -138,9 +138,10 @@ function ModelCheckpoint:_resolve_ckpt_dir(trainer)
   if wsp == trainer.default_root_dir then wsp = nil end
   if lg then
     local save_dir = wsp or lg.save_dir or trainer.default_root_dir
-    local version = lg:version()
+    local attr = require('dpl.loggers.base').attr
+    local version = attr(lg, 'version')
     if type(version) == 'number' then version = 'version_' .. version end
-    return ('%s/%s/%s/checkpoints'):format(save_dir, lg:name(), version)
+    return ('%s/%s/%s/checkpoints'):format(save_dir, attr(lg, 'name'), version)
   end
   return (wsp or trainer.default_root_dir) .. '/checkpoints'
 end

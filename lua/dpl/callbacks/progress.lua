@@ -50,8 +50,8 @@ function ProgressBar:get_metrics(trainer)
   local out = {}
   for k, v in pairs(trainer.progress_bar_metrics) do out[k] = v end
   local lg = trainer.logger
-  if lg and lg.version then
-    local v = lg:version()
+  if lg then
+    local v = require('dpl.loggers.base').attr(lg, 'version')
     if v ~= nil then out.v_num = v end
   end
   return out

@@ -11,18 +11,32 @@ local M = {}
 local Logger = class.Object:extend('Logger')
 M.Logger = Logger
 
--- Lightning's properties (logger.experiment): a class's _properties table maps a name to a
--- getter, called when the name is read on an instance and is neither an instance field nor
--- a method. Every class made by Logger:extend (a user's subclass too) looks them up.
+-- Lightning's properties (logger.experiment, logger.log_dir, logger.version, ...): a class's
+-- _properties table maps a name to a getter, called when the name is read on an instance and
+-- is neither an instance field nor a method; the classes up the chain are looked at too.
+-- Every class made by Logger:extend (a user's subclass too) looks them up.
 local function property_index(cls)
   return function(self, k)
     local v = cls[k]
     if v ~= nil then return v end
-    local props = cls._properties
-    local p = props and props[k]
-    if p ~= nil then return p(self) end
+    local c = cls
+    while c ~= nil do
+      local props = rawget(c, '_properties')
+      local p = props and props[k]
+      if p ~= nil then return p(self) end
+      c = rawget(c, 'super')
+    end
     return nil
   end
+end
+
+--- A logger's attribute k (log_dir, name, version, save_dir, root_dir): the value, or what
+--- the method of that name returns (a user's logger class may define them as methods,
+--- dplhost's loggers have them as properties, as Lightning's).
+function M.attr(logger, k)
+  local v = logger[k]
+  if type(v) == 'function' then return v(logger) end
+  return v
 end
 
 function Logger:extend(name)
@@ -369,31 +383,33 @@ function Logger:__init(o)
   self.hparams = {}
 end
 
-function Logger:name() return self._name end
-
---- The version: an integer (version_N) or a string; decided on first use.
-function Logger:version()
+-- Lightning's properties, read as fields: logger.name, logger.version (an integer, for
+-- version_N, or a string; decided on first read: the next free N under root_dir),
+-- logger.root_dir (<save_dir>/<name>), logger.log_dir (<root_dir>/version_N); save_dir is a
+-- plain field. (They were methods before: logger:log_dir() now raises "attempt to call
+-- method 'log_dir' (a string value)", with a hint to write logger.log_dir.)
+Logger._properties = {}
+function Logger._properties.name(self) return self._name end
+function Logger._properties.version(self)
   if self._version == nil then
-    self._version = M.next_version(self:root_dir())
+    self._version = M.next_version(self.root_dir)
   end
   return self._version
 end
-
-function Logger:root_dir()
+function Logger._properties.root_dir(self)
   if self._name == nil or self._name == '' then return self.save_dir end
   return self.save_dir .. '/' .. self._name
 end
-
-function Logger:log_dir()
-  local v = self:version()
+function Logger._properties.log_dir(self)
+  local v = self.version
   if type(v) == 'number' then v = 'version_' .. v end
-  return self:root_dir() .. '/' .. v
+  return self.root_dir .. '/' .. v
 end
 
 function Logger:log_hyperparams(params)
   for k, v in pairs(params or {}) do self.hparams[k] = v end
-  M.mkdir_p(self:log_dir())
-  M.write_file(self:log_dir() .. '/hparams.yaml', M.yaml(self.hparams))
+  M.mkdir_p(self.log_dir)
+  M.write_file(self.log_dir .. '/hparams.yaml', M.yaml(self.hparams))
 end
 
 function Logger:log_metrics() end

@@ -30,7 +30,7 @@ function CSVLogger:__init(o, rest)
   self.written = 0
 end
 
-function CSVLogger:metrics_file_path() return self:log_dir() .. '/metrics.csv' end
+function CSVLogger:metrics_file_path() return self.log_dir .. '/metrics.csv' end
 
 local T_is_tensor
 -- a logged value as Lightning's _handle_value: a tensor by item() (an integer tensor's is
@@ -110,7 +110,7 @@ function CSVLogger:save()
       if not self.keyset[k] then self.keyset[k] = true; self.keys[#self.keys + 1] = k; new = true end
     end
   end
-  B.mkdir_p(self:log_dir())
+  B.mkdir_p(self.log_dir)
   local path = self:metrics_file_path()
   if new or self.written == 0 then
     local out = { table.concat(self.keys, ',') .. '\n' }
@@ -146,7 +146,7 @@ ExperimentWriter.NAME_METRICS_FILE = 'metrics.csv'
 
 function ExperimentWriter:__init(logger)
   self._logger = logger
-  self.log_dir = logger:log_dir()
+  self.log_dir = logger.log_dir
   self.metrics_file_path = logger:metrics_file_path()
   self.metrics = logger.metrics
   self.hparams = logger.hparams

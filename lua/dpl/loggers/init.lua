@@ -5,7 +5,7 @@ local class = require 'dpl.class'
 
 local M = {}
 
-setmetatable(M, { __index = function(t, k)
+setmetatable(M, { __dir = function() return { 'Logger', 'CSVLogger', 'TensorBoardLogger' } end, __index = function(t, k)
   local v
   if k == 'Logger' then v = require('dpl.loggers.base').Logger
   elseif k == 'CSVLogger' then v = require 'dpl.loggers.csv'

@@ -248,24 +248,24 @@ TensorBoardLogger._properties = {
       local o = {}
       for k, v in pairs(self._writer_opts) do o[k] = v end
       o.file_writer = self:_file_writer()
-      return require('dpl.loggers.tb_writer').SummaryWriter(self:log_dir(), o)
+      return require('dpl.loggers.tb_writer').SummaryWriter(self.log_dir, o)
     end)
   end,
 }
 
---- The FileWriter of log_dir() (the events file: created on the first save).
+--- The FileWriter of log_dir (the events file: created on the first save).
 function TensorBoardLogger:_file_writer()
   local fw = rawget(self, '_fw')
   if fw == nil then
-    fw = require('dpl.loggers.tb_writer').FileWriter(self:log_dir(), self._filename_suffix)
+    fw = require('dpl.loggers.tb_writer').FileWriter(self.log_dir, self._filename_suffix)
     self._fw = fw
   end
   return fw
 end
 
---- <save_dir>/<name>/version_N, then /<sub_dir> when given (Lightning's log_dir).
-function TensorBoardLogger:log_dir()
-  local d = B.Logger.log_dir(self)
+--- logger.log_dir: <save_dir>/<name>/version_N, then /<sub_dir> when given (Lightning's).
+function TensorBoardLogger._properties.log_dir(self)
+  local d = B.Logger._properties.log_dir(self)
   if self.sub_dir ~= nil then d = d .. '/' .. self.sub_dir end
   return d
 end

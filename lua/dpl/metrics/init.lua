@@ -498,11 +498,13 @@ local function load_rest()
   require('dpl.metrics.classification')(M, Metric)
   require('dpl.metrics.regression')(M, Metric)
 end
-M.functional = setmetatable({}, { __index = function(t, k)
+-- (__dir: what the REPL's Tab completion lists, dpl.repl_complete; here it loads the names)
+local function dir() load_rest() return {} end
+M.functional = setmetatable({}, { __dir = dir, __index = function(t, k)
   load_rest()
   return rawget(t, k)
 end })
-return setmetatable(M, { __index = function(t, k)
+return setmetatable(M, { __dir = dir, __index = function(t, k)
   if type(k) ~= 'string' then return nil end
   load_rest()
   return rawget(t, k)

@@ -737,7 +737,7 @@ function optim.RAdam:update_param(p, g, o, st)
 end
 
 ---------------------------------------------------------------- schedulers
-setmetatable(optim, { __index = function(t, k)
+setmetatable(optim, { __dir = function() return { 'lr_scheduler', 'swa_utils' } end, __index = function(t, k)
   if k == 'lr_scheduler' then
     local m = require 'dpl.optim.lr_scheduler'
     rawset(t, k, m)

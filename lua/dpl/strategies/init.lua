@@ -40,7 +40,11 @@ local registry = {
 }
 M._registry = registry
 
-setmetatable(M, { __index = function(t, k)
+setmetatable(M, { __dir = function()
+  local names = {}
+  for k in pairs(lazy) do names[#names + 1] = k end
+  return names
+end, __index = function(t, k)
   local f = lazy[k]
   if f then local v = f(); rawset(t, k, v); return v end
 end })

@@ -1139,15 +1139,15 @@ for _, k in ipairs({ 'validate_loop', 'test_loop', 'precision_plugin' }) do
   end
 end
 
---- Lightning's trainer.log_dir: the first logger's version directory when it is a
---- TensorBoardLogger, its save_dir for any other logger, default_root_dir without one.
-function Trainer:log_dir()
+--- Lightning's trainer.log_dir (a property, read as a field): the first logger's version
+--- directory when it is a TensorBoardLogger, its save_dir for any other logger,
+--- default_root_dir without one.
+function properties.log_dir(self)
   local lg = self.logger
   if lg == nil then return self.default_root_dir end
-  if class.is_instance(lg, require('dpl.loggers').TensorBoardLogger) and lg.log_dir then return lg:log_dir() end
-  local sd = lg.save_dir
-  if type(sd) == 'function' then sd = sd(lg) end
-  return sd
+  local attr = require('dpl.loggers.base').attr
+  if class.is_instance(lg, require('dpl.loggers').TensorBoardLogger) then return attr(lg, 'log_dir') end
+  return attr(lg, 'save_dir')
 end
 
 --- The seed's batch transfer: to cuda:<gpu_id> (nil: the root GPU), through the

@@ -328,7 +328,7 @@ function M.run(t, model, ckpt_path)
   -- loop (a ddp_spawn worker too), its report at the end (on an error as well)
   local prof = t._prof
   if prof then
-    prof:setup(fn, t.world_size > 1 and t.local_rank or nil, t:log_dir())
+    prof:setup(fn, t.world_size > 1 and t.local_rank or nil, t.log_dir)
     local profilers = require 'dpl.profilers'
     local ok, res = xpcall(M._run_stages, function(e) return profilers.traceback(e, 2) end, t, model, ckpt_path)
     -- an action the loop started and an error cut short is stopped (Lightning's profile()
