@@ -394,12 +394,38 @@ methods.ndimension = methods.dim
 function methods.numel(t) return tonumber(t._numel) end
 methods.nelement = methods.numel
 
---- t:size() -> {n1, n2, ...}; t:size(d) -> size of dim d (1-based, negative from the end).
+-- dpl.Size: what t:size() and t.shape return, a plain list of the sizes (s[1], #s, ipairs,
+-- unpack, and it may be changed) that prints as dpl.Size({4, 3}) (torch.Size([4, 3])) and
+-- compares by value with == against another dpl.Size (Lua calls __eq for two tables only).
+local SizeMT = {}
+SizeMT.__index = { numel = function(s) local p = 1 for i = 1, #s do p = p * s[i] end return p end }
+SizeMT.__tostring = function(s) return 'dpl.Size({' .. table.concat(s, ', ') .. '})' end
+SizeMT.__eq = function(a, b)
+  if #a ~= #b then return false end
+  for i = 1, #a do if a[i] ~= b[i] then return false end end
+  return true
+end
+M._SizeMT = SizeMT
+--- dpl.Size({4, 3}) or dpl.Size(4, 3): a dpl.Size, e.g. to compare with t.shape.
+function M.Size(a, ...)
+  local list = type(a) == 'table' and select('#', ...) == 0 and a or { a, ... }
+  local r = {}
+  for i = 1, #list do
+    local v = list[i]
+    if type(v) ~= 'number' or v < 0 or v ~= math.floor(v) then
+      error(fmt('Size: size %d must be a non-negative integer, got %s', i, tostring(v)), 2)
+    end
+    r[i] = v
+  end
+  return setmetatable(r, SizeMT)
+end
+
+--- t:size() -> dpl.Size{n1, n2, ...}; t:size(d) -> size of dim d (1-based, negative from the end).
 function methods.size(t, d)
   if d then return tonumber(t._shape[cdim(t, d, 'size')]) end
   local r = {}
   for i = 1, t._ndim do r[i] = tonumber(t._shape[i - 1]) end
-  return r
+  return setmetatable(r, SizeMT)
 end
 function methods.stride(t, d)
   if d then return tonumber(t._stride[cdim(t, d, 'stride')]) end
