@@ -1,8 +1,11 @@
 /* dpl_tensor_random.c: the seeded counter-based generator (Philox 4x32-10).
  * Element i of a draw uses counter (offset + i) under the key (seed), so a
  * result depends on the seed and the sequence of draws only: never on the
- * number of threads that fill it. uniform_, normal_, randint_, bernoulli_. */
+ * number of threads that fill it. uniform_, normal_, randint_, bernoulli_. float32 normal_
+ * draws transform by the vector kernel of dpl_tensor_vmath.c, checked against the libm formula's
+ * rounding so that the bits are the libm loop's (normal_f32). */
 #include "dpl_tensor_internal.h"
+#include "dpl_tensor_vmath.h"
 #include <pthread.h>
 #include <stdio.h>
 
@@ -152,6 +155,23 @@ DPL_CLONES static void bern_f32(const uint32_t *restrict u, int n, uint32_t thr,
   for (int l = 0; l < n; l++) out[l] = (u[l] >> 8) < thr ? 1.0f : 0.0f;
 }
 
+/* the libm Box-Muller formula: the definition of the normal draws */
+static double bm_libm(uint32_t a, uint32_t b)
+{
+  double u1 = ((double)a + 1.0) * (1.0 / 4294967296.0);
+  double u2 = (double)b * (1.0 / 4294967296.0);
+  return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+}
+
+/* normal draws into float32: by the vector kernel (dpl_vm_normal_f32), the few elements it cannot
+ * vouch for recomputed from bm_libm: the same bits as the libm loop, element for element */
+static void normal_f32(const uint32_t (*u)[RB], int n, double mean, double sd, float *restrict out)
+{
+  int32_t redo[RB];
+  int nr = dpl_vm_normal_f32(u[0], u[1], n, mean, sd, out, redo);
+  for (int k = 0; k < nr; k++) out[redo[k]] = (float)(mean + sd * bm_libm(u[0][redo[k]], u[1][redo[k]]));
+}
+
 static void rng_range(int64_t lo, int64_t hi, void *vj)
 {
   rjob *j = vj;
@@ -159,11 +179,16 @@ static void rng_range(int64_t lo, int64_t hi, void *vj)
   uint32_t u[4][RB];
   uint32_t thr = 0;
   if (j->kind == R_BERNOULLI) thr = (uint32_t)ceil(j->a * 16777216.0);
+  int fast_normal = dpl_vm_isa() != DPL_VM_OFF; /* (off: the libm loop, as a reference) */
   for (int64_t b = lo; b < hi; b += RB) {
     int n = (int)(hi - b < RB ? hi - b : RB);
     philox_block(j->key, j->start + (uint64_t)b, n, u);
     if (j->kind == R_BERNOULLI && j->dt == DPL_FLOAT32) {
       bern_f32(u[0], n, thr, (float *)j->data + b);
+      continue;
+    }
+    if (fast_normal && j->kind == R_NORMAL && j->dt == DPL_FLOAT32) {
+      normal_f32((const uint32_t(*)[RB])u, n, j->a, j->b, (float *)j->data + b);
       continue;
     }
     for (int l = 0; l < n; l++) {
@@ -181,9 +206,7 @@ static void rng_range(int64_t lo, int64_t hi, void *vj)
         }
         break;
       case R_NORMAL: {
-        double u1 = ((double)u[0][l] + 1.0) * (1.0 / 4294967296.0);
-        double u2 = (double)u[1][l] * (1.0 / 4294967296.0);
-        double z = sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+        double z = bm_libm(u[0][l], u[1][l]);
         if (j->dt == DPL_FLOAT32) *(float *)p = (float)(j->a + j->b * z);
         else dpl_store_f64(p, j->dt, j->a + j->b * z);
         break;

@@ -34,4 +34,10 @@ void dpl_vm_map(int fn, char *y, int64_t sy, const char *x, int64_t sx, int64_t 
 /* y[i] = g[i] f'(x[i]) */
 void dpl_vm_grad(int fn, char *y, int64_t sy, const char *g, int64_t sg, const char *x, int64_t sx, int64_t n,
                  float p0, float p1);
+/* float32 normal draws (dpl_tensor_random.c): out[i] = mean + sd z rounded, z = sqrt(-2 log u1) cos(6.283185307179586
+ * u2), u1 = (u0[i] + 1) 2^-32, u2 = u1[i] 2^-32, in double lanes (within 1e-15 of the libm formula); the i where
+ * the libm formula might round otherwise (a boundary within 2^-40 |sd|, and 0, inf or NaN) are written to redo
+ * (room for n); returns their count. The same bits on every path. */
+int dpl_vm_normal_f32(const uint32_t *u0, const uint32_t *u1, int64_t n, double mean, double sd, float *out,
+                      int32_t *redo);
 #endif

@@ -10,7 +10,8 @@
  * sqrt, compares and bit operations are used, no FMA (the file is compiled with
  * -ffp-contract=off), so that every path gives the same bits. Inputs outside a kernel's range
  * (lgamma and digamma at x <= 0 or +inf, NaN) go lane by lane to the double reference, on every
- * path alike. */
+ * path alike. Also the Box-Muller transform of dpl_tensor_random.c's normal draws, in the same
+ * double lanes. */
 
 #ifndef DPL_TENSOR_VMATH_SP_TABLES
 #define DPL_TENSOR_VMATH_SP_TABLES
@@ -195,6 +196,94 @@ VM_INL vh VM(i0_h)(vh x)
   res = VM(dsel)(a == __builtin_inf(), KD(__builtin_nan("")), res);
   return VM(dsel)(x != x, x, res);
 }
+
+/* ---- Box-Muller for dpl_tensor_random.c ---- */
+/* unsigned 32-bit lanes as doubles (exact) */
+VM_INL vh VM(dfrom_u32)(const uint32_t *p)
+{
+  typedef uint32_t vuh __attribute__((vector_size(VM_SP_H * 4)));
+  vuh b;
+  memcpy(&b, p, sizeof b);
+  vhl l = __builtin_convertvector(b, vhl); /* (zero-extended) */
+  return (vh)(l | 0x4330000000000000LL) - 0x1p52;
+}
+/* z = sqrt(-2 log u1) cos(theta) for u1 = (a + 1) 2^-32 and theta = 6.283185307179586 (b 2^-32),
+ * the double theta of dpl_tensor_random.c's libm formula: theta = n pi/2 + r (n <= 4, the first
+ * part of pi/2 with 33 bits: n pi/2 exact), cos and sin of |r| <= pi/4 by their Taylor polynomials
+ * to r^16 and r^17 (truncation below 1e-17) */
+VM_INL vh VM(box_muller_h)(vh a, vh b)
+{
+  vh u1 = (a + 1.0) * 0x1p-32, th = 6.283185307179586 * (b * 0x1p-32);
+  vh t = th * 0x1.45f306dc9c883p-1 + 0x1.8p52, n = t - 0x1.8p52;
+  vh r = (th - n * 0x1.921fb54400000p+0) - n * 0x1.0b4611a626331p-34;
+  vh z2 = r * r;
+  vh c = KD(1.0 / 20922789888000.0), sn = KD(1.0 / 355687428096000.0);
+  static const double cc[8] = {-1.0 / 87178291200.0, 1.0 / 479001600.0, -1.0 / 3628800.0, 1.0 / 40320.0,
+                               -1.0 / 720.0, 1.0 / 24.0, -0.5, 1.0};
+  static const double sc[8] = {-1.0 / 1307674368000.0, 1.0 / 6227020800.0, -1.0 / 39916800.0, 1.0 / 362880.0,
+                               -1.0 / 5040.0, 1.0 / 120.0, -1.0 / 6.0, 1.0};
+  for (int k = 0; k < 8; k++) {
+    c = c * z2 + cc[k];
+    sn = sn * z2 + sc[k];
+  }
+  sn = sn * r;
+  vhl q = (vhl)t & 3;
+  vh cs = VM(dsel)((q & 1) != 0, sn, c);                                    /* cos r, sin r, cos r, sin r */
+  cs = (vh)((vhl)cs ^ ((((q + 1) & 2) != 0) & ((vhl){} + INT64_MIN))); /* + - - + */
+  return VM_SQRTD(-2.0 * VM(dlog)(u1)) * cs;
+}
+/* normal draws into float32: z for the pairs (u0[i], u1[i]), v = mean + sd z rounded to out[i];
+ * the lanes where v lies within d of a float32 rounding boundary (d far above the difference of z
+ * from the libm formula's: 2^-40 |sd|, plus the double roundings of v; and 0, inf, NaN results)
+ * are listed in redo for the caller to recompute; returns how many */
+VM_INL vhl VM(normal_round_h)(vh z, vh mean, vh sd, VM(vfh) *out)
+{
+  typedef int32_t vih __attribute__((vector_size(VM_SP_H * 4)));
+  vh v = mean + sd * z;
+  VM(vfh) f = VM(dnarrow)(v);
+  vih fb = (vih)f;
+  vh fd = VM(dwiden)(f), dn = VM(dwiden)((VM(vfh))(fb - 1)), up = VM(dwiden)((VM(vfh))(fb + 1));
+  vhl absm = (vhl){} + 0x7fffffffffffffffLL;
+  vh d = (vh)((vhl)sd & absm) * (0x1p-40 + (vh)((vhl)z & absm) * 0x1p-50) + (vh)((vhl)v & absm) * 0x1p-50;
+  vh e1 = v - (fd + dn) * 0.5, e2 = v - (fd + up) * 0.5;
+  *out = f;
+  return ((vh)((vhl)e1 & absm) > d) & ((vh)((vhl)e2 & absm) > d); /* (NaN neighbours: false) */
+}
+/* the lanes of ok not set, i0 + their index, appended to redo */
+#define VM_SP_REDO(ok, i0, m)                                                        \
+  do {                                                                               \
+    if (VM_ANYH(~(ok)))                                                              \
+      for (int k_ = 0; k_ < (m); k_++)                                               \
+        if (!(ok)[k_]) redo[nredo++] = (int32_t)((i0) + k_);                         \
+  } while (0)
+VM_TARGET static int VM(normal_f32)(const uint32_t *u0, const uint32_t *u1, int64_t n, double mean, double sd,
+                                    float *out, int32_t *redo)
+{
+  int nredo = 0;
+  int64_t i = 0;
+  for (; i + 2 * VM_SP_H <= n; i += 2 * VM_SP_H) { /* two vectors a step: two dependency chains */
+    VM(vfh) f0, f1;
+    vh z0 = VM(box_muller_h)(VM(dfrom_u32)(u0 + i), VM(dfrom_u32)(u1 + i));
+    vh z1 = VM(box_muller_h)(VM(dfrom_u32)(u0 + i + VM_SP_H), VM(dfrom_u32)(u1 + i + VM_SP_H));
+    vhl ok0 = VM(normal_round_h)(z0, KD(mean), KD(sd), &f0), ok1 = VM(normal_round_h)(z1, KD(mean), KD(sd), &f1);
+    memcpy(out + i, &f0, sizeof f0);
+    memcpy(out + i + VM_SP_H, &f1, sizeof f1);
+    VM_SP_REDO(ok0, i, VM_SP_H);
+    VM_SP_REDO(ok1, i + VM_SP_H, VM_SP_H);
+  }
+  for (; i < n; i += VM_SP_H) { /* the rest through padded vectors */
+    uint32_t a[VM_SP_H] = {0}, b[VM_SP_H] = {0};
+    int64_t m = n - i < VM_SP_H ? n - i : VM_SP_H;
+    memcpy(a, u0 + i, (size_t)m * 4);
+    memcpy(b, u1 + i, (size_t)m * 4);
+    VM(vfh) f;
+    vhl ok = VM(normal_round_h)(VM(box_muller_h)(VM(dfrom_u32)(a), VM(dfrom_u32)(b)), KD(mean), KD(sd), &f);
+    memcpy(out + i, &f, (size_t)m * 4);
+    VM_SP_REDO(ok, i, m);
+  }
+  return nredo;
+}
+#undef VM_SP_REDO
 
 /* f over a float vector: each half widened, f_h, narrowed */
 #define VM_SP_MAP(v, f_h)                                                            \
