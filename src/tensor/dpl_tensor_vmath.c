@@ -95,15 +95,18 @@
 typedef void (*map_fn)(int fn, float *y, const float *x, int64_t n, float p0, float p1);
 typedef int (*nf_fn)(const uint32_t *u0, const uint32_t *u1, int64_t n, double mean, double sd, float *out,
                      int32_t *redo);
+typedef int (*gt_fn)(const uint32_t *const *w, const double *alpha, int64_t n, double *x, int32_t *redo);
 typedef void (*grad_fn)(int fn, float *y, const float *g, const float *x, int64_t n, float p0, float p1);
 #ifdef VM_HAVE_X86
 static const map_fn maps[3] = {map_scalar, map_avx2, map_avx512};
 static const grad_fn grads[3] = {grad_scalar, grad_avx2, grad_avx512};
 static const nf_fn nfs[3] = {normal_f32_scalar, normal_f32_avx2, normal_f32_avx512};
+static const gt_fn gts[3] = {gamma_try_scalar, gamma_try_avx2, gamma_try_avx512};
 #else
 static const map_fn maps[3] = {map_scalar, map_scalar, map_scalar};
 static const grad_fn grads[3] = {grad_scalar, grad_scalar, grad_scalar};
 static const nf_fn nfs[3] = {normal_f32_scalar, normal_f32_scalar, normal_f32_scalar};
+static const gt_fn gts[3] = {gamma_try_scalar, gamma_try_scalar, gamma_try_scalar};
 #endif
 
 int dpl_cpu_avx512f(void)
@@ -212,4 +215,9 @@ int dpl_vm_normal_f32(const uint32_t *u0, const uint32_t *u1, int64_t n, double 
                       int32_t *redo)
 {
   return nfs[run_isa()](u0, u1, n, mean, sd, out, redo);
+}
+
+int dpl_vm_gamma_try(const uint32_t *const *w, const double *alpha, int64_t n, double *x, int32_t *redo)
+{
+  return gts[run_isa()](w, alpha, n, x, redo);
 }

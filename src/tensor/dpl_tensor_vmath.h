@@ -40,4 +40,9 @@ void dpl_vm_grad(int fn, char *y, int64_t sy, const char *g, int64_t sg, const c
  * (room for n); returns their count. The same bits on every path. */
 int dpl_vm_normal_f32(const uint32_t *u0, const uint32_t *u1, int64_t n, double mean, double sd, float *out,
                       int32_t *redo);
+/* one try of Marsaglia and Tsang's method for n standard Gamma(alpha[i]) draws from the Philox words w[0..3][i]
+ * (dpl_tensor_random.c: the normal of w0, w1 by the Box-Muller of dpl_vm_normal_f32, the uniform (w2 + 1/2) 2^-32,
+ * alpha < 1 boosted by ((w3 + 1/2) 2^-32)^(1/alpha)); accepted draws to x[i], the i of the others to redo (room for
+ * n); returns their count. The same bits on every path (DPL_VMATH=off included: the scalar kernel). */
+int dpl_vm_gamma_try(const uint32_t *const *w, const double *alpha, int64_t n, double *x, int32_t *redo);
 #endif

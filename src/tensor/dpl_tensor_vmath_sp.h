@@ -285,6 +285,50 @@ VM_TARGET static int VM(normal_f32)(const uint32_t *u0, const uint32_t *u1, int6
 }
 #undef VM_SP_REDO
 
+/* ---- Marsaglia and Tsang's standard Gamma draws, one try, for dpl_tensor_random.c ---- */
+/* for alpha (boosted to alpha + 1 below 1): d = a - 1/3, c = 1/sqrt(9d); z the Box-Muller normal of
+ * (w0, w1), u = (w2 + 1/2) 2^-32, v = (1 + c z)^3; accepted when v > 0 and log u < z^2/2 + d - d v +
+ * d log v, x = d v, times ((w3 + 1/2) 2^-32)^(1/alpha) for alpha < 1 (the exponent's log kept above
+ * -708: smaller draws are clamped by the caller anyway). Returns the acceptance mask. */
+VM_INL vhl VM(gamma_try_h)(vh alpha, vh w0, vh w1, vh w2, vh w3, vh *x)
+{
+  vhl small = alpha < 1.0;
+  vh a = VM(dsel)(small, alpha + 1.0, alpha);
+  vh d = a - 1.0 / 3, c = 1.0 / VM_SQRTD(9.0 * d);
+  vh z = VM(box_muller_h)(w0, w1);
+  vh t = 1.0 + c * z, v = t * t * t;
+  vhl pos = v > 0.0;
+  vh lu = VM(dlog)((w2 + 0.5) * 0x1p-32);
+  vh rhs = (0.5 * z * z + d) - d * v + d * VM(dlog)(VM(dsel)(pos, v, KD(1.0)));
+  vh lb = VM(dlog)((w3 + 0.5) * 0x1p-32) / VM(dsel)(small, alpha, KD(1.0));
+  lb = VM(dsel)(lb > -708.0, lb, KD(-708.0));
+  *x = d * v * VM(dsel)(small, VM(dexp)(lb), KD(1.0));
+  return pos & (lu < rhs);
+}
+/* one try for each of n draws: words w[4][i], alpha[i]; accepted ones to x[i], the others' i to redo */
+VM_TARGET static int VM(gamma_try)(const uint32_t *const *w, const double *alpha, int64_t n, double *x, int32_t *redo)
+{
+  int nredo = 0;
+  for (int64_t i = 0; i < n; i += VM_SP_H) {
+    int64_t m = n - i < VM_SP_H ? n - i : VM_SP_H;
+    uint32_t b[4][VM_SP_H] = {{0}};
+    double al[VM_SP_H];
+    for (int k = 0; k < VM_SP_H; k++) al[k] = 1.0;
+    for (int q = 0; q < 4; q++) memcpy(b[q], w[q] + i, (size_t)m * 4);
+    memcpy(al, alpha + i, (size_t)m * 8);
+    vh av, xv;
+    memcpy(&av, al, sizeof av);
+    vhl ok = VM(gamma_try_h)(av, VM(dfrom_u32)(b[0]), VM(dfrom_u32)(b[1]), VM(dfrom_u32)(b[2]), VM(dfrom_u32)(b[3]), &xv);
+    double xs[VM_SP_H];
+    memcpy(xs, &xv, sizeof xs);
+    for (int k = 0; k < m; k++) {
+      if (ok[k]) x[i + k] = xs[k];
+      else redo[nredo++] = (int32_t)(i + k);
+    }
+  }
+  return nredo;
+}
+
 /* f over a float vector: each half widened, f_h, narrowed */
 #define VM_SP_MAP(v, f_h)                                                            \
   ({                                                                                 \
