@@ -59,6 +59,7 @@ static const double SP_I0_SMALL[23] = {
 #endif
 typedef double VM(vh) __attribute__((vector_size(VM_SP_H * 8)));
 typedef int64_t VM(vhl) __attribute__((vector_size(VM_SP_H * 8)));
+typedef uint64_t VM(vhu) __attribute__((vector_size(VM_SP_H * 8))); /* (bit arithmetic: wraps, no overflow) */
 typedef float VM(vfh) __attribute__((vector_size(VM_SP_H * 4)));
 #define vh VM(vh)
 #define vhl VM(vhl)
@@ -85,7 +86,7 @@ VM_INL vh VM(dexp)(vh y)
   static const double inv_fact[12] = {1.0 / 39916800, 1.0 / 3628800, 1.0 / 362880, 1.0 / 40320, 1.0 / 5040,
                                       1.0 / 720, 1.0 / 120, 1.0 / 24, 1.0 / 6, 0.5, 1, 1};
   for (int k = 0; k < 12; k++) p = p * r + inv_fact[k];
-  vhl k2 = ((vhl)t - 0x4338000000000000LL + 1023) << 52; /* (NaN lanes: garbage, times NaN) */
+  VM(vhu) k2 = ((VM(vhu))t - 0x4338000000000000ULL + 1023) << 52; /* (NaN lanes: garbage, times NaN) */
   return p * (vh)k2;
 }
 
@@ -93,9 +94,9 @@ VM_INL vh VM(dexp)(vh y)
  * s = (m - 1)/(m + 1), |s| <= 0.172, by its series to s^23 (truncation below 1e-18) */
 VM_INL vh VM(dlog)(vh x)
 {
-  vhl ix = (vhl)x;
-  vhl e = (ix - 0x3fe6a09e667f3bcdLL) >> 52;
-  vh m = (vh)(ix - (e << 52));
+  VM(vhu) ix = (VM(vhu))x;
+  vhl e = (vhl)(ix - 0x3fe6a09e667f3bcdULL) >> 52;
+  vh m = (vh)(ix - ((VM(vhu))e << 52));
   vh s = (m - 1.0) / (m + 1.0), z = s * s;
   vh p = KD(1.0 / 23);
   for (int k = 21; k >= 1; k -= 2) p = p * z + 1.0 / k;
@@ -238,7 +239,7 @@ VM_INL vh VM(box_muller_h)(vh a, vh b)
  * are listed in redo for the caller to recompute; returns how many */
 VM_INL vhl VM(normal_round_h)(vh z, vh mean, vh sd, VM(vfh) *out)
 {
-  typedef int32_t vih __attribute__((vector_size(VM_SP_H * 4)));
+  typedef uint32_t vih __attribute__((vector_size(VM_SP_H * 4)));
   vh v = mean + sd * z;
   VM(vfh) f = VM(dnarrow)(v);
   vih fb = (vih)f;
