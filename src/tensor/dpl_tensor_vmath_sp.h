@@ -121,31 +121,31 @@ VM_INL vh VM(dcheb)(const double *c, int n, vh u)
  * (other lanes: anything, the caller replaces them) */
 VM_INL vh VM(lgamma_h)(vh x)
 {
-  vh res = {};
-  vhl mid = (x >= 0.5) & (x <= 2.5);
+  vh pt = {}, st = {};
+  vhl mid = (x >= 0.5) & (x <= 2.5), lo = x < 1.5;
+  vh prod = KD(1.0);
   if (VM_ANYH(mid)) {
-    vhl lo = x < 1.5;
     vh t = x - VM(dsel)(lo, KD(1.0), KD(2.0));
     vh p = KD(SP_LGAMMA2[24]);
     for (int k = 23; k >= 0; k--) p = p * t + SP_LGAMMA2[k];
-    vh lx = VM(dlog)(VM(dsel)(lo, x, KD(1.0)));
-    res = p * t - lx;
+    pt = p * t;
   }
   if (VM_ANYH(~mid)) {
-    vh z = VM(dsel)((x > 0.0) & (x < 1e300), x, KD(1.0)), prod = KD(1.0); /* (NaN, inf, x <= 0: anything finite) */
+    vh z = VM(dsel)((x > 0.0) & (x < 1e300), x, KD(1.0)); /* (NaN, inf, x <= 0: anything finite) */
     for (int k = 0; k < 8; k++) {
       vhl m = z < 8.0;
       prod = VM(dsel)(m, prod * z, prod);
       z = VM(dsel)(m, z + 1.0, z);
     }
-    vh f = 1.0 / (z * z);
+    vh r = 1.0 / z, f = r * r;
     /* 1/(12z) - 1/(360z^3) + 1/(1260z^5) - 1/(1680z^7) + 1/(1188z^9) - 691/(360360z^11) + 1/(156z^13) */
     vh s = ((((((1.0 / 156) * f - 691.0 / 360360) * f + 1.0 / 1188) * f - 1.0 / 1680) * f + 1.0 / 1260) * f -
             1.0 / 360) * f + 1.0 / 12;
-    vh lg = (z - 0.5) * VM(dlog)(z) - z + (0.91893853320467274178 + s / z) - VM(dlog)(prod);
-    res = VM(dsel)(mid, res, lg);
+    st = (z - 0.5) * VM(dlog)(z) - z + (0.91893853320467274178 + s * r);
   }
-  return res;
+  /* one log for both: log x (below 1.5) in the Taylor lanes, log of the shift's product in the others */
+  vh l2 = VM(dlog)(VM(dsel)(mid, VM(dsel)(lo, x, KD(1.0)), prod));
+  return VM(dsel)(mid, pt, st) - l2;
 }
 
 /* digamma for x > 0, finite: psi(z) - sum_k<n 1/(x + k) with z = x + n >= 10 (the sum as one
