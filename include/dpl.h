@@ -289,6 +289,17 @@ int dpl_tensor_normal_(dpl_tensor *t, double mean, double std);
 /* integers uniform in [lo, hi) */
 int dpl_tensor_randint_(dpl_tensor *t, int64_t lo, int64_t hi);
 int dpl_tensor_bernoulli_(dpl_tensor *t, double p);
+/* standard Gamma(alpha[i], 1) draws into out (both contiguous host tensors, float32 or float64, the
+ * same dtype and size) by Marsaglia and Tsang's method (alpha < 1 boosted by U^(1/alpha)); draw i's
+ * k-th try takes Philox counter {offset + i, k} (the generator's offset advances by numel), so the
+ * draws depend on the seed only, not on the thread count; results below the dtype's smallest normal
+ * are clamped to it */
+int dpl_tensor_standard_gamma(const dpl_tensor *alpha, dpl_tensor *out);
+/* Poisson(rate[i]) draws into out (as dpl_tensor_standard_gamma: contiguous host float32/float64):
+ * below rate 10 the count of uniforms whose product stays above e^-rate, from 10 on Hormann's
+ * PTRS; draw i takes Philox counters {offset + i, k}, k = 0, 1, ... (offset advances by numel);
+ * rate <= 0 (or NaN) gives 0 */
+int dpl_tensor_poisson(const dpl_tensor *rate, dpl_tensor *out);
 /* Fused dropout (training mode) for a contiguous float32/float64 tensor in host memory:
  * draws the keep decisions exactly as bernoulli_(1 - p) would at the generator's offset
  * (same counters, same numbers, whatever the thread count; advances it by numel) and writes

@@ -1,7 +1,7 @@
 /* vmath_ulp.c: measures the float32 kernels of src/tensor/dpl_tensor_vmath.c against
  * double-precision libm over every float32 (or every STRIDE-th bit pattern), and checks
  * that the scalar, AVX2 and AVX-512 paths give the same bits (any NaN counting as NaN).
- *   cc -std=c11 -O2 -fno-math-errno -ffp-contract=off -o /tmp/vmath_ulp scripts/vmath_ulp.c -lm
+ *   cc -std=c11 -O2 -fno-math-errno -ffp-contract=off -Iinclude -o /tmp/vmath_ulp scripts/vmath_ulp.c -lm
  *   /tmp/vmath_ulp [function[,function...]|all] [stride] [part/parts]
  * Prints, per function: the largest error in ulps of the correctly rounded result (with
  * the input where it occurs), and the number of inputs where the paths disagree. */
@@ -11,6 +11,7 @@
 #include <inttypes.h>
 #include <stdio.h>
 
+static double ref_i0(double x) { return dpl_sp_bessel_i(0, x, 0); }
 static double ref_softplus(double x) { return x > 20 ? x : log1p(exp(x)); }
 static double ref_elu(double x) { return x <= 0 ? expm1(x) : x; }
 static double ref_mish(double x) { return x * tanh(log1p(exp(x))); }
@@ -43,6 +44,9 @@ static const fdesc F[] = {
   {"d_gelu", DPL_VM_D_GELU, 1, ref_d_gelu}, {"d_silu", DPL_VM_D_SILU, 1, ref_d_silu},
   {"d_softplus", DPL_VM_D_SOFTPLUS, 1, ref_d_softplus}, {"d_elu", DPL_VM_D_ELU, 1, ref_d_elu},
   {"d_mish", DPL_VM_D_MISH, 1, ref_d_mish},
+  /* the special functions: against the double reference of dpl_special_math.h (libm's erfc) */
+  {"lgamma", DPL_VM_LGAMMA, 0, dpl_sp_lgamma}, {"digamma", DPL_VM_DIGAMMA, 0, dpl_sp_digamma},
+  {"erfc", DPL_VM_ERFC, 0, erfc}, {"i0", DPL_VM_I0, 0, ref_i0},
 };
 
 /* error of y in ulps of the float nearest to r (0 when both are the same special value) */

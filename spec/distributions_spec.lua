@@ -199,6 +199,56 @@ describe('dpl.distributions draws', function()
     assert.is_true(a:equal(b))
   end)
 
+  -- Gamma (and Beta, Dirichlet, Chi2, StudentT) and Poisson draw float32/float64 CPU tensors in C, each
+  -- draw on its own Philox counters: numel counters per sample, the same draws whatever the thread count
+  it('Gamma and Poisson draws in C: moments, counters, threads and paths', function()
+    local prev, path = dpl.get_num_threads(), dpl.vmath()
+    local N = 200000
+    for _, dt in ipairs({ 'float32', 'float64' }) do
+      local o = { dtype = dt }
+      for _, a in ipairs({ 0.05, 0.5, 1, 2.5, 40 }) do
+        dpl.manual_seed(17)
+        local x = D.Gamma(dpl.tensor(a, o), dpl.tensor(2.0, o)):sample({ N })
+        assert.are.equal(dt, x.dtype)
+        local se = math.sqrt(a) / 2 / math.sqrt(N)
+        assert.is_true(math.abs(x:mean():item() - a / 2) < 5 * se, ('Gamma(%g) %s mean %g'):format(a, dt, x:mean():item()))
+        assert.is_true(math.abs(x:var():item() / (a / 4) - 1) < 0.05, ('Gamma(%g) %s var'):format(a, dt))
+        assert.is_true(x:min():item() > 0)
+      end
+      for _, r in ipairs({ 0, 0.3, 4, 12, 300 }) do
+        local x = D.Poisson(dpl.tensor(r, o)):sample({ N })
+        assert.is_true(x:eq(x:floor()):all():item() and x:min():item() >= 0)
+        local se = math.sqrt(r / N)
+        assert.is_true(math.abs(x:mean():item() - r) < 5 * se + 1e-12, ('Poisson(%g) %s mean'):format(r, dt))
+        if r > 0 then assert.is_true(math.abs(x:var():item() / r - 1) < 0.05, ('Poisson(%g) %s var'):format(r, dt)) end
+      end
+    end
+    -- a batch of parameters (broadcast, then a contiguous copy): per-column moments
+    dpl.manual_seed(5)
+    local g = D.Gamma(T({ 0.3, 3, 30 }), T({ 1, 1, 1 })):sample({ N })
+    assert.is_true((g:mean(1) - T({ 0.3, 3, 30 })):abs():max():item() < 0.05)
+    -- numel counters per draw; the same values for 1 and 2 threads and on every vector path
+    local function draws(th, p)
+      dpl.set_num_threads(th)
+      dpl.vmath(p)
+      dpl.set_rng_state({ seed = 8, offset = 0 })
+      local a = D.Gamma(T({ 0.4, 6 }), 1):sample({ 50001 })
+      local after = dpl.get_rng_state().offset
+      local b = D.Poisson(T({ 3, 40 })):sample({ 50001 })
+      return a, b, after, dpl.get_rng_state().offset
+    end
+    local a1, b1, o1, o2 = draws(1, path)
+    assert.are.same({ 100002, 200004 }, { o1, o2 })
+    for _, th in ipairs({ 1, 2 }) do
+      for _, p in ipairs({ 'auto', 'avx2', 'scalar', 'off' }) do
+        local a2, b2 = draws(th, p)
+        assert.is_true(a2:equal(a1) and b2:equal(b1), ('%d thread(s), path %s'):format(th, p))
+      end
+    end
+    dpl.set_num_threads(prev)
+    dpl.vmath(path)
+  end)
+
   it('rsample is differentiable (Normal: reparameterized; Gamma: the implicit gradient)', function()
     local loc = dpl.zeros(2, f64):requires_grad_()
     local scale = dpl.ones(2, f64):requires_grad_()

@@ -166,3 +166,76 @@ describe('dpl.special details', function()
     raises(function() sp.bessel_j0(dpl.ones(2)) end, 'NotImplementedError: special.bessel_j0: not implemented in dplhost')
   end)
 end)
+
+-- float32 lgamma, digamma, erfc and i0 run vector kernels in double lanes (src/tensor/dpl_tensor_vmath_sp.h):
+-- the float64 result rounded to float32, within 1 ulp (scripts/vmath_ulp.c measures 0.5: equal on every
+-- input it tries), the same bits on every path (dpl.vmath), stride and split; 'off' keeps the libm loop
+describe('dpl.special float32 vector kernels', function()
+  local ffi = require 'ffi'
+  local huge32 = 3.4028234663852886e38
+  local INITIAL = dpl.vmath()
+  after_each(function() dpl.vmath(INITIAL) end)
+  -- every 65521st float32 bit pattern, a grid over [-12, 12] (negative poles and halves included), edges
+  local function sweep()
+    local edges = { 0, 1, 2, -1, -2, -100, 0.5, 1.5, 2.5, -0.5, 1e-30, 2 ^ -126, 2 ^ -149, 1.4616321, 7.999999, 8,
+      8.000001, 9.999999, 10, 10.1, 10.06, -3.9, -10.2, 91.9, 92, -92, 100, 1e10, 4.08e36, 4.1e36, huge32, -huge32,
+      huge, -huge, 0 / 0 }
+    local nbits, ngrid = 65536, 24001
+    local x = dpl.empty(nbits + ngrid + #edges)
+    local pu, pf = ffi.cast('uint32_t *', x:data_ptr()), ffi.cast('float *', x:data_ptr())
+    for i = 0, nbits - 1 do pu[i] = (i * 65521) % 4294967296 end
+    for i = 0, ngrid - 1 do pf[nbits + i] = -12 + i / 1000 end
+    for i, v in ipairs(edges) do pf[nbits + ngrid + i - 1] = v end
+    pf[nbits + ngrid + #edges - 1] = 0 / 0
+    return x
+  end
+  local X = sweep()
+  local fns = { lgamma = dpl.lgamma, digamma = sp.digamma, erfc = sp.erfc, i0 = sp.i0 }
+  -- y (float32) against r (float64): the same non-finite values, finite ones within 1 ulp of r's float32 binade
+  local function within_ulp(name, y, r)
+    local y64, r32 = y:to('float64'), r:to('float32'):to('float64')
+    local fin = r32:isfinite()
+    local same = y64:eq(r32):logical_or(y64:isnan():logical_and(r32:isnan()))
+    assert.is_true(same:logical_or(fin):all():item(), name .. ': a NaN or infinity differs')
+    local err = ((y64 - r):abs() / r:abs():clamp(2 ^ -126)):masked_fill(fin:logical_not(), 0)
+    local worst = err:max():item()
+    assert.is_true(worst <= 2 ^ -23, ('%s: relative error %.3g at x = %.9g'):format(name, worst,
+      X[err:argmax():item() + 1]:item()))
+  end
+
+  for name, f in pairs(fns) do
+    it(name .. ': the float64 result rounded, on every path; strided and split inputs give the same bits', function()
+      local r = f(X:to('float64'))
+      local best = dpl.vmath()
+      if best == 'off' then best = dpl.vmath('scalar') end
+      local y = f(X)
+      assert.are.equal('float32', y.dtype)
+      within_ulp(name, y, r)
+      for _, path in ipairs({ 'avx512', 'avx2', 'scalar' }) do
+        if dpl.vmath(path) == path then
+          local yp = f(X)
+          assert.is_true(yp:eq(y):logical_or(yp:isnan():logical_and(y:isnan())):all():item(), name .. ' on ' .. path)
+        end
+      end
+      dpl.vmath(best)
+      local xs = dpl.stack({ X, -X }, 2):select(2, 1) -- stride 2
+      local ys = f(xs)
+      assert.is_true(ys:eq(y):logical_or(ys:isnan():logical_and(y:isnan())):all():item(), name .. ' strided')
+      local tail = f(X:narrow(1, 3, 37)) -- a short run, unaligned: the tail through the padded vector
+      assert.is_true(tail:eq(y:narrow(1, 3, 37)):logical_or(tail:isnan()):all():item())
+      dpl.vmath('off')
+      within_ulp(name .. ' (libm loop)', f(X), r)
+    end)
+  end
+
+  it('edge values in float32', function()
+    local x = dpl.tensor({ 0, -1, -2, huge, -huge, 0 / 0, 1, 2 })
+    assert.are.same({ huge, huge, huge, huge, huge }, dpl.lgamma(x):narrow(1, 1, 5):totable())
+    assert.are.same({ 0, 0 }, dpl.lgamma(x):narrow(1, 7, 2):totable())
+    local d = sp.digamma(x):totable()
+    assert.is_true(d[1] == -huge and d[2] ~= d[2] and d[4] == huge and d[5] ~= d[5] and d[6] ~= d[6])
+    assert.are.same({ 1, 2, 0, 2 }, sp.erfc(dpl.tensor({ 0, -huge, huge, -10 })):totable())
+    local i = sp.i0(dpl.tensor({ 0, huge, -huge, 92, -100 })):totable()
+    assert.is_true(i[1] == 1 and i[2] ~= i[2] and i[3] ~= i[3] and i[4] == huge and i[5] == huge)
+  end)
+end)

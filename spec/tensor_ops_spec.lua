@@ -185,6 +185,27 @@ describe('type promotion and scalars', function()
       dpl.tensor({ 2, 1 }), { reduction = 'none' }):totable())
   end)
 
+  it('any() and all() of a whole bool tensor (scanned in place) agree with the general path', function()
+    for _, n in ipairs({ 0, 1, 7, 63, 64, 65, 130, 1000 }) do
+      for _, pos in ipairs({ 1, math.floor(n / 2) + 1, n }) do
+        if n == 0 then pos = nil end
+        local t, f = dpl.zeros(n, { dtype = 'bool' }), dpl.ones(n, { dtype = 'bool' })
+        if pos then t[pos] = true; f[pos] = false end
+        assert.are.equal(pos ~= nil, t:any():item())
+        assert.are.equal(n <= 1, t:all():item())
+        assert.are.equal(n > 1, f:any():item())
+        assert.are.equal(pos == nil, f:all():item())
+        -- the general path: a dim, keepdim, a non-contiguous view
+        assert.are.equal(t:any():item(), t:any(1):item())
+        assert.are.equal(f:all():item(), f:all(1, true)[1]:item())
+      end
+    end
+    local m = dpl.ones(4, 3, { dtype = 'bool' })
+    m[2][3] = false
+    assert.is_false(m:t():all():item())
+    assert.is_true(m:t():any():item())
+  end)
+
   it('computes int64 sums, products and matmul exactly', function()
     local x = dpl.tensor({ { 2 ^ 40, 1 }, { 3, 4 } })
     assert.are.equal(2 ^ 40 + 8, x:sum():item())

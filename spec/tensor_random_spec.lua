@@ -93,4 +93,41 @@ describe('tensor random streams', function()
     local c = dpl.empty(100003, 3):t():bernoulli_(0.9)
     assert.is_true(c:eq(a):all():item())
   end)
+
+  -- float32 normal_ runs a vector Box-Muller (dpl_vm_normal_f32) that hands back to the libm formula
+  -- every element whose float32 rounding it cannot vouch for: the bits of the libm loop (DPL_VMATH=off)
+  it('normal_ float32: the libm formula\'s bits (scalar Philox, the libm loop), on every path and thread count', function()
+    local f32 = ffi.new('float[1]')
+    for _, start in ipairs({ 0, 4294967296 - 37 }) do
+      for _, ms in ipairs({ { 0, 1 }, { 0.5, 2 }, { -3, 1e-3 } }) do
+        dpl.set_rng_state({ seed = 99, offset = start })
+        local n = 130
+        local t = dpl.empty(n):normal_(ms[1], ms[2])
+        for i = 1, n do
+          local a, b = philox(99, U64(start) + (i - 1))
+          local z = math.sqrt(-2 * math.log((a + 1) / 4294967296)) * math.cos(6.283185307179586 * (b / 4294967296))
+          f32[0] = ms[1] + ms[2] * z
+          assert.are.equal(f32[0], t[i]:item())
+        end
+      end
+    end
+    local prev, path = dpl.get_num_threads(), dpl.vmath()
+    local function draw(p, th, mean, sd)
+      dpl.vmath(p)
+      dpl.set_num_threads(th)
+      dpl.manual_seed(11)
+      return dpl.empty(1000003):normal_(mean, sd)
+    end
+    for _, ms in ipairs({ { 0, 1 }, { 0.5, 2 }, { 1e6, 1 }, { 2.5, 1e5 }, { 0, 1e-30 }, { 1, 0 } }) do
+      local ref = draw('off', 1, ms[1], ms[2])
+      for _, p in ipairs({ 'auto', 'avx2', 'scalar' }) do
+        for _, th in ipairs({ 1, 2 }) do
+          assert.is_true(draw(p, th, ms[1], ms[2]):eq(ref):all():item(), ('%s, %d thread(s), mean %g std %g'):format(p, th,
+            ms[1], ms[2]))
+        end
+      end
+    end
+    dpl.vmath(path)
+    dpl.set_num_threads(prev)
+  end)
 end)

@@ -231,6 +231,21 @@ describe('elementwise', function()
     check('clamp_min', function(x) return dpl.clamp_min(x, 0.1) end)
     check('clamp_max', function(x) return x:clamp_max(-0.1) end)
   end)
+  it('xlogy with a one-element x (x * log(y), no mask) gives what the general path gives', function()
+    local y = dpl.tensor({ 0, -1, 0.5, 2, 0 / 0, math.huge }, { dtype = 'float64' })
+    for _, xv in ipairs({ 3, -0.5, 0, 0 / 0 }) do
+      local x1 = dpl.tensor({ xv }, { dtype = 'float64' })
+      local fast, full = dpl.xlogy(x1, y), dpl.xlogy(x1:expand(6):clone(), y)
+      assert.are.same({ 6 }, fast:size())
+      for i = 1, 6 do
+        local a, b = fast[i]:item(), full[i]:item()
+        assert.is_true(a == b or (a ~= a and b ~= b), ('xlogy(%g, y)[%d]: %g vs %g'):format(xv, i, a, b))
+      end
+    end
+    local x = dpl.tensor(2.5, { dtype = 'float64' }):requires_grad_()
+    dpl.xlogy(x, dpl.tensor({ 1.5, 4 }, { dtype = 'float64' })):sum():backward()
+    assert.is_true(math.abs(x.grad:item() - math.log(6)) < 1e-14)
+  end)
   it('in-place forms and integer inputs', function()
     local x = dpl.tensor({ 0.25, 0.5 })
     x:logit_()

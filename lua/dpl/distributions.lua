@@ -8,7 +8,8 @@
 -- Indices are 1-based, as everywhere in dplhost: Categorical draws 1..K and its log_prob
 -- takes 1..K. Draws come from dplhost's seeded generator (dpl.manual_seed), so they are
 -- reproducible but not PyTorch's numbers. Gamma (and with it Chi2, Beta, Dirichlet and
--- StudentT) draws by Marsaglia and Tsang's method; its rsample's gradient in the
+-- StudentT) draws by Marsaglia and Tsang's method (in C for float32/float64 CPU tensors, each
+-- draw retrying on its own Philox counters: docs/distributions.md); its rsample's gradient in the
 -- concentration is the implicit one, -dF/dalpha / density, with dF/dalpha by a central
 -- difference of gammainc. Poisson draws by multiplication for small rates and by Hormann's
 -- transformed rejection (PTRS) above 10.
@@ -16,6 +17,7 @@ local T = require 'dpl.tensor'
 local class = require 'dpl.class'
 local errors = require 'dpl.errors'
 local SP = require 'dpl.special'
+local capi = require 'dpl.capi'
 
 local type, tostring, ipairs, pairs, select = type, tostring, ipairs, pairs, select
 local floor, huge, pi, log, sqrt, max = math.floor, math.huge, math.pi, math.log, math.sqrt, math.max
@@ -717,30 +719,41 @@ end
 
 ---------------------------------------------------------------- Gamma and its family
 -- standard Gamma(alpha, 1) draws, alpha a tensor (Marsaglia and Tsang; alpha < 1 boosted
--- through Gamma(alpha + 1) * U^(1/alpha))
+-- through Gamma(alpha + 1) * U^(1/alpha)). float32/float64 on the CPU: one C pass
+-- (dpl_tensor_standard_gamma: each draw retries on its own counters until accepted); other
+-- dtypes and device tensors: whole-tensor rounds here until every element is accepted.
+local function standard_gamma_rounds(alpha)
+  local o = opts_of(alpha)
+  local small = alpha:lt(1)
+  local a = T.where(small, alpha + 1, alpha)
+  local d = a - 1 / 3
+  local c = (d * 9):rsqrt()
+  local out = T.zeros_like(a)
+  local pending = T.ones_like(a):to('bool')
+  for _ = 1, 200 do
+    local x = T.randn(shape_of(a), o)
+    local v = (x * c + 1) ^ 3
+    local u = T.rand(shape_of(a), o)
+    local ok = v:gt(0):logical_and(u:log():lt(x * x * 0.5 + d - d * v + d * v:clamp(1e-300):log()))
+    local take = ok:logical_and(pending)
+    out = T.where(take, d * v, out)
+    pending = pending:logical_and(take:logical_not())
+    if not pending:any():item() then break end
+  end
+  local boost = T.rand(shape_of(a), o):pow(alpha:reciprocal())
+  out = T.where(small, out * boost, out)
+  local tiny = alpha._dtype == 1 and 2.2250738585072014e-308 or 1.1754943508222875e-38
+  return out:clamp(tiny)
+end
 local function standard_gamma(alpha)
   return no_grad(function()
-    local o = opts_of(alpha)
-    local small = alpha:lt(1)
-    local a = T.where(small, alpha + 1, alpha)
-    local d = a - 1 / 3
-    local c = (d * 9):rsqrt()
-    local out = T.zeros_like(a)
-    local pending = T.ones_like(a):to('bool')
-    for _ = 1, 200 do
-      local x = T.randn(shape_of(a), o)
-      local v = (x * c + 1) ^ 3
-      local u = T.rand(shape_of(a), o)
-      local ok = v:gt(0):logical_and(u:log():lt(x * x * 0.5 + d - d * v + d * v:clamp(1e-300):log()))
-      local take = ok:logical_and(pending)
-      out = T.where(take, d * v, out)
-      pending = pending:logical_and(take:logical_not())
-      if not pending:any():item() then break end
+    if alpha._devtype == 0 and (alpha._dtype == 0 or alpha._dtype == 1) then
+      local a = alpha:contiguous()
+      local out = T.empty_like(a)
+      capi.check(capi.C.dpl_tensor_standard_gamma(a, out))
+      return out
     end
-    local boost = T.rand(shape_of(a), o):pow(alpha:reciprocal())
-    out = T.where(small, out * boost, out)
-    local tiny = alpha._dtype == 1 and 2.2250738585072014e-308 or 1.1754943508222875e-38
-    return out:clamp(tiny)
+    return standard_gamma_rounds(alpha)
   end)
 end
 -- the implicit reparameterization gradient of a standard Gamma draw x in alpha:
@@ -922,9 +935,15 @@ function StudentT:get_variance()
 end
 
 ---------------------------------------------------------------- Poisson, Binomial, Multinomial
--- Poisson draws: multiplication of uniforms below rate 10, Hormann's PTRS above
+-- Poisson draws: multiplication of uniforms below rate 10, Hormann's PTRS above; float32/float64
+-- on the CPU in C (dpl_tensor_poisson: each draw on its own counters), else whole-tensor rounds here
 local function poisson_draw(rate)
   return no_grad(function()
+    if rate._devtype == 0 and (rate._dtype == 0 or rate._dtype == 1) then
+      local out = T.empty_like(rate)
+      capi.check(capi.C.dpl_tensor_poisson(rate, out))
+      return out
+    end
     local o = opts_of(rate)
     local shape = shape_of(rate)
     local out = T.zeros(shape, o)

@@ -686,6 +686,8 @@ return function(M, H)
     x = as_operand('xlogy', 'input', x, is_tensor(y) and y or nil)
     y = as_operand('xlogy', 'other', y, x)
     x, y = floating(x), floating(y)
+    -- a one-element x that is not 0 (NaN included): x * log(y) everywhere, no mask to build
+    if x._numel == 1 and methods.item(x) ~= 0 then return methods.mul(x, methods.log(y)) end
     local mask = methods.logical_and(methods.eq(x, 0), methods.logical_not(methods.isnan(y)))
     local ys = M.where(mask, 1, y)
     local r = M.where(mask, 0, methods.mul(x, methods.log(ys)))

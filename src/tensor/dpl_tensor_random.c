@@ -1,9 +1,16 @@
 /* dpl_tensor_random.c: the seeded counter-based generator (Philox 4x32-10).
  * Element i of a draw uses counter (offset + i) under the key (seed), so a
  * result depends on the seed and the sequence of draws only: never on the
- * number of threads that fill it. uniform_, normal_, randint_, bernoulli_. */
+ * number of threads that fill it. uniform_, normal_, randint_, bernoulli_. float32 normal_
+ * draws transform by the vector kernel of dpl_tensor_vmath.c, checked against the libm formula's
+ * rounding so that the bits are the libm loop's (normal_f32). standard_gamma: Marsaglia and Tsang's
+ * method per element, draw i's k-th try from counter {offset + i, k} (one offset per draw); poisson:
+ * the same counters, by multiplication of uniforms below rate 10 and PTRS above. */
+#define _GNU_SOURCE /* lgamma_r */
 #include "dpl_tensor_internal.h"
+#include "dpl_tensor_vmath.h"
 #include <pthread.h>
+#include <float.h>
 #include <stdio.h>
 
 #define DEFAULT_SEED UINT64_C(67280421310721)
@@ -152,6 +159,23 @@ DPL_CLONES static void bern_f32(const uint32_t *restrict u, int n, uint32_t thr,
   for (int l = 0; l < n; l++) out[l] = (u[l] >> 8) < thr ? 1.0f : 0.0f;
 }
 
+/* the libm Box-Muller formula: the definition of the normal draws */
+static double bm_libm(uint32_t a, uint32_t b)
+{
+  double u1 = ((double)a + 1.0) * (1.0 / 4294967296.0);
+  double u2 = (double)b * (1.0 / 4294967296.0);
+  return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+}
+
+/* normal draws into float32: by the vector kernel (dpl_vm_normal_f32), the few elements it cannot
+ * vouch for recomputed from bm_libm: the same bits as the libm loop, element for element */
+static void normal_f32(const uint32_t (*u)[RB], int n, double mean, double sd, float *restrict out)
+{
+  int32_t redo[RB];
+  int nr = dpl_vm_normal_f32(u[0], u[1], n, mean, sd, out, redo);
+  for (int k = 0; k < nr; k++) out[redo[k]] = (float)(mean + sd * bm_libm(u[0][redo[k]], u[1][redo[k]]));
+}
+
 static void rng_range(int64_t lo, int64_t hi, void *vj)
 {
   rjob *j = vj;
@@ -159,11 +183,16 @@ static void rng_range(int64_t lo, int64_t hi, void *vj)
   uint32_t u[4][RB];
   uint32_t thr = 0;
   if (j->kind == R_BERNOULLI) thr = (uint32_t)ceil(j->a * 16777216.0);
+  int fast_normal = dpl_vm_isa() != DPL_VM_OFF; /* (off: the libm loop, as a reference) */
   for (int64_t b = lo; b < hi; b += RB) {
     int n = (int)(hi - b < RB ? hi - b : RB);
     philox_block(j->key, j->start + (uint64_t)b, n, u);
     if (j->kind == R_BERNOULLI && j->dt == DPL_FLOAT32) {
       bern_f32(u[0], n, thr, (float *)j->data + b);
+      continue;
+    }
+    if (fast_normal && j->kind == R_NORMAL && j->dt == DPL_FLOAT32) {
+      normal_f32((const uint32_t(*)[RB])u, n, j->a, j->b, (float *)j->data + b);
       continue;
     }
     for (int l = 0; l < n; l++) {
@@ -181,9 +210,7 @@ static void rng_range(int64_t lo, int64_t hi, void *vj)
         }
         break;
       case R_NORMAL: {
-        double u1 = ((double)u[0][l] + 1.0) * (1.0 / 4294967296.0);
-        double u2 = (double)u[1][l] * (1.0 / 4294967296.0);
-        double z = sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+        double z = bm_libm(u[0][l], u[1][l]);
         if (j->dt == DPL_FLOAT32) *(float *)p = (float)(j->a + j->b * z);
         else dpl_store_f64(p, j->dt, j->a + j->b * z);
         break;
@@ -276,6 +303,167 @@ int dpl_tensor_bernoulli_(dpl_tensor *t, double p)
   if (!(p >= 0 && p <= 1)) return dpl_errorf(DPL_EINVAL, "bernoulli_: expected 0 <= p <= 1, got %g", p);
   rjob j = {R_BERNOULLI, 0, NULL, 0, 0, p, 0, 0, 0};
   return run_rng("bernoulli_", t, &j);
+}
+
+/* ---- standard Gamma draws (Marsaglia and Tsang) ---- */
+/* Philox 4x32-10 of one counter {lo, hi, c2, 0}: draw i's try k (k >= 1) of standard_gamma */
+static void philox_one(uint64_t key, uint64_t ctr, uint32_t c2, uint32_t o[4])
+{
+  uint32_t c0 = (uint32_t)ctr, c1 = (uint32_t)(ctr >> 32), c3 = 0, k0 = (uint32_t)key, k1 = (uint32_t)(key >> 32);
+  for (int r = 0; r < 10; r++) {
+    uint64_t p0 = (uint64_t)0xD2511F53u * c0, p1 = (uint64_t)0xCD9E8D57u * c2;
+    c0 = (uint32_t)(p1 >> 32) ^ c1 ^ k0;
+    c1 = (uint32_t)p1;
+    c2 = (uint32_t)(p0 >> 32) ^ c3 ^ k1;
+    c3 = (uint32_t)p0;
+    k0 += 0x9E3779B9u;
+    k1 += 0xBB67AE85u;
+  }
+  o[0] = c0;
+  o[1] = c1;
+  o[2] = c2;
+  o[3] = c3;
+}
+
+typedef struct gjob {
+  int32_t dt;
+  const char *alpha;
+  char *out;
+  uint64_t key, start;
+} gjob;
+
+enum { GAMMA_MAX_TRIES = 1000 };
+
+/* draws [lo, hi): draw i's try k takes the Philox words of counter {start + i, k} (k = 0: the
+ * ordinary stream's counter, its words by the block generator) */
+static void gamma_range(int64_t lo, int64_t hi, void *vj)
+{
+  const gjob *j = vj;
+  for (int64_t b = lo; b < hi; b += RB) {
+    int n = (int)(hi - b < RB ? hi - b : RB);
+    uint32_t u[4][RB];
+    double al[RB], x[RB];
+    int32_t redo[RB];
+    for (int l = 0; l < n; l++)
+      al[l] = j->dt == DPL_FLOAT32 ? (double)((const float *)j->alpha)[b + l] : ((const double *)j->alpha)[b + l];
+    philox_block(j->key, j->start + (uint64_t)b, n, u);
+    const uint32_t *w[4] = {u[0], u[1], u[2], u[3]};
+    int nr = dpl_vm_gamma_try(w, al, n, x, redo);
+    for (uint32_t k = 1; nr > 0 && k < GAMMA_MAX_TRIES; k++) { /* the rejected draws, packed, try k */
+      uint32_t pw[4][RB], o[4];
+      double pal[RB], px[RB];
+      int32_t pr[RB];
+      uint8_t rej[RB] = {0};
+      for (int r = 0; r < nr; r++) {
+        philox_one(j->key, j->start + (uint64_t)(b + redo[r]), k, o);
+        for (int q = 0; q < 4; q++) pw[q][r] = o[q];
+        pal[r] = al[redo[r]];
+      }
+      const uint32_t *pw4[4] = {pw[0], pw[1], pw[2], pw[3]};
+      int nr2 = dpl_vm_gamma_try(pw4, pal, nr, px, pr);
+      for (int t = 0; t < nr2; t++) rej[pr[t]] = 1;
+      int m = 0;
+      for (int r = 0; r < nr; r++) {
+        if (rej[r]) redo[m++] = redo[r];
+        else x[redo[r]] = px[r];
+      }
+      nr = m;
+    }
+    for (int r = 0; r < nr; r++) x[redo[r]] = NAN; /* (alpha NaN or infinite: never accepted) */
+    if (j->dt == DPL_FLOAT32) {
+      float *o = (float *)j->out + b;
+      for (int l = 0; l < n; l++) {
+        float f = (float)x[l];
+        o[l] = f < FLT_MIN ? FLT_MIN : f; /* the smallest normal, as PyTorch's clamp (NaN stays) */
+      }
+    } else {
+      double *o = (double *)j->out + b;
+      for (int l = 0; l < n; l++) o[l] = x[l] < DBL_MIN ? DBL_MIN : x[l];
+    }
+  }
+}
+
+int dpl_tensor_standard_gamma(const dpl_tensor *alpha, dpl_tensor *out)
+{
+  DPL_TRY(dpl_check_tensor("standard_gamma", "alpha", alpha));
+  DPL_TRY(dpl_check_tensor("standard_gamma", "out", out));
+  if ((alpha->_dtype != DPL_FLOAT32 && alpha->_dtype != DPL_FLOAT64) || out->_dtype != alpha->_dtype)
+    return dpl_errorf(DPL_EINVAL, "standard_gamma: expected float32 or float64 alpha and out of its dtype, got %s and %s",
+                      dpl_dtype_name(alpha->_dtype), dpl_dtype_name(out->_dtype));
+  if (!dpl_is_contig(alpha) || !dpl_is_contig(out) || alpha->_numel != out->_numel)
+    return dpl_errorf(DPL_EINVAL, "standard_gamma: expected contiguous alpha and out of the same size");
+  gjob j = {alpha->_dtype, alpha->_data, out->_data, 0, 0};
+  dpl_rng_reserve((uint64_t)alpha->_numel, &j.key, &j.start);
+  dpl_parallel_for(alpha->_numel, 4096, gamma_range, &j);
+  return DPL_OK;
+}
+
+/* ---- Poisson draws ---- */
+/* the uniform (w + 1/2) 2^-32 in (0, 1) */
+static inline double u01(uint32_t w) { return ((double)w + 0.5) * (1.0 / 4294967296.0); }
+
+/* one Poisson(rate) draw from counters {ctr, k}, k = 0, 1, ...: below rate 10 the count of
+ * uniforms (word j of counter {ctr, j / 4}) whose product stays above e^-rate; from 10 on Hormann's
+ * transformed rejection (PTRS), try k's U and V from words 0 and 1 of counter {ctr, k} */
+static double poisson_one(uint64_t key, uint64_t ctr, double rate)
+{
+  uint32_t w[4];
+  if (!(rate > 0)) return 0;
+  if (rate < 10) {
+    double limit = exp(-rate), prod = 1;
+    for (uint32_t j = 0; j < 4u * GAMMA_MAX_TRIES; j++) {
+      if (j % 4 == 0) philox_one(key, ctr, j / 4, w);
+      prod *= u01(w[j % 4]);
+      if (prod <= limit) return (double)j;
+    }
+    return NAN;
+  }
+  double slam = sqrt(rate), loglam = log(rate), b = 0.931 + 2.53 * slam, a = -0.059 + 0.02483 * b;
+  double inva = 1.1239 + 1.1328 / (b - 3.4), vr = 0.9277 - 3.6224 / (b - 2);
+  for (uint32_t k = 0; k < GAMMA_MAX_TRIES; k++) {
+    philox_one(key, ctr, k, w);
+    double U = u01(w[0]) - 0.5, V = u01(w[1]), us = 0.5 - fabs(U);
+    double kk = floor((2 * a / us + b) * U + rate + 0.43);
+    if (us >= 0.07 && V <= vr) return kk;
+    if (kk < 0 || (us < 0.013 && V > us)) continue;
+    int sg;
+    if (log(V) + log(inva) - log(a / (us * us) + b) <= -rate + kk * loglam - lgamma_r(kk + 1, &sg)) return kk;
+  }
+  return NAN;
+}
+
+typedef struct pjob {
+  int32_t dt;
+  const char *rate;
+  char *out;
+  uint64_t key, start;
+} pjob;
+
+static void poisson_range(int64_t lo, int64_t hi, void *vj)
+{
+  const pjob *j = vj;
+  for (int64_t i = lo; i < hi; i++) {
+    if (j->dt == DPL_FLOAT32) {
+      ((float *)j->out)[i] = (float)poisson_one(j->key, j->start + (uint64_t)i, ((const float *)j->rate)[i]);
+    } else {
+      ((double *)j->out)[i] = poisson_one(j->key, j->start + (uint64_t)i, ((const double *)j->rate)[i]);
+    }
+  }
+}
+
+int dpl_tensor_poisson(const dpl_tensor *rate, dpl_tensor *out)
+{
+  DPL_TRY(dpl_check_tensor("poisson", "rate", rate));
+  DPL_TRY(dpl_check_tensor("poisson", "out", out));
+  if ((rate->_dtype != DPL_FLOAT32 && rate->_dtype != DPL_FLOAT64) || out->_dtype != rate->_dtype)
+    return dpl_errorf(DPL_EINVAL, "poisson: expected float32 or float64 rate and out of its dtype, got %s and %s",
+                      dpl_dtype_name(rate->_dtype), dpl_dtype_name(out->_dtype));
+  if (!dpl_is_contig(rate) || !dpl_is_contig(out) || rate->_numel != out->_numel)
+    return dpl_errorf(DPL_EINVAL, "poisson: expected contiguous rate and out of the same size");
+  pjob j = {rate->_dtype, rate->_data, out->_data, 0, 0};
+  dpl_rng_reserve((uint64_t)rate->_numel, &j.key, &j.start);
+  dpl_parallel_for(rate->_numel, 4096, poisson_range, &j);
+  return DPL_OK;
 }
 
 /* ---- fused dropout: the keep decisions of bernoulli_(1 - p), applied and packed in one pass ---- */

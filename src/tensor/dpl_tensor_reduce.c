@@ -12,6 +12,7 @@
 #endif
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 static const char *red_name(int op)
 {
@@ -202,6 +203,34 @@ static void red_range(int64_t lo, int64_t hi, void *vj)
   }
 }
 
+/* any() / all() of a whole contiguous bool tensor: its bytes scanned in place, in word-sized
+ * steps (the general path copies them to int64 first) */
+static int bool_any_all(const char *name, int op, const dpl_tensor *a, dpl_tensor **out)
+{
+  const uint8_t *p = (const uint8_t *)a->_data;
+  int64_t n = a->_numel, i = 0;
+  int v;
+  if (op == DPL_RED_ALL) {
+    v = n == 0 || memchr(p, 0, (size_t)n) == NULL;
+  } else {
+    uint64_t acc = 0;
+    for (; i + 64 <= n && !acc; i += 64)
+      for (int k = 0; k < 8; k++) {
+        uint64_t w;
+        memcpy(&w, p + i + 8 * k, 8);
+        acc |= w;
+      }
+    for (; i < n && !acc; i++) acc |= p[i];
+    v = acc != 0;
+  }
+  dpl_tensor *res = NULL;
+  int64_t none[1] = {0};
+  DPL_TRY(dpl_new(name, DPL_BOOL, 0, none, a, &res));
+  *(uint8_t *)res->_data = (uint8_t)v;
+  *out = res;
+  return DPL_OK;
+}
+
 static int reduce_core(int op, const dpl_tensor *a, int32_t dim, int32_t keepdim, double param, dpl_tensor **out,
                        dpl_tensor **out_idx)
 {
@@ -209,6 +238,9 @@ static int reduce_core(int op, const dpl_tensor *a, int32_t dim, int32_t keepdim
   if (!name) return dpl_errorf(DPL_EINVAL, "reduce: unknown op id %d", (int)op);
   DPL_TRY(dpl_check_tensor(name, "self", a));
   DPL_TRY(norm_dim(name, a, dim));
+  if ((op == DPL_RED_ANY || op == DPL_RED_ALL) && dim == -1 && !keepdim && !out_idx && a->_dtype == DPL_BOOL &&
+      dpl_is_contig(a))
+    return bool_any_all(name, op, a, out);
   int isf = dpl_is_float(a->_dtype);
   if (!isf && (op == DPL_RED_MEAN || op == DPL_RED_VAR || op == DPL_RED_STD || op == DPL_RED_LOGSUMEXP || op == DPL_RED_NORM))
     return dpl_errorf(DPL_EINVAL, "%s: expected a floating-point tensor, got %s (convert with :float() first)", name,

@@ -3,13 +3,16 @@
  * i0/i0e/i1/i1e, the normal distribution's ndtr/ndtri/log_ndtr, sinc, and the two-argument
  * Hurwitz zeta and regularized incomplete gamma functions. Each element is computed in double
  * precision (series, recurrences and asymptotic expansions written out below) and stored in
- * the input's floating dtype; integer and bool inputs give float32, as in PyTorch. The
+ * the input's floating dtype; integer and bool inputs give float32, as in PyTorch. float32
+ * lgamma, digamma, erfc and i0 run the vector kernels of dpl_tensor_vmath_sp.h instead (double
+ * lanes, the same results rounded to float32; DPL_VMATH=off keeps the loop here). The
  * per-element math is dpl_special_math.h, shared with the CUDA kernel: tensors in device
  * memory go to the backend (DPL_BK_SPECIAL) after the same checks. */
 #define _GNU_SOURCE
 #include "dpl_tensor_internal.h"
 #include "dpl_special_math.h"
 #include "dpl_tensor_backend.h"
+#include "dpl_tensor_vmath.h"
 
 /* ---- the loops ---- */
 typedef struct sp_ctx {
@@ -31,6 +34,19 @@ static void sp_loop2(char **p, const int64_t *st, int64_t n, void *ctx)
     double a = dpl_load_f64(p[1] + i * st[1], c->dt_a), b = dpl_load_f64(p[2] + i * st[2], c->dt_b);
     dpl_store_f64(p[0] + i * st[0], c->dt_out, dpl_sp_eval2(c->op, a, b));
   }
+}
+
+/* float32 -> float32 through the vector kernels (dpl_tensor_vmath_sp.h; strided runs are buffered) */
+static void sp_loop_vm(char **p, const int64_t *st, int64_t n, void *ctx)
+{
+  dpl_vm_map(*(const int *)ctx, p[0], st[0], p[1], st[1], n, 0, 0);
+}
+/* the vector kernel of op for float32, or -1 (none, or DPL_VMATH=off) */
+static int sp_vm_fn(int32_t op)
+{
+  int fn = op == DPL_SP_LGAMMA ? DPL_VM_LGAMMA : op == DPL_SP_DIGAMMA ? DPL_VM_DIGAMMA
+         : op == DPL_SP_ERFC ? DPL_VM_ERFC : op == DPL_SP_I0 ? DPL_VM_I0 : -1;
+  return fn >= 0 && dpl_vm_isa() != DPL_VM_OFF ? fn : -1;
 }
 
 static const char *sp_name(int32_t op)
@@ -67,8 +83,10 @@ int dpl_special(int32_t op, const dpl_tensor *a, int64_t n, dpl_tensor **out)
   dpl_tensor *ops[2] = {r, (dpl_tensor *)a};
   dpl_iter it;
   dpl_iter_init(&it, 2, ops, a->_ndim, a->_shape);
+  int vfn = a->_dtype == DPL_FLOAT32 && r->_dtype == DPL_FLOAT32 ? sp_vm_fn(op) : -1;
   sp_ctx c = {op, r->_dtype, a->_dtype, 0, n};
-  dpl_iter_run(&it, sp_loop1, &c, 2048);
+  if (vfn >= 0) dpl_iter_run(&it, sp_loop_vm, &vfn, 2048);
+  else dpl_iter_run(&it, sp_loop1, &c, 2048);
   *out = r;
   return DPL_OK;
 }

@@ -1,10 +1,15 @@
 /* dpl_tensor_vmath.c: vectorised float32 math for the elementwise and activation
- * kernels: the kernels of dpl_tensor_vmath_body.h compiled for AVX-512, AVX2 and
+ * kernels (and float32 lgamma, digamma, erfc, i0 for dpl_tensor_special.c, evaluated in double
+ * lanes: dpl_tensor_vmath_sp.h): the kernels of dpl_tensor_vmath_body.h compiled for AVX-512, AVX2 and
  * plain scalar code, the choice among them at run time (CPU features, DPL_VMATH),
  * and the strided entry points (strided runs go through small buffers). Accuracy,
  * measured against double-precision libm over every float32 (scripts/vmath_ulp.c)
  * and over dense sweeps in spec/tensor_vmath_spec.lua, is listed in docs/tensors.md. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* lgamma_r (dpl_special_math.h) */
+#endif
 #include "dpl_tensor_vmath.h"
+#include "dpl_special_math.h"
 #include "dpl_tensor_internal.h"
 #include <math.h>
 #include <stdatomic.h>
@@ -27,6 +32,8 @@
 #define VM_MAXC(x, c) ((__typeof__(x)){(c)[0] > (x)[0] ? (c)[0] : (x)[0]})
 #define VM_MINC(x, c) ((__typeof__(x)){(c)[0] < (x)[0] ? (c)[0] : (x)[0]})
 #define VM_ANY(m) ((m)[0] != 0)
+#define VM_SQRTD(v) ((__typeof__(v)){sqrt((v)[0])})
+#define VM_ANYH(m) ((m)[0] != 0)
 #include "dpl_tensor_vmath_body.h"
 #undef VM_W
 #undef VM_SFX
@@ -36,6 +43,8 @@
 #undef VM_MINC
 #undef VM_MAXC
 #undef VM_FMA
+#undef VM_SQRTD
+#undef VM_ANYH
 
 #ifdef VM_HAVE_X86
 #define VM_W 8
@@ -46,6 +55,8 @@
 #define VM_MAXC(x, c) ((__typeof__(x))_mm256_max_ps((__m256)(c), (__m256)(x)))
 #define VM_MINC(x, c) ((__typeof__(x))_mm256_min_ps((__m256)(c), (__m256)(x)))
 #define VM_ANY(m) (!_mm256_testz_si256((__m256i)(m), (__m256i)(m)))
+#define VM_SQRTD(v) ((__typeof__(v))_mm256_sqrt_pd((__m256d)(v)))
+#define VM_ANYH(m) (!_mm256_testz_si256((__m256i)(m), (__m256i)(m)))
 #include "dpl_tensor_vmath_body.h"
 #undef VM_W
 #undef VM_SFX
@@ -55,6 +66,8 @@
 #undef VM_MINC
 #undef VM_MAXC
 #undef VM_FMA
+#undef VM_SQRTD
+#undef VM_ANYH
 
 #define VM_W 16
 #define VM_SFX avx512
@@ -64,6 +77,8 @@
 #define VM_MAXC(x, c) ((__typeof__(x))_mm512_max_ps((__m512)(c), (__m512)(x)))
 #define VM_MINC(x, c) ((__typeof__(x))_mm512_min_ps((__m512)(c), (__m512)(x)))
 #define VM_ANY(m) (_mm512_test_epi32_mask((__m512i)(m), (__m512i)(m)) != 0)
+#define VM_SQRTD(v) ((__typeof__(v))_mm512_sqrt_pd((__m512d)(v)))
+#define VM_ANYH(m) (_mm512_test_epi64_mask((__m512i)(m), (__m512i)(m)) != 0)
 #include "dpl_tensor_vmath_body.h"
 #undef VM_W
 #undef VM_SFX
@@ -73,16 +88,25 @@
 #undef VM_MINC
 #undef VM_MAXC
 #undef VM_FMA
+#undef VM_SQRTD
+#undef VM_ANYH
 #endif
 
 typedef void (*map_fn)(int fn, float *y, const float *x, int64_t n, float p0, float p1);
+typedef int (*nf_fn)(const uint32_t *u0, const uint32_t *u1, int64_t n, double mean, double sd, float *out,
+                     int32_t *redo);
+typedef int (*gt_fn)(const uint32_t *const *w, const double *alpha, int64_t n, double *x, int32_t *redo);
 typedef void (*grad_fn)(int fn, float *y, const float *g, const float *x, int64_t n, float p0, float p1);
 #ifdef VM_HAVE_X86
 static const map_fn maps[3] = {map_scalar, map_avx2, map_avx512};
 static const grad_fn grads[3] = {grad_scalar, grad_avx2, grad_avx512};
+static const nf_fn nfs[3] = {normal_f32_scalar, normal_f32_avx2, normal_f32_avx512};
+static const gt_fn gts[3] = {gamma_try_scalar, gamma_try_avx2, gamma_try_avx512};
 #else
 static const map_fn maps[3] = {map_scalar, map_scalar, map_scalar};
 static const grad_fn grads[3] = {grad_scalar, grad_scalar, grad_scalar};
+static const nf_fn nfs[3] = {normal_f32_scalar, normal_f32_scalar, normal_f32_scalar};
+static const gt_fn gts[3] = {gamma_try_scalar, gamma_try_scalar, gamma_try_scalar};
 #endif
 
 int dpl_cpu_avx512f(void)
@@ -185,4 +209,15 @@ void dpl_vm_grad(int fn, char *y, int64_t sy, const char *g, int64_t sg, const c
     f(fn, bx, bg, bx, m, p0, p1);
     for (int64_t i = 0; i < m; i++) memcpy(y + (i0 + i) * sy, bx + i, sizeof(float));
   }
+}
+
+int dpl_vm_normal_f32(const uint32_t *u0, const uint32_t *u1, int64_t n, double mean, double sd, float *out,
+                      int32_t *redo)
+{
+  return nfs[run_isa()](u0, u1, n, mean, sd, out, redo);
+}
+
+int dpl_vm_gamma_try(const uint32_t *const *w, const double *alpha, int64_t n, double *x, int32_t *redo)
+{
+  return gts[run_isa()](w, alpha, n, x, redo);
 }

@@ -629,6 +629,9 @@ VM_INL vf VM(d_mish)(vf g, vf x)
   return sel(x == __builtin_inff(), K(__builtin_nanf("")), res); /* inf * 0, as the formula gives */
 }
 
+/* ---- special functions, in double lanes ---- */
+#include "dpl_tensor_vmath_sp.h"
+
 /* ---- loops over arrays ---- */
 /* two vectors an iteration: two independent dependency chains for the out-of-order core */
 #define VM_LOOP1(EXPR)                                                                        \
@@ -707,6 +710,10 @@ VM_TARGET static void VM(map)(int fn, float *y, const float *x, int64_t n, float
   case DPL_VM_SOFTPLUS: VM_LOOP1(VM(softplus)(v, p0, p1)); break;
   case DPL_VM_ELU: VM_LOOP1(VM(elu)(v, p0)); break;
   case DPL_VM_MISH: VM_LOOP1(VM(mish)(v)); break;
+  case DPL_VM_LGAMMA: VM_LOOP1(VM(lgamma)(v)); break;
+  case DPL_VM_DIGAMMA: VM_LOOP1(VM(digamma)(v)); break;
+  case DPL_VM_ERFC: VM_LOOP1(VM(erfc)(v)); break;
+  case DPL_VM_I0: VM_LOOP1(VM(i0)(v)); break;
   default: break;
   }
 }
