@@ -754,6 +754,20 @@ int dpl_avg_pool2d(const dpl_tensor *x, const int32_t *params, int32_t count_inc
 int dpl_avg_pool2d_backward(const dpl_tensor *grad_out, const dpl_tensor *x, const int32_t *params,
                             int32_t count_include_pad, dpl_tensor **grad_x);
 
+/* 3-d pooling of x [N, C, D, H, W] (src/tensor/dpl_tensor_pool3d.c; Lua: max_pool3d / avg_pool3d of
+ * dpl.nn.functional_conv3d). Host memory only ("<op>: not implemented on cuda"); floating inputs
+ * (float16/bfloat16 computed in float32). params (13): kernel d, h, w, stride d, h, w, padding d,
+ * h, w, dilation d, h, w (1 for the average), ceil_mode. Max: indices are 0-based positions in
+ * each D*H*W volume, the first maximum in window order (a NaN wins). Average: divisor != 0
+ * overrides the window's count (count_include_pad: 1 counts the padding, 0 does not). */
+int dpl_max_pool3d(const dpl_tensor *x, const int32_t *params, dpl_tensor **out, dpl_tensor **indices);
+int dpl_max_pool3d_backward(const dpl_tensor *grad_out, const dpl_tensor *x, const dpl_tensor *indices,
+                            dpl_tensor **grad_x);
+int dpl_avg_pool3d(const dpl_tensor *x, const int32_t *params, int32_t count_include_pad, int32_t divisor,
+                   dpl_tensor **out);
+int dpl_avg_pool3d_backward(const dpl_tensor *grad_out, const dpl_tensor *x, const int32_t *params,
+                            int32_t count_include_pad, int32_t divisor, dpl_tensor **grad_x);
+
 /* The conv group of nn (src/tensor/dpl_tensor_nnconv.c; Lua: dpl.nn.functional_conv): unfold/fold,
  * padding, interpolation, adaptive pooling, 1-d max pooling. Host memory only ("<op>: not
  * implemented on cuda"). Floating inputs (float16/bfloat16 computed in float32), except
