@@ -113,7 +113,7 @@ typedef struct p3_job {
                   /* branch-free select: first max wins, a NaN wins over a number */                      \
                   int take = (bi < 0) | (v > best) | ((v != v) & (best == best));                         \
                   best = take ? v : best;                                                                 \
-                  bi = take ? z : bi;                                                                     \
+                  bi += (z - bi) & -(int64_t)take;                                                              \
                 }                                                                                         \
               }                                                                                           \
             }                                                                                             \
@@ -131,7 +131,7 @@ P3_MAX(p3_max_f64, double)
 
 /* 2x2x2, stride 2, no padding, no dilation, even sizes: eight loads and a fixed select tree
  * in window order (first max, first NaN) */
-#define P3_MAX2(NAME, T)                                                                                  \
+#define P3_MAX2(NAME, T, ROW)                                                                                \
   static void NAME(const p3_geom *gp, const T *x, T *restrict out, int64_t *restrict ix, int64_t lo,      \
                    int64_t hi)                                                                            \
   {                                                                                                       \
@@ -144,7 +144,7 @@ P3_MAX(p3_max_f64, double)
           const T *r0 = x + pl * plane + base, *r1 = r0 + W, *r2 = r0 + HW, *r3 = r2 + W;                 \
           T *op = out + pl * oplane + (od * OH + oh) * OW;                                                \
           int64_t *ip = ix + pl * oplane + (od * OH + oh) * OW;                                           \
-          for (int64_t ow = 0; ow < OW; ow++) {                                                           \
+          for (int64_t ow = ROW(r0, W, HW, OW, op, ip, base); ow < OW; ow++) {                            \
             const int64_t c = 2 * ow;                                                                     \
             T v0 = r0[c], v1 = r0[c + 1], v2 = r1[c], v3 = r1[c + 1];                                     \
             T v4 = r2[c], v5 = r2[c + 1], v6 = r3[c], v7 = r3[c + 1];                                     \
@@ -165,8 +165,108 @@ P3_MAX(p3_max_f64, double)
         }                                                                                                 \
     }                                                                                                     \
   }
-P3_MAX2(p3_max2_f32, float)
-P3_MAX2(p3_max2_f64, double)
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+/* b beats a: b > a, or b is a NaN and a is not (a keeps ties) */
+static inline __m128 p3_beats(__m128 b, __m128 a)
+{
+  return _mm_or_ps(_mm_cmpgt_ps(b, a), _mm_and_ps(_mm_cmpunord_ps(b, b), _mm_cmpord_ps(a, a)));
+}
+static inline __m128 p3_sel(__m128 t, __m128 b, __m128 a) { return _mm_or_ps(_mm_and_ps(t, b), _mm_andnot_ps(t, a)); }
+static inline __m128i p3_seli(__m128 t, __m128i b, __m128i a)
+{
+  __m128i m = _mm_castps_si128(t);
+  return _mm_or_si128(_mm_and_si128(m, b), _mm_andnot_si128(m, a));
+}
+/* one output row of the float32 2x2x2 pool, 4 outputs at a time (random data defeats the
+ * branches GCC makes of the scalar selects); the same select tree as P3_MAX2. Returns how
+ * many outputs it wrote (a multiple of 4). */
+static int64_t p3_max2_f32_row_sse(const float *r0, int64_t W, int64_t HW, int64_t OW, float *restrict op,
+                                   int64_t *restrict ip, int64_t base)
+{
+  if (HW + W > INT32_MAX / 2) return 0;
+  const float *r1 = r0 + W, *r2 = r0 + HW, *r3 = r2 + W;
+  const __m128i one = _mm_set1_epi32(1), wv = _mm_set1_epi32((int32_t)W), hv = _mm_set1_epi32((int32_t)HW);
+  const __m128i hwv = _mm_set1_epi32((int32_t)(HW + W));
+  int64_t ow = 0;
+  for (; ow + 4 <= OW; ow += 4) {
+    const int64_t c = 2 * ow;
+    __m128 m[4];
+    __m128i k[4];
+    const float *rr[4] = {r0, r1, r2, r3};
+    const __m128i off[4] = {_mm_setzero_si128(), wv, hv, hwv};
+    for (int r = 0; r < 4; r++) {
+      __m128 x0 = _mm_loadu_ps(rr[r] + c), x1 = _mm_loadu_ps(rr[r] + c + 4);
+      __m128 e = _mm_shuffle_ps(x0, x1, _MM_SHUFFLE(2, 0, 2, 0)), o = _mm_shuffle_ps(x0, x1, _MM_SHUFFLE(3, 1, 3, 1));
+      __m128 t = p3_beats(o, e);
+      m[r] = p3_sel(t, o, e);
+      k[r] = _mm_add_epi32(off[r], _mm_and_si128(_mm_castps_si128(t), one));
+    }
+    __m128 ta = p3_beats(m[1], m[0]), tb = p3_beats(m[3], m[2]);
+    __m128 ma = p3_sel(ta, m[1], m[0]), mb = p3_sel(tb, m[3], m[2]);
+    __m128i ka = p3_seli(ta, k[1], k[0]), kb = p3_seli(tb, k[3], k[2]);
+    __m128 t = p3_beats(mb, ma);
+    _mm_storeu_ps(op + ow, p3_sel(t, mb, ma));
+    int32_t kk[4];
+    _mm_storeu_si128((__m128i *)kk, p3_seli(t, kb, ka));
+    for (int q = 0; q < 4; q++) ip[ow + q] = base + c + 2 * q + kk[q];
+  }
+  return ow;
+}
+static inline __m128d p3_beats_d(__m128d b, __m128d a)
+{
+  return _mm_or_pd(_mm_cmpgt_pd(b, a), _mm_and_pd(_mm_cmpunord_pd(b, b), _mm_cmpord_pd(a, a)));
+}
+static inline __m128d p3_sel_d(__m128d t, __m128d b, __m128d a) { return _mm_or_pd(_mm_and_pd(t, b), _mm_andnot_pd(t, a)); }
+static inline __m128i p3_seli_d(__m128d t, __m128i b, __m128i a)
+{
+  __m128i m = _mm_castpd_si128(t);
+  return _mm_or_si128(_mm_and_si128(m, b), _mm_andnot_si128(m, a));
+}
+/* the float64 row, 2 outputs at a time (64-bit masks: the offsets stay int64) */
+static int64_t p3_max2_f64_row_sse(const double *r0, int64_t W, int64_t HW, int64_t OW, double *restrict op,
+                                   int64_t *restrict ip, int64_t base)
+{
+  const double *rr[4] = {r0, r0 + W, r0 + HW, r0 + HW + W};
+  const __m128i one = _mm_set1_epi64x(1);
+  const __m128i off[4] = {_mm_setzero_si128(), _mm_set1_epi64x(W), _mm_set1_epi64x(HW), _mm_set1_epi64x(HW + W)};
+  int64_t ow = 0;
+  for (; ow + 2 <= OW; ow += 2) {
+    const int64_t c = 2 * ow;
+    __m128d m[4];
+    __m128i k[4];
+    for (int r = 0; r < 4; r++) {
+      __m128d x0 = _mm_loadu_pd(rr[r] + c), x1 = _mm_loadu_pd(rr[r] + c + 2);
+      __m128d e = _mm_unpacklo_pd(x0, x1), o = _mm_unpackhi_pd(x0, x1);
+      __m128d t = p3_beats_d(o, e);
+      m[r] = p3_sel_d(t, o, e);
+      k[r] = _mm_add_epi64(off[r], _mm_and_si128(_mm_castpd_si128(t), one));
+    }
+    __m128d ta = p3_beats_d(m[1], m[0]), tb = p3_beats_d(m[3], m[2]);
+    __m128d ma = p3_sel_d(ta, m[1], m[0]), mb = p3_sel_d(tb, m[3], m[2]);
+    __m128i ka = p3_seli_d(ta, k[1], k[0]), kb = p3_seli_d(tb, k[3], k[2]);
+    __m128d t = p3_beats_d(mb, ma);
+    _mm_storeu_pd(op + ow, p3_sel_d(t, mb, ma));
+    __m128i b = _mm_set_epi64x(base + c + 2, base + c);
+    _mm_storeu_si128((__m128i *)(ip + ow), _mm_add_epi64(b, p3_seli_d(t, kb, ka)));
+  }
+  return ow;
+}
+#endif
+
+static inline int64_t p3_no_row(const void *r0, int64_t W, int64_t HW, int64_t OW, void *op, int64_t *ip, int64_t base)
+{
+  (void)r0; (void)W; (void)HW; (void)OW; (void)op; (void)ip; (void)base;
+  return 0;
+}
+#if defined(__SSE2__)
+P3_MAX2(p3_max2_f32, float, p3_max2_f32_row_sse)
+P3_MAX2(p3_max2_f64, double, p3_max2_f64_row_sse)
+#else
+P3_MAX2(p3_max2_f32, float, p3_no_row)
+P3_MAX2(p3_max2_f64, double, p3_no_row)
+#endif
 
 static int p3_is_2x2x2(const p3_geom *g)
 {
