@@ -94,6 +94,72 @@ int dpl_histogram_fill(const dpl_tensor *x, const dpl_tensor *weight, const dpl_
     cnt[o]++;                                                                             \
   } while (0)
 
+/* The common case, index of out's shape but along dim (out contiguous): the position of
+ * index element (a, j, c) (outer, along dim, inner) is out's (a, index - 1, c), no odometer;
+ * red and inc are constants where it is inlined (one loop per reduction, the folds of
+ * SRED_STEP: a first write without include_self replaces, amax/amin: NaN wins). The counts
+ * are kept only where they are read: for the mean and without include_self. */
+/* index element qq folded at out's oo (red, inc: constants) */
+#define SRED_ONE(T, qq, oo)                                                                               \
+  do {                                                                                                    \
+    const T s = sp[qq], cur = op[oo];                                                                     \
+    const int32_t k = red == 3 || !inc ? cnt[oo] : 1;                                                     \
+    const int first = !inc && k == 0;                                                                     \
+    T r;                                                                                                  \
+    if (red == 1 || red == 3) r = first ? s : cur + s;                                                    \
+    else if (red == 2) r = first ? s : cur * s;                                                           \
+    /* amax/amin: a NaN cur stays unless s is one too (rare: a branch); else !(s <= cur) is  \
+     * "s greater or a NaN", one compare */                                                             \
+    else if (red == 4) r = first ? s : cur == cur ? (!(s <= cur) ? s : cur) : (s != s ? s : cur);       \
+    else r = first ? s : cur == cur ? (!(s >= cur) ? s : cur) : (s != s ? s : cur);                     \
+    op[oo] = r;                                                                                           \
+    if (red == 3 || !inc) cnt[oo] = k + 1;                                                                \
+  } while (0)
+#define SRED_FAST(T)                                                                                      \
+  static inline __attribute__((always_inline)) int64_t sred_fast_##T(                                     \
+    T *restrict op, const T *restrict sp, const int64_t *restrict ip, int32_t *restrict cnt, int64_t outer, \
+    int64_t Di, int64_t Do, int64_t inner, const int red, const int inc)                                  \
+  {                                                                                                       \
+    for (int64_t a = 0; a < outer; a++) {                                                                 \
+      const int64_t ob = a * Do - 1;                                                                      \
+      if (inner == 1) { /* dim innermost (a 1-d self): one flat loop */                                  \
+        for (int64_t j = a * Di; j < (a + 1) * Di; j++) {                                                 \
+          const int64_t v = ip[j];                                                                        \
+          if ((uint64_t)(v - 1) >= (uint64_t)Do) return j; /* out of range: stop there */                \
+          SRED_ONE(T, j, ob + v);                                                                          \
+        }                                                                                                 \
+        continue;                                                                                         \
+      }                                                                                                   \
+      for (int64_t j = 0; j < Di; j++) {                                                                  \
+        const int64_t q = (a * Di + j) * inner;                                                           \
+        for (int64_t c = 0; c < inner; c++) {                                                             \
+          const int64_t v = ip[q + c];                                                                    \
+          if ((uint64_t)(v - 1) >= (uint64_t)Do) return q + c;                                            \
+          SRED_ONE(T, q + c, (ob + v) * inner + c);                                                        \
+        }                                                                                                 \
+      }                                                                                                   \
+    }                                                                                                     \
+    return -1;                                                                                            \
+  }                                                                                                       \
+  static int64_t sred_fast_run_##T(T *op, const T *sp, const int64_t *ip, int32_t *cnt, int64_t outer,     \
+                                int64_t Di, int64_t Do, int64_t inner, int red, int inc)                 \
+  {                                                                                                       \
+    switch (red * 2 + (inc != 0)) {                                                                       \
+    case 2: return sred_fast_##T(op, sp, ip, cnt, outer, Di, Do, inner, 1, 0);                                   \
+    case 3: return sred_fast_##T(op, sp, ip, cnt, outer, Di, Do, inner, 1, 1);                                   \
+    case 4: return sred_fast_##T(op, sp, ip, cnt, outer, Di, Do, inner, 2, 0);                                   \
+    case 5: return sred_fast_##T(op, sp, ip, cnt, outer, Di, Do, inner, 2, 1);                                   \
+    case 6: return sred_fast_##T(op, sp, ip, cnt, outer, Di, Do, inner, 3, 0);                                   \
+    case 7: return sred_fast_##T(op, sp, ip, cnt, outer, Di, Do, inner, 3, 1);                                   \
+    case 8: return sred_fast_##T(op, sp, ip, cnt, outer, Di, Do, inner, 4, 0);                                   \
+    case 9: return sred_fast_##T(op, sp, ip, cnt, outer, Di, Do, inner, 4, 1);                                   \
+    case 10: return sred_fast_##T(op, sp, ip, cnt, outer, Di, Do, inner, 5, 0);                                  \
+    default: return sred_fast_##T(op, sp, ip, cnt, outer, Di, Do, inner, 5, 1);                                  \
+    }                                                                                                     \
+  }
+SRED_FAST(float)
+SRED_FAST(double)
+
 int dpl_scatter_reduce_fill(dpl_tensor *out, int32_t dim, const dpl_tensor *index, const dpl_tensor *src,
                             int32_t red, int32_t include_self, int32_t *cnt)
 {
@@ -114,6 +180,21 @@ int dpl_scatter_reduce_fill(dpl_tensor *out, int32_t dim, const dpl_tensor *inde
       return dpl_errorf(DPL_EINVAL, "%s: index is larger than self in dim %d", name, (int)k + 1);
   int64_t N = index->_numel, dsize = n > 0 ? out->_shape[dim] : 1, dstride = n > 0 ? out->_stride[dim] : 0;
   const int64_t *ip = index->_data;
+  int same = n > 0;
+  for (int32_t k = 0; k < n; k++) same = same && (k == dim || index->_shape[k] == out->_shape[k]);
+  if (same) { /* out is contiguous (checked above): the odometer-free loop, checking as it goes */
+    int64_t outer = 1, inner = 1;
+    for (int32_t k = 0; k < dim; k++) outer *= out->_shape[k];
+    for (int32_t k = dim + 1; k < n; k++) inner *= out->_shape[k];
+    int64_t at = out->_dtype == DPL_FLOAT32
+                   ? sred_fast_run_float(out->_data, src->_data, ip, cnt, outer, index->_shape[dim], dsize, inner, red,
+                                         include_self)
+                   : sred_fast_run_double(out->_data, src->_data, ip, cnt, outer, index->_shape[dim], dsize, inner, red,
+                                          include_self);
+    if (at < 0) return DPL_OK;
+    return dpl_errorf(DPL_EINVAL, "%s: index %lld is out of range for dim %d of size %lld (expected 1..%lld)", name,
+                      (long long)ip[at], (int)dim + 1, (long long)dsize, (long long)dsize);
+  }
   for (int64_t p = 0; p < N; p++)
     if (ip[p] < 1 || ip[p] > dsize)
       return dpl_errorf(DPL_EINVAL, "%s: index %lld is out of range for dim %d of size %lld (expected 1..%lld)", name,
