@@ -546,7 +546,8 @@ int dpl_scatter_reduce_dev(dpl_tensor *out, int32_t dim, const dpl_tensor *index
 /* EmbeddingBag's sum (mean = 0) or mean (1) of the rows weight[ids - 1] (float32/float64 [V, D];
  * ids int64, 1-based) for bags b = 0..B-1 of ids bounds[b]..bounds[b+1]-1 (int64 [B+1], 1-based),
  * each row times per_sample_weights[i] (psw, or NULL) and 0 where ids[i] == pad (pad <= 0: none);
- * the mean divides by the count of ids other than pad (at least 1). out: [B, D], weight's dtype. */
+ * the mean divides by the count of ids other than pad (at least 1). out: [B, D], weight's dtype.
+ * bounds[0] must be 1; bags run in parallel (each bag's row by one thread: the same bits). */
 int dpl_embedding_bag_fill(const dpl_tensor *weight, const dpl_tensor *ids, const dpl_tensor *bounds,
                            const dpl_tensor *psw, int64_t pad, int32_t mean, dpl_tensor *out);
 

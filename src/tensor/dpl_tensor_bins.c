@@ -5,7 +5,8 @@
  * dpl_scatter_reduce_fill folds src into out at the positions index names along dim (1-based, as
  * Lua's), counting the writes per position. Both run on contiguous host tensors, one thread (the
  * writes go where the data says), and compute as the Lua loops did: each addition rounded to the
- * result's dtype in turn, so the results are the same to the bit. */
+ * result's dtype in turn, so the results are the same to the bit. dpl_embedding_bag_fill sums
+ * (or averages) EmbeddingBag's bags, threaded over bags, float32 bags in AVX-512 registers. */
 #include "dpl_tensor_internal.h"
 
 static int need_contig(const char *name, const char *what, const dpl_tensor *t)
