@@ -524,7 +524,8 @@ int dpl_special2(int32_t op, const dpl_tensor *a, const dpl_tensor *b, dpl_tenso
  * divides), 4 amax, 5 amin (NaN wins); include_self = 0: a position's first write replaces it;
  * cnt[o] (numel(out) zeros) counts the writes to out's element o (with include_self = 1 and a
  * reduction other than 3, the counts are left as they are where index has out's shape outside
- * dim: nothing reads them then). */
+ * dim: nothing reads them then). An index out of range is an error, out and cnt perhaps partly
+ * folded already. */
 int dpl_histogram_fill(const dpl_tensor *x, const dpl_tensor *weight, const dpl_tensor *edges, dpl_tensor *hist);
 int dpl_scatter_reduce_fill(dpl_tensor *out, int32_t dim, const dpl_tensor *index, const dpl_tensor *src,
                             int32_t red, int32_t include_self, int32_t *cnt);
