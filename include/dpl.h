@@ -533,7 +533,10 @@ int dpl_special2(int32_t op, const dpl_tensor *a, const dpl_tensor *b, dpl_tenso
  * dpl_scatter_reduce_fill folds src (index's shape) into out (float32/float64) along dim (0-based)
  * at the 1-based positions of index (int64): red 1 sum, 2 prod, 3 sum for a mean (the caller
  * divides), 4 amax, 5 amin (NaN wins); include_self = 0: a position's first write replaces it;
- * cnt[o] (numel(out) zeros) counts the writes to out's element o. */
+ * cnt[o] (numel(out) zeros) counts the writes to out's element o (with include_self = 1 and a
+ * reduction other than 3, the counts are left as they are where index has out's shape outside
+ * dim: nothing reads them then). An index out of range is an error, out and cnt perhaps partly
+ * folded already. */
 int dpl_histogram_fill(const dpl_tensor *x, const dpl_tensor *weight, const dpl_tensor *edges, dpl_tensor *hist);
 int dpl_scatter_reduce_fill(dpl_tensor *out, int32_t dim, const dpl_tensor *index, const dpl_tensor *src,
                             int32_t red, int32_t include_self, int32_t *cnt);
@@ -555,7 +558,8 @@ int dpl_scatter_reduce_dev(dpl_tensor *out, int32_t dim, const dpl_tensor *index
 /* EmbeddingBag's sum (mean = 0) or mean (1) of the rows weight[ids - 1] (float32/float64 [V, D];
  * ids int64, 1-based) for bags b = 0..B-1 of ids bounds[b]..bounds[b+1]-1 (int64 [B+1], 1-based),
  * each row times per_sample_weights[i] (psw, or NULL) and 0 where ids[i] == pad (pad <= 0: none);
- * the mean divides by the count of ids other than pad (at least 1). out: [B, D], weight's dtype. */
+ * the mean divides by the count of ids other than pad (at least 1). out: [B, D], weight's dtype.
+ * bounds[0] must be 1; bags run in parallel (each bag's row by one thread: the same bits). */
 int dpl_embedding_bag_fill(const dpl_tensor *weight, const dpl_tensor *ids, const dpl_tensor *bounds,
                            const dpl_tensor *psw, int64_t pad, int32_t mean, dpl_tensor *out);
 
@@ -764,6 +768,20 @@ int dpl_max_pool2d_backward(const dpl_tensor *grad_out, const dpl_tensor *x, con
 int dpl_avg_pool2d(const dpl_tensor *x, const int32_t *params, int32_t count_include_pad, dpl_tensor **out);
 int dpl_avg_pool2d_backward(const dpl_tensor *grad_out, const dpl_tensor *x, const int32_t *params,
                             int32_t count_include_pad, dpl_tensor **grad_x);
+
+/* 3-d pooling of x [N, C, D, H, W] (src/tensor/dpl_tensor_pool3d.c; Lua: max_pool3d / avg_pool3d of
+ * dpl.nn.functional_conv3d). Host memory only ("<op>: not implemented on cuda"); floating inputs
+ * (float16/bfloat16 computed in float32). params (13): kernel d, h, w, stride d, h, w, padding d,
+ * h, w, dilation d, h, w (1 for the average), ceil_mode. Max: indices are 0-based positions in
+ * each D*H*W volume, the first maximum in window order (a NaN wins). Average: divisor != 0
+ * overrides the window's count (count_include_pad: 1 counts the padding, 0 does not). */
+int dpl_max_pool3d(const dpl_tensor *x, const int32_t *params, dpl_tensor **out, dpl_tensor **indices);
+int dpl_max_pool3d_backward(const dpl_tensor *grad_out, const dpl_tensor *x, const dpl_tensor *indices,
+                            dpl_tensor **grad_x);
+int dpl_avg_pool3d(const dpl_tensor *x, const int32_t *params, int32_t count_include_pad, int32_t divisor,
+                   dpl_tensor **out);
+int dpl_avg_pool3d_backward(const dpl_tensor *grad_out, const dpl_tensor *x, const int32_t *params,
+                            int32_t count_include_pad, int32_t divisor, dpl_tensor **grad_x);
 
 /* The conv group of nn (src/tensor/dpl_tensor_nnconv.c; Lua: dpl.nn.functional_conv): unfold/fold,
  * padding, interpolation, adaptive pooling, 1-d max pooling. Host memory only ("<op>: not

@@ -240,7 +240,8 @@ return function(M, H)
     local isbool = dt == 'bool'
     local base = 0
     -- float32/float64: the loop below in C (dpl_scatter_reduce_fill, the same folds); an index out
-    -- of range leaves it before any write, and the Lua loop reports it
+    -- of range stops it (out and cnt perhaps partly folded: they are thrown away), and the Lua
+    -- loop reports it
     local cfill = (cdt == 'float32' or cdt == 'float64') and N > 0 and
       C.dpl_scatter_reduce_fill(out, cd, hi, hs, red, include_self and 1 or 0, cnt) == 0
     for p = 0, cfill and -1 or N - 1 do

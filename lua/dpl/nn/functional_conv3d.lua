@@ -8,8 +8,13 @@
 -- conv3d with the flipped, transposed weight; the pools gather each window's elements
 -- (index_select per spatial dim) into a last dim and reduce it; adaptive average pooling is
 -- one averaging matrix per dim. Returned indices are 1-based positions in each spatial
--- volume (int64), as dplhost's 1-d and 2-d pools. functional.lua installs the functions
--- (M.install(F)); the modules are in dpl.nn.extra.
+-- volume (int64), as dplhost's 1-d and 2-d pools. max_pool3d and avg_pool3d of host tensors
+-- run the C kernels of src/tensor/dpl_tensor_pool3d.c instead (the same results, to the bit
+-- where the composition is deterministic; a hand-written backward); GPU tensors keep the
+-- composition. functional.lua installs the functions (M.install(F)); the modules are in
+-- dpl.nn.extra.
+local ffi = require 'ffi'
+local C = require('dpl.capi').C
 local T = require 'dpl.tensor'
 local autograd = require 'dpl.autograd'
 local options = require 'dpl.options'
@@ -275,6 +280,45 @@ function M.conv_transpose3d(x, w, b, opts)
 end
 
 ---------------------------------------------------------------- max_pool3d / avg_pool3d
+local out1 = ffi.new('dpl_tensor*[1]')
+local out2 = ffi.new('dpl_tensor*[1]')
+local p13 = ffi.new('int32_t[13]')
+local wrap, fail = T._wrap, T._fail
+local record = autograd.record
+local function devmem(t) return t._flags % 4 >= 2 end -- DPL_DEVMEM: a real GPU's memory
+-- M._composed = true: the composition on host tensors too (the specs compare the two)
+M._composed = false
+local function call(fn, ...)
+  local st = fn(...)
+  if st == -2 then collectgarbage() st = fn(...) end -- ENOMEM: once more after a collection
+  if st ~= 0 then fail(2, st) end
+end
+-- the C kernels' params: kernel, stride, padding, dilation (3 each), ceil_mode
+local function set_p13(k, s, p, d, ceil_mode)
+  for j = 1, 3 do
+    p13[j - 1], p13[2 + j], p13[5 + j], p13[8 + j] = k[j], s[j], p[j], d[j]
+  end
+  p13[12] = ceil_mode and 1 or 0
+  return p13
+end
+-- backward rules of the C kernels (indices 0-based, as the kernel returns them)
+local max3_rule = {
+  nin = 1, name = 'max_pool3d',
+  save = function(n, out, x, idx) n.x, n.idx = autograd.save_for_backward(n, x), idx end,
+  bw = function(n, g)
+    call(C.dpl_max_pool3d_backward, g, n.x, n.idx, out1)
+    return wrap(out1)
+  end,
+}
+local avg3_rule = {
+  nin = 1, name = 'avg_pool3d',
+  save = function(n, out, x, geom) n.x, n.geom = x:detach(), geom end,
+  bw = function(n, g)
+    local q = n.geom
+    call(C.dpl_avg_pool3d_backward, g, n.x, set_p13(q[1], q[2], q[3], q[4], q[5]), q[6], q[7], out1)
+    return wrap(out1)
+  end,
+}
 local MAXP_KEYS = keys('stride', 'padding', 'dilation', 'ceil_mode', 'return_indices')
 local AVGP_KEYS = keys('stride', 'padding', 'ceil_mode', 'count_include_pad', 'divisor_override')
 
@@ -328,6 +372,16 @@ function M.max_pool3d(x, k, opts)
   local x5, unb = batched(x, 3, fn)
   need_float(x5, fn)
   local o = pool_geom(fn, x5, k, s, p, d, opts.ceil_mode)
+  if not devmem(x5) and not M._composed then -- host memory: the C kernel
+    call(C.dpl_max_pool3d, x5, set_p13(k, s, p, d, opts.ceil_mode), out1, out2)
+    local v = wrap(out1)
+    local i0 = wrap(out2)
+    if x5.requires_grad and autograd.is_grad_enabled() then v = record(max3_rule, v, x5, i0) end
+    if unb then v = v:squeeze(1) end
+    if not opts.return_indices then return v end
+    local idx = i0 + 1
+    return v, unb and idx:squeeze(1) or idx
+  end
   local win, specs, pos = padded_windows(x5, o, k, s, p, d, -math.huge)
   local v, arg = win:max(-1)
   if unb then v = v:squeeze(1) end
@@ -373,6 +427,15 @@ function M.avg_pool3d(x, k, opts)
   need_float(x5, fn)
   local one = { 1, 1, 1 }
   local o = pool_geom(fn, x5, k, s, p, one, opts.ceil_mode)
+  if not devmem(x5) and not M._composed then -- host memory: the C kernel
+    local cip = opts.count_include_pad ~= false and 1 or 0
+    call(C.dpl_avg_pool3d, x5, set_p13(k, s, p, one, opts.ceil_mode), cip, div or 0, out1)
+    local y = wrap(out1)
+    if x5.requires_grad and autograd.is_grad_enabled() then
+      y = record(avg3_rule, y, x5, { k, s, p, one, opts.ceil_mode, cip, div or 0 })
+    end
+    return unb and y:squeeze(1) or y
+  end
   local win = padded_windows(x5, o, k, s, p, one, 0)
   local y = win:sum(-1)
   if div ~= nil then

@@ -263,6 +263,38 @@ local function int_list(t)
   if is_tensor(t) then return t:to('int64'):totable() end
   return t
 end
+-- embedding_bag's C pass with the bag bounds built as a tensor: [B, D], or nil when there is
+-- no bag or no id (the general code returns those) or the C checks refuse the ids or bounds
+local function eb_fill_fast(input, weight, offsets, psw, pad, mode, last)
+  local ids = input:reshape(-1):to('int64'):contiguous()
+  local L = tonumber(ids._numel)
+  local bounds, B
+  if offsets == nil then -- 2-d input: bags of N
+    local N = input:size(2)
+    B = input:size(1)
+    bounds = T.empty({ B + 1 }, { dtype = 'int64' })
+    local bp = ffi.cast('int64_t*', bounds._data)
+    for b = 0, B do bp[b] = b * N + 1 end
+  else
+    local nb = offsets:size(1)
+    B = last and nb - 1 or nb
+    if B < 1 then return nil end
+    if last then
+      bounds = offsets:to('int64'):contiguous()
+    else
+      bounds = T.empty({ nb + 1 }, { dtype = 'int64' })
+      bounds:narrow(1, 1, nb):copy_(offsets)
+      ffi.cast('int64_t*', bounds._data)[nb] = L + 1
+    end
+  end
+  if B < 1 or L == 0 then return nil end
+  local out = T.empty({ B, weight:size(2) }, { dtype = weight.dtype })
+  local st = C.dpl_embedding_bag_fill(weight:detach():contiguous(), ids, bounds,
+    psw and psw:detach():reshape(-1):contiguous() or nil, pad or 0, mode == 'mean' and 1 or 0, out)
+  if st ~= 0 then return nil end
+  return out
+end
+
 --- embedding_bag(input, weight [V, D] [, offsets] [, {mode='mean'|'sum'|'max', offsets=,
 --- per_sample_weights=, include_last_offset=false, padding_idx=}]): per bag, the sum, mean or
 --- max of the rows of weight; input 2-d [B, N] (bags of N) or 1-d with offsets (1-based starts)
@@ -307,6 +339,17 @@ function M.embedding_bag(input, weight, offsets, opts)
   local V, D = weight:size(1), weight:size(2)
   local pad = opts.padding_idx
   if pad ~= nil then pad = require('dpl.nn.functional')._padding_row(pad, V, fn) end
+  -- sum / mean on the CPU without a gradient to record, offsets a tensor (or a 2-d input): the
+  -- bag bounds as a tensor and one C pass (dpl_embedding_bag_fill checks the ids and bounds; when
+  -- it refuses them, the code below finds the error and reports it)
+  if mode ~= 'max' and weight._devtype == 0 and (weight.dtype == 'float32' or weight.dtype == 'float64')
+    and input._devtype == 0 and (input:dim() == 2 and offsets == nil
+      or input:dim() == 1 and is_tensor(offsets) and offsets:dim() == 1 and offsets._devtype == 0)
+    and (psw == nil or (psw.dtype == weight.dtype and psw._devtype == 0))
+    and not (autograd.is_grad_enabled() and (weight.requires_grad or (psw ~= nil and psw.requires_grad))) then
+    local out = eb_fill_fast(input, weight, offsets, psw, pad, mode, opts.include_last_offset)
+    if out then return out end
+  end
   local ids, starts
   if input:dim() == 2 then
     if offsets ~= nil then
