@@ -73,7 +73,15 @@ worker_body = function(strategy, trainer, fn, rank, tmp, ...)
   if trainer.state.fn == 'fit' then
     -- the weights travel through a temporary checkpoint (tensors included)
     local weights = tmp .. '.temp.ckpt'
-    require('dpl.trainer.checkpoint').save({ state_dict = strategy:lightning_module_state_dict() }, weights)
+    -- with the callbacks' states (ModelCheckpoint's best_model_score and best_k_models,
+    -- EarlyStopping's stopped_epoch and wait_count, ...), by state_key as in a checkpoint
+    local cbs = {}
+    for _, cb in ipairs(trainer.callbacks or {}) do
+      local sok, st = pcall(cb.state_dict, cb)
+      if sok and type(st) == 'table' and next(st) ~= nil then cbs[cb:state_key()] = st end
+    end
+    require('dpl.trainer.checkpoint').save({ state_dict = strategy:lightning_module_state_dict(), callbacks = cbs },
+      weights)
     out.weights_path = weights
   end
   return out
@@ -113,6 +121,13 @@ function M.launch(strategy, trainer, fn, ...)
     os.remove(out.weights_path)
     local model = trainer.lightning_module
     if type(model.load_state_dict) == 'function' then model:load_state_dict(ck.state_dict or {}) end
+    -- the parent's callbacks take rank 0's states, as after an in-process fit (Lightning
+    -- brings back best_model_path only: its best_model_score stayed None in the parent)
+    local states = ck.callbacks or {}
+    for _, c in ipairs(trainer.callbacks or {}) do
+      local st = states[c:state_key()]
+      if st ~= nil then c:load_state_dict(st) end
+    end
   end
   for k, v in pairs(out.state or {}) do
     if k == 'status' or k == 'fn' then trainer.state[k] = v else trainer[k] = v end
