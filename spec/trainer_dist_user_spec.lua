@@ -142,3 +142,26 @@ describe('a distributed user', function()
     assert.are.equal(0, rc, out .. err)
   end)
 end)
+
+describe('a distributed user under mpirun', function()
+  local d = require 'spec.support.dist_helpers'
+  if not d.has_mpi then
+    pending('mpirun is not installed')
+    return
+  end
+  local vader_before
+  before_each(function() vader_before = d.vader_files() end)
+  after_each(function() d.vader_cleanup(vader_before) end)
+
+  it('an error on rank 1 ends the job; the abort line names the rank', function()
+    local s = h.write_file(h.tmpname('.lua'), SCRIPT)
+    local root = h.tmpname('.d')
+    local out, err, rc, took = d.mpirun(2, s, '', { env = { MODE = 'raise', STRAT = 'ddp', DEV = 2, ROOT = root } })
+    os.remove(s)
+    os.execute('rm -rf ' .. h.q(root))
+    assert.is_true(rc ~= 0, out .. err)
+    assert.is_true(took < 30, 'took ' .. took)
+    assert.matches('dplhost: [^\n]*: user error in training_step\nstack traceback:\n', err)
+    assert.matches('dplhost: dist %(mpi%): rank 1 exits with status 1; aborting the MPI job', err)
+  end)
+end)
