@@ -33,6 +33,10 @@ function M:validation_step(b)
   -- rank-dependent and epoch-dependent: gets worse after epoch 1, so EarlyStopping stops
   local e = self.current_epoch
   self:log('val_loss', (e <= 1 and 10 - e or 10 + e) + self.global_rank * 0.0, { sync_dist = true })
+  if mode == 'unsynced' then
+    self:log('val_acc', 0.5 + self.global_rank)                -- each rank's own: warned
+    self:log('val_rz', 1.0, { rank_zero_only = true })         -- asked for: not warned
+  end
 end
 function M:configure_optimizers() return dpl.optim.SGD(self:parameters(), { lr = 0.1 }) end
 dpl.seed_everything(0)
@@ -121,6 +125,21 @@ describe('a distributed user', function()
     assert.matches('^dplhost: ValueError: user object error\nstack traceback:\n[^\n]*\n?[^\n]*%.lua:%d+: in function <',
       err)
     assert.are.equal(1, count(err, 'stack traceback:'), err)
+  end)
+
+  it('an epoch-level value logged without sync_dist under several ranks gets Lightning\'s warning, once, on rank 0',
+    function()
+    local out, err, rc = run('MODE=unsynced STRAT=ddp DEV=2', 2)
+    assert.are.equal(0, rc, out .. err)
+    local all = out .. err
+    local warning = "WARNING: It is recommended to use `self:log('val_acc', ..., { sync_dist = true })` when logging on"
+      .. ' epoch level in distributed setting to accumulate the metric across devices.'
+    assert.are.equal(1, count(all, '%[rank 0%] ' .. warning:gsub('%p', '%%%0')), all)
+    assert.are.equal(1, count(all, 'It is recommended'), all)
+    -- one process: nothing to sync, no warning
+    out, err, rc = run('MODE=unsynced')
+    assert.are.equal(0, rc, out .. err)
+    assert.is_nil((out .. err):find('It is recommended', 1, true), out .. err)
   end)
 
   it('a launch that does not match num_nodes is refused with a remedy that would work', function()
