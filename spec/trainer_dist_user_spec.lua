@@ -45,7 +45,8 @@ local ds = dpl.data.TensorDataset(X, Y)
 local strat = os.getenv('STRAT')
 local tr = dpl.Trainer{ strategy = strat, accelerator = 'cpu', devices = tonumber(os.getenv('DEV') or ''),
   num_nodes = tonumber(os.getenv('NN') or '1'), max_epochs = 6, default_root_dir = os.getenv('ROOT'),
-  logger = false, enable_progress_bar = false, enable_model_summary = false,
+  logger = os.getenv('LOGGER') == 'csv' and dpl.loggers.CSVLogger{ save_dir = os.getenv('ROOT') } or false,
+  enable_progress_bar = false, enable_model_summary = false,
   callbacks = { dpl.callbacks.ModelCheckpoint{ monitor = 'val_loss', save_top_k = 2 },
                 dpl.callbacks.EarlyStopping{ monitor = 'val_loss', patience = 2 } } }
 tr:fit(M(), dpl.data.DataLoader(ds, { batch_size = 4 }), dpl.data.DataLoader(ds, { batch_size = 4 }))
@@ -56,6 +57,13 @@ table.sort(ks)
 print(('rank %d epoch=%d best=%s score=%s k=%s stopped=%s wait=%s es_best=%s'):format(tr.global_rank,
   tr.current_epoch, tostring(mc.best_model_path):match('[^/]*$'), tostring(mc.best_model_score),
   table.concat(ks, ','), tostring(es.stopped_epoch), tostring(es.wait_count), tostring(es.best_score)))
+if tr.logger then
+  local f = io.open(tr.logger.log_dir .. '/metrics.csv')
+  print(('logger version=%s metrics.csv=%s'):format(tostring(tr.logger.version), tostring(f ~= nil)))
+  if f then f:close() end
+  tr:validate(nil, dpl.data.DataLoader(ds, { batch_size = 4 }), { verbose = false, ckpt_path = 'last' })
+  print(('after validate version=%s'):format(tostring(tr.logger.version)))
+end
 ]=]
 
 local function run(env, nproc)
@@ -90,6 +98,15 @@ describe('a distributed user', function()
       assert.truthy(out:find(('[rank %d] rank %d epoch=4 best=epoch=1-step=4.ckpt score=9 k=epoch=0-step=2.ckpt=10,'
         .. 'epoch=1-step=4.ckpt=9 stopped=3 wait=2 es_best=9\n'):format(r, r), 1, true), out)
     end
+  end)
+
+  it('ddp_spawn: the parent\'s logger names the version the workers wrote (version_0, not the next free one)',
+    function()
+    local out, err, rc = run('STRAT=ddp_spawn DEV=2 LOGGER=csv')
+    assert.are.equal(0, rc, out .. err)
+    assert.matches('\nlogger version=0 metrics.csv=true\n', out)
+    -- a later launch (validate) writes a version of its own, as Lightning's workers do
+    assert.matches('\nafter validate version=1\n', out)
   end)
 
   it('an error on one rank is shown with one traceback, from where it was raised (--nproc and ddp_spawn)', function()

@@ -67,6 +67,13 @@ worker_body = function(strategy, trainer, fn, rank, tmp, ...)
     state = { current_epoch = trainer.current_epoch, global_step = trainer.global_step,
       status = trainer.state.status, fn = trainer.state.fn },
   }
+  -- the loggers' versions rank 0 wrote to (version_N decided in the worker): the parent's
+  -- logger.version / log_dir name the run's directory, not the next free one
+  out.logger_versions = {}
+  for i, lg in ipairs(trainer.loggers or {}) do
+    local v = type(lg) == 'table' and rawget(lg, '_version') or nil
+    if type(v) == 'number' or type(v) == 'string' then out.logger_versions[i] = v end
+  end
   -- (results are numbers: validate/test's metrics; predict returns nothing from spawned
   -- workers, as Lightning's return_predictions=false there)
   out.result = plain(result)
@@ -97,6 +104,15 @@ function M.launch(strategy, trainer, fn, ...)
   end
   local tmp = os.tmpname()
   os.remove(tmp)
+  -- a version the previous launch brought back is not this run's: its workers take the next
+  -- free one again (as Lightning's, whose parent never learns it), rather than rewriting the
+  -- previous run's files from loggers that hold none of its rows
+  for _, lg in ipairs(trainer.loggers or {}) do
+    if type(lg) == 'table' and rawget(lg, '_version_from_spawn') then
+      rawset(lg, '_version', nil)
+      rawset(lg, '_version_from_spawn', nil)
+    end
+  end
   local args = { n = select('#', ...), ... }
   -- fitting: SIGTERM/SIGUSR1 are held (blocked) here before the fork, so the workers start
   -- with them held and poll them at batch boundaries as an in-process fit does; one sent
@@ -131,6 +147,13 @@ function M.launch(strategy, trainer, fn, ...)
   end
   for k, v in pairs(out.state or {}) do
     if k == 'status' or k == 'fn' then trainer.state[k] = v else trainer[k] = v end
+  end
+  for i, v in pairs(out.logger_versions or {}) do
+    local lg = (trainer.loggers or {})[i]
+    if type(lg) == 'table' and rawget(lg, '_version') == nil then
+      rawset(lg, '_version', v)
+      rawset(lg, '_version_from_spawn', true)
+    end
   end
   trainer.callback_metrics = out.callback_metrics or {}
   trainer.logged_metrics = out.logged_metrics or {}
