@@ -70,4 +70,16 @@ M.KeyError = new_class('KeyError')
 
 M.raise = M.raiser(M.ValueError)
 
+--- Records where an error object was raised, for whoever reports it after it was caught
+--- and raised again (the Trainer does, to tear down): e.traceback, "stack traceback:\n...",
+--- from `level` (as debug.traceback's) up. The host prints it under the message instead
+--- of the stack of the re-raise (which ends in the catcher). Strings (their traceback
+--- goes into the message) and objects that have one already are left alone.
+function M.attach_traceback(e, level)
+  if type(e) ~= 'table' or rawget(e, 'traceback') ~= nil or not M.is(e, Base) then return e end
+  local tb = debug.traceback('', (level or 1) + 1)
+  rawset(e, 'traceback', (tb:gsub('^\n', '')))
+  return e
+end
+
 return M

@@ -44,10 +44,10 @@ function Profiler:summary() return '' end
 local pending_err, pending_tb
 function M.on_error(e)
   if type(e) == 'string' and e ~= pending_err then pending_err, pending_tb = e, debug.traceback(e, 2) end
-  return e
+  return errors.attach_traceback(e, 2) -- an error object records it in itself
 end
 function M.traceback(e, level)
-  if type(e) ~= 'string' then return e end
+  if type(e) ~= 'string' then return errors.attach_traceback(e, (level or 1) + 1) end
   local tb = e == pending_err and pending_tb or debug.traceback(e, (level or 1) + 1)
   pending_err, pending_tb = nil, nil
   return tb

@@ -69,7 +69,13 @@ local function traceback(e)
   if type(e) ~= 'string' then
     local ok, s = pcall(tostring, e)
     msg = ok and s or ('(error object is a ' .. type(e) .. ' value)')
+    -- an object that recorded where it was raised (the Trainer's errors.attach_traceback)
+    if type(e) == 'table' and type(rawget(e, 'traceback')) == 'string' then
+      return msg .. '\n' .. (rawget(e, 'traceback'):gsub("\n%s*%[C%]: in function 'xpcall'.*$", ''))
+    end
   end
+  -- a message with its traceback already (the Trainer's, raised again) gets no second one
+  if msg:find('\nstack traceback:\n', 1, true) then return msg end
   local tb = debug.traceback(msg, 2)
   -- the worker's own frames; spawn's machinery below xpcall is noise
   return (tb:gsub("\n%s*%[C%]: in function 'xpcall'.*$", ''))

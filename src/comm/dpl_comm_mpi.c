@@ -438,7 +438,9 @@ static void at_process_exit(int status, void *arg)
   M.Finalized(&fin);
   if (fin) return;
   if (status != 0 || any_failed) {
-    fprintf(stderr, "dplhost: dist (mpi): rank exits with status %d%s; aborting the MPI job\n", status,
+    int rank = -1;
+    M.Comm_rank(M.world, &rank);
+    fprintf(stderr, "dplhost: dist (mpi): rank %d exits with status %d%s; aborting the MPI job\n", rank, status,
             any_failed ? " after a failed collective" : "");
     fflush(stderr);
     M.Abort(M.world, status ? status : 1);

@@ -135,6 +135,24 @@ static int traceback_handler(lua_State *L)
                             msg, prop, prop);
     }
   }
+  /* a message that carries its traceback already (a string error caught, given its
+   * traceback and raised again; a worker's error brought back by dist.spawn) gets no
+   * second one; an error object that recorded where it was raised (errors.attach_traceback:
+   * the Trainer re-raises after its teardown) shows that stack, not the re-raise's */
+  if (strstr(msg, "\nstack traceback:\n") != NULL) {
+    lua_pushstring(L, msg);
+    return 1;
+  }
+  if (lua_istable(L, 1)) {
+    lua_pushliteral(L, "traceback");
+    lua_rawget(L, 1);
+    if (lua_type(L, -1) == LUA_TSTRING) {
+      const char *tb = lua_tostring(L, -1);
+      lua_pushfstring(L, "%s\n%s", msg, tb);
+      return 1;
+    }
+    lua_pop(L, 1);
+  }
   if (has_lua_frame(L, 1)) luaL_traceback(L, L, msg, 1);
   else lua_pushstring(L, msg);
   return 1;

@@ -121,17 +121,37 @@ end
 --- processes it started must be the ones devices x num_nodes asks for, when devices were
 --- given (Lightning 2.1's check of its TorchElastic and SLURM environments; 1.9 ran
 --- on with a world that did not match its sampler or waited for ranks that never came).
---- devices not given: the launcher decides (devices=1 on the CPU under --nproc N works).
+--- devices not given: the launcher decides the processes per node (devices=1 on the CPU
+--- under --nproc N works), but num_nodes must still match the nodes it started.
 function DDPStrategy:validate_settings(num_devices, num_nodes, devices_given)
-  if not devices_given then return end
   local _, size, _, local_size = external_ranks()
   if size == nil then return end
+  -- what would match the launch: its processes per node, and the nodes that makes
+  local function matching(with_devices)
+    if local_size == nil or local_size < 1 then return ('devices=%d'):format(math.floor(size / num_nodes)) end
+    local nodes = size % local_size == 0 and size / local_size or nil
+    if not with_devices then return ('num_nodes=%d'):format(nodes) end
+    if nodes == nil or nodes == num_nodes then return ('devices=%d'):format(local_size) end
+    return ('devices=%d and num_nodes=%d'):format(local_size, nodes)
+  end
+  local function start(d)
+    if num_nodes == 1 then return ('start %d process(es) per node (dplhost --nproc %d)'):format(d, d) end
+    return ('start %d process(es) on each of %d nodes (dplhost --nproc %d --nnodes %d --node-rank <k> on node k,'
+      .. ' or mpirun / srun)'):format(d, num_nodes, d, num_nodes)
+  end
+  if not devices_given then
+    if local_size ~= nil and local_size >= 1 and size % local_size == 0 and size ~= local_size * num_nodes then
+      errors.MisconfigurationException:raise(("strategy='%s': num_nodes=%d, but the launcher started %d process(es),"
+        .. " %d on this node (%d node(s)): set %s, or %s"):format(self.strategy_name, num_nodes, size, local_size,
+        size / local_size, matching(false), start(local_size)), 0)
+    end
+    return
+  end
   if size ~= num_devices * num_nodes or (local_size ~= nil and local_size ~= num_devices) then
     errors.MisconfigurationException:raise(("strategy='%s': devices=%d and num_nodes=%d ask for %d process(es), %d on"
-      .. " each node, but the launcher started %d (%s on this node): set devices=%s, or start %d process(es)"
-      .. " per node (dplhost --nproc %d)"):format(self.strategy_name, num_devices, num_nodes, num_devices * num_nodes,
-      num_devices, size, local_size and tostring(local_size) or 'unknown',
-      tostring(local_size or math.floor(size / num_nodes)), num_devices, num_devices), 0)
+      .. " each node, but the launcher started %d (%s on this node): set %s, or %s"):format(self.strategy_name,
+      num_devices, num_nodes, num_devices * num_nodes, num_devices, size,
+      local_size and tostring(local_size) or 'unknown', matching(true), start(num_devices)), 0)
   end
 end
 

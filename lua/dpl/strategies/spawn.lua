@@ -67,13 +67,28 @@ worker_body = function(strategy, trainer, fn, rank, tmp, ...)
     state = { current_epoch = trainer.current_epoch, global_step = trainer.global_step,
       status = trainer.state.status, fn = trainer.state.fn },
   }
+  -- the loggers' versions rank 0 wrote to (version_N decided in the worker): the parent's
+  -- logger.version / log_dir name the run's directory, not the next free one
+  out.logger_versions = {}
+  for i, lg in ipairs(trainer.loggers or {}) do
+    local v = type(lg) == 'table' and rawget(lg, '_version') or nil
+    if type(v) == 'number' or type(v) == 'string' then out.logger_versions[i] = v end
+  end
   -- (results are numbers: validate/test's metrics; predict returns nothing from spawned
   -- workers, as Lightning's return_predictions=false there)
   out.result = plain(result)
   if trainer.state.fn == 'fit' then
     -- the weights travel through a temporary checkpoint (tensors included)
     local weights = tmp .. '.temp.ckpt'
-    require('dpl.trainer.checkpoint').save({ state_dict = strategy:lightning_module_state_dict() }, weights)
+    -- with the callbacks' states (ModelCheckpoint's best_model_score and best_k_models,
+    -- EarlyStopping's stopped_epoch and wait_count, ...), by state_key as in a checkpoint
+    local cbs = {}
+    for _, cb in ipairs(trainer.callbacks or {}) do
+      local sok, st = pcall(cb.state_dict, cb)
+      if sok and type(st) == 'table' and next(st) ~= nil then cbs[cb:state_key()] = st end
+    end
+    require('dpl.trainer.checkpoint').save({ state_dict = strategy:lightning_module_state_dict(), callbacks = cbs },
+      weights)
     out.weights_path = weights
   end
   return out
@@ -89,6 +104,15 @@ function M.launch(strategy, trainer, fn, ...)
   end
   local tmp = os.tmpname()
   os.remove(tmp)
+  -- a version the previous launch brought back is not this run's: its workers take the next
+  -- free one again (as Lightning's, whose parent never learns it), rather than rewriting the
+  -- previous run's files from loggers that hold none of its rows
+  for _, lg in ipairs(trainer.loggers or {}) do
+    if type(lg) == 'table' and rawget(lg, '_version_from_spawn') then
+      rawset(lg, '_version', nil)
+      rawset(lg, '_version_from_spawn', nil)
+    end
+  end
   local args = { n = select('#', ...), ... }
   -- fitting: SIGTERM/SIGUSR1 are held (blocked) here before the fork, so the workers start
   -- with them held and poll them at batch boundaries as an in-process fit does; one sent
@@ -113,9 +137,23 @@ function M.launch(strategy, trainer, fn, ...)
     os.remove(out.weights_path)
     local model = trainer.lightning_module
     if type(model.load_state_dict) == 'function' then model:load_state_dict(ck.state_dict or {}) end
+    -- the parent's callbacks take rank 0's states, as after an in-process fit (Lightning
+    -- brings back best_model_path only: its best_model_score stayed None in the parent)
+    local states = ck.callbacks or {}
+    for _, c in ipairs(trainer.callbacks or {}) do
+      local st = states[c:state_key()]
+      if st ~= nil then c:load_state_dict(st) end
+    end
   end
   for k, v in pairs(out.state or {}) do
     if k == 'status' or k == 'fn' then trainer.state[k] = v else trainer[k] = v end
+  end
+  for i, v in pairs(out.logger_versions or {}) do
+    local lg = (trainer.loggers or {})[i]
+    if type(lg) == 'table' and rawget(lg, '_version') == nil then
+      rawset(lg, '_version', v)
+      rawset(lg, '_version_from_spawn', true)
+    end
   end
   trainer.callback_metrics = out.callback_metrics or {}
   trainer.logged_metrics = out.logged_metrics or {}

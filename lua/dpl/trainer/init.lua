@@ -968,7 +968,9 @@ function Trainer:_run(model, ckpt_path)
     ok, res = xpcall(loops.run, function(e)
       -- (loops.run with a profiler raises a string that already has its traceback)
       if type(e) == 'string' and not e:find('\nstack traceback:\n', 1, true) then return debug.traceback(e, 2) end
-      return e
+      -- an error object (a DistError from a collective, a MisconfigurationException) keeps
+      -- where it was raised: the re-raise below would leave the host only this frame
+      return errors.attach_traceback(e, 2)
     end, self, model, ckpt_path)
   end
   self.training, self.validating, self.testing, self.predicting, self.sanity_checking = false, false, false, false, false

@@ -366,7 +366,7 @@ function M:log(fx, name, value, opts)
     local suffix = dl and ('/dataloader_idx_' .. dl) or ''
     local forked = on_step and on_epoch
     e = { fx = fx, name = name .. suffix, on_step = on_step, on_epoch = on_epoch, prog_bar = prog_bar,
-      logger = logger, reduce = reduce, sync = sync,
+      logger = logger, reduce = reduce, sync = sync, rank_zero_only = opts.rank_zero_only == true,
       n_step = forked and (name .. '_step' .. suffix) or (name .. suffix),
       n_epoch = forked and (name .. '_epoch' .. suffix) or (name .. suffix),
       forked = forked, value = 0, stamp = -1, sum = 0, weight = 0, agg = nil, has_epoch = false,
@@ -475,6 +475,17 @@ function M:collect_step(training)
   return logd
 end
 
+-- Lightning's PossibleUserWarning for an epoch-level value that is not synced under several
+-- ranks (each rank keeps its own: EarlyStopping or ModelCheckpoint monitoring it decide on
+-- different numbers): once per name, on rank 0
+local warned_unsynced = {}
+local function warn_unsynced(t, name)
+  if warned_unsynced[name] or not t.is_global_zero then return end
+  warned_unsynced[name] = true
+  require('dpl.log').warn("It is recommended to use `self:log('%s', ..., { sync_dist = true })` when logging on epoch"
+    .. ' level in distributed setting to accumulate the metric across devices.', name)
+end
+
 --- Epoch-level metrics of the current collection into the trainer's dicts;
 --- returns the loggers' dict (possibly empty).
 function M:collect_epoch()
@@ -488,6 +499,7 @@ function M:collect_epoch()
     if e.on_epoch and e.has_epoch then
       local v
       if e.metric then v = metric_value(e) else v = epoch_value(e, e.sync and t.world_size > 1) end
+      if not e.sync and not e.metric and not e.rank_zero_only and t.world_size > 1 then warn_unsynced(t, e.name) end
       if e.logger then logd[e.n_epoch] = v end
       if e.prog_bar then pbm[e.n_epoch] = v end
       cbm[e.n_epoch] = v
