@@ -56,3 +56,49 @@ describe('entry points: options in place of the loaders', function()
     assert.equal(2, #preds)
   end)
 end)
+
+-- Lightning 1.9's positional parameters: fit(model, train, val, datamodule, ckpt_path),
+-- validate/test(model, dataloaders, ckpt_path, verbose, datamodule), predict(model,
+-- dataloaders, datamodule, return_predictions, ckpt_path). Before, whatever came after the
+-- options' place was dropped without a word (predict(m, dl, nil, false) returned predictions).
+describe('entry points: Lightning positional arguments', function()
+  local dir = require('spec.support.helpers').tmpname('-entrypos')
+  teardown(function() os.execute("rm -rf '" .. dir .. "'") end)
+  local DM = dpl.LightningDataModule:extend('EntryPosDM')
+  function DM:train_dataloader() return M():train_dataloader() end
+  DM.val_dataloader, DM.test_dataloader, DM.predict_dataloader = DM.train_dataloader, DM.train_dataloader, DM.train_dataloader
+
+  it('are read as Lightning reads them', function()
+    local t = T(dir, { max_epochs = 1 })
+    local m = M()
+    t:fit(m, nil, nil, DM())
+    assert.equal(2, t.global_step)
+    local best = t.checkpoint_callback.best_model_path
+    local t2 = T(dir .. '/2', { max_epochs = 2 })
+    t2:fit(M(), nil, nil, DM(), best)
+    assert.equal(4, t2.global_step)
+    local l = m:train_dataloader()
+    assert.is_nil(t2:predict(m, l, nil, false))
+    assert.equal(2, #t2:predict(m, l, nil, true))
+    assert.equal(2, #t2:predict(m, nil, DM(), true))
+    local r = t2:test(m, l, nil, false)
+    assert.is_number(r[1].t)
+    r = t2:validate(m, nil, nil, false, DM())
+    assert.is_number(r[1].v)
+    r = t2:test(nil, l, 'last', false)
+    assert.is_number(r[1].t)
+  end)
+
+  it('refuse values of the wrong type, too many, or an options table followed by more', function()
+    local t = T(dir .. '/3', { max_epochs = 1, enable_checkpointing = false })
+    local m = M()
+    local l = m:train_dataloader()
+    local function err(f, ...) local ok, e = pcall(f, t, ...) assert.is_false(ok) return tostring(e) end
+    assert.truthy(err(t.predict, m, l, nil, 'yes'):find('return_predictions must be a boolean, got string', 1, true))
+    assert.truthy(err(t.test, m, l, 'best', 1):find('verbose must be a boolean, got number', 1, true))
+    assert.truthy(err(t.test, m, l, 3):find('ckpt_path must be a string', 1, true))
+    assert.truthy(err(t.predict, m, l, {}, true):find('takes no positional arguments after it', 1, true))
+    assert.truthy(err(t.fit, m, l, nil, nil, nil, 'x'):find('at most 2 arguments after the dataloaders', 1, true))
+    assert.truthy(err(t.validate, m, nil, DM(), nil, DM()):find('datamodule given twice', 1, true))
+  end)
+end)

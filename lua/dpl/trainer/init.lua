@@ -729,21 +729,66 @@ local function options_in_place(x, fn)
   return true
 end
 
-local function opts_of(x, fn)
-  if type(x) == 'string' then return { ckpt_path = x } end
-  if fn == 'predict' and type(x) == 'boolean' then return { return_predictions = x } end
-  options.check(x, entry_keys[fn], ('Trainer.%s'):format(fn))
-  return x or {}
+-- Lightning 1.9's positional parameters after (model, dataloaders[, val_dataloaders]):
+-- fit(..., datamodule, ckpt_path), validate/test(..., ckpt_path, verbose, datamodule),
+-- predict(..., datamodule, return_predictions, ckpt_path)
+local positional_names = {
+  fit = { 'datamodule', 'ckpt_path' },
+  validate = { 'ckpt_path', 'verbose', 'datamodule' },
+  test = { 'ckpt_path', 'verbose', 'datamodule' },
+  predict = { 'datamodule', 'return_predictions', 'ckpt_path' },
+}
+
+--- The options of an entry point from what follows the loaders: an options table, or
+--- Lightning's positional values (`trainer:test(model, dl, 'best')`,
+--- `trainer:predict(model, dl, nil, false)`, `trainer:fit(model, nil, nil, dm)`).
+local function opts_of(fn, x, ...)
+  local names, n = positional_names[fn], select('#', ...)
+  if type(x) == 'table' and not is_datamodule(x) then
+    if n > 0 and (...) ~= nil or n > 1 and select(2, ...) ~= nil then
+      misconf('`trainer.%s()`: an options table (%s) takes no positional arguments after it', fn,
+        table.concat(names, '=, ') .. '=')
+    end
+    options.check(x, entry_keys[fn], ('Trainer.%s'):format(fn))
+    return x
+  end
+  local o, vals = {}, { x, ... }
+  if n + 1 > #names and vals[n + 1] ~= nil then
+    misconf('`trainer.%s()` takes at most %d arguments after the dataloaders (%s), got %d', fn, #names,
+      table.concat(names, ', '), n + 1)
+  end
+  -- (a string where Lightning's first positional is the datamodule: the checkpoint path, as
+  -- trainer:fit(model, loader, nil, 'last.ckpt') reads)
+  if names[1] == 'datamodule' and type(x) == 'string' then vals[1], o.ckpt_path = nil, x end
+  if fn == 'predict' and type(x) == 'boolean' then vals[1], o.return_predictions = nil, x end
+  if names[1] ~= 'datamodule' and is_datamodule(x) then vals[1], o.datamodule = nil, x end
+  for i, name in ipairs(names) do
+    local v = vals[i]
+    if v ~= nil then
+      if o[name] ~= nil then misconf('`trainer.%s()`: %s given twice', fn, name) end
+      o[name] = v
+    end
+  end
+  if o.ckpt_path ~= nil and type(o.ckpt_path) ~= 'string' then
+    misconf('`trainer.%s()`: ckpt_path must be a string path, "best" or "last", got %s', fn, type(o.ckpt_path))
+  end
+  for _, name in ipairs({ 'verbose', 'return_predictions' }) do
+    if o[name] ~= nil and type(o[name]) ~= 'boolean' then
+      misconf('`trainer.%s()`: %s must be a boolean, got %s', fn, name, type(o[name]))
+    end
+  end
+  return o
 end
 
---- trainer:fit(model, train_dataloaders, val_dataloaders, {ckpt_path=})
-function Trainer:fit(model, train_dataloaders, val_dataloaders, opts)
+--- trainer:fit(model, train_dataloaders, val_dataloaders, {ckpt_path=, datamodule=}), or Lightning's
+--- positional form trainer:fit(model, train_dataloaders, val_dataloaders, datamodule, ckpt_path)
+function Trainer:fit(model, train_dataloaders, val_dataloaders, opts, ...)
   check_model(model, 'fit')
-  if opts == nil and val_dataloaders == nil and options_in_place(train_dataloaders, 'fit') then
+  if opts == nil and select('#', ...) == 0 and val_dataloaders == nil and options_in_place(train_dataloaders, 'fit') then
     -- trainer:fit(model, {datamodule = dm} | {ckpt_path = p}): the options in place of the loaders
     opts, train_dataloaders = train_dataloaders, nil
   end
-  opts = opts_of(opts, 'fit')
+  opts = opts_of('fit', opts, ...)
   train_dataloaders = datamodule_of(self, 'fit', train_dataloaders, opts, val_dataloaders)
   local ckpt_path = opts.ckpt_path
   if ckpt_path == nil and self._resume_fit_path ~= nil then
@@ -767,22 +812,22 @@ function Trainer:tune(model, ...)
 end
 
 --- trainer:validate(model, dataloaders, {ckpt_path=, verbose=true}) -> {metrics per dataloader}
-function Trainer:validate(model, dataloaders, opts)
-  return self:_run_eval_entry('validate', 'val', model, dataloaders, opts)
+function Trainer:validate(model, dataloaders, opts, ...)
+  return self:_run_eval_entry('validate', 'val', model, dataloaders, opts, ...)
 end
 
 --- trainer:test(model, dataloaders, {ckpt_path=, verbose=true}) -> {metrics per dataloader}
-function Trainer:test(model, dataloaders, opts)
-  return self:_run_eval_entry('test', 'test', model, dataloaders, opts)
+function Trainer:test(model, dataloaders, opts, ...)
+  return self:_run_eval_entry('test', 'test', model, dataloaders, opts, ...)
 end
 
 --- trainer:predict(model, dataloaders, {ckpt_path=, return_predictions=true}) -> predictions (a list per
 --- dataloader when several; nil with return_predictions=false)
-function Trainer:predict(model, dataloaders, opts)
-  if opts == nil and options_in_place(dataloaders, 'predict') then
+function Trainer:predict(model, dataloaders, opts, ...)
+  if opts == nil and select('#', ...) == 0 and options_in_place(dataloaders, 'predict') then
     opts, dataloaders = dataloaders, nil
   end
-  opts = opts_of(opts, 'predict')
+  opts = opts_of('predict', opts, ...)
   dataloaders = datamodule_of(self, 'predict', dataloaders, opts)
   -- return_predictions=false: nothing is kept, nil is returned (Lightning). The strategies that
   -- fork workers (DDPSpawnStrategy and its children: ddp_spawn, ddp_fork, ddp_notebook) do not
@@ -802,11 +847,11 @@ function Trainer:predict(model, dataloaders, opts)
   return self:_run(model, self:_set_ckpt_path('predict', opts.ckpt_path, provided, self.lightning_module ~= nil))
 end
 
-function Trainer:_run_eval_entry(fn, stage, model, dataloaders, opts)
-  if opts == nil and options_in_place(dataloaders, fn) then
+function Trainer:_run_eval_entry(fn, stage, model, dataloaders, opts, ...)
+  if opts == nil and select('#', ...) == 0 and options_in_place(dataloaders, fn) then
     opts, dataloaders = dataloaders, nil
   end
-  opts = opts_of(opts, fn)
+  opts = opts_of(fn, opts, ...)
   dataloaders = datamodule_of(self, fn, dataloaders, opts)
   local provided = model ~= nil
   model = self:_model_or_attached(model, fn)
