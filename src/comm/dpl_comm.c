@@ -72,9 +72,9 @@ dpl_comm *dpl_comm_alloc(const dpl_comm_ops *ops, int32_t backend, int32_t rank,
   c->rank = rank;
   c->size = size;
   c->timeout_s = timeout_s > 0 && isfinite(timeout_s) ? timeout_s : dpl_comm_env_timeout();
-  if (check < 0) {
+  if (check < 0) { /* on unless DPL_COMM_CHECK=0: a mismatched call must fail, not hand garbage */
     const char *e = getenv("DPL_COMM_CHECK");
-    check = (e && *e && strcmp(e, "0") != 0) ? 1 : 0;
+    check = (e && strcmp(e, "0") == 0) ? 0 : 1;
   }
   c->check = check;
   return c;
