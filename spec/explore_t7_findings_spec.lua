@@ -2,7 +2,8 @@
 -- PyTorch user at the REPL and a CI script found, each pinned here:
 --   * require 'torch' / 'nn' / 'optim' (Torch7's packages) said "module 'torch' not found" and a
 --     list of paths; torch.setdefaulttensortype, torch.Timer, ... (as dpl.X) "attempt to call a
---     nil value"; x:sub(2, 3) (Torch7's rows 2..3) silently computed x - 6;
+--     nil value"; x:sub(2, 3) (Torch7's rows 2..3) silently computed x - 6, and
+--     torch.Tensor(x:size()) made the 1-d tensor {2, 3};
 --   * m:training() (Torch7's "train mode") got the hint "write obj.training";
 --   * load_state_dict(sd, false) (PyTorch's positional strict) and dtype names 'torch.float64'
 --     were refused; safetensors.torch's save_file/load_file were missing;
@@ -71,6 +72,15 @@ describe("Torch7 user: require 'torch' and torch.X", function()
     assert.equal(dpl.get_num_threads(), dpl.getnumthreads())
     assert.equal(dpl.set_num_threads, dpl.setnumthreads)
     assert.equal(dpl.get_rng_state, dpl.getRNGState)
+  end)
+
+  it('dpl.Tensor(x:size()) makes a tensor of that shape (it made the 1-d data {2, 3})', function()
+    local x = dpl.randn(2, 3)
+    assert.are.same({ 2, 3 }, dpl.Tensor(x:size()):size())
+    assert.equal('int64', dpl.LongTensor(x.shape).dtype)
+    assert.are.same({ 2, 3 }, dpl.LongTensor(x.shape):size())
+    assert.are.same({ 2 }, dpl.Tensor({ 2, 3 }):size())
+    errs(function() return dpl.Tensor(x:size(), 4) end, 'takes a dpl.Size alone')
   end)
 
   it("x:sub(i1, i2) (Torch7's rows i1..i2) is an error, not x - i1 * i2", function()

@@ -210,6 +210,12 @@ function M.install(T)
   local function ctor(name, dtype)
     return function(a, ...)
       if a == nil then return T.empty(0, { dtype = dtype }) end
+      -- dpl.Tensor(x:size()): sizes (Torch7's torch.Tensor(x:size()) and PyTorch's torch.Tensor(torch.Size)),
+      -- not the data {2, 3}
+      if type(a) == 'table' and getmetatable(a) == T._SizeMT then
+        if select('#', ...) > 0 then raise(fmt('%s: takes a dpl.Size alone, got more arguments', name)) end
+        return T.empty(a, { dtype = dtype })
+      end
       if type(a) == 'table' or is_tensor(a) or type(a) == 'boolean' then
         if select('#', ...) > 0 then
           raise(fmt('%s: takes sizes (%s(2, 3)) or data (%s({1, 2})), not data and more arguments', name, name, name))
