@@ -56,8 +56,9 @@ setmetatable(dpl, {
     -- tensor constructors and functions (dpl.zeros, dpl.float32, dpl.cat, ...)
     if type(k) == 'string' then
       local v = require('dpl.tensor')[k]
-      if v ~= nil then rawset(t, k, v) end
-      return v
+      if v ~= nil then rawset(t, k, v) return v end
+      -- Torch7's torch.X names dplhost lacks: a function raising an error that names the dplhost way
+      return require('dpl.tensor_torch7').module_missing(k)
     end
     return nil
   end,

@@ -75,7 +75,10 @@ local function handler(e)
   end
   -- a property called as a method (logger:log_dir(): Lightning's properties are fields here)
   local prop, what = msg:match("attempt to call method '([%w_]+)' %(a (%a+) value%)")
-  if prop and (what == 'string' or what == 'number' or what == 'boolean') then
+  if prop == 'training' and what == 'boolean' then -- Torch7's m:training()
+    msg = msg .. "\n  (hint: m.training is the mode flag (a boolean); Torch7's m:training() is m:train() here, "
+      .. "m:evaluate() is m:eval(); docs/torch7.md)"
+  elseif prop and (what == 'string' or what == 'number' or what == 'boolean') then
     msg = msg .. ("\n  (hint: '%s' is a property (a value), not a method: write obj.%s, without ':' and '()')")
       :format(prop, prop)
   end

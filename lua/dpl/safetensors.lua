@@ -2,6 +2,8 @@
 -- format (the C side maps files on read and writes them atomically).
 --   safetensors.save(path, {name = tensor, ...} [, {key = "string", ...}])
 --   local tensors, metadata = safetensors.load(path)
+--   safetensors.save_file(tensors, path [, metadata]) / safetensors.load_file(path [, device]):
+--   safetensors.torch's names and argument order
 -- Loaded tensors view the file mapping (copy-on-write: writing to them never
 -- changes the file). Metadata values are strings, as the format requires.
 --   safetensors.save_model(model, path [, metadata [, {index_base=0}]])
@@ -24,7 +26,11 @@ local function error(msg) lua_error(errors.ValueError(msg), 0) end
 local function fail() lua_error(errors.RuntimeError(ffi.string(C.dpl_last_error())), 0) end
 
 function M.save(path, tensors, metadata)
-  if type(path) ~= 'string' then error('safetensors.save: path must be a string', 2) end
+  if type(path) == 'table' and type(tensors) == 'string' then
+    error(fmt("safetensors.save(path, tensors): path must be a string, got a table; safetensors.torch's order "
+      .. 'save_file(tensors, path) is dpl.safetensors.save_file(tensors, %q)', tensors), 2)
+  end
+  if type(path) ~= 'string' then error(fmt('safetensors.save: path must be a string, got %s', type(path)), 2) end
   if type(tensors) ~= 'table' then error('safetensors.save: expected a table of name = tensor', 2) end
   local names = {}
   for k, v in pairs(tensors) do
@@ -67,6 +73,28 @@ function M.load(path)
   end
   C.dpl_st_close(f)
   return tensors, meta
+end
+
+--- save_file(tensors, path [, metadata]) / load_file(path [, device]): safetensors.torch's names
+--- and argument order (save(path, tensors) and load(path) are dplhost's); load_file returns the
+--- tensors only, on device when one is given.
+function M.save_file(tensors, path, metadata)
+  if type(tensors) == 'string' and type(path) == 'table' then
+    error(fmt("safetensors.save_file(tensors, path): got a path then a table; the tensors come first, as in "
+      .. 'safetensors.torch: save_file(tensors, %q) (dpl.safetensors.save takes the path first)', tensors), 2)
+  end
+  if type(tensors) ~= 'table' then error(fmt('safetensors.save_file: expected a table of name = tensor, got %s', type(tensors)), 2) end
+  if type(path) ~= 'string' then error(fmt('safetensors.save_file: path must be a string, got %s', type(path)), 2) end
+  return M.save(path, tensors, metadata)
+end
+
+function M.load_file(path, device)
+  if type(path) ~= 'string' then error(fmt('safetensors.load_file: path must be a string, got %s', type(path)), 2) end
+  local tensors = M.load(path)
+  if device ~= nil and device ~= 'cpu' then
+    for k, t in pairs(tensors) do tensors[k] = t:to(device) end
+  end
+  return tensors
 end
 
 local function model_arg(fn, model)

@@ -72,6 +72,12 @@ for name, id in pairs(dtype_ids) do
   if dtype_names[id] == name then M[name] = name end
 end
 M.float, M.double, M.half, M.long, M.int, M.byte = 'float32', 'float64', 'float16', 'int64', 'int32', 'uint8'
+-- PyTorch's spelling as text ('torch.float32', 'torch.long': what print(x.dtype) shows there)
+do
+  local torch_names = {}
+  for name, id in pairs(dtype_ids) do torch_names['torch.' .. name] = id end
+  for name, id in pairs(torch_names) do dtype_ids[name] = id end
+end
 
 local function fail(level, st)
   lua_error((status_class[st] or RuntimeError)(capi.last_error()), 0)

@@ -56,6 +56,52 @@ local MISSING = {
 }
 M.MISSING = MISSING
 
+-- Torch7's torch.X functions (and a few of PyTorch's) that dplhost does not have as dpl.X: the
+-- hint the NotImplementedError of dpl.X gives (found through dpl's __index, so that a script
+-- calling torch.setdefaulttensortype(...) as dpl.setdefaulttensortype(...) learns what to write
+-- instead of "attempt to call field 'setdefaulttensortype' (a nil value)")
+local NO_DEFAULT = 'dplhost has no global default dtype: tensors are float32 unless made with {dtype = ...} '
+  .. "(dpl.zeros(2, 3, {dtype = 'float64'}), dpl.DoubleTensor(2, 3)); convert with x:double() / x:to('float64')"
+local CLOCK = "use os.clock() (CPU seconds) or require('dpl').C.dpl_clock() (a monotonic wall clock in seconds)"
+local MODULE_MISSING = {
+  setdefaulttensortype = NO_DEFAULT, getdefaulttensortype = NO_DEFAULT .. ' (the default is float32)',
+  set_default_dtype = NO_DEFAULT, set_default_tensor_type = NO_DEFAULT,
+  Timer = CLOCK, tic = CLOCK, toc = CLOCK,
+  class = "dplhost's classes come from :extend(): local MyNet = dpl.nn.Module:extend('MyNet') "
+    .. '(and function MyNet:__init(...) dpl.nn.Module.__init(self) ... end)',
+  typename = "dpl.is_tensor(x) and x:type() (the dtype, 'float32'); a module prints its class name with tostring(m)",
+  type = "Lua's type(x) ('cdata' for a tensor), dpl.is_tensor(x), and x:type() for a tensor's dtype",
+  serialize = 'dpl.save(obj, path) writes tensors and tables of them to a file (string.buffer for plain Lua values)',
+  deserialize = 'dpl.load(path) reads what dpl.save wrote',
+  DiskFile = 'io.open for text and bytes; dpl.save(obj, path) / dpl.load(path) for tensors',
+  MemoryFile = "string.buffer (require 'string.buffer') for bytes; dpl.save / dpl.load for tensors",
+  PipeFile = 'io.popen',
+  pointer = 'x:data_ptr() (the address of a tensor\'s first element)',
+  CmdLine = "the script's arg table: dpl.Trainer.from_argv(arg) reads the Trainer's flags (docs/trainer.md), "
+    .. 'dpl.cli.LightningCLI a whole command line',
+  random = "math.random(a, b) (a number), or dpl.randint(low, high, {n}) (from [low, high))",
+  uniform = 'math.random() (a number in [0, 1)), or dpl.rand(n) / x:uniform_(a, b)',
+  normal = 'dpl.randn(n) * std + mean, or x:normal_(mean, std)',
+  bernoulli = "x:bernoulli_(p) (p a number) or dpl.rand(n):lt(p):float()",
+  Storage = 'dplhost has no Storage objects: make a tensor, dpl.tensor({...})',
+  FloatStorage = 'dplhost has no Storage objects: make a tensor, dpl.tensor({...})',
+  LongStorage = "dplhost has no Storage objects: sizes are plain tables ({2, 3}) or dpl.Size({2, 3})",
+  initialSeed = 'dpl.manual_seed(s) / dpl.seed_everything(s) set the seed; keep the number you gave',
+  expand = 'x:expand(sizes...) (a method)',
+  isTypeOf = 'getmetatable(obj) == Class, or an isinstance-like walk of Class.super',
+}
+M.MODULE_MISSING = MODULE_MISSING
+
+--- M.module_missing(name): for dpl's __index, a function raising NotImplementedError for a
+--- Torch7 name in MODULE_MISSING (nil for other names)
+function M.module_missing(name)
+  local hint = MODULE_MISSING[name]
+  if hint == nil then return nil end
+  return function()
+    error(errors.NotImplementedError(fmt("dpl.%s (torch.%s) is not in dplhost: %s (docs/torch7.md)", name, name, hint)), 2)
+  end
+end
+
 -- torch.<Name>Tensor -> dtype (PyTorch's t.type('torch.DoubleTensor') takes them too)
 local TYPE_NAMES = {
   FloatTensor = 'float32', DoubleTensor = 'float64', HalfTensor = 'float16', BFloat16Tensor = 'bfloat16',
@@ -132,6 +178,12 @@ function M.install(T)
       or "Torch7's res:add(a, value, b) form: write a:add(b, value)"
     methods[name] = function(a, b, alpha, extra)
       if extra ~= nil then too_many(name, hint) end
+      -- x:sub(i1, i2): Torch7's rows i1..i2 (a view), which PyTorch's signature reads as x - i1 * i2
+      if name == 'sub' and type(b) == 'number' and type(alpha) == 'number' then
+        raise(fmt("sub: got two numbers (%g, %g): Torch7's x:sub(i1, i2) (positions i1..i2 along dim 1) is "
+          .. 'x:narrow(1, i1, i2 - i1 + 1) or x[{{i1, i2}}] here; to subtract, x:sub(value) or x - value * alpha',
+          b, alpha))
+      end
       if type(b) == 'number' and is_tensor(alpha) then
         raise(fmt("%s: got a number then a tensor: Torch7's x:%s(value, y) (x %s value * y, in place there) is "
           .. 'x:%s(y, value) here, or x:%s_(y, value) in place', name, name, name == 'add' and '+' or '-', name, name))
@@ -158,6 +210,12 @@ function M.install(T)
   local function ctor(name, dtype)
     return function(a, ...)
       if a == nil then return T.empty(0, { dtype = dtype }) end
+      -- dpl.Tensor(x:size()): sizes (Torch7's torch.Tensor(x:size()) and PyTorch's torch.Tensor(torch.Size)),
+      -- not the data {2, 3}
+      if type(a) == 'table' and getmetatable(a) == T._SizeMT then
+        if select('#', ...) > 0 then raise(fmt('%s: takes a dpl.Size alone, got more arguments', name)) end
+        return T.empty(a, { dtype = dtype })
+      end
       if type(a) == 'table' or is_tensor(a) or type(a) == 'boolean' then
         if select('#', ...) > 0 then
           raise(fmt('%s: takes sizes (%s(2, 3)) or data (%s({1, 2})), not data and more arguments', name, name, name))
@@ -209,6 +267,22 @@ function M.install(T)
   end
   T.manualSeed = T.manual_seed
   T.isTensor = T.is_tensor
+  -- Torch7's (and PyTorch's) module functions with the same meaning
+  T.getnumthreads, T.setnumthreads = T.get_num_threads, T.set_num_threads
+  T.getRNGState, T.setRNGState = T.get_rng_state, T.set_rng_state
+  --- dpl.mv(A, v): the matrix-vector product (torch.mv; a 2-d A and a 1-d v)
+  function T.mv(A, v)
+    if not is_tensor(A) or not is_tensor(v) then
+      raise(fmt('mv: expected a matrix and a vector, got %s and %s', is_tensor(A) and 'a tensor' or type(A),
+        is_tensor(v) and 'a tensor' or type(v)))
+    end
+    if A:dim() ~= 2 or v:dim() ~= 1 then
+      raise(fmt('mv: expected a 2-d matrix and a 1-d vector, got %d-d and %d-d', A:dim(), v:dim()))
+    end
+    return T.matmul(A, v)
+  end
+  --- dpl.ger(u, v): the outer product (torch.ger, PyTorch's deprecated name of torch.outer)
+  function T.ger(u, v) return T.outer(u, v) end
 
   -- Torch7's LAPACK names over dpl.linalg (their forms without result tensors): potrf(A
   -- [, 'U'|'L']) (upper by default: A = U^T U), potrs(B, chol [, uplo]), potri(chol [, uplo]),

@@ -312,6 +312,7 @@ static int host_os_execute(lua_State *L)
   sigemptyset(&dflt);
   sigaddset(&dflt, SIGINT);
   sigaddset(&dflt, SIGQUIT);
+  sigaddset(&dflt, SIGXFSZ); /* ignored by the host (dpl_main.c), the default in the command */
   posix_spawnattr_t attr;
   posix_spawnattr_init(&attr);
   posix_spawnattr_setsigmask(&attr, &old);
@@ -710,6 +711,29 @@ static int host_open_module(lua_State *L)
   return 1;
 }
 
+/* A package searcher appended after every other: for Torch7's package names (require 'torch',
+ * 'nn', 'optim', ...) a loader that raises an error naming the dplhost way (lua/dpl/torch7_require.lua)
+ * instead of "module 'torch' not found" and its list of paths; other names: nothing (nil). */
+static int torch7_searcher(lua_State *L)
+{
+  static const char *const names[] = {"torch", "nn", "optim", "cutorch", "cunn", "cudnn", "nngraph",
+                                      "paths", "xlua", "image", "gnuplot", "trepl", "threads", "dpnn",
+                                      "rnn", "tds", "hdf5", "sys", NULL};
+  const char *name = luaL_checkstring(L, 1);
+  for (int i = 0; names[i]; i++) {
+    if (strcmp(name, names[i]) == 0) {
+      lua_getglobal(L, "require");
+      lua_pushstring(L, "dpl.torch7_require");
+      lua_call(L, 1, 1);
+      lua_getfield(L, -1, "loader");
+      lua_pushstring(L, name);
+      lua_call(L, 1, 1);
+      return 1;
+    }
+  }
+  return 0;
+}
+
 void dpl_host_open(lua_State *L)
 {
   lua_newtable(L);
@@ -719,6 +743,13 @@ void dpl_host_open(lua_State *L)
   lua_getfield(L, -1, "preload");
   lua_pushcfunction(L, host_open_module);
   lua_setfield(L, -2, "dpl.host");
+  lua_pop(L, 1);
+  /* package.loaders[#package.loaders + 1]: Torch7's package names */
+  lua_getfield(L, -1, "loaders");
+  if (lua_istable(L, -1)) {
+    lua_pushcfunction(L, torch7_searcher);
+    lua_rawseti(L, -2, (int)lua_objlen(L, -2) + 1);
+  }
   lua_pop(L, 2);
   /* os.exit runs the atexit cleanups first */
   lua_getglobal(L, "os");

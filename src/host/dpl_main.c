@@ -10,6 +10,7 @@
 #include "dpl_launch.h"
 #include <errno.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -132,8 +133,12 @@ static int traceback_handler(lua_State *L)
       char prop[64];
       memcpy(prop, name, (size_t)(q - name));
       prop[q - name] = '\0';
-      msg = lua_pushfstring(L, "%s\n  (hint: '%s' is a property (a value), not a method: write obj.%s, without ':' and '()')",
-                            msg, prop, prop);
+      if (strcmp(prop, "training") == 0 && strstr(m, "(a boolean value)")) /* Torch7's m:training() */
+        msg = lua_pushfstring(L, "%s\n  (hint: m.training is the mode flag (a boolean); Torch7's m:training() is "
+                                 "m:train() here, m:evaluate() is m:eval(); docs/torch7.md)", msg);
+      else
+        msg = lua_pushfstring(L, "%s\n  (hint: '%s' is a property (a value), not a method: write obj.%s, without ':' and '()')",
+                              msg, prop, prop);
     }
   }
   /* a message that carries its traceback already (a string error caught, given its
@@ -448,6 +453,10 @@ int main(int argc, char **argv)
   int script = 0, interactive = 0, has_e = 0, busted = 0, version = 0;
   const char *launcher_first = NULL; /* the first launcher option given */
   dpl_launch_opts lo = {0, 1, 0, NULL, 0, 0, 5.0};
+  /* A write past the file size limit (ulimit -f) fails with EFBIG, as in Python, instead of
+   * SIGXFSZ killing the process: the writer raises naming the file and removes its temp file
+   * (a checkpoint's .tmp.<pid> was left behind). os.execute's commands get the default back. */
+  signal(SIGXFSZ, SIG_IGN);
   /* First pass: validate options; the actions run in order once the state exists. */
   int i;
   for (i = 1; i < argc; i++) {

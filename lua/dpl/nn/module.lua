@@ -691,7 +691,8 @@ local function lazy_load(m, sd, prefix, base, stack)
   stack[m] = nil
 end
 
---- Copies a state dict into the parameters and buffers. {strict=true} (default) raises an
+--- Copies a state dict into the parameters and buffers (opts: a table, or PyTorch's positional
+--- strict flag, load_state_dict(sd, false)). {strict=true} (default) raises an
 --- error listing the missing keys, the unexpected keys and the shape mismatches; with
 --- strict=false, missing/unexpected keys are returned ({missing_keys=, unexpected_keys=}).
 --- Shape mismatches are an error in both modes. A tensor held under several names (tied
@@ -702,6 +703,7 @@ end
 --- an error whose keys would all match with the other numbering says so.
 function Module:load_state_dict(sd, opts)
   if type(sd) ~= 'table' then error(fmt('load_state_dict: expected a table, got %s', type(sd)), 2) end
+  if type(opts) == 'boolean' then opts = { strict = opts } end -- PyTorch's positional load_state_dict(sd, False)
   if opts ~= nil and type(opts) ~= 'table' then
     error(fmt('load_state_dict: expected nil or an options table {strict=, index_base=}, got %s', type(opts)), 2)
   end

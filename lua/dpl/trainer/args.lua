@@ -315,6 +315,7 @@ local kinds = {
   fast_dev_run = 'int_or_bool', deterministic = 'bool_or_str', benchmark = 'bool', logger = 'bool',
   accelerator = 'str', strategy = 'str', distributed_backend = 'str', amp_backend = 'str', amp_level = 'str',
   gradient_clip_algorithm = 'str', default_root_dir = 'str', multiple_trainloader_mode = 'str', resume_from_checkpoint = 'str',
+  weights_save_path = 'str',
   precision = 'int_or_str',
   limit_train_batches = 'limit', limit_val_batches = 'limit', limit_test_batches = 'limit',
   limit_predict_batches = 'limit', val_check_interval = 'limit', max_time = 'duration',
@@ -363,6 +364,43 @@ end
 -- flags that may stand alone (`--fast_dev_run`, `--deterministic`: true)
 local bool_flags = { fast_dev_run = true, deterministic = true, auto_lr_find = true, auto_scale_batch_size = true }
 for k, v in pairs(kinds) do if v == 'bool' then bool_flags[k] = true end end
+
+--- M.argv_help(defaults): the text from_argv prints for --help: the Trainer's command-line
+--- flags, one a line, with the value each takes and its default (defaults: the script's, which
+--- win over the Trainer's)
+function M.argv_help(defaults)
+  local names = {}
+  for k in pairs(M.defaults) do
+    if k ~= 'callbacks' and k ~= 'plugins' and k ~= 'profiler' then names[#names + 1] = k end
+  end
+  table.sort(names)
+  local what = { devices = 'N|IDS', bool = 'true|false', str = 'TEXT', int_or_bool = 'N|true|false',
+    bool_or_str = 'true|false|warn', bool_or_any_str = 'true|false|TEXT', int_or_str = 'N|TEXT', limit = 'N|FRACTION',
+    duration = 'SECONDS|DD:HH:MM:SS', number = 'N' }
+  local lines = { 'Trainer flags (--name value or --name=value; dashes or underscores; none is nil):' }
+  for _, k in ipairs(names) do
+    local d = defaults and defaults[k]
+    if d == nil then d = M.defaults[k] end
+    if d == NIL then d = nil end
+    lines[#lines + 1] = string.format('  --%-32s %s', k .. ' ' .. what[kinds[k] or 'number'],
+      d == nil and '' or ('(default: ' .. tostring(d) .. ')')):gsub('%s+$', '')
+  end
+  lines[#lines + 1] = "(the script's own flags, if it has any, are not in this list)"
+  return table.concat(lines, '\n') .. '\n'
+end
+
+--- M.unknown_hint(word): for a command-line word `--name[=value]` that is not a Trainer argument
+--- but is at most 2 edits from one, that argument's name (a probable typo); else nil
+function M.unknown_hint(word)
+  local key = type(word) == 'string' and (word:match('^%-%-([%w_%-]+)=') or word:match('^%-%-([%w_%-]+)$'))
+  if not key then return nil end
+  local name = key:gsub('%-', '_')
+  if M.defaults[name] ~= nil then return nil end
+  local accepted = {}
+  for k in pairs(M.defaults) do accepted[k] = true end
+  accepted.callbacks, accepted.plugins, accepted.profiler = nil, nil, nil
+  return require('dpl.options').nearest(name, accepted)
+end
 
 --- Parses `--name value`, `--name=value` (dashes or underscores) for the Trainer's
 --- arguments. Returns the arguments table and the other command-line words.

@@ -1236,13 +1236,43 @@ function Trainer._inner(a)
   return t
 end
 
---- Trainer.from_argv(arg, defaults): a Trainer from the command line
---- (`--max_epochs 3 --gpus 0,1 ...`); returns the trainer and the other words.
-function Trainer.from_argv(argv, defaults)
+--- Trainer.from_argv(arg, defaults [, {help = true}]): a Trainer from the command line
+--- (`--max_epochs 3 --gpus 0,1 ...`); returns the trainer and the other words. `--help` / `-h`
+--- prints the Trainer's flags and exits 0 (help = false: the word is returned with the others);
+--- an other word that is a Trainer argument misspelt (`--max_epoch`) gets a warning naming it.
+function Trainer.from_argv(argv, defaults, opts)
   if argv ~= nil and type(argv) ~= 'table' then
     misconf('Trainer.from_argv expects the script\'s `arg` table, got %s', type(argv))
   end
+  if defaults ~= nil and type(defaults) ~= 'table' then
+    misconf('Trainer.from_argv: defaults must be a table of Trainer arguments, got %s', type(defaults))
+  end
+  if opts ~= nil and (type(opts) ~= 'table' or (opts.help ~= nil and type(opts.help) ~= 'boolean')) then
+    misconf('Trainer.from_argv: the third argument must be {help = true|false}, got %s', type(opts))
+  end
+  if opts ~= nil then
+    for k in pairs(opts) do
+      if k ~= 'help' then misconf('Trainer.from_argv: unknown option %s (it takes help)', tostring(k)) end
+    end
+  end
+  if not (opts and opts.help == false) then
+    for _, w in ipairs(argv or {}) do
+      if w == '--' then break end
+      if w == '--help' or w == '-h' then
+        io.stdout:write(args_mod.argv_help(defaults))
+        io.stdout:flush()
+        os.exit(0)
+      end
+    end
+  end
   local parsed, rest = args_mod.parse_argv(argv or {})
+  for _, w in ipairs(rest) do
+    local near = args_mod.unknown_hint(w)
+    if near then
+      log.warn("Trainer.from_argv: '%s' is not a Trainer argument (did you mean '--%s'?); it is left to the script "
+        .. 'with the other words', w, near)
+    end
+  end
   local all = {}
   for k, v in pairs(defaults or {}) do all[k] = v end
   for k, v in pairs(parsed) do all[k] = v end
