@@ -161,8 +161,19 @@ end
 M._send_frame, M._recv_frame = send_frame, recv_frame
 
 -- ------------------------------------------------------------------ the worker side
-local function error_text(e)
-  return require('dpl.spawn')._traceback(e)
+-- a worker's error as it travels: its text with the worker's traceback (from the frame
+-- that raised it; none with plain), and its class's name
+local function error_reply(e, plain)
+  local cls, msg = nil, e
+  pcall(function() if type(e) == 'table' and type(e.__name) == 'string' then cls = e.__name end end)
+  if type(e) ~= 'string' then
+    local ok, s = pcall(tostring, e)
+    msg = ok and type(s) == 'string' and s or ('(error object is a ' .. type(e) .. ' value)')
+  end
+  if plain ~= true and not msg:find('\nstack traceback:\n', 1, true) then
+    msg = debug.traceback(msg, 2):gsub("\n%s*%[C%]: in function 'xpcall'.*$", '')
+  end
+  return { err = msg, cls = cls }
 end
 
 -- a worker never returns: it serves tasks until the parent says stop or goes away
@@ -189,8 +200,8 @@ local function worker_main(pool, wid, fd)
   math.randomseed(seed % 2147483647)
   local init_err
   if impl.worker_init_fn then
-    local ok, e = xpcall(impl.worker_init_fn, error_text, wid)
-    if not ok then init_err = { err = 'in worker_init_fn: ' .. tostring(e), cls = type(e) == 'table' and e.__name } end
+    local ok, e = xpcall(impl.worker_init_fn, error_reply, wid)
+    if not ok then init_err = { err = 'in worker_init_fn: ' .. e.err, cls = e.cls } end
   end
   local epoch, it, done = nil, nil, false
   while true do
@@ -214,11 +225,9 @@ local function worker_main(pool, wid, fd)
             impl.collate_fn and 'collate_fn' or 'the collation', task.seq), 0)
         end
         return b
-      end, error_text)
+      end, error_reply)
       if not ok then
-        reply = { err = tostring(r), cls = nil }
-        local okc, cls = pcall(function() return type(r) == 'table' and r.__name end)
-        if okc then reply.cls = cls end
+        reply = r
       elseif r == nil then
         reply = { done = true }
       else
@@ -227,7 +236,8 @@ local function worker_main(pool, wid, fd)
         if okf then
           reply = { v = flat, descs = descs, tensors = tensors }
         else
-          reply = { err = tostring(flat), cls = type(flat) == 'table' and flat.__name or nil }
+          reply = error_reply(flat, true)
+          reply.err = 'sending the batch: ' .. reply.err
         end
       end
     end
@@ -335,8 +345,8 @@ local function new_pool(impl)
       if st ~= 0 then C.dpl_chan_close(theirs); capi.check(st, 2) end
       if pidbox[0] == 0 then
         -- the child: never returns (an error here ends it)
-        local okw, ew = xpcall(worker_main, error_text, pool, w, theirs)
-        if not okw then io.stderr:write('DataLoader worker ', w, ': ', tostring(ew), '\n') end
+        local okw, ew = xpcall(worker_main, error_reply, pool, w, theirs)
+        if not okw then io.stderr:write('DataLoader worker ', w, ': ', ew.err, '\n') end
         C.dpl_proc_exit(1)
       end
       C.dpl_chan_close(theirs)
