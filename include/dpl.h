@@ -59,6 +59,25 @@ int dpl_proc_setenv(const char *name, const char *value);
 /* Starts this same host binary with argv (argv[0] first, NULL-terminated) as a
  * child that gets SIGTERM when this process dies; *pid_out is the child. */
 int dpl_proc_spawn_self(const char *const *argv, int32_t *pid_out);
+/* The setup of a forked DataLoader worker (dpl.data_workers): one compute thread (the
+ * pool and BLAS), CUDA refused (dpl_cuda_forbid), SIGINT and SIGUSR1 ignored (the parent
+ * handles them and stops its workers), SIGTERM back to the default (the parent's death
+ * ends the worker at once). */
+int dpl_proc_worker_setup(void);
+
+/* ---- channels (src/host/dpl_chan.c): the DataLoader workers' sockets ---- */
+/* A connected pair of local stream sockets, close-on-exec; fds[0] and fds[1]. */
+int dpl_chan_pair(int32_t *fds);
+int dpl_chan_close(int32_t fd);
+/* Sends n bytes (never raises SIGPIPE). DPL_ECOMM when the peer closed its end,
+ * DPL_ETIMEOUT after timeout_s (< 0: no limit), DPL_EINTR when a signal stops the script. */
+int dpl_chan_send(int32_t fd, const void *buf, int64_t n, double timeout_s);
+/* Receives exactly n bytes into buf: DPL_ECOMM at the end of the stream (the peer is
+ * gone; the message says after how many bytes), DPL_ETIMEOUT, DPL_EINTR as dpl_chan_send. */
+int dpl_chan_recv(int32_t fd, void *buf, int64_t n, double timeout_s);
+/* 1 when fd has bytes to read (or is at its end) within timeout_s, 0 when not,
+ * DPL_EINTR when a signal stops the script. */
+int dpl_chan_poll(int32_t fd, double timeout_s);
 
 /* ---- data files (src/data/) ---- */
 /* IDX element type codes (the third magic byte). */
@@ -152,6 +171,10 @@ const char *dpl_cuda_plugin_path(void);
 /* 1 once the plugin initialised CUDA in this process (a tensor on a real GPU, a device
  * probe): a forked child could not use CUDA (dist.spawn refuses to fork then). */
 int32_t dpl_cuda_initialized(void);
+/* From now on this process refuses CUDA: every GPU op and allocation fails with `why`
+ * (a forked DataLoader worker, whose parent may hold CUDA state); a NULL or empty why
+ * lifts nothing (the refusal is for the process's life). */
+void dpl_cuda_forbid(const char *why);
 /* Waits for all work queued on cuda:index (index -1: every device used). */
 int dpl_cuda_synchronize(int32_t index);
 /* Returns the cached free blocks of cuda:index (-1: all) to the driver; *freed: bytes. */

@@ -287,12 +287,12 @@ describe('DataLoader', function()
     assert.are.equal('DataLoader(1 batches of 1099511627776)', tostring(l))
   end)
 
-  it('num_workers = 0 is accepted (torch scripts pass it); > 0 is a NotImplementedError, not an unknown option', function()
+  it('num_workers = 0 loads in this process; > 0 in worker processes (spec/data_workers_spec.lua)', function()
     local ds = Squares(5)
     assert.are.equal(3, #data.DataLoader(ds, { batch_size = 2, num_workers = 0 }))
-    assert.has_error(function() data.DataLoader(ds, { batch_size = 2, num_workers = 4 }) end,
-      errors.NotImplementedError('DataLoader: num_workers=4 (worker processes): dpl.data.DataLoader loads batches'
-        .. ' in the training process; leave num_workers at 0'))
+    local l = data.DataLoader(ds, { batch_size = 2, num_workers = 4 })
+    assert.are.equal(3, #l)
+    assert.are.equal(4, l.num_workers)
     assert.has_error(function() data.DataLoader(ds, { num_workers = -1 }) end,
       errors.MisconfigurationException('num_workers must be an integer >= 0, got -1'))
   end)

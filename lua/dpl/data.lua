@@ -934,10 +934,11 @@ local function check_batch_sampler(s)
   end
 end
 
--- torch's DataLoader options that only concern worker processes (num_workers > 0, which
--- dplhost does not have): accepted with torch's checks for num_workers = 0
+-- torch's DataLoader options that concern worker processes, with torch 1.13's checks
+-- (persistent_workers, prefetch_factor and multiprocessing_context need num_workers > 0)
 local function check_worker_opts(opts)
   local function bad(msg) errors.ValueError:raise('DataLoader: ' .. msg, 4) end
+  local nw = opts.num_workers or 0
   if opts.pin_memory ~= nil and type(opts.pin_memory) ~= 'boolean' then
     bad(('pin_memory must be a boolean, got %s'):format(describe(opts.pin_memory)))
   end
@@ -953,12 +954,32 @@ local function check_worker_opts(opts)
   if opts.persistent_workers ~= nil and type(opts.persistent_workers) ~= 'boolean' then
     bad(('persistent_workers must be a boolean, got %s'):format(describe(opts.persistent_workers)))
   end
-  if opts.persistent_workers then bad('persistent_workers option needs num_workers > 0') end
-  if opts.prefetch_factor ~= nil and opts.prefetch_factor ~= 2 then
-    bad('prefetch_factor option could only be specified in multiprocessing.let num_workers > 0 to enable multiprocessing.')
+  if opts.persistent_workers and nw == 0 then bad('persistent_workers option needs num_workers > 0') end
+  local pf = opts.prefetch_factor
+  if nw == 0 then
+    if pf ~= nil and pf ~= 2 then
+      bad('prefetch_factor option could only be specified in multiprocessing.let num_workers > 0 to enable multiprocessing.')
+    end
+  elseif pf ~= nil and (type(pf) ~= 'number' or pf % 1 ~= 0 or pf < 1) then
+    bad(('prefetch_factor must be a positive integer, got %s'):format(describe(pf)))
   end
-  if opts.multiprocessing_context ~= nil then
-    bad('multiprocessing_context can only be used with multi-process loading (num_workers > 0), but got num_workers=0')
+  local mc = opts.multiprocessing_context
+  if mc ~= nil then
+    if nw == 0 then
+      bad('multiprocessing_context can only be used with multi-process loading (num_workers > 0), but got num_workers=0')
+    end
+    if type(mc) ~= 'string' then
+      bad(('multiprocessing_context must be a start method name (a string), got %s'):format(describe(mc)))
+    end
+    if mc ~= 'fork' then
+      local known = { spawn = true, forkserver = true }
+      if not known[mc] then
+        bad(("multiprocessing_context option should specify a valid start method in ['fork', 'spawn',"
+          .. " 'forkserver'], but got multiprocessing_context='%s'"):format(mc))
+      end
+      errors.NotImplementedError:raise(("DataLoader: multiprocessing_context='%s': dplhost's workers are forked from"
+        .. " the training process (the Lua state cannot be pickled); only 'fork' is supported"):format(mc), 4)
+    end
   end
 end
 
@@ -1038,14 +1059,9 @@ function M.DataLoader(ds, opts)
   M.check_seed(opts.seed, 'DataLoader seed')
   check_generator(opts.generator, 'DataLoader')
   if opts.seed ~= nil and opts.generator ~= nil then misconf('DataLoader: give seed= or generator=, not both') end
-  -- torch's num_workers: 0 (the default) loads in this process, as every dpl loader does
-  if opts.num_workers ~= nil then
-    check_int('num_workers', opts.num_workers, 0)
-    if opts.num_workers > 0 then
-      errors.NotImplementedError:raise(('DataLoader: num_workers=%d (worker processes): dpl.data.DataLoader loads'
-        .. ' batches in the training process; leave num_workers at 0'):format(opts.num_workers), 2)
-    end
-  end
+  -- torch's num_workers: 0 (the default) loads in this process, N > 0 in N forked worker
+  -- processes (dpl.data_workers)
+  if opts.num_workers ~= nil then check_int('num_workers', opts.num_workers, 0) end
   check_worker_opts(opts)
   opts = M._list_samplers(opts)
   if opts.sampler ~= nil then check_sampler(opts.sampler) end
@@ -1074,7 +1090,9 @@ function M.DataLoader(ds, opts)
     dataset = ds, batch_size = bs or nil, drop_last = opts.drop_last and true or false,
     sampler = sampler, batch_sampler = bsam, collate_fn = opts.collate_fn, generator = opts.generator,
     pin_memory = opts.pin_memory == true, timeout = opts.timeout or 0, worker_init_fn = opts.worker_init_fn,
-    num_workers = 0, persistent_workers = false, prefetch_factor = 2, _iterable = iterable,
+    num_workers = opts.num_workers or 0, persistent_workers = opts.persistent_workers == true,
+    prefetch_factor = opts.prefetch_factor or 2, multiprocessing_context = opts.multiprocessing_context,
+    _iterable = iterable,
   }, Loader)
   -- a userdata proxy, so that #loader works (Lua 5.1 ignores __len on tables)
   local proxy = newproxy(true)
@@ -1122,18 +1140,23 @@ function Loader:with_sampler(sampler)
         .. 'with_sampler(sampler) method (data.BatchSampler has one), or set use_distributed_sampler=false and shard '
         .. 'the data yourself', tostring(b.__name or 'a batch sampler'))
     end
-    new = M.DataLoader(impl.dataset, { batch_sampler = b:with_sampler(sampler), collate_fn = impl.collate_fn })
+    new = M.DataLoader(impl.dataset, { batch_sampler = b:with_sampler(sampler), collate_fn = impl.collate_fn,
+      num_workers = impl.num_workers })
   else
     if impl._iterable then
       misconf('DataLoader: a loader over an IterableDataset has no sampler to replace (%s)', tostring(sampler.__name or sampler))
     end
     new = M.DataLoader(impl.dataset, { batch_size = impl.batch_size or false, drop_last = impl.drop_last,
-      sampler = sampler, collate_fn = impl.collate_fn })
+      sampler = sampler, collate_fn = impl.collate_fn, num_workers = impl.num_workers })
   end
   local nimpl = getmetatable(new).__index
   for k, v in pairs(impl) do
-    if rawget(nimpl, k) == nil then nimpl[k] = v end
+    if rawget(nimpl, k) == nil and k ~= '_pool' then nimpl[k] = v end
   end
+  -- the worker options as they are (not the workers: the new loader starts its own)
+  nimpl.persistent_workers, nimpl.prefetch_factor = impl.persistent_workers, impl.prefetch_factor
+  nimpl.timeout, nimpl.worker_init_fn = impl.timeout, impl.worker_init_fn
+  nimpl.multiprocessing_context = impl.multiprocessing_context
   return new
 end
 
@@ -1220,8 +1243,21 @@ function Loader:_iter_iterable()
   end
 end
 
---- Iterator over the batches of one pass (one epoch).
+--- Ends this loader's worker processes now (num_workers > 0; persistent ones too, or the
+--- ones of a pass left with a break); the next pass starts new ones. A no-op without.
+function Loader:shutdown_workers()
+  local impl = type(self) == 'userdata' and getmetatable(self).__index or self
+  if rawget(impl, '_pool') then require('dpl.data_workers').shutdown(impl) end
+end
+
+--- Iterator over the batches of one pass (one epoch); with num_workers > 0 the batches are
+--- loaded by worker processes (dpl.data_workers).
 function Loader:iter()
+  if self.num_workers > 0 then
+    local w = require('dpl.data_workers')
+    w._register_atexit()
+    return w.iter(self)
+  end
   if self._iterable then return self:_iter_iterable() end
   if self.batch_sampler then
     local lists, nb = self.batch_sampler:batches(), 0
@@ -1275,5 +1311,9 @@ function M.CombinedLoader(loaders, mode) return require('dpl.combined_loader').n
 
 -- IterableDataset, ChainDataset, get_worker_info, WeightedRandomSampler, SubsetRandomSampler
 require('dpl.data_extra').install(M)
+M._sampler_order = sampler_order
+--- get_worker_info(): {id (0-based), num_workers, seed, dataset} in a DataLoader worker
+--- process, nil in the training process (torch's).
+M.get_worker_info = require('dpl.data_workers').get_worker_info
 
 return M

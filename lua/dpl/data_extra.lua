@@ -98,9 +98,8 @@ function M.install(data)
     return total
   end
 
-  --- get_worker_info(): torch's, nil in the main process, which is where every dpl DataLoader
-  --- reads its dataset (num_workers = 0), so an IterableDataset that shards its stream by worker
-  --- reads all of it.
+  --- get_worker_info(): torch's, nil in the main process; dpl.data replaces it with
+  --- dpl.data_workers' (a table in a DataLoader worker process).
   function data.get_worker_info() return nil end
 
   ---------------------------------------------------------------- samplers

@@ -93,10 +93,6 @@ function DataModule.from_datasets(cls, opts)
   if type(num_workers) ~= 'number' or num_workers < 0 or num_workers % 1 ~= 0 then
     Misconfiguration:raise(('from_datasets: num_workers must be a non-negative integer, got %s'):format(tostring(num_workers)), 2)
   end
-  if num_workers > 0 then
-    errors.NotImplementedError:raise('from_datasets: num_workers > 0 (worker processes): dpl.data.DataLoader loads'
-      .. ' batches in the training process; leave num_workers at 0', 2)
-  end
   local names = LightningModule._param_names(cls.__init)
   local takes = {}
   for _, n in ipairs(names) do takes[n] = true end
@@ -118,16 +114,16 @@ function DataModule.from_datasets(cls, opts)
     -- a plain list of datasets (a Lua table with [1] and no metatable) gives a list of loaders
     if type(ds) == 'table' and getmetatable(ds) == nil and ds[1] ~= nil then
       local out = {}
-      for i, d in ipairs(ds) do out[i] = data.DataLoader(d, { batch_size = batch_size, shuffle = shuffle }) end
+      for i, d in ipairs(ds) do out[i] = data.DataLoader(d, { batch_size = batch_size, shuffle = shuffle, num_workers = num_workers }) end
       return out
     end
     -- training datasets by name (Lightning's Mapping[str, Dataset]): loaders by name
     if by_name and type(ds) == 'table' and getmetatable(ds) == nil and next(ds) ~= nil then
       local out = {}
-      for k, d in pairs(ds) do out[k] = data.DataLoader(d, { batch_size = batch_size, shuffle = shuffle }) end
+      for k, d in pairs(ds) do out[k] = data.DataLoader(d, { batch_size = batch_size, shuffle = shuffle, num_workers = num_workers }) end
       return out
     end
-    return data.DataLoader(ds, { batch_size = batch_size, shuffle = shuffle })
+    return data.DataLoader(ds, { batch_size = batch_size, shuffle = shuffle, num_workers = num_workers })
   end
   for _, s in ipairs({ 'train', 'val', 'test', 'predict' }) do
     local ds = opts[s .. '_dataset']

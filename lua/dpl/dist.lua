@@ -277,7 +277,14 @@ local function cleanup_all()
   world = nil
 end
 
+-- set in a forked DataLoader worker: the groups are the parent's, collectives refused
+local worker_refusal
+--- Called in a forked DataLoader worker: get_rank / get_world_size / is_initialized still
+--- answer (a dataset may shard by rank), every collective and init raise `why`.
+function M._refuse_in_worker(why) worker_refusal = why end
+
 local function get_group(group, level)
+  if worker_refusal then error(DistError('dist: ' .. worker_refusal), (level or 1) + 1) end
   if group == nil then
     if not world then
       error(DistError('dist: the default process group is not initialised (call dist.init_process_group first)'), (level or 1) + 1)
@@ -349,6 +356,7 @@ function M.init_process_group(opts)
   opts = opts or {}
   if type(opts) == 'string' then opts = { backend = opts } end
   if type(opts) ~= 'table' then terr('dist.init_process_group expects an options table', 2) end
+  if worker_refusal then error(DistError('dist: ' .. worker_refusal), 2) end
   if world then error(DistError('dist: init_process_group was already called in this process (destroy_process_group first)'), 2) end
   local backend = opts.backend or default_backend()
   if type(backend) == 'string' then backend = backend:lower() end
@@ -452,6 +460,7 @@ function M._enable_nccl(device)
 end
 
 function M.destroy_process_group(group)
+  if worker_refusal then error(DistError('dist: ' .. worker_refusal), 2) end
   if group == nil then
     cleanup_all()
     return
@@ -463,12 +472,14 @@ end
 function M.get_rank(group)
   if group == nil and not world then return -1 end
   if group ~= nil and getmetatable(group) == Group and not group.member then return -1 end
+  if worker_refusal then return (group or world).rank end
   return get_group(group, 2).rank
 end
 
 function M.get_world_size(group)
   if group == nil and not world then return -1 end
   if group ~= nil and getmetatable(group) == Group and not group.member then return -1 end
+  if worker_refusal then return (group or world).size end
   return get_group(group, 2).size
 end
 

@@ -278,6 +278,7 @@ int dpl_device_get_info(int32_t type, int32_t index, dpl_device_info *out)
 
 const char *dpl_cuda_unavailable_reason(void)
 {
+  if (dpl_cuda_forbidden()) return dpl_cuda_forbidden();
   pthread_once(&probe_once, probe);
   if (gpu_count > 0 && !gpu_info[0].simulated) {
     const char *e = dpl_device_plugin_error();

@@ -33,6 +33,8 @@ void dpl_host_run_atexit(struct lua_State *L);
  * "(error object is a T value)"; a __tostring that fails or returns no string is
  * described instead of raising. */
 const char *dpl_host_error_text(struct lua_State *L, int idx);
+/* The reason CUDA is refused in this process (dpl_cuda_forbid), NULL when it is not. */
+const char *dpl_cuda_forbidden(void);
 /* Prints the device table of `dplhost --devices`. */
 int dpl_print_devices(void);
 #endif

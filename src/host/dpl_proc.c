@@ -1,6 +1,7 @@
-/* dpl_proc.c: process primitives for Lua (dist.spawn): fork with the child tied
- * to its parent's life, waiting with a timeout, signals, a quick exit that skips
- * the atexit cleanups (a forked worker must not run its parent's), setenv. */
+/* dpl_proc.c: process primitives for Lua (dist.spawn, DataLoader workers): fork
+ * with the child tied to its parent's life, waiting with a timeout, signals, a
+ * quick exit that skips the atexit cleanups (a forked worker must not run its
+ * parent's), setenv, and the setup of a forked DataLoader worker. */
 #define _GNU_SOURCE
 #include "dpl.h"
 #include "dpl_internal.h"
@@ -97,4 +98,17 @@ int dpl_proc_spawn_self(const char *const *argv, int32_t *pid_out)
   }
   *pid_out = (int32_t)pid;
   return DPL_OK;
+}
+
+int dpl_proc_worker_setup(void)
+{
+  signal(SIGINT, SIG_IGN);  /* Ctrl-C reaches the whole process group: the parent stops us */
+  signal(SIGUSR1, SIG_IGN);
+  signal(SIGTERM, SIG_DFL); /* PR_SET_PDEATHSIG's SIGTERM ends the worker at once */
+  dpl_signals_clear();
+  dpl_cuda_forbid("CUDA cannot be used in a DataLoader worker process (forked from the training process); "
+                  "return CPU tensors from the dataset and collate_fn and move the batch to the GPU in the "
+                  "training loop (the Trainer does)");
+  /* torch's workers run one intra-op thread; the pool and OpenBLAS start afresh here */
+  return dpl_set_num_threads(1);
 }

@@ -8,8 +8,23 @@
 
 static _Atomic(const dpl_backend *) backend;
 
-void dpl_backend_register(const dpl_backend *b) { atomic_store(&backend, b); }
+static char forbid_reason[512]; /* set once in a forked DataLoader worker: CUDA refused */
+
+void dpl_backend_register(const dpl_backend *b)
+{
+  if (!forbid_reason[0]) atomic_store(&backend, b);
+}
 const dpl_backend *dpl_backend_get(void) { return atomic_load(&backend); }
+
+/* the backend is dropped, not released: its state (contexts, cached blocks) is the
+ * parent's; storages inherited from the parent are then freed without the backend */
+void dpl_cuda_forbid(const char *why)
+{
+  if (!why || !*why) return;
+  snprintf(forbid_reason, sizeof forbid_reason, "%s", why);
+  atomic_store(&backend, NULL);
+}
+const char *dpl_cuda_forbidden(void) { return forbid_reason[0] ? forbid_reason : NULL; }
 
 static const char *const op_names[DPL_BK_NUM_OPS] = {
   "copy", "fill", "rng", "gemm", "binary", "binary_scalar", "axpy", "unary", "activation_backward", "clamp",
@@ -35,6 +50,7 @@ int dpl_bk_call(dpl_bk_args *a)
 {
   const char *name = a->name ? a->name : dpl_bk_op_name(a->op);
   const dpl_backend *b = dpl_backend_get();
+  if (!b && dpl_cuda_forbidden()) return dpl_errorf(DPL_EDEVICE, "%s on cuda: %s", name, dpl_cuda_forbidden());
   if (!b)
     return dpl_errorf(DPL_ENOTIMPL, "%s: not implemented on cuda (the CUDA plugin is not loaded)", name);
   if (a->op < 0 || a->op >= DPL_BK_NUM_OPS || !b->supports(a->op))
@@ -44,6 +60,7 @@ int dpl_bk_call(dpl_bk_args *a)
 
 static int no_plugin(const char *what)
 {
+  if (dpl_cuda_forbidden()) return dpl_errorf(DPL_EDEVICE, "%s: %s", what, dpl_cuda_forbidden());
   return dpl_errorf(DPL_EDEVICE, "%s: the CUDA plugin is not loaded (%s)", what, dpl_cuda_unavailable_reason());
 }
 

@@ -665,6 +665,7 @@ function M.run_train(t)
     local outputs
     if t._prof then outputs = t._prof:profile('run_training_epoch', run_train_epoch, t, st, loader, nbatches)
     else outputs = run_train_epoch(t, st, loader, nbatches) end
+    loops.end_pass(loader)
     t.fit_loop.epoch_done = t.fit_loop.batch_idx >= nbatches
     -- the epoch aggregates are visible in callback_metrics from here on (Lightning's
     -- epoch_end_reached: ModelCheckpoint/EarlyStopping read them in on_train_epoch_end)

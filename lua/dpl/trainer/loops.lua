@@ -47,6 +47,18 @@ end
 M.as_loader_list = as_loader_list
 
 --- Number of batches of a loader, or nil when unknown.
+--- The end of the Trainer's pass over loader l (its batches done, or limited by
+--- limit_*_batches / max_steps): a loader's worker processes (num_workers > 0, not
+--- persistent_workers) end now, as torch's do when the loop drops its iterator.
+function M.end_pass(l)
+  pcall(function()
+    if type(l.num_workers) == 'number' and l.num_workers > 0 and not l.persistent_workers
+      and type(l.shutdown_workers) == 'function' then
+      l:shutdown_workers()
+    end
+  end)
+end
+
 local function loader_len(l)
   local ok, f = pcall(function() return l.num_batches end)
   if ok and type(f) == 'function' then return f(l) end
@@ -610,6 +622,7 @@ function M.run_evaluation(t, stage, sanity)
       if keep and out ~= nil then outs[#outs + 1] = out end
       i = i + 1
     end
+    M.end_pass(loaders[d])
     outputs[d] = outs
   end
   rc:clear_dataloader_idx()
@@ -835,6 +848,7 @@ function M.run_predict(t)
       if store then preds[#preds + 1] = out end
       i = i + 1
     end
+    M.end_pass(loader)
     results[d] = preds
     pl.epoch_batch_indices[d] = dl_indices
   end

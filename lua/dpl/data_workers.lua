@@ -1,0 +1,537 @@
+-- dpl.data_workers: DataLoader{num_workers = N > 0}, torch 1.13's multi-process loading.
+-- N workers are forked from the training process when a pass starts (each a copy of the
+-- script's state: the dataset, collate_fn, worker_init_fn), each joined to the parent by a
+-- socket pair (dpl_chan_*). The parent walks the sampler and sends batch k's positions to
+-- worker k % N (the next active worker in turn for an IterableDataset), keeping up to
+-- prefetch_factor batches in flight per worker; the batches come back in sampler order.
+-- A batch travels as a frame: two int64 (the header's length, the tensors' bytes), the
+-- header (string.buffer: the batch with each tensor replaced by a marker, the tensors'
+-- dtype and shape), then each tensor's bytes, received straight into a new tensor.
+-- Workers run with one compute thread, refuse CUDA and collectives, ignore SIGINT and die
+-- with the parent (PR_SET_PDEATHSIG); the parent kills and reaps them at the end of a pass
+-- (unless persistent_workers), on an error, when a pass is abandoned (a new pass, the
+-- pass's or the loader's garbage collection, the host's exit). A worker's error comes back
+-- with its traceback; a dead worker is an error naming it, never a hang.
+local ffi = require 'ffi'
+local buffer = require 'string.buffer'
+local capi = require 'dpl.capi'
+local errors = require 'dpl.errors'
+local C = capi.C
+
+local M = {}
+
+local SIGKILL = 9
+local TENSOR_KEY = '__dpl_worker_tensor'
+local have_usleep = pcall(ffi.cdef, 'int usleep(unsigned int usec);')
+
+local worker_info = nil -- set in a worker process
+--- get_worker_info(): {id (0-based), num_workers, seed, dataset} in a worker, nil in the
+--- training process.
+function M.get_worker_info() return worker_info end
+
+local function describe(v)
+  if type(v) == 'string' then return ("'%s'"):format(v) end
+  return type(v) == 'table' and tostring(v.__name or 'a table') or type(v)
+end
+
+local function last_error() return ffi.string(C.dpl_last_error()) end
+
+-- ------------------------------------------------------------------ frames
+local hdr = ffi.new('int64_t[2]')
+local recv_buf = buffer.new()
+local send_buf = buffer.new()
+local shape_buf = ffi.new('int64_t[8]')
+local out1 = ffi.new('dpl_tensor*[1]')
+
+-- the batch with its tensors replaced by markers; tensors[i] = the contiguous tensor,
+-- descs[i] = {dtype, shape...}
+local function flatten(v, tensors, descs, path, depth)
+  local T = require 'dpl.tensor'
+  if T.is_tensor(v) then
+    if v._devtype ~= 0 then
+      errors.RuntimeError:raise(('the batch holds a tensor on %s at %s: a DataLoader worker sends CPU tensors only'
+        .. ' (it cannot use CUDA; move the batch to the GPU in the training loop)'):format(tostring(v.device), path), 0)
+    end
+    local c = v:contiguous()
+    local d = { tonumber(c._dtype) }
+    for k = 0, c._ndim - 1 do d[k + 2] = tonumber(c._shape[k]) end
+    tensors[#tensors + 1] = c
+    descs[#descs + 1] = d
+    return { [TENSOR_KEY] = #tensors }
+  end
+  local tv = type(v)
+  if tv == 'table' then
+    if depth > 100 then errors.ValueError:raise(('the batch nests tables more than 100 deep at %s (a cycle?)'):format(path), 0) end
+    if getmetatable(v) ~= nil then
+      errors.TypeError:raise(('the batch holds an object with a metatable (%s) at %s: a DataLoader worker sends'
+        .. ' tensors, numbers, strings, booleans and plain tables of them'):format(describe(v), path), 0)
+    end
+    local out = {}
+    for k, x in pairs(v) do
+      local kp = type(k) == 'string' and (path .. '.' .. k) or (path .. '[' .. tostring(k) .. ']')
+      if type(k) == 'table' or T.is_tensor(k) then
+        errors.TypeError:raise(('the batch has a table or tensor as a key at %s'):format(path), 0)
+      end
+      out[k] = flatten(x, tensors, descs, kp, depth + 1)
+    end
+    return out
+  end
+  if tv == 'function' or tv == 'userdata' or tv == 'thread' then
+    errors.TypeError:raise(('the batch holds a %s at %s: a DataLoader worker sends tensors, numbers, strings,'
+      .. ' booleans and plain tables of them'):format(tv, path), 0)
+  end
+  if tv == 'cdata' and not (ffi.istype('int64_t', v) or ffi.istype('uint64_t', v)) then
+    errors.TypeError:raise(('the batch holds a cdata (%s) at %s: a DataLoader worker sends tensors, numbers,'
+      .. ' strings, booleans and plain tables of them'):format(tostring(ffi.typeof(v)), path), 0)
+  end
+  return v
+end
+
+local function unflatten(v, tensors)
+  if type(v) ~= 'table' then return v end
+  local i = v[TENSOR_KEY]
+  if i ~= nil then return tensors[i] end
+  for k, x in pairs(v) do
+    if type(x) == 'table' then v[k] = unflatten(x, tensors) end
+  end
+  return v
+end
+
+local function chan_check(st, what)
+  if st ~= 0 then return nil, st, what .. ': ' .. last_error() end
+  return true
+end
+
+-- sends msg (a plain Lua table) and, when given, the tensors' bytes after it
+local function send_frame(fd, msg, tensors, timeout)
+  local raw = 0
+  if tensors then
+    for _, t in ipairs(tensors) do raw = raw + tonumber(t._numel) * tonumber(C.dpl_dtype_size(t._dtype)) end
+  end
+  send_buf:reset()
+  local enc = buffer.encode(msg)
+  hdr[0], hdr[1] = #enc, raw
+  send_buf:putcdata(hdr, 16):put(enc)
+  local p, n = send_buf:ref()
+  local ok, st, e = chan_check(C.dpl_chan_send(fd, p, n, timeout), 'sending')
+  if not ok then return nil, st, e end
+  if tensors then
+    for _, t in ipairs(tensors) do
+      local nb = tonumber(t._numel) * tonumber(C.dpl_dtype_size(t._dtype))
+      if nb > 0 then
+        ok, st, e = chan_check(C.dpl_chan_send(fd, t._data, nb, timeout), 'sending a tensor')
+        if not ok then return nil, st, e end
+      end
+    end
+  end
+  return true
+end
+
+-- receives a frame: the message, with the tensors of msg.descs in msg.tensors
+local function recv_frame(fd, timeout)
+  local ok, st, e = chan_check(C.dpl_chan_recv(fd, hdr, 16, timeout), 'receiving')
+  if not ok then return nil, st, e end
+  local n, raw = tonumber(hdr[0]), tonumber(hdr[1])
+  recv_buf:reset()
+  local p = recv_buf:reserve(n)
+  ok, st, e = chan_check(C.dpl_chan_recv(fd, p, n, timeout), 'receiving')
+  if not ok then return nil, st, e end
+  recv_buf:commit(n)
+  local msg = recv_buf:decode()
+  if raw > 0 or msg.descs then
+    local T = require 'dpl.tensor'
+    local tensors = {}
+    for i, d in ipairs(msg.descs or {}) do
+      local nd = #d - 1
+      for k = 1, nd do shape_buf[k - 1] = d[k + 1] end
+      local cst = C.dpl_tensor_empty(d[1], nd, shape_buf, 0, 0, out1)
+      if cst ~= 0 then return nil, cst, 'allocating a batch tensor: ' .. last_error() end
+      local t = T._wrap(out1)
+      local nb = tonumber(t._numel) * tonumber(C.dpl_dtype_size(t._dtype))
+      if nb > 0 then
+        ok, st, e = chan_check(C.dpl_chan_recv(fd, t._data, nb, timeout), 'receiving a tensor')
+        if not ok then return nil, st, e end
+      end
+      tensors[i] = t
+    end
+    msg.tensors = tensors
+  end
+  return msg
+end
+M._send_frame, M._recv_frame = send_frame, recv_frame
+
+-- ------------------------------------------------------------------ the worker side
+-- a worker's error as it travels: its text with the worker's traceback (from the frame
+-- that raised it; none with plain), and its class's name
+local function error_reply(e, plain)
+  local cls, msg = nil, e
+  pcall(function() if type(e) == 'table' and type(e.__name) == 'string' then cls = e.__name end end)
+  if type(e) ~= 'string' then
+    local ok, s = pcall(tostring, e)
+    msg = ok and type(s) == 'string' and s or ('(error object is a ' .. type(e) .. ' value)')
+  end
+  if plain ~= true and not msg:find('\nstack traceback:\n', 1, true) then
+    msg = debug.traceback(msg, 2):gsub("\n%s*%[C%]: in function 'xpcall'.*$", '')
+  end
+  return { err = msg, cls = cls }
+end
+
+-- a worker never returns: it serves tasks until the parent says stop or goes away
+local function worker_main(pool, wid, fd)
+  local ok_setup = pcall(function()
+    require('dpl.host').clear_atexit() -- the parent's cleanups are the parent's
+  end)
+  local _ = ok_setup
+  C.dpl_proc_worker_setup()
+  -- the parent's ends of every channel (this worker's, the other workers', other loaders')
+  -- are not ours: closed, so that each side sees the other's end when it goes
+  for p in pairs(M._pools) do
+    for _, f in pairs(p.fds) do C.dpl_chan_close(f) end
+    p.fds, p.pids, p.dead = {}, {}, true
+  end
+  local dist = package.loaded['dpl.dist']
+  if dist and dist._refuse_in_worker then
+    dist._refuse_in_worker('collectives cannot run in a DataLoader worker process (it is not a rank of the'
+      .. ' process group); get_rank and get_world_size still answer')
+  end
+  local impl, seed = pool.impl, pool.base_seed + wid
+  worker_info = { id = wid, num_workers = pool.n, seed = seed, dataset = impl.dataset }
+  require('dpl.tensor').manual_seed(seed)
+  math.randomseed(seed % 2147483647)
+  local init_err
+  if impl.worker_init_fn then
+    local ok, e = xpcall(impl.worker_init_fn, error_reply, wid)
+    if not ok then init_err = { err = 'in worker_init_fn: ' .. e.err, cls = e.cls } end
+  end
+  local epoch, it, done = nil, nil, false
+  while true do
+    local task = recv_frame(fd, -1)
+    if not task or task.stop then C.dpl_proc_exit(0) end -- the parent closed the channel, or stop
+    local reply
+    if init_err then
+      reply = { err = init_err.err, cls = init_err.cls }
+    else
+      local ok, r = xpcall(function()
+        if impl._iterable then
+          if task.epoch ~= epoch then epoch, it, done = task.epoch, impl:_iter_iterable(), false end
+          if done then return nil end
+          local b = it()
+          if b == nil then done = true end
+          return b
+        end
+        local b = impl:batch(task.idx)
+        if b == nil then
+          errors.TypeError:raise(('DataLoader: %s returned nil for batch %d (a batch cannot be nil)'):format(
+            impl.collate_fn and 'collate_fn' or 'the collation', task.seq), 0)
+        end
+        return b
+      end, error_reply)
+      if not ok then
+        reply = r
+      elseif r == nil then
+        reply = { done = true }
+      else
+        local tensors, descs = {}, {}
+        local okf, flat = pcall(flatten, r, tensors, descs, 'batch', 0)
+        if okf then
+          reply = { v = flat, descs = descs, tensors = tensors }
+        else
+          reply = error_reply(flat, true)
+          reply.err = 'sending the batch: ' .. reply.err
+        end
+      end
+    end
+    reply.seq = task.seq
+    local tensors = reply.tensors
+    reply.tensors = nil
+    if not send_frame(fd, reply, tensors, -1) then C.dpl_proc_exit(0) end -- the parent is gone
+  end
+end
+
+-- ------------------------------------------------------------------ the parent side
+M._pools = setmetatable({}, { __mode = 'k' }) -- live pools (weak), for the exit cleanup and forks
+local pool_mt = {}
+pool_mt.__index = pool_mt
+
+local pid_out, code_out = ffi.new('int32_t[1]'), ffi.new('int32_t[1]')
+
+-- reaps pid within `wait` seconds (sleeping through the host's signal flag); its exit code
+-- (-N: signal N), or nil
+local function reap(pid, wait)
+  local deadline = C.dpl_clock() + wait
+  while true do
+    local st = C.dpl_proc_wait(pid, 0.05, pid_out, code_out)
+    if st == 0 then return code_out[0] end
+    if st == C.DPL_EINTR then
+      if have_usleep then ffi.C.usleep(2000) end
+    elseif st ~= C.DPL_ETIMEOUT then
+      return nil -- not our child (any more)
+    end
+    if C.dpl_clock() > deadline then return nil end
+  end
+end
+
+--- Kills and reaps every worker of the pool (graceful: closes the channels first and gives
+--- the workers a moment to exit on their own). Idempotent; a no-op in another process.
+function pool_mt:shutdown(graceful)
+  if self.dead or C.dpl_proc_getpid() ~= self.owner then return end
+  self.dead = true
+  M._pools[self] = nil
+  for w, f in pairs(self.fds) do C.dpl_chan_close(f); self.fds[w] = nil end
+  if not graceful then
+    for _, pid in pairs(self.pids) do C.dpl_proc_kill(pid, SIGKILL) end
+  end
+  for w, pid in pairs(self.pids) do
+    local code = reap(pid, graceful and 2 or 5)
+    if code == nil and graceful then
+      C.dpl_proc_kill(pid, SIGKILL)
+      reap(pid, 5)
+    end
+    self.pids[w] = nil
+  end
+end
+
+local function signal_text(code)
+  if code == nil then return 'it could not be reaped' end
+  if code < 0 then return ('signal %d'):format(-code) end
+  return ('exit code %d'):format(code)
+end
+
+-- the error for a failed wait on worker w (its pool shut down first)
+function pool_mt:fail(w, st, e, seq)
+  local pid = self.pids[w]
+  if st == C.DPL_ECOMM then -- the worker's end closed: it died
+    local code = pid and reap(pid, 1)
+    if code ~= nil then self.pids[w] = nil end -- reaped; the others are killed below
+    self:shutdown(false)
+    errors.RuntimeError:raise(('DataLoader worker %d (pid %d) exited unexpectedly (%s) while loading batch %d')
+      :format(w, pid or -1, signal_text(code), seq), 0)
+  end
+  self:shutdown(false)
+  if st == C.DPL_ETIMEOUT then
+    errors.RuntimeError:raise(('DataLoader timed out after %g seconds waiting for batch %d from worker %d (pid %d)')
+      :format(self.timeout, seq, w, pid or -1), 0)
+  end
+  if st == C.DPL_EINTR then error('interrupted', 0) end
+  errors.RuntimeError:raise(('DataLoader worker %d (pid %d): %s'):format(w, pid or -1, tostring(e)), 0)
+end
+
+local function new_pool(impl)
+  local n = impl.num_workers
+  -- (unlike dist.spawn, no fork guard: CUDA or MPI state in the parent is left alone, as the
+  -- workers refuse both and end with _exit)
+  local base_seed
+  if impl.generator then
+    base_seed = tonumber(impl.generator:_next_key() % 9007199254740992ULL)
+  else
+    base_seed = require('dpl.data').draw_seed()
+  end
+  local pool = setmetatable({ impl = impl, n = n, fds = {}, pids = {}, owner = C.dpl_proc_getpid(),
+    base_seed = base_seed, timeout = impl.timeout or 0, prefetch = impl.prefetch_factor or 2,
+    outstanding = {}, active = {}, epoch = 0 }, pool_mt)
+  -- a finalizer: a pool garbage-collected with its workers alive kills them
+  local sentinel = newproxy(true)
+  getmetatable(sentinel).__gc = function() pcall(pool_mt.shutdown, pool, false) end
+  pool.sentinel = sentinel
+  M._pools[pool] = true
+  local fds = ffi.new('int32_t[2]')
+  local pidbox = ffi.new('int32_t[1]')
+  local ok, e = pcall(function()
+    for w = 0, n - 1 do
+      capi.check(C.dpl_chan_pair(fds), 2)
+      local mine, theirs = fds[0], fds[1]
+      pool.fds[w] = mine
+      local st = C.dpl_proc_fork(pidbox)
+      if st ~= 0 then C.dpl_chan_close(theirs); capi.check(st, 2) end
+      if pidbox[0] == 0 then
+        -- the child: never returns (an error here ends it)
+        local okw, ew = xpcall(worker_main, error_reply, pool, w, theirs)
+        if not okw then io.stderr:write('DataLoader worker ', w, ': ', ew.err, '\n') end
+        C.dpl_proc_exit(1)
+      end
+      C.dpl_chan_close(theirs)
+      pool.pids[w] = pidbox[0]
+      pool.outstanding[w] = 0
+      pool.active[w] = true
+    end
+  end)
+  if not ok then
+    pool:shutdown(false)
+    error(e, 0)
+  end
+  return pool
+end
+
+-- the next batch's positions of a map-style pass, or nil at its end
+local function index_source(impl)
+  if impl.batch_sampler then
+    local lists, nb = impl.batch_sampler:batches(), 0
+    if type(lists) ~= 'table' then
+      errors.TypeError:raise(('DataLoader: batch_sampler:batches() must return a list of lists of positions, got %s')
+        :format(type(lists)), 3)
+    end
+    return function()
+      nb = nb + 1
+      local idx = lists[nb]
+      if idx ~= nil and type(idx) ~= 'table' then
+        errors.TypeError:raise(('DataLoader: batch %d of the batch_sampler is %s, not a list of positions'):format(
+          nb, type(idx)), 3)
+      end
+      return idx
+    end
+  end
+  local order, total, off = require('dpl.data')._sampler_order(impl.sampler)
+  local bs = impl.batch_size or 1
+  local stop = impl.drop_last and (total - total % bs) or total
+  local pos = 1
+  return function()
+    if pos > stop then return nil end
+    local last = math.min(pos + bs - 1, stop)
+    local idx = {}
+    for k = pos, last do idx[k - pos + 1] = order[k - off] end
+    pos = last + 1
+    return idx
+  end
+end
+
+--- One pass (epoch) of a loader with workers: an iterator function over its batches.
+function M.iter(impl)
+  local pool = impl._pool
+  if pool and (pool.dead or not impl.persistent_workers) then
+    pool:shutdown(false)
+    pool = nil
+  end
+  if pool and pool.busy then pool:drain() end
+  if not pool then
+    pool = new_pool(impl)
+    impl._pool = pool
+  end
+  pool.epoch = pool.epoch + 1
+  local epoch = pool.epoch
+  for w = 0, pool.n - 1 do pool.active[w] = true end
+  local source = not impl._iterable and index_source(impl) or nil
+  local queue, sent, got, exhausted = {}, 0, 0, false
+  local turn = 0 -- the next worker in turn
+  pool.busy = true
+  pool.queue = queue
+  local function dispatch()
+    while not exhausted do
+      local w
+      for i = 0, pool.n - 1 do -- the next active worker in turn (all of them for a map-style dataset)
+        local c = (turn + i) % pool.n
+        if pool.active[c] then w = c break end
+      end
+      if w == nil or pool.outstanding[w] >= pool.prefetch then return end
+      turn = (w + 1) % pool.n
+      local idx
+      if source then
+        idx = source()
+        if idx == nil then exhausted = true return end
+      end
+      sent = sent + 1
+      local ok, st, e = send_frame(pool.fds[w], { seq = sent, epoch = epoch, idx = idx }, nil,
+        pool.timeout > 0 and pool.timeout or -1)
+      if not ok then pool:fail(w, st, e, sent) end
+      queue[sent] = { w = w, idx = idx }
+      pool.outstanding[w] = pool.outstanding[w] + 1
+    end
+  end
+  local finished = false
+  local function finish()
+    finished = true
+    pool.busy = false
+    if not impl.persistent_workers then
+      pool:shutdown(true)
+      if impl._pool == pool then impl._pool = nil end
+    end
+  end
+  local ok, e = pcall(dispatch)
+  if not ok then pool:shutdown(false) error(e, 0) end
+  -- the pass's finalizer: abandoned unfinished (a break, an error in the loop), a
+  -- non-persistent pool's workers are killed when the pass is collected
+  local sentinel = newproxy(true)
+  getmetatable(sentinel).__gc = function()
+    if not finished and not impl.persistent_workers then pcall(pool_mt.shutdown, pool, false) end
+  end
+  local function step()
+    while true do
+      if got >= sent then
+        finish()
+        return nil
+      end
+      got = got + 1
+      local task = queue[got]
+      queue[got] = nil
+      local w = task.w
+      local msg, st, err = recv_frame(pool.fds[w], pool.timeout > 0 and pool.timeout or -1)
+      if not msg then pool:fail(w, st, err, got) end
+      pool.outstanding[w] = pool.outstanding[w] - 1
+      if msg.err then
+        local pid = pool.pids[w]
+        pool:shutdown(false)
+        local cls = msg.cls and errors[msg.cls]
+        if type(cls) ~= 'table' or type(cls.raise) ~= 'function' then cls = errors.RuntimeError end
+        cls:raise(('Caught %s in DataLoader worker process %d (pid %d) loading batch %d.\nOriginal traceback'
+          .. ' (the worker\'s):\n%s'):format(msg.cls or 'an error', w, pid or -1, got, msg.err), 0)
+      end
+      if msg.done then
+        pool.active[w] = false
+        dispatch()
+      else
+        impl.last_batch_indices = task.idx
+        dispatch()
+        return unflatten(msg.v, msg.tensors or {})
+      end
+    end
+  end
+  return function()
+    if finished then return nil end
+    local _ = sentinel
+    local okr, r = pcall(step)
+    if not okr then
+      finished = true
+      pool.busy = false
+      pcall(pool_mt.shutdown, pool, false) -- (a second try: a signal raises at most once)
+      if impl._pool == pool then impl._pool = nil end
+      error(r, 0)
+    end
+    return r
+  end
+end
+
+--- A persistent pool left mid-pass (a break): the replies still in flight are read and dropped.
+function pool_mt:drain()
+  local to = self.timeout > 0 and self.timeout or -1
+  local queue = self.queue or {}
+  local keys = {}
+  for k in pairs(queue) do keys[#keys + 1] = k end
+  table.sort(keys)
+  for _, k in ipairs(keys) do
+    local w = queue[k].w
+    local msg, st, e = recv_frame(self.fds[w], to)
+    if not msg then self:fail(w, st, e, k) end
+    self.outstanding[w] = self.outstanding[w] - 1
+    queue[k] = nil
+  end
+  self.busy = false
+end
+
+--- Ends the loader's workers now (persistent ones too); the next pass starts new ones.
+function M.shutdown(impl)
+  local pool = impl._pool
+  impl._pool = nil
+  if pool then pool:shutdown(false) end
+end
+
+local atexit_done = false
+function M._register_atexit()
+  if atexit_done then return end
+  atexit_done = true
+  pcall(function()
+    require('dpl.host').atexit(function()
+      for p in pairs(M._pools) do pcall(pool_mt.shutdown, p, false) end
+    end)
+  end)
+end
+
+return M
