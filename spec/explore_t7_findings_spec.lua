@@ -13,16 +13,7 @@
 local dpl = require 'dpl'
 local h = require 'spec.support.helpers'
 
-local function errs(f, ...)
-  local ok, e = pcall(f)
-  assert.is_false(ok, 'expected an error')
-  local m = tostring(e)
-  assert.falsy(m:find('attempt to', 1, true), m)
-  for _, want in ipairs({ ... }) do
-    assert.truthy(m:find(want, 1, true), ('%q not in %q'):format(want, m))
-  end
-  return m
-end
+local errs = h.errs
 
 describe("Torch7 user: require 'torch' and torch.X", function()
   it("require 'torch', 'nn', 'optim', 'cutorch' raise NotImplementedError naming the dplhost way", function()

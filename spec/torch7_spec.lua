@@ -5,16 +5,7 @@
 local dpl = require 'dpl'
 local nn = dpl.nn
 
-local function errs(f, ...)
-  local ok, e = pcall(f)
-  assert.is_false(ok, 'expected an error')
-  local m = tostring(e)
-  assert.falsy(m:find('attempt to', 1, true), m)
-  for _, want in ipairs({ ... }) do
-    assert.truthy(m:find(want, 1, true), ('%q not in %q'):format(want, m))
-  end
-  return m
-end
+local errs = require('spec.support.helpers').errs
 
 describe('Torch7 tensor idioms', function()
   it('the in-place aliases modify the tensor and return it', function()

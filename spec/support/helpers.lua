@@ -84,6 +84,19 @@ function M.raises(f, text)
   assert(tostring(e):find(text, 1, true), ('expected an error containing %q, got %q'):format(text, tostring(e)))
 end
 
+--- Asserts that f() raises an error that is not Lua's own "attempt to ..." and whose text contains
+--- each of the further arguments (plain); returns the text.
+function M.errs(f, ...)
+  local ok, e = pcall(f)
+  assert(not ok, 'expected an error')
+  local m = tostring(e)
+  assert(not m:find('attempt to', 1, true), m)
+  for _, want in ipairs({ ... }) do
+    assert(m:find(want, 1, true), ('%q not in %q'):format(want, m))
+  end
+  return m
+end
+
 --- Asserts that a and b (numbers, nested lists, or tensors read with totable) have the same
 --- shape and agree within tol (1e-9 by default) elementwise.
 --- The numbers of the line "weights v1 v2 ..." a run printed (the DDP equivalence scripts).
