@@ -312,6 +312,16 @@ end
 
 --- data.range(first, last): the list {first, ..., last} (for Subset).
 function M.range(first, last)
+  for i, v in ipairs({ { 'first', first }, { 'last', last } }) do
+    local x = v[2]
+    if type(x) ~= 'number' or x ~= math.floor(x) or math.abs(x) > 2 ^ 53 then
+      errors.TypeError:raise(('data.range: %s (argument #%d) must be an integer, got %s'):format(v[1], i, describe(x)), 2)
+    end
+  end
+  if last - first >= 2 ^ 31 then
+    errors.ValueError:raise(('data.range: %s..%s has more than 2^31 items (a Lua list that long cannot be built)')
+      :format(describe(first), describe(last)), 2)
+  end
   local t = {}
   for i = first, last do t[#t + 1] = i end
   return t
