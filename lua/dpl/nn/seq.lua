@@ -58,6 +58,12 @@ return function(nn)
   -- (mode, class name, input_size, hidden_size [, num_layers] [, opts])
   function RNNBase:__init(mode, cls, input_size, hidden_size, num_layers, opts)
     Module.__init(self)
+    -- (the base of RNN/LSTM/GRU: mode and class name first, as those constructors pass them)
+    if GATES[mode] == nil or RNN_ACCEPTED[cls] == nil then
+      error(fmt("RNNBase(mode, class, input_size, hidden_size, ...): mode must be one of 'LSTM', 'GRU', 'RNN_TANH', "
+        .. "'RNN_RELU' and class one of 'RNN', 'LSTM', 'GRU', got %s and %s (use nn.RNN, nn.LSTM or nn.GRU)",
+        type(mode) == 'string' and ("'" .. mode .. "'") or type(mode), type(cls) == 'string' and ("'" .. cls .. "'") or type(cls)), 2)
+    end
     if type(num_layers) == 'table' and opts == nil then num_layers, opts = nil, num_layers end
     check_opts(opts, RNN_ACCEPTED[cls], cls)
     opts = opts or {}

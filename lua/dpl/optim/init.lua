@@ -106,7 +106,10 @@ function Optimizer:__init(params, defaults)
     misconf('%s: params must be a non-empty list of tensors or of param groups, got %s', self.__name,
       type(params) == 'table' and 'an empty list' or type(params))
   end
-  self.defaults = defaults
+  if defaults ~= nil and type(defaults) ~= 'table' then
+    misconf('%s: defaults must be a table of hyper-parameters, got %s', self.__name, type(defaults))
+  end
+  self.defaults = defaults or {}
   self.param_groups = {}
   self.state = setmetatable({}, { __mode = 'k' }) -- param -> state table
   if is_tensor(params[1]) then
