@@ -19,8 +19,8 @@
 -- loggers (files, processes), dpl.atexit, and the few knobs whose effect outlives the call and
 -- would make later calls unreproducible (manual_seed-like state is reset after every call).
 --
--- As a library (spec/api_fuzz_spec.lua): `local fz = dofile('scripts/fuzz_api.lua')` with
--- FUZZ_API_LIB set returns { callables = fn, run_one = fn, classify = fn }.
+-- As a library: `loadfile('scripts/fuzz_api.lua')('fuzz_api_lib')` returns { callables =,
+-- run_one =, classify_error = } (spec/api_fuzz_spec.lua runs the script itself, as a subprocess).
 local ffi = require 'ffi'
 
 local FUZZ = {}
@@ -460,10 +460,13 @@ local function make_call(g, c)
     local a, n, ad = g:values(0, 4)
     return function() return c.fn(unpack(a, 1, n)) end, ('%s(%s)'):format(c.name, ad)
   elseif c.kind == 'nn' then
-    local a, n, ad = g:values(0, 4)
-    -- mostly small positive integers: feature counts, kernel sizes
-    for i = 1, n do if r:chance(0.5) then a[i] = r:pick({ 1, 2, 3, 4 }); end end
-    ad = ad .. ' [ints: ' .. table.concat((function() local d = {} for i = 1, n do d[i] = tostring(a[i]) end return d end)(), ',') .. ']'
+    -- mostly small positive integers (feature counts, kernel sizes), else any value
+    local n = r:int(0, 4)
+    local a, d = {}, {}
+    for i = 1, n do
+      if r:chance(0.5) then a[i] = r:pick({ 1, 2, 3, 4 }); d[i] = tostring(a[i]) else a[i], d[i] = g:value() end
+    end
+    local ad = table.concat(d, ', ')
     local f, fn, fd = g:values(1, 3)
     return function()
       local m = c.fn(unpack(a, 1, n))
@@ -715,6 +718,6 @@ local function parent(o)
   os.exit(bad > 0 and 2 or 0)
 end
 
-if os.getenv('FUZZ_API_LIB') then return FUZZ end
+if ... == 'fuzz_api_lib' then return FUZZ end -- (loadfile('scripts/fuzz_api.lua')('fuzz_api_lib'))
 local o = parse_args(arg)
 if o.child then child(o) else parent(o) end

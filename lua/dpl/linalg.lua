@@ -1136,6 +1136,9 @@ function L.tensorsolve(A, B, o)
   if o.dims ~= nil then not_impl(name .. ': dims is not implemented (move those dims of A last first)') end
   local sa = A:size()
   local nb = B:dim()
+  if nb > #sa then
+    runtime_error(fmt('%s: B has %d dims but A only %d (A must have B\'s shape as its leading dims)', name, nb, #sa))
+  end
   local pb, px, xs = 1, 1, {}
   for i = 1, nb do pb = pb * sa[i] end
   for i = nb + 1, #sa do px = px * sa[i]; xs[#xs + 1] = sa[i] end

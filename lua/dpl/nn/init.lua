@@ -778,9 +778,10 @@ list_methods(nn.Sequential, 'Sequential')
 --- Sequential(m1, m2, ...) or Sequential{m1, m2, ...}: children named 1, 2, ...; seq[-1] is the last.
 function nn.Sequential:__init(...)
   Module.__init(self)
-  local mods = { ... }
-  if #mods == 1 and type(mods[1]) == 'table' and not Module.is_module(mods[1]) then mods = mods[1] end
-  for i, m in ipairs(mods) do
+  local mods, n = { ... }, select('#', ...)
+  if n == 1 and type(mods[1]) == 'table' and not Module.is_module(mods[1]) then mods = mods[1]; n = #mods end
+  for i = 1, n do -- (not ipairs: a nil among the modules is an error, not the end of the list)
+    local m = mods[i]
     if not Module.is_module(m) then error(fmt('Sequential: argument %d is not a Module (%s)', i, type(m)), 2) end
     self:add_module(i, m)
   end

@@ -431,6 +431,12 @@ return function(nn)
   nn.RNNCellBase = RNNCellBase
   function RNNCellBase:__init(cls, gates, input_size, hidden_size, opts, accepted)
     Module.__init(self)
+    -- (the base of RNNCell/LSTMCell/GRUCell, which pass their name and gate count first)
+    if type(cls) ~= 'string' or (gates ~= 1 and gates ~= 3 and gates ~= 4) then
+      error(fmt('RNNCellBase(class, gates, input_size, hidden_size, ...): expected a class name and a gate count of '
+        .. '1, 3 or 4, got %s and %s (use nn.RNNCell, nn.LSTMCell or nn.GRUCell)', type(cls),
+        type(gates) == 'number' and tostring(gates) or type(gates)), 2)
+    end
     check_opts(opts, accepted or CELL_KEYS, cls)
     opts = opts or {}
     check_int(cls, 'input_size', input_size, 0)

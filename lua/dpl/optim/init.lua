@@ -184,6 +184,12 @@ function Optimizer:zero_grad(opts)
 end
 
 --- step([closure]): one update; closure (re-evaluating the loss) is called first with grad on.
+-- (each optimizer defines its update; the base class is abstract, as torch.optim.Optimizer)
+function Optimizer:update_param()
+  errors.NotImplementedError:raise(('%s.step: the base Optimizer has no update rule (subclass it and define '
+    .. 'update_param, or use optim.SGD, optim.Adam, ...)'):format(self.__name or 'Optimizer'), 2)
+end
+
 function Optimizer:step(closure)
   local loss
   if closure then loss = autograd.enable_grad(closure) end
