@@ -1087,6 +1087,10 @@ function L.vander(x, o)
     if N < 1 then runtime_error(name .. ': N must be greater than 1.') end
     return T.ones_like(x):unsqueeze(-1)
   end
+  local numel = tonumber(x._numel)
+  if numel * N > 2 ^ 50 or (numel == 0 and N > 2 ^ 24) then -- (N columns, built one at a time)
+    runtime_error(fmt('%s: N = %d columns for %d values is too large', name, N, numel))
+  end
   local cols_ = { T.ones_like(x) }
   for k = 2, N do cols_[k] = cols_[k - 1] * x end
   return T.stack(cols_, -1)
