@@ -709,7 +709,7 @@ local function bad_operand(op, v, inplace)
     v == nil and (" (a method called with '.' instead of ':'? write t:%s(other))"):format(name) or ''))
 end
 
-local function binop(op, a, b)
+local function binop(op, a, b, retried)
   local st
   if type(b) == 'number' then
     if type(a) == 'number' then error('binary op: at least one operand must be a tensor', 3) end
@@ -724,7 +724,9 @@ local function binop(op, a, b)
     st = binary(op, a, b, out1)
   end
   if st ~= 0 then
-    if st == ENOMEM then collectgarbage() return binop(op, a, b) end
+    -- (one GC and one retry, as call1: a result that can never fit, e.g. a shape past 2^50
+    -- elements, failed with ENOMEM forever)
+    if st == ENOMEM and not retried then collectgarbage() return binop(op, a, b, true) end
     fail(3, st)
   end
   return gc_wrap1()
