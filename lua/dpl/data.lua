@@ -275,6 +275,12 @@ M.TensorDataset = M.Dataset:extend('TensorDataset')
 function M.TensorDataset:__init(...)
   local ts = { ... }
   if #ts == 0 then misconf('TensorDataset needs at least one tensor') end
+  for k = 1, select('#', ...) do
+    if not M.is_tensor(ts[k]) then
+      errors.TypeError:raise(('TensorDataset: argument %d must be a tensor, got %s'):format(k, describe(ts[k])), 3)
+    end
+  end
+  if ts[1]:dim() == 0 then misconf('TensorDataset: tensor 1 is 0-d (it needs a first dim to index)') end
   local n = ts[1]:size(1)
   for k, t in ipairs(ts) do
     if t:dim() == 0 or t:size(1) ~= n then
@@ -312,6 +318,16 @@ end
 
 --- data.range(first, last): the list {first, ..., last} (for Subset).
 function M.range(first, last)
+  for i, v in ipairs({ { 'first', first }, { 'last', last } }) do
+    local x = v[2]
+    if type(x) ~= 'number' or x ~= math.floor(x) or math.abs(x) > 2 ^ 53 then
+      errors.TypeError:raise(('data.range: %s (argument #%d) must be an integer, got %s'):format(v[1], i, describe(x)), 2)
+    end
+  end
+  if last - first >= 2 ^ 31 then
+    errors.ValueError:raise(('data.range: %s..%s has more than 2^31 items (a Lua list that long cannot be built)')
+      :format(describe(first), describe(last)), 2)
+  end
   local t = {}
   for i = first, last do t[#t + 1] = i end
   return t
@@ -860,6 +876,9 @@ end
 --- a bool tensor (as torch's), tables are collated key by key, strings and other values
 --- are listed.
 function M.default_collate(items)
+  if type(items) ~= 'table' or is_tensor(items) then
+    errors.TypeError:raise(('default_collate: items must be a list of dataset items, got %s'):format(describe(items)), 2)
+  end
   local first = items[1]
   if is_tensor(first) then
     for i = 2, #items do

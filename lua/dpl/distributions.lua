@@ -1432,4 +1432,31 @@ D.register_kl(Independent, Independent, function(p, q)
   return sum_rightmost(D.kl_divergence(p.base_dist, q.base_dist), p.reinterpreted_batch_ndims)
 end)
 
+-- argument checks at the public entries of every distribution (one place, for each class and
+-- the methods it defines): cdf/icdf take a tensor, expand a batch shape (a list; sample's
+-- sample_shape is checked by sample_shape_of)
+local function check_shape(self, m, s, may_be_nil)
+  if s == nil and may_be_nil then return end
+  if type(s) ~= 'table' then -- (the sizes in a list are checked where it is read)
+    value_error(fmt('%s.%s: %s must be a list of sizes%s, got %s', self.__name, m,
+      m == 'expand' and 'batch_shape' or 'sample_shape', may_be_nil and ' (or nil)' or '',
+      type(s) == 'number' and tostring(s) or type(s)))
+  end
+end
+local function need_value(self, m, v)
+  if not is_tensor(v) then value_error(fmt('%s.%s: value must be a tensor, got %s', self.__name, m, type(v))) end
+end
+local wrapped = {}
+for _, cls in pairs(D) do
+  if type(cls) == 'table' and class.is_instance(setmetatable({}, cls), Distribution) and not wrapped[cls] then
+    wrapped[cls] = true
+    for _, m in ipairs({ 'cdf', 'icdf' }) do
+      local f = rawget(cls, m)
+      if f then cls[m] = function(self, v, ...) need_value(self, m, v) return f(self, v, ...) end end
+    end
+    local f = rawget(cls, 'expand')
+    if f then cls.expand = function(self, bs, ...) check_shape(self, 'expand', bs, false) return f(self, bs, ...) end end
+  end
+end
+
 return D

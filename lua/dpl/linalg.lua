@@ -1087,6 +1087,10 @@ function L.vander(x, o)
     if N < 1 then runtime_error(name .. ': N must be greater than 1.') end
     return T.ones_like(x):unsqueeze(-1)
   end
+  local numel = tonumber(x._numel)
+  if numel * N > 2 ^ 50 or (numel == 0 and N > 2 ^ 24) then -- (N columns, built one at a time)
+    runtime_error(fmt('%s: N = %d columns for %d values is too large', name, N, numel))
+  end
   local cols_ = { T.ones_like(x) }
   for k = 2, N do cols_[k] = cols_[k - 1] * x end
   return T.stack(cols_, -1)
@@ -1136,6 +1140,9 @@ function L.tensorsolve(A, B, o)
   if o.dims ~= nil then not_impl(name .. ': dims is not implemented (move those dims of A last first)') end
   local sa = A:size()
   local nb = B:dim()
+  if nb > #sa then
+    runtime_error(fmt('%s: B has %d dims but A only %d (A must have B\'s shape as its leading dims)', name, nb, #sa))
+  end
   local pb, px, xs = 1, 1, {}
   for i = 1, nb do pb = pb * sa[i] end
   for i = nb + 1, #sa do px = px * sa[i]; xs[#xs + 1] = sa[i] end

@@ -666,6 +666,10 @@ function methods.as_strided(t, size, stride, offset)
   local n = parse_sizes('as_strided', shp, size)
   local m = parse_sizes('as_strided', shp2, stride)
   if n ~= m then error('as_strided: size and stride must have the same length', 2) end
+  if offset ~= nil and (type(offset) ~= 'number' or offset ~= floor(offset) or offset < 0 or offset >= 2 ^ 62) then
+    error(fmt('as_strided: storage_offset must be a non-negative integer, got %s',
+      type(offset) == 'number' and tostring(offset) or got(offset)), 2)
+  end
   return view1(C.dpl_tensor_as_strided, t, n, shp, shp2, offset or tonumber(t._offset), out1)
 end
 
@@ -705,7 +709,7 @@ local function bad_operand(op, v, inplace)
     v == nil and (" (a method called with '.' instead of ':'? write t:%s(other))"):format(name) or ''))
 end
 
-local function binop(op, a, b)
+local function binop(op, a, b, retried)
   local st
   if type(b) == 'number' then
     if type(a) == 'number' then error('binary op: at least one operand must be a tensor', 3) end
@@ -720,7 +724,9 @@ local function binop(op, a, b)
     st = binary(op, a, b, out1)
   end
   if st ~= 0 then
-    if st == ENOMEM then collectgarbage() return binop(op, a, b) end
+    -- (one GC and one retry, as call1: a result that can never fit, e.g. a shape past 2^50
+    -- elements, failed with ENOMEM forever)
+    if st == ENOMEM and not retried then collectgarbage() return binop(op, a, b, true) end
     fail(3, st)
   end
   return gc_wrap1()
@@ -766,6 +772,7 @@ end
 function methods.add_(a, b, alpha)
   alpha = alpha_of('add_', alpha)
   if alpha == nil or alpha == 1 or type(b) == 'number' then return binop_(0, a, type(b) == 'number' and b * (alpha or 1) or b) end
+  need_tensor('add_', 'other', b)
   check(C.dpl_axpy_(a, alpha, b))
   return a
 end
@@ -1121,10 +1128,25 @@ local function fix_msg(level, st)
 end
 
 ---------------------------------------------------------------- linear algebra
-function methods.matmul(a, b) need_tensor('matmul', 'other', b) return call1(C.dpl_matmul, a, b, out1) end
-function methods.mm(a, b) need_tensor('mm', 'mat2', b) return call1(C.dpl_mm, a, b, out1) end
-function methods.bmm(a, b) need_tensor('bmm', 'mat2', b) return call1(C.dpl_bmm, a, b, out1) end
+-- (dpl.matmul(a, b) is the same function: the first argument is checked too)
+function methods.matmul(a, b)
+  need_tensor('matmul', 'input', a)
+  need_tensor('matmul', 'other', b)
+  return call1(C.dpl_matmul, a, b, out1)
+end
+function methods.mm(a, b)
+  need_tensor('mm', 'input', a)
+  need_tensor('mm', 'mat2', b)
+  return call1(C.dpl_mm, a, b, out1)
+end
+function methods.bmm(a, b)
+  need_tensor('bmm', 'input', a)
+  need_tensor('bmm', 'mat2', b)
+  return call1(C.dpl_bmm, a, b, out1)
+end
 function methods.dot(a, b)
+  need_tensor('dot', 'input', a)
+  need_tensor('dot', 'other', b)
   if a._ndim ~= 1 or b._ndim ~= 1 then error('dot: expected two 1-d tensors', 2) end
   return call1(C.dpl_matmul, a, b, out1)
 end
@@ -1206,6 +1228,7 @@ function methods.index_add_(t, d, idx, src, alpha)
     need_tensor('index_add_', 'source', src)
     src = binop(OP.mul, src, alpha)
   end
+  need_tensor('index_add_', 'source', src)
   local cd = cdim(t, d, 'index_add_')
   local st = C.dpl_index_add_base(t, cd, index_arg(idx, 'index_add_', 3), src, 1)
   if st ~= 0 then fix_msg(2, st) end
@@ -1218,6 +1241,7 @@ function methods.gather(t, d, idx)
   return wrap(out1)
 end
 function methods.scatter_add_(t, d, idx, src)
+  need_tensor('scatter_add_', 'src', src)
   local cd = cdim(t, d, 'scatter_add_')
   local st = C.dpl_scatter_add_base(t, cd, index_arg(idx, 'scatter_add_', 3), src, 1)
   if st ~= 0 then fix_msg(2, st) end
@@ -1305,6 +1329,9 @@ end
 methods.tostring = tostring_tensor
 
 local function get_item(t, k)
+  if type(k) ~= 'number' or not is_tensor(t) then
+    error(fmt('get_item: expected a tensor and an integer index, got %s and %s', got(t), got(k)))
+  end
   if t._ndim == 0 then error('index: a 0-d tensor cannot be indexed (use :item())', 3) end
   local size = tonumber(t._shape[0])
   local i0 = k < 0 and size + k or k - 1

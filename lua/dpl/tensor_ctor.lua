@@ -69,7 +69,9 @@ return function(M, H)
     if is_opts(b) then opts, b = b, nil elseif is_opts(c) then opts, c = c, nil end
     local start, stop, step
     if b == nil then start, stop, step = 0, a, 1 else start, stop, step = a, b, c or 1 end
-    for _, v in ipairs({ start, stop, step }) do
+    local sse = { start, stop, step }
+    for i = 1, 3 do
+      local v = sse[i] -- (a nil end: ipairs would stop before it)
       if type(v) ~= 'number' or v ~= v then error('arange: start, end and step must be numbers', 2) end
       if v == huge or v == -huge then error(fmt('arange: start, end and step must be finite, got %g', v), 2) end
     end

@@ -145,6 +145,10 @@ return function(M, H)
     end
     sections = int_arg(name, 'sections', sections)
     if sections <= 0 then runtime_error(fmt('%s: number of sections must be larger than 0, got %d', name, sections)) end
+    if sections > 2 ^ 24 and sections > n then -- (a list of that many mostly empty views: hours, then out of memory)
+      runtime_error(fmt('%s: %d sections of a dim of size %d: more than 2^24 sections is only supported up to the '
+        .. 'size of the dim', name, sections, n))
+    end
     local q, r = floor(n / sections), n % sections
     local start = 0
     for i = 1, sections do

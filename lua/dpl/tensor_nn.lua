@@ -116,6 +116,7 @@ return function(M, H)
   function M.conv2d(x, w, b, opts)
     need_tensor('conv2d', 'input', x)
     need_tensor('conv2d', 'w', w)
+    if b ~= nil then need_tensor('conv2d', 'bias', b) end
     local groups = conv_params(opts, 'conv2d')
     return call1(C.dpl_conv2d, x, w, b, params6, groups, out1)
   end

@@ -57,7 +57,8 @@ DPL_SPF double dpl_sp_digamma(double x)
 }
 
 /* Hurwitz zeta: sum over k >= 0 of (q + k)^-s, s > 1 (Euler-Maclaurin after the first terms) */
-DPL_SPF double dpl_sp_zeta(double s, double q)
+/* zeta(s, q) for q > 0, or q < 0 of a moderate size (|q| <= 64: shifted by ceil(-q) terms) */
+DPL_SPF double dpl_sp_zeta_sum(double s, double q)
 {
   /* B_2j / (2j)! for j = 1..12 */
   const double bern_ratio[13] = {
@@ -68,10 +69,6 @@ DPL_SPF double dpl_sp_zeta(double s, double q)
   if (s != s || q != q) return NAN;
   if (s == 1) return INFINITY;
   if (s < 1) return NAN;
-  if (q <= 0) {
-    if (q == floor(q)) return INFINITY; /* a pole */
-    if (s != floor(s)) return NAN;      /* (q + k)^-s of a negative base */
-  }
   int N = 9;
   if (q < 0) N += (int)ceil(-q);
   double sum = 0;
@@ -88,11 +85,33 @@ DPL_SPF double dpl_sp_zeta(double s, double q)
   return sum;
 }
 
+/* Hurwitz's zeta(s, q) = sum over k >= 0 of (q + k)^-s */
+DPL_SPF double dpl_sp_zeta(double s, double q)
+{
+  if (s != s || q != q) return NAN;
+  if (s == 1) return INFINITY;
+  if (s < 1) return NAN;
+  if (q <= 0) {
+    if (q == floor(q)) return INFINITY; /* a pole (q = -inf too) */
+    if (s != floor(s)) return NAN;      /* (q + k)^-s of a negative base */
+    if (q < -64) {
+      /* ceil(-q) terms before q + k turns positive would take as many steps (and overflow an int):
+       * with f = q - floor(q) in (0, 1) and m = ceil(-q), those terms are (f - j)^-s for j = 1..m,
+       * (-1)^s (j - f)^-s, whose sum is (-1)^s (zeta(s, 1 - f) - zeta(s, 1 - q)) */
+      double f = q - floor(q);
+      double sign = fmod(s, 2) == 0 ? 1 : -1;
+      return dpl_sp_zeta_sum(s, f) + sign * (dpl_sp_zeta_sum(s, 1 - f) - dpl_sp_zeta_sum(s, 1 - q));
+    }
+  }
+  return dpl_sp_zeta_sum(s, q);
+}
+
 DPL_SPF double dpl_sp_polygamma(int64_t n, double x)
 {
   if (n == 0) return dpl_sp_digamma(x);
   double fact = 1;
-  for (int64_t k = 2; k <= n; k++) fact *= (double)k;
+  /* n! (inf from n = 171 on: no need to count to a huge n) */
+  for (int64_t k = 2; k <= n && fact < INFINITY; k++) fact *= (double)k;
   double z = dpl_sp_zeta((double)n + 1, x);
   return (n % 2 ? fact : -fact) * z;
 }

@@ -405,11 +405,16 @@ const char *dpl_shape_str(int32_t ndim, const int64_t *shape, char *buf, size_t 
   return buf;
 }
 
+/* the product of the sizes; INT64_MAX when it overflows (and no size is 0) */
 int64_t dpl_shape_numel(int32_t ndim, const int64_t *shape)
 {
   int64_t n = 1;
-  for (int i = 0; i < ndim; i++) n *= shape[i];
-  return n;
+  int over = 0;
+  for (int i = 0; i < ndim; i++) {
+    if (shape[i] == 0) return 0;
+    if (!over && __builtin_mul_overflow(n, shape[i], &n)) over = 1;
+  }
+  return over ? INT64_MAX : n;
 }
 
 int32_t dpl_promote(int32_t a, int32_t b)
@@ -571,13 +576,15 @@ int dpl_new_on(const char *op, int32_t dtype, int32_t ndim, const int64_t *shape
   if (ndim < 0 || ndim > DPL_MAX_DIMS)
     return dpl_errorf(DPL_EINVAL, "%s: expected 0..%d dims, got %d", op, DPL_MAX_DIMS, (int)ndim);
   if (ndim > 0 && !shape) return dpl_errorf(DPL_EINVAL, "%s: shape is NULL", op);
-  int64_t numel = 1;
+  int64_t numel = 1, nonzero = 1;
   for (int i = 0; i < ndim; i++) {
     if (shape[i] < 0) {
       char b[160];
       return dpl_errorf(DPL_EINVAL, "%s: sizes must be non-negative, got %s", op, dpl_shape_str(ndim, shape, b, sizeof b));
     }
-    if (__builtin_mul_overflow(numel, shape[i], &numel) || numel > (INT64_C(1) << 50)) {
+    /* (an empty shape's strides are products of its other sizes: they must fit too) */
+    if (__builtin_mul_overflow(numel, shape[i], &numel) || numel > (INT64_C(1) << 50)
+        || (shape[i] > 0 && __builtin_mul_overflow(nonzero, shape[i], &nonzero))) {
       char b[160];
       return dpl_errorf(DPL_ENOMEM, "%s: shape %s is too large", op, dpl_shape_str(ndim, shape, b, sizeof b));
     }
@@ -750,6 +757,13 @@ int dpl_check_same_device(const char *op, const dpl_tensor *a, const dpl_tensor 
 int dpl_make_view(const dpl_tensor *t, int32_t ndim, const int64_t *shape, const int64_t *stride, int64_t offset,
                   dpl_tensor **out)
 {
+  /* every view's numel fits (callers check their sizes; this is the last line of defence) */
+  int64_t numel = dpl_shape_numel(ndim, shape);
+  if (numel > (INT64_C(1) << 50)) {
+    char b[160];
+    return dpl_errorf(DPL_EINVAL, "view: shape %s is too large (more than 2^50 elements)",
+                      dpl_shape_str(ndim, shape, b, sizeof b));
+  }
   dpl_tensor *v = handle_new();
   if (!v) return dpl_errorf(DPL_ENOMEM, "view: out of memory");
   memset(v, 0, sizeof *v);
@@ -757,7 +771,7 @@ int dpl_make_view(const dpl_tensor *t, int32_t ndim, const int64_t *shape, const
   v->_ndim = ndim;
   v->_devtype = t->_devtype;
   v->_devindex = t->_devindex;
-  v->_numel = dpl_shape_numel(ndim, shape);
+  v->_numel = numel;
   v->_offset = offset;
   for (int i = 0; i < ndim; i++) { v->_shape[i] = shape[i]; v->_stride[i] = stride[i]; }
   v->_storage = t->_storage;
@@ -796,8 +810,14 @@ static int infer_shape(const char *op, const dpl_tensor *t, int32_t ndim, const 
     return dpl_errorf(DPL_EINVAL, "%s: expected 0..%d dims, got %d", op, DPL_MAX_DIMS, (int)ndim);
   if (ndim > 0 && !shape) return dpl_errorf(DPL_EINVAL, "%s: shape is NULL", op);
   int infer = -1;
-  int64_t known = 1;
+  int64_t known = 1, nonzero = 1;
   char b1[160], b2[160];
+  for (int i = 0; i < ndim; i++) {
+    /* (the strides of the view are products of sizes: even with a 0 among them, the others'
+     * product must fit) */
+    if (shape[i] > 0 && __builtin_mul_overflow(nonzero, shape[i], &nonzero))
+      return dpl_errorf(DPL_EINVAL, "%s: shape %s is too large", op, dpl_shape_str(ndim, shape, b1, sizeof b1));
+  }
   for (int i = 0; i < ndim; i++) {
     res[i] = shape[i];
     if (shape[i] == -1) {
@@ -891,15 +911,20 @@ int dpl_tensor_as_strided(const dpl_tensor *t, int32_t ndim, const int64_t *shap
     return dpl_errorf(DPL_EINVAL, "as_strided: expected 0..%d dims, got %d", DPL_MAX_DIMS, (int)ndim);
   if (ndim > 0 && (!shape || !stride)) return dpl_errorf(DPL_EINVAL, "as_strided: shape or stride is NULL");
   if (offset < 0) return dpl_errorf(DPL_EINVAL, "as_strided: offset must be >= 0, got %lld", (long long)offset);
-  int64_t lo = offset, hi = offset, numel = 1;
+  int64_t lo = offset, hi = offset, ext;
+  int over = 0;
   for (int i = 0; i < ndim; i++) {
     if (shape[i] < 0 || stride[i] < 0)
       return dpl_errorf(DPL_EINVAL, "as_strided: sizes and strides must be >= 0, got size %lld stride %lld at dim %d",
                         (long long)shape[i], (long long)stride[i], i);
-    numel *= shape[i];
-    if (shape[i] > 0) hi += (shape[i] - 1) * stride[i];
+    if (shape[i] > 0 && (__builtin_mul_overflow(shape[i] - 1, stride[i], &ext) || __builtin_add_overflow(hi, ext, &hi)))
+      over = 1;
   }
+  int64_t numel = dpl_shape_numel(ndim, shape);
   int64_t cap = t->_storage->nbytes / dpl_elsize(t->_dtype);
+  if (numel > 0 && over)
+    return dpl_errorf(DPL_EINVAL, "as_strided: the view's last element is past 2^63 (sizes and strides too large); "
+                      "the storage holds %lld elements", (long long)cap);
   if (numel > 0 && (hi >= cap || lo > hi))
     return dpl_errorf(DPL_EINVAL, "as_strided: the view reaches element %lld but the storage holds %lld elements",
                       (long long)hi, (long long)cap);
@@ -997,6 +1022,12 @@ int dpl_tensor_expand(const dpl_tensor *t, int32_t ndim, const int64_t *shape, d
                           i, (long long)have);
       }
     }
+  }
+  int64_t numel = dpl_shape_numel(ndim, sh);
+  if (numel > (INT64_C(1) << 50)) {
+    char b[160];
+    return dpl_errorf(DPL_EINVAL, "expand: shape %s is too large (more than 2^50 elements)",
+                      dpl_shape_str(ndim, sh, b, sizeof b));
   }
   return dpl_make_view(t, ndim, sh, st, t->_offset, out);
 }

@@ -47,6 +47,9 @@ local COMMON = { dist_sync_on_step = true, sync_on_compute = true, compute_on_cp
 --- Metric.__init(self, opts): opts are torchmetrics' common keywords (dist_sync_on_step,
 --- sync_on_compute=true, compute_with_cache=true, ...)
 function Metric:__init(opts)
+  if opts ~= nil and type(opts) ~= 'table' then
+    value_error(fmt('%s: options must be a table, got %s', self.__name or 'Metric', type(opts)))
+  end
   opts = opts or {}
   rawset(self, '_defaults', {})
   rawset(self, '_reductions', {})

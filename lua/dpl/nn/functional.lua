@@ -445,6 +445,10 @@ function F.batch_norm(x, rm, rv, w, b, training, momentum, eps)
   check_opt_tensor(rv, 'batch_norm', 'running_var')
   check_opt_tensor(w, 'batch_norm', 'weight')
   check_opt_tensor(b, 'batch_norm', 'bias')
+  if (rm == nil) ~= (rv == nil) then
+    error(fmt('batch_norm: running_mean and running_var are given together or not at all, got %s and %s',
+      rm == nil and 'nil' or 'a tensor', rv == nil and 'nil' or 'a tensor'), 2)
+  end
   momentum, eps = momentum or 0.1, eps or 1e-5
   check_tensor(x, 'batch_norm')
   local nd = x:dim()
@@ -569,6 +573,13 @@ require('dpl.nn.functional_loss')(F)
 
 --- one_hot(labels (1-based int), num_classes) -> int64 [..., num_classes]
 function F.one_hot(labels, num_classes)
+  check_tensor(labels, 'one_hot')
+  if num_classes ~= nil and (type(num_classes) ~= 'number' or num_classes ~= math.floor(num_classes)
+      or num_classes < -1 or num_classes >= 2 ^ 53) then
+    error(fmt('one_hot: num_classes must be an integer >= 0 (or -1 / nil: the largest label), got %s',
+      type(num_classes) == 'number' and tostring(num_classes) or type(num_classes)), 2)
+  end
+  if labels._dtype == 7 then error('one_hot: expected integer labels (1-based), got a bool tensor', 2) end
   if labels:is_floating_point() then error('one_hot: expected integer labels (1-based)', 2) end
   if num_classes == nil or num_classes < 0 then num_classes = labels:numel() > 0 and labels:max():item() or 0 end
   if labels:numel() > 0 then

@@ -254,7 +254,10 @@ require('dpl.nn.extra')(nn)
 ---------------------------------------------------------------- simple layers
 local function simple(name, f, repr)
   local cls = Module:extend(name)
-  cls.forward = function(self, x) return f(x) end
+  cls.forward = function(self, x)
+    check_input(self, x)
+    return f(x)
+  end
   if repr then cls.extra_repr = repr end
   return cls
 end
@@ -350,15 +353,25 @@ local function softmax_dim(layer, dim)
 end
 nn.Softmax = Module:extend('Softmax')
 function nn.Softmax:__init(dim) Module.__init(self) self.dim = softmax_dim('Softmax', dim) end
-function nn.Softmax:forward(x) return x:softmax(self.dim) end
+function nn.Softmax:forward(x) check_input(self, x) return x:softmax(self.dim) end
 nn.LogSoftmax = Module:extend('LogSoftmax')
 function nn.LogSoftmax:__init(dim) Module.__init(self) self.dim = softmax_dim('LogSoftmax', dim) end
-function nn.LogSoftmax:forward(x) return x:log_softmax(self.dim) end
+function nn.LogSoftmax:forward(x) check_input(self, x) return x:log_softmax(self.dim) end
 
 nn.Flatten = Module:extend('Flatten')
 --- Flatten(start_dim=2, end_dim=-1): dim 1 is the batch.
-function nn.Flatten:__init(s, e) Module.__init(self) self.start_dim, self.end_dim = s or 2, e or -1 end
-function nn.Flatten:forward(x) return x:flatten(self.start_dim, self.end_dim) end
+function nn.Flatten:__init(s, e)
+  Module.__init(self)
+  for _, v in ipairs({ { 'start_dim', s }, { 'end_dim', e } }) do
+    local d = v[2]
+    if d ~= nil and (type(d) ~= 'number' or d ~= math.floor(d) or d == 0 or math.abs(d) > 2 ^ 31) then
+      error(fmt('Flatten: %s must be a nonzero integer (1-based, negative from the end), got %s', v[1],
+        type(d) == 'string' and ("'" .. d .. "'") or tostring(d)), 2)
+    end
+  end
+  self.start_dim, self.end_dim = s or 2, e or -1
+end
+function nn.Flatten:forward(x) check_input(self, x) return x:flatten(self.start_dim, self.end_dim) end
 function nn.Flatten:extra_repr() return fmt('start_dim=%d, end_dim=%d', self.start_dim, self.end_dim) end
 
 nn.Unflatten = Module:extend('Unflatten')
@@ -765,9 +778,10 @@ list_methods(nn.Sequential, 'Sequential')
 --- Sequential(m1, m2, ...) or Sequential{m1, m2, ...}: children named 1, 2, ...; seq[-1] is the last.
 function nn.Sequential:__init(...)
   Module.__init(self)
-  local mods = { ... }
-  if #mods == 1 and type(mods[1]) == 'table' and not Module.is_module(mods[1]) then mods = mods[1] end
-  for i, m in ipairs(mods) do
+  local mods, n = { ... }, select('#', ...)
+  if n == 1 and type(mods[1]) == 'table' and not Module.is_module(mods[1]) then mods = mods[1]; n = #mods end
+  for i = 1, n do -- (not ipairs: a nil among the modules is an error, not the end of the list)
+    local m = mods[i]
     if not Module.is_module(m) then error(fmt('Sequential: argument %d is not a Module (%s)', i, type(m)), 2) end
     self:add_module(i, m)
   end

@@ -12,6 +12,9 @@ local error = require('dpl.errors').raise -- string messages become ValueError o
 
 --- fan_in, fan_out of a weight [out, in, k...] as PyTorch computes them.
 function M.calculate_fan_in_and_fan_out(t)
+  if not T.is_tensor(t) then
+    error(fmt('calculate_fan_in_and_fan_out: expected a tensor, got %s', type(t)), 2)
+  end
   local nd = t:dim()
   if nd < 2 then error('init: fan in and fan out need a tensor with at least 2 dims', 3) end
   local rf = 1

@@ -58,6 +58,12 @@ return function(nn)
   -- (mode, class name, input_size, hidden_size [, num_layers] [, opts])
   function RNNBase:__init(mode, cls, input_size, hidden_size, num_layers, opts)
     Module.__init(self)
+    -- (the base of RNN/LSTM/GRU: mode and class name first, as those constructors pass them)
+    if GATES[mode] == nil or RNN_ACCEPTED[cls] == nil then
+      error(fmt("RNNBase(mode, class, input_size, hidden_size, ...): mode must be one of 'LSTM', 'GRU', 'RNN_TANH', "
+        .. "'RNN_RELU' and class one of 'RNN', 'LSTM', 'GRU', got %s and %s (use nn.RNN, nn.LSTM or nn.GRU)",
+        type(mode) == 'string' and ("'" .. mode .. "'") or type(mode), type(cls) == 'string' and ("'" .. cls .. "'") or type(cls)), 2)
+    end
     if type(num_layers) == 'table' and opts == nil then num_layers, opts = nil, num_layers end
     check_opts(opts, RNN_ACCEPTED[cls], cls)
     opts = opts or {}
@@ -425,6 +431,12 @@ return function(nn)
   nn.RNNCellBase = RNNCellBase
   function RNNCellBase:__init(cls, gates, input_size, hidden_size, opts, accepted)
     Module.__init(self)
+    -- (the base of RNNCell/LSTMCell/GRUCell, which pass their name and gate count first)
+    if type(cls) ~= 'string' or (gates ~= 1 and gates ~= 3 and gates ~= 4) then
+      error(fmt('RNNCellBase(class, gates, input_size, hidden_size, ...): expected a class name and a gate count of '
+        .. '1, 3 or 4, got %s and %s (use nn.RNNCell, nn.LSTMCell or nn.GRUCell)', type(cls),
+        type(gates) == 'number' and tostring(gates) or type(gates)), 2)
+    end
     check_opts(opts, accepted or CELL_KEYS, cls)
     opts = opts or {}
     check_int(cls, 'input_size', input_size, 0)

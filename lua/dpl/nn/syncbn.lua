@@ -38,9 +38,9 @@ return function(nn)
 
   --- SyncBatchNorm(num_features [, {eps=, momentum=, affine=, track_running_stats=,
   --- process_group=}]): process_group nil is dpl.dist's default group (all ranks).
-  function SyncBatchNorm:__init(C, opts)
-    base_init(self, C, opts)
-    self.process_group = opts and opts.process_group or nil
+  function SyncBatchNorm:__init(C, opts, ...)
+    base_init(self, C, opts, ...) -- (checks opts: a table, or BatchNorm's positional eps, momentum, ...)
+    self.process_group = type(opts) == 'table' and opts.process_group or nil
   end
 
   -- the ranks of the group when statistics are to be synchronised, else nil

@@ -103,7 +103,8 @@ function M.install(optim, h)
     options.check(opts, LBFGS_KEYS, 'LBFGS')
     opts = opts or {}
     local max_iter = opts.max_iter or 20
-    local d = { lr = opts.lr or 1, max_iter = max_iter, max_eval = opts.max_eval or math.floor(max_iter * 5 / 4),
+    local d = { lr = opts.lr or 1, max_iter = max_iter, max_eval = opts.max_eval
+      or (type(max_iter) == 'number' and math.floor(max_iter * 5 / 4)) or nil, -- (a bad max_iter: named below)
       tolerance_grad = opts.tolerance_grad or 1e-7, tolerance_change = opts.tolerance_change or 1e-9,
       history_size = opts.history_size or 100 }
     check_range('LBFGS', 'lr', d.lr, 0)

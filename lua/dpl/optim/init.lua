@@ -106,7 +106,10 @@ function Optimizer:__init(params, defaults)
     misconf('%s: params must be a non-empty list of tensors or of param groups, got %s', self.__name,
       type(params) == 'table' and 'an empty list' or type(params))
   end
-  self.defaults = defaults
+  if defaults ~= nil and type(defaults) ~= 'table' then
+    misconf('%s: defaults must be a table of hyper-parameters, got %s', self.__name, type(defaults))
+  end
+  self.defaults = defaults or {}
   self.param_groups = {}
   self.state = setmetatable({}, { __mode = 'k' }) -- param -> state table
   if is_tensor(params[1]) then
@@ -181,6 +184,12 @@ function Optimizer:zero_grad(opts)
 end
 
 --- step([closure]): one update; closure (re-evaluating the loss) is called first with grad on.
+-- (each optimizer defines its update; the base class is abstract, as torch.optim.Optimizer)
+function Optimizer:update_param()
+  errors.NotImplementedError:raise(('%s.step: the base Optimizer has no update rule (subclass it and define '
+    .. 'update_param, or use optim.SGD, optim.Adam, ...)'):format(self.__name or 'Optimizer'), 2)
+end
+
 function Optimizer:step(closure)
   local loss
   if closure then loss = autograd.enable_grad(closure) end

@@ -1,0 +1,183 @@
+-- api_fuzz_spec.lua: the crashes, hangs and raw Lua/FFI errors scripts/fuzz_api.lua found, as
+-- regression cases, and a bounded deterministic run of the fuzzer itself (a subprocess: a crash
+-- or a C-side hang there fails this spec instead of killing the runner). The full fuzzer (many
+-- seeds, large N, release and SAN builds) is documented in docs/testing.md.
+local dpl = require 'dpl'
+local h = require 'spec.support.helpers'
+
+local function err_of(f)
+  local ok, e = pcall(f)
+  assert.is_false(ok, 'expected an error')
+  return tostring(e)
+end
+
+-- runs f in a fresh dplhost with a time limit: it must finish (no hang) with exit status 0
+local function finishes(code, timeout)
+  local out, err, rc = h.run_chunk(code, nil, { timeout = timeout or 20 })
+  assert.are.equal(0, rc, 'exit ' .. tostring(rc) .. '\n' .. out .. err)
+  return out
+end
+
+describe('fuzz findings: hangs', function()
+  it('polygamma of a huge order finishes (n! stops counting at inf)', function()
+    local out = finishes([[
+      local dpl = require 'dpl'
+      print(dpl.polygamma(2 ^ 53, dpl.tensor({ 0.5, 2 })):isnan():logical_not():any():item())
+      print(dpl.special.polygamma(2 ^ 40, dpl.tensor({ 3.0 })):numel())]])
+    assert.truthy(out:find('1', 1, true))
+  end)
+
+  it('zeta and polygamma at a large negative q finish and agree with the direct sum', function()
+    finishes([[
+      local dpl = require 'dpl'
+      dpl.special.zeta(dpl.tensor({ 3.0, 2.0 }, { dtype = 'float64' }), dpl.tensor({ -1e300, -1e12 - 0.5 }, { dtype = 'float64' }))
+      dpl.polygamma(3, dpl.tensor({ -1e9 + 0.5 }, { dtype = 'float64' }))]])
+    -- the closed form for q < -64 against values from the term-by-term sum (q + k from q up)
+    local z = dpl.special.zeta(dpl.tensor({ 2, 3, 4, 5 }, { dtype = 'float64' }),
+      dpl.tensor({ -100.3, -100.3, -1000.7, -70.9 }, { dtype = 'float64' })):tolist()
+    local want = { 15.069493149244012, -34.418722648980754, 128.17015238865457, 99998.909781580674 }
+    for i = 1, 4 do assert.is_true(h.rel_near(want[i], z[i], 1e-12), ('%d: %.17g vs %.17g'):format(i, z[i], want[i])) end
+  end)
+
+  it('multigammaln of an empty tensor with a huge p and data.range to inf finish', function()
+    assert.are.same({ 0 }, dpl.special.multigammaln(dpl.zeros(0), 2 ^ 62):size())
+    assert.truthy(err_of(function() dpl.data.range(-1, math.huge) end):find('data.range: last (argument #2) must be an integer', 1, true))
+    assert.truthy(err_of(function() dpl.data.range(1, 2 ^ 40) end):find('more than 2^31 items', 1, true))
+    assert.are.same({ 2, 3, 4 }, dpl.data.range(2, 4))
+  end)
+
+  it('a binary op whose result can never be allocated fails once instead of collecting garbage forever', function()
+    -- (binop retried after each ENOMEM with a full GC, without end; a shape past 2^50 elements is
+    -- ENOMEM every time; found through Dirichlet(empty):sample({2^62}))
+    local out = finishes([[
+      local dpl = require 'dpl'
+      local a = dpl.zeros(0, 2, 1, 0):expand({ 2 ^ 62, 0, 2, 1, 0 })
+      print(select(2, pcall(a.lt, a, 1)))
+      print(select(2, pcall(function() return dpl.distributions.Dirichlet(dpl.zeros(0, 2, 1, 0):to('float16')):sample({ 2 ^ 62 }) end)))]], 20)
+    assert.truthy(out:find('lt: shape [4611686018427387904, 0, 2, 1, 0] is too large', 1, true), out)
+  end)
+
+  it('tensor_split into 2^40 sections and linalg.vander with N = 2^62 are errors, not loops', function()
+    assert.truthy(err_of(function() dpl.zeros(5, 0, 4):tensor_split(2 ^ 40) end):find('more than 2^24 sections', 1, true))
+    assert.truthy(err_of(function() dpl.linalg.vander(dpl.zeros(5, 1, 4), { N = 2 ^ 62 }) end):find('is too large', 1, true))
+    assert.are.equal(3, #dpl.zeros(4):tensor_split(3))
+  end)
+end)
+
+describe('fuzz findings: sizes that overflow int64 (UB in C, views outside their storage)', function()
+  it('expand to a shape of more than 2^50 elements is an error', function()
+    assert.truthy(err_of(function() dpl.randn(3, 1):expand(3, 2 ^ 62) end):find('expand: shape [3, 4611686018427387904] is too large', 1, true))
+    assert.truthy(err_of(function() dpl.randn(2):expand(2 ^ 62, 3, 2) end):find('too large', 1, true))
+    assert.are.same({ 3, 2 ^ 20 }, dpl.randn(3, 1):expand(3, 2 ^ 20):size())
+  end)
+
+  it('a new empty tensor whose other sizes overflow is an error (their strides would)', function()
+    assert.truthy(err_of(function() dpl.zeros(3, 4, 0, 2 ^ 62) end):find('is too large', 1, true))
+    assert.truthy(err_of(function() dpl.empty({ 2 ^ 62, 2, 0 }) end):find('is too large', 1, true))
+    assert.are.same({ 2 ^ 40, 0 }, dpl.zeros(2 ^ 40, 0):size())
+  end)
+
+  it('view/reshape of an empty tensor to sizes that overflow is an error', function()
+    assert.truthy(err_of(function() dpl.zeros(0):view(2 ^ 62, 4, 0) end):find('view: shape [4611686018427387904, 4, 0] is too large', 1, true))
+    assert.truthy(err_of(function() dpl.zeros(0, 2, 2):reshape(2 ^ 62, 2, 0) end):find('is too large', 1, true))
+  end)
+
+  it("as_strided whose extent passes 2^63 is an error (it wrapped to a view reading element 0 over and over)", function()
+    assert.truthy(err_of(function() dpl.zeros(10):as_strided({ 5 }, { 2 ^ 62 }, 0) end):find('past 2^63', 1, true))
+    assert.truthy(err_of(function() dpl.zeros(10):as_strided({ 3, 2 }, { 2 ^ 61, 2 ^ 62 }) end):find('past 2^63', 1, true))
+    assert.truthy(err_of(function() dpl.zeros(10):as_strided({ 2 }, { 1 }, 0 / 0) end):find('storage_offset must be a non-negative integer', 1, true))
+    assert.are.same({ { 0, 0 }, { 0, 0 } }, dpl.zeros(4):as_strided({ 2, 2 }, { 1, 2 }):tolist())
+  end)
+
+  it('repeat and distributions sampling with huge sizes are errors', function()
+    assert.truthy(err_of(function() dpl.randn(5, 5):repeatTensor(2 ^ 40, 2 ^ 40) end):find('too large', 1, true))
+    assert.truthy(err_of(function() dpl.distributions.Normal(dpl.zeros(2), dpl.ones(2)):sample({ 3, 4, 0, 2 ^ 62 }) end)
+      :find('too large', 1, true))
+  end)
+end)
+
+describe('fuzz findings: raw Lua/FFI errors become named errors', function()
+  local cases = {
+    { function() dpl.nn.ReLU()(1) end, 'ReLU' },
+    { function() dpl.nn.Softmax(1)({ 1, 2 }) end, 'expected a tensor as input' },
+    { function() dpl.nn.Flatten('a') end, 'Flatten: start_dim must be a nonzero integer' },
+    { function() dpl.matmul(1, dpl.randn(2, 2)) end, 'matmul: input must be a tensor, got number' },
+    { function() dpl.mm('x', dpl.randn(2, 2)) end, 'mm: input must be a tensor' },
+    { function() dpl.dot(dpl.randn(2)) end, 'dot: other must be a tensor, got nil' },
+    { function() dpl.randn(2):add_({ 1 }, 2) end, 'add_: other must be a tensor' },
+    { function() dpl.zeros(3):index_add_(1, dpl.tensor({ 1 }), 5) end, 'index_add_: source must be a tensor' },
+    { function() dpl.zeros(3):scatter_add_(1, dpl.tensor({ 1 }), {}) end, 'scatter_add_: src must be a tensor' },
+    { function() dpl.get_item(nil, 1) end, 'get_item: expected a tensor and an integer index' },
+    { function() dpl.arange() end, 'arange: start, end and step must be numbers' },
+    { function() dpl.conv2d(dpl.randn(1, 1, 3, 3), dpl.randn(1, 1, 2, 2), 3) end, 'conv2d: bias must be a tensor' },
+    { function() dpl.data.TensorDataset({ 0 }, dpl.randn(2)) end, 'TensorDataset: argument 1 must be a tensor' },
+    { function() dpl.data.default_collate(5) end, 'default_collate: items must be a list' },
+    { function() dpl.optim.Optimizer({ dpl.randn(2):requires_grad_() }, 4) end, 'defaults must be a table' },
+    { function() dpl.optim.LBFGS({ dpl.randn(2):requires_grad_() }, { max_iter = {} }) end, 'LBFGS: max_iter must be a positive integer' },
+    { function() dpl.nn.RNNBase(true, 1, 2, 3) end, 'RNNBase(mode, class, input_size, hidden_size, ...)' },
+    { function() dpl.nn.RNNCellBase('RNNCell', print, 3, 5) end, 'RNNCellBase(class, gates' },
+    { function() dpl.metrics.Metric(1e-300) end, 'options must be a table, got number' },
+    { function() dpl.nn.SyncBatchNorm(3, 'x') end, 'SyncBatchNorm: eps must be a number' },
+    { function() dpl.distributions.Normal(0, 1):icdf() end, 'Normal.icdf: value must be a tensor, got nil' },
+    { function() dpl.distributions.Chi2(dpl.ones(2)):expand(-1) end, 'Chi2.expand: batch_shape must be a list of sizes' },
+    { function() dpl.nn.init.calculate_fan_in_and_fan_out(1) end, 'calculate_fan_in_and_fan_out: expected a tensor' },
+    { function() dpl.nn.functional.one_hot(dpl.tensor({ 1, 2 }), dpl.tensor(3)) end, 'one_hot: num_classes must be an integer' },
+    { function() dpl.nn.functional.one_hot(dpl.tensor({ true })) end, 'one_hot: expected integer labels' },
+    { function() dpl.nn.functional.batch_norm(dpl.randn(5, 3), dpl.zeros(3)) end, 'running_mean and running_var' },
+    { function() dpl.linalg.tensorsolve(dpl.randn(4, 2), dpl.randn(2, 1, 3)) end, 'B has 3 dims but A only 2' },
+    { function() dpl.nn.Sequential(nil, dpl.nn.ReLU()) end, 'Sequential: argument 1 is not a Module' },
+    { function()
+        local p = dpl.randn(2):requires_grad_()
+        p.grad = dpl.ones(2)
+        dpl.optim.Optimizer({ p }, { lr = 0.1 }):step()
+      end, 'the base Optimizer has no update rule' },
+  }
+  for i, c in ipairs(cases) do
+    it(('case %d: %s'):format(i, c[2]), function()
+      local m = err_of(c[1])
+      assert.truthy(m:find(c[2], 1, true), m)
+      for _, raw in ipairs({ 'attempt to ', 'bad argument #', 'cannot convert' }) do
+        assert.falsy(m:find(raw, 1, true), m)
+      end
+    end)
+  end
+end)
+
+-- The bounded run: these callables had no internal error (and no crash or hang) in 1.2 M release and
+-- SAN calls after the fixes; a new raw Lua/FFI error in them fails here.
+local CLEAN = { '^method:', '^dpl%.', '^F%.', '^nn%.', '^linalg%.', '^special%.', '^distributions%.', '^optim%.',
+  '^lr_scheduler%.', '^metrics%.', '^data%.' }
+
+describe('scripts/fuzz_api.lua (bounded, deterministic)', function()
+  local function run(seed, n, only)
+    local rep = h.tmpname('.txt')
+    local out, err, rc = h.dplhost(('%s/scripts/fuzz_api.lua --seed %d --n %d --timeout 10 --report %s%s'):format(
+      h.root, seed, n, rep, only and (' --only ' .. h.q(only)) or ''), { timeout = 120 })
+    local text = h.read_all(rep)
+    os.remove(rep)
+    assert.truthy(text:find('outcomes:', 1, true), out .. err)
+    return text, rc
+  end
+  for _, c in ipairs({ { 1, 20000 }, { 2, 20000 } }) do
+    it(('seed %d, %d calls: no crash, no hang, no internal error in the cleaned modules'):format(c[1], c[2]), function()
+      local text, rc = run(c[1], c[2])
+      assert.truthy(text:find('crash=0 hang=0', 1, true), text)
+      assert.are.equal(0, rc, text)
+      local bad = {}
+      for line in text:gmatch('[^\n]+') do
+        local cls, name = line:match('^%s+%d+%s+(%a+) | ([^|]-) |')
+        if cls == 'internal' or cls == 'badresult' or cls == 'harness' then
+          for _, p in ipairs(CLEAN) do
+            if name:find(p) then bad[#bad + 1] = line break end
+          end
+        end
+      end
+      assert.are.same({}, bad)
+    end)
+  end
+  it('a seed gives the same calls and outcomes every run', function()
+    local a = run(7, 40, '^special%.')
+    local b = run(7, 40, '^special%.')
+    assert.are.equal(a:match('outcomes:[^\n]*'), b:match('outcomes:[^\n]*'))
+  end)
+end)
