@@ -99,7 +99,7 @@ DPL_SPF double dpl_sp_zeta(double s, double q)
        * with f = q - floor(q) in (0, 1) and m = ceil(-q), those terms are (f - j)^-s for j = 1..m,
        * (-1)^s (j - f)^-s, whose sum is (-1)^s (zeta(s, 1 - f) - zeta(s, 1 - q)) */
       double f = q - floor(q);
-      double sign = fmod(s, 2) == 0 ? 1 : -1;
+      double sign = floor(s / 2) * 2 == s ? 1 : -1; /* (s is an integer here) */
       return dpl_sp_zeta_sum(s, f) + sign * (dpl_sp_zeta_sum(s, 1 - f) - dpl_sp_zeta_sum(s, 1 - q));
     }
   }
