@@ -306,7 +306,7 @@ describe('DataLoader num_workers > 0', function()
     assert.truthy(out:find('children\t0\t\n', 1, true), out)
   end)
 
-  it('leaves no worker after a break (once the pass is collected, a new pass starts, or shutdown_workers)', function()
+  it('leaves no worker after a break (once the pass, or a for-in loop\'s batch, is collected, a new pass starts, or shutdown_workers)', function()
     local out, err, rc = run([[
       local l = data.DataLoader(DS(60), { batch_size = 2, num_workers = 3 })
       for b in l:iter() do break end
@@ -319,6 +319,15 @@ describe('DataLoader num_workers > 0', function()
       for b in l do break end
       l:shutdown_workers()
       print('after shutdown_workers', children())
+      -- `for b in loader do`: the pass lives while the loop runs (collections and all), and
+      -- goes with the loop's batch after a break
+      local n = 0
+      for b in l do n = n + 1; collectgarbage(); collectgarbage() end
+      print('gc in the loop', n)
+      for b in l do break end
+      print('alive after for-in break', (children()))
+      collectgarbage(); collectgarbage()
+      print('for-in break, after gc', children())
       -- an error in the training loop
       pcall(function() for b in l:iter() do error('loop failed') end end)
       collectgarbage(); collectgarbage()
@@ -329,6 +338,9 @@ describe('DataLoader num_workers > 0', function()
     assert.truthy(out:find('after gc\t0\t\n', 1, true), out)
     assert.truthy(out:find('second pass\t3\n', 1, true), out)
     assert.truthy(out:find('after shutdown_workers\t0\t\n', 1, true), out)
+    assert.truthy(out:find('gc in the loop\t30\n', 1, true), out)
+    assert.truthy(out:find('alive after for-in break\t3\n', 1, true), out)
+    assert.truthy(out:find('for-in break, after gc\t0\t\n', 1, true), out)
     assert.truthy(out:find('after loop error\t0\t\n', 1, true), out)
   end)
 
