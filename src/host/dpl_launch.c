@@ -257,9 +257,13 @@ static void signal_all(child_t *cs, int n, int sig)
     if (cs[i].running && kill(-cs[i].pid, sig) != 0) kill(cs[i].pid, sig);
 }
 
-int dpl_launch(const dpl_launch_opts *o, char **child_argv)
+/* One attempt: starts the ranks, supervises them until all have ended. *restartable:
+ * a rank failed on its own (not stopped for a signal to the launcher or a closed output),
+ * so another attempt may follow. */
+static int launch_once(const dpl_launch_opts *o, char **child_argv, int attempt, int *restartable)
 {
   int n = o->nproc;
+  *restartable = 0;
   child_t *cs = calloc((size_t)n, sizeof *cs);
   if (!cs) { fprintf(stderr, "dplhost: out of memory\n"); return 1; }
 
@@ -337,6 +341,9 @@ int dpl_launch(const dpl_launch_opts *o, char **child_argv)
       setenv_int("MASTER_PORT", port);
       setenv("DPL_JOB_ID", job, 1);
       setenv("DPL_LINE_BUFFERED", "1", 1);
+      setenv_int("DPL_RESTART_COUNT", attempt);
+      setenv_int("TORCHELASTIC_RESTART_COUNT", attempt);
+      setenv_int("TORCHELASTIC_MAX_RESTARTS", o->max_restarts);
       if (state_fd >= 0) setenv_int("DPL_LAUNCH_STATE_FD", state_fd);
       else unsetenv("DPL_LAUNCH_STATE_FD");
       if (o->log_all_ranks) setenv("DPL_LOG_ALL_RANKS", "1", 1);
@@ -469,6 +476,7 @@ int dpl_launch(const dpl_launch_opts *o, char **child_argv)
     }
     rc = status_code(first_status);
     if (rc == 0) rc = 1;
+    *restartable = !launcher_signal && !broken_pipe;
   } else if (launcher_signal) {
     rc = 128 + launcher_signal;
   } else if (broken_pipe) {
@@ -477,4 +485,20 @@ int dpl_launch(const dpl_launch_opts *o, char **child_argv)
   for (int i = 0; i < n; i++) { close_stream(&cs[i].s[0]); close_stream(&cs[i].s[1]); }
   free(cs);
   return rc;
+}
+
+int dpl_launch(const dpl_launch_opts *o, char **child_argv)
+{
+  for (int attempt = 0;; attempt++) {
+    int restartable;
+    int rc = launch_once(o, child_argv, attempt, &restartable);
+    if (rc == 0 || !restartable || o->max_restarts <= 0) return rc;
+    if (launcher_signal) return 128 + launcher_signal; /* arrived as the attempt ended */
+    if (attempt >= o->max_restarts) {
+      fprintf(stderr, "dplhost: no restarts left (--max-restarts %d); giving up\n", o->max_restarts);
+      return rc;
+    }
+    fprintf(stderr, "dplhost: restarting all %d ranks (restart %d of %d)\n", o->nproc, attempt + 1,
+            o->max_restarts);
+  }
 }

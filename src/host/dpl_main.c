@@ -42,6 +42,10 @@ static const char usage_text[] =
   "                  (torchrun's spellings work too: --nproc-per-node, --nproc_per_node,\n"
   "                  --node_rank, --master_addr, --master_port.)\n"
   "  --log-all-ranks INFO output from every rank, not only rank 0.\n"
+  "  --max-restarts K  When a rank fails, stop the others and start all N ranks again,\n"
+  "                  up to K times (default 0; one node); the ranks get DPL_RESTART_COUNT\n"
+  "                  (and TORCHELASTIC_RESTART_COUNT, TORCHELASTIC_MAX_RESTARTS). Resume with\n"
+  "                  fit(..., {ckpt_path='last'}) and ModelCheckpoint{save_last=true}.\n"
   "  --              Stop handling options.\n"
   "  -               Execute stdin and stop handling options.\n"
   "\n"
@@ -79,6 +83,7 @@ static const char usage_text[] =
   "  DPL_JOB_ID             Names the job's shared memory (set by --nproc).\n"
   "  DPL_LAUNCH_STATE_FD    Where a rank reads that the launcher stops it for another rank's\n"
   "                         failure (set by --nproc).\n"
+  "  DPL_RESTART_COUNT      Which restart of the ranks this is: 0, 1, ... (set by --nproc).\n"
   "  DPL_DIST_BACKEND       Default backend of dist.init_process_group (shm, mpi, nccl).\n"
   "  DPL_COMM_TIMEOUT       Collective and store timeout in seconds (default 1800).\n"
   "  DPL_COMM_CHECK         0: skip the check that every rank calls the same collective\n"
@@ -362,8 +367,9 @@ static int launcher_option(int argc, char **argv, int *i, dpl_launch_opts *o)
 {
   /* (torchrun's spellings too: --nproc-per-node / --nproc_per_node, --node_rank, ...) */
   static const char *names[] = {"--nproc", "--nnodes", "--node-rank", "--master-addr", "--master-port",
-                                "--nproc-per-node", "--nproc_per_node", "--node_rank", "--master_addr", "--master_port"};
-  static const int canon[] = {0, 1, 2, 3, 4, 0, 0, 2, 3, 4};
+                                "--max-restarts", "--nproc-per-node", "--nproc_per_node", "--node_rank",
+                                "--master_addr", "--master_port", "--max_restarts"};
+  static const int canon[] = {0, 1, 2, 3, 4, 5, 0, 0, 2, 3, 4, 5};
   const char *a = argv[*i];
   if (strcmp(a, "--log-all-ranks") == 0) { o->log_all_ranks = 1; return 1; }
   for (int n = 0; n < (int)(sizeof names / sizeof *names); n++) {
@@ -389,6 +395,7 @@ static int launcher_option(int argc, char **argv, int *i, dpl_launch_opts *o)
       }
       o->master_addr = v;
       return 1;
+    case 5: o->max_restarts = int_option(names[n], v, 0, 1000000); return o->max_restarts < 0 ? -1 : 1;
     default: o->master_port = int_option(names[n], v, 1, 65535); return o->master_port < 0 ? -1 : 1;
     }
   }
@@ -424,6 +431,9 @@ static int launch(const dpl_launch_opts *lo, int argc, char **argv, int script, 
                              "give a script file");
   if (lo->node_rank >= lo->nnodes)
     return usage_error("%s", "--node-rank must be below --nnodes (node ranks are 0-based)");
+  if (lo->max_restarts > 0 && lo->nnodes > 1)
+    return usage_error("%s", "--max-restarts with --nnodes > 1 is not implemented (restarting needs the "
+                             "nodes to agree on each attempt); restart the whole job from its scheduler");
   if (version) print_version();
   char **cargv = calloc((size_t)argc + 1, sizeof *cargv);
   if (!cargv) { fprintf(stderr, "dplhost: out of memory\n"); return 1; }
@@ -452,7 +462,7 @@ int main(int argc, char **argv)
 {
   int script = 0, interactive = 0, has_e = 0, busted = 0, version = 0;
   const char *launcher_first = NULL; /* the first launcher option given */
-  dpl_launch_opts lo = {0, 1, 0, NULL, 0, 0, 5.0};
+  dpl_launch_opts lo = {0, 1, 0, NULL, 0, 0, 5.0, 0};
   /* A write past the file size limit (ulimit -f) fails with EFBIG, as in Python, instead of
    * SIGXFSZ killing the process: the writer raises naming the file and removes its temp file
    * (a checkpoint's .tmp.<pid> was left behind). os.execute's commands get the default back. */
