@@ -1,7 +1,8 @@
 -- trainer_restart_script.lua: a DDP fit under `dplhost --nproc 2 --max-restarts K` that
 -- resumes with fit(..., {ckpt_path='last'}) and ModelCheckpoint{save_last=true}.
 -- arg[1]: straight (no failure) | fail (rank 1 exits 3 at epoch 2, batch 3, on the first
--- attempt only) | always (rank 1 exits 3 there on every attempt); arg[2]: checkpoint dir.
+-- attempt only) | always (rank 1 exits 3 there on every attempt); arg[2]: checkpoint dir;
+-- arg[3] = 'steps': last.ckpt after every optimizer step (the restart resumes mid-epoch).
 -- Rank 0 prints "R0 attempt=<DPL_RESTART_COUNT> epochs=<n> <weights>".
 local dpl = require 'dpl'
 local nn, F = dpl.nn, dpl.nn.functional
@@ -31,7 +32,8 @@ local Count = dpl.callbacks.Callback:extend('Count')
 function Count:on_train_epoch_start() starts = starts + 1 end
 local t = dpl.Trainer{ strategy = 'ddp', max_epochs = 3, enable_progress_bar = false, enable_model_summary = false,
   logger = false, deterministic = true, default_root_dir = dir,
-  callbacks = { dpl.callbacks.ModelCheckpoint{ dirpath = dir, save_last = true }, Count() } }
+  callbacks = { dpl.callbacks.ModelCheckpoint{ dirpath = dir, save_last = true,
+    every_n_train_steps = arg[3] == 'steps' and 1 or nil }, Count() } }
 local m = M()
 t:fit(m, dpl.data.DataLoader(ds, { batch_size = 4, shuffle = true, seed = 5 }), nil,
   { ckpt_path = mode ~= 'straight' and 'last' or nil })
