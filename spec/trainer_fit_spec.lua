@@ -263,7 +263,7 @@ describe('fit loop', function()
     assert.equal(2, t2.current_epoch)
   end)
 
-  it('a mid-epoch checkpoint resumes at the batch in flight and trains it again (docs/trainer.md)', function()
+  it('a mid-epoch checkpoint resumes at the batch after the one it was written after (docs/trainer.md)', function()
     local seen = {}
     local Model = th.recording_model({}, { training_step = function(self, batch, i)
       seen[#seen + 1] = ('%d.%d:%d'):format(self.current_epoch, i, batch[1])
@@ -278,18 +278,57 @@ describe('fit loop', function()
       seen = {}
       local t = T(a)
       t:fit(Model(), th.loader(4), nil, { ckpt_path = ('%s/step=%d.ckpt'):format(dir, every) })
+      os.execute('rm -rf ' .. dir)
       return t
     end
-    -- written at step 5, after epoch 1's batch 0: that batch runs again (Lightning 1.9.5 does the same here),
-    -- one optimizer step more than the 8 of a straight run
+    -- written at step 5, after epoch 1's batch 0: batches 1..3 follow with their own data, the 8
+    -- optimizer steps of a straight run (Lightning 1.9.5 trains batch 0 again: one step more)
     local t = run(5)
-    assert.same({ '1.0:1', '1.1:2', '1.2:3', '1.3:4' }, seen)
-    assert.equal(9, t.global_step)
-    -- written at step 6 (after batch 1): batch 1 again, with its own data (Lightning 1.9.5 restarts the loader:
-    -- data 1, 2, 3 as batches 1..3)
-    t = run(6)
     assert.same({ '1.1:2', '1.2:3', '1.3:4' }, seen)
-    assert.equal(9, t.global_step)
+    assert.equal(8, t.global_step)
+    t = run(6)
+    assert.same({ '1.2:3', '1.3:4' }, seen)
+    assert.equal(8, t.global_step)
+    -- at step 4, after epoch 0's last batch (before its epoch end): epoch 1 follows
+    t = run(4)
+    assert.same({ '1.0:1', '1.1:2', '1.2:3', '1.3:4' }, seen)
+    assert.equal(8, t.global_step)
+  end)
+
+  it('resumed at any step (accumulation, a step-interval scheduler) it ends with the weights of a straight run, bit for bit', function()
+    local nn, F = dpl.nn, dpl.nn.functional
+    local M = dpl.LightningModule:extend('MidResume')
+    function M:__init()
+      dpl.LightningModule.__init(self)
+      dpl.manual_seed(0)
+      self.net = nn.Sequential(nn.Linear(4, 6), nn.Tanh(), nn.Linear(6, 3))
+    end
+    function M:forward(x) return self.net(x) end
+    function M:training_step(b) return F.cross_entropy(self(b[1]), b[2]) end
+    function M:configure_optimizers()
+      local opt = dpl.optim.SGD(self:parameters(), { lr = 0.1, momentum = 0.9 })
+      return { optimizer = opt, lr_scheduler = { scheduler = dpl.optim.lr_scheduler.StepLR(opt, { step_size = 2, gamma = 0.5 }),
+        interval = 'step' } }
+    end
+    dpl.manual_seed(1)
+    local ds = data.TensorDataset(dpl.randn({ 40, 4 }), dpl.randint(1, 4, { 40 }))
+    local function loader() return data.DataLoader(ds, { batch_size = 4, shuffle = true, seed = 5 }) end
+    local dir = th.tmpdir()
+    -- 10 batches an epoch, accumulating 3: steps after batches 2, 5, 8, 9
+    local a = { max_epochs = 2, limit_val_batches = 0, enable_checkpointing = true, accumulate_grad_batches = 3,
+      deterministic = true, callbacks = { dpl.callbacks.ModelCheckpoint{ dirpath = dir, every_n_train_steps = 1,
+        save_top_k = -1, filename = '{step}' } } }
+    local straight = M()
+    T(a):fit(straight, loader())
+    local want = th.flat_params(straight)
+    for _, k in ipairs({ 1, 3, 4, 5, 7 }) do
+      local m = M()
+      local t = T({ max_epochs = 2, limit_val_batches = 0, accumulate_grad_batches = 3, deterministic = true })
+      t:fit(m, loader(), nil, { ckpt_path = ('%s/step=%d.ckpt'):format(dir, k) })
+      assert.equal(8, t.global_step, 'from step ' .. k)
+      assert.equal(want, th.flat_params(m), 'from step ' .. k)
+    end
+    os.execute('rm -rf ' .. dir)
   end)
 end)
 

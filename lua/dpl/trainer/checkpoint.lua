@@ -186,15 +186,22 @@ end
 function M.dump(t, weights_only)
   local model = t.lightning_module
   local fl = t.fit_loop
+  -- written after a training batch but before the loop's counters moved past it (the
+  -- batch-end hooks, the validation after the batch): the counters as after that batch,
+  -- so that a resume starts at the next batch instead of training this one again
+  local batch_idx, bts, tbi = fl.batch_idx, fl.batches_that_stepped, t._total_batch_idx or 0
+  if fl._pending and t._cur_batch_idx then
+    batch_idx, tbi = t._cur_batch_idx + 1, tbi + 1
+    if fl._pending == 2 then bts = bts + 1 end
+  end
   local ckpt = {
     epoch = t.current_epoch,
     global_step = t.global_step,
     ['pytorch-lightning_version'] = '1.9.5',
     dplhost_version = require('dpl.capi').version,
     state_dict = t.strategy:lightning_module_state_dict(),
-    loops = { fit_loop = { epoch = t.current_epoch, batch_idx = fl.batch_idx, epoch_done = fl.epoch_done,
-      batches_that_stepped = fl.batches_that_stepped, global_step = t.global_step,
-      total_batch_idx = t._total_batch_idx or 0 } },
+    loops = { fit_loop = { epoch = t.current_epoch, batch_idx = batch_idx, epoch_done = fl.epoch_done,
+      batches_that_stepped = bts, global_step = t.global_step, total_batch_idx = tbi } },
   }
   if not weights_only then
     local cbs = {}

@@ -411,6 +411,7 @@ local function run_train_epoch(t, st, loader, nbatches)
     local raw_it = it
     it = function() return prof:profile('[_TrainingEpochLoop].train_dataloader_next', raw_it) end
   end
+  t.fit_loop._pending = nil
   local start = t.fit_loop.batch_idx
   for _ = 1, start do -- resumed mid-epoch: the batches already trained on
     if it() == nil then break end
@@ -489,6 +490,10 @@ local function run_train_epoch(t, st, loader, nbatches)
       any_step = t.global_step > gs
     end
     if prof then prof:stop('run_training_batch') t._prof_open = nil end
+    -- batch i is trained; until its counters advance below, a checkpoint written now (in
+    -- on_train_batch_end: ModelCheckpoint's every_n_train_steps; in the validation after it)
+    -- records them as after this batch, so a resume goes on at batch i + 1 (checkpoint.dump)
+    t.fit_loop._pending = accumulating and 1 or 2
     local out = st.out
     if any_step then
       update_lr_schedulers(t, 'step', false, stepped)
@@ -533,6 +538,7 @@ local function run_train_epoch(t, st, loader, nbatches)
     if any_step then update_lr_schedulers(t, 'step', true, nil) end
     if not accumulating then t.fit_loop.batches_that_stepped = t.fit_loop.batches_that_stepped + 1 end
     t._total_batch_idx = t._total_batch_idx + 1
+    t.fit_loop._pending = nil
     i = i + 1
     -- SIGTERM/SIGUSR1/SIGINT (also on another rank): every rank stops after this same batch
     if sig ~= 0 then on_signal(t, sig) end
@@ -666,6 +672,7 @@ function M.run_train(t)
     if t._prof then outputs = t._prof:profile('run_training_epoch', run_train_epoch, t, st, loader, nbatches)
     else outputs = run_train_epoch(t, st, loader, nbatches) end
     loops.end_pass(loader)
+    t.fit_loop._pending = nil -- (a break after the batch's training: it ended the epoch)
     t.fit_loop.epoch_done = t.fit_loop.batch_idx >= nbatches
     -- the epoch aggregates are visible in callback_metrics from here on (Lightning's
     -- epoch_end_reached: ModelCheckpoint/EarlyStopping read them in on_train_epoch_end)
