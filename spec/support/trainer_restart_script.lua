@@ -13,7 +13,7 @@ local M = dpl.LightningModule:extend('Restart')
 function M:__init()
   dpl.LightningModule.__init(self)
   dpl.manual_seed(0)
-  self.net = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 3))
+  self.net = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Dropout(0.25), nn.Linear(8, 3))
 end
 function M:forward(x) return self.net(x) end
 function M:training_step(batch, i)
@@ -35,6 +35,7 @@ local t = dpl.Trainer{ strategy = 'ddp', max_epochs = 3, enable_progress_bar = f
   callbacks = { dpl.callbacks.ModelCheckpoint{ dirpath = dir, save_last = true,
     every_n_train_steps = arg[3] == 'steps' and 1 or nil }, Count() } }
 local m = M()
+if t.global_rank == 1 then dpl.manual_seed(1234) end -- (the ranks draw different dropout masks)
 t:fit(m, dpl.data.DataLoader(ds, { batch_size = 4, shuffle = true, seed = 5 }), nil,
   { ckpt_path = mode ~= 'straight' and 'last' or nil })
 local th = require 'spec.support.trainer_helpers'

@@ -181,6 +181,50 @@ function M.datamodule_key(dm)
   return mt and mt.__name or 'LightningDataModule'
 end
 
+---------------------------------------------------------------- random number generators
+
+-- "seed:offset" of the CPU generator (dpl.get_rng_state), decimal, exact
+local function rng_string(st)
+  return (tostring(st.seed):gsub('U?LL$', '')) .. ':' .. (tostring(st.offset):gsub('U?LL$', ''))
+end
+
+local function parse_u64(str)
+  if type(str) ~= 'string' or not str:match('^%d+$') or #str > 20 then return nil end
+  if #str == 20 and str > '18446744073709551615' then return nil end -- (past 2^64 - 1)
+  local v = ffi.new('uint64_t', 0)
+  for k = 1, #str do v = v * 10 + (str:byte(k) - 48) end
+  return v
+end
+
+--- Every rank's CPU generator state, in rank order (one collective under a process group: a
+--- checkpoint is saved by every rank, as Lightning requires).
+function M.gather_rng_states()
+  local mine = rng_string(require('dpl').get_rng_state())
+  local d = require('dpl.strategies.strategy')._dist()
+  if d == nil or d.get_world_size() < 2 then return { mine } end
+  return d.all_gather_object(mine)
+end
+
+--- This rank's state from a checkpoint's list ({seed=, offset=}), or nil (none saved, or
+--- saved by another number of ranks: nil and a reason).
+function M.rng_state_for_rank(list)
+  if type(list) ~= 'table' or #list == 0 then return nil end
+  local d = require('dpl.strategies.strategy')._dist()
+  local n, r = 1, 0
+  if d ~= nil then n, r = d.get_world_size(), d.get_rank() end
+  if #list ~= n then
+    return nil, ('the checkpoint holds the random number generator states of %d rank(s), this run has %d:'
+      .. ' they are not restored (dropout and other draws differ from an uninterrupted run)'):format(#list, n)
+  end
+  local seed, offset = tostring(list[r + 1]):match('^(%d+):(%d+)$')
+  seed, offset = parse_u64(seed), parse_u64(offset)
+  if not seed or not offset then
+    return nil, ("the checkpoint's random number generator state %q is not 'seed:offset': not restored"):format(
+      tostring(list[r + 1]))
+  end
+  return { seed = seed, offset = offset }
+end
+
 --- The checkpoint table, with Lightning's keys and the hooks Lightning calls
 --- (C.state_dict, C.on_save_checkpoint, on_save_checkpoint).
 function M.dump(t, weights_only)
@@ -194,14 +238,16 @@ function M.dump(t, weights_only)
     batch_idx, tbi = t._cur_batch_idx + 1, tbi + 1
     if fl._pending == 2 then bts = bts + 1 end
   end
+  local loop_state = { epoch = t.current_epoch, batch_idx = batch_idx, epoch_done = fl.epoch_done,
+    batches_that_stepped = bts, global_step = t.global_step, total_batch_idx = tbi }
+  if not weights_only then loop_state.rng_states = M.gather_rng_states() end
   local ckpt = {
     epoch = t.current_epoch,
     global_step = t.global_step,
     ['pytorch-lightning_version'] = '1.9.5',
     dplhost_version = require('dpl.capi').version,
     state_dict = t.strategy:lightning_module_state_dict(),
-    loops = { fit_loop = { epoch = t.current_epoch, batch_idx = batch_idx, epoch_done = fl.epoch_done,
-      batches_that_stepped = bts, global_step = t.global_step, total_batch_idx = tbi } },
+    loops = { fit_loop = loop_state },
   }
   if not weights_only then
     local cbs = {}
@@ -320,6 +366,11 @@ function M.restore_training_state(t, ckpt)
   t.lightning_module.current_epoch = t.current_epoch
   t.lightning_module.global_step = t.global_step
   t.fit_loop.restarting = true
+  -- set where the saving run was: at the resumed epoch's start, or after the batches skipped
+  -- (fit_loop.lua), so that the draws go on as in an uninterrupted run
+  local rng, why = M.rng_state_for_rank(fl.rng_states)
+  t.fit_loop._rng_restore = rng
+  if why and t.is_global_zero then require('dpl.log').warn('%s', why) end
 end
 
 ---------------------------------------------------------------- safetensors

@@ -416,6 +416,10 @@ local function run_train_epoch(t, st, loader, nbatches)
   for _ = 1, start do -- resumed mid-epoch: the batches already trained on
     if it() == nil then break end
   end
+  if t.fit_loop._rng_restore then -- (a mid-epoch resume: the generator as after the batch saved)
+    require('dpl').set_rng_state(t.fit_loop._rng_restore)
+    t.fit_loop._rng_restore = nil
+  end
   local i = start
   -- one batch of look-ahead (Lightning's prefetching): the last batch of a loader of
   -- unknown length is known as such
@@ -648,6 +652,11 @@ function M.run_train(t)
   while not fit_done(t) do
     local epoch = t.current_epoch
     model.current_epoch = epoch
+    if t.fit_loop._rng_restore and t.fit_loop.batch_idx == 0 then
+      -- resumed from an epoch's end: the generator as it was there
+      require('dpl').set_rng_state(t.fit_loop._rng_restore)
+      t.fit_loop._rng_restore = nil
+    end
     if reload_every > 0 and epoch - last_reload >= reload_every then
       -- Lightning's reload_dataloaders_every_n_epochs: the hooks are called again
       loaders, counts = loops.load_loaders(t, 'train')

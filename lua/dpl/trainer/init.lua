@@ -976,6 +976,7 @@ end
 function Trainer:_run(model, ckpt_path)
   local loops = require 'dpl.trainer.loops'
   self.ckpt_path = ckpt_path -- (Lightning's trainer.ckpt_path: the checkpoint this run loads, or nil)
+  self.fit_loop._rng_restore = nil -- (set by the restore below, if any)
   -- every entry point starts with no evaluation loaders (Lightning's attach_dataloaders sets
   -- val/test/predict_dataloaders to None): they are the ones this run loads
   self._val_loaders, self._test_loaders, self._predict_loaders = nil, nil, nil
