@@ -56,6 +56,25 @@ describe('dplhost --max-restarts', function()
     assert.are.equal(want, out:match('R0 attempt=1 epochs=2 ([^\n]+)'))
   end)
 
+  it('4 ranks losing a different rank 5 times (exit, SIGKILL) end where an unbroken run does', function()
+    local d1, d2 = th.tmpdir(), th.tmpdir()
+    local out, err, rc = h.dplhost('--nproc 4 spec/support/trainer_restart_script.lua straight ' .. h.q(d1) .. ' steps',
+      { timeout = 120 })
+    assert.are.equal(0, rc, err)
+    local want = out:match('R0 attempt=0 epochs=3 ([^\n]+)')
+    assert.truthy(want, out)
+    out, err, rc = h.dplhost('--nproc 4 --max-restarts 5 spec/support/trainer_restart_script.lua chaos ' .. h.q(d2)
+      .. ' steps 5', { timeout = 120 })
+    os.execute('rm -rf ' .. h.q(d1) .. ' ' .. h.q(d2))
+    assert.are.equal(0, rc, err)
+    for a, r in ipairs({ 1, 0, 3, 2, 1 }) do
+      local how = a % 2 == 0 and 'signal 9 %(SIGKILL%)' or 'exit code 3'
+      assert.matches(('rank %d %%(pid %%d+%%) failed with %s; stopped the other ranks\n.-'):format(r, how)
+        .. ('restarting all 4 ranks %%(restart %d of 5%%)'):format(a), err)
+    end
+    assert.are.equal(want, out:match('R0 attempt=5 epochs=1 ([^\n]+)'))
+  end)
+
   it('restarts at most K times, then fails with the last failure', function()
     local s = script(FLAKY)
     local out, err, rc = h.dplhost('--nproc 2 --max-restarts 2 ' .. h.q(s) .. ' 5', { timeout = 60 })
