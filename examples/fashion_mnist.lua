@@ -7,7 +7,9 @@
 --   dplhost examples/fashion_mnist.lua [Trainer flags: --max_epochs 10 --limit_train_batches 0.1
 --       --strategy ddp --accelerator cpu --devices 2 ...] [--batch 64] [--lr 0.03] [--seed 0]
 --       [--root DIR] [--hidden 256] [--model mlp|cnn|lstm] [--logger csv|tensorboard]
+--       [--ckpt_path last|PATH]
 --   dplhost --nproc 2 examples/fashion_mnist.lua --strategy ddp
+--   dplhost --nproc 2 --max-restarts 3 examples/fashion_mnist.lua --strategy ddp --ckpt_path last
 --   dplhost examples/fashion_mnist.lua --strategy ddp_spawn --accelerator cpu --devices 2
 --
 -- Data: the IDX files of Debian's dataset-fashion-mnist package
@@ -18,7 +20,7 @@ local nn, optim, F = dpl.nn, dpl.optim, dpl.nn.functional
 -- Trainer flags from the command line; the rest are this script's own
 local defaults = { max_epochs = 10, default_root_dir = 'fashion_mnist_runs' }
 local USAGE = 'usage: dplhost examples/fashion_mnist.lua [Trainer flags] [--batch N] [--lr X] [--seed N]'
-  .. ' [--hidden N] [--model mlp|cnn|lstm] [--logger csv|tensorboard|false] [--root DIR]'
+  .. ' [--hidden N] [--model mlp|cnn|lstm] [--logger csv|tensorboard|false] [--root DIR] [--ckpt_path last|PATH]'
 
 -- a bad flag: one line on stderr, exit status 2 (as argparse)
 local function fail(msg)
@@ -46,7 +48,10 @@ local function help()
     '  --model KIND     mlp (default); cnn: two 3x3 conv blocks (BatchNorm, max pooling), then the\n',
     '                   hidden layer; lstm: an LSTM of --hidden units reading the 28 rows in turn\n',
     '  --logger KIND    csv (default), tensorboard, or false (no logger)\n',
-    '  --root DIR       the Fashion-MNIST IDX files (default: the system data set)\n\n',
+    '  --root DIR       the Fashion-MNIST IDX files (default: the system data set)\n',
+    '  --ckpt_path P    resume the fit from checkpoint P; last: from <default_root_dir>/checkpoints/last.ckpt\n',
+    '                   when there is one (else a fresh start), where the checkpoints then go: a run\n',
+    '                   restarted by dplhost --max-restarts, or run again, goes on where it stopped\n\n',
     'Trainer flags (--name value or --name=value, Lightning 1.9\'s arguments; defaults: --max_epochs 10',
     ' --default_root_dir fashion_mnist_runs):\n', table.concat(lines, '\n'), '\n')
   os.exit(0)
@@ -69,12 +74,13 @@ do -- --logger csv|tensorboard|false is this script's (the Trainer's own --logge
 end
 local ok_args, targs, rest = pcall(dpl.Trainer.parse_argv, argv)
 if not ok_args then fail(targs) end
-local opts = { batch = 64, lr = 0.03, seed = 0, hidden = 256, model = 'mlp', logger = logger_kind, root = nil }
+local opts = { batch = 64, lr = 0.03, seed = 0, hidden = 256, model = 'mlp', logger = logger_kind, root = nil,
+  ckpt_path = nil }
 local numeric = { batch = 'an integer', lr = 'a number', seed = 'an integer', hidden = 'an integer' }
 local lr_given = false
 for i = 1, #rest, 2 do
   local k = rest[i]:match('^%-%-([%w_]+)$')
-  if not k or (opts[k] == nil and k ~= 'root') then fail(("unknown flag '%s'"):format(rest[i])) end
+  if not k or (opts[k] == nil and k ~= 'root' and k ~= 'ckpt_path') then fail(("unknown flag '%s'"):format(rest[i])) end
   if rest[i + 1] == nil then fail(('--%s needs a value'):format(k)) end
   local v = rest[i + 1]
   if numeric[k] then
@@ -84,6 +90,7 @@ for i = 1, #rest, 2 do
     end
     v = x
   end
+  if k == 'ckpt_path' and v == '' then fail('--ckpt_path needs a path, or last') end
   if k == 'model' and v ~= 'mlp' and v ~= 'cnn' and v ~= 'lstm' then
     fail(("--model must be one of cnn, lstm, mlp, got '%s'"):format(v))
   end
@@ -159,8 +166,10 @@ else
     or dpl.loggers.CSVLogger{ save_dir = root }
 end
 targs.callbacks = {
+  -- (with --ckpt_path, in one directory: a fresh Trainer looks for last.ckpt there; without a
+  -- dirpath it would look in the logger's next version, which the previous run did not use)
   dpl.callbacks.ModelCheckpoint{ monitor = 'val_loss', mode = 'min', save_top_k = 1, save_last = true,
-    filename = '{epoch}-{val_loss:.3f}-{val_acc:.3f}' },
+    filename = '{epoch}-{val_loss:.3f}-{val_acc:.3f}', dirpath = opts.ckpt_path and (root .. '/checkpoints') or nil },
   dpl.callbacks.EarlyStopping{ monitor = 'val_loss', patience = 3 },
 }
 local ok_trainer, trainer = pcall(dpl.Trainer, targs) -- a bad Trainer flag: one line, exit 2
@@ -209,7 +218,7 @@ if trainer.auto_lr_find or trainer.auto_scale_batch_size then
     print(('tuned: lr %s, batch size %s'):format(tostring(model.hparams.lr), tostring(datamodule.batch_size)))
   end
 end
-trainer:fit(model, datamodule)
+trainer:fit(model, datamodule, nil, { ckpt_path = opts.ckpt_path })
 if trainer.is_global_zero and not trainer.fast_dev_run then
   print(('best checkpoint: %s (val_loss %s)'):format(trainer.checkpoint_callback.best_model_path,
     tostring(trainer.checkpoint_callback.best_model_score)))

@@ -55,6 +55,29 @@ describe('examples/fashion_mnist.lua --model', function()
   end
 end)
 
+describe('examples/fashion_mnist.lua --ckpt_path last', function()
+  it('a fit stopped after its first epoch and run again ends where an unbroken run does', function()
+    local d1, d2 = h.tmpname('-ex'), h.tmpname('-ex')
+    local base = ' --max_epochs 2 --limit_train_batches 20 --limit_val_batches 2 --limit_test_batches 1'
+      .. ' --enable_progress_bar false --enable_model_summary false --logger false --hidden 64'
+    local o, e, rc = h.dplhost(ex .. base .. ' --default_root_dir ' .. h.q(d1), { timeout = 120 })
+    assert.equal(0, rc, o .. e)
+    local want = o:match('%(val_loss ([%d.]+)%)')
+    assert.truthy(want, o)
+    -- the first run stops after epoch 0 (as a failed rank would, later), finding no last.ckpt
+    o, e, rc = h.dplhost(ex .. base .. ' --max_steps 20 --ckpt_path last --default_root_dir ' .. h.q(d2), { timeout = 120 })
+    assert.equal(0, rc, o .. e)
+    assert.matches('no fault tolerant or last checkpoint available', o .. e)
+    o, e, rc = h.dplhost(ex .. base .. ' --ckpt_path last --default_root_dir ' .. h.q(d2), { timeout = 120 })
+    os.execute('rm -rf ' .. h.q(d1) .. ' ' .. h.q(d2))
+    assert.equal(0, rc, o .. e)
+    assert.matches('Restoring states from the checkpoint path at [^\n]*/checkpoints/last%.ckpt', o .. e)
+    assert.equal(want, o:match('%(val_loss ([%d.]+)%)'))
+    local _, _, rc2 = h.dplhost(ex .. ' --ckpt_path ""', { timeout = 60 })
+    assert.equal(2, rc2)
+  end)
+end)
+
 describe('examples/fashion_mnist_loop.lua flags', function()
   it('--help: usage on stdout, exit 0', function()
     local o, _, rc = h.dplhost(loop .. ' --help', { timeout = 60 })
