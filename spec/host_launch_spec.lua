@@ -162,6 +162,75 @@ describe('the launcher', function()
     assert.matches('%[rank 1%] INFO: hello from 1', out)
   end)
 
+  -- the lines of stderr that come from rank r (its own prefix, or a collapsed one naming it)
+  local function lines_of_rank(err, r)
+    local l = {}
+    for line in err:gmatch('[^\n]+') do
+      local who, rest = line:match('^%[ranks? ([%d,%-]+)%] (.*)$')
+      if who then
+        for part in who:gmatch('[^,]+') do
+          local a, b = part:match('^(%d+)%-(%d+)$')
+          a, b = tonumber(a or part), tonumber(b or part)
+          if r >= a and r <= b then l[#l + 1] = rest end
+        end
+      end
+    end
+    return l
+  end
+
+  it('prints a warning that several ranks send once, naming them; a rank\'s own lines keep their order', function()
+    local s = script([[
+      local log, r = require('dpl.log'), tonumber(os.getenv('RANK'))
+      log.warn('same on all ranks')
+      if r ~= 2 then log.warn('not on rank 2') end
+      if r == 1 then log.warn('only rank 1') end
+      log.warn('rank %d differs', r)
+      io.stderr:write('plain line from ', r, '\n')
+      log.warn('after plain')
+      io.stderr:write('last line from ', r, '\n')
+    ]])
+    -- (a long hold: the ranks start at different times on a loaded machine)
+    local out, err, rc = h.sh('DPL_LAUNCH_WARN_HOLD=20 ' .. h.q(h.bin) .. ' --nproc 4 ' .. h.q(s), { timeout = 60 })
+    assert.are.equal(0, rc, err)
+    local function count(p) local _, k = err:gsub(p, '') return k end
+    assert.are.equal(1, count('WARNING: same on all ranks'), err)
+    assert.matches('%[ranks 0%-3%] WARNING: same on all ranks\n', err)
+    assert.matches('%[ranks 0%-1,3%] WARNING: not on rank 2\n', err)
+    assert.matches('%[rank 1%] WARNING: only rank 1\n', err)
+    assert.matches('%[ranks 0%-3%] WARNING: after plain\n', err)
+    for r = 0, 3 do
+      local want = { 'WARNING: same on all ranks' }
+      if r ~= 2 then want[#want + 1] = 'WARNING: not on rank 2' end
+      if r == 1 then want[#want + 1] = 'WARNING: only rank 1' end
+      want[#want + 1] = ('WARNING: rank %d differs'):format(r)
+      want[#want + 1] = 'plain line from ' .. r
+      want[#want + 1] = 'WARNING: after plain'
+      want[#want + 1] = 'last line from ' .. r
+      assert.are.same(want, lines_of_rank(err, r))
+    end
+    -- DPL_LAUNCH_WARN_HOLD=0: every rank's line as it comes
+    out, err, rc = h.sh('DPL_LAUNCH_WARN_HOLD=0 ' .. h.q(h.bin) .. ' --nproc 2 ' .. h.q(s), { timeout = 60 })
+    os.remove(s)
+    assert.are.equal(0, rc, err)
+    assert.matches('%[rank 0%] WARNING: same on all ranks\n', err)
+    assert.matches('%[rank 1%] WARNING: same on all ranks\n', err)
+  end)
+
+  it('a held warning goes out after its hold, before a failure report that shows it', function()
+    local s = script([[
+      require('dpl.log').warn('rank %s warns', os.getenv('RANK'))
+      if os.getenv('RANK') == '1' then require('dpl').C.dpl_sleep(0.3) error('then it broke') end
+      require('dpl').C.dpl_sleep(30)
+    ]])
+    local t0 = require('dpl').C.dpl_clock()
+    local _, err, rc = h.sh('DPL_LAUNCH_WARN_HOLD=0.1 ' .. h.q(h.bin) .. ' --nproc 2 ' .. h.q(s), { timeout = 60 })
+    os.remove(s)
+    assert.are.equal(1, rc, err)
+    assert.is_true(require('dpl').C.dpl_clock() - t0 < 20)
+    assert.matches('%[rank 1%] WARNING: rank 1 warns\n', err)
+    assert.matches("last lines of rank 1's stderr:\n  | WARNING: rank 1 warns\n  | dplhost: [^\n]*then it broke", err)
+  end)
+
   local function failing_job(failure)
     local pids = h.tmpname('.pids')
     local s = script(([[

@@ -103,7 +103,7 @@ describe('dplhost --max-restarts', function()
     local out, err, rc = h.dplhost('--nproc 2 ' .. h.q(s) .. ' 1', { timeout = 60 })
     os.remove(s)
     assert.are.equal(3, rc, err)
-    assert.matches('%[rank 0%] rank=0 count=0 te=0 max=0', out)
+    assert.matches('%[rank 1%] rank=1 count=0 te=0 max=0', out) -- (rank 0 may be stopped before it prints)
     assert.falsy(err:match('restart'), err)
   end)
 

@@ -11,7 +11,9 @@
  * exits 128+SIGPIPE. Before stopping the ranks after a failure it writes the failed
  * rank into a small memfd the ranks inherit (DPL_LAUNCH_STATE_FD), so a rank can tell
  * that SIGTERM from one forwarded for the user or SLURM (dpl_launch_failed_rank) and
- * stop quietly. */
+ * stop quietly. The same warning line ("WARNING: ...") from several ranks is held for a
+ * moment and goes out once, "[ranks 0-3] WARNING: ..."; with --max-restarts a failed rank
+ * restarts the whole set (dpl_launch). */
 #define _GNU_SOURCE
 #include "dpl.h"
 #include "dpl_internal.h"
@@ -45,11 +47,13 @@ typedef struct {
   int fd;            /* read end of the pipe, -1 when closed */
   int out;           /* where its lines go: STDOUT_FILENO or STDERR_FILENO */
   int mid_line;      /* part of the current line went out already (no second prefix) */
+  int eof;           /* the pipe is closed; buf may still hold lines (held behind a warning) */
 } stream_t;
 
 typedef struct {
   pid_t pid;
   int rank;          /* global rank */
+  int local;         /* index on this node */
   int running;
   int status;        /* waitpid status */
   stream_t s[2];     /* stdout, stderr */
@@ -122,11 +126,133 @@ static void write_all(int fd, struct iovec *iov, int n)
   }
 }
 
+/* Identical warnings. A complete stderr line that starts with "WARNING: " is held (in
+ * arrival order) until every rank has sent the same line or hold_s has passed; then it goes
+ * out once, prefixed with the ranks that sent it. A rank's later stderr lines wait behind
+ * its held warnings (its own lines keep their order). */
+#define HELD_MAX 32
+static double hold_s = 0.5; /* DPL_LAUNCH_WARN_HOLD; 0: no holding */
+typedef struct {
+  char *text;
+  size_t len;
+  unsigned char *from; /* by local index: 1 = sent it */
+  int count;
+  double deadline;
+} held_t;
+static held_t held[HELD_MAX];
+static int n_held, held_nproc, held_base; /* ranks on this node, the first one's global rank */
+static int held_flushed;                  /* lines held behind a warning may go on */
+
+static int is_warning(const char *data, size_t n)
+{
+  return n > 9 && memcmp(data, "WARNING: ", 9) == 0;
+}
+
+/* Writes held[0..k] in order and drops them. */
+static void flush_upto(int k)
+{
+  for (int e = 0; e <= k && e < n_held; e++) {
+    held_t *h = &held[e];
+    char prefix[256];
+    size_t p = 0;
+    p += (size_t)snprintf(prefix, sizeof prefix, "%s", h->count == 1 ? "[rank" : "[ranks");
+    char sep = ' ';
+    for (int i = 0; i < held_nproc && p < sizeof prefix - 40;) { /* runs: 0-3,5 */
+      if (!h->from[i]) { i++; continue; }
+      int j = i;
+      while (j + 1 < held_nproc && h->from[j + 1]) j++;
+      if (j > i) p += (size_t)snprintf(prefix + p, sizeof prefix - p, "%c%d-%d", sep, held_base + i, held_base + j);
+      else p += (size_t)snprintf(prefix + p, sizeof prefix - p, "%c%d", sep, held_base + i);
+      sep = ',';
+      i = j + 1;
+    }
+    p += (size_t)snprintf(prefix + p, sizeof prefix - p, "] ");
+    struct iovec iov[3] = {{prefix, p}, {h->text, h->len}, {"\n", 1}};
+    write_all(STDERR_FILENO, iov, 3);
+    free(h->text);
+    free(h->from);
+  }
+  int gone = k + 1 < n_held ? k + 1 : n_held;
+  if (gone > 0) held_flushed = 1;
+  memmove(held, held + gone, (size_t)(n_held - gone) * sizeof *held);
+  n_held -= gone;
+}
+
+/* Rank `local` sent a warning that is held: its later stderr lines wait behind it. */
+static int holds(int local)
+{
+  for (int k = 0; k < n_held; k++)
+    if (held[k].from[local]) return 1;
+  return 0;
+}
+
+/* Before rank `local` writes to stderr: what it sent earlier goes out first. */
+static void flush_for(int local)
+{
+  for (int k = n_held - 1; k >= 0; k--)
+    if (held[k].from[local]) { flush_upto(k); return; }
+}
+
+static void flush_due(double now)
+{
+  int k = -1;
+  while (k + 1 < n_held && held[k + 1].deadline <= now) k++;
+  if (k >= 0) flush_upto(k);
+}
+
+/* Holds a warning line of rank `local`; 0 when it cannot (no memory): the caller writes it. */
+static int hold(int local, const char *data, size_t n)
+{
+  int k;
+  for (k = 0; k < n_held; k++)
+    if (held[k].len == n && memcmp(held[k].text, data, n) == 0) break;
+  if (k < n_held && !held[k].from[local]) {
+    held[k].from[local] = 1;
+    if (++held[k].count == held_nproc) flush_upto(k);
+    return 1;
+  }
+  if (k < n_held) flush_upto(k); /* the same rank again: the first one goes out */
+  if (n_held == HELD_MAX) flush_upto(0);
+  held_t *h = &held[n_held];
+  h->text = malloc(n);
+  h->from = calloc((size_t)held_nproc, 1);
+  if (!h->text || !h->from) { free(h->text); free(h->from); return 0; }
+  memcpy(h->text, data, n);
+  h->len = n;
+  h->from[local] = 1;
+  h->count = 1;
+  h->deadline = now_s() + hold_s;
+  n_held++;
+  return 1;
+}
+
+/* The start of each stderr line, for the failure report: the last TAIL_LINES lines and
+ * the last "dplhost: " error line. */
+static void record_tail(child_t *c, const char *data, size_t n)
+{
+  size_t m = n < TAIL_BYTES ? n : TAIL_BYTES;
+  memcpy(c->tail[c->tail_next], data, m);
+  c->tail_len[c->tail_next] = m;
+  c->tail_next = (c->tail_next + 1) % TAIL_LINES;
+  if (c->tail_count < TAIL_LINES) c->tail_count++;
+  c->lines++;
+  if (m > 9 && memcmp(data, "dplhost: ", 9) == 0) {
+    memcpy(c->err, data, m);
+    c->err_len = m;
+    c->err_line = c->lines;
+  }
+}
+
 /* Forwards a piece of a rank's output: the prefix when a line starts, then the
  * bytes, then the newline when the line is complete. */
 static void emit(child_t *c, int which, const char *data, size_t n, int complete)
 {
   stream_t *s = &c->s[which];
+  if (which == 1 && !s->mid_line) record_tail(c, data, n);
+  if (which == 1 && held_nproc > 1) {
+    if (!s->mid_line && complete && is_warning(data, n) && hold(c->local, data, n)) return;
+    flush_for(c->local);
+  }
   char prefix[32];
   int plen = snprintf(prefix, sizeof prefix, "[rank %d] ", c->rank);
   struct iovec iov[3];
@@ -135,19 +261,6 @@ static void emit(child_t *c, int which, const char *data, size_t n, int complete
   if (n) { iov[k].iov_base = (void *)data; iov[k].iov_len = n; k++; }
   if (complete) { iov[k].iov_base = "\n"; iov[k].iov_len = 1; k++; }
   write_all(s->out, iov, k);
-  if (which == 1 && !s->mid_line) { /* the start of each stderr line, for the failure report */
-    size_t m = n < TAIL_BYTES ? n : TAIL_BYTES;
-    memcpy(c->tail[c->tail_next], data, m);
-    c->tail_len[c->tail_next] = m;
-    c->tail_next = (c->tail_next + 1) % TAIL_LINES;
-    if (c->tail_count < TAIL_LINES) c->tail_count++;
-    c->lines++;
-    if (m > 9 && memcmp(data, "dplhost: ", 9) == 0) {
-      memcpy(c->err, data, m);
-      c->err_len = m;
-      c->err_line = c->lines;
-    }
-  }
   s->mid_line = !complete;
 }
 
@@ -160,8 +273,35 @@ static void close_stream(stream_t *s)
   s->len = s->cap = 0;
 }
 
-/* Reads what is available; emits complete lines (and the rest at EOF). A line
- * longer than LINE_HELD_MAX goes out in pieces, prefixed once. */
+/* Emits the complete lines in s->buf (and the rest at EOF), except those of a rank whose
+ * warning is held: they stay until it goes out (its other warnings may join the hold). A
+ * line longer than LINE_HELD_MAX goes out in pieces, prefixed once. */
+static void process(child_t *c, int which)
+{
+  stream_t *s = &c->s[which];
+  size_t line = 0;
+  char *nl;
+  int blocked = 0;
+  while (line < s->len && (nl = memchr(s->buf + line, '\n', s->len - line)) != NULL) {
+    size_t i = (size_t)(nl - s->buf);
+    if (which == 1 && n_held && holds(c->local) && (s->mid_line || !is_warning(s->buf + line, i - line))) {
+      blocked = 1;
+      break;
+    }
+    emit(c, which, s->buf + line, i - line, 1);
+    line = i + 1;
+  }
+  size_t rest = s->len - line;
+  if (!blocked && !(which == 1 && n_held && holds(c->local)) && (rest >= LINE_HELD_MAX || (s->eof && (rest || s->mid_line)))) {
+    emit(c, which, s->buf + line, rest, s->eof); /* at EOF: the unfinished last line, ended */
+    rest = 0;
+    line = s->len;
+  }
+  if (line > 0 && rest) memmove(s->buf, s->buf + line, rest);
+  s->len = rest;
+}
+
+/* Reads what is available and emits what may go out (process). */
 static void drain(child_t *c, int which)
 {
   stream_t *s = &c->s[which];
@@ -181,27 +321,13 @@ static void drain(child_t *c, int which)
   ssize_t r = read(s->fd, s->buf + s->len, s->cap - s->len);
   if (r < 0 && (errno == EINTR || errno == EAGAIN)) return;
   if (r <= 0) {
-    if (s->len || s->mid_line) emit(c, which, s->buf, s->len, 1);
-    close_stream(s);
-    return;
+    close(s->fd);
+    s->fd = -1;
+    s->eof = 1;
+  } else {
+    s->len += (size_t)r;
   }
-  size_t start = s->len; /* no newline before the bytes just read */
-  s->len += (size_t)r;
-  size_t line = 0;
-  char *nl;
-  while (start < s->len && (nl = memchr(s->buf + start, '\n', s->len - start)) != NULL) {
-    size_t i = (size_t)(nl - s->buf);
-    emit(c, which, s->buf + line, i - line, 1);
-    line = start = i + 1;
-  }
-  size_t rest = s->len - line;
-  if (rest >= LINE_HELD_MAX) {
-    emit(c, which, s->buf + line, rest, 0);
-    rest = 0;
-  } else if (line > 0) {
-    memmove(s->buf, s->buf + line, rest);
-  }
-  s->len = rest;
+  process(c, which);
 }
 
 static void describe_status(int status, char *buf, size_t n)
@@ -299,6 +425,7 @@ static int launch_once(const dpl_launch_opts *o, char **child_argv, int attempt,
   for (int i = 0; i < n; i++) {
     child_t *c = &cs[i];
     c->rank = o->node_rank * n + i;
+    c->local = i;
     int p_out[2], p_err[2];
     if (pipe(p_out) != 0 || pipe(p_err) != 0) {
       fprintf(stderr, "dplhost: --nproc: cannot create pipes: %s\n", strerror(errno));
@@ -366,6 +493,8 @@ static int launch_once(const dpl_launch_opts *o, char **child_argv, int attempt,
     c->s[1].fd = p_err[0]; c->s[1].out = STDERR_FILENO;
   }
 
+  held_base = o->node_rank * n;
+  held_nproc = hold_s > 0 ? n : 1; /* (1: nothing is held) */
   int first_failed = -1, first_status = 0, alive = n, forwarded[N_FORWARDED] = {0};
   int broken_pipe = 0; /* the launcher's stdout or stderr was closed: the ranks were stopped */
   double kill_at = 0;
@@ -437,7 +566,12 @@ static int launch_once(const dpl_launch_opts *o, char **child_argv, int attempt,
       if (drain_until == 0) drain_until = now_s() + 1.0;
       if (np == 0 || now_s() > drain_until) break;
     }
-    int r = poll(pfd, (nfds_t)np, np ? 100 : 20);
+    if (n_held) flush_due(now_s());
+    if (held_flushed) { /* what waited behind a warning that went out */
+      held_flushed = 0;
+      for (int i = 0; i < n; i++) process(&cs[i], 1);
+    }
+    int r = poll(pfd, (nfds_t)np, np ? (n_held ? 50 : 100) : 20);
     if (r > 0) {
       for (int k = 0; k < np; k++) {
         if (!(pfd[k].revents & (POLLIN | POLLHUP | POLLERR))) continue;
@@ -448,6 +582,12 @@ static int launch_once(const dpl_launch_opts *o, char **child_argv, int attempt,
     }
   }
   free(pfd);
+  for (;;) { /* what is left, held warnings going out when nothing else can */
+    held_flushed = 0;
+    for (int i = 0; i < n; i++) { cs[i].s[1].eof = 1; process(&cs[i], 1); }
+    if (n_held) flush_upto(n_held - 1);
+    else if (!held_flushed) break;
+  }
   if (state_fd >= 0) close(state_fd);
   /* a rank killed during the collectives' rendezvous can leave a segment name behind */
   dpl_comm_shm_cleanup(job, NULL);
@@ -489,6 +629,16 @@ static int launch_once(const dpl_launch_opts *o, char **child_argv, int attempt,
 
 int dpl_launch(const dpl_launch_opts *o, char **child_argv)
 {
+  const char *hv = getenv("DPL_LAUNCH_WARN_HOLD");
+  if (hv && *hv) {
+    char *end;
+    double v = strtod(hv, &end);
+    if (*end || !(v >= 0 && v <= 3600)) {
+      fprintf(stderr, "dplhost: DPL_LAUNCH_WARN_HOLD must be seconds from 0 to 3600, got '%s'; using 0.5\n", hv);
+      v = 0.5;
+    }
+    hold_s = v;
+  }
   for (int attempt = 0;; attempt++) {
     int restartable;
     int rc = launch_once(o, child_argv, attempt, &restartable);

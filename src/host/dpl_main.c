@@ -84,6 +84,8 @@ static const char usage_text[] =
   "  DPL_LAUNCH_STATE_FD    Where a rank reads that the launcher stops it for another rank's\n"
   "                         failure (set by --nproc).\n"
   "  DPL_RESTART_COUNT      Which restart of the ranks this is: 0, 1, ... (set by --nproc).\n"
+  "  DPL_LAUNCH_WARN_HOLD   Seconds the launcher holds a rank's WARNING line to print it once for\n"
+  "                         every rank that sends the same (default 0.5; 0: no collapsing).\n"
   "  DPL_DIST_BACKEND       Default backend of dist.init_process_group (shm, mpi, nccl).\n"
   "  DPL_COMM_TIMEOUT       Collective and store timeout in seconds (default 1800).\n"
   "  DPL_COMM_CHECK         0: skip the check that every rank calls the same collective\n"
