@@ -173,6 +173,10 @@ describe('fuzz findings: integer comparisons with out-of-range scalars', functio
     assert.truthy(err_of(function() dpl.nn.LSTM(2, 3, 2 ^ 40) end):find('LSTM: num_layers must be at most 65536', 1, true))
     assert.truthy(err_of(function() dpl.nn.GRU(2, 3, { num_layers = 2 ^ 20 }) end):find('at most 65536', 1, true))
   end)
+  it('chunk of an empty dim into 2^40 chunks is an error, not a hang', function()
+    assert.truthy(err_of(function() dpl.zeros(0):chunk(2 ^ 40) end):find('chunk: ', 1, true))
+    assert.are.equal(3, #dpl.zeros(0):chunk(3))
+  end)
 end)
 
 -- The bounded run: these callables had no internal error (and no crash or hang) in 1.2 M release and
