@@ -143,6 +143,42 @@ describe('fuzz findings: raw Lua/FFI errors become named errors', function()
   end
 end)
 
+describe('fuzz findings: constructors and argument values', function()
+  it('optimizers with positional arguments and only nils after params take their defaults', function()
+    local p = { dpl.randn(2):requires_grad_() }
+    for _, name in ipairs({ 'Adam', 'AdamW', 'RMSprop', 'Adagrad', 'Adamax', 'NAdam', 'RAdam', 'Rprop', 'ASGD', 'LBFGS' }) do
+      assert.are.equal(name, dpl.optim[name](p, nil, nil).__name)
+      assert.are.equal(name, dpl.optim[name](p, nil).__name)
+    end
+    assert.truthy(err_of(function() dpl.optim.SGD(p, nil, nil) end):find('SGD: lr is required', 1, true))
+    assert.are.equal(0.5, dpl.optim.SGD(p, 0.5, nil, nil).param_groups[1].lr)
+    assert.truthy(err_of(function() dpl.optim.lr_scheduler.StepLR(dpl.optim.SGD(p, 0.1), nil, nil) end):find('StepLR', 1, true))
+  end)
+end)
+
+describe('fuzz findings: integer comparisons with out-of-range scalars', function()
+  it('compare mathematically instead of wrapping the scalar', function()
+    local u = dpl.tensor({ 3 }, { dtype = 'uint8' })
+    assert.are.same({ false }, u:gt(256):tolist())
+    assert.are.same({ true }, u:lt(256):tolist())
+    assert.are.same({ false }, u:eq(259):tolist())
+    assert.are.same({ true }, u:ne(259):tolist())
+    assert.are.same({ true }, u:gt(-1):tolist())
+    assert.are.same({ false }, u:le(-1):tolist())
+    assert.are.same({ false }, dpl.tensor({ 3 }, { dtype = 'int32' }):gt(2 ^ 40):tolist())
+    assert.are.same({ 1 }, dpl.tensor({ 3 }, { dtype = 'uint8' }):lt_(300):tolist())
+  end)
+  it('mvlgamma with a huge p and RNN/LSTM/GRU with a huge num_layers are errors, not hangs', function()
+    assert.truthy(err_of(function() dpl.mvlgamma(dpl.tensor({ 1e300 }), 2 ^ 40) end):find('p must be at most 2^24', 1, true))
+    assert.truthy(err_of(function() dpl.nn.LSTM(2, 3, 2 ^ 40) end):find('LSTM: num_layers must be at most 65536', 1, true))
+    assert.truthy(err_of(function() dpl.nn.GRU(2, 3, { num_layers = 2 ^ 20 }) end):find('at most 65536', 1, true))
+  end)
+  it('chunk of an empty dim into 2^40 chunks is an error, not a hang', function()
+    assert.truthy(err_of(function() dpl.zeros(0):chunk(2 ^ 40) end):find('chunk: ', 1, true))
+    assert.are.equal(3, #dpl.zeros(0):chunk(3))
+  end)
+end)
+
 -- The bounded run: these callables had no internal error (and no crash or hang) in 1.2 M release and
 -- SAN calls after the fixes; a new raw Lua/FFI error in them fails here.
 local CLEAN = { '^method:', '^dpl%.', '^F%.', '^nn%.', '^linalg%.', '^special%.', '^distributions%.', '^optim%.',

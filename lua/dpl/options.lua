@@ -95,6 +95,7 @@ function M.positional(fn, names, ...)
     return a1
   end
   while n > 0 and select(n, ...) == nil do n = n - 1 end
+  if n == 0 then return nil end -- (only nils: SGD(params, nil, nil) is SGD(params))
   local last = select(n, ...)
   local npos = is_kw(last) and n - 1 or n
   if npos > #names then

@@ -156,6 +156,7 @@ function S.multigammaln(x, p)
   need_tensor(name, 'input', x)
   if type(p) ~= 'number' or p ~= floor(p) or p < 1 then value_error(fmt('%s: p must be an integer >= 1, got %s', name, got(p))) end
   if x:numel() == 0 then return S.gammaln(x) end -- (the sum below has p terms, even when empty)
+  if p > 2 ^ 24 then value_error(fmt('%s: p must be at most 2^24, got %s', name, got(p))) end
   if not x:gt((p - 1) / 2):all():item() then
     lua_error(errors.RuntimeError(fmt('%s: All elements must be greater than (p-1)/2', name)), 0)
   end

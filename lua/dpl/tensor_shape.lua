@@ -382,7 +382,10 @@ return function(M, H)
       error(fmt('chunk: chunks must be a positive integer, got %s', tostring(chunks)))
     end
     local size = tonumber(t._shape[cd])
-    if size == 0 then return pieces(t, cd, 0, chunks) end -- as PyTorch: chunks empty views
+    if size == 0 then -- as PyTorch: chunks empty views (a list of more than 2^16 is an error, not a hang)
+      if chunks > 65536 then error(fmt('chunk: %s empty chunks of an empty dim: at most 65536', tostring(chunks))) end
+      return pieces(t, cd, 0, chunks)
+    end
     local ss = ceil(size / chunks)
     return pieces(t, cd, ss, ceil(size / ss))
   end

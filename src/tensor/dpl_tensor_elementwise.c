@@ -407,6 +407,31 @@ static int check_int_pow(const char *name, int32_t op, const dpl_tensor *a, doub
                     "convert the tensor to a floating dtype first", name, dpl_dtype_name(a->_dtype), s);
 }
 
+/* a comparison of a uint8 or int32 tensor with an integer scalar outside the dtype's range
+ * (uint8 3 > 256): the answer is the same for every element (PyTorch 1.13 wraps the scalar,
+ * 3 > 256 -> true; dplhost compares mathematically). Rewrites it as x < lo (always false) or
+ * x >= lo (always true), not reversed, so the kernels run as usual. */
+static void cmp_out_of_range(int32_t *op, double *s, int32_t *reverse, int32_t pd)
+{
+  double lo, hi;
+  if (*op < DPL_OP_EQ || *op > DPL_OP_GE) return;
+  if (pd == DPL_UINT8) { lo = 0; hi = 255; }
+  else if (pd == DPL_INT32) { lo = -2147483648.0; hi = 2147483647.0; }
+  else return;
+  if (*s >= lo && *s <= hi) return;
+  int above = (*s > hi) != (*reverse != 0); /* s op x with s above the range is x op s with s below it */
+  int truth = 0;
+  switch (*op) {
+  case DPL_OP_EQ: truth = 0; break;
+  case DPL_OP_NE: truth = 1; break;
+  case DPL_OP_LT: case DPL_OP_LE: truth = above; break;
+  default: truth = !above; break; /* GT, GE */
+  }
+  *op = truth ? DPL_OP_GE : DPL_OP_LT;
+  *s = lo;
+  *reverse = 0;
+}
+
 int dpl_binary_scalar(int32_t op, const dpl_tensor *a, double s, int32_t reverse, dpl_tensor **out)
 {
   const char *name;
@@ -419,6 +444,7 @@ int dpl_binary_scalar(int32_t op, const dpl_tensor *a, double s, int32_t reverse
   if (op == DPL_OP_POW && !reverse && s == 2.0 && dpl_is_float(a->_dtype)) return dpl_unary(DPL_OP_SQUARE, a, out);
   int32_t sd = scalar_dtype(a->_dtype, s);
   int32_t pd = dpl_promote(a->_dtype, sd);
+  cmp_out_of_range(&op, &s, &reverse, pd);
   int32_t kd = kernel_dtype((needs_float(op) && !dpl_is_float(pd)) ? DPL_FLOAT32 : pd);
   scalar_t sc;
   make_scalar(&sc, kd, s, a);
@@ -450,6 +476,8 @@ int dpl_binary_scalar_(int32_t op, dpl_tensor *a, double s)
   DPL_TRY(check_int_pow(name, op, a, s, 0));
   int32_t sd = scalar_dtype(a->_dtype, s);
   int32_t pd = dpl_promote(a->_dtype, sd);
+  int32_t rev = 0;
+  cmp_out_of_range(&op, &s, &rev, pd);
   int32_t kd = kernel_dtype((needs_float(op) && !dpl_is_float(pd)) ? DPL_FLOAT32 : pd);
   scalar_t sc;
   make_scalar(&sc, kd, s, a);

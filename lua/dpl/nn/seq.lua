@@ -74,6 +74,7 @@ return function(nn)
     check_int(cls, 'input_size', input_size, 0)
     check_int(cls, 'hidden_size', hidden_size, 1)
     check_int(cls, 'num_layers', num_layers, 1)
+    if num_layers > 65536 then error(fmt('%s: num_layers must be at most 65536, got %s', cls, tostring(num_layers))) end
     for _, k in ipairs({ 'bias', 'batch_first', 'bidirectional' }) do check_bool(cls, k, opts[k]) end
     local dropout = opts.dropout or 0
     check_prob(cls, 'dropout', dropout)
