@@ -23,16 +23,25 @@ local FLAKY = [[
 ]]
 
 describe('dplhost --max-restarts', function()
-  it('a DDP fit that loses a rank mid-epoch resumes from last.ckpt to the weights of an unbroken run', function()
+  -- spec/support/trainer_restart_script.lua under `--nproc n`: an unbroken run ('straight'),
+  -- then a run with `--max-restarts k` and the failures of `mode`; returns the unbroken run's
+  -- weights and the restarted run's stdout and stderr (its exit status checked)
+  local function straight_then_restarted(n, k, mode, extra)
     local d1, d2 = th.tmpdir(), th.tmpdir()
-    local out, err, rc = h.dplhost('--nproc 2 spec/support/trainer_restart_script.lua straight ' .. h.q(d1), { timeout = 90 })
+    local script = ' spec/support/trainer_restart_script.lua '
+    local out, err, rc = h.dplhost(('--nproc %d%sstraight %s %s'):format(n, script, h.q(d1), extra), { timeout = 120 })
     assert.are.equal(0, rc, err)
     local want = out:match('R0 attempt=0 epochs=3 ([^\n]+)')
     assert.truthy(want, out)
-    out, err, rc = h.dplhost('--nproc 2 --max-restarts 2 spec/support/trainer_restart_script.lua fail ' .. h.q(d2),
-      { timeout = 90 })
+    out, err, rc = h.dplhost(('--nproc %d --max-restarts %d%s%s %s %s'):format(n, k, script, mode, h.q(d2), extra),
+      { timeout = 120 })
     os.execute('rm -rf ' .. h.q(d1) .. ' ' .. h.q(d2))
     assert.are.equal(0, rc, err)
+    return want, out, err
+  end
+
+  it('a DDP fit that loses a rank mid-epoch resumes from last.ckpt to the weights of an unbroken run', function()
+    local want, out, err = straight_then_restarted(2, 2, 'fail', '')
     assert.matches('dplhost: rank 1 %(pid %d+%) failed with exit code 3; stopped the other ranks\n'
       .. 'dplhost: restarting all 2 ranks %(restart 1 of 2%)', err)
     assert.matches('Restoring states from the checkpoint path at [^\n]*last%.ckpt', out .. err)
@@ -42,31 +51,13 @@ describe('dplhost --max-restarts', function()
   end)
 
   it('... and from a checkpoint written after every step, mid-epoch, too', function()
-    local d1, d2 = th.tmpdir(), th.tmpdir()
-    local out, err, rc = h.dplhost('--nproc 2 spec/support/trainer_restart_script.lua straight ' .. h.q(d1) .. ' steps',
-      { timeout = 90 })
-    assert.are.equal(0, rc, err)
-    local want = out:match('R0 attempt=0 epochs=3 ([^\n]+)')
-    assert.truthy(want, out)
-    out, err, rc = h.dplhost('--nproc 2 --max-restarts 1 spec/support/trainer_restart_script.lua fail ' .. h.q(d2)
-      .. ' steps', { timeout = 90 })
-    os.execute('rm -rf ' .. h.q(d1) .. ' ' .. h.q(d2))
-    assert.are.equal(0, rc, err)
+    local want, out, err = straight_then_restarted(2, 1, 'fail', 'steps')
     assert.matches('restarting all 2 ranks %(restart 1 of 1%)', err)
     assert.are.equal(want, out:match('R0 attempt=1 epochs=2 ([^\n]+)'))
   end)
 
   it('4 ranks losing a different rank 5 times (exit, SIGKILL) end where an unbroken run does', function()
-    local d1, d2 = th.tmpdir(), th.tmpdir()
-    local out, err, rc = h.dplhost('--nproc 4 spec/support/trainer_restart_script.lua straight ' .. h.q(d1) .. ' steps',
-      { timeout = 120 })
-    assert.are.equal(0, rc, err)
-    local want = out:match('R0 attempt=0 epochs=3 ([^\n]+)')
-    assert.truthy(want, out)
-    out, err, rc = h.dplhost('--nproc 4 --max-restarts 5 spec/support/trainer_restart_script.lua chaos ' .. h.q(d2)
-      .. ' steps 5', { timeout = 120 })
-    os.execute('rm -rf ' .. h.q(d1) .. ' ' .. h.q(d2))
-    assert.are.equal(0, rc, err)
+    local want, out, err = straight_then_restarted(4, 5, 'chaos', 'steps 5')
     for a, r in ipairs({ 1, 0, 3, 2, 1 }) do
       local how = a % 2 == 0 and 'signal 9 %(SIGKILL%)' or 'exit code 3'
       assert.matches(('rank %d %%(pid %%d+%%) failed with %s; stopped the other ranks\n.-'):format(r, how)
