@@ -320,3 +320,20 @@ describe('dpl.distributions validation', function()
     assert.are.equal('Normal(loc: tensor(0.), scale: tensor(1.))', tostring(D.Normal(0, 1)))
   end)
 end)
+
+describe('Binomial.sample at large total_count', function()
+  it('is exact in distribution and O(1) a draw (inversion below n p = 10, BTRS above; 2^40 drew for hours)', function()
+    dpl.manual_seed(3)
+    for _, c in ipairs({ { 2 ^ 40, 0.5 }, { 1e6, 0.3 }, { 1000, 0.001 }, { 1000, 0.999 }, { 100, 0.7 } }) do
+      local n, p = c[1], c[2]
+      local x = D.Binomial(n, p):sample({ 4000 }):double()
+      local mean, var = n * p, n * p * (1 - p)
+      -- 6 standard errors of the sample mean; the variance within 15%
+      assert.is_true(math.abs(x:mean():item() - mean) < 6 * math.sqrt(var / 4000), ('n=%g p=%g mean'):format(n, p))
+      assert.is_true(math.abs(x:var():item() / var - 1) < 0.15, ('n=%g p=%g var %g'):format(n, p, x:var():item()))
+      assert.is_true(x:min():item() >= 0 and x:max():item() <= n)
+    end
+    local y = D.Binomial(dpl.tensor({ 0, 100, 1000 }), dpl.tensor({ 0.5, 0, 1 })):sample({ 3 })
+    assert.are.same({ { 0, 0, 1000 }, { 0, 0, 1000 }, { 0, 0, 1000 } }, y:tolist())
+  end)
+end)

@@ -1053,15 +1053,76 @@ function Binomial:_validate_sample(value, name)
       self:_repr(), tostring(value)))
   end
 end
+-- One Binomial(n, p) draw, n an integer >= 0 (any size), p in [0, 1], from the uniforms u():
+-- inversion (BINV) when n min(p, 1-p) < 10, else Hormann's BTRS transformed rejection with the
+-- exact log-pmf acceptance test (expected O(1) draws whatever n).
+local ffi = require 'ffi'
+pcall(ffi.cdef, 'double lgamma(double);')
+local lgamma = ffi.C.lgamma
+local function binomial_one(n, p, u)
+  if n == 0 or p == 0 then return 0 end
+  if p == 1 then return n end
+  if p > 0.5 then return n - binomial_one(n, 1 - p, u) end
+  local q = 1 - p
+  if n * p < 10 then
+    local s, r0 = p / q, q ^ n
+    local a = (n + 1) * s
+    while true do
+      local r, x, v = r0, 0, u()
+      while v > r and x <= n do
+        v = v - r
+        x = x + 1
+        r = r * (a / x - s)
+      end
+      if x <= n then return x end
+    end
+  end
+  local spq = sqrt(n * p * q)
+  local b = 1.15 + 2.53 * spq
+  local a = -0.0873 + 0.0248 * b + 0.01 * p
+  local c = n * p + 0.5
+  local vr = 0.92 - 4.2 / b
+  local alpha = (2.83 + 5.1 / b) * spq
+  local lpq = log(p / q)
+  local m = floor((n + 1) * p)
+  local h = lgamma(m + 1) + lgamma(n - m + 1)
+  while true do
+    local U, V = u() - 0.5, u()
+    local us = 0.5 - math.abs(U)
+    local k = floor((2 * a / us + b) * U + c)
+    if k >= 0 and k <= n then
+      if us >= 0.07 and V <= vr then return k end
+      V = log(V * alpha / (a / (us * us) + b))
+      if V <= h - lgamma(k + 1) - lgamma(n - k + 1) + (k - m) * lpq then return k end
+    end
+  end
+end
+D._binomial_one = binomial_one
+
 function Binomial:sample(ss)
   local shape = self:_extended_shape(sample_shape_of('Binomial.sample', ss))
   return no_grad(function()
     local n = self.total_count:expand(shape)
     local p = self.probs:expand(shape)
-    local nmax = n:max():item()
-    local out = T.zeros(shape, opts_of(p))
-    for i = 1, nmax do out = out + T.rand(shape, opts_of(p)):lt(p):logical_and(n:ge(i)):to(T.dtype_names[p._dtype]) end
-    return out
+    local nmax = n:numel() > 0 and n:max():item() or 0
+    if nmax <= 64 then -- a sum of nmax Bernoulli draws, whole tensors at a time
+      local out = T.zeros(shape, opts_of(p))
+      for i = 1, nmax do out = out + T.rand(shape, opts_of(p)):lt(p):logical_and(n:ge(i)):to(T.dtype_names[p._dtype]) end
+      return out
+    end
+    -- element by element (exact at any total_count: 2^40 draws in O(1) each)
+    local ns = n:to('float64'):contiguous():reshape(-1):tolist()
+    local ps = p:to('float64'):contiguous():reshape(-1):tolist()
+    local buf, bi = nil, 1025
+    local function u()
+      if bi > 1024 then buf, bi = T.rand({ 1024 }, { dtype = 'float64' }):tolist(), 1 end
+      local v = buf[bi]
+      bi = bi + 1
+      return v
+    end
+    local out = {}
+    for i = 1, #ns do out[i] = binomial_one(ns[i], ps[i], u) end
+    return T.tensor(out, { dtype = 'float64' }):reshape(shape):to(opts_of(p))
   end)
 end
 function Binomial:log_prob(k)
