@@ -19,6 +19,21 @@ local function finishes(code, timeout)
 end
 
 describe('fuzz findings: hangs', function()
+  it('tile/repeat of 5+ dims by a huge count: a size error, or an empty result, at once', function()
+    local out = finishes([[
+      local dpl = require 'dpl'
+      print(pcall(function() return dpl.arange(24):reshape(1, 2, 4, 3, 1):tile(2 ^ 40) end))
+      print(pcall(function() return dpl.ones(1, 2, 4, 3, 1):tile(2 ^ 50) end))
+      print(dpl.zeros(0, 3, 1, 2, 2):tile(2 ^ 40, 1, 1, 1, 1):numel())]])
+    assert.matches('false\t[^\n]*out of memory allocating', out)
+    assert.matches('false\t[^\n]*tile: the result is too large: %d+ elements %(more than 2%^48%)', out)
+    assert.matches('\n0\n', out)
+    local t = dpl.arange(24):reshape(1, 2, 4, 3, 1)
+    local b = dpl.cat({ t, t }, 1)
+    b = dpl.cat({ b, b, b }, 3)
+    assert.is_true(dpl.equal(dpl.cat({ b, b }, 5), t:tile(2, 1, 3, 1, 2)))
+  end)
+
   it('polygamma of a huge order finishes (n! stops counting at inf)', function()
     local out = finishes([[
       local dpl = require 'dpl'

@@ -236,7 +236,13 @@ return function(M, H)
       shape[i] = i <= n - nd and 1 or tonumber(t._shape[i - 1 - (n - nd)])
       out[i] = shape[i] * reps[i]
     end
+    local total = 1
+    for i = 1, n do total = total * out[i] end
+    if total > 2 ^ 48 then
+      error(fmt('%s: the result is too large: %.0f elements (more than 2^48)', name, total))
+    end
     local x = methods.reshape(t, shape)
+    if total == 0 then return methods.clone(methods.reshape(methods.narrow(methods.reshape(x, { -1 }), 1, 1, 0), out)) end
     if 2 * n <= 8 then -- [1, s1, 1, s2, ...] expanded to [r1, s1, r2, s2, ...]: one copy
       local v, e = {}, {}
       for i = 1, n do v[2 * i - 1], v[2 * i], e[2 * i - 1], e[2 * i] = 1, shape[i], reps[i], shape[i] end
@@ -245,6 +251,15 @@ return function(M, H)
       for i = 1, n do
         local r = reps[i]
         if r == 0 then x = methods.narrow(x, i, 1, 0)
+        elseif r > 1 and n < 8 then -- [.., 1, s_i, ..] expanded to [.., r, s_i, ..], merged
+          local v, e, m = {}, {}, {}
+          for d = 1, n do
+            local sd = tonumber(x._shape[d - 1])
+            if d == i then v[#v + 1], e[#e + 1] = 1, r end
+            v[#v + 1], e[#e + 1] = sd, sd
+            m[d] = d == i and sd * r or sd
+          end
+          x = methods.reshape(methods.contiguous(methods.expand(methods.reshape(x, v), e)), m)
         elseif r > 1 then
           local list = {}
           for k = 1, r do list[k] = x end
