@@ -72,6 +72,9 @@ int dpl_chan_close(int32_t fd);
 /* Sends n bytes (never raises SIGPIPE). DPL_ECOMM when the peer closed its end,
  * DPL_ETIMEOUT after timeout_s (< 0: no limit), DPL_EINTR when a signal stops the script. */
 int dpl_chan_send(int32_t fd, const void *buf, int64_t n, double timeout_s);
+/* Sends what fits of n bytes now, never waiting: the count sent (0 when the channel is
+ * full), or a status < 0 (DPL_ECOMM when the peer closed its end). */
+int64_t dpl_chan_send_some(int32_t fd, const void *buf, int64_t n);
 /* Receives exactly n bytes into buf: DPL_ECOMM at the end of the stream (the peer is
  * gone; the message says after how many bytes), DPL_ETIMEOUT, DPL_EINTR as dpl_chan_send. */
 int dpl_chan_recv(int32_t fd, void *buf, int64_t n, double timeout_s);

@@ -80,6 +80,74 @@ describe('DataLoader num_workers > 0', function()
     assert.truthy(out:find('\nchildren\t0\t\n', 1, true), out)
   end)
 
+  it('never deadlocks on a large batch either way: 100000-position batches, 64 MB replies, small socket buffers', function()
+    -- (DPL_CHAN_BUF=65536: the channels' buffers of a machine with a low net.core.wmem_max;
+    -- before the pass's plan, a 100000-position task blocked the parent while the worker
+    -- blocked sending its reply)
+    local out, err, rc = run([[
+      local N = 100000
+      local ds = data.TensorDataset(T.arange(N):float(), T.arange(N))
+      local rev, fwd = {}, {}
+      for i = 1, N do rev[i], fwd[i] = N + 1 - i, i end
+      local Own = data.Sampler:extend('Own') -- a sampler of one's own: a Lua list of positions
+      function Own:__len() return N end
+      function Own:indices() return rev end
+      local function pass(opts)
+        local l = data.DataLoader(ds, opts)
+        local keys = {}
+        for b in l do
+          local idx = l.last_batch_indices
+          keys[#keys + 1] = ('%d:%d:%d:%.0f:%d:%d'):format(b[2]:size(1), b[2][1]:item(), b[2][-1]:item(),
+            b[1]:sum():item(), #idx, idx[#idx])
+        end
+        return table.concat(keys, ' ')
+      end
+      for _, base in ipairs({
+        { batch_size = N, shuffle = true, seed = 3 },
+        { batch_size = 60000, shuffle = true, seed = 4, persistent_workers = true },
+        { batch_size = 30000, sampler = Own() },
+        { batch_sampler = { rev, { 5, 3 }, fwd, { 1 }, rev, fwd } },
+      }) do
+        local o = {}
+        for k, v in pairs(base) do o[k] = v end
+        o.persistent_workers = nil
+        local ref = pass(o)
+        o.num_workers = 2
+        o.persistent_workers = base.persistent_workers
+        local got = pass(o)
+        print('same', got == ref, #ref)
+        if got ~= ref then print(ref, '\n--\n', got) end
+      end
+      -- positions that are not int32 integers travel as Lua lists
+      local K = data.Dataset:extend('K')
+      function K:__len() return 3 end
+      function K:get(k) return T.full({ 1 }, #k) end
+      local ks = {}
+      for b in data.DataLoader(K(), { batch_sampler = { { 'a', 'bbb' }, { 'cc' } }, num_workers = 2 }) do
+        ks[#ks + 1] = table.concat(b:view(-1):tolist(), ',')
+      end
+      print('keys', table.concat(ks, ' '))
+      -- replies of 64 MB a batch
+      local Big = data.Dataset:extend('Big')
+      function Big:__len() return 4 end
+      function Big:get_batch(idx) return T.full({ 16 * 1048576 }, idx[1]) end
+      local sums = {}
+      for b in data.DataLoader(Big(), { batch_size = 1, num_workers = 2 }) do
+        sums[#sums + 1] = ('%.0f'):format(b:sum():item() / (16 * 1048576))
+      end
+      print('big', table.concat(sums, ','))
+      print('children', children())
+    ]], { env = 'DPL_CHAN_BUF=65536', timeout = 120 })
+    assert.are.equal(0, rc, err)
+    assert.falsy(out:find('same\tfalse'), out)
+    local n = 0
+    for _ in out:gmatch('same\ttrue') do n = n + 1 end
+    assert.are.equal(4, n, out)
+    assert.truthy(out:find('keys\t1,3 2\n', 1, true), out)
+    assert.truthy(out:find('big\t1,2,3,4\n', 1, true), out)
+    assert.truthy(out:find('\nchildren\t0\t\n', 1, true), out)
+  end)
+
   it('runs worker_init_fn(id) with get_worker_info() {id, num_workers, seed, dataset}; nil in the parent', function()
     local out, err, rc = run([[
       local R = data.Dataset:extend('R')
@@ -238,7 +306,7 @@ describe('DataLoader num_workers > 0', function()
     assert.truthy(out:find('children\t0\t\n', 1, true), out)
   end)
 
-  it('leaves no worker after a break (once the pass is collected, a new pass starts, or shutdown_workers)', function()
+  it('leaves no worker after a break (once the pass, or a for-in loop\'s batch, is collected, a new pass starts, or shutdown_workers)', function()
     local out, err, rc = run([[
       local l = data.DataLoader(DS(60), { batch_size = 2, num_workers = 3 })
       for b in l:iter() do break end
@@ -251,6 +319,15 @@ describe('DataLoader num_workers > 0', function()
       for b in l do break end
       l:shutdown_workers()
       print('after shutdown_workers', children())
+      -- `for b in loader do`: the pass lives while the loop runs (collections and all), and
+      -- goes with the loop's batch after a break
+      local n = 0
+      for b in l do n = n + 1; collectgarbage(); collectgarbage() end
+      print('gc in the loop', n)
+      for b in l do break end
+      print('alive after for-in break', (children()))
+      collectgarbage(); collectgarbage()
+      print('for-in break, after gc', children())
       -- an error in the training loop
       pcall(function() for b in l:iter() do error('loop failed') end end)
       collectgarbage(); collectgarbage()
@@ -261,6 +338,9 @@ describe('DataLoader num_workers > 0', function()
     assert.truthy(out:find('after gc\t0\t\n', 1, true), out)
     assert.truthy(out:find('second pass\t3\n', 1, true), out)
     assert.truthy(out:find('after shutdown_workers\t0\t\n', 1, true), out)
+    assert.truthy(out:find('gc in the loop\t30\n', 1, true), out)
+    assert.truthy(out:find('alive after for-in break\t3\n', 1, true), out)
+    assert.truthy(out:find('for-in break, after gc\t0\t\n', 1, true), out)
     assert.truthy(out:find('after loop error\t0\t\n', 1, true), out)
   end)
 

@@ -1127,12 +1127,30 @@ function M.DataLoader(ds, opts)
     return nb
   end
   -- `for batch in loader do`: the generic for calls the loader with a nil control value
-  -- first (a new pass), then with the batch it returned last (the same pass)
-  local pass
+  -- first (a new pass), then with the batch it returned last (the same pass). The pass is
+  -- found from that batch (a weak key: the loop's control value holds it), so a loop left
+  -- with break lets its pass be collected (and a pass's workers end) once the batch is
+  -- unreachable; a batch that cannot be a weak key (a number, a string) holds it here.
+  local passes = setmetatable({}, { __mode = 'k' })
+  local held
   mt.__call = function(_, _, prev)
-    if prev == nil then pass = impl:iter() end
+    local pass
+    if prev == nil then
+      held = nil
+      pass = impl:iter()
+    else
+      pass = passes[prev] or held
+    end
     local b = pass and pass()
-    if b == nil then pass = nil end
+    held = nil
+    if b ~= nil then
+      local tb = type(b)
+      if tb == 'table' or tb == 'userdata' or tb == 'cdata' or tb == 'function' or tb == 'thread' then
+        passes[b] = pass
+      else
+        held = pass
+      end
+    end
     return b
   end
   mt.__tostring = function()

@@ -1,12 +1,29 @@
 -- dpl.data_workers: DataLoader{num_workers = N > 0}, torch 1.13's multi-process loading.
 -- N workers are forked from the training process when a pass starts (each a copy of the
 -- script's state: the dataset, collate_fn, worker_init_fn), each joined to the parent by a
--- socket pair (dpl_chan_*). The parent walks the sampler and sends batch k's positions to
--- worker k % N (the next active worker in turn for an IterableDataset), keeping up to
--- prefetch_factor batches in flight per worker; the batches come back in sampler order.
+-- socket pair (dpl_chan_*). At the start of a map-style pass the parent sends every worker
+-- the pass's plan: the sampler's order as int32 (with the batch size and its count), or a batch_sampler's
+-- lists flattened with their offsets. Then a task is a small frame {seq, epoch}: "load batch
+-- seq of the plan". Batch k goes to worker (k-1) % N (the next active worker in turn for an
+-- IterableDataset, whose tasks have no plan), up to prefetch_factor batches in flight per
+-- worker; the batches come back in sampler order.
 -- A batch travels as a frame: two int64 (the header's length, the tensors' bytes), the
 -- header (string.buffer: the batch with each tensor replaced by a marker, the tensors'
 -- dtype and shape), then each tensor's bytes, received straight into a new tensor.
+--
+-- Why no size can deadlock (a worker blocks sending a reply until the parent reads it; a
+-- blocking send of the parent's would wait for a worker that is itself waiting):
+--  * the plan is sent with blocking sends only at the start of a pass, when no worker has
+--    a task (a new pool, or a persistent one drained of the last pass's replies): each is
+--    reading, so the sends end, whatever the plan's size;
+--  * during a pass the parent never blocks on a send to a worker that may be sending: task
+--    frames are queued per worker and written with non-blocking sends (what fits now); the
+--    parent waits only to complete the frame of the task whose reply it reads next, and that
+--    worker has sent, and had read, the replies to all its earlier tasks, so it is reading;
+--  * a worker only reads tasks and writes replies, one at a time, in order; the parent reads
+--    replies in order, so a worker blocked in a send waits for the parent, which waits on no
+--    cycle. Replies of any size (a 64 MB batch) stream through.
+--
 -- Workers run with one compute thread, refuse CUDA and collectives, ignore SIGINT and die
 -- with the parent (PR_SET_PDEATHSIG); the parent kills and reaps them at the end of a pass
 -- (unless persistent_workers), on an error, when a pass is abandoned (a new pass, the
@@ -102,6 +119,13 @@ local function chan_check(st, what)
   return true
 end
 
+-- appends a frame's header and message to buf (raw: the bytes of the tensors that follow)
+local function put_frame(buf, msg, raw)
+  local enc = buffer.encode(msg)
+  hdr[0], hdr[1] = #enc, raw or 0
+  buf:putcdata(hdr, 16):put(enc)
+end
+
 -- sends msg (a plain Lua table) and, when given, the tensors' bytes after it
 local function send_frame(fd, msg, tensors, timeout)
   local raw = 0
@@ -109,9 +133,7 @@ local function send_frame(fd, msg, tensors, timeout)
     for _, t in ipairs(tensors) do raw = raw + tonumber(t._numel) * tonumber(C.dpl_dtype_size(t._dtype)) end
   end
   send_buf:reset()
-  local enc = buffer.encode(msg)
-  hdr[0], hdr[1] = #enc, raw
-  send_buf:putcdata(hdr, 16):put(enc)
+  put_frame(send_buf, msg, raw)
   local p, n = send_buf:ref()
   local ok, st, e = chan_check(C.dpl_chan_send(fd, p, n, timeout), 'sending')
   if not ok then return nil, st, e end
@@ -160,6 +182,109 @@ local function recv_frame(fd, timeout)
 end
 M._send_frame, M._recv_frame = send_frame, recv_frame
 
+-- ------------------------------------------------------------------ a pass's plan
+-- A map-style pass's batches, sent to every worker once at its start: the positions of the
+-- pass in order as an int32 tensor, with the batch size (batch b: positions (b-1)*bs+1 ..
+-- min(b*bs, count)) or, for a batch_sampler, its lists flattened and an int64 tensor of
+-- offsets (batch b: offsets[b-1] .. offsets[b]-1, 0-based). Positions that are not int32
+-- integers (a sampler or batch_sampler of one's own may yield anything its dataset takes)
+-- travel as the Lua lists themselves. A task is then {seq, epoch}: batch seq of the plan.
+local I32_MIN, I32_MAX = -2147483648, 2147483647
+local function is_i32(v) return type(v) == 'number' and v % 1 == 0 and v >= I32_MIN and v <= I32_MAX end
+
+local function new_raw(dtype, n)
+  local T = require 'dpl.tensor'
+  shape_buf[0] = n
+  capi.check(C.dpl_tensor_empty(dtype, 1, shape_buf, 0, 0, out1), 3)
+  return T._wrap(out1)
+end
+local DT_INT32, DT_INT64 = 4, 5
+
+-- (msg, tensors, parent_indices(b), nb) for the pass of impl; raises on a bad batch_sampler
+local function make_plan(impl, epoch)
+  if impl.batch_sampler then
+    local lists = impl.batch_sampler:batches()
+    if type(lists) ~= 'table' then
+      errors.TypeError:raise(('DataLoader: batch_sampler:batches() must return a list of lists of positions, got %s')
+        :format(type(lists)), 0)
+    end
+    local nb, total, ints = 0, 0, true
+    while true do
+      local idx = lists[nb + 1]
+      if idx == nil then break end
+      if type(idx) ~= 'table' then
+        errors.TypeError:raise(('DataLoader: batch %d of the batch_sampler is %s, not a list of positions'):format(
+          nb + 1, type(idx)), 0)
+      end
+      nb = nb + 1
+      local m = #idx
+      for k = 1, m do if not is_i32(idx[k]) then ints = false break end end
+      total = total + m
+    end
+    local function parent_indices(b) return lists[b] end
+    if not ints then return { plan = true, epoch = epoch, nb = nb, lists = lists }, nil, parent_indices, nb end
+    local pos, offs = new_raw(DT_INT32, total), new_raw(DT_INT64, nb + 1)
+    local p, o = ffi.cast('int32_t*', pos._data), ffi.cast('int64_t*', offs._data)
+    local at = 0
+    o[0] = 0
+    for b = 1, nb do
+      local idx = lists[b]
+      for k = 1, #idx do p[at] = idx[k]; at = at + 1 end
+      o[b] = at
+    end
+    return { plan = true, epoch = epoch, nb = nb, descs = { { DT_INT32, total }, { DT_INT64, nb + 1 } } },
+      { pos, offs }, parent_indices, nb
+  end
+  local order, total, off = require('dpl.data')._sampler_order(impl.sampler)
+  local bs = impl.batch_size or 1
+  local stop = impl.drop_last and (total - total % bs) or total
+  local nb = math.ceil(stop / bs)
+  local function parent_indices(b)
+    local first, last = (b - 1) * bs + 1, math.min(b * bs, stop)
+    local idx = {}
+    for k = first, last do idx[k - first + 1] = order[k - off] end
+    return idx
+  end
+  local msg = { plan = true, epoch = epoch, nb = nb, bs = bs, count = stop }
+  local pos = new_raw(DT_INT32, stop)
+  if off == 1 then -- an int32 array (0-based)
+    if stop > 0 then ffi.copy(pos._data, order, stop * 4) end
+  else
+    local p = ffi.cast('int32_t*', pos._data)
+    for k = 1, stop do
+      local v = order[k]
+      if not is_i32(v) then
+        local list = {}
+        for j = 1, stop do list[j] = order[j] end
+        msg.list = list
+        return msg, nil, parent_indices, nb
+      end
+      p[k - 1] = v
+    end
+  end
+  msg.descs = { { DT_INT32, stop } }
+  return msg, { pos }, parent_indices, nb
+end
+
+-- the worker's side of a plan: batch b's positions (a new list)
+local function plan_indices(plan, b)
+  if plan.lists then return plan.lists[b] end
+  local lo, hi
+  if plan.offs then
+    lo, hi = tonumber(plan.offs[b - 1]), tonumber(plan.offs[b])
+  else
+    lo = (b - 1) * plan.bs
+    hi = math.min(lo + plan.bs, plan.count)
+  end
+  local idx, pos, list = {}, plan.pos, plan.list
+  if pos then
+    for k = lo, hi - 1 do idx[k - lo + 1] = pos[k] end
+  else
+    for k = lo, hi - 1 do idx[k - lo + 1] = list[k + 1] end
+  end
+  return idx
+end
+
 -- ------------------------------------------------------------------ the worker side
 -- a worker's error as it travels: its text with the worker's traceback (from the frame
 -- that raised it; none with plain), and its class's name
@@ -203,48 +328,61 @@ local function worker_main(pool, wid, fd)
     local ok, e = xpcall(impl.worker_init_fn, error_reply, wid)
     if not ok then init_err = { err = 'in worker_init_fn: ' .. e.err, cls = e.cls } end
   end
-  local epoch, it, done = nil, nil, false
+  local epoch, it, done, plan = nil, nil, false, nil
   while true do
     local task = recv_frame(fd, -1)
     if not task or task.stop then C.dpl_proc_exit(0) end -- the parent closed the channel, or stop
-    local reply
-    if init_err then
-      reply = { err = init_err.err, cls = init_err.cls }
+    if task.plan then -- a map-style pass starts: its batches (no reply)
+      plan = task
+      local tt = task.tensors
+      if tt then
+        plan.pos = ffi.cast('int32_t*', tt[1]._data)
+        if tt[2] then plan.offs = ffi.cast('int64_t*', tt[2]._data) end
+      end
     else
-      local ok, r = xpcall(function()
-        if impl._iterable then
-          if task.epoch ~= epoch then epoch, it, done = task.epoch, impl:_iter_iterable(), false end
-          if done then return nil end
-          local b = it()
-          if b == nil then done = true end
-          return b
-        end
-        local b = impl:batch(task.idx)
-        if b == nil then
-          errors.TypeError:raise(('DataLoader: %s returned nil for batch %d (a batch cannot be nil)'):format(
-            impl.collate_fn and 'collate_fn' or 'the collation', task.seq), 0)
-        end
-        return b
-      end, error_reply)
-      if not ok then
-        reply = r
-      elseif r == nil then
-        reply = { done = true }
+      local reply
+      if init_err then
+        reply = { err = init_err.err, cls = init_err.cls }
       else
-        local tensors, descs = {}, {}
-        local okf, flat = pcall(flatten, r, tensors, descs, 'batch', 0)
-        if okf then
-          reply = { v = flat, descs = descs, tensors = tensors }
+        local ok, r = xpcall(function()
+          if impl._iterable then
+            if task.epoch ~= epoch then epoch, it, done = task.epoch, impl:_iter_iterable(), false end
+            if done then return nil end
+            local b = it()
+            if b == nil then done = true end
+            return b
+          end
+          if not plan or plan.epoch ~= task.epoch or task.seq > plan.nb then
+            errors.RuntimeError:raise(('DataLoader worker: batch %d of pass %s has no plan (an internal error)')
+              :format(task.seq, tostring(task.epoch)), 0)
+          end
+          local b = impl:batch(plan_indices(plan, task.seq))
+          if b == nil then
+            errors.TypeError:raise(('DataLoader: %s returned nil for batch %d (a batch cannot be nil)'):format(
+              impl.collate_fn and 'collate_fn' or 'the collation', task.seq), 0)
+          end
+          return b
+        end, error_reply)
+        if not ok then
+          reply = r
+        elseif r == nil then
+          reply = { done = true }
         else
-          reply = error_reply(flat, true)
-          reply.err = 'sending the batch: ' .. reply.err
+          local tensors, descs = {}, {}
+          local okf, flat = pcall(flatten, r, tensors, descs, 'batch', 0)
+          if okf then
+            reply = { v = flat, descs = descs, tensors = tensors }
+          else
+            reply = error_reply(flat, true)
+            reply.err = 'sending the batch: ' .. reply.err
+          end
         end
       end
+      reply.seq = task.seq
+      local tensors = reply.tensors
+      reply.tensors = nil
+      if not send_frame(fd, reply, tensors, -1) then C.dpl_proc_exit(0) end -- the parent is gone
     end
-    reply.seq = task.seq
-    local tensors = reply.tensors
-    reply.tensors = nil
-    if not send_frame(fd, reply, tensors, -1) then C.dpl_proc_exit(0) end -- the parent is gone
   end
 end
 
@@ -328,7 +466,7 @@ local function new_pool(impl)
   end
   local pool = setmetatable({ impl = impl, n = n, fds = {}, pids = {}, owner = C.dpl_proc_getpid(),
     base_seed = base_seed, timeout = impl.timeout or 0, prefetch = impl.prefetch_factor or 2,
-    outstanding = {}, active = {}, epoch = 0 }, pool_mt)
+    outstanding = {}, active = {}, epoch = 0, out = {}, flushed = {} }, pool_mt)
   -- a finalizer: a pool garbage-collected with its workers alive kills them
   local sentinel = newproxy(true)
   getmetatable(sentinel).__gc = function() pcall(pool_mt.shutdown, pool, false) end
@@ -353,6 +491,7 @@ local function new_pool(impl)
       pool.pids[w] = pidbox[0]
       pool.outstanding[w] = 0
       pool.active[w] = true
+      pool.out[w], pool.flushed[w] = buffer.new(), 0
     end
   end)
   if not ok then
@@ -362,36 +501,43 @@ local function new_pool(impl)
   return pool
 end
 
--- the next batch's positions of a map-style pass, or nil at its end
-local function index_source(impl)
-  if impl.batch_sampler then
-    local lists, nb = impl.batch_sampler:batches(), 0
-    if type(lists) ~= 'table' then
-      errors.TypeError:raise(('DataLoader: batch_sampler:batches() must return a list of lists of positions, got %s')
-        :format(type(lists)), 3)
-    end
-    return function()
-      nb = nb + 1
-      local idx = lists[nb]
-      if idx ~= nil and type(idx) ~= 'table' then
-        errors.TypeError:raise(('DataLoader: batch %d of the batch_sampler is %s, not a list of positions'):format(
-          nb, type(idx)), 3)
-      end
-      return idx
+-- Writes worker w's queued task frames: what fits now, never waiting; with upto, all of its
+-- stream up to byte upto (counted from the pool's start), waiting as long as it takes. The
+-- parent waits only for the task whose reply it wants next: that worker has sent every
+-- earlier reply and had it read, so it is reading its tasks, and the wait ends.
+function pool_mt:flush(w, upto, seq)
+  local buf = self.out[w]
+  local n = #buf
+  if n == 0 then return end
+  local p = buf:ref()
+  if upto then
+    local need = upto - self.flushed[w]
+    if need <= 0 then return end
+    local st = C.dpl_chan_send(self.fds[w], p, need, self.timeout > 0 and self.timeout or -1)
+    if st ~= 0 then self:fail(w, st, 'sending a task: ' .. last_error(), seq) end
+    buf:skip(need)
+    self.flushed[w] = self.flushed[w] + need
+  else
+    local k = tonumber(C.dpl_chan_send_some(self.fds[w], p, n))
+    if k < 0 then self:fail(w, k, 'sending a task: ' .. last_error(), seq) end
+    if k > 0 then
+      buf:skip(k)
+      self.flushed[w] = self.flushed[w] + k
     end
   end
-  local order, total, off = require('dpl.data')._sampler_order(impl.sampler)
-  local bs = impl.batch_size or 1
-  local stop = impl.drop_last and (total - total % bs) or total
-  local pos = 1
-  return function()
-    if pos > stop then return nil end
-    local last = math.min(pos + bs - 1, stop)
-    local idx = {}
-    for k = pos, last do idx[k - pos + 1] = order[k - off] end
-    pos = last + 1
-    return idx
+end
+
+-- receives the reply to task seq (queued for worker w), sending its frame first if need be
+function pool_mt:reply(task, seq)
+  local w = task.w
+  for v = 0, self.n - 1 do -- (the other workers' queued tasks: what fits)
+    if v ~= w and #self.out[v] > 0 then self:flush(v, nil, seq) end
   end
+  self:flush(w, task.upto, seq)
+  local msg, st, err = recv_frame(self.fds[w], self.timeout > 0 and self.timeout or -1)
+  if not msg then self:fail(w, st, err, seq) end
+  self.outstanding[w] = self.outstanding[w] - 1
+  return msg
 end
 
 --- One pass (epoch) of a loader with workers: an iterator function over its batches.
@@ -409,7 +555,7 @@ function M.iter(impl)
   pool.epoch = pool.epoch + 1
   local epoch = pool.epoch
   for w = 0, pool.n - 1 do pool.active[w] = true end
-  local source = not impl._iterable and index_source(impl) or nil
+  local parent_indices, nbatches -- (map-style)
   local queue, sent, got, exhausted = {}, 0, 0, false
   local turn = 0 -- the next worker in turn
   pool.busy = true
@@ -422,18 +568,14 @@ function M.iter(impl)
         if pool.active[c] then w = c break end
       end
       if w == nil or pool.outstanding[w] >= pool.prefetch then return end
+      if nbatches and sent >= nbatches then exhausted = true return end
       turn = (w + 1) % pool.n
-      local idx
-      if source then
-        idx = source()
-        if idx == nil then exhausted = true return end
-      end
       sent = sent + 1
-      local ok, st, e = send_frame(pool.fds[w], { seq = sent, epoch = epoch, idx = idx }, nil,
-        pool.timeout > 0 and pool.timeout or -1)
-      if not ok then pool:fail(w, st, e, sent) end
-      queue[sent] = { w = w, idx = idx }
+      local out = pool.out[w]
+      put_frame(out, { seq = sent, epoch = epoch })
+      queue[sent] = { w = w, upto = pool.flushed[w] + #out }
       pool.outstanding[w] = pool.outstanding[w] + 1
+      pool:flush(w, nil, sent)
     end
   end
   local finished = false
@@ -445,7 +587,19 @@ function M.iter(impl)
       if impl._pool == pool then impl._pool = nil end
     end
   end
-  local ok, e = pcall(dispatch)
+  local ok, e = pcall(function()
+    if not impl._iterable then
+      -- the plan goes to every worker now, while each is idle (a new pool, or a drained one)
+      -- and reading: these sends end whatever their size
+      local msg, tensors
+      msg, tensors, parent_indices, nbatches = make_plan(impl, epoch)
+      for w = 0, pool.n - 1 do
+        local okp, st, err = send_frame(pool.fds[w], msg, tensors, pool.timeout > 0 and pool.timeout or -1)
+        if not okp then pool:fail(w, st, err, 1) end
+      end
+    end
+    dispatch()
+  end)
   if not ok then pool:shutdown(false) error(e, 0) end
   -- the pass's finalizer: abandoned unfinished (a break, an error in the loop), a
   -- non-persistent pool's workers are killed when the pass is collected
@@ -461,11 +615,9 @@ function M.iter(impl)
       end
       got = got + 1
       local task = queue[got]
+      local msg = pool:reply(task, got)
       queue[got] = nil
       local w = task.w
-      local msg, st, err = recv_frame(pool.fds[w], pool.timeout > 0 and pool.timeout or -1)
-      if not msg then pool:fail(w, st, err, got) end
-      pool.outstanding[w] = pool.outstanding[w] - 1
       if msg.err then
         local pid = pool.pids[w]
         pool:shutdown(false)
@@ -478,7 +630,7 @@ function M.iter(impl)
         pool.active[w] = false
         dispatch()
       else
-        impl.last_batch_indices = task.idx
+        impl.last_batch_indices = parent_indices and parent_indices(got) or nil
         dispatch()
         return unflatten(msg.v, msg.tensors or {})
       end
@@ -499,18 +651,15 @@ function M.iter(impl)
   end
 end
 
---- A persistent pool left mid-pass (a break): the replies still in flight are read and dropped.
+--- A persistent pool left mid-pass (a break): the tasks still queued are sent, and their
+--- replies read and dropped, so that every worker is idle again.
 function pool_mt:drain()
-  local to = self.timeout > 0 and self.timeout or -1
   local queue = self.queue or {}
   local keys = {}
   for k in pairs(queue) do keys[#keys + 1] = k end
   table.sort(keys)
   for _, k in ipairs(keys) do
-    local w = queue[k].w
-    local msg, st, e = recv_frame(self.fds[w], to)
-    if not msg then self:fail(w, st, e, k) end
-    self.outstanding[w] = self.outstanding[w] - 1
+    self:reply(queue[k], k)
     queue[k] = nil
   end
   self.busy = false

@@ -8,13 +8,27 @@
 #include "dpl_internal.h"
 #include <errno.h>
 #include <poll.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 /* the sockets' buffers: a few batches of a small dataset fit, so a worker can run
- * ahead of the parent (the kernel caps it at net.core.wmem_max / rmem_max) */
+ * ahead of the parent (the kernel caps it at net.core.wmem_max / rmem_max);
+ * DPL_CHAN_BUF=bytes sets another size (the specs use a small one, as on a machine
+ * with a low wmem_max) */
 #define CHAN_BUF (4 << 20)
+
+static int chan_buf_size(void)
+{
+  const char *e = getenv("DPL_CHAN_BUF");
+  if (e && *e) {
+    char *end = NULL;
+    long v = strtol(e, &end, 10);
+    if (end && *end == '\0' && v >= 4096 && v <= (64L << 20)) return (int)v;
+  }
+  return CHAN_BUF;
+}
 
 int dpl_chan_pair(int32_t *fds)
 {
@@ -22,7 +36,7 @@ int dpl_chan_pair(int32_t *fds)
   int sv[2];
   if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0)
     return dpl_errorf(DPL_EIO, "socketpair: %s", strerror(errno));
-  int sz = CHAN_BUF;
+  int sz = chan_buf_size();
   for (int i = 0; i < 2; i++) {
     setsockopt(sv[i], SOL_SOCKET, SO_SNDBUF, &sz, sizeof sz);
     setsockopt(sv[i], SOL_SOCKET, SO_RCVBUF, &sz, sizeof sz);
@@ -78,6 +92,27 @@ int dpl_chan_send(int32_t fd, const void *buf, int64_t n, double timeout_s)
     if (r == 0) return dpl_errorf(DPL_ETIMEOUT, "send timed out after %g s", timeout_s);
   }
   return DPL_OK;
+}
+
+int64_t dpl_chan_send_some(int32_t fd, const void *buf, int64_t n)
+{
+  if (n < 0 || (n > 0 && !buf)) return dpl_errorf(DPL_EINVAL, "dpl_chan_send_some: bad buffer");
+  const char *p = buf;
+  int64_t done = 0;
+  while (done < n) {
+    ssize_t w = send(fd, p + done, (size_t)(n - done), MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (w > 0) {
+      done += w;
+      continue;
+    }
+    if (w < 0 && errno == EINTR) continue;
+    if (w < 0 && (errno == EPIPE || errno == ECONNRESET))
+      return dpl_errorf(DPL_ECOMM, "the other end of the channel is closed (its process ended)");
+    if (w < 0 && errno != EAGAIN && errno != EWOULDBLOCK)
+      return dpl_errorf(DPL_EIO, "send(%d): %s", (int)fd, strerror(errno));
+    break; /* full: the rest later */
+  }
+  return done;
 }
 
 int dpl_chan_recv(int32_t fd, void *buf, int64_t n, double timeout_s)
