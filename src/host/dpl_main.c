@@ -91,6 +91,7 @@ static const char usage_text[] =
   "  DPL_COMM_CHECK         0: skip the check that every rank calls the same collective\n"
   "                         (mpi: one MPI_Allgather of the call's descriptor; on by default).\n"
   "  DPL_COMM_SHM_SLOT, DPL_COMM_SPIN_US, DPL_COMM_YIELD_US   shm backend tuning.\n"
+  "  DPL_CHAN_BUF           Socket buffer bytes between a DataLoader and its workers (4 MiB).\n"
   "  DPL_LIBMPI, DPL_LIBNCCL  Which libmpi / libnccl to load.\n"
   " devices\n"
   "  CUDA_VISIBLE_DEVICES   Which real GPUs are visible, and their order.\n"
