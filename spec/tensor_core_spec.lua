@@ -449,6 +449,112 @@ describe('tensor errors', function()
   end)
 end)
 
+-- PyTorch 1.13's checked conversion of a number into an element ("value cannot be converted to
+-- type uint8_t without overflow"), the values torch gives noted beside each case
+describe('numbers stored into integer dtypes (overflow is an error, as PyTorch)', function()
+  local nan, inf = 0 / 0, math.huge
+  local function u8(t) return dpl.tensor(t, { dtype = 'uint8' }) end
+  local function overflow(f, msg)
+    local e = err_of(f)
+    assert.truthy(e:find('^ValueError: ') and e:find(msg, 1, true), e)
+  end
+
+  it('full, full_like, new_full, fill_, copy_ and t[k] = v refuse a value the dtype cannot hold', function()
+    overflow(function() return dpl.full({ 2 }, 300, { dtype = 'uint8' }) end,
+      'full: value 300 cannot be converted to uint8 without overflow') -- (was 44, wrapped)
+    overflow(function() return dpl.full({ 2 }, 256, { dtype = 'uint8' }) end, 'full: value 256 cannot')
+    overflow(function() return dpl.full({ 2 }, -256, { dtype = 'uint8' }) end, 'full: value -256 cannot')
+    overflow(function() return dpl.full({ 2 }, 2 ^ 31, { dtype = 'int32' }) end,
+      'full: value 2147483648 cannot be converted to int32 without overflow') -- (was INT32_MAX)
+    overflow(function() return dpl.full({ 2 }, -2 ^ 31 - 1, { dtype = 'int32' }) end, 'int32 without overflow')
+    overflow(function() return dpl.full({ 2 }, 2 ^ 63, { dtype = 'int64' }) end, 'int64 without overflow')
+    overflow(function() return dpl.full_like(u8({ 1, 2 }), 300) end, 'full_like: value 300 cannot be converted to uint8')
+    overflow(function() return dpl.zeros(2, { dtype = 'int32' }):new_full({ 3 }, 1e10) end,
+      'new_full: value 10000000000 cannot be converted to int32')
+    overflow(function() return u8({ 1, 2 }):fill_(300) end, 'fill_: value 300 cannot be converted to uint8')
+    overflow(function() return u8({ 1, 2 }):fill_(dpl.tensor(300)) end, 'fill_: value 300') -- (a 0-d tensor's value)
+    overflow(function() return u8({ 1, 2 }):copy_(300) end, 'copy_: value 300')
+    overflow(function() local t = u8({ 1, 2 }) t[1] = 300 end, 'index: value 300 cannot be converted to uint8')
+    overflow(function() local t = u8({ 1, 2 }) t[{ { 1, 2 } }] = 300 end, 'index: value 300')
+    -- in range: stored as PyTorch stores them
+    assert.are.same({ 255, 255 }, dpl.full({ 2 }, 255, { dtype = 'uint8' }):totable())
+    assert.are.same({ 255, 255 }, dpl.full({ 2 }, -1, { dtype = 'uint8' }):totable()) -- (an integer wraps: -255..-1)
+    assert.are.same({ 1 }, dpl.full({ 1 }, -255, { dtype = 'uint8' }):totable())
+    assert.are.same({ 2147483647 }, dpl.full({ 1 }, 2 ^ 31 - 1, { dtype = 'int32' }):totable())
+    assert.are.same({ -2147483648 }, dpl.full({ 1 }, -2 ^ 31, { dtype = 'int32' }):totable())
+    assert.are.same({ true, true }, dpl.full({ 2 }, 300, { dtype = 'bool' }):totable()) -- (bool takes any number)
+    assert.are.same({ true }, dpl.full({ 1 }, nan, { dtype = 'bool' }):totable())
+    local t = u8({ 1, 2 })
+    t[1] = -1
+    assert.are.same({ 255, 2 }, t:totable())
+    t[1] = dpl.tensor(300) -- (a tensor is copied: converted as copy_ converts, wrapping, as PyTorch)
+    assert.are.same({ 44, 2 }, t:totable())
+  end)
+
+  it('nan and +-inf overflow every integer dtype; a fraction is truncated, a float takes uint8 0..255 only', function()
+    for _, dt in ipairs({ 'uint8', 'int32', 'int64' }) do
+      for _, v in ipairs({ nan, inf, -inf }) do
+        overflow(function() return dpl.full({ 2 }, v, { dtype = dt }) end, 'cannot be converted to ' .. dt .. ' without overflow')
+        overflow(function() return dpl.zeros(2, { dtype = dt }):fill_(v) end, 'fill_: value')
+      end
+    end
+    assert.are.same({ 2, 2 }, dpl.full({ 2 }, 2.7, { dtype = 'uint8' }):totable())
+    assert.are.same({ -2 }, dpl.full({ 1 }, -2.7, { dtype = 'int32' }):totable())
+    assert.are.same({ 0 }, dpl.full({ 1 }, -0.5, { dtype = 'int64' }):totable())
+    assert.are.same({ 255 }, dpl.full({ 1 }, 255.9, { dtype = 'int32' }):totable())
+    overflow(function() return dpl.full({ 1 }, -0.5, { dtype = 'uint8' }) end, 'full: value -0.5 cannot be converted to uint8')
+    overflow(function() return dpl.full({ 1 }, 255.5, { dtype = 'uint8' }) end, 'full: value 255.5')
+    overflow(function() return dpl.full({ 1 }, 2147483647.5, { dtype = 'int32' }) end, 'int32 without overflow')
+    -- the value of a floating 0-d tensor is a float to PyTorch: -1.0 does not wrap in uint8
+    overflow(function() return u8({ 1 }):fill_(dpl.tensor(-1, { dtype = 'float32' })) end, 'fill_: value -1 cannot')
+    assert.are.same({ 255 }, u8({ 1 }):fill_(dpl.tensor(-1)):totable())
+    -- full's default dtype: an integral number in int64's range is int64, inf/nan/1e300 float32
+    assert.are.equal('float32', dpl.full({ 1 }, inf).dtype)
+    assert.are.equal(inf, dpl.full({ 1 }, inf):item())
+    assert.are.equal('int64', dpl.full({ 1 }, 2 ^ 62).dtype)
+    overflow(function() return dpl.full({ 1 }, 1e300) end, 'full: value 1e+300 cannot be converted to float32')
+  end)
+
+  it('masked_fill, where, clamp, tensor{} and the scalar arguments PyTorch checks', function()
+    local m = dpl.tensor({ true, false })
+    overflow(function() return u8({ 1, 2 }):masked_fill(m, 300) end, 'masked_fill: value 300 cannot be converted to uint8')
+    overflow(function() return u8({ 1, 2 }):masked_fill_(m, nan) end, 'masked_fill_: value nan')
+    overflow(function() return u8({ 1, 2 }):masked_fill_(m, dpl.tensor(300)) end, 'masked_fill_: value 300')
+    assert.are.same({ 2, 2 }, u8({ 1, 2 }):masked_fill(m, 2.7):totable())
+    overflow(function() return dpl.tensor({ 1, 300 }, { dtype = 'uint8' }) end, 'tensor: value 300 cannot be converted to uint8')
+    overflow(function() return dpl.tensor(300, { dtype = 'uint8' }) end, 'tensor: value 300')
+    overflow(function() return dpl.tensor({ { 1 }, { nan } }, { dtype = 'int32' }) end, 'tensor: value nan cannot be converted to int32')
+    overflow(function() return dpl.tensor({ 2 ^ 40 }, { dtype = 'int32' }) end, 'int32 without overflow')
+    assert.are.same({ 255, 2 }, dpl.tensor({ -1, 2.7 }, { dtype = 'uint8' }):totable())
+    assert.are.equal(math.huge, dpl.tensor({ 1e39 }, { dtype = 'float32' }):item()) -- (torch.tensor keeps inf too)
+    overflow(function() return dpl.where(m, u8({ 1, 2 }), 300) end, 'where: value 300 cannot be converted to uint8')
+    overflow(function() return dpl.where(m, 2 ^ 40, dpl.zeros(2, { dtype = 'int32' })) end, 'where: value 1099511627776')
+    assert.are.same({ 1, 255 }, dpl.where(m, u8({ 1, 2 }), -1):totable())
+    assert.are.equal('float32', dpl.where(m, u8({ 1, 2 }), nan).dtype) -- (a float promotes, as PyTorch)
+    overflow(function() return u8({ 1, 2 }):clamp(nil, 300) end, 'clamp: value 300 cannot be converted to uint8') -- (was a no-op)
+    overflow(function() return u8({ 1, 2 }):clamp_min(300) end, 'clamp: value 300') -- (was 44)
+    overflow(function() return u8({ 1, 2 }):clamp_(-256) end, 'clamp_: value -256')
+    overflow(function() return dpl.zeros(2, { dtype = 'int32' }):clamp(nil, 2 ^ 40) end, 'int32 without overflow')
+    assert.are.same({ 255, 255 }, u8({ 1, 2 }):clamp(-1):totable()) -- (min -1 is 255 in uint8: PyTorch's result)
+    assert.are.same({ 1, 2 }, u8({ 1, 2 }):clamp(nil, 255):totable())
+    overflow(function() return u8({ 1, 2 }):add(u8({ 1, 1 }), 300) end, 'add: value 300 cannot be converted to uint8')
+    overflow(function() return u8({ 1, 2 }):sub_(u8({ 1, 1 }), 300) end, 'sub_: value 300')
+    overflow(function() return dpl.zeros(2, { dtype = 'int32' }):add(dpl.ones(2, { dtype = 'int32' }), 2 ^ 40) end, 'add: value')
+    overflow(function() return u8({ 1, 2 }):index_add_(1, dpl.tensor({ 1 }), u8({ 1 }), 300) end, 'index_add_: value 300')
+    overflow(function() return u8({ 1, 2 }):addcmul(u8({ 1, 1 }), u8({ 1, 1 }), 300) end, 'addcmul: value 300')
+    overflow(function() return u8({ 1, 2 }):pow(256) end, 'pow: value 256 cannot be converted to uint8')
+    overflow(function() return dpl.pow(300, u8({ 1, 2 })) end, 'pow: value 300')
+    overflow(function() return dpl.linspace(0, 300, 3, { dtype = 'uint8' }) end, 'linspace: value 300')
+    local o = dpl.ones({ 1, 1 }, { dtype = 'uint8' })
+    overflow(function() return o:addmm(o, o, { beta = 300 }) end, 'addmm: value 300')
+    -- what PyTorch wraps stays wrapped: a number operand of add/sub/mul is converted, not checked
+    assert.are.same({ 45, 46 }, u8({ 1, 2 }):add(300):totable())
+    assert.are.same({ 44, 88 }, u8({ 1, 2 }):mul(300):totable())
+    assert.are.same({ 0, 0 }, u8({ 1, 2 }):add(u8({ 1, 2 }), -1):totable())
+    assert.are.same({ 1, 2 }, dpl.tensor({ 1, 2 }, { dtype = 'int32' }):add(2 ^ 40):totable())
+  end)
+end)
+
 describe('tensors on simulated GPUs', function()
   local h = require 'spec.support.helpers'
   it('allocates on cuda:k, refuses busy ones, and names both devices in mixed ops', function()

@@ -72,6 +72,42 @@ for name, id in pairs(dtype_ids) do
   if dtype_names[id] == name then M[name] = name end
 end
 M.float, M.double, M.half, M.long, M.int, M.byte = 'float32', 'float64', 'float16', 'int64', 'int32', 'uint8'
+
+-- PyTorch's checked conversion of a number written into an element (c10::checked_convert:
+-- "value cannot be converted to type uint8_t without overflow"), shared by every op that
+-- stores a Lua number into a tensor of dtype dt (full, fill_, masked_fill, index_fill,
+-- scatter, where, clamp, the tensor constructor, ...): once per number, never per element.
+-- Lua has one number type; an integral number is a Python int to PyTorch's rule, a
+-- fraction (or the value of a floating 0-d tensor: float_src) a Python float:
+--   int32/int64: the dtype's range (int64: -2^63 <= v < 2^63); nan and +-inf overflow;
+--   uint8: an integer takes -255..255 (a negative one wraps: -1 is 255), a float 0..255;
+--   a float fraction is truncated toward zero by the store (2.7 -> 2, -2.7 -> -2);
+--   float16/bfloat16/float32: a finite number beyond the largest finite value overflows
+--   (nan and +-inf are kept); float64 and bool take any number (bool: v ~= 0).
+local INT_RANGE = { [4] = { -2 ^ 31, 2 ^ 31 - 1 }, [5] = { -2 ^ 63, 2 ^ 63 }, [6] = { -255, 255 } }
+local FLOAT_MAX = { [0] = 3.4028234663852886e38, [2] = 65504, [3] = 3.3895313892515355e38 }
+M._INT_RANGE = INT_RANGE
+local function scalar_fits(v, dt, float_src)
+  local r = INT_RANGE[dt]
+  if r then
+    if v ~= v or v >= 2 ^ 63 then return false end -- (also int64's 2^63, which r[2] lets through)
+    if float_src or v ~= floor(v) then
+      if dt == 6 then return v >= 0 and v <= 255 end
+      return v >= r[1] and v <= r[2]
+    end
+    return v >= r[1] and v <= r[2]
+  end
+  local fmax = FLOAT_MAX[dt]
+  if fmax and v == v and v ~= huge and v ~= -huge then return v <= fmax and v >= -fmax end
+  return true
+end
+local function check_scalar(name, v, dt, float_src)
+  if not scalar_fits(v, dt, float_src) then
+    error(fmt('%s: value %s cannot be converted to %s without overflow', name, tostring(v), dtype_names[dt]))
+  end
+  return v
+end
+M._check_scalar = check_scalar
 -- PyTorch's spelling as text ('torch.float32', 'torch.long': what print(x.dtype) shows there)
 do
   local torch_names = {}
@@ -387,7 +423,8 @@ end
 ---------------------------------------------------------------- constructors
 -- empty/zeros/ones/full, arange/linspace/eye, dpl.tensor, *_like, rand/randn/randint, seeds,
 -- threads: dpl.tensor_ctor
-require('dpl.tensor_ctor')(M, { call1 = call1, check = check, dtype_id = dtype_id, error = error, got = got,
+require('dpl.tensor_ctor')(M, { call1 = call1, check = check, check_scalar = check_scalar, dtype_id = dtype_id,
+  error = error, got = got,
   is_opts = is_opts, is_tensor = is_tensor, need_count = need_count, need_number = need_number, need_opts = need_opts,
   need_tensor = need_tensor, new_empty = new_empty, opts_dtype_device = opts_dtype_device, out1 = out1,
   parse_device = parse_device, parse_sizes = parse_sizes, shp = shp })
@@ -480,7 +517,7 @@ function methods.clone(t)
 end
 
 function methods.copy_(t, src)
-  if type(src) == 'number' then check(C.dpl_tensor_fill_(t, src)) return t end
+  if type(src) == 'number' then check(C.dpl_tensor_fill_(t, check_scalar('copy_', src, t._dtype))) return t end
   need_tensor('copy_', 'src', src)
   check(C.dpl_tensor_copy_(t, src))
   return t
@@ -488,8 +525,14 @@ end
 
 function methods.fill_(t, v)
   if type(v) == 'boolean' then v = v and 1 or 0 end
-  if is_tensor(v) then v = v:item() if type(v) == 'boolean' then v = v and 1 or 0 end end
+  local float_src = false -- (a floating 0-d tensor's value is a float to PyTorch's check)
+  if is_tensor(v) then
+    float_src = v._dtype <= 3
+    v = v:item()
+    if type(v) == 'boolean' then v = v and 1 or 0 end
+  end
   if type(v) ~= 'number' then error(fmt('fill_: expected a number, got %s', type(v)), 2) end
+  check_scalar('fill_', v, t._dtype, float_src)
   if t._dtype == 5 and v == floor(v) and (v > 2^53 or v < -2^53) then check(C.dpl_tensor_fill_i64_(t, v))
   else check(C.dpl_tensor_fill_(t, v)) end
   return t
@@ -709,14 +752,25 @@ local function bad_operand(op, v, inplace)
     v == nil and (" (a method called with '.' instead of ':'? write t:%s(other))"):format(name) or ''))
 end
 
+-- pow's number operand with an integer tensor is converted to its dtype, as PyTorch checks it
+-- (uint8 ^ 256, 300 ^ uint8: errors); the other ops wrap the number as PyTorch does (uint8 + 300
+-- is uint8 + 44) or promote a fraction to float32
+local POW = OP.pow
+local function pow_scalar(name, t, v)
+  local dt = t._dtype
+  if dt >= 4 and dt <= 6 and v == floor(v) then check_scalar(name, v, dt) end
+end
+
 local function binop(op, a, b, retried)
   local st
   if type(b) == 'number' then
     if type(a) == 'number' then error('binary op: at least one operand must be a tensor', 3) end
     if not is_tensor(a) then bad_operand(op, a) end
+    if op == POW then pow_scalar('pow', a, b) end
     st = binary_scalar(op, a, b, 0, out1)
   elseif type(a) == 'number' then
     if not is_tensor(b) then bad_operand(op, b) end
+    if op == POW then pow_scalar('pow', b, a) end
     st = binary_scalar(op, b, a, 1, out1)
   else
     if type(b) == 'boolean' then b = M.tensor(b) elseif type(a) == 'boolean' then a = M.tensor(a) end
@@ -735,7 +789,9 @@ M._binop = binop
 
 local function binop_(op, a, b)
   local st
-  if type(b) == 'number' then st = binary_scalar_(op, a, b)
+  if type(b) == 'number' then
+    if op == POW and is_tensor(a) then pow_scalar('pow_', a, b) end
+    st = binary_scalar_(op, a, b)
   else
     if type(b) == 'boolean' then b = M.tensor(b) end
     if not is_tensor(b) then bad_operand(op, b, true) end
@@ -759,9 +815,19 @@ local function alpha_of(name, alpha)
   error(('%s: alpha must be a number or {alpha = number}, got %s'):format(name, type(alpha)))
 end
 
+-- alpha of two integer tensors is converted to their result dtype, as PyTorch checks it
+-- (add(x, y, 300) with uint8 x and y: an error, not alpha 44); once per call
+local INT_RANK = { [7] = 0, [6] = 1, [4] = 2, [5] = 3 }
+local function int_alpha(name, alpha, a, b)
+  if type(alpha) ~= 'number' or not is_tensor(a) or not is_tensor(b) then return alpha end
+  local ra, rb = INT_RANK[a._dtype], INT_RANK[b._dtype]
+  if ra and rb then check_scalar(name, alpha, ra >= rb and a._dtype or b._dtype) end
+  return alpha
+end
+
 --- t:add(other [, alpha]) = t + alpha * other (as torch.add); alpha also as {alpha = x}.
 function methods.add(a, b, alpha)
-  alpha = alpha_of('add', alpha)
+  alpha = int_alpha('add', alpha_of('add', alpha), a, b)
   if alpha == nil or alpha == 1 then return binop(0, a, b) end
   if type(b) == 'number' then return binop(0, a, b * alpha) end
   local scaled = binop(2, b, alpha)
@@ -770,19 +836,19 @@ function methods.add(a, b, alpha)
   return r
 end
 function methods.add_(a, b, alpha)
-  alpha = alpha_of('add_', alpha)
+  alpha = int_alpha('add_', alpha_of('add_', alpha), a, b)
   if alpha == nil or alpha == 1 or type(b) == 'number' then return binop_(0, a, type(b) == 'number' and b * (alpha or 1) or b) end
   need_tensor('add_', 'other', b)
   check(C.dpl_axpy_(a, alpha, b))
   return a
 end
 function methods.sub(a, b, alpha)
-  alpha = alpha_of('sub', alpha)
+  alpha = int_alpha('sub', alpha_of('sub', alpha), a, b)
   if alpha == nil or alpha == 1 then return binop(1, a, b) end
   return methods.add(a, b, -alpha)
 end
 function methods.sub_(a, b, alpha)
-  alpha = alpha_of('sub_', alpha)
+  alpha = int_alpha('sub_', alpha_of('sub_', alpha), a, b)
   if alpha == nil or alpha == 1 then return binop_(1, a, b) end
   return methods.add_(a, b, -alpha)
 end
@@ -914,10 +980,20 @@ local function clamp_bounds(name, lo, hi)
 end
 -- a fractional bound promotes an integer tensor to float32 (PyTorch's result type)
 local function fractional(lo, hi) return (lo and lo ~= floor(lo)) or (hi and hi ~= floor(hi)) end
+-- an integral bound of an integer tensor is converted to its dtype first, as PyTorch does:
+-- one the dtype cannot hold is an error (uint8's max 300), a negative one wraps in uint8
+-- (min -1 is 255, PyTorch's result) (a fractional bound has made t float32 by then)
+local function int_bound(name, t, v)
+  if v == nil or t._dtype <= 3 or t._dtype == 7 then return v end
+  check_scalar(name, v, t._dtype)
+  if t._dtype == 6 and v < 0 then v = v + 256 end
+  return v
+end
 function methods.clamp(t, lo, hi)
   need_tensor('clamp', 'input', t)
   lo, hi = clamp_bounds('clamp', lo, hi)
   if t._dtype > 3 and fractional(lo, hi) then t = methods.to(t, 'float32') end
+  lo, hi = int_bound('clamp', t, lo), int_bound('clamp', t, hi)
   return call1(C.dpl_clamp, t, lo or 0, hi or 0, lo and 1 or 0, hi and 1 or 0, out1)
 end
 function methods.clamp_(t, lo, hi)
@@ -925,6 +1001,7 @@ function methods.clamp_(t, lo, hi)
   if t._dtype > 3 and fractional(lo, hi) then
     error(("clamp_: result type float32 can't be cast to the tensor's dtype %s"):format(dtype_names[t._dtype]))
   end
+  lo, hi = int_bound('clamp_', t, lo), int_bound('clamp_', t, hi)
   check(C.dpl_clamp_(t, lo or 0, hi or 0, lo and 1 or 0, hi and 1 or 0))
   return t
 end
@@ -946,6 +1023,7 @@ local function as_tensor_like(x, like)
   else
     dt = like == nil and 5 or like._dtype == 7 and 5 or like._dtype
   end
+  if type(x) == 'number' then check_scalar('where', x, dt) end -- (converted to the tensor's dtype, as PyTorch checks it)
   return M.tensor(x, { dtype = dt, device = like and like.device or nil })
 end
 
@@ -963,8 +1041,14 @@ function methods.where(t, cond, other) return M.where(cond, t, other) end
 function methods.masked_fill_(t, mask, v)
   need_tensor('masked_fill_', 'mask', mask)
   if type(v) == 'boolean' then v = v and 1 or 0 end
-  if is_tensor(v) then v = v:item() end
+  local float_src = false
+  if is_tensor(v) then
+    float_src = v._dtype <= 3
+    v = v:item()
+    if type(v) == 'boolean' then v = v and 1 or 0 end
+  end
   need_number('masked_fill_', 'value', v)
+  check_scalar('masked_fill_', v, t._dtype, float_src)
   check(C.dpl_masked_fill_(t, mask, v))
   return t
 end
@@ -998,6 +1082,7 @@ function methods.masked_fill(t, mask, v)
     error(fmt('masked_fill: the mask of shape [%s] does not broadcast with self of shape [%s]',
       table.concat(methods.size(mask), ", "), table.concat(methods.size(t), ", ")), 2)
   end
+  if type(v) == 'number' then check_scalar('masked_fill', v, t._dtype) end -- (before the copy)
   local same = #shape == t._ndim
   for k = 1, #shape do same = same and t._shape[k - 1] == shape[k] end
   if not same then t = t:expand(shape) end
@@ -1160,6 +1245,7 @@ function M.addmm(c, a, b, opts)
   local alpha = opts and opts.alpha or 1
   need_number('addmm', 'beta', beta)
   need_number('addmm', 'alpha', alpha)
+  if INT_RANK[c._dtype] then check_scalar('addmm', beta, c._dtype) check_scalar('addmm', alpha, c._dtype) end
   return call1(C.dpl_addmm, c, a, b, beta, alpha, out1)
 end
 function methods.addmm(c, a, b, opts) return M.addmm(c, a, b, opts) end
@@ -1223,7 +1309,7 @@ end
 --- t:index_add_(dim, index, source [, alpha]): t[index[i]] += alpha * source[i] along dim
 --- (alpha also as {alpha = x}, PyTorch's keyword)
 function methods.index_add_(t, d, idx, src, alpha)
-  alpha = alpha_of('index_add_', alpha)
+  alpha = int_alpha('index_add_', alpha_of('index_add_', alpha), t, src)
   if alpha ~= nil and alpha ~= 1 then
     need_tensor('index_add_', 'source', src)
     src = binop(OP.mul, src, alpha)
@@ -1394,7 +1480,11 @@ local mt = registry['dpl.tensor.mt'] or {
   __newindex = function(t, k, v)
     if type(k) == 'number' then
       local s = S.M.get_item(t, k)
-      if S.M.is_tensor(v) then S.methods.copy_(s, v) else S.methods.fill_(s, v) end
+      if S.M.is_tensor(v) then S.methods.copy_(s, v)
+      else
+        if type(v) == 'number' then S.M._check_scalar('index', v, s._dtype) end -- (named as t[k] = v)
+        S.methods.fill_(s, v)
+      end
       return
     end
     if type(k) == 'table' or type(k) == 'cdata' then return S.M._subscript_set(t, k, v) end

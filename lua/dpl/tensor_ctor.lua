@@ -15,6 +15,7 @@ local fmt = string.format
 
 return function(M, H)
   local call1, check, dtype_id, error, got, is_opts = H.call1, H.check, H.dtype_id, H.error, H.got, H.is_opts
+  local check_scalar = H.check_scalar
   local is_tensor, need_count, need_number, need_opts = H.is_tensor, H.need_count, H.need_number, H.need_opts
   local need_tensor, new_empty, opts_dtype_device, out1 = H.need_tensor, H.new_empty, H.opts_dtype_device, H.out1
   local parse_device, parse_sizes, shp = H.parse_device, H.parse_sizes, H.shp
@@ -57,10 +58,14 @@ return function(M, H)
       error(fmt('full: expected a number as fill value, got %s', type(value)), 2)
     end
     local n = parse_sizes('full', shp, size)
-    local def = type(value) == 'boolean' and 7 or (value == floor(value) and 5 or 0)
+    -- the default dtype: bool, int64 for an integral number in int64's range, else float32
+    -- (inf, nan, 1e300 are floats, as in Python)
+    local def = type(value) == 'boolean' and 7
+      or ((value == floor(value) and value < I64_LIM and value >= -I64_LIM) and 5 or 0)
     local dt, devt, devi, rg = opts_dtype_device(opts, 'full', def)
-    local t = new_empty(n, dt, devt, devi)
     if type(value) == 'boolean' then value = value and 1 or 0 end
+    check_scalar('full', value, dt)
+    local t = new_empty(n, dt, devt, devi)
     check(C.dpl_tensor_fill_(t, value))
     return grad_leaf(t, rg)
   end
@@ -91,6 +96,7 @@ return function(M, H)
       error('linspace: expected (start, end, steps)', 2)
     end
     local dt, devt, devi, rg = opts_dtype_device(opts, 'linspace')
+    if M._INT_RANGE[dt] then check_scalar('linspace', start, dt) check_scalar('linspace', stop, dt) end
     return grad_leaf(call1(C.dpl_tensor_linspace, start, stop, steps, dt, devt, devi, out1), rg)
   end
 
@@ -175,7 +181,12 @@ return function(M, H)
     local t = new_empty(#shape, dt, devt, devi)
     if n > 0 then
       local buf = ffi.new('double[?]', n)
-      for i = 1, n do buf[i - 1] = flat[i] end
+      if M._INT_RANGE[dt] then -- (an explicit integer dtype: each number checked as PyTorch's
+        -- tensor() does; a floating dtype keeps an overflow as inf, as there)
+        for i = 1, n do buf[i - 1] = check_scalar('tensor', flat[i], dt) end
+      else
+        for i = 1, n do buf[i - 1] = flat[i] end
+      end
       check(C.dpl_tensor_set_from_f64(t, buf, n))
     end
     return grad_leaf(t, rg)
@@ -208,6 +219,7 @@ return function(M, H)
     if type(v) == 'boolean' then v = v and 1 or 0 end
     need_number('full_like', 'fill_value', v)
     local r, rg = empty_like(t, opts, 'full_like')
+    check_scalar('full_like', v, r._dtype)
     check(C.dpl_tensor_fill_(r, v))
     return grad_leaf(r, rg)
   end

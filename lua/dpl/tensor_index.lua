@@ -18,15 +18,9 @@ local options = require 'dpl.options'
 local type, tostring, tonumber = type, tostring, tonumber
 local fmt = string.format
 local lua_error = error
-local huge = math.huge
 
 local SCATTER_KEYS, PUT_KEYS, WRAP_KEYS = options.keys('reduce'), options.keys('accumulate'), options.keys('wrap')
 local REDUCE = { add = 1, multiply = 2 }
--- the values each integer dtype takes without overflow (PyTorch's check: uint8 also takes
--- -255..-1, wrapping around); the largest finite value of the floating dtypes
-local INT_RANGE = { [4] = { -2 ^ 31, 2 ^ 31 - 1 }, [5] = { -2 ^ 63, 2 ^ 63 }, [6] = { -255, 255 } }
-local FLOAT_MAX = { [0] = 3.4028234663852886e38, [2] = 65504, [3] = 3.3895313892515355e38 }
-
 return function(M, H)
   local methods, is_tensor, dtype_names = M.methods, M.is_tensor, M.dtype_names
   local cdim, index0, call1, out1, error = H.cdim, H.index0, H.call1, H.out1, H.error
@@ -86,21 +80,11 @@ return function(M, H)
     if type(v) ~= 'number' then error(fmt('%s: %s must be a number, got %s', name, what, got(v))) end
     return v
   end
-  -- PyTorch refuses a value its dtype cannot hold ("value cannot be converted to type uint8_t without overflow").
-  -- A fraction (or a value from a floating tensor: float_src) is a float, as in Python: PyTorch's
-  -- rule for floats applies, the integer dtype's own range (uint8: 0..255, no wrapping)
-  local function check_value(name, v, dt, float_src)
-    local bad = false
-    local r = INT_RANGE[dt]
-    if r and (float_src or v ~= math.floor(v)) then
-      bad = v ~= v or v < (dt == 6 and 0 or r[1]) or v > (dt == 6 and 255 or r[2]) or (dt == 5 and v >= 2 ^ 63)
-    elseif r then
-      bad = v ~= v or v < r[1] or v > r[2] or (dt == 5 and v >= 2 ^ 63)
-    elseif FLOAT_MAX[dt] then
-      bad = v == v and v ~= huge and v ~= -huge and (v > FLOAT_MAX[dt] or v < -FLOAT_MAX[dt])
-    end
-    if bad then error(fmt('%s: value %s cannot be converted to %s without overflow', name, tostring(v), dtype_names[dt])) end
-  end
+  -- PyTorch refuses a value its dtype cannot hold ("value cannot be converted to type uint8_t
+  -- without overflow"): dpl.tensor's shared check (a fraction, or a value from a floating tensor:
+  -- float_src, is a float to PyTorch: uint8 takes 0..255 then, no wrapping)
+  local check_value = M._check_scalar
+  local function checked_dtype(dt) return dt ~= 1 and dt ~= 7 end -- (float64 and bool take any number)
   -- a 0-d tensor of like's dtype and device holding v (exact for int64 beyond 2^53)
   local function value_tensor(v, like)
     local r = call1(C.dpl_tensor_empty, like._dtype, 0, nil, like._devtype, like._devindex, out1)
@@ -208,7 +192,7 @@ return function(M, H)
       if value._ndim ~= 0 then
         error(fmt('%s: value must be a number or a 0-d tensor, got a tensor with %d dims', name, value._ndim))
       end
-      if INT_RANGE[t._dtype] or FLOAT_MAX[t._dtype] then -- (its value converted to self's dtype, as PyTorch checks it)
+      if checked_dtype(t._dtype) then -- (its value converted to self's dtype, as PyTorch checks it)
         local v = value:item()
         if type(v) == 'boolean' then v = v and 1 or 0 end
         local ok, e = pcall(check_value, name, v, t._dtype, value._dtype <= 3)

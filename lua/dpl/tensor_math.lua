@@ -381,6 +381,12 @@ return function(M, H)
     return v
   end
   M._addc_value = addc_value
+  -- the value of an integer input is converted to its dtype, as PyTorch checks it (uint8's
+  -- 300: an error, not 44)
+  local function int_value(name, v, s)
+    if s._dtype >= 4 and s._dtype <= 6 then M._check_scalar(name, v, s._dtype) end
+    return v
+  end
   for _, name in ipairs({ 'addcmul', 'addcdiv' }) do
     local div = name == 'addcdiv' and 1 or 0
     --- addcmul(tensor1, tensor2, value=1): input + value * tensor1 * tensor2 (addcdiv: / tensor2)
@@ -388,14 +394,14 @@ return function(M, H)
       need_tensor(name, 'input', s)
       need_tensor(name, 'tensor1', t1)
       need_tensor(name, 'tensor2', t2)
-      return call1(C.dpl_addcmul, div, s, t1, t2, addc_value(name, v, extra), out1)
+      return call1(C.dpl_addcmul, div, s, t1, t2, int_value(name, addc_value(name, v, extra), s), out1)
     end
     methods[name .. '_'] = function(s, t1, t2, v, extra)
       local iname = name .. '_'
       need_tensor(iname, 'self', s)
       need_tensor(iname, 'tensor1', t1)
       need_tensor(iname, 'tensor2', t2)
-      check(C.dpl_addcmul_(div, s, t1, t2, addc_value(iname, v, extra)))
+      check(C.dpl_addcmul_(div, s, t1, t2, int_value(iname, addc_value(iname, v, extra), s)))
       return s
     end
     M[name] = methods[name]

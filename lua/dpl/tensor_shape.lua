@@ -679,6 +679,7 @@ return function(M, H)
       error(fmt('new_full: fill_value must be a number or a boolean, got %s', type(value)))
     end
     local o, rg = new_opts(t, 'new_full', opts)
+    if type(value) == 'number' then M._check_scalar('new_full', value, M.dtype_ids[o.dtype]) end
     return finish(M.full(size, value, o), rg)
   end
   --- t:new_tensor(data [, opts]): dpl.tensor(data) in t's dtype and device unless given (a

@@ -120,6 +120,10 @@ return function(M, H)
       return
     end
     local r = t._ndim == 0 and error('index: a 0-d tensor cannot be indexed (use t:fill_(v))', 3) or table_view(t, k)
-    if is_tensor(v) then m.copy_(r, v) else m.fill_(r, v) end
+    if is_tensor(v) then m.copy_(r, v)
+    else
+      if type(v) == 'number' then M._check_scalar('index', v, t._dtype) end -- (named as t[k] = v)
+      m.fill_(r, v)
+    end
   end
 end
