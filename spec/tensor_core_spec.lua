@@ -553,6 +553,23 @@ describe('numbers stored into integer dtypes (overflow is an error, as PyTorch)'
     assert.are.same({ 0, 0 }, u8({ 1, 2 }):add(u8({ 1, 2 }), -1):totable())
     assert.are.same({ 1, 2 }, dpl.tensor({ 1, 2 }, { dtype = 'int32' }):add(2 ^ 40):totable())
   end)
+
+  it('dpl.tensor takes int64_t/uint64_t cdata (9223372036854775807LL) exactly, where 2^63 overflows', function()
+    overflow(function() return dpl.tensor({ 2 ^ 63 }, { dtype = 'int64' }) end,
+      'tensor: value 9.2233720368548e+18 cannot be converted to int64 without overflow')
+    local t = dpl.tensor({ 9223372036854775807LL, -9223372036854775807LL - 1, 5, 2 ^ 53 + 1LL })
+    assert.are.equal('int64', t.dtype)
+    assert.are.equal(-2 ^ 63, (t:narrow(1, 1, 1) + 1):item()) -- INT64_MAX + 1 wraps to INT64_MIN
+    assert.are.equal(-2 ^ 63, t[2]:item())
+    assert.are.equal(1, (t:narrow(1, 4, 1) - 2 ^ 53):item()) -- exact: 2^53 + 1 is no double
+    assert.are.equal('int64', dpl.tensor(7LL).dtype)
+    assert.are.same({ 1, 2.5 }, dpl.tensor({ 1LL, 2.5 }):totable()) -- with a fraction: float32
+    assert.are.same({ { 1, 2 }, { 3, 4 } }, dpl.tensor({ { 1LL, 2 }, { 3, 4ULL } }, { dtype = 'int32' }):totable())
+    overflow(function() return dpl.tensor({ 18446744073709551615ULL }) end,
+      'tensor: value 18446744073709551615 cannot be converted to int64 without overflow')
+    overflow(function() return dpl.tensor({ 300LL }, { dtype = 'uint8' }) end, 'tensor: value 300 cannot')
+    overflow(function() return dpl.tensor({ true, 1LL }) end, 'tensor: mixed booleans and numbers')
+  end)
 end)
 
 describe('tensors on simulated GPUs', function()

@@ -56,6 +56,7 @@ local function same_values(got, want, tol, label)
     for i = 1, #want do same_values(got[i], want[i], tol, label .. '[' .. i .. ']') end
     return
   end
+  if type(want) == 'cdata' then want = tonumber(want) end -- (an int64_t literal: totable gives numbers)
   if want ~= want then
     assert(got ~= got, ('%s: expected nan, got %s'):format(label, tostring(got)))
   elseif tol and type(want) == 'number' then

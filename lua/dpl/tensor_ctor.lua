@@ -10,6 +10,8 @@ local bit = require 'bit'
 
 local type, tostring, tonumber, ipairs, next = type, tostring, tonumber, ipairs, next
 local floor, huge = math.floor, math.huge
+local istype = ffi.istype
+local I64, U64 = ffi.typeof('int64_t'), ffi.typeof('uint64_t')
 local I64_LIM = 2 ^ 63 -- integral numbers from here on (and below -2^63) make float32, not a saturated int64
 local fmt = string.format
 
@@ -121,7 +123,7 @@ return function(M, H)
       x = x[1]
     end
     local flat, n = {}, 0
-    local kind = 'int'
+    local kind, wide = 'int', false
     local function walk(v, d)
       if d > #shape then
         local tv = type(v)
@@ -134,12 +136,15 @@ return function(M, H)
         if tv == 'number' then
           if kind == 'bool' then error('tensor: mixed booleans and numbers', 5) end
           if kind ~= 'float' and (v ~= floor(v) or v ~= v or v >= I64_LIM or v < -I64_LIM) then kind = 'float' end
+        elseif tv == 'cdata' and (istype(I64, v) or istype(U64, v)) then -- 9223372036854775807LL: exact
+          if kind == 'bool' then error('tensor: mixed booleans and numbers', 5) end
+          wide = true
         elseif tv == 'boolean' then
           if n > 0 and kind ~= 'bool' then error('tensor: mixed booleans and numbers', 5) end
           kind = 'bool'
           v = v and 1 or 0
         else
-          error(fmt('tensor: expected numbers or booleans, got %s', tv), 5)
+          error(fmt('tensor: expected numbers, booleans or int64_t/uint64_t cdata, got %s', tv), 5)
         end
         n = n + 1
         flat[n] = v
@@ -152,7 +157,22 @@ return function(M, H)
       for i = 1, shape[d] do walk(v[i], d + 1) end
     end
     walk(data, 1)
-    return shape, flat, n, kind
+    return shape, flat, n, kind, wide
+  end
+
+  -- an int64_t/uint64_t cdata element: into an int64 element exactly, into another dtype as
+  -- the number it is (an integer dtype's range checked as for any number)
+  local I64_MAX = 9223372036854775807ULL
+  local function wide_elem(v, dt)
+    if dt == 5 then
+      if istype(U64, v) and v > I64_MAX then
+        error(fmt('tensor: value %s cannot be converted to int64 without overflow', tostring(v):gsub('ULL$', '')), 4)
+      end
+      return ffi.cast('int64_t', v)
+    end
+    local x = tonumber(v)
+    if M._INT_RANGE[dt] then check_scalar('tensor', x, dt) end
+    return x
   end
 
   --- dpl.tensor(data [, {dtype=, device=}]): data is a number, a boolean, a nested
@@ -166,12 +186,14 @@ return function(M, H)
       return grad_leaf(call1(C.dpl_tensor_to, data, dt, devt, devi, out1), rg)
     end
     local td = type(data)
-    local shape, flat, n, kind
+    local shape, flat, n, kind, wide
     if td == 'number' or td == 'boolean' then
       shape, flat, n = {}, { td == 'boolean' and (data and 1 or 0) or data }, 1
       kind = td == 'boolean' and 'bool' or ((data == floor(data) and data < I64_LIM and data >= -I64_LIM) and 'int' or 'float')
+    elseif td == 'cdata' and (istype(I64, data) or istype(U64, data)) then
+      shape, flat, n, kind, wide = {}, { data }, 1, 'int', true
     elseif td == 'table' then
-      shape, flat, n, kind = scan_nested(data)
+      shape, flat, n, kind, wide = scan_nested(data)
     else
       error(fmt('tensor: expected a number, a boolean, a nested table or a tensor, got %s', td), 2)
     end
@@ -179,7 +201,18 @@ return function(M, H)
     local dt, devt, devi = opts_dtype_device(opts, 'tensor', def)
     for i = 1, #shape do shp[i - 1] = shape[i] end
     local t = new_empty(#shape, dt, devt, devi)
-    if n > 0 then
+    if n > 0 and wide and dt == 5 and devt == 0 then -- (int64 cdata among the elements: no
+      -- trip through double; the new tensor is contiguous)
+      local p = ffi.cast('int64_t*', t._data)
+      for i = 1, n do
+        local v = flat[i]
+        if type(v) == 'number' then p[i - 1] = check_scalar('tensor', v, dt) else p[i - 1] = wide_elem(v, dt) end
+      end
+    elseif n > 0 and wide and dt == 5 then -- (on a device: built on the CPU, then copied)
+      local cpu = M.tensor(data, { dtype = 'int64' })
+      check(C.dpl_tensor_copy_(t, cpu))
+    elseif n > 0 then
+      if wide then for i = 1, n do if type(flat[i]) ~= 'number' then flat[i] = wide_elem(flat[i], dt) end end end
       local buf = ffi.new('double[?]', n)
       if M._INT_RANGE[dt] then -- (an explicit integer dtype: each number checked as PyTorch's
         -- tensor() does; a floating dtype keeps an overflow as inf, as there)
