@@ -67,8 +67,9 @@ report:
 dplhost: $(BUILD)/dplhost FORCE
 	@cmp -s $< $@ || { cp $< $@.tmp && mv -f $@.tmp $@; }
 
-$(BUILD)/dplhost: $(OBJS)
-	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+# (relinked when the static LuaJIT changes: scripts/install-deps.sh swaps packages)
+$(BUILD)/dplhost: $(OBJS) $(LUAJIT_A)
+	$(CC) $(LDFLAGS) -o $@ $(OBJS) $(LDLIBS)
 
 # the plugin beside the binary, where dplhost looks for it
 dpl_cuda.so: $(BUILD)/dpl_cuda.so FORCE

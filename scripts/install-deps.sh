@@ -6,7 +6,11 @@
 #                                     PyTorch Lightning 1.9.5 in build/plref)
 set -euo pipefail
 
-pkgs=(build-essential pkg-config luajit libluajit-5.1-dev lua-busted libedit-dev
+# LuaJIT: Debian's luajit2 (OpenResty's branch, 2.1-20230119), not bookworm's luajit
+# (2.1.0~beta3+git20220320), whose JIT ends an outer pairs() loop early once a nested pairs()
+# loop is blacklisted (LuaJIT issue #827, fixed upstream April 2022; spec/host_luajit_spec.lua).
+# The two conflict: apt replaces the one with the other (libluajit-5.1.a, /usr/bin/luajit).
+pkgs=(build-essential pkg-config luajit2 libluajit2-5.1-dev lua-busted libedit-dev
       libopenblas-dev zlib1g-dev openmpi-bin libopenmpi-dev dataset-fashion-mnist tmux)
 if [ "${1:-}" = "--bench" ]; then
   pkgs+=(python3-torch hyperfine)
