@@ -67,8 +67,14 @@ report:
 dplhost: $(BUILD)/dplhost FORCE
 	@cmp -s $< $@ || { cp $< $@.tmp && mv -f $@.tmp $@; }
 
-# (relinked when the static LuaJIT changes: scripts/install-deps.sh swaps packages)
-$(BUILD)/dplhost: $(OBJS) $(LUAJIT_A)
+# relinked when the static LuaJIT changes (scripts/install-deps.sh swaps packages, whose
+# files keep their old mtimes): the library's size and mtime are kept in a stamp
+LUAJIT_ID := $(if $(LUAJIT_A),$(shell stat -L -c '%s %Y' $(LUAJIT_A) 2>/dev/null),shared)
+$(BUILD)/luajit.id: FORCE
+	@mkdir -p $(dir $@)
+	@echo '$(LUAJIT_ID)' | cmp -s - $@ || echo '$(LUAJIT_ID)' > $@
+
+$(BUILD)/dplhost: $(OBJS) $(BUILD)/luajit.id
 	$(CC) $(LDFLAGS) -o $@ $(OBJS) $(LDLIBS)
 
 # the plugin beside the binary, where dplhost looks for it
