@@ -3,9 +3,13 @@
 -- launcher's --log-all-ranks); warn() and error() print on every rank.
 local M = {}
 
+local RANK_VARS = { 'RANK', 'OMPI_COMM_WORLD_RANK', 'PMI_RANK', 'SLURM_PROCID' }
+local getenv = os.getenv
+-- (read each call, not cached: a forked ddp_spawn worker sets RANK after the parent loaded this;
+-- no table made per call: a logger's rank_zero_only methods ask every step)
 local function env_rank()
-  for _, k in ipairs({ 'RANK', 'OMPI_COMM_WORLD_RANK', 'PMI_RANK', 'SLURM_PROCID' }) do
-    local v = tonumber(os.getenv(k) or '')
+  for i = 1, #RANK_VARS do
+    local v = tonumber(getenv(RANK_VARS[i]) or '')
     if v then return v end
   end
   return 0

@@ -160,6 +160,21 @@ return function(M, H)
     return shape, flat, n, kind, wide
   end
 
+  -- a list 1..#l of numbers only (no nested table, no hash part beside it)?
+  local function flat_numbers(l)
+    local n = #l
+    for i = 1, n do if type(l[i]) ~= 'number' then return false end end
+    return next(l, n) == nil
+  end
+  -- 'int' when every number of the list is an integer int64 can hold, else 'float'
+  local function int_kind(l, n)
+    for i = 1, n do
+      local v = l[i]
+      if v ~= floor(v) or v >= I64_LIM or v < -I64_LIM then return 'float' end -- (nan too)
+    end
+    return 'int'
+  end
+
   -- an int64_t/uint64_t cdata element: into an int64 element exactly, into another dtype as
   -- the number it is (an integer dtype's range checked as for any number)
   local I64_MAX = 9223372036854775807ULL
@@ -192,6 +207,10 @@ return function(M, H)
       kind = td == 'boolean' and 'bool' or ((data == floor(data) and data < I64_LIM and data >= -I64_LIM) and 'int' or 'float')
     elseif td == 'cdata' and (istype(I64, data) or istype(U64, data)) then
       shape, flat, n, kind, wide = {}, { data }, 1, 'int', true
+    elseif td == 'table' and type(data[1]) == 'number' and flat_numbers(data) then
+      -- a flat list of numbers (a batch's indices, every step): no closure, compiled
+      n = #data
+      shape, flat, kind = { n }, data, int_kind(data, n)
     elseif td == 'table' then
       shape, flat, n, kind, wide = scan_nested(data)
     else

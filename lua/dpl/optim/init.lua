@@ -157,6 +157,21 @@ function Optimizer:_check_group(g, gi)
   end
 end
 
+local function zero_grads(self, to_none)
+  for _, g in ipairs(self.param_groups) do
+    for _, p in ipairs(g.params) do
+      if to_none then p.grad = nil
+      elseif p.grad then
+        -- as torch: detach_ a gradient with history, else only drop requires_grad (a
+        -- gradient may be a view: DDP's gradient_as_bucket_view)
+        local g = p.grad
+        if g.grad_fn then g:detach_() elseif g.requires_grad then g:requires_grad_(false) end
+        g:zero_()
+      end
+    end
+  end
+end
+
 --- zero_grad({set_to_none=true}) (or zero_grad(false), as Module:zero_grad): clears the
 --- gradients of every parameter; set_to_none=false zeroes them in place (detached), as PyTorch.
 function Optimizer:zero_grad(opts)
@@ -167,20 +182,7 @@ function Optimizer:zero_grad(opts)
     check_opts(opts, ZERO_GRAD_KEYS, 'zero_grad')
     to_none = not (opts and opts.set_to_none == false)
   end
-  autograd.no_grad(function()
-    for _, g in ipairs(self.param_groups) do
-      for _, p in ipairs(g.params) do
-        if to_none then p.grad = nil
-        elseif p.grad then
-          -- as torch: detach_ a gradient with history, else only drop requires_grad (a
-          -- gradient may be a view: DDP's gradient_as_bucket_view)
-          local g = p.grad
-          if g.grad_fn then g:detach_() elseif g.requires_grad then g:requires_grad_(false) end
-          g:zero_()
-        end
-      end
-    end
-  end)
+  autograd.no_grad(zero_grads, self, to_none) -- (no closure per call: compiled)
 end
 
 --- step([closure]): one update; closure (re-evaluating the loss) is called first with grad on.

@@ -452,18 +452,22 @@ function Trainer:_call_callback_hooks_profiled(list, name, ...)
   model._current_fx_name = prev
 end
 
+-- configure_optimizers' results, all of them (it may return two lists)
+local function configure_optimizers_returned(prev, model, ...)
+  model._current_fx_name = prev
+  if select('#', ...) > 1 then return Trainer._optimizers_returned({ n = select('#', ...), ... }) end
+  return (...)
+end
+
+-- (no closure in here: a function that makes one cannot be compiled, and this runs for
+-- every module hook of every step)
 local function module_hook_raw(self, model, name, ...)
   local rc = self._results_connector
   if (rc.lazy[1] ~= nil or rc.acc[1] ~= nil) and self:_is_overridden(name, model) then rc:flush() end
   local prev = model._current_fx_name
   model._current_fx_name = name
   if name == 'configure_optimizers' then
-    local out = { n = 0 }
-    local function keep(...) out.n = select('#', ...); for i = 1, out.n do out[i] = (select(i, ...)) end end
-    keep(model[name](model, ...))
-    model._current_fx_name = prev
-    if out.n > 1 then return Trainer._optimizers_returned(out) end
-    return out[1]
+    return configure_optimizers_returned(prev, model, model[name](model, ...))
   end
   local r = model[name](model, ...)
   model._current_fx_name = prev

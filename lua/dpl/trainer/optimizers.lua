@@ -158,17 +158,19 @@ M.MockOptimizer = function() return setmetatable({ param_groups = {}, _mock = tr
 
 local LightningOptimizer = {}
 LightningOptimizer.__name = 'LightningOptimizer'
+-- a method of the wrapped optimizer, called with the optimizer as self (made apart from
+-- __index, whose closure would keep every lookup from being compiled)
+local function bind(self, k, v, opt)
+  local bound = function(_, ...) return v(opt, ...) end
+  rawset(self, k, bound)
+  return bound
+end
 LightningOptimizer.__index = function(self, k)
   local m = LightningOptimizer[k]
   if m ~= nil then return m end
   local opt = rawget(self, 'optimizer')
   local v = opt[k]
-  if type(v) == 'function' then
-    -- a method of the wrapped optimizer, called with the optimizer as self
-    local bound = function(_, ...) return v(opt, ...) end
-    rawset(self, k, bound)
-    return bound
-  end
+  if type(v) == 'function' then return bind(self, k, v, opt) end
   return v
 end
 LightningOptimizer.__tostring = function(self) return 'LightningOptimizer(' .. tostring(self.optimizer) .. ')' end

@@ -36,6 +36,14 @@ reducers[math.min] = 'min'
 
 local T_is_tensor
 
+-- v:item() of something with an item method (reading .item may raise on a cdata); apart from
+-- to_number, whose closure would keep it from being compiled
+local function item_of(v)
+  local ok, item = pcall(function() return v.item end)
+  if ok and type(item) == 'function' then return item(v) end
+  return nil
+end
+
 local function to_number(v)
   local tv = type(v)
   if tv == 'number' then return v end
@@ -48,10 +56,7 @@ local function to_number(v)
       return x
     end
   end
-  if (tv == 'cdata' or tv == 'table' or tv == 'userdata') then
-    local ok, item = pcall(function() return v.item end)
-    if ok and type(item) == 'function' then return item(v) end
-  end
+  if (tv == 'cdata' or tv == 'table' or tv == 'userdata') then return item_of(v) end
   return nil
 end
 M.to_number = to_number
@@ -522,6 +527,21 @@ end
 
 local INT_EPOCH = { epoch = true }
 
+-- log_metrics' key order (a module-level comparator reading sort_seq/sort_dls: no closure
+-- made per call, which would keep log_metrics from being compiled)
+local EMPTY = {}
+local sort_seq, sort_dls
+local function key_order(a, b)
+  local seq, dls = sort_seq, sort_dls
+  local x, y = seq[a] or (a == 'epoch' and 2 ^ 53 or 2 ^ 52), seq[b] or (b == 'epoch' and 2 ^ 53 or 2 ^ 52)
+  if x < 2 ^ 52 and y < 2 ^ 52 then
+    local da, db = dls[a], dls[b]
+    if da ~= db then return (da and -da or math.huge) < (db and -db or math.huge) end
+  end
+  if x ~= y then return x < y end
+  return tostring(a) < tostring(b)
+end
+
 --- Sends metrics to the loggers (rank 0); step defaults to the number of optimizer-stepped
 --- batches. As Lightning's LoggerConnector.log_metrics, `epoch` is added when no step is
 --- given (Lightning's training rows, which pass step=None, say so with `with_epoch`; the
@@ -556,18 +576,11 @@ function M:log_metrics(metrics, step, with_epoch)
   -- last dataloader's keys first, then the epoch-end hooks' (no dataloader); `epoch` last
   -- (Lightning's setdefault).
   local c = self.current
-  local seq, dls = c and c.seq or {}, c and c.dl or {}
   local order = {}
   for k in pairs(out) do order[#order + 1] = k end
-  table.sort(order, function(a, b)
-    local x, y = seq[a] or (a == 'epoch' and 2 ^ 53 or 2 ^ 52), seq[b] or (b == 'epoch' and 2 ^ 53 or 2 ^ 52)
-    if x < 2 ^ 52 and y < 2 ^ 52 then
-      local da, db = dls[a], dls[b]
-      if da ~= db then return (da and -da or math.huge) < (db and -db or math.huge) end
-    end
-    if x ~= y then return x < y end
-    return tostring(a) < tostring(b)
-  end)
+  sort_seq, sort_dls = c and c.seq or EMPTY, c and c.dl or EMPTY
+  table.sort(order, key_order)
+  sort_seq, sort_dls = nil, nil
   -- Lightning writes its metric values as floats (tensor.item() of a float tensor, every
   -- self:log value is one), its `epoch` as an int: the CSV writes 1.0 and 0
   for i = 1, #loggers do
