@@ -420,8 +420,9 @@ function pool_mt:shutdown(graceful)
   self.dead = true
   M._pools[self] = nil
   -- (numeric loops over the worker ids, never pairs() with fields cleared as it goes: this
-  -- runs from finalizers too, and there a pairs() loop that clears its table could spin
-  -- for ever under the JIT -- a despecialized ITERN, seen 1 run in 20 under load)
+  -- runs from finalizers too, and there such a pairs() loop was seen to spin for ever in
+  -- the JIT's trace exits, about 1 run in 30 under load, with bookworm's LuaJIT and with
+  -- luajit2 alike; the cause inside LuaJIT is not pinned down, a plain repro stays clean)
   local fds, pids = self.fds, self.pids
   for w = 0, self.n - 1 do
     local f = fds[w]
