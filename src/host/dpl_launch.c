@@ -281,18 +281,16 @@ static void process(child_t *c, int which)
   stream_t *s = &c->s[which];
   size_t line = 0;
   char *nl;
-  int blocked = 0;
   while (line < s->len && (nl = memchr(s->buf + line, '\n', s->len - line)) != NULL) {
     size_t i = (size_t)(nl - s->buf);
-    if (which == 1 && n_held && holds(c->local) && (s->mid_line || !is_warning(s->buf + line, i - line))) {
-      blocked = 1;
+    if (which == 1 && n_held && holds(c->local) && (s->mid_line || !is_warning(s->buf + line, i - line)))
       break;
-    }
     emit(c, which, s->buf + line, i - line, 1);
     line = i + 1;
   }
   size_t rest = s->len - line;
-  if (!blocked && !(which == 1 && n_held && holds(c->local)) && (rest >= LINE_HELD_MAX || (s->eof && (rest || s->mid_line)))) {
+  /* (a rank held now, by the loop's stop or by a warning it just emitted, keeps the rest) */
+  if (!(which == 1 && n_held && holds(c->local)) && (rest >= LINE_HELD_MAX || (s->eof && (rest || s->mid_line)))) {
     emit(c, which, s->buf + line, rest, s->eof); /* at EOF: the unfinished last line, ended */
     rest = 0;
     line = s->len;
