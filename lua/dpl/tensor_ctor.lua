@@ -13,6 +13,8 @@ local floor, huge = math.floor, math.huge
 local istype = ffi.istype
 local I64, U64 = ffi.typeof('int64_t'), ffi.typeof('uint64_t')
 local I64_LIM = 2 ^ 63 -- integral numbers from here on (and below -2^63) make float32, not a saturated int64
+-- a number that makes an int64 tensor by default: integral and in int64's range (nan is not)
+local function int64_number(v) return v == floor(v) and v < I64_LIM and v >= -I64_LIM end
 local fmt = string.format
 
 return function(M, H)
@@ -63,7 +65,7 @@ return function(M, H)
     -- the default dtype: bool, int64 for an integral number in int64's range, else float32
     -- (inf, nan, 1e300 are floats, as in Python)
     local def = type(value) == 'boolean' and 7
-      or ((value == floor(value) and value < I64_LIM and value >= -I64_LIM) and 5 or 0)
+      or (int64_number(value) and 5 or 0)
     local dt, devt, devi, rg = opts_dtype_device(opts, 'full', def)
     if type(value) == 'boolean' then value = value and 1 or 0 end
     check_scalar('full', value, dt)
@@ -135,7 +137,7 @@ return function(M, H)
         end
         if tv == 'number' then
           if kind == 'bool' then error('tensor: mixed booleans and numbers', 5) end
-          if kind ~= 'float' and (v ~= floor(v) or v ~= v or v >= I64_LIM or v < -I64_LIM) then kind = 'float' end
+          if kind ~= 'float' and not int64_number(v) then kind = 'float' end
         elseif tv == 'cdata' and (istype(I64, v) or istype(U64, v)) then -- 9223372036854775807LL: exact
           if kind == 'bool' then error('tensor: mixed booleans and numbers', 5) end
           wide = true
@@ -169,8 +171,7 @@ return function(M, H)
   -- 'int' when every number of the list is an integer int64 can hold, else 'float'
   local function int_kind(l, n)
     for i = 1, n do
-      local v = l[i]
-      if v ~= floor(v) or v >= I64_LIM or v < -I64_LIM then return 'float' end -- (nan too)
+      if not int64_number(l[i]) then return 'float' end
     end
     return 'int'
   end
@@ -204,7 +205,7 @@ return function(M, H)
     local shape, flat, n, kind, wide
     if td == 'number' or td == 'boolean' then
       shape, flat, n = {}, { td == 'boolean' and (data and 1 or 0) or data }, 1
-      kind = td == 'boolean' and 'bool' or ((data == floor(data) and data < I64_LIM and data >= -I64_LIM) and 'int' or 'float')
+      kind = td == 'boolean' and 'bool' or (int64_number(data) and 'int' or 'float')
     elseif td == 'cdata' and (istype(I64, data) or istype(U64, data)) then
       shape, flat, n, kind, wide = {}, { data }, 1, 'int', true
     elseif td == 'table' and type(data[1]) == 'number' and flat_numbers(data) then
