@@ -121,7 +121,7 @@ function GradScaler:unscale_(optimizer)
   local dev -- the largest |g| of each GPU gradient, read back once for all of them
   for _, g in ipairs(groups) do
     for _, p in ipairs(g.params) do
-      local gr = p.grad
+      local gr = require('dpl.autograd').grad_of(p)
       if gr ~= nil then
         gr:mul_(inv)
         if gr._devtype ~= 0 then

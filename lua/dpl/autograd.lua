@@ -56,8 +56,11 @@ if not S then
   REG['dpl.autograd.state'] = S
 end
 S.lhooks = S.lhooks or setmetatable({}, { __mode = 'k' }) -- leaf -> list of gradient hooks
+-- gradients that reached code outside the engine and the optimizers (read through t.grad,
+-- assigned by t.grad = g, or passed to a hook): drop_grad never frees those
+S.exposed = S.exposed or setmetatable({}, { __mode = 'k' })
 local rg, gfn, grads, viewbase, versions = S.rg, S.gfn, S.grads, S.viewbase, S.versions
-local lhooks = S.lhooks
+local lhooks, exposed = S.lhooks, S.exposed
 -- the count of in-place ops while autograd is live: a view's node records it (n.bep), so
 -- that a view used before any in-place op happened anywhere costs one number compare
 S.ip = S.ip or 0
@@ -983,7 +986,34 @@ props.retains_grad = function(t)
   local n = cur_gfn(t)
   return n ~= nil and n.retain ~= nil and n.retain[1] == t
 end
-props.grad = function(t) return grads[t] end
+props.grad = function(t)
+  local g = grads[t]
+  if g ~= nil then exposed[g] = true end
+  return g
+end
+
+--- grad_of(t): t's gradient, for the library's own readers (optimizers, DDP, clipping) that
+--- neither keep it past the step nor hand it to user code: unlike t.grad, it leaves the
+--- gradient free to be released by drop_grad.
+function M.grad_of(t)
+  local g = grads[t]
+  if g == nil and type(t) == 'table' then return t.grad end -- (a parameter-like table: its field)
+  return g
+end
+
+--- drop_grad(t): t.grad = nil (zero_grad's set_to_none), releasing the gradient's memory at
+--- once when nothing else can reach it: no user code got it (t.grad, a hook, an assignment)
+--- and no other tensor shares its storage. Its block then serves the next step's gradient
+--- while still in cache, as PyTorch's refcounting does, instead of waiting for a collection.
+function M.drop_grad(t)
+  local g = grads[t]
+  if g == nil then
+    if type(t) == 'table' then t.grad = nil end -- (a parameter-like table: its field)
+    return
+  end
+  grads[t] = nil
+  if not exposed[g] and C.dpl_storage_refcount(g) == 1 then C.dpl_tensor_free_data(g) end
+end
 
 setters.requires_grad = function(t, v)
   if type(v) ~= 'boolean' then error(fmt('requires_grad: expected a boolean, got %s', type(v)), errors.ValueError) end
@@ -1005,6 +1035,7 @@ setters.grad = function(t, g)
       error(fmt('grad: assigned grad has shape %s, the tensor has shape %s',
         table.concat(size_of(g), 'x'), table.concat(size_of(t), 'x')), 3)
     end
+    exposed[g] = true
     if g._dtype ~= t._dtype then
       error(fmt('grad: assigned grad has data of a different type (%s; the tensor is %s)', g.dtype, t.dtype))
     end
@@ -1114,7 +1145,10 @@ end
 -- to t.grad (PyTorch's AccumulateGrad)
 local function accumulate_leaf(t, g, taken)
   local hooks = lhooks[t]
-  if hooks and #hooks > 0 then g = run_hooks(hooks, g) end
+  if hooks and #hooks > 0 then
+    g = run_hooks(hooks, g)
+    exposed[g] = true
+  end
   -- a leaf that stopped requiring grad after the forward pass (x:requires_grad_(false),
   -- x:detach_()) gets no .grad, as PyTorch's AccumulateGrad
   if not rg[t] then return end
@@ -1259,9 +1293,13 @@ local function run_backward(root_t, grad, retain, cap, deps)
           end
         end
       end
-      if n.hooks and g ~= nil then g = run_hooks(n.hooks, g) end
+      if n.hooks and g ~= nil then
+        g = run_hooks(n.hooks, g)
+        exposed[g] = true -- (a hook may keep g, which may pass on to a leaf's .grad)
+      end
       if n.retain and n.retain[1] then
         local t = n.retain[1]
+        exposed[g] = true -- (g may also become a leaf's .grad)
         grads[t] = grads[t] and grads[t] + g or g
       end
       local gs

@@ -501,7 +501,11 @@ function Fabric:clip_gradients(model, optimizer, opts)
   local coef = max_norm / (total + 1e-6)
   if coef < 1 or coef ~= coef then
     require('dpl.autograd').no_grad(function()
-      for _, p in ipairs(params) do if p.grad then p.grad:mul_(coef) end end
+      local grad_of = require('dpl.autograd').grad_of
+      for _, p in ipairs(params) do
+        local g = grad_of(p)
+        if g then g:mul_(coef) end
+      end
     end)
   end
   return total

@@ -292,6 +292,7 @@ return function(M, H)
   function methods.equal(a, b)
     need_tensor('equal', 'input', a)
     need_tensor('equal', 'other', b)
+    if a._storage == nil or b._storage == nil then binop(OP_EQ, a, b) end -- (raises: a freed tensor)
     if a._ndim ~= b._ndim then return false end
     for i = 0, a._ndim - 1 do
       if a._shape[i] ~= b._shape[i] then return false end

@@ -441,7 +441,7 @@ function Module:zero_grad(opts)
   local to_none = not (opts and opts.set_to_none == false)
   if type(opts) == 'boolean' then to_none = opts end
   for _, p in ipairs(self:parameters()) do
-    if to_none then p.grad = nil
+    if to_none then autograd.drop_grad(p)
     elseif p.grad then p.grad:zero_() end
   end
 end

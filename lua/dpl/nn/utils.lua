@@ -60,7 +60,7 @@ function M._clip_grad_norm(params, max_norm, norm_type, want_total, error_if_non
     local inf = norm_type == math.huge or norm_type == 'inf'
     local grads, host = {}, true
     for _, p in ipairs(params) do
-      local g = p.grad
+      local g = autograd.grad_of(p)
       if g then
         grads[#grads + 1] = g
         if g._devtype ~= 0 then host = false end
@@ -127,7 +127,8 @@ function M.clip_grad_value_(params, v)
   if type(v) ~= 'number' then error('clip_grad_value_: clip_value must be a number', 2) end
   autograd.no_grad(function()
     for _, p in ipairs(params) do
-      if p.grad then p.grad:clamp_(-v, v) end
+      local g = autograd.grad_of(p)
+      if g then g:clamp_(-v, v) end
     end
   end)
 end

@@ -157,10 +157,12 @@ function Optimizer:_check_group(g, gi)
   end
 end
 
+local drop_grad, grad_of = autograd.drop_grad, autograd.grad_of
+
 local function zero_grads(self, to_none)
   for _, g in ipairs(self.param_groups) do
     for _, p in ipairs(g.params) do
-      if to_none then p.grad = nil
+      if to_none then drop_grad(p)
       elseif p.grad then
         -- as torch: detach_ a gradient with history, else only drop requires_grad (a
         -- gradient may be a view: DDP's gradient_as_bucket_view)
@@ -210,9 +212,15 @@ function Optimizer:_update()
 end
 
 --- The per-tensor update of one group.
+-- (the built-in optimizers' update_param read the gradient through grad_of: they keep no
+-- reference to it, so zero_grad may release it; a subclass's own update_param gets p.grad)
+local builtin_update = setmetatable({}, { __mode = 'k' })
+optim._builtin_update = builtin_update
 function Optimizer:_update_group(g)
+  local get = builtin_update[self.update_param] and grad_of or nil
   for _, p in ipairs(g.params) do
-    local grad = p.grad
+    local grad
+    if get then grad = get(p) else grad = p.grad end
     if grad then
       local st = self.state[p]
       if not st then st = {}; self.state[p] = st end
@@ -368,7 +376,7 @@ local function multi_list(self, g)
   if self.foreach == false then return nil end
   local ps, gs, p0 = {}, {}, nil
   for _, p in ipairs(g.params) do
-    local grad = p.grad
+    local grad = grad_of(p)
     if grad then
       if p._dtype > 1 or not p:is_contiguous() or not same_layout(grad, p) then return nil end
       if not p0 then
@@ -763,6 +771,9 @@ end })
 -- Rprop, ASGD and LBFGS (lua/dpl/optim/extra.lua)
 require('dpl.optim.extra').install(optim, { Optimizer = Optimizer, misconf = misconf, check_range = check_range,
   show = show, check_foreach = check_foreach })
+for _, name in ipairs { 'SGD', 'Adam', 'AdamW', 'RMSprop', 'Adagrad', 'Adamax', 'NAdam', 'RAdam', 'Rprop', 'ASGD' } do
+  builtin_update[optim[name].update_param] = true
+end
 -- optim.sgd(feval, x, config) and Torch7's other closures: an error naming the class (docs/torch7.md)
 require('dpl.nn.torch7').install_optim(optim)
 

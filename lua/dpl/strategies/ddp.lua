@@ -181,6 +181,13 @@ function DDPStrategy:setup_environment()
   end
 end
 
+-- t's gradient without exposing it (dpl.autograd.grad_of; autograd is loaded on first use)
+local grad_of_fn
+local function grad_of(t)
+  grad_of_fn = grad_of_fn or require('dpl.autograd').grad_of
+  return grad_of_fn(t)
+end
+
 local function parameters(model)
   if type(model.parameters) ~= 'function' then return {} end
   return model:parameters() or {}
@@ -451,7 +458,7 @@ end
 function DDPStrategy:_sync_in_place(b, dist, T)
   local list, k = b.list, 0
   for _, m in ipairs(b.members) do
-    local g = m.p.grad
+    local g = grad_of(m.p)
     if g == nil or g == m.view then g = zero_grad_for(b, m, T) end
     k = k + 1
     list[k] = g
@@ -465,14 +472,14 @@ end
 function DDPStrategy:_sync_flat(b, plan, dist, T)
   local flat = flat_of(b, T)
   for _, m in ipairs(b.members) do
-    local g = m.p.grad
+    local g = grad_of(m.p)
     if g == nil then m.view:zero_() elseif g ~= m.view then m.view:copy_(g) end
   end
   if b.vote then b.flat_vote:copy_(b.vote) end
   dist.all_reduce(flat, 'mean')
   if b.vote then b.vote:copy_(b.flat_vote) end
   for _, m in ipairs(b.members) do
-    local g = m.p.grad
+    local g = grad_of(m.p)
     if plan.as_view then
       if g ~= m.view then m.p.grad = m.view end
     elseif g == nil or g == m.view then

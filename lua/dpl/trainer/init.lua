@@ -611,7 +611,7 @@ function Trainer:_grad_norm(norm_type)
   local label = norm_type == 'inf' and 'inf' or (p == math.floor(p) and ('%d'):format(p) or tostring(p))
   local names, dev = {}, {} -- norms of GPU gradients are read back together (one wait)
   for _, e in ipairs(named_parameters(self.lightning_module)) do
-    local g = e[2].grad
+    local g = require('dpl.autograd').grad_of(e[2])
     if g ~= nil then
       local n = g:norm(p)
       if n._devtype == 0 then n = n:item() else dev[#dev + 1] = n end
