@@ -1219,6 +1219,33 @@ local function check_anomaly(n, gs)
   end
 end
 
+-- Gradients the engine made and alone holds are released as soon as they are used (as
+-- PyTorch's refcounting frees them), so that the next ones land in cached memory rather
+-- than in blocks only a collection would return. own[h] for a gradient handle h: true
+-- while exactly one node waits on it, h was made during this backward (its storage's serial
+-- is at least the one read at the start: not a saved or user tensor, nor a cached constant)
+-- by a backward function of the library (user code never saw it), and no hook or
+-- retain_grad exposed it; false once a second holder, a leaf, a capture or user code got
+-- it. A node's incoming gradient that is own[g] is freed after its backward ran, unless the
+-- node passed that very handle on; a node's pending gradient that is own[h] is freed once
+-- summed with the next one. Freeing drops only the handle's reference: views of it that
+-- the backward returned keep the storage.
+local LIB = debug.getinfo(1, 'S').source:match('^(@.*/)[^/]*$') or false
+local trusted_cache = setmetatable({}, { __mode = 'k' })
+local function trusted_bw(n)
+  local f = n.rule_bw or n.bw
+  local v = trusted_cache[f]
+  if v == nil then
+    local src = debug.getinfo(f, 'S').source
+    v = LIB ~= false and src:sub(1, #LIB) == LIB
+    trusted_cache[f] = v
+  end
+  return v
+end
+local storage_serial, free_data = C.dpl_storage_serial, C.dpl_tensor_free_data
+M._release_stats = { freed = 0 }
+local release_stats = M._release_stats
+
 local function run_backward(root_t, grad, retain, cap, deps)
   local root = cur_gfn(root_t)
   local taken = {}
@@ -1264,6 +1291,8 @@ local function run_backward(root_t, grad, retain, cap, deps)
     end
   end
   root.g = grad
+  local serial0 = C.dpl_storage_serials()
+  local own = {}
   local pend -- leaf -> the sum of its gradients so far, when it has more to come
   local ready, rp = { root }, 1
   while rp > 0 do
@@ -1275,7 +1304,10 @@ local function run_backward(root_t, grad, retain, cap, deps)
     local run = true
     if cap then
       local k = cap.node[n]
-      if k then cap.res[k] = g end -- (before n's hooks, as PyTorch 1.13)
+      if k then
+        cap.res[k] = g -- (before n's hooks, as PyTorch 1.13)
+        if g ~= nil then own[g] = false end
+      end
       run = exec[n] == true
     end
     if run then
@@ -1303,8 +1335,16 @@ local function run_backward(root_t, grad, retain, cap, deps)
         grads[t] = grads[t] and grads[t] + g or g
       end
       local gs
-      if g ~= nil then gs = { n.bw(n, g) } else gs = {} end
+      local mine = false -- n alone held g (see own)
+      if g ~= nil then
+        mine = own[g] == true and not exposed[g]
+        if mine then own[g] = nil end -- (false stays: another holder may still have g)
+        gs = { n.bw(n, g) }
+      else
+        gs = {}
+      end
       if S.anomaly then check_anomaly(n, gs) end
+      local trusted = trusted_bw(n)
       for i = 1, n.n do
         local e = n[i]
         if e then
@@ -1313,7 +1353,25 @@ local function run_backward(root_t, grad, retain, cap, deps)
             if gi ~= nil then
               if gi._dtype ~= e.dt then gi = gi:to(T.dtype_names[e.dt]) end
               local cur = e.g
-              e.g = cur == nil and gi or cur + gi
+              if cur == nil then
+                e.g = gi
+                local o = own[gi]
+                if o == nil then
+                  own[gi] = trusted and storage_serial(gi) >= serial0
+                elseif o then
+                  own[gi] = false
+                end
+              else
+                local sum = cur + gi
+                e.g = sum
+                own[sum] = true
+                if own[cur] == true and not exposed[cur] and not rawequal(cur, g) then
+                  own[cur] = nil
+                  free_data(cur)
+                  release_stats.freed = release_stats.freed + 1
+                end
+                if own[gi] == nil then own[gi] = false end -- (consumed; it may come again in gs)
+              end
             end
             local c = deps[e] - 1
             deps[e] = c
@@ -1322,7 +1380,10 @@ local function run_backward(root_t, grad, retain, cap, deps)
               ready[rp] = e
             end
           elseif capl == nil or capl[e] then
-            if gi ~= nil then gi = fit_leaf(e, gi, n, i) end
+            if gi ~= nil then
+              own[gi] = false
+              gi = fit_leaf(e, gi, n, i)
+            end
             local c = deps[e] - 1
             deps[e] = c
             local p = pend and pend[e]
@@ -1344,6 +1405,11 @@ local function run_backward(root_t, grad, retain, cap, deps)
             end
           end
         end
+      end
+      -- n's incoming gradient, when n alone held it and did not pass it on
+      if mine and own[g] == nil then
+        free_data(g)
+        release_stats.freed = release_stats.freed + 1
       end
       if not retain then
         for k in pairs(n) do

@@ -61,6 +61,7 @@ static inline int64_t counter_get(devcount *c, size_t field)
  * gc_flag turns 1 when either passes its threshold; Lua reads it through the
  * pointer from dpl_gc_flag (a plain load per op instead of a call). */
 static _Atomic int64_t since_gc, since_gc_handles;
+static _Atomic int64_t storage_serials; /* storages made so far (each one's serial) */
 static _Atomic int64_t gc_threshold = INT64_C(8) << 20;
 static _Atomic int64_t gc_handle_threshold = INT64_MAX;
 static int32_t gc_flag;
@@ -544,6 +545,7 @@ static int new_device(const char *op, int32_t dtype, int32_t ndim, const int64_t
                       dpl_dtype_name(dtype), dpl_shape_str(ndim, shape, bs, sizeof bs), (int)devindex, msg);
   }
   atomic_init(&s->refcount, 1);
+  s->serial = atomic_fetch_add(&storage_serials, 1);
   s->data = data;
   s->nbytes = nbytes;
   s->devtype = DPL_DEVICE_CUDA;
@@ -613,6 +615,7 @@ int dpl_new_on(const char *op, int32_t dtype, int32_t ndim, const int64_t *shape
   dpl_storage *s = (dpl_storage *)block;
   memset(t, 0, sizeof *t);
   atomic_init(&s->refcount, 1);
+  s->serial = atomic_fetch_add(&storage_serials, 1);
   s->data = (char *)(((uintptr_t)block + HDR_S + 63) & ~(uintptr_t)63);
   s->nbytes = nbytes;
   s->devtype = devtype;
@@ -656,6 +659,7 @@ int dpl_storage_wrap(void *data, int64_t nbytes, int kind, void *block, size_t m
   dpl_storage *s = malloc(sizeof *s);
   if (!s) return dpl_errorf(DPL_ENOMEM, "storage: out of memory");
   atomic_init(&s->refcount, 1);
+  s->serial = atomic_fetch_add(&storage_serials, 1);
   s->data = data;
   s->nbytes = nbytes;
   s->devtype = DPL_DEVICE_CPU;
@@ -682,6 +686,7 @@ int dpl_storage_sub(dpl_storage *parent, int64_t off, int64_t nbytes, dpl_storag
   *s = (dpl_storage){.data = parent->data + off, .nbytes = nbytes, .devtype = parent->devtype,
                      .devindex = parent->devindex, .kind = DPL_STORAGE_SUB, .block = parent, .cold = 1};
   atomic_init(&s->refcount, 1);
+  s->serial = atomic_fetch_add(&storage_serials, 1);
   dpl_storage_retain(parent);
   *out = s;
   return DPL_OK;
@@ -717,6 +722,8 @@ int dpl_tensor_free_data(dpl_tensor *t)
   return DPL_OK;
 }
 
+int64_t dpl_storage_serial(const dpl_tensor *t) { return t && t->_storage ? t->_storage->serial : -1; }
+int64_t dpl_storage_serials(void) { return atomic_load(&storage_serials); }
 int64_t dpl_storage_refcount(const dpl_tensor *t) { return t && t->_storage ? atomic_load(&t->_storage->refcount) : 0; }
 int64_t dpl_storage_nbytes(const dpl_tensor *t) { return t && t->_storage ? t->_storage->nbytes : 0; }
 
