@@ -1335,16 +1335,16 @@ local function run_backward(root_t, grad, retain, cap, deps)
         grads[t] = grads[t] and grads[t] + g or g
       end
       local gs
-      local mine = false -- n alone held g (see own)
+      local trusted = trusted_bw(n)
+      local mine = false -- n alone held g, and user code does not see it (see own)
       if g ~= nil then
-        mine = own[g] == true and not exposed[g]
+        mine = trusted and own[g] == true and not exposed[g]
         if mine then own[g] = nil end -- (false stays: another holder may still have g)
         gs = { n.bw(n, g) }
       else
         gs = {}
       end
       if S.anomaly then check_anomaly(n, gs) end
-      local trusted = trusted_bw(n)
       for i = 1, n.n do
         local e = n[i]
         if e then
