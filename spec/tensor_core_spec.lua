@@ -328,6 +328,20 @@ describe('tensor lifetimes', function()
     v:free()
     assert.are.equal(m0 - 4000, dpl.memory_allocated()) -- released now, no GC needed
     assert.matches('was freed', err_of(function() return a + 1 end))
+    assert.matches('was freed', err_of(function() return a:equal(a) end))
+  end)
+
+  it('memory freed explicitly leaves the GC pacing count (no collection is due for it)', function()
+    local C = require('dpl.capi').C
+    T.collect()
+    local before = tonumber(C.dpl_gc_since(0))
+    local a = dpl.empty(1024, 1024) -- 4 MiB
+    local v = a:view(-1)
+    assert.are.equal(before + 4 * 1024 * 1024, tonumber(C.dpl_gc_since(0)))
+    a:free() -- the view still holds the storage: nothing comes back yet
+    assert.are.equal(before + 4 * 1024 * 1024, tonumber(C.dpl_gc_since(0)))
+    v:free()
+    assert.are.equal(before, tonumber(C.dpl_gc_since(0)))
   end)
 
   it('runs the GC itself when tensor bytes pile up, and reports allocation failures', function()

@@ -82,6 +82,20 @@ static inline void gc_count(int64_t nbytes, int64_t handles)
   }
 }
 
+/* Bytes a tensor's explicit release (dpl_tensor_free_data: t:free(), zero_grad, backward's
+ * intermediate gradients) gave back: they no longer wait for a collection, so they leave
+ * the count, and the flag falls when both counts are back under their thresholds. */
+static void gc_credit(int64_t nbytes)
+{
+  int64_t b = atomic_load_explicit(&since_gc, memory_order_relaxed) - nbytes;
+  if (b < 0) b = 0;
+  atomic_store_explicit(&since_gc, b, memory_order_relaxed);
+  if (b <= atomic_load_explicit(&gc_threshold, memory_order_relaxed) &&
+      atomic_load_explicit(&since_gc_handles, memory_order_relaxed) <=
+          atomic_load_explicit(&gc_handle_threshold, memory_order_relaxed))
+    __atomic_store_n(&gc_flag, 0, __ATOMIC_RELAXED);
+}
+
 int32_t dpl_gc_wanted(void) { return __atomic_load_n(&gc_flag, __ATOMIC_RELAXED); }
 int32_t *dpl_gc_flag(void) { return &gc_flag; }
 int64_t dpl_gc_done(void)
@@ -717,7 +731,9 @@ int dpl_hand_over(int st, int n, dpl_tensor *const *res, dpl_tensor **const *out
 int dpl_tensor_free_data(dpl_tensor *t)
 {
   if (!t) return DPL_OK;
-  storage_release(t->_storage);
+  dpl_storage *s = t->_storage;
+  if (s && atomic_load_explicit(&s->refcount, memory_order_acquire) == 1) gc_credit(s->nbytes);
+  storage_release(s);
   memset(t, 0, sizeof *t); /* a freed handle: every op on it fails with a clear message */
   return DPL_OK;
 }
