@@ -116,6 +116,22 @@ describe('zero_grad releases an unreachable gradient at once', function()
     assert.are.equal(32, y.grad:sum():item())
   end)
 
+  it('gradients accumulate in place when nothing else can see the old one, else into a new tensor', function()
+    local _, w, backward = setup()
+    backward()
+    local g1 = A.grad_of(w)
+    local once = g1:clone()
+    backward()
+    assert.is_true(rawequal(g1, A.grad_of(w))) -- the same tensor, summed in place
+    assert.is_true(A.grad_of(w):equal(once * 2))
+    local seen = w.grad -- user code holds it now: it must keep its value
+    local twice = seen:clone()
+    backward()
+    assert.is_false(rawequal(seen, A.grad_of(w)))
+    assert.is_true(seen:equal(twice))
+    assert.is_true(w.grad:equal(once * 3))
+  end)
+
   it('grad_of does not count as exposing; drop_grad of a parameter without gradient is a no-op', function()
     local m, w, backward = setup()
     A.drop_grad(w)

@@ -24,6 +24,7 @@ local M = {}
 package.loaded['dpl.autograd'] = M
 
 local ffi = require 'ffi'
+local bit = require 'bit'
 local C = require('dpl.capi').C
 -- the dpl.tensor module autograd is installed into (M.install; set again when dpl.tensor is
 -- reloaded, so that the wrappers always sit on the methods the tensor metatable uses)
@@ -1154,7 +1155,14 @@ local function accumulate_leaf(t, g, taken)
   if not rg[t] then return end
   local old = grads[t]
   if old then
-    grads[t] = old + g
+    -- in place when nothing else can see the old gradient (as PyTorch's AccumulateGrad; a
+    -- tensor user code got from t.grad keeps its value: that one gets a new sum)
+    if not exposed[old] and old._dtype == g._dtype and old._devtype == g._devtype and old._devindex == g._devindex
+      and bit.band(old._flags, 1) == 1 and C.dpl_storage_refcount(old) == 1 then
+      old:add_(g)
+    else
+      grads[t] = old + g
+    end
   else
     local k = skey(g)
     if taken[k] or not methods.is_contiguous(g) then g = methods.clone(g); k = skey(g) end
