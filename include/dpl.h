@@ -272,6 +272,11 @@ int64_t dpl_storage_refcount(const dpl_tensor *t);
  * earlier was made since (autograd: a gradient made during this backward). */
 int64_t dpl_storage_serial(const dpl_tensor *t);
 int64_t dpl_storage_serials(void);
+/* 1 when t's storage was made at or after serial (dpl_storage_serials() read earlier), 0
+ * otherwise or for a freed handle; 1 when t holds its storage's only reference. (int
+ * results: no boxed 64-bit value per call from Lua.) */
+int32_t dpl_storage_newer(const dpl_tensor *t, int64_t serial);
+int32_t dpl_storage_unique(const dpl_tensor *t);
 int64_t dpl_storage_nbytes(const dpl_tensor *t);
 
 /* Views (share storage; every one returns a new handle). */

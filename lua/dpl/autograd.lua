@@ -1013,7 +1013,7 @@ function M.drop_grad(t)
     return
   end
   grads[t] = nil
-  if not exposed[g] and C.dpl_storage_refcount(g) == 1 then C.dpl_tensor_free_data(g) end
+  if not exposed[g] and C.dpl_storage_unique(g) == 1 then C.dpl_tensor_free_data(g) end
 end
 
 setters.requires_grad = function(t, v)
@@ -1158,7 +1158,7 @@ local function accumulate_leaf(t, g, taken)
     -- in place when nothing else can see the old gradient (as PyTorch's AccumulateGrad; a
     -- tensor user code got from t.grad keeps its value: that one gets a new sum)
     if not exposed[old] and old._dtype == g._dtype and old._devtype == g._devtype and old._devindex == g._devindex
-      and bit.band(old._flags, 1) == 1 and C.dpl_storage_refcount(old) == 1 then
+      and bit.band(old._flags, 1) == 1 and C.dpl_storage_unique(old) == 1 then
       old:add_(g)
     else
       grads[t] = old + g
@@ -1250,7 +1250,7 @@ local function trusted_bw(n)
   end
   return v
 end
-local storage_serial, free_data = C.dpl_storage_serial, C.dpl_tensor_free_data
+local storage_newer, storage_unique, free_data = C.dpl_storage_newer, C.dpl_storage_unique, C.dpl_tensor_free_data
 M._release_stats = { freed = 0 }
 local release_stats = M._release_stats
 
@@ -1365,7 +1365,7 @@ local function run_backward(root_t, grad, retain, cap, deps)
                 e.g = gi
                 local o = own[gi]
                 if o == nil then
-                  own[gi] = trusted and storage_serial(gi) >= serial0
+                  own[gi] = trusted and storage_newer(gi, serial0) == 1
                 elseif o then
                   own[gi] = false
                 end

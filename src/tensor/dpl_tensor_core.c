@@ -740,6 +740,11 @@ int dpl_tensor_free_data(dpl_tensor *t)
 
 int64_t dpl_storage_serial(const dpl_tensor *t) { return t && t->_storage ? t->_storage->serial : -1; }
 int64_t dpl_storage_serials(void) { return atomic_load(&storage_serials); }
+int32_t dpl_storage_newer(const dpl_tensor *t, int64_t serial) { return t && t->_storage && t->_storage->serial >= serial; }
+int32_t dpl_storage_unique(const dpl_tensor *t)
+{
+  return t && t->_storage && atomic_load_explicit(&t->_storage->refcount, memory_order_acquire) == 1;
+}
 int64_t dpl_storage_refcount(const dpl_tensor *t) { return t && t->_storage ? atomic_load(&t->_storage->refcount) : 0; }
 int64_t dpl_storage_nbytes(const dpl_tensor *t) { return t && t->_storage ? t->_storage->nbytes : 0; }
 
