@@ -267,10 +267,9 @@ void dpl_tensor_release(dpl_tensor *t);
  * (still to be released); idempotent. Lua's t:free(). */
 int dpl_tensor_free_data(dpl_tensor *t);
 int64_t dpl_storage_refcount(const dpl_tensor *t);
-/* A storage's serial: how many storages were made before it (-1 for a freed handle);
- * dpl_storage_serials() is the next one. A storage whose serial is >= a value read
- * earlier was made since (autograd: a gradient made during this backward). */
-int64_t dpl_storage_serial(const dpl_tensor *t);
+/* Storages carry a serial (how many were made before them); dpl_storage_serials() is the
+ * next one. A storage whose serial is >= a value read earlier was made since (autograd: a
+ * gradient made during this backward). */
 int64_t dpl_storage_serials(void);
 /* 1 when t's storage was made at or after serial (dpl_storage_serials() read earlier), 0
  * otherwise or for a freed handle; 1 when t holds its storage's only reference. (int

@@ -738,7 +738,6 @@ int dpl_tensor_free_data(dpl_tensor *t)
   return DPL_OK;
 }
 
-int64_t dpl_storage_serial(const dpl_tensor *t) { return t && t->_storage ? t->_storage->serial : -1; }
 int64_t dpl_storage_serials(void) { return atomic_load(&storage_serials); }
 int32_t dpl_storage_newer(const dpl_tensor *t, int64_t serial) { return t && t->_storage && t->_storage->serial >= serial; }
 int32_t dpl_storage_unique(const dpl_tensor *t)

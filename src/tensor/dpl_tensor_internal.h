@@ -31,7 +31,7 @@ struct dpl_storage {
   int64_t stamp;     /* the large-block clock when this storage was made (its data last written, roughly) */
   int32_t cold;      /* 1: made in memory not touched lately (fresh, or a long-freed block): its lines are
                       * not in cache, so kernels writing all of it may use streaming stores */
-  int64_t serial;    /* when it was made: the count of storages made before it (dpl_storage_serial) */
+  int64_t serial;    /* when it was made: the count of storages made before it (dpl_storage_newer) */
 };
 
 /* 1 when a fresh result's storage is probably not in cache (see dpl_storage.cold) */

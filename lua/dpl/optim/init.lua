@@ -215,7 +215,6 @@ end
 -- (the built-in optimizers' update_param read the gradient through grad_of: they keep no
 -- reference to it, so zero_grad may release it; a subclass's own update_param gets p.grad)
 local builtin_update = setmetatable({}, { __mode = 'k' })
-optim._builtin_update = builtin_update
 function Optimizer:_update_group(g)
   local get = builtin_update[self.update_param] and grad_of or nil
   for _, p in ipairs(g.params) do
