@@ -5,10 +5,14 @@ local dpl = require 'dpl'
 local clock = dpl.C.dpl_clock
 
 local function median(t) table.sort(t) return t[math.ceil(#t / 2)] end
+local function allocated() return dpl.memory_stats().total_bytes end
 local function time_us(f, n, reps)
-  -- warm up past a few GC cycles: steady state, as in a training loop
-  local t0 = clock()
-  repeat f() until clock() - t0 > 0.05
+  -- warm up past a few GC cycles: steady state, as in a training loop. Tensor memory is
+  -- collected every 32 MB or more of new tensors, and the first cycle of a process pays
+  -- the page faults of fresh memory (a 32 KB result: ~15 us more per call), so the
+  -- warm-up runs 50 ms and at least 96 MB of results (3 cycles), 1 s at most
+  local t0, b0 = clock(), allocated()
+  repeat f() until clock() - t0 > 0.05 and (allocated() - b0 > 96e6 or clock() - t0 > 1)
   local r = {}
   for k = 1, reps or 5 do
     local t0 = clock()

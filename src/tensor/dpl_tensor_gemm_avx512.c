@@ -54,7 +54,7 @@ typedef struct gemm_job {
 
 /* one MR x NR tile of C' over k-steps [p0, p0+kc): rows beyond mr repeat the last
  * row and columns beyond nr read as zero; the caller writes only the valid part */
-#define KERNEL(NAME, AADDR)                                                                              \
+#define KERNEL(NAME, AADDR, HALF)                                                                            \
   __attribute__((target("avx512f"))) static inline __attribute__((always_inline)) void NAME(          \
     const gemm_job *j, int64_t i0, int64_t mr, const float *bp, int64_t rsb, __mmask16 k0, __mmask16 k1, \
     __m512 *o0, __m512 *o1)                                                                          \
@@ -66,18 +66,21 @@ typedef struct gemm_job {
     const int64_t csa = j->csa, kc = j->kc;                                                          \
     (void)csa;                                                                                       \
     for (int64_t p = 0; p < kc; p++) {                                                               \
-      __m512 b0 = _mm512_maskz_loadu_ps(k0, bp), b1 = _mm512_maskz_loadu_ps(k1, bp + 16);            \
+      __m512 b0 = _mm512_maskz_loadu_ps(k0, bp), b1 = HALF ? b0 : _mm512_maskz_loadu_ps(k1, bp + 16); \
       _Pragma("GCC unroll 8") for (int r = 0; r < MR; r++) {                                         \
         __m512 av = _mm512_set1_ps(AADDR);                                                           \
         c0[r] = _mm512_fmadd_ps(av, b0, c0[r]);                                                      \
-        c1[r] = _mm512_fmadd_ps(av, b1, c1[r]);                                                      \
+        if (!HALF) c1[r] = _mm512_fmadd_ps(av, b1, c1[r]);                                            \
       }                                                                                              \
       bp += rsb;                                                                                     \
     }                                                                                                \
     _Pragma("GCC unroll 8") for (int r = 0; r < MR; r++) { o0[r] = c0[r]; o1[r] = c1[r]; }           \
   }
-KERNEL(kern_rows, ar[r][p])        /* A' rows contiguous in k (csa == 1) */
-KERNEL(kern_cols, ar[r][p * csa]) /* A' columns contiguous (rsa == 1); rows past mr clamped too */
+KERNEL(kern_rows, ar[r][p], 0)     /* A' rows contiguous in k (csa == 1) */
+KERNEL(kern_cols, ar[r][p * csa], 0) /* A' columns contiguous (rsa == 1); rows past mr clamped too */
+/* a tile of at most 16 columns (n <= 16, or the last panel): half the FMAs, o1 left zero */
+KERNEL(kern_rows16, ar[r][p], 1)
+KERNEL(kern_cols16, ar[r][p * csa], 1)
 
 __attribute__((target("avx512f"))) static void tile(const gemm_job *j, int64_t i0, int64_t jr)
 {
@@ -89,7 +92,10 @@ __attribute__((target("avx512f"))) static void tile(const gemm_job *j, int64_t i
   if (j->packed) { bp = j->b + (jr / NR) * NR * j->k + j->p0 * NR; rsb = NR; }
   else { bp = j->b + j->p0 * j->rsb + jr; rsb = j->rsb; }
   __m512 c0[MR], c1[MR];
-  if (j->csa == 1) kern_rows(j, i0, mr, bp, rsb, k0, k1, c0, c1);
+  if (nr <= 16) {
+    if (j->csa == 1) kern_rows16(j, i0, mr, bp, rsb, k0, k1, c0, c1);
+    else kern_cols16(j, i0, mr, bp, rsb, k0, k1, c0, c1);
+  } else if (j->csa == 1) kern_rows(j, i0, mr, bp, rsb, k0, k1, c0, c1);
   else kern_cols(j, i0, mr, bp, rsb, k0, k1, c0, c1);
   float beta = j->p0 == 0 ? j->beta : 1.0f;
   __m512 al = _mm512_set1_ps(j->alpha), be = _mm512_set1_ps(beta);
