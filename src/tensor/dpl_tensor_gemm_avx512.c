@@ -316,6 +316,9 @@ int dpl_sgemm_avx512_bias(int64_t m, int64_t n, int64_t k, const float *a, int64
   return gemm_run(0, 0, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, bias, c, ldc);
 }
 
+/* columns of the tile grid for n columns: whole NR panels, a last one of up to 16 runs half-width */
+static inline int64_t padded_cols(int64_t n) { return n / NR * NR + (n % NR == 0 ? 0 : n % NR <= 16 ? 16 : NR); }
+
 static int gemm_run(int transa, int transb, int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t lda,
                     const float *b, int64_t ldb, float beta, const float *bias, float *c, int64_t ldc)
 {
@@ -345,9 +348,9 @@ static int gemm_run(int transa, int transb, int64_t m, int64_t n, int64_t k, flo
     /* A @ B^T, both k-contiguous: pack one as the B operand, read the other in
      * place as the A operand (C' = C^T when A is the packed one); the choice
      * that pads the tile grid least, then the one that packs less */
-    int64_t pad_swap = (n + MR - 1) / MR * MR * ((m + NR - 1) / NR * NR);
-    int64_t pad_keep = (m + MR - 1) / MR * MR * ((n + NR - 1) / NR * NR);
-    int swap = pad_swap < pad_keep || (pad_swap == pad_keep && m < n);
+    int64_t pad_swap = (n + MR - 1) / MR * MR * padded_cols(m);
+    int64_t pad_keep = (m + MR - 1) / MR * MR * padded_cols(n);
+    int swap = pad_swap < pad_keep || (pad_swap == pad_keep && m < n && n > 16);
     const float *x = swap ? a : b, *y = swap ? b : a;
     int64_t ldx = swap ? lda : ldb, ldy = swap ? ldb : lda, nx = swap ? m : n, ny = swap ? n : m;
     int64_t npan = (nx + NR - 1) / NR;
