@@ -24,6 +24,43 @@ describe('dist collectives (shm)', function()
     end)
   end
 
+  for _, P in ipairs({ 2, 3 }) do
+    it(('match on %d ranks with streaming stores into the slots (DPL_COMM_SLOT_NT=1)'):format(P), function()
+      local res, _, job = d.run_ranks(P, worker, 'shm', { env = { DPL_COMM_SHM_SLOT = 16384, DPL_COMM_SLOT_NT = 1 } })
+      all_ok(res, P)
+      assert.are.same({}, d.shm_left(job))
+    end)
+  end
+
+  it('give the same bits with plain, streaming and measured slot stores over many calls', function()
+    -- 150 all_reduces of 3 float32 buffers (200 KB in all, odd sizes): the measured
+    -- choice warms up, then alternates with its probes (every 32 or 128 calls)
+    local s = h.write_file(h.tmpname('.lua'), [[
+      local dpl = require 'dpl'
+      local dist = dpl.dist
+      dist.init_process_group{}
+      local r, acc = dist.get_rank(), 0
+      local bufs = { dpl.zeros(30011), dpl.zeros(20000), dpl.zeros(7) }
+      for it = 1, 150 do
+        for i, b in ipairs(bufs) do b:copy_(dpl.arange(b:numel()):float():mul(0.37 * (r + 1) + it * 0.001 + i):sin()) end
+        dist._all_reduce_multi(bufs, it % 2 == 0 and 'mean' or 'sum')
+        for _, b in ipairs(bufs) do acc = acc + b:double():mul(dpl.arange(b:numel()):double():add(1):sqrt()):sum():item() end
+      end
+      print(('acc=%.17g'):format(acc))
+    ]])
+    local got = {}
+    for _, mode in ipairs({ '0', '1', '' }) do
+      local res = d.run_ranks(2, s, '', { env = { DPL_COMM_SLOT_NT = mode } })
+      for r = 1, 2 do
+        assert.are.equal(0, res[r].rc, res[r].err)
+        got[#got + 1] = res[r].out:match('acc=(%S+)')
+      end
+    end
+    os.remove(s)
+    assert.is_not_nil(got[1])
+    for i = 2, #got do assert.are.equal(got[1], got[i]) end
+  end)
+
   it('match on 2 ranks with the default slot size and DPL_COMM_CHECK=1', function()
     local res, _, job = d.run_ranks(2, worker, 'shm', { env = { DPL_COMM_CHECK = 1 } })
     all_ok(res, 2)

@@ -77,6 +77,11 @@ typedef struct shm_impl {
   double next_check;
   double left_seen;          /* when a departed peer was first seen still alive (this call) */
   const dpl_coll_desc *cur;  /* the call being waited in (for messages) */
+  /* how a large all_reduce writes what the peers read (dpl_comm_shm_coll.c, slot_stores):
+   * -1 chosen by measure, 0 plain stores, 1 streaming stores (DPL_COMM_SLOT_NT) */
+  int slot_nt_forced;
+  uint64_t slot_calls;       /* large all_reduce/reduce calls so far */
+  double slot_cost[2];       /* running mean of µs per MiB with plain (0) and streaming (1) stores */
 } shm_impl;
 
 static inline shm_impl *SHM(dpl_comm *c) { return (shm_impl *)c->impl; }
