@@ -17,6 +17,7 @@
 #include "dpl_comm_shm.h"
 #include "dpl_stream_copy.h"
 #include <string.h>
+#include <stdlib.h>
 
 enum { SMALL_BYTES = 16 * 1024 };
 /* Results of calls at least this large go to the user's buffer with
@@ -115,7 +116,8 @@ typedef struct red {
   int P, me;
   int64_t es;
   int32_t dtype, op;
-  int nt; /* into dst with streaming stores (through a buffer that stays in L1) */
+  int nt;   /* into dst with streaming stores */
+  int back; /* and into the piece too (the own part of an all_reduce: no copy out later) */
 } red;
 static void piece_reduce(uint8_t *piece, int64_t rel, int64_t len, void *ctx)
 {
@@ -123,18 +125,22 @@ static void piece_reduce(uint8_t *piece, int64_t rel, int64_t len, void *ctx)
   const void *v[r->P];
   for (int k = 0; k < r->P; k++)
     v[k] = k == r->me && r->dst ? (const void *)piece : (const uint8_t *)r->srcs[k] + rel * r->es;
-  if (!r->nt || !r->dst) {
+  if (!r->dst || (!r->nt && !r->back)) {
     dpl_comm_reduce_n(r->dst ? r->dst + rel * r->es : piece, v, r->P, len, r->dtype, r->op, r->P);
     return;
   }
+  /* 4 KiB at a time into a buffer that stays in L1, then to the slot and the piece */
   enum { TB = 4096 };
   uint8_t tmp[TB] __attribute__((aligned(64)));
   const void *w[r->P];
   for (int64_t o = 0, per = TB / r->es; o < len; o += per) {
     int64_t m = len - o < per ? len - o : per;
+    size_t bytes = (size_t)(m * r->es);
     for (int k = 0; k < r->P; k++) w[k] = (const uint8_t *)v[k] + o * r->es;
     dpl_comm_reduce_n(tmp, w, r->P, m, r->dtype, r->op, r->P);
-    dpl_stream_copy_nf(r->dst + (rel + o) * r->es, tmp, (size_t)(m * r->es));
+    if (r->nt) dpl_stream_copy_nf(r->dst + (rel + o) * r->es, tmp, bytes);
+    else memcpy(r->dst + (rel + o) * r->es, tmp, bytes);
+    if (r->back) memcpy(piece + o * r->es, tmp, bytes);
   }
 }
 
@@ -148,6 +154,8 @@ static void piece_reduce(uint8_t *piece, int64_t rel, int64_t len, void *ctx)
  * cost per MiB and tries the other every 32 or 128 calls (the call count is the same on
  * every rank, so the ranks probe together). The stores change no value.
  * DPL_COMM_SLOT_NT=0 or 1 fixes the choice. */
+static int back_state = -1;
+static int back_on(void) { if (back_state < 0) { const char *e = getenv("DPL_COMM_BACK"); back_state = !(e && *e == '0'); } return back_state; }
 static int slot_stores(shm_impl *s)
 {
   uint64_t k = s->slot_calls++;
@@ -186,7 +194,7 @@ static int sreduce_segs(dpl_comm *c, const dpl_coll_desc *d, const segs *S, int 
     if ((st = first_sync(c, d))) return st;
     if (out) { /* every slot, the own one included, reduced into the data */
       for (int k = 0; k < P; k++) srcs[k] = shm_slot(s, b, k, P);
-      red r = { NULL, srcs, P, -1, es, d->dtype, d->op, 0 };
+      red r = { NULL, srcs, P, -1, es, d->dtype, d->op, 0, 0 };
       each_piece(S, 0, n, piece_reduce, &r);
     }
     shm_end_chunk(c, b);
@@ -195,6 +203,8 @@ static int sreduce_segs(dpl_comm *c, const dpl_coll_desc *d, const segs *S, int 
   int64_t chunk = (int64_t)s->slot_bytes / es, align = 64 / es > 0 ? 64 / es : 1;
   int nt = (uint64_t)(n * es) >= NT_BYTES;
   int snt = slot_stores(s);
+  int back = back_on(); /* below NT_BYTES: the own part's result goes back in the reducing pass */
+  back = back && !nt;
   double t0 = dpl_clock();
   int64_t off = 0;
   int first = 1;
@@ -216,9 +226,10 @@ static int sreduce_segs(dpl_comm *c, const dpl_coll_desc *d, const segs *S, int 
       if ((st = shm_wait_all(c, s->my_step))) return st;
     }
     int64_t lo = me * part, hi = lo + part < L ? lo + part : L;
-    if (lo < hi) { /* own data read in place, the others' from their slots, into the own slot */
+    if (lo < hi) { /* own data read in place, the others' from their slots, into the own slot
+                    * (and, when this rank gets the result, back into its data) */
       for (int k = 0; k < P; k++) srcs[k] = shm_slot(s, b, k, P) + lo * es;
-      red r = { mine + lo * es, srcs, P, me, es, d->dtype, d->op, snt };
+      red r = { mine + lo * es, srcs, P, me, es, d->dtype, d->op, snt, out && back };
       each_piece(S, off + lo, hi - lo, piece_reduce, &r);
       if (snt) dpl_stream_fence();
     }
@@ -227,7 +238,7 @@ static int sreduce_segs(dpl_comm *c, const dpl_coll_desc *d, const segs *S, int 
       if ((st = shm_wait_all(c, s->my_step))) return st;
       for (int j = 0; j < P; j++) {
         int64_t l2 = j * part, h2 = l2 + part < L ? l2 + part : L;
-        if (l2 < h2) segs_out(S, off + l2, shm_slot(s, b, j, P) + l2 * es, h2 - l2, nt);
+        if (l2 < h2 && !(j == me && back)) segs_out(S, off + l2, shm_slot(s, b, j, P) + l2 * es, h2 - l2, nt);
       }
     }
     shm_end_chunk(c, b);
