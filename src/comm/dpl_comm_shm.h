@@ -56,6 +56,9 @@ typedef struct shm_header {
   _Atomic uint32_t abort_flag; /* 0 none, 1 being written, 2 message readable */
   int32_t abort_rank;
   char abort_msg[512];
+  /* rank 0's choice of slot stores for large all_reduces (dpl_comm_shm_coll.c): bit 0
+   * streaming, bit 1 probe the other every 128 calls instead of 32 */
+  _Atomic uint32_t slot_pref;
 } shm_header;
 
 typedef struct shm_impl {

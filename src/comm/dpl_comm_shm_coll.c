@@ -150,10 +150,12 @@ static void piece_reduce(uint8_t *piece, int64_t rel, int64_t len, void *ctx)
  * cache pass lines through it (a 940 KB all-reduce of 2 ranks: ~85 us plain, ~125 us
  * streaming), while across core complexes every line a peer reads from another core's
  * cache, or a rank writes while a peer holds it, costs a ~300 ns round trip (~450 us plain,
- * ~130 us streaming). So each rank measures both: it uses the one with the lower running
- * cost per MiB and tries the other every 32 or 128 calls (the call count is the same on
- * every rank, so the ranks probe together). The stores change no value.
- * DPL_COMM_SLOT_NT=0 or 1 fixes the choice. */
+ * ~130 us streaming). A rank's choice costs its peers (they read what it wrote), so all
+ * ranks use one: rank 0 keeps a running mean of its call times per MiB for both, publishes
+ * the cheaper in the segment's header, and every rank tries the other every 32 calls (128
+ * when it cost over 1.5x as much) by the call count, which is the same on every rank. A
+ * rank that reads the choice before rank 0 updated it uses the previous one for a call:
+ * the stores change no value, only the time. DPL_COMM_SLOT_NT=0 or 1 fixes the choice. */
 static int back_state = -1;
 static int back_on(void) { if (back_state < 0) { const char *e = getenv("DPL_COMM_BACK"); back_state = !(e && *e == '0'); } return back_state; }
 static int slot_stores(shm_impl *s)
@@ -161,20 +163,24 @@ static int slot_stores(shm_impl *s)
   uint64_t k = s->slot_calls++;
   if (s->slot_nt_forced >= 0) return s->slot_nt_forced;
   if (k < 4) return (int)(k & 1); /* the first two calls warm up (not counted), then one of each */
-  int best = s->slot_cost[1] < s->slot_cost[0];
-  double lo = s->slot_cost[best], hi = s->slot_cost[!best];
-  /* probe the other every 32 calls, every 128 when it cost over 1.5x as much */
-  return k % (hi > 1.5 * lo ? 128 : 32) == 0 ? !best : best;
+  uint32_t pref = atomic_load_explicit(&s->hdr->slot_pref, memory_order_relaxed);
+  int best = (int)(pref & 1);
+  return k % ((pref & 2) ? 128 : 32) == 0 ? !best : best;
 }
-static void slot_cost_add(shm_impl *s, int nt, double secs, int64_t bytes)
+static void slot_cost_add(dpl_comm *c, int nt, double secs, int64_t bytes)
 {
-  if (bytes <= 0 || s->slot_calls <= 2) return;
-  double c = secs * 1e6 / ((double)bytes / (1 << 20)), *m = &s->slot_cost[nt];
+  shm_impl *s = SHM(c);
+  if (c->rank != 0 || s->slot_nt_forced >= 0 || bytes <= 0 || s->slot_calls <= 2) return;
+  double x = secs * 1e6 / ((double)bytes / (1 << 20)), *m = &s->slot_cost[nt];
   /* the time includes waiting for the peers: a late peer's spike moves the mean up by a
    * quarter at most; a lower figure counts at once by half */
-  if (*m == 0) *m = c;
-  else if (c < *m) *m = 0.5 * *m + 0.5 * c;
-  else *m = 0.75 * *m + 0.25 * (c < 2 * *m ? c : 2 * *m);
+  if (*m == 0) *m = x;
+  else if (x < *m) *m = 0.5 * *m + 0.5 * x;
+  else *m = 0.75 * *m + 0.25 * (x < 2 * *m ? x : 2 * *m);
+  if (s->slot_cost[0] == 0 || s->slot_cost[1] == 0) return;
+  int best = s->slot_cost[1] < s->slot_cost[0];
+  double lo = s->slot_cost[best], hi = s->slot_cost[!best];
+  atomic_store_explicit(&s->hdr->slot_pref, (uint32_t)best | (hi > 1.5 * lo ? 2u : 0u), memory_order_relaxed);
 }
 
 /* all_reduce (root < 0) or reduce to root, over the segments S. */
@@ -245,7 +251,7 @@ static int sreduce_segs(dpl_comm *c, const dpl_coll_desc *d, const segs *S, int 
     off += L;
     first = 0;
   } while (off < n);
-  slot_cost_add(s, snt, dpl_clock() - t0, n * es);
+  slot_cost_add(c, snt, dpl_clock() - t0, n * es);
   return DPL_OK;
 }
 
