@@ -8,9 +8,11 @@
  *
  * all_reduce (large): each rank copies the parts of the chunk the others own
  * into its slot; rank r reduces part r (its own data read in place, the
- * others' from their slots, in rank order) into its slot; then every rank
- * copies all reduced parts out. Small buffers: everyone copies its whole
- * buffer in and reduces all slots itself (one synchronisation). The user's
+ * others' from their slots, in rank order) into its slot and back into its
+ * own data; then every rank copies the others' reduced parts out. What the
+ * others read goes with plain or streaming stores (slot_stores). Small
+ * buffers: everyone copies its whole buffer in and reduces all slots itself
+ * (one synchronisation). The user's
  * data may be several buffers (all_reduce_multi: a DDP gradient bucket in
  * place), handled as their concatenation. */
 #define _GNU_SOURCE
@@ -156,8 +158,6 @@ static void piece_reduce(uint8_t *piece, int64_t rel, int64_t len, void *ctx)
  * when it cost over 1.5x as much) by the call count, which is the same on every rank. A
  * rank that reads the choice before rank 0 updated it uses the previous one for a call:
  * the stores change no value, only the time. DPL_COMM_SLOT_NT=0 or 1 fixes the choice. */
-static int back_state = -1;
-static int back_on(void) { if (back_state < 0) { const char *e = getenv("DPL_COMM_BACK"); back_state = !(e && *e == '0'); } return back_state; }
 static int slot_stores(shm_impl *s)
 {
   uint64_t k = s->slot_calls++;
@@ -181,6 +181,18 @@ static void slot_cost_add(dpl_comm *c, int nt, double secs, int64_t bytes)
   int best = s->slot_cost[1] < s->slot_cost[0];
   double lo = s->slot_cost[best], hi = s->slot_cost[!best];
   atomic_store_explicit(&s->hdr->slot_pref, (uint32_t)best | (hi > 1.5 * lo ? 2u : 0u), memory_order_relaxed);
+}
+
+/* Whether a rank's own reduced part goes back into its data in the reducing pass (1, the
+ * default) or is copied out of its slot like the others' (DPL_COMM_BACK=0, for comparisons). */
+static int back_state = -1;
+static int back_on(void)
+{
+  if (back_state < 0) {
+    const char *e = getenv("DPL_COMM_BACK");
+    back_state = !(e && *e == '0');
+  }
+  return back_state;
 }
 
 /* all_reduce (root < 0) or reduce to root, over the segments S. */
