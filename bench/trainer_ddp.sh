@@ -6,11 +6,29 @@
 # communication), whose efficiency bounds the DDP one; 2 ranks that meet once a step
 # without averaging gradients (DDP_SYNC=lockstep: the cost of lockstep alone); the same scaling for
 # PyTorch's DistributedDataParallel over gloo (/work/shared/bench/torch recipes).
+# Also the cache-line round trip between CPUs 0 and 1 around each 2-rank run (bench/core_rtt.c):
+# on a VM whose vCPUs move between core complexes it tells which state the run saw.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-one=$(./dplhost bench/trainer_ddp_dpl.lua 2>/dev/null | tail -1)
-two=$(./dplhost --nproc 2 bench/trainer_ddp_dpl.lua 2>/dev/null | grep '^\[rank 0\] 2 ' | sed 's/^\[rank 0\] //')
-lock=$(DDP_SYNC=lockstep ./dplhost --nproc 2 bench/trainer_ddp_dpl.lua 2>/dev/null | grep '^\[rank 0\] 2 ' | sed 's/^\[rank 0\] //')
+# the cache-line round trip between CPUs 0 and 1 around the 2-rank run: on a VM the two vCPUs
+# may share a core complex (~50-70 ns) or sit far apart (~300+ ns), and the state changes
+rtt_bin=$(mktemp)
+trap 'rm -f "$rtt_bin"' EXIT
+rtt() { [ -x "$rtt_bin" ] && "$rtt_bin" | awk '{ print $2 }'; }
+${CC:-cc} -O2 -pthread -o "$rtt_bin" bench/core_rtt.c 2>/dev/null || rm -f "$rtt_bin"
+# ROUNDS (default 3) interleaved runs of 1 rank, 2 ranks and lockstep; each figure is the run
+# of median throughput (the machine's speed drifts between runs)
+ones=; twos=; locks=; rtts=
+for r in $(seq "${ROUNDS:-3}"); do
+  ones="$ones$(./dplhost bench/trainer_ddp_dpl.lua 2>/dev/null | tail -1);"
+  r0=$(rtt || true)
+  twos="$twos$(./dplhost --nproc 2 bench/trainer_ddp_dpl.lua 2>/dev/null | grep '^\[rank 0\] 2 ' | sed 's/^\[rank 0\] //');"
+  r1=$(rtt || true)
+  rtts="$rtts ${r0:-?}/${r1:-?}"
+  locks="$locks$(DDP_SYNC=lockstep ./dplhost --nproc 2 bench/trainer_ddp_dpl.lua 2>/dev/null | grep '^\[rank 0\] 2 ' | sed 's/^\[rank 0\] //');"
+done
+median_run() { echo "$1" | tr ';' '\n' | awk 'NF == 3' | sort -k3,3g | awk '{ l[NR] = $0 } END { print l[int((NR + 1) / 2)] }'; }
+one=$(median_run "$ones"); two=$(median_run "$twos"); lock=$(median_run "$locks")
 a=$(mktemp); b=$(mktemp)
 ./dplhost bench/trainer_ddp_dpl.lua >"$a" 2>/dev/null & p1=$!
 ./dplhost bench/trainer_ddp_dpl.lua >"$b" 2>/dev/null & p2=$!
@@ -35,7 +53,7 @@ if [ -x build/plref/bin/python ]; then
   l1=$(OMP_NUM_THREADS=1 build/plref/bin/python bench/lightning_ref.py mlp 1 2>/dev/null | grep -o 'samples_per_s [0-9.]*' | awk '{ print $2 }' || true)
   l2=$(OMP_NUM_THREADS=1 build/plref/bin/python bench/lightning_ref.py mlp 2 2>/dev/null | grep -o 'samples_per_s [0-9.]*' | awk '{ print $2 }' || true)
 fi
-echo "$one|$two|$par|$t1|$t2|$l1|$l2|$lock" | awk -F'|' '{
+echo "$one|$two|$par|$t1|$t2|$l1|$l2|$lock|$rtts|${ROUNDS:-3}" | awk -F'|' '{
   split($1, o, " "); split($2, t, " "); par = $3
   eff = t[3] / (2 * o[3]); bound = par / (2 * o[3])
   printf "trainer DDP scaling (Fashion-MNIST MLP, batch 64/rank, 1 thread/rank, one epoch)\n"
@@ -48,6 +66,7 @@ echo "$one|$two|$par|$t1|$t2|$l1|$l2|$lock" | awk -F'|' '{
     printf "  %-40s %9.0f samples/s\n", "PyTorch 1 process", $4
     printf "  %-40s %9.0f samples/s               efficiency %.0f%%; dplhost ddp %.1fx its throughput\n", "PyTorch DDP (gloo), 2 processes", $5, 100 * $5 / (2 * $4), t[3] / $5
   }
+  printf "  (1 and 2 ranks, lockstep: the run of median throughput of %d; 2 rank runs:%s%s)\n", $10, ($9 ~ /[0-9]/ ? " cache-line round trip between CPUs 0 and 1 before/after each, ns:" : ""), ($9 ~ /[0-9]/ ? $9 : "")
   if ($6 != "" && $7 != "") {
     printf "  %-40s %9.0f samples/s\n", "Lightning 1.9.5, 1 process", $6
     printf "  %-40s %9.0f samples/s               efficiency %.0f%%; dplhost ddp %.1fx its throughput\n", "Lightning 1.9.5 ddp (gloo), 2 processes", $7, 100 * $7 / (2 * $6), t[3] / $7
