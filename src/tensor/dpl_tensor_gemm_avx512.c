@@ -350,7 +350,7 @@ static int gemm_run(int transa, int transb, int64_t m, int64_t n, int64_t k, flo
      * that pads the tile grid least, then the one that packs less */
     int64_t pad_swap = (n + MR - 1) / MR * MR * padded_cols(m);
     int64_t pad_keep = (m + MR - 1) / MR * MR * padded_cols(n);
-    int swap = pad_swap < pad_keep || (pad_swap == pad_keep && m < n && n > 16);
+    int swap = pad_swap < pad_keep || (pad_swap == pad_keep && m < n);
     const float *x = swap ? a : b, *y = swap ? b : a;
     int64_t ldx = swap ? lda : ldb, ldy = swap ? ldb : lda, nx = swap ? m : n, ny = swap ? n : m;
     int64_t npan = (nx + NR - 1) / NR;
