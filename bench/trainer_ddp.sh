@@ -10,8 +10,7 @@
 # on a VM whose vCPUs move between core complexes it tells which state the run saw.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# the cache-line round trip between CPUs 0 and 1 around the 2-rank run: on a VM the two vCPUs
-# may share a core complex (~50-70 ns) or sit far apart (~300+ ns), and the state changes
+# bench/core_rtt.c, built once (skipped where it does not build or there is one CPU)
 rtt_bin=$(mktemp)
 trap 'rm -f "$rtt_bin"' EXIT
 rtt() { [ -x "$rtt_bin" ] && "$rtt_bin" | awk '{ print $2 }'; }

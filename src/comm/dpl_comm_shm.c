@@ -616,6 +616,8 @@ int dpl_comm_shm_create(const char *job, const char *group, int32_t rank, int32_
   s->yield_us = (int)(yld > 100000 ? 100000 : yld);
   const char *snt = getenv("DPL_COMM_SLOT_NT");
   s->slot_nt_forced = snt && (*snt == '0' || *snt == '1') ? *snt - '0' : -1;
+  const char *back = getenv("DPL_COMM_BACK");
+  s->slot_back = !(back && *back == '0');
   snprintf(s->name, sizeof s->name, "/dpl-%s-%s", job, group);
   size_t ctl_off = 4096;
   size_t data_off = (ctl_off + (size_t)size * sizeof(shm_rank_ctl) + 4095) & ~(size_t)4095;

@@ -83,6 +83,7 @@ typedef struct shm_impl {
   /* how a large all_reduce writes what the peers read (dpl_comm_shm_coll.c, slot_stores):
    * -1 chosen by measure, 0 plain stores, 1 streaming stores (DPL_COMM_SLOT_NT) */
   int slot_nt_forced;
+  int slot_back;             /* own reduced part written back in the reducing pass (DPL_COMM_BACK=0: copied out) */
   uint64_t slot_calls;       /* large all_reduce/reduce calls so far */
   double slot_cost[2];       /* running mean of µs per MiB with plain (0) and streaming (1) stores */
 } shm_impl;

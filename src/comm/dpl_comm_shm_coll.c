@@ -19,7 +19,6 @@
 #include "dpl_comm_shm.h"
 #include "dpl_stream_copy.h"
 #include <string.h>
-#include <stdlib.h>
 
 enum { SMALL_BYTES = 16 * 1024 };
 /* Results of calls at least this large go to the user's buffer with
@@ -183,18 +182,6 @@ static void slot_cost_add(dpl_comm *c, int nt, double secs, int64_t bytes)
   atomic_store_explicit(&s->hdr->slot_pref, (uint32_t)best | (hi > 1.5 * lo ? 2u : 0u), memory_order_relaxed);
 }
 
-/* Whether a rank's own reduced part goes back into its data in the reducing pass (1, the
- * default) or is copied out of its slot like the others' (DPL_COMM_BACK=0, for comparisons). */
-static int back_state = -1;
-static int back_on(void)
-{
-  if (back_state < 0) {
-    const char *e = getenv("DPL_COMM_BACK");
-    back_state = !(e && *e == '0');
-  }
-  return back_state;
-}
-
 /* all_reduce (root < 0) or reduce to root, over the segments S. */
 static int sreduce_segs(dpl_comm *c, const dpl_coll_desc *d, const segs *S, int root)
 {
@@ -221,8 +208,7 @@ static int sreduce_segs(dpl_comm *c, const dpl_coll_desc *d, const segs *S, int 
   int64_t chunk = (int64_t)s->slot_bytes / es, align = 64 / es > 0 ? 64 / es : 1;
   int nt = (uint64_t)(n * es) >= NT_BYTES;
   int snt = slot_stores(s);
-  int back = back_on(); /* below NT_BYTES: the own part's result goes back in the reducing pass */
-  back = back && !nt;
+  int back = s->slot_back && !nt; /* below NT_BYTES: the own part's result goes back in the reducing pass */
   double t0 = dpl_clock();
   int64_t off = 0;
   int first = 1;
