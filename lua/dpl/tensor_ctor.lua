@@ -1,7 +1,8 @@
 -- dpl.tensor_ctor: the constructors of dpl.tensor and the module-level state functions that go
 -- with them: empty/zeros/ones/full, arange/linspace/eye, dpl.tensor(nested table or number)
 -- with PyTorch's dtype inference, the *_like forms, rand/randn/randint, manual_seed and the
--- generator state, set/get_num_threads, share_cores, blas_info and vmath. dpl.tensor installs
+-- generator state, the random fills (uniform_, normal_, random_, bernoulli_), set/get_num_threads,
+-- share_cores, blas_info and vmath. dpl.tensor installs
 -- them (require('dpl.tensor_ctor')(M, helpers)) where they used to be defined, so everything
 -- after them in dpl.tensor sees them as before.
 local ffi = require 'ffi'
@@ -362,5 +363,32 @@ return function(M, H)
     local r = C.dpl_vmath(name)
     if r == nil then check(C.DPL_EINVAL) end
     return ffi.string(r)
+  end
+
+  -- random fills in place (the same counter-based generator as rand/randn/randint)
+  local methods = M.methods
+  function methods.uniform_(t, a, b)
+    if a ~= nil then need_number('uniform_', 'from', a) end
+    if b ~= nil then need_number('uniform_', 'to', b) end
+    check(C.dpl_tensor_uniform_(t, a or 0, b or 1))
+    return t
+  end
+  function methods.normal_(t, m, s)
+    if m ~= nil then need_number('normal_', 'mean', m) end
+    if s ~= nil then need_number('normal_', 'std', s) end
+    check(C.dpl_tensor_normal_(t, m or 0, s or 1))
+    return t
+  end
+  function methods.random_(t, a, b)
+    if b == nil then a, b = 0, a end
+    need_number('random_', 'from', a)
+    need_number('random_', 'to', b)
+    check(C.dpl_tensor_randint_(t, a, b))
+    return t
+  end
+  function methods.bernoulli_(t, p)
+    if p ~= nil then need_number('bernoulli_', 'p', p) end
+    check(C.dpl_tensor_bernoulli_(t, p or 0.5))
+    return t
   end
 end
