@@ -108,6 +108,34 @@ describe('os.execute and SIGINT', function()
     assert.is_nil(out:find('not reached', 1, true))
   end)
 
+  -- The first os.execute used to ask the original (system(NULL)) which form it returns,
+  -- and os.execute() asked it whether there is a shell: system() sets SIGINT to SIG_IGN,
+  -- which discards a pending SIGINT, so a Ctrl-C (or the launcher's) that came at that
+  -- moment was lost (the script went on until a SIGKILL, without its cleanups). Here the
+  -- SIGINT is made pending (blocked) before that first call, then unblocked after it.
+  it('a SIGINT pending at the first os.execute, or at os.execute(), is not discarded', function()
+    for _, call in ipairs({ "os.execute('true')", 'os.execute()' }) do
+      local rc, _, cleaned, err, out = run_and_signal(([[
+        local ffi = require 'ffi'
+        pcall(ffi.cdef, [=[
+          typedef struct { unsigned long bits[16]; } dpl_spec_sigset;
+          int sigemptyset(dpl_spec_sigset *set); int sigaddset(dpl_spec_sigset *set, int sig);
+          int sigprocmask(int how, const dpl_spec_sigset *set, dpl_spec_sigset *old); int raise(int sig);
+        ]=])
+        local set = ffi.new('dpl_spec_sigset')
+        ffi.C.sigemptyset(set) ffi.C.sigaddset(set, 2)
+        ffi.C.sigprocmask(0, set, nil) -- SIG_BLOCK
+        ffi.C.raise(2)
+        %s
+        ffi.C.sigprocmask(1, set, nil) -- SIG_UNBLOCK: the SIGINT is delivered here
+        print('survived')
+      ]]):format(call), {})
+      assert.are.equal(130, rc, call .. ': ' .. err)
+      assert.is_true(cleaned, call)
+      assert.is_nil(out:find('survived', 1, true), call)
+    end
+  end)
+
   it('a command that fails otherwise returns its status as before', function()
     local out, err, rc = h.dplhost([[-e 'print(os.execute("exit 3"), os.execute("kill -TERM $$"), os.execute())']])
     assert.are.equal(0, rc, err)

@@ -283,26 +283,20 @@ static int host_os_exit(lua_State *L)
  * SIGINT/SIGQUIT/SIGCHLD instead of ignoring them: a SIGINT that comes meanwhile
  * stays pending and stops the script, as a shell would, once the command is done;
  * a command that died of SIGINT counts as one too. Results are the original's
- * (Lua 5.1's wait status, or 5.2's true|nil, "exit"|"signal", code). */
-static int execute_52 = -1; /* the original returns 5.2-style results (1), 5.1's (0), not known (-1) */
+ * (Lua 5.1's wait status, or 5.2's true|nil, "exit"|"signal", code).
+ *
+ * The original is never called, not even os.execute() (is there a shell) or to
+ * learn which form it returns: it is system(), and setting SIGINT to SIG_IGN
+ * discards a pending SIGINT, blocked or not. Asking it on the first os.execute
+ * lost the SIGINT of a Ctrl-C (or of the launcher) that came in that moment,
+ * right after a script started: the script went on until the grace period's
+ * SIGKILL, without its cleanups. */
+static int execute_52; /* the original returns 5.2-style results (dpl_host_open sets it) */
 
-static int host_os_execute(lua_State *L)
+/* Runs `sh -c cmd` as described above; *status: its wait status, -1 with *err
+ * (an errno value) when it could not be started or waited for. */
+static void dpl_run_shell(const char *cmd, int *status, int *err)
 {
-  if (lua_isnoneornil(L, 1)) { /* is there a shell: the original's answer */
-    int nargs = lua_gettop(L);
-    lua_pushvalue(L, lua_upvalueindex(1));
-    lua_insert(L, 1);
-    lua_call(L, nargs, LUA_MULTRET);
-    if (execute_52 < 0) execute_52 = lua_type(L, 1) == LUA_TBOOLEAN;
-    return lua_gettop(L);
-  }
-  const char *cmd = luaL_checkstring(L, 1);
-  if (execute_52 < 0) { /* ask the original once which form it returns */
-    lua_pushvalue(L, lua_upvalueindex(1));
-    lua_call(L, 0, 1);
-    execute_52 = lua_type(L, -1) == LUA_TBOOLEAN;
-    lua_pop(L, 1);
-  }
   sigset_t block, old, pend, dflt;
   sigemptyset(&block);
   sigaddset(&block, SIGINT);
@@ -320,18 +314,32 @@ static int host_os_execute(lua_State *L)
   posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
   char *argv[] = {"sh", "-c", (char *)cmd, NULL};
   pid_t pid;
-  int status = -1, err = posix_spawn(&pid, "/bin/sh", NULL, &attr, argv, environ);
+  *status = -1;
+  *err = posix_spawn(&pid, "/bin/sh", NULL, &attr, argv, environ);
   posix_spawnattr_destroy(&attr);
-  if (err == 0) {
-    while (waitpid(pid, &status, 0) < 0) {
-      if (errno != EINTR) { err = errno; status = -1; break; }
+  if (*err == 0) {
+    while (waitpid(pid, status, 0) < 0) {
+      if (errno != EINTR) { *err = errno; *status = -1; break; }
     }
   }
-  int died_of_int = status != -1 && WIFSIGNALED(status) && WTERMSIG(status) == SIGINT;
+  int died_of_int = *status != -1 && WIFSIGNALED(*status) && WTERMSIG(*status) == SIGINT;
   sigpending(&pend);
   int int_pending = sigismember(&pend, SIGINT) == 1;
   pthread_sigmask(SIG_SETMASK, &old, NULL); /* a pending SIGINT is delivered now */
   if (died_of_int && !int_pending) raise(SIGINT);
+}
+
+static int host_os_execute(lua_State *L)
+{
+  int status, err;
+  if (lua_isnoneornil(L, 1)) { /* is there a shell: the original's answer, without system(NULL) */
+    if (execute_52) { lua_pushboolean(L, 1); return 1; } /* LuaJIT's 5.2 form says true, always */
+    dpl_run_shell("exit 0", &status, &err);
+    lua_pushinteger(L, status == 0); /* system(NULL): nonzero when a shell ran */
+    return 1;
+  }
+  const char *cmd = luaL_checkstring(L, 1);
+  dpl_run_shell(cmd, &status, &err);
   if (!execute_52) { lua_pushinteger(L, status); return 1; }
   if (status == -1) {
     lua_pushnil(L);
@@ -756,9 +764,16 @@ void dpl_host_open(lua_State *L)
   lua_getfield(L, -1, "exit");
   lua_pushcclosure(L, host_os_exit, 1);
   lua_setfield(L, -2, "exit");
-  /* os.execute: a command killed by SIGINT interrupts the script */
-  lua_getfield(L, -1, "execute");
-  lua_pushcclosure(L, host_os_execute, 1);
+  /* os.execute: a command killed by SIGINT interrupts the script. Which results the
+   * original returns is a build option of LuaJIT (LUAJIT_ENABLE_LUA52COMPAT), which
+   * also makes # honour __len on tables (both are in its list of 5.2 features):
+   * probed here, in Lua, instead of calling the original (system(), see above). */
+  lua_pushcfunction(L, host_os_execute);
   lua_setfield(L, -2, "execute");
   lua_pop(L, 1);
+  execute_52 = 0;
+  if (luaL_loadstring(L, "return #setmetatable({}, { __len = function() return 1 end }) == 1") == 0 &&
+      lua_pcall(L, 0, 1, 0) == 0)
+    execute_52 = lua_toboolean(L, -1);
+  lua_pop(L, 1); /* the result or the error */
 }
