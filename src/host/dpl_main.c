@@ -69,6 +69,8 @@ static const char usage_text[] =
   "  DPL_SGEMM, DPL_GEMM_PAR_MIN, DPL_CONV_CHUNK_KB\n"
   "                         GEMM choice (blas: OpenBLAS only), parallel GEMM threshold, conv chunk.\n"
   "  DPL_SGEMM_SMALLM       0: float32 products of 1-3 rows go to OpenBLAS too (comparisons).\n"
+  "  DPL_SGEMM_OWN_MIN      Multiply-adds from which float32 products use dplhost's AVX-512 GEMM\n"
+  "                         (default 32768; 2^20 on AMD Zen 4, see docs/tensors.md).\n"
   "  DPL_CONV_ALGO, DPL_WINOGRAD_CHUNK_KB\n"
   "                         conv2d: im2col turns off float32 Winograd F(2x2,3x3); its chunk (KiB).\n"
   "  DPL_VMATH              float32 exp/log/tanh/erf/... kernels: avx512, avx2, scalar, off (libm)\n"

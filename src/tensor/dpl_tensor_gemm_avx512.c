@@ -12,6 +12,7 @@
 #include <string.h>
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(DPL_NO_AVX512)
+#include <cpuid.h>
 #include <immintrin.h>
 
 #define MR 8
@@ -23,6 +24,24 @@ static int avx_ok, small_ok;
 /* m*n*k from which a product is split over the threads: with the pool's spinning
  * workers a split costs ~1 us, repaid from ~2^18 (a 64x64x64 product, ~3 us) */
 static int64_t par_min = INT64_C(1) << 18;
+/* Products under own_min multiply-adds stay with OpenBLAS (its lower fixed cost wins).
+ * AMD's Zen 4 (family 19h with AVX-512) runs each 512-bit FMA as two 256-bit halves, so
+ * this kernel has no width over OpenBLAS's there, and its padded edge tiles (8 rows, 16
+ * or 32 columns) cost more than OpenBLAS's edge kernels: measured 1.2-1.7x OpenBLAS's
+ * time for products under 2^20 multiply-adds (64^3, a 10-class head's three products),
+ * equal or better from there on. There own_min is 2^20, except for A @ B^T with both
+ * sides over 16, where the packing wins from 2^15 as elsewhere (docs/tensors.md).
+ * DPL_SGEMM_OWN_MIN sets own_min for every layout. */
+static int64_t own_min = INT64_C(1) << 15, own_min_nt = INT64_C(1) << 15;
+static int split_fma(void)
+{
+  unsigned a, b, c, d;
+  if (!__get_cpuid(0, &a, &b, &c, &d) || b != 0x68747541u /* "Auth"enticAMD */) return 0;
+  if (!__get_cpuid(1, &a, &b, &c, &d)) return 0;
+  unsigned fam = (a >> 8) & 0xf;
+  if (fam == 0xf) fam += (a >> 20) & 0xff;
+  return fam == 0x19; /* Zen 3 has no AVX-512: with it, Zen 4 */
+}
 static void avx_probe(void)
 {
   __builtin_cpu_init();
@@ -32,6 +51,9 @@ static void avx_probe(void)
   small_ok = !(sm && strcmp(sm, "0") == 0);
   const char *p = getenv("DPL_GEMM_PAR_MIN");
   if (p && *p) par_min = strtoll(p, NULL, 10);
+  if (avx_ok && split_fma()) own_min = INT64_C(1) << 20;
+  const char *o = getenv("DPL_SGEMM_OWN_MIN");
+  if (o && *o) own_min = own_min_nt = strtoll(o, NULL, 10);
 }
 
 /* The product runs as C' = A' @ B' over an "A operand" read in place (element
@@ -328,8 +350,9 @@ static int gemm_run(int transa, int transb, int64_t m, int64_t n, int64_t k, flo
     smallm(transb, m, n, k, a, lda, b, ldb, beta, c, ldc);
     return 1;
   }
-  /* small products: OpenBLAS's lower fixed cost wins; A^T B^T is left to it too */
-  if (!avx_ok || alpha == 0.0f || (transa && transb) || m < 4 || n < 8 || k < 4 || m * n * k < (INT64_C(1) << 15))
+  /* small products: OpenBLAS's lower fixed cost wins (own_min); A^T B^T is left to it too */
+  if (!avx_ok || alpha == 0.0f || (transa && transb) || m < 4 || n < 8 || k < 4 ||
+      m * n * k < (transb && m > 16 && n > 16 ? own_min_nt : own_min))
     return 0;
   /* threads only for products big enough to repay the split */
   int par = dpl_threads() > 1 && m * n * k >= par_min;
