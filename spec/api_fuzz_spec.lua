@@ -142,6 +142,10 @@ describe('fuzz findings: raw Lua/FFI errors become named errors', function()
     { function() dpl.nn.functional.batch_norm(dpl.randn(5, 3), dpl.zeros(3)) end, 'running_mean and running_var' },
     { function() dpl.linalg.tensorsolve(dpl.randn(4, 2), dpl.randn(2, 1, 3)) end, 'B has 3 dims but A only 2' },
     { function() dpl.nn.Sequential(nil, dpl.nn.ReLU()) end, 'Sequential: argument 1 is not a Module' },
+    { function() dpl.arange(4):clamp_max(false) end, 'clamp: min and max must be numbers (or nil), got boolean' },
+    { function() dpl.ones(2):clamp_(false, 1) end, 'clamp_: min and max must be numbers (or nil), got boolean' },
+    { function() dpl.optim.LBFGS({ { params = {} } }) end, 'LBFGS: needs at least one parameter' },
+    { function() dpl.optim.LBFGS({ dpl.zeros(3, { dtype = 'bool' }) }) end, 'LBFGS: parameters must be floating-point tensors, got bool' },
     { function()
         local p = dpl.randn(2):requires_grad_()
         p.grad = dpl.ones(2)

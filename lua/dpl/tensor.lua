@@ -967,8 +967,10 @@ end
 -- clamp's bounds: numbers or nil, also as {min=, max=}
 local function clamp_bounds(name, lo, hi)
   if is_opts(lo) then lo, hi = lo.min, lo.max end
-  for _, v in ipairs({ lo or 0, hi or 0 }) do
-    if type(v) ~= 'number' then
+  for i = 1, 2 do
+    local v = hi
+    if i == 1 then v = lo end -- (false is a bad bound, not a missing one)
+    if v ~= nil and type(v) ~= 'number' then
       if is_tensor(v) then
         lua_error(errors.NotImplementedError(name .. ': tensor min/max are not implemented; use '
           .. 'dpl.maximum(x, min) and dpl.minimum(x, max)'), 0)

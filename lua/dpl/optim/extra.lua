@@ -121,6 +121,14 @@ function M.install(optim, h)
     end
     Optimizer.__init(self, params, d)
     if #self.param_groups ~= 1 then misconf("LBFGS: doesn't support per-parameter options (parameter groups)") end
+    -- (PyTorch fails later, indexing its first parameter or comparing a bool gradient)
+    local ps = self.param_groups[1].params
+    if #ps == 0 then misconf('LBFGS: needs at least one parameter, got an empty list') end
+    for i, p in ipairs(ps) do
+      if not p:is_floating_point() then
+        misconf('LBFGS: parameters must be floating-point tensors, got %s (parameter %d)', T.dtype_names[p._dtype], i)
+      end
+    end
   end
   function optim.LBFGS:add_param_group(g)
     if self.param_groups and #self.param_groups > 0 then
