@@ -151,8 +151,8 @@ REF_GEMM(ref_dgemm, double)
  * signed overflow (undefined behaviour); int64_t and uint64_t share a representation */
 REF_GEMM(ref_igemm, uint64_t)
 
-void dpl_gemm(int32_t dtype, int transa, int transb, int64_t m, int64_t n, int64_t k, double alpha, const void *a,
-              int64_t lda, const void *b, int64_t ldb, double beta, void *c, int64_t ldc)
+static void gemm_impl(int op, int32_t dtype, int transa, int transb, int64_t m, int64_t n, int64_t k, double alpha,
+                      const void *a, int64_t lda, const void *b, int64_t ldb, double beta, void *c, int64_t ldc)
 {
   if (m == 0 || n == 0) return;
   if (dtype == DPL_INT64) {
@@ -171,7 +171,9 @@ void dpl_gemm(int32_t dtype, int transa, int transb, int64_t m, int64_t n, int64
     return;
   }
   if (dtype == DPL_FLOAT32) {
-    if (dpl_sgemm_avx512(transa, transb, m, n, k, (float)alpha, a, lda, b, ldb, (float)beta, c, ldc)) return;
+    if (!(op && dpl_sgemm_prefers_blas(transb, m, n, k)) &&
+        dpl_sgemm_avx512(transa, transb, m, n, k, (float)alpha, a, lda, b, ldb, (float)beta, c, ldc))
+      return;
     if (p_sgemm && !big)
       p_sgemm(RowMajor, transa ? Trans : NoTrans, transb ? Trans : NoTrans, (int)m, (int)n, (int)k, (float)alpha, a,
               (int)lda, b, (int)ldb, (float)beta, c, (int)ldc);
@@ -182,6 +184,17 @@ void dpl_gemm(int32_t dtype, int transa, int transb, int64_t m, int64_t n, int64
               (int)ldb, beta, c, (int)ldc);
     else ref_dgemm(transa, transb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
   }
+}
+
+void dpl_gemm(int32_t dtype, int transa, int transb, int64_t m, int64_t n, int64_t k, double alpha, const void *a,
+              int64_t lda, const void *b, int64_t ldb, double beta, void *c, int64_t ldc)
+{
+  gemm_impl(0, dtype, transa, transb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+void dpl_gemm_op(int32_t dtype, int transa, int transb, int64_t m, int64_t n, int64_t k, double alpha, const void *a,
+                 int64_t lda, const void *b, int64_t ldb, double beta, void *c, int64_t ldc)
+{
+  gemm_impl(1, dtype, transa, transb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
 /* ---- operands ---- */
@@ -212,7 +225,7 @@ static int gemm_any(const char *name, const dpl_tensor *o, int32_t kd, int ta, i
                     int64_t ldc)
 {
   if (!dpl_is_devmem(o)) {
-    dpl_gemm(kd, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    dpl_gemm_op(kd, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
     return DPL_OK;
   }
   dpl_bk_gemm g = {.dtype = kd, .devindex = o->_devindex, .transa = ta, .transb = tb, .m = m, .n = n, .k = k,

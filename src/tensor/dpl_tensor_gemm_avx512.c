@@ -24,13 +24,16 @@ static int avx_ok, small_ok;
 /* m*n*k from which a product is split over the threads: with the pool's spinning
  * workers a split costs ~1 us, repaid from ~2^18 (a 64x64x64 product, ~3 us) */
 static int64_t par_min = INT64_C(1) << 18;
-/* Products under own_min multiply-adds stay with OpenBLAS (its lower fixed cost wins).
- * AMD's Zen 4 (family 19h with AVX-512) runs each 512-bit FMA as two 256-bit halves, so
- * this kernel has no width over OpenBLAS's there, and its padded edge tiles (8 rows, 16
- * or 32 columns) cost more than OpenBLAS's edge kernels: measured 1.2-1.7x OpenBLAS's
- * time for products under 2^20 multiply-adds (64^3, a 10-class head's three products),
- * equal or better from there on. There own_min is 2^20, except for A @ B^T with both
- * sides over 16, where the packing wins from 2^15 as elsewhere (docs/tensors.md).
+/* The tensor ops' products (matmul, mm, bmm, addmm: dpl_sgemm_prefers_blas) under own_min
+ * multiply-adds go to OpenBLAS. AMD's Zen 4 (family 19h with AVX-512) runs each 512-bit FMA
+ * as two 256-bit halves, so this kernel has no width over OpenBLAS's there, and its padded
+ * edge tiles (8 rows, 16 or 32 columns) cost more than OpenBLAS's edge kernels: measured
+ * 1.2-1.7x OpenBLAS's time for such products under 2^20 multiply-adds (64^3, a 10-class
+ * head's three products), equal or better from there on. There own_min is 2^20, except for
+ * A @ B^T with both sides over 16, where the packing wins from 2^15 as elsewhere
+ * (docs/tensors.md). conv2d's products (strided im2col columns, a fused bias) stay with
+ * this kernel from 2^15 up on every CPU: there it beat OpenBLAS at every size measured
+ * (the 1-channel 3x3 conv's 32x9 @ 9x784 per sample: 519 against 680 us a batch).
  * DPL_SGEMM_OWN_MIN sets own_min for every layout. */
 static int64_t own_min = INT64_C(1) << 15, own_min_nt = INT64_C(1) << 15;
 static int split_fma(void)
@@ -338,6 +341,13 @@ int dpl_sgemm_avx512_bias(int64_t m, int64_t n, int64_t k, const float *a, int64
   return gemm_run(0, 0, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, bias, c, ldc);
 }
 
+int dpl_sgemm_prefers_blas(int transb, int64_t m, int64_t n, int64_t k)
+{
+  pthread_once(&avx_once, avx_probe);
+  if (m < 4) return 0; /* products of 1-3 rows: smallm's own rule (gemm_run) */
+  return m * n * k < (transb && m > 16 && n > 16 ? own_min_nt : own_min);
+}
+
 /* columns of the tile grid for n columns: whole NR panels, a last one of up to 16 runs half-width */
 static inline int64_t padded_cols(int64_t n) { return n / NR * NR + (n % NR == 0 ? 0 : n % NR <= 16 ? 16 : NR); }
 
@@ -351,8 +361,7 @@ static int gemm_run(int transa, int transb, int64_t m, int64_t n, int64_t k, flo
     return 1;
   }
   /* small products: OpenBLAS's lower fixed cost wins (own_min); A^T B^T is left to it too */
-  if (!avx_ok || alpha == 0.0f || (transa && transb) || m < 4 || n < 8 || k < 4 ||
-      m * n * k < (transb && m > 16 && n > 16 ? own_min_nt : own_min))
+  if (!avx_ok || alpha == 0.0f || (transa && transb) || m < 4 || n < 8 || k < 4 || m * n * k < (INT64_C(1) << 15))
     return 0;
   /* threads only for products big enough to repay the split */
   int par = dpl_threads() > 1 && m * n * k >= par_min;
@@ -400,6 +409,11 @@ int dpl_sgemm_avx512_bias(int64_t m, int64_t n, int64_t k, const float *a, int64
 {
   (void)m; (void)n; (void)k; (void)a; (void)lda; (void)b; (void)ldb; (void)bias; (void)c; (void)ldc;
   return 0;
+}
+int dpl_sgemm_prefers_blas(int transb, int64_t m, int64_t n, int64_t k)
+{
+  (void)transb; (void)m; (void)n; (void)k;
+  return 1;
 }
 int dpl_sgemm_avx512(int transa, int transb, int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t lda,
                      const float *b, int64_t ldb, float beta, float *c, int64_t ldc)

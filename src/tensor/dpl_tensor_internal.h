@@ -330,6 +330,10 @@ int dpl_threads(void);
 /* C = alpha * op(A) @ op(B) + beta * C, row-major, like cblas_{s,d}gemm. */
 void dpl_gemm(int32_t dtype, int transa, int transb, int64_t m, int64_t n, int64_t k, double alpha,
               const void *a, int64_t lda, const void *b, int64_t ldb, double beta, void *c, int64_t ldc);
+/* the same for the tensor ops (matmul, mm, bmm, addmm): small float32 products may go to
+ * OpenBLAS first (dpl_sgemm_prefers_blas) */
+void dpl_gemm_op(int32_t dtype, int transa, int transb, int64_t m, int64_t n, int64_t k, double alpha,
+              const void *a, int64_t lda, const void *b, int64_t ldb, double beta, void *c, int64_t ldc);
 void dpl_blas_set_threads(int n);
 /* A function of the OpenBLAS library (LAPACK's sgetrf_, ...), loading it first; NULL when
  * the library or the symbol is missing (dpl_blas_info() then says why). */
@@ -341,6 +345,10 @@ int dpl_cpu_avx512f(void);
  * AVX-512F, a small product, DPL_SGEMM=blas): the caller then runs OpenBLAS. */
 int dpl_sgemm_avx512(int transa, int transb, int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t lda,
                      const float *b, int64_t ldb, float beta, float *c, int64_t ldc);
+/* 1 when a tensor op's float32 product of this shape (matmul, mm, bmm, addmm) should go
+ * straight to OpenBLAS on this CPU (under DPL_SGEMM_OWN_MIN multiply-adds: 2^20 on AMD
+ * Zen 4, 2^15 elsewhere); conv2d's products do not ask */
+int dpl_sgemm_prefers_blas(int transb, int64_t m, int64_t n, int64_t k);
 /* C = A @ B + bias[i] along the rows (row-major, no transposes); 0 when it declines */
 int dpl_sgemm_avx512_bias(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const float *b, int64_t ldb,
                           const float *bias, float *c, int64_t ldc);
