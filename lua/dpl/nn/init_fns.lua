@@ -208,7 +208,8 @@ function M.dirac_(t, groups)
   local n = math.min(opg, t:size(2))
   nograd(function()
     t:zero_()
-    for g = 0, groups - 1 do
+    -- (n == 0: nothing to set; an empty dim 1 passes any groups, up to 2^62, as a loop bound)
+    for g = 0, n > 0 and groups - 1 or -1 do
       for d = 1, n do
         local v = t:select(1, g * opg + d):select(1, d)
         for k = 3, nd do v = v:select(1, math.floor(t:size(k) / 2) + 1) end
