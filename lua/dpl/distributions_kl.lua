@@ -19,8 +19,25 @@ return function(D, H)
 
   local KL = {}
   --- register_kl(P, Q, fn): kl_divergence(p, q) for instances of P and Q (subclasses included)
+  -- P is Distribution or one of its subclasses (a class table, not an instance)
+  local function is_dist_class(P)
+    if type(P) ~= 'table' then return false end
+    local c = P
+    while c do
+      if c == Distribution then return true end
+      c = rawget(c, 'super')
+    end
+    return false
+  end
+  local function what(v)
+    if type(v) ~= 'table' then return type(v) end
+    if class.is_instance(v, Distribution) then return 'an instance of ' .. tostring(v.__name) .. ' (pass its class)' end
+    return 'a table that is not a Distribution class'
+  end
   function D.register_kl(P, Q, fn)
-    if type(fn) ~= 'function' then value_error('register_kl: fn must be a function') end
+    if not is_dist_class(P) then value_error('register_kl: expected P to be a Distribution subclass, got ' .. what(P)) end
+    if not is_dist_class(Q) then value_error('register_kl: expected Q to be a Distribution subclass, got ' .. what(Q)) end
+    if type(fn) ~= 'function' then value_error('register_kl: fn must be a function, got ' .. type(fn)) end
     KL[P] = KL[P] or {}
     KL[P][Q] = fn
   end
