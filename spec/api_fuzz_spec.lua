@@ -78,6 +78,13 @@ describe('fuzz findings: hangs', function()
     assert.truthy(err_of(function() dpl.linalg.vander(dpl.tensor({ 1, 2, 3 }), { N = 2 ^ 40 }) end):find('is too large', 1, true))
     assert.are.equal(3, #dpl.zeros(4):tensor_split(3))
   end)
+
+  it('nn.init.dirac_ of a tensor with an empty dim 1 and groups = 2^62 finishes (it looped over the groups)', function()
+    assert.are.same({ 0, 1, 0 }, dpl.nn.init.dirac_(dpl.zeros(0, 1, 0), 2 ^ 62):size())
+    local w = dpl.nn.init.dirac_(dpl.ones(4, 2, 3), 2)
+    assert.are.same({ { { 0, 1, 0 }, { 0, 0, 0 } }, { { 0, 0, 0 }, { 0, 1, 0 } },
+      { { 0, 1, 0 }, { 0, 0, 0 } }, { { 0, 0, 0 }, { 0, 1, 0 } } }, w:tolist())
+  end)
 end)
 
 describe('fuzz findings: sizes that overflow int64 (UB in C, views outside their storage)', function()
@@ -151,6 +158,10 @@ describe('fuzz findings: raw Lua/FFI errors become named errors', function()
         p.grad = dpl.ones(2)
         dpl.optim.Optimizer({ p }, { lr = 0.1 }):step()
       end, 'the base Optimizer has no update rule' },
+    { function() dpl.distributions.register_kl(nil, dpl.distributions.Normal, function() end) end,
+      'register_kl: expected P to be a Distribution subclass, got nil' },
+    { function() dpl.distributions.register_kl(dpl.distributions.Normal, dpl.distributions.Normal(0, 1), function() end) end,
+      'register_kl: expected Q to be a Distribution subclass, got an instance of Normal' },
   }
   for i, c in ipairs(cases) do
     it(('case %d: %s'):format(i, c[2]), function()
