@@ -90,7 +90,7 @@ local function broadcast_all(name, names, ...)
   local ts = {}
   for i = 1, n do
     local x = select(i, ...)
-    if type(x) == 'number' then x = T.full({}, x, o)
+    if type(x) == 'number' then x = T.tensor(x, o) -- (as PyTorch's torch.tensor: 1e308 in float32 is inf)
     elseif not is_tensor(x) then value_error(fmt('%s: %s must be a tensor or a number, got %s', name, names[i], type(x)))
     elseif x._dtype > 3 then x = x:to(o.dtype)
     elseif x._dtype ~= (o.dtype == 'float64' and 1 or 0) and x._dtype ~= 2 and x._dtype ~= 3 then x = x:to(o.dtype) end
