@@ -63,8 +63,9 @@ local function sample_shape_of(name, ss)
   end
   local r = {}
   for i, n in ipairs(ss) do
-    if type(n) ~= 'number' or n ~= floor(n) or n < 0 then
-      value_error(fmt('%s: sample_shape[%d] must be a non-negative integer, got %s', name, i, tostring(n)))
+    -- (inf and 1e308 are integral numbers too: as int64 sizes they wrapped to -2^63)
+    if type(n) ~= 'number' or n ~= floor(n) or n < 0 or n >= 2 ^ 63 then
+      value_error(fmt('%s: sample_shape[%d] must be a non-negative integer below 2^63, got %s', name, i, tostring(n)))
     end
     r[i] = n
   end
