@@ -175,6 +175,23 @@ describe('fuzz findings: raw Lua/FFI errors become named errors', function()
 end)
 
 describe('fuzz findings: constructors and argument values', function()
+  it('a distribution sample_shape of inf or 1e308 is an error naming it (it wrapped to a size of -2^63)', function()
+    local D = dpl.distributions
+    for _, ss in ipairs({ math.huge, 1e308, { 0, math.huge, 2 } }) do
+      local m = err_of(function() D.Normal(0, 1):sample(ss) end)
+      assert.truthy(m:find('sample_shape%[%d%] must be a non%-negative integer below 2%^63'), m)
+    end
+    local m = err_of(function() D.Geometric(0.5):sample(1e308) end)
+    assert.truthy(m:find('Geometric.sample: sample_shape[1]', 1, true), m)
+  end)
+
+  it('a distribution parameter given as a number float32 cannot hold becomes inf, as torch.tensor(1e308) (was an error naming full)', function()
+    local D = dpl.distributions
+    assert.are.equal(math.huge, D.Normal(1e308, 1).loc:item())
+    assert.are.equal(0, D.Exponential(1e308):sample():item())
+    assert.are.equal('float64', D.Normal(1.5, dpl.ones(2):double()).loc.dtype)
+  end)
+
   it('optimizers with positional arguments and only nils after params take their defaults', function()
     local p = { dpl.randn(2):requires_grad_() }
     for _, name in ipairs({ 'Adam', 'AdamW', 'RMSprop', 'Adagrad', 'Adamax', 'NAdam', 'RAdam', 'Rprop', 'ASGD', 'LBFGS' }) do
