@@ -306,7 +306,8 @@ local function ndim(t) return t._ndim end
 -- 1-based (or negative) Lua dim -> 0-based C dim
 local function cdim(t, d, name, extra)
   local n = t._ndim + (extra or 0)
-  if type(d) ~= 'number' or d ~= floor(d) then
+  -- (inf and 1e308 are no dims either: %d printed them as -2^63 in the range error)
+  if type(d) ~= 'number' or d ~= floor(d) or d >= 2 ^ 53 or d <= -2 ^ 53 then
     error(fmt('%s: dim must be an integer, got %s', name, tostring(d)), 3)
   end
   local r = d < 0 and n + d or d - 1
@@ -341,6 +342,10 @@ local function size_at(name, buf, i, v)
   if type(v) ~= 'number' then v = int_of(v) end
   if type(v) ~= 'number' or v ~= floor(v) then
     error(fmt('%s: sizes must be integers, got %s at position %d', name, tostring(v), i), 4)
+  end
+  -- (inf, 1e308: integral, but as int64 they became -2^63, "sizes must be non-negative")
+  if v >= 2 ^ 63 or v < -2 ^ 63 then
+    error(fmt('%s: size %s at position %d is out of range (sizes are non-negative integers below 2^63)', name, tostring(v), i), 4)
   end
   buf[i - 1] = v
 end

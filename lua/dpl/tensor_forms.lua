@@ -38,7 +38,7 @@ function M.install(T)
     if #d == 0 then for k = 1, n do red[k] = k end end -- dim=[]: every dim, as PyTorch
     for i = 1, #d do
       local v = d[i]
-      if type(v) ~= 'number' or v ~= math.floor(v) then
+      if type(v) ~= 'number' or v ~= math.floor(v) or v >= 2 ^ 53 or v <= -2 ^ 53 then -- (inf printed as -2^63 below)
         error(fmt('%s: dims must be integers, got %s at position %d', fn, tostring(v), i), VE)
       end
       local k = v < 0 and n + v + 1 or v
