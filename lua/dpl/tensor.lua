@@ -35,7 +35,7 @@ end
 
 -- a non-negative integer (thread counts, thresholds)
 local function need_count(op, what, v)
-  if type(v) ~= 'number' or v ~= floor(v) or v < 0 then
+  if type(v) ~= 'number' or v ~= floor(v) or v < 0 or v >= 2 ^ 63 then -- (inf: an int64 of -2^63)
     error(('%s: %s must be a non-negative integer, got %s'):format(op, what, type(v) == 'number' and tostring(v) or got(v)))
   end
 end

@@ -91,6 +91,8 @@ return function(M, H)
     end
     local n = math.ceil((stop - start) / step)
     if n < 0 then n = 0 end
+    -- (arange(1e308): past int64 the count became -2^63, "negative length")
+    if n >= 2 ^ 62 then error(fmt('arange: %g elements (start=%g, end=%g, step=%g) is too large', n, start, stop, step), 2) end
     local allint = start == floor(start) and stop == floor(stop) and step == floor(step)
     local dt, devt, devi, rg = opts_dtype_device(opts, 'arange', allint and 5 or 0)
     return grad_leaf(call1(C.dpl_tensor_arange, start, step, n, dt, devt, devi, out1), rg)
@@ -109,6 +111,9 @@ return function(M, H)
     if is_opts(m) then opts, m = m, nil end
     m = m or n
     if type(n) ~= 'number' or type(m) ~= 'number' then error('eye: expected (n [, m])', 2) end
+    -- (2.5 was truncated to 2; NaN and inf reached C as -2^63)
+    need_count('eye', 'n', n)
+    need_count('eye', 'm', m)
     local dt, devt, devi, rg = opts_dtype_device(opts, 'eye')
     return grad_leaf(call1(C.dpl_tensor_eye, n, m, dt, devt, devi, out1), rg)
   end
@@ -379,10 +384,17 @@ return function(M, H)
     check(C.dpl_tensor_normal_(t, m or 0, s or 1))
     return t
   end
+  -- an integer in int64 (1.5 was truncated, inf reached C as -2^63), as PyTorch's int from/to
+  local function need_int64(op, what, x)
+    need_number(op, what, x)
+    if x ~= floor(x) or x >= 2 ^ 63 or x < -2 ^ 63 then
+      error(fmt('%s: %s must be an integer, got %s', op, what, tostring(x)), 2)
+    end
+  end
   function methods.random_(t, a, b)
     if b == nil then a, b = 0, a end
-    need_number('random_', 'from', a)
-    need_number('random_', 'to', b)
+    need_int64('random_', 'from', a)
+    need_int64('random_', 'to', b)
     check(C.dpl_tensor_randint_(t, a, b))
     return t
   end
