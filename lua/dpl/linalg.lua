@@ -49,7 +49,7 @@ local function need_bool(name, what, v)
   if v ~= nil and type(v) ~= 'boolean' then value_error(fmt('%s: %s must be true or false, got %s', name, what, got(v))) end
 end
 local function need_int(name, what, v)
-  if type(v) ~= 'number' or v ~= floor(v) or v == huge or v == -huge then
+  if type(v) ~= 'number' or v ~= floor(v) or v >= 2 ^ 63 or v < -2 ^ 63 then -- (1e308: printed as -2^63 by %d)
     value_error(fmt('%s: %s must be an integer, got %s', name, what, got(v)))
   end
 end

@@ -96,7 +96,7 @@ S.digamma = one('digamma', SP.digamma, function(x) return S.polygamma(1, x) end)
 local polygamma1 = one('polygamma', SP.polygamma, function(x, _, n) return S.polygamma(n + 1, x) end)
 --- special.polygamma(n, x): the n-th derivative of digamma (n >= 0)
 function S.polygamma(n, x)
-  if type(n) ~= 'number' or n ~= floor(n) or n < 0 or n == huge then
+  if type(n) ~= 'number' or n ~= floor(n) or n < 0 or n >= 2 ^ 63 then -- (1e308 reached C as -2^63)
     value_error(fmt('polygamma: n must be a non-negative integer, got %s', got(n)))
   end
   need_tensor('polygamma', 'input', x)

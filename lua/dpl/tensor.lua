@@ -688,7 +688,9 @@ function methods.select(t, d, i)
   local cd = cdim(t, d, 'select')
   local size = tonumber(t._shape[cd])
   if type(i) ~= 'number' then i = int_of(i) end
-  if type(i) ~= 'number' or i ~= floor(i) then error(fmt('select: index must be an integer, got %s', tostring(i)), 2) end
+  if type(i) ~= 'number' or i ~= floor(i) or i >= 2 ^ 53 or i <= -2 ^ 53 then -- (inf: printed as -2^63 below)
+    error(fmt('select: index must be an integer, got %s', tostring(i)), 2)
+  end
   local i0 = i < 0 and size + i or i - 1
   if i0 < 0 or i0 >= size then
     error(fmt('select: index %d out of range for dim %d of size %d (expected 1..%d or -%d..-1)', i, d, size, size, size), 2)

@@ -47,7 +47,7 @@ return function(M, H)
     end
   end
   local function need_int(name, what, v)
-    if type(v) ~= 'number' or v ~= floor(v) or v == math.huge or v == -math.huge then
+    if type(v) ~= 'number' or v ~= floor(v) or v >= 2 ^ 63 or v < -2 ^ 63 then -- (1e308: printed as -2^63 by %d)
       error(fmt('%s: %s must be an integer, got %s', name, what, got(v)))
     end
   end

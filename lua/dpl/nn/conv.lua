@@ -67,14 +67,14 @@ return function(nn)
     check_opts(opts, transposed and CONVT_KEYS or CONV1D_KEYS, name)
     opts = opts or {}
     local function pint(v, what, lo)
-      if type(v) ~= 'number' or v ~= floor(v) or v < lo then
+      if type(v) ~= 'number' or v ~= floor(v) or v < lo or v >= 2 ^ 53 then -- (inf: %d gave -2^63)
         error(fmt('%s: %s must be an integer >= %d, got %s', name, what, lo, got(v)), 4)
       end
     end
     pint(cin, 'in_channels', 1)
     pint(cout, 'out_channels', 1)
     local groups = opts.groups or 1
-    if type(groups) ~= 'number' or groups ~= floor(groups) or groups < 1 then
+    if type(groups) ~= 'number' or groups ~= floor(groups) or groups < 1 or groups >= 2 ^ 53 then
       error(fmt('%s: groups must be a positive integer, got %s', name, got(groups)), 4)
     end
     if cin % groups ~= 0 then error(fmt('%s: in_channels (%d) must be divisible by groups (%d)', name, cin, groups), 4) end

@@ -290,7 +290,7 @@ function F.group_norm(x, G, w, b, eps)
     check_opts(w, GN_KEYS, 'group_norm')
     w, b, eps = w.weight, w.bias, w.eps
   end
-  if type(G) ~= 'number' or G ~= math.floor(G) or G < 1 then
+  if type(G) ~= 'number' or G ~= math.floor(G) or G < 1 or G >= 2 ^ 53 then -- (inf: %d gave -2^63)
     error(fmt('group_norm: num_groups must be a positive integer, got %s', tostring(G)), 2)
   end
   check_opt_tensor(w, 'group_norm', 'weight')

@@ -239,7 +239,7 @@ end
 function M.channel_shuffle(x, groups)
   local fn = 'channel_shuffle'
   need_tensor(x, fn, 'input')
-  if type(groups) ~= 'number' or groups ~= floor(groups) or groups < 1 then
+  if type(groups) ~= 'number' or groups ~= floor(groups) or groups < 1 or groups >= 2 ^ 53 then -- (inf: %d gave -2^63)
     error(fmt('%s: Number of groups to divide channels in must be positive. Value of groups: %s', fn, got(groups)), 2)
   end
   if x:dim() < 3 then

@@ -213,7 +213,9 @@ end
 
 -- 1-based dim d of an ndim-dim tensor (negative from the end), or an error
 local function norm_dim(d, nd, who, what)
-  if type(d) ~= 'number' or d ~= math.floor(d) then error(fmt('%s: %s must be an integer, got %s', who, what, q(d))) end
+  if type(d) ~= 'number' or d ~= math.floor(d) or d >= 2 ^ 53 or d <= -2 ^ 53 then -- (inf: printed as -2^63 below)
+    error(fmt('%s: %s must be an integer, got %s', who, what, q(d)))
+  end
   local r = d < 0 and nd + d + 1 or d
   if r < 1 or r > math.max(nd, 1) or d == 0 then
     error(fmt('%s: %s %d is out of range for a %d-d input (expected 1..%d or -%d..-1)', who, what, d, nd,
