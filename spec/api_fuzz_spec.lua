@@ -104,6 +104,41 @@ describe('fuzz findings: sizes that overflow int64 (UB in C, views outside their
     assert.are.same({ 3 }, dpl.ones(3):view(-1):size())
   end)
 
+  it('eye and random_ refuse non-integers (2.5 was truncated) and NaN/inf, arange past 2^62 elements is too large', function()
+    local function has(f, s) local m = err_of(f); assert.truthy(m:find(s, 1, true), m) end
+    has(function() dpl.eye(2.5) end, 'eye: n must be a non-negative integer, got 2.5')
+    has(function() dpl.eye(0 / 0) end, 'eye: n must be a non-negative integer, got nan')
+    has(function() dpl.eye(2, math.huge) end, 'eye: m must be a non-negative integer, got inf')
+    has(function() dpl.zeros(3):random_(0.5, 3) end, 'random_: from must be an integer, got 0.5')
+    has(function() dpl.zeros(3):random_(math.huge) end, 'random_: to must be an integer, got inf')
+    has(function() dpl.arange(1e308) end, 'arange: 1e+308 elements')
+    assert.are.same({ 3, 2 }, dpl.eye(3, 2):size())
+    local r = dpl.zeros(100):random_(-2, 2)
+    assert.is_true(r:min():item() >= -2 and r:max():item() <= 1)
+  end)
+
+  it('integer arguments of inf or 1e308 are named as passed, not as -2^63', function()
+    local x = dpl.ones(4, 3)
+    local F = dpl.nn.functional
+    local cases = {
+      { function() dpl.polygamma(1e308, x) end, 'polygamma: n must be a non-negative integer, got 1e+308' },
+      { function() x:select(1, math.huge) end, 'select: index must be an integer, got inf' },
+      { function() x:topk(1e308) end, 'topk: k must be an integer, got 1e+308' },
+      { function() x:kthvalue(1e308) end, 'kthvalue: k must be an integer, got 1e+308' },
+      { function() dpl.linalg.vander(x, 1e308) end, 'linalg.vander: N must be an integer, got 1e+308' },
+      { function() F.glu(x, -math.huge) end, 'glu: dim must be an integer, got -inf' },
+      { function() F.channel_shuffle(dpl.ones(4, 4, 4), 1e308) end, 'Value of groups: 1e+308' },
+      { function() F.group_norm(dpl.ones(5, 1), 1e308) end, 'group_norm: num_groups must be a positive integer, got 1e+308' },
+      { function() dpl.nn.Conv1d(math.huge, 1) end, 'Conv1d: in_channels must be an integer >= 1, got inf' },
+      { function() dpl.nn.Conv1d(2, 4, 3, { groups = math.huge }) end, 'Conv1d: groups must be a positive integer, got inf' },
+    }
+    for _, c in ipairs(cases) do
+      local m = err_of(c[1])
+      assert.truthy(m:find(c[2], 1, true), m)
+      assert.falsy(m:find('9223372036854775808', 1, true), m)
+    end
+  end)
+
   it('expand to a shape of more than 2^50 elements is an error', function()
     assert.truthy(err_of(function() dpl.randn(3, 1):expand(3, 2 ^ 62) end):find('expand: shape [3, 4611686018427387904] is too large', 1, true))
     assert.truthy(err_of(function() dpl.randn(2):expand(2 ^ 62, 3, 2) end):find('too large', 1, true))
