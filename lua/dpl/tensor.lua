@@ -677,6 +677,10 @@ function methods.narrow(t, d, start, len)
   if type(start) ~= 'number' then start = int_of(start) end
   if type(len) ~= 'number' then len = int_of(len) end
   if type(start) ~= 'number' or type(len) ~= 'number' then error('narrow: expected (dim, start, length)', 2) end
+  -- (1.5 was truncated; NaN passed the range check and reached C as -2^63)
+  if start ~= floor(start) or len ~= floor(len) or start >= 2 ^ 53 or start <= -2 ^ 53 or len >= 2 ^ 53 then
+    error(fmt('narrow: start and length must be integers, got %s and %s', tostring(start), tostring(len)), 2)
+  end
   local s0 = start < 0 and size + start or start - 1
   if s0 < 0 or len < 0 or s0 + len > size then
     error(fmt('narrow: start %d, length %d out of range for dim %d of size %d (start is 1-based)', start, len, d, size), 2)

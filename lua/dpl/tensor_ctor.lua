@@ -25,6 +25,14 @@ return function(M, H)
   local need_tensor, new_empty, opts_dtype_device, out1 = H.need_tensor, H.new_empty, H.opts_dtype_device, H.out1
   local parse_device, parse_sizes, shp = H.parse_device, H.parse_sizes, H.shp
 
+  -- an integer in int64 (1.5 was truncated, inf reached C as -2^63), as PyTorch's int arguments
+  local function need_int64(op, what, x)
+    need_number(op, what, x)
+    if x ~= floor(x) or x >= 2 ^ 63 or x < -2 ^ 63 then
+      error(fmt('%s: %s must be an integer, got %s', op, what, tostring(x)), 2)
+    end
+  end
+
   -- {requires_grad = true} of a constructor: the new leaf records gradients (autograd's setter
   -- refuses integer and bool dtypes, as PyTorch)
   local function grad_leaf(t, rg)
@@ -102,6 +110,7 @@ return function(M, H)
     if type(start) ~= 'number' or type(stop) ~= 'number' or type(steps) ~= 'number' then
       error('linspace: expected (start, end, steps)', 2)
     end
+    need_count('linspace', 'steps', steps) -- (2.5 was truncated, NaN/inf reached C as -2^63)
     local dt, devt, devi, rg = opts_dtype_device(opts, 'linspace')
     if M._INT_RANGE[dt] then check_scalar('linspace', start, dt) check_scalar('linspace', stop, dt) end
     return grad_leaf(call1(C.dpl_tensor_linspace, start, stop, steps, dt, devt, devi, out1), rg)
@@ -309,6 +318,8 @@ return function(M, H)
     if type(low) ~= 'number' or type(high) ~= 'number' or type(size) ~= 'table' then
       error('randint: expected (high, size) or (low, high, size) with size a table', 2)
     end
+    need_int64('randint', 'low', low) -- (NaN drew garbage, 5.5 was truncated)
+    need_int64('randint', 'high', high)
     local n = parse_sizes('randint', shp, size)
     local dt, devt, devi, rg = opts_dtype_device(opts, 'randint', 5)
     local t = new_empty(n, dt, devt, devi)
@@ -317,7 +328,7 @@ return function(M, H)
   end
 
   function M.manual_seed(s)
-    if type(s) ~= 'number' or s ~= floor(s) or s < 0 then
+    if type(s) ~= 'number' or s ~= floor(s) or s < 0 or s >= 2 ^ 64 then -- (inf was taken)
       error(fmt('manual_seed: expected a non-negative integer, got %s', tostring(s)), 2)
     end
     C.dpl_manual_seed(s)
@@ -383,13 +394,6 @@ return function(M, H)
     if s ~= nil then need_number('normal_', 'std', s) end
     check(C.dpl_tensor_normal_(t, m or 0, s or 1))
     return t
-  end
-  -- an integer in int64 (1.5 was truncated, inf reached C as -2^63), as PyTorch's int from/to
-  local function need_int64(op, what, x)
-    need_number(op, what, x)
-    if x ~= floor(x) or x >= 2 ^ 63 or x < -2 ^ 63 then
-      error(fmt('%s: %s must be an integer, got %s', op, what, tostring(x)), 2)
-    end
   end
   function methods.random_(t, a, b)
     if b == nil then a, b = 0, a end
