@@ -117,6 +117,22 @@ describe('fuzz findings: sizes that overflow int64 (UB in C, views outside their
     assert.is_true(r:min():item() >= -2 and r:max():item() <= 1)
   end)
 
+  it('randint, linspace, narrow and manual_seed refuse non-integers and NaN (randint(NaN, 5) drew garbage, 2.5 was truncated)', function()
+    local function has(f, s) local m = err_of(f); assert.truthy(m:find(s, 1, true), m) end
+    local x = dpl.arange(12):view(3, 4)
+    has(function() dpl.randint(0 / 0, 5, { 2 }) end, 'randint: low must be an integer, got nan')
+    has(function() dpl.randint(5.5, { 2 }) end, 'randint: high must be an integer, got 5.5')
+    has(function() dpl.linspace(0, 1, 2.5) end, 'linspace: steps must be a non-negative integer, got 2.5')
+    has(function() dpl.linspace(0, 1, 0 / 0) end, 'linspace: steps must be a non-negative integer, got nan')
+    has(function() x:narrow(1, 1.5, 1) end, 'narrow: start and length must be integers, got 1.5 and 1')
+    has(function() x:narrow(1, 1, 0 / 0) end, 'narrow: start and length must be integers, got 1 and nan')
+    has(function() dpl.manual_seed(math.huge) end, 'manual_seed: expected a non-negative integer, got inf')
+    assert.are.same({ 3, 2 }, x:narrow(2, -2, 2):size())
+    assert.are.same({ 3 }, dpl.linspace(0, 1, 3):size())
+    local r = dpl.randint(2, 4, { 50 })
+    assert.is_true(r:min():item() >= 2 and r:max():item() <= 3)
+  end)
+
   it('integer arguments of inf or 1e308 are named as passed, not as -2^63', function()
     local x = dpl.ones(4, 3)
     local F = dpl.nn.functional
