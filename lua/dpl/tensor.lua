@@ -533,6 +533,9 @@ function methods.fill_(t, v)
   local float_src = false -- (a floating 0-d tensor's value is a float to PyTorch's check)
   if is_tensor(v) then
     float_src = v._dtype <= 3
+    if v._numel ~= 1 then -- (item's error named item, not fill_)
+      error(fmt('fill_: value must be a number or a one-element tensor, got a tensor of %d elements', tonumber(v._numel)), 2)
+    end
     v = v:item()
     if type(v) == 'boolean' then v = v and 1 or 0 end
   end
@@ -1057,6 +1060,9 @@ function methods.masked_fill_(t, mask, v)
   local float_src = false
   if is_tensor(v) then
     float_src = v._dtype <= 3
+    if v._numel ~= 1 then -- (item's error named item, not masked_fill_)
+      error(fmt('masked_fill_: value must be a number or a one-element tensor, got a tensor of %d elements', tonumber(v._numel)), 2)
+    end
     v = v:item()
     if type(v) == 'boolean' then v = v and 1 or 0 end
   end
@@ -1115,6 +1121,7 @@ local reduce = require('dpl.tensor_reduce')(M, { cdim = cdim, fail = fail, check
 ---------------------------------------------------------------- losses
 local reductions = { none = 0, mean = 1, sum = 2 }
 local function reduction_id(r, name)
+  if type(name) ~= 'string' then name = 'reduction_id' end -- (a table printed as 'table: 0x...')
   local id = reductions[r or 'mean']
   if not id then error(fmt("%s: reduction must be 'none', 'mean' or 'sum', got '%s'", name, tostring(r)), 3) end
   return id
