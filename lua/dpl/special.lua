@@ -41,7 +41,8 @@ local function as_tensor(name, what, v, like)
   if type(v) ~= 'number' then value_error(fmt('%s: %s must be a tensor or a number, got %s', name, what, got(v))) end
   local dt = like and T.dtype_names[like._dtype] or 'float32'
   if dt ~= 'float64' and dt ~= 'float16' and dt ~= 'bfloat16' then dt = 'float32' end
-  return T.full({}, v, { dtype = dt, device = like and like.device or nil })
+  -- (as PyTorch's wrapped number: 1e308 beside a float32 tensor is inf there, not an error naming full)
+  return T.tensor(v, { dtype = dt, device = like and like.device or nil })
 end
 local function wants_grad(...)
   local A = AG()
