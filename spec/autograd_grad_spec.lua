@@ -213,7 +213,7 @@ describe('gradient checks', function()
     local x = d({ 1, 2 }):requires_grad_()
     fails(errors.RuntimeError, 'grad: assigned grad has data of a different type (float32; the tensor is float64)',
       function() x.grad = dpl.ones(2) end)
-    fails(errors.RuntimeError, 'grad: assigned grad has shape 3, the tensor has shape 2',
+    fails(errors.RuntimeError, 'grad: assigned grad has shape [3], the tensor has shape [2]',
       function() x.grad = d({ 1, 2, 3 }) end)
     x.grad = d({ 5, 6 })
     near(x.grad, { 5, 6 })

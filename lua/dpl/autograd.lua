@@ -824,8 +824,9 @@ setters.grad = function(t, g)
   if g ~= nil then
     if not is_tensor(g) then error(fmt('grad: expected a tensor or nil, got %s', type(g)), errors.ValueError) end
     if not same_shape(g, t) then
-      error(fmt('grad: assigned grad has shape %s, the tensor has shape %s',
-        table.concat(size_of(g), 'x'), table.concat(size_of(t), 'x')), 3)
+      -- ([a, b]: a 0-d shape printed as nothing in 'axb' form)
+      error(fmt('grad: assigned grad has shape [%s], the tensor has shape [%s]',
+        table.concat(size_of(g), ', '), table.concat(size_of(t), ', ')), 3)
     end
     exposed[g] = true
     if g._dtype ~= t._dtype then
