@@ -229,6 +229,11 @@ describe('fuzz findings: raw Lua/FFI errors become named errors', function()
       'register_kl: expected P to be a Distribution subclass, got nil' },
     { function() dpl.distributions.register_kl(dpl.distributions.Normal, dpl.distributions.Normal(0, 1), function() end) end,
       'register_kl: expected Q to be a Distribution subclass, got an instance of Normal' },
+    { function() dpl.ones(2, 2):fill_(dpl.ones(3)) end, 'fill_: value must be a number or a one-element tensor, got a tensor of 3 elements' },
+    { function() dpl.ones(2, 2):masked_fill(dpl.ones(2, 2):gt(0), dpl.ones(2)) end,
+      'masked_fill_: value must be a number or a one-element tensor, got a tensor of 2 elements' },
+    { function() dpl.ones(2, 2):requires_grad_().grad = dpl.tensor(1) end, 'grad: assigned grad has shape [], the tensor has shape [2, 2]' },
+    { function() dpl.reduction_id('x', {}) end, "reduction_id: reduction must be 'none', 'mean' or 'sum', got 'x'" },
   }
   for i, c in ipairs(cases) do
     it(('case %d: %s'):format(i, c[2]), function()
@@ -257,6 +262,11 @@ describe('fuzz findings: constructors and argument values', function()
     assert.are.equal(math.huge, D.Normal(1e308, 1).loc:item())
     assert.are.equal(0, D.Exponential(1e308):sample():item())
     assert.are.equal('float64', D.Normal(1.5, dpl.ones(2):double()).loc.dtype)
+  end)
+
+  it('a special function number operand float32 cannot hold becomes inf, as a wrapped number (was an error naming full)', function()
+    assert.are.same({ 2 }, dpl.special.zeta(dpl.ones(2) * 2, 1e308):size())
+    assert.are.same({ 3 }, dpl.ones(3):igammac(1e308):size())
   end)
 
   it('optimizers with positional arguments and only nils after params take their defaults', function()
