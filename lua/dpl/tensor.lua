@@ -907,6 +907,13 @@ local function rounding_of(name, opts)
   return ROUNDING[m]
 end
 local function rounded_div(name, a, b, rop)
+  -- (a missing operand failed inside binop, named 'add')
+  local function operand(v) return is_tensor(v) or type(v) == 'number' or type(v) == 'boolean' end
+  if not (operand(a) and operand(b)) then
+    local function what(v) return is_tensor(v) and 'a tensor' or got(v) end
+    error(fmt('%s: expected a tensor and a tensor or a number, got %s and %s', name, what(a), what(b)))
+  end
+  if not is_tensor(a) and not is_tensor(b) then error(name .. ': at least one operand must be a tensor') end
   int_zero_div(name, a, b)
   local want = binop(0, a, b)._dtype -- the dtype of the promoted operands
   if want == 7 then want = 5 end
