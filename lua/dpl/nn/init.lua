@@ -563,6 +563,21 @@ function nn.LayerNorm:__init(shape, opts)
   check_opts(opts, LN_KEYS, 'LayerNorm')
   opts = opts or {}
   if type(shape) == 'number' then shape = { shape } end
+  -- (a tensor, nil or 2.5 failed later inside ones: 'ones: sizes must be integers')
+  if type(shape) ~= 'table' or is_tensor(shape) then
+    error(fmt('LayerNorm: normalized_shape must be an integer or a list of integers, got %s',
+      is_tensor(shape) and 'a tensor' or type(shape)), 2)
+  end
+  local list = {}
+  for i = 1, #shape do
+    local n = shape[i]
+    if type(n) ~= 'number' or n ~= math.floor(n) or n < 0 or n >= 2 ^ 53 then
+      error(fmt('LayerNorm: normalized_shape[%d] must be a non-negative integer, got %s', i, tostring(n)), 2)
+    end
+    list[i] = n
+  end
+  shape = list
+  if opts.eps ~= nil and type(opts.eps) ~= 'number' then error(fmt('LayerNorm: eps must be a number, got %s', type(opts.eps)), 2) end
   self.normalized_shape, self.eps = shape, opts.eps or 1e-5
   self.elementwise_affine = opts.elementwise_affine ~= false
   if self.elementwise_affine then
