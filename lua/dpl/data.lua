@@ -85,7 +85,8 @@ end
 
 --- check_seed(v [, name]): v is nil or a valid seed (see to_u64); returns v.
 function M.check_seed(v, name)
-  if v ~= nil then to_u64(name or 'seed', v) end
+  if type(name) ~= 'string' then name = 'seed' end -- (a table label printed as 'table: 0x...')
+  if v ~= nil then to_u64(name, v) end
   return v
 end
 

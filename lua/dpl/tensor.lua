@@ -122,6 +122,7 @@ M._fail = fail
 
 local function dtype_id(d, what)
   if d == nil then return 0 end
+  if type(what) ~= 'string' then what = nil end -- (a table label printed as 'table: 0x...')
   local id = dtype_ids[d]
   if id then return id end
   if type(d) == 'number' and dtype_names[d] then return d end
@@ -146,6 +147,7 @@ end
 -- returns devtype, devindex
 local function parse_device(d, what)
   if d == nil or d == 'cpu' then return 0, 0 end
+  if type(what) ~= 'string' then what = nil end -- (a table label printed as 'table: 0x...')
   local td = type(d)
   if td == 'string' then
     if d == 'cuda' then return 1, registry['dpl.cuda.current'] or 0 end -- the current GPU (dpl.devices)
