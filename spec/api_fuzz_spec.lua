@@ -234,6 +234,13 @@ describe('fuzz findings: raw Lua/FFI errors become named errors', function()
       'masked_fill_: value must be a number or a one-element tensor, got a tensor of 2 elements' },
     { function() dpl.ones(2, 2):requires_grad_().grad = dpl.tensor(1) end, 'grad: assigned grad has shape [], the tensor has shape [2, 2]' },
     { function() dpl.reduction_id('x', {}) end, "reduction_id: reduction must be 'none', 'mean' or 'sum', got 'x'" },
+    { function() dpl.floor_divide(2) end, 'floor_divide: expected a tensor and a tensor or a number, got number and nil' },
+    { function() dpl.floor_divide(dpl.ones(2)) end, 'floor_divide: expected a tensor and a tensor or a number, got a tensor and nil' },
+    { function() dpl.nn.LayerNorm(dpl.ones(4)) end, 'LayerNorm: normalized_shape must be an integer or a list of integers, got a tensor' },
+    { function() dpl.nn.LayerNorm() end, 'LayerNorm: normalized_shape must be an integer or a list of integers, got nil' },
+    { function() dpl.nn.LayerNorm({ 2.5 }) end, 'LayerNorm: normalized_shape[1] must be a non-negative integer, got 2.5' },
+    { function() dpl.dtype_id('L', {}) end, "dtype: unknown dtype 'L'" },
+    { function() dpl.data.check_seed(print, {}) end, 'seed must be an integer, got function' },
   }
   for i, c in ipairs(cases) do
     it(('case %d: %s'):format(i, c[2]), function()
