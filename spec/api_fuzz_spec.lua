@@ -241,6 +241,7 @@ describe('fuzz findings: raw Lua/FFI errors become named errors', function()
     { function() dpl.nn.LayerNorm({ 2.5 }) end, 'LayerNorm: normalized_shape[1] must be a non-negative integer, got 2.5' },
     { function() dpl.dtype_id('L', {}) end, "dtype: unknown dtype 'L'" },
     { function() dpl.data.check_seed(print, {}) end, 'seed must be an integer, got function' },
+    { function() dpl.ones(2, 3):cumsum_(2, dpl.ones(2)) end, 'cumsum_: unknown dtype (a tensor: pass its .dtype)' },
   }
   for i, c in ipairs(cases) do
     it(('case %d: %s'):format(i, c[2]), function()

@@ -127,7 +127,8 @@ local function dtype_id(d, what)
   if id then return id end
   if type(d) == 'number' and dtype_names[d] then return d end
   error(fmt("%s: unknown dtype %s (expected one of float32, float64, float16, bfloat16, int32, int64, uint8, bool)",
-    what or 'dtype', type(d) == 'string' and ("'" .. d .. "'") or tostring(d)), 3)
+    what or 'dtype', type(d) == 'string' and ("'" .. d .. "'")
+      or (type(d) == 'cdata' and ffi.istype(tensor_ct, d)) and '(a tensor: pass its .dtype)' or tostring(d)), 3)
 end
 M.dtype_id = dtype_id
 

@@ -229,7 +229,7 @@ return function(M, H)
     methods[name] = function(t, d, dt)
       need_tensor(name, 'input', t)
       if is_opts(dt) then dt = dt.dtype end
-      if dt ~= nil and dt ~= dtype_of(t) and M.dtype_id(dt) ~= t._dtype then
+      if dt ~= nil and dt ~= dtype_of(t) and M.dtype_id(dt, name) ~= t._dtype then -- (unnamed: 'dtype: unknown dtype')
         runtime_error(fmt('%s: the dtype %s does not match the in-place tensor\'s dtype %s', name, tostring(dt),
           dtype_of(t)))
       end
