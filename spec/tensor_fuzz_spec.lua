@@ -151,6 +151,7 @@ describe('tensor fuzzing', function()
     collectgarbage(); collectgarbage()
     local before = dpl.memory_allocated()
     math.randomseed(1234)
+    dpl.manual_seed(1234) -- (the values decide which calls fail: the same run every time)
     local r = math.random
     local ok_count, err_count = 0, 0
     for iter = 1, 20000 do
@@ -171,6 +172,31 @@ describe('tensor fuzzing', function()
     collectgarbage(); collectgarbage()
     local after = dpl.memory_allocated()
     assert(after <= before, ('%d bytes leaked'):format(after - before)) -- earlier garbage may go too
+  end)
+
+  it('frees printed tensors once dropped (no compiled trace keeps one as a constant)', function()
+    -- the printer's recursive walkers were closures over the tensor; once the JIT compiled
+    -- one (it reads a known closure's immutable upvalues as constants) the trace kept that
+    -- tensor alive. Traces compile at different moments from run to run (hot counters are
+    -- hashed by address), so: low thresholds, four fresh processes
+    local h = require 'spec.support.helpers'
+    local code = [[
+      jit.opt.start('hotloop=1', 'hotexit=1')
+      local dpl = require 'dpl'
+      collectgarbage() collectgarbage()
+      local before = dpl.memory_allocated()
+      local function run()
+        for i = 1, 2000 do local s = tostring(dpl.randn(2, 3, 1 + i % 4)) end
+      end
+      run()
+      collectgarbage() collectgarbage()
+      print('leaked ' .. (dpl.memory_allocated() - before))
+    ]]
+    for _ = 1, 4 do
+      local out, err, rc = h.run_chunk(code)
+      assert.are.equal(0, rc, out .. err)
+      assert.matches('leaked 0\n', out)
+    end
   end)
 
   it('validates raw C calls with NULL and junk arguments', function()

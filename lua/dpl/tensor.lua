@@ -596,6 +596,25 @@ function methods.item(t)
 end
 
 --- Nested Lua tables of the values (numbers; booleans for bool tensors); a number for 0-d.
+-- the nested tables of totable; its state goes as an argument, not as upvalues: a closure
+-- compiled by the JIT reads immutable upvalues as constants, and the trace kept the buffer
+-- (or the tensor) alive (see dpl.tensor_print)
+local function totable_build(P, d)
+  local r = {}
+  local n = P.shape[d]
+  if d == P.nd then
+    local buf, pos, isbool = P.buf, P.pos, P.isbool
+    for i = 1, n do
+      local v = buf[pos + i - 1]
+      if isbool then v = v ~= 0 end
+      r[i] = v
+    end
+    P.pos = pos + n
+  else
+    for i = 1, n do r[i] = totable_build(P, d + 1) end
+  end
+  return r
+end
 function methods.totable(t)
   local n = tonumber(t._numel)
   local buf = ffi.new('double[?]', n > 0 and n or 1)
@@ -606,23 +625,7 @@ function methods.totable(t)
     if isbool then return buf[0] ~= 0 end
     return buf[0]
   end
-  local shape = methods.size(t)
-  local pos = 0
-  local function build(d)
-    local r = {}
-    if d == nd then
-      for i = 1, shape[d] do
-        local v = buf[pos]
-        if isbool then v = v ~= 0 end
-        r[i] = v
-        pos = pos + 1
-      end
-    else
-      for i = 1, shape[d] do r[i] = build(d + 1) end
-    end
-    return r
-  end
-  return build(1)
+  return totable_build({ buf = buf, shape = methods.size(t), nd = nd, isbool = isbool, pos = 0 }, 1)
 end
 methods.tolist = methods.totable
 

@@ -127,6 +127,45 @@ return function(M, H)
     return grad_leaf(call1(C.dpl_tensor_eye, n, m, dt, devt, devi, out1), rg)
   end
 
+  -- the leaves of a nested table, depth-first into P.flat (P.n of them), and their kind:
+  -- 'int', 'float' or 'bool' (P.wide: an int64_t/uint64_t cdata among them). The state goes as
+  -- an argument: a per-call closure, once compiled, kept its immutable upvalues (the flat
+  -- list of every value) alive in the trace (see dpl.tensor_print)
+  local function walk_nested(P, v, d)
+    local shape = P.shape
+    if d > #shape then
+      local tv = type(v)
+      if tv == 'cdata' and is_tensor(v) and v._ndim == 0 then -- a 0-d tensor: its value, its dtype's kind
+        local fl = v._dtype <= 3
+        v = v:item()
+        tv = type(v)
+        if fl and P.kind ~= 'bool' then P.kind = 'float' end
+      end
+      if tv == 'number' then
+        if P.kind == 'bool' then error('tensor: mixed booleans and numbers', 5) end
+        if P.kind ~= 'float' and not int64_number(v) then P.kind = 'float' end
+      elseif tv == 'cdata' and (istype(I64, v) or istype(U64, v)) then -- 9223372036854775807LL: exact
+        if P.kind == 'bool' then error('tensor: mixed booleans and numbers', 5) end
+        P.wide = true
+      elseif tv == 'boolean' then
+        if P.n > 0 and P.kind ~= 'bool' then error('tensor: mixed booleans and numbers', 5) end
+        P.kind = 'bool'
+        v = v and 1 or 0
+      else
+        error(fmt('tensor: expected numbers, booleans or int64_t/uint64_t cdata, got %s', tv), 5)
+      end
+      local n = P.n + 1
+      P.n = n
+      P.flat[n] = v
+      return
+    end
+    if type(v) ~= 'table' or #v ~= shape[d] then
+      error(fmt('tensor: ragged nested table: expected a list of %d at depth %d, got %s', shape[d], d,
+        type(v) == 'table' and ('a list of ' .. #v) or type(v)), 5)
+    end
+    for i = 1, shape[d] do walk_nested(P, v[i], d + 1) end
+  end
+
   -- nested Lua table -> shape, flat values, kind ('int', 'float', 'bool')
   local function scan_nested(data)
     local shape = {}
@@ -139,42 +178,9 @@ return function(M, H)
       if #shape > 8 then error('tensor: at most 8 dims', 4) end
       x = x[1]
     end
-    local flat, n = {}, 0
-    local kind, wide = 'int', false
-    local function walk(v, d)
-      if d > #shape then
-        local tv = type(v)
-        if tv == 'cdata' and is_tensor(v) and v._ndim == 0 then -- a 0-d tensor: its value, its dtype's kind
-          local fl = v._dtype <= 3
-          v = v:item()
-          tv = type(v)
-          if fl and kind ~= 'bool' then kind = 'float' end
-        end
-        if tv == 'number' then
-          if kind == 'bool' then error('tensor: mixed booleans and numbers', 5) end
-          if kind ~= 'float' and not int64_number(v) then kind = 'float' end
-        elseif tv == 'cdata' and (istype(I64, v) or istype(U64, v)) then -- 9223372036854775807LL: exact
-          if kind == 'bool' then error('tensor: mixed booleans and numbers', 5) end
-          wide = true
-        elseif tv == 'boolean' then
-          if n > 0 and kind ~= 'bool' then error('tensor: mixed booleans and numbers', 5) end
-          kind = 'bool'
-          v = v and 1 or 0
-        else
-          error(fmt('tensor: expected numbers, booleans or int64_t/uint64_t cdata, got %s', tv), 5)
-        end
-        n = n + 1
-        flat[n] = v
-        return
-      end
-      if type(v) ~= 'table' or #v ~= shape[d] then
-        error(fmt('tensor: ragged nested table: expected a list of %d at depth %d, got %s', shape[d], d,
-          type(v) == 'table' and ('a list of ' .. #v) or type(v)), 5)
-      end
-      for i = 1, shape[d] do walk(v[i], d + 1) end
-    end
-    walk(data, 1)
-    return shape, flat, n, kind, wide
+    local P = { shape = shape, flat = {}, n = 0, kind = 'int', wide = false }
+    walk_nested(P, data, 1)
+    return shape, P.flat, P.n, P.kind, P.wide
   end
 
   -- a list 1..#l of numbers only (no nested table, no hash part beside it)?

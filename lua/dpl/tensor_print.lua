@@ -85,6 +85,40 @@ local function number_formatter(vals, kind)
   end, w
 end
 
+-- The walkers below take everything as arguments: a closure over the tensor, once compiled
+-- by the JIT (recursive calls of a known closure read its immutable upvalues as constants),
+-- kept that tensor alive for as long as the trace lived (a tensor printed once never freed).
+-- P: the tensor, its shape, strides and index lists, whether its values are integers, the
+-- collected values and the formatter
+local function collect(P, d, base)
+  local idx, nd = P.idx[d], P.nd
+  for k = 1, #idx do
+    local i = idx[k]
+    if i then
+      local pos = base + i * P.strides[d]
+      if d == nd then P.vals[#P.vals + 1] = get(P.t, pos, P.isint) else collect(P, d + 1, pos) end
+    end
+  end
+end
+
+local function render(P, d, base, ind)
+  local idx, nd = P.idx[d], P.nd
+  local parts = {}
+  for k = 1, #idx do
+    local i = idx[k]
+    if not i then
+      parts[#parts + 1] = d == nd and ' ...' or '...' -- PyTorch: ",  ..., " within a row
+    elseif d == nd then
+      parts[#parts + 1] = P.f(get(P.t, base + i * P.strides[d], P.isint))
+    else
+      parts[#parts + 1] = render(P, d + 1, base + i * P.strides[d], ind .. ' ')
+    end
+  end
+  if d == nd then return '[' .. concat(parts, ', ') .. ']' end
+  local sep = ',' .. ('\n'):rep(nd - d) .. ind .. ' '
+  return '[' .. concat(parts, sep) .. ']'
+end
+
 --- The body "[[1., 2.], [3., 4.]]" as PyTorch lays it out, with `indent` spaces
 --- before continuation lines.
 function M.body(t, indent)
@@ -107,33 +141,10 @@ function M.body(t, indent)
   local idx = {}
   for i = 1, nd do idx[i] = dim_indices(shape[i], summarize) end
   -- collect the shown values first (for a common width)
-  local vals = {}
-  local function collect(d, base)
-    for _, i in ipairs(idx[d]) do
-      if i then
-        local pos = base + i * strides[d]
-        if d == nd then vals[#vals + 1] = get(t, pos, isint) else collect(d + 1, pos) end
-      end
-    end
-  end
-  collect(1, 0)
-  local f = number_formatter(vals, kind)
-  local function render(d, base, ind)
-    local parts = {}
-    for _, i in ipairs(idx[d]) do
-      if not i then
-        parts[#parts + 1] = d == nd and ' ...' or '...' -- PyTorch: ",  ..., " within a row
-      elseif d == nd then
-        parts[#parts + 1] = f(get(t, base + i * strides[d], isint))
-      else
-        parts[#parts + 1] = render(d + 1, base + i * strides[d], ind .. ' ')
-      end
-    end
-    if d == nd then return '[' .. concat(parts, ', ') .. ']' end
-    local sep = ',' .. ('\n'):rep(nd - d) .. ind .. ' '
-    return '[' .. concat(parts, sep) .. ']'
-  end
-  return render(1, 0, (' '):rep(indent))
+  local P = { t = t, nd = nd, strides = strides, idx = idx, isint = isint, vals = {} }
+  collect(P, 1, 0)
+  P.f = number_formatter(P.vals, kind)
+  return render(P, 1, 0, (' '):rep(indent))
 end
 
 function M.tostring(t)
