@@ -912,12 +912,12 @@ local function rounding_of(name, opts)
   if not ROUNDING[m] then error(("%s: rounding_mode must be 'floor', 'trunc' or nil, got %s"):format(name, tostring(m)), 3) end
   return ROUNDING[m]
 end
+local function div_operand(v) return is_tensor(v) or type(v) == 'number' or type(v) == 'boolean' end
+local function div_what(v) return is_tensor(v) and 'a tensor' or got(v) end
 local function rounded_div(name, a, b, rop)
   -- (a missing operand failed inside binop, named 'add')
-  local function operand(v) return is_tensor(v) or type(v) == 'number' or type(v) == 'boolean' end
-  if not (operand(a) and operand(b)) then
-    local function what(v) return is_tensor(v) and 'a tensor' or got(v) end
-    error(fmt('%s: expected a tensor and a tensor or a number, got %s and %s', name, what(a), what(b)))
+  if not (div_operand(a) and div_operand(b)) then
+    error(fmt('%s: expected a tensor and a tensor or a number, got %s and %s', name, div_what(a), div_what(b)))
   end
   if not is_tensor(a) and not is_tensor(b) then error(name .. ': at least one operand must be a tensor') end
   int_zero_div(name, a, b)
