@@ -71,5 +71,10 @@ for line in io.lines('/proc/self/status') do
   local v = line:match('^VmHWM:%s+(%d+)')
   if v then rss = tonumber(v) end
 end
-print(('train_samples_per_s %.1f steps %d test_acc %.4f data_load_s %.3f peak_rss_kb %d blas %s'):format(
-  samples / loop_s, steps, correct / test.n, load_s, rss, (dpl.blas_info():match('core (%S+)') or '?')))
+-- pool_contention: times the kernel threads found the machine oversubscribed (bench/oversubscribed.sh)
+print(('train_samples_per_s %.1f steps %d test_acc %.4f data_load_s %.3f peak_rss_kb %d blas %s pool_contention %d'):format(
+  samples / loop_s, steps, correct / test.n, load_s, rss, (dpl.blas_info():match('core (%S+)') or '?'),
+  (function() -- (-1: a binary without it)
+    local ok, n = pcall(function() return tonumber(require('dpl.capi').C.dpl_pool_contention()) end)
+    return ok and n or -1
+  end)()))

@@ -684,6 +684,10 @@ const char *dpl_vmath(const char *isa);
 /* Threads used by kernels and OpenBLAS (DPL_NUM_THREADS, else OMP_NUM_THREADS, else cores). */
 int dpl_set_num_threads(int32_t n);
 int32_t dpl_get_num_threads(void);
+/* Times the kernel thread pool found the machine oversubscribed so far (its caller
+ * preempted, or waiting for a worker that lost its core) and used fewer threads for a
+ * while (docs/tensors.md, "Threads"). */
+int64_t dpl_pool_contention(void);
 
 /* Indexing. idx tensors are int64 (or int32), 0-based. */
 int dpl_index_select(const dpl_tensor *a, int32_t dim, const dpl_tensor *idx, dpl_tensor **out);

@@ -131,6 +131,33 @@ describe('tensor constructors', function()
     assert(ok, err)
   end)
 
+  it('runs each chunk of a parallel loop exactly once when threads outnumber cores', function()
+    -- in-place updates: a chunk run twice or skipped leaves its elements off the count.
+    -- 8 threads on this machine's cores: workers keep losing their core, and the caller
+    -- and the workers claim chunks from one another
+    local ok, err = pcall(function()
+      dpl.set_num_threads(8)
+      local xs = {}
+      for k, n in ipairs({ 40000, 90000, 250000, 1000003 }) do xs[k] = dpl.zeros(n) end
+      local ys = { dpl.zeros(300000, { dtype = 'int32' }), dpl.zeros(300000, { dtype = 'float64' }) }
+      for i = 1, 300 do
+        for k = 1, #xs do xs[k]:add_(1) end
+        ys[1]:add_(2)
+        ys[2]:mul_(0.5):add_(i)
+      end
+      local expect = 0
+      for i = 1, 300 do expect = expect * 0.5 + i end
+      for k = 1, #xs do
+        assert.are.equal(300, xs[k]:min():item(), 'loop ' .. k)
+        assert.are.equal(300, xs[k]:max():item(), 'loop ' .. k)
+      end
+      assert.are.same({ 600, 600 }, { ys[1]:min():item(), ys[1]:max():item() })
+      assert.are.same({ expect, expect }, { ys[2]:min():item(), ys[2]:max():item() })
+    end)
+    dpl.set_num_threads(2)
+    assert(ok, err)
+  end)
+
   it('converts between all dtypes', function()
     local x = dpl.tensor({ -2.5, 0, 1.25, 300 })
     assert.are.same({ -2, 0, 1, 300 }, x:long():totable())

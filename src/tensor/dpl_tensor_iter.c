@@ -6,6 +6,7 @@
 #include "dpl_tensor_internal.h"
 #include <pthread.h>
 #include <sched.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -58,23 +59,28 @@ int dpl_threads(void)
 int32_t dpl_get_num_threads(void) { return dpl_threads(); }
 
 /* ---- pool ----
- * A job is published by bumping `gen` (its low 16 bits: the job's chunk count); workers spin on it for up to spin_ns
- * after their last job (a training step issues parallel ops tens of µs apart,
- * and waking a sleeping thread costs a futex call plus, on a VM, tens of µs of
- * scheduling), then sleep on a condition variable. The caller runs chunk 0 and
- * spins for the others (sched_yield after a while, for an oversubscribed machine).
- * DPL_SPIN_US sets the workers' spin (default 200 µs; 0: sleep at once). */
+ * A job is published in one word, `job`: its id (high 32 bits), its chunk count (16
+ * bits) and the next chunk to hand out (low 16 bits). The caller and the workers claim
+ * chunks from it with a compare-and-swap that also checks the id, so a thread that
+ * wakes late can never take a chunk of a later job; the chunk boundaries depend only
+ * on the chunk count (results do not depend on which thread ran what). The caller
+ * claims chunks too, so a worker that has not woken up (or lost its core to another
+ * process: an oversubscribed machine) leaves its chunks to the others instead of
+ * stalling the job until it is scheduled again; the caller then only waits for chunks
+ * already running. Workers spin for up to spin_ns after their last job (a training
+ * step issues parallel ops tens of µs apart, and waking a sleeping thread costs a
+ * futex call plus, on a VM, tens of µs of scheduling), then sleep on a condition
+ * variable. DPL_SPIN_US sets the workers' spin (default 200 µs; 0: sleep at once). */
 typedef struct pool {
   pthread_mutex_t mu;
   pthread_cond_t cv;
   pthread_t th[MAX_THREADS];
   int nworkers;
   pid_t pid;
-  _Atomic uint64_t gen;
-  _Atomic int pending;
+  _Atomic uint64_t job;
+  _Atomic int pending; /* chunks of the current job not finished */
   _Atomic int sleepers;
-  /* the job, written before gen is bumped */
-  int nchunks;
+  /* the job, written before job is published */
   int64_t n;
   dpl_range_fn fn;
   void *ctx;
@@ -84,6 +90,69 @@ static pool P; /* set up by ensure_workers (pid 0 never matches) */
 static pthread_mutex_t busy = PTHREAD_MUTEX_INITIALIZER;
 static _Thread_local int in_worker;
 static int64_t spin_ns = 200000;
+/* Contention: on a machine with more runnable threads than cores (other jobs, a test
+ * suite, several trainings, or more threads than cores asked for) the pool's threads
+ * take CPU time from the caller, which runs a chunk of every job and all the code
+ * between jobs, and a worker that loses its core in the middle of a chunk holds the
+ * caller until the scheduler gives it one again (a time slice, milliseconds). Each
+ * calling thread looks at windows of WINDOW_NS in which it ran jobs on several threads:
+ * when it was switched out PREEMPTED times or more in one (getrusage's involuntary
+ * context switches, its sched_yield while waiting for a worker included: on this VM 0-2
+ * a window when quiet, 12-59 next to a busy loop), or STALLS jobs stalled in it (done
+ * with every chunk it could claim, the caller waited for a claimed one more than half
+ * its own time plus STALL_NS: a VM's workers lose their core now and then when quiet,
+ * so one stall is not enough), the jobs use a quarter fewer threads (at least one fewer; at least one) for
+ * hold_ns; then the full count is tried again. hold_ns doubles (up to HOLD_MAX_NS)
+ * each time a trial finds contention, and is back to HOLD_MIN_NS after a clean window
+ * at the full count. On a machine of its own nothing changes. State guarded by `busy`. */
+static int64_t now_ns(void);
+#define WINDOW_NS INT64_C(20000000)
+#define PREEMPTED 8
+#define STALLS 3
+#define STALL_NS INT64_C(100000)
+#define HOLD_MIN_NS INT64_C(50000000)
+#define HOLD_MAX_NS INT64_C(1600000000)
+static int limit;                  /* threads a job may use now; 0: all */
+static int64_t hold_until_ns, hold_ns = HOLD_MIN_NS;
+static _Atomic int64_t contention_events; /* windows or jobs that found contention (dpl_pool_contention) */
+static _Thread_local int64_t win_t0;
+static _Thread_local long win_ivcsw;
+static _Thread_local int win_parallel, win_stalls; /* jobs run on several threads, and those that stalled, in this window */
+
+static void contended(int64_t now, int nt)
+{
+  int full = limit == 0, cur = full ? nt : limit, cut = cur / 4 > 1 ? cur / 4 : 1;
+  limit = cur - cut > 1 ? cur - cut : 1;
+  hold_until_ns = now + hold_ns;
+  if (full) hold_ns = hold_ns * 2 < HOLD_MAX_NS ? hold_ns * 2 : HOLD_MAX_NS; /* the next trial waits longer */
+  atomic_fetch_add_explicit(&contention_events, 1, memory_order_relaxed);
+}
+
+/* The threads a job may use now (called with busy held). */
+static int thread_limit(int nt)
+{
+  int64_t now = now_ns();
+  if (now - win_t0 >= WINDOW_NS) {
+    struct rusage ru;
+    long iv = getrusage(RUSAGE_THREAD, &ru) == 0 ? ru.ru_nivcsw : win_ivcsw;
+    if (win_t0 && win_parallel && now - win_t0 < 4 * WINDOW_NS && /* (a long gap between jobs is no window) */
+        (iv - win_ivcsw >= PREEMPTED || win_stalls >= STALLS))
+      contended(now, nt);
+    else if (limit && now >= hold_until_ns) limit = 0; /* try the full count again */
+    else if (!limit && win_parallel) hold_ns = HOLD_MIN_NS;
+    win_t0 = now;
+    win_ivcsw = iv;
+    win_parallel = win_stalls = 0;
+  }
+  int lim = limit ? limit : nt;
+  return lim < nt ? lim : nt;
+}
+
+int64_t dpl_pool_contention(void) { return atomic_load(&contention_events); }
+
+#define JOB_ID(v) ((uint32_t)((v) >> 32))
+#define JOB_CHUNKS(v) ((int)(((v) >> 16) & 0xffff))
+#define JOB_NEXT(v) ((int)((v) & 0xffff))
 
 static inline void cpu_relax(void)
 {
@@ -105,13 +174,28 @@ static void chunk_range(int64_t n, int nchunks, int k, int64_t *lo, int64_t *hi)
   *hi = n * (k + 1) / nchunks;
 }
 
-/* Waits until gen differs from seen: spins for spin_ns, then sleeps. */
-static uint64_t wait_job(uint64_t seen)
+/* Runs chunks of job `id` while there are some left to claim. */
+static void run_chunks(uint32_t id)
 {
-  uint64_t g;
+  uint64_t v = atomic_load_explicit(&P.job, memory_order_acquire);
+  while (JOB_ID(v) == id && JOB_NEXT(v) < JOB_CHUNKS(v)) {
+    if (!atomic_compare_exchange_weak_explicit(&P.job, &v, v + 1, memory_order_acq_rel, memory_order_acquire))
+      continue; /* v reloaded */
+    int64_t lo, hi;
+    chunk_range(P.n, JOB_CHUNKS(v), JOB_NEXT(v), &lo, &hi);
+    P.fn(lo, hi, P.ctx);
+    atomic_fetch_sub_explicit(&P.pending, 1, memory_order_release);
+    v = atomic_load_explicit(&P.job, memory_order_acquire);
+  }
+}
+
+/* Waits until the job id differs from seen: spins for spin_ns, then sleeps. */
+static uint32_t wait_job(uint32_t seen)
+{
+  uint32_t g;
   int64_t t0 = 0;
   for (unsigned i = 0;; i++) {
-    if ((g = atomic_load_explicit(&P.gen, memory_order_acquire)) != seen) return g;
+    if ((g = JOB_ID(atomic_load_explicit(&P.job, memory_order_acquire))) != seen) return g;
     cpu_relax();
     if ((i & 255) == 255) {
       int64_t t = now_ns();
@@ -120,8 +204,8 @@ static uint64_t wait_job(uint64_t seen)
     }
   }
   pthread_mutex_lock(&P.mu);
-  atomic_fetch_add(&P.sleepers, 1); /* seq_cst, then gen is read again: the caller's bump is seen, or it sees us */
-  while ((g = atomic_load(&P.gen)) == seen) pthread_cond_wait(&P.cv, &P.mu);
+  atomic_fetch_add(&P.sleepers, 1); /* seq_cst, then job is read again: the caller's store is seen, or it sees us */
+  while ((g = JOB_ID(atomic_load(&P.job))) == seen) pthread_cond_wait(&P.cv, &P.mu);
   atomic_fetch_sub(&P.sleepers, 1);
   pthread_mutex_unlock(&P.mu);
   return g;
@@ -129,18 +213,12 @@ static uint64_t wait_job(uint64_t seen)
 
 static void *worker(void *arg)
 {
-  int id = (int)(intptr_t)arg; /* 1..nworkers; chunk 0 is the caller's */
+  (void)arg;
   in_worker = 1;
-  uint64_t seen = 0;
+  uint32_t seen = 0;
   for (;;) {
     seen = wait_job(seen);
-    /* the chunk count comes with gen: a worker left out of a job must not read the
-     * job's fields, which the caller may already be rewriting for the next one */
-    if (id >= (int)(seen & 0xffff)) continue;
-    int64_t lo, hi;
-    chunk_range(P.n, P.nchunks, id, &lo, &hi);
-    P.fn(lo, hi, P.ctx);
-    atomic_fetch_sub_explicit(&P.pending, 1, memory_order_release);
+    run_chunks(seen);
   }
   return NULL;
 }
@@ -150,7 +228,7 @@ static void ensure_workers(int want)
 {
   if (P.pid != getpid()) { /* fresh process (or forked child: the parent's threads are gone) */
     P.nworkers = 0;
-    atomic_store(&P.gen, 0);
+    atomic_store(&P.job, 0);
     atomic_store(&P.pending, 0);
     atomic_store(&P.sleepers, 0);
     P.pid = getpid();
@@ -179,8 +257,14 @@ void dpl_parallel_for(int64_t n, int64_t grain, dpl_range_fn fn, void *ctx)
     fn(0, n, ctx);
     return;
   }
+  int lim = thread_limit(nt);
   int64_t chunks = n / grain;
-  if (chunks > nt) chunks = nt;
+  if (chunks > lim) chunks = lim;
+  if (chunks <= 1) {
+    pthread_mutex_unlock(&busy);
+    fn(0, n, ctx);
+    return;
+  }
   ensure_workers((int)chunks - 1);
   if (P.nworkers < chunks - 1) chunks = P.nworkers + 1;
   if (chunks <= 1) {
@@ -191,25 +275,30 @@ void dpl_parallel_for(int64_t n, int64_t grain, dpl_range_fn fn, void *ctx)
   P.fn = fn;
   P.ctx = ctx;
   P.n = n;
-  P.nchunks = (int)chunks;
-  atomic_store_explicit(&P.pending, (int)chunks - 1, memory_order_relaxed);
-  /* seq_cst: publishes the job, ordered before reading sleepers; the low 16 bits
-   * carry the chunk count (MAX_THREADS < 65536), the rest counts jobs */
-  uint64_t g = atomic_load_explicit(&P.gen, memory_order_relaxed);
-  atomic_store(&P.gen, (((g >> 16) + 1) << 16) | (uint64_t)chunks);
+  atomic_store_explicit(&P.pending, (int)chunks, memory_order_relaxed);
+  /* seq_cst: publishes the job (its fields above), ordered before reading sleepers
+   * (MAX_THREADS < 65536: the chunk count fits its 16 bits) */
+  uint32_t id = JOB_ID(atomic_load_explicit(&P.job, memory_order_relaxed)) + 1;
+  atomic_store(&P.job, ((uint64_t)id << 32) | ((uint64_t)chunks << 16));
   if (atomic_load(&P.sleepers) > 0) {
     pthread_mutex_lock(&P.mu);
     pthread_cond_broadcast(&P.cv);
     pthread_mutex_unlock(&P.mu);
   }
-  int64_t lo, hi;
-  chunk_range(n, (int)chunks, 0, &lo, &hi);
+  int64_t t0 = now_ns();
   in_worker = 1;
-  fn(lo, hi, ctx);
+  run_chunks(id);
   in_worker = 0;
+  int64_t t1 = 0;
   for (unsigned i = 0; atomic_load_explicit(&P.pending, memory_order_acquire) > 0; i++) {
     if (i < 4096) cpu_relax();
-    else sched_yield(); /* a worker that lost its core: give it ours */
+    else sched_yield(); /* a worker that lost its core mid-chunk: give it ours */
+    if ((i & 1023) == 1023 && !t1) t1 = now_ns(); /* waiting: time it */
+  }
+  win_parallel++;
+  if (t1) { /* waited past the spin: was it a stall? */
+    int64_t t2 = now_ns();
+    if (t2 - t1 > (t1 - t0) / 2 + STALL_NS) win_stalls++;
   }
   pthread_mutex_unlock(&busy);
 }
